@@ -1,0 +1,230 @@
+//! An in-memory [`Store`]: everything the contract promises, within one process, until the
+//! process exits. Use it for tests and for development; it is not durable across restarts.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use durable_mcp_store::{
+    EventId, Principal, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
+    StoredEvent, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
+};
+use tokio::sync::watch;
+
+/// Retention settings of the in-memory store.
+#[derive(Debug, Clone)]
+pub struct MemoryOptions {
+    /// Keep at most this many events per stream; older ones are pruned (D14).
+    pub max_events_per_stream: usize,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        Self { max_events_per_stream: 100_000 }
+    }
+}
+
+struct StreamState {
+    owner: StreamOwner,
+    /// Retained events; `events[0]` has sequence `first_seq`.
+    events: VecDeque<String>,
+    first_seq: u64,
+    closed: bool,
+    notify: watch::Sender<u64>,
+}
+
+impl StreamState {
+    fn last_seq(&self) -> u64 {
+        self.first_seq + self.events.len() as u64 - 1
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    sessions: HashMap<SessionId, SessionRecord>,
+    session_streams: HashMap<SessionId, Vec<StreamId>>,
+    streams: HashMap<StreamId, StreamState>,
+}
+
+/// The in-memory store. Cloning gives another handle to the same data, as a second worker
+/// sharing a database would have.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+    options: Arc<MemoryOptions>,
+}
+
+impl MemoryStore {
+    /// An empty store with default retention.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty store with the given retention.
+    pub fn with_options(options: MemoryOptions) -> Self {
+        Self { inner: Arc::default(), options: Arc::new(options) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave `Inner` half-updated in a way that
+        // breaks the contract (every mutation is a single insert/remove/push), so recover.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn create_session(&self, record: SessionRecord) -> StoreResult<()> {
+        let mut inner = self.lock();
+        let owner = StreamOwner { principal: record.principal.clone(), session: Some(record.id.clone()) };
+        insert_stream(&mut inner, &record.standalone_stream, &owner);
+        inner.sessions.insert(record.id.clone(), record);
+        Ok(())
+    }
+
+    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+        let inner = self.lock();
+        match inner.sessions.get(id) {
+            Some(record) if &record.principal == principal => Ok(record.clone()),
+            _ => Err(StoreError::not_found("session")),
+        }
+    }
+
+    async fn update_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+        change: SessionChange,
+    ) -> StoreResult<SessionRecord> {
+        let mut inner = self.lock();
+        match inner.sessions.get_mut(id) {
+            Some(record) if &record.principal == principal => {
+                record.apply(&change, now_ms());
+                Ok(record.clone())
+            }
+            _ => Err(StoreError::not_found("session")),
+        }
+    }
+
+    async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        if inner.sessions.get(id).is_none_or(|r| &r.principal != principal) {
+            return Ok(false);
+        }
+        inner.sessions.remove(id);
+        for stream in inner.session_streams.remove(id).unwrap_or_default() {
+            if let Some(state) = inner.streams.remove(&stream) {
+                // Dropping the sender ends every watcher; they read NotFound and stop.
+                drop(state);
+            }
+        }
+        Ok(true)
+    }
+
+    async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
+        let mut inner = self.lock();
+        if let Some(session) = &owner.session
+            && !inner.sessions.contains_key(session)
+        {
+            return Err(StoreError::not_found("session"));
+        }
+        insert_stream(&mut inner, id, owner);
+        Ok(())
+    }
+
+    async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
+        let max = self.options.max_events_per_stream.max(1);
+        let mut inner = self.lock();
+        let state = inner.streams.get_mut(stream).ok_or(StoreError::not_found("stream"))?;
+        if state.closed {
+            return Err(StoreError::StreamClosed { stream: stream.to_string() });
+        }
+        state.events.push_back(data);
+        while state.events.len() > max {
+            state.events.pop_front();
+            state.first_seq += 1;
+        }
+        state.closed = close;
+        let seq = state.last_seq();
+        state.notify.send_replace(seq);
+        Ok(EventId::new(stream.clone(), seq))
+    }
+
+    async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner> {
+        let inner = self.lock();
+        inner.streams.get(stream).map(|s| s.owner.clone()).ok_or(StoreError::not_found("stream"))
+    }
+
+    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+        let inner = self.lock();
+        let state = inner.streams.get(stream).ok_or(StoreError::not_found("stream"))?;
+        // Events 1..first_seq were pruned. Reading after `first_seq - 1` or later is exact.
+        if after + 1 < state.first_seq {
+            return Err(StoreError::Pruned {
+                event: EventId::new(stream.clone(), after).to_string(),
+                oldest_retained: state.first_seq,
+            });
+        }
+        let skip = usize::try_from(after + 1 - state.first_seq).unwrap_or(usize::MAX);
+        let events: Vec<StoredEvent> = state
+            .events
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .take(limit)
+            .map(|(i, data)| StoredEvent {
+                id: EventId::new(stream.clone(), state.first_seq + i as u64),
+                data: data.clone(),
+            })
+            .collect();
+        let reached = events.last().map_or(after, |e| e.id.seq);
+        let last = if state.events.is_empty() { 0 } else { state.last_seq() };
+        Ok(StreamRead { finished: state.closed && reached >= last, events })
+    }
+
+    async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
+        let inner = self.lock();
+        let state = inner.streams.get(stream).ok_or(StoreError::not_found("stream"))?;
+        let rx = state.notify.subscribe();
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok().map(|()| ((), rx))
+        })))
+    }
+}
+
+fn insert_stream(inner: &mut Inner, id: &StreamId, owner: &StreamOwner) {
+    let (notify, _) = watch::channel(0);
+    inner.streams.insert(
+        id.clone(),
+        StreamState { owner: owner.clone(), events: VecDeque::new(), first_seq: 1, closed: false, notify },
+    );
+    if let Some(session) = &owner.session {
+        inner.session_streams.entry(session.clone()).or_default().push(id.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    durable_mcp_store::store_contract_tests!(async { Some(std::sync::Arc::new(MemoryStore::new()) as std::sync::Arc<dyn durable_mcp_store::Store>) });
+
+    #[tokio::test]
+    async fn d14_resume_from_pruned_event_is_a_named_error() {
+        let store = MemoryStore::with_options(MemoryOptions { max_events_per_stream: 2 });
+        let stream = StreamId::random();
+        let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+        store.create_stream(&stream, &owner).await.unwrap();
+        for i in 0..5 {
+            store.append(&stream, format!("{i}"), false).await.unwrap();
+        }
+        let err = store.read_after(&stream, 1, 10).await.unwrap_err();
+        assert!(matches!(err, StoreError::Pruned { oldest_retained: 4, .. }), "{err}");
+        let read = store.read_after(&stream, 3, 10).await.unwrap();
+        assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["3", "4"]);
+    }
+}

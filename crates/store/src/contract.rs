@@ -1,0 +1,227 @@
+//! The contract test suite: cases written once, run against every backend by
+//! [`store_contract_tests!`](crate::store_contract_tests). Each case is named after the
+//! guarantee of `DURABILITY.md` it checks and gets a fresh store from the backend's factory.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use crate::{
+    EventId, Principal, SessionChange, SessionId, SessionRecord, Store, StoreError, StreamId,
+    StreamOwner, now_ms,
+};
+
+/// A new session record for `principal`.
+pub fn session(principal: &Principal) -> SessionRecord {
+    SessionRecord {
+        id: SessionId::random(),
+        principal: principal.clone(),
+        protocol_version: "2025-11-25".into(),
+        client: serde_json::json!({"clientInfo": {"name": "contract", "version": "1"}}),
+        log_level: None,
+        subscriptions: BTreeSet::new(),
+        state: Default::default(),
+        standalone_stream: StreamId::random(),
+        created_at_ms: now_ms(),
+        last_seen_ms: now_ms(),
+    }
+}
+
+async fn stream_with(store: &dyn Store, n: usize) -> StreamId {
+    let stream = StreamId::random();
+    let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+    store.create_stream(&stream, &owner).await.expect("create stream");
+    for i in 1..=n {
+        store.append(&stream, format!("e{i}"), false).await.expect("append");
+    }
+    stream
+}
+
+/// D1/D2: appends get strictly increasing, distinct ids that name their stream.
+pub async fn d2_append_ids_increase_and_name_stream(store: Arc<dyn Store>) {
+    let stream = stream_with(&*store, 0).await;
+    let mut last = 0;
+    for i in 0..50 {
+        let id = store.append(&stream, format!("{i}"), false).await.expect("append");
+        assert_eq!(id.stream, stream);
+        assert_eq!(id.seq, last + 1, "no gap, no reuse");
+        last = id.seq;
+    }
+}
+
+/// D3: replay after every possible id yields exactly the suffix.
+pub async fn d3_replay_after_every_id_is_exact_suffix(store: Arc<dyn Store>) {
+    let n = 30;
+    let stream = stream_with(&*store, n).await;
+    for after in 0..=n as u64 {
+        let read = store.read_after(&stream, after, usize::MAX).await.expect("read");
+        let seqs: Vec<u64> = read.events.iter().map(|e| e.id.seq).collect();
+        let want: Vec<u64> = (after + 1..=n as u64).collect();
+        assert_eq!(seqs, want, "after {after}");
+        for e in &read.events {
+            assert_eq!(e.data, format!("e{}", e.id.seq));
+        }
+        assert!(!read.finished);
+    }
+}
+
+/// D3: a closing append finishes the stream; later appends are refused.
+pub async fn d3_closed_stream_finishes_and_refuses_appends(store: Arc<dyn Store>) {
+    let stream = stream_with(&*store, 2).await;
+    let last = store.append(&stream, "final".into(), true).await.expect("close");
+    assert_eq!(last.seq, 3);
+    let read = store.read_after(&stream, 1, 10).await.expect("read");
+    assert!(read.finished);
+    assert_eq!(read.events.len(), 2);
+    let partial = store.read_after(&stream, 1, 1).await.expect("read");
+    assert!(!partial.finished, "finished only when the read reaches the last event");
+    let err = store.append(&stream, "late".into(), false).await.unwrap_err();
+    assert!(matches!(err, StoreError::StreamClosed { .. }), "{err}");
+}
+
+/// D3: a watcher created before an append (by another handle) is woken.
+pub async fn d3_live_tail_wakes_on_append(store: Arc<dyn Store>) {
+    let stream = stream_with(&*store, 0).await;
+    let mut wake = store.watch(&stream).await.expect("watch");
+    let writer = store.clone();
+    let s2 = stream.clone();
+    let task = tokio::spawn(async move { writer.append(&s2, "x".into(), false).await });
+    tokio::time::timeout(std::time::Duration::from_secs(5), wake.next())
+        .await
+        .expect("woken within 5s");
+    task.await.expect("join").expect("append");
+    let read = store.read_after(&stream, 0, 10).await.expect("read");
+    assert_eq!(read.events.len(), 1);
+}
+
+/// Concurrent appenders on many streams: every stream ends up gap-free and duplicate-free.
+pub async fn d2_concurrent_appenders_many_streams(store: Arc<dyn Store>) {
+    let mut streams = Vec::new();
+    for _ in 0..8 {
+        streams.push(stream_with(&*store, 0).await);
+    }
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        for s in &streams {
+            let store = store.clone();
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ids = Vec::new();
+                for i in 0..25 {
+                    ids.push(store.append(&s, format!("w{w}-{i}"), false).await.expect("append"));
+                }
+                ids
+            }));
+        }
+    }
+    let mut all: Vec<EventId> = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("join"));
+    }
+    let unique: BTreeSet<String> = all.iter().map(|id| id.to_string()).collect();
+    assert_eq!(unique.len(), all.len(), "no two appends share an id");
+    for s in &streams {
+        let read = store.read_after(s, 0, usize::MAX).await.expect("read");
+        let seqs: Vec<u64> = read.events.iter().map(|e| e.id.seq).collect();
+        assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
+        // Each writer's own events are in its order.
+        for w in 0..4 {
+            let mine: Vec<&str> = read
+                .events
+                .iter()
+                .map(|e| e.data.as_str())
+                .filter(|d| d.starts_with(&format!("w{w}-")))
+                .collect();
+            let want: Vec<String> = (0..25).map(|i| format!("w{w}-{i}")).collect();
+            assert_eq!(mine, want);
+        }
+    }
+}
+
+/// D4/D5/D13: sessions load under their principal only; changes persist; ended is gone.
+pub async fn d5_session_lifecycle_and_principal_isolation(store: Arc<dyn Store>) {
+    let alice = Principal::new("alice");
+    let bob = Principal::new("bob");
+    let record = session(&alice);
+    store.create_session(record.clone()).await.expect("create");
+    let loaded = store.load_session(&alice, &record.id).await.expect("load");
+    assert_eq!(loaded.client, record.client);
+    assert!(matches!(store.load_session(&bob, &record.id).await, Err(StoreError::NotFound { .. })));
+    assert!(!store.end_session(&bob, &record.id).await.expect("end as bob"));
+
+    store.update_session(&alice, &record.id, SessionChange::SetLogLevel("debug".into())).await.expect("level");
+    store.update_session(&alice, &record.id, SessionChange::Subscribe("test://a".into())).await.expect("sub");
+    let loaded = store.load_session(&alice, &record.id).await.expect("load");
+    assert_eq!(loaded.log_level.as_deref(), Some("debug"));
+    assert!(loaded.subscriptions.contains("test://a"));
+
+    let owner = store.stream_owner(&record.standalone_stream).await.expect("owner");
+    assert_eq!(owner.session.as_ref(), Some(&record.id));
+    assert!(store.end_session(&alice, &record.id).await.expect("end"));
+    assert!(matches!(store.load_session(&alice, &record.id).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(
+        store.update_session(&alice, &record.id, SessionChange::Touch).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(!store.end_session(&alice, &record.id).await.expect("end twice"));
+}
+
+/// D5: ending a session ends its streams: reads fail and watchers stop.
+pub async fn d5_session_end_closes_its_streams(store: Arc<dyn Store>) {
+    let who = Principal::anonymous();
+    let record = session(&who);
+    store.create_session(record.clone()).await.expect("create");
+    let stream = StreamId::random();
+    store
+        .create_stream(&stream, &StreamOwner { principal: who.clone(), session: Some(record.id.clone()) })
+        .await
+        .expect("stream");
+    store.append(&stream, "a".into(), false).await.expect("append");
+    let mut wake = store.watch(&stream).await.expect("watch");
+    store.end_session(&who, &record.id).await.expect("end");
+    // The watcher either ends or wakes; a read then says the stream is gone.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wake.next()).await;
+    assert!(store.read_after(&stream, 0, 10).await.is_err());
+    assert!(store.append(&stream, "b".into(), false).await.is_err());
+}
+
+/// Bad ids: unknown streams are NotFound, not empty.
+pub async fn d3_unknown_stream_is_not_found(store: Arc<dyn Store>) {
+    let err = store.read_after(&StreamId::random(), 0, 10).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+    assert!(store.stream_owner(&StreamId::random()).await.is_err());
+}
+
+/// Instantiate the contract suite for a backend. `$factory` is an async expression giving
+/// `Option<Arc<dyn Store>>`: a fresh, isolated store, or `None` to skip (service missing
+/// outside CI; the factory prints why and must panic instead when `CI=true`).
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($factory:expr) => {
+        $crate::store_contract_tests!(@cases $factory;
+            d2_append_ids_increase_and_name_stream,
+            d3_replay_after_every_id_is_exact_suffix,
+            d3_closed_stream_finishes_and_refuses_appends,
+            d3_live_tail_wakes_on_append,
+            d2_concurrent_appenders_many_streams,
+            d5_session_lifecycle_and_principal_isolation,
+            d5_session_end_closes_its_streams,
+            d3_unknown_stream_is_not_found,
+        );
+    };
+    (@cases $factory:expr; $($case:ident),* $(,)?) => {
+        mod contract {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    if let Some(store) = $factory.await {
+                        $crate::contract::$case(store).await;
+                    }
+                }
+            )*
+        }
+    };
+}

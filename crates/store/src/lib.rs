@@ -1,0 +1,118 @@
+//! The store contract of durable-mcp.
+//!
+//! Every backend (in-memory, SQLite, PostgreSQL, Redis) implements [`Store`]; the engine
+//! and the transports know only this trait. Each operation states its guarantee under a
+//! `# Durability` heading, naming the line of `DURABILITY.md` it implements.
+
+mod error;
+mod ids;
+mod record;
+
+#[cfg(feature = "contract-tests")]
+pub mod contract;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+pub use error::{StoreError, StoreErrorKind, StoreResult};
+pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
+pub use record::{SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
+
+/// Milliseconds since the Unix epoch, the clock every record uses.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// A stream of wake-ups: each item means "the watched stream may have new events or may
+/// have closed; read again". Wake-ups may be spurious or coalesced, never lost after the
+/// subscription was created.
+pub type WakeUps = BoxStream<'static, ()>;
+
+/// The durable state of a durable-mcp deployment.
+///
+/// Implementations are shared by every worker of a deployment: anything committed through
+/// one handle is visible to every other handle on the same backend once the call returns.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A short name for logs and errors (`memory`, `sqlite`, ...).
+    fn backend(&self) -> &'static str;
+
+    // ----- sessions ---------------------------------------------------------------------
+
+    /// Create a session.
+    ///
+    /// # Durability
+    /// The session, and its standalone stream, are committed when this returns (D4): any
+    /// worker can load it from then on.
+    async fn create_session(&self, record: SessionRecord) -> StoreResult<()>;
+
+    /// Load a live session of `principal`.
+    ///
+    /// # Durability
+    /// Returns the last committed state. Sessions that ended, expired or belong to another
+    /// principal are [`StoreError::NotFound`] (D5, D13).
+    async fn load_session(&self, principal: &Principal, id: &SessionId)
+    -> StoreResult<SessionRecord>;
+
+    /// Apply one change to a session and return the new record.
+    ///
+    /// # Durability
+    /// The change is atomic with respect to concurrent changes from any worker: no update
+    /// is lost (D4). Ended sessions are [`StoreError::NotFound`].
+    async fn update_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+        change: SessionChange,
+    ) -> StoreResult<SessionRecord>;
+
+    /// End a session; returns whether it was live.
+    ///
+    /// # Durability
+    /// Once this returns, every worker's `load_session` answers `NotFound` (D5), and the
+    /// session's streams are closed so live tails end.
+    async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool>;
+
+    // ----- streams and events -----------------------------------------------------------
+
+    /// Create an empty stream owned by `owner`.
+    ///
+    /// # Durability
+    /// Committed when this returns.
+    async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()>;
+
+    /// Append one event and return its id.
+    ///
+    /// # Durability
+    /// In plain words: when this returns, the event is committed and will be replayed to
+    /// anyone who resumes before it. Stated more precisely: the returned id names a
+    /// committed event (D1); ids on one stream are strictly increasing with no gaps, and
+    /// readers never observe an event with a larger sequence before every smaller one is
+    /// visible (D3). Appending to a closed stream is [`StoreError::StreamClosed`]. If
+    /// `close` is true the stream is closed in the same commit (the final response).
+    async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId>;
+
+    /// Look up who owns a stream.
+    ///
+    /// # Durability
+    /// Unknown streams (never created, pruned with their session) are `NotFound`.
+    async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner>;
+
+    /// Read committed events with sequence greater than `after`, at most `limit` of them.
+    ///
+    /// # Durability
+    /// Returns an exact, gap-free, duplicate-free prefix of the suffix after `after` (D3).
+    /// If events after `after` were pruned, this is [`StoreError::Pruned`], never a
+    /// silently shortened stream (D14).
+    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize)
+    -> StoreResult<StreamRead>;
+
+    /// Subscribe to wake-ups for `stream`. Subscribe *before* reading, then read after each
+    /// wake-up: an append committed after the subscription wakes it (from any worker).
+    async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps>;
+}
