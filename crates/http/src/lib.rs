@@ -1,1 +1,83 @@
-//! durable-mcp http.
+//! The durable-mcp Streamable HTTP transport: both protocol eras on one endpoint.
+//!
+//! Legacy era (2025-03-26 .. 2025-11-25): `initialize` creates a session, requests get SSE
+//! streams whose events are committed to the store before they are written (D1), and a
+//! client resumes any stream with `GET` + `Last-Event-ID` on any worker (D3).
+//! Modern era (2026-07-28): stateless requests validated against their standard headers.
+
+mod config;
+mod get;
+mod headers;
+mod post;
+mod rejection;
+mod sse;
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use durable_mcp_engine::Engine;
+use http::{Method, Request};
+use tokio::net::TcpListener;
+
+pub use config::HttpConfig;
+pub use rejection::Rejection;
+
+/// The HTTP transport: an engine and its HTTP settings.
+#[derive(Clone, Debug)]
+pub struct Transport {
+    engine: Engine,
+    config: std::sync::Arc<HttpConfig>,
+}
+
+impl Transport {
+    /// A transport serving `engine`.
+    pub fn new(engine: Engine, config: HttpConfig) -> Self {
+        Self { engine, config: std::sync::Arc::new(config) }
+    }
+
+    /// An axum router serving the endpoint at the configured path.
+    pub fn router(self) -> Router {
+        let path = self.config.path.clone();
+        Router::new().route(&path, any(endpoint)).with_state(self)
+    }
+}
+
+async fn endpoint(State(transport): State<Transport>, request: Request<Body>) -> Response {
+    let (parts, body) = request.into_parts();
+    let result = match headers::check_host_and_origin(&parts.headers, &transport.config) {
+        Err(rejection) => Err(rejection),
+        Ok(()) => match parts.method {
+            Method::POST => transport.post(&parts.headers, body).await,
+            Method::GET => transport.get(&parts.headers).await,
+            Method::DELETE => transport.delete(&parts.headers).await,
+            _ => Err(Rejection::MethodNotAllowed),
+        },
+    };
+    result.unwrap_or_else(|rejection| {
+        tracing::debug!(%rejection, "request rejected");
+        rejection.into_response()
+    })
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves. Accepted connections get
+/// `TCP_NODELAY`: SSE responses are several small writes, and with Nagle's algorithm a
+/// keep-alive client waits ~40 ms on each request.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::warn!(%error, "could not set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
+}

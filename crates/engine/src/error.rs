@@ -1,0 +1,37 @@
+//! Errors of the engine, classified so that transports can map them to statuses.
+
+use durable_mcp_protocol::jsonrpc::Rejection;
+use durable_mcp_store::{StoreError, StoreErrorKind};
+
+/// Why the engine refused or failed a request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The session id is unknown, ended, expired or another principal's (404).
+    #[error("session not found")]
+    SessionNotFound,
+    /// A `Last-Event-ID` that cannot be resumed: malformed, unknown, or another session's.
+    #[error("unknown event id: {0}")]
+    UnknownEvent(String),
+    /// A `Last-Event-ID` whose successors were pruned by retention (D14).
+    #[error("{0}")]
+    EventPruned(String),
+    /// The message was refused before any handler ran (bad params, ...).
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// The store failed (D15: unavailable maps to 503).
+    #[error(transparent)]
+    Store(StoreError),
+    /// The handler ended without answering (for example it was cancelled).
+    #[error("the handler ended without a response")]
+    NoOutcome,
+}
+
+impl From<StoreError> for EngineError {
+    fn from(error: StoreError) -> Self {
+        match error.kind() {
+            StoreErrorKind::Pruned => EngineError::EventPruned(error.to_string()),
+            _ => EngineError::Store(error),
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! The request path: the door in ([`Engine::accept`]) and the door out ([`commit`]), and
+//! the routing of every message a handler sends while it runs.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
+use durable_mcp_protocol::{Outbound, PeerContext, Run};
+use durable_mcp_store::{EventId, Principal, SessionChange, SessionId, SessionRecord, StreamId, StreamOwner};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Engine, EngineError};
+
+/// The protocol era of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// 2025-03-26 .. 2025-11-25: `initialize`, sessions, resumable streams.
+    Legacy,
+    /// 2026-07-28: stateless, per-request `_meta`.
+    Modern,
+}
+
+/// Who sent a request, and in which context.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The authenticated principal (D13).
+    pub principal: Principal,
+    /// The request's era.
+    pub era: Era,
+    /// The legacy-era session.
+    pub session: Option<SessionRecord>,
+    /// The request's protocol version.
+    pub protocol_version: String,
+    /// Modern era: the log level the request's `_meta` asked for, if any.
+    pub log_level: Option<String>,
+}
+
+impl Caller {
+    fn peer(&self) -> PeerContext {
+        PeerContext {
+            protocol_version: Some(self.protocol_version.clone()),
+            client: self.session.as_ref().map(|s| s.client.clone()),
+        }
+    }
+
+    fn session_id(&self) -> Option<&SessionId> {
+        self.session.as_ref().map(|s| &s.id)
+    }
+
+    /// Whether this request's streams start with a priming event (2025-11-25 and later
+    /// legacy sessions).
+    pub fn primes_streams(&self) -> bool {
+        self.era == Era::Legacy && self.protocol_version.as_str() >= "2025-11-25"
+    }
+}
+
+/// A request that was accepted: its response stream exists and its handler runs.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    /// The response stream.
+    pub stream: StreamId,
+    /// The priming event, for streams that have one.
+    pub priming: Option<EventId>,
+    /// Cancels the handler (absent when the request was refused before it ran).
+    pub cancel: Option<CancellationToken>,
+}
+
+struct Pending {
+    session: Option<SessionId>,
+    original_id: RequestId,
+    replies: mpsc::Sender<Value>,
+}
+
+/// Runs in flight on this worker: for cancellation and for routing replies to the
+/// handler's own requests.
+#[derive(Default)]
+pub(crate) struct Registry {
+    runs: Mutex<HashMap<String, CancellationToken>>,
+    pending: Mutex<HashMap<String, Pending>>,
+    next: AtomicU64,
+}
+
+fn run_key(session: &SessionId, id: &RequestId) -> String {
+    format!("{session}/{id}")
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+fn level_rank(level: &str) -> Option<usize> {
+    LEVELS.iter().position(|l| *l == level)
+}
+
+/// Whether a `notifications/message` at `level` passes a threshold.
+fn passes(level: Option<&str>, threshold: &str) -> bool {
+    match (level.and_then(level_rank), level_rank(threshold)) {
+        (Some(l), Some(t)) => l >= t,
+        _ => true,
+    }
+}
+
+impl Engine {
+    /// The door in: accept one request. Its response stream is committed (with its
+    /// priming event, where the version has one) before its handler starts, and the
+    /// handler's messages are committed to that stream as they come.
+    pub async fn accept(&self, caller: &Caller, id: RequestId, request: Map<String, Value>) -> Result<Accepted, EngineError> {
+        let store = self.store();
+        let stream = StreamId::random();
+        let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session_id().cloned() };
+        store.create_stream(&stream, &owner).await?;
+        let priming = if caller.primes_streams() { Some(store.append(&stream, String::new(), false).await?) } else { None };
+        let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
+        if caller.era == Era::Legacy {
+            self.apply_session_effects(caller, &method, &request).await?;
+        }
+        let mut accepted = Accepted { stream: stream.clone(), priming, cancel: None };
+        if caller.era == Era::Legacy && method == "logging/setLevel" && self.summary().capabilities.get("logging").is_some() {
+            // durable-mcp owns the session's log level (it filters messages itself, on
+            // every worker), so it answers `logging/setLevel` once the level is committed.
+            let response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}});
+            self.commit(&stream, &response, true).await?;
+            return Ok(accepted);
+        }
+        match self.handler().start(request, &caller.peer()) {
+            Ok(run) => {
+                accepted.cancel = Some(run.cancel.clone());
+                if let Some(session) = caller.session_id() {
+                    lock(&self.inner.runs.runs).insert(run_key(session, &id), run.cancel.clone());
+                }
+                let engine = self.clone();
+                let caller = caller.clone();
+                tokio::spawn(async move { engine.pump(run, caller, id, stream).await });
+            }
+            Err(mut rejection) => {
+                rejection.id = Some(id);
+                self.commit(&stream, &rejection.to_response(), true).await?;
+            }
+        }
+        Ok(accepted)
+    }
+
+    /// Run a request to its outcome without a stream (used for `initialize`, which is
+    /// answered before its session exists).
+    pub(crate) async fn run_to_outcome(&self, request: Map<String, Value>, peer: &PeerContext) -> Result<Value, EngineError> {
+        let mut run = self.handler().start(request, peer)?;
+        while let Some(message) = run.outbound.recv().await {
+            if let Outbound::Outcome(outcome) = message {
+                return Ok(outcome);
+            }
+        }
+        Err(EngineError::NoOutcome)
+    }
+
+    /// The door out: commit one message of a request's stream. Nothing reaches a socket
+    /// except through the store, so every sent event was committed first (D1).
+    async fn commit(&self, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
+        Ok(self.store().append(stream, message.to_string(), close).await?)
+    }
+
+    async fn pump(self, mut run: Run, caller: Caller, id: RequestId, stream: StreamId) {
+        let mut answered = false;
+        let mut my_pending = Vec::new();
+        while let Some(message) = run.outbound.recv().await {
+            let result = match message {
+                Outbound::Outcome(_) if run.cancel.is_cancelled() => {
+                    // Cancelled by the client: the protocol says no response follows.
+                    break;
+                }
+                Outbound::Outcome(mut outcome) => {
+                    answered = true;
+                    if caller.era == Era::Modern {
+                        self.add_server_info(&mut outcome);
+                    }
+                    self.commit(&stream, &outcome, true).await.map(drop)
+                }
+                Outbound::Notification { method, message } => self.route_notification(&caller, &stream, &method, message).await,
+                Outbound::Request { id: original_id, message, .. } => {
+                    let n = self.inner.runs.next.fetch_add(1, Ordering::Relaxed);
+                    let wire_id = format!("{}-{n}", &stream.as_str()[..12]);
+                    let mut message = message;
+                    if let Some(obj) = message.as_object_mut() {
+                        obj.insert("id".into(), Value::String(wire_id.clone()));
+                    }
+                    lock(&self.inner.runs.pending).insert(
+                        wire_id.clone(),
+                        Pending { session: caller.session_id().cloned(), original_id, replies: run.replies.clone() },
+                    );
+                    my_pending.push(wire_id);
+                    self.commit(&stream, &message, false).await.map(drop)
+                }
+            };
+            if let Err(error) = result {
+                tracing::warn!(%error, %stream, "could not commit a handler message; cancelling the request");
+                run.cancel.cancel();
+                break;
+            }
+            if answered {
+                break;
+            }
+        }
+        if !answered {
+            // Cancelled (or the handler vanished): end the stream without a response, as
+            // the protocol asks after `notifications/cancelled`.
+            if let Err(error) = self.store().append(&stream, String::new(), true).await {
+                tracing::debug!(%error, %stream, "could not close the stream of an unanswered request");
+            }
+        }
+        if let Some(session) = caller.session_id() {
+            lock(&self.inner.runs.runs).remove(&run_key(session, &id));
+        }
+        let mut pending = lock(&self.inner.runs.pending);
+        for wire_id in my_pending {
+            pending.remove(&wire_id);
+        }
+    }
+
+    async fn route_notification(&self, caller: &Caller, stream: &StreamId, method: &str, message: Value) -> Result<(), EngineError> {
+        let params = message.get("params");
+        match (caller.era, method) {
+            (Era::Legacy, "notifications/message") => {
+                let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
+                let threshold = caller.session.as_ref().and_then(|s| s.log_level.clone());
+                if threshold.is_some_and(|t| !passes(level, &t)) {
+                    return Ok(());
+                }
+            }
+            (Era::Modern, "notifications/message") => {
+                let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
+                match &caller.log_level {
+                    Some(threshold) if passes(level, threshold) => {}
+                    _ => return Ok(()),
+                }
+            }
+            (
+                Era::Legacy,
+                "notifications/tools/list_changed" | "notifications/prompts/list_changed" | "notifications/resources/list_changed" | "notifications/resources/updated",
+            ) => {
+                let Some(session) = &caller.session else { return Ok(()) };
+                if method == "notifications/resources/updated" {
+                    let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).unwrap_or_default();
+                    let current = self.store().load_session(&caller.principal, &session.id).await?;
+                    if !current.subscriptions.contains(uri) {
+                        return Ok(());
+                    }
+                }
+                return self.commit(&session.standalone_stream, &message, false).await.map(drop);
+            }
+            _ => {}
+        }
+        self.commit(stream, &message, false).await.map(drop)
+    }
+
+    /// Session state that a request changes is committed before its handler runs, so the
+    /// change holds on every worker (D4): the log level, resource subscriptions.
+    async fn apply_session_effects(&self, caller: &Caller, method: &str, request: &Map<String, Value>) -> Result<(), EngineError> {
+        let Some(session) = &caller.session else { return Ok(()) };
+        let params = request.get("params");
+        let change = match method {
+            "logging/setLevel" => params.and_then(|p| p.get("level")).and_then(Value::as_str).map(|l| SessionChange::SetLogLevel(l.to_owned())),
+            "resources/subscribe" => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Subscribe(u.to_owned())),
+            "resources/unsubscribe" => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Unsubscribe(u.to_owned())),
+            _ => None,
+        };
+        if let Some(change) = change {
+            self.store().update_session(&caller.principal, &session.id, change).await?;
+        }
+        Ok(())
+    }
+
+    /// 2026-07-28 results carry `serverInfo` in their `_meta`.
+    fn add_server_info(&self, outcome: &mut Value) {
+        let Some(result) = outcome.get_mut("result").and_then(Value::as_object_mut) else { return };
+        let meta = result.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.entry("io.modelcontextprotocol/serverInfo").or_insert_with(|| self.summary().server_info.clone());
+        }
+    }
+
+    /// Deliver a client notification to the handler (not `notifications/cancelled`, which
+    /// is [`Engine::cancel`]).
+    pub fn notify(&self, caller: &Caller, message: Map<String, Value>) {
+        self.handler().notify(message, &caller.peer());
+    }
+
+    /// Deliver a client's response to a server-to-client request to the handler waiting
+    /// for it. Responses to unknown ids (already answered, or another session's) are
+    /// dropped, as the protocol allows.
+    pub async fn reply(&self, caller: &Caller, id: &RequestId, mut message: Map<String, Value>) {
+        let Some(wire_id) = id.as_str() else { return };
+        let pending = {
+            let mut pending = lock(&self.inner.runs.pending);
+            match pending.get(wire_id) {
+                Some(p) if p.session.as_ref() == caller.session_id() => pending.remove(wire_id),
+                _ => None,
+            }
+        };
+        let Some(pending) = pending else {
+            tracing::debug!(%wire_id, "reply to an unknown request dropped");
+            return;
+        };
+        message.insert("id".into(), pending.original_id);
+        let _ = pending.replies.send(Value::Object(message)).await;
+    }
+
+    /// `notifications/cancelled`: cancel the named request of the caller's session.
+    pub fn cancel(&self, caller: &Caller, request_id: &RequestId) {
+        let Some(session) = caller.session_id() else { return };
+        if let Some(token) = lock(&self.inner.runs.runs).get(&run_key(session, request_id)) {
+            token.cancel();
+        }
+    }
+
+    /// Cancel every run of a session (it ended).
+    pub(crate) fn cancel_session(&self, session: &SessionId) {
+        let prefix = format!("{session}/");
+        for (key, token) in lock(&self.inner.runs.runs).iter() {
+            if key.starts_with(&prefix) {
+                token.cancel();
+            }
+        }
+    }
+
+    /// Reject a request before it runs, with a committed stream holding the error: used
+    /// when a transport must answer on a stream.
+    pub fn rejection_response(id: RequestId, rejection: Rejection) -> Value {
+        Rejection { id: Some(id), ..rejection }.to_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_levels_are_ordered() {
+        assert!(passes(Some("error"), "warning"));
+        assert!(!passes(Some("debug"), "info"));
+        assert!(passes(Some("info"), "info"));
+    }
+}

@@ -1,0 +1,57 @@
+//! Legacy-era sessions: created by `initialize`, served from the store by any worker.
+
+use durable_mcp_protocol::PeerContext;
+use durable_mcp_store::{Principal, SessionId, SessionRecord, StoreError, StreamId, now_ms};
+use serde_json::{Map, Value};
+
+use crate::{Engine, EngineError};
+
+impl Engine {
+    /// Run `initialize` and, if the handler accepts it, create the session.
+    ///
+    /// Returns the session (absent when the handler answered with an error) and the
+    /// JSON-RPC response to send.
+    ///
+    /// # Durability
+    /// The session is committed before the response is returned (D4).
+    pub async fn initialize(&self, principal: &Principal, request: Map<String, Value>) -> Result<(Option<SessionRecord>, Value), EngineError> {
+        let params = request.get("params").cloned().unwrap_or(Value::Null);
+        let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
+        let peer = PeerContext { protocol_version: requested, client: Some(params.clone()) };
+        let response = self.run_to_outcome(request, &peer).await?;
+        let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str) else {
+            return Ok((None, response));
+        };
+        let now = now_ms();
+        let record = SessionRecord {
+            id: SessionId::random(),
+            principal: principal.clone(),
+            protocol_version: version.to_owned(),
+            client: params,
+            log_level: None,
+            subscriptions: Default::default(),
+            state: Default::default(),
+            standalone_stream: StreamId::random(),
+            created_at_ms: now,
+            last_seen_ms: now,
+        };
+        self.store().create_session(record.clone()).await?;
+        Ok((Some(record), response))
+    }
+
+    /// Load the session named by a client's `Mcp-Session-Id`.
+    pub async fn session(&self, principal: &Principal, raw_id: &str) -> Result<SessionRecord, EngineError> {
+        let id: SessionId = raw_id.parse().map_err(|_| EngineError::SessionNotFound)?;
+        match self.store().load_session(principal, &id).await {
+            Ok(record) => Ok(record),
+            Err(StoreError::NotFound { .. }) => Err(EngineError::SessionNotFound),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// End a session everywhere (D5): its runs here are cancelled and its streams close.
+    pub async fn end_session(&self, principal: &Principal, id: &SessionId) -> Result<bool, EngineError> {
+        self.cancel_session(id);
+        Ok(self.store().end_session(principal, id).await?)
+    }
+}

@@ -1,0 +1,239 @@
+//! POST: one JSON-RPC message per body, dispatched by era.
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use durable_mcp_engine::{Caller, Era};
+use durable_mcp_protocol::jsonrpc::{self, Inbound};
+use durable_mcp_protocol::{LEGACY_VERSIONS, MODERN_VERSION};
+use durable_mcp_store::{Principal, SessionRecord};
+use futures::StreamExt;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use serde_json::{Map, Value};
+
+use crate::headers::{self, PROTOCOL_VERSION, SESSION_ID};
+use crate::sse::{self, SseSource};
+use crate::{Rejection, Transport};
+
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+fn meta(message: &Map<String, Value>) -> Option<&Map<String, Value>> {
+    message.get("params")?.get("_meta")?.as_object()
+}
+
+/// Which era a message belongs to (decided per request, as the 2026-07-28 spec says).
+fn era_of(method: Option<&str>, message: &Map<String, Value>, header_version: Option<&str>) -> Era {
+    match method {
+        Some("initialize") => Era::Legacy,
+        Some("server/discover") => Era::Modern,
+        _ if meta(message).is_some_and(|m| m.contains_key(META_VERSION)) => Era::Modern,
+        _ if header_version.is_some_and(|v| v >= MODERN_VERSION) => Era::Modern,
+        _ => Era::Legacy,
+    }
+}
+
+impl Transport {
+    pub(crate) async fn post(&self, headers: &HeaderMap, body: Body) -> Result<Response, Rejection> {
+        headers::check_post_accept(headers)?;
+        headers::check_content_type(headers)?;
+        let bytes = axum::body::to_bytes(body, self.config.max_body_bytes)
+            .await
+            .map_err(|_| Rejection::PayloadTooLarge(self.config.max_body_bytes))?;
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| Rejection::ParseError(e.to_string()))?;
+        if value.is_array() {
+            return Err(Rejection::InvalidRequest { message: "JSON-RPC batches are not supported".into(), id: None });
+        }
+        let inbound = jsonrpc::classify(value)
+            .map_err(|r| Rejection::InvalidRequest { message: r.message, id: r.id })?;
+        let header_version = headers::single(headers, PROTOCOL_VERSION)?;
+        let (method, message) = match &inbound {
+            Inbound::Request { method, message, .. } | Inbound::Notification { method, message } => (Some(method.as_str()), message),
+            Inbound::Response { message, .. } => (None, message),
+        };
+        match era_of(method, message, header_version.as_deref()) {
+            Era::Legacy => self.post_legacy(headers, header_version, inbound).await,
+            Era::Modern => self.post_modern(headers, header_version, inbound).await,
+        }
+    }
+
+    async fn post_legacy(&self, headers: &HeaderMap, header_version: Option<String>, inbound: Inbound) -> Result<Response, Rejection> {
+        let principal = Principal::anonymous();
+        if let Inbound::Request { method, message, .. } = &inbound
+            && method == "initialize"
+        {
+            let (session, response) = self.engine.initialize(&principal, message.clone()).await?;
+            let mut response = axum::Json(response).into_response();
+            if let Some(session) = session {
+                let value = HeaderValue::from_str(session.id.as_str()).map_err(|e| Rejection::Internal(e.to_string()))?;
+                response.headers_mut().insert(SESSION_ID, value);
+            }
+            return Ok(response);
+        }
+        let session = self.legacy_session(headers, &principal).await?;
+        if let Some(v) = &header_version
+            && !LEGACY_VERSIONS.contains(&v.as_str())
+        {
+            return Err(Rejection::UnsupportedVersion { requested: v.clone(), supported: supported(), id: None });
+        }
+        let caller = Caller {
+            principal,
+            era: Era::Legacy,
+            protocol_version: session.protocol_version.clone(),
+            session: Some(session),
+            log_level: None,
+        };
+        match inbound {
+            Inbound::Request { id, message, .. } => {
+                let accepted = self.engine.accept(&caller, id, message).await?;
+                let mut prefix = Vec::new();
+                if let Some(priming) = &accepted.priming {
+                    prefix.push(sse::priming_frame(priming, self.engine.options().sse_retry));
+                }
+                if self.config.json_response {
+                    return self.json_outcome(accepted.stream).await;
+                }
+                let after = accepted.priming.map_or(0, |p| p.seq);
+                let close_after = if caller.primes_streams() { self.config.poll_after } else { None };
+                let source = SseSource { stream: accepted.stream, after, prefix, cancel_on_drop: None, close_after };
+                Ok(sse::response(&self.engine, source, self.config.keep_alive))
+            }
+            Inbound::Notification { method, message } => {
+                if method == "notifications/cancelled" {
+                    if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId")) {
+                        self.engine.cancel(&caller, request_id);
+                    }
+                } else {
+                    self.engine.notify(&caller, message);
+                }
+                Ok(StatusCode::ACCEPTED.into_response())
+            }
+            Inbound::Response { id, message } => {
+                self.engine.reply(&caller, &id, message).await;
+                Ok(StatusCode::ACCEPTED.into_response())
+            }
+        }
+    }
+
+    pub(crate) async fn legacy_session(&self, headers: &HeaderMap, principal: &Principal) -> Result<SessionRecord, Rejection> {
+        let Some(id) = headers::single(headers, SESSION_ID)? else {
+            return Err(Rejection::SessionRequired);
+        };
+        Ok(self.engine.session(principal, &id).await?)
+    }
+
+    async fn post_modern(&self, headers: &HeaderMap, header_version: Option<String>, inbound: Inbound) -> Result<Response, Rejection> {
+        let (id, method, message) = match inbound {
+            Inbound::Request { id, method, message } => (id, method, message),
+            Inbound::Notification { .. } => return Ok(StatusCode::ACCEPTED.into_response()),
+            Inbound::Response { .. } => {
+                return Err(Rejection::InvalidRequest { message: "a stateless server does not accept JSON-RPC responses".into(), id: None });
+            }
+        };
+        let meta = meta(&message);
+        let meta_version = meta.and_then(|m| m.get(META_VERSION)).and_then(Value::as_str);
+        match (&header_version, meta_version) {
+            (None, Some(_)) => {
+                return Err(Rejection::HeaderMismatch { message: "required header MCP-Protocol-Version is missing".into(), id: Some(id) });
+            }
+            (Some(h), Some(m)) if h != m => {
+                return Err(Rejection::HeaderMismatch {
+                    message: format!("MCP-Protocol-Version header value '{h}' does not match _meta protocolVersion '{m}'"),
+                    id: Some(id),
+                });
+            }
+            _ => {}
+        }
+        let capabilities_ok = meta.and_then(|m| m.get(META_CAPABILITIES)).is_some_and(Value::is_object);
+        if meta_version.is_none() || !capabilities_ok {
+            let mut missing = Vec::new();
+            if meta_version.is_none() {
+                missing.push(META_VERSION);
+            }
+            if !capabilities_ok {
+                missing.push(META_CAPABILITIES);
+            }
+            return Err(Rejection::MalformedMeta {
+                message: format!("request _meta is missing or has malformed required fields: {}", missing.join(", ")),
+                id: Some(id),
+            });
+        }
+        let params = message.get("params").and_then(Value::as_object);
+        let handler = self.engine.handler();
+        headers::check_standard_headers(headers, &id, &method, params, |name| handler.tool_input_schema(name))?;
+        let log_level = match meta.and_then(|m| m.get(META_LOG_LEVEL)) {
+            None => None,
+            Some(Value::String(level)) if LOG_LEVELS.contains(&level.as_str()) => Some(level.clone()),
+            Some(other) => {
+                return Err(Rejection::MalformedMeta { message: format!("invalid logLevel {other}"), id: Some(id) });
+            }
+        };
+        if matches!(method.as_str(), "logging/setLevel" | "initialize") {
+            return Err(Rejection::MethodNotFound { method, id: Some(id) });
+        }
+        let caller = Caller {
+            principal: Principal::anonymous(),
+            era: Era::Modern,
+            session: None,
+            protocol_version: meta_version.unwrap_or(MODERN_VERSION).to_owned(),
+            log_level,
+        };
+        let accepted = self.engine.accept(&caller, id, message).await?;
+        // The status must be known before an SSE stream opens: wait for the first event.
+        let mut events = Box::pin(durable_mcp_engine::tail(self.engine.store().clone(), accepted.stream.clone(), 0));
+        let guard = accepted.cancel.clone().map(|c| c.drop_guard());
+        let Some(first) = events.next().await else {
+            return Err(Rejection::Internal("the request ended without a response".into()));
+        };
+        let first = first.map_err(|e| Rejection::from(durable_mcp_engine::EngineError::from(e)))?;
+        let parsed: Value = serde_json::from_str(&first.data).unwrap_or(Value::Null);
+        let terminal = parsed.get("result").is_some() || parsed.get("error").is_some();
+        if terminal {
+            if let Some(guard) = guard {
+                guard.disarm();
+            }
+            let status = modern_status(&parsed);
+            return Ok((status, axum::Json(parsed)).into_response());
+        }
+        if let Some(guard) = guard {
+            guard.disarm();
+        }
+        let source = SseSource {
+            stream: accepted.stream,
+            after: first.id.seq,
+            prefix: vec![sse::frame(&first)],
+            cancel_on_drop: accepted.cancel,
+            close_after: None,
+        };
+        Ok(sse::response(&self.engine, source, self.config.keep_alive))
+    }
+
+    async fn json_outcome(&self, stream: durable_mcp_store::StreamId) -> Result<Response, Rejection> {
+        let mut events = Box::pin(durable_mcp_engine::tail(self.engine.store().clone(), stream, 0));
+        let mut last = None;
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| Rejection::from(durable_mcp_engine::EngineError::from(e)))?;
+            if !event.data.is_empty() {
+                last = Some(event.data);
+            }
+        }
+        let body: Value = last.and_then(|d| serde_json::from_str(&d).ok()).unwrap_or(Value::Null);
+        Ok(axum::Json(body).into_response())
+    }
+}
+
+fn supported() -> Vec<String> {
+    LEGACY_VERSIONS.iter().chain([&MODERN_VERSION]).map(|v| (*v).to_owned()).collect()
+}
+
+/// Modern-era status of a terminal message: protocol-level errors get their 4xx.
+fn modern_status(message: &Value) -> StatusCode {
+    match message.pointer("/error/code").and_then(Value::as_i64) {
+        Some(jsonrpc::code::HEADER_MISMATCH | jsonrpc::code::MISSING_CLIENT_CAPABILITY | jsonrpc::code::UNSUPPORTED_PROTOCOL_VERSION) => {
+            StatusCode::BAD_REQUEST
+        }
+        Some(jsonrpc::code::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}

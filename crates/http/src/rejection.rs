@@ -1,0 +1,208 @@
+//! Every 4xx/5xx the transport answers, as one table of named rejections (in the manner of
+//! axum's rejection types): each has its HTTP status and JSON-RPC error code, and renders
+//! as a JSON-RPC error body.
+
+use axum::response::{IntoResponse, Response};
+use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response};
+use http::{HeaderValue, StatusCode, header};
+use serde_json::Value;
+
+/// A request the transport refuses before (or instead of) running it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// `Origin` not in the allow-list (DNS-rebinding protection).
+    #[error("Forbidden: origin not allowed")]
+    OriginForbidden,
+    /// `Host` not in the allow-list (DNS-rebinding protection).
+    #[error("Forbidden: host not allowed")]
+    HostForbidden,
+    /// An HTTP method this endpoint does not serve (or GET/DELETE for modern traffic).
+    #[error("Method Not Allowed")]
+    MethodNotAllowed,
+    /// `Accept` lacks a media type the method needs.
+    #[error("Not Acceptable: {0}")]
+    NotAcceptable(&'static str),
+    /// `Content-Type` is not `application/json`.
+    #[error("Unsupported Media Type: Content-Type must be application/json")]
+    UnsupportedMediaType,
+    /// The body is over the configured limit.
+    #[error("Payload Too Large: body exceeds {0} bytes")]
+    PayloadTooLarge(usize),
+    /// The body is not JSON (or not UTF-8, or nested too deeply).
+    #[error("Parse error: {0}")]
+    ParseError(String),
+    /// Valid JSON but not an acceptable JSON-RPC message.
+    #[error("Invalid Request: {message}")]
+    InvalidRequest {
+        /// Why.
+        message: String,
+        /// The request id, if it could be read.
+        id: Option<RequestId>,
+    },
+    /// A legacy request other than `initialize` without `Mcp-Session-Id`.
+    #[error("Bad Request: Mcp-Session-Id header is required")]
+    SessionRequired,
+    /// `Mcp-Session-Id` names no live session of this principal.
+    #[error("Session not found")]
+    SessionNotFound,
+    /// A header value that is not valid (non-visible-ASCII, repeated, ...).
+    #[error("Bad Request: {0}")]
+    BadHeader(String),
+    /// `MCP-Protocol-Version` names a version this server does not serve.
+    #[error("Unsupported protocol version: {requested}")]
+    UnsupportedVersion {
+        /// What the client asked for.
+        requested: String,
+        /// What this server serves.
+        supported: Vec<String>,
+        /// The request id, if any.
+        id: Option<RequestId>,
+    },
+    /// `Last-Event-ID` that cannot be resumed (malformed, unknown, another session's).
+    #[error("Unknown Last-Event-ID: {0}")]
+    UnknownEvent(String),
+    /// `Last-Event-ID` whose successors were pruned: resuming would leave a gap.
+    #[error("Last-Event-ID can no longer be resumed: {0}")]
+    EventPruned(String),
+    /// 2026-07-28: a standard header is missing or does not match the body.
+    #[error("Header mismatch: {message}")]
+    HeaderMismatch {
+        /// What does not match.
+        message: String,
+        /// The request id.
+        id: Option<RequestId>,
+    },
+    /// 2026-07-28: the request `_meta` is missing or malformed.
+    #[error("Invalid params: {message}")]
+    MalformedMeta {
+        /// What is missing.
+        message: String,
+        /// The request id.
+        id: Option<RequestId>,
+    },
+    /// 2026-07-28: the method is not served (404, -32601).
+    #[error("Method not found: {method}")]
+    MethodNotFound {
+        /// The method.
+        method: String,
+        /// The request id.
+        id: Option<RequestId>,
+    },
+    /// The store cannot be reached (D15).
+    #[error("Service Unavailable: the store cannot be reached")]
+    StoreUnavailable,
+    /// Anything else that went wrong on our side.
+    #[error("Internal error: {0}")]
+    Internal(String),
+}
+
+impl Rejection {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Rejection::OriginForbidden | Rejection::HostForbidden => StatusCode::FORBIDDEN,
+            Rejection::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Rejection::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            Rejection::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Rejection::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::SessionNotFound | Rejection::UnknownEvent(_) | Rejection::MethodNotFound { .. } => StatusCode::NOT_FOUND,
+            Rejection::EventPruned(_) => StatusCode::GONE,
+            Rejection::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Rejection::ParseError(_)
+            | Rejection::InvalidRequest { .. }
+            | Rejection::SessionRequired
+            | Rejection::BadHeader(_)
+            | Rejection::UnsupportedVersion { .. }
+            | Rejection::HeaderMismatch { .. }
+            | Rejection::MalformedMeta { .. } => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The JSON-RPC error code of the body.
+    pub fn code(&self) -> i64 {
+        match self {
+            Rejection::ParseError(_) => code::PARSE_ERROR,
+            Rejection::UnsupportedVersion { .. } => code::UNSUPPORTED_PROTOCOL_VERSION,
+            Rejection::HeaderMismatch { .. } => code::HEADER_MISMATCH,
+            Rejection::MalformedMeta { .. } => code::INVALID_PARAMS,
+            Rejection::MethodNotFound { .. } => code::METHOD_NOT_FOUND,
+            Rejection::Internal(_) => code::INTERNAL_ERROR,
+            Rejection::SessionRequired | Rejection::SessionNotFound | Rejection::StoreUnavailable => code::SERVER_ERROR,
+            _ => code::INVALID_REQUEST,
+        }
+    }
+
+    fn id(&self) -> Value {
+        match self {
+            Rejection::InvalidRequest { id, .. }
+            | Rejection::UnsupportedVersion { id, .. }
+            | Rejection::HeaderMismatch { id, .. }
+            | Rejection::MalformedMeta { id, .. }
+            | Rejection::MethodNotFound { id, .. } => id.clone().unwrap_or(Value::Null),
+            _ => Value::Null,
+        }
+    }
+
+    /// The JSON-RPC error body.
+    pub fn body(&self) -> Value {
+        let data = match self {
+            Rejection::UnsupportedVersion { requested, supported, .. } => {
+                Some(serde_json::json!({ "requested": requested, "supported": supported }))
+            }
+            _ => None,
+        };
+        error_response(self.id(), self.code(), &self.to_string(), data)
+    }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut response = (status, axum::Json(self.body())).into_response();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        }
+        response
+    }
+}
+
+impl From<durable_mcp_engine::EngineError> for Rejection {
+    fn from(error: durable_mcp_engine::EngineError) -> Self {
+        use durable_mcp_engine::EngineError as E;
+        use durable_mcp_store::StoreErrorKind;
+        match error {
+            E::SessionNotFound => Rejection::SessionNotFound,
+            E::UnknownEvent(id) => Rejection::UnknownEvent(id),
+            E::EventPruned(why) => Rejection::EventPruned(why),
+            E::Rejected(r) => Rejection::InvalidRequest { message: r.message, id: r.id },
+            E::Store(e) if e.kind() == StoreErrorKind::Unavailable => Rejection::StoreUnavailable,
+            other => Rejection::Internal(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rejection_renders_a_jsonrpc_error() {
+        let all = [
+            Rejection::OriginForbidden,
+            Rejection::SessionNotFound,
+            Rejection::PayloadTooLarge(10),
+            Rejection::ParseError("x".into()),
+            Rejection::HeaderMismatch { message: "m".into(), id: Some(Value::from(7)) },
+            Rejection::StoreUnavailable,
+        ];
+        for r in all {
+            let body = r.body();
+            assert_eq!(body["jsonrpc"], "2.0");
+            assert_eq!(body["error"]["code"], r.code());
+            assert!(r.status().is_client_error() || r.status().is_server_error());
+        }
+        assert_eq!(Rejection::HeaderMismatch { message: "m".into(), id: Some(Value::from(7)) }.body()["id"], 7);
+    }
+}

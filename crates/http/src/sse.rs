@@ -1,0 +1,114 @@
+//! SSE responses: every event written here was read back from the store, so it was
+//! committed before its first byte reached the socket (D1).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use durable_mcp_engine::{Engine, tail};
+use durable_mcp_store::{EventId, StoredEvent, StreamId};
+use futures::{Stream, StreamExt};
+use http::{HeaderValue, StatusCode, header};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+/// One SSE event carrying a committed message (or nothing, for priming/closing events).
+pub fn frame(event: &StoredEvent) -> Bytes {
+    Bytes::from(format!("id: {}\ndata: {}\n\n", event.id, event.data))
+}
+
+/// The priming event of 2025-11-25 streams: its id, a `retry` hint, and empty data.
+pub fn priming_frame(id: &EventId, retry: Duration) -> Bytes {
+    Bytes::from(format!("id: {id}\nretry: {}\ndata: \n\n", retry.as_millis()))
+}
+
+/// What an SSE response streams.
+pub struct SseSource {
+    /// The stream to tail.
+    pub stream: StreamId,
+    /// Resume after this sequence.
+    pub after: u64,
+    /// Frames sent before the tail (priming event, already-read first event).
+    pub prefix: Vec<Bytes>,
+    /// Cancel this token when the client goes away (modern era: disconnect cancels).
+    pub cancel_on_drop: Option<CancellationToken>,
+    /// Close the connection after this long (SSE polling); the client resumes.
+    pub close_after: Option<Duration>,
+}
+
+/// Build the SSE response.
+pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration) -> Response {
+    let events = tail(engine.store().clone(), source.stream, source.after);
+    let guard = source.cancel_on_drop.map(CancellationToken::drop_guard);
+    let body = body_stream(events, source.prefix, guard, keep_alive, source.close_after);
+    let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+fn body_stream<S>(
+    events: S,
+    prefix: Vec<Bytes>,
+    guard: Option<DropGuard>,
+    keep_alive: Duration,
+    close_after: Option<Duration>,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
+where
+    S: Stream<Item = Result<StoredEvent, durable_mcp_store::StoreError>> + Send + 'static,
+{
+    struct State<S> {
+        events: std::pin::Pin<Box<S>>,
+        guard: Option<DropGuard>,
+        deadline: Option<tokio::time::Instant>,
+        finished: bool,
+    }
+    let state = State {
+        events: Box::pin(events),
+        guard,
+        deadline: close_after.map(|d| tokio::time::Instant::now() + d),
+        finished: false,
+    };
+    let prefix = futures::stream::iter(prefix.into_iter().map(Ok));
+    let rest = futures::stream::unfold(state, move |mut s| async move {
+        if s.finished {
+            return None;
+        }
+        let wait = async {
+            match s.deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            next = tokio::time::timeout(keep_alive, s.events.next()) => match next {
+                Ok(Some(Ok(event))) => Some((Ok(frame(&event)), s)),
+                Ok(Some(Err(error))) => {
+                    tracing::warn!(%error, "stream tail failed; closing the connection");
+                    s.finished = true;
+                    Some((Ok(Bytes::new()), s))
+                }
+                Ok(None) => {
+                    // The stream is finished: its work is done, so dropping the guard
+                    // must not cancel anything.
+                    if let Some(guard) = s.guard.take() {
+                        guard.disarm();
+                    }
+                    None
+                }
+                Err(_) => Some((Ok(Bytes::from_static(b": keep-alive\n\n")), s)),
+            },
+            () = wait => {
+                // SSE polling: end this connection, not the stream; the client resumes.
+                if let Some(guard) = s.guard.take() {
+                    guard.disarm();
+                }
+                None
+            }
+        }
+    });
+    prefix.chain(rest)
+}

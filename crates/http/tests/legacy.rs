@@ -1,0 +1,231 @@
+//! Legacy era (2025-03-26 .. 2025-11-25) over the in-process router.
+
+mod support;
+
+use std::collections::HashSet;
+
+use http::StatusCode;
+use serde_json::json;
+use support::*;
+
+#[tokio::test]
+async fn initialize_creates_a_random_visible_ascii_session() {
+    let h = harness();
+    let a = initialize(&h.router, "2025-11-25").await;
+    let b = initialize(&h.router, "2025-06-18").await;
+    assert_ne!(a, b);
+    assert_eq!(a.len(), 64);
+    assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+}
+
+#[tokio::test]
+async fn unsupported_initialize_version_negotiates_latest_legacy() {
+    let h = harness();
+    let reply = post(&h.router, None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "1999-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.json().await["result"]["protocolVersion"], "2025-11-25");
+}
+
+#[tokio::test]
+async fn session_header_missing_is_400_unknown_is_404_deleted_is_404() {
+    let h = harness();
+    let reply = post(&h.router, None, json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.json().await["jsonrpc"], "2.0");
+    let unknown = "ab".repeat(32);
+    let reply = post(&h.router, Some(&unknown), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    let reply = post(&h.router, Some("not-a-session"), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+
+    let session = initialize(&h.router, "2025-11-25").await;
+    let reply = send(&h.router, "DELETE", &[("mcp-session-id", &session)], None).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let reply = post(&h.router, Some(&session), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "D5: ended sessions are 404");
+    let reply = send(&h.router, "DELETE", &[("mcp-session-id", &session)], None).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn d1_d2_priming_event_then_result_with_unique_ids() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut ids = HashSet::new();
+    for n in 0..3 {
+        let reply = post(&h.router, Some(&session), call(n, "echo", json!({"text": "hi"}))).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.headers["content-type"], "text/event-stream");
+        let text = reply.text().await;
+        assert!(text.starts_with("id: "), "{text}");
+        assert!(text.contains("\nretry: "), "priming event carries retry: {text}");
+        let events = parse_sse(&text);
+        assert_eq!(events[0].1, "", "priming event has empty data");
+        for (id, _) in &events {
+            let id = id.clone().expect("every event has an id");
+            assert_ne!(id, "0");
+            assert!(ids.insert(id), "no two events share an id");
+        }
+        let msgs = messages(&events);
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(msgs[0]["id"], n);
+        assert_eq!(msgs[0]["result"]["content"][0]["text"], "hi");
+        // D1: what was sent is in the store.
+        let stream_event: durable_mcp_store::EventId = events[1].0.as_ref().unwrap().parse().unwrap();
+        let read = h.store.read_after(&stream_event.stream, 0, 10).await.unwrap();
+        assert!(read.finished);
+        assert_eq!(read.events.last().unwrap().data, events[1].1);
+    }
+}
+
+#[tokio::test]
+async fn older_versions_get_no_priming_event() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-06-18").await;
+    let reply = post(&h.router, Some(&session), call(1, "echo", json!({"text": "x"}))).await;
+    let events = reply.events().await;
+    assert_eq!(events.len(), 1);
+    assert!(!events[0].1.is_empty());
+}
+
+#[tokio::test]
+async fn trap_progress_and_logs_go_on_the_request_stream_not_the_get_stream() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let get = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None).await;
+    assert_eq!(get.status, StatusCode::OK);
+    let mut body = json!(call(7, "chatty", json!({"count": 3})));
+    body["params"]["_meta"] = json!({"progressToken": "tok"});
+    let reply = post(&h.router, Some(&session), body).await;
+    let msgs = messages(&reply.events().await);
+    let methods: Vec<&str> = msgs.iter().map(|m| m["method"].as_str().unwrap_or("response")).collect();
+    assert_eq!(methods.iter().filter(|m| **m == "notifications/progress").count(), 3, "{methods:?}");
+    assert_eq!(methods.iter().filter(|m| **m == "notifications/message").count(), 3, "{methods:?}");
+    assert_eq!(*methods.last().unwrap(), "response");
+    // The GET stream got only its priming event.
+    drop(get);
+    let standalone = h.store.load_session(&durable_mcp_store::Principal::anonymous(), &session.parse().unwrap()).await.unwrap().standalone_stream;
+    let read = h.store.read_after(&standalone, 0, 100).await.unwrap();
+    assert!(read.events.iter().all(|e| e.data.is_empty()), "nothing but priming on the GET stream");
+}
+
+#[tokio::test]
+async fn log_level_filters_messages() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let reply = post(&h.router, Some(&session), json!({"jsonrpc": "2.0", "id": 1, "method": "logging/setLevel", "params": {"level": "error"}})).await;
+    assert!(messages(&reply.events().await)[0].get("result").is_some());
+    let reply = post(&h.router, Some(&session), call(2, "chatty", json!({"count": 2}))).await;
+    let msgs = messages(&reply.events().await);
+    assert_eq!(msgs.len(), 1, "info messages filtered at level error: {msgs:?}");
+}
+
+#[tokio::test]
+async fn list_changed_goes_to_the_get_stream() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let get = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None).await;
+    let reply = post(&h.router, Some(&session), call(1, "change", json!({}))).await;
+    let msgs = messages(&reply.events().await);
+    assert_eq!(msgs.len(), 1, "only the response on the request stream: {msgs:?}");
+    let events = get.first_events(2).await;
+    let msgs = messages(&events);
+    assert_eq!(msgs[0]["method"], "notifications/tools/list_changed");
+}
+
+#[tokio::test]
+async fn elicitation_round_trip_on_the_request_stream() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let reply = post(&h.router, Some(&session), call(5, "ask", json!({}))).await;
+    let mut stream = reply.body.into_data_stream();
+    let mut text = String::new();
+    let question = loop {
+        use futures::StreamExt;
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await.unwrap().unwrap().unwrap();
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+        if let Some(q) = messages(&parse_sse(&text)).into_iter().find(|m| m["method"] == "elicitation/create") {
+            break q;
+        }
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"answer": "forty-two"}}});
+    let ack = post(&h.router, Some(&session), answer).await;
+    assert_eq!(ack.status, StatusCode::ACCEPTED);
+    let rest = loop {
+        use futures::StreamExt;
+        match tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await.unwrap() {
+            Some(chunk) => text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap()),
+            None => break messages(&parse_sse(&text)),
+        }
+    };
+    let result = rest.last().unwrap();
+    assert_eq!(result["id"], 5);
+    assert_eq!(result["result"]["content"][0]["text"], "\"forty-two\"");
+}
+
+#[tokio::test]
+async fn d3_resume_after_priming_replays_the_whole_stream() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let reply = post(&h.router, Some(&session), call(3, "chatty", json!({"count": 4}))).await;
+    let all = reply.events().await;
+    for k in 0..all.len() {
+        let last = all[k].0.clone().unwrap();
+        let resumed = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session), ("last-event-id", &last)], None).await;
+        assert_eq!(resumed.status, StatusCode::OK);
+        let events = resumed.events().await;
+        assert_eq!(events, all[k + 1..].to_vec(), "exact suffix after event {k}");
+    }
+}
+
+#[tokio::test]
+async fn bad_last_event_id_is_a_clear_4xx() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let other = initialize(&h.router, "2025-11-25").await;
+    let reply = post(&h.router, Some(&other), call(1, "echo", json!({"text": "x"}))).await;
+    let foreign = reply.events().await[0].0.clone().unwrap();
+    let unknown = format!("{}_1", "0".repeat(32));
+    for bad in ["garbage", "0", unknown.as_str(), foreign.as_str()] {
+        let reply = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session), ("last-event-id", bad)], None).await;
+        assert!(reply.status.is_client_error(), "{bad}: {}", reply.status);
+        let body = reply.json().await;
+        assert!(body["error"]["code"].is_i64(), "{bad}: JSON-RPC error body");
+    }
+}
+
+#[tokio::test]
+async fn cancelled_notification_stops_the_handler_without_a_response() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let reply = post(&h.router, Some(&session), call(9, "slow", json!({"ms": 30_000}))).await;
+    let cancel = post(&h.router, Some(&session), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}})).await;
+    assert_eq!(cancel.status, StatusCode::ACCEPTED);
+    let events = reply.events().await;
+    assert!(messages(&events).is_empty(), "no response after cancellation: {events:?}");
+}
+
+#[tokio::test]
+async fn unsupported_protocol_version_header_is_400() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut headers = POST_HEADERS.to_vec();
+    headers.push(("mcp-session-id", &session));
+    headers.push(("mcp-protocol-version", "1999-01-01"));
+    let reply = send(&h.router, "POST", &headers, Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string())).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    headers.pop();
+    headers.push(("mcp-protocol-version", "2025-06-18"));
+    let reply = send(&h.router, "POST", &headers, Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string())).await;
+    assert_eq!(reply.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn json_response_mode_answers_with_one_object() {
+    let h = harness_with(durable_mcp_http::HttpConfig { json_response: true, ..Default::default() });
+    let session = initialize(&h.router, "2025-11-25").await;
+    let reply = post(&h.router, Some(&session), call(1, "echo", json!({"text": "j"}))).await;
+    assert_eq!(reply.headers["content-type"], "application/json");
+    assert_eq!(reply.json().await["result"]["content"][0]["text"], "j");
+}

@@ -1,0 +1,109 @@
+//! Security defaults and hostile input: each rejection has its status and a JSON-RPC body,
+//! and nothing panics or hangs.
+
+mod support;
+
+use http::StatusCode;
+use serde_json::{Value, json};
+use support::*;
+
+async fn assert_rejected(reply: Reply, status: StatusCode, code: Option<i64>) {
+    assert_eq!(reply.status, status);
+    let body: Value = reply.json().await;
+    assert_eq!(body["jsonrpc"], "2.0");
+    if let Some(code) = code {
+        assert_eq!(body["error"]["code"], code, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn dns_rebinding_host_and_origin_are_403() {
+    let h = harness();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let request = http::Request::builder().method("POST").uri("/mcp").header("host", "evil.example:80")
+        .header("accept", "application/json, text/event-stream").header("content-type", "application/json")
+        .body(axum::body::Body::from(body.clone())).unwrap();
+    let response = tower::ServiceExt::oneshot(h.router.clone(), request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let mut headers = POST_HEADERS.to_vec();
+    headers.push(("origin", "http://evil.example"));
+    assert_rejected(send(&h.router, "POST", &headers, Some(body.clone())).await, StatusCode::FORBIDDEN, None).await;
+    headers.pop();
+    headers.push(("origin", "http://localhost:3000"));
+    let reply = send(&h.router, "POST", &headers, Some(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string())).await;
+    assert_eq!(reply.status, StatusCode::OK, "a loopback origin is allowed");
+}
+
+#[tokio::test]
+async fn accept_and_content_type_are_checked() {
+    let h = harness();
+    let body = Some(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string());
+    let reply = send(&h.router, "POST", &[("accept", "application/json"), ("content-type", "application/json")], body.clone()).await;
+    assert_rejected(reply, StatusCode::NOT_ACCEPTABLE, None).await;
+    let reply = send(&h.router, "POST", &[("accept", "application/json, text/event-stream"), ("content-type", "text/plain")], body).await;
+    assert_rejected(reply, StatusCode::UNSUPPORTED_MEDIA_TYPE, None).await;
+    let reply = send(&h.router, "GET", &[("accept", "application/json")], None).await;
+    assert_rejected(reply, StatusCode::NOT_ACCEPTABLE, None).await;
+    let reply = send(&h.router, "PUT", &[], None).await;
+    assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn body_over_the_limit_is_413() {
+    let h = harness_with(durable_mcp_http::HttpConfig { max_body_bytes: 1024, ..Default::default() });
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x".repeat(4096)}}).to_string();
+    assert_rejected(send(&h.router, "POST", &POST_HEADERS, Some(big)).await, StatusCode::PAYLOAD_TOO_LARGE, None).await;
+}
+
+#[tokio::test]
+async fn malformed_json_is_parse_error() {
+    let h = harness();
+    for bad in ["{", "not json", "{\"jsonrpc\": \"2.0\", \"id\": 1,", ""] {
+        assert_rejected(send(&h.router, "POST", &POST_HEADERS, Some(bad.to_owned())).await, StatusCode::BAD_REQUEST, Some(-32700)).await;
+    }
+    let invalid_utf8 = axum::body::Body::from(vec![b'{', 0xff, 0xfe, b'}']);
+    let request = http::Request::builder().method("POST").uri("/mcp").header("host", "localhost")
+        .header("accept", "application/json, text/event-stream").header("content-type", "application/json")
+        .body(invalid_utf8).unwrap();
+    let response = tower::ServiceExt::oneshot(h.router.clone(), request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn deeply_nested_json_is_rejected_without_overflow() {
+    let h = harness();
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_rejected(send(&h.router, "POST", &POST_HEADERS, Some(deep)).await, StatusCode::BAD_REQUEST, Some(-32700)).await;
+    let nested = format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"a\":{}1{}}}}}", "{\"b\":".repeat(50_000), "}".repeat(50_000));
+    assert_rejected(send(&h.router, "POST", &POST_HEADERS, Some(nested)).await, StatusCode::BAD_REQUEST, Some(-32700)).await;
+}
+
+#[tokio::test]
+async fn wrong_jsonrpc_shapes_are_invalid_request() {
+    let h = harness();
+    for bad in [json!(1), json!("x"), json!({"id": 1, "method": "ping"}), json!({"jsonrpc": "2.0", "id": [1], "method": "ping"}), json!([])] {
+        assert_rejected(send(&h.router, "POST", &POST_HEADERS, Some(bad.to_string())).await, StatusCode::BAD_REQUEST, Some(-32600)).await;
+    }
+}
+
+#[tokio::test]
+async fn unknown_methods_are_method_not_found() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let reply = post(&h.router, Some(&session), json!({"jsonrpc": "2.0", "id": 1, "method": "no/such/method"})).await;
+    let msgs = messages(&reply.events().await);
+    assert_eq!(msgs[0]["error"]["code"], -32601);
+}
+
+#[tokio::test]
+async fn invalid_header_bytes_are_400_not_a_panic() {
+    let h = harness();
+    let value = http::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap();
+    let request = http::Request::builder().method("POST").uri("/mcp").header("host", "localhost")
+        .header("accept", "application/json, text/event-stream").header("content-type", "application/json")
+        .header("mcp-session-id", value)
+        .body(axum::body::Body::from(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string())).unwrap();
+    let response = tower::ServiceExt::oneshot(h.router.clone(), request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+}

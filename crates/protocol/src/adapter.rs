@@ -1,0 +1,277 @@
+//! The one module that drives rmcp. A user's `rmcp::ServerHandler` is erased into a
+//! [`McpHandler`]; each request runs in its own short-lived rmcp service loop (through
+//! `serve_directly_with_ct`) over a [`RunTransport`] that hands every message the handler
+//! sends back to durable-mcp as JSON, and feeds it the client's answers to its questions.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, InitializeRequestParams, ProtocolVersion,
+    ServerJsonRpcMessage,
+};
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage, serve_directly_with_ct};
+use rmcp::transport::Transport;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::jsonrpc::{Rejection, code};
+
+/// A message a handler sent while running one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outbound {
+    /// A notification (progress, log message, list changed, ...).
+    Notification {
+        /// Its method.
+        method: String,
+        /// The whole message.
+        message: Value,
+    },
+    /// A server-to-client request (sampling, elicitation, roots, ping).
+    Request {
+        /// The id the handler gave it (unique within this run only).
+        id: Value,
+        /// Its method.
+        method: String,
+        /// The whole message.
+        message: Value,
+    },
+    /// The response to the request: the run's outcome. Nothing follows it.
+    Outcome(Value),
+}
+
+/// What the handler knows of the client for one request.
+#[derive(Debug, Clone, Default)]
+pub struct PeerContext {
+    /// The protocol version of this request (negotiated in the session, or per request).
+    pub protocol_version: Option<String>,
+    /// The client's `initialize` params, for legacy-era sessions.
+    pub client: Option<Value>,
+}
+
+/// A request running in its handler.
+pub struct Run {
+    /// Messages the handler sends, ending with [`Outbound::Outcome`] (or closing without
+    /// one if the run was cancelled).
+    pub outbound: mpsc::Receiver<Outbound>,
+    /// Deliver the client's response to one of the handler's requests (the whole JSON-RPC
+    /// response, with the id the handler used).
+    pub replies: mpsc::Sender<Value>,
+    /// Cancel the handler.
+    pub cancel: CancellationToken,
+}
+
+/// A summary of the server's static information.
+#[derive(Debug, Clone)]
+pub struct ServerSummary {
+    /// The server's name and version (`serverInfo`).
+    pub server_info: Value,
+    /// Capabilities, as JSON.
+    pub capabilities: Value,
+    /// Protocol versions the handler supports, oldest first.
+    pub supported_versions: Vec<String>,
+}
+
+trait ErasedHandler: Send + Sync + 'static {
+    fn start(&self, first: ClientJsonRpcMessage, peer: Option<InitializeRequestParams>, transport: RunTransport, ct: CancellationToken);
+    fn summary(&self) -> ServerSummary;
+    fn tool_input_schema(&self, name: &str) -> Option<Value>;
+}
+
+impl<H> ErasedHandler for H
+where
+    H: rmcp::ServerHandler + Clone,
+{
+    fn start(&self, first: ClientJsonRpcMessage, peer: Option<InitializeRequestParams>, mut transport: RunTransport, ct: CancellationToken) {
+        transport.first = Some(first);
+        let service = serve_directly_with_ct(self.clone(), transport, peer, ct);
+        tokio::spawn(async move {
+            if let Err(error) = service.waiting().await {
+                tracing::debug!(%error, "handler run ended with an error");
+            }
+        });
+    }
+
+    fn summary(&self) -> ServerSummary {
+        let info = self.get_info();
+        ServerSummary {
+            server_info: serde_json::to_value(&info.server_info).unwrap_or(Value::Null),
+            capabilities: serde_json::to_value(&info.capabilities).unwrap_or(Value::Null),
+            supported_versions: rmcp::ServerHandler::supported_protocol_versions(self)
+                .iter()
+                .map(|v| v.as_str().to_owned())
+                .collect(),
+        }
+    }
+
+    fn tool_input_schema(&self, name: &str) -> Option<Value> {
+        rmcp::ServerHandler::get_tool(self, name).map(|tool| Value::Object((*tool.input_schema).clone()))
+    }
+}
+
+/// A user's MCP server, type-erased: what the engine runs requests on.
+#[derive(Clone)]
+pub struct McpHandler {
+    inner: Arc<dyn ErasedHandler>,
+}
+
+impl std::fmt::Debug for McpHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpHandler").finish_non_exhaustive()
+    }
+}
+
+/// Protocol versions durable-mcp serves with `initialize` sessions, oldest first.
+pub const LEGACY_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
+/// The stateless protocol version (no `initialize`).
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+impl McpHandler {
+    /// Wrap an rmcp server handler. It is cloned once per request, as rmcp's own HTTP
+    /// service does, so keep shared state behind `Arc`s.
+    pub fn new<H>(handler: H) -> Self
+    where
+        H: rmcp::ServerHandler + Clone,
+    {
+        Self { inner: Arc::new(handler) }
+    }
+
+    /// The server's static information.
+    pub fn summary(&self) -> ServerSummary {
+        self.inner.summary()
+    }
+
+    /// The input schema of tool `name`, if the handler has such a tool.
+    pub fn tool_input_schema(&self, name: &str) -> Option<Value> {
+        self.inner.tool_input_schema(name)
+    }
+
+    /// Start running one request (a whole JSON-RPC request object). Rejects a request whose
+    /// params do not fit its method with `-32602`.
+    pub fn start(&self, request: Map<String, Value>, peer: &PeerContext) -> Result<Run, Rejection> {
+        let id = request.get("id").cloned();
+        let message: ClientJsonRpcMessage = serde_json::from_value(Value::Object(request))
+            .map_err(|e| Rejection { code: code::INVALID_PARAMS, message: format!("invalid params: {e}"), id })?;
+        let (out_tx, outbound) = mpsc::channel(64);
+        let (replies, in_rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        // `done` ends the service loop once the response is sent; `cancel` (its parent) is
+        // the caller's cancellation, which also ends it.
+        let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
+        self.inner.start(message, peer_info(peer), transport, cancel.clone());
+        Ok(Run { outbound, replies, cancel })
+    }
+
+    /// Deliver a client notification (`notifications/initialized`, `roots/list_changed`,
+    /// ...) to the handler. Returns at once; the handler runs in the background and is
+    /// given one second. `notifications/cancelled` is the engine's business, not the
+    /// handler's, and is not delivered.
+    pub fn notify(&self, notification: Map<String, Value>, peer: &PeerContext) {
+        let Ok(message) = serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(notification)) else {
+            return;
+        };
+        if matches!(&message, ClientJsonRpcMessage::Notification(n) if matches!(n.notification, ClientNotification::CancelledNotification(_))) {
+            return;
+        }
+        let (out_tx, mut outbound) = mpsc::channel(8);
+        let (replies, in_rx) = mpsc::channel(1);
+        let cancel = CancellationToken::new();
+        let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
+        self.inner.start(message, peer_info(peer), transport, cancel.clone());
+        tokio::spawn(async move {
+            let _keep_open = replies;
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), outbound.recv()).await;
+            cancel.cancel();
+        });
+    }
+}
+
+fn peer_info(peer: &PeerContext) -> Option<InitializeRequestParams> {
+    let version: ProtocolVersion = peer
+        .protocol_version
+        .as_deref()
+        .and_then(|v| serde_json::from_value(Value::String(v.to_owned())).ok())
+        .unwrap_or(ProtocolVersion::V_2025_03_26);
+    let mut params: InitializeRequestParams = peer
+        .client
+        .clone()
+        .and_then(|c| serde_json::from_value(c).ok())
+        .unwrap_or_else(|| InitializeRequestParams::new(Default::default(), rmcp::model::Implementation::default()));
+    params.protocol_version = version;
+    Some(params)
+}
+
+/// The rmcp transport of one run.
+struct RunTransport {
+    first: Option<ClientJsonRpcMessage>,
+    incoming: mpsc::Receiver<Value>,
+    outbound: mpsc::Sender<Outbound>,
+    done: CancellationToken,
+}
+
+/// The run's outbound channel closed: nobody is listening any more.
+#[derive(Debug, thiserror::Error)]
+#[error("the request's outbound channel is closed")]
+pub struct Closed;
+
+impl Transport<RoleServer> for RunTransport {
+    type Error = Closed;
+
+    fn name() -> Cow<'static, str> {
+        "durable-mcp run".into()
+    }
+
+    fn send(&mut self, item: TxJsonRpcMessage<RoleServer>) -> impl Future<Output = Result<(), Closed>> + Send + 'static {
+        let sender = self.outbound.clone();
+        let done = self.done.clone();
+        async move {
+            let outbound = to_outbound(item).map_err(|_| Closed)?;
+            let terminal = matches!(outbound, Outbound::Outcome(_));
+            sender.send(outbound).await.map_err(|_| Closed)?;
+            if terminal {
+                // The request is answered: end the service loop.
+                done.cancel();
+            }
+            Ok(())
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        if let Some(first) = self.first.take() {
+            return Some(first);
+        }
+        loop {
+            tokio::select! {
+                reply = self.incoming.recv() => match reply {
+                    Some(value) => match serde_json::from_value(value) {
+                        Ok(message) => return Some(message),
+                        Err(error) => tracing::debug!(%error, "dropping malformed reply"),
+                    },
+                    None => {
+                        self.done.cancelled().await;
+                        return None;
+                    }
+                },
+                () = self.done.cancelled() => return None,
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Closed> {
+        Ok(())
+    }
+}
+
+fn to_outbound(item: ServerJsonRpcMessage) -> Result<Outbound, serde_json::Error> {
+    let terminal = matches!(item, ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_));
+    let message = serde_json::to_value(&item)?;
+    if terminal {
+        return Ok(Outbound::Outcome(message));
+    }
+    let method = message.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
+    Ok(match message.get("id") {
+        Some(id) => Outbound::Request { id: id.clone(), method, message: message.clone() },
+        None => Outbound::Notification { method, message },
+    })
+}
