@@ -81,6 +81,7 @@ pub(crate) struct Registry {
     runs: Mutex<HashMap<String, CancellationToken>>,
     pending: Mutex<HashMap<String, Pending>>,
     next: AtomicU64,
+    in_flight: std::sync::atomic::AtomicUsize,
 }
 
 fn run_key(session: &SessionId, id: &RequestId) -> String {
@@ -135,7 +136,11 @@ impl Engine {
                 }
                 let engine = self.clone();
                 let caller = caller.clone();
-                tokio::spawn(async move { engine.pump(run, caller, id, stream).await });
+                self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    engine.clone().pump(run, caller, id, stream).await;
+                    engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
+                });
             }
             Err(mut rejection) => {
                 rejection.id = Some(id);
@@ -314,6 +319,11 @@ impl Engine {
         if let Some(token) = lock(&self.inner.runs.runs).get(&run_key(session, request_id)) {
             token.cancel();
         }
+    }
+
+    /// How many requests are running on this worker.
+    pub fn in_flight(&self) -> usize {
+        self.inner.runs.in_flight.load(Ordering::SeqCst)
     }
 
     /// Cancel every run of a session (it ended).
