@@ -42,13 +42,17 @@ pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{McpHandler, rmcp};
 pub use durable_mcp_store::{Store, StoreError};
 pub use durable_mcp_store_memory::MemoryStore;
+pub use durable_mcp_store_sqlite::{SqliteOptions, SqliteStore};
+
+/// The store used when none is configured: a SQLite file in the working directory.
+pub const DEFAULT_STORE_URL: &str = "sqlite:./durable-mcp.db";
 
 /// Errors of building or running a server.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The store URL is not one durable-mcp knows.
-    #[error("unsupported store URL {0:?} (expected memory:)")]
+    #[error("unsupported store URL {0:?} (expected memory: or sqlite:PATH)")]
     UnsupportedStore(String),
     /// Binding or serving failed.
     #[error("I/O error: {0}")]
@@ -61,9 +65,11 @@ pub enum Error {
 /// Open the store named by `url`: the one place a backend is chosen by URL scheme.
 ///
 /// - `memory:` — in-process, lost on exit (tests, development).
+/// - `sqlite:PATH[?synchronous=full|normal|off&max_events=N]` — the embedded default.
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, Error> {
     match url.split_once(':').map(|(scheme, _)| scheme) {
         Some("memory") => Ok(Arc::new(MemoryStore::new())),
+        Some("sqlite") => Ok(Arc::new(SqliteStore::open_url(url).await?)),
         _ => Err(Error::UnsupportedStore(url.to_owned())),
     }
 }
@@ -73,8 +79,9 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, Error> {
 /// `DurableMcp::new(handler)` takes any rmcp `ServerHandler + Clone` (cloned once per
 /// request, so keep shared state behind `Arc`s) and serves it with:
 ///
-/// - **store**: where sessions and streams live. Default: in-memory. Set one with
-///   [`store`](Self::store) or [`store_url`](Self::store_url).
+/// - **store**: where sessions and streams live. Default: the SQLite file
+///   [`DEFAULT_STORE_URL`]. Set one with [`store`](Self::store) or
+///   [`store_url`](Self::store_url) (`memory:`, `sqlite:PATH`).
 /// - **bind address**: default `127.0.0.1:8080` (loopback: safe by default).
 /// - **path**: default `/mcp`.
 /// - **HTTP options** ([`HttpConfig`]): allowed hosts/origins (DNS-rebinding protection),
@@ -141,15 +148,19 @@ impl DurableMcp {
         self
     }
 
-    /// The engine this server runs (for custom transports, such as stdio).
-    pub fn engine(&self) -> Engine {
-        let store = self.store.clone().unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        Engine::new(store, self.handler.clone(), self.engine.clone())
+    /// The engine this server runs (for custom transports, such as stdio). Opens the
+    /// default store if none was set.
+    pub async fn engine(&self) -> Result<Engine, Error> {
+        let store = match &self.store {
+            Some(store) => store.clone(),
+            None => open_store(DEFAULT_STORE_URL).await?,
+        };
+        Ok(Engine::new(store, self.handler.clone(), self.engine.clone()))
     }
 
     /// An axum router serving the endpoint, to mount in a larger application.
-    pub fn into_router(self) -> axum::Router {
-        HttpTransport::new(self.engine(), self.http).router()
+    pub async fn into_router(self) -> Result<axum::Router, Error> {
+        Ok(HttpTransport::new(self.engine().await?, self.http).router())
     }
 
     /// Bind and serve until Ctrl-C or SIGTERM.
@@ -165,13 +176,13 @@ impl DurableMcp {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
         tracing::info!(addr = %listener.local_addr()?, path = %self.http.path, "durable-mcp serving");
-        durable_mcp_http::serve(listener, self.into_router(), shutdown).await?;
+        durable_mcp_http::serve(listener, self.into_router().await?, shutdown).await?;
         Ok(())
     }
 
     /// Serve over stdin/stdout (for a desktop client that launches the server).
     pub async fn serve_stdio(self) -> Result<(), Error> {
-        durable_mcp_stdio::serve(self.engine(), tokio::io::stdin(), tokio::io::stdout()).await?;
+        durable_mcp_stdio::serve(self.engine().await?, tokio::io::stdin(), tokio::io::stdout()).await?;
         Ok(())
     }
 }

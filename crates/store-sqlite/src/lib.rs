@@ -1,0 +1,239 @@
+//! The SQLite store: the embedded default of durable-mcp.
+//!
+//! - **WAL** journal, `synchronous=FULL` by default (configurable): a commit survives a
+//!   process kill and, with FULL, a power loss.
+//! - **Group commit**: one writer thread takes every write queued while the previous
+//!   transaction committed and commits them together, so concurrent appenders share one
+//!   fsync instead of queueing behind each other's.
+//! - **Readers never block behind the writer**: reads use their own connections and see
+//!   the last committed snapshot (WAL).
+//! - A versioned schema with forward migrations; a newer database is refused.
+//!
+//! Live tails in this process are woken by the writer after each commit; other processes
+//! sharing the file are seen by a periodic re-read (`poll_interval`).
+
+mod error;
+mod migrate;
+mod sessions;
+mod streams;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use durable_mcp_store::{
+    EventId, Principal, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult, StreamId, StreamOwner,
+    StreamRead, WakeUps,
+};
+use rusqlite::{Connection, OpenFlags};
+
+pub use migrate::LATEST as SCHEMA_VERSION;
+
+/// How hard a commit waits for the disk (`PRAGMA synchronous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// fsync on every commit: survives power loss (default).
+    #[default]
+    Full,
+    /// fsync at checkpoints: survives a process crash, may lose the last commits on power loss.
+    Normal,
+    /// Never fsync: for tests and benchmarks only.
+    Off,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Off => "OFF",
+        }
+    }
+}
+
+/// Settings of the SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// The database file.
+    pub path: PathBuf,
+    /// Durability of each commit.
+    pub synchronous: Synchronous,
+    /// Keep at most this many events per stream (older ones are pruned, D14).
+    pub max_events_per_stream: Option<u64>,
+    /// How often live tails re-read, to see commits by other processes on the same file.
+    pub poll_interval: Duration,
+}
+
+impl SqliteOptions {
+    /// Defaults for the database at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into(), synchronous: Synchronous::Full, max_events_per_stream: None, poll_interval: Duration::from_secs(1) }
+    }
+
+    /// Parse `sqlite:PATH[?synchronous=full|normal|off&max_events=N]`.
+    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+        let rest = url.strip_prefix("sqlite:").ok_or_else(|| StoreError::Incompatible(format!("not a sqlite URL: {url}")))?;
+        let rest = rest.strip_prefix("//").unwrap_or(rest);
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if path.is_empty() {
+            return Err(StoreError::Incompatible("sqlite URL has no path".into()));
+        }
+        let mut options = Self::new(path);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("synchronous", v)) => {
+                    options.synchronous = match v.to_ascii_lowercase().as_str() {
+                        "full" => Synchronous::Full,
+                        "normal" => Synchronous::Normal,
+                        "off" => Synchronous::Off,
+                        other => return Err(StoreError::Incompatible(format!("unknown synchronous mode {other:?}"))),
+                    }
+                }
+                Some(("max_events", v)) => {
+                    options.max_events_per_stream =
+                        Some(v.parse().map_err(|_| StoreError::Incompatible(format!("bad max_events {v:?}")))?);
+                }
+                _ => return Err(StoreError::Incompatible(format!("unknown sqlite URL option {pair:?}"))),
+            }
+        }
+        Ok(options)
+    }
+}
+
+pub(crate) struct Shared {
+    options: SqliteOptions,
+    readers: Mutex<Vec<Connection>>,
+    watchers: writer::Watchers,
+}
+
+/// The SQLite store. Cheap to clone; all clones share one writer thread.
+#[derive(Clone)]
+pub struct SqliteStore {
+    shared: Arc<Shared>,
+    writer: writer::WriterHandle,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.shared.options.path).finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn open_connection(path: &Path, synchronous: Synchronous) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(error::from_sqlite)?;
+    conn.busy_timeout(Duration::from_secs(5)).map_err(error::from_sqlite)?;
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(error::from_sqlite)?;
+    conn.pragma_update(None, "synchronous", synchronous.pragma()).map_err(error::from_sqlite)?;
+    conn.pragma_update(None, "foreign_keys", "ON").map_err(error::from_sqlite)?;
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Open (creating and migrating if needed) the database described by `options`.
+    pub async fn open(options: SqliteOptions) -> Result<Self, StoreError> {
+        let opts = options.clone();
+        let conn = tokio::task::spawn_blocking(move || {
+            let mut conn = open_connection(&opts.path, opts.synchronous)?;
+            migrate::migrate(&mut conn)?;
+            Ok::<_, StoreError>(conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))??;
+        let watchers = writer::Watchers::default();
+        let writer = writer::spawn(conn, options.max_events_per_stream, watchers.clone())?;
+        let shared = Arc::new(Shared { options, readers: Mutex::new(Vec::new()), watchers });
+        Ok(Self { shared, writer })
+    }
+
+    /// Open the store named by a `sqlite:` URL.
+    pub async fn open_url(url: &str) -> Result<Self, StoreError> {
+        Self::open(SqliteOptions::from_url(url)?).await
+    }
+
+    /// Run `f` on a reader connection (a snapshot of the last commit; never waits for the
+    /// writer).
+    pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = shared.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            let mut conn = match pooled {
+                Some(conn) => conn,
+                None => open_connection(&shared.options.path, shared.options.synchronous)?,
+            };
+            let result = f(&mut conn);
+            let mut pool = shared.readers.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < 8 {
+                pool.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))?
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn create_session(&self, record: SessionRecord) -> StoreResult<()> {
+        self.writer.submit(writer::Op::CreateSession(record)).await.map(drop)
+    }
+
+    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+        let (principal, id) = (principal.clone(), id.clone());
+        self.read(move |conn| sessions::load(conn, &principal, &id)).await
+    }
+
+    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+        let op = writer::Op::UpdateSession { principal: principal.clone(), id: id.clone(), change };
+        match self.writer.submit(op).await? {
+            writer::Reply::Session(record) => Ok(*record),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
+        match self.writer.submit(writer::Op::EndSession { principal: principal.clone(), id: id.clone() }).await? {
+            writer::Reply::Bool(ended) => Ok(ended),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
+        self.writer.submit(writer::Op::CreateStream { id: id.clone(), owner: owner.clone() }).await.map(drop)
+    }
+
+    async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
+        match self.writer.submit(writer::Op::Append { stream: stream.clone(), data, close }).await? {
+            writer::Reply::Event(id) => Ok(id),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner> {
+        let stream = stream.clone();
+        self.read(move |conn| streams::owner(conn, &stream)).await
+    }
+
+    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+        let stream = stream.clone();
+        self.read(move |conn| streams::read_after(conn, &stream, after, limit)).await
+    }
+
+    async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
+        Ok(self.shared.watchers.watch(stream, self.shared.options.poll_interval))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,69 @@
+//! Session rows: the record as JSON, keyed by id and principal.
+
+use durable_mcp_store::{Principal, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::from_sqlite;
+
+fn decode(text: &str) -> Result<SessionRecord, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("session record: {e}")))
+}
+
+pub(crate) fn insert(conn: &Connection, record: &SessionRecord) -> Result<(), StoreError> {
+    let text = serde_json::to_string(record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    conn.execute(
+        "INSERT INTO sessions (id, principal, record, last_seen_ms) VALUES (?1, ?2, ?3, ?4)",
+        params![record.id.as_str(), record.principal.as_str(), text, record.last_seen_ms as i64],
+    )
+    .map_err(from_sqlite)?;
+    Ok(())
+}
+
+pub(crate) fn load(conn: &Connection, principal: &Principal, id: &SessionId) -> Result<SessionRecord, StoreError> {
+    let text: Option<String> = conn
+        .query_row("SELECT record FROM sessions WHERE id = ?1 AND principal = ?2", params![id.as_str(), principal.as_str()], |row| row.get(0))
+        .optional()
+        .map_err(from_sqlite)?;
+    decode(&text.ok_or(StoreError::not_found("session"))?)
+}
+
+pub(crate) fn exists(conn: &Connection, id: &SessionId) -> Result<bool, StoreError> {
+    conn.query_row("SELECT 1 FROM sessions WHERE id = ?1", params![id.as_str()], |_| Ok(()))
+        .optional()
+        .map(|row| row.is_some())
+        .map_err(from_sqlite)
+}
+
+pub(crate) fn update(conn: &Connection, principal: &Principal, id: &SessionId, change: &SessionChange) -> Result<SessionRecord, StoreError> {
+    let mut record = load(conn, principal, id)?;
+    record.apply(change, now_ms());
+    let text = serde_json::to_string(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    conn.execute(
+        "UPDATE sessions SET record = ?2, last_seen_ms = ?3 WHERE id = ?1",
+        params![id.as_str(), text, record.last_seen_ms as i64],
+    )
+    .map_err(from_sqlite)?;
+    Ok(record)
+}
+
+/// Delete a session with its streams and events; returns whether it was live and which
+/// streams went with it.
+pub(crate) fn end(conn: &Connection, principal: &Principal, id: &SessionId) -> Result<(bool, Vec<StreamId>), StoreError> {
+    let deleted = conn
+        .execute("DELETE FROM sessions WHERE id = ?1 AND principal = ?2", params![id.as_str(), principal.as_str()])
+        .map_err(from_sqlite)?;
+    if deleted == 0 {
+        return Ok((false, Vec::new()));
+    }
+    let mut stmt = conn.prepare_cached("SELECT id FROM streams WHERE session = ?1").map_err(from_sqlite)?;
+    let streams: Vec<String> = stmt
+        .query_map(params![id.as_str()], |row| row.get(0))
+        .map_err(from_sqlite)?
+        .collect::<Result<_, _>>()
+        .map_err(from_sqlite)?;
+    conn.execute("DELETE FROM events WHERE stream IN (SELECT id FROM streams WHERE session = ?1)", params![id.as_str()])
+        .map_err(from_sqlite)?;
+    conn.execute("DELETE FROM streams WHERE session = ?1", params![id.as_str()]).map_err(from_sqlite)?;
+    let streams = streams.into_iter().filter_map(|s| s.parse().ok()).collect();
+    Ok((true, streams))
+}

@@ -1,0 +1,94 @@
+//! Stream rows and their events.
+
+use durable_mcp_store::{EventId, Principal, StoreError, StoredEvent, StreamId, StreamOwner, StreamRead};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::from_sqlite;
+
+pub(crate) fn insert(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> Result<(), StoreError> {
+    conn.prepare_cached("INSERT INTO streams (id, principal, session) VALUES (?1, ?2, ?3)")
+        .and_then(|mut stmt| stmt.execute(params![id.as_str(), owner.principal.as_str(), owner.session.as_ref().map(|s| s.as_str())]))
+        .map_err(from_sqlite)?;
+    Ok(())
+}
+
+/// Append one event: the sequence comes from the stream row, so ids are gap-free and the
+/// single writer orders them.
+pub(crate) fn append(conn: &Connection, stream: &StreamId, data: &str, close: bool, max_events: Option<u64>) -> Result<EventId, StoreError> {
+    let row: Option<(i64, bool)> = conn
+        .prepare_cached("SELECT last_seq, closed FROM streams WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], |row| Ok((row.get(0)?, row.get(1)?))).optional())
+        .map_err(from_sqlite)?;
+    let (last, closed) = row.ok_or(StoreError::not_found("stream"))?;
+    if closed {
+        return Err(StoreError::StreamClosed { stream: stream.to_string() });
+    }
+    let seq = last + 1;
+    conn.prepare_cached("INSERT INTO events (stream, seq, data) VALUES (?1, ?2, ?3)")
+        .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq, data]))
+        .map_err(from_sqlite)?;
+    conn.prepare_cached("UPDATE streams SET last_seq = ?2, closed = ?3 WHERE id = ?1")
+        .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq, close]))
+        .map_err(from_sqlite)?;
+    if let Some(max) = max_events {
+        let keep_from = seq - i64::try_from(max).unwrap_or(i64::MAX) + 1;
+        if keep_from > 1 {
+            conn.prepare_cached("DELETE FROM events WHERE stream = ?1 AND seq < ?2")
+                .and_then(|mut stmt| stmt.execute(params![stream.as_str(), keep_from]))
+                .map_err(from_sqlite)?;
+            conn.prepare_cached("UPDATE streams SET first_seq = ?2 WHERE id = ?1 AND first_seq < ?2")
+                .and_then(|mut stmt| stmt.execute(params![stream.as_str(), keep_from]))
+                .map_err(from_sqlite)?;
+        }
+    }
+    Ok(EventId::new(stream.clone(), u64::try_from(seq).unwrap_or(0)))
+}
+
+pub(crate) fn owner(conn: &Connection, stream: &StreamId) -> Result<StreamOwner, StoreError> {
+    let row: Option<(String, Option<String>)> = conn
+        .prepare_cached("SELECT principal, session FROM streams WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], |row| Ok((row.get(0)?, row.get(1)?))).optional())
+        .map_err(from_sqlite)?;
+    let (principal, session) = row.ok_or(StoreError::not_found("stream"))?;
+    let session = session.map(|s| s.parse()).transpose().map_err(|e| StoreError::Corrupt(format!("stream session: {e}")))?;
+    Ok(StreamOwner { principal: Principal::new(principal), session })
+}
+
+pub(crate) fn read_after(conn: &mut Connection, stream: &StreamId, after: u64, limit: usize) -> Result<StreamRead, StoreError> {
+    // One read transaction: the stream row and its events come from the same snapshot.
+    let tx = conn.transaction().map_err(from_sqlite)?;
+    let row: Option<(i64, i64, bool)> = tx
+        .prepare_cached("SELECT first_seq, last_seq, closed FROM streams WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?))).optional())
+        .map_err(from_sqlite)?;
+    let (first, last, closed) = row.ok_or(StoreError::not_found("stream"))?;
+    let after_i = i64::try_from(after).unwrap_or(i64::MAX);
+    if after_i + 1 < first {
+        return Err(StoreError::Pruned {
+            event: EventId::new(stream.clone(), after).to_string(),
+            oldest_retained: u64::try_from(first).unwrap_or(0),
+        });
+    }
+    let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+    let events: Vec<StoredEvent> = {
+        let mut stmt = tx
+            .prepare_cached("SELECT seq, data FROM events WHERE stream = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3")
+            .map_err(from_sqlite)?;
+        let rows = stmt
+            .query_map(params![stream.as_str(), after_i, limit_i], |row| {
+                let seq: i64 = row.get(0)?;
+                let data: String = row.get(1)?;
+                Ok((seq, data))
+            })
+            .map_err(from_sqlite)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, data) = row.map_err(from_sqlite)?;
+            out.push(StoredEvent { id: EventId::new(stream.clone(), u64::try_from(seq).unwrap_or(0)), data });
+        }
+        out
+    };
+    tx.commit().map_err(from_sqlite)?;
+    let reached = events.last().map_or(after_i, |e| i64::try_from(e.id.seq).unwrap_or(0));
+    Ok(StreamRead { finished: closed && reached >= last, events })
+}

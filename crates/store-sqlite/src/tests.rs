@@ -1,0 +1,71 @@
+use std::sync::Arc;
+
+use durable_mcp_store::{Principal, Store, StoreError, StreamId, StreamOwner};
+
+use super::*;
+
+fn temp_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("durable-mcp-sqlite-{}-{}", std::process::id(), StreamId::random()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+async fn fresh() -> Option<Arc<dyn Store>> {
+    let options = SqliteOptions { synchronous: Synchronous::Normal, ..SqliteOptions::new(temp_path("contract.db")) };
+    Some(Arc::new(SqliteStore::open(options).await.expect("open")))
+}
+
+durable_mcp_store::store_contract_tests!(fresh());
+
+#[tokio::test]
+async fn d1_committed_events_survive_reopen() {
+    let path = temp_path("reopen.db");
+    let stream = StreamId::random();
+    {
+        let store = SqliteStore::open(SqliteOptions::new(&path)).await.unwrap();
+        store.create_stream(&stream, &StreamOwner { principal: Principal::anonymous(), session: None }).await.unwrap();
+        for i in 0..10 {
+            store.append(&stream, format!("{i}"), false).await.unwrap();
+        }
+    }
+    let store = SqliteStore::open(SqliteOptions::new(&path)).await.unwrap();
+    let read = store.read_after(&stream, 4, 100).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["4", "5", "6", "7", "8", "9"], "seq 5..=10 hold data 4..=9");
+}
+
+#[tokio::test]
+async fn newer_schema_is_refused_with_a_clear_message() {
+    let path = temp_path("newer.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+    }
+    let err = SqliteStore::open(SqliteOptions::new(&path)).await.unwrap_err();
+    assert!(matches!(err, StoreError::Incompatible(_)), "{err}");
+    assert!(err.to_string().contains("upgrade durable-mcp"), "{err}");
+}
+
+#[tokio::test]
+async fn d14_max_events_prunes_and_resume_from_pruned_is_named() {
+    let options = SqliteOptions { max_events_per_stream: Some(3), ..SqliteOptions::new(temp_path("prune.db")) };
+    let store = SqliteStore::open(options).await.unwrap();
+    let stream = StreamId::random();
+    store.create_stream(&stream, &StreamOwner { principal: Principal::anonymous(), session: None }).await.unwrap();
+    for i in 1..=6 {
+        store.append(&stream, format!("{i}"), false).await.unwrap();
+    }
+    assert!(matches!(store.read_after(&stream, 1, 10).await, Err(StoreError::Pruned { oldest_retained: 4, .. })));
+    let read = store.read_after(&stream, 3, 10).await.unwrap();
+    assert_eq!(read.events.len(), 3);
+}
+
+#[test]
+fn urls_parse() {
+    let o = SqliteOptions::from_url("sqlite:./x.db?synchronous=normal&max_events=10").unwrap();
+    assert_eq!(o.path, PathBuf::from("./x.db"));
+    assert_eq!(o.synchronous, Synchronous::Normal);
+    assert_eq!(o.max_events_per_stream, Some(10));
+    assert!(SqliteOptions::from_url("sqlite:").is_err());
+    assert!(SqliteOptions::from_url("sqlite:x.db?bogus=1").is_err());
+    assert!(SqliteOptions::from_url("sqlite:x.db?synchronous=maybe").is_err());
+}

@@ -1,0 +1,191 @@
+//! The single writer thread and its group commit.
+//!
+//! Every write is a job on a queue. The writer takes the first job, then every job queued
+//! meanwhile (up to `MAX_BATCH`), runs them all in one `BEGIN IMMEDIATE` transaction, commits
+//! once, and only then answers each job and wakes the tails of the streams it touched. A job
+//! is therefore answered only after its data is committed (D1), and N concurrent appenders
+//! cost one commit, not N.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use durable_mcp_store::{
+    EventId, Principal, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, WakeUps,
+};
+use rusqlite::Connection;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::{error::from_sqlite, sessions, streams};
+
+const MAX_BATCH: usize = 1024;
+
+/// A write.
+pub(crate) enum Op {
+    CreateSession(SessionRecord),
+    UpdateSession { principal: Principal, id: SessionId, change: SessionChange },
+    EndSession { principal: Principal, id: SessionId },
+    CreateStream { id: StreamId, owner: StreamOwner },
+    Append { stream: StreamId, data: String, close: bool },
+}
+
+/// What a write returns.
+pub(crate) enum Reply {
+    Unit,
+    Session(Box<SessionRecord>),
+    Bool(bool),
+    Event(EventId),
+}
+
+struct Job {
+    op: Op,
+    reply: oneshot::Sender<Result<Reply, StoreError>>,
+}
+
+/// Sends jobs to the writer thread.
+#[derive(Clone)]
+pub(crate) struct WriterHandle {
+    tx: mpsc::UnboundedSender<Job>,
+}
+
+impl WriterHandle {
+    pub(crate) async fn submit(&self, op: Op) -> Result<Reply, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Job { op, reply }).map_err(|_| StoreError::Unavailable("the sqlite writer has stopped".into()))?;
+        rx.await.map_err(|_| StoreError::Unavailable("the sqlite writer has stopped".into()))?
+    }
+}
+
+/// Per-stream wake-up channels for tails in this process.
+#[derive(Clone, Default)]
+pub(crate) struct Watchers {
+    inner: Arc<Mutex<HashMap<StreamId, watch::Sender<u64>>>>,
+}
+
+impl Watchers {
+    pub(crate) fn watch(&self, stream: &StreamId, poll: Duration) -> WakeUps {
+        let rx = {
+            let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            map.entry(stream.clone()).or_insert_with(|| watch::channel(0).0).subscribe()
+        };
+        let mut ticker = tokio::time::interval(poll);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Box::pin(futures::stream::unfold((rx, ticker, true), |(mut rx, mut ticker, first)| async move {
+            if first {
+                // The first tick of an interval completes at once; consume it.
+                ticker.tick().await;
+            }
+            tokio::select! {
+                changed = rx.changed() => changed.ok().map(|()| ((), (rx, ticker, false))),
+                _ = ticker.tick() => Some(((), (rx, ticker, false))),
+            }
+        }))
+    }
+
+    fn notify(&self, touched: &HashSet<StreamId>) {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for stream in touched {
+            if let Some(tx) = map.get(stream) {
+                if tx.receiver_count() == 0 {
+                    map.remove(stream);
+                } else {
+                    tx.send_modify(|n| *n += 1);
+                }
+            }
+        }
+    }
+
+    fn forget(&self, gone: &[StreamId]) {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for stream in gone {
+            // Dropping the sender ends the watchers' streams.
+            map.remove(stream);
+        }
+    }
+}
+
+pub(crate) fn spawn(conn: Connection, max_events: Option<u64>, watchers: Watchers) -> Result<WriterHandle, StoreError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("durable-mcp-sqlite-writer".into())
+        .spawn(move || run(conn, rx, max_events, watchers))
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+    Ok(WriterHandle { tx })
+}
+
+fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: Option<u64>, watchers: Watchers) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut touched = HashSet::new();
+        let mut gone = Vec::new();
+        let outcome = (|| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(from_sqlite)?;
+            let mut results = Vec::with_capacity(batch.len());
+            for job in &batch {
+                results.push(apply(&tx, &job.op, max_events, &mut touched, &mut gone));
+            }
+            tx.commit().map_err(from_sqlite)?;
+            Ok::<_, StoreError>(results)
+        })();
+        match outcome {
+            Ok(results) => {
+                watchers.notify(&touched);
+                watchers.forget(&gone);
+                for (job, result) in batch.drain(..).zip(results) {
+                    let _ = job.reply.send(result);
+                }
+            }
+            Err(error) => {
+                // Nothing of this batch was committed: every job fails, none half-done (D15).
+                tracing::warn!(%error, jobs = batch.len(), "sqlite group commit failed");
+                let message = error.to_string();
+                for job in batch.drain(..) {
+                    let _ = job.reply.send(Err(StoreError::Unavailable(message.clone().into())));
+                }
+            }
+        }
+    }
+}
+
+fn apply(
+    tx: &rusqlite::Transaction<'_>,
+    op: &Op,
+    max_events: Option<u64>,
+    touched: &mut HashSet<StreamId>,
+    gone: &mut Vec<StreamId>,
+) -> Result<Reply, StoreError> {
+    match op {
+        Op::CreateSession(record) => {
+            sessions::insert(tx, record)?;
+            let owner = StreamOwner { principal: record.principal.clone(), session: Some(record.id.clone()) };
+            streams::insert(tx, &record.standalone_stream, &owner)?;
+            Ok(Reply::Unit)
+        }
+        Op::UpdateSession { principal, id, change } => sessions::update(tx, principal, id, change).map(|r| Reply::Session(Box::new(r))),
+        Op::EndSession { principal, id } => {
+            let (ended, streams) = sessions::end(tx, principal, id)?;
+            gone.extend(streams);
+            Ok(Reply::Bool(ended))
+        }
+        Op::CreateStream { id, owner } => {
+            if let Some(session) = &owner.session
+                && !sessions::exists(tx, session)?
+            {
+                return Err(StoreError::not_found("session"));
+            }
+            streams::insert(tx, id, owner).map(|()| Reply::Unit)
+        }
+        Op::Append { stream, data, close } => {
+            let id = streams::append(tx, stream, data, *close, max_events)?;
+            touched.insert(stream.clone());
+            Ok(Reply::Event(id))
+        }
+    }
+}
