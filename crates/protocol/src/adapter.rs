@@ -156,10 +156,11 @@ impl McpHandler {
         let (out_tx, outbound) = mpsc::channel(64);
         let (replies, in_rx) = mpsc::channel(16);
         let cancel = CancellationToken::new();
-        // `done` ends the service loop once the response is sent; `cancel` (its parent) is
-        // the caller's cancellation, which also ends it.
+        // `cancel` is the caller's alone: rmcp gets a child token (it cancels its own token
+        // when its loop ends, which must not look like a client's cancellation), and `done`,
+        // which ends the loop once the response is sent, is another child.
         let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
-        self.inner.start(message, peer_info(peer), transport, cancel.clone());
+        self.inner.start(message, peer_info(peer), transport, cancel.child_token());
         Ok(Run { outbound, replies, cancel })
     }
 
