@@ -5,7 +5,9 @@
 //! streams kept in a store rather than in one process's memory:
 //!
 //! ```no_run
-//! use durable_mcp::rmcp::{ServerHandler, handler::server::router::tool::ToolRouter, tool, tool_handler, tool_router};
+//! // rmcp's macros expand to `rmcp::...` paths: bring durable-mcp's re-export into scope
+//! // (or depend on the same rmcp version directly).
+//! use durable_mcp::rmcp::{self, ServerHandler, handler::server::router::tool::ToolRouter, tool, tool_handler, tool_router};
 //!
 //! #[derive(Clone)]
 //! struct Hello {

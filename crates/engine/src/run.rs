@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
-use durable_mcp_protocol::{Outbound, PeerContext, Run};
+use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Outbound, PeerContext, Run};
 use durable_mcp_store::{EventId, Principal, SessionChange, SessionId, SessionRecord, StreamId, StreamOwner};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -66,6 +66,9 @@ pub struct Accepted {
     pub priming: Option<EventId>,
     /// Cancels the handler (absent when the request was refused before it ran).
     pub cancel: Option<CancellationToken>,
+    /// Fires when the handler asks to close the connection (not the stream) so that the
+    /// client resumes with `Last-Event-ID` (legacy era only).
+    pub close_connection: Option<CancellationToken>,
 }
 
 struct Pending {
@@ -120,7 +123,8 @@ impl Engine {
         if caller.era == Era::Legacy {
             self.apply_session_effects(caller, &method, &request).await?;
         }
-        let mut accepted = Accepted { stream: stream.clone(), priming, cancel: None };
+        tracing::debug!(%stream, %method, "request accepted");
+        let mut accepted = Accepted { stream: stream.clone(), priming, cancel: None, close_connection: None };
         if caller.era == Era::Legacy && method == "logging/setLevel" && self.summary().capabilities.get("logging").is_some() {
             // durable-mcp owns the session's log level (it filters messages itself, on
             // every worker), so it answers `logging/setLevel` once the level is committed.
@@ -131,6 +135,10 @@ impl Engine {
         match self.handler().start(request, &caller.peer()) {
             Ok(run) => {
                 accepted.cancel = Some(run.cancel.clone());
+                let close = CancellationToken::new();
+                if caller.era == Era::Legacy {
+                    accepted.close_connection = Some(close.clone());
+                }
                 if let Some(session) = caller.session_id() {
                     lock(&self.inner.runs.runs).insert(run_key(session, &id), run.cancel.clone());
                 }
@@ -138,7 +146,7 @@ impl Engine {
                 let caller = caller.clone();
                 self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
-                    engine.clone().pump(run, caller, id, stream).await;
+                    engine.clone().pump(run, caller, id, stream, close).await;
                     engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
                 });
             }
@@ -168,10 +176,11 @@ impl Engine {
         Ok(self.store().append(stream, message.to_string(), close).await?)
     }
 
-    async fn pump(self, mut run: Run, caller: Caller, id: RequestId, stream: StreamId) {
+    async fn pump(self, mut run: Run, caller: Caller, id: RequestId, stream: StreamId, close_connection: CancellationToken) {
         let mut answered = false;
         let mut my_pending = Vec::new();
         while let Some(message) = run.outbound.recv().await {
+            tracing::debug!(%stream, ?message, "handler message");
             let result = match message {
                 Outbound::Outcome(_) if run.cancel.is_cancelled() => {
                     // Cancelled by the client: the protocol says no response follows.
@@ -183,6 +192,10 @@ impl Engine {
                         self.add_server_info(&mut outcome);
                     }
                     self.commit(&stream, &outcome, true).await.map(drop)
+                }
+                Outbound::Notification { method, .. } if method == CLOSE_SSE_STREAM_METHOD => {
+                    close_connection.cancel();
+                    Ok(())
                 }
                 Outbound::Notification { method, message } => self.route_notification(&caller, &stream, &method, message).await,
                 Outbound::Request { id: original_id, message, .. } => {

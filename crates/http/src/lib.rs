@@ -48,6 +48,7 @@ impl Transport {
 
 async fn endpoint(State(transport): State<Transport>, request: Request<Body>) -> Response {
     let (parts, body) = request.into_parts();
+    tracing::debug!(method = %parts.method, headers = ?parts.headers, "request");
     let result = match headers::check_host_and_origin(&parts.headers, &transport.config) {
         Err(rejection) => Err(rejection),
         Ok(()) => match parts.method {

@@ -25,11 +25,14 @@ fn meta(message: &Map<String, Value>) -> Option<&Map<String, Value>> {
 
 /// Which era a message belongs to (decided per request, as the 2026-07-28 spec says).
 fn era_of(method: Option<&str>, message: &Map<String, Value>, header_version: Option<&str>) -> Era {
+    let modern_header = header_version.is_some_and(|v| v >= MODERN_VERSION);
+    let modern_meta = meta(message).is_some_and(|m| m.contains_key(META_VERSION));
     match method {
-        Some("initialize") => Era::Legacy,
+        // `initialize` opens a legacy session, unless the request says it is 2026-07-28,
+        // where `initialize` no longer exists (404, -32601).
+        Some("initialize") if !(modern_header && modern_meta) => Era::Legacy,
         Some("server/discover") => Era::Modern,
-        _ if meta(message).is_some_and(|m| m.contains_key(META_VERSION)) => Era::Modern,
-        _ if header_version.is_some_and(|v| v >= MODERN_VERSION) => Era::Modern,
+        _ if modern_meta || modern_header => Era::Modern,
         _ => Era::Legacy,
     }
 }
@@ -42,6 +45,7 @@ impl Transport {
             .await
             .map_err(|_| Rejection::PayloadTooLarge(self.config.max_body_bytes))?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| Rejection::ParseError(e.to_string()))?;
+        tracing::debug!(body = %value, "message");
         if value.is_array() {
             return Err(Rejection::InvalidRequest { message: "JSON-RPC batches are not supported".into(), id: None });
         }
@@ -96,7 +100,14 @@ impl Transport {
                 }
                 let after = accepted.priming.map_or(0, |p| p.seq);
                 let close_after = if caller.primes_streams() { self.config.poll_after } else { None };
-                let source = SseSource { stream: accepted.stream, after, prefix, cancel_on_drop: None, close_after };
+                let source = SseSource {
+                    stream: accepted.stream,
+                    after,
+                    prefix,
+                    cancel_on_drop: None,
+                    close_after,
+                    close_on: accepted.close_connection,
+                };
                 Ok(sse::response(&self.engine, source, self.config.keep_alive))
             }
             Inbound::Notification { method, message } => {
@@ -205,6 +216,7 @@ impl Transport {
             prefix: vec![sse::frame(&first)],
             cancel_on_drop: accepted.cancel,
             close_after: None,
+            close_on: None,
         };
         Ok(sse::response(&self.engine, source, self.config.keep_alive))
     }

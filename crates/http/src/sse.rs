@@ -34,13 +34,15 @@ pub struct SseSource {
     pub cancel_on_drop: Option<CancellationToken>,
     /// Close the connection after this long (SSE polling); the client resumes.
     pub close_after: Option<Duration>,
+    /// Close the connection when this fires (the handler asked for it); the client resumes.
+    pub close_on: Option<CancellationToken>,
 }
 
 /// Build the SSE response.
 pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration) -> Response {
     let events = tail(engine.store().clone(), source.stream, source.after);
     let guard = source.cancel_on_drop.map(CancellationToken::drop_guard);
-    let body = body_stream(events, source.prefix, guard, keep_alive, source.close_after);
+    let body = body_stream(events, source.prefix, guard, keep_alive, source.close_after, source.close_on);
     let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -56,6 +58,7 @@ fn body_stream<S>(
     guard: Option<DropGuard>,
     keep_alive: Duration,
     close_after: Option<Duration>,
+    close_on: Option<CancellationToken>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
 where
     S: Stream<Item = Result<StoredEvent, durable_mcp_store::StoreError>> + Send + 'static,
@@ -64,12 +67,14 @@ where
         events: std::pin::Pin<Box<S>>,
         guard: Option<DropGuard>,
         deadline: Option<tokio::time::Instant>,
+        close_on: Option<CancellationToken>,
         finished: bool,
     }
     let state = State {
         events: Box::pin(events),
         guard,
         deadline: close_after.map(|d| tokio::time::Instant::now() + d),
+        close_on,
         finished: false,
     };
     let prefix = futures::stream::iter(prefix.into_iter().map(Ok));
@@ -77,10 +82,24 @@ where
         if s.finished {
             return None;
         }
-        let wait = async {
-            match s.deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
+        let deadline = s.deadline;
+        let close_on = s.close_on.clone();
+        let wait = async move {
+            let timer = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let asked = async {
+                match &close_on {
+                    Some(token) => token.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = timer => {}
+                () = asked => {}
             }
         };
         tokio::select! {

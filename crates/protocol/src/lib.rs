@@ -5,5 +5,10 @@ mod adapter;
 pub mod jsonrpc;
 
 pub use adapter::{Closed, LEGACY_VERSIONS, MODERN_VERSION, McpHandler, Outbound, PeerContext, Run, ServerSummary};
+/// A notification a handler sends (through its rmcp peer) to ask the transport to close the
+/// current SSE connection of its request without ending the stream: the client resumes with
+/// `GET` + `Last-Event-ID` (SSE polling, 2025-11-25). It is never forwarded to the client.
+pub const CLOSE_SSE_STREAM_METHOD: &str = "notifications/durable-mcp/close_sse_stream";
+
 /// rmcp itself, for handler authors (`#[tool_router]`, models, `ServerHandler`).
 pub use rmcp;
