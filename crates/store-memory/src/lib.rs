@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Principal, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
+    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
     StoredEvent, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 use tokio::sync::watch;
@@ -30,6 +30,7 @@ struct StreamState {
     events: VecDeque<String>,
     first_seq: u64,
     closed: bool,
+    last_event_ms: u64,
     notify: watch::Sender<u64>,
 }
 
@@ -115,14 +116,43 @@ impl Store for MemoryStore {
         if inner.sessions.get(id).is_none_or(|r| &r.principal != principal) {
             return Ok(false);
         }
-        inner.sessions.remove(id);
-        for stream in inner.session_streams.remove(id).unwrap_or_default() {
-            if let Some(state) = inner.streams.remove(&stream) {
-                // Dropping the sender ends every watcher; they read NotFound and stop.
-                drop(state);
+        remove_session(&mut inner, id);
+        Ok(true)
+    }
+
+    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+        let inner = self.lock();
+        let mut sessions: Vec<SessionRecord> =
+            inner.sessions.values().filter(|s| principal.is_none_or(|p| &s.principal == p)).cloned().collect();
+        sessions.sort_by_key(|s| (s.created_at_ms, s.id.clone()));
+        sessions.truncate(limit);
+        Ok(sessions)
+    }
+
+    async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        let mut inner = self.lock();
+        let mut report = PruneReport::default();
+        if let Some(ttl) = retention.session_idle_ttl_ms {
+            let idle: Vec<SessionId> =
+                inner.sessions.values().filter(|s| s.last_seen_ms.saturating_add(ttl) < now_ms).map(|s| s.id.clone()).collect();
+            for id in idle {
+                remove_session(&mut inner, &id);
+                report.sessions_ended += 1;
             }
         }
-        Ok(true)
+        if let Some(age) = retention.max_stream_age_ms {
+            let old: Vec<StreamId> = inner
+                .streams
+                .iter()
+                .filter(|(_, s)| s.closed && s.last_event_ms.saturating_add(age) < now_ms)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in old {
+                inner.streams.remove(&id);
+                report.streams_deleted += 1;
+            }
+        }
+        Ok(report)
     }
 
     async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
@@ -149,6 +179,7 @@ impl Store for MemoryStore {
             state.first_seq += 1;
         }
         state.closed = close;
+        state.last_event_ms = now_ms();
         let seq = state.last_seq();
         state.notify.send_replace(seq);
         Ok(EventId::new(stream.clone(), seq))
@@ -196,11 +227,19 @@ impl Store for MemoryStore {
     }
 }
 
+fn remove_session(inner: &mut Inner, id: &SessionId) {
+    inner.sessions.remove(id);
+    for stream in inner.session_streams.remove(id).unwrap_or_default() {
+        // Dropping the stream's sender ends every watcher; they read NotFound and stop.
+        inner.streams.remove(&stream);
+    }
+}
+
 fn insert_stream(inner: &mut Inner, id: &StreamId, owner: &StreamOwner) {
     let (notify, _) = watch::channel(0);
     inner.streams.insert(
         id.clone(),
-        StreamState { owner: owner.clone(), events: VecDeque::new(), first_seq: 1, closed: false, notify },
+        StreamState { owner: owner.clone(), events: VecDeque::new(), first_seq: 1, closed: false, last_event_ms: now_ms(), notify },
     );
     if let Some(session) = &owner.session {
         inner.session_streams.entry(session.clone()).or_default().push(id.clone());

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Principal, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult, StreamId, StreamOwner,
-    StreamRead, WakeUps,
+    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
+    StreamId, StreamOwner, StreamRead, WakeUps,
 };
 use rusqlite::{Connection, OpenFlags};
 
@@ -205,6 +205,18 @@ impl Store for SqliteStore {
     async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
         match self.writer.submit(writer::Op::EndSession { principal: principal.clone(), id: id.clone() }).await? {
             writer::Reply::Bool(ended) => Ok(ended),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+        let principal = principal.cloned();
+        self.read(move |conn| sessions::list(conn, principal.as_ref(), limit)).await
+    }
+
+    async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        match self.writer.submit(writer::Op::Prune { retention: retention.clone(), now_ms }).await? {
+            writer::Reply::Pruned(report) => Ok(report),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
         }
     }

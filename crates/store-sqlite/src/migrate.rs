@@ -28,6 +28,10 @@ const MIGRATIONS: &[&str] = &[
         data TEXT NOT NULL,
         PRIMARY KEY (stream, seq)
     ) WITHOUT ROWID;",
+    // 1 -> 2: retention needs each stream's last activity.
+    "ALTER TABLE streams ADD COLUMN last_event_ms INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX sessions_by_last_seen ON sessions(last_seen_ms);
+    CREATE INDEX streams_closed_by_age ON streams(closed, last_event_ms);",
 ];
 
 /// The schema version this build writes.
@@ -51,4 +55,22 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, StoreError> {
         tracing::info!(version = version + 1, "sqlite schema migrated");
     }
     Ok(LATEST)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_1_database_migrates_forward_keeping_its_data() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute("INSERT INTO streams (id, principal) VALUES ('s', 'p')", []).unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, LATEST);
+        let age: i64 = conn.query_row("SELECT last_event_ms FROM streams WHERE id = 's'", [], |r| r.get(0)).unwrap();
+        assert_eq!(age, 0);
+    }
 }

@@ -67,3 +67,27 @@ pub(crate) fn end(conn: &Connection, principal: &Principal, id: &SessionId) -> R
     let streams = streams.into_iter().filter_map(|s| s.parse().ok()).collect();
     Ok((true, streams))
 }
+
+pub(crate) fn list(conn: &Connection, principal: Option<&Principal>, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let texts: Vec<String> = match principal {
+        Some(p) => conn
+            .prepare_cached("SELECT record FROM sessions WHERE principal = ?1 ORDER BY rowid LIMIT ?2")
+            .and_then(|mut stmt| stmt.query_map(params![p.as_str(), limit], |row| row.get(0))?.collect()),
+        None => conn
+            .prepare_cached("SELECT record FROM sessions ORDER BY rowid LIMIT ?1")
+            .and_then(|mut stmt| stmt.query_map(params![limit], |row| row.get(0))?.collect()),
+    }
+    .map_err(from_sqlite)?;
+    texts.iter().map(|t| decode(t)).collect()
+}
+
+/// Sessions idle since before `cutoff_ms`, as (principal, id).
+pub(crate) fn idle(conn: &Connection, cutoff_ms: u64) -> Result<Vec<(Principal, SessionId)>, StoreError> {
+    let cutoff = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
+    let rows: Vec<(String, String)> = conn
+        .prepare_cached("SELECT principal, id FROM sessions WHERE last_seen_ms < ?1")
+        .and_then(|mut stmt| stmt.query_map(params![cutoff], |row| Ok((row.get(0)?, row.get(1)?)))?.collect())
+        .map_err(from_sqlite)?;
+    Ok(rows.into_iter().filter_map(|(p, id)| Some((Principal::new(p), id.parse().ok()?))).collect())
+}

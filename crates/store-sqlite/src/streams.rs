@@ -1,13 +1,15 @@
 //! Stream rows and their events.
 
-use durable_mcp_store::{EventId, Principal, StoreError, StoredEvent, StreamId, StreamOwner, StreamRead};
+use durable_mcp_store::{EventId, Principal, StoreError, StoredEvent, StreamId, StreamOwner, StreamRead, now_ms};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::from_sqlite;
 
 pub(crate) fn insert(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> Result<(), StoreError> {
-    conn.prepare_cached("INSERT INTO streams (id, principal, session) VALUES (?1, ?2, ?3)")
-        .and_then(|mut stmt| stmt.execute(params![id.as_str(), owner.principal.as_str(), owner.session.as_ref().map(|s| s.as_str())]))
+    conn.prepare_cached("INSERT INTO streams (id, principal, session, last_event_ms) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut stmt| {
+            stmt.execute(params![id.as_str(), owner.principal.as_str(), owner.session.as_ref().map(|s| s.as_str()), now_ms() as i64])
+        })
         .map_err(from_sqlite)?;
     Ok(())
 }
@@ -27,8 +29,8 @@ pub(crate) fn append(conn: &Connection, stream: &StreamId, data: &str, close: bo
     conn.prepare_cached("INSERT INTO events (stream, seq, data) VALUES (?1, ?2, ?3)")
         .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq, data]))
         .map_err(from_sqlite)?;
-    conn.prepare_cached("UPDATE streams SET last_seq = ?2, closed = ?3 WHERE id = ?1")
-        .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq, close]))
+    conn.prepare_cached("UPDATE streams SET last_seq = ?2, closed = ?3, last_event_ms = ?4 WHERE id = ?1")
+        .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq, close, now_ms() as i64]))
         .map_err(from_sqlite)?;
     if let Some(max) = max_events {
         let keep_from = seq - i64::try_from(max).unwrap_or(i64::MAX) + 1;
@@ -91,4 +93,22 @@ pub(crate) fn read_after(conn: &mut Connection, stream: &StreamId, after: u64, l
     tx.commit().map_err(from_sqlite)?;
     let reached = events.last().map_or(after_i, |e| i64::try_from(e.id.seq).unwrap_or(0));
     Ok(StreamRead { finished: closed && reached >= last, events })
+}
+
+/// Delete finished streams whose last event is older than `cutoff_ms`; returns their ids.
+pub(crate) fn prune_finished(conn: &Connection, cutoff_ms: u64) -> Result<Vec<StreamId>, StoreError> {
+    let cutoff = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
+    let ids: Vec<String> = conn
+        .prepare_cached("SELECT id FROM streams WHERE closed = 1 AND last_event_ms < ?1")
+        .and_then(|mut stmt| stmt.query_map(params![cutoff], |row| row.get(0))?.collect())
+        .map_err(from_sqlite)?;
+    for id in &ids {
+        conn.prepare_cached("DELETE FROM events WHERE stream = ?1")
+            .and_then(|mut stmt| stmt.execute(params![id]))
+            .map_err(from_sqlite)?;
+        conn.prepare_cached("DELETE FROM streams WHERE id = ?1")
+            .and_then(|mut stmt| stmt.execute(params![id]))
+            .map_err(from_sqlite)?;
+    }
+    Ok(ids.into_iter().filter_map(|id| id.parse().ok()).collect())
 }

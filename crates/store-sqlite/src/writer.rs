@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use durable_mcp_store::{
-    EventId, Principal, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, WakeUps,
+    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner,
+    WakeUps,
 };
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -27,6 +28,7 @@ pub(crate) enum Op {
     EndSession { principal: Principal, id: SessionId },
     CreateStream { id: StreamId, owner: StreamOwner },
     Append { stream: StreamId, data: String, close: bool },
+    Prune { retention: Retention, now_ms: u64 },
 }
 
 /// What a write returns.
@@ -35,6 +37,7 @@ pub(crate) enum Reply {
     Session(Box<SessionRecord>),
     Bool(bool),
     Event(EventId),
+    Pruned(PruneReport),
 }
 
 struct Job {
@@ -181,6 +184,22 @@ fn apply(
                 return Err(StoreError::not_found("session"));
             }
             streams::insert(tx, id, owner).map(|()| Reply::Unit)
+        }
+        Op::Prune { retention, now_ms } => {
+            let mut report = PruneReport::default();
+            if let Some(ttl) = retention.session_idle_ttl_ms {
+                for (principal, id) in sessions::idle(tx, now_ms.saturating_sub(ttl))? {
+                    let (ended, streams) = sessions::end(tx, &principal, &id)?;
+                    report.sessions_ended += u64::from(ended);
+                    gone.extend(streams);
+                }
+            }
+            if let Some(age) = retention.max_stream_age_ms {
+                let deleted = streams::prune_finished(tx, now_ms.saturating_sub(age))?;
+                report.streams_deleted += deleted.len() as u64;
+                gone.extend(deleted);
+            }
+            Ok(Reply::Pruned(report))
         }
         Op::Append { stream, data, close } => {
             let id = streams::append(tx, stream, data, *close, max_events)?;

@@ -193,6 +193,60 @@ pub async fn d3_unknown_stream_is_not_found(store: Arc<dyn Store>) {
     assert!(store.stream_owner(&StreamId::random()).await.is_err());
 }
 
+/// D14: prune ends idle sessions and deletes old finished streams, never open ones.
+pub async fn d14_prune_respects_open_streams_and_idle_ttl(store: Arc<dyn Store>) {
+    let who = Principal::new(format!("prune-{}", StreamId::random()));
+    let mut idle = session(&who);
+    idle.last_seen_ms = 1_000;
+    let live = session(&who);
+    store.create_session(idle.clone()).await.expect("create idle");
+    store.create_session(live.clone()).await.expect("create live");
+    // Touch `live` so its last use is now.
+    store.update_session(&who, &live.id, SessionChange::Touch).await.expect("touch");
+    let owner = StreamOwner { principal: who.clone(), session: None };
+    let (finished, open) = (StreamId::random(), StreamId::random());
+    for s in [&finished, &open] {
+        store.create_stream(s, &owner).await.expect("stream");
+        store.append(s, "x".into(), false).await.expect("append");
+    }
+    store.append(&finished, "done".into(), true).await.expect("close");
+    let now = now_ms();
+    // Now: only the session idle since the epoch's first second ends.
+    let report = store
+        .prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, now)
+        .await
+        .expect("prune");
+    assert_eq!(report, crate::PruneReport { sessions_ended: 1, streams_deleted: 0 });
+    assert!(matches!(store.load_session(&who, &idle.id).await, Err(StoreError::NotFound { .. })));
+    assert!(store.load_session(&who, &live.id).await.is_ok());
+    // Two hours later: the other session ends too, the finished stream goes, the open one
+    // stays.
+    let later = now + 2 * 3_600_000;
+    let report = store
+        .prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, later)
+        .await
+        .expect("prune");
+    assert!(report.sessions_ended >= 1, "{report:?}");
+    assert!(report.streams_deleted >= 1, "{report:?}");
+    assert!(matches!(store.load_session(&who, &live.id).await, Err(StoreError::NotFound { .. })));
+    assert!(store.read_after(&finished, 0, 10).await.is_err(), "finished stream pruned");
+    assert_eq!(store.read_after(&open, 0, 10).await.expect("open stream kept").events.len(), 1);
+}
+
+/// Sessions can be listed, per principal.
+pub async fn d4_list_sessions_by_principal(store: Arc<dyn Store>) {
+    let who = Principal::new(format!("list-{}", StreamId::random()));
+    let a = session(&who);
+    let b = session(&who);
+    store.create_session(a.clone()).await.expect("a");
+    store.create_session(b.clone()).await.expect("b");
+    store.create_session(session(&Principal::new("someone-else"))).await.expect("c");
+    let mine = store.list_sessions(Some(&who), 100).await.expect("list");
+    let ids: BTreeSet<_> = mine.iter().map(|s| s.id.clone()).collect();
+    assert_eq!(ids, BTreeSet::from([a.id, b.id]));
+    assert!(store.list_sessions(None, 100).await.expect("all").len() >= 3);
+}
+
 /// Instantiate the contract suite for a backend. `$factory` is an async expression giving
 /// `Option<Arc<dyn Store>>`: a fresh, isolated store, or `None` to skip (service missing
 /// outside CI; the factory prints why and must panic instead when `CI=true`).
@@ -208,6 +262,8 @@ macro_rules! store_contract_tests {
             d5_session_lifecycle_and_principal_isolation,
             d5_session_end_closes_its_streams,
             d3_unknown_stream_is_not_found,
+            d14_prune_respects_open_streams_and_idle_ttl,
+            d4_list_sessions_by_principal,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {

@@ -18,7 +18,7 @@ use futures::stream::BoxStream;
 
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
-pub use record::{SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
+pub use record::{PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
 pub fn now_ms() -> u64 {
@@ -78,6 +78,12 @@ pub trait Store: Send + Sync + 'static {
     /// session's streams are closed so live tails end.
     async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool>;
 
+    /// Live sessions, oldest first, at most `limit`; only `principal`'s when given.
+    ///
+    /// # Durability
+    /// A snapshot of committed sessions; for operators and the CLI.
+    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>>;
+
     // ----- streams and events -----------------------------------------------------------
 
     /// Create an empty stream owned by `owner`.
@@ -111,6 +117,16 @@ pub trait Store: Send + Sync + 'static {
     /// silently shortened stream (D14).
     async fn read_after(&self, stream: &StreamId, after: u64, limit: usize)
     -> StoreResult<StreamRead>;
+
+    /// Apply retention (D14): end sessions idle past the TTL (with their streams), and
+    /// delete finished streams older than the maximum age. `now_ms` is the clock to judge by.
+    ///
+    /// # Durability
+    /// In plain words: nothing still needed is removed. Precisely: a stream that is not
+    /// closed (its request still running, or a session's standalone stream) is only removed
+    /// with its session; a session is only removed when idle past the TTL. Each removal is
+    /// atomic: afterwards every worker answers `NotFound` for what was removed (D5).
+    async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport>;
 
     /// Subscribe to wake-ups for `stream`. Subscribe *before* reading, then read after each
     /// wake-up: an append committed after the subscription wakes it (from any worker).

@@ -98,3 +98,22 @@ pub struct StreamRead {
     /// ever follow.
     pub finished: bool,
 }
+
+/// Retention settings applied by [`crate::Store::prune`] (D14).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// End sessions not used for this long (milliseconds).
+    pub session_idle_ttl_ms: Option<u64>,
+    /// Delete finished streams (closed: their request is answered) whose last event is
+    /// older than this (milliseconds). Open streams are never deleted by age.
+    pub max_stream_age_ms: Option<u64>,
+}
+
+/// What one prune removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Sessions ended because they were idle past the TTL.
+    pub sessions_ended: u64,
+    /// Finished streams deleted because they were older than the maximum age.
+    pub streams_deleted: u64,
+}
