@@ -19,6 +19,64 @@ struct Cli {
 enum Command {
     /// Serve an example server over Streamable HTTP (or stdio).
     Serve(ServeArgs),
+    /// Apply retention once (the background pruner does the same every interval).
+    Prune(PruneArgs),
+    /// List live sessions of a store.
+    Inspect(InspectArgs),
+    /// Print the committed events of a stream after an event id (as a client resuming with
+    /// `Last-Event-ID` would receive them).
+    Replay(ReplayArgs),
+}
+
+/// Which store to use.
+#[derive(Parser, Debug)]
+struct StoreArgs {
+    /// Store URL: `sqlite:PATH` (the embedded default) or `memory:`.
+    #[arg(long, env = "DURABLE_MCP_STORE", default_value = durable_mcp::DEFAULT_STORE_URL)]
+    store: String,
+}
+
+/// Retention (D14).
+#[derive(Parser, Debug)]
+struct RetentionArgs {
+    /// End sessions idle for longer than this many seconds (0: never).
+    #[arg(long, default_value_t = 86_400)]
+    session_ttl_secs: u64,
+    /// Delete finished streams older than this many seconds (0: never).
+    #[arg(long, default_value_t = 3_600)]
+    max_stream_age_secs: u64,
+}
+
+impl RetentionArgs {
+    fn retention(&self) -> durable_mcp::Retention {
+        let ms = |secs: u64| (secs > 0).then(|| secs.saturating_mul(1000));
+        durable_mcp::Retention { session_idle_ttl_ms: ms(self.session_ttl_secs), max_stream_age_ms: ms(self.max_stream_age_secs) }
+    }
+}
+
+#[derive(Parser, Debug)]
+struct PruneArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    retention: RetentionArgs,
+}
+
+#[derive(Parser, Debug)]
+struct InspectArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// At most this many sessions.
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+}
+
+#[derive(Parser, Debug)]
+struct ReplayArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The event id to replay after (`<stream>_<seq>`; `<stream>_0` for the whole stream).
+    event_id: String,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -35,9 +93,13 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "DURABLE_MCP_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Store URL: `sqlite:PATH` (the embedded default) or `memory:`.
-    #[arg(long, env = "DURABLE_MCP_STORE", default_value = durable_mcp::DEFAULT_STORE_URL)]
-    store: String,
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    retention: RetentionArgs,
+    /// Apply retention every this many seconds.
+    #[arg(long, default_value_t = 60)]
+    prune_interval_secs: u64,
     /// Endpoint path.
     #[arg(long, default_value = "/mcp")]
     path: String,
@@ -71,6 +133,43 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args).await,
+        Command::Prune(args) => {
+            let store = durable_mcp::open_store(&args.store.store).await?;
+            let report = store.prune(&args.retention.retention(), durable_mcp::now_ms()).await?;
+            println!("sessions ended: {}, streams deleted: {}", report.sessions_ended, report.streams_deleted);
+            Ok(())
+        }
+        Command::Inspect(args) => {
+            let store = durable_mcp::open_store(&args.store.store).await?;
+            for session in store.list_sessions(None, args.limit).await? {
+                println!(
+                    "{}  principal={}  version={}  last_seen_ms={}  log_level={}  subscriptions={}",
+                    session.id,
+                    session.principal,
+                    session.protocol_version,
+                    session.last_seen_ms,
+                    session.log_level.as_deref().unwrap_or("-"),
+                    session.subscriptions.len()
+                );
+            }
+            Ok(())
+        }
+        Command::Replay(args) => {
+            let store = durable_mcp::open_store(&args.store.store).await?;
+            let id: durable_mcp::EventId = args.event_id.parse().context("malformed event id")?;
+            let mut after = id.seq;
+            loop {
+                let read = store.read_after(&id.stream, after, 1024).await?;
+                for event in &read.events {
+                    println!("{}\t{}", event.id, event.data);
+                    after = event.id.seq;
+                }
+                if read.events.is_empty() || read.finished {
+                    break;
+                }
+            }
+            Ok(())
+        }
     }
 }
 
@@ -86,12 +185,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         http.allowed_hosts = Some(args.allow_hosts);
     }
     let server = DurableMcp::new(handler)
-        .store_url(&args.store)
+        .store_url(&args.store.store)
         .await
-        .with_context(|| format!("opening store {}", args.store))?
+        .with_context(|| format!("opening store {}", args.store.store))?
         .bind(args.listen)
         .http_config(http)
-        .engine_options(EngineOptions { sse_retry: Duration::from_millis(args.sse_retry_ms) });
+        .engine_options(EngineOptions {
+            sse_retry: Duration::from_millis(args.sse_retry_ms),
+            retention: args.retention.retention(),
+            prune_interval: Duration::from_secs(args.prune_interval_secs.max(1)),
+        });
     if args.stdio {
         server.serve_stdio().await?;
     } else {

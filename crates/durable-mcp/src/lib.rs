@@ -42,7 +42,7 @@ use std::sync::Arc;
 pub use durable_mcp_engine::{Engine, EngineOptions};
 pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{McpHandler, rmcp};
-pub use durable_mcp_store::{Store, StoreError};
+pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
 pub use durable_mcp_store_memory::MemoryStore;
 pub use durable_mcp_store_sqlite::{SqliteOptions, SqliteStore};
 
@@ -178,7 +178,12 @@ impl DurableMcp {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
         tracing::info!(addr = %listener.local_addr()?, path = %self.http.path, "durable-mcp serving");
-        durable_mcp_http::serve(listener, self.into_router().await?, shutdown).await?;
+        let engine = self.engine().await?;
+        let pruner = engine.spawn_pruner();
+        let router = HttpTransport::new(engine, self.http).router();
+        let served = durable_mcp_http::serve(listener, router, shutdown).await;
+        pruner.abort();
+        served?;
         Ok(())
     }
 

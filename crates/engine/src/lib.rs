@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use durable_mcp_protocol::{McpHandler, ServerSummary};
-use durable_mcp_store::Store;
+use durable_mcp_store::{Retention, Store};
 
 pub use error::EngineError;
 pub use run::{Accepted, Caller, Era};
@@ -29,11 +29,19 @@ pub use tail::tail;
 pub struct EngineOptions {
     /// The `retry` hint sent with the priming event of 2025-11-25 streams.
     pub sse_retry: Duration,
+    /// Retention (D14): session idle TTL and maximum age of finished streams.
+    pub retention: Retention,
+    /// How often the background pruner applies `retention`.
+    pub prune_interval: Duration,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self { sse_retry: Duration::from_millis(500) }
+        Self {
+            sse_retry: Duration::from_millis(500),
+            retention: Retention { session_idle_ttl_ms: Some(24 * 3_600_000), max_stream_age_ms: Some(3_600_000) },
+            prune_interval: Duration::from_secs(60),
+        }
     }
 }
 
@@ -82,5 +90,30 @@ impl Engine {
     /// The options.
     pub fn options(&self) -> &EngineOptions {
         &self.inner.options
+    }
+
+    /// Apply retention once now (the on-demand prune).
+    pub async fn prune(&self) -> Result<durable_mcp_store::PruneReport, EngineError> {
+        let report = self.store().prune(&self.inner.options.retention, durable_mcp_store::now_ms()).await?;
+        if report != durable_mcp_store::PruneReport::default() {
+            tracing::info!(sessions_ended = report.sessions_ended, streams_deleted = report.streams_deleted, "pruned");
+        }
+        Ok(report)
+    }
+
+    /// Run the pruner every `prune_interval` until the returned handle is aborted. A failed
+    /// prune (store unavailable) is logged and retried at the next interval.
+    pub fn spawn_pruner(&self) -> tokio::task::JoinHandle<()> {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(engine.inner.options.prune_interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                if let Err(error) = engine.prune().await {
+                    tracing::warn!(%error, "prune failed; retrying at the next interval");
+                }
+            }
+        })
     }
 }

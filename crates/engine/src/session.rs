@@ -1,7 +1,7 @@
 //! Legacy-era sessions: created by `initialize`, served from the store by any worker.
 
 use durable_mcp_protocol::PeerContext;
-use durable_mcp_store::{Principal, SessionId, SessionRecord, StoreError, StreamId, now_ms};
+use durable_mcp_store::{Principal, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms};
 use serde_json::{Map, Value};
 
 use crate::{Engine, EngineError};
@@ -39,14 +39,46 @@ impl Engine {
         Ok((Some(record), response))
     }
 
-    /// Load the session named by a client's `Mcp-Session-Id`.
+    /// Load the session named by a client's `Mcp-Session-Id`, and record its use.
+    ///
+    /// A session idle past the TTL is ended here (everywhere, D5) even if the pruner has not
+    /// run yet. Use is recorded at most every tenth of the TTL, to keep reads cheap.
     pub async fn session(&self, principal: &Principal, raw_id: &str) -> Result<SessionRecord, EngineError> {
         let id: SessionId = raw_id.parse().map_err(|_| EngineError::SessionNotFound)?;
-        match self.store().load_session(principal, &id).await {
-            Ok(record) => Ok(record),
-            Err(StoreError::NotFound { .. }) => Err(EngineError::SessionNotFound),
-            Err(e) => Err(e.into()),
+        let record = match self.store().load_session(principal, &id).await {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => return Err(EngineError::SessionNotFound),
+            Err(e) => return Err(e.into()),
+        };
+        self.touch(record).await
+    }
+
+    /// Keep a session alive (a live GET stream calls this on its keep-alive ticks).
+    pub async fn touch_session(&self, principal: &Principal, id: &SessionId) -> Result<(), EngineError> {
+        let record = match self.store().load_session(principal, id).await {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => return Err(EngineError::SessionNotFound),
+            Err(e) => return Err(e.into()),
+        };
+        self.touch(record).await.map(drop)
+    }
+
+    async fn touch(&self, record: SessionRecord) -> Result<SessionRecord, EngineError> {
+        let Some(ttl) = self.options().retention.session_idle_ttl_ms else { return Ok(record) };
+        let now = now_ms();
+        let idle = now.saturating_sub(record.last_seen_ms);
+        if idle > ttl {
+            self.end_session(&record.principal, &record.id).await?;
+            return Err(EngineError::SessionNotFound);
         }
+        if idle > ttl / 10 {
+            match self.store().update_session(&record.principal, &record.id, SessionChange::Touch).await {
+                Ok(updated) => return Ok(updated),
+                Err(StoreError::NotFound { .. }) => return Err(EngineError::SessionNotFound),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(record)
     }
 
     /// End a session everywhere (D5): its runs here are cancelled and its streams close.

@@ -45,7 +45,15 @@ impl Transport {
                         return Err(Rejection::UnknownEvent(raw));
                     }
                 }
-                SseSource { stream: id.stream, after: id.seq, prefix: Vec::new(), cancel_on_drop: None, close_after: None, close_on: None }
+                SseSource {
+                    stream: id.stream,
+                    after: id.seq,
+                    prefix: Vec::new(),
+                    cancel_on_drop: None,
+                    close_after: None,
+                    close_on: None,
+                    keep_session: None,
+                }
             }
             None => {
                 // The standalone stream, from now on. 2025-11-25 sessions get a priming
@@ -59,7 +67,15 @@ impl Transport {
                 } else {
                     last_seq(self, &stream).await?
                 };
-                SseSource { stream, after, prefix, cancel_on_drop: None, close_after: None, close_on: None }
+                SseSource {
+                    stream,
+                    after,
+                    prefix,
+                    cancel_on_drop: None,
+                    close_after: None,
+                    close_on: None,
+                    keep_session: Some((principal.clone(), session.id.clone())),
+                }
             }
         };
         Ok(sse::response(&self.engine, source, self.config.keep_alive))

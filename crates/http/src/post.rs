@@ -107,6 +107,7 @@ impl Transport {
                     cancel_on_drop: None,
                     close_after,
                     close_on: accepted.close_connection,
+                    keep_session: None,
                 };
                 Ok(sse::response(&self.engine, source, self.config.keep_alive))
             }
@@ -217,6 +218,7 @@ impl Transport {
             cancel_on_drop: accepted.cancel,
             close_after: None,
             close_on: None,
+            keep_session: None,
         };
         Ok(sse::response(&self.engine, source, self.config.keep_alive))
     }

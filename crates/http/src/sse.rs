@@ -36,13 +36,16 @@ pub struct SseSource {
     pub close_after: Option<Duration>,
     /// Close the connection when this fires (the handler asked for it); the client resumes.
     pub close_on: Option<CancellationToken>,
+    /// Keep this session alive on keep-alive ticks (a live GET stream, D14).
+    pub keep_session: Option<(durable_mcp_store::Principal, durable_mcp_store::SessionId)>,
 }
 
 /// Build the SSE response.
 pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration) -> Response {
     let events = tail(engine.store().clone(), source.stream, source.after);
     let guard = source.cancel_on_drop.map(CancellationToken::drop_guard);
-    let body = body_stream(events, source.prefix, guard, keep_alive, source.close_after, source.close_on);
+    let keep_session = source.keep_session.map(|(principal, id)| (engine.clone(), principal, id));
+    let body = body_stream(events, source.prefix, guard, keep_alive, source.close_after, source.close_on, keep_session);
     let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -59,6 +62,7 @@ fn body_stream<S>(
     keep_alive: Duration,
     close_after: Option<Duration>,
     close_on: Option<CancellationToken>,
+    keep_session: Option<(Engine, durable_mcp_store::Principal, durable_mcp_store::SessionId)>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
 where
     S: Stream<Item = Result<StoredEvent, durable_mcp_store::StoreError>> + Send + 'static,
@@ -68,6 +72,7 @@ where
         guard: Option<DropGuard>,
         deadline: Option<tokio::time::Instant>,
         close_on: Option<CancellationToken>,
+        keep_session: Option<(Engine, durable_mcp_store::Principal, durable_mcp_store::SessionId)>,
         finished: bool,
     }
     let state = State {
@@ -75,6 +80,7 @@ where
         guard,
         deadline: close_after.map(|d| tokio::time::Instant::now() + d),
         close_on,
+        keep_session,
         finished: false,
     };
     let prefix = futures::stream::iter(prefix.into_iter().map(Ok));
@@ -118,7 +124,15 @@ where
                     }
                     None
                 }
-                Err(_) => Some((Ok(Bytes::from_static(b": keep-alive\n\n")), s)),
+                Err(_) => {
+                    if let Some((engine, principal, id)) = &s.keep_session
+                        && let Err(error) = engine.touch_session(principal, id).await
+                    {
+                        tracing::debug!(%error, "session gone; closing its stream");
+                        return None;
+                    }
+                    Some((Ok(Bytes::from_static(b": keep-alive\n\n")), s))
+                }
             },
             () = wait => {
                 // SSE polling: end this connection, not the stream; the client resumes.

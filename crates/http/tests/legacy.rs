@@ -244,3 +244,46 @@ async fn regression_outcome_kept_when_rmcp_loop_ends_first() {
         assert_eq!(msgs[0]["id"], n);
     }
 }
+
+#[tokio::test]
+async fn d5_idle_session_expires_everywhere() {
+    let options = durable_mcp_engine::EngineOptions {
+        retention: durable_mcp_store::Retention { session_idle_ttl_ms: Some(100), max_stream_age_ms: None },
+        ..Default::default()
+    };
+    let h = harness_full(durable_mcp_http::HttpConfig::default(), options);
+    let active = initialize(&h.router, "2025-11-25").await;
+    let idle = initialize(&h.router, "2025-11-25").await;
+    for _ in 0..4 {
+        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+        let reply = post(&h.router, Some(&active), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
+        assert_eq!(reply.status, StatusCode::OK, "use keeps a session alive");
+        let _ = reply.text().await;
+    }
+    let reply = post(&h.router, Some(&idle), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "idle past the TTL");
+    let gone = h.store.load_session(&durable_mcp_store::Principal::anonymous(), &idle.parse().unwrap()).await;
+    assert!(gone.is_err(), "ended in the store, so every worker answers 404");
+}
+
+#[tokio::test]
+async fn d14_on_demand_prune_removes_old_finished_streams_only() {
+    let options = durable_mcp_engine::EngineOptions {
+        retention: durable_mcp_store::Retention { session_idle_ttl_ms: None, max_stream_age_ms: Some(50) },
+        ..Default::default()
+    };
+    let h = harness_full(durable_mcp_http::HttpConfig::default(), options);
+    let session = initialize(&h.router, "2025-11-25").await;
+    let done = post(&h.router, Some(&session), call(1, "echo", json!({"text": "x"}))).await.events().await;
+    let running = post(&h.router, Some(&session), call(2, "slow", json!({"ms": 5_000}))).await;
+    let first = running.first_events(1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let report = h.engine.prune().await.unwrap();
+    assert_eq!(report.streams_deleted, 1, "{report:?}");
+    let finished_id: durable_mcp_store::EventId = done[0].0.clone().unwrap().parse().unwrap();
+    let open_id: durable_mcp_store::EventId = first[0].0.clone().unwrap().parse().unwrap();
+    assert!(h.store.read_after(&finished_id.stream, 0, 10).await.is_err());
+    assert!(h.store.read_after(&open_id.stream, 0, 10).await.is_ok(), "a running request's stream is kept");
+    let resumed = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session), ("last-event-id", done[0].0.as_ref().unwrap())], None).await;
+    assert_eq!(resumed.status, StatusCode::NOT_FOUND, "resuming a pruned stream is a clear 4xx");
+}

@@ -112,8 +112,12 @@ pub struct Harness {
 }
 
 pub fn harness_with(config: HttpConfig) -> Harness {
+    harness_full(config, EngineOptions::default())
+}
+
+pub fn harness_full(config: HttpConfig, options: EngineOptions) -> Harness {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let engine = Engine::new(store.clone(), McpHandler::new(TestServer::new()), EngineOptions::default());
+    let engine = Engine::new(store.clone(), McpHandler::new(TestServer::new()), options);
     let router = Transport::new(engine.clone(), config).router();
     Harness { router, store, engine }
 }
