@@ -247,6 +247,87 @@ pub async fn d4_list_sessions_by_principal(store: Arc<dyn Store>) {
     assert!(store.list_sessions(None, 100).await.expect("all").len() >= 3);
 }
 
+/// Re-exported so that backends need no direct dependency for the property test.
+pub use proptest;
+
+/// One step of the event-log property test.
+#[derive(Debug, Clone)]
+pub enum LogOp {
+    /// Append to stream `stream` (index into a few streams), closing it if `close`.
+    Append {
+        /// Which stream.
+        stream: usize,
+        /// Close it with this append.
+        close: bool,
+    },
+    /// Read stream `stream` after sequence `after`, at most `limit` events.
+    Replay {
+        /// Which stream.
+        stream: usize,
+        /// Position to read after.
+        after: u64,
+        /// Largest batch.
+        limit: usize,
+    },
+}
+
+/// Streams used by the property test.
+pub const PROP_STREAMS: usize = 3;
+
+/// Any interleaving of appends and replays on a few streams.
+pub fn log_ops() -> impl proptest::strategy::Strategy<Value = Vec<LogOp>> {
+    use proptest::prelude::*;
+    let op = prop_oneof![
+        4 => (0..PROP_STREAMS, proptest::bool::weighted(0.05)).prop_map(|(stream, close)| LogOp::Append { stream, close }),
+        3 => (0..PROP_STREAMS, 0u64..40, 1usize..50).prop_map(|(stream, after, limit)| LogOp::Replay { stream, after, limit }),
+    ];
+    proptest::collection::vec(op, 1..80)
+}
+
+/// D2/D3 property: against a model of the log, every replay from any position is exactly the
+/// suffix (bounded by `limit`), appends get the next sequence, closed streams refuse appends.
+pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
+    let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+    let mut streams = Vec::new();
+    let mut model: Vec<(Vec<String>, bool)> = Vec::new();
+    for _ in 0..PROP_STREAMS {
+        let id = StreamId::random();
+        store.create_stream(&id, &owner).await.expect("create");
+        streams.push(id);
+        model.push((Vec::new(), false));
+    }
+    for (step, op) in ops.into_iter().enumerate() {
+        match op {
+            LogOp::Append { stream, close } => {
+                let (events, closed) = &mut model[stream];
+                let data = format!("s{stream}-{step}");
+                let result = store.append(&streams[stream], data.clone(), close).await;
+                if *closed {
+                    assert!(matches!(result, Err(StoreError::StreamClosed { .. })), "step {step}: append to a closed stream");
+                } else {
+                    let id = result.expect("append");
+                    events.push(data);
+                    assert_eq!(id.seq, events.len() as u64, "step {step}: next sequence");
+                    *closed = close;
+                }
+            }
+            LogOp::Replay { stream, after, limit } => {
+                let (events, closed) = &model[stream];
+                let read = store.read_after(&streams[stream], after, limit).await.expect("read");
+                let start = usize::try_from(after).unwrap_or(usize::MAX).min(events.len());
+                let want: Vec<&String> = events[start..].iter().take(limit).collect();
+                let got: Vec<&String> = read.events.iter().map(|e| &e.data).collect();
+                assert_eq!(got, want, "step {step}: exact suffix after {after}");
+                for (i, e) in read.events.iter().enumerate() {
+                    assert_eq!(e.id.seq, after.max(0) + 1 + i as u64, "step {step}: ids in order");
+                }
+                let reaches_end = start + want.len() == events.len();
+                assert_eq!(read.finished, *closed && reaches_end, "step {step}: finished flag");
+            }
+        }
+    }
+}
+
 /// Instantiate the contract suite for a backend. `$factory` is an async expression giving
 /// `Option<Arc<dyn Store>>`: a fresh, isolated store, or `None` to skip (service missing
 /// outside CI; the factory prints why and must panic instead when `CI=true`).
@@ -270,6 +351,25 @@ macro_rules! store_contract_tests {
         mod contract {
             #[allow(unused_imports)]
             use super::*;
+
+            $crate::contract::proptest::proptest! {
+                #![proptest_config($crate::contract::proptest::prelude::ProptestConfig {
+                    cases: 24, failure_persistence: None, ..Default::default()
+                })]
+                #[test]
+                fn d3_any_interleaving_replays_exact_suffixes(ops in $crate::contract::log_ops()) {
+                    let runtime = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
+                    runtime.block_on(async {
+                        if let Some(store) = $factory.await {
+                            $crate::contract::check_event_log_model(store, ops).await;
+                        }
+                    });
+                }
+            }
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
