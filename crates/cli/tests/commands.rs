@@ -1,5 +1,7 @@
 //! The operator commands on a real store: inspect, replay, prune.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod support;
 
 use std::process::Command;

@@ -3,6 +3,8 @@
 //! and the client resumes with `GET` + `Last-Event-ID`: it receives exactly the rest of the
 //! stream, in order, once.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod support;
 
 use std::time::Duration;

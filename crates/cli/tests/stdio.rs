@@ -1,5 +1,7 @@
 //! The stdio transport with the real binary: same handler, same engine.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 

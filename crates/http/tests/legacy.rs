@@ -1,5 +1,7 @@
 //! Legacy era (2025-03-26 .. 2025-11-25) over the in-process router.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod support;
 
 use std::collections::HashSet;

@@ -1,5 +1,7 @@
 //! Modern era (2026-07-28): stateless requests with per-request `_meta` and standard headers.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod support;
 
 use http::StatusCode;

@@ -3,6 +3,8 @@
 //! over one keep-alive TCP connection and requires the median round trip to stay far below
 //! that.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod support;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! Security defaults and hostile input: each rejection has its status and a JSON-RPC body,
 //! and nothing panics or hangs.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 mod support;
 
 use http::StatusCode;

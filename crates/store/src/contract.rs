@@ -76,7 +76,7 @@ pub async fn d3_closed_stream_finishes_and_refuses_appends(store: Arc<dyn Store>
     assert_eq!(read.events.len(), 2);
     let partial = store.read_after(&stream, 1, 1).await.expect("read");
     assert!(!partial.finished, "finished only when the read reaches the last event");
-    let err = store.append(&stream, "late".into(), false).await.unwrap_err();
+    let err = store.append(&stream, "late".into(), false).await.expect_err("append to a closed stream");
     assert!(matches!(err, StoreError::StreamClosed { .. }), "{err}");
 }
 
@@ -188,7 +188,7 @@ pub async fn d5_session_end_closes_its_streams(store: Arc<dyn Store>) {
 
 /// Bad ids: unknown streams are NotFound, not empty.
 pub async fn d3_unknown_stream_is_not_found(store: Arc<dyn Store>) {
-    let err = store.read_after(&StreamId::random(), 0, 10).await.unwrap_err();
+    let err = store.read_after(&StreamId::random(), 0, 10).await.expect_err("unknown stream");
     assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
     assert!(store.stream_owner(&StreamId::random()).await.is_err());
 }

@@ -1,6 +1,6 @@
 //! Test support for driving the real `durable-mcp` binary: spawn servers, and a minimal
 //! blocking HTTP/1.1 client that reads SSE incrementally.
-#![allow(dead_code, missing_docs)]
+#![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

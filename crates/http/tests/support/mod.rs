@@ -1,5 +1,5 @@
 //! Shared test support: a small rmcp handler and an in-process HTTP client for the router.
-#![allow(dead_code, missing_docs)]
+#![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
