@@ -180,8 +180,8 @@ impl DurableMcp {
         tracing::info!(addr = %listener.local_addr()?, path = %self.http.path, "durable-mcp serving");
         let engine = self.engine().await?;
         let pruner = engine.spawn_pruner();
-        let router = HttpTransport::new(engine, self.http).router();
-        let served = durable_mcp_http::serve(listener, router, shutdown).await;
+        let transport = HttpTransport::new(engine, self.http);
+        let served = durable_mcp_http::serve(listener, transport, shutdown).await;
         pruner.abort();
         served?;
         Ok(())

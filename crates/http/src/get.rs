@@ -78,7 +78,7 @@ impl Transport {
                 }
             }
         };
-        Ok(sse::response(&self.engine, source, self.config.keep_alive))
+        Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
     }
 
     pub(crate) async fn delete(&self, headers: &HeaderMap) -> Result<Response, Rejection> {

@@ -31,12 +31,19 @@ pub use rejection::Rejection;
 pub struct Transport {
     engine: Engine,
     config: std::sync::Arc<HttpConfig>,
+    shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl Transport {
     /// A transport serving `engine`.
     pub fn new(engine: Engine, config: HttpConfig) -> Self {
-        Self { engine, config: std::sync::Arc::new(config) }
+        Self { engine, config: std::sync::Arc::new(config), shutdown: tokio_util::sync::CancellationToken::new() }
+    }
+
+    /// Cancelling this token ends every open SSE connection (their streams stay resumable),
+    /// so that a graceful shutdown does not wait forever on long-lived GET streams.
+    pub fn shutdown_token(&self) -> tokio_util::sync::CancellationToken {
+        self.shutdown.clone()
     }
 
     /// An axum router serving the endpoint at the configured path.
@@ -64,14 +71,21 @@ async fn endpoint(State(transport): State<Transport>, request: Request<Body>) ->
     })
 }
 
-/// Serve `router` on `listener` until `shutdown` resolves. Accepted connections get
+/// Serve `transport` on `listener` until `shutdown` resolves, then end its SSE connections
+/// and finish the requests in flight. Accepted connections get
 /// `TCP_NODELAY`: SSE responses are several small writes, and with Nagle's algorithm a
 /// keep-alive client waits ~40 ms on each request.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    transport: Transport,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let token = transport.shutdown_token();
+    let router = transport.router();
+    let shutdown = async move {
+        shutdown.await;
+        token.cancel();
+    };
     use axum::serve::ListenerExt;
     let listener = listener.tap_io(|tcp| {
         if let Err(error) = tcp.set_nodelay(true) {

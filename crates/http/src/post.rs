@@ -109,7 +109,7 @@ impl Transport {
                     close_on: accepted.close_connection,
                     keep_session: None,
                 };
-                Ok(sse::response(&self.engine, source, self.config.keep_alive))
+                Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
             }
             Inbound::Notification { method, message } => {
                 if method == "notifications/cancelled" {
@@ -220,7 +220,7 @@ impl Transport {
             close_on: None,
             keep_session: None,
         };
-        Ok(sse::response(&self.engine, source, self.config.keep_alive))
+        Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
     }
 
     async fn json_outcome(&self, stream: durable_mcp_store::StreamId) -> Result<Response, Rejection> {

@@ -41,11 +41,27 @@ pub struct SseSource {
 }
 
 /// Build the SSE response.
-pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration) -> Response {
+pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration, shutdown: &CancellationToken) -> Response {
     let events = tail(engine.store().clone(), source.stream, source.after);
     let guard = source.cancel_on_drop.map(CancellationToken::drop_guard);
     let keep_session = source.keep_session.map(|(principal, id)| (engine.clone(), principal, id));
-    let body = body_stream(events, source.prefix, guard, keep_alive, source.close_after, source.close_on, keep_session);
+    // Shutting down ends the connection like a poll would: the stream stays resumable.
+    let close_on = match source.close_on {
+        Some(token) => {
+            let both = shutdown.child_token();
+            let asked = token.clone();
+            let linked = both.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = asked.cancelled() => linked.cancel(),
+                    () = linked.cancelled() => {}
+                }
+            });
+            Some(both)
+        }
+        None => Some(shutdown.child_token()),
+    };
+    let body = body_stream(events, source.prefix, guard, keep_alive, source.close_after, close_on, keep_session);
     let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();

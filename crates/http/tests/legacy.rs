@@ -289,3 +289,13 @@ async fn d14_on_demand_prune_removes_old_finished_streams_only() {
     let resumed = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session), ("last-event-id", done[0].0.as_ref().unwrap())], None).await;
     assert_eq!(resumed.status, StatusCode::NOT_FOUND, "resuming a pruned stream is a clear 4xx");
 }
+
+#[tokio::test]
+async fn shutdown_ends_open_sse_connections() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let get = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None).await;
+    h.transport.shutdown_token().cancel();
+    let events = get.events().await;
+    assert_eq!(events.len(), 1, "the priming event, then the connection ends: {events:?}");
+}

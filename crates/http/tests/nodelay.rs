@@ -64,8 +64,7 @@ async fn trap_keep_alive_round_trips_are_not_delayed_by_nagle() {
     let h = harness_with(HttpConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = h.router.clone();
-    let server = tokio::spawn(durable_mcp_http::serve(listener, router, std::future::pending()));
+    let server = tokio::spawn(durable_mcp_http::serve(listener, h.transport.clone(), std::future::pending()));
     let mut conn = BufReader::new(tokio::net::TcpStream::connect(addr).await.unwrap());
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});

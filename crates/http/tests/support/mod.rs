@@ -107,6 +107,7 @@ impl ServerHandler for TestServer {
 
 pub struct Harness {
     pub router: Router,
+    pub transport: Transport,
     pub store: Arc<dyn Store>,
     pub engine: Engine,
 }
@@ -118,8 +119,9 @@ pub fn harness_with(config: HttpConfig) -> Harness {
 pub fn harness_full(config: HttpConfig, options: EngineOptions) -> Harness {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let engine = Engine::new(store.clone(), McpHandler::new(TestServer::new()), options);
-    let router = Transport::new(engine.clone(), config).router();
-    Harness { router, store, engine }
+    let transport = Transport::new(engine.clone(), config);
+    let router = transport.clone().router();
+    Harness { router, transport, store, engine }
 }
 
 pub fn harness() -> Harness {

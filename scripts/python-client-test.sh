@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Drives the durable-mcp example server with the official Python MCP SDK (`mcp` on PyPI).
+#
+#   scripts/python-client-test.sh [-k SUBSTRING]
+#
+# 1. Creates <repo>/.tools/venv (git-ignored) with the machine's python3 and installs the
+#    pinned SDK into it (skipped when that version is already there).
+# 2. Builds the durable-mcp binary (cargo build -p durable-mcp-cli, under flock).
+# 3. For each store, `memory:` then `sqlite:<fresh temp file>`: starts
+#      durable-mcp serve --example everything --listen 127.0.0.1:<free port> --store <store>
+#    runs tests/python/test_client.py against http://127.0.0.1:<port>/mcp, stops the server.
+#
+# The Python tests cover both protocol eras: 2025-11-25 (initialize, tools/list,
+# tools/call, elicitation answered by the SDK's callback, progress) and 2026-07-28
+# (server/discover, tools/list, tools/call, input_required results retried with
+# inputResponses / requestState, by hand and through the SDK's callbacks).
+#
+# -k SUBSTRING runs only the tests whose name contains it.
+#
+# Environment:
+#   PYTHON            interpreter for the venv (default python3; needs >= 3.10)
+#   MCP_SDK_VERSION   SDK version to install (default: the pinned one below)
+#   CARGO_LOCK        lock file for flock around cargo (default /tmp/cargo.lock)
+#   SKIP_BUILD=1      use the existing target/debug/durable-mcp as is
+#
+# Prints one PASS/FAIL line per test and per store, then the closing line
+# "N passed, M failed". Exits non-zero if any test failed or anything else went wrong.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+cd "$REPO_ROOT"
+
+MCP_SDK_VERSION="${MCP_SDK_VERSION:-2.3.0}"
+PYTHON="${PYTHON:-python3}"
+VENV="$REPO_ROOT/.tools/venv"
+VENV_PY="$VENV/bin/python"
+TEST_FILE="$REPO_ROOT/tests/python/test_client.py"
+BIN="$REPO_ROOT/target/debug/durable-mcp"
+CARGO_LOCK="${CARGO_LOCK:-/tmp/cargo.lock}"
+
+SELECTOR=()
+if [ "${1:-}" = "-k" ] && [ -n "${2:-}" ]; then
+  SELECTOR=(-k "$2")
+elif [ $# -gt 0 ]; then
+  echo "usage: $0 [-k SUBSTRING]" >&2
+  exit 2
+fi
+
+log() { echo "[python-client-test] $*" >&2; }
+
+work="$(mktemp -d)"
+server_pid=""
+# alive PID: the process runs (an exited child not yet waited for is a zombie, which a
+# signal-0 probe would still find).
+alive() {
+  local state
+  state="$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+# stop_server: SIGTERM, up to 10 s to exit, then SIGKILL.
+stop_server() {
+  if [ -n "$server_pid" ]; then
+    kill "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      alive "$server_pid" || break
+      sleep 0.1
+    done
+    if alive "$server_pid"; then
+      log "WARNING: server (pid $server_pid) still running 10 s after SIGTERM; sending SIGKILL"
+      kill -KILL "$server_pid" 2>/dev/null || true
+    fi
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+  fi
+}
+total_passed=0
+total_failed=0
+summary_printed=0
+on_exit() {
+  local rc=$?
+  stop_server
+  rm -rf "$work"
+  # A setup step (venv, SDK install, build) failed before any summary: still close with one.
+  if [ "$summary_printed" = 0 ] && [ "$rc" -ne 0 ]; then
+    echo "$total_passed passed, $((total_failed + 1)) failed"
+  fi
+  exit "$rc"
+}
+trap on_exit EXIT
+
+# ------------------------------------------------------------------ venv --
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  log "ERROR: $PYTHON not found"
+  exit 1
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
+  log "ERROR: $PYTHON is $("$PYTHON" --version 2>&1); the MCP SDK needs Python >= 3.10"
+  exit 1
+fi
+
+sdk_version() {
+  "$VENV_PY" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true
+}
+
+if [ ! -x "$VENV_PY" ] || ! "$VENV_PY" -c 'import sys' >/dev/null 2>&1; then
+  log "creating $VENV with $("$PYTHON" --version 2>&1)"
+  rm -rf "$VENV"
+  mkdir -p "$(dirname "$VENV")"
+  "$PYTHON" -m venv "$VENV"
+fi
+if [ "$(sdk_version)" != "$MCP_SDK_VERSION" ]; then
+  log "installing mcp==$MCP_SDK_VERSION into $VENV"
+  "$VENV_PY" -m pip install --quiet --disable-pip-version-check --no-input "mcp==$MCP_SDK_VERSION" </dev/null >&2
+fi
+installed="$(sdk_version)"
+if [ "$installed" != "$MCP_SDK_VERSION" ]; then
+  log "ERROR: expected mcp $MCP_SDK_VERSION in $VENV, found '${installed:-none}'"
+  exit 1
+fi
+log "python $("$VENV_PY" -c 'import platform; print(platform.python_version())'), mcp $installed"
+
+# ----------------------------------------------------------------- build --
+if [ "${SKIP_BUILD:-0}" != "1" ]; then
+  log "building durable-mcp-cli"
+  if command -v flock >/dev/null 2>&1; then
+    flock "$CARGO_LOCK" cargo build --quiet -p durable-mcp-cli
+  else
+    cargo build --quiet -p durable-mcp-cli
+  fi
+fi
+if [ ! -x "$BIN" ]; then
+  log "ERROR: $BIN was not built"
+  exit 1
+fi
+
+# ------------------------------------------------------------------- run --
+free_port() {
+  "$VENV_PY" -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()'
+}
+
+# start_server STORE LOG: starts the server on a free port; sets server_pid and port.
+start_server() {
+  local store="$1" logfile="$2" attempt
+  for attempt in 1 2 3; do
+    port="$(free_port)"
+    NO_COLOR=1 "$BIN" serve --example everything --listen "127.0.0.1:$port" --store "$store" \
+      >"$logfile" 2>&1 </dev/null &
+    server_pid=$!
+    for _ in $(seq 1 150); do
+      if ! alive "$server_pid"; then
+        break
+      fi
+      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        return 0
+      fi
+      sleep 0.1
+    done
+    log "server did not come up on port $port (attempt $attempt); log:"
+    tail -n 20 "$logfile" >&2 || true
+    stop_server
+  done
+  return 1
+}
+
+run_store() {
+  local label="$1" store="$2"
+  local out="$work/$label.out" logfile="$work/$label-server.log" rc=0 passed failed summary
+  log "store $store"
+  if ! start_server "$store" "$logfile"; then
+    echo "FAIL [$label] server_start: the server did not start with --store $store"
+    total_failed=$((total_failed + 1))
+    return 0
+  fi
+  "$VENV_PY" "$TEST_FILE" --url "http://127.0.0.1:$port/mcp" --label "$label" "${SELECTOR[@]}" \
+    </dev/null 2>&1 | tee "$out" || rc=$?
+  if ! alive "$server_pid"; then
+    echo "FAIL [$label] server_alive: the server exited during the tests"
+    total_failed=$((total_failed + 1))
+    rc=1
+  fi
+  stop_server
+  summary="$(grep -E '^summary passed=[0-9]+ failed=[0-9]+$' "$out" | tail -n 1 || true)"
+  if [ -z "$summary" ]; then
+    echo "FAIL [$label] test_client: the Python test run printed no summary (exit $rc)"
+    total_failed=$((total_failed + 1))
+    rc=1
+  else
+    passed="$(sed -E 's/^summary passed=([0-9]+) failed=([0-9]+)$/\1/' <<<"$summary")"
+    failed="$(sed -E 's/^summary passed=([0-9]+) failed=([0-9]+)$/\2/' <<<"$summary")"
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+    if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+      echo "FAIL [$label] test_client: the Python test run exited $rc"
+      total_failed=$((total_failed + 1))
+    fi
+  fi
+  if [ "$rc" -ne 0 ]; then
+    echo "--- server log, --store $store (last 40 lines) ---"
+    tail -n 40 "$logfile" || true
+    echo "--- end of server log ---"
+  fi
+}
+
+run_store memory "memory:"
+run_store sqlite "sqlite:$work/python-client.db"
+
+summary_printed=1
+echo "$total_passed passed, $total_failed failed"
+if [ "$total_failed" -ne 0 ] || [ "$total_passed" -eq 0 ]; then
+  exit 1
+fi
