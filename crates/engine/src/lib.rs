@@ -10,6 +10,7 @@
 //! Transports (HTTP, stdio) read the events back through [`Engine::tail`].
 
 mod error;
+mod inbox;
 mod run;
 mod session;
 mod tail;

@@ -3,15 +3,15 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Outbound, PeerContext, Run};
 use durable_mcp_store::{EventId, Principal, SessionChange, SessionId, SessionRecord, StreamId, StreamOwner};
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::inbox::Inbox;
 use crate::{Engine, EngineError};
 
 /// The protocol era of one request.
@@ -71,19 +71,11 @@ pub struct Accepted {
     pub close_connection: Option<CancellationToken>,
 }
 
-struct Pending {
-    session: Option<SessionId>,
-    original_id: RequestId,
-    replies: mpsc::Sender<Value>,
-}
-
 /// Runs in flight on this worker: for cancellation and for routing replies to the
 /// handler's own requests.
 #[derive(Default)]
 pub(crate) struct Registry {
     runs: Mutex<HashMap<String, CancellationToken>>,
-    pending: Mutex<HashMap<String, Pending>>,
-    next: AtomicU64,
     in_flight: std::sync::atomic::AtomicUsize,
 }
 
@@ -178,7 +170,7 @@ impl Engine {
 
     async fn pump(self, mut run: Run, caller: Caller, id: RequestId, stream: StreamId, close_connection: CancellationToken) {
         let mut answered = false;
-        let mut my_pending = Vec::new();
+        let mut inbox: Option<Inbox> = None;
         while let Some(message) = run.outbound.recv().await {
             tracing::debug!(%stream, ?message, "handler message");
             let result = match message {
@@ -198,20 +190,18 @@ impl Engine {
                     Ok(())
                 }
                 Outbound::Notification { method, message } => self.route_notification(&caller, &stream, &method, message).await,
-                Outbound::Request { id: original_id, message, .. } => {
-                    let n = self.inner.runs.next.fetch_add(1, Ordering::Relaxed);
-                    let wire_id = format!("{}-{n}", &stream.as_str()[..12]);
-                    let mut message = message;
+                Outbound::Request { id: original_id, mut message, .. } => async {
+                    let inbox = match &mut inbox {
+                        Some(inbox) => inbox,
+                        None => inbox.insert(Inbox::open(&self, &caller, run.replies.clone()).await?),
+                    };
+                    let wire_id = inbox.wire_id(original_id);
                     if let Some(obj) = message.as_object_mut() {
-                        obj.insert("id".into(), Value::String(wire_id.clone()));
+                        obj.insert("id".into(), Value::String(wire_id));
                     }
-                    lock(&self.inner.runs.pending).insert(
-                        wire_id.clone(),
-                        Pending { session: caller.session_id().cloned(), original_id, replies: run.replies.clone() },
-                    );
-                    my_pending.push(wire_id);
                     self.commit(&stream, &message, false).await.map(drop)
                 }
+                .await,
             };
             if let Err(error) = result {
                 tracing::warn!(%error, %stream, "could not commit a handler message; cancelling the request");
@@ -232,9 +222,8 @@ impl Engine {
         if let Some(session) = caller.session_id() {
             lock(&self.inner.runs.runs).remove(&run_key(session, &id));
         }
-        let mut pending = lock(&self.inner.runs.pending);
-        for wire_id in my_pending {
-            pending.remove(&wire_id);
+        if let Some(inbox) = inbox {
+            inbox.close(&self).await;
         }
     }
 
@@ -304,26 +293,6 @@ impl Engine {
     /// is [`Engine::cancel`]).
     pub fn notify(&self, caller: &Caller, message: Map<String, Value>) {
         self.handler().notify(message, &caller.peer());
-    }
-
-    /// Deliver a client's response to a server-to-client request to the handler waiting
-    /// for it. Responses to unknown ids (already answered, or another session's) are
-    /// dropped, as the protocol allows.
-    pub async fn reply(&self, caller: &Caller, id: &RequestId, mut message: Map<String, Value>) {
-        let Some(wire_id) = id.as_str() else { return };
-        let pending = {
-            let mut pending = lock(&self.inner.runs.pending);
-            match pending.get(wire_id) {
-                Some(p) if p.session.as_ref() == caller.session_id() => pending.remove(wire_id),
-                _ => None,
-            }
-        };
-        let Some(pending) = pending else {
-            tracing::debug!(%wire_id, "reply to an unknown request dropped");
-            return;
-        };
-        message.insert("id".into(), pending.original_id);
-        let _ = pending.replies.send(Value::Object(message)).await;
     }
 
     /// `notifications/cancelled`: cancel the named request of the caller's session.

@@ -122,7 +122,7 @@ impl Transport {
                 Ok(StatusCode::ACCEPTED.into_response())
             }
             Inbound::Response { id, message } => {
-                self.engine.reply(&caller, &id, message).await;
+                self.engine.reply(&caller, &id, message).await?;
                 Ok(StatusCode::ACCEPTED.into_response())
             }
         }

@@ -118,8 +118,10 @@ async fn handle(engine: &Engine, caller: &mut Option<Caller>, inbound: Inbound, 
             None
         }
         Inbound::Response { id, message } => {
-            if let Some(caller) = caller.as_ref() {
-                engine.reply(caller, &id, message).await;
+            if let Some(caller) = caller.as_ref()
+                && let Err(error) = engine.reply(caller, &id, message).await
+            {
+                tracing::warn!(%error, "could not commit a reply");
             }
             None
         }
