@@ -44,6 +44,8 @@ pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{McpHandler, rmcp};
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
 pub use durable_mcp_store_memory::MemoryStore;
+pub use durable_mcp_store_postgres::{PgOptions, PgStore};
+pub use durable_mcp_store_redis::{RedisOptions, RedisStore};
 pub use durable_mcp_store_sqlite::{SqliteOptions, SqliteStore};
 
 /// The store used when none is configured: a SQLite file in the working directory.
@@ -54,7 +56,7 @@ pub const DEFAULT_STORE_URL: &str = "sqlite:./durable-mcp.db";
 #[non_exhaustive]
 pub enum Error {
     /// The store URL is not one durable-mcp knows.
-    #[error("unsupported store URL {0:?} (expected memory: or sqlite:PATH)")]
+    #[error("unsupported store URL {0:?} (expected memory:, sqlite:PATH, postgres://... or redis://...)")]
     UnsupportedStore(String),
     /// Binding or serving failed.
     #[error("I/O error: {0}")]
@@ -68,10 +70,14 @@ pub enum Error {
 ///
 /// - `memory:` — in-process, lost on exit (tests, development).
 /// - `sqlite:PATH[?synchronous=full|normal|off&max_events=N]` — the embedded default.
+/// - `postgres://USER@HOST:PORT/DB[?schema=NAME&...]` — shared by many workers.
+/// - `redis://HOST:PORT[/DB][?prefix=NAME&...]` — shared by many workers.
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, Error> {
     match url.split_once(':').map(|(scheme, _)| scheme) {
         Some("memory") => Ok(Arc::new(MemoryStore::new())),
         Some("sqlite") => Ok(Arc::new(SqliteStore::open_url(url).await?)),
+        Some("postgres" | "postgresql") => Ok(Arc::new(PgStore::open_url(url).await?)),
+        Some("redis") => Ok(Arc::new(RedisStore::open_url(url).await?)),
         _ => Err(Error::UnsupportedStore(url.to_owned())),
     }
 }

@@ -2,6 +2,10 @@
 //! blocking HTTP/1.1 client that reads SSE incrementally.
 #![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
+pub mod backend;
+pub mod nginx;
+pub mod proxy;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;

@@ -1,0 +1,99 @@
+//! Three workers sharing PostgreSQL (and again Redis) behind nginx in plain round-robin,
+//! with no stickiness: a client session hops across all three workers.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::backend::Backend;
+use support::nginx::{self, Nginx};
+use support::*;
+
+fn nginx_available() -> bool {
+    if nginx::binary().is_some() {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("nginx is required in CI (scripts/setup-nginx.sh installs it)");
+    }
+    eprintln!("skipped: nginx not installed (run scripts/setup-nginx.sh)");
+    false
+}
+
+fn session_hops_across_three_workers(backend: Backend) {
+    if !backend.available() || !nginx_available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let mut workers: Vec<Server> = (0..3).map(|_| Server::start(&store, free_port(), &[])).collect();
+    let dir = temp_dir("nginx");
+    let lb = Nginx::start(&dir, format!("127.0.0.1:{}", free_port()).parse().unwrap(), &workers.iter().map(|w| w.addr).collect::<Vec<_>>());
+
+    // initialize and calls through the balancer: consecutive requests land on different
+    // workers (round-robin), none of which holds the session in memory.
+    let session = initialize(lb.addr);
+    for i in 0..9 {
+        let call = json!({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {}}});
+        let msgs = post(lb.addr, Some(&session), &call).messages();
+        assert_eq!(msgs.last().unwrap().1["id"], 100 + i, "call {i}");
+    }
+    // Every worker serves the session directly too.
+    for w in &workers {
+        let msgs = post(w.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})).messages();
+        assert!(msgs.last().unwrap().1["result"]["tools"].is_array());
+    }
+
+    // The GET stream on one worker receives what a call on another causes.
+    let mut get = request(workers[2].addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None);
+    let _ = get.next_event();
+    let change = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "test_trigger_tool_change", "arguments": {}}});
+    let _ = post(workers[0].addr, Some(&session), &change).messages();
+    let (_, data) = get.next_event().expect("live message");
+    assert_eq!(serde_json::from_str::<Value>(&data).unwrap()["method"], "notifications/tools/list_changed");
+    drop(get);
+
+    // A stream read on worker 1, which is then killed with SIGKILL; the client resumes
+    // through the balancer, which sends it to a surviving worker.
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "emit_events", "arguments": {"count": 8, "interval_ms": 20}, "_meta": {"progressToken": 1}}});
+    let mut stream = post(workers[1].addr, Some(&session), &call);
+    let mut seen = Vec::new();
+    let mut last = String::new();
+    while seen.len() < 4 {
+        let (id, data) = stream.next_event().unwrap();
+        last = id.unwrap();
+        if !data.is_empty() {
+            seen.push(serde_json::from_str::<Value>(&data).unwrap());
+        }
+    }
+    drop(stream);
+    std::thread::sleep(Duration::from_millis(1_000));
+    workers[1].kill();
+    let rest: Vec<Value> = resume(lb.addr, &session, &last).messages().into_iter().map(|(_, m)| m).collect();
+    let all: Vec<&Value> = seen.iter().chain(&rest).collect();
+    assert_eq!(all.iter().filter(|m| m["method"] == "notifications/progress").count(), 8);
+    assert_eq!(all.iter().filter(|m| m["id"] == 9).count(), 1);
+    let progress: BTreeSet<String> = all.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].to_string()).collect();
+    assert_eq!(progress.len(), 8, "no duplicates");
+
+    // DELETE through the balancer ends the session on every worker (D5).
+    let deleted = request(lb.addr, "DELETE", &[("mcp-session-id", &session)], None);
+    assert_eq!(deleted.status, 200);
+    for w in [&workers[0], &workers[2]] {
+        assert_eq!(post(w.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).status, 404);
+    }
+}
+
+#[test]
+fn postgres_session_hops_across_three_workers_behind_nginx() {
+    session_hops_across_three_workers(Backend::Postgres);
+}
+
+#[test]
+fn redis_session_hops_across_three_workers_behind_nginx() {
+    session_hops_across_three_workers(Backend::Redis);
+}

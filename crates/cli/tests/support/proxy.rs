@@ -1,0 +1,79 @@
+//! A TCP proxy the tests control, to take a store "down" under a running server without
+//! touching the real service: `cut()` drops every connection and refuses new ones,
+//! `restore()` lets them through again.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub struct Proxy {
+    pub addr: SocketAddr,
+    down: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    pub fn start(target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let down = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (d, o) = (down.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if d.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(upstream) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = upstream.set_nodelay(true);
+                {
+                    let mut open = o.lock().unwrap();
+                    open.push(client.try_clone().unwrap());
+                    open.push(upstream.try_clone().unwrap());
+                }
+                pipe(client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                pipe(upstream, client);
+            }
+        });
+        Proxy { addr, down, open }
+    }
+
+    /// Drop every open connection and refuse new ones.
+    pub fn cut(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Let connections through again.
+    pub fn restore(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}

@@ -1,0 +1,251 @@
+//! Wake-ups for live tails, across workers.
+//!
+//! Each [`crate::PgStore`] keeps one dedicated connection that `LISTEN`s on the store's
+//! channel. Every append (and every deletion of a stream by `end_session` or `prune`) runs
+//! `pg_notify(channel, stream_id)` in its own transaction, so PostgreSQL delivers the
+//! notification to every listening worker when, and only if, the change commits. The
+//! listener turns each notification into a wake-up of the local tails of that stream.
+//!
+//! No wake-up is lost, only ever delayed:
+//! - a tail subscribes (joins the local map) before it reads, so a commit after the
+//!   subscription is followed by a notification that finds it;
+//! - while the listener is disconnected notifications are lost, so after every
+//!   (re)connect it wakes *every* local tail, which then re-reads;
+//! - and every tail also wakes on a periodic tick (`poll_interval`), a last resort that
+//!   bounds the delay if anything above misbehaves.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use durable_mcp_store::{StoreError, StoreResult, StreamId, WakeUps};
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_postgres::AsyncMessage;
+
+use crate::error::{describe, from_pg, unavailable};
+use crate::options::{PgOptions, quote_ident};
+
+/// How often the listener checks that its connection still answers: a connection that
+/// died silently (no RST) would otherwise go unnoticed until TCP keepalive gives up.
+const HEALTH_CHECK: Duration = Duration::from_secs(15);
+/// Longest pause between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+type Map = HashMap<StreamId, watch::Sender<u64>>;
+
+/// Per-stream wake-up channels for the tails in this process.
+#[derive(Clone, Default)]
+pub(crate) struct Watchers {
+    inner: Arc<Mutex<Map>>,
+}
+
+impl Watchers {
+    fn lock(&self) -> MutexGuard<'_, Map> {
+        // Every mutation is one insert or remove; a panic cannot leave the map half-updated.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Subscribe to `stream`: the returned wake-ups fire after each later [`Self::wake`]
+    /// of it, on every tick of `poll`, and end when the stream is [`Self::forget`]-ten.
+    pub(crate) fn watch(&self, stream: &StreamId, poll: Duration) -> WakeUps {
+        let rx = self.lock().entry(stream.clone()).or_insert_with(|| watch::channel(0).0).subscribe();
+        let subscription = Subscription { rx, stream: stream.clone(), watchers: self.clone() };
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Box::pin(futures::stream::unfold((subscription, ticker), |(mut sub, mut ticker)| async move {
+            tokio::select! {
+                changed = sub.rx.changed() => changed.ok().map(|()| ((), (sub, ticker))),
+                _ = ticker.tick() => Some(((), (sub, ticker))),
+            }
+        }))
+    }
+
+    /// Wake the local tails of `stream`.
+    pub(crate) fn wake(&self, stream: &StreamId) {
+        if let Some(tx) = self.lock().get(stream) {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Wake the local tails of the stream named by a notification's payload.
+    fn wake_payload(&self, payload: &str) {
+        match payload.parse::<StreamId>() {
+            Ok(stream) => self.wake(&stream),
+            Err(_) => tracing::debug!(payload, "ignoring a notification that names no stream"),
+        }
+    }
+
+    /// Wake every local tail (after notifications may have been lost).
+    pub(crate) fn wake_all(&self) {
+        for tx in self.lock().values() {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// End the local tails of streams that no longer exist.
+    pub(crate) fn forget(&self, gone: &[StreamId]) {
+        let mut map = self.lock();
+        for stream in gone {
+            // Dropping the sender ends the watchers' wake-up streams.
+            map.remove(stream);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// One tail's receiver; removes the stream's entry when its last tail goes away.
+struct Subscription {
+    rx: watch::Receiver<u64>,
+    stream: StreamId,
+    watchers: Watchers,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut map = self.watchers.lock();
+        if let Some(tx) = map.get(&self.stream)
+            && tx.receiver_count() <= 1
+            && self.rx.same_channel(&tx.subscribe())
+        {
+            map.remove(&self.stream);
+        }
+    }
+}
+
+/// The running listener; dropping it stops the task and closes its connection.
+pub(crate) struct Listener {
+    _stop: oneshot::Sender<()>,
+}
+
+/// Start listening on `options.channel()`, feeding `watchers`. Returns once the first
+/// `LISTEN` is in effect, so wake-ups from other workers are delivered from then on; if the
+/// first connection fails, so does this.
+pub(crate) async fn start(options: PgOptions, watchers: Watchers) -> StoreResult<Listener> {
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let (stop_tx, stop_rx) = oneshot::channel();
+    tokio::spawn(run(options, watchers, ready_tx, stop_rx));
+    match ready_rx.await {
+        Ok(Ok(())) => Ok(Listener { _stop: stop_tx }),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(unavailable("the postgres listener stopped before it was ready")),
+    }
+}
+
+async fn run(
+    options: PgOptions,
+    watchers: Watchers,
+    ready: oneshot::Sender<StoreResult<()>>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut ready = Some(ready);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut listened = false;
+        let error = tokio::select! {
+            _ = &mut stop => return,
+            error = session(&options, &watchers, &mut ready, &mut listened) => error,
+        };
+        if let Some(ready) = ready.take() {
+            // The first connection failed: `start` reports it and the task ends.
+            let _ = ready.send(Err(error));
+            return;
+        }
+        if listened {
+            backoff = Duration::from_millis(100);
+        }
+        tracing::warn!(%error, retry_in = ?backoff, "postgres listener lost its connection; reconnecting");
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Aborts the connection's driver task when the session ends.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One listening connection: connect, LISTEN, wake everyone, then forward notifications
+/// until the connection fails; returns why it ended. Sets `listened` once LISTEN is in
+/// effect.
+async fn session(
+    options: &PgOptions,
+    watchers: &Watchers,
+    ready: &mut Option<oneshot::Sender<StoreResult<()>>>,
+    listened: &mut bool,
+) -> StoreError {
+    match listen(options, watchers, ready, listened).await {
+        Ok(never) => match never {},
+        Err(error) => error,
+    }
+}
+
+async fn listen(
+    options: &PgOptions,
+    watchers: &Watchers,
+    ready: &mut Option<oneshot::Sender<StoreResult<()>>>,
+    listened: &mut bool,
+) -> StoreResult<std::convert::Infallible> {
+    let (client, mut connection) = crate::pool::connect_raw(options).await?;
+    let (tx, mut notifications) = mpsc::unbounded_channel::<String>();
+    // The connection is driven by `poll_message`, which yields the notifications.
+    let mut driver = AbortOnDrop(tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message? {
+                AsyncMessage::Notification(n) => {
+                    // The session ended and dropped the receiver: stop.
+                    let Ok(()) = tx.send(n.payload().to_owned()) else { break };
+                }
+                AsyncMessage::Notice(notice) => tracing::debug!(%notice, "postgres notice"),
+                _ => {}
+            }
+        }
+        Ok(())
+    }));
+    let check_timeout = options.op_timeout.min(HEALTH_CHECK);
+    tokio::time::timeout(check_timeout, client.batch_execute(&format!("LISTEN {}", quote_ident(&options.channel()))))
+        .await
+        .map_err(|_| unavailable("LISTEN was not answered in time"))?
+        .map_err(from_pg)?;
+    tracing::debug!(channel = options.channel(), "postgres listener ready");
+    *listened = true;
+    if let Some(ready) = ready.take() {
+        let _ = ready.send(Ok(()));
+    }
+    // Notifications sent while no listener was connected are lost: re-read everything.
+    watchers.wake_all();
+    let mut health = tokio::time::interval_at(tokio::time::Instant::now() + HEALTH_CHECK, HEALTH_CHECK);
+    loop {
+        tokio::select! {
+            payload = notifications.recv() => match payload {
+                Some(payload) => watchers.wake_payload(&payload),
+                None => break,
+            },
+            _ = health.tick() => {
+                match tokio::time::timeout(check_timeout, client.simple_query("SELECT 1")).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => return Err(from_pg(error)),
+                    Err(_) => return Err(unavailable("the listener connection stopped answering")),
+                }
+            }
+        }
+    }
+    // The driver ended: say why.
+    match (&mut driver.0).await {
+        Ok(Ok(())) => Err(unavailable("the listener connection closed")),
+        Ok(Err(error)) => Err(unavailable(describe(&error))),
+        Err(join) => Err(StoreError::Unavailable(Box::new(join))),
+    }
+}

@@ -1,0 +1,92 @@
+//! Versioned schema with forward migrations.
+//!
+//! Applied versions are rows of `durable_mcp_schema`; the schema's version is the largest.
+//! Every worker migrates at start, inside one transaction holding a transaction-scoped
+//! advisory lock, so concurrent starts run each migration exactly once and none sees a
+//! half-migrated schema (PostgreSQL DDL is transactional). A database whose version is
+//! newer than this build's is refused rather than misread.
+
+use durable_mcp_store::{StoreError, StoreResult};
+use tokio_postgres::Client;
+
+use crate::error::from_pg;
+use crate::options::quote_ident;
+
+/// Each entry migrates from version `index` to `index + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 0 -> 1: sessions, streams and their events. Deleting a session deletes its streams,
+    // deleting a stream deletes its events (D5).
+    "CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        record TEXT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        last_seen_ms BIGINT NOT NULL
+    );
+    CREATE INDEX sessions_by_principal ON sessions (principal, created_at_ms, id);
+    CREATE INDEX sessions_by_age ON sessions (created_at_ms, id);
+    CREATE INDEX sessions_by_last_seen ON sessions (last_seen_ms);
+    CREATE TABLE streams (
+        id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        session TEXT REFERENCES sessions (id) ON DELETE CASCADE,
+        first_seq BIGINT NOT NULL DEFAULT 1,
+        last_seq BIGINT NOT NULL DEFAULT 0,
+        closed BOOLEAN NOT NULL DEFAULT FALSE,
+        last_event_ms BIGINT NOT NULL
+    );
+    CREATE INDEX streams_by_session ON streams (session);
+    CREATE INDEX streams_closed_by_age ON streams (last_event_ms) WHERE closed;
+    CREATE TABLE events (
+        stream TEXT NOT NULL REFERENCES streams (id) ON DELETE CASCADE,
+        seq BIGINT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (stream, seq)
+    );",
+];
+
+/// The schema version this build writes.
+pub const LATEST: i64 = MIGRATIONS.len() as i64;
+
+/// The first key of the advisory lock migrations hold (`'dmcp'`); the second is a hash of
+/// the schema name, so deployments in different schemas migrate independently.
+const LOCK_CLASS: i32 = 0x646d_6370;
+
+/// Bring the schema up to [`LATEST`] and return it, refusing newer databases with
+/// [`StoreError::Incompatible`].
+pub(crate) async fn migrate(client: &mut Client, schema: Option<&str>) -> StoreResult<i64> {
+    let tx = client.transaction().await.map_err(from_pg)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&LOCK_CLASS, &schema.unwrap_or("")])
+        .await
+        .map_err(from_pg)?;
+    if let Some(schema) = schema {
+        tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema))).await.map_err(from_pg)?;
+    }
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS durable_mcp_schema (
+            version BIGINT PRIMARY KEY,
+            applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        )",
+    )
+    .await
+    .map_err(from_pg)?;
+    let current: i64 = tx
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM durable_mcp_schema", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(from_pg)?;
+    if current > LATEST {
+        return Err(StoreError::Incompatible(format!(
+            "the PostgreSQL schema{} is at version {current}, but this durable-mcp understands up to {LATEST}: upgrade durable-mcp",
+            schema.map(|s| format!(" {s:?}")).unwrap_or_default()
+        )));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(current).unwrap_or(0)) {
+        let version = index as i64 + 1;
+        tx.batch_execute(sql).await.map_err(from_pg)?;
+        tx.execute("INSERT INTO durable_mcp_schema (version) VALUES ($1)", &[&version]).await.map_err(from_pg)?;
+        tracing::info!(version, schema = schema.unwrap_or(""), "postgres schema migrated");
+    }
+    tx.commit().await.map_err(from_pg)?;
+    Ok(LATEST)
+}

@@ -1,0 +1,214 @@
+//! [`PgOptions`]: where the database is and how the store uses it, parsed from a
+//! `postgres://` URL.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use durable_mcp_store::StoreError;
+
+use crate::error::describe;
+
+/// The LISTEN/NOTIFY channel when no schema is configured.
+pub const DEFAULT_CHANNEL: &str = "durable_mcp_events";
+
+/// Longest accepted schema name: the channel `durable_mcp_events_<schema>` must fit in
+/// PostgreSQL's 63-byte identifiers.
+const MAX_SCHEMA_LEN: usize = 63 - DEFAULT_CHANNEL.len() - 1;
+
+/// Settings of the PostgreSQL store.
+///
+/// Built by [`PgOptions::from_url`] from
+/// `postgres://user[:password]@host[:port]/database[?param=value&...]`. Besides the
+/// parameters libpq and tokio-postgres understand (`connect_timeout`, `application_name`,
+/// `sslmode`, ...), the query string may carry the store's own:
+///
+/// | parameter | field | default |
+/// | --- | --- | --- |
+/// | `schema` | [`schema`](Self::schema) | none (the server's `search_path`) |
+/// | `pool_size` | [`pool_size`](Self::pool_size) | 8 |
+/// | `max_events` | [`max_events_per_stream`](Self::max_events_per_stream) | unbounded |
+/// | `poll_ms` | [`poll_interval`](Self::poll_interval) | 1000 |
+/// | `op_timeout_ms` | [`op_timeout`](Self::op_timeout) | 30000 |
+/// | `connect_timeout` (seconds) | [`connect_timeout`](Self::connect_timeout) | 5 |
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    config: tokio_postgres::Config,
+    /// Keep every table in this schema (created if missing) instead of the server's default
+    /// `search_path`. Several deployments, or tests, can then share one database. Lowercase
+    /// ASCII letters, digits and `_`, not starting with a digit, at most 44 bytes.
+    pub schema: Option<String>,
+    /// Connections kept for store operations (the LISTEN connection is one more).
+    pub pool_size: usize,
+    /// Keep at most this many events per stream; older ones are pruned as new ones are
+    /// appended, and a resume from before them is [`StoreError::Pruned`] (D14).
+    pub max_events_per_stream: Option<u64>,
+    /// Live tails also wake this often, so a notification lost while the listener
+    /// reconnects delays a wake-up by at most this much instead of losing it.
+    pub poll_interval: Duration,
+    /// Longest one connection attempt may take; an unreachable server fails `open` and
+    /// operations within this (D15: fail fast).
+    pub connect_timeout: Duration,
+    /// Longest one store operation may take, waiting for a pooled connection included,
+    /// before it fails with [`StoreError::Unavailable`] (D15).
+    pub op_timeout: Duration,
+}
+
+impl PgOptions {
+    /// Parse a `postgres://` (or `postgresql://`) URL; see the table above for the store's
+    /// own parameters. Malformed URLs are [`StoreError::Incompatible`].
+    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(StoreError::Incompatible("not a postgres:// URL".into()));
+        }
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut schema = None;
+        let mut pool_size = 8;
+        let mut max_events = None;
+        let mut poll_ms = 1_000;
+        let mut op_timeout_ms = 30_000;
+        let mut passthrough = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "schema" => schema = Some(value.to_owned()),
+                "pool_size" => pool_size = number(key, value)?,
+                "max_events" => max_events = Some(number(key, value)?),
+                "poll_ms" => poll_ms = number(key, value)?,
+                "op_timeout_ms" => op_timeout_ms = number(key, value)?,
+                _ => passthrough.push(pair),
+            }
+        }
+        let url = if passthrough.is_empty() { base.to_owned() } else { format!("{base}?{}", passthrough.join("&")) };
+        // The error's text never contains the URL, so no password reaches a log.
+        let mut config = tokio_postgres::Config::from_str(&url)
+            .map_err(|e| StoreError::Incompatible(format!("bad postgres URL: {}", describe(&e))))?;
+        let connect_timeout = config.get_connect_timeout().copied().unwrap_or(Duration::from_secs(5));
+        if config.get_application_name().is_none() {
+            config.application_name("durable-mcp");
+        }
+        let options = Self {
+            config,
+            schema,
+            pool_size: usize::try_from(pool_size).unwrap_or(usize::MAX),
+            max_events_per_stream: max_events,
+            poll_interval: Duration::from_millis(poll_ms),
+            connect_timeout,
+            op_timeout: Duration::from_millis(op_timeout_ms),
+        };
+        options.validate()?;
+        Ok(options)
+    }
+
+    /// These options with every table kept in `schema` (see [`Self::schema`]).
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// Check the settings that [`crate::PgStore::open`] relies on.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if let Some(schema) = &self.schema {
+            let ok_chars = schema.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            let ok_start = schema.bytes().next().is_some_and(|b| !b.is_ascii_digit());
+            if !ok_chars || !ok_start || schema.len() > MAX_SCHEMA_LEN {
+                return Err(StoreError::Incompatible(format!(
+                    "bad schema name {schema:?}: use at most {MAX_SCHEMA_LEN} lowercase ASCII letters, digits or '_', not starting with a digit"
+                )));
+            }
+        }
+        if self.pool_size == 0 {
+            return Err(StoreError::Incompatible("pool_size must be at least 1".into()));
+        }
+        if self.max_events_per_stream == Some(0) {
+            return Err(StoreError::Incompatible("max_events must be at least 1".into()));
+        }
+        if self.poll_interval.is_zero() || self.op_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(StoreError::Incompatible("poll_ms, op_timeout_ms and connect_timeout must be positive".into()));
+        }
+        Ok(())
+    }
+
+    /// The channel appends NOTIFY and the listener LISTENs on; one per schema, so
+    /// deployments sharing a database do not wake each other.
+    pub fn channel(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("{DEFAULT_CHANNEL}_{schema}"),
+            None => DEFAULT_CHANNEL.to_owned(),
+        }
+    }
+
+    /// Where the store connects, for messages: `host:port/database`, never the password.
+    pub fn target(&self) -> String {
+        use tokio_postgres::config::Host;
+        let host = match self.config.get_hosts().first() {
+            Some(Host::Tcp(host)) => host.clone(),
+            #[cfg(unix)]
+            Some(Host::Unix(path)) => path.display().to_string(),
+            None => "localhost".into(),
+        };
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        format!("{host}:{port}/{}", self.config.get_dbname().unwrap_or(""))
+    }
+
+    /// The tokio-postgres configuration with this store's connect timeout applied.
+    pub(crate) fn connect_config(&self) -> tokio_postgres::Config {
+        let mut config = self.config.clone();
+        config.connect_timeout(self.connect_timeout);
+        config
+    }
+}
+
+fn number(key: &str, value: &str) -> Result<u64, StoreError> {
+    value.parse().map_err(|_| StoreError::Incompatible(format!("bad {key} {value:?} in postgres URL: expected a number")))
+}
+
+/// `name` as a quoted SQL identifier.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_store_and_driver_parameters() {
+        let o = PgOptions::from_url(
+            "postgres://u:secret@db.example:6543/app?schema=tenant_1&pool_size=3&max_events=10&poll_ms=250&op_timeout_ms=900&connect_timeout=2&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(o.schema.as_deref(), Some("tenant_1"));
+        assert_eq!(o.pool_size, 3);
+        assert_eq!(o.max_events_per_stream, Some(10));
+        assert_eq!(o.poll_interval, Duration::from_millis(250));
+        assert_eq!(o.op_timeout, Duration::from_millis(900));
+        assert_eq!(o.connect_timeout, Duration::from_secs(2));
+        assert_eq!(o.target(), "db.example:6543/app");
+        assert_eq!(o.channel(), "durable_mcp_events_tenant_1");
+        assert!(!format!("{o:?}").contains("secret"), "the password never reaches Debug");
+    }
+
+    #[test]
+    fn defaults_and_rejections() {
+        let o = PgOptions::from_url("postgresql://postgres@127.0.0.1/test").unwrap();
+        assert_eq!((o.pool_size, o.connect_timeout, o.channel().as_str()), (8, Duration::from_secs(5), DEFAULT_CHANNEL));
+        for bad in [
+            "mysql://x/y",
+            "postgres://h/db?schema=Bad-Name",
+            "postgres://h/db?schema=1abc",
+            "postgres://h/db?pool_size=0",
+            "postgres://h/db?max_events=many",
+            "postgres://h/db?bogus_param=1",
+        ] {
+            let err = PgOptions::from_url(bad).unwrap_err();
+            assert!(matches!(err, StoreError::Incompatible(_)), "{bad}: {err}");
+        }
+        assert!(PgOptions::from_url(&format!("postgres://h/db?schema={}", "s".repeat(MAX_SCHEMA_LEN))).is_ok());
+        assert!(PgOptions::from_url(&format!("postgres://h/db?schema={}", "s".repeat(MAX_SCHEMA_LEN + 1))).is_err());
+    }
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+    }
+}

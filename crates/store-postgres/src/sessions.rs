@@ -1,0 +1,174 @@
+//! Session rows: the record as JSON text (kept as sent, key order included), keyed by id
+//! and principal. `last_seen_ms` lives in its own column, which is authoritative: a touch
+//! updates only the column, and every load puts the column's value into the record.
+
+use durable_mcp_store::{Principal, SessionChange, SessionId, SessionRecord, StoreError, StoreResult, StreamId, StreamOwner};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use crate::error::from_pg;
+use crate::pool::Conn;
+use crate::{streams, to_i64};
+
+const INSERT: &str = "INSERT INTO sessions (id, principal, record, created_at_ms, last_seen_ms) VALUES ($1, $2, $3, $4, $5)";
+const LOAD: &str = "SELECT record, last_seen_ms FROM sessions WHERE id = $1 AND principal = $2";
+const LOCK: &str = "SELECT record, last_seen_ms FROM sessions WHERE id = $1 AND principal = $2 FOR UPDATE";
+const WRITE: &str = "UPDATE sessions SET record = $2, last_seen_ms = GREATEST(last_seen_ms, $3) WHERE id = $1 RETURNING last_seen_ms";
+const TOUCH: &str = "UPDATE sessions SET last_seen_ms = GREATEST(last_seen_ms, $3)
+    WHERE id = $1 AND principal = $2 RETURNING record, last_seen_ms";
+const DELETE_STREAMS: &str = "DELETE FROM streams WHERE session = $1 RETURNING id";
+const DELETE: &str = "DELETE FROM sessions WHERE id = $1";
+const LIST_ALL: &str = "SELECT record, last_seen_ms FROM sessions ORDER BY created_at_ms, id LIMIT $1";
+const LIST_MINE: &str =
+    "SELECT record, last_seen_ms FROM sessions WHERE principal = $2 ORDER BY created_at_ms, id LIMIT $1";
+const IDLE: &str = "SELECT id FROM sessions WHERE last_seen_ms < $1 ORDER BY id FOR UPDATE SKIP LOCKED";
+const DELETE_STREAMS_OF: &str = "DELETE FROM streams WHERE session = ANY($1) RETURNING id";
+const DELETE_MANY: &str = "DELETE FROM sessions WHERE id = ANY($1)";
+
+/// Decode a `(record, last_seen_ms)` row.
+fn decode(row: &Row) -> StoreResult<SessionRecord> {
+    let text: &str = row.try_get(0).map_err(from_pg)?;
+    let last_seen: i64 = row.try_get(1).map_err(from_pg)?;
+    let mut record: SessionRecord =
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("session record: {e}")))?;
+    record.last_seen_ms = u64::try_from(last_seen).unwrap_or(0);
+    Ok(record)
+}
+
+fn encode(record: &SessionRecord) -> StoreResult<String> {
+    serde_json::to_string(record).map_err(|e| StoreError::Corrupt(format!("session record: {e}")))
+}
+
+/// Stream ids from `RETURNING id` rows.
+pub(crate) fn stream_ids(rows: &[Row]) -> StoreResult<Vec<StreamId>> {
+    rows.iter()
+        .map(|row| {
+            let id: &str = row.try_get(0).map_err(from_pg)?;
+            id.parse().map_err(|e| StoreError::Corrupt(format!("stream id {id:?}: {e}")))
+        })
+        .collect()
+}
+
+/// Insert a session and its standalone stream, in one transaction.
+pub(crate) async fn create(conn: &mut Conn, record: &SessionRecord) -> StoreResult<()> {
+    let text = encode(record)?;
+    let Conn { client, statements } = conn;
+    let tx = client.transaction().await.map_err(from_pg)?;
+    let insert = statements.get(&tx, INSERT).await?;
+    let params: [&(dyn ToSql + Sync); 5] = [
+        &record.id.as_str(),
+        &record.principal.as_str(),
+        &text,
+        &to_i64(record.created_at_ms),
+        &to_i64(record.last_seen_ms),
+    ];
+    tx.execute(&insert, &params).await.map_err(from_pg)?;
+    let owner = StreamOwner { principal: record.principal.clone(), session: Some(record.id.clone()) };
+    streams::insert(&tx, statements, &record.standalone_stream, &owner).await?;
+    tx.commit().await.map_err(from_pg)
+}
+
+/// Load `principal`'s session `id`.
+pub(crate) async fn load(conn: &mut Conn, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+    let statement = conn.statements.get(&conn.client, LOAD).await?;
+    let row = conn.client.query_opt(&statement, &[&id.as_str(), &principal.as_str()]).await.map_err(from_pg)?;
+    decode(&row.ok_or(StoreError::not_found("session"))?)
+}
+
+/// Apply `change` to `principal`'s session `id`. A touch is one `UPDATE`; any other
+/// change reads the row `FOR UPDATE`, applies the change and writes it back in one
+/// transaction, so concurrent changes from any worker serialize and none is lost (D4).
+pub(crate) async fn update(
+    conn: &mut Conn,
+    principal: &Principal,
+    id: &SessionId,
+    change: &SessionChange,
+    now_ms: u64,
+) -> StoreResult<SessionRecord> {
+    let Conn { client, statements } = conn;
+    let now = to_i64(now_ms);
+    if matches!(change, SessionChange::Touch) {
+        let touch = statements.get(&*client, TOUCH).await?;
+        let row = client.query_opt(&touch, &[&id.as_str(), &principal.as_str(), &now]).await.map_err(from_pg)?;
+        return decode(&row.ok_or(StoreError::not_found("session"))?);
+    }
+    let tx = client.transaction().await.map_err(from_pg)?;
+    let lock = statements.get(&tx, LOCK).await?;
+    let row = tx.query_opt(&lock, &[&id.as_str(), &principal.as_str()]).await.map_err(from_pg)?;
+    let mut record = decode(&row.ok_or(StoreError::not_found("session"))?)?;
+    record.apply(change, now_ms);
+    let write = statements.get(&tx, WRITE).await?;
+    let row = tx.query_one(&write, &[&id.as_str(), &encode(&record)?, &now]).await.map_err(from_pg)?;
+    let last_seen: i64 = row.try_get(0).map_err(from_pg)?;
+    record.last_seen_ms = u64::try_from(last_seen).unwrap_or(0);
+    tx.commit().await.map_err(from_pg)?;
+    Ok(record)
+}
+
+/// End `principal`'s session `id` with its streams and their events, and notify the
+/// streams' tails on `channel`, in one transaction. Returns whether it was live and which
+/// streams went with it.
+///
+/// The session row is locked first, so a concurrent `create_stream` for it either commits
+/// before (and its stream is deleted and notified here) or fails its foreign key after.
+pub(crate) async fn end(
+    conn: &mut Conn,
+    principal: &Principal,
+    id: &SessionId,
+    channel: &str,
+) -> StoreResult<(bool, Vec<StreamId>)> {
+    let Conn { client, statements } = conn;
+    let tx = client.transaction().await.map_err(from_pg)?;
+    let lock = statements.get(&tx, LOCK).await?;
+    if tx.query_opt(&lock, &[&id.as_str(), &principal.as_str()]).await.map_err(from_pg)?.is_none() {
+        return Ok((false, Vec::new()));
+    }
+    let delete_streams = statements.get(&tx, DELETE_STREAMS).await?;
+    let gone = stream_ids(&tx.query(&delete_streams, &[&id.as_str()]).await.map_err(from_pg)?)?;
+    let delete = statements.get(&tx, DELETE).await?;
+    tx.execute(&delete, &[&id.as_str()]).await.map_err(from_pg)?;
+    streams::notify(&tx, statements, channel, &gone).await?;
+    tx.commit().await.map_err(from_pg)?;
+    Ok((true, gone))
+}
+
+/// Live sessions, oldest first.
+pub(crate) async fn list(conn: &mut Conn, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = match principal {
+        Some(principal) => {
+            let statement = conn.statements.get(&conn.client, LIST_MINE).await?;
+            conn.client.query(&statement, &[&limit, &principal.as_str()]).await
+        }
+        None => {
+            let statement = conn.statements.get(&conn.client, LIST_ALL).await?;
+            conn.client.query(&statement, &[&limit]).await
+        }
+    }
+    .map_err(from_pg)?;
+    rows.iter().map(decode).collect()
+}
+
+/// Inside a prune's transaction: delete the sessions idle since before `cutoff_ms`, with
+/// their streams. Sessions locked by a concurrent change (in use right now) or by a
+/// concurrent prune are skipped. Returns how many sessions ended and the streams deleted.
+pub(crate) async fn prune_idle(
+    tx: &tokio_postgres::Transaction<'_>,
+    statements: &mut crate::pool::Statements,
+    cutoff_ms: u64,
+) -> StoreResult<(u64, Vec<StreamId>)> {
+    let idle = statements.get(tx, IDLE).await?;
+    let ids: Vec<String> = tx
+        .query(&idle, &[&to_i64(cutoff_ms)])
+        .await
+        .and_then(|rows| rows.iter().map(|row| row.try_get(0)).collect())
+        .map_err(from_pg)?;
+    if ids.is_empty() {
+        return Ok((0, Vec::new()));
+    }
+    let delete_streams = statements.get(tx, DELETE_STREAMS_OF).await?;
+    let gone = stream_ids(&tx.query(&delete_streams, &[&ids]).await.map_err(from_pg)?)?;
+    let delete = statements.get(tx, DELETE_MANY).await?;
+    let ended = tx.execute(&delete, &[&ids]).await.map_err(from_pg)?;
+    Ok((ended, gone))
+}

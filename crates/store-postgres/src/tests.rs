@@ -1,0 +1,349 @@
+//! The contract suite and PostgreSQL-specific tests. Each test gets a fresh schema in the
+//! database named by `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
+//! If the server is unreachable the tests print `skipped: ...` and pass, except with
+//! `CI=true`, where they fail.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use durable_mcp_store::{Principal, SessionChange, Store, StoreError, StreamId, StreamOwner};
+use futures::StreamExt;
+
+use super::*;
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+const SCHEMA_PREFIX: &str = "dmcp_test_";
+
+fn database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// `url` with one more query parameter.
+fn with_param(url: &str, key: &str, value: &str) -> String {
+    format!("{url}{}{key}={value}", if url.contains('?') { '&' } else { '?' })
+}
+
+fn without_schema(options: &PgOptions) -> PgOptions {
+    let mut options = options.clone();
+    options.schema = None;
+    options
+}
+
+/// A raw connection for test setup (no schema).
+async fn admin(options: &PgOptions) -> tokio_postgres::Client {
+    pool::connect(&without_schema(options)).await.expect("admin connection")
+}
+
+/// Options for a new, empty schema `dmcp_test_<pid>_<random>` (with `extra` URL
+/// parameters); `None` if the server is unreachable outside CI.
+async fn fresh_options(extra: &[(&str, &str)]) -> Option<PgOptions> {
+    let mut url = database_url();
+    for (key, value) in extra {
+        url = with_param(&url, key, value);
+    }
+    let mut options = PgOptions::from_url(&url).expect("DATABASE_URL parses");
+    let random = StreamId::random();
+    options.schema = Some(format!("{SCHEMA_PREFIX}{}_{}", std::process::id(), &random.as_str()[..16]));
+    options.pool_size = 4;
+    match pool::connect(&without_schema(&options)).await {
+        Ok(_) => {}
+        // The inner error reads "PostgreSQL not reachable at host:port/db: <cause>".
+        Err(StoreError::Unavailable(error)) => {
+            assert!(!in_ci(), "CI=true and {error}");
+            eprintln!("skipped: {error}");
+            return None;
+        }
+        Err(other) => panic!("PostgreSQL at {} refused the test setup: {other}", options.target()),
+    }
+    drop_stale_schemas(&options).await;
+    Some(options)
+}
+
+/// Once per test process: drop test schemas left by test processes that are gone.
+async fn drop_stale_schemas(options: &PgOptions) {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let client = admin(options).await;
+    let rows = client
+        .query("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", &[&SCHEMA_PREFIX])
+        .await
+        .expect("list test schemas");
+    for row in rows {
+        let name: String = row.get(0);
+        let pid = name[SCHEMA_PREFIX.len()..].split('_').next().unwrap_or("");
+        let alive = pid == std::process::id().to_string() || std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if !alive {
+            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", options::quote_ident(&name))).await;
+        }
+    }
+}
+
+async fn fresh() -> Option<Arc<dyn Store>> {
+    let options = fresh_options(&[]).await?;
+    Some(Arc::new(PgStore::open(options).await.expect("open")))
+}
+
+durable_mcp_store::store_contract_tests!(fresh());
+
+fn anonymous_owner() -> StreamOwner {
+    StreamOwner { principal: Principal::anonymous(), session: None }
+}
+
+/// Waits up to 5 s for one wake-up.
+async fn woken(wake: &mut durable_mcp_store::WakeUps) -> bool {
+    tokio::time::timeout(Duration::from_secs(5), wake.next()).await.is_ok()
+}
+
+#[tokio::test]
+async fn d1_committed_events_survive_reopen() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let stream = StreamId::random();
+    {
+        let store = PgStore::open(options.clone()).await.unwrap();
+        store.create_stream(&stream, &anonymous_owner()).await.unwrap();
+        for i in 0..10 {
+            store.append(&stream, format!("{i}"), false).await.unwrap();
+        }
+    }
+    let store = PgStore::open(options).await.unwrap();
+    let read = store.read_after(&stream, 4, 100).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["4", "5", "6", "7", "8", "9"]);
+    assert_eq!(store.migrate().await.unwrap(), SCHEMA_VERSION, "migrating again is a no-op");
+}
+
+#[tokio::test]
+async fn newer_schema_is_refused_with_a_clear_message() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let store = PgStore::open(options.clone()).await.unwrap();
+    let client = admin(&options).await;
+    let table = format!("{}.durable_mcp_schema", options::quote_ident(options.schema.as_deref().unwrap()));
+    client.execute(&format!("INSERT INTO {table} (version) VALUES ($1)"), &[&(SCHEMA_VERSION + 1)]).await.unwrap();
+    let err = PgStore::open(options).await.unwrap_err();
+    assert!(matches!(err, StoreError::Incompatible(_)), "{err}");
+    assert!(err.to_string().contains("upgrade durable-mcp"), "{err}");
+    let err = store.migrate().await.unwrap_err();
+    assert!(matches!(err, StoreError::Incompatible(_)), "{err}");
+}
+
+#[tokio::test]
+async fn concurrent_opens_migrate_exactly_once() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let opens = (0..4).map(|_| PgStore::open(options.clone()));
+    for store in futures::future::join_all(opens).await {
+        store.expect("every concurrent open succeeds");
+    }
+    let client = admin(&options).await;
+    let table = format!("{}.durable_mcp_schema", options::quote_ident(options.schema.as_deref().unwrap()));
+    let row = client.query_one(&format!("SELECT count(*), max(version) FROM {table}"), &[]).await.unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (SCHEMA_VERSION, SCHEMA_VERSION));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d3_another_worker_sees_appends_through_watch() {
+    // A poll interval far beyond the test's timeouts: only NOTIFY can wake the tail.
+    let Some(options) = fresh_options(&[("poll_ms", "600000")]).await else { return };
+    let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options).await.unwrap());
+    let stream = StreamId::random();
+    a.create_stream(&stream, &anonymous_owner()).await.unwrap();
+    let mut wake = b.watch(&stream).await.unwrap();
+    let mut seen = 0;
+    for i in 1..=3u64 {
+        a.append(&stream, format!("e{i}"), i == 3).await.unwrap();
+        assert!(woken(&mut wake).await, "worker B woken by worker A's append {i}");
+        let read = b.read_after(&stream, seen, 100).await.unwrap();
+        seen = read.events.last().map_or(seen, |e| e.id.seq);
+        if read.finished {
+            break;
+        }
+    }
+    assert_eq!(seen, 3);
+    assert!(b.read_after(&stream, 0, 100).await.unwrap().finished);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d5_ending_a_session_wakes_other_workers_tails() {
+    let Some(options) = fresh_options(&[("poll_ms", "600000")]).await else { return };
+    let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options).await.unwrap());
+    let who = Principal::new("alice");
+    let record = durable_mcp_store::contract::session(&who);
+    a.create_session(record.clone()).await.unwrap();
+    let mut wake = b.watch(&record.standalone_stream).await.unwrap();
+    assert!(a.end_session(&who, &record.id).await.unwrap());
+    assert!(woken(&mut wake).await, "the remote tail is woken");
+    assert!(matches!(b.read_after(&record.standalone_stream, 0, 10).await, Err(StoreError::NotFound { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_appenders_on_two_workers_give_one_gap_free_log() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options).await.unwrap());
+    let stream = StreamId::random();
+    a.create_stream(&stream, &anonymous_owner()).await.unwrap();
+    const PER_TASK: usize = 40;
+    let mut tasks = Vec::new();
+    for (w, store) in [a.clone(), b.clone(), a.clone(), b.clone()].into_iter().enumerate() {
+        let stream = stream.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..PER_TASK {
+                store.append(&stream, format!("w{w}-{i}"), false).await.unwrap();
+            }
+        }));
+    }
+    // A tail on each worker, reading while the appends run: every read continues exactly
+    // where the previous one ended (no event is skipped and seen later).
+    let total = (4 * PER_TASK) as u64;
+    let tails = [a.clone(), b.clone()].map(|store| {
+        let stream = stream.clone();
+        tokio::spawn(async move {
+            let mut last = 0;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while last < total {
+                assert!(Instant::now() < deadline, "tail stuck at {last}");
+                let read = store.read_after(&stream, last, 7).await.unwrap();
+                for e in &read.events {
+                    assert_eq!(e.id.seq, last + 1, "no gap in what a reader sees");
+                    last = e.id.seq;
+                }
+                if read.events.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        })
+    });
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for tail in tails {
+        tail.await.unwrap();
+    }
+    let read = b.read_after(&stream, 0, usize::MAX).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.id.seq).collect::<Vec<_>>(), (1..=total).collect::<Vec<_>>());
+    for w in 0..4 {
+        let mine: Vec<&str> =
+            read.events.iter().map(|e| e.data.as_str()).filter(|d| d.starts_with(&format!("w{w}-"))).collect();
+        assert_eq!(mine.len(), PER_TASK, "writer {w}");
+    }
+}
+
+#[tokio::test]
+async fn d14_max_events_prunes_and_resume_from_pruned_is_named() {
+    let Some(options) = fresh_options(&[("max_events", "3")]).await else { return };
+    let store = PgStore::open(options).await.unwrap();
+    let stream = StreamId::random();
+    store.create_stream(&stream, &anonymous_owner()).await.unwrap();
+    for i in 1..=6 {
+        store.append(&stream, format!("{i}"), false).await.unwrap();
+    }
+    let err = store.read_after(&stream, 1, 10).await.unwrap_err();
+    assert!(matches!(err, StoreError::Pruned { oldest_retained: 4, .. }), "{err}");
+    let read = store.read_after(&stream, 3, 10).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["4", "5", "6"]);
+}
+
+#[tokio::test]
+async fn d15_open_on_a_closed_port_fails_fast_as_unavailable() {
+    let started = Instant::now();
+    let err = PgStore::open_url("postgres://postgres@127.0.0.1:1/test?connect_timeout=2").await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert!(err.to_string().contains("not reachable at 127.0.0.1:1/test"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_missing_database_is_refused_not_retried() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let mut url = database_url();
+    let db = options.target().rsplit('/').next().unwrap_or("").to_owned();
+    url = url.replacen(&format!("/{db}"), "/dmcp_no_such_database", 1);
+    let err = PgStore::open_url(&url).await.unwrap_err();
+    assert!(matches!(err, StoreError::Incompatible(_)), "{err}");
+    assert!(err.to_string().contains("refused the connection"), "{err}");
+}
+
+/// Terminate this test's server backends whose current query starts with `query_prefix`.
+async fn kill_backends(options: &PgOptions, app: &str, query_prefix: &str) -> u64 {
+    admin(options)
+        .await
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = $1 AND starts_with(query, $2) AND pid <> pg_backend_pid()",
+            &[&app, &query_prefix],
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d3_listener_reconnects_by_itself() {
+    let app = format!("dmcp_listener_{}", &StreamId::random().as_str()[..12]);
+    let Some(options) = fresh_options(&[("poll_ms", "600000"), ("application_name", &app)]).await else { return };
+    let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options.clone()).await.unwrap());
+    let stream = StreamId::random();
+    a.create_stream(&stream, &anonymous_owner()).await.unwrap();
+    let mut wake = b.watch(&stream).await.unwrap();
+    assert!(kill_backends(&options, &app, "LISTEN").await >= 2, "both listeners killed");
+    // After reconnecting, a listener wakes every tail (notifications may have been lost)...
+    assert!(woken(&mut wake).await, "woken after the listener reconnected");
+    // ...and listens again: a later append on the other worker wakes the tail.
+    a.append(&stream, "after".into(), false).await.unwrap();
+    assert!(woken(&mut wake).await, "woken by NOTIFY on the new connection");
+    assert_eq!(b.read_after(&stream, 0, 10).await.unwrap().events.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d15_pool_replaces_killed_connections() {
+    let app = format!("dmcp_pool_{}", &StreamId::random().as_str()[..12]);
+    let Some(options) = fresh_options(&[("application_name", &app)]).await else { return };
+    let store = PgStore::open(options.clone()).await.unwrap();
+    let who = Principal::anonymous();
+    let record = durable_mcp_store::contract::session(&who);
+    store.create_session(record.clone()).await.unwrap();
+    // Kill every connection of the pool (idle ones show their last query).
+    let killed = kill_backends(&options, &app, "").await;
+    assert!(killed >= 2, "killed {killed}");
+    let mut failures = 0;
+    loop {
+        match store.update_session(&who, &record.id, SessionChange::Touch).await {
+            Ok(_) => break,
+            Err(StoreError::Unavailable(_)) if failures < options.pool_size + 1 => failures += 1,
+            Err(other) => panic!("after {failures} failures: {other}"),
+        }
+    }
+    assert!(store.load_session(&who, &record.id).await.is_ok());
+}
+
+#[tokio::test]
+async fn watch_subscriptions_clean_up_after_themselves() {
+    let watchers = listen::Watchers::default();
+    let stream = StreamId::random();
+    let first = watchers.watch(&stream, Duration::from_secs(60));
+    let mut second = watchers.watch(&stream, Duration::from_secs(60));
+    assert_eq!(watchers.len(), 1);
+    drop(first);
+    assert_eq!(watchers.len(), 1, "one tail is left");
+    watchers.wake(&stream);
+    assert!(woken(&mut second).await);
+    drop(second);
+    assert_eq!(watchers.len(), 0);
+    let mut ended = watchers.watch(&stream, Duration::from_secs(60));
+    watchers.forget(std::slice::from_ref(&stream));
+    assert_eq!(tokio::time::timeout(Duration::from_secs(5), ended.next()).await.unwrap(), None, "forgotten streams end their tails");
+}
+
+#[tokio::test]
+async fn watch_ticks_without_any_notification() {
+    let watchers = listen::Watchers::default();
+    let mut wake = watchers.watch(&StreamId::random(), Duration::from_millis(200));
+    let started = Instant::now();
+    for _ in 0..2 {
+        assert!(woken(&mut wake).await, "the fallback tick wakes");
+    }
+    assert!(started.elapsed() >= Duration::from_millis(400), "ticks are one interval apart, the first not immediate");
+}

@@ -1,0 +1,49 @@
+//! Mapping Redis errors into the store's classified errors.
+
+use durable_mcp_store::StoreError;
+use redis::{ErrorKind, RedisError};
+
+/// Classify a Redis error.
+///
+/// - Replies we cannot decode, and `WRONGTYPE` (a key under our prefix holds something we
+///   did not write), are [`StoreError::Corrupt`].
+/// - A client configuration the driver refuses (a bad URL, `rediss://` without TLS support)
+///   is [`StoreError::Incompatible`].
+/// - Everything else is [`StoreError::Unavailable`] (D15): refused or dropped connections,
+///   timeouts, `LOADING`, `READONLY` after a failover, `OOM`, `BUSY`, authentication. The
+///   caller answers 503; the connection manager reconnects by itself.
+pub(crate) fn from_redis(error: RedisError) -> StoreError {
+    match error.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::Corrupt(error.to_string()),
+        ErrorKind::InvalidClientConfig => StoreError::Incompatible(error.to_string()),
+        _ if error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE") => {
+            StoreError::Corrupt(error.to_string())
+        }
+        _ => StoreError::Unavailable(Box::new(error)),
+    }
+}
+
+/// A reply of one of our scripts that does not have the shape the script returns.
+pub(crate) fn bad_reply(what: &str, reply: &redis::Value) -> StoreError {
+    StoreError::Corrupt(format!("unexpected reply to {what}: {reply:?}"))
+}
+
+/// Read an integer out of a script or command reply (integers and numeric strings).
+pub(crate) fn int(value: &redis::Value) -> Option<i64> {
+    match value {
+        redis::Value::Int(n) => Some(*n),
+        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        redis::Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Read a string out of a reply (`None` for nil / Lua `false`).
+pub(crate) fn text(value: &redis::Value) -> Option<String> {
+    match value {
+        redis::Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        redis::Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}

@@ -1,0 +1,298 @@
+//! The Redis store: one Redis shared by many durable-mcp workers.
+//!
+//! Open it with [`RedisStore::open_url`]`("redis://127.0.0.1:6379/0?prefix=dmcp")` or
+//! [`RedisStore::open`] with [`RedisOptions`]. Needs Redis 6.2 or newer (or a compatible
+//! server) with `maxmemory-policy noeviction`: every key here has a TTL, so a `volatile-*`
+//! or `allkeys-*` policy could evict events from the middle of a log.
+//!
+//! - **One script per write.** Creating, updating and ending sessions, creating streams,
+//!   appending, and each removal by prune are single Lua scripts (`EVALSHA`, loaded on
+//!   demand): atomic, and they check before they write, so a refused or failed call leaves
+//!   nothing half-written (D15).
+//! - **Event logs are Redis streams.** Event `n` of a stream is entry `n-0` of its events
+//!   key. `XRANGE key <after+1> + COUNT <limit>` is exactly the suffix after a sequence, in
+//!   order, in O(log N + limit); `XADD` refuses an id not above the last, a server-side
+//!   guard against reuse; `XTRIM MINID` drops an exact prefix. (A sorted set would need
+//!   members made unique, since two equal payloads would collide, and costs a skiplist and
+//!   a dict per event; a hash plus a list needs two structures kept in step.)
+//! - **Wake-ups over pub/sub.** Appends `PUBLISH` on `<prefix>:wake`; each store handle
+//!   keeps one subscribed connection and a periodic tick as a fallback (see `wake_tick`).
+//! - **Reconnects by itself.** Commands go through a multiplexed connection that reconnects
+//!   after a failure; calls made while Redis is away fail fast with
+//!   [`StoreError::Unavailable`] (bounded by `connect_timeout` and `response_timeout`).
+//!
+//! # Key layout
+//!
+//! `P` is the prefix (default `dmcp`). Braces are Redis Cluster hash tags: every key of one
+//! session, including its streams' keys, shares the tag `{s:<session>}` and so one hash
+//! slot; a sessionless (modern) stream's keys share `{t:<stream>}`.
+//!
+//! | key | type | holds |
+//! | --- | --- | --- |
+//! | `P:{s:<session>}:session` | hash | `principal`, `record` (the [`SessionRecord`] as JSON), `version` (bumped by every update) |
+//! | `P:{s:<session>}:streams` | set | every stream of the session (deleted with it) |
+//! | `P:{s:<session>}:open` | set | its open streams (their TTL is refreshed when the session is used) |
+//! | `P:{s:<session>}:stream:<id>` | hash | stream meta: `principal`, `session`, `first_seq`, `last_seq`, `closed`, `last_event_ms` |
+//! | `P:{s:<session>}:events:<id>` | stream | its events: entry `<seq>-0`, field `d` |
+//! | `P:{t:<id>}:stream:<id>`, `P:{t:<id>}:events:<id>` | hash, stream | the same for a sessionless stream |
+//! | `P:streamidx:<id>` | string | the tag of a session stream (`s:<session>`); a resume has only the event id. Sessionless streams need no entry: their tag is `t:<id>` |
+//! | `P:sessions` | sorted set | session ids by `last_seen_ms` (prune, listing) |
+//! | `P:finished` | sorted set | closed stream ids by the time of their final event (prune) |
+//! | `P:wake` | channel | `a:<stream>` after an append, `g:<id>,<id>...` when streams are deleted |
+//!
+//! **Cluster.** The client here is not cluster-aware, and the scripts touch the three global
+//! keys (`streamidx`, `sessions`, `finished`) together with a session's keys, deriving names
+//! from the prefix: they need all keys on one primary (standalone Redis, or a Sentinel-managed
+//! primary). The hash tags keep the per-session data shardable; a cluster port would move the
+//! global-index updates out of the scripts.
+//!
+//! # Retention
+//!
+//! Every key expires (D14) even if [`Store::prune`] is never called: a session and its open
+//! streams after [`RedisOptions::session_idle_ttl`] without use (`update_session` refreshes
+//! them; an append refreshes its own stream), a closed sessionless stream
+//! [`RedisOptions::closed_stream_ttl`] after its final event, a closed session stream
+//! `session_idle_ttl` after it. A stream of a session that has ended or expired is
+//! `NotFound` at once, even before its own keys expire. `prune` applies the contract's
+//! [`Retention`] on top, through the two sorted sets; entries of keys Redis has expired are
+//! swept from them along the way. `list_sessions` reads every live session: it is an
+//! operator's tool, O(sessions).
+//!
+//! # Durability
+//!
+//! In plain words: a call that returned has been applied by the Redis server, in memory, and
+//! is visible to every worker at once; whether it survives a restart *of Redis* is decided by
+//! the server's persistence settings, not by this crate. Stated more precisely, an
+//! acknowledged write (D1, D4, the commit of every operation) is as durable as:
+//!
+//! - **No persistence** (`save ""`, `appendonly no`; the development machine's Redis runs
+//!   like this): it survives any number of worker crashes and restarts, and is lost
+//!   entirely when Redis restarts or crashes. Sessions, logs and ids are gone; clients get
+//!   404 / unknown event.
+//! - **RDB snapshots** (`save <seconds> <changes>`): a Redis crash loses everything since the
+//!   last snapshot, minutes of writes. Worse than loss, sequences restart from the
+//!   snapshot's values, so ids a client already saw can be reused for other events (D2);
+//!   use RDB alone only where losing the store is acceptable.
+//! - **AOF, `appendfsync everysec`** (the usual production setting): Redis normally hands
+//!   each write to the OS before it replies, so a crash of Redis alone loses nothing (unless
+//!   a stalled disk made it postpone that, up to 2 s); a crash of the machine (kernel,
+//!   power) loses up to the last one to two seconds of acknowledged writes, with the same
+//!   id-reuse caveat for them.
+//! - **AOF, `appendfsync always`**: Redis fsyncs before it replies; acknowledged writes
+//!   survive power loss, like SQLite with `synchronous=FULL`, at the cost of an fsync per
+//!   write batch.
+//!
+//! Replication is asynchronous: a failover to a replica may lose the last acknowledged
+//! writes whatever the persistence (this crate does not call `WAIT`/`WAITAOF`). A call that
+//! fails with [`StoreError::Unavailable`] after sending its script (for example a reply
+//! timeout) may or may not have been applied; it is then applied whole, never in part.
+
+mod error;
+mod keys;
+mod options;
+mod scripts;
+mod sessions;
+mod streams;
+mod wake;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use durable_mcp_store::{
+    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
+    StreamId, StreamOwner, StreamRead, WakeUps,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+pub use options::{DEFAULT_PREFIX, RedisOptions};
+
+use crate::error::from_redis;
+use crate::keys::Keys;
+use crate::options::redact;
+
+pub(crate) struct Shared {
+    options: RedisOptions,
+    keys: Keys,
+    channel: String,
+    conn: ConnectionManager,
+    watchers: wake::Watchers,
+    /// Stops the pub/sub listener when the last handle is dropped.
+    _listener: wake::Listener,
+}
+
+impl Shared {
+    /// A command connection (a cheap handle to the shared multiplexed connection).
+    pub(crate) fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// An invocation of `script` with the common arguments (prefix, channel) in place.
+    pub(crate) fn script(&self, script: &'static redis::Script) -> redis::ScriptInvocation<'static> {
+        let mut call = script.prepare_invoke();
+        call.arg(self.keys.prefix()).arg(&self.channel);
+        call
+    }
+}
+
+/// The Redis store. Cheap to clone; clones share one command connection and one pub/sub
+/// listener. Separate [`RedisStore::open`] calls behave as separate workers.
+#[derive(Clone)]
+pub struct RedisStore {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("url", &redact(&self.shared.options.url))
+            .field("prefix", &self.shared.options.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connect to the server described by `options` and subscribe to its wake-ups.
+    ///
+    /// Fails within [`RedisOptions::connect_timeout`] with [`StoreError::Unavailable`] if
+    /// the server cannot be reached, and with [`StoreError::Incompatible`] for a bad URL or
+    /// a server older than 6.2.
+    pub async fn open(options: RedisOptions) -> Result<Self, StoreError> {
+        options.validate()?;
+        let url = redact(&options.url);
+        let timeout = options.connect_timeout;
+        let store = match tokio::time::timeout(timeout, Self::connect(options)).await {
+            Ok(Ok(store)) => store,
+            Ok(Err(StoreError::Unavailable(error))) => {
+                return Err(StoreError::Unavailable(format!("redis at {url}: {error}").into()));
+            }
+            Ok(Err(error)) => return Err(error),
+            Err(_) => return Err(StoreError::Unavailable(format!("redis at {url}: no connection within {timeout:?}").into())),
+        };
+        tracing::info!(%url, prefix = %store.shared.options.prefix, "redis store open");
+        Ok(store)
+    }
+
+    /// Open the store named by a `redis://` URL (see [`RedisOptions::from_url`]).
+    pub async fn open_url(url: &str) -> Result<Self, StoreError> {
+        Self::open(RedisOptions::from_url(url)?).await
+    }
+
+    /// The settings this store was opened with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.shared.options
+    }
+
+    async fn connect(options: RedisOptions) -> Result<Self, StoreError> {
+        let client = redis::Client::open(options.url.as_str()).map_err(from_redis)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.response_timeout))
+            .set_number_of_retries(options.connect_retries)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(from_redis)?;
+        check_server(&conn).await?;
+        let keys = Keys::new(&options.prefix);
+        let channel = keys.channel();
+        let watchers = wake::Watchers::default();
+        let timeouts = wake::Timeouts { connect: options.connect_timeout, response: options.response_timeout };
+        let listener = wake::listen(client, channel.clone(), watchers.clone(), timeouts).await?;
+        Ok(Self { shared: Arc::new(Shared { options, keys, channel, conn, watchers, _listener: listener }) })
+    }
+}
+
+/// Refuse servers without `XTRIM MINID`; warn about settings that weaken the contract.
+async fn check_server(conn: &ConnectionManager) -> Result<(), StoreError> {
+    let info: String = match redis::cmd("INFO").query_async(&mut conn.clone()).await {
+        Ok(info) => info,
+        Err(error) if error.code() == Some("NOPERM") || error.code() == Some("ERR") => {
+            tracing::debug!(%error, "INFO not allowed; skipping the server checks");
+            return Ok(());
+        }
+        Err(error) => return Err(from_redis(error)),
+    };
+    let field = |name: &str| {
+        info.lines().find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(':'))).map(str::trim)
+    };
+    if let Some(version) = field("redis_version") {
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        if (major, minor) < (6, 2) {
+            return Err(StoreError::Incompatible(format!("redis {version} is too old: durable-mcp needs 6.2 or newer")));
+        }
+    }
+    if let Some(policy) = field("maxmemory_policy")
+        && policy != "noeviction"
+    {
+        tracing::warn!(policy, "redis maxmemory-policy is not noeviction: under memory pressure Redis may evict events (D3)");
+    }
+    if field("aof_enabled") == Some("0") {
+        tracing::info!("redis has no AOF: acknowledged writes do not survive a Redis restart beyond the last RDB snapshot, if any");
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn create_session(&self, record: SessionRecord) -> StoreResult<()> {
+        sessions::create(&self.shared, record).await
+    }
+
+    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+        sessions::load(&self.shared, principal, id).await
+    }
+
+    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+        sessions::update(&self.shared, principal, id, change).await
+    }
+
+    async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
+        sessions::end(&self.shared, principal, id).await
+    }
+
+    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+        sessions::list(&self.shared, principal, limit).await
+    }
+
+    async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
+        streams::create(&self.shared, id, owner).await
+    }
+
+    async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
+        streams::append(&self.shared, stream, data, close).await
+    }
+
+    async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner> {
+        streams::owner(&self.shared, stream).await
+    }
+
+    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+        streams::read_after(&self.shared, stream, after, limit).await
+    }
+
+    async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        let mut report = PruneReport::default();
+        if let Some(ttl) = retention.session_idle_ttl_ms {
+            report.sessions_ended = sessions::prune_idle(&self.shared, now_ms.saturating_sub(ttl)).await?;
+        }
+        if let Some(age) = retention.max_stream_age_ms {
+            report.streams_deleted = streams::prune_finished(&self.shared, now_ms.saturating_sub(age)).await?;
+        }
+        if report != PruneReport::default() {
+            tracing::info!(sessions_ended = report.sessions_ended, streams_deleted = report.streams_deleted, "redis store pruned");
+        }
+        Ok(report)
+    }
+
+    async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
+        Ok(self.shared.watchers.watch(stream, self.shared.options.wake_tick))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+//! Settings of the Redis store and the `redis://` URL that carries them.
+
+use std::time::Duration;
+
+use durable_mcp_store::StoreError;
+
+/// The key prefix used when the URL names none.
+pub const DEFAULT_PREFIX: &str = "dmcp";
+
+/// Settings of the Redis store.
+///
+/// Build one with [`RedisOptions::new`] (defaults) or [`RedisOptions::from_url`], then adjust
+/// fields. The TTLs are Redis key expiries, a backstop that bounds memory even if nobody
+/// calls [`prune`](durable_mcp_store::Store::prune); keep them at least as long as the
+/// engine's retention settings, or Redis expires what retention would still keep.
+#[derive(Clone)]
+pub struct RedisOptions {
+    /// The connection URL handed to the Redis client: `redis://[user:password@]host[:port][/db]`,
+    /// optionally with `?protocol=resp3`. Our own options are not part of it.
+    pub url: String,
+    /// Prefix of every key and of the wake-up channel (default `dmcp`). Letters, digits and
+    /// `_ - . :` only; in particular no braces, which would change the hash slots.
+    pub prefix: String,
+    /// A session, its open streams and their events expire after this long without use
+    /// (refreshed by `update_session`, including `Touch`; a stream also by each append).
+    /// Default 24 hours.
+    pub session_idle_ttl: Duration,
+    /// A closed sessionless (modern) stream expires this long after its final event.
+    /// Default 1 hour. Closed session streams keep `session_idle_ttl` from their final event.
+    pub closed_stream_ttl: Duration,
+    /// Keep at most this many events per stream; older ones are trimmed in the appending
+    /// script and a resume from them is [`StoreError::Pruned`] (D14). Default: unbounded.
+    pub max_events_per_stream: Option<u64>,
+    /// Live tails re-read at least this often, so a wake-up lost while the pub/sub
+    /// connection reconnects only delays a tail. Default 1 second.
+    pub wake_tick: Duration,
+    /// Bound on connecting (each attempt, and [`RedisStore::open`](crate::RedisStore::open)
+    /// as a whole). Default 2 seconds.
+    pub connect_timeout: Duration,
+    /// Bound on each command's reply; past it the call is [`StoreError::Unavailable`].
+    /// Default 5 seconds.
+    pub response_timeout: Duration,
+    /// Connection attempts the connection manager makes, with exponential backoff, each
+    /// time it (re)connects. Default 2.
+    pub connect_retries: usize,
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("session_idle_ttl", &self.session_idle_ttl)
+            .field("closed_stream_ttl", &self.closed_stream_ttl)
+            .field("max_events_per_stream", &self.max_events_per_stream)
+            .field("wake_tick", &self.wake_tick)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_retries", &self.connect_retries)
+            .finish()
+    }
+}
+
+/// The URL with its password (if any) replaced, for logs and errors.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+fn bad(message: String) -> StoreError {
+    StoreError::Incompatible(message)
+}
+
+fn seconds(key: &str, value: &str) -> Result<Duration, StoreError> {
+    value.parse::<u64>().ok().filter(|s| *s > 0).map(Duration::from_secs).ok_or_else(|| bad(format!("bad {key} {value:?}: want whole seconds > 0")))
+}
+
+impl RedisOptions {
+    /// Defaults for the server at `url` (a plain Redis connection URL, without our options).
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            session_idle_ttl: Duration::from_secs(24 * 3600),
+            closed_stream_ttl: Duration::from_secs(3600),
+            max_events_per_stream: None,
+            wake_tick: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            connect_retries: 2,
+        }
+    }
+
+    /// Parse `redis://[user:password@]host[:port][/db][?option=value&...]`.
+    ///
+    /// Options: `prefix` (key prefix), `idle_ttl` and `closed_ttl` (seconds),
+    /// `max_events` (events kept per stream), and `protocol` (`resp2`/`resp3`, passed to
+    /// the Redis client). Unknown options are refused, so a typo does not go unnoticed.
+    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+        if !url.starts_with("redis://") {
+            return Err(bad(format!("not a redis:// URL: {}", redact(url))));
+        }
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut passed = Vec::new();
+        let mut options = Self::new(base);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("prefix", v)) => options.prefix = v.to_owned(),
+                Some(("idle_ttl", v)) => options.session_idle_ttl = seconds("idle_ttl", v)?,
+                Some(("closed_ttl", v)) => options.closed_stream_ttl = seconds("closed_ttl", v)?,
+                Some(("max_events", v)) => {
+                    let max = v.parse::<u64>().ok().filter(|m| *m > 0);
+                    options.max_events_per_stream = Some(max.ok_or_else(|| bad(format!("bad max_events {v:?}")))?);
+                }
+                Some(("protocol", _)) => passed.push(pair),
+                _ => return Err(bad(format!("unknown redis URL option {pair:?}"))),
+            }
+        }
+        if !passed.is_empty() {
+            options.url = format!("{base}?{}", passed.join("&"));
+        }
+        options.validate()?;
+        Ok(options)
+    }
+
+    /// Check the settings that the key layout depends on.
+    pub(crate) fn validate(&self) -> Result<(), StoreError> {
+        let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':');
+        if self.prefix.is_empty() || !self.prefix.chars().all(ok) {
+            return Err(bad(format!("bad key prefix {:?}: letters, digits and _-.: only", self.prefix)));
+        }
+        if self.session_idle_ttl.is_zero() || self.closed_stream_ttl.is_zero() || self.wake_tick.is_zero() {
+            return Err(bad("TTLs and the wake tick must be greater than zero".into()));
+        }
+        if self.max_events_per_stream == Some(0) {
+            return Err(bad("max_events_per_stream must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Milliseconds of a duration, as Redis' `PEXPIRE` wants them (at least 1).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

@@ -1,0 +1,162 @@
+//! Streams: a meta hash and a Redis stream of events per stream, found from the stream id
+//! alone (through `P:streamidx:<id>` for session streams).
+
+use durable_mcp_store::{
+    EventId, Principal, StoreError, StoreResult, StoredEvent, StreamId, StreamOwner, StreamRead, now_ms,
+};
+
+use crate::error::{bad_reply, from_redis, int, text};
+use crate::options::millis;
+use crate::{Shared, scripts};
+
+/// Most events one `read_after` returns, whatever `limit` asks: one script must not hold
+/// the server for long. The contract allows a shorter prefix; `finished` is then false.
+pub(crate) const MAX_READ: usize = 10_000;
+/// Closed streams fetched per round trip by `prune`.
+const BATCH: usize = 256;
+/// Safety margin for clock skew between workers when sweeping the finished index.
+const SKEW_MARGIN_MS: u64 = 60_000;
+
+pub(crate) async fn create(shared: &Shared, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
+    let mut call = shared.script(&scripts::CREATE_STREAM);
+    call.arg(id.as_str())
+        .arg(owner.principal.as_str())
+        .arg(owner.session.as_ref().map_or("", |s| s.as_str()))
+        .arg(now_ms())
+        .arg(millis(shared.options.session_idle_ttl));
+    let created: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    match created {
+        1 => Ok(()),
+        -1 => Err(StoreError::not_found("session")),
+        _ => Err(StoreError::Corrupt(format!("stream {id} already exists"))),
+    }
+}
+
+pub(crate) async fn append(shared: &Shared, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
+    let options = &shared.options;
+    let now = now_ms();
+    let idle = millis(options.session_idle_ttl);
+    let closed = millis(options.closed_stream_ttl);
+    // Entries older than any TTL a closed stream gets belong to streams Redis has expired.
+    let sweep_cutoff = now.saturating_sub(idle.max(closed)).saturating_sub(SKEW_MARGIN_MS);
+    let mut call = shared.script(&scripts::APPEND);
+    call.arg(stream.as_str())
+        .arg(data)
+        .arg(if close { "1" } else { "0" })
+        .arg(now)
+        .arg(idle)
+        .arg(closed)
+        .arg(options.max_events_per_stream.unwrap_or(0))
+        .arg(sweep_cutoff);
+    let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let seq = match &reply {
+        redis::Value::Array(items) => items.first().and_then(int),
+        _ => None,
+    };
+    match seq {
+        Some(-1) => Err(StoreError::not_found("stream")),
+        Some(-2) => Err(StoreError::StreamClosed { stream: stream.to_string() }),
+        Some(seq) if seq > 0 => {
+            // Local tails need not wait for the pub/sub round trip.
+            shared.watchers.notify(stream);
+            Ok(EventId::new(stream.clone(), seq.unsigned_abs()))
+        }
+        _ => Err(bad_reply("append", &reply)),
+    }
+}
+
+pub(crate) async fn owner(shared: &Shared, stream: &StreamId) -> StoreResult<StreamOwner> {
+    let mut call = shared.script(&scripts::STREAM_OWNER);
+    call.arg(stream.as_str());
+    let reply: Vec<String> = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    match reply.as_slice() {
+        [] => Err(StoreError::not_found("stream")),
+        [principal, session] => {
+            let session = match session.as_str() {
+                "" => None,
+                s => Some(s.parse().map_err(|e| StoreError::Corrupt(format!("stream session: {e}")))?),
+            };
+            Ok(StreamOwner { principal: Principal::new(principal.clone()), session })
+        }
+        _ => Err(StoreError::Corrupt(format!("unexpected reply to stream_owner: {reply:?}"))),
+    }
+}
+
+pub(crate) async fn read_after(shared: &Shared, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+    let start = after.saturating_add(1);
+    let limit = limit.min(MAX_READ);
+    if limit == 0 {
+        // Still answer NotFound / Pruned / finished as a read would.
+        return read(shared, stream, after, start, 1).await.map(|mut read| {
+            read.finished = read.finished && read.events.is_empty();
+            read.events.clear();
+            read
+        });
+    }
+    read(shared, stream, after, start, limit).await
+}
+
+async fn read(shared: &Shared, stream: &StreamId, after: u64, start: u64, limit: usize) -> StoreResult<StreamRead> {
+    let mut call = shared.script(&scripts::READ_AFTER);
+    call.arg(stream.as_str()).arg(start).arg(limit);
+    let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let redis::Value::Array(items) = &reply else { return Err(bad_reply("read_after", &reply)) };
+    match items.first().and_then(int) {
+        Some(-1) => return Err(StoreError::not_found("stream")),
+        Some(0) if items.len() >= 4 && items.len() % 2 == 0 => {}
+        _ => return Err(bad_reply("read_after", &reply)),
+    }
+    let number = |i: usize| items.get(i).and_then(int).and_then(|n| u64::try_from(n).ok());
+    let (Some(first), Some(last), Some(closed)) = (number(1), number(2), number(3)) else {
+        return Err(bad_reply("read_after", &reply));
+    };
+    if start < first {
+        return Err(StoreError::Pruned { event: EventId::new(stream.clone(), after).to_string(), oldest_retained: first });
+    }
+    let mut events = Vec::with_capacity((items.len() - 4) / 2);
+    for (expected, pair) in (start..).zip(items[4..].chunks(2)) {
+        let (Some(id), Some(data)) = (text(&pair[0]), text(&pair[1])) else {
+            return Err(bad_reply("read_after", &reply));
+        };
+        let seq = id.split_once('-').and_then(|(seq, _)| seq.parse::<u64>().ok());
+        // The log is gap-free by construction; refuse to hand out anything else (D3).
+        if seq != Some(expected) {
+            return Err(StoreError::Corrupt(format!("stream {stream}: event {id} where {expected} was expected")));
+        }
+        events.push(StoredEvent { id: EventId::new(stream.clone(), expected), data });
+    }
+    let reached = events.last().map_or(after, |e| e.id.seq);
+    Ok(StreamRead { finished: closed == 1 && reached >= last, events })
+}
+
+/// Delete closed streams whose final event is before `cutoff`; returns how many.
+pub(crate) async fn prune_finished(shared: &Shared, cutoff: u64) -> StoreResult<u64> {
+    let mut deleted = 0;
+    loop {
+        // Each candidate leaves the range: deleted, found gone, or re-scored.
+        let batch: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(shared.keys.finished())
+            .arg("-inf")
+            .arg(format!("({cutoff}"))
+            .arg("LIMIT")
+            .arg(0)
+            .arg(BATCH)
+            .query_async(&mut shared.conn())
+            .await
+            .map_err(from_redis)?;
+        if batch.is_empty() {
+            return Ok(deleted);
+        }
+        for id in batch {
+            let mut call = shared.script(&scripts::DELETE_FINISHED);
+            call.arg(&id).arg(cutoff);
+            let removed: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+            if removed == 1 {
+                deleted += 1;
+                if let Ok(stream) = id.parse::<StreamId>() {
+                    shared.watchers.forget([&stream]);
+                }
+            }
+        }
+    }
+}

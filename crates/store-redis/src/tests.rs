@@ -1,0 +1,447 @@
+//! Tests against a real Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`). Each test
+//! gets a fresh random key prefix and deletes its keys when its store is dropped. Without a
+//! reachable Redis the tests print `skipped: ...` and pass, except with `CI=true`, where they
+//! fail.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use durable_mcp_store::{
+    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
+    StreamId, StreamOwner, StreamRead, WakeUps,
+};
+use futures::StreamExt;
+
+use super::*;
+
+mod private_server;
+use private_server::PrivateServer;
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+fn fresh_prefix() -> String {
+    format!("dmcptest-{}", &StreamId::random().as_str()[..12])
+}
+
+/// Open a store on `prefix`, or skip (outside CI) when Redis is not reachable.
+async fn open_with(prefix: &str, tweak: impl FnOnce(&mut RedisOptions)) -> Option<RedisStore> {
+    let url = redis_url();
+    let mut options = RedisOptions::from_url(&url).expect("REDIS_URL parses");
+    options.prefix = prefix.to_owned();
+    tweak(&mut options);
+    match RedisStore::open(options).await {
+        Ok(store) => Some(store),
+        Err(error) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("Redis not reachable at {url} (CI=true, so this fails): {error}")
+        }
+        Err(error) => {
+            eprintln!("skipped: Redis not reachable at {url}: {error}");
+            None
+        }
+    }
+}
+
+/// A store that deletes every key of its prefix when dropped.
+struct Scoped {
+    store: RedisStore,
+}
+
+impl Drop for Scoped {
+    fn drop(&mut self) {
+        cleanup(&self.store.shared.options.prefix);
+    }
+}
+
+/// Delete the keys of one test prefix (blocking; test teardown only).
+fn cleanup(prefix: &str) {
+    let prefix = prefix.to_owned();
+    let run = move || -> redis::RedisResult<()> {
+        let client = redis::Client::open(redis_url())?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query(&mut conn)?;
+        for chunk in keys.chunks(500) {
+            redis::cmd("DEL").arg(chunk).exec(&mut conn)?;
+        }
+        Ok(())
+    };
+    // A plain thread: the blocking client must not run on a runtime worker.
+    let _ = std::thread::spawn(run).join();
+}
+
+#[async_trait]
+impl Store for Scoped {
+    fn backend(&self) -> &'static str {
+        self.store.backend()
+    }
+    async fn create_session(&self, record: SessionRecord) -> StoreResult<()> {
+        self.store.create_session(record).await
+    }
+    async fn load_session(&self, p: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+        self.store.load_session(p, id).await
+    }
+    async fn update_session(&self, p: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+        self.store.update_session(p, id, change).await
+    }
+    async fn end_session(&self, p: &Principal, id: &SessionId) -> StoreResult<bool> {
+        self.store.end_session(p, id).await
+    }
+    async fn list_sessions(&self, p: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+        self.store.list_sessions(p, limit).await
+    }
+    async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
+        self.store.create_stream(id, owner).await
+    }
+    async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
+        self.store.append(stream, data, close).await
+    }
+    async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner> {
+        self.store.stream_owner(stream).await
+    }
+    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+        self.store.read_after(stream, after, limit).await
+    }
+    async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        self.store.prune(retention, now_ms).await
+    }
+    async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
+        self.store.watch(stream).await
+    }
+}
+
+async fn fresh() -> Option<Arc<dyn Store>> {
+    let store = open_with(&fresh_prefix(), |_| {}).await?;
+    Some(Arc::new(Scoped { store }))
+}
+
+durable_mcp_store::store_contract_tests!(fresh());
+
+/// Two workers on one prefix (each with its own connections and listener); the keys go
+/// when the returned guard drops. `tick` is the fallback tick of the *second* worker.
+async fn two_workers(tick: Duration) -> Option<(Scoped, RedisStore)> {
+    let prefix = fresh_prefix();
+    let a = open_with(&prefix, |_| {}).await?;
+    let b = open_with(&prefix, |o| o.wake_tick = tick).await?;
+    Some((Scoped { store: a }, b))
+}
+
+fn anonymous() -> StreamOwner {
+    StreamOwner { principal: Principal::anonymous(), session: None }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d3_another_worker_is_woken_through_pubsub() {
+    // A tick far longer than the deadline: only the pub/sub message can wake in time.
+    let Some((a, b)) = two_workers(Duration::from_secs(60)).await else { return };
+    let stream = StreamId::random();
+    a.create_stream(&stream, &anonymous()).await.unwrap();
+    let mut wake = b.watch(&stream).await.unwrap();
+    a.append(&stream, "hello".into(), false).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), wake.next()).await.expect("woken by pub/sub").expect("not ended");
+    let read = b.read_after(&stream, 0, 10).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["hello"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d5_session_end_ends_tails_on_another_worker() {
+    let Some((a, b)) = two_workers(Duration::from_secs(60)).await else { return };
+    let who = Principal::new("alice");
+    let record = durable_mcp_store::contract::session(&who);
+    a.create_session(record.clone()).await.unwrap();
+    let mut wake = b.watch(&record.standalone_stream).await.unwrap();
+    assert!(a.end_session(&who, &record.id).await.unwrap());
+    let next = tokio::time::timeout(Duration::from_secs(2), wake.next()).await.expect("tail ends in time");
+    assert!(next.is_none(), "the deletion message ends the wake-ups");
+    assert!(matches!(b.read_after(&record.standalone_stream, 0, 1).await, Err(StoreError::NotFound { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_concurrent_appenders_on_two_workers_are_gap_free() {
+    let Some((a, b)) = two_workers(Duration::from_secs(1)).await else { return };
+    let a = Arc::new(a);
+    let b = Arc::new(b);
+    let stream = StreamId::random();
+    a.create_stream(&stream, &anonymous()).await.unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..6 {
+        let store: Arc<dyn Store> = if w % 2 == 0 { a.clone() } else { b.clone() };
+        let stream = stream.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..40 {
+                ids.push(store.append(&stream, format!("w{w}-{i}"), false).await.unwrap().seq);
+            }
+            ids
+        }));
+    }
+    let mut seqs = Vec::new();
+    for task in tasks {
+        let mine = task.await.unwrap();
+        assert!(mine.windows(2).all(|w| w[0] < w[1]), "one writer's ids increase");
+        seqs.extend(mine);
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=240).collect::<Vec<u64>>(), "no gap, no duplicate");
+    let read = b.read_after(&stream, 0, usize::MAX).await.unwrap();
+    assert_eq!(read.events.len(), 240);
+    for w in 0..6 {
+        let mine: Vec<&str> = read.events.iter().map(|e| e.data.as_str()).filter(|d| d.starts_with(&format!("w{w}-"))).collect();
+        assert_eq!(mine, (0..40).map(|i| format!("w{w}-{i}")).collect::<Vec<_>>());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d3_tail_on_another_worker_sees_every_event_once_in_order() {
+    let Some((a, b)) = two_workers(Duration::from_millis(200)).await else { return };
+    let stream = StreamId::random();
+    a.create_stream(&stream, &anonymous()).await.unwrap();
+    // Subscribe before reading, then read after each wake-up: what the engine's tail does.
+    let mut wake = b.watch(&stream).await.unwrap();
+    let s = stream.clone();
+    let writer = tokio::spawn(async move {
+        for i in 1..=200 {
+            a.append(&s, i.to_string(), i == 200).await.unwrap();
+            if i % 7 == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        a
+    });
+    let (mut after, mut seen) = (0, Vec::new());
+    loop {
+        let read = b.read_after(&stream, after, 16).await.unwrap();
+        for event in &read.events {
+            seen.push(event.data.clone());
+            after = event.id.seq;
+        }
+        if read.finished {
+            break;
+        }
+        if read.events.is_empty() {
+            tokio::time::timeout(Duration::from_secs(5), wake.next()).await.expect("woken").expect("not ended");
+        }
+    }
+    drop(writer.await.unwrap());
+    assert_eq!(seen, (1..=200).map(|i| i.to_string()).collect::<Vec<_>>());
+}
+
+/// The hash tag of a key, as Redis Cluster computes it.
+fn hash_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{')
+        && let Some(len) = key[open + 1..].find('}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
+    }
+    key
+}
+
+/// CRC16/XMODEM modulo 16384: Redis Cluster's key slot.
+fn hash_slot(key: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for byte in hash_tag(key).bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+async fn keys_of(prefix: &str) -> Vec<String> {
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.unwrap()
+}
+
+#[tokio::test]
+async fn keys_of_one_session_share_one_hash_slot() {
+    assert_eq!(hash_slot("123456789"), 12739, "the CRC16 of the Redis Cluster spec");
+    assert_eq!(hash_slot("{user1000}.following"), hash_slot("{user1000}.followers"));
+    let prefix = fresh_prefix();
+    let Some(store) = open_with(&prefix, |_| {}).await else { return };
+    let store = Scoped { store };
+    let who = Principal::anonymous();
+    let record = durable_mcp_store::contract::session(&who);
+    store.create_session(record.clone()).await.unwrap();
+    let request = StreamId::random();
+    store.create_stream(&request, &StreamOwner { principal: who.clone(), session: Some(record.id.clone()) }).await.unwrap();
+    store.append(&request, "a".into(), true).await.unwrap();
+    store.append(&record.standalone_stream, "b".into(), false).await.unwrap();
+    let modern = StreamId::random();
+    store.create_stream(&modern, &anonymous()).await.unwrap();
+    store.append(&modern, "c".into(), false).await.unwrap();
+
+    let keys = keys_of(&prefix).await;
+    let session_tag = Keys::session_tag(&record.id);
+    let session_keys: Vec<&String> = keys.iter().filter(|k| k.contains(&session_tag)).collect();
+    // session, streams, open, and meta + events of two streams.
+    assert_eq!(session_keys.len(), 7, "{session_keys:?}");
+    let keys_from_rust = [
+        store.store.shared.keys.session(&record.id),
+        store.store.shared.keys.stream_meta(&session_tag, &request),
+        store.store.shared.keys.stream_events(&session_tag, &request),
+    ];
+    for key in &keys_from_rust {
+        assert!(keys.contains(key), "Lua and Rust build the same names: {key} in {keys:?}");
+    }
+    let slot = hash_slot(session_keys[0]);
+    for key in &session_keys {
+        assert_eq!(hash_tag(key), session_tag);
+        assert_eq!(hash_slot(key), slot, "{key}");
+    }
+    let modern_keys: Vec<&String> = keys.iter().filter(|k| k.contains(&format!("{{{}}}", Keys::stream_tag(&modern)))).collect();
+    assert_eq!(modern_keys.len(), 2, "{modern_keys:?}");
+    assert_eq!(hash_slot(modern_keys[0]), hash_slot(modern_keys[1]));
+    assert!(keys.contains(&store.store.shared.keys.stream_index(&request)));
+    assert!(!keys.contains(&store.store.shared.keys.stream_index(&modern)), "sessionless streams need no index");
+}
+
+#[tokio::test]
+async fn d14_resume_from_a_pruned_event_is_a_named_error() {
+    let Some(store) = open_with(&fresh_prefix(), |o| o.max_events_per_stream = Some(3)).await else { return };
+    let store = Scoped { store };
+    let stream = StreamId::random();
+    store.create_stream(&stream, &anonymous()).await.unwrap();
+    for i in 1..=6 {
+        store.append(&stream, format!("{i}"), false).await.unwrap();
+    }
+    let err = store.read_after(&stream, 1, 10).await.unwrap_err();
+    assert!(matches!(err, StoreError::Pruned { oldest_retained: 4, .. }), "{err}");
+    assert!(err.to_string().contains(&format!("{stream}_1")), "{err}");
+    let read = store.read_after(&stream, 3, 10).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["4", "5", "6"]);
+    assert_eq!(read.events[0].id.seq, 4);
+}
+
+#[tokio::test]
+async fn d15_open_with_a_bad_port_fails_fast_with_unavailable() {
+    let started = Instant::now();
+    let mut options = RedisOptions::from_url("redis://127.0.0.1:1").unwrap();
+    options.connect_timeout = Duration::from_secs(1);
+    let err = RedisStore::open(options).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+}
+
+#[tokio::test]
+async fn d13_session_of_another_principal_is_not_found() {
+    let Some(store) = open_with(&fresh_prefix(), |_| {}).await else { return };
+    let store = Scoped { store };
+    let (alice, bob) = (Principal::new("alice"), Principal::new("bob"));
+    let record = durable_mcp_store::contract::session(&alice);
+    store.create_session(record.clone()).await.unwrap();
+    let err = store.update_session(&bob, &record.id, SessionChange::Touch).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+    assert!(!store.end_session(&bob, &record.id).await.unwrap());
+    let foreign = StreamOwner { principal: bob.clone(), session: Some(record.id.clone()) };
+    let err = store.create_stream(&StreamId::random(), &foreign).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "no stream in another principal's session: {err}");
+    assert!(store.load_session(&alice, &record.id).await.is_ok(), "bob's attempts changed nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d4_concurrent_updates_of_one_session_lose_nothing() {
+    let Some((a, b)) = two_workers(Duration::from_secs(1)).await else { return };
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let who = Principal::anonymous();
+    let record = durable_mcp_store::contract::session(&who);
+    a.create_session(record.clone()).await.unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let store: Arc<dyn Store> = if w % 2 == 0 { a.clone() } else { b.clone() };
+        let (who, id) = (who.clone(), record.id.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10 {
+                let change = SessionChange::SetState(format!("w{w}-{i}"), Some(serde_json::json!({"n": 12345678901234567_u64})));
+                store.update_session(&who, &id, change).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let loaded = b.load_session(&who, &record.id).await.unwrap();
+    assert_eq!(loaded.state.len(), 40, "every update kept");
+    assert_eq!(loaded.state["w3-9"], serde_json::json!({"n": 12345678901234567_u64}), "JSON numbers kept exactly");
+}
+
+/// Two workers on `server`; the second only wakes through pub/sub (its tick is a minute).
+async fn workers_on(server: &PrivateServer) -> (RedisStore, RedisStore) {
+    let mut options = RedisOptions::from_url(&server.url()).unwrap();
+    let a = RedisStore::open(options.clone()).await.unwrap();
+    options.wake_tick = Duration::from_secs(60);
+    (a, RedisStore::open(options).await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d15_wake_up_subscription_reconnects_by_itself() {
+    let Some(server) = PrivateServer::start() else { return };
+    let (a, b) = workers_on(&server).await;
+    let killed: u64 =
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut server.admin().await).await.unwrap();
+    assert_eq!(killed, 2, "both listeners' connections killed");
+    server.wait_for_subscribers(2).await;
+    let stream = StreamId::random();
+    a.create_stream(&stream, &anonymous()).await.unwrap();
+    let mut wake = b.watch(&stream).await.unwrap();
+    a.append(&stream, "after reconnect".into(), false).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), wake.next()).await.expect("woken through the new subscription");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d15_outage_fails_fast_and_recovers_by_itself() {
+    let Some(server) = PrivateServer::start() else { return };
+    let port = server.port;
+    let (a, b) = workers_on(&server).await;
+    let stream = StreamId::random();
+    a.create_stream(&stream, &anonymous()).await.unwrap();
+    a.append(&stream, "before".into(), false).await.unwrap();
+
+    drop(server);
+    let started = Instant::now();
+    let err = a.append(&stream, "during".into(), false).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    let err = b.read_after(&stream, 0, 10).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(4), "failed fast: {:?}", started.elapsed());
+
+    let server = PrivateServer::start_on(port).expect("restart on the same port");
+    let fresh = StreamId::random();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match a.create_stream(&fresh, &anonymous()).await {
+            Ok(()) => break,
+            Err(StoreError::Unavailable(_)) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(other) => panic!("store did not recover: {other}"),
+        }
+    }
+    // A server without persistence lost everything, as the crate docs say.
+    assert!(matches!(a.read_after(&stream, 0, 10).await, Err(StoreError::NotFound { .. })));
+    // b's listener re-subscribed by itself, and is woken through pub/sub again.
+    server.wait_for_subscribers(2).await;
+    let mut wake = b.watch(&fresh).await.unwrap();
+    a.append(&fresh, "after".into(), false).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), wake.next()).await.expect("woken after the outage");
+    assert_eq!(b.read_after(&fresh, 0, 10).await.unwrap().events.len(), 1);
+}
+
+#[test]
+fn urls_parse() {
+    let o = RedisOptions::from_url("redis://127.0.0.1:6380/2?prefix=app:mcp&idle_ttl=60&closed_ttl=5&max_events=10&protocol=resp3").unwrap();
+    assert_eq!(o.url, "redis://127.0.0.1:6380/2?protocol=resp3");
+    assert_eq!(o.prefix, "app:mcp");
+    assert_eq!(o.session_idle_ttl, Duration::from_secs(60));
+    assert_eq!(o.closed_stream_ttl, Duration::from_secs(5));
+    assert_eq!(o.max_events_per_stream, Some(10));
+    let d = RedisOptions::from_url("redis://localhost").unwrap();
+    assert_eq!((d.url.as_str(), d.prefix.as_str()), ("redis://localhost", DEFAULT_PREFIX));
+    for bad in ["sqlite:x.db", "redis://h?bogus=1", "redis://h?prefix={x}", "redis://h?prefix=", "redis://h?idle_ttl=0", "redis://h?max_events=none"] {
+        assert!(RedisOptions::from_url(bad).is_err(), "{bad} parsed");
+    }
+    let secret = format!("{:?}", RedisOptions::from_url("redis://user:hunter2@h:1").unwrap());
+    assert!(!secret.contains("hunter2"), "{secret}");
+}

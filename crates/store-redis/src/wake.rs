@@ -1,0 +1,219 @@
+//! Wake-ups across workers.
+//!
+//! Every append script `PUBLISH`es `a:<stream>` on the prefix's channel, and every deletion
+//! `g:<stream>,<stream>...`. Each [`RedisStore`](crate::RedisStore) keeps one dedicated
+//! pub/sub connection subscribed to that channel (the listener task below), dispatching to a
+//! local map of per-stream `watch` channels: `a:` wakes the stream's tails, `g:` drops its
+//! sender so they end. Appends made through this handle also wake local tails directly.
+//!
+//! Pub/sub is at-most-once: a message published while the listener is reconnecting is lost.
+//! So every tail also wakes on a periodic tick (`wake_tick`), and every (re)subscription
+//! wakes all local tails once; a lost wake-up only delays a tail, it never stalls it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use durable_mcp_store::{StoreError, StreamId, WakeUps};
+use futures::StreamExt;
+use tokio::sync::{oneshot, watch};
+
+use crate::error::from_redis;
+
+/// How often the listener checks its connection with a `PING`.
+const PING_EVERY: Duration = Duration::from_secs(5);
+/// Longest pause between reconnection attempts of the listener.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct Map {
+    senders: HashMap<StreamId, watch::Sender<u64>>,
+    /// Sweep senders nobody listens to when the map reaches this size.
+    sweep_at: usize,
+}
+
+/// Per-stream wake-up channels for tails in this process.
+#[derive(Clone, Default)]
+pub(crate) struct Watchers {
+    inner: Arc<Mutex<Map>>,
+}
+
+impl Watchers {
+    fn lock(&self) -> MutexGuard<'_, Map> {
+        // Every mutation is a single insert/remove/send: a panic cannot leave it half-done.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Wake-ups for `stream`: on each local append or pub/sub message, and every `tick`.
+    /// Ends when the stream is deleted (end of session, prune) by any worker.
+    pub(crate) fn watch(&self, stream: &StreamId, tick: Duration) -> WakeUps {
+        let rx = {
+            let mut map = self.lock();
+            if map.senders.len() >= map.sweep_at {
+                // Tails that ended leave senders behind; sweep them, amortized O(1).
+                map.senders.retain(|_, tx| tx.receiver_count() > 0);
+                map.sweep_at = (map.senders.len() * 2).max(1024);
+            }
+            map.senders.entry(stream.clone()).or_insert_with(|| watch::channel(0).0).subscribe()
+        };
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Box::pin(futures::stream::unfold((rx, ticker), |(mut rx, mut ticker)| async move {
+            tokio::select! {
+                changed = rx.changed() => changed.ok().map(|()| ((), (rx, ticker))),
+                _ = ticker.tick() => Some(((), (rx, ticker))),
+            }
+        }))
+    }
+
+    /// Wake the tails of `stream`.
+    pub(crate) fn notify(&self, stream: &StreamId) {
+        let mut map = self.lock();
+        if let Some(tx) = map.senders.get(stream) {
+            if tx.receiver_count() == 0 {
+                map.senders.remove(stream);
+            } else {
+                tx.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
+    }
+
+    /// Wake every tail (after a gap in the subscription, when messages may have been lost).
+    pub(crate) fn notify_all(&self) {
+        let mut map = self.lock();
+        map.senders.retain(|_, tx| tx.receiver_count() > 0);
+        for tx in map.senders.values() {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// End the tails of deleted streams (dropping the sender ends their wake-up streams).
+    pub(crate) fn forget<'a>(&self, gone: impl IntoIterator<Item = &'a StreamId>) {
+        let mut map = self.lock();
+        for stream in gone {
+            map.senders.remove(stream);
+        }
+    }
+
+    /// Apply one pub/sub message.
+    pub(crate) fn dispatch(&self, payload: &[u8]) {
+        let Ok(text) = std::str::from_utf8(payload) else { return };
+        if let Some(id) = text.strip_prefix("a:") {
+            if let Ok(stream) = id.parse() {
+                self.notify(&stream);
+            }
+        } else if let Some(ids) = text.strip_prefix("g:") {
+            let gone: Vec<StreamId> = ids.split(',').filter_map(|id| id.parse().ok()).collect();
+            self.forget(&gone);
+        } else {
+            tracing::debug!(message = text, "ignoring unknown wake-up message");
+        }
+    }
+}
+
+/// The listener task, aborted when the last handle of its store is dropped.
+pub(crate) struct Listener(tokio::task::JoinHandle<()>);
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Bounds on the listener's connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    /// Connecting and subscribing.
+    pub(crate) connect: Duration,
+    /// The reply to a health-check `PING`.
+    pub(crate) response: Duration,
+}
+
+/// Start the listener; returns once its first subscription is confirmed (or failed).
+pub(crate) async fn listen(
+    client: redis::Client,
+    channel: String,
+    watchers: Watchers,
+    timeouts: Timeouts,
+) -> Result<Listener, StoreError> {
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let listener = Listener(tokio::spawn(run(client, channel, watchers, timeouts, ready_tx)));
+    match ready_rx.await {
+        Ok(Ok(())) => Ok(listener),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(StoreError::Unavailable("the redis wake-up listener stopped".into())),
+    }
+}
+
+async fn subscribe(client: &redis::Client, channel: &str, timeout: Duration) -> Result<redis::aio::PubSub, StoreError> {
+    let connect = async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        Ok::<_, redis::RedisError>(pubsub)
+    };
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(result) => result.map_err(from_redis),
+        Err(_) => Err(StoreError::Unavailable(format!("subscribing to {channel} timed out after {timeout:?}").into())),
+    }
+}
+
+async fn run(
+    client: redis::Client,
+    channel: String,
+    watchers: Watchers,
+    timeouts: Timeouts,
+    ready: oneshot::Sender<Result<(), StoreError>>,
+) {
+    let mut ready = Some(ready);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match subscribe(&client, &channel, timeouts.connect).await {
+            Ok(pubsub) => {
+                match ready.take() {
+                    Some(ready) => {
+                        let _ = ready.send(Ok(()));
+                    }
+                    None => tracing::info!(%channel, "redis wake-up subscription restored"),
+                }
+                backoff = Duration::from_millis(100);
+                // Anything published while we were not subscribed is lost: re-read everywhere.
+                watchers.notify_all();
+                let reason = receive(pubsub, &watchers, timeouts.response).await;
+                tracing::warn!(%channel, %reason, "redis wake-up subscription lost; reconnecting");
+                watchers.notify_all();
+            }
+            Err(error) => {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(Err(error));
+                    return;
+                }
+                tracing::warn!(%channel, %error, ?backoff, "redis wake-up subscription failed; retrying");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Dispatch messages until the connection fails; returns why.
+async fn receive(pubsub: redis::aio::PubSub, watchers: &Watchers, timeout: Duration) -> String {
+    let (mut sink, mut messages) = pubsub.split();
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            message = messages.next() => match message {
+                Some(message) => watchers.dispatch(message.get_payload_bytes()),
+                None => return "connection closed".into(),
+            },
+            _ = ping.tick() => {
+                // A silent peer (a partition, a paused server) never closes the socket.
+                match tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => return error.to_string(),
+                    Err(_) => return format!("no PING reply within {timeout:?}"),
+                }
+            }
+        }
+    }
+}
