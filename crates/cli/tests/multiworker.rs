@@ -175,6 +175,40 @@ fn concurrent_first_requests_to_restored_sessions(backend: Backend) {
     assert!(errors.is_empty(), "{errors:?}");
 }
 
+/// D4: per-session state updated concurrently from two workers loses no update.
+fn session_state_shared_by_workers(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let workers = [Server::start(&store, free_port(), &[]), Server::start(&store, free_port(), &[])];
+    let session = initialize(workers[0].addr);
+    let mut threads = Vec::new();
+    for i in 0..30u64 {
+        let (addr, session) = (workers[(i % 2) as usize].addr, session.clone());
+        threads.push(std::thread::spawn(move || {
+            let call = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "session_counter", "arguments": {}}});
+            let msgs = post(addr, Some(&session), &call).messages();
+            msgs.last().unwrap().1["result"]["content"][0]["text"].as_str().unwrap().parse::<u64>().unwrap()
+        }));
+    }
+    let mut values: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    values.sort();
+    assert_eq!(values, (1..=30).collect::<Vec<_>>(), "every increment seen exactly once: no lost update");
+    // The state is deleted with the session.
+    assert_eq!(request(workers[1].addr, "DELETE", &[("mcp-session-id", &session)], None).status, 200);
+}
+
+#[test]
+fn d4_postgres_session_state_shared_by_workers() {
+    session_state_shared_by_workers(Backend::Postgres);
+}
+
+#[test]
+fn d4_redis_session_state_shared_by_workers() {
+    session_state_shared_by_workers(Backend::Redis);
+}
+
 #[test]
 fn d4_postgres_concurrent_first_requests_to_restored_sessions() {
     concurrent_first_requests_to_restored_sessions(Backend::Postgres);

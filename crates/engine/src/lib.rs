@@ -13,6 +13,7 @@ mod error;
 mod inbox;
 mod run;
 mod session;
+mod state;
 mod tail;
 
 use std::sync::Arc;

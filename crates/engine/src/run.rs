@@ -39,15 +39,20 @@ pub struct Caller {
 }
 
 impl Caller {
-    fn peer(&self) -> PeerContext {
+    fn session_id(&self) -> Option<&SessionId> {
+        self.session.as_ref().map(|s| &s.id)
+    }
+
+    /// What the handler gets to know of this caller (and its durable session state).
+    pub(crate) fn peer(&self, engine: &Engine) -> PeerContext {
         PeerContext {
             protocol_version: Some(self.protocol_version.clone()),
             client: self.session.as_ref().map(|s| s.client.clone()),
+            session_state: self
+                .session
+                .as_ref()
+                .map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
         }
-    }
-
-    fn session_id(&self) -> Option<&SessionId> {
-        self.session.as_ref().map(|s| &s.id)
     }
 
     /// Whether this request's streams start with a priming event (2025-11-25 and later
@@ -124,7 +129,7 @@ impl Engine {
             self.commit(&stream, &response, true).await?;
             return Ok(accepted);
         }
-        match self.handler().start(request, &caller.peer()) {
+        match self.handler().start(request, &caller.peer(self)) {
             Ok(run) => {
                 accepted.cancel = Some(run.cancel.clone());
                 let close = CancellationToken::new();
@@ -292,7 +297,7 @@ impl Engine {
     /// Deliver a client notification to the handler (not `notifications/cancelled`, which
     /// is [`Engine::cancel`]).
     pub fn notify(&self, caller: &Caller, message: Map<String, Value>) {
-        self.handler().notify(message, &caller.peer());
+        self.handler().notify(message, &caller.peer(self));
     }
 
     /// `notifications/cancelled`: cancel the named request of the caller's session.

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, InitializeRequestParams, ProtocolVersion,
+    ClientJsonRpcMessage, ClientNotification, GetExtensions, InitializeRequestParams, ProtocolVersion,
     ServerJsonRpcMessage,
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage, serve_directly_with_ct};
@@ -48,6 +48,8 @@ pub struct PeerContext {
     pub protocol_version: Option<String>,
     /// The client's `initialize` params, for legacy-era sessions.
     pub client: Option<Value>,
+    /// The session's durable state, inserted into the request's extensions.
+    pub session_state: Option<crate::SessionState>,
 }
 
 /// A request running in its handler.
@@ -151,8 +153,11 @@ impl McpHandler {
     /// params do not fit its method with `-32602`.
     pub fn start(&self, request: Map<String, Value>, peer: &PeerContext) -> Result<Run, Rejection> {
         let id = request.get("id").cloned();
-        let message: ClientJsonRpcMessage = serde_json::from_value(Value::Object(request))
+        let mut message: ClientJsonRpcMessage = serde_json::from_value(Value::Object(request))
             .map_err(|e| Rejection { code: code::INVALID_PARAMS, message: format!("invalid params: {e}"), id })?;
+        if let (ClientJsonRpcMessage::Request(request), Some(state)) = (&mut message, &peer.session_state) {
+            request.request.extensions_mut().insert(state.clone());
+        }
         let (out_tx, outbound) = mpsc::channel(64);
         let (replies, in_rx) = mpsc::channel(16);
         let cancel = CancellationToken::new();

@@ -2,8 +2,10 @@
 //! [`rmcp`]. A future rmcp major version touches this crate alone.
 
 mod adapter;
+pub mod context;
 pub mod jsonrpc;
 
+pub use context::{SessionState, SessionStateBackend, StateError};
 pub use adapter::{Closed, LEGACY_VERSIONS, MODERN_VERSION, McpHandler, Outbound, PeerContext, Run, ServerSummary};
 /// A notification a handler sends (through its rmcp peer) to ask the transport to close the
 /// current SSE connection of its request without ending the stream: the client resumes with

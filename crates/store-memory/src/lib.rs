@@ -104,7 +104,7 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         match inner.sessions.get_mut(id) {
             Some(record) if &record.principal == principal => {
-                record.apply(&change, now_ms());
+                record.apply(&change, now_ms())?;
                 Ok(record.clone())
             }
             _ => Err(StoreError::not_found("session")),

@@ -96,7 +96,7 @@ pub(crate) async fn update(
     let lock = statements.get(&tx, LOCK).await?;
     let row = tx.query_opt(&lock, &[&id.as_str(), &principal.as_str()]).await.map_err(from_pg)?;
     let mut record = decode(&row.ok_or(StoreError::not_found("session"))?)?;
-    record.apply(change, now_ms);
+    record.apply(change, now_ms)?;
     let write = statements.get(&tx, WRITE).await?;
     let row = tx.query_one(&write, &[&id.as_str(), &encode(&record)?, &now]).await.map_err(from_pg)?;
     let last_seen: i64 = row.try_get(0).map_err(from_pg)?;

@@ -71,7 +71,7 @@ pub(crate) async fn update(shared: &Shared, principal: &Principal, id: &SessionI
     let ttl = millis(shared.options.session_idle_ttl);
     for attempt in 0..MAX_ATTEMPTS {
         let (version, mut record) = fetch(shared, principal, id).await?;
-        record.apply(&change, now_ms());
+        record.apply(&change, now_ms())?;
         let mut call = shared.script(&scripts::UPDATE_SESSION);
         call.key(shared.keys.session(id))
             .arg(id.as_str())

@@ -36,7 +36,7 @@ pub(crate) fn exists(conn: &Connection, id: &SessionId) -> Result<bool, StoreErr
 
 pub(crate) fn update(conn: &Connection, principal: &Principal, id: &SessionId, change: &SessionChange) -> Result<SessionRecord, StoreError> {
     let mut record = load(conn, principal, id)?;
-    record.apply(change, now_ms());
+    record.apply(change, now_ms())?;
     let text = serde_json::to_string(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     conn.execute(
         "UPDATE sessions SET record = ?2, last_seen_ms = ?3 WHERE id = ?1",

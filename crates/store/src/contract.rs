@@ -247,6 +247,39 @@ pub async fn d4_list_sessions_by_principal(store: Arc<dyn Store>) {
     assert!(store.list_sessions(None, 100).await.expect("all").len() >= 3);
 }
 
+/// D4: per-session state with compare-and-set: concurrent read-modify-write loops lose no
+/// update.
+pub async fn d4_session_state_compare_and_set_loses_no_update(store: Arc<dyn Store>) {
+    let who = Principal::anonymous();
+    let record = session(&who);
+    store.create_session(record.clone()).await.expect("create");
+    let stale = SessionChange::CompareAndSetState { key: "n".into(), expected: Some(serde_json::json!(5)), value: Some(serde_json::json!(6)) };
+    assert!(matches!(store.update_session(&who, &record.id, stale).await, Err(StoreError::Conflict { .. })));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (store, who, id) = (store.clone(), who.clone(), record.id.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                loop {
+                    let current = store.load_session(&who, &id).await.expect("load").state.get("n").cloned();
+                    let next = current.as_ref().and_then(serde_json::Value::as_u64).unwrap_or(0) + 1;
+                    let change = SessionChange::CompareAndSetState { key: "n".into(), expected: current, value: Some(next.into()) };
+                    match store.update_session(&who, &id, change).await {
+                        Ok(_) => break,
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("join");
+    }
+    let loaded = store.load_session(&who, &record.id).await.expect("load");
+    assert_eq!(loaded.state.get("n"), Some(&serde_json::json!(80)), "80 increments, none lost");
+}
+
 /// Re-exported so that backends need no direct dependency for the property test.
 pub use proptest;
 
@@ -345,6 +378,7 @@ macro_rules! store_contract_tests {
             d3_unknown_stream_is_not_found,
             d14_prune_respects_open_streams_and_idle_ttl,
             d4_list_sessions_by_principal,
+            d4_session_state_compare_and_set_loses_no_update,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {

@@ -26,6 +26,13 @@ pub enum StoreError {
         /// The stream id.
         stream: String,
     },
+    /// A compare-and-set found another value than expected: someone else changed it first.
+    /// Read again and retry.
+    #[error("conflict: {what} changed concurrently")]
+    Conflict {
+        /// What changed.
+        what: &'static str,
+    },
     /// The store could not be reached or failed transiently (D15). Callers answer 503.
     #[error("store unavailable: {0}")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -46,6 +53,8 @@ pub enum StoreErrorKind {
     Pruned,
     /// See [`StoreError::StreamClosed`].
     StreamClosed,
+    /// See [`StoreError::Conflict`].
+    Conflict,
     /// See [`StoreError::Unavailable`].
     Unavailable,
     /// See [`StoreError::Incompatible`] and [`StoreError::Corrupt`].
@@ -59,6 +68,7 @@ impl StoreError {
             StoreError::NotFound { .. } => StoreErrorKind::NotFound,
             StoreError::Pruned { .. } => StoreErrorKind::Pruned,
             StoreError::StreamClosed { .. } => StoreErrorKind::StreamClosed,
+            StoreError::Conflict { .. } => StoreErrorKind::Conflict,
             StoreError::Unavailable(_) => StoreErrorKind::Unavailable,
             StoreError::Incompatible(_) | StoreError::Corrupt(_) => StoreErrorKind::Fatal,
         }

@@ -45,12 +45,28 @@ pub enum SessionChange {
     Unsubscribe(String),
     /// Set one key of the per-session application state (`None` removes it).
     SetState(String, Option<serde_json::Value>),
+    /// Set one key only if it still holds `expected` (`None`: absent); otherwise the update
+    /// fails with [`crate::StoreError::Conflict`] and changes nothing. The basis of
+    /// lost-update-free read-modify-write from several workers.
+    CompareAndSetState {
+        /// The key.
+        key: String,
+        /// The value the caller read.
+        expected: Option<serde_json::Value>,
+        /// The value to store (`None` removes the key).
+        value: Option<serde_json::Value>,
+    },
 }
 
 impl SessionRecord {
     /// Apply `change` to this record (the in-memory half of `update_session`, shared by
-    /// backends that read-modify-write).
-    pub fn apply(&mut self, change: &SessionChange, now_ms: u64) {
+    /// backends that read-modify-write). A failed compare-and-set leaves the record as it was.
+    pub fn apply(&mut self, change: &SessionChange, now_ms: u64) -> Result<(), crate::StoreError> {
+        if let SessionChange::CompareAndSetState { key, expected, .. } = change
+            && self.state.get(key) != expected.as_ref()
+        {
+            return Err(crate::StoreError::Conflict { what: "session state" });
+        }
         self.last_seen_ms = now_ms;
         match change {
             SessionChange::Touch => {}
@@ -64,10 +80,14 @@ impl SessionRecord {
             SessionChange::SetState(key, Some(value)) => {
                 self.state.insert(key.clone(), value.clone());
             }
-            SessionChange::SetState(key, None) => {
+            SessionChange::SetState(key, None) | SessionChange::CompareAndSetState { key, value: None, .. } => {
                 self.state.remove(key);
             }
+            SessionChange::CompareAndSetState { key, value: Some(value), .. } => {
+                self.state.insert(key.clone(), value.clone());
+            }
         }
+        Ok(())
     }
 }
 

@@ -424,6 +424,20 @@ impl Everything {
         Ok(text(args.value))
     }
 
+    #[tool(
+        description = "Adds 1 to this session's durable counter (kept in the store, shared by every worker serving the session) and returns the new value"
+    )]
+    async fn session_counter(&self, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
+        let Some(state) = ctx.extensions.get::<durable_mcp_protocol::SessionState>() else {
+            return Err(McpError::invalid_request("session_counter needs a legacy-era session (initialize)", None));
+        };
+        let n = state
+            .update("counter", |n: Option<u64>| n.unwrap_or(0) + 1)
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(text(n.to_string()))
+    }
+
     #[tool(description = "Listed only after test_trigger_tool_change; returns a fixed text")]
     async fn dynamic_tool(&self) -> CallToolResult {
         text("dynamic_tool was called")

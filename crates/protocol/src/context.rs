@@ -1,0 +1,146 @@
+//! What durable-mcp gives a handler beyond rmcp's own context, through the request's
+//! extensions (rmcp's `Extension<T>` extractor works in `#[tool]` functions).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Why a session-state operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The session ended (or expired) meanwhile.
+    #[error("the session has ended")]
+    SessionEnded,
+    /// The stored value is not of the requested type.
+    #[error("session state {key:?} does not decode: {source}")]
+    Decode {
+        /// The key.
+        key: String,
+        /// The decoding error.
+        source: serde_json::Error,
+    },
+    /// The value could not be encoded.
+    #[error("session state {key:?} does not encode: {source}")]
+    Encode {
+        /// The key.
+        key: String,
+        /// The encoding error.
+        source: serde_json::Error,
+    },
+    /// Too many concurrent writers kept changing the key.
+    #[error("session state {0:?} kept changing concurrently; gave up")]
+    Contended(String),
+    /// The store failed.
+    #[error("store error: {0}")]
+    Store(String),
+}
+
+/// A boxed future, for the object-safe backend trait.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where a session's state lives (implemented by the engine over the store).
+pub trait SessionStateBackend: Send + Sync + 'static {
+    /// The session's id.
+    fn session_id(&self) -> &str;
+    /// The current value of `key`.
+    fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>>;
+    /// Store `value` under `key` if it still holds `expected`; `Ok(false)` on a conflict.
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<Value>,
+        value: Option<Value>,
+    ) -> BoxFuture<'a, Result<bool, StateError>>;
+}
+
+/// Durable per-session application state, shared by every worker serving the session and
+/// deleted with it (legacy-era sessions only).
+///
+/// # Durability
+/// In plain words: what `update` returns has been committed, and no update is lost when
+/// several requests (on any workers) update the same key at once. Stated more precisely:
+/// `update` is a compare-and-set loop over the store's atomic session update; a concurrent
+/// change makes it re-read and re-apply the closure, so the closure may run more than once
+/// and must not have side effects.
+///
+/// ```ignore
+/// #[tool(description = "Count calls in this session")]
+/// async fn count(&self, Extension(state): Extension<SessionState>) -> Result<String, ErrorData> {
+///     let n = state.update("calls", |n: Option<u64>| n.unwrap_or(0) + 1).await
+///         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+///     Ok(n.to_string())
+/// }
+/// ```
+#[derive(Clone)]
+pub struct SessionState {
+    backend: Arc<dyn SessionStateBackend>,
+}
+
+impl std::fmt::Debug for SessionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionState").field("session", &self.backend.session_id()).finish()
+    }
+}
+
+/// How many times `update` retries under contention before giving up.
+const MAX_ATTEMPTS: usize = 64;
+
+impl SessionState {
+    /// A handle over `backend`.
+    pub fn new(backend: Arc<dyn SessionStateBackend>) -> Self {
+        Self { backend }
+    }
+
+    /// The session this state belongs to.
+    pub fn session_id(&self) -> &str {
+        self.backend.session_id()
+    }
+
+    /// The value stored under `key`, if any.
+    pub async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StateError> {
+        match self.backend.load(key).await? {
+            None => Ok(None),
+            Some(value) => serde_json::from_value(value).map(Some).map_err(|source| StateError::Decode { key: key.to_owned(), source }),
+        }
+    }
+
+    /// Replace the value under `key` with `f(current)` and return the new value, without
+    /// losing concurrent updates (see the type's `# Durability`).
+    pub async fn update<T, F>(&self, key: &str, mut f: F) -> Result<T, StateError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(Option<T>) -> T,
+    {
+        for _ in 0..MAX_ATTEMPTS {
+            let raw = self.backend.load(key).await?;
+            let current = match &raw {
+                None => None,
+                Some(value) => {
+                    Some(serde_json::from_value(value.clone()).map_err(|source| StateError::Decode { key: key.to_owned(), source })?)
+                }
+            };
+            let next = f(current);
+            let encoded = serde_json::to_value(&next).map_err(|source| StateError::Encode { key: key.to_owned(), source })?;
+            if self.backend.compare_and_set(key, raw, Some(encoded)).await? {
+                return Ok(next);
+            }
+        }
+        Err(StateError::Contended(key.to_owned()))
+    }
+
+    /// Remove `key`.
+    pub async fn remove(&self, key: &str) -> Result<(), StateError> {
+        for _ in 0..MAX_ATTEMPTS {
+            let raw = self.backend.load(key).await?;
+            if raw.is_none() || self.backend.compare_and_set(key, raw, None).await? {
+                return Ok(());
+            }
+        }
+        Err(StateError::Contended(key.to_owned()))
+    }
+}
