@@ -199,6 +199,43 @@ fn session_state_shared_by_workers(backend: Backend) {
     assert_eq!(request(workers[1].addr, "DELETE", &[("mcp-session-id", &session)], None).status, 200);
 }
 
+/// D5: DELETE on one worker ends the session on all: a request waiting on another worker
+/// for an answer ends, and every worker answers 404.
+fn delete_ends_the_session_everywhere(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let (a, b) = (Server::start(&store, free_port(), &[]), Server::start(&store, free_port(), &[]));
+    let session = initialize(a.addr);
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "test_elicitation", "arguments": {"message": "never answered"}}});
+    let mut waiting = post(a.addr, Some(&session), &call);
+    loop {
+        let (_, data) = waiting.next_event().expect("the question");
+        if data.contains("elicitation/create") {
+            break;
+        }
+    }
+    let started = Instant::now();
+    assert_eq!(request(b.addr, "DELETE", &[("mcp-session-id", &session)], None).status, 200);
+    let rest = waiting.messages();
+    assert!(rest.iter().all(|(_, m)| m["id"] != 3), "no result after the session ended: {rest:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "the waiting stream ends promptly");
+    for w in [&a, &b] {
+        assert_eq!(post(w.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"})).status, 404);
+    }
+}
+
+#[test]
+fn d5_postgres_delete_ends_the_session_everywhere() {
+    delete_ends_the_session_everywhere(Backend::Postgres);
+}
+
+#[test]
+fn d5_redis_delete_ends_the_session_everywhere() {
+    delete_ends_the_session_everywhere(Backend::Redis);
+}
+
 #[test]
 fn d4_postgres_session_state_shared_by_workers() {
     session_state_shared_by_workers(Backend::Postgres);

@@ -142,9 +142,13 @@ impl Engine {
                 let engine = self.clone();
                 let caller = caller.clone();
                 self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
+                let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
                 tokio::spawn(async move {
                     engine.clone().pump(run, caller, id, stream, close).await;
                     engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    if let Some(watcher) = session_end {
+                        watcher.abort();
+                    }
                 });
             }
             Err(mut rejection) => {
@@ -306,6 +310,28 @@ impl Engine {
         if let Some(token) = lock(&self.inner.runs.runs).get(&run_key(session, request_id)) {
             token.cancel();
         }
+    }
+
+    /// D5: when the session ends on any worker, its streams are removed from the store, and
+    /// a handler still running here for it is cancelled.
+    fn cancel_when_stream_removed(&self, stream: StreamId, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let store = self.store().clone();
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let Ok(mut wake) = store.watch(&stream).await else { return };
+            loop {
+                let ended = wake.next().await.is_none();
+                match store.stream_owner(&stream).await {
+                    Err(durable_mcp_store::StoreError::NotFound { .. }) => {
+                        tracing::debug!(%stream, "session ended elsewhere; cancelling its request");
+                        cancel.cancel();
+                        return;
+                    }
+                    _ if ended => return,
+                    _ => {}
+                }
+            }
+        })
     }
 
     /// How many requests are running on this worker.
