@@ -54,6 +54,22 @@ async fn ask_then(
     }
 }
 
+/// Ask one elicitation form under `key` and answer `"<prefix>: <the user's answer>"`.
+async fn elicit_form(
+    context: &RequestContext<RoleServer>,
+    responses: Option<&rmcp::model::InputResponses>,
+    key: &'static str,
+    message: impl Into<String>,
+    schema: rmcp::model::ElicitationSchema,
+    prefix: &str,
+) -> Result<CallToolResponse, McpError> {
+    let questions = vec![Question::elicit(key, message, schema)];
+    ask_then(context, responses, questions, "Elicitation error", |answers| {
+        text(format!("{prefix}: {}", describe(&answers, key)))
+    })
+    .await
+}
+
 fn describe(answers: &Answers, key: &str) -> String {
     answers
         .get(key)
@@ -204,24 +220,7 @@ impl Everything {
         InputResponsesPart(responses): InputResponsesPart,
         Parameters(args): Parameters<ElicitationArgs>,
     ) -> Result<CallToolResponse, McpError> {
-        let questions = vec![Question::elicit(
-            "elicitation",
-            args.message,
-            fixtures::user_info_schema(),
-        )];
-        ask_then(
-            &context,
-            responses.as_ref(),
-            questions,
-            "Elicitation error",
-            |answers| {
-                text(format!(
-                    "User response: {}",
-                    describe(&answers, "elicitation")
-                ))
-            },
-        )
-        .await
+        elicit_form(&context, responses.as_ref(), "elicitation", args.message, fixtures::user_info_schema(), "User response").await
     }
 
     #[tool(
@@ -232,24 +231,8 @@ impl Everything {
         context: RequestContext<RoleServer>,
         InputResponsesPart(responses): InputResponsesPart,
     ) -> Result<CallToolResponse, McpError> {
-        let questions = vec![Question::elicit(
-            "elicitation",
-            "Please review and update the form fields with defaults",
-            fixtures::defaults_schema(),
-        )];
-        ask_then(
-            &context,
-            responses.as_ref(),
-            questions,
-            "Elicitation error",
-            |answers| {
-                text(format!(
-                    "Elicitation completed: {}",
-                    describe(&answers, "elicitation")
-                ))
-            },
-        )
-        .await
+        let message = "Please review and update the form fields with defaults";
+        elicit_form(&context, responses.as_ref(), "elicitation", message, fixtures::defaults_schema(), "Elicitation completed").await
     }
 
     #[tool(description = "Elicitation using the five enum schema shapes of SEP-1330")]
@@ -258,24 +241,8 @@ impl Everything {
         context: RequestContext<RoleServer>,
         InputResponsesPart(responses): InputResponsesPart,
     ) -> Result<CallToolResponse, McpError> {
-        let questions = vec![Question::elicit(
-            "elicitation",
-            "Please pick from the enum fields",
-            fixtures::enums_schema(),
-        )];
-        ask_then(
-            &context,
-            responses.as_ref(),
-            questions,
-            "Elicitation error",
-            |answers| {
-                text(format!(
-                    "Elicitation completed: {}",
-                    describe(&answers, "elicitation")
-                ))
-            },
-        )
-        .await
+        let message = "Please pick from the enum fields";
+        elicit_form(&context, responses.as_ref(), "elicitation", message, fixtures::enums_schema(), "Elicitation completed").await
     }
 
     #[tool(
@@ -343,24 +310,9 @@ impl Everything {
         InputResponsesPart(responses): InputResponsesPart,
     ) -> Result<CallToolResponse, McpError> {
         input::progress(&context, 1.0, 2.0, "waiting for confirmation").await;
-        let questions = vec![Question::elicit(
-            "confirm",
-            "Please confirm to continue",
-            fixtures::single_field_schema("ok", "boolean"),
-        )];
-        ask_then(
-            &context,
-            responses.as_ref(),
-            questions,
-            "Elicitation error",
-            |answers| {
-                text(format!(
-                    "Streaming elicitation completed: {}",
-                    describe(&answers, "confirm")
-                ))
-            },
-        )
-        .await
+        let schema = fixtures::single_field_schema("ok", "boolean");
+        let message = "Please confirm to continue";
+        elicit_form(&context, responses.as_ref(), "confirm", message, schema, "Streaming elicitation completed").await
     }
 
     #[tool(
