@@ -226,6 +226,38 @@ fn delete_ends_the_session_everywhere(backend: Backend) {
     }
 }
 
+/// A resource subscription made through worker A is honoured when the resource changes
+/// because of a request on worker B, from another session.
+fn resource_subscription_across_workers(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let (a, b) = (Server::start(&store, free_port(), &[]), Server::start(&store, free_port(), &[]));
+    let watcher = initialize(a.addr);
+    let subscribe = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": "test://watched-resource"}});
+    let _ = post(a.addr, Some(&watcher), &subscribe).messages();
+    let mut get = request(a.addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &watcher)], None);
+    let _priming = get.next_event();
+    let other = initialize(b.addr);
+    let trigger = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "trigger_resource_update", "arguments": {"uri": "test://watched-resource"}}});
+    let _ = post(b.addr, Some(&other), &trigger).messages();
+    let (_, data) = get.next_event().expect("resources/updated on A");
+    let message: Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(message["method"], "notifications/resources/updated");
+    assert_eq!(message["params"]["uri"], "test://watched-resource");
+}
+
+#[test]
+fn postgres_resource_subscription_across_workers() {
+    resource_subscription_across_workers(Backend::Postgres);
+}
+
+#[test]
+fn redis_resource_subscription_across_workers() {
+    resource_subscription_across_workers(Backend::Redis);
+}
+
 #[test]
 fn d5_postgres_delete_ends_the_session_everywhere() {
     delete_ends_the_session_everywhere(Backend::Postgres);

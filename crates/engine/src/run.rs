@@ -253,18 +253,12 @@ impl Engine {
                     _ => return Ok(()),
                 }
             }
-            (
-                Era::Legacy,
-                "notifications/tools/list_changed" | "notifications/prompts/list_changed" | "notifications/resources/list_changed" | "notifications/resources/updated",
-            ) => {
+            (Era::Legacy, "notifications/resources/updated") => {
+                let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).unwrap_or_default();
+                return self.fan_out_resource_update(uri, &message).await;
+            }
+            (Era::Legacy, "notifications/tools/list_changed" | "notifications/prompts/list_changed" | "notifications/resources/list_changed") => {
                 let Some(session) = &caller.session else { return Ok(()) };
-                if method == "notifications/resources/updated" {
-                    let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).unwrap_or_default();
-                    let current = self.store().load_session(&caller.principal, &session.id).await?;
-                    if !current.subscriptions.contains(uri) {
-                        return Ok(());
-                    }
-                }
                 return self.commit(&session.standalone_stream, &message, false).await.map(drop);
             }
             _ => {}
@@ -296,6 +290,25 @@ impl Engine {
         if let Some(meta) = meta.as_object_mut() {
             meta.entry("io.modelcontextprotocol/serverInfo").or_insert_with(|| self.summary().server_info.clone());
         }
+    }
+
+    /// A resource changed: every live session subscribed to `uri` (made on any worker, the
+    /// subscriptions are in the store) gets the notification on its standalone stream, read
+    /// by its GET stream on whichever worker holds it.
+    ///
+    /// This scans the sessions (`list_sessions`), so its cost grows with the number of live
+    /// sessions; a store index of subscriptions is the way to scale it further.
+    async fn fan_out_resource_update(&self, uri: &str, message: &Value) -> Result<(), EngineError> {
+        const MAX_SESSIONS: usize = 100_000;
+        for session in self.store().list_sessions(None, MAX_SESSIONS).await? {
+            if session.subscriptions.contains(uri) {
+                match self.store().append(&session.standalone_stream, message.to_string(), false).await {
+                    Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Deliver a client notification to the handler (not `notifications/cancelled`, which
