@@ -14,13 +14,11 @@
 //! - and every tail also wakes on a periodic tick (`poll_interval`), a last resort that
 //!   bounds the delay if anything above misbehaves.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use durable_mcp_store::{StoreError, StoreResult, StreamId, WakeUps};
+use durable_mcp_store::{StoreError, StoreResult, StreamId};
 use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::AsyncMessage;
 
 use crate::error::{describe, from_pg, unavailable};
@@ -32,88 +30,13 @@ const HEALTH_CHECK: Duration = Duration::from_secs(15);
 /// Longest pause between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-type Map = HashMap<StreamId, watch::Sender<u64>>;
+pub(crate) use durable_mcp_store::wake::Watchers;
 
-/// Per-stream wake-up channels for the tails in this process.
-#[derive(Clone, Default)]
-pub(crate) struct Watchers {
-    inner: Arc<Mutex<Map>>,
-}
-
-impl Watchers {
-    fn lock(&self) -> MutexGuard<'_, Map> {
-        // Every mutation is one insert or remove; a panic cannot leave the map half-updated.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Subscribe to `stream`: the returned wake-ups fire after each later [`Self::wake`]
-    /// of it, on every tick of `poll`, and end when the stream is [`Self::forget`]-ten.
-    pub(crate) fn watch(&self, stream: &StreamId, poll: Duration) -> WakeUps {
-        let rx = self.lock().entry(stream.clone()).or_insert_with(|| watch::channel(0).0).subscribe();
-        let subscription = Subscription { rx, stream: stream.clone(), watchers: self.clone() };
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Box::pin(futures::stream::unfold((subscription, ticker), |(mut sub, mut ticker)| async move {
-            tokio::select! {
-                changed = sub.rx.changed() => changed.ok().map(|()| ((), (sub, ticker))),
-                _ = ticker.tick() => Some(((), (sub, ticker))),
-            }
-        }))
-    }
-
-    /// Wake the local tails of `stream`.
-    pub(crate) fn wake(&self, stream: &StreamId) {
-        if let Some(tx) = self.lock().get(stream) {
-            tx.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
-
-    /// Wake the local tails of the stream named by a notification's payload.
-    fn wake_payload(&self, payload: &str) {
-        match payload.parse::<StreamId>() {
-            Ok(stream) => self.wake(&stream),
-            Err(_) => tracing::debug!(payload, "ignoring a notification that names no stream"),
-        }
-    }
-
-    /// Wake every local tail (after notifications may have been lost).
-    pub(crate) fn wake_all(&self) {
-        for tx in self.lock().values() {
-            tx.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
-
-    /// End the local tails of streams that no longer exist.
-    pub(crate) fn forget(&self, gone: &[StreamId]) {
-        let mut map = self.lock();
-        for stream in gone {
-            // Dropping the sender ends the watchers' wake-up streams.
-            map.remove(stream);
-        }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
-    }
-}
-
-/// One tail's receiver; removes the stream's entry when its last tail goes away.
-struct Subscription {
-    rx: watch::Receiver<u64>,
-    stream: StreamId,
-    watchers: Watchers,
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let mut map = self.watchers.lock();
-        if let Some(tx) = map.get(&self.stream)
-            && tx.receiver_count() <= 1
-            && self.rx.same_channel(&tx.subscribe())
-        {
-            map.remove(&self.stream);
-        }
+/// Wake the local tails of the stream named by a notification's payload.
+fn wake_payload(watchers: &Watchers, payload: &str) {
+    match payload.parse::<StreamId>() {
+        Ok(stream) => watchers.wake(&stream),
+        Err(_) => tracing::debug!(payload, "ignoring a notification that names no stream"),
     }
 }
 
@@ -230,7 +153,7 @@ async fn listen(
     loop {
         tokio::select! {
             payload = notifications.recv() => match payload {
-                Some(payload) => watchers.wake_payload(&payload),
+                Some(payload) => wake_payload(watchers, &payload),
                 None => break,
             },
             _ = health.tick() => {

@@ -58,7 +58,7 @@ pub(crate) async fn append(shared: &Shared, stream: &StreamId, data: String, clo
         Some(-2) => Err(StoreError::StreamClosed { stream: stream.to_string() }),
         Some(seq) if seq > 0 => {
             // Local tails need not wait for the pub/sub round trip.
-            shared.watchers.notify(stream);
+            shared.watchers.wake(stream);
             Ok(EventId::new(stream.clone(), seq.unsigned_abs()))
         }
         _ => Err(bad_reply("append", &reply)),

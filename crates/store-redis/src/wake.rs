@@ -10,13 +10,11 @@
 //! So every tail also wakes on a periodic tick (`wake_tick`), and every (re)subscription
 //! wakes all local tails once; a lost wake-up only delays a tail, it never stalls it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use durable_mcp_store::{StoreError, StreamId, WakeUps};
+use durable_mcp_store::{StoreError, StreamId};
 use futures::StreamExt;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use crate::error::from_redis;
 
@@ -25,93 +23,24 @@ const PING_EVERY: Duration = Duration::from_secs(5);
 /// Longest pause between reconnection attempts of the listener.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-#[derive(Default)]
-struct Map {
-    senders: HashMap<StreamId, watch::Sender<u64>>,
-    /// Sweep senders nobody listens to when the map reaches this size.
-    sweep_at: usize,
-}
+pub(crate) use durable_mcp_store::wake::Watchers;
 
-/// Per-stream wake-up channels for tails in this process.
-#[derive(Clone, Default)]
-pub(crate) struct Watchers {
-    inner: Arc<Mutex<Map>>,
-}
-
-impl Watchers {
-    fn lock(&self) -> MutexGuard<'_, Map> {
-        // Every mutation is a single insert/remove/send: a panic cannot leave it half-done.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Wake-ups for `stream`: on each local append or pub/sub message, and every `tick`.
-    /// Ends when the stream is deleted (end of session, prune) by any worker.
-    pub(crate) fn watch(&self, stream: &StreamId, tick: Duration) -> WakeUps {
-        let rx = {
-            let mut map = self.lock();
-            if map.senders.len() >= map.sweep_at {
-                // Tails that ended leave senders behind; sweep them, amortized O(1).
-                map.senders.retain(|_, tx| tx.receiver_count() > 0);
-                map.sweep_at = (map.senders.len() * 2).max(1024);
-            }
-            map.senders.entry(stream.clone()).or_insert_with(|| watch::channel(0).0).subscribe()
-        };
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Box::pin(futures::stream::unfold((rx, ticker), |(mut rx, mut ticker)| async move {
-            tokio::select! {
-                changed = rx.changed() => changed.ok().map(|()| ((), (rx, ticker))),
-                _ = ticker.tick() => Some(((), (rx, ticker))),
-            }
-        }))
-    }
-
-    /// Wake the tails of `stream`.
-    pub(crate) fn notify(&self, stream: &StreamId) {
-        let mut map = self.lock();
-        if let Some(tx) = map.senders.get(stream) {
-            if tx.receiver_count() == 0 {
-                map.senders.remove(stream);
-            } else {
-                tx.send_modify(|n| *n = n.wrapping_add(1));
-            }
+/// Apply one pub/sub message: `a:<stream>` wakes a stream's tails, `g:<id>,<id>...` ends the
+/// tails of deleted streams.
+pub(crate) fn dispatch(watchers: &Watchers, payload: &[u8]) {
+    let Ok(text) = std::str::from_utf8(payload) else { return };
+    if let Some(id) = text.strip_prefix("a:") {
+        if let Ok(stream) = id.parse::<StreamId>() {
+            watchers.wake(&stream);
         }
-    }
-
-    /// Wake every tail (after a gap in the subscription, when messages may have been lost).
-    pub(crate) fn notify_all(&self) {
-        let mut map = self.lock();
-        map.senders.retain(|_, tx| tx.receiver_count() > 0);
-        for tx in map.senders.values() {
-            tx.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
-
-    /// End the tails of deleted streams (dropping the sender ends their wake-up streams).
-    pub(crate) fn forget<'a>(&self, gone: impl IntoIterator<Item = &'a StreamId>) {
-        let mut map = self.lock();
-        for stream in gone {
-            map.senders.remove(stream);
-        }
-    }
-
-    /// Apply one pub/sub message.
-    pub(crate) fn dispatch(&self, payload: &[u8]) {
-        let Ok(text) = std::str::from_utf8(payload) else { return };
-        if let Some(id) = text.strip_prefix("a:") {
-            if let Ok(stream) = id.parse() {
-                self.notify(&stream);
-            }
-        } else if let Some(ids) = text.strip_prefix("g:") {
-            let gone: Vec<StreamId> = ids.split(',').filter_map(|id| id.parse().ok()).collect();
-            self.forget(&gone);
-        } else {
-            tracing::debug!(message = text, "ignoring unknown wake-up message");
-        }
+    } else if let Some(ids) = text.strip_prefix("g:") {
+        let gone: Vec<StreamId> = ids.split(',').filter_map(|id| id.parse().ok()).collect();
+        watchers.forget(&gone);
+    } else {
+        tracing::debug!(message = text, "ignoring unknown wake-up message");
     }
 }
 
-/// The listener task, aborted when the last handle of its store is dropped.
 pub(crate) struct Listener(tokio::task::JoinHandle<()>);
 
 impl Drop for Listener {
@@ -177,10 +106,10 @@ async fn run(
                 }
                 backoff = Duration::from_millis(100);
                 // Anything published while we were not subscribed is lost: re-read everywhere.
-                watchers.notify_all();
+                watchers.wake_all();
                 let reason = receive(pubsub, &watchers, timeouts.response).await;
                 tracing::warn!(%channel, %reason, "redis wake-up subscription lost; reconnecting");
-                watchers.notify_all();
+                watchers.wake_all();
             }
             Err(error) => {
                 if let Some(ready) = ready.take() {
@@ -203,7 +132,7 @@ async fn receive(pubsub: redis::aio::PubSub, watchers: &Watchers, timeout: Durat
     loop {
         tokio::select! {
             message = messages.next() => match message {
-                Some(message) => watchers.dispatch(message.get_payload_bytes()),
+                Some(message) => dispatch(watchers, message.get_payload_bytes()),
                 None => return "connection closed".into(),
             },
             _ = ping.tick() => {

@@ -6,16 +6,13 @@
 //! is therefore answered only after its data is committed (D1), and N concurrent appenders
 //! cost one commit, not N.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::collections::HashSet;
 
 use durable_mcp_store::{
     EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner,
-    WakeUps,
 };
 use rusqlite::Connection;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::{error::from_sqlite, sessions, streams};
 
@@ -59,53 +56,7 @@ impl WriterHandle {
     }
 }
 
-/// Per-stream wake-up channels for tails in this process.
-#[derive(Clone, Default)]
-pub(crate) struct Watchers {
-    inner: Arc<Mutex<HashMap<StreamId, watch::Sender<u64>>>>,
-}
-
-impl Watchers {
-    pub(crate) fn watch(&self, stream: &StreamId, poll: Duration) -> WakeUps {
-        let rx = {
-            let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            map.entry(stream.clone()).or_insert_with(|| watch::channel(0).0).subscribe()
-        };
-        let mut ticker = tokio::time::interval(poll);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Box::pin(futures::stream::unfold((rx, ticker, true), |(mut rx, mut ticker, first)| async move {
-            if first {
-                // The first tick of an interval completes at once; consume it.
-                ticker.tick().await;
-            }
-            tokio::select! {
-                changed = rx.changed() => changed.ok().map(|()| ((), (rx, ticker, false))),
-                _ = ticker.tick() => Some(((), (rx, ticker, false))),
-            }
-        }))
-    }
-
-    fn notify(&self, touched: &HashSet<StreamId>) {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        for stream in touched {
-            if let Some(tx) = map.get(stream) {
-                if tx.receiver_count() == 0 {
-                    map.remove(stream);
-                } else {
-                    tx.send_modify(|n| *n += 1);
-                }
-            }
-        }
-    }
-
-    fn forget(&self, gone: &[StreamId]) {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        for stream in gone {
-            // Dropping the sender ends the watchers' streams.
-            map.remove(stream);
-        }
-    }
-}
+pub(crate) use durable_mcp_store::wake::Watchers;
 
 pub(crate) fn spawn(conn: Connection, max_events: Option<u64>, watchers: Watchers) -> Result<WriterHandle, StoreError> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -139,7 +90,9 @@ fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: O
         })();
         match outcome {
             Ok(results) => {
-                watchers.notify(&touched);
+                for stream in &touched {
+                    watchers.wake(stream);
+                }
                 watchers.forget(&gone);
                 for (job, result) in batch.drain(..).zip(results) {
                     let _ = job.reply.send(result);

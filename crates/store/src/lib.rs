@@ -7,6 +7,7 @@
 mod error;
 mod ids;
 mod record;
+pub mod wake;
 
 #[cfg(feature = "contract-tests")]
 pub mod contract;
