@@ -26,6 +26,8 @@ enum Command {
     /// Print the committed events of a stream after an event id (as a client resuming with
     /// `Last-Event-ID` would receive them).
     Replay(ReplayArgs),
+    /// Benchmark stores and tools/call over HTTP (against a stock rmcp server); print markdown.
+    Bench(BenchArgs),
 }
 
 /// Which store to use.
@@ -79,6 +81,31 @@ struct ReplayArgs {
     event_id: String,
 }
 
+/// Benchmarks: servers run in this process on loopback ephemeral ports.
+#[derive(Parser, Debug)]
+struct BenchArgs {
+    /// Store URLs to measure (comma-separated or repeated). `memory:` is always measured, as
+    /// the baseline. Default: `memory:` plus temporary `sqlite:` files with synchronous=FULL
+    /// and synchronous=NORMAL.
+    #[arg(long, value_delimiter = ',')]
+    stores: Vec<String>,
+    /// Concurrent HTTP clients: one tools/call measurement per value.
+    #[arg(long, value_delimiter = ',', default_value = "1,32")]
+    clients: Vec<usize>,
+    /// tools/call round trips per client.
+    #[arg(long, default_value_t = 1000)]
+    requests: usize,
+    /// Events appended per writer (1 writer, then 32 writers on distinct streams).
+    #[arg(long, default_value_t = 2000)]
+    events: usize,
+    /// Also measure a stock rmcp server serving the same tool (the HTTP baseline).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    rmcp_baseline: bool,
+    /// Stop any single measurement after this many seconds.
+    #[arg(long, default_value_t = 30)]
+    time_limit_secs: u64,
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum Example {
     /// Every fixture of the official MCP conformance suite, plus `emit_events`.
@@ -127,7 +154,7 @@ struct ServeArgs {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,rmcp=warn".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -154,6 +181,7 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Bench(args) => bench(args).await,
         Command::Replay(args) => {
             let store = durable_mcp::open_store(&args.store.store).await?;
             let id: durable_mcp::EventId = args.event_id.parse().context("malformed event id")?;
@@ -200,5 +228,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         server.serve().await.context("serving")?;
     }
+    Ok(())
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let config = durable_mcp_bench::BenchConfig {
+        stores: args.stores,
+        clients: args.clients,
+        requests_per_client: args.requests,
+        events_per_writer: args.events,
+        rmcp_baseline: args.rmcp_baseline,
+        time_limit: Duration::from_secs(args.time_limit_secs.max(1)),
+        ..durable_mcp_bench::BenchConfig::default()
+    };
+    let report = durable_mcp_bench::run(&config, |step| tracing::info!("bench: {step}")).await.context("benchmark")?;
+    println!("{}", report.to_markdown());
     Ok(())
 }

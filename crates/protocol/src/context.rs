@@ -68,12 +68,15 @@ pub trait SessionStateBackend: Send + Sync + 'static {
 /// change makes it re-read and re-apply the closure, so the closure may run more than once
 /// and must not have side effects.
 ///
-/// ```ignore
-/// #[tool(description = "Count calls in this session")]
-/// async fn count(&self, Extension(state): Extension<SessionState>) -> Result<String, ErrorData> {
-///     let n = state.update("calls", |n: Option<u64>| n.unwrap_or(0) + 1).await
-///         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-///     Ok(n.to_string())
+/// A handler finds it in rmcp's request extensions (`ctx.extensions.get::<SessionState>()`,
+/// or the `Extension<SessionState>` extractor in a `#[tool]` function):
+///
+/// ```no_run
+/// use durable_mcp_protocol::{SessionState, StateError};
+///
+/// /// Count this session's calls; correct however many workers serve it at once.
+/// async fn count(state: &SessionState) -> Result<u64, StateError> {
+///     state.update("calls", |n: Option<u64>| n.unwrap_or(0) + 1).await
 /// }
 /// ```
 #[derive(Clone)]

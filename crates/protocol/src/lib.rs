@@ -3,8 +3,12 @@
 
 mod adapter;
 pub mod context;
+#[cfg(feature = "rmcp-baseline")]
+mod baseline;
 pub mod jsonrpc;
 
+#[cfg(feature = "rmcp-baseline")]
+pub use baseline::{RMCP_BASELINE_PATH, serve_rmcp_baseline};
 pub use context::{SessionState, SessionStateBackend, StateError};
 pub use adapter::{Closed, LEGACY_VERSIONS, MODERN_VERSION, McpHandler, Outbound, PeerContext, Run, ServerSummary};
 /// A notification a handler sends (through its rmcp peer) to ask the transport to close the

@@ -1,0 +1,26 @@
+//! `cargo bench -p durable-mcp-bench`: a short run of what `durable-mcp bench` measures
+//! (store appends and replays, `tools/call` over HTTP against the rmcp baseline), printed
+//! as markdown. Extra stores: `DURABLE_MCP_BENCH_STORES=postgres://...,redis://...`.
+
+use durable_mcp_bench::{BenchConfig, run};
+
+fn main() {
+    let mut config = BenchConfig::quick();
+    if let Ok(stores) = std::env::var("DURABLE_MCP_BENCH_STORES") {
+        config.stores = stores.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cannot start the runtime: {error}");
+            std::process::exit(1);
+        }
+    };
+    match runtime.block_on(run(&config, |step| eprintln!("bench: {step}"))) {
+        Ok(report) => println!("{}", report.to_markdown()),
+        Err(error) => {
+            eprintln!("benchmark failed: {error}");
+            std::process::exit(1);
+        }
+    }
+}
