@@ -26,6 +26,9 @@ enum Command {
     /// Print the committed events of a stream after an event id (as a client resuming with
     /// `Last-Event-ID` would receive them).
     Replay(ReplayArgs),
+    /// Create or upgrade the store's schema (SQLite, PostgreSQL) and print its version.
+    /// Servers also migrate at start-up; this lets a deploy do it first, once.
+    Migrate(MigrateArgs),
     /// Benchmark stores and tools/call over HTTP (against a stock rmcp server); print markdown.
     Bench(BenchArgs),
 }
@@ -71,6 +74,12 @@ struct InspectArgs {
     /// At most this many sessions.
     #[arg(long, default_value_t = 100)]
     limit: usize,
+}
+
+#[derive(Parser, Debug)]
+struct MigrateArgs {
+    #[command(flatten)]
+    store: StoreArgs,
 }
 
 #[derive(Parser, Debug)]
@@ -182,6 +191,15 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(args) => bench(args).await,
+        Command::Migrate(args) => {
+            let url = &args.store.store;
+            let version = durable_mcp::migrate_store(url).await.with_context(|| format!("migrating {url}"))?;
+            match version {
+                Some(version) => println!("schema version {version}"),
+                None => println!("{url}: this backend has no schema to migrate"),
+            }
+            Ok(())
+        }
         Command::Replay(args) => {
             let store = durable_mcp::open_store(&args.store.store).await?;
             let id: durable_mcp::EventId = args.event_id.parse().context("malformed event id")?;

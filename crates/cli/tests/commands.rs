@@ -47,3 +47,12 @@ fn inspect_replay_and_prune_a_sqlite_store() {
     let listing = run(&["inspect", "--store", &store]);
     assert!(listing.contains(&session), "the session itself is kept (no TTL)");
 }
+
+#[test]
+fn migrate_reports_the_schema_version() {
+    let dir = temp_dir("migrate");
+    let store = format!("sqlite:{}", dir.join("store.db").display());
+    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 2");
+    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 2", "idempotent");
+    assert!(run(&["migrate", "--store", "memory:"]).contains("no schema"));
+}

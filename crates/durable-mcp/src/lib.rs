@@ -82,6 +82,24 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, Error> {
     }
 }
 
+/// Create or upgrade the schema of the store named by `url` and return its version; `None`
+/// for backends without a schema (memory, Redis). Opening a store migrates it too; this is
+/// for running the migration once, before starting workers.
+pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
+    match url.split_once(':').map(|(scheme, _)| scheme) {
+        Some("sqlite") => {
+            SqliteStore::open_url(url).await?;
+            Ok(Some(durable_mcp_store_sqlite::SCHEMA_VERSION))
+        }
+        Some("postgres" | "postgresql") => Ok(Some(PgStore::open_url(url).await?.migrate().await?)),
+        Some("memory" | "redis") => {
+            open_store(url).await?;
+            Ok(None)
+        }
+        _ => Err(Error::UnsupportedStore(url.to_owned())),
+    }
+}
+
 /// A durable MCP server: the first thing to read.
 ///
 /// `DurableMcp::new(handler)` takes any rmcp `ServerHandler + Clone` (cloned once per

@@ -319,31 +319,3 @@ async fn d15_pool_replaces_killed_connections() {
     assert!(store.load_session(&who, &record.id).await.is_ok());
 }
 
-#[tokio::test]
-async fn watch_subscriptions_clean_up_after_themselves() {
-    let watchers = listen::Watchers::default();
-    let stream = StreamId::random();
-    let first = watchers.watch(&stream, Duration::from_secs(60));
-    let mut second = watchers.watch(&stream, Duration::from_secs(60));
-    assert_eq!(watchers.len(), 1);
-    drop(first);
-    assert_eq!(watchers.len(), 1, "one tail is left");
-    watchers.wake(&stream);
-    assert!(woken(&mut second).await);
-    drop(second);
-    assert_eq!(watchers.len(), 0);
-    let mut ended = watchers.watch(&stream, Duration::from_secs(60));
-    watchers.forget(std::slice::from_ref(&stream));
-    assert_eq!(tokio::time::timeout(Duration::from_secs(5), ended.next()).await.unwrap(), None, "forgotten streams end their tails");
-}
-
-#[tokio::test]
-async fn watch_ticks_without_any_notification() {
-    let watchers = listen::Watchers::default();
-    let mut wake = watchers.watch(&StreamId::random(), Duration::from_millis(200));
-    let started = Instant::now();
-    for _ in 0..2 {
-        assert!(woken(&mut wake).await, "the fallback tick wakes");
-    }
-    assert!(started.elapsed() >= Duration::from_millis(400), "ticks are one interval apart, the first not immediate");
-}

@@ -111,6 +111,21 @@ use crate::error::from_redis;
 use crate::keys::Keys;
 use crate::options::redact;
 
+/// Up to `limit` members of the sorted set `index` scored below `cutoff` (the prune
+/// candidates of the session and finished-stream indexes).
+pub(crate) async fn older_than(shared: &Shared, index: &str, cutoff: u64, limit: usize) -> StoreResult<Vec<String>> {
+    redis::cmd("ZRANGEBYSCORE")
+        .arg(index)
+        .arg("-inf")
+        .arg(format!("({cutoff}"))
+        .arg("LIMIT")
+        .arg(0)
+        .arg(limit)
+        .query_async(&mut shared.conn())
+        .await
+        .map_err(error::from_redis)
+}
+
 pub(crate) struct Shared {
     options: RedisOptions,
     keys: Keys,

@@ -151,16 +151,7 @@ pub(crate) async fn prune_idle(shared: &Shared, cutoff: u64) -> StoreResult<u64>
     let mut ended = 0;
     loop {
         // Each candidate leaves the range: ended, found used meanwhile, or found expired.
-        let batch: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-            .arg(shared.keys.sessions())
-            .arg("-inf")
-            .arg(format!("({cutoff}"))
-            .arg("LIMIT")
-            .arg(0)
-            .arg(BATCH)
-            .query_async(&mut shared.conn())
-            .await
-            .map_err(from_redis)?;
+        let batch = crate::older_than(shared, &shared.keys.sessions(), cutoff, BATCH).await?;
         if batch.is_empty() {
             return Ok(ended);
         }

@@ -134,16 +134,7 @@ pub(crate) async fn prune_finished(shared: &Shared, cutoff: u64) -> StoreResult<
     let mut deleted = 0;
     loop {
         // Each candidate leaves the range: deleted, found gone, or re-scored.
-        let batch: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-            .arg(shared.keys.finished())
-            .arg("-inf")
-            .arg(format!("({cutoff}"))
-            .arg("LIMIT")
-            .arg(0)
-            .arg(BATCH)
-            .query_async(&mut shared.conn())
-            .await
-            .map_err(from_redis)?;
+        let batch = crate::older_than(shared, &shared.keys.finished(), cutoff, BATCH).await?;
         if batch.is_empty() {
             return Ok(deleted);
         }
