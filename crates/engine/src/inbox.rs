@@ -39,17 +39,37 @@ impl Inbox {
         engine.store().create_stream(&stream, &owner).await?;
         let originals: Arc<Mutex<HashMap<String, RequestId>>> = Arc::default();
         let map = originals.clone();
-        let mut answers = Box::pin(crate::tail(engine.store().clone(), stream.clone(), 0));
+        let store = engine.store().clone();
+        let inbox = stream.clone();
         let forwarder = tokio::spawn(async move {
-            while let Some(Ok(event)) = answers.next().await {
-                let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else { continue };
-                let wire_id = message.get("id").and_then(Value::as_str).map(str::to_owned);
-                // The first answer to each question counts; later ones are dropped.
-                let Some(original) = wire_id.and_then(|w| lock(&map).remove(&w)) else { continue };
-                message.insert("id".into(), original);
-                if replies.send(Value::Object(message)).await.is_err() {
-                    break;
+            // A store error restarts the tail where it stopped: a transient outage delays
+            // answers, never loses them (D15).
+            let mut after = 0;
+            loop {
+                let mut answers = Box::pin(crate::tail(store.clone(), inbox.clone(), after));
+                while let Some(next) = answers.next().await {
+                    let event = match next {
+                        Ok(event) => event,
+                        Err(StoreError::NotFound { .. }) => return,
+                        Err(error) => {
+                            tracing::warn!(%error, %inbox, "inbox tail failed; resuming");
+                            break;
+                        }
+                    };
+                    after = event.id.seq;
+                    let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else { continue };
+                    let wire_id = message.get("id").and_then(Value::as_str).map(str::to_owned);
+                    // The first answer to each question counts; later ones are dropped.
+                    let Some(original) = wire_id.and_then(|w| lock(&map).remove(&w)) else { continue };
+                    message.insert("id".into(), original);
+                    if replies.send(Value::Object(message)).await.is_err() {
+                        return;
+                    }
                 }
+                if replies.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }
         });
         Ok(Self { stream, next: 0, originals, forwarder })

@@ -188,11 +188,12 @@ impl Engine {
                     break;
                 }
                 Outbound::Outcome(mut outcome) => {
-                    answered = true;
                     if caller.era == Era::Modern {
                         self.add_server_info(&mut outcome);
                     }
-                    self.commit(&stream, &outcome, true).await.map(drop)
+                    let committed = self.commit(&stream, &outcome, true).await.map(drop);
+                    answered = committed.is_ok();
+                    committed
                 }
                 Outbound::Notification { method, .. } if method == CLOSE_SSE_STREAM_METHOD => {
                     close_connection.cancel();
@@ -222,11 +223,7 @@ impl Engine {
             }
         }
         if !answered {
-            // Cancelled (or the handler vanished): end the stream without a response, as
-            // the protocol asks after `notifications/cancelled`.
-            if let Err(error) = self.store().append(&stream, String::new(), true).await {
-                tracing::debug!(%error, %stream, "could not close the stream of an unanswered request");
-            }
+            self.close_unanswered(&stream, &id, run.cancel.is_cancelled()).await;
         }
         if let Some(session) = caller.session_id() {
             lock(&self.inner.runs.runs).remove(&run_key(session, &id));
@@ -234,6 +231,36 @@ impl Engine {
         if let Some(inbox) = inbox {
             inbox.close(&self).await;
         }
+    }
+
+    /// End the stream of a request that has no committed outcome, so that no client waits
+    /// on it forever. After a client's cancellation the protocol wants no response; after a
+    /// failure (the store refused the outcome, the handler vanished) the client gets an
+    /// error. Retried with backoff while the store is unavailable (D15).
+    async fn close_unanswered(&self, stream: &StreamId, id: &RequestId, cancelled_by_client: bool) {
+        let data = if cancelled_by_client {
+            String::new()
+        } else {
+            durable_mcp_protocol::jsonrpc::error_response(
+                id.clone(),
+                durable_mcp_protocol::jsonrpc::code::INTERNAL_ERROR,
+                "the request failed before its result could be committed",
+                None,
+            )
+            .to_string()
+        };
+        let mut delay = std::time::Duration::from_millis(50);
+        for _ in 0..10 {
+            match self.store().append(stream, data.clone(), true).await {
+                Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. } | durable_mcp_store::StoreError::StreamClosed { .. }) => return,
+                Err(error) => {
+                    tracing::warn!(%error, %stream, "could not close an unanswered request's stream; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(5));
+                }
+            }
+        }
+        tracing::error!(%stream, "gave up closing an unanswered request's stream");
     }
 
     async fn route_notification(&self, caller: &Caller, stream: &StreamId, method: &str, message: Value) -> Result<(), EngineError> {

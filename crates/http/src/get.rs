@@ -45,6 +45,8 @@ impl Transport {
                         return Err(Rejection::UnknownEvent(raw));
                     }
                 }
+                // A resumed standalone stream keeps its session alive like a fresh one (D14).
+                let keep_session = (id.stream == session.standalone_stream).then(|| (principal.clone(), session.id.clone()));
                 SseSource {
                     stream: id.stream,
                     after: id.seq,
@@ -52,7 +54,7 @@ impl Transport {
                     cancel_on_drop: None,
                     close_after: None,
                     close_on: None,
-                    keep_session: None,
+                    keep_session,
                 }
             }
             None => {
@@ -100,7 +102,15 @@ async fn last_seq(transport: &Transport, stream: &durable_mcp_store::StreamId) -
     let store = transport.engine.store();
     let mut after = 0;
     loop {
-        let read = store.read_after(stream, after, 1024).await.map_err(EngineError::from)?;
+        let read = match store.read_after(stream, after, 1024).await {
+            Ok(read) => read,
+            // Retention dropped the oldest events: continue from the oldest kept one.
+            Err(StoreError::Pruned { oldest_retained, .. }) if oldest_retained > after + 1 => {
+                after = oldest_retained - 1;
+                continue;
+            }
+            Err(e) => return Err(EngineError::from(e).into()),
+        };
         match read.events.last() {
             Some(last) => after = last.id.seq,
             None => return Ok(after),

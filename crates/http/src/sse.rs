@@ -46,21 +46,8 @@ pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration, shutdo
     let guard = source.cancel_on_drop.map(CancellationToken::drop_guard);
     let keep_session = source.keep_session.map(|(principal, id)| (engine.clone(), principal, id));
     // Shutting down ends the connection like a poll would: the stream stays resumable.
-    let close_on = match source.close_on {
-        Some(token) => {
-            let both = shutdown.child_token();
-            let asked = token.clone();
-            let linked = both.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = asked.cancelled() => linked.cancel(),
-                    () = linked.cancelled() => {}
-                }
-            });
-            Some(both)
-        }
-        None => Some(shutdown.child_token()),
-    };
+    let mut close_on: Vec<CancellationToken> = vec![shutdown.clone()];
+    close_on.extend(source.close_on);
     let body = body_stream(events, source.prefix, guard, keep_alive, source.close_after, close_on, keep_session);
     let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
@@ -77,7 +64,7 @@ fn body_stream<S>(
     guard: Option<DropGuard>,
     keep_alive: Duration,
     close_after: Option<Duration>,
-    close_on: Option<CancellationToken>,
+    close_on: Vec<CancellationToken>,
     keep_session: Option<(Engine, durable_mcp_store::Principal, durable_mcp_store::SessionId)>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
 where
@@ -87,7 +74,7 @@ where
         events: std::pin::Pin<Box<S>>,
         guard: Option<DropGuard>,
         deadline: Option<tokio::time::Instant>,
-        close_on: Option<CancellationToken>,
+        close_on: Vec<CancellationToken>,
         keep_session: Option<(Engine, durable_mcp_store::Principal, durable_mcp_store::SessionId)>,
         finished: bool,
     }
@@ -113,15 +100,11 @@ where
                     None => std::future::pending().await,
                 }
             };
-            let asked = async {
-                match &close_on {
-                    Some(token) => token.cancelled().await,
-                    None => std::future::pending().await,
-                }
-            };
+            // Any of the tokens ends the connection (shutdown, or the handler asked).
+            let asked = futures::future::select_all(close_on.iter().map(|t| Box::pin(t.cancelled())));
             tokio::select! {
                 () = timer => {}
-                () = asked => {}
+                _ = asked => {}
             }
         };
         tokio::select! {

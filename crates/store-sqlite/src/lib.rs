@@ -92,8 +92,11 @@ impl SqliteOptions {
                     }
                 }
                 Some(("max_events", v)) => {
-                    options.max_events_per_stream =
-                        Some(v.parse().map_err(|_| StoreError::Incompatible(format!("bad max_events {v:?}")))?);
+                    let max: u64 = v.parse().map_err(|_| StoreError::Incompatible(format!("bad max_events {v:?}")))?;
+                    if max == 0 {
+                        return Err(StoreError::Incompatible("max_events must be at least 1".into()));
+                    }
+                    options.max_events_per_stream = Some(max);
                 }
                 _ => return Err(StoreError::Incompatible(format!("unknown sqlite URL option {pair:?}"))),
             }

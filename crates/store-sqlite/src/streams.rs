@@ -65,7 +65,7 @@ pub(crate) fn read_after(conn: &mut Connection, stream: &StreamId, after: u64, l
         .map_err(from_sqlite)?;
     let (first, last, closed) = row.ok_or(StoreError::not_found("stream"))?;
     let after_i = i64::try_from(after).unwrap_or(i64::MAX);
-    if after_i + 1 < first {
+    if after_i.saturating_add(1) < first {
         return Err(StoreError::Pruned {
             event: EventId::new(stream.clone(), after).to_string(),
             oldest_retained: u64::try_from(first).unwrap_or(0),

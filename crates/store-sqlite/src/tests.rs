@@ -69,3 +69,17 @@ fn urls_parse() {
     assert!(SqliteOptions::from_url("sqlite:x.db?bogus=1").is_err());
     assert!(SqliteOptions::from_url("sqlite:x.db?synchronous=maybe").is_err());
 }
+
+/// Regression: a client-supplied `Last-Event-ID` sequence at or above `i64::MAX` overflowed
+/// (a panic in debug builds, a wrong "pruned" answer in release).
+#[tokio::test]
+async fn regression_huge_resume_position_does_not_overflow() {
+    let store = SqliteStore::open(SqliteOptions::new(temp_path("huge.db"))).await.unwrap();
+    let stream = StreamId::random();
+    store.create_stream(&stream, &StreamOwner { principal: Principal::anonymous(), session: None }).await.unwrap();
+    store.append(&stream, "x".into(), false).await.unwrap();
+    for after in [i64::MAX as u64, u64::MAX] {
+        let read = store.read_after(&stream, after, 10).await.unwrap();
+        assert!(read.events.is_empty());
+    }
+}

@@ -80,10 +80,27 @@ fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: O
         let mut touched = HashSet::new();
         let mut gone = Vec::new();
         let outcome = (|| {
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(from_sqlite)?;
+            let mut tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(from_sqlite)?;
             let mut results = Vec::with_capacity(batch.len());
             for job in &batch {
-                results.push(apply(&tx, &job.op, max_events, &mut touched, &mut gone));
+                // Each job in its own savepoint: a job that fails half-way leaves nothing
+                // behind, and the others still commit (D15: nothing half-written).
+                let mut job_touched = HashSet::new();
+                let mut job_gone = Vec::new();
+                let savepoint = tx.savepoint().map_err(from_sqlite)?;
+                let result = apply(&savepoint, &job.op, max_events, &mut job_touched, &mut job_gone);
+                if result.is_ok() {
+                    savepoint.commit().map_err(from_sqlite)?;
+                    touched.extend(job_touched);
+                    gone.extend(job_gone);
+                } else {
+                    drop(savepoint); // rolls back to the savepoint
+                }
+                if tx.is_autocommit() {
+                    // SQLite aborted the whole transaction (disk full, I/O error): fail the batch.
+                    return Err(StoreError::Unavailable("sqlite rolled the batch back".into()));
+                }
+                results.push(result);
             }
             tx.commit().map_err(from_sqlite)?;
             Ok::<_, StoreError>(results)
@@ -111,7 +128,7 @@ fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: O
 }
 
 fn apply(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     op: &Op,
     max_events: Option<u64>,
     touched: &mut HashSet<StreamId>,
