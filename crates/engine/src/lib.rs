@@ -7,7 +7,7 @@
 //! - `commit` (in `run.rs`) is the only place a handler's messages, its outcome included,
 //!   become events: each is appended to the store before any transport can send it (D1).
 //!
-//! Transports (HTTP, stdio) read the events back through [`Engine::tail`].
+//! Transports (HTTP, stdio) read the events back through [`tail`].
 
 mod error;
 mod inbox;
