@@ -158,6 +158,18 @@ struct ServeArgs {
     /// Serve over stdin/stdout instead of HTTP.
     #[arg(long)]
     stdio: bool,
+    /// This worker's name in the leases of journaled requests. Keep it stable across
+    /// restarts (a restarted worker resumes its own unfinished requests at once) and
+    /// distinct per worker. Default: the host name and the listen address.
+    #[arg(long, env = "DURABLE_MCP_WORKER_ID")]
+    worker_id: Option<String>,
+    /// Lease of a running request, in milliseconds: after a worker dies, another takes
+    /// its requests over within this time.
+    #[arg(long, default_value_t = 5_000)]
+    lease_ms: u64,
+    /// On shutdown, wait this long for requests in flight before handing them over.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace_secs: u64,
 }
 
 #[tokio::main]
@@ -172,7 +184,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Prune(args) => {
             let store = durable_mcp::open_store(&args.store.store).await?;
             let report = store.prune(&args.retention.retention(), durable_mcp::now_ms()).await?;
-            println!("sessions ended: {}, streams deleted: {}", report.sessions_ended, report.streams_deleted);
+            println!(
+                "sessions ended: {}, streams deleted: {}, journal records expired: {}",
+                report.sessions_ended, report.streams_deleted, report.records_expired
+            );
             Ok(())
         }
         Command::Inspect(args) => {
@@ -240,13 +255,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             sse_retry: Duration::from_millis(args.sse_retry_ms),
             retention: args.retention.retention(),
             prune_interval: Duration::from_secs(args.prune_interval_secs.max(1)),
-        });
+            worker_id: args.worker_id.unwrap_or_else(|| default_worker_id(args.listen)),
+            lease: Duration::from_millis(args.lease_ms.max(300)),
+            ..EngineOptions::default()
+        })
+        .shutdown_grace(Duration::from_secs(args.shutdown_grace_secs));
     if args.stdio {
         server.serve_stdio().await?;
     } else {
         server.serve().await.context("serving")?;
     }
     Ok(())
+}
+
+/// The host name and the listen address: stable across restarts of one worker, distinct
+/// between workers of one host.
+fn default_worker_id(listen: SocketAddr) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}/{listen}")
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {

@@ -37,7 +37,7 @@ fn inspect_replay_and_prune_a_sqlite_store() {
 
     std::thread::sleep(std::time::Duration::from_millis(1_100));
     let report = run(&["prune", "--store", &store, "--session-ttl-secs", "0", "--max-stream-age-secs", "1"]);
-    assert_eq!(report.trim(), "sessions ended: 0, streams deleted: 1");
+    assert_eq!(report.trim(), "sessions ended: 0, streams deleted: 1, journal records expired: 0");
     let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
         .args(["replay", "--store", &store, &format!("{stream}_0")])
         .output()
@@ -52,7 +52,7 @@ fn inspect_replay_and_prune_a_sqlite_store() {
 fn migrate_reports_the_schema_version() {
     let dir = temp_dir("migrate");
     let store = format!("sqlite:{}", dir.join("store.db").display());
-    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 2");
-    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 2", "idempotent");
+    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 3");
+    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 3", "idempotent");
     assert!(run(&["migrate", "--store", "memory:"]).contains("no schema"));
 }

@@ -121,6 +121,7 @@ pub struct DurableMcp {
     bind: SocketAddr,
     http: HttpConfig,
     engine: EngineOptions,
+    shutdown_grace: std::time::Duration,
 }
 
 impl DurableMcp {
@@ -135,7 +136,15 @@ impl DurableMcp {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             http: HttpConfig::default(),
             engine: EngineOptions::default(),
+            shutdown_grace: std::time::Duration::from_secs(10),
         }
+    }
+
+    /// On shutdown, wait this long for journaled requests in flight to finish before
+    /// handing their leases to other workers (default 10 s; D7).
+    pub fn shutdown_grace(mut self, grace: std::time::Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
     }
 
     /// Use this store.
@@ -204,9 +213,14 @@ impl DurableMcp {
         tracing::info!(addr = %listener.local_addr()?, path = %self.http.path, "durable-mcp serving");
         let engine = self.engine().await?;
         let pruner = engine.spawn_pruner();
-        let transport = HttpTransport::new(engine, self.http);
+        // Resumes this worker's own unfinished requests at once, then takes over those
+        // of workers whose leases expire (D7).
+        let recovery = engine.spawn_recovery();
+        let transport = HttpTransport::new(engine.clone(), self.http);
         let served = durable_mcp_http::serve(listener, transport, shutdown).await;
+        recovery.abort();
         pruner.abort();
+        engine.drain(self.shutdown_grace).await;
         served?;
         Ok(())
     }

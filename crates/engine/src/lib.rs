@@ -11,6 +11,7 @@
 
 mod error;
 mod inbox;
+mod journal;
 mod run;
 mod session;
 mod state;
@@ -23,6 +24,7 @@ use durable_mcp_protocol::{McpHandler, ServerSummary};
 use durable_mcp_store::{Retention, Store};
 
 pub use error::EngineError;
+pub use journal::JOURNALED_METHODS;
 pub use run::{Accepted, Caller, Era};
 pub use tail::tail;
 
@@ -35,6 +37,14 @@ pub struct EngineOptions {
     pub retention: Retention,
     /// How often the background pruner applies `retention`.
     pub prune_interval: Duration,
+    /// This worker's name in leases. Keep it stable across restarts of the same worker so
+    /// that it resumes its own unfinished runs at once (D7); distinct per worker.
+    pub worker_id: String,
+    /// How long a run's lease lasts without a heartbeat: after a worker dies, another one
+    /// takes its runs over within this time (D7). Heartbeats come every third of it.
+    pub lease: Duration,
+    /// Runs of one request at most (the first included) before it ends with an error.
+    pub max_attempts: u32,
 }
 
 impl Default for EngineOptions {
@@ -43,6 +53,9 @@ impl Default for EngineOptions {
             sse_retry: Duration::from_millis(500),
             retention: Retention { session_idle_ttl_ms: Some(24 * 3_600_000), max_stream_age_ms: Some(3_600_000) },
             prune_interval: Duration::from_secs(60),
+            worker_id: format!("worker-{}", durable_mcp_store::StreamId::random()),
+            lease: Duration::from_secs(5),
+            max_attempts: 10,
         }
     }
 }

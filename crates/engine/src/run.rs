@@ -5,14 +5,30 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
+use std::sync::Arc;
+
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
-use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Outbound, PeerContext, Run};
-use durable_mcp_store::{EventId, Principal, SessionChange, SessionId, SessionRecord, StreamId, StreamOwner};
+use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, Outbound, PeerContext, Run};
+use durable_mcp_store::{
+    EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
+};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
+use crate::journal::{DurableRun, Held, JOURNALED_METHODS, RunRecord, alias_key};
 use crate::{Engine, EngineError};
+
+/// How long a session's request id keeps pointing at its run (re-sent requests attach).
+const ALIAS_TTL_MS: u64 = 24 * 3_600_000;
+/// How long a run that failed without an outcome waits before it is retried.
+const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
+
+/// What [`Engine::launch`] started.
+pub(crate) struct Launched {
+    pub cancel: CancellationToken,
+    pub close_connection: Option<CancellationToken>,
+}
 
 /// The protocol era of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +68,7 @@ impl Caller {
                 .session
                 .as_ref()
                 .map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
+            durable: None,
         }
     }
 
@@ -81,6 +98,10 @@ pub struct Accepted {
 #[derive(Default)]
 pub(crate) struct Registry {
     runs: Mutex<HashMap<String, CancellationToken>>,
+    /// Journaled runs executing here, by run id.
+    journaled: Mutex<HashMap<String, CancellationToken>>,
+    /// Set by [`Engine::drain`]: runs stopped now give their leases back.
+    releasing: std::sync::atomic::AtomicBool,
     in_flight: std::sync::atomic::AtomicUsize,
 }
 
@@ -109,14 +130,24 @@ fn passes(level: Option<&str>, threshold: &str) -> bool {
 impl Engine {
     /// The door in: accept one request. Its response stream is committed (with its
     /// priming event, where the version has one) before its handler starts, and the
-    /// handler's messages are committed to that stream as they come.
+    /// handler's messages are committed to that stream as they come. A request of
+    /// [`JOURNALED_METHODS`] is also committed to the journal before its handler starts
+    /// (D6); a legacy client re-sending a request id of its session is attached to the run
+    /// that id started, and gets its one outcome.
     pub async fn accept(&self, caller: &Caller, id: RequestId, request: Map<String, Value>) -> Result<Accepted, EngineError> {
         let store = self.store();
+        let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let journaled = JOURNALED_METHODS.contains(&method.as_str());
+        if journaled
+            && let Some(session) = caller.session_id()
+            && let Some(existing) = self.existing_run(session, &id).await?
+        {
+            return self.attach(caller, id, request, existing).await;
+        }
         let stream = StreamId::random();
         let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session_id().cloned() };
         store.create_stream(&stream, &owner).await?;
         let priming = if caller.primes_streams() { Some(store.append(&stream, String::new(), false).await?) } else { None };
-        let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
         if caller.era == Era::Legacy {
             self.apply_session_effects(caller, &method, &request).await?;
         }
@@ -129,27 +160,38 @@ impl Engine {
             self.commit(&stream, &response, true).await?;
             return Ok(accepted);
         }
-        match self.handler().start(request, &caller.peer(self)) {
-            Ok(run) => {
-                accepted.cancel = Some(run.cancel.clone());
-                let close = CancellationToken::new();
-                if caller.era == Era::Legacy {
-                    accepted.close_connection = Some(close.clone());
-                }
-                if let Some(session) = caller.session_id() {
-                    lock(&self.inner.runs.runs).insert(run_key(session, &id), run.cancel.clone());
-                }
-                let engine = self.clone();
-                let caller = caller.clone();
-                self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
-                let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
-                tokio::spawn(async move {
-                    engine.clone().pump(run, caller, id, stream, close).await;
-                    engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    if let Some(watcher) = session_end {
-                        watcher.abort();
+        let held = if journaled {
+            let run_id = stream.to_string();
+            if let Some(session) = caller.session_id() {
+                // The alias first: a crash after it leaves an alias without a journal entry,
+                // which a re-sent request adopts (see `attach`).
+                let expires = now_ms() + ALIAS_TTL_MS;
+                match store.put_record(RecordKind::Alias, &alias_key(session, &id), run_id.clone(), Some(expires), Expect::Absent).await {
+                    Ok(_) => {}
+                    Err(StoreError::Conflict { .. }) => {
+                        // The same request id, re-sent concurrently: the other one runs.
+                        self.close_unanswered(&stream, &id, true).await;
+                        if let Some(existing) = self.existing_run(session, &id).await? {
+                            return self.attach(caller, id, request, existing).await;
+                        }
                     }
-                });
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            let record = RunRecord::new(self, caller, request.clone(), &stream);
+            match store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await {
+                Ok(version) => Some(Held::start(self, run_id, record, version)),
+                // A re-sent copy adopted this run first: it runs there.
+                Err(StoreError::Conflict { .. }) => return Ok(accepted),
+                Err(error) => return Err(error.into()),
+            }
+        } else {
+            None
+        };
+        match self.launch(caller.clone(), id.clone(), request, stream.clone(), held).await {
+            Ok(launched) => {
+                accepted.cancel = Some(launched.cancel);
+                accepted.close_connection = launched.close_connection;
             }
             Err(mut rejection) => {
                 rejection.id = Some(id);
@@ -157,6 +199,111 @@ impl Engine {
             }
         }
         Ok(accepted)
+    }
+
+    /// A re-sent request (same session, same JSON-RPC id): its client gets the stream of
+    /// the run that id started, from the beginning, and so its one outcome (D6). If the
+    /// worker that accepted the original died before journaling it, this request adopts
+    /// the run: it is the same request, so it is journaled and started now.
+    async fn attach(&self, caller: &Caller, id: RequestId, request: Map<String, Value>, stream: StreamId) -> Result<Accepted, EngineError> {
+        let attached = Accepted { stream: stream.clone(), priming: None, cancel: None, close_connection: None };
+        let run_id = stream.to_string();
+        if self.store().get_record(RecordKind::Run, &run_id).await?.is_some() || self.stream_closed(&stream).await? {
+            tracing::info!(%id, %stream, "re-sent request attached to its run");
+            return Ok(attached);
+        }
+        let record = RunRecord::new(self, caller, request.clone(), &stream);
+        let version = match self.store().put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await {
+            Ok(version) => version,
+            Err(StoreError::Conflict { .. }) => return Ok(attached),
+            Err(error) => return Err(error.into()),
+        };
+        tracing::info!(%id, %stream, "re-sent request adopted a run its first worker never journaled");
+        let held = Held::start(self, run_id, record, version);
+        if let Err(mut rejection) = self.launch(caller.clone(), id.clone(), request, stream.clone(), Some(held)).await {
+            rejection.id = Some(id);
+            self.commit(&stream, &rejection.to_response(), true).await?;
+        }
+        Ok(attached)
+    }
+
+    /// Start a request's handler, with a durable context when it is journaled, and pump
+    /// its messages into `stream` in the background. Used for new requests and for runs
+    /// taken over by recovery.
+    pub(crate) async fn launch(
+        &self,
+        caller: Caller,
+        id: RequestId,
+        request: Map<String, Value>,
+        stream: StreamId,
+        held: Option<Held>,
+    ) -> Result<Launched, Rejection> {
+        // A run whose lease is lost is cancelled here (without ending its stream).
+        let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.lost.child_token());
+        let mut peer = caller.peer(self);
+        if let Some(held) = &held {
+            let backend = DurableRun::new(self, &held.run_id, &held.record, caller.clone(), cancel.clone());
+            peer.durable = Some(Durable::new(Arc::new(backend)));
+        }
+        let run = match self.handler().start_with_cancel(request, &peer, cancel) {
+            Ok(run) => run,
+            Err(rejection) => {
+                if let Some(held) = held {
+                    held.finish(self).await;
+                }
+                return Err(rejection);
+            }
+        };
+        let close = CancellationToken::new();
+        let launched = Launched {
+            cancel: run.cancel.clone(),
+            close_connection: (caller.era == Era::Legacy).then(|| close.clone()),
+        };
+        if let Some(session) = caller.session_id() {
+            lock(&self.inner.runs.runs).insert(run_key(session, &id), run.cancel.clone());
+        }
+        if let Some(held) = &held {
+            lock(&self.inner.runs.journaled).insert(held.run_id.clone(), run.cancel.clone());
+        }
+        let engine = self.clone();
+        self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
+        let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
+        tokio::spawn(async move {
+            engine.clone().pump(run, caller, id, stream, close, held).await;
+            engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
+            if let Some(watcher) = session_end {
+                watcher.abort();
+            }
+        });
+        Ok(launched)
+    }
+
+    /// Whether this worker is running the journaled run `run_id`.
+    pub(crate) fn is_running_here(&self, run_id: &str) -> bool {
+        lock(&self.inner.runs.journaled).contains_key(run_id)
+    }
+
+    /// Graceful shutdown of durable execution: wait up to `grace` for the requests running
+    /// here to finish; then give the leases of those still running back, so that another
+    /// worker resumes them at once (D7), and stop them here.
+    pub async fn drain(&self, grace: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let running: Vec<CancellationToken> = lock(&self.inner.runs.journaled).values().cloned().collect();
+        if running.is_empty() {
+            return;
+        }
+        tracing::info!(runs = running.len(), "grace period over; releasing the leases of unfinished runs");
+        self.inner.runs.releasing.store(true, Ordering::SeqCst);
+        for token in running {
+            token.cancel();
+        }
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !lock(&self.inner.runs.journaled).is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Run a request to its outcome without a stream (used for `initialize`, which is
@@ -173,18 +320,19 @@ impl Engine {
 
     /// The door out: commit one message of a request's stream. Nothing reaches a socket
     /// except through the store, so every sent event was committed first (D1).
-    async fn commit(&self, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
+    pub(crate) async fn commit(&self, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
         Ok(self.store().append(stream, message.to_string(), close).await?)
     }
 
-    async fn pump(self, mut run: Run, caller: Caller, id: RequestId, stream: StreamId, close_connection: CancellationToken) {
+    async fn pump(self, mut run: Run, caller: Caller, id: RequestId, stream: StreamId, close_connection: CancellationToken, held: Option<Held>) {
         let mut answered = false;
         let mut inbox: Option<Inbox> = None;
         while let Some(message) = run.outbound.recv().await {
             tracing::debug!(%stream, ?message, "handler message");
             let result = match message {
                 Outbound::Outcome(_) if run.cancel.is_cancelled() => {
-                    // Cancelled by the client: the protocol says no response follows.
+                    // Cancelled by the client (the protocol says no response follows), or
+                    // the run is being handed to another worker.
                     break;
                 }
                 Outbound::Outcome(mut outcome) => {
@@ -214,16 +362,18 @@ impl Engine {
                 .await,
             };
             if let Err(error) = result {
-                tracing::warn!(%error, %stream, "could not commit a handler message; cancelling the request");
+                tracing::warn!(%error, %stream, "could not commit a handler message; stopping the request");
                 run.cancel.cancel();
+                if held.is_none() {
+                    break;
+                }
+                // A journaled run is retried from its journal: no outcome now.
+                held.as_ref().map(|h| h.lost.cancel());
                 break;
             }
             if answered {
                 break;
             }
-        }
-        if !answered {
-            self.close_unanswered(&stream, &id, run.cancel.is_cancelled()).await;
         }
         if let Some(session) = caller.session_id() {
             lock(&self.inner.runs.runs).remove(&run_key(session, &id));
@@ -231,13 +381,37 @@ impl Engine {
         if let Some(inbox) = inbox {
             inbox.close(&self).await;
         }
+        let Some(held) = held else {
+            if !answered {
+                self.close_unanswered(&stream, &id, run.cancel.is_cancelled()).await;
+            }
+            return;
+        };
+        lock(&self.inner.runs.journaled).remove(&held.run_id);
+        if answered {
+            held.finish(&self).await;
+        } else if self.inner.runs.releasing.load(Ordering::SeqCst) {
+            held.release(&self, 0).await;
+        } else if held.lost.is_cancelled() {
+            // Another worker took the run over, or committing failed: the journal (and
+            // whoever holds the lease next) carries the request on.
+            held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS).await;
+        } else if run.cancel.is_cancelled() {
+            self.close_unanswered(&stream, &id, true).await;
+            held.finish(&self).await;
+        } else {
+            // The handler ended without an outcome (it panicked, say): run it again later,
+            // up to `max_attempts` runs.
+            tracing::warn!(run = %held.run_id, "a journaled run ended without an outcome; it will be retried");
+            held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS).await;
+        }
     }
 
     /// End the stream of a request that has no committed outcome, so that no client waits
     /// on it forever. After a client's cancellation the protocol wants no response; after a
     /// failure (the store refused the outcome, the handler vanished) the client gets an
     /// error. Retried with backoff while the store is unavailable (D15).
-    async fn close_unanswered(&self, stream: &StreamId, id: &RequestId, cancelled_by_client: bool) {
+    pub(crate) async fn close_unanswered(&self, stream: &StreamId, id: &RequestId, cancelled_by_client: bool) {
         let data = if cancelled_by_client {
             String::new()
         } else {
@@ -263,7 +437,7 @@ impl Engine {
         tracing::error!(%stream, "gave up closing an unanswered request's stream");
     }
 
-    async fn route_notification(&self, caller: &Caller, stream: &StreamId, method: &str, message: Value) -> Result<(), EngineError> {
+    pub(crate) async fn route_notification(&self, caller: &Caller, stream: &StreamId, method: &str, message: Value) -> Result<(), EngineError> {
         let params = message.get("params");
         match (caller.era, method) {
             (Era::Legacy, "notifications/message") => {

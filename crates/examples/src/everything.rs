@@ -175,6 +175,7 @@
 // exercises them.
 #![allow(deprecated)]
 
+mod durability;
 mod fixtures;
 mod input;
 mod mrtr;
@@ -311,7 +312,7 @@ impl Everything {
                 changes,
                 tasks: TaskManager::new(),
             }),
-            tool_router: Arc::new(Self::tool_router() + Self::mrtr_router() + Self::tasks_router()),
+            tool_router: Arc::new(Self::tool_router() + Self::mrtr_router() + Self::tasks_router() + Self::durability_router()),
             prompt_router: Arc::new(Self::prompt_router()),
             reconnection_delay: DEFAULT_RECONNECTION_DELAY,
         }

@@ -50,6 +50,8 @@ pub struct PeerContext {
     pub client: Option<Value>,
     /// The session's durable state, inserted into the request's extensions.
     pub session_state: Option<crate::SessionState>,
+    /// The durable context of a journaled request, inserted into the request's extensions.
+    pub durable: Option<crate::Durable>,
 }
 
 /// A request running in its handler.
@@ -152,15 +154,30 @@ impl McpHandler {
     /// Start running one request (a whole JSON-RPC request object). Rejects a request whose
     /// params do not fit its method with `-32602`.
     pub fn start(&self, request: Map<String, Value>, peer: &PeerContext) -> Result<Run, Rejection> {
+        self.start_with_cancel(request, peer, CancellationToken::new())
+    }
+
+    /// [`McpHandler::start`] with the caller's own cancellation token (cancelling it
+    /// cancels the handler; the run's [`Run::cancel`] is this token).
+    pub fn start_with_cancel(
+        &self,
+        request: Map<String, Value>,
+        peer: &PeerContext,
+        cancel: CancellationToken,
+    ) -> Result<Run, Rejection> {
         let id = request.get("id").cloned();
         let mut message: ClientJsonRpcMessage = serde_json::from_value(Value::Object(request))
             .map_err(|e| Rejection { code: code::INVALID_PARAMS, message: format!("invalid params: {e}"), id })?;
-        if let (ClientJsonRpcMessage::Request(request), Some(state)) = (&mut message, &peer.session_state) {
-            request.request.extensions_mut().insert(state.clone());
+        if let ClientJsonRpcMessage::Request(request) = &mut message {
+            if let Some(state) = &peer.session_state {
+                request.request.extensions_mut().insert(state.clone());
+            }
+            if let Some(durable) = &peer.durable {
+                request.request.extensions_mut().insert(durable.clone());
+            }
         }
         let (out_tx, outbound) = mpsc::channel(64);
         let (replies, in_rx) = mpsc::channel(16);
-        let cancel = CancellationToken::new();
         // `cancel` is the caller's alone: rmcp gets a child token (it cancels its own token
         // when its loop ends, which must not look like a client's cancellation), and `done`,
         // which ends the loop once the response is sent, is another child.

@@ -1,12 +1,12 @@
 //! An in-memory [`Store`]: everything the contract promises, within one process, until the
 //! process exits. Use it for tests and for development; it is not durable across restarts.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
+    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
     StoredEvent, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 use tokio::sync::watch;
@@ -45,6 +45,7 @@ struct Inner {
     sessions: HashMap<SessionId, SessionRecord>,
     session_streams: HashMap<SessionId, Vec<StreamId>>,
     streams: HashMap<StreamId, StreamState>,
+    records: BTreeMap<(RecordKind, String), Record>,
 }
 
 /// The in-memory store. Cloning gives another handle to the same data, as a second worker
@@ -152,7 +153,71 @@ impl Store for MemoryStore {
                 report.streams_deleted += 1;
             }
         }
+        let expired: Vec<(RecordKind, String)> =
+            inner.records.iter().filter(|(_, r)| r.expired(now_ms)).map(|(k, _)| k.clone()).collect();
+        for key in expired {
+            inner.records.remove(&key);
+            report.records_expired += 1;
+        }
         Ok(report)
+    }
+
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
+        let now = now_ms();
+        let mut inner = self.lock();
+        let slot = (kind, key.to_owned());
+        let current = inner.records.get(&slot).filter(|r| !r.expired(now)).map(|r| r.version);
+        let version = match (expect, current) {
+            (Expect::Absent, None) => 1,
+            (Expect::Version(expected), Some(found)) if expected == found => found + 1,
+            _ => return Err(StoreError::Conflict { what: "record" }),
+        };
+        inner.records.insert(slot, Record { key: key.to_owned(), version, value, expires_at_ms });
+        Ok(version)
+    }
+
+    async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
+        let now = now_ms();
+        Ok(self.lock().records.get(&(kind, key.to_owned())).filter(|r| !r.expired(now)).cloned())
+    }
+
+    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+        let now = now_ms();
+        let inner = self.lock();
+        Ok(inner
+            .records
+            .range((kind, prefix.to_owned())..)
+            .take_while(|((k, key), _)| *k == kind && key.starts_with(prefix))
+            .map(|(_, r)| r)
+            .filter(|r| !r.expired(now))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
+        let now = now_ms();
+        let mut inner = self.lock();
+        let keys: Vec<(RecordKind, String)> = inner
+            .records
+            .range((kind, prefix.to_owned())..)
+            .take_while(|((k, key), _)| *k == kind && key.starts_with(prefix))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut deleted = 0;
+        for key in keys {
+            if inner.records.remove(&key).is_some_and(|r| !r.expired(now)) {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
     }
 
     async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {

@@ -38,13 +38,17 @@
 //!
 //! Live tails: see the `watch` method of [`PgStore`]'s `Store` implementation. Sessions:
 //! each change is one transaction, and `update_session` locks the row (`FOR UPDATE`), so
-//! concurrent changes from any worker never lose one (D4).
+//! concurrent changes from any worker never lose one (D4). Journal records: each write is
+//! one conditional statement (`INSERT ... ON CONFLICT DO UPDATE ... WHERE` expired, or
+//! `UPDATE ... WHERE version = $n`), so of racing writers exactly one writes and the others
+//! are refused with `Conflict` (D7, D8).
 
 mod error;
 mod listen;
 mod migrate;
 mod options;
 mod pool;
+mod records;
 mod sessions;
 mod streams;
 
@@ -54,8 +58,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, Store, StoreResult,
-    StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
+    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 
 pub use error::PgFailure;
@@ -221,9 +225,10 @@ impl Store for PgStore {
 
     /// # Durability
     /// One transaction: idle sessions with their streams, then finished streams past the
-    /// age limit. Rows another transaction holds at that moment (a session being changed,
-    /// a stream being appended to, a concurrent prune's) are skipped and left for the next
-    /// prune. Tails of deleted streams are woken everywhere and then read `NotFound`.
+    /// age limit, then expired journal records. Rows another transaction holds at that
+    /// moment (a session being changed, a stream being appended to, a record being written,
+    /// a concurrent prune's) are skipped and left for the next prune. Tails of deleted
+    /// streams are woken everywhere and then read `NotFound`.
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         let channel = &self.shared.channel;
         let (report, gone) = op!(self, conn => async {
@@ -241,12 +246,40 @@ impl Store for PgStore {
                 report.streams_deleted = deleted.len() as u64;
                 gone.extend(deleted);
             }
+            report.records_expired = records::prune_expired(&tx, statements, now_ms).await?;
             streams::notify(&tx, statements, channel, &gone).await?;
             tx.commit().await.map_err(from_pg)?;
             Ok((report, gone))
         })?;
         self.shared.watchers.forget(&gone);
         Ok(report)
+    }
+
+    /// # Durability
+    /// One statement whose condition is part of it: of writers racing on one key exactly one
+    /// commits (D8), a version moves on only from the version the writer read (D7), and a
+    /// failed condition writes nothing and is `StoreError::Conflict`.
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
+        op!(self, conn => records::put(conn, kind, key, &value, expires_at_ms, expect, now_ms()))
+    }
+
+    async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
+        op!(self, conn => records::get(conn, kind, key, now_ms()))
+    }
+
+    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+        op!(self, conn => records::list(conn, kind, prefix, limit, now_ms()))
+    }
+
+    async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
+        op!(self, conn => records::delete(conn, kind, prefix, now_ms()))
     }
 
     /// # Durability

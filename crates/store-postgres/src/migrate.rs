@@ -43,6 +43,17 @@ const MIGRATIONS: &[&str] = &[
         data TEXT NOT NULL,
         PRIMARY KEY (stream, seq)
     );",
+    // 1 -> 2: journal records (runs, steps, tasks, aliases), versioned, optionally
+    // expiring. Keys compare bytewise ("C"), so prefix ranges use the primary key.
+    "CREATE TABLE records (
+        kind TEXT NOT NULL,
+        key TEXT COLLATE \"C\" NOT NULL,
+        version BIGINT NOT NULL,
+        value TEXT NOT NULL,
+        expires_at BIGINT NULL,
+        PRIMARY KEY (kind, key)
+    );
+    CREATE INDEX records_by_expiry ON records (expires_at) WHERE expires_at IS NOT NULL;",
 ];
 
 /// The schema version this build writes.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use durable_mcp_store::{Principal, SessionChange, Store, StoreError, StreamId, StreamOwner};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionChange, Store, StoreError, StreamId, StreamOwner};
 use futures::StreamExt;
 
 use super::*;
@@ -319,3 +319,65 @@ async fn d15_pool_replaces_killed_connections() {
     assert!(store.load_session(&who, &record.id).await.is_ok());
 }
 
+
+#[tokio::test]
+async fn a_version_1_schema_migrates_forward_keeping_its_data() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let stream = StreamId::random();
+    {
+        let store = PgStore::open(options.clone()).await.unwrap();
+        store.create_stream(&stream, &anonymous_owner()).await.unwrap();
+        store.append(&stream, "kept".into(), false).await.unwrap();
+    }
+    // Back to version 1: no journal records yet.
+    let client = admin(&options).await;
+    let schema = options::quote_ident(options.schema.as_deref().unwrap());
+    client
+        .batch_execute(&format!("DROP TABLE {schema}.records; DELETE FROM {schema}.durable_mcp_schema WHERE version > 1"))
+        .await
+        .unwrap();
+    let store = PgStore::open(options).await.unwrap();
+    assert_eq!(store.read_after(&stream, 0, 10).await.unwrap().events[0].data, "kept");
+    assert_eq!(store.put_record(RecordKind::Run, "r", "{}".into(), None, Expect::Absent).await.unwrap(), 1);
+    assert_eq!(SCHEMA_VERSION, 2);
+}
+
+#[tokio::test]
+async fn record_prefixes_are_literal_and_ordered_bytewise() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let store = PgStore::open(options).await.unwrap();
+    for key in ["a_1", "ab1", "a%", "a%x", "a\\_", "B", "a", "é"] {
+        store.put_record(RecordKind::Alias, key, format!("\"{key}\""), None, Expect::Absent).await.unwrap();
+    }
+    let keys = |records: Vec<durable_mcp_store::Record>| records.into_iter().map(|r| r.key).collect::<Vec<_>>();
+    assert_eq!(keys(store.list_records(RecordKind::Alias, "a_", 10).await.unwrap()), ["a_1"]);
+    assert_eq!(keys(store.list_records(RecordKind::Alias, "a%", 10).await.unwrap()), ["a%", "a%x"]);
+    assert_eq!(
+        keys(store.list_records(RecordKind::Alias, "", 10).await.unwrap()),
+        ["B", "a", "a%", "a%x", "a\\_", "a_1", "ab1", "é"],
+        "byte order, whatever the database's collation"
+    );
+    assert_eq!(store.delete_records(RecordKind::Alias, "a_").await.unwrap(), 1);
+    assert_eq!(store.delete_records(RecordKind::Alias, "a").await.unwrap(), 5);
+    assert_eq!(keys(store.list_records(RecordKind::Alias, "", 10).await.unwrap()), ["B", "é"]);
+    assert_eq!(store.delete_records(RecordKind::Alias, "").await.unwrap(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d8_first_commit_wins_across_workers() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options).await.unwrap());
+    for round in 0..20 {
+        let key = format!("run/{round}");
+        let (ra, rb) = tokio::join!(
+            a.put_record(RecordKind::Step, &key, "\"a\"".into(), None, Expect::Absent),
+            b.put_record(RecordKind::Step, &key, "\"b\"".into(), None, Expect::Absent),
+        );
+        let winner = match (ra, rb) {
+            (Ok(1), Err(StoreError::Conflict { .. })) => "\"a\"",
+            (Err(StoreError::Conflict { .. }), Ok(1)) => "\"b\"",
+            other => panic!("round {round}: {other:?}"),
+        };
+        assert_eq!(b.get_record(RecordKind::Step, &key).await.unwrap().unwrap().value, winner);
+    }
+}

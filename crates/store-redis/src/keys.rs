@@ -1,7 +1,7 @@
 //! Key names. The crate docs describe the layout; the Lua prelude in `scripts.rs` builds
 //! the same names (a test checks the two agree).
 
-use durable_mcp_store::SessionId;
+use durable_mcp_store::{RecordKind, SessionId};
 #[cfg(test)]
 use durable_mcp_store::StreamId;
 
@@ -63,6 +63,23 @@ impl Keys {
     /// `P:finished`: closed stream ids scored by the time of their final event.
     pub(crate) fn finished(&self) -> String {
         format!("{}:finished", self.prefix)
+    }
+
+    /// `P:record:<kind>:<key>`: a journal record's hash `version`, `value`, `expires_at`.
+    pub(crate) fn record(&self, kind: RecordKind, key: &str) -> String {
+        format!("{}:record:{kind}:{key}", self.prefix)
+    }
+
+    #[cfg(test)] // built in Lua by the scripts; tests check the two agree
+    /// `P:records:<kind>`: every key of a kind at score 0, listed with `ZRANGEBYLEX`.
+    pub(crate) fn records_index(&self, kind: RecordKind) -> String {
+        format!("{}:records:{kind}", self.prefix)
+    }
+
+    #[cfg(test)] // built in Lua by the scripts; tests check the two agree
+    /// `P:records:<kind>:expiring`: the keys of a kind that have an expiry, scored by it.
+    pub(crate) fn records_expiring(&self, kind: RecordKind) -> String {
+        format!("{}:records:{kind}:expiring", self.prefix)
     }
 
     /// `P:wake`: the pub/sub channel of wake-ups.

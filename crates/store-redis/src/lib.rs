@@ -6,9 +6,10 @@
 //! or `allkeys-*` policy could evict events from the middle of a log.
 //!
 //! - **One script per write.** Creating, updating and ending sessions, creating streams,
-//!   appending, and each removal by prune are single Lua scripts (`EVALSHA`, loaded on
-//!   demand): atomic, and they check before they write, so a refused or failed call leaves
-//!   nothing half-written (D15).
+//!   appending, writing a journal record, and each removal by prune are single Lua scripts
+//!   (`EVALSHA`, loaded on demand): atomic, and they check before they write, so a refused
+//!   or failed call leaves nothing half-written (D15), and of writers racing on one record
+//!   exactly one commits (D7, D8). Deleting records by prefix deletes 256 per script.
 //! - **Event logs are Redis streams.** Event `n` of a stream is entry `n-0` of its events
 //!   key. `XRANGE key <after+1> + COUNT <limit>` is exactly the suffix after a sequence, in
 //!   order, in O(log N + limit); `XADD` refuses an id not above the last, a server-side
@@ -38,11 +39,14 @@
 //! | `P:streamidx:<id>` | string | the tag of a session stream (`s:<session>`); a resume has only the event id. Sessionless streams need no entry: their tag is `t:<id>` |
 //! | `P:sessions` | sorted set | session ids by `last_seen_ms` (prune, listing) |
 //! | `P:finished` | sorted set | closed stream ids by the time of their final event (prune) |
+//! | `P:record:<kind>:<key>` | hash | a journal record: `version`, `value`, `expires_at` (absent: never) |
+//! | `P:records:<kind>` | sorted set | every key of the kind at score 0 (`ZRANGEBYLEX` lists a prefix in key order) |
+//! | `P:records:<kind>:expiring` | sorted set | the keys of the kind that have an expiry, scored by it (prune) |
 //! | `P:wake` | channel | `a:<stream>` after an append, `g:<id>,<id>...` when streams are deleted |
 //!
 //! **Cluster.** The client here is not cluster-aware, and the scripts touch the three global
-//! keys (`streamidx`, `sessions`, `finished`) together with a session's keys, deriving names
-//! from the prefix: they need all keys on one primary (standalone Redis, or a Sentinel-managed
+//! keys (`streamidx`, `sessions`, `finished`) together with a session's keys, and a record
+//! together with its kind's indexes, deriving names from the prefix: they need all keys on one primary (standalone Redis, or a Sentinel-managed
 //! primary). The hash tags keep the per-session data shardable; a cluster port would move the
 //! global-index updates out of the scripts.
 //!
@@ -53,9 +57,12 @@
 //! them; an append refreshes its own stream), a closed sessionless stream
 //! [`RedisOptions::closed_stream_ttl`] after its final event, a closed session stream
 //! `session_idle_ttl` after it. A stream of a session that has ended or expired is
-//! `NotFound` at once, even before its own keys expire. `prune` applies the contract's
-//! [`Retention`] on top, through the two sorted sets; entries of keys Redis has expired are
-//! swept from them along the way. `list_sessions` reads every live session: it is an
+//! `NotFound` at once, even before its own keys expire. A journal record with an expiry is
+//! given the same time as its Redis expiry (`PEXPIREAT`); records without one stay until
+//! deleted. `prune` applies the contract's [`Retention`] on top, through the two sorted
+//! sets, and deletes expired records through the expiry indexes; entries of keys Redis has
+//! expired are swept from them along the way (and listings take such entries out of the
+//! listing index). `list_sessions` reads every live session: it is an
 //! operator's tool, O(sessions).
 //!
 //! # Durability
@@ -90,6 +97,7 @@
 mod error;
 mod keys;
 mod options;
+mod records;
 mod scripts;
 mod sessions;
 mod streams;
@@ -100,8 +108,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
-    StreamId, StreamOwner, StreamRead, WakeUps,
+    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -298,10 +306,39 @@ impl Store for RedisStore {
         if let Some(age) = retention.max_stream_age_ms {
             report.streams_deleted = streams::prune_finished(&self.shared, now_ms.saturating_sub(age)).await?;
         }
+        report.records_expired = records::prune_expired(&self.shared, now_ms).await?;
         if report != PruneReport::default() {
-            tracing::info!(sessions_ended = report.sessions_ended, streams_deleted = report.streams_deleted, "redis store pruned");
+            tracing::info!(
+                sessions_ended = report.sessions_ended,
+                streams_deleted = report.streams_deleted,
+                records_expired = report.records_expired,
+                "redis store pruned"
+            );
         }
         Ok(report)
+    }
+
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
+        records::put(&self.shared, kind, key, value, expires_at_ms, expect, now_ms()).await
+    }
+
+    async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
+        records::get(&self.shared, kind, key, now_ms()).await
+    }
+
+    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+        records::list(&self.shared, kind, prefix, limit, now_ms()).await
+    }
+
+    async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
+        records::delete(&self.shared, kind, prefix, now_ms()).await
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {

@@ -26,6 +26,9 @@ local function tagged(tag, kind, id) return P .. ':{' .. tag .. '}:' .. kind .. 
 local function session_key(sid) return P .. ':{s:' .. sid .. '}:session' end
 local function session_set(sid, kind) return P .. ':{s:' .. sid .. '}:' .. kind end
 local function index_key(id) return P .. ':streamidx:' .. id end
+local function record_key(kind, key) return P .. ':record:' .. kind .. ':' .. key end
+local function records_index(kind) return P .. ':records:' .. kind end
+local function records_expiring(kind) return P .. ':records:' .. kind .. ':expiring' end
 
 -- A live stream: its tag, keys, owner. nil if unknown, or if its session has ended.
 local function find(id)
@@ -271,6 +274,131 @@ end
 delete_stream(s.tag, id, s.session)
 redis.call('PUBLISH', CHANNEL, 'g:' .. id)
 return 1
+"#
+    ))
+});
+
+/// ARGV: kind, key, value, expires_at ms (`''`: never), expected version (`''`: absent),
+/// now_ms. Writes the record if the condition holds against its unexpired state (an
+/// expired record counts as absent and is replaced at version 1), indexes it, and sets its
+/// Redis expiry. Returns the new version, or 0 if the condition does not hold (nothing
+/// written).
+pub(crate) static PUT_RECORD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        prelude!(),
+        r#"
+local kind, key, expires_at, expected = ARGV[3], ARGV[4], ARGV[6], ARGV[7]
+local rkey = record_key(kind, key)
+local current = redis.call('HMGET', rkey, 'version', 'expires_at')
+local live = current[1] and (not current[2] or tonumber(current[2]) > tonumber(ARGV[8]))
+if expected == '' then
+  if live then return 0 end
+  redis.call('DEL', rkey)
+  redis.call('HSET', rkey, 'version', 1, 'value', ARGV[5])
+else
+  if not live or current[1] ~= expected then return 0 end
+  redis.call('HINCRBY', rkey, 'version', 1)
+  redis.call('HSET', rkey, 'value', ARGV[5])
+  redis.call('HDEL', rkey, 'expires_at')
+end
+local version = redis.call('HGET', rkey, 'version')
+redis.call('ZADD', records_index(kind), 0, key)
+if expires_at ~= '' then
+  redis.call('HSET', rkey, 'expires_at', expires_at)
+  redis.call('ZADD', records_expiring(kind), expires_at, key)
+  -- Redis drops the record by itself (at once if the time has passed); prune sweeps the
+  -- index entries.
+  redis.call('PEXPIREAT', rkey, expires_at)
+else
+  redis.call('ZREM', records_expiring(kind), key)
+  redis.call('PERSIST', rkey)
+end
+return version
+"#
+    ))
+});
+
+/// ARGV: kind, lexical min, lexical max, count, now_ms. Scans up to `count` members of the
+/// kind's index in key order, from one snapshot. Returns `{scanned, last scanned member,
+/// key, version, value, expires_at or '', ...}` for the unexpired records among them;
+/// members whose record Redis has expired (or that vanished) are taken out of the index.
+pub(crate) static LIST_RECORDS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        prelude!(),
+        r#"
+local kind, now = ARGV[3], tonumber(ARGV[7])
+local index = records_index(kind)
+local members = redis.call('ZRANGEBYLEX', index, ARGV[4], ARGV[5], 'LIMIT', 0, ARGV[6])
+local out = { #members, members[#members] or '' }
+for _, key in ipairs(members) do
+  local r = redis.call('HMGET', record_key(kind, key), 'version', 'value', 'expires_at')
+  if not r[1] then
+    -- Expired by Redis: out of the listing index now (the expiry index is prune's).
+    redis.call('ZREM', index, key)
+  elseif not r[3] or tonumber(r[3]) > now then
+    out[#out + 1] = key
+    out[#out + 1] = r[1]
+    out[#out + 1] = r[2] or ''
+    out[#out + 1] = r[3] or ''
+  end
+end
+return out
+"#
+    ))
+});
+
+/// ARGV: kind, lexical min, lexical max, count, now_ms. Deletes up to `count` records of
+/// the range (the first ones in key order) with their index entries. Returns `{deleted
+/// unexpired records, members scanned}`.
+pub(crate) static DELETE_RECORDS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        prelude!(),
+        r#"
+local kind, now = ARGV[3], tonumber(ARGV[7])
+local index, expiring = records_index(kind), records_expiring(kind)
+local members = redis.call('ZRANGEBYLEX', index, ARGV[4], ARGV[5], 'LIMIT', 0, ARGV[6])
+local live = 0
+for _, key in ipairs(members) do
+  local rkey = record_key(kind, key)
+  local r = redis.call('HMGET', rkey, 'version', 'expires_at')
+  if r[1] and (not r[2] or tonumber(r[2]) > now) then live = live + 1 end
+  redis.call('DEL', rkey)
+  redis.call('ZREM', index, key)
+  redis.call('ZREM', expiring, key)
+end
+return { live, #members }
+"#
+    ))
+});
+
+/// ARGV: kind, now_ms, count. Takes up to `count` members of the kind's expiry index due
+/// at `now_ms` and deletes their records if they have expired (or Redis already dropped
+/// them); a member whose record was renewed meanwhile is re-scored or dropped from the
+/// expiry index. Returns `{records expired, members scanned}`; every scanned member leaves
+/// the due range.
+pub(crate) static PRUNE_RECORDS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        prelude!(),
+        r#"
+local kind, now = ARGV[3], tonumber(ARGV[4])
+local index, expiring = records_index(kind), records_expiring(kind)
+local due = redis.call('ZRANGEBYSCORE', expiring, '-inf', ARGV[4], 'LIMIT', 0, ARGV[5])
+local expired = 0
+for _, key in ipairs(due) do
+  local rkey = record_key(kind, key)
+  local r = redis.call('HMGET', rkey, 'version', 'expires_at')
+  if r[1] and r[2] and tonumber(r[2]) > now then
+    redis.call('ZADD', expiring, r[2], key)
+  elseif r[1] and not r[2] then
+    redis.call('ZREM', expiring, key)
+  else
+    redis.call('DEL', rkey)
+    redis.call('ZREM', index, key)
+    redis.call('ZREM', expiring, key)
+    expired = expired + 1
+  end
+end
+return { expired, #due }
 "#
     ))
 });

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
-    StreamId, StreamOwner, StreamRead, WakeUps,
+    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps,
 };
 use futures::StreamExt;
 
@@ -105,6 +105,18 @@ impl Store for Scoped {
     }
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         self.store.prune(retention, now_ms).await
+    }
+    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
+        self.store.put_record(kind, key, value, expires_at_ms, expect).await
+    }
+    async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
+        self.store.get_record(kind, key).await
+    }
+    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+        self.store.list_records(kind, prefix, limit).await
+    }
+    async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
+        self.store.delete_records(kind, prefix).await
     }
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         self.store.watch(stream).await
@@ -427,6 +439,101 @@ async fn d15_outage_fails_fast_and_recovers_by_itself() {
     a.append(&fresh, "after".into(), false).await.unwrap();
     tokio::time::timeout(Duration::from_secs(2), wake.next()).await.expect("woken after the outage");
     assert_eq!(b.read_after(&fresh, 0, 10).await.unwrap().events.len(), 1);
+}
+
+#[tokio::test]
+async fn record_keys_agree_and_prefixes_are_literal_and_bytewise() {
+    let prefix = fresh_prefix();
+    let Some(store) = open_with(&prefix, |_| {}).await else { return };
+    let store = Scoped { store };
+    for key in ["a_1", "ab1", "a*", "a*x", "a[", "B", "a", "é"] {
+        store.put_record(RecordKind::Alias, key, format!("\"{key}\""), None, Expect::Absent).await.unwrap();
+    }
+    store.put_record(RecordKind::Alias, "ttl", "1".into(), Some(durable_mcp_store::now_ms() + 60_000), Expect::Absent).await.unwrap();
+    let keys = keys_of(&prefix).await;
+    let rust = &store.store.shared.keys;
+    for key in [rust.record(RecordKind::Alias, "a_1"), rust.records_index(RecordKind::Alias), rust.records_expiring(RecordKind::Alias)] {
+        assert!(keys.contains(&key), "Lua and Rust build the same names: {key} in {keys:?}");
+    }
+    let listed = |records: Vec<Record>| records.into_iter().map(|r| r.key).collect::<Vec<_>>();
+    assert_eq!(listed(store.list_records(RecordKind::Alias, "a_", 10).await.unwrap()), ["a_1"]);
+    assert_eq!(listed(store.list_records(RecordKind::Alias, "a*", 10).await.unwrap()), ["a*", "a*x"]);
+    assert_eq!(listed(store.list_records(RecordKind::Alias, "", 10).await.unwrap()), ["B", "a", "a*", "a*x", "a[", "a_1", "ab1", "ttl", "é"]);
+    assert_eq!(store.delete_records(RecordKind::Alias, "a[").await.unwrap(), 1);
+    assert_eq!(store.delete_records(RecordKind::Alias, "a").await.unwrap(), 5);
+    assert_eq!(store.delete_records(RecordKind::Alias, "").await.unwrap(), 3);
+    assert!(keys_of(&prefix).await.is_empty(), "records and both indexes are gone");
+}
+
+#[tokio::test]
+async fn long_listings_and_deletions_span_batches() {
+    let Some(store) = open_with(&fresh_prefix(), |_| {}).await else { return };
+    let store = Scoped { store };
+    let past = durable_mcp_store::now_ms() - 1;
+    for i in 0..600 {
+        // Every third record has expired already: the listing skips them, across batches.
+        let expiry = (i % 3 == 0).then_some(past);
+        store.put_record(RecordKind::Step, &format!("run/{i:04}"), i.to_string(), expiry, Expect::Absent).await.unwrap();
+    }
+    let all = store.list_records(RecordKind::Step, "run/", usize::MAX).await.unwrap();
+    let want: Vec<String> = (0..600).filter(|i| i % 3 != 0).map(|i| format!("run/{i:04}")).collect();
+    assert_eq!(all.iter().map(|r| r.key.clone()).collect::<Vec<_>>(), want);
+    let some = store.list_records(RecordKind::Step, "run/", 300).await.unwrap();
+    assert_eq!(some.len(), 300);
+    assert_eq!(some[299].key, want[299]);
+    assert_eq!(store.delete_records(RecordKind::Step, "run/").await.unwrap(), 400);
+    assert!(store.list_records(RecordKind::Step, "", 10).await.unwrap().is_empty());
+    // Redis dropped the expired ones at once and the listing took them out of the listing
+    // index; prune finds them in the expiry index and counts each once.
+    let report = store.prune(&Retention::default(), durable_mcp_store::now_ms()).await.unwrap();
+    assert_eq!(report.records_expired, 200);
+    let report = store.prune(&Retention::default(), durable_mcp_store::now_ms()).await.unwrap();
+    assert_eq!(report.records_expired, 0);
+}
+
+#[tokio::test]
+async fn prune_sweeps_records_redis_expired_by_itself() {
+    let prefix = fresh_prefix();
+    let Some(store) = open_with(&prefix, |_| {}).await else { return };
+    let store = Scoped { store };
+    let soon = durable_mcp_store::now_ms() + 50;
+    store.put_record(RecordKind::Task, "t1", "{}".into(), Some(soon), Expect::Absent).await.unwrap();
+    store.put_record(RecordKind::Task, "t2", "{}".into(), Some(soon + 3_600_000), Expect::Absent).await.unwrap();
+    // Renewed without an expiry: prune must leave it alone.
+    store.put_record(RecordKind::Task, "t3", "{}".into(), Some(soon), Expect::Absent).await.unwrap();
+    assert_eq!(store.put_record(RecordKind::Task, "t3", "{}".into(), None, Expect::Version(1)).await.unwrap(), 2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rust = &store.store.shared.keys;
+    assert!(!keys_of(&prefix).await.contains(&rust.record(RecordKind::Task, "t1")), "Redis expired it");
+    let report = store.prune(&Retention::default(), durable_mcp_store::now_ms()).await.unwrap();
+    assert_eq!(report.records_expired, 1);
+    let keys = keys_of(&prefix).await;
+    assert!(keys.contains(&rust.record(RecordKind::Task, "t3")));
+    let mut conn = store.store.shared.conn();
+    let listed: Vec<String> =
+        redis::cmd("ZRANGE").arg(rust.records_index(RecordKind::Task)).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    assert_eq!(listed, ["t2", "t3"]);
+    let expiring: Vec<String> =
+        redis::cmd("ZRANGE").arg(rust.records_expiring(RecordKind::Task)).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    assert_eq!(expiring, ["t2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d8_first_commit_wins_across_workers() {
+    let Some((a, b)) = two_workers(Duration::from_secs(1)).await else { return };
+    for round in 0..20 {
+        let key = format!("run/{round}");
+        let (ra, rb) = tokio::join!(
+            a.put_record(RecordKind::Step, &key, "\"a\"".into(), None, Expect::Absent),
+            b.put_record(RecordKind::Step, &key, "\"b\"".into(), None, Expect::Absent),
+        );
+        let winner = match (ra, rb) {
+            (Ok(1), Err(StoreError::Conflict { .. })) => "\"a\"",
+            (Err(StoreError::Conflict { .. }), Ok(1)) => "\"b\"",
+            other => panic!("round {round}: {other:?}"),
+        };
+        assert_eq!(b.get_record(RecordKind::Step, &key).await.unwrap().unwrap().value, winner);
+    }
 }
 
 #[test]

@@ -7,6 +7,9 @@
 //!   fsync instead of queueing behind each other's.
 //! - **Readers never block behind the writer**: reads use their own connections and see
 //!   the last committed snapshot (WAL).
+//! - **Journal records** (`put_record` and friends) are writer jobs like every other write,
+//!   so two conditional writes on one key are ordered and only the first can win; an
+//!   expired row counts as absent and `prune` deletes it.
 //! - A versioned schema with forward migrations; a newer database is refused.
 //!
 //! Live tails in this process are woken by the writer after each commit; other processes
@@ -14,6 +17,7 @@
 
 mod error;
 mod migrate;
+mod records;
 mod sessions;
 mod streams;
 mod writer;
@@ -24,8 +28,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
-    StreamId, StreamOwner, StreamRead, WakeUps,
+    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 use rusqlite::{Connection, OpenFlags};
 
@@ -220,6 +224,38 @@ impl Store for SqliteStore {
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         match self.writer.submit(writer::Op::Prune { retention: retention.clone(), now_ms }).await? {
             writer::Reply::Pruned(report) => Ok(report),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
+        let op = writer::Op::PutRecord { kind, key: key.to_owned(), value, expires_at_ms, expect };
+        match self.writer.submit(op).await? {
+            writer::Reply::Count(version) => Ok(version),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
+    async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
+        let key = key.to_owned();
+        self.read(move |conn| records::get(conn, kind, &key, now_ms())).await
+    }
+
+    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+        let prefix = prefix.to_owned();
+        self.read(move |conn| records::list(conn, kind, &prefix, limit, now_ms())).await
+    }
+
+    async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
+        match self.writer.submit(writer::Op::DeleteRecords { kind, prefix: prefix.to_owned() }).await? {
+            writer::Reply::Count(deleted) => Ok(deleted),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
         }
     }

@@ -32,6 +32,16 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE streams ADD COLUMN last_event_ms INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX sessions_by_last_seen ON sessions(last_seen_ms);
     CREATE INDEX streams_closed_by_age ON streams(closed, last_event_ms);",
+    // 2 -> 3: journal records (runs, steps, tasks, aliases), versioned, optionally expiring.
+    "CREATE TABLE records (
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        value TEXT NOT NULL,
+        expires_at INTEGER NULL,
+        PRIMARY KEY (kind, key)
+    ) WITHOUT ROWID;
+    CREATE INDEX records_by_expiry ON records(expires_at) WHERE expires_at IS NOT NULL;",
 ];
 
 /// The schema version this build writes.
@@ -72,5 +82,24 @@ mod tests {
         assert_eq!(version, LATEST);
         let age: i64 = conn.query_row("SELECT last_event_ms FROM streams WHERE id = 's'", [], |r| r.get(0)).unwrap();
         assert_eq!(age, 0);
+        let records: i64 = conn.query_row("SELECT count(*) FROM records", [], |r| r.get(0)).unwrap();
+        assert_eq!(records, 0);
+    }
+
+    #[test]
+    fn a_version_2_database_gains_the_records_table() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.execute_batch(MIGRATIONS[1]).unwrap();
+        conn.pragma_update(None, "user_version", 2).unwrap();
+        conn.execute("INSERT INTO sessions (id, principal, record, last_seen_ms) VALUES ('x', 'p', '{}', 7)", []).unwrap();
+        assert_eq!(LATEST, 3);
+        assert_eq!(migrate(&mut conn).unwrap(), 3);
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 3);
+        conn.execute("INSERT INTO records (kind, key, version, value) VALUES ('run', 'k', 1, '{}')", []).unwrap();
+        let seen: i64 = conn.query_row("SELECT last_seen_ms FROM sessions WHERE id = 'x'", [], |r| r.get(0)).unwrap();
+        assert_eq!(seen, 7, "existing data kept");
+        assert_eq!(migrate(&mut conn).unwrap(), 3, "migrating again is a no-op");
     }
 }

@@ -83,3 +83,43 @@ async fn regression_huge_resume_position_does_not_overflow() {
         assert!(read.events.is_empty());
     }
 }
+
+#[tokio::test]
+async fn d8_committed_records_survive_reopen() {
+    use durable_mcp_store::{Expect, RecordKind};
+    let path = temp_path("records.db");
+    {
+        let store = SqliteStore::open(SqliteOptions::new(&path)).await.unwrap();
+        assert_eq!(store.put_record(RecordKind::Step, "run/1", "\"a\"".into(), None, Expect::Absent).await.unwrap(), 1);
+        assert_eq!(store.put_record(RecordKind::Step, "run/1", "\"b\"".into(), Some(u64::MAX), Expect::Version(1)).await.unwrap(), 2);
+    }
+    let store = SqliteStore::open(SqliteOptions::new(&path)).await.unwrap();
+    let record = store.get_record(RecordKind::Step, "run/1").await.unwrap().expect("kept");
+    assert_eq!((record.version, record.value.as_str()), (2, "\"b\""));
+    assert_eq!(record.expires_at_ms, Some(i64::MAX as u64), "expiries beyond i64 saturate");
+    assert!(store.get_record(RecordKind::Run, "run/1").await.unwrap().is_none(), "kinds are separate");
+}
+
+#[tokio::test]
+async fn record_prefixes_are_literal_and_ordered_bytewise() {
+    use durable_mcp_store::{Expect, RecordKind};
+    let store = SqliteStore::open(SqliteOptions::new(temp_path("prefix.db"))).await.unwrap();
+    for key in ["a_1", "ab1", "a%", "a%x", "a\u{10FFFF}", "B", "a", "é"] {
+        store.put_record(RecordKind::Alias, key, format!("\"{key}\""), None, Expect::Absent).await.unwrap();
+    }
+    let keys = |records: Vec<durable_mcp_store::Record>| records.into_iter().map(|r| r.key).collect::<Vec<_>>();
+    assert_eq!(keys(store.list_records(RecordKind::Alias, "a_", 10).await.unwrap()), ["a_1"]);
+    assert_eq!(keys(store.list_records(RecordKind::Alias, "a%", 10).await.unwrap()), ["a%", "a%x"]);
+    assert_eq!(keys(store.list_records(RecordKind::Alias, "a\u{10FFFF}", 10).await.unwrap()), ["a\u{10FFFF}"]);
+    assert_eq!(
+        keys(store.list_records(RecordKind::Alias, "", 10).await.unwrap()),
+        ["B", "a", "a%", "a%x", "a_1", "ab1", "a\u{10FFFF}", "é"]
+    );
+    assert_eq!(store.delete_records(RecordKind::Alias, "a_").await.unwrap(), 1);
+    assert_eq!(store.delete_records(RecordKind::Alias, "a").await.unwrap(), 5);
+    assert_eq!(store.delete_records(RecordKind::Alias, "").await.unwrap(), 2);
+    assert!(matches!(
+        store.put_record(RecordKind::Alias, "B", "x".into(), None, Expect::Version(u64::MAX)).await,
+        Err(StoreError::Conflict { .. })
+    ));
+}

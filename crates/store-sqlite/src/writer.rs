@@ -9,12 +9,13 @@
 use std::collections::HashSet;
 
 use durable_mcp_store::{
-    EventId, Principal, PruneReport, Retention, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner,
+    EventId, Expect, Principal, PruneReport, RecordKind, Retention, SessionChange, SessionId, SessionRecord, StoreError,
+    StreamId, StreamOwner, now_ms,
 };
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{error::from_sqlite, sessions, streams};
+use crate::{error::from_sqlite, records, sessions, streams};
 
 const MAX_BATCH: usize = 1024;
 
@@ -26,6 +27,8 @@ pub(crate) enum Op {
     CreateStream { id: StreamId, owner: StreamOwner },
     Append { stream: StreamId, data: String, close: bool },
     Prune { retention: Retention, now_ms: u64 },
+    PutRecord { kind: RecordKind, key: String, value: String, expires_at_ms: Option<u64>, expect: Expect },
+    DeleteRecords { kind: RecordKind, prefix: String },
 }
 
 /// What a write returns.
@@ -35,6 +38,8 @@ pub(crate) enum Reply {
     Bool(bool),
     Event(EventId),
     Pruned(PruneReport),
+    /// The new version of a record, or how many records were deleted.
+    Count(u64),
 }
 
 struct Job {
@@ -169,6 +174,7 @@ fn apply(
                 report.streams_deleted += deleted.len() as u64;
                 gone.extend(deleted);
             }
+            report.records_expired = records::prune_expired(tx, *now_ms)?;
             Ok(Reply::Pruned(report))
         }
         Op::Append { stream, data, close } => {
@@ -176,5 +182,11 @@ fn apply(
             touched.insert(stream.clone());
             Ok(Reply::Event(id))
         }
+        // Expiry is judged at the write itself: the writer orders every write, so the
+        // first commit on a key wins (D8) and a version moves on only once (D7).
+        Op::PutRecord { kind, key, value, expires_at_ms, expect } => {
+            records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(Reply::Count)
+        }
+        Op::DeleteRecords { kind, prefix } => records::delete(tx, *kind, prefix, now_ms()).map(Reply::Count),
     }
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use crate::{
-    EventId, Principal, SessionChange, SessionId, SessionRecord, Store, StoreError, StreamId,
-    StreamOwner, now_ms,
+    EventId, Expect, Principal, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
+    StreamId, StreamOwner, now_ms,
 };
 
 /// A new session record for `principal`.
@@ -216,7 +216,7 @@ pub async fn d14_prune_respects_open_streams_and_idle_ttl(store: Arc<dyn Store>)
         .prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, now)
         .await
         .expect("prune");
-    assert_eq!(report, crate::PruneReport { sessions_ended: 1, streams_deleted: 0 });
+    assert_eq!(report, crate::PruneReport { sessions_ended: 1, streams_deleted: 0, records_expired: 0 });
     assert!(matches!(store.load_session(&who, &idle.id).await, Err(StoreError::NotFound { .. })));
     assert!(store.load_session(&who, &live.id).await.is_ok());
     // Two hours later: the other session ends too, the finished stream goes, the open one
@@ -278,6 +278,122 @@ pub async fn d4_session_state_compare_and_set_loses_no_update(store: Arc<dyn Sto
     }
     let loaded = store.load_session(&who, &record.id).await.expect("load");
     assert_eq!(loaded.state.get("n"), Some(&serde_json::json!(80)), "80 increments, none lost");
+}
+
+/// D8: `Expect::Absent` lets exactly one of many racing writers commit a key (first commit
+/// wins), and everyone reads the winner's value afterwards.
+pub async fn d8_first_commit_wins_among_racing_writers(store: Arc<dyn Store>) {
+    let key = format!("{}/step-1", StreamId::random());
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (store, key) = (store.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            match store.put_record(RecordKind::Step, &key, format!("\"writer {i}\""), None, Expect::Absent).await {
+                Ok(version) => Some((i, version)),
+                Err(StoreError::Conflict { .. }) => None,
+                Err(e) => panic!("{e}"),
+            }
+        }));
+    }
+    let mut winners = Vec::new();
+    for t in tasks {
+        if let Some(w) = t.await.expect("join") {
+            winners.push(w);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one writer commits: {winners:?}");
+    let (winner, version) = winners[0];
+    assert_eq!(version, 1);
+    let stored = store.get_record(RecordKind::Step, &key).await.expect("get").expect("present");
+    assert_eq!(stored.value, format!("\"writer {winner}\""));
+    assert_eq!(stored.version, 1);
+    assert_eq!(stored.key, key);
+}
+
+/// D7, D10: `Expect::Version` is a compare-and-set: concurrent read-modify-write loops lose
+/// no update; a stale version, or a version on a missing record, is a conflict.
+pub async fn d7_compare_and_set_versions(store: Arc<dyn Store>) {
+    let key = StreamId::random().to_string();
+    assert!(matches!(
+        store.put_record(RecordKind::Run, &key, "0".into(), None, Expect::Version(1)).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(store.put_record(RecordKind::Run, &key, "0".into(), None, Expect::Absent).await.expect("create"), 1);
+    assert!(matches!(
+        store.put_record(RecordKind::Run, &key, "x".into(), None, Expect::Absent).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (store, key) = (store.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                loop {
+                    let current = store.get_record(RecordKind::Run, &key).await.expect("get").expect("present");
+                    let n: u64 = current.value.parse().expect("number");
+                    match store.put_record(RecordKind::Run, &key, (n + 1).to_string(), None, Expect::Version(current.version)).await {
+                        Ok(v) => {
+                            assert_eq!(v, current.version + 1);
+                            break;
+                        }
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("join");
+    }
+    let last = store.get_record(RecordKind::Run, &key).await.expect("get").expect("present");
+    assert_eq!(last.value, "60", "60 increments, none lost");
+    assert_eq!(last.version, 61);
+    assert!(matches!(
+        store.put_record(RecordKind::Run, &key, "stale".into(), None, Expect::Version(3)).await,
+        Err(StoreError::Conflict { .. })
+    ));
+}
+
+/// Kinds are separate tables; listing is by prefix and in key order; deleting by prefix
+/// removes exactly the matching keys.
+pub async fn d8_list_and_delete_by_prefix(store: Arc<dyn Store>) {
+    let run = StreamId::random().to_string();
+    let other = StreamId::random().to_string();
+    for name in ["b", "a", "c"] {
+        store.put_record(RecordKind::Step, &format!("{run}/{name}"), format!("\"{name}\""), None, Expect::Absent).await.expect("put");
+    }
+    store.put_record(RecordKind::Step, &format!("{other}/a"), "1".into(), None, Expect::Absent).await.expect("put");
+    store.put_record(RecordKind::Task, &format!("{run}/a"), "task".into(), None, Expect::Absent).await.expect("put");
+    let listed = store.list_records(RecordKind::Step, &format!("{run}/"), 100).await.expect("list");
+    let keys: Vec<_> = listed.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(keys, vec![format!("{run}/a"), format!("{run}/b"), format!("{run}/c")]);
+    assert_eq!(listed[0].value, "\"a\"");
+    assert_eq!(store.list_records(RecordKind::Step, &format!("{run}/"), 2).await.expect("list").len(), 2);
+    assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 3);
+    assert!(store.list_records(RecordKind::Step, &format!("{run}/"), 100).await.expect("list").is_empty());
+    assert!(store.get_record(RecordKind::Step, &format!("{other}/a")).await.expect("get").is_some(), "other prefix kept");
+    assert!(store.get_record(RecordKind::Task, &format!("{run}/a")).await.expect("get").is_some(), "other kind kept");
+    assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 0);
+}
+
+/// D10, D14: an expired record is absent for reads, lists and `Expect::Absent`, and prune
+/// deletes it; unexpired records survive prune.
+pub async fn d14_expired_records_are_absent_and_pruned(store: Arc<dyn Store>) {
+    let now = now_ms();
+    let gone = format!("{}/gone", StreamId::random());
+    let kept = format!("{}/kept", StreamId::random());
+    store.put_record(RecordKind::Task, &gone, "old".into(), Some(now.saturating_sub(1)), Expect::Absent).await.expect("put");
+    store.put_record(RecordKind::Task, &kept, "new".into(), Some(now + 3_600_000), Expect::Absent).await.expect("put");
+    assert_eq!(store.get_record(RecordKind::Task, &gone).await.expect("get"), None);
+    assert!(store.list_records(RecordKind::Task, &gone, 10).await.expect("list").is_empty());
+    let kept_record = store.get_record(RecordKind::Task, &kept).await.expect("get").expect("kept");
+    assert_eq!(kept_record.expires_at_ms, Some(now + 3_600_000));
+    let report = store.prune(&Retention::default(), now).await.expect("prune");
+    assert!(report.records_expired >= 1, "{report:?}");
+    assert!(store.get_record(RecordKind::Task, &kept).await.expect("get").is_some());
+    // The key is free again: a new record starts at version 1.
+    assert_eq!(store.put_record(RecordKind::Task, &gone, "again".into(), None, Expect::Absent).await.expect("put"), 1);
 }
 
 /// Re-exported so that backends need no direct dependency for the property test.
@@ -379,6 +495,10 @@ macro_rules! store_contract_tests {
             d14_prune_respects_open_streams_and_idle_ttl,
             d4_list_sessions_by_principal,
             d4_session_state_compare_and_set_loses_no_update,
+            d8_first_commit_wins_among_racing_writers,
+            d7_compare_and_set_versions,
+            d8_list_and_delete_by_prefix,
+            d14_expired_records_are_absent_and_pruned,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {

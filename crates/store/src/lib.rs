@@ -6,6 +6,7 @@
 
 mod error;
 mod ids;
+mod journal;
 mod record;
 pub mod wake;
 
@@ -19,6 +20,7 @@ use futures::stream::BoxStream;
 
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
+pub use journal::{Expect, Record, RecordKind};
 pub use record::{PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
@@ -127,7 +129,49 @@ pub trait Store: Send + Sync + 'static {
     /// closed (its request still running, or a session's standalone stream) is only removed
     /// with its session; a session is only removed when idle past the TTL. Each removal is
     /// atomic: afterwards every worker answers `NotFound` for what was removed (D5).
+    /// Journal records whose expiry has passed are deleted too.
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport>;
+
+    // ----- journal records --------------------------------------------------------------
+
+    /// Write a record under a condition and return its new version.
+    ///
+    /// # Durability
+    /// In plain words: the write is committed when this returns, and two writers racing on
+    /// one key cannot both succeed. Precisely: with [`Expect::Absent`] the write succeeds
+    /// only if no unexpired record has the key (the first commit wins, D8); with
+    /// [`Expect::Version`] only if the stored version is exactly that one (a lease or a
+    /// task moves on only from the state it was read in, D7, D10). A failed condition is
+    /// [`StoreError::Conflict`] (for `Version`, also when the record is gone). Expired
+    /// records count as absent.
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64>;
+
+    /// Read one record; `None` if it does not exist or has expired.
+    ///
+    /// # Durability
+    /// Returns the last committed version.
+    async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>>;
+
+    /// Unexpired records of `kind` whose key starts with `prefix`, in key order, at most
+    /// `limit`.
+    ///
+    /// # Durability
+    /// A snapshot of committed records; each record is whole (never half of a write).
+    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>>;
+
+    /// Delete every record of `kind` whose key starts with `prefix` (a full key deletes
+    /// one record); returns how many were deleted.
+    ///
+    /// # Durability
+    /// Committed when this returns.
+    async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64>;
 
     /// Subscribe to wake-ups for `stream`. Subscribe *before* reading, then read after each
     /// wake-up: an append committed after the subscription wakes it (from any worker).

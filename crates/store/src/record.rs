@@ -136,4 +136,6 @@ pub struct PruneReport {
     pub sessions_ended: u64,
     /// Finished streams deleted because they were older than the maximum age.
     pub streams_deleted: u64,
+    /// Journal records deleted because they expired.
+    pub records_expired: u64,
 }

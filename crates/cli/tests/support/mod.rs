@@ -164,33 +164,39 @@ impl Response {
 }
 
 pub fn request(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: Option<&str>) -> Response {
-    let stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    try_request(addr, method, headers, body).unwrap()
+}
+
+/// [`request`], with connection and header failures as errors (the server may be dead).
+pub fn try_request(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: Option<&str>) -> std::io::Result<Response> {
+    let stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut text = format!("{method} /mcp HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n");
     for (k, v) in headers {
         text.push_str(&format!("{k}: {v}\r\n"));
     }
     let body = body.unwrap_or("");
     text.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
-    (&stream).write_all(text.as_bytes()).unwrap();
+    (&stream).write_all(text.as_bytes())?;
     let mut reader = BufReader::new(stream);
     let mut status_line = String::new();
-    reader.read_line(&mut status_line).unwrap();
-    let status: u16 = status_line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    reader.read_line(&mut status_line)?;
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
+    let status: u16 = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| bad("status line"))?;
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
+        reader.read_line(&mut line)?;
         let line = line.trim_end();
         if line.is_empty() {
             break;
         }
-        let (k, v) = line.split_once(':').unwrap();
+        let (k, v) = line.split_once(':').ok_or_else(|| bad("header line"))?;
         headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
     }
     let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let remaining = headers.iter().find(|(k, _)| k == "content-length").map(|(_, v)| v.parse().unwrap());
-    Response { status, headers, reader, chunked, remaining, chunk_left: 0, done: false, buffer: String::new() }
+    let remaining = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok());
+    Ok(Response { status, headers, reader, chunked, remaining, chunk_left: 0, done: false, buffer: String::new() })
 }
 
 const POST: [(&str, &str); 2] = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")];

@@ -1,0 +1,486 @@
+//! Durable execution: the journal (D6), leases and recovery (D7), and the engine's side of
+//! the handler's [`Durable`] context (D8, D9).
+//!
+//! A journaled request is a [`RecordKind::Run`] record, committed before its handler
+//! starts, keyed by the run id (the id of its response stream). The record holds what is
+//! needed to run the request again (the request, the caller) and a lease: the worker that
+//! runs it and until when. The owner renews the lease while the handler runs; any worker's
+//! recovery loop takes over a run whose lease expired, and a worker resumes at start-up
+//! the runs it owned before it stopped. The record is deleted once the outcome is
+//! committed to the stream, so the stream's closing event is the single outcome (D7).
+//!
+//! Step results, answers and "already emitted" marks are [`RecordKind::Step`] records
+//! under `<run>/`, written with "first commit wins" (D8).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use durable_mcp_protocol::context::BoxFuture;
+use durable_mcp_protocol::jsonrpc::RequestId;
+use durable_mcp_protocol::{DurableBackend, DurableError};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, StreamOwner, now_ms};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Caller, Engine, EngineError, Era};
+
+/// The methods whose requests are journaled (D6): those whose handlers may take time or
+/// have effects.
+pub const JOURNALED_METHODS: [&str; 4] = ["tools/call", "prompts/get", "resources/read", "completion/complete"];
+
+/// The journal entry of one request, with its lease.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RunRecord {
+    pub principal: String,
+    pub session: Option<String>,
+    pub modern: bool,
+    pub protocol_version: String,
+    pub log_level: Option<String>,
+    pub request: Map<String, Value>,
+    pub stream: String,
+    /// Where the client's answers to durable questions are committed (created lazily).
+    pub inbox: String,
+    pub owner: String,
+    pub lease_until_ms: u64,
+    pub attempt: u32,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn journal_error(error: impl std::fmt::Display) -> DurableError {
+    DurableError::Journal(error.to_string())
+}
+
+impl RunRecord {
+    pub(crate) fn new(engine: &Engine, caller: &Caller, request: Map<String, Value>, stream: &StreamId) -> Self {
+        Self {
+            principal: caller.principal.as_str().to_owned(),
+            session: caller.session.as_ref().map(|s| s.id.to_string()),
+            modern: caller.era == Era::Modern,
+            protocol_version: caller.protocol_version.clone(),
+            log_level: caller.log_level.clone(),
+            request,
+            stream: stream.to_string(),
+            inbox: StreamId::random().to_string(),
+            owner: engine.options().worker_id.clone(),
+            lease_until_ms: now_ms() + ms(engine.options().lease),
+            attempt: 1,
+        }
+    }
+
+    pub(crate) fn encode(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    fn decode(value: &str) -> Result<Self, StoreError> {
+        serde_json::from_str(value).map_err(|e| StoreError::Corrupt(format!("run record: {e}")))
+    }
+
+    pub(crate) fn id(&self) -> RequestId {
+        self.request.get("id").cloned().unwrap_or(Value::Null)
+    }
+}
+
+/// A journaled run held by this worker: its record's current version, renewed by a
+/// heartbeat until the run ends.
+pub(crate) struct Held {
+    pub run_id: String,
+    pub record: RunRecord,
+    version: Arc<AtomicU64>,
+    /// Fires if another worker took the run over (our lease was lost).
+    pub lost: CancellationToken,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl Held {
+    pub(crate) fn start(engine: &Engine, run_id: String, record: RunRecord, version: u64) -> Self {
+        let version = Arc::new(AtomicU64::new(version));
+        let lost = CancellationToken::new();
+        let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), record.clone(), version.clone(), lost.clone()));
+        Self { run_id, record, version, lost, heartbeat }
+    }
+
+    /// The run has its outcome (or was cancelled): forget it.
+    pub(crate) async fn finish(self, engine: &Engine) {
+        self.heartbeat.abort();
+        let store = engine.store();
+        let steps = format!("{}/", self.run_id);
+        if let Err(error) = store.delete_records(RecordKind::Step, &steps).await {
+            tracing::warn!(%error, run = %self.run_id, "could not delete a finished run's steps; retention will");
+        }
+        if let Err(error) = store.delete_records(RecordKind::Run, &self.run_id).await {
+            tracing::warn!(%error, run = %self.run_id, "could not delete a finished run's journal entry; recovery will");
+        }
+    }
+
+    /// Give the run back: another worker (or our own recovery loop) picks it up at
+    /// `retry_at_ms`.
+    pub(crate) async fn release(self, engine: &Engine, retry_at_ms: u64) {
+        self.heartbeat.abort();
+        let mut record = self.record;
+        record.lease_until_ms = retry_at_ms;
+        record.owner = String::new();
+        let version = self.version.load(Ordering::SeqCst);
+        match engine.store().put_record(RecordKind::Run, &self.run_id, record.encode(), None, Expect::Version(version)).await {
+            Ok(_) => tracing::info!(run = %self.run_id, "released a run's lease"),
+            Err(error) => tracing::warn!(%error, run = %self.run_id, "could not release a lease; it expires by itself"),
+        }
+    }
+}
+
+async fn heartbeat(engine: Engine, run_id: String, mut record: RunRecord, version: Arc<AtomicU64>, lost: CancellationToken) {
+    let lease = engine.options().lease;
+    let mut ticker = tokio::time::interval(lease / 3);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        record.lease_until_ms = now_ms() + ms(lease);
+        let current = version.load(Ordering::SeqCst);
+        match engine.store().put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Version(current)).await {
+            Ok(next) => version.store(next, Ordering::SeqCst),
+            Err(StoreError::Conflict { .. }) => {
+                tracing::warn!(run = %run_id, "lease lost: another worker took this run over; stopping it here");
+                lost.cancel();
+                return;
+            }
+            Err(error) => tracing::warn!(%error, run = %run_id, "could not renew a lease; retrying"),
+        }
+    }
+}
+
+/// The engine's side of one run's durable context.
+pub(crate) struct DurableRun {
+    pub engine: Engine,
+    pub run_id: String,
+    pub attempt: u32,
+    pub caller: Caller,
+    pub stream: StreamId,
+    pub inbox: StreamId,
+    pub params: Value,
+    pub cancel: CancellationToken,
+    /// Questions asked in this run (legacy era), by index: asked once per run.
+    asked: Mutex<std::collections::HashSet<u64>>,
+}
+
+impl DurableRun {
+    pub(crate) fn new(engine: &Engine, run_id: &str, record: &RunRecord, caller: Caller, cancel: CancellationToken) -> Self {
+        Self {
+            engine: engine.clone(),
+            run_id: run_id.to_owned(),
+            attempt: record.attempt,
+            caller,
+            stream: record.stream.parse().unwrap_or_else(|_| StreamId::random()),
+            inbox: record.inbox.parse().unwrap_or_else(|_| StreamId::random()),
+            params: record.request.get("params").cloned().unwrap_or(Value::Null),
+            cancel,
+            asked: Mutex::default(),
+        }
+    }
+
+    fn key(&self, kind: &str, name: &str) -> String {
+        format!("{}/{kind}/{name}", self.run_id)
+    }
+
+    async fn ensure_inbox(&self) -> Result<(), DurableError> {
+        let store = self.engine.store();
+        match store.stream_owner(&self.inbox).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::NotFound { .. }) => {
+                let owner = StreamOwner {
+                    principal: self.caller.principal.clone(),
+                    session: self.caller.session.as_ref().map(|s| s.id.clone()),
+                };
+                store.create_stream(&self.inbox, &owner).await.map_err(journal_error)
+            }
+            Err(error) => Err(journal_error(error)),
+        }
+    }
+
+    /// The client's response with JSON-RPC id `wire` in the inbox after `after`, and the
+    /// sequence read up to.
+    async fn find_answer(&self, wire: &str, mut after: u64) -> Result<(Option<Value>, u64), DurableError> {
+        loop {
+            let read = self.engine.store().read_after(&self.inbox, after, 256).await.map_err(journal_error)?;
+            let n = read.events.len();
+            for event in read.events {
+                after = event.id.seq;
+                if let Ok(message) = serde_json::from_str::<Value>(&event.data)
+                    && message.get("id").and_then(Value::as_str) == Some(wire)
+                {
+                    return Ok((Some(message), after));
+                }
+            }
+            if n < 256 {
+                return Ok((None, after));
+            }
+        }
+    }
+
+    async fn ask_legacy(&self, index: u64, method: &str, params: Value) -> Result<Value, DurableError> {
+        let answer_key = self.key("a", &index.to_string());
+        self.ensure_inbox().await?;
+        let wire = format!("{}-d{index}", self.inbox);
+        let store = self.engine.store().clone();
+        // Subscribe first, then read: an answer committed in between still wakes us.
+        let mut wake = store.watch(&self.inbox).await.map_err(journal_error)?;
+        let (found, mut after) = self.find_answer(&wire, 0).await?;
+        let answer = match found {
+            Some(answer) => answer,
+            None => {
+                let first_time = self.asked.lock().unwrap_or_else(|p| p.into_inner()).insert(index);
+                if first_time {
+                    let message = json!({"jsonrpc": "2.0", "id": wire, "method": method, "params": params});
+                    self.engine.commit(&self.stream, &message, false).await.map_err(journal_error)?;
+                }
+                loop {
+                    tokio::select! {
+                        woke = wake.next() => if woke.is_none() {
+                            // The watch ended (the stream is gone, or the store reconnects):
+                            // subscribe again after a pause.
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            wake = store.watch(&self.inbox).await.map_err(journal_error)?;
+                        },
+                        () = self.cancel.cancelled() => return Err(DurableError::Cancelled),
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                    let (found, reached) = self.find_answer(&wire, after).await?;
+                    after = reached;
+                    if let Some(answer) = found {
+                        break answer;
+                    }
+                }
+            }
+        };
+        self.commit_value(&answer_key, answer).await
+    }
+
+    fn ask_stateless(&self, index: u64) -> Result<Value, DurableError> {
+        // 2026-07-28 without a task: the answer arrives in a retry's `inputResponses`.
+        let key = format!("q{index}");
+        match self.params.get("inputResponses").and_then(|r| r.get(&key)) {
+            Some(response) => Ok(json!({"result": response})),
+            None => Err(DurableError::InputRequired),
+        }
+    }
+
+    async fn commit_value(&self, key: &str, value: Value) -> Result<Value, DurableError> {
+        let store = self.engine.store();
+        match store.put_record(RecordKind::Step, key, value.to_string(), None, Expect::Absent).await {
+            Ok(_) => Ok(value),
+            Err(StoreError::Conflict { .. }) => {
+                let stored = store.get_record(RecordKind::Step, key).await.map_err(journal_error)?;
+                let stored = stored.ok_or_else(|| DurableError::Journal(format!("step {key} vanished")))?;
+                serde_json::from_str(&stored.value).map_err(journal_error)
+            }
+            Err(error) => Err(journal_error(error)),
+        }
+    }
+}
+
+impl DurableBackend for DurableRun {
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>, DurableError>> {
+        Box::pin(async move {
+            let record = self.engine.store().get_record(RecordKind::Step, &self.key("s", name)).await.map_err(journal_error)?;
+            record.map(|r| serde_json::from_str(&r.value).map_err(journal_error)).transpose()
+        })
+    }
+
+    fn commit_step<'a>(&'a self, name: &'a str, value: Value) -> BoxFuture<'a, Result<Value, DurableError>> {
+        Box::pin(async move { self.commit_value(&self.key("s", name), value).await })
+    }
+
+    fn ask<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<Value, DurableError>> {
+        Box::pin(async move {
+            let answer_key = self.key("a", &index.to_string());
+            if let Some(stored) = self.engine.store().get_record(RecordKind::Step, &answer_key).await.map_err(journal_error)? {
+                return serde_json::from_str(&stored.value).map_err(journal_error);
+            }
+            match self.caller.era {
+                Era::Legacy => self.ask_legacy(index, method, params).await,
+                Era::Modern => {
+                    let answer = self.ask_stateless(index)?;
+                    self.commit_value(&answer_key, answer).await
+                }
+            }
+        })
+    }
+
+    fn emit<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), DurableError>> {
+        Box::pin(async move {
+            let key = self.key("e", &index.to_string());
+            // Marked before it is sent: a crash in between loses one progress or log
+            // message, and a re-run never sends it twice.
+            match self.engine.store().put_record(RecordKind::Step, &key, "1".into(), None, Expect::Absent).await {
+                Ok(_) => {}
+                Err(StoreError::Conflict { .. }) => return Ok(()),
+                Err(error) => return Err(journal_error(error)),
+            }
+            let message = json!({"jsonrpc": "2.0", "method": method, "params": params});
+            self.engine.route_notification(&self.caller, &self.stream, method, message).await.map_err(journal_error)
+        })
+    }
+
+    fn cancellation(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    fn progress_token(&self) -> Option<Value> {
+        self.params.get("_meta").and_then(|m| m.get("progressToken")).cloned()
+    }
+}
+
+/// The alias under which a legacy session's JSON-RPC request id points at its run.
+pub(crate) fn alias_key(session: &SessionId, id: &RequestId) -> String {
+    format!("{session}/{id}")
+}
+
+impl Engine {
+    /// The run a session's request id already started, if any (a re-sent request attaches
+    /// to it, D6).
+    pub(crate) async fn existing_run(&self, session: &SessionId, id: &RequestId) -> Result<Option<StreamId>, EngineError> {
+        let alias = self.store().get_record(RecordKind::Alias, &alias_key(session, id)).await?;
+        Ok(alias.and_then(|a| a.value.parse().ok()))
+    }
+
+    /// Take over every run that is ours from before a restart, or whose owner's lease
+    /// expired, and run it again. Returns how many runs were resumed.
+    pub async fn recover(&self) -> Result<usize, EngineError> {
+        const BATCH: usize = 1_000;
+        let me = self.options().worker_id.clone();
+        let now = now_ms();
+        let mut resumed = 0;
+        for record in self.store().list_records(RecordKind::Run, "", BATCH).await? {
+            if self.is_running_here(&record.key) {
+                continue;
+            }
+            let Ok(mut run) = RunRecord::decode(&record.value) else {
+                tracing::error!(run = %record.key, "undecodable journal entry; removing it");
+                self.store().delete_records(RecordKind::Run, &record.key).await?;
+                continue;
+            };
+            if run.owner != me && run.lease_until_ms > now {
+                continue;
+            }
+            let previous_owner = std::mem::replace(&mut run.owner, me.clone());
+            run.lease_until_ms = now_ms() + ms(self.options().lease);
+            run.attempt += 1;
+            let version = match self.store().put_record(RecordKind::Run, &record.key, run.encode(), None, Expect::Version(record.version)).await {
+                Ok(version) => version,
+                Err(StoreError::Conflict { .. }) => continue, // another worker was faster
+                Err(error) => return Err(error.into()),
+            };
+            tracing::info!(run = %record.key, %previous_owner, attempt = run.attempt, "taking over a run");
+            let held = Held::start(self, record.key.clone(), run, version);
+            if self.resume(held).await? {
+                resumed += 1;
+            }
+        }
+        Ok(resumed)
+    }
+
+    /// Run a taken-over request again on its original stream.
+    async fn resume(&self, held: Held) -> Result<bool, EngineError> {
+        let record = held.record.clone();
+        let Ok(stream) = record.stream.parse::<StreamId>() else {
+            held.finish(self).await;
+            return Ok(false);
+        };
+        // Outcome already committed (the owner died between the commit and the clean-up)?
+        if self.stream_closed(&stream).await? {
+            held.finish(self).await;
+            return Ok(false);
+        }
+        let principal = Principal::new(record.principal.clone());
+        let session = match &record.session {
+            Some(id) => match id.parse::<SessionId>() {
+                Ok(id) => match self.store().load_session(&principal, &id).await {
+                    Ok(session) => Some(session),
+                    Err(StoreError::NotFound { .. }) => {
+                        held.finish(self).await;
+                        return Ok(false);
+                    }
+                    Err(error) => {
+                        held.release(self, now_ms() + 1_000).await;
+                        return Err(error.into());
+                    }
+                },
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let id = record.id();
+        if record.modern {
+            // A stateless request's client is gone with its connection: nobody could
+            // read a re-run's outcome, so the request ends with an error.
+            self.close_unanswered(&stream, &id, false).await;
+            held.finish(self).await;
+            return Ok(false);
+        }
+        if record.attempt > self.options().max_attempts {
+            tracing::error!(run = %held.run_id, attempts = record.attempt - 1, "a run failed too often; ending it with an error");
+            self.close_unanswered(&stream, &id, false).await;
+            held.finish(self).await;
+            return Ok(false);
+        }
+        let caller = Caller {
+            principal,
+            era: Era::Legacy,
+            session,
+            protocol_version: record.protocol_version.clone(),
+            log_level: record.log_level.clone(),
+        };
+        self.launch(caller, id, record.request.clone(), stream, Some(held)).await.map_err(EngineError::Rejected)?;
+        Ok(true)
+    }
+
+    pub(crate) async fn stream_closed(&self, stream: &StreamId) -> Result<bool, EngineError> {
+        // Read from the start: a closed stream ends with `finished`.
+        let mut after = 0;
+        loop {
+            match self.store().read_after(stream, after, 1_000).await {
+                Ok(read) => {
+                    if read.finished {
+                        return Ok(true);
+                    }
+                    match read.events.last() {
+                        Some(last) => after = last.id.seq,
+                        None => return Ok(false),
+                    }
+                }
+                Err(StoreError::NotFound { .. }) => return Ok(true),
+                Err(StoreError::Pruned { oldest_retained, .. }) => after = oldest_retained.saturating_sub(1),
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// Run [`Engine::recover`] now and then every `lease / 2`, until the handle is aborted.
+    pub fn spawn_recovery(&self) -> tokio::task::JoinHandle<()> {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(engine.options().lease / 2);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                match engine.recover().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(resumed = n, "recovered runs"),
+                    Err(error) => tracing::warn!(%error, "recovery failed; retrying"),
+                }
+            }
+        })
+    }
+}

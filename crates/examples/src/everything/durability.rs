@@ -1,0 +1,133 @@
+//! The durability fixtures: tools that check durable-mcp's guarantees from outside.
+//!
+//! * `steps` runs `count` durable steps; each appends `<step index> <idempotency key>` to a
+//!   ledger file, then sleeps `step_ms`. Kill the worker during a step and count the
+//!   ledger's lines: a committed step never appears twice (D8), an interrupted one at most
+//!   twice, with the same key both times.
+//! * `ask` elicits an answer through the durable context (asked once, D9), records it in a
+//!   step and returns it.
+
+use std::io::Write;
+use std::time::Duration;
+
+use durable_mcp_protocol::Durable;
+use rmcp::handler::server::tool::Extension;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction};
+use rmcp::{ErrorData as McpError, tool, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Everything, fixtures};
+
+/// The only file names `steps` writes to: the fixture appends to a path its client names,
+/// so it refuses anything that is not plainly a ledger.
+const LEDGER_SUFFIX: &str = ".ledger";
+
+/// Arguments of `steps`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct StepsArgs {
+    /// How many durable steps to run (at most 1000).
+    count: u32,
+    /// Milliseconds each step sleeps after its effect.
+    #[serde(default)]
+    step_ms: u64,
+    /// A file (name ending in `.ledger`) each step appends `<index> <idempotency key>` to.
+    #[serde(default)]
+    ledger: Option<String>,
+}
+
+/// Arguments of `ask`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct AskArgs {
+    /// The question to ask the user.
+    question: String,
+    /// Milliseconds to wait (in a durable step) after recording the answer, before
+    /// returning: a window in which to kill the worker.
+    #[serde(default)]
+    then_ms: u64,
+}
+
+fn append_line(path: &str, line: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    file.write_all(line.as_bytes())?;
+    file.sync_data()
+}
+
+#[tool_router(router = durability_router, vis = "pub(super)")]
+impl Everything {
+    #[tool(
+        description = "Durability fixture: runs count durable steps; each appends '<index> <idempotency key>' to the ledger file (name ending in .ledger), then sleeps step_ms. Returns the step indexes."
+    )]
+    async fn steps(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<StepsArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        if args.count > 1000 {
+            return Err(McpError::invalid_params("count must be at most 1000", None));
+        }
+        if let Some(ledger) = &args.ledger
+            && !ledger.ends_with(LEDGER_SUFFIX)
+        {
+            return Err(McpError::invalid_params(format!("ledger must name a file ending in {LEDGER_SUFFIX}"), None));
+        }
+        let mut done = Vec::new();
+        for index in 1..=args.count {
+            let ledger = args.ledger.clone();
+            let step_ms = args.step_ms;
+            let result: Result<u32, String> = durable
+                .step(&format!("step-{index}"), |key| async move {
+                    if let Some(path) = ledger {
+                        append_line(&path, &format!("{index} {}\n", key.idempotency_key())).map_err(|e| e.to_string())?;
+                    }
+                    tokio::time::sleep(Duration::from_millis(step_ms)).await;
+                    Ok(index)
+                })
+                .await?;
+            done.push(result.map_err(|e| McpError::internal_error(format!("step {index}: {e}"), None))?);
+            let message = format!("step {index} of {}", args.count);
+            durable.progress(f64::from(index), Some(f64::from(args.count)), Some(&message)).await?;
+        }
+        let mut result = CallToolResult::success(vec![ContentBlock::text(json!(done).to_string())]);
+        result.structured_content = Some(json!({ "steps": done }));
+        Ok(result)
+    }
+
+    #[tool(
+        description = "Durability fixture: asks the user the question once (durable elicitation), records the answer in a durable step, waits then_ms (durable sleep) and returns it."
+    )]
+    async fn ask(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<AskArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: args.question.clone(),
+            requested_schema: fixtures::single_field_schema("answer", "string"),
+        };
+        let answer = durable.elicit(params).await?;
+        let recorded: String = durable
+            .step("record", |_| async move {
+                match answer.action {
+                    ElicitationAction::Accept => answer
+                        .content
+                        .as_ref()
+                        .and_then(|c| c.get("answer"))
+                        .and_then(|a| a.as_str())
+                        .unwrap_or_default()
+                        .to_owned(),
+                    ElicitationAction::Decline => "(declined)".to_owned(),
+                    _ => "(cancelled)".to_owned(),
+                }
+            })
+            .await
+            .map_err(McpError::from)?;
+        if args.then_ms > 0 {
+            durable.sleep("then", Duration::from_millis(args.then_ms)).await?;
+        }
+        Ok(CallToolResult::success(vec![ContentBlock::text(recorded)]))
+    }
+}

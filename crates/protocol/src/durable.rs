@@ -1,0 +1,374 @@
+//! The durable context a handler gets for each journaled request: steps that run once,
+//! questions asked once, progress and logs that are not repeated, durable sleep and a
+//! cancellation signal.
+//!
+//! A handler written with rmcp's macros takes it with the `Extension` extractor:
+//!
+//! ```ignore
+//! #[tool(description = "Charge a card, once")]
+//! async fn charge(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+//!     let receipt: String = durable
+//!         .step("charge", |key| async move { payments.charge(100, key.idempotency_key()).await })
+//!         .await?;
+//!     Ok(CallToolResult::success(vec![Content::text(receipt)]))
+//! }
+//! ```
+//!
+//! # The rule: code between steps may run again
+//!
+//! If the worker running a request dies, another worker (or the same one, restarted) runs
+//! the handler again from the top. Every step whose result was committed returns that
+//! result at once, without running its closure; every question already answered returns
+//! the answer without asking. Everything else runs again. So:
+//!
+//! - put every effect on the outside world (a payment, an e-mail, a file append, a call to
+//!   another service) inside a [`Durable::step`], and pass [`StepKey::idempotency_key`] to
+//!   the other system where it accepts one: a step interrupted before its commit runs
+//!   again with the same key;
+//! - make the code between steps deterministic: the same steps, questions, progress and
+//!   log calls in the same order on every run. Read the clock, random numbers or anything
+//!   that changes inside a step, never between steps;
+//! - step names are unique within a request (`"charge"`, `format!("line-{i}")`).
+//!
+//! Questions, progress and log messages are numbered in the order they are made, which is
+//! why that order must not change between runs.
+
+// Sampling, roots and logging are deprecated upstream (SEP-2577) but still part of the
+// protocol versions durable-mcp serves.
+#![allow(deprecated)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, ListRootsResult, LoggingLevel,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::context::BoxFuture;
+
+/// The JSON-RPC error code a handler's run ends with when it must wait for client input
+/// in the stateless era; the engine replaces that outcome with an `input_required` result.
+pub const SUSPENDED_CODE: i32 = -32_099;
+
+/// Why a durable operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurableError {
+    /// The store could not commit or read the journal. The request fails; nothing
+    /// half-done is visible, and a re-run starts from the last committed step.
+    #[error("journal unavailable: {0}")]
+    Journal(String),
+    /// A committed result does not decode as the type asked for (the step's type changed
+    /// between deployments, say).
+    #[error("step {name:?}: stored result does not decode: {source}")]
+    Decode {
+        /// The step or question.
+        name: String,
+        /// The decoding error.
+        source: serde_json::Error,
+    },
+    /// A step's result could not be encoded.
+    #[error("step {name:?}: result does not encode: {source}")]
+    Encode {
+        /// The step.
+        name: String,
+        /// The encoding error.
+        source: serde_json::Error,
+    },
+    /// The request was cancelled (D11).
+    #[error("the request was cancelled")]
+    Cancelled,
+    /// The client answered a question with a JSON-RPC error.
+    #[error("the client refused {method}: {message} ({code})")]
+    Refused {
+        /// The question's method.
+        method: String,
+        /// The client's error code.
+        code: i64,
+        /// The client's error message.
+        message: String,
+    },
+    /// The request must wait for the client's input (stateless era): return this error
+    /// from the handler (`?` does it) and durable-mcp answers `input_required`; the retry
+    /// continues from the last committed step.
+    #[error("waiting for the client's input")]
+    InputRequired,
+}
+
+impl From<DurableError> for rmcp::ErrorData {
+    fn from(error: DurableError) -> Self {
+        match error {
+            DurableError::InputRequired => rmcp::ErrorData::new(
+                rmcp::model::ErrorCode(SUSPENDED_CODE),
+                "waiting for the client's input",
+                Some(json!({"durable-mcp/suspended": true})),
+            ),
+            DurableError::Cancelled => rmcp::ErrorData::new(rmcp::model::ErrorCode(-32_800), error.to_string(), None),
+            other => rmcp::ErrorData::internal_error(other.to_string(), None),
+        }
+    }
+}
+
+/// The engine's side of a durable context: where steps, answers and emitted messages of
+/// one journaled request are committed.
+pub trait DurableBackend: Send + Sync + 'static {
+    /// The journaled request's id, stable across re-runs.
+    fn run_id(&self) -> &str;
+    /// Which run of the request this is: 1 for the first, 2 after one recovery, ...
+    fn attempt(&self) -> u32;
+    /// The committed result of step `name`, if any.
+    fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>, DurableError>>;
+    /// Commit `value` as step `name`'s result unless one is already committed; returns
+    /// the committed result (the first commit wins).
+    fn commit_step<'a>(&'a self, name: &'a str, value: Value) -> BoxFuture<'a, Result<Value, DurableError>>;
+    /// Ask the client question number `index` (`elicitation/create`, ...) and return the
+    /// client's response (the whole JSON-RPC response object), asking at most once per
+    /// run unless unanswered at recovery.
+    fn ask<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<Value, DurableError>>;
+    /// Send notification number `index` unless an earlier run already sent it.
+    fn emit<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), DurableError>>;
+    /// Fires when the request is cancelled.
+    fn cancellation(&self) -> CancellationToken;
+    /// The request's progress token, if it has one.
+    fn progress_token(&self) -> Option<Value>;
+}
+
+/// The durable context of one journaled request. Cheap to clone; clones share the
+/// question and message counters.
+#[derive(Clone)]
+pub struct Durable {
+    backend: Arc<dyn DurableBackend>,
+    questions: Arc<AtomicU64>,
+    messages: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Durable").field("run", &self.backend.run_id()).field("attempt", &self.backend.attempt()).finish()
+    }
+}
+
+/// What a step's closure gets: the step's stable identity.
+#[derive(Debug, Clone)]
+pub struct StepKey {
+    key: String,
+    attempt: u32,
+}
+
+impl StepKey {
+    /// A key that is the same every time this step of this request runs, and different for
+    /// every other step and request: pass it to external systems that deduplicate.
+    pub fn idempotency_key(&self) -> &str {
+        &self.key
+    }
+
+    /// Which run of the request is executing the step (1 = first).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// How a [`Durable::retry_step`] retries failures before committing the last one.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    /// Tries in all, the first included (at least 1).
+    pub max_attempts: u32,
+    /// Wait before the second try; doubled after each failure.
+    pub initial_backoff: Duration,
+    /// Longest wait between tries.
+    pub max_backoff: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self { max_attempts: 3, initial_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(10) }
+    }
+}
+
+fn decode<T: DeserializeOwned>(name: &str, value: Value) -> Result<T, DurableError> {
+    serde_json::from_value(value).map_err(|source| DurableError::Decode { name: name.to_owned(), source })
+}
+
+impl Durable {
+    /// A context over `backend` (the engine builds it; handlers receive it).
+    pub fn new(backend: Arc<dyn DurableBackend>) -> Self {
+        Self { backend, questions: Arc::default(), messages: Arc::default() }
+    }
+
+    /// The journaled request's id, stable across re-runs.
+    pub fn run_id(&self) -> &str {
+        self.backend.run_id()
+    }
+
+    /// Which run of the request this is: 1 for the first, 2 after one recovery, ...
+    pub fn attempt(&self) -> u32 {
+        self.backend.attempt()
+    }
+
+    /// The idempotency key of step `name` (the one its closure receives).
+    pub fn idempotency_key(&self, name: &str) -> String {
+        format!("{}:{name}", self.backend.run_id())
+    }
+
+    fn key(&self, name: &str) -> StepKey {
+        StepKey { key: self.idempotency_key(name), attempt: self.backend.attempt() }
+    }
+
+    /// Run `f` once: if step `name` has a committed result (from this run or an earlier
+    /// one), return it without running `f`; otherwise run `f`, commit its result, and
+    /// return it (D8). An error your closure returns inside `T` (`T = Result<_, _>`) is a
+    /// result like any other: committed, and returned on every re-run. Use
+    /// [`Durable::retry_step`] to retry failures before committing.
+    ///
+    /// If the worker dies while `f` runs, `f` runs again on recovery, with the same
+    /// [`StepKey::idempotency_key`].
+    pub async fn step<T, F, Fut>(&self, name: &str, f: F) -> Result<T, DurableError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce(StepKey) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        if let Some(stored) = self.backend.load_step(name).await? {
+            return decode(name, stored);
+        }
+        if self.backend.cancellation().is_cancelled() {
+            return Err(DurableError::Cancelled);
+        }
+        let value = f(self.key(name)).await;
+        let encoded = serde_json::to_value(&value).map_err(|source| DurableError::Encode { name: name.to_owned(), source })?;
+        let committed = self.backend.commit_step(name, encoded).await?;
+        decode(name, committed)
+    }
+
+    /// Like [`Durable::step`] for a fallible closure: failures are retried with exponential
+    /// backoff (the same idempotency key every time), and the first success, or the last
+    /// failure once `retry.max_attempts` are spent, is committed and returned.
+    pub async fn retry_step<T, E, F, Fut>(&self, name: &str, retry: Retry, mut f: F) -> Result<Result<T, E>, DurableError>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Serialize + DeserializeOwned + std::fmt::Display,
+        F: FnMut(StepKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let cancel = self.backend.cancellation();
+        self.step(name, |key| async move {
+            let mut backoff = retry.initial_backoff;
+            let mut tries = 1;
+            loop {
+                match f(key.clone()).await {
+                    Ok(value) => return Ok(value),
+                    Err(error) if tries >= retry.max_attempts.max(1) || cancel.is_cancelled() => return Err(error),
+                    Err(error) => {
+                        tracing::debug!(%error, tries, "step failed; retrying");
+                        tokio::select! {
+                            () = tokio::time::sleep(backoff) => {}
+                            () = cancel.cancelled() => {}
+                        }
+                        backoff = (backoff * 2).min(retry.max_backoff);
+                        tries += 1;
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// Sleep until `duration` after the first time this sleep was reached: a re-run after
+    /// the wake-up time returns at once; one before it sleeps only the rest. Ends early
+    /// with [`DurableError::Cancelled`] if the request is cancelled.
+    pub async fn sleep(&self, name: &str, duration: Duration) -> Result<(), DurableError> {
+        let wake_at_ms: u64 = self
+            .step(&format!("sleep:{name}"), |_| async move {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    .unwrap_or(0);
+                now.saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+            })
+            .await?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        let rest = Duration::from_millis(wake_at_ms.saturating_sub(now));
+        let cancel = self.backend.cancellation();
+        tokio::select! {
+            () = tokio::time::sleep(rest) => Ok(()),
+            () = cancel.cancelled() => Err(DurableError::Cancelled),
+        }
+    }
+
+    async fn ask_raw(&self, method: &str, params: Value) -> Result<Value, DurableError> {
+        let index = self.questions.fetch_add(1, Ordering::SeqCst) + 1;
+        let response = self.backend.ask(index, method, params).await?;
+        if let Some(error) = response.get("error") {
+            return Err(DurableError::Refused {
+                method: method.to_owned(),
+                code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+                message: error.get("message").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            });
+        }
+        Ok(response.get("result").cloned().unwrap_or(Value::Null))
+    }
+
+    /// Ask the client for input (`elicitation/create`), once (D9): the answer is committed
+    /// when it arrives, at any worker; a re-run gets it without asking again. A question
+    /// still unanswered when the worker died is asked again, with the same request id.
+    pub async fn elicit(&self, params: ElicitRequestParams) -> Result<ElicitResult, DurableError> {
+        let params = serde_json::to_value(params).map_err(|source| DurableError::Encode { name: "elicit".into(), source })?;
+        decode("elicitation/create", self.ask_raw("elicitation/create", params).await?)
+    }
+
+    /// Ask the client's model (`sampling/createMessage`), once (D9).
+    pub async fn sample(&self, params: CreateMessageRequestParams) -> Result<CreateMessageResult, DurableError> {
+        let params = serde_json::to_value(params).map_err(|source| DurableError::Encode { name: "sample".into(), source })?;
+        decode("sampling/createMessage", self.ask_raw("sampling/createMessage", params).await?)
+    }
+
+    /// Ask for the client's roots (`roots/list`), once (D9).
+    pub async fn list_roots(&self) -> Result<ListRootsResult, DurableError> {
+        decode("roots/list", self.ask_raw("roots/list", json!({})).await?)
+    }
+
+    /// Report progress (if the request has a progress token). Committed as an event of
+    /// the request's stream; a re-run does not send it again.
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), DurableError> {
+        let index = self.messages.fetch_add(1, Ordering::SeqCst) + 1;
+        let Some(token) = self.backend.progress_token() else { return Ok(()) };
+        let mut params = json!({"progressToken": token, "progress": progress});
+        if let Some(total) = total {
+            params["total"] = json!(total);
+        }
+        if let Some(message) = message {
+            params["message"] = json!(message);
+        }
+        self.backend.emit(index, "notifications/progress", params).await
+    }
+
+    /// Send a log message (filtered by the session's or request's log level like any
+    /// other). A re-run does not send it again.
+    pub async fn log(&self, level: LoggingLevel, logger: Option<&str>, data: Value) -> Result<(), DurableError> {
+        let index = self.messages.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut params = json!({"level": level, "data": data});
+        if let Some(logger) = logger {
+            params["logger"] = json!(logger);
+        }
+        self.backend.emit(index, "notifications/message", params).await
+    }
+
+    /// Whether the request was cancelled (D11).
+    pub fn is_cancelled(&self) -> bool {
+        self.backend.cancellation().is_cancelled()
+    }
+
+    /// Completes when the request is cancelled (D11): `select!` on it around long work.
+    pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
+        self.backend.cancellation().cancelled_owned()
+    }
+}

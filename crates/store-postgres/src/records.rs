@@ -1,0 +1,184 @@
+//! Journal records: one row per (kind, key) with a version counter and an optional expiry.
+//!
+//! Every write is one statement whose condition is part of the statement, so PostgreSQL
+//! decides races on its row locks: of two `Expect::Absent` writers the second finds the
+//! first's row under `ON CONFLICT` (after waiting for its commit) and writes nothing; of two
+//! `Expect::Version` writers the second re-checks the version on the updated row and
+//! writes nothing. "Nothing written" is [`StoreError::Conflict`]. A row whose `expires_at`
+//! has passed counts as absent everywhere, and `prune` deletes it.
+//!
+//! Keys use the `"C"` collation: key order is byte order (as in every other backend), and
+//! `key >= prefix AND key < end` selects exactly the keys with the prefix through the
+//! primary key's index.
+
+use durable_mcp_store::{Expect, Record, RecordKind, StoreError, StoreResult};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Transaction};
+
+use crate::error::from_pg;
+use crate::pool::{Conn, Statements};
+use crate::to_i64;
+
+/// First commit wins: insert, or replace a row that has expired.
+const PUT_ABSENT: &str = "INSERT INTO records (kind, key, version, value, expires_at) VALUES ($1, $2, 1, $3, $4)
+    ON CONFLICT (kind, key) DO UPDATE SET version = 1, value = EXCLUDED.value, expires_at = EXCLUDED.expires_at
+    WHERE records.expires_at IS NOT NULL AND records.expires_at <= $5
+    RETURNING version";
+/// Compare-and-set on the version of an unexpired row.
+const PUT_VERSION: &str = "UPDATE records SET version = version + 1, value = $3, expires_at = $4
+    WHERE kind = $1 AND key = $2 AND version = $5 AND (expires_at IS NULL OR expires_at > $6)
+    RETURNING version";
+const GET: &str = "SELECT key, version, value, expires_at FROM records
+    WHERE kind = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > $3)";
+const LIST_RANGE: &str = "SELECT key, version, value, expires_at FROM records
+    WHERE kind = $1 AND key >= $2 AND key < $3 AND (expires_at IS NULL OR expires_at > $4)
+    ORDER BY key LIMIT $5";
+const LIST_FROM: &str = "SELECT key, version, value, expires_at FROM records
+    WHERE kind = $1 AND key >= $2 AND (expires_at IS NULL OR expires_at > $3)
+    ORDER BY key LIMIT $4";
+/// Delete the range; count the rows that were still unexpired (the others were absent).
+const DELETE_RANGE: &str = "WITH deleted AS (
+        DELETE FROM records WHERE kind = $1 AND key >= $2 AND key < $3 RETURNING expires_at
+    )
+    SELECT count(*) FROM deleted WHERE expires_at IS NULL OR expires_at > $4";
+const DELETE_FROM: &str = "WITH deleted AS (
+        DELETE FROM records WHERE kind = $1 AND key >= $2 RETURNING expires_at
+    )
+    SELECT count(*) FROM deleted WHERE expires_at IS NULL OR expires_at > $3";
+/// Rows being written right now are skipped (and left for the next prune); a locked row
+/// is re-checked after its write, so a row renewed meanwhile is not deleted.
+const PRUNE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (
+        SELECT kind, key FROM records WHERE expires_at <= $1 ORDER BY kind, key FOR UPDATE SKIP LOCKED
+    )";
+
+/// The smallest string above every string that starts with `prefix`, or `None` when
+/// `key >= prefix` alone already selects exactly those strings (an empty prefix, or one of
+/// only `char::MAX`). Under the `"C"` collation text compares bytewise, and UTF-8 keeps
+/// code point order, so `prefix <= key < end` holds exactly for the keys with the prefix.
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// Decode a `(key, version, value, expires_at)` row.
+fn decode(row: &Row) -> StoreResult<Record> {
+    let key: String = row.try_get(0).map_err(from_pg)?;
+    let version: i64 = row.try_get(1).map_err(from_pg)?;
+    let value: String = row.try_get(2).map_err(from_pg)?;
+    let expires_at: Option<i64> = row.try_get(3).map_err(from_pg)?;
+    let version = u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("record {key:?} has version {version}")))?;
+    let expires_at_ms = expires_at
+        .map(u64::try_from)
+        .transpose()
+        .map_err(|_| StoreError::Corrupt(format!("record {key:?} has a negative expiry")))?;
+    Ok(Record { key, version, value, expires_at_ms })
+}
+
+/// Write `value` under `expect` and return the new version; see the module docs.
+pub(crate) async fn put(
+    conn: &mut Conn,
+    kind: RecordKind,
+    key: &str,
+    value: &str,
+    expires_at_ms: Option<u64>,
+    expect: Expect,
+    now_ms: u64,
+) -> StoreResult<u64> {
+    let (kind, now, expires_at) = (kind.as_str(), to_i64(now_ms), expires_at_ms.map(to_i64));
+    let row = match expect {
+        Expect::Absent => {
+            let statement = conn.statements.get(&conn.client, PUT_ABSENT).await?;
+            let params: [&(dyn ToSql + Sync); 5] = [&kind, &key, &value, &expires_at, &now];
+            conn.client.query_opt(&statement, &params).await
+        }
+        Expect::Version(expected) => {
+            // No stored version is above `i64::MAX`: such an expectation can never hold.
+            let Ok(expected) = i64::try_from(expected) else {
+                return Err(StoreError::Conflict { what: "record" });
+            };
+            let statement = conn.statements.get(&conn.client, PUT_VERSION).await?;
+            let params: [&(dyn ToSql + Sync); 6] = [&kind, &key, &value, &expires_at, &expected, &now];
+            conn.client.query_opt(&statement, &params).await
+        }
+    }
+    .map_err(from_pg)?;
+    let row = row.ok_or(StoreError::Conflict { what: "record" })?;
+    let version: i64 = row.try_get(0).map_err(from_pg)?;
+    u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("record {key:?} has version {version}")))
+}
+
+/// The unexpired record `key` of `kind`, if any.
+pub(crate) async fn get(conn: &mut Conn, kind: RecordKind, key: &str, now_ms: u64) -> StoreResult<Option<Record>> {
+    let statement = conn.statements.get(&conn.client, GET).await?;
+    let row = conn.client.query_opt(&statement, &[&kind.as_str(), &key, &to_i64(now_ms)]).await.map_err(from_pg)?;
+    row.as_ref().map(decode).transpose()
+}
+
+/// Unexpired records of `kind` whose key starts with `prefix`, in key order, at most
+/// `limit`: one statement, so one snapshot.
+pub(crate) async fn list(conn: &mut Conn, kind: RecordKind, prefix: &str, limit: usize, now_ms: u64) -> StoreResult<Vec<Record>> {
+    let (kind, now, limit) = (kind.as_str(), to_i64(now_ms), i64::try_from(limit).unwrap_or(i64::MAX));
+    let rows = match prefix_end(prefix) {
+        Some(end) => {
+            let statement = conn.statements.get(&conn.client, LIST_RANGE).await?;
+            let params: [&(dyn ToSql + Sync); 5] = [&kind, &prefix, &end, &now, &limit];
+            conn.client.query(&statement, &params).await
+        }
+        None => {
+            let statement = conn.statements.get(&conn.client, LIST_FROM).await?;
+            let params: [&(dyn ToSql + Sync); 4] = [&kind, &prefix, &now, &limit];
+            conn.client.query(&statement, &params).await
+        }
+    }
+    .map_err(from_pg)?;
+    rows.iter().map(decode).collect()
+}
+
+/// Delete every record of `kind` whose key starts with `prefix`, in one statement; returns
+/// how many of them were unexpired.
+pub(crate) async fn delete(conn: &mut Conn, kind: RecordKind, prefix: &str, now_ms: u64) -> StoreResult<u64> {
+    let (kind, now) = (kind.as_str(), to_i64(now_ms));
+    let row = match prefix_end(prefix) {
+        Some(end) => {
+            let statement = conn.statements.get(&conn.client, DELETE_RANGE).await?;
+            let params: [&(dyn ToSql + Sync); 4] = [&kind, &prefix, &end, &now];
+            conn.client.query_one(&statement, &params).await
+        }
+        None => {
+            let statement = conn.statements.get(&conn.client, DELETE_FROM).await?;
+            let params: [&(dyn ToSql + Sync); 3] = [&kind, &prefix, &now];
+            conn.client.query_one(&statement, &params).await
+        }
+    }
+    .map_err(from_pg)?;
+    let deleted: i64 = row.try_get(0).map_err(from_pg)?;
+    Ok(deleted.unsigned_abs())
+}
+
+/// Inside a prune's transaction: delete the records whose expiry is at or before
+/// `now_ms`, skipping rows another transaction holds. Returns how many were deleted.
+pub(crate) async fn prune_expired(tx: &Transaction<'_>, statements: &mut Statements, now_ms: u64) -> StoreResult<u64> {
+    let statement = statements.get(tx, PRUNE_EXPIRED).await?;
+    tx.execute(&statement, &[&to_i64(now_ms)]).await.map_err(from_pg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_bounds_exactly_the_keys_with_the_prefix() {
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("run/"), Some("run0".into()));
+        assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".into()));
+        assert_eq!(prefix_end("\u{10FFFF}"), None);
+        assert_eq!(prefix_end("\u{D7FF}"), Some("\u{E000}".into()), "surrogates are skipped");
+    }
+}

@@ -1,0 +1,174 @@
+//! Journal records: one row per (kind, key) with a version counter and an optional expiry.
+//!
+//! Writes run on the writer thread (so conditional writes are serialized by construction:
+//! the first commit wins); reads run on reader connections. A row whose `expires_at` has
+//! passed counts as absent everywhere, and `prune` deletes it.
+
+use durable_mcp_store::{Expect, Record, RecordKind, StoreError};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::from_sqlite;
+
+const CURRENT: &str = "SELECT version, expires_at FROM records WHERE kind = ?1 AND key = ?2";
+const UPSERT: &str = "INSERT INTO records (kind, key, version, value, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)
+    ON CONFLICT (kind, key) DO UPDATE SET version = excluded.version, value = excluded.value, expires_at = excluded.expires_at";
+const GET: &str = "SELECT key, version, value, expires_at FROM records
+    WHERE kind = ?1 AND key = ?2 AND (expires_at IS NULL OR expires_at > ?3)";
+const LIST_RANGE: &str = "SELECT key, version, value, expires_at FROM records
+    WHERE kind = ?1 AND key >= ?2 AND key < ?3 AND (expires_at IS NULL OR expires_at > ?4) ORDER BY key LIMIT ?5";
+const LIST_FROM: &str = "SELECT key, version, value, expires_at FROM records
+    WHERE kind = ?1 AND key >= ?2 AND (expires_at IS NULL OR expires_at > ?3) ORDER BY key LIMIT ?4";
+const COUNT_LIVE_RANGE: &str = "SELECT count(*) FROM records
+    WHERE kind = ?1 AND key >= ?2 AND key < ?3 AND (expires_at IS NULL OR expires_at > ?4)";
+const COUNT_LIVE_FROM: &str = "SELECT count(*) FROM records
+    WHERE kind = ?1 AND key >= ?2 AND (expires_at IS NULL OR expires_at > ?3)";
+const DELETE_RANGE: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2 AND key < ?3";
+const DELETE_FROM: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2";
+const DELETE_EXPIRED: &str = "DELETE FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1";
+
+/// Milliseconds (or a version) as SQLite's `INTEGER`, saturating.
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The smallest string above every string that starts with `prefix`, or `None` when
+/// `key >= prefix` alone already selects exactly those strings (an empty prefix, or one of
+/// only `char::MAX`). SQLite compares text bytewise (`BINARY`), and UTF-8 preserves code
+/// point order, so `prefix <= key < end` holds exactly for the keys starting with `prefix`.
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+fn decode(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, String, Option<i64>)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+}
+
+fn record((key, version, value, expires_at): (String, i64, String, Option<i64>)) -> Result<Record, StoreError> {
+    let version = u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("record {key:?} has version {version}")))?;
+    let expires_at_ms = expires_at
+        .map(u64::try_from)
+        .transpose()
+        .map_err(|_| StoreError::Corrupt(format!("record {key:?} has a negative expiry")))?;
+    Ok(Record { key, version, value, expires_at_ms })
+}
+
+/// On the writer: write `value` under `expect` and return the new version, or
+/// `StoreError::Conflict` if the condition does not hold. `now_ms` judges expiry.
+pub(crate) fn put(
+    conn: &Connection,
+    kind: RecordKind,
+    key: &str,
+    value: &str,
+    expires_at_ms: Option<u64>,
+    expect: Expect,
+    now_ms: u64,
+) -> Result<u64, StoreError> {
+    let row: Option<(i64, Option<i64>)> = conn
+        .prepare_cached(CURRENT)
+        .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), key], |row| Ok((row.get(0)?, row.get(1)?))).optional())
+        .map_err(from_sqlite)?;
+    let now = to_i64(now_ms);
+    let live = row.filter(|(_, expires_at)| expires_at.is_none_or(|at| at > now)).map(|(version, _)| version);
+    let version: i64 = match (expect, live) {
+        (Expect::Absent, None) => 1,
+        (Expect::Version(expected), Some(found)) if i64::try_from(expected) == Ok(found) => {
+            found.checked_add(1).ok_or_else(|| StoreError::Corrupt(format!("record {key:?} is at the largest version")))?
+        }
+        _ => return Err(StoreError::Conflict { what: "record" }),
+    };
+    conn.prepare_cached(UPSERT)
+        .and_then(|mut stmt| stmt.execute(params![kind.as_str(), key, version, value, expires_at_ms.map(to_i64)]))
+        .map_err(from_sqlite)?;
+    Ok(version.unsigned_abs())
+}
+
+/// The unexpired record `key` of `kind`, if any.
+pub(crate) fn get(conn: &Connection, kind: RecordKind, key: &str, now_ms: u64) -> Result<Option<Record>, StoreError> {
+    let row = conn
+        .prepare_cached(GET)
+        .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), key, to_i64(now_ms)], decode).optional())
+        .map_err(from_sqlite)?;
+    row.map(record).transpose()
+}
+
+/// Unexpired records of `kind` whose key starts with `prefix`, in key order, at most `limit`.
+pub(crate) fn list(conn: &Connection, kind: RecordKind, prefix: &str, limit: usize, now_ms: u64) -> Result<Vec<Record>, StoreError> {
+    let (now, limit) = (to_i64(now_ms), i64::try_from(limit).unwrap_or(i64::MAX));
+    let rows: Vec<(String, i64, String, Option<i64>)> = match prefix_end(prefix) {
+        Some(end) => conn
+            .prepare_cached(LIST_RANGE)
+            .and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, end, now, limit], decode)?.collect()),
+        None => conn
+            .prepare_cached(LIST_FROM)
+            .and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, now, limit], decode)?.collect()),
+    }
+    .map_err(from_sqlite)?;
+    rows.into_iter().map(record).collect()
+}
+
+/// On the writer: delete every record of `kind` whose key starts with `prefix`; returns
+/// how many of them were unexpired (expired ones are deleted too, but were already absent).
+pub(crate) fn delete(conn: &Connection, kind: RecordKind, prefix: &str, now_ms: u64) -> Result<u64, StoreError> {
+    let now = to_i64(now_ms);
+    let live: i64 = match prefix_end(prefix) {
+        Some(end) => {
+            let live = conn
+                .prepare_cached(COUNT_LIVE_RANGE)
+                .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), prefix, end, now], |row| row.get(0)))
+                .map_err(from_sqlite)?;
+            conn.prepare_cached(DELETE_RANGE)
+                .and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix, end]))
+                .map_err(from_sqlite)?;
+            live
+        }
+        None => {
+            let live = conn
+                .prepare_cached(COUNT_LIVE_FROM)
+                .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), prefix, now], |row| row.get(0)))
+                .map_err(from_sqlite)?;
+            conn.prepare_cached(DELETE_FROM)
+                .and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix]))
+                .map_err(from_sqlite)?;
+            live
+        }
+    };
+    Ok(live.unsigned_abs())
+}
+
+/// On the writer: delete the records whose expiry is at or before `now_ms`; returns how many.
+pub(crate) fn prune_expired(conn: &Connection, now_ms: u64) -> Result<u64, StoreError> {
+    let deleted = conn
+        .prepare_cached(DELETE_EXPIRED)
+        .and_then(|mut stmt| stmt.execute(params![to_i64(now_ms)]))
+        .map_err(from_sqlite)?;
+    Ok(deleted as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_bounds_exactly_the_keys_with_the_prefix() {
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("run/"), Some("run0".into()));
+        assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".into()));
+        assert_eq!(prefix_end("\u{10FFFF}\u{10FFFF}"), None);
+        assert_eq!(prefix_end("\u{D7FF}"), Some("\u{E000}".into()), "surrogates are skipped");
+        let end = prefix_end("ab").unwrap();
+        for key in ["ab", "ab/", "abz", "ab\u{10FFFF}"] {
+            assert!(key >= "ab" && key < end.as_str(), "{key}");
+        }
+        for key in ["aa", "ac", "b", "a"] {
+            assert!(!(key >= "ab" && key < end.as_str()), "{key}");
+        }
+    }
+}

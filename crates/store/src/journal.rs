@@ -1,0 +1,71 @@
+//! Journal records: the small, versioned documents durable execution keeps beside the event
+//! logs (the journal entry and lease of a running request, committed step results, tasks,
+//! and aliases such as "this session's request id 7 is run X").
+//!
+//! The contract is a key-value table per [`RecordKind`] with compare-and-set on a version
+//! counter and an optional expiry. The engine builds leases, step memoisation and task
+//! state machines on it; backends only have to make each operation atomic.
+
+/// Which table a record lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum RecordKind {
+    /// A journaled request: what to re-run, and the lease of the worker running it (D6, D7).
+    Run,
+    /// A committed step result or question answer of a run (D8, D9).
+    Step,
+    /// A task (D10).
+    Task,
+    /// An alias: a name that points at a run (a session's JSON-RPC request id, ...).
+    Alias,
+}
+
+impl RecordKind {
+    /// Every kind, for backends that keep one index per kind.
+    pub const ALL: [RecordKind; 4] = [RecordKind::Run, RecordKind::Step, RecordKind::Task, RecordKind::Alias];
+
+    /// The kind's stable name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::Run => "run",
+            RecordKind::Step => "step",
+            RecordKind::Task => "task",
+            RecordKind::Alias => "alias",
+        }
+    }
+}
+
+impl std::fmt::Display for RecordKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One stored record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Its key, unique within its kind.
+    pub key: String,
+    /// Incremented by every write; the first write gives 1.
+    pub version: u64,
+    /// The document (JSON, by convention).
+    pub value: String,
+    /// When the record stops existing (milliseconds since the epoch), if ever.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Record {
+    /// Whether the record has expired at `now_ms` (expired records behave as absent).
+    pub fn expired(&self, now_ms: u64) -> bool {
+        self.expires_at_ms.is_some_and(|at| at <= now_ms)
+    }
+}
+
+/// The condition a write is made under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Only if no (unexpired) record has the key: "first commit wins".
+    Absent,
+    /// Only if the record exists with exactly this version: compare-and-set.
+    Version(u64),
+}
