@@ -236,7 +236,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let handler = match args.example {
-        Example::Everything => durable_mcp_examples::Everything::new(args.state_key.map(String::into_bytes))
+        Example::Everything => durable_mcp_examples::Everything::new(args.state_key.clone().map(String::into_bytes))
             .context("--state-key must be at least 32 bytes")?,
     };
     let mut http = HttpConfig { path: args.path, poll_after: args.poll_after_ms.map(Duration::from_millis), ..HttpConfig::default() };
@@ -257,6 +257,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             prune_interval: Duration::from_secs(args.prune_interval_secs.max(1)),
             worker_id: args.worker_id.unwrap_or_else(|| default_worker_id(args.listen)),
             lease: Duration::from_millis(args.lease_ms.max(300)),
+            state_key: args.state_key.map(String::into_bytes),
             ..EngineOptions::default()
         })
         .shutdown_grace(Duration::from_secs(args.shutdown_grace_secs));

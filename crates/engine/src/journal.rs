@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::tasks::{Flavor, RELATED_TASK, is_terminal};
 use crate::{Caller, Engine, EngineError, Era};
 
 /// The methods whose requests are journaled (D6): those whose handlers may take time or
@@ -46,6 +47,12 @@ pub(crate) struct RunRecord {
     pub owner: String,
     pub lease_until_ms: u64,
     pub attempt: u32,
+    /// The task this run does the work of (its record key), if any.
+    #[serde(default)]
+    pub task: Option<String>,
+    /// That task's design.
+    #[serde(default)]
+    pub task_flavor: Option<Flavor>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -70,6 +77,8 @@ impl RunRecord {
             owner: engine.options().worker_id.clone(),
             lease_until_ms: now_ms() + ms(engine.options().lease),
             attempt: 1,
+            task: None,
+            task_flavor: None,
         }
     }
 
@@ -118,6 +127,15 @@ impl Held {
         }
     }
 
+    /// The run waits for a stateless client's retry: its journal entry goes (nobody is
+    /// waiting on its stream), its steps stay for the retry to continue from.
+    pub(crate) async fn suspend(self, engine: &Engine) {
+        self.heartbeat.abort();
+        if let Err(error) = engine.store().delete_records(RecordKind::Run, &self.run_id).await {
+            tracing::warn!(%error, run = %self.run_id, "could not delete a suspended run's journal entry; recovery will");
+        }
+    }
+
     /// Give the run back: another worker (or our own recovery loop) picks it up at
     /// `retry_at_ms`.
     pub(crate) async fn release(self, engine: &Engine, retry_at_ms: u64) {
@@ -163,8 +181,14 @@ pub(crate) struct DurableRun {
     pub inbox: StreamId,
     pub params: Value,
     pub cancel: CancellationToken,
+    /// The task this run works for: its record key and design.
+    pub task: Option<(String, Flavor)>,
     /// Questions asked in this run (legacy era), by index: asked once per run.
     asked: Mutex<std::collections::HashSet<u64>>,
+    /// Stateless era: the questions the client must answer before the run can go on.
+    pub(crate) pending: Mutex<Vec<(String, Value)>>,
+    /// Stateless requests' steps outlive their run (a retry continues it) until this time.
+    step_expiry: Option<u64>,
 }
 
 impl DurableRun {
@@ -178,7 +202,10 @@ impl DurableRun {
             inbox: record.inbox.parse().unwrap_or_else(|_| StreamId::random()),
             params: record.request.get("params").cloned().unwrap_or(Value::Null),
             cancel,
+            task: record.task.clone().zip(record.task_flavor),
             asked: Mutex::default(),
+            pending: Mutex::default(),
+            step_expiry: (record.modern && record.task.is_none()).then(|| now_ms() + ms(STATE_TTL) * 2),
         }
     }
 
@@ -234,6 +261,19 @@ impl DurableRun {
             None => {
                 let first_time = self.asked.lock().unwrap_or_else(|p| p.into_inner()).insert(index);
                 if first_time {
+                    let mut params = params;
+                    if let Some((key, _)) = &self.task {
+                        // 2025-11-25 task: the task waits for input; the question, tied to
+                        // the task, reaches the client through `tasks/result`.
+                        self.set_task_status(key, "input_required").await?;
+                        let task_id = key.rsplit('/').next().unwrap_or_default();
+                        if let Some(obj) = params.as_object_mut() {
+                            let meta = obj.entry("_meta").or_insert_with(|| json!({}));
+                            if let Some(meta) = meta.as_object_mut() {
+                                meta.insert(RELATED_TASK.into(), json!({"taskId": task_id}));
+                            }
+                        }
+                    }
                     let message = json!({"jsonrpc": "2.0", "id": wire, "method": method, "params": params});
                     self.engine.commit(&self.stream, &message, false).await.map_err(journal_error)?;
                 }
@@ -256,7 +296,65 @@ impl DurableRun {
                 }
             }
         };
+        if let Some((key, _)) = &self.task {
+            self.set_task_status(key, "working").await?;
+        }
         self.commit_value(&answer_key, answer).await
+    }
+
+    async fn set_task_status(&self, key: &str, status: &str) -> Result<(), DurableError> {
+        self.engine
+            .update_task(key, |task| {
+                if is_terminal(&task.status) || task.status == status {
+                    return false;
+                }
+                task.status = status.to_owned();
+                task.status_message = Some(if status == "input_required" { "The task waits for input." } else { "The task is running." }.into());
+                true
+            })
+            .await
+            .map_err(journal_error)?;
+        Ok(())
+    }
+
+    /// 2026-07-28 task: the question becomes one of the task's `inputRequests`; the answer
+    /// arrives with `tasks/update`, at any worker, into the task record.
+    async fn ask_extension_task(&self, key: &str, index: u64, method: &str, params: Value) -> Result<Value, DurableError> {
+        let question = format!("q{index}");
+        loop {
+            let task = self
+                .engine
+                .update_task(key, |task| {
+                    if is_terminal(&task.status)
+                        || task.input_responses.contains_key(&question)
+                        || task.input_requests.contains_key(&question)
+                    {
+                        return false;
+                    }
+                    task.input_requests.insert(question.clone(), json!({"method": method, "params": params}));
+                    task.status = "input_required".into();
+                    task.status_message = Some("The task waits for input.".into());
+                    true
+                })
+                .await
+                .map_err(journal_error)?;
+            let Some(task) = task else { return Err(DurableError::Cancelled) };
+            if let Some(response) = task.input_responses.get(&question) {
+                let answer = self.commit_value(&self.key("a", &index.to_string()), json!({"result": response})).await?;
+                self.engine
+                    .update_task(key, |task| task.input_responses.remove(&question).is_some())
+                    .await
+                    .map_err(journal_error)?;
+                return Ok(answer);
+            }
+            if is_terminal(&task.status) {
+                return Err(DurableError::Cancelled);
+            }
+            tokio::select! {
+                () = self.cancel.cancelled() => return Err(DurableError::Cancelled),
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
     }
 
     fn ask_stateless(&self, index: u64) -> Result<Value, DurableError> {
@@ -270,7 +368,7 @@ impl DurableRun {
 
     async fn commit_value(&self, key: &str, value: Value) -> Result<Value, DurableError> {
         let store = self.engine.store();
-        match store.put_record(RecordKind::Step, key, value.to_string(), None, Expect::Absent).await {
+        match store.put_record(RecordKind::Step, key, value.to_string(), self.step_expiry, Expect::Absent).await {
             Ok(_) => Ok(value),
             Err(StoreError::Conflict { .. }) => {
                 let stored = store.get_record(RecordKind::Step, key).await.map_err(journal_error)?;
@@ -308,12 +406,16 @@ impl DurableBackend for DurableRun {
             if let Some(stored) = self.engine.store().get_record(RecordKind::Step, &answer_key).await.map_err(journal_error)? {
                 return serde_json::from_str(&stored.value).map_err(journal_error);
             }
-            match self.caller.era {
-                Era::Legacy => self.ask_legacy(index, method, params).await,
-                Era::Modern => {
-                    let answer = self.ask_stateless(index)?;
-                    self.commit_value(&answer_key, answer).await
-                }
+            match (&self.task, self.caller.era) {
+                (Some((key, Flavor::Extension)), _) => self.ask_extension_task(key, index, method, params).await,
+                (_, Era::Legacy) => self.ask_legacy(index, method, params).await,
+                (None | Some((_, Flavor::V2025)), Era::Modern) => match self.ask_stateless(index) {
+                    Ok(answer) => self.commit_value(&answer_key, answer).await,
+                    Err(error) => {
+                        self.pending.lock().unwrap_or_else(|p| p.into_inner()).push((format!("q{index}"), json!({"method": method, "params": params})));
+                        Err(error)
+                    }
+                },
             }
         })
     }
@@ -323,7 +425,7 @@ impl DurableBackend for DurableRun {
             let key = self.key("e", &index.to_string());
             // Marked before it is sent: a crash in between loses one progress or log
             // message, and a re-run never sends it twice.
-            match self.engine.store().put_record(RecordKind::Step, &key, "1".into(), None, Expect::Absent).await {
+            match self.engine.store().put_record(RecordKind::Step, &key, "1".into(), self.step_expiry, Expect::Absent).await {
                 Ok(_) => {}
                 Err(StoreError::Conflict { .. }) => return Ok(()),
                 Err(error) => return Err(journal_error(error)),
@@ -339,6 +441,50 @@ impl DurableBackend for DurableRun {
 
     fn progress_token(&self) -> Option<Value> {
         self.params.get("_meta").and_then(|m| m.get("progressToken")).cloned()
+    }
+}
+
+/// How long a stateless request waiting for input may be continued.
+pub(crate) const STATE_TTL: Duration = Duration::from_secs(600);
+
+/// JSON with object keys in sorted order, whatever the map type: the same parameters
+/// always give the same bytes.
+fn canonical(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let fields: Vec<String> =
+                keys.into_iter().map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k]))).collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
+}
+
+/// What a sealed run state is bound to (D12): the principal, the method and the
+/// request's parameters (without the state, the answers and `_meta`).
+fn state_binding(principal: &Principal, request: &Map<String, Value>) -> Vec<u8> {
+    let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
+    let mut params = request.get("params").and_then(Value::as_object).cloned().unwrap_or_default();
+    for key in ["requestState", "inputResponses", "_meta"] {
+        params.remove(key);
+    }
+    format!("durable-mcp/run\n{}\n{method}\n{}", principal.as_str(), canonical(&Value::Object(params))).into_bytes()
+}
+
+impl Engine {
+    /// The sealed `requestState` that lets a retry continue run `run_id`.
+    pub(crate) fn seal_run(&self, run_id: &str, principal: &Principal, request: &Map<String, Value>) -> String {
+        self.sealer().seal(&json!({"run": run_id}), &state_binding(principal, request), STATE_TTL)
+    }
+
+    /// The run a retry's sealed `requestState` continues; an error message for tampered,
+    /// foreign or expired state.
+    pub(crate) fn open_run(&self, sealed: &str, principal: &Principal, request: &Map<String, Value>) -> Result<String, String> {
+        let payload = self.sealer().open(sealed, &state_binding(principal, request)).map_err(|e| e.to_string())?;
+        payload.get("run").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| "invalid requestState: no run".to_owned())
     }
 }
 
@@ -400,6 +546,11 @@ impl Engine {
         };
         // Outcome already committed (the owner died between the commit and the clean-up)?
         if self.stream_closed(&stream).await? {
+            if let Some(task) = &record.task
+                && let Some(outcome) = self.last_message(&stream).await?
+            {
+                self.settle_task(task, &outcome).await?;
+            }
             held.finish(self).await;
             return Ok(false);
         }
@@ -422,7 +573,7 @@ impl Engine {
             None => None,
         };
         let id = record.id();
-        if record.modern {
+        if record.modern && record.task.is_none() {
             // A stateless request's client is gone with its connection: nobody could
             // read a re-run's outcome, so the request ends with an error.
             self.close_unanswered(&stream, &id, false).await;
@@ -437,13 +588,37 @@ impl Engine {
         }
         let caller = Caller {
             principal,
-            era: Era::Legacy,
+            era: if record.modern { Era::Modern } else { Era::Legacy },
             session,
             protocol_version: record.protocol_version.clone(),
             log_level: record.log_level.clone(),
         };
         self.launch(caller, id, record.request.clone(), stream, Some(held)).await.map_err(EngineError::Rejected)?;
         Ok(true)
+    }
+
+    /// The last JSON message of a stream, if any.
+    pub(crate) async fn last_message(&self, stream: &StreamId) -> Result<Option<Value>, EngineError> {
+        let mut after = 0;
+        let mut last = None;
+        loop {
+            let read = match self.store().read_after(stream, after, 1_000).await {
+                Ok(read) => read,
+                Err(StoreError::NotFound { .. }) => return Ok(None),
+                Err(StoreError::Pruned { oldest_retained, .. }) => {
+                    after = oldest_retained.saturating_sub(1);
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
+            let Some(end) = read.events.last().map(|e| e.id.seq) else { return Ok(last) };
+            for event in read.events {
+                if let Ok(message) = serde_json::from_str::<Value>(&event.data) {
+                    last = Some(message);
+                }
+            }
+            after = end;
+        }
     }
 
     pub(crate) async fn stream_closed(&self, stream: &StreamId) -> Result<bool, EngineError> {

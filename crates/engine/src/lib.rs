@@ -16,6 +16,7 @@ mod run;
 mod session;
 mod state;
 mod tail;
+mod tasks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,7 @@ use durable_mcp_store::{Retention, Store};
 
 pub use error::EngineError;
 pub use journal::JOURNALED_METHODS;
+pub use tasks::{RELATED_TASK, TASKS_EXTENSION};
 pub use run::{Accepted, Caller, Era};
 pub use tail::tail;
 
@@ -45,6 +47,10 @@ pub struct EngineOptions {
     pub lease: Duration,
     /// Runs of one request at most (the first included) before it ends with an error.
     pub max_attempts: u32,
+    /// The key sealing the `requestState` of requests that wait for client input in the
+    /// stateless era (D12): at least 32 bytes, the same on every worker. `None`: a random
+    /// key per process (a retry must then come back to the same worker).
+    pub state_key: Option<Vec<u8>>,
 }
 
 impl Default for EngineOptions {
@@ -56,6 +62,7 @@ impl Default for EngineOptions {
             worker_id: format!("worker-{}", durable_mcp_store::StreamId::random()),
             lease: Duration::from_secs(5),
             max_attempts: 10,
+            state_key: None,
         }
     }
 }
@@ -72,6 +79,7 @@ struct Inner {
     summary: ServerSummary,
     options: EngineOptions,
     runs: run::Registry,
+    sealer: durable_mcp_protocol::StateSealer,
 }
 
 impl std::fmt::Debug for Engine {
@@ -84,7 +92,16 @@ impl Engine {
     /// An engine serving `handler` on `store`.
     pub fn new(store: Arc<dyn Store>, handler: McpHandler, options: EngineOptions) -> Self {
         let summary = handler.summary();
-        Self { inner: Arc::new(Inner { store, handler, summary, options, runs: run::Registry::default() }) }
+        let random_key = || format!("{}{}", durable_mcp_store::StreamId::random(), durable_mcp_store::StreamId::random()).into_bytes();
+        let sealer = match options.state_key.as_deref().map(durable_mcp_protocol::StateSealer::new) {
+            Some(Ok(sealer)) => sealer,
+            Some(Err(error)) => {
+                tracing::error!(%error, "state_key refused; sealing with a random key for this process");
+                durable_mcp_protocol::StateSealer::generated(random_key())
+            }
+            None => durable_mcp_protocol::StateSealer::generated(random_key()),
+        };
+        Self { inner: Arc::new(Inner { store, handler, summary, options, runs: run::Registry::default(), sealer }) }
     }
 
     /// The store.
@@ -100,6 +117,11 @@ impl Engine {
     /// The server's static information, read once at start.
     pub fn summary(&self) -> &ServerSummary {
         &self.inner.summary
+    }
+
+    /// The sealer of durable `requestState`s.
+    pub(crate) fn sealer(&self) -> &durable_mcp_protocol::StateSealer {
+        &self.inner.sealer
     }
 
     /// The options.

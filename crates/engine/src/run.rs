@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
+use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
 use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, Outbound, PeerContext, Run};
 use durable_mcp_store::{
     EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
@@ -17,12 +18,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
 use crate::journal::{DurableRun, Held, JOURNALED_METHODS, RunRecord, alias_key};
+use crate::tasks::{Flavor, declares_extension, missing_extension};
+use durable_mcp_protocol::TaskSupport;
+use durable_mcp_protocol::jsonrpc::{code, error_response};
 use crate::{Engine, EngineError};
 
 /// How long a session's request id keeps pointing at its run (re-sent requests attach).
 const ALIAS_TTL_MS: u64 = 24 * 3_600_000;
 /// How long a run that failed without an outcome waits before it is retried.
 const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
+
+/// Whether a handler's outcome is the durable context's "waiting for input" error.
+fn is_suspension(outcome: &Value) -> bool {
+    outcome.pointer("/error/data/durable-mcp~1suspended").and_then(Value::as_bool) == Some(true)
+}
 
 /// What [`Engine::launch`] started.
 pub(crate) struct Launched {
@@ -100,6 +109,8 @@ pub(crate) struct Registry {
     runs: Mutex<HashMap<String, CancellationToken>>,
     /// Journaled runs executing here, by run id.
     journaled: Mutex<HashMap<String, CancellationToken>>,
+    /// Task runs executing here, by task id.
+    tasks: Mutex<HashMap<String, CancellationToken>>,
     /// Set by [`Engine::drain`]: runs stopped now give their leases back.
     releasing: std::sync::atomic::AtomicBool,
     in_flight: std::sync::atomic::AtomicUsize,
@@ -160,8 +171,51 @@ impl Engine {
             self.commit(&stream, &response, true).await?;
             return Ok(accepted);
         }
+        let tasks_flavor = match caller.era {
+            Era::Modern => Some(Flavor::Extension),
+            Era::Legacy if caller.protocol_version.as_str() >= "2025-11-25" => Some(Flavor::V2025),
+            Era::Legacy => None,
+        };
+        if let Some(flavor) = tasks_flavor
+            && method.starts_with("tasks/")
+            && let Some(answer) = self.tasks_method(caller, flavor, &id, &method, &request, &stream).await?
+        {
+            if let Some(response) = answer {
+                self.commit(&stream, &response, true).await?;
+            }
+            return Ok(accepted);
+        }
+        let mut request = request;
+        let task_mode = match (tasks_flavor, method.as_str()) {
+            (Some(flavor), "tools/call") => match self.task_mode(flavor, &id, &mut request) {
+                Ok(mode) => mode,
+                Err(refusal) => {
+                    self.commit(&stream, &refusal, true).await?;
+                    return Ok(accepted);
+                }
+            },
+            _ => None,
+        };
         let held = if journaled {
-            let run_id = stream.to_string();
+            let mut run_id = stream.to_string();
+            if caller.era == Era::Modern
+                && let Some(params) = request.get_mut("params").and_then(Value::as_object_mut)
+                && let Some(Value::String(state)) = params.get("requestState")
+                && state.starts_with(SEALED_STATE_PREFIX)
+            {
+                // A retry of a request that waited for input: it continues that run (its
+                // committed steps and answers are replayed).
+                let state = state.clone();
+                params.remove("requestState");
+                match self.open_run(&state, &caller.principal, &request) {
+                    Ok(continued) => run_id = continued,
+                    Err(message) => {
+                        let refusal = error_response(id, code::INVALID_PARAMS, &message, None);
+                        self.commit(&stream, &refusal, true).await?;
+                        return Ok(accepted);
+                    }
+                }
+            }
             if let Some(session) = caller.session_id() {
                 // The alias first: a crash after it leaves an alias without a journal entry,
                 // which a re-sent request adopts (see `attach`).
@@ -178,9 +232,18 @@ impl Engine {
                     Err(error) => return Err(error.into()),
                 }
             }
+            if let Some((flavor, ttl)) = task_mode {
+                self.start_task(caller, id, request, &stream, flavor, ttl).await?;
+                return Ok(accepted);
+            }
             let record = RunRecord::new(self, caller, request.clone(), &stream);
             match store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await {
                 Ok(version) => Some(Held::start(self, run_id, record, version)),
+                Err(StoreError::Conflict { .. }) if caller.era == Era::Modern => {
+                    let refusal = error_response(id, code::INVALID_PARAMS, "this request is already running (a retry with the same requestState)", None);
+                    self.commit(&stream, &refusal, true).await?;
+                    return Ok(accepted);
+                }
                 // A re-sent copy adopted this run first: it runs there.
                 Err(StoreError::Conflict { .. }) => return Ok(accepted),
                 Err(error) => return Err(error.into()),
@@ -241,9 +304,9 @@ impl Engine {
         // A run whose lease is lost is cancelled here (without ending its stream).
         let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.lost.child_token());
         let mut peer = caller.peer(self);
-        if let Some(held) = &held {
-            let backend = DurableRun::new(self, &held.run_id, &held.record, caller.clone(), cancel.clone());
-            peer.durable = Some(Durable::new(Arc::new(backend)));
+        let durable = held.as_ref().map(|held| Arc::new(DurableRun::new(self, &held.run_id, &held.record, caller.clone(), cancel.clone())));
+        if let Some(durable) = &durable {
+            peer.durable = Some(Durable::new(durable.clone()));
         }
         let run = match self.handler().start_with_cancel(request, &peer, cancel) {
             Ok(run) => run,
@@ -259,23 +322,170 @@ impl Engine {
             cancel: run.cancel.clone(),
             close_connection: (caller.era == Era::Legacy).then(|| close.clone()),
         };
-        if let Some(session) = caller.session_id() {
+        let task = held.as_ref().and_then(|h| h.record.task.clone());
+        if let Some(session) = caller.session_id()
+            && task.is_none()
+        {
             lock(&self.inner.runs.runs).insert(run_key(session, &id), run.cancel.clone());
         }
         if let Some(held) = &held {
             lock(&self.inner.runs.journaled).insert(held.run_id.clone(), run.cancel.clone());
         }
+        let task_watch = task.map(|key| {
+            let task_id = key.rsplit('/').next().unwrap_or_default().to_owned();
+            lock(&self.inner.runs.tasks).insert(task_id.clone(), run.cancel.clone());
+            (task_id, self.watch_task_cancellation(key, run.cancel.clone()))
+        });
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
         let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
         tokio::spawn(async move {
-            engine.clone().pump(run, caller, id, stream, close, held).await;
+            engine.clone().pump(run, caller, id, stream, close, held, durable).await;
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
             if let Some(watcher) = session_end {
                 watcher.abort();
             }
+            if let Some((task_id, watcher)) = task_watch {
+                watcher.abort();
+                lock(&engine.inner.runs.tasks).remove(&task_id);
+            }
         });
         Ok(launched)
+    }
+
+    /// The cancellation token of the task's run, if it runs here.
+    pub(crate) fn task_run_token(&self, task_id: &str) -> Option<CancellationToken> {
+        lock(&self.inner.runs.tasks).get(task_id).cloned()
+    }
+
+    /// A `tasks/*` request: answered from the task records. `None`: not durable-mcp's
+    /// task (the handler answers); `Some(None)`: answered by a relay onto the stream;
+    /// `Some(Some(response))`: the response. 2026-07-28 clients must have declared the
+    /// extension.
+    async fn tasks_method(
+        &self,
+        caller: &Caller,
+        flavor: Flavor,
+        id: &RequestId,
+        method: &str,
+        request: &Map<String, Value>,
+        stream: &StreamId,
+    ) -> Result<Option<Option<Value>>, EngineError> {
+        let params = request.get("params");
+        match (flavor, method) {
+            (Flavor::Extension, "tasks/get" | "tasks/update" | "tasks/cancel") => {
+                if !declares_extension(request) {
+                    return Ok(Some(Some(missing_extension(id.clone()))));
+                }
+                Ok(self.tasks_request(&caller.principal, flavor, id, method, params).await?.map(Some))
+            }
+            (Flavor::V2025, "tasks/get" | "tasks/list" | "tasks/cancel") => {
+                Ok(self.tasks_request(&caller.principal, flavor, id, method, params).await?.map(Some))
+            }
+            (Flavor::V2025, "tasks/result") => self.task_result(caller, id, params, stream).await,
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether a `tools/call` runs as a task, by the tool's declared support and the
+    /// client's request; `Err` is the refusal to commit.
+    fn task_mode(&self, flavor: Flavor, id: &RequestId, request: &mut Map<String, Value>) -> Result<Option<(Flavor, Option<u64>)>, Value> {
+        let name = request.get("params").and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let support = self.handler().tool_task_support(&name);
+        match flavor {
+            Flavor::Extension => {
+                let declared = declares_extension(request);
+                match support {
+                    TaskSupport::Required if !declared => Err(missing_extension(id.clone())),
+                    TaskSupport::Optional | TaskSupport::Required if declared => Ok(Some((flavor, None))),
+                    _ => Ok(None),
+                }
+            }
+            Flavor::V2025 => {
+                let params = request.get_mut("params").and_then(Value::as_object_mut);
+                let task = params.and_then(|p| p.remove("task"));
+                let requested = task.as_ref().is_some_and(Value::is_object);
+                match support {
+                    TaskSupport::Forbidden if requested => Err(error_response(
+                        id.clone(),
+                        code::METHOD_NOT_FOUND,
+                        &format!("tool {name} does not support task-augmented calls"),
+                        None,
+                    )),
+                    TaskSupport::Required if !requested => Err(error_response(
+                        id.clone(),
+                        code::METHOD_NOT_FOUND,
+                        &format!("tool {name} must be called as a task (params.task)"),
+                        None,
+                    )),
+                    _ if requested => Ok(Some((flavor, task.as_ref().and_then(|t| t.get("ttl")).and_then(Value::as_u64)))),
+                    _ => Ok(None),
+                }
+            }
+        }
+    }
+
+    /// Create a task for a `tools/call` and start its run: the task is committed, then the
+    /// create result is committed to the request's stream, then the run starts on the
+    /// task's own stream (D10).
+    async fn start_task(
+        &self,
+        caller: &Caller,
+        id: RequestId,
+        request: Map<String, Value>,
+        stream: &StreamId,
+        flavor: Flavor,
+        ttl: Option<u64>,
+    ) -> Result<(), EngineError> {
+        let store = self.store();
+        let run_stream = StreamId::random();
+        let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session_id().cloned() };
+        store.create_stream(&run_stream, &owner).await?;
+        let session = caller.session_id().map(ToString::to_string);
+        let (task, key) = self.create_task(&caller.principal, session, flavor, ttl, &run_stream).await?;
+        let mut record = RunRecord::new(self, caller, request.clone(), &run_stream);
+        record.task = Some(key.clone());
+        record.task_flavor = Some(flavor);
+        let run_id = run_stream.to_string();
+        let version = store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await?;
+        let created = match flavor {
+            Flavor::Extension => {
+                let mut wire = task.wire();
+                wire.insert("resultType".into(), Value::String("task".into()));
+                Value::Object(wire)
+            }
+            Flavor::V2025 => serde_json::json!({"task": task.wire()}),
+        };
+        self.commit(stream, &serde_json::json!({"jsonrpc": "2.0", "id": id, "result": created}), true).await?;
+        tracing::debug!(task = %task.task_id, "task created");
+        let held = Held::start(self, run_id, record, version);
+        if let Err(mut rejection) = self.launch(caller.clone(), id.clone(), request, run_stream.clone(), Some(held)).await {
+            rejection.id = Some(id);
+            let response = rejection.to_response();
+            self.commit(&run_stream, &response, true).await?;
+            self.settle_task(&key, &response).await?;
+        }
+        Ok(())
+    }
+
+    /// 2025-11-25 `tasks/result`: the task's questions as they come, then its outcome,
+    /// relayed from the task's stream (committed events only) to this request's stream.
+    async fn task_result(&self, caller: &Caller, id: &RequestId, params: Option<&Value>, stream: &StreamId) -> Result<Option<Option<Value>>, EngineError> {
+        let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
+            return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None))));
+        };
+        let key = crate::tasks::task_key(&caller.principal, task_id);
+        let Some((task, _)) = self.load_task(&key).await? else { return Ok(None) };
+        let Ok(source) = task.stream.parse::<StreamId>() else { return Ok(None) };
+        let engine = self.clone();
+        let (id, stream, task_id) = (id.clone(), stream.clone(), task_id.to_owned());
+        tokio::spawn(async move {
+            if let Err(error) = engine.relay_task_result(&id, &source, &stream, &task_id, &key).await {
+                tracing::warn!(%error, task = %task_id, "tasks/result relay failed");
+                engine.close_unanswered(&stream, &id, false).await;
+            }
+        });
+        Ok(Some(None))
     }
 
     /// Whether this worker is running the journaled run `run_id`.
@@ -324,8 +534,20 @@ impl Engine {
         Ok(self.store().append(stream, message.to_string(), close).await?)
     }
 
-    async fn pump(self, mut run: Run, caller: Caller, id: RequestId, stream: StreamId, close_connection: CancellationToken, held: Option<Held>) {
+    #[allow(clippy::too_many_arguments)]
+    async fn pump(
+        self,
+        mut run: Run,
+        caller: Caller,
+        id: RequestId,
+        stream: StreamId,
+        close_connection: CancellationToken,
+        held: Option<Held>,
+        durable: Option<Arc<DurableRun>>,
+    ) {
         let mut answered = false;
+        let mut suspended = false;
+        let mut settled: Option<Value> = None;
         let mut inbox: Option<Inbox> = None;
         while let Some(message) = run.outbound.recv().await {
             tracing::debug!(%stream, ?message, "handler message");
@@ -337,10 +559,22 @@ impl Engine {
                 }
                 Outbound::Outcome(mut outcome) => {
                     if caller.era == Era::Modern {
+                        if let (Some(durable), Some(held)) = (&durable, &held)
+                            && is_suspension(&outcome)
+                        {
+                            let pending: Vec<(String, Value)> = std::mem::take(&mut *lock(&durable.pending));
+                            if !pending.is_empty() {
+                                outcome = self.input_required(&id, &held.run_id, &caller, &held.record.request, pending);
+                                suspended = true;
+                            }
+                        }
                         self.add_server_info(&mut outcome);
                     }
                     let committed = self.commit(&stream, &outcome, true).await.map(drop);
                     answered = committed.is_ok();
+                    if committed.is_ok() {
+                        settled = Some(outcome);
+                    }
                     committed
                 }
                 Outbound::Notification { method, .. } if method == CLOSE_SSE_STREAM_METHOD => {
@@ -388,7 +622,17 @@ impl Engine {
             return;
         };
         lock(&self.inner.runs.journaled).remove(&held.run_id);
-        if answered {
+        if answered && suspended {
+            held.suspend(&self).await;
+        } else if answered {
+            if let (Some(task), Some(outcome)) = (held.record.task.clone(), settled)
+                && let Err(error) = self.settle_task(&task, &outcome).await
+            {
+                // The outcome is on the task's stream: recovery settles the task from it.
+                tracing::warn!(%error, %task, "could not settle a task; recovery will");
+                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS).await;
+                return;
+            }
             held.finish(&self).await;
         } else if self.inner.runs.releasing.load(Ordering::SeqCst) {
             held.release(&self, 0).await;
@@ -482,6 +726,16 @@ impl Engine {
             self.store().update_session(&caller.principal, &session.id, change).await?;
         }
         Ok(())
+    }
+
+    /// The `input_required` result of a stateless request whose handler waits for the
+    /// client's answers: the questions, and a sealed state naming the run, so that the
+    /// retry continues it (D12).
+    fn input_required(&self, id: &RequestId, run_id: &str, caller: &Caller, request: &Map<String, Value>, pending: Vec<(String, Value)>) -> Value {
+        let requests: Map<String, Value> = pending.into_iter().collect();
+        let state = self.seal_run(run_id, &caller.principal, request);
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
+            "resultType": "input_required", "inputRequests": requests, "requestState": state}})
     }
 
     /// 2026-07-28 results carry `serverInfo` in their `_meta`.

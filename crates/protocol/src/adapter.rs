@@ -81,6 +81,7 @@ trait ErasedHandler: Send + Sync + 'static {
     fn start(&self, first: ClientJsonRpcMessage, peer: Option<InitializeRequestParams>, transport: RunTransport, ct: CancellationToken);
     fn summary(&self) -> ServerSummary;
     fn tool_input_schema(&self, name: &str) -> Option<Value>;
+    fn tool_task_support(&self, name: &str) -> crate::TaskSupport;
 }
 
 impl<H> ErasedHandler for H
@@ -111,6 +112,10 @@ where
 
     fn tool_input_schema(&self, name: &str) -> Option<Value> {
         rmcp::ServerHandler::get_tool(self, name).map(|tool| Value::Object((*tool.input_schema).clone()))
+    }
+
+    fn tool_task_support(&self, name: &str) -> crate::TaskSupport {
+        rmcp::ServerHandler::get_tool(self, name).map_or(crate::TaskSupport::Forbidden, |tool| crate::tasks::declared(tool.meta.as_ref()))
     }
 }
 
@@ -149,6 +154,11 @@ impl McpHandler {
     /// The input schema of tool `name`, if the handler has such a tool.
     pub fn tool_input_schema(&self, name: &str) -> Option<Value> {
         self.inner.tool_input_schema(name)
+    }
+
+    /// The task support tool `name` declares (see [`crate::tasks`]).
+    pub fn tool_task_support(&self, name: &str) -> crate::TaskSupport {
+        self.inner.tool_task_support(name)
     }
 
     /// Start running one request (a whole JSON-RPC request object). Rejects a request whose

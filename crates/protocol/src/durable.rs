@@ -372,3 +372,53 @@ impl Durable {
         self.backend.cancellation().cancelled_owned()
     }
 }
+
+/// Seals the `requestState` of a journaled request that waits for the client's input in
+/// the stateless era (D12): authenticated with a server key, bound to the principal, the
+/// method and the request's parameters, and expiring.
+pub struct StateSealer {
+    codec: rmcp::model::RequestStateCodec,
+}
+
+impl std::fmt::Debug for StateSealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateSealer")
+    }
+}
+
+/// The prefix that marks a `requestState` as durable-mcp's own.
+pub const SEALED_STATE_PREFIX: &str = "dmcp.";
+
+/// Why a sealed state was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid requestState: {0}")]
+pub struct SealError(String);
+
+impl StateSealer {
+    /// A sealer with `key`: at least 32 bytes of secret, high-entropy material, the same
+    /// on every worker.
+    pub fn new(key: &[u8]) -> Result<Self, SealError> {
+        let codec = rmcp::model::RequestStateCodec::try_new(key.to_vec()).map_err(|e| SealError(e.to_string()))?;
+        Ok(Self { codec })
+    }
+
+    /// A sealer with a key the caller just generated from a secure random source (at
+    /// least 32 bytes; not checked).
+    pub fn generated(key: Vec<u8>) -> Self {
+        Self { codec: rmcp::model::RequestStateCodec::new_unchecked(key) }
+    }
+
+    /// Seal `payload`, bound to `binding`, valid for `ttl`.
+    pub fn seal(&self, payload: &Value, binding: &[u8], ttl: Duration) -> String {
+        let options = rmcp::model::SealOptions::new().associated_data(binding).ttl(ttl);
+        let sealed = self.codec.seal_with(payload.to_string().as_bytes(), &options);
+        format!("{SEALED_STATE_PREFIX}{sealed}")
+    }
+
+    /// Open a state sealed by [`StateSealer::seal`] with the same binding.
+    pub fn open(&self, sealed: &str, binding: &[u8]) -> Result<Value, SealError> {
+        let token = sealed.strip_prefix(SEALED_STATE_PREFIX).ok_or_else(|| SealError("not durable-mcp's".into()))?;
+        let bytes = self.codec.open_with(token, binding).map_err(|e| SealError(e.to_string()))?;
+        serde_json::from_slice(&bytes).map_err(|e| SealError(e.to_string()))
+    }
+}

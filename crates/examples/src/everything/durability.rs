@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use durable_mcp_protocol::Durable;
+use durable_mcp_protocol::{Durable, TaskSupport, task_support};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction};
@@ -58,7 +58,8 @@ fn append_line(path: &str, line: &str) -> std::io::Result<()> {
 #[tool_router(router = durability_router, vis = "pub(super)")]
 impl Everything {
     #[tool(
-        description = "Durability fixture: runs count durable steps; each appends '<index> <idempotency key>' to the ledger file (name ending in .ledger), then sleeps step_ms. Returns the step indexes."
+        description = "Durability fixture: runs count durable steps; each appends '<index> <idempotency key>' to the ledger file (name ending in .ledger), then sleeps step_ms. Returns the step indexes.",
+        meta = task_support(TaskSupport::Optional)
     )]
     async fn steps(
         &self,
@@ -96,7 +97,8 @@ impl Everything {
     }
 
     #[tool(
-        description = "Durability fixture: asks the user the question once (durable elicitation), records the answer in a durable step, waits then_ms (durable sleep) and returns it."
+        description = "Durability fixture: asks the user the question once (durable elicitation), records the answer in a durable step, waits then_ms (durable sleep) and returns it.",
+        meta = task_support(TaskSupport::Optional)
     )]
     async fn ask(
         &self,

@@ -1,21 +1,29 @@
-//! SEP-2663 Tasks-extension fixtures (`io.modelcontextprotocol/tasks`), run on rmcp's
-//! in-process [`TaskManager`](rmcp::task_manager::TaskManager).
+//! SEP-2663 Tasks-extension fixtures (`io.modelcontextprotocol/tasks`).
 //!
-//! The server decides per call whether to create a task: task-supporting tools do so
-//! when the request's client capabilities declare the extension (at `initialize`, or per
-//! request in `_meta`), and otherwise run synchronously; task-*required* tools refuse
-//! such clients with -32021 naming the extension. Tasks live in this process only.
+//! Most are ordinary tools that declare their task support in `_meta`
+//! ([`task_support`]): durable-mcp makes each call of them a durable task when the
+//! client declared the extension (and refuses task-*required* tools to clients that did
+//! not, with -32021), runs it as a journaled run on any worker, and keeps the task in the
+//! store. Their questions go through the durable context and become the task's
+//! `inputRequests`.
+//!
+//! `test_tool_with_task` is the exception: its first round is a synchronous
+//! `input_required` and only its second creates a task, so it creates that task itself on
+//! rmcp's in-process [`TaskManager`](rmcp::task_manager::TaskManager), which does not
+//! survive the process (durable-mcp hands `tasks/*` for ids it does not know to the
+//! handler).
 
 use std::time::Duration;
 
-use rmcp::handler::server::tool::InputResponses as InputResponsesPart;
+use durable_mcp_protocol::{Durable, TaskSupport, task_support};
+use rmcp::handler::server::tool::{Extension, InputResponses as InputResponsesPart};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock, CreateTaskResult,
-    InputRequest, InputRequiredResult,
+    CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock, CreateTaskResult, ElicitRequestParams,
+    ElicitResult, InputRequiredResult,
 };
 use rmcp::service::RequestContext;
-use rmcp::task_manager::{TaskContext, TaskExit, TaskOptions};
+use rmcp::task_manager::{TaskExit, TaskOptions};
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -47,27 +55,24 @@ fn tasks_required(context: &RequestContext<RoleServer>) -> Result<(), McpError> 
     }
 }
 
-/// An elicitation input request for a task to park on.
-fn elicitation(message: &str, field: &str, kind: &str) -> InputRequest {
-    Question::elicit("task", message.to_owned(), single_field_schema(field, kind)).input_request()
+/// A form elicitation with one field.
+fn elicitation(message: &str, field: &str, kind: &str) -> ElicitRequestParams {
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message.to_owned(),
+        requested_schema: single_field_schema(field, kind),
+    }
 }
 
-/// The `content.<field>` of an `ElicitResult` delivered through `tasks/update`.
-fn elicited(response: &Value, field: &str) -> String {
-    response
-        .get("content")
-        .and_then(|content| content.get(field))
-        .map_or_else(
-            || "(not provided)".to_owned(),
-            |value| match value {
-                Value::String(text) => text.clone(),
-                other => other.to_string(),
-            },
-        )
-}
-
-async fn ask(context: &TaskContext, key: &str, request: InputRequest) -> Result<Value, TaskExit> {
-    context.request_input(key, request).await
+/// The `content.<field>` of an accepted elicitation, as text.
+fn elicited(answer: &ElicitResult, field: &str) -> String {
+    answer.content.as_ref().and_then(|content| content.get(field)).map_or_else(
+        || "(not provided)".to_owned(),
+        |value| match value {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        },
+    )
 }
 
 /// Arguments of `greet`.
@@ -104,139 +109,63 @@ impl Everything {
     }
 
     #[tool(
-        description = "Tasks fixture: task-supporting; sleeps `seconds` then returns; settles as cancelled on tasks/cancel"
+        description = "Tasks fixture: a durable task when the client can use tasks, else synchronous; sleeps `seconds` (durable timer) then returns; stops on tasks/cancel",
+        meta = task_support(TaskSupport::Optional)
     )]
     async fn slow_compute(
         &self,
-        context: RequestContext<RoleServer>,
+        Extension(durable): Extension<Durable>,
         Parameters(args): Parameters<SlowComputeArgs>,
-    ) -> Result<CallToolResponse, McpError> {
+    ) -> Result<CallToolResult, McpError> {
         let seconds = args.seconds.unwrap_or(1.0).clamp(0.0, 3600.0);
         let label = args.label.unwrap_or_else(|| "compute".to_owned());
-        let done = format!("slow_compute({label}) finished after {seconds}s");
-        let duration = Duration::from_secs_f64(seconds);
-        if !client_supports_tasks(&context) {
-            tokio::select! {
-                () = context.ct.cancelled() => {
-                    return Err(McpError::internal_error("slow_compute was cancelled", None));
-                }
-                () = tokio::time::sleep(duration) => {}
-            }
-            return Ok(text(done).into());
-        }
-        let task = self
-            .shared
-            .tasks
-            .spawn(TaskOptions::default(), move |task| {
-                Box::pin(async move {
-                    tokio::select! {
-                        () = task.cancelled() => Err(TaskExit::Cancelled),
-                        () = tokio::time::sleep(duration) => Ok(text(done)),
-                    }
-                })
-            });
-        Ok(CreateTaskResult::new(task).into())
+        durable.sleep("compute", Duration::from_secs_f64(seconds)).await?;
+        Ok(text(format!("slow_compute({label}) finished after {seconds}s")))
     }
 
     #[tool(
-        description = "Tasks fixture: task-required; after ~1 s completes with a tool error (isError)"
+        description = "Tasks fixture: task-required; after ~1 s completes with a tool error (isError)",
+        meta = task_support(TaskSupport::Required)
     )]
-    async fn failing_job(
-        &self,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        tasks_required(&context)?;
-        let task = self.shared.tasks.spawn(TaskOptions::default(), |task| {
-            Box::pin(async move {
-                tokio::select! {
-                    () = task.cancelled() => Err(TaskExit::Cancelled),
-                    () = tokio::time::sleep(Duration::from_secs(1)) => Ok(CallToolResult::error(
-                        vec![ContentBlock::text("failing_job: intentional tool execution error")],
-                    )),
-                }
-            })
-        });
-        Ok(CreateTaskResult::new(task).into())
-    }
-
-    #[tool(description = "Tasks fixture: task-supporting; fails with a protocol-level error")]
-    async fn protocol_error_job(
-        &self,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        let failure = || McpError::internal_error("protocol_error_job: intentional failure", None);
-        if !client_supports_tasks(&context) {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            return Err(failure());
-        }
-        let task = self
-            .shared
-            .tasks
-            .spawn(TaskOptions::default(), move |_task| {
-                Box::pin(async move {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    Err(TaskExit::Error(failure()))
-                })
-            });
-        Ok(CreateTaskResult::new(task).into())
+    async fn failing_job(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+        durable.sleep("work", Duration::from_secs(1)).await?;
+        Ok(CallToolResult::error(vec![ContentBlock::text("failing_job: intentional tool execution error")]))
     }
 
     #[tool(
-        description = "Tasks fixture: task-required; parks on one elicitation (confirm) delivered through tasks/update"
+        description = "Tasks fixture: task-supporting; fails with a protocol-level error",
+        meta = task_support(TaskSupport::Optional)
+    )]
+    async fn protocol_error_job(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+        durable.sleep("work", Duration::from_millis(200)).await?;
+        Err(McpError::internal_error("protocol_error_job: intentional failure", None))
+    }
+
+    #[tool(
+        description = "Tasks fixture: task-supporting; asks for confirmation once (durable elicitation: the task's inputRequests, answered with tasks/update)",
+        meta = task_support(TaskSupport::Optional)
     )]
     async fn confirm_delete(
         &self,
-        context: RequestContext<RoleServer>,
+        Extension(durable): Extension<Durable>,
         Parameters(args): Parameters<ConfirmDeleteArgs>,
-    ) -> Result<CallToolResponse, McpError> {
-        tasks_required(&context)?;
+    ) -> Result<CallToolResult, McpError> {
         let filename = args.filename.unwrap_or_else(|| "file.txt".to_owned());
-        let task = self
-            .shared
-            .tasks
-            .spawn(TaskOptions::default(), move |task| {
-                Box::pin(async move {
-                    let request = elicitation(&format!("Delete {filename}?"), "confirm", "boolean");
-                    let response = ask(&task, "confirm", request).await?;
-                    Ok(text(format!(
-                        "confirm_delete({filename}): confirm={}",
-                        elicited(&response, "confirm")
-                    )))
-                })
-            });
-        Ok(CreateTaskResult::new(task).into())
+        let answer = durable.elicit(elicitation(&format!("Delete {filename}?"), "confirm", "boolean")).await?;
+        Ok(text(format!("confirm_delete({filename}): confirm={}", elicited(&answer, "confirm"))))
     }
 
     #[tool(
-        description = "Tasks fixture: task-required; parks on two elicitations at once (input_a, input_b)"
+        description = "Tasks fixture: task-supporting; asks two questions at once (two inputRequests)",
+        meta = task_support(TaskSupport::Optional)
     )]
-    async fn multi_input(
-        &self,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        tasks_required(&context)?;
-        let task = self.shared.tasks.spawn(TaskOptions::default(), |task| {
-            Box::pin(async move {
-                let first = ask(
-                    &task,
-                    "input_a",
-                    elicitation("Provide value A", "value", "string"),
-                );
-                let second = ask(
-                    &task,
-                    "input_b",
-                    elicitation("Provide value B", "value", "string"),
-                );
-                let (first, second) = tokio::join!(first, second);
-                let (first, second) = (first?, second?);
-                Ok(text(format!(
-                    "multi_input: a={}, b={}",
-                    elicited(&first, "value"),
-                    elicited(&second, "value")
-                )))
-            })
-        });
-        Ok(CreateTaskResult::new(task).into())
+    async fn multi_input(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+        let (first, second) = tokio::join!(
+            durable.elicit(elicitation("Provide value A", "name", "string")),
+            durable.elicit(elicitation("Provide value B", "name", "string")),
+        );
+        let (first, second) = (first?, second?);
+        Ok(text(format!("multi_input: a={}, b={}", elicited(&first, "name"), elicited(&second, "name"))))
     }
 
     #[tool(

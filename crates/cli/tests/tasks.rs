@@ -1,0 +1,257 @@
+//! D10, D12 end to end with the real binary: durable tasks in both designs, answered by
+//! any worker and surviving SIGKILL of the worker running them, and multi-round-trip
+//! requests whose sealed `requestState` continues the same run.
+//!
+//! The cross-worker tests read `DATABASE_URL` / `REDIS_URL`; outside CI a missing service
+//! skips them with a printed reason, with `CI=true` they fail.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::backend::Backend;
+use support::*;
+
+const V: &str = "2026-07-28";
+const EXT: &str = "io.modelcontextprotocol/tasks";
+
+/// One 2026-07-28 request; returns the final JSON-RPC message (JSON or the SSE's last).
+fn modern(addr: SocketAddr, id: u64, method: &str, mut params: Value, ext: bool) -> Value {
+    let caps = if ext { json!({"elicitation": {}, "extensions": {EXT: {}}}) } else { json!({"elicitation": {}}) };
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    });
+    let name = params.get("name").or_else(|| params.get("taskId")).and_then(Value::as_str).map(str::to_owned);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let mut headers = vec![
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", V),
+        ("mcp-method", method),
+    ];
+    if let Some(name) = &name {
+        headers.push(("mcp-name", name));
+    }
+    let response = request(addr, "POST", &headers, Some(&body.to_string()));
+    if response.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) {
+        response.messages().into_iter().map(|(_, m)| m).last().unwrap()
+    } else {
+        response.json()
+    }
+}
+
+fn task_get(addr: SocketAddr, task_id: &str) -> Value {
+    modern(addr, 900, "tasks/get", json!({"taskId": task_id}), true)
+}
+
+fn wait_terminal(addr: SocketAddr, task_id: &str, timeout: Duration) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = task_get(addr, task_id);
+        let status = got["result"]["status"].as_str().unwrap_or_default().to_owned();
+        if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
+            return got["result"].clone();
+        }
+        assert!(Instant::now() < deadline, "task {task_id} still {status}: {got}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn ledger(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+fn sqlite(name: &str) -> String {
+    format!("sqlite:{}", temp_dir(name).join("store.db").display())
+}
+
+#[test]
+fn d10_extension_task_lifecycle_and_input() {
+    let server = Server::start(&sqlite("tasks-ext"), free_port(), &[]);
+    let addr = server.addr;
+    // Declared: a task, committed before the create result (strongly consistent get).
+    let created = modern(addr, 1, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1, "label": "x"}}), true);
+    let task = &created["result"];
+    assert_eq!(task["resultType"], "task", "{created}");
+    let task_id = task["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(task_id.len(), 32, "unguessable 128-bit ids");
+    assert!(task["ttlMs"].as_u64().is_some() && task.get("ttl").is_none(), "{task}");
+    assert_eq!(task_get(addr, &task_id)["result"]["taskId"], task_id.as_str());
+    let done = wait_terminal(addr, &task_id, Duration::from_secs(10));
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["result"]["content"][0]["text"], "slow_compute(x) finished after 1s");
+    // Not declared: the same tool answers directly; a task-required tool is refused.
+    let direct = modern(addr, 2, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}}), false);
+    assert!(direct["result"]["content"].is_array(), "{direct}");
+    let refused = modern(addr, 3, "tools/call", json!({"name": "failing_job", "arguments": {}}), false);
+    assert_eq!(refused["error"]["code"], -32021);
+    assert!(refused["error"]["data"]["requiredCapabilities"]["extensions"][EXT].is_object());
+    // isError ends an extension task as completed; a JSON-RPC error as failed.
+    let failing = modern(addr, 4, "tools/call", json!({"name": "failing_job", "arguments": {}}), true);
+    let failing = wait_terminal(addr, failing["result"]["taskId"].as_str().unwrap(), Duration::from_secs(10));
+    assert_eq!((failing["status"].as_str(), failing["result"]["isError"].as_bool()), (Some("completed"), Some(true)));
+    let broken = modern(addr, 5, "tools/call", json!({"name": "protocol_error_job", "arguments": {}}), true);
+    let broken = wait_terminal(addr, broken["result"]["taskId"].as_str().unwrap(), Duration::from_secs(10));
+    assert_eq!(broken["status"], "failed");
+    assert!(broken["error"]["code"].is_i64() && broken.get("result").is_none(), "{broken}");
+    // Questions become inputRequests; tasks/update answers them (unknown keys ignored).
+    let multi = modern(addr, 6, "tools/call", json!({"name": "multi_input", "arguments": {}}), true);
+    let multi_id = multi["result"]["taskId"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let keys: Vec<String> = loop {
+        let got = task_get(addr, &multi_id)["result"].clone();
+        if let Some(requests) = got["inputRequests"].as_object()
+            && requests.len() == 2
+        {
+            assert_eq!(got["status"], "input_required");
+            break requests.keys().cloned().collect();
+        }
+        assert!(Instant::now() < deadline, "{got}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let answer = |name: &str| json!({"action": "accept", "content": {"name": name}});
+    let ack = modern(addr, 7, "tasks/update", json!({"taskId": multi_id, "inputResponses": {&keys[0]: answer("one"), "bogus": {}}}), true);
+    assert_eq!(ack["result"], json!({"resultType": "complete"}));
+    let partial = task_get(addr, &multi_id)["result"].clone();
+    assert_eq!(partial["status"], "input_required");
+    assert!(partial["inputRequests"].get(&keys[0]).is_none() && partial["inputRequests"].get(&keys[1]).is_some(), "{partial}");
+    modern(addr, 8, "tasks/update", json!({"taskId": multi_id, "inputResponses": {&keys[1]: answer("two")}}), true);
+    let multi_done = wait_terminal(addr, &multi_id, Duration::from_secs(10));
+    assert_eq!(multi_done["result"]["content"][0]["text"], "multi_input: a=one, b=two");
+    // Cancel: an empty acknowledgement, idempotent; the run stops and the status stays.
+    let long = modern(addr, 9, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 60}}), true);
+    let long_id = long["result"]["taskId"].as_str().unwrap().to_owned();
+    for n in 0..2 {
+        let ack = modern(addr, 10 + n, "tasks/cancel", json!({"taskId": long_id}), true);
+        assert_eq!(ack["result"], json!({"resultType": "complete"}));
+    }
+    assert_eq!(wait_terminal(addr, &long_id, Duration::from_secs(2))["status"], "cancelled");
+    // Unknown ids and clients without the extension.
+    assert_eq!(task_get(addr, "00000000000000000000000000000000")["error"]["code"], -32602);
+    let gated = modern(addr, 12, "tasks/get", json!({"taskId": long_id}), false);
+    assert_eq!(gated["error"]["code"], -32021);
+}
+
+/// D12: a durable question in a stateless request without tasks is an `input_required`
+/// result with a sealed state; the retry continues the same run; tampering is refused.
+#[test]
+fn d12_stateless_questions_continue_the_same_run() {
+    let server = Server::start(&sqlite("mrtr"), free_port(), &[]);
+    let addr = server.addr;
+    let first = modern(addr, 1, "tools/call", json!({"name": "ask", "arguments": {"question": "name?"}}), false);
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    let (key, question) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    assert_eq!(question["method"], "elicitation/create");
+    let responses = json!({key: {"action": "accept", "content": {"answer": "Ada"}}});
+    let mut forged = state.clone();
+    forged.pop();
+    forged.push(if state.ends_with('A') { 'B' } else { 'A' });
+    let tampered = modern(addr, 2, "tools/call", json!({"name": "ask", "arguments": {"question": "name?"},
+        "inputResponses": responses, "requestState": forged}), false);
+    assert_eq!(tampered["error"]["code"], -32602, "{tampered}");
+    let other_params = modern(addr, 3, "tools/call", json!({"name": "ask", "arguments": {"question": "other?"},
+        "inputResponses": responses, "requestState": state}), false);
+    assert_eq!(other_params["error"]["code"], -32602, "bound to the parameters: {other_params}");
+    let second = modern(addr, 4, "tools/call", json!({"name": "ask", "arguments": {"question": "name?"},
+        "inputResponses": responses, "requestState": state}), false);
+    assert_eq!(second["result"]["content"][0]["text"], "Ada", "{second}");
+}
+
+/// D10 across workers and a crash: a four-step task whose worker is killed during step 3
+/// is finished by another worker; `tasks/get` on any worker shows one result.
+fn task_survives_its_worker(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let mut a = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
+    let b = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
+    let dir = temp_dir("task-crash");
+    let path = dir.join("task.ledger");
+    let created = modern(a.addr, 1, "tools/call", json!({"name": "steps",
+        "arguments": {"count": 4, "step_ms": 700, "ledger": path.display().to_string()}}), true);
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(task_get(b.addr, &task_id)["result"]["status"], "working", "any worker answers for any task");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ledger(&path).iter().any(|l| l.starts_with("3 ")) {
+        assert!(Instant::now() < deadline, "step 3 never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    a.kill();
+    let done = wait_terminal(b.addr, &task_id, Duration::from_secs(20));
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["structuredContent"]["steps"], json!([1, 2, 3, 4]));
+    let lines = ledger(&path);
+    let count = |i: &str| lines.iter().filter(|l| l.starts_with(&format!("{i} "))).count();
+    assert_eq!((count("1"), count("2"), count("4")), (1, 1, 1), "{lines:?}");
+    assert!((1..=2).contains(&count("3")), "{lines:?}");
+    let keys: std::collections::BTreeSet<&str> =
+        lines.iter().filter(|l| l.starts_with("3 ")).map(|l| l.split_once(' ').unwrap().1).collect();
+    assert_eq!(keys.len(), 1, "same idempotency key: {lines:?}");
+}
+
+#[test]
+fn d10_postgres_task_survives_its_worker() {
+    task_survives_its_worker(Backend::Postgres);
+}
+
+#[test]
+fn d10_redis_task_survives_its_worker() {
+    task_survives_its_worker(Backend::Redis);
+}
+
+/// 2025-11-25 tasks: `params.task`, `tasks/get`, `tasks/result` (blocks, carries the
+/// question, returns the result with related-task), `tasks/list`, `tasks/cancel`.
+#[test]
+fn d10_legacy_tasks_with_params_task() {
+    let server = Server::start(&sqlite("tasks-2025"), free_port(), &[]);
+    let addr = server.addr;
+    let session = initialize(addr);
+    let call = |id: u64, name: &str, arguments: Value, task: bool| {
+        let mut params = json!({"name": name, "arguments": arguments});
+        if task {
+            params["task"] = json!({"ttl": 60_000});
+        }
+        post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})).messages()
+    };
+    let refused = call(1, "test_simple_text", json!({}), true);
+    assert_eq!(refused.last().unwrap().1["error"]["code"], -32601, "forbidden tools refuse params.task");
+    let created = call(2, "ask", json!({"question": "colour?"}), true);
+    let task = created.last().unwrap().1["result"]["task"].clone();
+    assert_eq!(task["status"], "working", "{task}");
+    assert_eq!(task["ttl"], 60_000);
+    let task_id = task["taskId"].as_str().unwrap().to_owned();
+    // tasks/result relays the question, tied to the task; the answer goes back as usual.
+    let mut result = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id}}));
+    let question = loop {
+        let (_, data) = result.next_event().expect("question");
+        if data.is_empty() {
+            continue;
+        }
+        let message: Value = serde_json::from_str(&data).unwrap();
+        if message["method"] == "elicitation/create" {
+            break message;
+        }
+    };
+    assert_eq!(question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task_id.as_str());
+    let get = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": task_id}})).messages();
+    assert_eq!(get.last().unwrap().1["result"]["status"], "input_required");
+    let reply = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"answer": "teal"}}});
+    assert_eq!(post(addr, Some(&session), &reply).status, 202);
+    let outcome = result.messages().into_iter().map(|(_, m)| m).find(|m| m["id"] == 3).unwrap();
+    assert_eq!(outcome["result"]["content"][0]["text"], "teal");
+    assert_eq!(outcome["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task_id.as_str());
+    let list = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/list", "params": {}})).messages();
+    assert!(list.last().unwrap().1["result"]["tasks"].as_array().unwrap().iter().any(|t| t["taskId"] == task_id.as_str()));
+    let cancel = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/cancel", "params": {"taskId": task_id}})).messages();
+    assert_eq!(cancel.last().unwrap().1["error"]["code"], -32602, "a terminal task cannot be cancelled");
+}

@@ -1,0 +1,473 @@
+//! Durable tasks (D10), both designs:
+//!
+//! - the 2026-07-28 Tasks extension (`io.modelcontextprotocol/tasks`): server-directed
+//!   creation for clients that declared the extension, `tasks/get` (a detailed task with
+//!   its result, error or `inputRequests`), `tasks/update` (`inputResponses`), and
+//!   `tasks/cancel` (an idempotent acknowledgement);
+//! - 2025-11-25 experimental tasks: `params.task`, `tasks/get`, `tasks/result` (blocks
+//!   until the task ends, carries its questions), `tasks/list`, `tasks/cancel`.
+//!
+//! A task is a [`RecordKind::Task`] record, committed before the create result is returned,
+//! keyed by principal and an unguessable id (D13), and changed only by compare-and-set, so
+//! that a terminal status never changes. Its work is an ordinary journaled run (leases,
+//! recovery, durable steps) whose stream is internal to the task: any worker answers for
+//! any task from the record.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response};
+use durable_mcp_store::{Expect, Principal, RecordKind, StoreError, StreamId, now_ms};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::{Engine, EngineError};
+
+/// The extension's name, in capabilities and errors.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// The `_meta` key tying a message to its task (2025-11-25).
+pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// -32021: the request needs a capability the client did not declare.
+const MISSING_CLIENT_CAPABILITY: i64 = -32_021;
+
+/// Default and largest task lifetimes.
+const DEFAULT_TTL_MS: u64 = 3_600_000;
+const MAX_TTL_MS: u64 = 7 * 24 * 3_600_000;
+/// How often clients are told to poll.
+const POLL_INTERVAL_MS: u64 = 500;
+/// A finished task stays readable at least this long, whatever its TTL.
+const MIN_RETENTION_AFTER_END_MS: u64 = 60_000;
+
+/// Which design a task follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Flavor {
+    /// 2026-07-28 Tasks extension.
+    Extension,
+    /// 2025-11-25 experimental tasks.
+    V2025,
+}
+
+/// The durable state of one task.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct TaskRecord {
+    pub task_id: String,
+    pub principal: String,
+    pub session: Option<String>,
+    pub flavor: Flavor,
+    pub status: String,
+    pub status_message: Option<String>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    pub ttl_ms: u64,
+    /// The internal stream of the task's run (its questions and its outcome).
+    pub stream: String,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    /// Open questions (Extension), by key: `{method, params}`.
+    pub input_requests: BTreeMap<String, Value>,
+    /// Answers delivered by `tasks/update` and not yet consumed by the run.
+    pub input_responses: BTreeMap<String, Value>,
+}
+
+pub(crate) fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled")
+}
+
+/// The record key: principal first, so that a principal's tasks list by prefix and
+/// another principal's id is simply not found (D13).
+pub(crate) fn task_key(principal: &Principal, task_id: &str) -> String {
+    format!("{}/{task_id}", principal.as_str())
+}
+
+/// ISO 8601 (UTC, millisecond precision) for a Unix time in milliseconds.
+pub(crate) fn iso8601(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3_600,
+        (rem % 3_600) / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+impl TaskRecord {
+    fn expires_at(&self) -> u64 {
+        let by_ttl = self.created_at_ms.saturating_add(self.ttl_ms);
+        if is_terminal(&self.status) { by_ttl.max(self.updated_at_ms + MIN_RETENTION_AFTER_END_MS) } else { u64::MAX }
+    }
+
+    /// The task as the protocol shows it (without a result envelope).
+    pub(crate) fn wire(&self) -> Map<String, Value> {
+        let mut task = Map::new();
+        task.insert("taskId".into(), json!(self.task_id));
+        task.insert("status".into(), json!(self.status));
+        if let Some(message) = &self.status_message {
+            task.insert("statusMessage".into(), json!(message));
+        }
+        task.insert("createdAt".into(), json!(iso8601(self.created_at_ms)));
+        task.insert("lastUpdatedAt".into(), json!(iso8601(self.updated_at_ms)));
+        match self.flavor {
+            Flavor::Extension => {
+                task.insert("ttlMs".into(), json!(self.ttl_ms));
+                task.insert("pollIntervalMs".into(), json!(POLL_INTERVAL_MS));
+            }
+            Flavor::V2025 => {
+                task.insert("ttl".into(), json!(self.ttl_ms));
+                task.insert("pollInterval".into(), json!(POLL_INTERVAL_MS));
+            }
+        }
+        task
+    }
+
+    /// 2026-07-28 `tasks/get`: the detailed task.
+    fn detailed(&self) -> Value {
+        let mut task = self.wire();
+        task.insert("resultType".into(), json!("complete"));
+        match self.status.as_str() {
+            "completed" => {
+                if let Some(result) = &self.result {
+                    task.insert("result".into(), result.clone());
+                }
+            }
+            "failed" => {
+                if let Some(error) = &self.error {
+                    task.insert("error".into(), error.clone());
+                } else if let Some(result) = &self.result {
+                    task.insert("result".into(), result.clone());
+                }
+            }
+            "input_required" => {
+                task.insert("inputRequests".into(), json!(self.input_requests));
+            }
+            _ => {}
+        }
+        Value::Object(task)
+    }
+}
+
+/// The 2026-07-28 capability error for a client that did not declare the extension.
+pub(crate) fn missing_extension(id: RequestId) -> Value {
+    error_response(
+        id,
+        MISSING_CLIENT_CAPABILITY,
+        "Missing required client capability",
+        Some(json!({"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})),
+    )
+}
+
+/// Whether a 2026-07-28 request's client declared the tasks extension (per request, in
+/// `_meta`).
+pub(crate) fn declares_extension(request: &Map<String, Value>) -> bool {
+    request
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("io.modelcontextprotocol/clientCapabilities"))
+        .and_then(|c| c.get("extensions"))
+        .and_then(|e| e.get(TASKS_EXTENSION))
+        .is_some()
+}
+
+fn task_not_found(id: RequestId) -> Value {
+    error_response(id, code::INVALID_PARAMS, "Failed to retrieve task: Task not found", None)
+}
+
+impl Engine {
+    /// Commit a new task (D10: before its create result exists). Returns the record and
+    /// its key.
+    pub(crate) async fn create_task(
+        &self,
+        principal: &Principal,
+        session: Option<String>,
+        flavor: Flavor,
+        ttl_ms: Option<u64>,
+        stream: &StreamId,
+    ) -> Result<(TaskRecord, String), EngineError> {
+        let now = now_ms();
+        let task = TaskRecord {
+            task_id: StreamId::random().to_string(),
+            principal: principal.as_str().to_owned(),
+            session,
+            flavor,
+            status: "working".into(),
+            status_message: Some("The task is running.".into()),
+            created_at_ms: now,
+            updated_at_ms: now,
+            ttl_ms: ttl_ms.unwrap_or(DEFAULT_TTL_MS).clamp(1_000, MAX_TTL_MS),
+            stream: stream.to_string(),
+            result: None,
+            error: None,
+            input_requests: BTreeMap::new(),
+            input_responses: BTreeMap::new(),
+        };
+        let key = task_key(principal, &task.task_id);
+        self.store()
+            .put_record(RecordKind::Task, &key, encode(&task), Some(task.expires_at()), Expect::Absent)
+            .await?;
+        Ok((task, key))
+    }
+
+    /// Read a task.
+    pub(crate) async fn load_task(&self, key: &str) -> Result<Option<(TaskRecord, u64)>, EngineError> {
+        let Some(record) = self.store().get_record(RecordKind::Task, key).await? else { return Ok(None) };
+        let task: TaskRecord =
+            serde_json::from_str(&record.value).map_err(|e| EngineError::Store(StoreError::Corrupt(format!("task: {e}"))))?;
+        Ok(Some((task, record.version)))
+    }
+
+    /// Change a task by compare-and-set: `change` returns whether it changed anything.
+    /// Returns the task as stored afterwards, or `None` if it does not exist.
+    pub(crate) async fn update_task(
+        &self,
+        key: &str,
+        mut change: impl FnMut(&mut TaskRecord) -> bool,
+    ) -> Result<Option<TaskRecord>, EngineError> {
+        loop {
+            let Some((mut task, version)) = self.load_task(key).await? else { return Ok(None) };
+            if !change(&mut task) {
+                return Ok(Some(task));
+            }
+            task.updated_at_ms = now_ms().max(task.updated_at_ms);
+            match self
+                .store()
+                .put_record(RecordKind::Task, key, encode(&task), Some(task.expires_at()), Expect::Version(version))
+                .await
+            {
+                Ok(_) => return Ok(Some(task)),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// The run's outcome becomes the task's terminal status (never over another terminal
+    /// status). A tool result with `isError` ends a 2025-11-25 task as `failed` and an
+    /// extension task as `completed`.
+    pub(crate) async fn settle_task(&self, key: &str, outcome: &Value) -> Result<(), EngineError> {
+        self.update_task(key, |task| {
+            if is_terminal(&task.status) {
+                return false;
+            }
+            task.input_requests.clear();
+            if let Some(error) = outcome.get("error") {
+                task.status = "failed".into();
+                task.status_message = error.get("message").and_then(Value::as_str).map(str::to_owned);
+                task.error = Some(error.clone());
+            } else {
+                let result = outcome.get("result").cloned().unwrap_or(Value::Null);
+                let is_error = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
+                task.status = if is_error && task.flavor == Flavor::V2025 { "failed" } else { "completed" }.into();
+                task.status_message = Some(if is_error { "The tool reported an error." } else { "The task completed." }.into());
+                task.result = Some(result);
+            }
+            true
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Answer a `tasks/*` request from the task records, or `None` when the task is not
+    /// durable-mcp's (it may be the handler's own, in memory: the handler answers).
+    pub(crate) async fn tasks_request(
+        &self,
+        principal: &Principal,
+        flavor: Flavor,
+        id: &RequestId,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Result<Option<Value>, EngineError> {
+        if method == "tasks/list" && flavor == Flavor::V2025 {
+            return self.list_tasks(principal, id, params).await.map(Some);
+        }
+        let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
+            return Ok(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None)));
+        };
+        let key = task_key(principal, task_id);
+        let Some((task, _)) = self.load_task(&key).await? else {
+            return Ok(None);
+        };
+        if task.flavor != flavor {
+            return Ok(Some(task_not_found(id.clone())));
+        }
+        let ok = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
+        Ok(Some(match (flavor, method) {
+            (Flavor::Extension, "tasks/get") => ok(task.detailed()),
+            (Flavor::V2025, "tasks/get") => ok(Value::Object(task.wire())),
+            (Flavor::Extension, "tasks/update") => {
+                let responses = params.and_then(|p| p.get("inputResponses")).and_then(Value::as_object).cloned().unwrap_or_default();
+                self.update_task(&key, |task| {
+                    let mut changed = false;
+                    for (k, v) in &responses {
+                        // Answers to questions the task did not ask are ignored.
+                        if task.input_requests.remove(k).is_some() {
+                            task.input_responses.insert(k.clone(), v.clone());
+                            changed = true;
+                        }
+                    }
+                    if changed && task.input_requests.is_empty() && task.status == "input_required" {
+                        task.status = "working".into();
+                        task.status_message = Some("The task is running.".into());
+                    }
+                    changed
+                })
+                .await?;
+                ok(json!({"resultType": "complete"}))
+            }
+            (_, "tasks/cancel") => {
+                let mut was_terminal = None;
+                let task = self
+                    .update_task(&key, |task| {
+                        if is_terminal(&task.status) {
+                            was_terminal = Some(task.status.clone());
+                            return false;
+                        }
+                        task.status = "cancelled".into();
+                        task.status_message = Some("The task was cancelled by request.".into());
+                        task.input_requests.clear();
+                        true
+                    })
+                    .await?;
+                self.cancel_task_run(task_id);
+                match (flavor, was_terminal, task) {
+                    (Flavor::Extension, _, _) => ok(json!({"resultType": "complete"})),
+                    (Flavor::V2025, Some(status), _) => error_response(
+                        id.clone(),
+                        code::INVALID_PARAMS,
+                        &format!("Cannot cancel task: already in terminal status '{status}'"),
+                        None,
+                    ),
+                    (Flavor::V2025, None, Some(task)) => ok(Value::Object(task.wire())),
+                    (Flavor::V2025, None, None) => task_not_found(id.clone()),
+                }
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    async fn list_tasks(&self, principal: &Principal, id: &RequestId, params: Option<&Value>) -> Result<Value, EngineError> {
+        const PAGE: usize = 50;
+        const MAX_LISTED: usize = 10_000;
+        let offset = match params.and_then(|p| p.get("cursor")) {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(cursor)) => match cursor.parse::<usize>() {
+                Ok(offset) => offset,
+                Err(_) => return Ok(error_response(id.clone(), code::INVALID_PARAMS, "invalid cursor", None)),
+            },
+            Some(_) => return Ok(error_response(id.clone(), code::INVALID_PARAMS, "invalid cursor", None)),
+        };
+        let prefix = format!("{}/", principal.as_str());
+        let mut tasks = Vec::new();
+        for record in self.store().list_records(RecordKind::Task, &prefix, MAX_LISTED).await? {
+            if let Ok(task) = serde_json::from_str::<TaskRecord>(&record.value)
+                && task.principal == principal.as_str()
+                && task.flavor == Flavor::V2025
+            {
+                tasks.push(task);
+            }
+        }
+        tasks.sort_by_key(|t| (t.created_at_ms, t.task_id.clone()));
+        let page: Vec<Value> = tasks.iter().skip(offset).take(PAGE).map(|t| Value::Object(t.wire())).collect();
+        let mut result = json!({"tasks": page});
+        if offset + PAGE < tasks.len() {
+            result["nextCursor"] = json!((offset + PAGE).to_string());
+        }
+        Ok(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+    }
+
+    /// Relay a 2025-11-25 task's stream to a `tasks/result` stream: questions (tagged with
+    /// the task) and notifications as they are committed, then the outcome as this
+    /// request's response, with the related-task `_meta`.
+    pub(crate) async fn relay_task_result(
+        &self,
+        id: &RequestId,
+        source: &StreamId,
+        target: &StreamId,
+        task_id: &str,
+        key: &str,
+    ) -> Result<(), EngineError> {
+        use futures::StreamExt;
+        let related = json!({"taskId": task_id});
+        let mut events = Box::pin(crate::tail(self.store().clone(), source.clone(), 0));
+        while let Some(event) = events.next().await {
+            let event = event?;
+            let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else { continue };
+            let terminal = message.contains_key("result") || message.contains_key("error");
+            if terminal {
+                message.insert("id".into(), id.clone());
+                if let Some(Value::Object(result)) = message.get_mut("result") {
+                    let meta = result.entry("_meta").or_insert_with(|| json!({}));
+                    if let Some(meta) = meta.as_object_mut() {
+                        meta.insert(RELATED_TASK.into(), related.clone());
+                    }
+                }
+                self.commit(target, &Value::Object(message), true).await?;
+                return Ok(());
+            }
+            self.commit(target, &Value::Object(message), false).await?;
+        }
+        // The task's stream ended without an outcome: it was cancelled.
+        let status = self.load_task(key).await?.map_or_else(|| "expired".to_owned(), |(task, _)| task.status);
+        let response = error_response(id.clone(), code::INTERNAL_ERROR, &format!("the task ended without a result ({status})"), None);
+        self.commit(target, &response, true).await?;
+        Ok(())
+    }
+
+    /// Cancel the task's run if it runs here (other workers notice the record).
+    fn cancel_task_run(&self, task_id: &str) {
+        if let Some(token) = self.task_run_token(task_id) {
+            token.cancel();
+        }
+    }
+
+    /// Cancel a task's run, on whichever worker runs it, once its record is cancelled:
+    /// polls the record while the run lasts.
+    pub(crate) fn watch_task_cancellation(&self, key: String, cancel: tokio_util::sync::CancellationToken) -> tokio::task::JoinHandle<()> {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                }
+                match engine.load_task(&key).await {
+                    Ok(Some((task, _))) if task.status == "cancelled" => {
+                        cancel.cancel();
+                        return;
+                    }
+                    Ok(None) => {
+                        cancel.cancel();
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        })
+    }
+}
+
+fn encode(task: &TaskRecord) -> String {
+    serde_json::to_string(task).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso8601_formats_utc() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(1_764_505_800_123), "2025-11-30T12:30:00.123Z");
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}
