@@ -117,8 +117,11 @@ struct BenchArgs {
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum Example {
-    /// Every fixture of the official MCP conformance suite, plus `emit_events`.
+    /// Every fixture of the official MCP conformance suite, plus the durability fixtures
+    /// (`steps`, `ask`, `emit_events`, ...).
     Everything,
+    /// A durable provisioning workflow: reserve, confirm, charge, boot, notify.
+    Provisioning,
 }
 
 #[derive(Parser, Debug)]
@@ -235,9 +238,15 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let handler = match args.example {
-        Example::Everything => durable_mcp_examples::Everything::new(args.state_key.clone().map(String::into_bytes))
-            .context("--state-key must be at least 32 bytes")?,
+    if args.state_key.as_ref().is_some_and(|k| k.len() < 32) {
+        anyhow::bail!("--state-key must be at least 32 bytes");
+    }
+    let server = match args.example {
+        Example::Everything => DurableMcp::new(
+            durable_mcp_examples::Everything::new(args.state_key.clone().map(String::into_bytes))
+                .context("--state-key must be at least 32 bytes")?,
+        ),
+        Example::Provisioning => DurableMcp::new(durable_mcp_examples::Provisioning::default()),
     };
     let mut http = HttpConfig { path: args.path, poll_after: args.poll_after_ms.map(Duration::from_millis), ..HttpConfig::default() };
     if args.no_host_check {
@@ -245,7 +254,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else if !args.allow_hosts.is_empty() {
         http.allowed_hosts = Some(args.allow_hosts);
     }
-    let server = DurableMcp::new(handler)
+    let server = server
         .store_url(&args.store.store)
         .await
         .with_context(|| format!("opening store {}", args.store.store))?

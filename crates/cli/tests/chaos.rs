@@ -300,15 +300,15 @@ fn chaos(name: &str, store: String, workers: usize) {
     let worst = recoveries.last().copied().unwrap_or_default();
     let summary = format!(
         "chaos {name}: {secs} s, seed {seed}: calls={} kills={} interrupted_calls={} recovered={} rerun_steps={} violations={} \
-         recovery_after_disconnect median={:.0?} worst={:.0?} (n={})",
+         recovery_after_disconnect median={} ms worst={} ms (n={})",
         calls.len(),
         kills.load(Ordering::SeqCst),
         interrupted,
         calls.iter().filter(|c| c.disconnects > 0 && c.completed).count(),
         verdict.rerun_steps,
         verdict.violations.len(),
-        median,
-        worst,
+        median.as_millis(),
+        worst.as_millis(),
         recoveries.len(),
     );
     eprintln!("{summary}");

@@ -41,7 +41,7 @@ fn modern(addr: SocketAddr, id: u64, method: &str, mut params: Value, ext: bool)
     }
     let response = request(addr, "POST", &headers, Some(&body.to_string()));
     if response.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) {
-        response.messages().into_iter().map(|(_, m)| m).last().unwrap()
+        response.messages().pop().unwrap().1
     } else {
         response.json()
     }
@@ -223,6 +223,12 @@ fn d10_legacy_tasks_with_params_task() {
         }
         post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})).messages()
     };
+    let tools = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 10, "method": "tools/list"})).messages();
+    let tools = tools.last().unwrap().1["result"]["tools"].as_array().unwrap().clone();
+    let support = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap()["execution"]["taskSupport"].clone();
+    assert_eq!((support("steps"), support("failing_job"), support("test_simple_text")), (json!("optional"), json!("required"), Value::Null));
+    let required = call(11, "failing_job", json!({}), false);
+    assert_eq!(required.last().unwrap().1["error"]["code"], -32601, "task-required tools refuse plain calls");
     let refused = call(1, "test_simple_text", json!({}), true);
     assert_eq!(refused.last().unwrap().1["error"]["code"], -32601, "forbidden tools refuse params.task");
     let created = call(2, "ask", json!({"question": "colour?"}), true);

@@ -41,7 +41,9 @@ use std::sync::Arc;
 
 pub use durable_mcp_engine::{Engine, EngineOptions};
 pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
-pub use durable_mcp_protocol::{McpHandler, SessionState, StateError, rmcp};
+pub use durable_mcp_protocol::{
+    Durable, DurableError, McpHandler, Retry, SessionState, StateError, StepKey, TaskSupport, rmcp, task_support,
+};
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
 pub use durable_mcp_store_memory::MemoryStore;
 pub use durable_mcp_store_postgres::{PgOptions, PgStore};

@@ -33,6 +33,20 @@ fn is_suspension(outcome: &Value) -> bool {
     outcome.pointer("/error/data/durable-mcp~1suspended").and_then(Value::as_bool) == Some(true)
 }
 
+/// 2025-11-25 `tools/list`: each tool's `execution.taskSupport`, from the support it
+/// declares in its `_meta` (absent means forbidden).
+fn declare_task_support(outcome: &mut Value) {
+    let Some(tools) = outcome.pointer_mut("/result/tools").and_then(Value::as_array_mut) else { return };
+    for tool in tools {
+        let support = tool.pointer(&format!("/_meta/{}", durable_mcp_protocol::tasks::TASK_SUPPORT_META.replace('/', "~1")))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let (Some(support), Some(tool)) = (support, tool.as_object_mut()) {
+            tool.insert("execution".into(), serde_json::json!({"taskSupport": support}));
+        }
+    }
+}
+
 /// What [`Engine::launch`] started.
 pub(crate) struct Launched {
     pub cancel: CancellationToken,
@@ -558,6 +572,9 @@ impl Engine {
                     break;
                 }
                 Outbound::Outcome(mut outcome) => {
+                    if caller.era == Era::Legacy && caller.protocol_version.as_str() >= "2025-11-25" {
+                        declare_task_support(&mut outcome);
+                    }
                     if caller.era == Era::Modern {
                         if let (Some(durable), Some(held)) = (&durable, &held)
                             && is_suspension(&outcome)
@@ -598,11 +615,10 @@ impl Engine {
             if let Err(error) = result {
                 tracing::warn!(%error, %stream, "could not commit a handler message; stopping the request");
                 run.cancel.cancel();
-                if held.is_none() {
-                    break;
+                if let Some(held) = &held {
+                    // A journaled run is retried from its journal: no outcome now.
+                    held.lost.cancel();
                 }
-                // A journaled run is retried from its journal: no outcome now.
-                held.as_ref().map(|h| h.lost.cancel());
                 break;
             }
             if answered {

@@ -18,10 +18,20 @@ impl Engine {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
         let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, durable: None };
-        let response = self.run_to_outcome(request, &peer).await?;
-        let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str) else {
+        let mut response = self.run_to_outcome(request, &peer).await?;
+        let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_owned) else {
             return Ok((None, response));
         };
+        let version = version.as_str();
+        if version >= "2025-11-25"
+            && let Some(capabilities) = response.pointer_mut("/result/capabilities").and_then(Value::as_object_mut)
+        {
+            // 2025-11-25 tasks: durable-mcp runs them (for tools that declare support).
+            capabilities.insert(
+                "tasks".into(),
+                serde_json::json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+            );
+        }
         let now = now_ms();
         let record = SessionRecord {
             id: SessionId::random(),

@@ -36,9 +36,13 @@ pub struct Server {
 
 impl Server {
     pub fn start(store: &str, port: u16, extra: &[&str]) -> Server {
+        Self::start_example("everything", store, port, extra)
+    }
+
+    pub fn start_example(example: &str, store: &str, port: u16, extra: &[&str]) -> Server {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
-            .args(["serve", "--example", "everything", "--listen", &addr.to_string(), "--store", store])
+            .args(["serve", "--example", example, "--listen", &addr.to_string(), "--store", store])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

@@ -726,80 +726,28 @@ async fn list_changes_reach_matching_listen_streams() {
     );
 }
 
+/// The task fixtures are ordinary tools that declare their task support (durable-mcp's
+/// engine makes the tasks; `crates/cli/tests/tasks.rs` tests them end to end), except
+/// `test_tool_with_task`, which gates itself and creates its own in-process task.
 #[tokio::test]
-async fn tasks_follow_the_extension() {
+async fn task_fixtures_declare_their_task_support() {
+    use durable_mcp_protocol::{McpHandler, TaskSupport};
     let server = Everything::default();
+    let handler = McpHandler::new(server.clone());
+    for (name, support) in [
+        ("slow_compute", TaskSupport::Optional),
+        ("failing_job", TaskSupport::Required),
+        ("protocol_error_job", TaskSupport::Optional),
+        ("confirm_delete", TaskSupport::Optional),
+        ("multi_input", TaskSupport::Optional),
+        ("steps", TaskSupport::Optional),
+        ("ask", TaskSupport::Optional),
+        ("greet", TaskSupport::Forbidden),
+        ("test_tool_with_task", TaskSupport::Forbidden),
+    ] {
+        assert_eq!(handler.tool_task_support(name), support, "{name}");
+    }
     let mut plain = Client::stateless(&server);
-    let sync = plain
-        .call(
-            1,
-            "slow_compute",
-            json!({ "arguments": { "seconds": 0, "label": "x" } }),
-        )
-        .await;
-    assert!(first_text(&sync).contains("slow_compute(x)"));
-    let required = plain.call(2, "failing_job", json!({})).await;
-    assert_eq!(error_code(&required), -32021);
-    assert!(required["error"]["data"]["requiredCapabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object());
-    let gated = plain
-        .request(3, "tasks/get", json!({ "taskId": "nope" }))
-        .await;
+    let gated = plain.call(1, "test_tool_with_task", json!({})).await;
     assert_eq!(error_code(&gated), -32021);
-
-    let mut tasks = Client::stateless(&server).with_capabilities(json!({
-        "elicitation": {},
-        "extensions": { "io.modelcontextprotocol/tasks": {} }
-    }));
-    let created = tasks
-        .call(
-            4,
-            "confirm_delete",
-            json!({ "arguments": { "filename": "a.txt" } }),
-        )
-        .await;
-    assert_eq!(result(&created)["resultType"], "task");
-    let task_id = result(&created)["taskId"]
-        .as_str()
-        .expect("taskId")
-        .to_owned();
-    let mut parked = Value::Null;
-    for attempt in 0..50 {
-        parked = tasks
-            .request(10 + attempt, "tasks/get", json!({ "taskId": task_id }))
-            .await;
-        if result(&parked)["status"] == "input_required" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        result(&parked)["inputRequests"]["confirm"].is_object(),
-        "{parked}"
-    );
-    let ack = tasks
-        .request(
-            100,
-            "tasks/update",
-            json!({ "taskId": task_id, "inputResponses": { "confirm": accept(json!({ "confirm": true })) } }),
-        )
-        .await;
-    assert_eq!(result(&ack)["resultType"], "complete");
-    let mut done = Value::Null;
-    for attempt in 0..50 {
-        done = tasks
-            .request(200 + attempt, "tasks/get", json!({ "taskId": task_id }))
-            .await;
-        if result(&done)["status"] == "completed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        result(&done)["result"].to_string().contains("confirm=true"),
-        "{done}"
-    );
-    let unknown = tasks
-        .request(300, "tasks/get", json!({ "taskId": "nope" }))
-        .await;
-    assert_eq!(error_code(&unknown), -32602);
 }
