@@ -248,6 +248,42 @@ fn resource_subscription_across_workers(backend: Backend) {
     assert_eq!(message["params"]["uri"], "test://watched-resource");
 }
 
+/// D11: `notifications/cancelled` POSTed to worker B cancels the handler running on A: its
+/// stream ends without a response, well before the work would have finished.
+fn cancellation_reaches_another_worker(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let a = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
+    let b = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
+    let session = initialize(a.addr);
+    let call = json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {
+        "name": "emit_events", "arguments": {"count": 200, "interval_ms": 50}, "_meta": {"progressToken": "p"}}});
+    let mut response = post(a.addr, Some(&session), &call);
+    response.next_event().expect("priming");
+    response.next_event().expect("first progress");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 42, "reason": "test"}});
+    let cancelled_at = Instant::now();
+    assert_eq!(post(b.addr, Some(&session), &cancel).status, 202);
+    let rest: Vec<Value> = response.messages().into_iter().map(|(_, m)| m).collect();
+    let took = cancelled_at.elapsed();
+    assert!(!rest.iter().any(|m| m["id"] == 42), "no response after a cancellation: {:?}", rest.last());
+    assert!(took < Duration::from_secs(5), "the handler on A stopped {took:?} after the cancellation on B");
+    let progress = rest.iter().filter(|m| m["method"] == "notifications/progress").count();
+    assert!(progress < 150, "stopped early ({progress} more progress messages)");
+}
+
+#[test]
+fn d11_postgres_cancellation_reaches_another_worker() {
+    cancellation_reaches_another_worker(Backend::Postgres);
+}
+
+#[test]
+fn d11_redis_cancellation_reaches_another_worker() {
+    cancellation_reaches_another_worker(Backend::Redis);
+}
+
 #[test]
 fn postgres_resource_subscription_across_workers() {
     resource_subscription_across_workers(Backend::Postgres);

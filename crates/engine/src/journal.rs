@@ -103,6 +103,10 @@ pub(crate) struct Held {
     version: Arc<AtomicU64>,
     /// Fires if another worker took the run over (our lease was lost).
     pub lost: CancellationToken,
+    /// Fires when the client cancelled the request (on any worker; a child of `lost`).
+    pub cancelled: CancellationToken,
+    /// Whether an earlier run or this one may have written step records.
+    pub(crate) steps_written: Arc<std::sync::atomic::AtomicBool>,
     heartbeat: tokio::task::JoinHandle<()>,
 }
 
@@ -110,8 +114,11 @@ impl Held {
     pub(crate) fn start(engine: &Engine, run_id: String, record: RunRecord, version: u64) -> Self {
         let version = Arc::new(AtomicU64::new(version));
         let lost = CancellationToken::new();
-        let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), record.clone(), version.clone(), lost.clone()));
-        Self { run_id, record, version, lost, heartbeat }
+        let cancelled = lost.child_token();
+        let tokens = (lost.clone(), cancelled.clone());
+        let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), record.clone(), version.clone(), tokens));
+        let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(record.attempt > 1 || record.modern));
+        Self { run_id, record, version, lost, cancelled, steps_written, heartbeat }
     }
 
     /// The run has its outcome (or was cancelled): forget it.
@@ -119,7 +126,9 @@ impl Held {
         self.heartbeat.abort();
         let store = engine.store();
         let steps = format!("{}/", self.run_id);
-        if let Err(error) = store.delete_records(RecordKind::Step, &steps).await {
+        if self.steps_written.load(Ordering::SeqCst)
+            && let Err(error) = store.delete_records(RecordKind::Step, &steps).await
+        {
             tracing::warn!(%error, run = %self.run_id, "could not delete a finished run's steps; retention will");
         }
         if let Err(error) = store.delete_records(RecordKind::Run, &self.run_id).await {
@@ -151,7 +160,15 @@ impl Held {
     }
 }
 
-async fn heartbeat(engine: Engine, run_id: String, mut record: RunRecord, version: Arc<AtomicU64>, lost: CancellationToken) {
+/// Renew the lease every third of it; stop the run if another worker took it over, or if
+/// a client's cancellation was recorded for it (from any worker).
+async fn heartbeat(
+    engine: Engine,
+    run_id: String,
+    mut record: RunRecord,
+    version: Arc<AtomicU64>,
+    (lost, cancelled): (CancellationToken, CancellationToken),
+) {
     let lease = engine.options().lease;
     let mut ticker = tokio::time::interval(lease / 3);
     ticker.tick().await;
@@ -168,7 +185,16 @@ async fn heartbeat(engine: Engine, run_id: String, mut record: RunRecord, versio
             }
             Err(error) => tracing::warn!(%error, run = %run_id, "could not renew a lease; retrying"),
         }
+        if let Ok(Some(_)) = engine.store().get_record(RecordKind::Step, &cancel_key(&run_id)).await {
+            tracing::debug!(run = %run_id, "cancelled by the client through another worker");
+            cancelled.cancel();
+        }
     }
+}
+
+/// The mark a client's `notifications/cancelled` leaves for a run running elsewhere.
+fn cancel_key(run_id: &str) -> String {
+    format!("{run_id}/cancel")
 }
 
 /// The engine's side of one run's durable context.
@@ -189,10 +215,13 @@ pub(crate) struct DurableRun {
     pub(crate) pending: Mutex<Vec<(String, Value)>>,
     /// Stateless requests' steps outlive their run (a retry continues it) until this time.
     step_expiry: Option<u64>,
+    /// Set when this run writes a step record (the run's clean-up then deletes them).
+    steps_written: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DurableRun {
-    pub(crate) fn new(engine: &Engine, run_id: &str, record: &RunRecord, caller: Caller, cancel: CancellationToken) -> Self {
+    pub(crate) fn new(engine: &Engine, held: &Held, caller: Caller, cancel: CancellationToken) -> Self {
+        let (run_id, record) = (&held.run_id, &held.record);
         Self {
             engine: engine.clone(),
             run_id: run_id.to_owned(),
@@ -206,6 +235,7 @@ impl DurableRun {
             asked: Mutex::default(),
             pending: Mutex::default(),
             step_expiry: (record.modern && record.task.is_none()).then(|| now_ms() + ms(STATE_TTL) * 2),
+            steps_written: held.steps_written.clone(),
         }
     }
 
@@ -367,6 +397,7 @@ impl DurableRun {
     }
 
     async fn commit_value(&self, key: &str, value: Value) -> Result<Value, DurableError> {
+        self.steps_written.store(true, Ordering::SeqCst);
         let store = self.engine.store();
         match store.put_record(RecordKind::Step, key, value.to_string(), self.step_expiry, Expect::Absent).await {
             Ok(_) => Ok(value),
@@ -423,6 +454,7 @@ impl DurableBackend for DurableRun {
     fn emit<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), DurableError>> {
         Box::pin(async move {
             let key = self.key("e", &index.to_string());
+            self.steps_written.store(true, Ordering::SeqCst);
             // Marked before it is sent: a crash in between loses one progress or log
             // message, and a re-run never sends it twice.
             match self.engine.store().put_record(RecordKind::Step, &key, "1".into(), self.step_expiry, Expect::Absent).await {
@@ -499,6 +531,21 @@ impl Engine {
     pub(crate) async fn existing_run(&self, session: &SessionId, id: &RequestId) -> Result<Option<StreamId>, EngineError> {
         let alias = self.store().get_record(RecordKind::Alias, &alias_key(session, id)).await?;
         Ok(alias.and_then(|a| a.value.parse().ok()))
+    }
+
+    /// Record a client's cancellation of a run that does not run here: its worker's next
+    /// heartbeat (within a third of the lease) cancels it (D11).
+    pub(crate) async fn cancel_elsewhere(&self, session: &SessionId, id: &RequestId) -> Result<(), EngineError> {
+        let Some(stream) = self.existing_run(session, id).await? else { return Ok(()) };
+        let run_id = stream.to_string();
+        if self.store().get_record(RecordKind::Run, &run_id).await?.is_none() {
+            return Ok(());
+        }
+        let expires = now_ms() + 24 * 3_600_000;
+        match self.store().put_record(RecordKind::Step, &cancel_key(&run_id), "1".into(), Some(expires), Expect::Absent).await {
+            Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// Take over every run that is ours from before a restart, or whose owner's lease

@@ -316,9 +316,9 @@ impl Engine {
         held: Option<Held>,
     ) -> Result<Launched, Rejection> {
         // A run whose lease is lost is cancelled here (without ending its stream).
-        let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.lost.child_token());
+        let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
         let mut peer = caller.peer(self);
-        let durable = held.as_ref().map(|held| Arc::new(DurableRun::new(self, &held.run_id, &held.record, caller.clone(), cancel.clone())));
+        let durable = held.as_ref().map(|held| Arc::new(DurableRun::new(self, held, caller.clone(), cancel.clone())));
         if let Some(durable) = &durable {
             peer.durable = Some(Durable::new(durable.clone()));
         }
@@ -789,10 +789,19 @@ impl Engine {
     }
 
     /// `notifications/cancelled`: cancel the named request of the caller's session.
-    pub fn cancel(&self, caller: &Caller, request_id: &RequestId) {
-        let Some(session) = caller.session_id() else { return };
-        if let Some(token) = lock(&self.inner.runs.runs).get(&run_key(session, request_id)) {
-            token.cancel();
+    ///
+    /// The handler is cancelled at once if it runs on this worker; otherwise the
+    /// cancellation is recorded in the journal and the worker running it stops it at its
+    /// next heartbeat (D11).
+    pub async fn cancel(&self, caller: &Caller, request_id: &RequestId) -> Result<(), EngineError> {
+        let Some(session) = caller.session_id() else { return Ok(()) };
+        let local = lock(&self.inner.runs.runs).get(&run_key(session, request_id)).cloned();
+        match local {
+            Some(token) => {
+                token.cancel();
+                Ok(())
+            }
+            None => self.cancel_elsewhere(session, request_id).await,
         }
     }
 

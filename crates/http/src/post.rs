@@ -114,7 +114,7 @@ impl Transport {
             Inbound::Notification { method, message } => {
                 if method == "notifications/cancelled" {
                     if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId")) {
-                        self.engine.cancel(&caller, request_id);
+                        self.engine.cancel(&caller, request_id).await?;
                     }
                 } else {
                     self.engine.notify(&caller, message);

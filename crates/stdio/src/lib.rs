@@ -110,7 +110,9 @@ async fn handle(engine: &Engine, caller: &mut Option<Caller>, inbound: Inbound, 
             let caller = caller.as_ref()?;
             if method == "notifications/cancelled" {
                 if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId")) {
-                    engine.cancel(caller, request_id);
+                    if let Err(error) = engine.cancel(caller, request_id).await {
+                        tracing::warn!(%error, "could not record a cancellation");
+                    }
                 }
             } else {
                 engine.notify(caller, message);
