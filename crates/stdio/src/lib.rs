@@ -109,10 +109,10 @@ async fn handle(engine: &Engine, caller: &mut Option<Caller>, inbound: Inbound, 
         Inbound::Notification { method, message } => {
             let caller = caller.as_ref()?;
             if method == "notifications/cancelled" {
-                if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId")) {
-                    if let Err(error) = engine.cancel(caller, request_id).await {
-                        tracing::warn!(%error, "could not record a cancellation");
-                    }
+                if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId"))
+                    && let Err(error) = engine.cancel(caller, request_id).await
+                {
+                    tracing::warn!(%error, "could not record a cancellation");
                 }
             } else {
                 engine.notify(caller, message);
