@@ -2,7 +2,9 @@
 # The official conformance suites through nginx (plain round-robin, no stickiness,
 # buffering off) in front of three durable-mcp workers sharing one store, for PostgreSQL
 # and for Redis. Usage: scripts/lb-conformance.sh [postgres|redis ...]
-# Reads DATABASE_URL / REDIS_URL (defaults on loopback).
+# Reads DATABASE_URL / REDIS_URL (defaults on loopback). LB_CONFORMANCE_RUNS picks the runs
+# (default: all three, "0.1.16 2025-11-25 2026-07-28"; the 2026-07-28 run includes the
+# tasks-* scenarios, so tasks are created, polled and updated across the three workers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 backends=("$@")
@@ -70,7 +72,7 @@ CONF
   nginx_pid=$!
   wait_port "$lb_port"
   echo "== $backend: 3 workers behind nginx on 127.0.0.1:$lb_port (store $store)"
-  if ! CONFORMANCE_RUNS="0.1.16 2025-11-25" CONFORMANCE_OUT="$work/conformance" \
+  if ! CONFORMANCE_RUNS="${LB_CONFORMANCE_RUNS:-0.1.16 2025-11-25 2026-07-28}" CONFORMANCE_OUT="$work/conformance" \
       scripts/conformance.sh "http://127.0.0.1:$lb_port/mcp"; then
     status=1
     tail -n 20 "$work"/worker*.log "$work/nginx/error.log" || true

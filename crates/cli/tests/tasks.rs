@@ -139,6 +139,26 @@ fn d10_extension_task_lifecycle_and_input() {
     assert_eq!(gated["error"]["code"], -32021);
 }
 
+/// A tool that asks first (a synchronous `input_required`) and then becomes a task with
+/// `Durable::start_task`: the second round's answer is the create result.
+#[test]
+fn d10_question_then_task() {
+    let server = Server::start(&sqlite("tasks-compose"), free_port(), &[]);
+    let addr = server.addr;
+    let round1 = modern(addr, 1, "tools/call", json!({"name": "test_tool_with_task", "arguments": {}}), true);
+    assert_eq!(round1["result"]["resultType"], "input_required", "{round1}");
+    assert!(round1["result"].get("taskId").is_none());
+    let key = round1["result"]["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let state = round1["result"]["requestState"].clone();
+    let round2 = modern(addr, 2, "tools/call", json!({"name": "test_tool_with_task", "arguments": {},
+        "inputResponses": {key: {"action": "accept", "content": {"name": "Alice"}}}, "requestState": state}), true);
+    let created = &round2["result"];
+    assert_eq!(created["resultType"], "task", "{round2}");
+    assert!(created.get("requestState").is_none() && created.get("inputRequests").is_none());
+    let done = wait_terminal(addr, created["taskId"].as_str().unwrap(), Duration::from_secs(10));
+    assert_eq!(done["result"]["content"][0]["text"], "Hello, Alice! (from a task)");
+}
+
 /// D12: a durable question in a stateless request without tasks is an `input_required`
 /// result with a sealed state; the retry continues the same run; tampering is refused.
 #[test]

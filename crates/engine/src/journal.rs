@@ -12,7 +12,7 @@
 //! Step results, answers and "already emitted" marks are [`RecordKind::Step`] records
 //! under `<run>/`, written with "first commit wins" (D8).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -99,8 +99,12 @@ impl RunRecord {
 /// heartbeat until the run ends.
 pub(crate) struct Held {
     pub run_id: String,
+    /// The record as this worker last wrote it.
     pub record: RunRecord,
-    version: Arc<AtomicU64>,
+    /// The same record and its version, shared with the heartbeat: every write of the
+    /// record (lease renewal, becoming a task) holds the lock, so they never conflict with
+    /// each other, only with another worker.
+    shared: Arc<tokio::sync::Mutex<(RunRecord, u64)>>,
     /// Fires if another worker took the run over (our lease was lost).
     pub lost: CancellationToken,
     /// Fires when the client cancelled the request (on any worker; a child of `lost`).
@@ -112,13 +116,27 @@ pub(crate) struct Held {
 
 impl Held {
     pub(crate) fn start(engine: &Engine, run_id: String, record: RunRecord, version: u64) -> Self {
-        let version = Arc::new(AtomicU64::new(version));
+        let shared = Arc::new(tokio::sync::Mutex::new((record.clone(), version)));
         let lost = CancellationToken::new();
         let cancelled = lost.child_token();
         let tokens = (lost.clone(), cancelled.clone());
-        let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), record.clone(), version.clone(), tokens));
+        let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), shared.clone(), tokens));
         let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(record.attempt > 1 || record.modern));
-        Self { run_id, record, version, lost, cancelled, steps_written, heartbeat }
+        Self { run_id, record, shared, lost, cancelled, steps_written, heartbeat }
+    }
+
+    /// Change the run's record (compare-and-set against the version this worker holds).
+    pub(crate) async fn update(&mut self, engine: &Engine, change: impl FnOnce(&mut RunRecord)) -> Result<(), EngineError> {
+        let mut guard = self.shared.lock().await;
+        let mut record = guard.0.clone();
+        change(&mut record);
+        let version = engine
+            .store()
+            .put_record(RecordKind::Run, &self.run_id, record.encode(), None, Expect::Version(guard.1))
+            .await?;
+        *guard = (record.clone(), version);
+        self.record = record;
+        Ok(())
     }
 
     /// The run has its outcome (or was cancelled): forget it.
@@ -149,10 +167,10 @@ impl Held {
     /// `retry_at_ms`.
     pub(crate) async fn release(self, engine: &Engine, retry_at_ms: u64) {
         self.heartbeat.abort();
-        let mut record = self.record;
+        let guard = self.shared.lock().await;
+        let (mut record, version) = guard.clone();
         record.lease_until_ms = retry_at_ms;
         record.owner = String::new();
-        let version = self.version.load(Ordering::SeqCst);
         match engine.store().put_record(RecordKind::Run, &self.run_id, record.encode(), None, Expect::Version(version)).await {
             Ok(_) => tracing::info!(run = %self.run_id, "released a run's lease"),
             Err(error) => tracing::warn!(%error, run = %self.run_id, "could not release a lease; it expires by itself"),
@@ -165,8 +183,7 @@ impl Held {
 async fn heartbeat(
     engine: Engine,
     run_id: String,
-    mut record: RunRecord,
-    version: Arc<AtomicU64>,
+    shared: Arc<tokio::sync::Mutex<(RunRecord, u64)>>,
     (lost, cancelled): (CancellationToken, CancellationToken),
 ) {
     let lease = engine.options().lease;
@@ -174,10 +191,18 @@ async fn heartbeat(
     ticker.tick().await;
     loop {
         ticker.tick().await;
-        record.lease_until_ms = now_ms() + ms(lease);
-        let current = version.load(Ordering::SeqCst);
-        match engine.store().put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Version(current)).await {
-            Ok(next) => version.store(next, Ordering::SeqCst),
+        let renewed = {
+            let mut guard = shared.lock().await;
+            let mut record = guard.0.clone();
+            record.lease_until_ms = now_ms() + ms(lease);
+            let put = engine.store().put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Version(guard.1)).await;
+            if let Ok(version) = put {
+                *guard = (record, version);
+            }
+            put
+        };
+        match renewed {
+            Ok(_) => {}
             Err(StoreError::Conflict { .. }) => {
                 tracing::warn!(run = %run_id, "lease lost: another worker took this run over; stopping it here");
                 lost.cancel();
@@ -197,46 +222,72 @@ fn cancel_key(run_id: &str) -> String {
     format!("{run_id}/cancel")
 }
 
+/// A request from the durable context to its pump: become a task, then reply with the
+/// task's record key and stream (or why not).
+pub(crate) type Detach = tokio::sync::oneshot::Sender<Result<(String, StreamId), String>>;
+
 /// The engine's side of one run's durable context.
 pub(crate) struct DurableRun {
     pub engine: Engine,
     pub run_id: String,
     pub attempt: u32,
     pub caller: Caller,
-    pub stream: StreamId,
+    /// The stream the run's messages go to (the task's own stream once it is a task).
+    stream: Mutex<StreamId>,
     pub inbox: StreamId,
     pub params: Value,
     pub cancel: CancellationToken,
     /// The task this run works for: its record key and design.
-    pub task: Option<(String, Flavor)>,
+    task: Mutex<Option<(String, Flavor)>>,
+    /// Asks the run's pump to turn the request into a task.
+    detach: tokio::sync::mpsc::Sender<Detach>,
     /// Questions asked in this run (legacy era), by index: asked once per run.
     asked: Mutex<std::collections::HashSet<u64>>,
     /// Stateless era: the questions the client must answer before the run can go on.
     pub(crate) pending: Mutex<Vec<(String, Value)>>,
     /// Stateless requests' steps outlive their run (a retry continues it) until this time.
-    step_expiry: Option<u64>,
+    step_expiry: Mutex<Option<u64>>,
     /// Set when this run writes a step record (the run's clean-up then deletes them).
     steps_written: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DurableRun {
-    pub(crate) fn new(engine: &Engine, held: &Held, caller: Caller, cancel: CancellationToken) -> Self {
+    pub(crate) fn new(
+        engine: &Engine,
+        held: &Held,
+        caller: Caller,
+        cancel: CancellationToken,
+        detach: tokio::sync::mpsc::Sender<Detach>,
+    ) -> Self {
         let (run_id, record) = (&held.run_id, &held.record);
         Self {
             engine: engine.clone(),
             run_id: run_id.to_owned(),
             attempt: record.attempt,
             caller,
-            stream: record.stream.parse().unwrap_or_else(|_| StreamId::random()),
+            stream: Mutex::new(record.stream.parse().unwrap_or_else(|_| StreamId::random())),
             inbox: record.inbox.parse().unwrap_or_else(|_| StreamId::random()),
             params: record.request.get("params").cloned().unwrap_or(Value::Null),
             cancel,
-            task: record.task.clone().zip(record.task_flavor),
+            task: Mutex::new(record.task.clone().zip(record.task_flavor)),
+            detach,
             asked: Mutex::default(),
             pending: Mutex::default(),
-            step_expiry: (record.modern && record.task.is_none()).then(|| now_ms() + ms(STATE_TTL) * 2),
+            step_expiry: Mutex::new((record.modern && record.task.is_none()).then(|| now_ms() + ms(STATE_TTL) * 2)),
             steps_written: held.steps_written.clone(),
         }
+    }
+
+    fn stream(&self) -> StreamId {
+        self.stream.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn task(&self) -> Option<(String, Flavor)> {
+        self.task.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn step_expiry(&self) -> Option<u64> {
+        *self.step_expiry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn key(&self, kind: &str, name: &str) -> String {
@@ -292,7 +343,7 @@ impl DurableRun {
                 let first_time = self.asked.lock().unwrap_or_else(|p| p.into_inner()).insert(index);
                 if first_time {
                     let mut params = params;
-                    if let Some((key, _)) = &self.task {
+                    if let Some((key, _)) = &self.task() {
                         // 2025-11-25 task: the task waits for input; the question, tied to
                         // the task, reaches the client through `tasks/result`.
                         self.set_task_status(key, "input_required").await?;
@@ -305,7 +356,7 @@ impl DurableRun {
                         }
                     }
                     let message = json!({"jsonrpc": "2.0", "id": wire, "method": method, "params": params});
-                    self.engine.commit(&self.stream, &message, false).await.map_err(journal_error)?;
+                    self.engine.commit(&self.stream(), &message, false).await.map_err(journal_error)?;
                 }
                 loop {
                     tokio::select! {
@@ -326,7 +377,7 @@ impl DurableRun {
                 }
             }
         };
-        if let Some((key, _)) = &self.task {
+        if let Some((key, _)) = &self.task() {
             self.set_task_status(key, "working").await?;
         }
         self.commit_value(&answer_key, answer).await
@@ -399,7 +450,7 @@ impl DurableRun {
     async fn commit_value(&self, key: &str, value: Value) -> Result<Value, DurableError> {
         self.steps_written.store(true, Ordering::SeqCst);
         let store = self.engine.store();
-        match store.put_record(RecordKind::Step, key, value.to_string(), self.step_expiry, Expect::Absent).await {
+        match store.put_record(RecordKind::Step, key, value.to_string(), self.step_expiry(), Expect::Absent).await {
             Ok(_) => Ok(value),
             Err(StoreError::Conflict { .. }) => {
                 let stored = store.get_record(RecordKind::Step, key).await.map_err(journal_error)?;
@@ -437,7 +488,7 @@ impl DurableBackend for DurableRun {
             if let Some(stored) = self.engine.store().get_record(RecordKind::Step, &answer_key).await.map_err(journal_error)? {
                 return serde_json::from_str(&stored.value).map_err(journal_error);
             }
-            match (&self.task, self.caller.era) {
+            match (&self.task(), self.caller.era) {
                 (Some((key, Flavor::Extension)), _) => self.ask_extension_task(key, index, method, params).await,
                 (_, Era::Legacy) => self.ask_legacy(index, method, params).await,
                 (None | Some((_, Flavor::V2025)), Era::Modern) => match self.ask_stateless(index) {
@@ -457,13 +508,40 @@ impl DurableBackend for DurableRun {
             self.steps_written.store(true, Ordering::SeqCst);
             // Marked before it is sent: a crash in between loses one progress or log
             // message, and a re-run never sends it twice.
-            match self.engine.store().put_record(RecordKind::Step, &key, "1".into(), self.step_expiry, Expect::Absent).await {
+            match self.engine.store().put_record(RecordKind::Step, &key, "1".into(), self.step_expiry(), Expect::Absent).await {
                 Ok(_) => {}
                 Err(StoreError::Conflict { .. }) => return Ok(()),
                 Err(error) => return Err(journal_error(error)),
             }
             let message = json!({"jsonrpc": "2.0", "method": method, "params": params});
-            self.engine.route_notification(&self.caller, &self.stream, method, message).await.map_err(journal_error)
+            self.engine.route_notification(&self.caller, &self.stream(), method, message).await.map_err(journal_error)
+        })
+    }
+
+    fn start_task(&self) -> BoxFuture<'_, Result<bool, DurableError>> {
+        Box::pin(async move {
+            if self.task().is_some() {
+                return Ok(true);
+            }
+            let declared = self.params.get("_meta").is_some_and(|meta| {
+                let mut request = Map::new();
+                request.insert("params".into(), json!({"_meta": meta}));
+                crate::tasks::declares_extension(&request)
+            });
+            if self.caller.era != Era::Modern || !declared {
+                return Ok(false);
+            }
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            self.detach.send(reply).await.map_err(|_| DurableError::Journal("the run has ended".into()))?;
+            let (key, stream) = answer
+                .await
+                .map_err(|_| DurableError::Journal("the run has ended".into()))?
+                .map_err(DurableError::Journal)?;
+            *self.task.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, Flavor::Extension));
+            *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = stream;
+            // A task's steps live as long as the task.
+            *self.step_expiry.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            Ok(true)
         })
     }
 
@@ -564,7 +642,10 @@ impl Engine {
                 self.store().delete_records(RecordKind::Run, &record.key).await?;
                 continue;
             };
-            if run.owner != me && run.lease_until_ms > now {
+            // Ours from before this process started (a lease this process granted or renewed
+            // ends after `started + lease`), or anyone's expired lease.
+            let ours_from_before = run.owner == me && run.lease_until_ms < self.started_at_ms() + ms(self.options().lease);
+            if !ours_from_before && run.lease_until_ms > now {
                 continue;
             }
             let previous_owner = std::mem::replace(&mut run.owner, me.clone());

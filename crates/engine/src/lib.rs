@@ -80,6 +80,8 @@ struct Inner {
     options: EngineOptions,
     runs: run::Registry,
     sealer: durable_mcp_protocol::StateSealer,
+    /// When this engine was created: leases it grants end after `started_at_ms + lease`.
+    started_at_ms: u64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -101,7 +103,8 @@ impl Engine {
             }
             None => durable_mcp_protocol::StateSealer::generated(random_key()),
         };
-        Self { inner: Arc::new(Inner { store, handler, summary, options, runs: run::Registry::default(), sealer }) }
+        let started_at_ms = durable_mcp_store::now_ms();
+        Self { inner: Arc::new(Inner { store, handler, summary, options, runs: run::Registry::default(), sealer, started_at_ms }) }
     }
 
     /// The store.
@@ -117,6 +120,11 @@ impl Engine {
     /// The server's static information, read once at start.
     pub fn summary(&self) -> &ServerSummary {
         &self.inner.summary
+    }
+
+    /// When this engine was created (milliseconds since the epoch).
+    pub(crate) fn started_at_ms(&self) -> u64 {
+        self.inner.started_at_ms
     }
 
     /// The sealer of durable `requestState`s.

@@ -47,6 +47,19 @@ fn declare_task_support(outcome: &mut Value) {
     }
 }
 
+/// Everything the pump of one run works with.
+struct Pump {
+    run: Run,
+    caller: Caller,
+    id: RequestId,
+    stream: StreamId,
+    close_connection: CancellationToken,
+    held: Option<Held>,
+    durable: Option<Arc<DurableRun>>,
+    detach_requests: tokio::sync::mpsc::Receiver<crate::journal::Detach>,
+    task_watch: Option<(String, tokio::task::JoinHandle<()>)>,
+}
+
 /// What [`Engine::launch`] started.
 pub(crate) struct Launched {
     pub cancel: CancellationToken,
@@ -318,7 +331,8 @@ impl Engine {
         // A run whose lease is lost is cancelled here (without ending its stream).
         let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
         let mut peer = caller.peer(self);
-        let durable = held.as_ref().map(|held| Arc::new(DurableRun::new(self, held, caller.clone(), cancel.clone())));
+        let (detach, detach_requests) = tokio::sync::mpsc::channel(1);
+        let durable = held.as_ref().map(|held| Arc::new(DurableRun::new(self, held, caller.clone(), cancel.clone(), detach)));
         if let Some(durable) = &durable {
             peer.durable = Some(Durable::new(durable.clone()));
         }
@@ -345,23 +359,15 @@ impl Engine {
         if let Some(held) = &held {
             lock(&self.inner.runs.journaled).insert(held.run_id.clone(), run.cancel.clone());
         }
-        let task_watch = task.map(|key| {
-            let task_id = key.rsplit('/').next().unwrap_or_default().to_owned();
-            lock(&self.inner.runs.tasks).insert(task_id.clone(), run.cancel.clone());
-            (task_id, self.watch_task_cancellation(key, run.cancel.clone()))
-        });
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
         let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
+        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None };
         tokio::spawn(async move {
-            engine.clone().pump(run, caller, id, stream, close, held, durable).await;
+            engine.clone().pump(pump).await;
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
             if let Some(watcher) = session_end {
                 watcher.abort();
-            }
-            if let Some((task_id, watcher)) = task_watch {
-                watcher.abort();
-                lock(&engine.inner.runs.tasks).remove(&task_id);
             }
         });
         Ok(launched)
@@ -372,8 +378,8 @@ impl Engine {
         lock(&self.inner.runs.tasks).get(task_id).cloned()
     }
 
-    /// A `tasks/*` request: answered from the task records. `None`: not durable-mcp's
-    /// task (the handler answers); `Some(None)`: answered by a relay onto the stream;
+    /// A `tasks/*` request: answered from the task records. `None`: a method durable-mcp
+    /// does not serve (the handler answers); `Some(None)`: answered by a relay onto the stream;
     /// `Some(Some(response))`: the response. 2026-07-28 clients must have declared the
     /// extension.
     async fn tasks_method(
@@ -489,8 +495,11 @@ impl Engine {
             return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None))));
         };
         let key = crate::tasks::task_key(&caller.principal, task_id);
-        let Some((task, _)) = self.load_task(&key).await? else { return Ok(None) };
-        let Ok(source) = task.stream.parse::<StreamId>() else { return Ok(None) };
+        let not_found = || error_response(id.clone(), code::INVALID_PARAMS, "Failed to retrieve task: Task not found", None);
+        let Some((task, _)) = self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025) else {
+            return Ok(Some(Some(not_found())));
+        };
+        let Ok(source) = task.stream.parse::<StreamId>() else { return Ok(Some(Some(not_found()))) };
         let engine = self.clone();
         let (id, stream, task_id) = (id.clone(), stream.clone(), task_id.to_owned());
         tokio::spawn(async move {
@@ -548,22 +557,68 @@ impl Engine {
         Ok(self.store().append(stream, message.to_string(), close).await?)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn pump(
-        self,
-        mut run: Run,
-        caller: Caller,
-        id: RequestId,
-        stream: StreamId,
-        close_connection: CancellationToken,
-        held: Option<Held>,
-        durable: Option<Arc<DurableRun>>,
-    ) {
+    /// A task's run: registered for cancellation by task id, and watched for a
+    /// cancellation recorded by another worker.
+    fn watch_task(&self, key: &str, cancel: &CancellationToken) -> (String, tokio::task::JoinHandle<()>) {
+        let task_id = key.rsplit('/').next().unwrap_or_default().to_owned();
+        lock(&self.inner.runs.tasks).insert(task_id.clone(), cancel.clone());
+        (task_id, self.watch_task_cancellation(key.to_owned(), cancel.clone()))
+    }
+
+    /// The handler asked to go on as a task (2026-07-28): commit the task, point the run's
+    /// journal entry at the task's stream, answer the request with the create result.
+    async fn detach(&self, caller: &Caller, id: &RequestId, stream: &StreamId, held: &mut Held) -> Result<(String, StreamId), EngineError> {
+        if let (Some(key), Ok(task_stream)) = (held.record.task.clone(), held.record.stream.parse::<StreamId>()) {
+            return Ok((key, task_stream));
+        }
+        let task_stream = StreamId::random();
+        let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session_id().cloned() };
+        self.store().create_stream(&task_stream, &owner).await?;
+        let (task, key) = self.create_task(&caller.principal, None, Flavor::Extension, None, &task_stream).await?;
+        let (record_key, record_stream) = (key.clone(), task_stream.to_string());
+        held.update(self, move |record| {
+            record.task = Some(record_key);
+            record.task_flavor = Some(Flavor::Extension);
+            record.stream = record_stream;
+        })
+        .await?;
+        let mut created = task.wire();
+        created.insert("resultType".into(), Value::String("task".into()));
+        let mut response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": Value::Object(created)});
+        self.add_server_info(&mut response);
+        self.commit(stream, &response, true).await?;
+        tracing::debug!(task = %task.task_id, "request became a task");
+        Ok((key, task_stream))
+    }
+
+    async fn pump(self, pump: Pump) {
+        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch } = pump;
+        if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
+            task_watch = Some(self.watch_task(&key, &run.cancel));
+        }
         let mut answered = false;
         let mut suspended = false;
         let mut settled: Option<Value> = None;
         let mut inbox: Option<Inbox> = None;
-        while let Some(message) = run.outbound.recv().await {
+        loop {
+            let message = tokio::select! {
+                message = run.outbound.recv() => match message {
+                    Some(message) => message,
+                    None => break,
+                },
+                Some(reply) = detach_requests.recv() => {
+                    let Some(held) = held.as_mut() else { continue };
+                    let detached = self.detach(&caller, &id, &stream, held).await;
+                    if let Ok((key, task_stream)) = &detached {
+                        stream = task_stream.clone();
+                        if task_watch.is_none() {
+                            task_watch = Some(self.watch_task(key, &run.cancel));
+                        }
+                    }
+                    let _ = reply.send(detached.map_err(|e| e.to_string()));
+                    continue;
+                }
+            };
             tracing::debug!(%stream, ?message, "handler message");
             let result = match message {
                 Outbound::Outcome(_) if run.cancel.is_cancelled() => {
@@ -627,6 +682,10 @@ impl Engine {
         }
         if let Some(session) = caller.session_id() {
             lock(&self.inner.runs.runs).remove(&run_key(session, &id));
+        }
+        if let Some((task_id, watcher)) = task_watch {
+            watcher.abort();
+            lock(&self.inner.runs.tasks).remove(&task_id);
         }
         if let Some(inbox) = inbox {
             inbox.close(&self).await;

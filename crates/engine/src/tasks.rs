@@ -277,8 +277,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Answer a `tasks/*` request from the task records, or `None` when the task is not
-    /// durable-mcp's (it may be the handler's own, in memory: the handler answers).
+    /// Answer a `tasks/*` request from the task records (`None`: a method durable-mcp does
+    /// not serve for this design; the handler answers).
     pub(crate) async fn tasks_request(
         &self,
         principal: &Principal,
@@ -295,7 +295,8 @@ impl Engine {
         };
         let key = task_key(principal, task_id);
         let Some((task, _)) = self.load_task(&key).await? else {
-            return Ok(None);
+            // Unknown, expired, or another principal's (D13).
+            return Ok(Some(task_not_found(id.clone())));
         };
         if task.flavor != flavor {
             return Ok(Some(task_not_found(id.clone())));

@@ -87,21 +87,22 @@
 //!
 //! ## SEP-2663 Tasks extension fixtures (2026-07-28 `tasks-*` scenarios, not scored)
 //!
-//! The server advertises `capabilities.extensions["io.modelcontextprotocol/tasks"]` and
-//! runs tasks on rmcp's in-process `TaskManager` (shared by all clones; tasks do not
-//! survive the process). rmcp gates `tasks/get|update|cancel` (-32021 when the request's
-//! client did not declare the extension) and refuses a `CreateTaskResult` to such a
-//! client.
+//! The server advertises `capabilities.extensions["io.modelcontextprotocol/tasks"]`. The
+//! fixtures are ordinary tools that declare their task support in `_meta`; durable-mcp's
+//! engine makes the tasks (durable: committed before the create result, served by any
+//! worker, re-run after a crash), gates `tasks/get|update|cancel` (-32021 for clients that
+//! did not declare the extension) and refuses task-required tools to such clients.
 //!
 //! | tool | behaviour |
 //! | --- | --- |
 //! | `greet` | synchronous only: `Hello, {name}!` |
-//! | `slow_compute` | task if the client declared the extension, else synchronous; sleeps `seconds` (default 1); `tasks/cancel` settles it as `cancelled` |
+//! | `slow_compute` | task if the client declared the extension, else synchronous; sleeps `seconds` (default 1, a durable timer); `tasks/cancel` stops it |
 //! | `failing_job` | task-required (-32021 otherwise); completes after ~1 s with `isError: true` |
-//! | `protocol_error_job` | task: settles as `failed` with an inlined error; synchronous: a JSON-RPC error |
-//! | `confirm_delete` | task-required; parks on `inputRequests.confirm` until `tasks/update` |
-//! | `multi_input` | task-required; parks on `input_a` and `input_b` at once (partial updates) |
-//! | `test_tool_with_task` | task-required; round 1 is an InputRequiredResult (`user_name`), round 2 a task whose result greets that name |
+//! | `protocol_error_job` | task: settles as `failed` with the error; synchronous: a JSON-RPC error |
+//! | `confirm_delete` | task-supporting; parks on one `inputRequests` entry until `tasks/update` |
+//! | `multi_input` | task-supporting; parks on two entries at once (partial updates) |
+//! | `test_tool_with_task` | task-required; round 1 is an `input_required` (durable question, sealed state), round 2 becomes a task (`Durable::start_task`) whose result greets that name |
+//! | `steps`, `ask` | the durability fixtures (see `durability.rs`), task-supporting |
 //!
 //! `tools/list` puts `test_simple_text` first: `http-header-validation` calls the first
 //! listed tool with empty arguments and no tasks extension and expects success.
@@ -195,16 +196,13 @@ use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-    CompleteResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
-    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams,
+    CompleteResult, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
     RequestStateCodec, RequestStateError, ServerCapabilities, ServerConfig, SetLevelRequestMethod,
     SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
-    UpdateTaskParams,
-};
+    };
 use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSendError};
-use rmcp::task_manager::TaskManager;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 use tokio::sync::broadcast;
 
@@ -238,7 +236,6 @@ struct Shared {
     dynamic_tool: AtomicBool,
     dynamic_prompt: AtomicBool,
     changes: broadcast::Sender<Change>,
-    tasks: TaskManager,
 }
 
 /// The conformance "everything" server. See the [module documentation](self) for its
@@ -310,7 +307,6 @@ impl Everything {
                 dynamic_tool: AtomicBool::new(false),
                 dynamic_prompt: AtomicBool::new(false),
                 changes,
-                tasks: TaskManager::new(),
             }),
             tool_router: Arc::new(Self::tool_router() + Self::mrtr_router() + Self::tasks_router() + Self::durability_router()),
             prompt_router: Arc::new(Self::prompt_router()),
@@ -514,34 +510,6 @@ impl ServerHandler for Everything {
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
         resources::complete(&request)
-    }
-
-    async fn get_task(
-        &self,
-        request: GetTaskParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<GetTaskResult, McpError> {
-        Ok(GetTaskResult::new(
-            self.shared.tasks.get_task(&request.task_id)?,
-        ))
-    }
-
-    async fn update_task(
-        &self,
-        request: UpdateTaskParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        self.shared
-            .tasks
-            .update_task(&request.task_id, request.input_responses)
-    }
-
-    async fn cancel_task(
-        &self,
-        request: CancelTaskParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        self.shared.tasks.cancel_task(&request.task_id)
     }
 
     async fn set_level(

@@ -133,6 +133,10 @@ pub trait DurableBackend: Send + Sync + 'static {
     fn ask<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<Value, DurableError>>;
     /// Send notification number `index` unless an earlier run already sent it.
     fn emit<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), DurableError>>;
+    /// Turn this request into a task (2026-07-28 Tasks extension): `Ok(true)` once the
+    /// task is committed and its create result sent; `Ok(false)` if the client cannot use
+    /// tasks (the request goes on synchronously).
+    fn start_task(&self) -> BoxFuture<'_, Result<bool, DurableError>>;
     /// Fires when the request is cancelled.
     fn cancellation(&self) -> CancellationToken;
     /// The request's progress token, if it has one.
@@ -360,6 +364,17 @@ impl Durable {
             params["logger"] = json!(logger);
         }
         self.backend.emit(index, "notifications/message", params).await
+    }
+
+    /// Go on as a durable task, if the client can use tasks (it declared the 2026-07-28
+    /// Tasks extension): the task is committed, the client gets `resultType: "task"` now,
+    /// and the rest of the handler runs as the task's work (its result becomes the task's,
+    /// its questions the task's `inputRequests`). Returns whether it became a task; when
+    /// not, the request simply goes on. A tool that asks questions before it becomes a task
+    /// (a synchronous `input_required` round first) calls this after them. On a re-run of
+    /// a request that already became a task it returns `true` at once.
+    pub async fn start_task(&self) -> Result<bool, DurableError> {
+        self.backend.start_task().await
     }
 
     /// Whether the request was cancelled (D11).

@@ -7,23 +7,19 @@
 //! store. Their questions go through the durable context and become the task's
 //! `inputRequests`.
 //!
-//! `test_tool_with_task` is the exception: its first round is a synchronous
-//! `input_required` and only its second creates a task, so it creates that task itself on
-//! rmcp's in-process [`TaskManager`](rmcp::task_manager::TaskManager), which does not
-//! survive the process (durable-mcp hands `tasks/*` for ids it does not know to the
-//! handler).
+//! `test_tool_with_task` shows the other way: its first round is a synchronous
+//! `input_required` (a durable question in a stateless request), and only then does it
+//! become a task, with [`Durable::start_task`].
 
 use std::time::Duration;
 
 use durable_mcp_protocol::{Durable, TaskSupport, task_support};
-use rmcp::handler::server::tool::{Extension, InputResponses as InputResponsesPart};
+use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock, CreateTaskResult, ElicitRequestParams,
-    ElicitResult, InputRequiredResult,
+    CallToolResult, ClientCapabilities, ContentBlock, ElicitRequestParams, ElicitResult,
 };
 use rmcp::service::RequestContext;
-use rmcp::task_manager::{TaskExit, TaskOptions};
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -31,7 +27,6 @@ use serde_json::Value;
 
 use super::Everything;
 use super::fixtures::single_field_schema;
-use super::input::{self, Gathered, Question};
 
 fn text(text: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(text)])
@@ -169,41 +164,25 @@ impl Everything {
     }
 
     #[tool(
-        description = "Tasks fixture: task-required; round 1 asks user_name (InputRequiredResult), round 2 creates a task that greets"
+        description = "Tasks fixture: task-required; round 1 asks the user's name (a synchronous input_required), round 2 becomes a durable task that greets"
     )]
     async fn test_tool_with_task(
         &self,
         context: RequestContext<RoleServer>,
-        InputResponsesPart(responses): InputResponsesPart,
-    ) -> Result<CallToolResponse, McpError> {
+        Extension(durable): Extension<Durable>,
+    ) -> Result<CallToolResult, McpError> {
         tasks_required(&context)?;
-        let questions = vec![Question::elicit(
-            "user_name",
-            "What is your name?",
-            single_field_schema("name", "string"),
-        )];
-        let name = match input::gather(&context, responses.as_ref(), questions).await? {
-            Gathered::Complete(answers) => answers
-                .get("user_name")
-                .and_then(|answer| answer.field("name"))
-                .unwrap_or_else(|| "friend".to_owned()),
-            Gathered::InputRequired(requests) => {
-                return Ok(InputRequiredResult::from_input_requests(requests).into());
-            }
+        let answer = durable.elicit(elicitation("What is your name?", "name", "string")).await?;
+        let name = match elicited(&answer, "name") {
+            name if name == "(not provided)" => "friend".to_owned(),
+            name => name,
         };
-        let task = self
-            .shared
-            .tasks
-            .spawn(TaskOptions::default(), move |task| {
-                Box::pin(async move {
-                    tokio::select! {
-                        () = task.cancelled() => Err(TaskExit::Cancelled),
-                        () = tokio::time::sleep(Duration::from_millis(200)) => {
-                            Ok(text(format!("Hello, {name}! (from a task)")))
-                        }
-                    }
-                })
-            });
-        Ok(CreateTaskResult::new(task).into())
+        // Not declared as a task tool (the engine would make the task before the question):
+        // it becomes a task itself, once it has its answer.
+        if !durable.start_task().await? {
+            return Err(McpError::internal_error("test_tool_with_task needs a client that uses tasks", None));
+        }
+        durable.sleep("greet", Duration::from_millis(200)).await?;
+        Ok(text(format!("Hello, {name}! (from a task)")))
     }
 }
