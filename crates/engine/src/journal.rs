@@ -53,6 +53,10 @@ pub(crate) struct RunRecord {
     /// That task's design.
     #[serde(default)]
     pub task_flavor: Option<Flavor>,
+    /// Runs that ended without an outcome (a panic, a store failure). Hand-overs
+    /// (shutdown, lease takeover) do not count.
+    #[serde(default)]
+    pub failures: u32,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -79,6 +83,7 @@ impl RunRecord {
             attempt: 1,
             task: None,
             task_flavor: None,
+            failures: 0,
         }
     }
 
@@ -111,7 +116,17 @@ pub(crate) struct Held {
     pub cancelled: CancellationToken,
     /// Whether an earlier run or this one may have written step records.
     pub(crate) steps_written: Arc<std::sync::atomic::AtomicBool>,
+    /// Until when the lease is surely ours: the last successful renewal plus the lease.
+    valid_until_ms: Arc<std::sync::atomic::AtomicU64>,
     heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // However the run ends (an early return, an error), its heartbeat ends with it:
+        // a lease nobody renews expires and the run is recovered.
+        self.heartbeat.abort();
+    }
 }
 
 impl Held {
@@ -119,10 +134,22 @@ impl Held {
         let shared = Arc::new(tokio::sync::Mutex::new((record.clone(), version)));
         let lost = CancellationToken::new();
         let cancelled = lost.child_token();
-        let tokens = (lost.clone(), cancelled.clone());
-        let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), shared.clone(), tokens));
+        let valid_until_ms = Arc::new(std::sync::atomic::AtomicU64::new(record.lease_until_ms));
+        let beat = Beat { shared: shared.clone(), lost: lost.clone(), cancelled: cancelled.clone(), valid_until_ms: valid_until_ms.clone() };
+        let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), beat));
         let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(record.attempt > 1 || record.modern));
-        Self { run_id, record, shared, lost, cancelled, steps_written, heartbeat }
+        Self { run_id, record, shared, lost, cancelled, steps_written, valid_until_ms, heartbeat }
+    }
+
+    /// Whether the lease is still surely ours (fencing: a worker that could not renew it
+    /// for a whole lease must not commit an outcome another worker may also commit).
+    pub(crate) fn lease_valid(&self) -> bool {
+        now_ms() < self.valid_until_ms.load(Ordering::SeqCst)
+    }
+
+    /// Stop renewing the lease (the run is about to end).
+    pub(crate) fn stop_heartbeat(&self) {
+        self.heartbeat.abort();
     }
 
     /// Change the run's record (compare-and-set against the version this worker holds).
@@ -139,12 +166,16 @@ impl Held {
         Ok(())
     }
 
-    /// The run has its outcome (or was cancelled): forget it.
+    /// The run has its outcome (or was cancelled): forget it. A stateless request's steps
+    /// stay until they expire: a sealed `requestState` naming the run may still come back
+    /// (a retry after a crash, a replay), and must find its committed steps (D8).
     pub(crate) async fn finish(self, engine: &Engine) {
         self.heartbeat.abort();
         let store = engine.store();
         let steps = format!("{}/", self.run_id);
-        if self.steps_written.load(Ordering::SeqCst)
+        let stateless = self.record.modern && self.record.task.is_none();
+        if !stateless
+            && self.steps_written.load(Ordering::SeqCst)
             && let Err(error) = store.delete_records(RecordKind::Step, &steps).await
         {
             tracing::warn!(%error, run = %self.run_id, "could not delete a finished run's steps; retention will");
@@ -165,12 +196,15 @@ impl Held {
 
     /// Give the run back: another worker (or our own recovery loop) picks it up at
     /// `retry_at_ms`.
-    pub(crate) async fn release(self, engine: &Engine, retry_at_ms: u64) {
+    pub(crate) async fn release(self, engine: &Engine, retry_at_ms: u64, failed: bool) {
         self.heartbeat.abort();
         let guard = self.shared.lock().await;
         let (mut record, version) = guard.clone();
         record.lease_until_ms = retry_at_ms;
         record.owner = String::new();
+        if failed {
+            record.failures += 1;
+        }
         match engine.store().put_record(RecordKind::Run, &self.run_id, record.encode(), None, Expect::Version(version)).await {
             Ok(_) => tracing::info!(run = %self.run_id, "released a run's lease"),
             Err(error) => tracing::warn!(%error, run = %self.run_id, "could not release a lease; it expires by itself"),
@@ -178,25 +212,30 @@ impl Held {
     }
 }
 
-/// Renew the lease every third of it; stop the run if another worker took it over, or if
-/// a client's cancellation was recorded for it (from any worker).
-async fn heartbeat(
-    engine: Engine,
-    run_id: String,
+/// What a run's heartbeat shares with its [`Held`].
+struct Beat {
     shared: Arc<tokio::sync::Mutex<(RunRecord, u64)>>,
-    (lost, cancelled): (CancellationToken, CancellationToken),
-) {
+    lost: CancellationToken,
+    cancelled: CancellationToken,
+    valid_until_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Renew the lease every third of it; stop the run if another worker took it over, if it
+/// could not be renewed for a whole lease, or if a client's cancellation was recorded for
+/// it (from any worker).
+async fn heartbeat(engine: Engine, run_id: String, beat: Beat) {
     let lease = engine.options().lease;
     let mut ticker = tokio::time::interval(lease / 3);
     ticker.tick().await;
     loop {
         ticker.tick().await;
         let renewed = {
-            let mut guard = shared.lock().await;
+            let mut guard = beat.shared.lock().await;
             let mut record = guard.0.clone();
             record.lease_until_ms = now_ms() + ms(lease);
             let put = engine.store().put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Version(guard.1)).await;
             if let Ok(version) = put {
+                beat.valid_until_ms.store(record.lease_until_ms, Ordering::SeqCst);
                 *guard = (record, version);
             }
             put
@@ -205,14 +244,19 @@ async fn heartbeat(
             Ok(_) => {}
             Err(StoreError::Conflict { .. }) => {
                 tracing::warn!(run = %run_id, "lease lost: another worker took this run over; stopping it here");
-                lost.cancel();
+                beat.lost.cancel();
+                return;
+            }
+            Err(error) if now_ms() >= beat.valid_until_ms.load(Ordering::SeqCst) => {
+                tracing::warn!(%error, run = %run_id, "lease expired without renewal; stopping the run here");
+                beat.lost.cancel();
                 return;
             }
             Err(error) => tracing::warn!(%error, run = %run_id, "could not renew a lease; retrying"),
         }
         if let Ok(Some(_)) = engine.store().get_record(RecordKind::Step, &cancel_key(&run_id)).await {
             tracing::debug!(run = %run_id, "cancelled by the client through another worker");
-            cancelled.cancel();
+            beat.cancelled.cancel();
         }
     }
 }
@@ -220,6 +264,14 @@ async fn heartbeat(
 /// The mark a client's `notifications/cancelled` leaves for a run running elsewhere.
 fn cancel_key(run_id: &str) -> String {
     format!("{run_id}/cancel")
+}
+
+/// What a taken-over run needs.
+enum Resume {
+    /// Run it again, for this caller, on this stream.
+    Launch(Box<Caller>, RequestId, StreamId),
+    /// Nothing more than cleaning up.
+    Done,
 }
 
 /// A request from the durable context to its pump: become a task, then reply with the
@@ -611,6 +663,24 @@ impl Engine {
         Ok(alias.and_then(|a| a.value.parse().ok()))
     }
 
+    /// Give every committed step of `run_id` a new expiry (`None`: keep until the run
+    /// ends): a stateless request continued by a retry, or turned into a task, keeps all
+    /// its earlier steps, not only the ones of its last round.
+    pub(crate) async fn refresh_steps(&self, run_id: &str, expires_at_ms: Option<u64>) -> Result<(), EngineError> {
+        const MAX_STEPS: usize = 10_000;
+        for record in self.store().list_records(RecordKind::Step, &format!("{run_id}/"), MAX_STEPS).await? {
+            match self
+                .store()
+                .put_record(RecordKind::Step, &record.key, record.value, expires_at_ms, Expect::Version(record.version))
+                .await
+            {
+                Ok(_) | Err(StoreError::Conflict { .. }) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(())
+    }
+
     /// Record a client's cancellation of a run that does not run here: its worker's next
     /// heartbeat (within a third of the lease) cancels it (D11).
     pub(crate) async fn cancel_elsewhere(&self, session: &SessionId, id: &RequestId) -> Result<(), EngineError> {
@@ -630,48 +700,80 @@ impl Engine {
     /// expired, and run it again. Returns how many runs were resumed.
     pub async fn recover(&self) -> Result<usize, EngineError> {
         const BATCH: usize = 1_000;
-        let me = self.options().worker_id.clone();
-        let now = now_ms();
         let mut resumed = 0;
-        for record in self.store().list_records(RecordKind::Run, "", BATCH).await? {
-            if self.is_running_here(&record.key) {
-                continue;
-            }
-            let Ok(mut run) = RunRecord::decode(&record.value) else {
-                tracing::error!(run = %record.key, "undecodable journal entry; removing it");
-                self.store().delete_records(RecordKind::Run, &record.key).await?;
-                continue;
-            };
-            // Ours from before this process started (a lease this process granted or renewed
-            // ends after `started + lease`), or anyone's expired lease.
-            let ours_from_before = run.owner == me && run.lease_until_ms < self.started_at_ms() + ms(self.options().lease);
-            if !ours_from_before && run.lease_until_ms > now {
-                continue;
-            }
-            let previous_owner = std::mem::replace(&mut run.owner, me.clone());
-            run.lease_until_ms = now_ms() + ms(self.options().lease);
-            run.attempt += 1;
-            let version = match self.store().put_record(RecordKind::Run, &record.key, run.encode(), None, Expect::Version(record.version)).await {
-                Ok(version) => version,
-                Err(StoreError::Conflict { .. }) => continue, // another worker was faster
-                Err(error) => return Err(error.into()),
-            };
-            tracing::info!(run = %record.key, %previous_owner, attempt = run.attempt, "taking over a run");
-            let held = Held::start(self, record.key.clone(), run, version);
-            if self.resume(held).await? {
-                resumed += 1;
+        // Run ids are hex: one listing per first digit keeps each listing bounded while
+        // every record is looked at.
+        for digit in "0123456789abcdef".chars() {
+            for record in self.store().list_records(RecordKind::Run, &digit.to_string(), BATCH).await? {
+                match self.recover_one(record).await {
+                    Ok(true) => resumed += 1,
+                    Ok(false) => {}
+                    Err(error) => tracing::warn!(%error, "could not recover a run; retrying at the next pass"),
+                }
             }
         }
         Ok(resumed)
     }
 
-    /// Run a taken-over request again on its original stream.
-    async fn resume(&self, held: Held) -> Result<bool, EngineError> {
-        let record = held.record.clone();
-        let Ok(stream) = record.stream.parse::<StreamId>() else {
-            held.finish(self).await;
+    async fn recover_one(&self, record: durable_mcp_store::Record) -> Result<bool, EngineError> {
+        let me = self.options().worker_id.clone();
+        if self.is_running_here(&record.key) {
+            return Ok(false);
+        }
+        let Ok(mut run) = RunRecord::decode(&record.value) else {
+            tracing::error!(run = %record.key, "undecodable journal entry; removing it");
+            self.store().delete_records(RecordKind::Run, &record.key).await?;
             return Ok(false);
         };
+        // Ours from before this process started (a lease this process granted or renewed
+        // ends after `started + lease`), or anyone's expired lease.
+        let ours_from_before = run.owner == me && run.lease_until_ms < self.started_at_ms() + ms(self.options().lease);
+        if !ours_from_before && run.lease_until_ms > now_ms() {
+            return Ok(false);
+        }
+        let previous_owner = std::mem::replace(&mut run.owner, me.clone());
+        run.lease_until_ms = now_ms() + ms(self.options().lease);
+        run.attempt += 1;
+        let version = match self.store().put_record(RecordKind::Run, &record.key, run.encode(), None, Expect::Version(record.version)).await {
+            Ok(version) => version,
+            Err(StoreError::Conflict { .. }) => return Ok(false), // another worker was faster
+            Err(error) => return Err(error.into()),
+        };
+        tracing::info!(run = %record.key, %previous_owner, attempt = run.attempt, "taking over a run");
+        let held = Held::start(self, record.key.clone(), run, version);
+        self.resume(held).await
+    }
+
+    /// Run a taken-over request again on its original stream.
+    async fn resume(&self, held: Held) -> Result<bool, EngineError> {
+        match self.try_resume(&held).await {
+            Ok(Resume::Launch(caller, id, stream)) => {
+                let request = held.record.request.clone();
+                if let Err(mut rejection) = self.launch(*caller, id.clone(), request, stream.clone(), Some(held)).await {
+                    rejection.id = Some(id);
+                    self.commit(&stream, &rejection.to_response(), true).await?;
+                }
+                Ok(true)
+            }
+            Ok(Resume::Done) => {
+                held.finish(self).await;
+                Ok(false)
+            }
+            Err(error) => {
+                // Try again later (here or elsewhere): a store blip must not strand the run.
+                held.release(self, now_ms() + 1_000, false).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Decide what a taken-over run needs: to be run again, or only to be cleaned up
+    /// (its outcome is committed, its session or task ended, it was cancelled, it failed
+    /// too often).
+    async fn try_resume(&self, held: &Held) -> Result<Resume, EngineError> {
+        let record = &held.record;
+        let Ok(stream) = record.stream.parse::<StreamId>() else { return Ok(Resume::Done) };
+        let id = record.id();
         // Outcome already committed (the owner died between the commit and the clean-up)?
         if self.stream_closed(&stream).await? {
             if let Some(task) = &record.task
@@ -679,40 +781,45 @@ impl Engine {
             {
                 self.settle_task(task, &outcome).await?;
             }
-            held.finish(self).await;
-            return Ok(false);
+            return Ok(Resume::Done);
+        }
+        let cancelled = self.store().get_record(RecordKind::Step, &cancel_key(&held.run_id)).await?.is_some();
+        let task_ended = match &record.task {
+            Some(task) => self.load_task(task).await?.is_none_or(|(t, _)| is_terminal(&t.status)),
+            None => false,
+        };
+        if cancelled || task_ended {
+            self.close_unanswered(&stream, &id, true).await;
+            return Ok(Resume::Done);
         }
         let principal = Principal::new(record.principal.clone());
-        let session = match &record.session {
-            Some(id) => match id.parse::<SessionId>() {
-                Ok(id) => match self.store().load_session(&principal, &id).await {
-                    Ok(session) => Some(session),
-                    Err(StoreError::NotFound { .. }) => {
-                        held.finish(self).await;
-                        return Ok(false);
+        let session = match record.session.as_ref().map(|id| id.parse::<SessionId>()) {
+            Some(Ok(session)) => match self.store().load_session(&principal, &session).await {
+                Ok(session) => Some(session),
+                Err(StoreError::NotFound { .. }) => {
+                    if let Some(task) = &record.task {
+                        self.end_task(task, "cancelled", "The session ended.").await?;
                     }
-                    Err(error) => {
-                        held.release(self, now_ms() + 1_000).await;
-                        return Err(error.into());
-                    }
-                },
-                Err(_) => None,
+                    return Ok(Resume::Done);
+                }
+                Err(error) => return Err(error.into()),
             },
-            None => None,
+            _ => None,
         };
-        let id = record.id();
         if record.modern && record.task.is_none() {
             // A stateless request's client is gone with its connection: nobody could
-            // read a re-run's outcome, so the request ends with an error.
+            // read a re-run's outcome, so the request ends with an error (its steps stay:
+            // a retry with its sealed state continues them).
             self.close_unanswered(&stream, &id, false).await;
-            held.finish(self).await;
-            return Ok(false);
+            return Ok(Resume::Done);
         }
-        if record.attempt > self.options().max_attempts {
-            tracing::error!(run = %held.run_id, attempts = record.attempt - 1, "a run failed too often; ending it with an error");
+        if record.failures >= self.options().max_attempts {
+            tracing::error!(run = %held.run_id, failures = record.failures, "a run failed too often; ending it with an error");
             self.close_unanswered(&stream, &id, false).await;
-            held.finish(self).await;
-            return Ok(false);
+            if let Some(task) = &record.task {
+                self.end_task(task, "failed", "The task failed too often.").await?;
+            }
+            return Ok(Resume::Done);
         }
         let caller = Caller {
             principal,
@@ -721,8 +828,7 @@ impl Engine {
             protocol_version: record.protocol_version.clone(),
             log_level: record.log_level.clone(),
         };
-        self.launch(caller, id, record.request.clone(), stream, Some(held)).await.map_err(EngineError::Rejected)?;
-        Ok(true)
+        Ok(Resume::Launch(Box::new(caller), id, stream))
     }
 
     /// The last JSON message of a stream, if any.

@@ -235,7 +235,10 @@ impl Engine {
                 let state = state.clone();
                 params.remove("requestState");
                 match self.open_run(&state, &caller.principal, &request) {
-                    Ok(continued) => run_id = continued,
+                    Ok(continued) => {
+                        self.refresh_steps(&continued, Some(now_ms() + 2 * crate::journal::STATE_TTL.as_millis() as u64)).await?;
+                        run_id = continued;
+                    }
                     Err(message) => {
                         let refusal = error_response(id, code::INVALID_PARAMS, &message, None);
                         self.commit(&stream, &refusal, true).await?;
@@ -494,9 +497,14 @@ impl Engine {
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
             return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None))));
         };
+        if task_id.parse::<StreamId>().is_err() {
+            return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "Failed to retrieve task: Task not found", None))));
+        }
         let key = crate::tasks::task_key(&caller.principal, task_id);
         let not_found = || error_response(id.clone(), code::INVALID_PARAMS, "Failed to retrieve task: Task not found", None);
-        let Some((task, _)) = self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025) else {
+        let Some((task, _)) =
+            self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025 && t.principal == caller.principal.as_str())
+        else {
             return Ok(Some(Some(not_found())));
         };
         let Ok(source) = task.stream.parse::<StreamId>() else { return Ok(Some(Some(not_found()))) };
@@ -575,6 +583,8 @@ impl Engine {
         let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session_id().cloned() };
         self.store().create_stream(&task_stream, &owner).await?;
         let (task, key) = self.create_task(&caller.principal, None, Flavor::Extension, None, &task_stream).await?;
+        // The task's steps (and those of its synchronous rounds) live as long as the task.
+        self.refresh_steps(&held.run_id, None).await?;
         let (record_key, record_stream) = (key.clone(), task_stream.to_string());
         held.update(self, move |record| {
             record.task = Some(record_key);
@@ -642,6 +652,22 @@ impl Engine {
                         }
                         self.add_server_info(&mut outcome);
                     }
+                    if let Some(held) = &held {
+                        if !held.lease_valid() {
+                            // Fencing: another worker may own the run by now; it commits.
+                            tracing::warn!(run = %held.run_id, "lease no longer valid; not committing the outcome");
+                            held.lost.cancel();
+                            break;
+                        }
+                        if suspended {
+                            // The retry may come at once: it must not find this run still
+                            // journaled (its steps stay).
+                            held.stop_heartbeat();
+                            if let Err(error) = self.store().delete_records(RecordKind::Run, &held.run_id).await {
+                                tracing::warn!(%error, run = %held.run_id, "could not end a suspended run's journal entry");
+                            }
+                        }
+                    }
                     let committed = self.commit(&stream, &outcome, true).await.map(drop);
                     answered = committed.is_ok();
                     if committed.is_ok() {
@@ -705,24 +731,29 @@ impl Engine {
             {
                 // The outcome is on the task's stream: recovery settles the task from it.
                 tracing::warn!(%error, %task, "could not settle a task; recovery will");
-                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS).await;
+                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
                 return;
             }
             held.finish(&self).await;
         } else if self.inner.runs.releasing.load(Ordering::SeqCst) {
-            held.release(&self, 0).await;
+            held.release(&self, 0, false).await;
         } else if held.lost.is_cancelled() {
             // Another worker took the run over, or committing failed: the journal (and
             // whoever holds the lease next) carries the request on.
-            held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS).await;
+            held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
         } else if run.cancel.is_cancelled() {
             self.close_unanswered(&stream, &id, true).await;
+            if let Some(task) = &held.record.task
+                && let Err(error) = self.end_task(task, "cancelled", "The request was cancelled.").await
+            {
+                tracing::warn!(%error, %task, "could not mark a task cancelled");
+            }
             held.finish(&self).await;
         } else {
             // The handler ended without an outcome (it panicked, say): run it again later,
-            // up to `max_attempts` runs.
+            // up to `max_attempts` failures.
             tracing::warn!(run = %held.run_id, "a journaled run ended without an outcome; it will be retried");
-            held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS).await;
+            held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, true).await;
         }
     }
 

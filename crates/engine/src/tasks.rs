@@ -105,7 +105,7 @@ pub(crate) fn iso8601(ms: u64) -> String {
 impl TaskRecord {
     fn expires_at(&self) -> u64 {
         let by_ttl = self.created_at_ms.saturating_add(self.ttl_ms);
-        if is_terminal(&self.status) { by_ttl.max(self.updated_at_ms + MIN_RETENTION_AFTER_END_MS) } else { u64::MAX }
+        if is_terminal(&self.status) { by_ttl.max(self.updated_at_ms + MIN_RETENTION_AFTER_END_MS) } else { by_ttl }
     }
 
     /// The task as the protocol shows it (without a result envelope).
@@ -277,6 +277,25 @@ impl Engine {
         Ok(())
     }
 
+    /// End a task that has no outcome (its session ended, it failed too often, it was
+    /// cancelled) with `status`, unless it already ended.
+    pub(crate) async fn end_task(&self, key: &str, status: &str, message: &str) -> Result<(), EngineError> {
+        self.update_task(key, |task| {
+            if is_terminal(&task.status) {
+                return false;
+            }
+            task.status = status.to_owned();
+            task.status_message = Some(message.to_owned());
+            task.input_requests.clear();
+            if status == "failed" {
+                task.error = Some(json!({"code": code::INTERNAL_ERROR, "message": message}));
+            }
+            true
+        })
+        .await?;
+        Ok(())
+    }
+
     /// Answer a `tasks/*` request from the task records (`None`: a method durable-mcp does
     /// not serve for this design; the handler answers).
     pub(crate) async fn tasks_request(
@@ -293,8 +312,12 @@ impl Engine {
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
             return Ok(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None)));
         };
+        if task_id.parse::<StreamId>().is_err() {
+            // Not an id durable-mcp issues: nothing to look up (and no key tricks, D13).
+            return Ok(Some(task_not_found(id.clone())));
+        }
         let key = task_key(principal, task_id);
-        let Some((task, _)) = self.load_task(&key).await? else {
+        let Some((task, _)) = self.load_task(&key).await?.filter(|(t, _)| t.principal == principal.as_str()) else {
             // Unknown, expired, or another principal's (D13).
             return Ok(Some(task_not_found(id.clone())));
         };
