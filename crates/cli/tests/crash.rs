@@ -259,3 +259,57 @@ fn d6_resent_request_attaches_to_its_run() {
     assert_eq!(third.iter().map(|(_, m)| m).filter(|m| m["id"] == 5).count(), 1, "after the run ended too");
     assert_eq!(ledger_lines(&ledger).len(), 2);
 }
+
+/// D7, graceful shutdown: SIGTERM with no grace period gives the running request's lease
+/// back, so the other worker resumes it well before the lease would have expired.
+fn graceful_shutdown_hands_runs_over(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    const LEASE_MS: u64 = 10_000;
+    let args = ["--lease-ms", "10000", "--shutdown-grace-secs", "0"];
+    let store = backend.store_url(None);
+    let mut a = Server::start(&store, free_port(), &args);
+    let b = Server::start(&store, free_port(), &args);
+    let dir = temp_dir("graceful");
+    let ledger = dir.join("graceful.ledger");
+    let session = initialize(a.addr);
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "steps", "arguments": {"count": 3, "step_ms": 1_000, "ledger": ledger.display().to_string()},
+        "_meta": {"progressToken": "g"}}});
+    let mut response = post(a.addr, Some(&session), &call);
+    response.next_event().expect("priming");
+    let last = loop {
+        let (id, data) = response.next_event().expect("progress 1");
+        if serde_json::from_str::<Value>(&data).unwrap()["params"]["progress"] == 1.0 {
+            break id.unwrap();
+        }
+    };
+    drop(response);
+    let stopped = Instant::now();
+    let status = std::process::Command::new("kill").args(["-TERM", &a.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let _ = a.child.wait();
+    let rest: Vec<Value> = resume(b.addr, &session, &last).messages().into_iter().map(|(_, m)| m).collect();
+    let took = stopped.elapsed();
+    let results: Vec<&Value> = rest.iter().filter(|m| m["id"] == 9).collect();
+    assert_eq!(results.len(), 1, "{rest:#?}");
+    assert_eq!(results[0]["result"]["structuredContent"]["steps"], json!([1, 2, 3]));
+    // With the hand-over B resumes within its next recovery pass (1 s), then runs 2 s of
+    // steps; without it, B would first wait for the 10 s lease (renewed every 3.3 s) to
+    // expire: at least 6.7 s.
+    assert!(took < Duration::from_millis(LEASE_MS * 6 / 10), "finished {took:?} after SIGTERM: the lease was not handed over");
+    let lines = ledger_lines(&ledger);
+    assert_eq!(lines.iter().filter(|(i, _)| *i == 1).count(), 1, "{lines:?}");
+    eprintln!("graceful hand-over: finished {took:?} after SIGTERM (2 s of steps left)");
+}
+
+#[test]
+fn d7_postgres_graceful_shutdown_hands_runs_over() {
+    graceful_shutdown_hands_runs_over(Backend::Postgres);
+}
+
+#[test]
+fn d7_redis_graceful_shutdown_hands_runs_over() {
+    graceful_shutdown_hands_runs_over(Backend::Redis);
+}

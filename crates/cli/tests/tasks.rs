@@ -187,27 +187,44 @@ fn d12_stateless_questions_continue_the_same_run() {
 }
 
 /// D10 across workers and a crash: a four-step task whose worker is killed during step 3
-/// is finished by another worker; `tasks/get` on any worker shows one result.
-fn task_survives_its_worker(backend: Backend) {
-    if !backend.available() {
+/// is finished by another worker (shared store) or by the same worker restarted (SQLite);
+/// `tasks/get` shows one result.
+fn task_survives_its_worker(backend: Option<Backend>) {
+    if backend.is_some_and(|b| !b.available()) {
         return;
     }
-    let store = backend.store_url(None);
-    let mut a = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
-    let b = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
+    let store = match backend {
+        Some(backend) => backend.store_url(None),
+        None => sqlite("task-crash-sqlite"),
+    };
+    let a_port = free_port();
+    let mut a = Server::start(&store, a_port, &["--lease-ms", "1500"]);
+    let b = match backend {
+        Some(_) => Server::start(&store, free_port(), &["--lease-ms", "1500"]),
+        None => Server::start(&sqlite("unused"), free_port(), &[]),
+    };
     let dir = temp_dir("task-crash");
     let path = dir.join("task.ledger");
     let created = modern(a.addr, 1, "tools/call", json!({"name": "steps",
         "arguments": {"count": 4, "step_ms": 700, "ledger": path.display().to_string()}}), true);
     let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
-    assert_eq!(task_get(b.addr, &task_id)["result"]["status"], "working", "any worker answers for any task");
+    if backend.is_some() {
+        assert_eq!(task_get(b.addr, &task_id)["result"]["status"], "working", "any worker answers for any task");
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     while !ledger(&path).iter().any(|l| l.starts_with("3 ")) {
         assert!(Instant::now() < deadline, "step 3 never started");
         std::thread::sleep(Duration::from_millis(10));
     }
     a.kill();
-    let done = wait_terminal(b.addr, &task_id, Duration::from_secs(20));
+    let survivor = match backend {
+        Some(_) => b.addr,
+        None => {
+            a = Server::start(&store, a_port, &["--lease-ms", "1500"]);
+            a.addr
+        }
+    };
+    let done = wait_terminal(survivor, &task_id, Duration::from_secs(20));
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["structuredContent"]["steps"], json!([1, 2, 3, 4]));
     let lines = ledger(&path);
@@ -220,13 +237,18 @@ fn task_survives_its_worker(backend: Backend) {
 }
 
 #[test]
+fn d10_sqlite_task_survives_a_restart() {
+    task_survives_its_worker(None);
+}
+
+#[test]
 fn d10_postgres_task_survives_its_worker() {
-    task_survives_its_worker(Backend::Postgres);
+    task_survives_its_worker(Some(Backend::Postgres));
 }
 
 #[test]
 fn d10_redis_task_survives_its_worker() {
-    task_survives_its_worker(Backend::Redis);
+    task_survives_its_worker(Some(Backend::Redis));
 }
 
 /// 2025-11-25 tasks: `params.task`, `tasks/get`, `tasks/result` (blocks, carries the

@@ -701,10 +701,14 @@ impl Engine {
     pub async fn recover(&self) -> Result<usize, EngineError> {
         const BATCH: usize = 1_000;
         let mut resumed = 0;
-        // Run ids are hex: one listing per first digit keeps each listing bounded while
-        // every record is looked at.
-        for digit in "0123456789abcdef".chars() {
-            for record in self.store().list_records(RecordKind::Run, &digit.to_string(), BATCH).await? {
+        // Usually one listing sees every entry; past `BATCH` live entries, run ids being
+        // hex, one listing per first digit keeps each bounded while all are looked at.
+        let all = self.store().list_records(RecordKind::Run, "", BATCH).await?;
+        let prefixes: Vec<String> =
+            if all.len() < BATCH { vec![String::new()] } else { "0123456789abcdef".chars().map(String::from).collect() };
+        for prefix in prefixes {
+            let records = if prefix.is_empty() { all.clone() } else { self.store().list_records(RecordKind::Run, &prefix, BATCH).await? };
+            for record in records {
                 match self.recover_one(record).await {
                     Ok(true) => resumed += 1,
                     Ok(false) => {}
@@ -876,11 +880,12 @@ impl Engine {
         }
     }
 
-    /// Run [`Engine::recover`] now and then every `lease / 2`, until the handle is aborted.
+    /// Run [`Engine::recover`] now and then every second (every half lease if that is
+    /// shorter), until the handle is aborted: a released lease is picked up within a second.
     pub fn spawn_recovery(&self) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(engine.options().lease / 2);
+            let mut ticker = tokio::time::interval((engine.options().lease / 2).min(Duration::from_secs(1)));
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticker.tick().await;
