@@ -176,12 +176,8 @@ impl Engine {
         let store = self.store();
         let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
         let journaled = JOURNALED_METHODS.contains(&method.as_str());
-        if journaled
-            && let Some(session) = caller.session_id()
-            && let Some(existing) = self.existing_run(session, &id).await?
-        {
-            return self.attach(caller, id, request, existing).await;
-        }
+        // A re-sent request id is found when its alias is written (`Expect::Absent`
+        // conflicts), not looked up first: new requests, the common case, save a read.
         let stream = StreamId::random();
         let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session_id().cloned() };
         store.create_stream(&stream, &owner).await?;

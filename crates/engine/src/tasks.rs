@@ -428,6 +428,13 @@ impl Engine {
             let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else { continue };
             let terminal = message.contains_key("result") || message.contains_key("error");
             if terminal {
+                // The task's record has the last word: one cancelled between the outcome's
+                // commit and its settling reports cancelled here too (one outcome, D7).
+                if let Some((task, _)) = self.load_task(key).await?
+                    && task.status == "cancelled"
+                {
+                    break;
+                }
                 message.insert("id".into(), id.clone());
                 if let Some(Value::Object(result)) = message.get_mut("result") {
                     let meta = result.entry("_meta").or_insert_with(|| json!({}));
