@@ -49,10 +49,20 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn durable-mcp");
+        let mut child = child;
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(addr).is_err() {
             assert!(Instant::now() < deadline, "server did not start listening on {addr}");
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("server on {addr} exited at start ({status}): port taken?");
+            }
             std::thread::sleep(Duration::from_millis(20));
+        }
+        // Something answered on the port: make sure it is this server, not a process that
+        // held the port before it (the server then fails to bind and exits).
+        std::thread::sleep(Duration::from_millis(30));
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("server on {addr} exited at start ({status}): port taken by another process?");
         }
         Server { child, addr }
     }
