@@ -689,11 +689,7 @@ impl Engine {
         if self.store().get_record(RecordKind::Run, &run_id).await?.is_none() {
             return Ok(());
         }
-        let expires = now_ms() + 24 * 3_600_000;
-        match self.store().put_record(RecordKind::Step, &cancel_key(&run_id), "1".into(), Some(expires), Expect::Absent).await {
-            Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
-            Err(error) => Err(error.into()),
-        }
+        self.cancel_elsewhere_by_run(&run_id).await
     }
 
     /// Take over every run that is ours from before a restart, or whose owner's lease
@@ -793,8 +789,7 @@ impl Engine {
             None => false,
         };
         if cancelled || task_ended {
-            self.close_unanswered(&stream, &id, true).await;
-            return Ok(Resume::Done);
+            return self.closed_or_retry(&stream, &id, true).await;
         }
         let principal = Principal::new(record.principal.clone());
         let session = match record.session.as_ref().map(|id| id.parse::<SessionId>()) {
@@ -814,16 +809,14 @@ impl Engine {
             // A stateless request's client is gone with its connection: nobody could
             // read a re-run's outcome, so the request ends with an error (its steps stay:
             // a retry with its sealed state continues them).
-            self.close_unanswered(&stream, &id, false).await;
-            return Ok(Resume::Done);
+            return self.closed_or_retry(&stream, &id, false).await;
         }
         if record.failures >= self.options().max_attempts {
             tracing::error!(run = %held.run_id, failures = record.failures, "a run failed too often; ending it with an error");
-            self.close_unanswered(&stream, &id, false).await;
             if let Some(task) = &record.task {
                 self.end_task(task, "failed", "The task failed too often.").await?;
             }
-            return Ok(Resume::Done);
+            return self.closed_or_retry(&stream, &id, false).await;
         }
         let caller = Caller {
             principal,
@@ -833,6 +826,25 @@ impl Engine {
             log_level: record.log_level.clone(),
         };
         Ok(Resume::Launch(Box::new(caller), id, stream))
+    }
+
+    /// Close a run's stream without an outcome; if the store does not let us, the run is
+    /// released and a later recovery pass tries again (the client is never left waiting).
+    async fn closed_or_retry(&self, stream: &StreamId, id: &RequestId, cancelled: bool) -> Result<Resume, EngineError> {
+        if self.close_unanswered(stream, id, cancelled).await {
+            Ok(Resume::Done)
+        } else {
+            Err(EngineError::Store(StoreError::Unavailable("could not close a run's stream".into())))
+        }
+    }
+
+    /// Mark run `run_id` cancelled (its next recovery closes it instead of running it).
+    pub(crate) async fn cancel_elsewhere_by_run(&self, run_id: &str) -> Result<(), EngineError> {
+        let expires = now_ms() + 24 * 3_600_000;
+        match self.store().put_record(RecordKind::Step, &cancel_key(run_id), "1".into(), Some(expires), Expect::Absent).await {
+            Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// The last JSON message of a stream, if any.

@@ -250,7 +250,7 @@ impl Engine {
                     Ok(_) => {}
                     Err(StoreError::Conflict { .. }) => {
                         // The same request id, re-sent concurrently: the other one runs.
-                        self.close_unanswered(&stream, &id, true).await;
+                        let _ = self.close_unanswered(&stream, &id, true).await;
                         if let Some(existing) = self.existing_run(session, &id).await? {
                             return self.attach(caller, id, request, existing).await;
                         }
@@ -509,7 +509,7 @@ impl Engine {
         tokio::spawn(async move {
             if let Err(error) = engine.relay_task_result(&id, &source, &stream, &task_id, &key).await {
                 tracing::warn!(%error, task = %task_id, "tasks/result relay failed");
-                engine.close_unanswered(&stream, &id, false).await;
+                let _ = engine.close_unanswered(&stream, &id, false).await;
             }
         });
         Ok(Some(None))
@@ -714,7 +714,7 @@ impl Engine {
         }
         let Some(held) = held else {
             if !answered {
-                self.close_unanswered(&stream, &id, run.cancel.is_cancelled()).await;
+                let _ = self.close_unanswered(&stream, &id, run.cancel.is_cancelled()).await;
             }
             return;
         };
@@ -738,7 +738,13 @@ impl Engine {
             // whoever holds the lease next) carries the request on.
             held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
         } else if run.cancel.is_cancelled() {
-            self.close_unanswered(&stream, &id, true).await;
+            if !self.close_unanswered(&stream, &id, true).await {
+                // The store is down: keep the journal entry, so that recovery closes the
+                // stream once it is back (the cancellation mark makes it not run again).
+                let _ = self.cancel_elsewhere_by_run(&held.run_id).await;
+                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
+                return;
+            }
             if let Some(task) = &held.record.task
                 && let Err(error) = self.end_task(task, "cancelled", "The request was cancelled.").await
             {
@@ -756,8 +762,9 @@ impl Engine {
     /// End the stream of a request that has no committed outcome, so that no client waits
     /// on it forever. After a client's cancellation the protocol wants no response; after a
     /// failure (the store refused the outcome, the handler vanished) the client gets an
-    /// error. Retried with backoff while the store is unavailable (D15).
-    pub(crate) async fn close_unanswered(&self, stream: &StreamId, id: &RequestId, cancelled_by_client: bool) {
+    /// error. Retried with backoff while the store is unavailable (D15); returns whether the
+    /// stream is closed.
+    pub(crate) async fn close_unanswered(&self, stream: &StreamId, id: &RequestId, cancelled_by_client: bool) -> bool {
         let data = if cancelled_by_client {
             String::new()
         } else {
@@ -772,7 +779,7 @@ impl Engine {
         let mut delay = std::time::Duration::from_millis(50);
         for _ in 0..10 {
             match self.store().append(stream, data.clone(), true).await {
-                Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. } | durable_mcp_store::StoreError::StreamClosed { .. }) => return,
+                Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. } | durable_mcp_store::StoreError::StreamClosed { .. }) => return true,
                 Err(error) => {
                     tracing::warn!(%error, %stream, "could not close an unanswered request's stream; retrying");
                     tokio::time::sleep(delay).await;
@@ -781,6 +788,7 @@ impl Engine {
             }
         }
         tracing::error!(%stream, "gave up closing an unanswered request's stream");
+        false
     }
 
     pub(crate) async fn route_notification(&self, caller: &Caller, stream: &StreamId, method: &str, message: Value) -> Result<(), EngineError> {
