@@ -278,6 +278,9 @@ fn d10_legacy_tasks_with_params_task() {
     assert_eq!(task["status"], "working", "{task}");
     assert_eq!(task["ttl"], 60_000);
     let task_id = task["taskId"].as_str().unwrap().to_owned();
+    // D6: the same request id again gets the same task, not a second run.
+    let again = call(2, "ask", json!({"question": "colour?"}), true);
+    assert_eq!(again.last().unwrap().1["result"]["task"]["taskId"], task_id.as_str(), "{again:?}");
     // tasks/result relays the question, tied to the task; the answer goes back as usual.
     let mut result = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id}}));
     let question = loop {

@@ -57,6 +57,9 @@ pub(crate) struct RunRecord {
     /// (shutdown, lease takeover) do not count.
     #[serde(default)]
     pub failures: u32,
+    /// A task's request stream, where its create result goes (2025-11-25 tasks).
+    #[serde(default)]
+    pub reply: Option<String>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -84,6 +87,7 @@ impl RunRecord {
             task: None,
             task_flavor: None,
             failures: 0,
+            reply: None,
         }
     }
 
@@ -782,6 +786,19 @@ impl Engine {
                 self.settle_task(task, &outcome).await?;
             }
             return Ok(Resume::Done);
+        }
+        // A task whose worker died before its create result was committed: commit it now,
+        // so that its client (or a re-send of its request) gets it.
+        if let (Some(reply), Some(task)) = (&record.reply, &record.task)
+            && let Ok(reply) = reply.parse::<StreamId>()
+            && !self.stream_closed(&reply).await?
+            && let Some((task, _)) = self.load_task(task).await?
+        {
+            let created = json!({"jsonrpc": "2.0", "id": id, "result": {"task": task.wire()}});
+            match self.commit(&reply, &created, true).await {
+                Ok(_) | Err(EngineError::Store(StoreError::StreamClosed { .. })) => {}
+                Err(error) => return Err(error),
+            }
         }
         let cancelled = self.store().get_record(RecordKind::Step, &cancel_key(&held.run_id)).await?.is_some();
         let task_ended = match &record.task {

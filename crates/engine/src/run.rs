@@ -465,7 +465,10 @@ impl Engine {
         let mut record = RunRecord::new(self, caller, request.clone(), &run_stream);
         record.task = Some(key.clone());
         record.task_flavor = Some(flavor);
-        let run_id = run_stream.to_string();
+        // Keyed by the request's own stream, which a re-sent request id attaches to; the
+        // create result is sent there again by recovery if it never was.
+        record.reply = Some(stream.to_string());
+        let run_id = stream.to_string();
         let version = store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await?;
         let created = match flavor {
             Flavor::Extension => {
