@@ -306,3 +306,62 @@ fn d10_legacy_tasks_with_params_task() {
     let cancel = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/cancel", "params": {"taskId": task_id}})).messages();
     assert_eq!(cancel.last().unwrap().1["error"]["code"], -32602, "a terminal task cannot be cancelled");
 }
+
+/// D9 for roots and sampling: in a session, each is a server-to-client request asked once;
+/// the answers (POSTed back) are committed and used.
+#[test]
+fn d9_roots_and_sampling_in_a_session() {
+    let server = Server::start(&sqlite("consult-legacy"), free_port(), &[]);
+    let addr = server.addr;
+    let session = initialize(addr);
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "consult", "arguments": {"prompt": "hello?"}}});
+    let mut response = post(addr, Some(&session), &call);
+    let mut asked = Vec::new();
+    let outcome = loop {
+        let (_, data) = response.next_event().expect("event");
+        if data.is_empty() {
+            continue;
+        }
+        let message: Value = serde_json::from_str(&data).unwrap();
+        let reply = match message["method"].as_str() {
+            Some("roots/list") => json!({"roots": [{"uri": "file:///work", "name": "work"}]}),
+            Some("sampling/createMessage") => {
+                assert_eq!(message["params"]["messages"][0]["content"]["text"], "hello?");
+                json!({"role": "assistant", "content": {"type": "text", "text": "hi there"}, "model": "test-model"})
+            }
+            _ => break message,
+        };
+        asked.push(message["method"].as_str().unwrap().to_owned());
+        let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": reply});
+        assert_eq!(post(addr, Some(&session), &answer).status, 202);
+    };
+    assert_eq!(asked, ["roots/list", "sampling/createMessage"], "each asked once, in order");
+    assert_eq!(outcome["result"]["structuredContent"], json!({"roots": 1, "model": "test-model", "text": "hi there"}), "{outcome}");
+}
+
+/// D9, D12 over several rounds: a stateless request asks for roots (round 1), then for a
+/// sample (round 2, its answer to roots carried by the run, not re-asked), then completes.
+#[test]
+fn d12_multi_round_questions_continue_one_run() {
+    let server = Server::start(&sqlite("consult-modern"), free_port(), &[]);
+    let addr = server.addr;
+    let params = json!({"name": "consult", "arguments": {"prompt": "hello?"}});
+    let round1 = modern(addr, 1, "tools/call", params.clone(), false);
+    let requests = round1["result"]["inputRequests"].as_object().unwrap().clone();
+    assert_eq!(requests.len(), 1, "{round1}");
+    let (k1, q1) = requests.iter().next().unwrap();
+    assert_eq!(q1["method"], "roots/list");
+    let mut retry = params.clone();
+    retry["inputResponses"] = json!({k1: {"roots": [{"uri": "file:///a"}, {"uri": "file:///b"}]}});
+    retry["requestState"] = round1["result"]["requestState"].clone();
+    let round2 = modern(addr, 2, "tools/call", retry, false);
+    let requests = round2["result"]["inputRequests"].as_object().unwrap().clone();
+    assert_eq!(requests.len(), 1, "only the new question: {round2}");
+    let (k2, q2) = requests.iter().next().unwrap();
+    assert_eq!(q2["method"], "sampling/createMessage");
+    let mut last = params.clone();
+    last["inputResponses"] = json!({k2: {"role": "assistant", "content": {"type": "text", "text": "two roots"}, "model": "m"}});
+    last["requestState"] = round2["result"]["requestState"].clone();
+    let round3 = modern(addr, 3, "tools/call", last, false);
+    assert_eq!(round3["result"]["structuredContent"], json!({"roots": 2, "model": "m", "text": "two roots"}), "{round3}");
+}

@@ -102,7 +102,7 @@
 //! | `confirm_delete` | task-supporting; parks on one `inputRequests` entry until `tasks/update` |
 //! | `multi_input` | task-supporting; parks on two entries at once (partial updates) |
 //! | `test_tool_with_task` | task-required; round 1 is an `input_required` (durable question, sealed state), round 2 becomes a task (`Durable::start_task`) whose result greets that name |
-//! | `steps`, `ask` | the durability fixtures (see `durability.rs`), task-supporting |
+//! | `steps`, `ask`, `consult` | the durability fixtures (see `durability.rs`), task-supporting |
 //!
 //! `tools/list` puts `test_simple_text` first: `http-header-validation` calls the first
 //! listed tool with empty arguments and no tasks extension and expects success.

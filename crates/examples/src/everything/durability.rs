@@ -6,6 +6,8 @@
 //!   twice, with the same key both times.
 //! * `ask` elicits an answer through the durable context (asked once, D9), records it in a
 //!   step and returns it.
+//! * `consult` asks for the client's roots, then its model: two durable questions in a row
+//!   (in a stateless request, two `input_required` rounds of one run).
 
 use std::io::Write;
 use std::time::Duration;
@@ -13,7 +15,7 @@ use std::time::Duration;
 use durable_mcp_protocol::{Durable, TaskSupport, task_support};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction};
+use rmcp::model::{CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitRequestParams, ElicitationAction, SamplingMessage};
 use rmcp::{ErrorData as McpError, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -36,6 +38,13 @@ pub(super) struct StepsArgs {
     /// A file (name ending in `.ledger`) each step appends `<index> <idempotency key>` to.
     #[serde(default)]
     ledger: Option<String>,
+}
+
+/// Arguments of `consult`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct ConsultArgs {
+    /// What to ask the client's model.
+    prompt: String,
 }
 
 /// Arguments of `ask`.
@@ -131,5 +140,25 @@ impl Everything {
             durable.sleep("then", Duration::from_millis(args.then_ms)).await?;
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(recorded)]))
+    }
+    #[tool(
+        description = "Durability fixture: asks for the client's roots, then its model (durable roots/list and sampling/createMessage, each asked once) and returns how many roots, the model and its text.",
+        meta = task_support(TaskSupport::Optional)
+    )]
+    #[allow(deprecated)] // sampling and roots are deprecated upstream (SEP-2577), still served
+    async fn consult(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<ConsultArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let roots = durable.list_roots().await?;
+        let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(args.prompt)], 100);
+        let answer = durable.sample(params).await?;
+        let message = serde_json::to_value(&answer.message).unwrap_or_default();
+        let text = message.pointer("/content/text").and_then(|t| t.as_str()).unwrap_or_default().to_owned();
+        let value = json!({"roots": roots.roots.len(), "model": answer.model, "text": text});
+        let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
+        result.structured_content = Some(value);
+        Ok(result)
     }
 }
