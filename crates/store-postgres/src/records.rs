@@ -11,7 +11,7 @@
 //! `key >= prefix AND key < end` selects exactly the keys with the prefix through the
 //! primary key's index.
 
-use durable_mcp_store::{Expect, Record, RecordKind, StoreError, StoreResult};
+use durable_mcp_store::{Expect, Record, RecordKind, prefix_end, StoreError, StoreResult};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Transaction};
 
@@ -50,22 +50,6 @@ const DELETE_FROM: &str = "WITH deleted AS (
 const PRUNE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (
         SELECT kind, key FROM records WHERE expires_at <= $1 ORDER BY kind, key FOR UPDATE SKIP LOCKED
     )";
-
-/// The smallest string above every string that starts with `prefix`, or `None` when
-/// `key >= prefix` alone already selects exactly those strings (an empty prefix, or one of
-/// only `char::MAX`). Under the `"C"` collation text compares bytewise, and UTF-8 keeps
-/// code point order, so `prefix <= key < end` holds exactly for the keys with the prefix.
-pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
 
 /// Decode a `(key, version, value, expires_at)` row.
 fn decode(row: &Row) -> StoreResult<Record> {
@@ -167,18 +151,4 @@ pub(crate) async fn delete(conn: &mut Conn, kind: RecordKind, prefix: &str, now_
 pub(crate) async fn prune_expired(tx: &Transaction<'_>, statements: &mut Statements, now_ms: u64) -> StoreResult<u64> {
     let statement = statements.get(tx, PRUNE_EXPIRED).await?;
     tx.execute(&statement, &[&to_i64(now_ms)]).await.map_err(from_pg)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefix_end_bounds_exactly_the_keys_with_the_prefix() {
-        assert_eq!(prefix_end(""), None);
-        assert_eq!(prefix_end("run/"), Some("run0".into()));
-        assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".into()));
-        assert_eq!(prefix_end("\u{10FFFF}"), None);
-        assert_eq!(prefix_end("\u{D7FF}"), Some("\u{E000}".into()), "surrogates are skipped");
-    }
 }

@@ -4,7 +4,7 @@
 //! the first commit wins); reads run on reader connections. A row whose `expires_at` has
 //! passed counts as absent everywhere, and `prune` deletes it.
 
-use durable_mcp_store::{Expect, Record, RecordKind, StoreError};
+use durable_mcp_store::{Expect, Record, RecordKind, prefix_end, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::from_sqlite;
@@ -29,22 +29,6 @@ const DELETE_EXPIRED: &str = "DELETE FROM records WHERE expires_at IS NOT NULL A
 /// Milliseconds (or a version) as SQLite's `INTEGER`, saturating.
 fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// The smallest string above every string that starts with `prefix`, or `None` when
-/// `key >= prefix` alone already selects exactly those strings (an empty prefix, or one of
-/// only `char::MAX`). SQLite compares text bytewise (`BINARY`), and UTF-8 preserves code
-/// point order, so `prefix <= key < end` holds exactly for the keys starting with `prefix`.
-pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
 }
 
 fn decode(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, String, Option<i64>)> {
@@ -150,25 +134,4 @@ pub(crate) fn prune_expired(conn: &Connection, now_ms: u64) -> Result<u64, Store
         .and_then(|mut stmt| stmt.execute(params![to_i64(now_ms)]))
         .map_err(from_sqlite)?;
     Ok(deleted as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefix_end_bounds_exactly_the_keys_with_the_prefix() {
-        assert_eq!(prefix_end(""), None);
-        assert_eq!(prefix_end("run/"), Some("run0".into()));
-        assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".into()));
-        assert_eq!(prefix_end("\u{10FFFF}\u{10FFFF}"), None);
-        assert_eq!(prefix_end("\u{D7FF}"), Some("\u{E000}".into()), "surrogates are skipped");
-        let end = prefix_end("ab").unwrap();
-        for key in ["ab", "ab/", "abz", "ab\u{10FFFF}"] {
-            assert!(key >= "ab" && key < end.as_str(), "{key}");
-        }
-        for key in ["aa", "ac", "b", "a"] {
-            assert!(!(key >= "ab" && key < end.as_str()), "{key}");
-        }
-    }
 }

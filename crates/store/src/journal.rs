@@ -69,3 +69,42 @@ pub enum Expect {
     /// Only if the record exists with exactly this version: compare-and-set.
     Version(u64),
 }
+
+/// For backends that store keys as text compared bytewise (SQLite `BINARY`, PostgreSQL
+/// `"C"`): the smallest string above every string that starts with `prefix`, or `None` when
+/// `key >= prefix` alone already selects exactly those strings (an empty prefix, or one of
+/// only `char::MAX`). UTF-8 keeps code point order, so `prefix <= key < end` holds exactly for
+/// the keys with the prefix.
+pub fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_bounds_exactly_the_keys_with_the_prefix() {
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("run/"), Some("run0".into()));
+        assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".into()));
+        assert_eq!(prefix_end("\u{10FFFF}"), None);
+        assert_eq!(prefix_end("\u{10FFFF}\u{10FFFF}"), None);
+        assert_eq!(prefix_end("\u{D7FF}"), Some("\u{E000}".into()), "surrogates are skipped");
+        let end = prefix_end("ab").expect("an end");
+        for key in ["ab", "ab/", "abz", "ab\u{10FFFF}"] {
+            assert!(key >= "ab" && key < end.as_str(), "{key}");
+        }
+        for key in ["aa", "ac", "b", "a"] {
+            assert!(!(key >= "ab" && key < end.as_str()), "{key}");
+        }
+    }
+}
