@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use durable_mcp_protocol::jsonrpc::RequestId;
-use durable_mcp_store::{StoreError, StreamId, StreamOwner};
+use durable_mcp_store::{StoreError, StreamId};
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -35,8 +35,7 @@ impl Inbox {
     /// Create the inbox (committed) and start feeding its answers to `replies`.
     pub(crate) async fn open(engine: &Engine, caller: &Caller, replies: mpsc::Sender<Value>) -> Result<Self, EngineError> {
         let stream = StreamId::random();
-        let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session.as_ref().map(|s| s.id.clone()) };
-        engine.store().create_stream(&stream, &owner).await?;
+        engine.store().create_stream(&stream, &caller.stream_owner()).await?;
         let originals: Arc<Mutex<HashMap<String, RequestId>>> = Arc::default();
         let map = originals.clone();
         let store = engine.store().clone();

@@ -19,7 +19,7 @@ use std::time::Duration;
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::jsonrpc::RequestId;
 use durable_mcp_protocol::{DurableBackend, DurableError};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, StreamOwner, now_ms};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, now_ms};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -355,11 +355,7 @@ impl DurableRun {
         match store.stream_owner(&self.inbox).await {
             Ok(_) => Ok(()),
             Err(StoreError::NotFound { .. }) => {
-                let owner = StreamOwner {
-                    principal: self.caller.principal.clone(),
-                    session: self.caller.session.as_ref().map(|s| s.id.clone()),
-                };
-                store.create_stream(&self.inbox, &owner).await.map_err(journal_error)
+                store.create_stream(&self.inbox, &self.caller.stream_owner()).await.map_err(journal_error)
             }
             Err(error) => Err(journal_error(error)),
         }
@@ -610,6 +606,10 @@ impl DurableBackend for DurableRun {
     }
 }
 
+/// How long the marks about a request outlive it: a session's request id pointing at its run
+/// (re-sent requests attach), a cancellation recorded for a run elsewhere.
+pub(crate) const MARK_TTL_MS: u64 = 24 * 3_600_000;
+
 /// How long a stateless request waiting for input may be continued.
 pub(crate) const STATE_TTL: Duration = Duration::from_secs(600);
 
@@ -794,7 +794,7 @@ impl Engine {
             && !self.stream_closed(&reply).await?
             && let Some((task, _)) = self.load_task(task).await?
         {
-            let created = json!({"jsonrpc": "2.0", "id": id, "result": {"task": task.wire()}});
+            let created = json!({"jsonrpc": "2.0", "id": id, "result": task.created()});
             match self.commit(&reply, &created, true).await {
                 Ok(_) | Err(EngineError::Store(StoreError::StreamClosed { .. })) => {}
                 Err(error) => return Err(error),
@@ -857,7 +857,7 @@ impl Engine {
 
     /// Mark run `run_id` cancelled (its next recovery closes it instead of running it).
     pub(crate) async fn cancel_elsewhere_by_run(&self, run_id: &str) -> Result<(), EngineError> {
-        let expires = now_ms() + 24 * 3_600_000;
+        let expires = now_ms() + MARK_TTL_MS;
         match self.store().put_record(RecordKind::Step, &cancel_key(run_id), "1".into(), Some(expires), Expect::Absent).await {
             Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
             Err(error) => Err(error.into()),

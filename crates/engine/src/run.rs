@@ -17,14 +17,12 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
-use crate::journal::{DurableRun, Held, JOURNALED_METHODS, RunRecord, alias_key};
+use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, RunRecord, alias_key};
 use crate::tasks::{Flavor, declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
 use crate::{Engine, EngineError};
 
-/// How long a session's request id keeps pointing at its run (re-sent requests attach).
-const ALIAS_TTL_MS: u64 = 24 * 3_600_000;
 /// How long a run that failed without an outcome waits before it is retried.
 const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
 
@@ -93,6 +91,11 @@ pub struct Caller {
 impl Caller {
     fn session_id(&self) -> Option<&SessionId> {
         self.session.as_ref().map(|s| &s.id)
+    }
+
+    /// Who owns the streams made for this caller (D13): its principal and session.
+    pub(crate) fn stream_owner(&self) -> StreamOwner {
+        StreamOwner { principal: self.principal.clone(), session: self.session_id().cloned() }
     }
 
     /// What the handler gets to know of this caller (and its durable session state).
@@ -179,8 +182,7 @@ impl Engine {
         // A re-sent request id is found when its alias is written (`Expect::Absent`
         // conflicts), not looked up first: new requests, the common case, save a read.
         let stream = StreamId::random();
-        let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session_id().cloned() };
-        store.create_stream(&stream, &owner).await?;
+        store.create_stream(&stream, &caller.stream_owner()).await?;
         let priming = if caller.primes_streams() { Some(store.append(&stream, String::new(), false).await?) } else { None };
         if caller.era == Era::Legacy {
             self.apply_session_effects(caller, &method, &request).await?;
@@ -245,7 +247,7 @@ impl Engine {
             if let Some(session) = caller.session_id() {
                 // The alias first: a crash after it leaves an alias without a journal entry,
                 // which a re-sent request adopts (see `attach`).
-                let expires = now_ms() + ALIAS_TTL_MS;
+                let expires = now_ms() + MARK_TTL_MS;
                 match store.put_record(RecordKind::Alias, &alias_key(session, &id), run_id.clone(), Some(expires), Expect::Absent).await {
                     Ok(_) => {}
                     Err(StoreError::Conflict { .. }) => {
@@ -458,8 +460,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let store = self.store();
         let run_stream = StreamId::random();
-        let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session_id().cloned() };
-        store.create_stream(&run_stream, &owner).await?;
+        store.create_stream(&run_stream, &caller.stream_owner()).await?;
         let session = caller.session_id().map(ToString::to_string);
         let (task, key) = self.create_task(&caller.principal, session, flavor, ttl, &run_stream).await?;
         let mut record = RunRecord::new(self, caller, request.clone(), &run_stream);
@@ -470,15 +471,7 @@ impl Engine {
         record.reply = Some(stream.to_string());
         let run_id = stream.to_string();
         let version = store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await?;
-        let created = match flavor {
-            Flavor::Extension => {
-                let mut wire = task.wire();
-                wire.insert("resultType".into(), Value::String("task".into()));
-                Value::Object(wire)
-            }
-            Flavor::V2025 => serde_json::json!({"task": task.wire()}),
-        };
-        self.commit(stream, &serde_json::json!({"jsonrpc": "2.0", "id": id, "result": created}), true).await?;
+        self.commit(stream, &serde_json::json!({"jsonrpc": "2.0", "id": id, "result": task.created()}), true).await?;
         tracing::debug!(task = %task.task_id, "task created");
         let held = Held::start(self, run_id, record, version);
         if let Err(mut rejection) = self.launch(caller.clone(), id.clone(), request, run_stream.clone(), Some(held)).await {
@@ -496,11 +489,11 @@ impl Engine {
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
             return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None))));
         };
+        let not_found = || crate::tasks::task_not_found(id.clone());
         if task_id.parse::<StreamId>().is_err() {
-            return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "Failed to retrieve task: Task not found", None))));
+            return Ok(Some(Some(not_found())));
         }
         let key = crate::tasks::task_key(&caller.principal, task_id);
-        let not_found = || error_response(id.clone(), code::INVALID_PARAMS, "Failed to retrieve task: Task not found", None);
         let Some((task, _)) =
             self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025 && t.principal == caller.principal.as_str())
         else {
@@ -579,8 +572,7 @@ impl Engine {
             return Ok((key, task_stream));
         }
         let task_stream = StreamId::random();
-        let owner = StreamOwner { principal: caller.principal.clone(), session: caller.session_id().cloned() };
-        self.store().create_stream(&task_stream, &owner).await?;
+        self.store().create_stream(&task_stream, &caller.stream_owner()).await?;
         let (task, key) = self.create_task(&caller.principal, None, Flavor::Extension, None, &task_stream).await?;
         // The task's steps (and those of its synchronous rounds) live as long as the task.
         self.refresh_steps(&held.run_id, None).await?;
@@ -591,9 +583,7 @@ impl Engine {
             record.stream = record_stream;
         })
         .await?;
-        let mut created = task.wire();
-        created.insert("resultType".into(), Value::String("task".into()));
-        let mut response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": Value::Object(created)});
+        let mut response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": task.created()});
         self.add_server_info(&mut response);
         self.commit(stream, &response, true).await?;
         tracing::debug!(task = %task.task_id, "request became a task");

@@ -131,6 +131,19 @@ impl TaskRecord {
         task
     }
 
+    /// The result that creates the task: flat with `resultType: "task"` (2026-07-28), or
+    /// `{task}` (2025-11-25).
+    pub(crate) fn created(&self) -> Value {
+        match self.flavor {
+            Flavor::Extension => {
+                let mut wire = self.wire();
+                wire.insert("resultType".into(), json!("task"));
+                Value::Object(wire)
+            }
+            Flavor::V2025 => json!({"task": self.wire()}),
+        }
+    }
+
     /// 2026-07-28 `tasks/get`: the detailed task.
     fn detailed(&self) -> Value {
         let mut task = self.wire();
@@ -179,7 +192,7 @@ pub(crate) fn declares_extension(request: &Map<String, Value>) -> bool {
         .is_some()
 }
 
-fn task_not_found(id: RequestId) -> Value {
+pub(crate) fn task_not_found(id: RequestId) -> Value {
     error_response(id, code::INVALID_PARAMS, "Failed to retrieve task: Task not found", None)
 }
 
