@@ -711,31 +711,50 @@ impl Engine {
             }
             return;
         };
-        lock(&self.inner.runs.journaled).remove(&held.run_id);
+        // The run stays registered until its last write is done: `drain` waits on that,
+        // so a worker shutting down does not exit before its lease is given back.
+        let run_id = held.run_id.clone();
+        self.end_journaled(held, run.cancel.is_cancelled(), &stream, &id, answered, suspended, settled).await;
+        lock(&self.inner.runs.journaled).remove(&run_id);
+    }
+
+    /// What becomes of a journaled run's record once its pump stops: finished, suspended
+    /// for a stateless retry, or released for another attempt.
+    #[allow(clippy::too_many_arguments)]
+    async fn end_journaled(
+        &self,
+        held: Held,
+        cancelled: bool,
+        stream: &StreamId,
+        id: &RequestId,
+        answered: bool,
+        suspended: bool,
+        settled: Option<Value>,
+    ) {
         if answered && suspended {
-            held.suspend(&self).await;
+            held.suspend(self).await;
         } else if answered {
             if let (Some(task), Some(outcome)) = (held.record.task.clone(), settled)
                 && let Err(error) = self.settle_task(&task, &outcome).await
             {
                 // The outcome is on the task's stream: recovery settles the task from it.
                 tracing::warn!(%error, %task, "could not settle a task; recovery will");
-                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
+                held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
                 return;
             }
-            held.finish(&self).await;
+            held.finish(self).await;
         } else if self.inner.runs.releasing.load(Ordering::SeqCst) {
-            held.release(&self, 0, false).await;
+            held.release(self, 0, false).await;
         } else if held.lost.is_cancelled() {
             // Another worker took the run over, or committing failed: the journal (and
             // whoever holds the lease next) carries the request on.
-            held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
-        } else if run.cancel.is_cancelled() {
-            if !self.close_unanswered(&stream, &id, true).await {
+            held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
+        } else if cancelled {
+            if !self.close_unanswered(stream, id, true).await {
                 // The store is down: keep the journal entry, so that recovery closes the
                 // stream once it is back (the cancellation mark makes it not run again).
                 let _ = self.cancel_elsewhere_by_run(&held.run_id).await;
-                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
+                held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
                 return;
             }
             if let Some(task) = &held.record.task
@@ -743,12 +762,12 @@ impl Engine {
             {
                 tracing::warn!(%error, %task, "could not mark a task cancelled");
             }
-            held.finish(&self).await;
+            held.finish(self).await;
         } else {
             // The handler ended without an outcome (it panicked, say): run it again later,
             // up to `max_attempts` failures.
             tracing::warn!(run = %held.run_id, "a journaled run ended without an outcome; it will be retried");
-            held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, true).await;
+            held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, true).await;
         }
     }
 
