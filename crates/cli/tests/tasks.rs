@@ -39,7 +39,11 @@ fn modern(addr: SocketAddr, id: u64, method: &str, mut params: Value, ext: bool)
     if let Some(name) = &name {
         headers.push(("mcp-name", name));
     }
-    let response = request(addr, "POST", &headers, Some(&body.to_string()));
+    last_message(request(addr, "POST", &headers, Some(&body.to_string())))
+}
+
+/// The final JSON-RPC message of a response: its JSON body or its SSE stream's last.
+fn last_message(response: Response) -> Value {
     if response.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) {
         response.messages().pop().unwrap().1
     } else {
@@ -258,6 +262,9 @@ fn d10_legacy_tasks_with_params_task() {
     let server = Server::start(&sqlite("tasks-2025"), free_port(), &[]);
     let addr = server.addr;
     let session = initialize(addr);
+    // The session's GET stream, where notifications/tasks/status arrive.
+    let mut standalone = request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None);
+    assert_eq!(standalone.status, 200);
     let call = |id: u64, name: &str, arguments: Value, task: bool| {
         let mut params = json!({"name": name, "arguments": arguments});
         if task {
@@ -305,6 +312,20 @@ fn d10_legacy_tasks_with_params_task() {
     assert!(list.last().unwrap().1["result"]["tasks"].as_array().unwrap().iter().any(|t| t["taskId"] == task_id.as_str()));
     let cancel = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/cancel", "params": {"taskId": task_id}})).messages();
     assert_eq!(cancel.last().unwrap().1["error"]["code"], -32602, "a terminal task cannot be cancelled");
+    // Every status change was announced on the session's GET stream, in order, with the
+    // task itself and without related-task.
+    let mut statuses = Vec::new();
+    while statuses.last().map(String::as_str) != Some("completed") {
+        let (_, data) = standalone.next_event().expect("a task status notification");
+        let Ok(message) = serde_json::from_str::<Value>(&data) else { continue };
+        if message["method"] == "notifications/tasks/status" {
+            assert_eq!(message["params"]["taskId"], task_id.as_str(), "{message}");
+            assert!(message["params"]["createdAt"].is_string() && message["params"]["ttl"] == 60_000, "{message}");
+            assert!(message["params"].get("_meta").is_none(), "{message}");
+            statuses.push(message["params"]["status"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(statuses, ["input_required", "working", "completed"]);
 }
 
 /// D9 for roots and sampling: in a session, each is a server-to-client request asked once;
@@ -364,4 +385,115 @@ fn d12_multi_round_questions_continue_one_run() {
     last["requestState"] = round2["result"]["requestState"].clone();
     let round3 = modern(addr, 3, "tools/call", last, false);
     assert_eq!(round3["result"]["structuredContent"], json!({"roots": 2, "model": "m", "text": "two roots"}), "{round3}");
+}
+
+/// Open a 2026-07-28 `subscriptions/listen` stream.
+fn listen(addr: SocketAddr, notifications: Value, ext: bool) -> Response {
+    let caps = if ext { json!({"extensions": {EXT: {}}}) } else { json!({}) };
+    let body = json!({"jsonrpc": "2.0", "id": 77, "method": "subscriptions/listen", "params": {
+        "notifications": notifications,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": V,
+            "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": caps,
+        }}});
+    let headers = [
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", V),
+        ("mcp-method", "subscriptions/listen"),
+    ];
+    request(addr, "POST", &headers, Some(&body.to_string()))
+}
+
+/// The next JSON message of an SSE stream.
+fn next_message(stream: &mut Response) -> Value {
+    loop {
+        let (_, data) = stream.next_event().expect("the stream ended");
+        if !data.is_empty() {
+            return serde_json::from_str(&data).unwrap();
+        }
+    }
+}
+
+/// 2026-07-28 `notifications/tasks`: a listen stream on worker `b` follows a task running
+/// on worker `a`: acknowledged task ids, then the whole detailed task for its current
+/// state and for every change (questions, answers from `tasks/update`, the result).
+fn task_notifications_on_listen(a: SocketAddr, b: SocketAddr) {
+    let created = modern(a, 1, "tools/call", json!({"name": "multi_input", "arguments": {}}), true);
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    // Refusals: task ids without the extension; task ids that are not strings.
+    let refused = last_message(listen(b, json!({"taskIds": [task_id]}), false));
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    let malformed = last_message(listen(b, json!({"taskIds": [1, 2]}), true));
+    assert_eq!(malformed["error"]["code"], -32602, "{malformed}");
+    let unknown = "00000000000000000000000000000000";
+    let mut stream = listen(b, json!({"taskIds": [task_id, unknown], "toolsListChanged": true}), true);
+    assert_eq!(stream.status, 200);
+    let ack = next_message(&mut stream);
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([task_id]), "only the caller's existing tasks: {ack}");
+    let subscription = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].clone();
+    let mut next_task = || {
+        let message = next_message(&mut stream);
+        assert_eq!(message["method"], "notifications/tasks", "{message}");
+        assert_eq!(message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], subscription, "{message}");
+        assert_eq!(message["params"]["taskId"], task_id.as_str());
+        assert!(message["params"].get("resultType").is_none(), "{message}");
+        message["params"].clone()
+    };
+    let questions = loop {
+        let task = next_task();
+        if let Some(requests) = task["inputRequests"].as_object()
+            && requests.len() == 2
+        {
+            assert_eq!(task["status"], "input_required");
+            break requests.keys().cloned().collect::<Vec<_>>();
+        }
+    };
+    let answer = |name: &str| json!({"action": "accept", "content": {"name": name}});
+    modern(a, 2, "tasks/update", json!({"taskId": task_id, "inputResponses": {&questions[0]: answer("one")}}), true);
+    let partial = next_task();
+    assert_eq!(partial["status"], "input_required");
+    assert_eq!(partial["inputRequests"].as_object().unwrap().keys().collect::<Vec<_>>(), [&questions[1]], "{partial}");
+    modern(a, 3, "tasks/update", json!({"taskId": task_id, "inputResponses": {&questions[1]: answer("two")}}), true);
+    let done = loop {
+        let task = next_task();
+        if task["status"] != "working" {
+            break task;
+        }
+    };
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "multi_input: a=one, b=two");
+    let mut get = task_get(a, &task_id)["result"].clone();
+    get.as_object_mut().unwrap().remove("resultType");
+    let mut told = done.clone();
+    told.as_object_mut().unwrap().remove("_meta");
+    assert_eq!(told, get, "a notification carries what tasks/get answers");
+}
+
+#[test]
+fn d10_task_notifications_on_listen() {
+    let server = Server::start(&sqlite("tasks-listen"), free_port(), &[]);
+    task_notifications_on_listen(server.addr, server.addr);
+}
+
+fn task_notifications_across_workers(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let a = Server::start(&store, free_port(), &[]);
+    let b = Server::start(&store, free_port(), &[]);
+    task_notifications_on_listen(a.addr, b.addr);
+}
+
+#[test]
+fn d10_postgres_task_notifications_across_workers() {
+    task_notifications_across_workers(Backend::Postgres);
+}
+
+#[test]
+fn d10_redis_task_notifications_across_workers() {
+    task_notifications_across_workers(Backend::Redis);
 }

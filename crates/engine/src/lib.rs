@@ -12,6 +12,7 @@
 mod error;
 mod inbox;
 mod journal;
+mod notify;
 mod run;
 mod session;
 mod state;
@@ -82,6 +83,8 @@ struct Inner {
     sealer: durable_mcp_protocol::StateSealer,
     /// When this engine was created: leases it grants end after `started_at_ms + lease`.
     started_at_ms: u64,
+    /// Every task write on this worker, by record key: wakes its listen streams.
+    task_changes: tokio::sync::broadcast::Sender<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -104,7 +107,18 @@ impl Engine {
             None => durable_mcp_protocol::StateSealer::generated(random_key()),
         };
         let started_at_ms = durable_mcp_store::now_ms();
-        Self { inner: Arc::new(Inner { store, handler, summary, options, runs: run::Registry::default(), sealer, started_at_ms }) }
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                handler,
+                summary,
+                options,
+                runs: run::Registry::default(),
+                sealer,
+                started_at_ms,
+                task_changes: tokio::sync::broadcast::channel(256).0,
+            }),
+        }
     }
 
     /// The store.
@@ -125,6 +139,11 @@ impl Engine {
     /// When this engine was created (milliseconds since the epoch).
     pub(crate) fn started_at_ms(&self) -> u64 {
         self.inner.started_at_ms
+    }
+
+    /// Task writes on this worker (see `notify`).
+    pub(crate) fn task_changes(&self) -> &tokio::sync::broadcast::Sender<String> {
+        &self.inner.task_changes
     }
 
     /// The sealer of durable `requestState`s.

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
+use crate::notify::{ACKNOWLEDGED_METHOD, TaskSubscription};
 use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, RunRecord, alias_key};
 use crate::tasks::{Flavor, declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
@@ -56,6 +57,8 @@ struct Pump {
     durable: Option<Arc<DurableRun>>,
     detach_requests: tokio::sync::mpsc::Receiver<crate::journal::Detach>,
     task_watch: Option<(String, tokio::task::JoinHandle<()>)>,
+    /// A `subscriptions/listen` request's tasks (2026-07-28), fed once it is acknowledged.
+    subscription: Option<TaskSubscription>,
 }
 
 /// What [`Engine::launch`] started.
@@ -150,6 +153,14 @@ fn run_key(session: &SessionId, id: &RequestId) -> String {
     format!("{session}/{id}")
 }
 
+/// Stop a listen stream's task notifications, waiting for a commit in progress.
+async fn stop_feed(feed: &mut Option<(CancellationToken, tokio::task::JoinHandle<()>)>) {
+    if let Some((stop, handle)) = feed.take() {
+        stop.cancel();
+        let _ = handle.await;
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -210,6 +221,17 @@ impl Engine {
             }
             return Ok(accepted);
         }
+        let subscription = if caller.era == Era::Modern && method == "subscriptions/listen" {
+            match self.task_subscription(caller, &id, &request).await? {
+                Ok(subscription) => subscription,
+                Err(refusal) => {
+                    self.commit(&stream, &refusal, true).await?;
+                    return Ok(accepted);
+                }
+            }
+        } else {
+            None
+        };
         let mut request = request;
         let task_mode = match (tasks_flavor, method.as_str()) {
             (Some(flavor), "tools/call") => match self.task_mode(flavor, &id, &mut request) {
@@ -279,7 +301,7 @@ impl Engine {
         } else {
             None
         };
-        match self.launch(caller.clone(), id.clone(), request, stream.clone(), held).await {
+        match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, subscription).await {
             Ok(launched) => {
                 accepted.cancel = Some(launched.cancel);
                 accepted.close_connection = launched.close_connection;
@@ -329,6 +351,19 @@ impl Engine {
         stream: StreamId,
         held: Option<Held>,
     ) -> Result<Launched, Rejection> {
+        self.launch_with(caller, id, request, stream, held, None).await
+    }
+
+    /// [`Engine::launch`], for a `subscriptions/listen` request that follows tasks.
+    async fn launch_with(
+        &self,
+        caller: Caller,
+        id: RequestId,
+        request: Map<String, Value>,
+        stream: StreamId,
+        held: Option<Held>,
+        subscription: Option<TaskSubscription>,
+    ) -> Result<Launched, Rejection> {
         // A run whose lease is lost is cancelled here (without ending its stream).
         let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
         let mut peer = caller.peer(self);
@@ -363,7 +398,7 @@ impl Engine {
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
         let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
-        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None };
+        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription };
         tokio::spawn(async move {
             engine.clone().pump(pump).await;
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -461,8 +496,7 @@ impl Engine {
         let store = self.store();
         let run_stream = StreamId::random();
         store.create_stream(&run_stream, &caller.stream_owner()).await?;
-        let session = caller.session_id().map(ToString::to_string);
-        let (task, key) = self.create_task(&caller.principal, session, flavor, ttl, &run_stream).await?;
+        let (task, key) = self.create_task(&caller.principal, caller.session.as_ref(), flavor, ttl, &run_stream).await?;
         let mut record = RunRecord::new(self, caller, request.clone(), &run_stream);
         record.task = Some(key.clone());
         record.task_flavor = Some(flavor);
@@ -591,7 +625,8 @@ impl Engine {
     }
 
     async fn pump(self, pump: Pump) {
-        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch } = pump;
+        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription } = pump;
+        let mut feed: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
         if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
             task_watch = Some(self.watch_task(&key, &run.cancel));
         }
@@ -619,6 +654,9 @@ impl Engine {
                 }
             };
             tracing::debug!(%stream, ?message, "handler message");
+            if matches!(message, Outbound::Outcome(_)) {
+                stop_feed(&mut feed).await;
+            }
             let result = match message {
                 Outbound::Outcome(_) if run.cancel.is_cancelled() => {
                     // Cancelled by the client (the protocol says no response follows), or
@@ -668,6 +706,16 @@ impl Engine {
                     close_connection.cancel();
                     Ok(())
                 }
+                Outbound::Notification { method, mut message } if method == ACKNOWLEDGED_METHOD && subscription.is_some() => {
+                    let Some(tasks) = subscription.take() else { continue };
+                    let subscription_id = Self::acknowledge_tasks(&tasks, &id, &mut message);
+                    let committed = self.commit(&stream, &message, false).await.map(drop);
+                    if committed.is_ok() {
+                        let stop = CancellationToken::new();
+                        feed = Some((stop.clone(), self.feed_tasks(tasks, subscription_id, stream.clone(), stop)));
+                    }
+                    committed
+                }
                 Outbound::Notification { method, message } => self.route_notification(&caller, &stream, &method, message).await,
                 Outbound::Request { id: original_id, mut message, .. } => async {
                     let inbox = match &mut inbox {
@@ -695,6 +743,7 @@ impl Engine {
                 break;
             }
         }
+        stop_feed(&mut feed).await;
         if let Some(session) = caller.session_id() {
             lock(&self.inner.runs.runs).remove(&run_key(session, &id));
         }

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response};
-use durable_mcp_store::{Expect, Principal, RecordKind, StoreError, StreamId, now_ms};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionRecord, StoreError, StreamId, now_ms};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -67,6 +67,10 @@ pub(crate) struct TaskRecord {
     pub input_requests: BTreeMap<String, Value>,
     /// Answers delivered by `tasks/update` and not yet consumed by the run.
     pub input_responses: BTreeMap<String, Value>,
+    /// 2025-11-25: the standalone stream of the session that created the task, where
+    /// `notifications/tasks/status` go.
+    #[serde(default)]
+    pub notify: Option<String>,
 }
 
 pub(crate) fn is_terminal(status: &str) -> bool {
@@ -146,8 +150,15 @@ impl TaskRecord {
 
     /// 2026-07-28 `tasks/get`: the detailed task.
     fn detailed(&self) -> Value {
-        let mut task = self.wire();
+        let mut task = self.detailed_map();
         task.insert("resultType".into(), json!("complete"));
+        Value::Object(task)
+    }
+
+    /// The detailed task (2026-07-28): its result, error or open questions inlined, as
+    /// `tasks/get` and `notifications/tasks` show it.
+    pub(crate) fn detailed_map(&self) -> Map<String, Value> {
+        let mut task = self.wire();
         match self.status.as_str() {
             "completed" => {
                 if let Some(result) = &self.result {
@@ -166,7 +177,7 @@ impl TaskRecord {
             }
             _ => {}
         }
-        Value::Object(task)
+        task
     }
 }
 
@@ -202,7 +213,7 @@ impl Engine {
     pub(crate) async fn create_task(
         &self,
         principal: &Principal,
-        session: Option<String>,
+        session: Option<&SessionRecord>,
         flavor: Flavor,
         ttl_ms: Option<u64>,
         stream: &StreamId,
@@ -211,7 +222,7 @@ impl Engine {
         let task = TaskRecord {
             task_id: StreamId::random().to_string(),
             principal: principal.as_str().to_owned(),
-            session,
+            session: session.map(|s| s.id.to_string()),
             flavor,
             status: "working".into(),
             status_message: Some("The task is running.".into()),
@@ -223,6 +234,7 @@ impl Engine {
             error: None,
             input_requests: BTreeMap::new(),
             input_responses: BTreeMap::new(),
+            notify: session.filter(|_| flavor == Flavor::V2025).map(|s| s.standalone_stream.to_string()),
         };
         let key = task_key(principal, &task.task_id);
         self.store()
@@ -248,6 +260,7 @@ impl Engine {
     ) -> Result<Option<TaskRecord>, EngineError> {
         loop {
             let Some((mut task, version)) = self.load_task(key).await? else { return Ok(None) };
+            let status_before = task.status.clone();
             if !change(&mut task) {
                 return Ok(Some(task));
             }
@@ -257,7 +270,10 @@ impl Engine {
                 .put_record(RecordKind::Task, key, encode(&task), Some(task.expires_at()), Expect::Version(version))
                 .await
             {
-                Ok(_) => return Ok(Some(task)),
+                Ok(_) => {
+                    self.task_written(key, &status_before, &task).await;
+                    return Ok(Some(task));
+                }
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(error) => return Err(error.into()),
             }

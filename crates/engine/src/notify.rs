@@ -1,0 +1,230 @@
+//! Task status notifications, both designs:
+//!
+//! - 2025-11-25: `notifications/tasks/status` (the task, as `tasks/get` shows it) goes to the
+//!   standalone GET stream of the session that created the task, each time the task's
+//!   status changes, from whichever worker changed it;
+//! - 2026-07-28 Tasks extension: a `subscriptions/listen` request may name task ids in
+//!   `notifications.taskIds`. The acknowledgement lists those accepted (the caller's own
+//!   extension tasks that still exist); the stream then carries a `notifications/tasks`
+//!   with the whole detailed task (what `tasks/get` would answer) for the current state and
+//!   for every later change, tagged with the subscription id.
+//!
+//! Both are optional in the protocol, and sent at most once: a worker that dies between a
+//! task's change and its notification loses that notification (`tasks/get` stays the
+//! source of truth). A listen stream learns of changes made on its own worker at once
+//! (the engine broadcasts every task write) and of those made on other workers by
+//! re-reading its tasks every [`FEED_POLL`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response};
+use durable_mcp_store::StreamId;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::tasks::{Flavor, TaskRecord, declares_extension, missing_extension, task_key};
+use crate::{Caller, Engine, EngineError};
+
+/// The method of the 2025-11-25 notification.
+const STATUS_METHOD: &str = "notifications/tasks/status";
+/// The method of the 2026-07-28 notification.
+const TASKS_METHOD: &str = "notifications/tasks";
+/// The notification rmcp sends first on a `subscriptions/listen` stream.
+pub(crate) const ACKNOWLEDGED_METHOD: &str = "notifications/subscriptions/acknowledged";
+/// The `_meta` key tying a notification to its subscription.
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// The most task ids one listen stream follows; further ids are not acknowledged.
+pub(crate) const MAX_SUBSCRIBED_TASKS: usize = 256;
+/// How often a listen stream re-reads its tasks for changes made on other workers.
+const FEED_POLL: Duration = Duration::from_millis(250);
+
+/// The tasks a `subscriptions/listen` request asked to follow and may follow.
+#[derive(Debug)]
+pub(crate) struct TaskSubscription {
+    /// `(task id, record key)`, in the order requested.
+    tasks: Vec<(String, String)>,
+}
+
+/// What a listen stream last told of a task: a new notification goes out when this changes.
+fn fingerprint(task: &TaskRecord) -> (String, Vec<String>) {
+    (
+        task.status.clone(),
+        task.input_requests.keys().cloned().collect(),
+    )
+}
+
+impl Engine {
+    /// A task was written (by compare-and-set, so once per change): wake this worker's
+    /// listen streams, and tell a 2025-11-25 session if the status changed.
+    pub(crate) async fn task_written(&self, key: &str, status_before: &str, task: &TaskRecord) {
+        // No receiver is the common case, not an error.
+        let _ = self.task_changes().send(key.to_owned());
+        if task.flavor != Flavor::V2025 || task.status == status_before {
+            return;
+        }
+        let Some(stream) = task
+            .notify
+            .as_deref()
+            .and_then(|s| s.parse::<StreamId>().ok())
+        else {
+            return;
+        };
+        // The notification carries the task id itself, not `related-task` (2025-11-25).
+        let message = json!({"jsonrpc": "2.0", "method": STATUS_METHOD, "params": task.wire()});
+        if let Err(error) = self.commit(&stream, &message, false).await {
+            tracing::debug!(%error, task = %task.task_id, "task status notification not sent (the session may have ended)");
+        }
+    }
+
+    /// Read a 2026-07-28 `subscriptions/listen` request's `notifications.taskIds`:
+    /// `Ok(None)` when it names none, `Err` with the refusal to send when it is malformed
+    /// or the client did not declare the extension (-32021).
+    pub(crate) async fn task_subscription(
+        &self,
+        caller: &Caller,
+        id: &RequestId,
+        request: &Map<String, Value>,
+    ) -> Result<Result<Option<TaskSubscription>, Value>, EngineError> {
+        let requested = request
+            .get("params")
+            .and_then(|p| p.get("notifications"))
+            .and_then(|n| n.get("taskIds"));
+        let ids: Vec<&str> = match requested {
+            None | Some(Value::Null) => return Ok(Ok(None)),
+            Some(Value::Array(ids)) => {
+                match ids.iter().map(Value::as_str).collect::<Option<Vec<&str>>>() {
+                    Some(ids) => ids,
+                    None => return Ok(Err(invalid_task_ids(id))),
+                }
+            }
+            Some(_) => return Ok(Err(invalid_task_ids(id))),
+        };
+        if ids.is_empty() {
+            return Ok(Ok(None));
+        }
+        if !declares_extension(request) {
+            return Ok(Err(missing_extension(id.clone())));
+        }
+        let mut seen = HashSet::new();
+        let mut tasks = Vec::new();
+        for task_id in ids {
+            if tasks.len() == MAX_SUBSCRIBED_TASKS {
+                break;
+            }
+            if !seen.insert(task_id) {
+                continue;
+            }
+            // Another principal's task is simply not found (D13): not acknowledged.
+            let key = task_key(&caller.principal, task_id);
+            if let Some((task, _)) = self.load_task(&key).await?
+                && task.flavor == Flavor::Extension
+            {
+                tasks.push((task_id.to_owned(), key));
+            }
+        }
+        Ok(Ok(Some(TaskSubscription { tasks })))
+    }
+
+    /// Add the accepted task ids to the handler's acknowledgement; returns the
+    /// subscription id its notifications carry.
+    pub(crate) fn acknowledge_tasks(
+        subscription: &TaskSubscription,
+        request_id: &RequestId,
+        message: &mut Value,
+    ) -> Value {
+        let accepted: Vec<&str> = subscription
+            .tasks
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect();
+        let mut subscription_id = json!(request_id);
+        if let Some(params) = message.as_object_mut().and_then(|m| {
+            m.entry("params")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+        }) {
+            if let Some(id) = params.get("_meta").and_then(|m| m.get(SUBSCRIPTION_ID)) {
+                subscription_id = id.clone();
+            }
+            if let Some(notifications) = params
+                .entry("notifications")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+            {
+                notifications.insert("taskIds".into(), json!(accepted));
+            }
+        }
+        subscription_id
+    }
+
+    /// Feed `notifications/tasks` for the subscribed tasks into a listen stream until
+    /// `stop`: the current state first, then every change. Stopping waits for a commit in
+    /// progress (the caller awaits the handle), so the stream's last event stays its
+    /// outcome.
+    pub(crate) fn feed_tasks(
+        &self,
+        subscription: TaskSubscription,
+        subscription_id: Value,
+        stream: StreamId,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let engine = self.clone();
+        let mut changes = self.task_changes().subscribe();
+        tokio::spawn(async move {
+            let mut told: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+            let mut following: Vec<(String, String)> = subscription.tasks;
+            loop {
+                let mut gone = Vec::new();
+                for (task_id, key) in &following {
+                    match engine.load_task(key).await {
+                        Ok(Some((task, _))) => {
+                            let now = fingerprint(&task);
+                            if told.get(task_id) == Some(&now) {
+                                continue;
+                            }
+                            let mut params = task.detailed_map();
+                            params
+                                .insert("_meta".into(), json!({SUBSCRIPTION_ID: subscription_id}));
+                            let message =
+                                json!({"jsonrpc": "2.0", "method": TASKS_METHOD, "params": params});
+                            if let Err(error) = engine.commit(&stream, &message, false).await {
+                                tracing::debug!(%error, %stream, "listen stream closed; task notifications stop");
+                                return;
+                            }
+                            told.insert(task_id.clone(), now);
+                        }
+                        // Expired: nothing more will change.
+                        Ok(None) => gone.push(task_id.clone()),
+                        Err(error) => {
+                            tracing::warn!(%error, task = %task_id, "could not read a subscribed task; retrying")
+                        }
+                    }
+                }
+                following.retain(|(task_id, _)| !gone.contains(task_id));
+                let deadline = tokio::time::Instant::now() + FEED_POLL;
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        changed = changes.recv() => match changed {
+                            Ok(key) if !following.iter().any(|(_, k)| *k == key) => {}
+                            // A lagging receiver only missed wake-ups: the next pass re-reads all.
+                            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        },
+                        () = tokio::time::sleep_until(deadline) => break,
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn invalid_task_ids(id: &RequestId) -> Value {
+    error_response(
+        id.clone(),
+        code::INVALID_PARAMS,
+        "notifications.taskIds must be an array of task id strings",
+        None,
+    )
+}
