@@ -21,7 +21,7 @@ enum Command {
     Serve(ServeArgs),
     /// Apply retention once (the background pruner does the same every interval).
     Prune(PruneArgs),
-    /// List live sessions of a store.
+    /// List what a store holds: live sessions, journaled requests not yet finished, or tasks.
     Inspect(InspectArgs),
     /// Print the committed events of a stream after an event id (as a client resuming with
     /// `Last-Event-ID` would receive them).
@@ -36,7 +36,8 @@ enum Command {
 /// Which store to use.
 #[derive(Parser, Debug)]
 struct StoreArgs {
-    /// Store URL: `sqlite:PATH` (the embedded default) or `memory:`.
+    /// Store URL: `sqlite:PATH` (the embedded default), `postgres://...`, `redis://...` or
+    /// `memory:`.
     #[arg(long, env = "DURABLE_MCP_STORE", default_value = durable_mcp::DEFAULT_STORE_URL)]
     store: String,
 }
@@ -69,11 +70,29 @@ struct PruneArgs {
 
 #[derive(Parser, Debug)]
 struct InspectArgs {
+    /// What to list.
+    #[arg(value_enum, default_value_t = Inspected::Sessions)]
+    what: Inspected,
     #[command(flatten)]
     store: StoreArgs,
-    /// At most this many sessions.
+    /// At most this many entries.
     #[arg(long, default_value_t = 100)]
     limit: usize,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `inspect` lists.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Inspected {
+    /// Live sessions (legacy era).
+    Sessions,
+    /// Journaled requests not yet finished: running (with their owner and lease) or
+    /// waiting for a worker to take them over.
+    Runs,
+    /// Tasks of both designs, until they expire.
+    Tasks,
 }
 
 #[derive(Parser, Debug)]
@@ -193,21 +212,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Inspect(args) => {
-            let store = durable_mcp::open_store(&args.store.store).await?;
-            for session in store.list_sessions(None, args.limit).await? {
-                println!(
-                    "{}  principal={}  version={}  last_seen_ms={}  log_level={}  subscriptions={}",
-                    session.id,
-                    session.principal,
-                    session.protocol_version,
-                    session.last_seen_ms,
-                    session.log_level.as_deref().unwrap_or("-"),
-                    session.subscriptions.len()
-                );
-            }
-            Ok(())
-        }
+        Command::Inspect(args) => inspect(args).await,
         Command::Bench(args) => bench(args).await,
         Command::Migrate(args) => {
             let url = &args.store.store;
@@ -235,6 +240,71 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    let store = durable_mcp::open_store(&args.store.store).await?;
+    match args.what {
+        Inspected::Sessions => {
+            for session in store.list_sessions(None, args.limit).await? {
+                if args.json {
+                    println!("{}", serde_json::to_string(&session)?);
+                    continue;
+                }
+                println!(
+                    "{}  principal={}  version={}  last_seen_ms={}  log_level={}  subscriptions={}",
+                    session.id,
+                    session.principal,
+                    session.protocol_version,
+                    session.last_seen_ms,
+                    session.log_level.as_deref().unwrap_or("-"),
+                    session.subscriptions.len()
+                );
+            }
+        }
+        Inspected::Runs => {
+            let now = durable_mcp::now_ms();
+            for run in durable_mcp::inspect::runs(store.as_ref(), args.limit).await? {
+                if args.json {
+                    println!("{}", serde_json::to_string(&run)?);
+                    continue;
+                }
+                println!(
+                    "{}  {} {}  id={}  lease={}  owner={}  attempt={}  failures={}  task={}  principal={}",
+                    run.run_id,
+                    run.method,
+                    run.target.as_deref().unwrap_or("-"),
+                    run.request_id,
+                    run.lease_state(now),
+                    run.owner.as_deref().unwrap_or("-"),
+                    run.attempt,
+                    run.failures,
+                    run.task_id.as_deref().unwrap_or("-"),
+                    run.principal
+                );
+            }
+        }
+        Inspected::Tasks => {
+            for task in durable_mcp::inspect::tasks(store.as_ref(), args.limit).await? {
+                if args.json {
+                    println!("{}", serde_json::to_string(&task)?);
+                    continue;
+                }
+                println!(
+                    "{}  {}  design={}  questions={}  created={}  updated={}  ttl_ms={}  principal={}",
+                    task.task_id,
+                    task.status,
+                    task.design,
+                    task.open_questions,
+                    task.created_at,
+                    task.last_updated_at,
+                    task.ttl_ms,
+                    task.principal
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {

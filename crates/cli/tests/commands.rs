@@ -48,6 +48,43 @@ fn inspect_replay_and_prune_a_sqlite_store() {
     assert!(listing.contains(&session), "the session itself is kept (no TTL)");
 }
 
+/// `inspect runs` lists a journaled request while it runs (its worker, its lease) and not
+/// once it has finished; `inspect tasks` lists a task; `--json` gives the same as objects.
+/// The server keeps running: inspecting reads the store beside it.
+#[test]
+fn inspect_runs_and_tasks_of_a_live_store() {
+    let dir = temp_dir("inspect-runs");
+    let store = format!("sqlite:{}", dir.join("store.db").display());
+    let server = Server::start(&store, free_port(), &["--worker-id", "w-inspect"]);
+    let session = initialize(server.addr);
+    let ledger = dir.join("inspect.ledger").display().to_string();
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "steps", "arguments": {"count": 2, "step_ms": 1_000, "ledger": ledger}}});
+    let mut running = post(server.addr, Some(&session), &call);
+    running.next_event().expect("priming event");
+    let runs = run(&["inspect", "runs", "--store", &store]);
+    let line = runs.lines().find(|l| l.contains("tools/call steps")).unwrap_or_else(|| panic!("{runs}"));
+    assert!(line.contains("id=7") && line.contains("owner=w-inspect") && line.contains("lease=expires in"), "{line}");
+    let as_json: serde_json::Value = serde_json::from_str(run(&["inspect", "runs", "--store", &store, "--json"]).lines().next().unwrap()).unwrap();
+    assert_eq!((as_json["method"].as_str(), as_json["target"].as_str(), as_json["owner"].as_str()), (Some("tools/call"), Some("steps"), Some("w-inspect")));
+
+    let task_call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "slow_compute", "arguments": {"seconds": 30}, "task": {"ttl": 60_000}}});
+    let created = post(server.addr, Some(&session), &task_call).messages();
+    let task_id = created.last().unwrap().1["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let tasks = run(&["inspect", "tasks", "--store", &store]);
+    let line = tasks.lines().find(|l| l.starts_with(&task_id)).unwrap_or_else(|| panic!("{tasks}"));
+    assert!(line.contains("  working  ") && line.contains("design=2025-11-25") && line.contains("ttl_ms=60000"), "{line}");
+    let as_json: serde_json::Value = serde_json::from_str(run(&["inspect", "tasks", "--store", &store, "--json"]).lines().next().unwrap()).unwrap();
+    assert_eq!(as_json["taskId"].as_str().or(as_json["task_id"].as_str()), Some(task_id.as_str()));
+
+    let outcome = running.messages().into_iter().map(|(_, m)| m).find(|m| m["id"] == 7).expect("the result");
+    assert_eq!(outcome["result"]["structuredContent"]["steps"], json!([1, 2]));
+    let runs = run(&["inspect", "runs", "--store", &store]);
+    assert!(!runs.contains("id=7"), "a finished request leaves the journal: {runs}");
+    assert!(runs.contains("tools/call slow_compute"), "the task's run is still journaled: {runs}");
+}
+
 #[test]
 fn migrate_reports_the_schema_version() {
     let dir = temp_dir("migrate");

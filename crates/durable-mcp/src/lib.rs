@@ -39,7 +39,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use durable_mcp_engine::{Engine, EngineOptions};
+pub use durable_mcp_engine::{Engine, EngineOptions, inspect};
 pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
     Durable, DurableError, McpHandler, Retry, SessionState, StateError, StepKey, TaskSupport, rmcp, task_support,

@@ -11,6 +11,7 @@
 
 mod error;
 mod inbox;
+pub mod inspect;
 mod journal;
 mod notify;
 mod run;

@@ -23,7 +23,7 @@ use durable_mcp_store::StreamId;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::tasks::{Flavor, TaskRecord, declares_extension, missing_extension, task_key};
+use crate::tasks::{Flavor, TaskRecord, declares_extension, is_terminal, missing_extension, task_key};
 use crate::{Caller, Engine, EngineError};
 
 /// The method of the 2025-11-25 notification.
@@ -191,6 +191,10 @@ impl Engine {
                             if let Err(error) = engine.commit(&stream, &message, false).await {
                                 tracing::debug!(%error, %stream, "listen stream closed; task notifications stop");
                                 return;
+                            }
+                            if is_terminal(&task.status) {
+                                // Its last notification: a terminal status never changes.
+                                gone.push(task_id.clone());
                             }
                             told.insert(task_id.clone(), now);
                         }

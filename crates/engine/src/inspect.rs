@@ -1,0 +1,143 @@
+//! Read-only views of the journal for operators: the requests in flight (or waiting for
+//! recovery) and the tasks, as `durable-mcp inspect runs|tasks` prints them. Reading never
+//! changes a record, so it is safe against a store that live workers are using.
+
+use durable_mcp_store::{RecordKind, Store};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::EngineError;
+use crate::journal::RunRecord;
+use crate::tasks::{Flavor, TaskRecord, iso8601};
+
+/// A journaled request that has not finished: running on a worker, or waiting for one to
+/// take it over.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct RunSummary {
+    /// The run's id (its journal key).
+    pub run_id: String,
+    /// The JSON-RPC method.
+    pub method: String,
+    /// What the request names: the tool, the prompt, the resource URI, if any.
+    pub target: Option<String>,
+    /// The client's JSON-RPC request id.
+    pub request_id: Value,
+    /// Who sent it.
+    pub principal: String,
+    /// Its legacy session, if any.
+    pub session: Option<String>,
+    /// The request's protocol version.
+    pub protocol_version: String,
+    /// The worker holding the lease (`None`: released, any worker may take it).
+    pub owner: Option<String>,
+    /// When the lease ends (milliseconds since the epoch).
+    pub lease_until_ms: u64,
+    /// How many times it was started (takeovers and restarts included).
+    pub attempt: u32,
+    /// How many attempts ended without an outcome.
+    pub failures: u32,
+    /// The task it works for, if any.
+    pub task_id: Option<String>,
+}
+
+impl RunSummary {
+    /// The lease, as a person reads it at `now_ms`: `"released"`, `"expires in 2.3 s"`,
+    /// `"expired 4.0 s ago"`.
+    pub fn lease_state(&self, now_ms: u64) -> String {
+        match (&self.owner, self.lease_until_ms.checked_sub(now_ms)) {
+            (None, _) => "released".to_owned(),
+            (Some(_), Some(left)) => format!("expires in {:.1} s", left as f64 / 1000.0),
+            (Some(_), None) => format!("expired {:.1} s ago", (now_ms - self.lease_until_ms) as f64 / 1000.0),
+        }
+    }
+}
+
+/// A task (D10), in either design.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct TaskSummary {
+    /// The task id clients use.
+    pub task_id: String,
+    /// Who owns it.
+    pub principal: String,
+    /// `"2025-11-25"` (experimental tasks) or `"extension"` (the 2026-07-28 Tasks extension).
+    pub design: &'static str,
+    /// `working`, `input_required`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    /// The status message, if any.
+    pub status_message: Option<String>,
+    /// Creation time (ISO 8601).
+    pub created_at: String,
+    /// Last change (ISO 8601).
+    pub last_updated_at: String,
+    /// Its lifetime from creation, in milliseconds.
+    pub ttl_ms: u64,
+    /// Questions waiting for the client (2026-07-28 `inputRequests`).
+    pub open_questions: usize,
+    /// The legacy session that created it, if any.
+    pub session: Option<String>,
+}
+
+/// Up to `limit` unfinished journaled requests, by run id. Unreadable records are logged
+/// and left out.
+pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, EngineError> {
+    let mut runs = Vec::new();
+    for record in store.list_records(RecordKind::Run, "", limit).await? {
+        let run: RunRecord = match serde_json::from_str(&record.value) {
+            Ok(run) => run,
+            Err(error) => {
+                tracing::warn!(%error, key = %record.key, "unreadable journal entry");
+                continue;
+            }
+        };
+        let params = run.request.get("params");
+        let target = ["name", "uri"].iter().find_map(|field| params.and_then(|p| p.get(*field)).and_then(Value::as_str)).map(str::to_owned);
+        runs.push(RunSummary {
+            method: run.request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            target,
+            request_id: run.id(),
+            principal: run.principal,
+            session: run.session,
+            protocol_version: run.protocol_version,
+            owner: Some(run.owner).filter(|owner| !owner.is_empty()),
+            lease_until_ms: run.lease_until_ms,
+            attempt: run.attempt,
+            failures: run.failures,
+            task_id: run.task.as_deref().and_then(|key| key.rsplit('/').next()).map(str::to_owned),
+            run_id: record.key,
+        });
+    }
+    Ok(runs)
+}
+
+/// Up to `limit` tasks that have not expired, by principal then id. Unreadable records are
+/// logged and left out.
+pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, EngineError> {
+    let mut tasks = Vec::new();
+    for record in store.list_records(RecordKind::Task, "", limit).await? {
+        let task: TaskRecord = match serde_json::from_str(&record.value) {
+            Ok(task) => task,
+            Err(error) => {
+                tracing::warn!(%error, key = %record.key, "unreadable task record");
+                continue;
+            }
+        };
+        tasks.push(TaskSummary {
+            task_id: task.task_id,
+            principal: task.principal,
+            design: match task.flavor {
+                Flavor::V2025 => "2025-11-25",
+                Flavor::Extension => "extension",
+            },
+            status: task.status,
+            status_message: task.status_message,
+            created_at: iso8601(task.created_at_ms),
+            last_updated_at: iso8601(task.updated_at_ms),
+            ttl_ms: task.ttl_ms,
+            open_questions: task.input_requests.len(),
+            session: task.session,
+        });
+    }
+    Ok(tasks)
+}
