@@ -497,3 +497,50 @@ fn d10_postgres_task_notifications_across_workers() {
 fn d10_redis_task_notifications_across_workers() {
     task_notifications_across_workers(Backend::Redis);
 }
+
+/// A 2025-11-25 `tasks/result` outlives the worker relaying it: that worker is killed
+/// (SIGKILL) after relaying the task's question; the client answers through the other
+/// worker and resumes the `tasks/result` stream there with `Last-Event-ID`, and gets the
+/// task's result, once.
+fn task_result_relay_survives_its_worker(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let mut a = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
+    let b = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
+    let session = initialize(b.addr);
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "ask", "arguments": {"question": "colour?"}, "task": {"ttl": 60_000}}});
+    let created = post(b.addr, Some(&session), &call).messages();
+    let task_id = created.last().unwrap().1["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let mut relay = post(a.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id}}));
+    let (question_event, question) = loop {
+        let (id, data) = relay.next_event().expect("the question");
+        if let Ok(message) = serde_json::from_str::<Value>(&data)
+            && message["method"] == "elicitation/create"
+        {
+            break (id.unwrap(), message);
+        }
+    };
+    a.kill();
+    drop(relay);
+    let reply = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"answer": "teal"}}});
+    assert_eq!(post(b.addr, Some(&session), &reply).status, 202);
+    let rest: Vec<Value> = resume(b.addr, &session, &question_event).messages().into_iter().map(|(_, m)| m).collect();
+    let results: Vec<&Value> = rest.iter().filter(|m| m["id"] == 3).collect();
+    assert_eq!(results.len(), 1, "{rest:#?}");
+    assert_eq!(results[0]["result"]["content"][0]["text"], "teal");
+    assert_eq!(results[0]["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task_id.as_str());
+    assert!(rest.iter().all(|m| m["method"] != "elicitation/create"), "the question is not relayed twice: {rest:#?}");
+}
+
+#[test]
+fn d10_postgres_task_result_relay_survives_its_worker() {
+    task_result_relay_survives_its_worker(Backend::Postgres);
+}
+
+#[test]
+fn d10_redis_task_result_relay_survives_its_worker() {
+    task_result_relay_survives_its_worker(Backend::Redis);
+}

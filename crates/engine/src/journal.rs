@@ -60,6 +60,21 @@ pub(crate) struct RunRecord {
     /// A task's request stream, where its create result goes (2025-11-25 tasks).
     #[serde(default)]
     pub reply: Option<String>,
+    /// A 2025-11-25 `tasks/result`: the task whose stream is relayed onto `stream`. Such a
+    /// run has no handler: recovery restarts the relay where it stopped.
+    #[serde(default)]
+    pub relay: Option<Relay>,
+}
+
+/// What a journaled `tasks/result` relays.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Relay {
+    /// The task's record key.
+    pub task: String,
+    /// The task's id.
+    pub task_id: String,
+    /// The task's own stream (its questions, then its outcome).
+    pub source: String,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -88,6 +103,7 @@ impl RunRecord {
             task_flavor: None,
             failures: 0,
             reply: None,
+            relay: None,
         }
     }
 
@@ -274,6 +290,8 @@ fn cancel_key(run_id: &str) -> String {
 enum Resume {
     /// Run it again, for this caller, on this stream.
     Launch(Box<Caller>, RequestId, StreamId),
+    /// Go on relaying a task's result (a journaled `tasks/result`).
+    Relay,
     /// Nothing more than cleaning up.
     Done,
 }
@@ -759,6 +777,10 @@ impl Engine {
                 }
                 Ok(true)
             }
+            Ok(Resume::Relay) => {
+                tokio::spawn(self.clone().run_relay(held));
+                Ok(true)
+            }
             Ok(Resume::Done) => {
                 held.finish(self).await;
                 Ok(false)
@@ -786,6 +808,12 @@ impl Engine {
                 self.settle_task(task, &outcome).await?;
             }
             return Ok(Resume::Done);
+        }
+        if record.relay.is_some() {
+            if record.failures >= self.options().max_attempts {
+                return self.closed_or_retry(&stream, &id, false).await;
+            }
+            return Ok(Resume::Relay);
         }
         // A task whose worker died before its create result was committed: commit it now,
         // so that its client (or a re-send of its request) gets it.

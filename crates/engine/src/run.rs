@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
 use crate::notify::{ACKNOWLEDGED_METHOD, TaskSubscription};
-use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, RunRecord, alias_key};
+use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, Relay, RunRecord, alias_key};
 use crate::tasks::{Flavor, declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
@@ -533,16 +533,52 @@ impl Engine {
         else {
             return Ok(Some(Some(not_found())));
         };
-        let Ok(source) = task.stream.parse::<StreamId>() else { return Ok(Some(Some(not_found()))) };
-        let engine = self.clone();
-        let (id, stream, task_id) = (id.clone(), stream.clone(), task_id.to_owned());
-        tokio::spawn(async move {
-            if let Err(error) = engine.relay_task_result(&id, &source, &stream, &task_id, &key).await {
-                tracing::warn!(%error, task = %task_id, "tasks/result relay failed");
-                let _ = engine.close_unanswered(&stream, &id, false).await;
-            }
-        });
+        if task.stream.parse::<StreamId>().is_err() {
+            return Ok(Some(Some(not_found())));
+        }
+        // Journaled like a handler's run, so that the relay outlives this worker: recovery
+        // goes on relaying where it stopped (the client resumes with `Last-Event-ID`).
+        let mut request = Map::new();
+        request.insert("jsonrpc".into(), Value::from("2.0"));
+        request.insert("id".into(), id.clone());
+        request.insert("method".into(), Value::from("tasks/result"));
+        request.insert("params".into(), serde_json::json!({"taskId": task_id}));
+        let mut record = RunRecord::new(self, caller, request, stream);
+        record.relay = Some(Relay { task: key, task_id: task_id.to_owned(), source: task.stream.clone() });
+        let run_id = stream.to_string();
+        let version = self.store().put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await?;
+        tokio::spawn(self.clone().run_relay(Held::start(self, run_id, record, version)));
         Ok(Some(None))
+    }
+
+    /// Run a journaled `tasks/result` relay until the task's outcome is relayed (the run is
+    /// finished), or hand it over: at shutdown, when the lease is lost, after a failure.
+    pub(crate) async fn run_relay(self, held: Held) {
+        let Some(relay) = held.record.relay.clone() else { return held.finish(&self).await };
+        let (Ok(source), Ok(target)) = (relay.source.parse::<StreamId>(), held.record.stream.parse::<StreamId>()) else {
+            return held.finish(&self).await;
+        };
+        let id = held.record.id();
+        let stop = CancellationToken::new();
+        lock(&self.inner.runs.journaled).insert(held.run_id.clone(), stop.clone());
+        self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
+        let relayed = tokio::select! {
+            relayed = self.relay_task_result(&id, &source, &target, &relay.task_id, &relay.task) => Some(relayed),
+            () = stop.cancelled() => None,
+            () = held.lost.cancelled() => None,
+        };
+        let run_id = held.run_id.clone();
+        match relayed {
+            Some(Ok(())) => held.finish(&self).await,
+            Some(Err(error)) => {
+                tracing::warn!(%error, task = %relay.task_id, "tasks/result relay failed; it will be retried");
+                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, true).await;
+            }
+            None if self.inner.runs.releasing.load(Ordering::SeqCst) => held.release(&self, 0, false).await,
+            None => held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await,
+        }
+        self.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
+        lock(&self.inner.runs.journaled).remove(&run_id);
     }
 
     /// Whether this worker is running the journaled run `run_id`.

@@ -451,10 +451,17 @@ impl Engine {
     ) -> Result<(), EngineError> {
         use futures::StreamExt;
         let related = json!({"taskId": task_id});
+        // A relay taken over (or restarted) goes on after the messages already relayed: the
+        // task's stream only grows, so the first `relayed` are those.
+        let mut relayed = self.count_messages(target).await?;
         let mut events = Box::pin(crate::tail(self.store().clone(), source.clone(), 0));
         while let Some(event) = events.next().await {
             let event = event?;
             let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else { continue };
+            if relayed > 0 {
+                relayed -= 1;
+                continue;
+            }
             let terminal = message.contains_key("result") || message.contains_key("error");
             if terminal {
                 // The task's record has the last word: one cancelled between the outcome's
@@ -484,6 +491,18 @@ impl Engine {
     }
 
     /// Cancel the task's run if it runs here (other workers notice the record).
+    /// How many JSON messages a stream holds (its priming event left out).
+    async fn count_messages(&self, stream: &StreamId) -> Result<usize, EngineError> {
+        let mut count = 0;
+        let mut after = 0;
+        loop {
+            let read = self.store().read_after(stream, after, 1024).await?;
+            let Some(last) = read.events.last() else { return Ok(count) };
+            after = last.id.seq;
+            count += read.events.iter().filter(|e| serde_json::from_str::<Value>(&e.data).is_ok_and(|v| v.is_object())).count();
+        }
+    }
+
     fn cancel_task_run(&self, task_id: &str) {
         if let Some(token) = self.task_run_token(task_id) {
             token.cancel();
