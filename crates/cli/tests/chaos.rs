@@ -1,8 +1,12 @@
-//! The randomised fault test (D3, D6, D7, D8): many concurrent multi-step tool calls against
-//! several workers while workers are killed with SIGKILL at random moments and restarted.
-//! A checker then verifies the whole history:
+//! The randomised fault test (D3, D6, D7, D8, D10): many concurrent multi-step tool calls
+//! against several workers while workers are killed with SIGKILL at random moments and
+//! restarted. A third of the calls run as 2025-11-25 tasks: the client gets the task from
+//! the call (re-sending the call attaches to the same task) and its result with
+//! `tasks/result` (resumed with `Last-Event-ID` when the worker relaying it dies). A
+//! checker then verifies the whole history:
 //!
-//! - every accepted call got exactly one outcome, and it is the right one;
+//! - every accepted call got exactly one outcome, and it is the right one (for a task:
+//!   one create result, then one result of that task);
 //! - no committed step ran twice (each call's ledger of step effects is in step order, one
 //!   idempotency key per step, every step present);
 //! - no event was lost or duplicated on any stream (the events a client received across
@@ -75,15 +79,25 @@ impl Fleet {
     }
 }
 
-/// What one client saw of one call.
-struct Call {
+/// What one client saw of one request, across its reconnections.
+struct Exchange {
     id: u64,
-    count: u64,
-    ledger: PathBuf,
     events: Vec<(String, Value)>,
     completed: bool,
     disconnects: usize,
     recoveries: Vec<Duration>,
+}
+
+/// One `steps` call: answered directly, or (every third call) run as a 2025-11-25 task
+/// whose result is fetched with `tasks/result`.
+struct Call {
+    id: u64,
+    count: u64,
+    ledger: PathBuf,
+    /// The `tools/call` (for a task, its outcome is the create result).
+    call: Exchange,
+    /// For a task: the `tasks/result` exchange.
+    result: Option<Exchange>,
 }
 
 fn try_post(addr: SocketAddr, session: &str, body: &Value) -> Option<Response> {
@@ -124,18 +138,36 @@ fn try_initialize(fleet: &Fleet, rng: &mut Rng) -> String {
 fn run_call(fleet: &Fleet, rng: &mut Rng, session: &str, id: u64, dir: &Path, give_up: Instant) -> Call {
     let count = rng.range(2, 5);
     let step_ms = rng.range(20, 250);
+    let as_task = rng.range(1, 3) == 1;
     let ledger = dir.join(format!("call-{id}.ledger"));
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+    let mut body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
         "name": "steps", "arguments": {"count": count, "step_ms": step_ms, "ledger": ledger.display().to_string()},
         "_meta": {"progressToken": id}}});
-    let mut call = Call { id, count, ledger, events: Vec::new(), completed: false, disconnects: 0, recoveries: Vec::new() };
+    if as_task {
+        body["params"]["task"] = json!({"ttl": 600_000});
+    }
+    let call = run_request(fleet, rng, session, id, &body, give_up);
+    let task_id = call.events.iter().find(|(_, m)| m["id"] == id).and_then(|(_, m)| m["result"]["task"]["taskId"].as_str());
+    let result = match task_id {
+        Some(task_id) if as_task => {
+            let fetch = json!({"jsonrpc": "2.0", "id": id + 50_000, "method": "tasks/result", "params": {"taskId": task_id}});
+            Some(run_request(fleet, rng, session, id + 50_000, &fetch, give_up))
+        }
+        _ => None,
+    };
+    Call { id, count, ledger, call, result }
+}
+
+/// Run one request to its outcome through any live worker, resuming after every disconnect.
+fn run_request(fleet: &Fleet, rng: &mut Rng, session: &str, id: u64, body: &Value, give_up: Instant) -> Exchange {
+    let mut call = Exchange { id, events: Vec::new(), completed: false, disconnects: 0, recoveries: Vec::new() };
     let mut disconnected_at: Option<Instant> = None;
     while !call.completed && Instant::now() < give_up {
         let addr = fleet.addr(rng.next() as usize);
         // Until an event id was seen, the request itself is re-sent (same id: it attaches to
         // its run, D6); afterwards the stream is resumed with Last-Event-ID (D3).
         let response = match call.events.last() {
-            None => try_post(addr, session, &body),
+            None => try_post(addr, session, body),
             Some((last, _)) => try_resume(addr, session, last),
         };
         let Some(mut response) = response.filter(|r| r.status == 200) else {
@@ -166,26 +198,20 @@ struct Verdict {
     rerun_steps: usize,
 }
 
-fn check(call: &Call, verdict: &mut Verdict) {
-    let id = call.id;
-    let mut fail = |what: String| verdict.violations.push(format!("call {id}: {what}"));
-    if !call.completed {
-        fail("no outcome".into());
+/// One request's history: exactly one outcome (returned), on one stream whose events
+/// arrived as the sequence 1..n, each once.
+fn check_exchange<'a>(exchange: &'a Exchange, fail: &mut impl FnMut(String)) -> Option<&'a Value> {
+    let id = exchange.id;
+    if !exchange.completed {
+        fail(format!("request {id}: no outcome"));
     }
-    let results: Vec<&Value> = call.events.iter().map(|(_, m)| m).filter(|m| m["id"] == id).collect();
+    let results: Vec<&Value> = exchange.events.iter().map(|(_, m)| m).filter(|m| m["id"] == id).collect();
     if results.len() > 1 {
-        fail(format!("{} outcomes", results.len()));
+        fail(format!("request {id}: {} outcomes", results.len()));
     }
-    let expected: Vec<u64> = (1..=call.count).collect();
-    if let Some(result) = results.first()
-        && result["result"]["structuredContent"]["steps"] != json!(expected)
-    {
-        fail(format!("wrong outcome {result}"));
-    }
-    // Events: one stream, sequence 1..n, each once.
     let mut streams = BTreeSet::new();
     let mut seqs = Vec::new();
-    for (event_id, _) in &call.events {
+    for (event_id, _) in &exchange.events {
         match event_id.rsplit_once('_') {
             Some((stream, seq)) => {
                 streams.insert(stream.to_owned());
@@ -198,9 +224,46 @@ fn check(call: &Call, verdict: &mut Verdict) {
         fail(format!("events from {} streams", streams.len()));
     }
     if seqs != (1..=seqs.len() as u64).collect::<Vec<_>>() {
-        fail(format!("event sequence lost or duplicated: {seqs:?}"));
+        fail(format!("request {id}: event sequence lost or duplicated: {seqs:?}"));
     }
-    let progress: Vec<u64> = call.events.iter().filter_map(|(_, m)| m["params"]["progress"].as_f64()).map(|p| p as u64).collect();
+    results.first().copied()
+}
+
+/// A call's exchanges: the call, then its `tasks/result` if it ran as a task.
+fn exchanges(call: &Call) -> Vec<&Exchange> {
+    std::iter::once(&call.call).chain(call.result.as_ref()).collect()
+}
+
+fn check(call: &Call, verdict: &mut Verdict) {
+    let id = call.id;
+    let mut fail = |what: String| verdict.violations.push(format!("call {id}: {what}"));
+    let expected: Vec<u64> = (1..=call.count).collect();
+    let outcome = check_exchange(&call.call, &mut fail);
+    // A task's steps and progress arrive through tasks/result; the call's outcome is the
+    // create result.
+    let (outcome, events) = match (&call.result, outcome) {
+        (Some(result), Some(created)) => {
+            let task_id = created["result"]["task"]["taskId"].clone();
+            let outcome = check_exchange(result, &mut fail);
+            if let Some(outcome) = outcome
+                && outcome["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] != task_id
+            {
+                fail(format!("tasks/result of another task: {outcome}"));
+            }
+            (outcome, &result.events)
+        }
+        (None, Some(created)) if created["result"].get("task").is_some() => {
+            fail("a task whose result was never fetched".into());
+            (None, &call.call.events)
+        }
+        _ => (outcome, &call.call.events),
+    };
+    if let Some(result) = outcome
+        && result["result"]["structuredContent"]["steps"] != json!(expected)
+    {
+        fail(format!("wrong outcome {result}"));
+    }
+    let progress: Vec<u64> = events.iter().filter_map(|(_, m)| m["params"]["progress"].as_f64()).map(|p| p as u64).collect();
     if progress.iter().collect::<BTreeSet<_>>().len() != progress.len() {
         fail(format!("progress repeated: {progress:?}"));
     }
@@ -221,7 +284,7 @@ fn check(call: &Call, verdict: &mut Verdict) {
     if keys.values().any(|k| k.len() != 1) {
         fail(format!("a step ran with two idempotency keys: {keys:?}"));
     }
-    if call.completed && keys.keys().copied().collect::<Vec<_>>() != expected {
+    if outcome.is_some() && keys.keys().copied().collect::<Vec<_>>() != expected {
         fail(format!("steps missing from the ledger: {lines:?}"));
     }
     verdict.rerun_steps += lines.len().saturating_sub(keys.len());
@@ -293,18 +356,26 @@ fn chaos(name: &str, store: String, workers: usize) {
     for call in &calls {
         check(call, &mut verdict);
     }
-    let interrupted = calls.iter().filter(|c| c.disconnects > 0).count();
-    let mut recoveries: Vec<Duration> = calls.iter().flat_map(|c| c.recoveries.iter().copied()).collect();
+    let interrupted = calls.iter().filter(|c| exchanges(c).iter().any(|e| e.disconnects > 0)).count();
+    let tasks = calls.iter().filter(|c| c.result.is_some()).count();
+    let interrupted_relays = calls.iter().filter(|c| c.result.as_ref().is_some_and(|r| r.disconnects > 0)).count();
+    let mut recoveries: Vec<Duration> = calls.iter().flat_map(exchanges).flat_map(|e| e.recoveries.iter().copied()).collect();
     recoveries.sort();
     let median = recoveries.get(recoveries.len() / 2).copied().unwrap_or_default();
     let worst = recoveries.last().copied().unwrap_or_default();
     let summary = format!(
-        "chaos {name}: {secs} s, seed {seed}: calls={} kills={} interrupted_calls={} recovered={} rerun_steps={} violations={} \
+        "chaos {name}: {secs} s, seed {seed}: calls={} (as tasks: {tasks}) kills={} interrupted_calls={} (of them tasks/result: {interrupted_relays}) recovered={} rerun_steps={} violations={} \
          recovery_after_disconnect median={} ms worst={} ms (n={})",
         calls.len(),
         kills.load(Ordering::SeqCst),
         interrupted,
-        calls.iter().filter(|c| c.disconnects > 0 && c.completed).count(),
+        calls
+            .iter()
+            .filter(|c| {
+                let all = exchanges(c);
+                all.iter().any(|e| e.disconnects > 0) && all.iter().all(|e| e.completed)
+            })
+            .count(),
         verdict.rerun_steps,
         verdict.violations.len(),
         median.as_millis(),
