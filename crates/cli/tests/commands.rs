@@ -80,7 +80,15 @@ fn inspect_runs_and_tasks_of_a_live_store() {
 
     let outcome = running.messages().into_iter().map(|(_, m)| m).find(|m| m["id"] == 7).expect("the result");
     assert_eq!(outcome["result"]["structuredContent"]["steps"], json!([1, 2]));
-    let runs = run(&["inspect", "runs", "--store", &store]);
+    // The journal entry goes right after the outcome is committed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let runs = loop {
+        let runs = run(&["inspect", "runs", "--store", &store]);
+        if !runs.contains("id=7") || std::time::Instant::now() > deadline {
+            break runs;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(!runs.contains("id=7"), "a finished request leaves the journal: {runs}");
     assert!(runs.contains("tools/call slow_compute"), "the task's run is still journaled: {runs}");
 }

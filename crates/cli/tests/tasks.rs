@@ -326,6 +326,18 @@ fn d10_legacy_tasks_with_params_task() {
         }
     }
     assert_eq!(statuses, ["input_required", "working", "completed"]);
+    // A cancelled task is announced too.
+    let long = call(7, "slow_compute", json!({"seconds": 60}), true);
+    let long_id = long.last().unwrap().1["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 8, "method": "tasks/cancel", "params": {"taskId": long_id}}));
+    let cancelled = loop {
+        let (_, data) = standalone.next_event().expect("the cancellation's notification");
+        let Ok(message) = serde_json::from_str::<Value>(&data) else { continue };
+        if message["method"] == "notifications/tasks/status" && message["params"]["taskId"] == long_id.as_str() {
+            break message;
+        }
+    };
+    assert_eq!(cancelled["params"]["status"], "cancelled", "{cancelled}");
 }
 
 /// D9 for roots and sampling: in a session, each is a server-to-client request asked once;
@@ -470,6 +482,15 @@ fn task_notifications_on_listen(a: SocketAddr, b: SocketAddr) {
     let mut told = done.clone();
     told.as_object_mut().unwrap().remove("_meta");
     assert_eq!(told, get, "a notification carries what tasks/get answers");
+    drop(stream);
+    // Subscribing to a task that already ended: its final state, once.
+    let mut late = listen(b, json!({"taskIds": [task_id]}), true);
+    assert_eq!(next_message(&mut late)["params"]["notifications"]["taskIds"], json!([task_id]));
+    let last = next_message(&mut late);
+    assert_eq!((last["method"].as_str(), last["params"]["status"].as_str()), (Some("notifications/tasks"), Some("completed")), "{last}");
+    // Too many ids: refused.
+    let many: Vec<String> = (0..300).map(|n| format!("{n:032x}")).collect();
+    assert_eq!(last_message(listen(b, json!({"taskIds": many}), true))["error"]["code"], -32602);
 }
 
 #[test]

@@ -205,15 +205,6 @@ impl Held {
         }
     }
 
-    /// The run waits for a stateless client's retry: its journal entry goes (nobody is
-    /// waiting on its stream), its steps stay for the retry to continue from.
-    pub(crate) async fn suspend(self, engine: &Engine) {
-        self.heartbeat.abort();
-        if let Err(error) = engine.store().delete_records(RecordKind::Run, &self.run_id).await {
-            tracing::warn!(%error, run = %self.run_id, "could not delete a suspended run's journal entry; recovery will");
-        }
-    }
-
     /// Give the run back: another worker (or our own recovery loop) picks it up at
     /// `retry_at_ms`.
     pub(crate) async fn release(self, engine: &Engine, retry_at_ms: u64, failed: bool) {

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response};
-use durable_mcp_store::StreamId;
+use durable_mcp_store::{StoreError, StreamId};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -34,10 +34,12 @@ const TASKS_METHOD: &str = "notifications/tasks";
 pub(crate) const ACKNOWLEDGED_METHOD: &str = "notifications/subscriptions/acknowledged";
 /// The `_meta` key tying a notification to its subscription.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-/// The most task ids one listen stream follows; further ids are not acknowledged.
+/// The most task ids one listen request may name (-32602 beyond).
 pub(crate) const MAX_SUBSCRIBED_TASKS: usize = 256;
 /// How often a listen stream re-reads its tasks for changes made on other workers.
 const FEED_POLL: Duration = Duration::from_millis(250);
+/// How long a listen stream waits before retrying a notification the store refused.
+const FEED_RETRY: Duration = Duration::from_millis(500);
 
 /// The tasks a `subscriptions/listen` request asked to follow and may follow.
 #[derive(Debug)]
@@ -48,10 +50,7 @@ pub(crate) struct TaskSubscription {
 
 /// What a listen stream last told of a task: a new notification goes out when this changes.
 fn fingerprint(task: &TaskRecord) -> (String, Vec<String>) {
-    (
-        task.status.clone(),
-        task.input_requests.keys().cloned().collect(),
-    )
+    (task.status.clone(), task.input_requests.keys().cloned().collect())
 }
 
 impl Engine {
@@ -63,13 +62,14 @@ impl Engine {
         if task.flavor != Flavor::V2025 || task.status == status_before {
             return;
         }
-        let Some(stream) = task
-            .notify
-            .as_deref()
-            .and_then(|s| s.parse::<StreamId>().ok())
-        else {
+        let Some(stream) = task.notify.as_deref().and_then(|s| s.parse::<StreamId>().ok()) else { return };
+        // A later change (made on another worker, say) sends its own notification; this one
+        // would arrive after it, out of order. (Clients may also order by `lastUpdatedAt`.)
+        if let Ok(Some((latest, _))) = self.load_task(key).await
+            && latest.updated_at_ms != task.updated_at_ms
+        {
             return;
-        };
+        }
         // The notification carries the task id itself, not `related-task` (2025-11-25).
         let message = json!({"jsonrpc": "2.0", "method": STATUS_METHOD, "params": task.wire()});
         if let Err(error) = self.commit(&stream, &message, false).await {
@@ -78,27 +78,23 @@ impl Engine {
     }
 
     /// Read a 2026-07-28 `subscriptions/listen` request's `notifications.taskIds`:
-    /// `Ok(None)` when it names none, `Err` with the refusal to send when it is malformed
-    /// or the client did not declare the extension (-32021).
+    /// `Ok(None)` when it names none, `Err` with the refusal to send when it is malformed,
+    /// names too many, or the client did not declare the extension (-32021).
     pub(crate) async fn task_subscription(
         &self,
         caller: &Caller,
         id: &RequestId,
         request: &Map<String, Value>,
     ) -> Result<Result<Option<TaskSubscription>, Value>, EngineError> {
-        let requested = request
-            .get("params")
-            .and_then(|p| p.get("notifications"))
-            .and_then(|n| n.get("taskIds"));
+        let invalid = |message: &str| error_response(id.clone(), code::INVALID_PARAMS, message, None);
+        let requested = request.get("params").and_then(|p| p.get("notifications")).and_then(|n| n.get("taskIds"));
         let ids: Vec<&str> = match requested {
             None | Some(Value::Null) => return Ok(Ok(None)),
-            Some(Value::Array(ids)) => {
-                match ids.iter().map(Value::as_str).collect::<Option<Vec<&str>>>() {
-                    Some(ids) => ids,
-                    None => return Ok(Err(invalid_task_ids(id))),
-                }
-            }
-            Some(_) => return Ok(Err(invalid_task_ids(id))),
+            Some(Value::Array(ids)) => match ids.iter().map(Value::as_str).collect::<Option<Vec<&str>>>() {
+                Some(ids) => ids,
+                None => return Ok(Err(invalid("notifications.taskIds must be an array of task id strings"))),
+            },
+            Some(_) => return Ok(Err(invalid("notifications.taskIds must be an array of task id strings"))),
         };
         if ids.is_empty() {
             return Ok(Ok(None));
@@ -106,19 +102,21 @@ impl Engine {
         if !declares_extension(request) {
             return Ok(Err(missing_extension(id.clone())));
         }
+        if ids.len() > MAX_SUBSCRIBED_TASKS {
+            return Ok(Err(invalid(&format!("notifications.taskIds names more than {MAX_SUBSCRIBED_TASKS} tasks"))));
+        }
         let mut seen = HashSet::new();
         let mut tasks = Vec::new();
         for task_id in ids {
-            if tasks.len() == MAX_SUBSCRIBED_TASKS {
-                break;
-            }
-            if !seen.insert(task_id) {
+            // Not an id this server hands out, or named twice: not acknowledged.
+            if task_id.parse::<StreamId>().is_err() || !seen.insert(task_id) {
                 continue;
             }
             // Another principal's task is simply not found (D13): not acknowledged.
             let key = task_key(&caller.principal, task_id);
             if let Some((task, _)) = self.load_task(&key).await?
                 && task.flavor == Flavor::Extension
+                && task.principal == caller.principal.as_str()
             {
                 tasks.push((task_id.to_owned(), key));
             }
@@ -128,30 +126,14 @@ impl Engine {
 
     /// Add the accepted task ids to the handler's acknowledgement; returns the
     /// subscription id its notifications carry.
-    pub(crate) fn acknowledge_tasks(
-        subscription: &TaskSubscription,
-        request_id: &RequestId,
-        message: &mut Value,
-    ) -> Value {
-        let accepted: Vec<&str> = subscription
-            .tasks
-            .iter()
-            .map(|(id, _)| id.as_str())
-            .collect();
+    pub(crate) fn acknowledge_tasks(subscription: &TaskSubscription, request_id: &RequestId, message: &mut Value) -> Value {
+        let accepted: Vec<&str> = subscription.tasks.iter().map(|(id, _)| id.as_str()).collect();
         let mut subscription_id = json!(request_id);
-        if let Some(params) = message.as_object_mut().and_then(|m| {
-            m.entry("params")
-                .or_insert_with(|| json!({}))
-                .as_object_mut()
-        }) {
+        if let Some(params) = message.as_object_mut().and_then(|m| m.entry("params").or_insert_with(|| json!({})).as_object_mut()) {
             if let Some(id) = params.get("_meta").and_then(|m| m.get(SUBSCRIPTION_ID)) {
                 subscription_id = id.clone();
             }
-            if let Some(notifications) = params
-                .entry("notifications")
-                .or_insert_with(|| json!({}))
-                .as_object_mut()
-            {
+            if let Some(notifications) = params.entry("notifications").or_insert_with(|| json!({})).as_object_mut() {
                 notifications.insert("taskIds".into(), json!(accepted));
             }
         }
@@ -161,7 +143,8 @@ impl Engine {
     /// Feed `notifications/tasks` for the subscribed tasks into a listen stream until
     /// `stop`: the current state first, then every change. Stopping waits for a commit in
     /// progress (the caller awaits the handle), so the stream's last event stays its
-    /// outcome.
+    /// outcome. A notification the store refuses is retried; the feed ends only with its
+    /// stream.
     pub(crate) fn feed_tasks(
         &self,
         subscription: TaskSubscription,
@@ -176,37 +159,47 @@ impl Engine {
             let mut following: Vec<(String, String)> = subscription.tasks;
             loop {
                 let mut gone = Vec::new();
+                let mut refused = false;
                 for (task_id, key) in &following {
-                    match engine.load_task(key).await {
-                        Ok(Some((task, _))) => {
-                            let now = fingerprint(&task);
-                            if told.get(task_id) == Some(&now) {
-                                continue;
-                            }
-                            let mut params = task.detailed_map();
-                            params
-                                .insert("_meta".into(), json!({SUBSCRIPTION_ID: subscription_id}));
-                            let message =
-                                json!({"jsonrpc": "2.0", "method": TASKS_METHOD, "params": params});
-                            if let Err(error) = engine.commit(&stream, &message, false).await {
-                                tracing::debug!(%error, %stream, "listen stream closed; task notifications stop");
-                                return;
-                            }
-                            if is_terminal(&task.status) {
-                                // Its last notification: a terminal status never changes.
-                                gone.push(task_id.clone());
-                            }
-                            told.insert(task_id.clone(), now);
-                        }
+                    if stop.is_cancelled() {
+                        return;
+                    }
+                    let task = match engine.load_task(key).await {
+                        Ok(Some((task, _))) => task,
                         // Expired: nothing more will change.
-                        Ok(None) => gone.push(task_id.clone()),
+                        Ok(None) => {
+                            gone.push(task_id.clone());
+                            continue;
+                        }
                         Err(error) => {
-                            tracing::warn!(%error, task = %task_id, "could not read a subscribed task; retrying")
+                            tracing::warn!(%error, task = %task_id, "could not read a subscribed task; retrying");
+                            continue;
+                        }
+                    };
+                    let now = fingerprint(&task);
+                    if told.get(task_id) == Some(&now) {
+                        continue;
+                    }
+                    let mut params = task.detailed_map();
+                    params.insert("_meta".into(), json!({SUBSCRIPTION_ID: subscription_id}));
+                    let message = json!({"jsonrpc": "2.0", "method": TASKS_METHOD, "params": params});
+                    match engine.commit(&stream, &message, false).await {
+                        Ok(_) => {}
+                        Err(EngineError::Store(StoreError::StreamClosed { .. } | StoreError::NotFound { .. })) => return,
+                        Err(error) => {
+                            tracing::warn!(%error, %stream, "could not commit a task notification; retrying");
+                            refused = true;
+                            continue;
                         }
                     }
+                    if is_terminal(&task.status) {
+                        // Its last notification: a terminal status never changes.
+                        gone.push(task_id.clone());
+                    }
+                    told.insert(task_id.clone(), now);
                 }
                 following.retain(|(task_id, _)| !gone.contains(task_id));
-                let deadline = tokio::time::Instant::now() + FEED_POLL;
+                let deadline = tokio::time::Instant::now() + if refused { FEED_RETRY } else { FEED_POLL };
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
@@ -222,13 +215,4 @@ impl Engine {
             }
         })
     }
-}
-
-fn invalid_task_ids(id: &RequestId) -> Value {
-    error_response(
-        id.clone(),
-        code::INVALID_PARAMS,
-        "notifications.taskIds must be an array of task id strings",
-        None,
-    )
 }

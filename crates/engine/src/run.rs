@@ -59,6 +59,8 @@ struct Pump {
     task_watch: Option<(String, tokio::task::JoinHandle<()>)>,
     /// A `subscriptions/listen` request's tasks (2026-07-28), fed once it is acknowledged.
     subscription: Option<TaskSubscription>,
+    /// A journaled run's registration on this worker (see [`Engine::register_journaled`]).
+    registration: Option<u64>,
 }
 
 /// What [`Engine::launch`] started.
@@ -140,8 +142,11 @@ pub struct Accepted {
 #[derive(Default)]
 pub(crate) struct Registry {
     runs: Mutex<HashMap<String, CancellationToken>>,
-    /// Journaled runs executing here, by run id.
-    journaled: Mutex<HashMap<String, CancellationToken>>,
+    /// Journaled runs executing here, by run id, with the generation of their
+    /// registration (a retry may register the same run id before the last one is gone).
+    journaled: Mutex<HashMap<String, (u64, CancellationToken)>>,
+    /// The last registration generation handed out.
+    generation: std::sync::atomic::AtomicU64,
     /// Task runs executing here, by task id.
     tasks: Mutex<HashMap<String, CancellationToken>>,
     /// Set by [`Engine::drain`]: runs stopped now give their leases back.
@@ -392,13 +397,11 @@ impl Engine {
         {
             lock(&self.inner.runs.runs).insert(run_key(session, &id), run.cancel.clone());
         }
-        if let Some(held) = &held {
-            lock(&self.inner.runs.journaled).insert(held.run_id.clone(), run.cancel.clone());
-        }
+        let registration = held.as_ref().map(|held| self.register_journaled(&held.run_id, run.cancel.clone()));
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
         let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
-        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription };
+        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription, registration };
         tokio::spawn(async move {
             engine.clone().pump(pump).await;
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -559,31 +562,43 @@ impl Engine {
             return held.finish(&self).await;
         };
         let id = held.record.id();
+        // Not counted in flight: a relay waits for its task, which may take long; at
+        // shutdown it is handed over at once, at no cost.
         let stop = CancellationToken::new();
-        lock(&self.inner.runs.journaled).insert(held.run_id.clone(), stop.clone());
-        self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
-        let relayed = tokio::select! {
-            relayed = self.relay_task_result(&id, &source, &target, &relay.task_id, &relay.task) => Some(relayed),
-            () = stop.cancelled() => None,
-            () = held.lost.cancelled() => None,
-        };
+        let generation = self.register_journaled(&held.run_id, stop.clone());
+        let relayed = self.relay_task_result(&id, &source, &target, &relay, &held, &stop).await;
         let run_id = held.run_id.clone();
         match relayed {
-            Some(Ok(())) => held.finish(&self).await,
-            Some(Err(error)) => {
+            Ok(true) => held.finish(&self).await,
+            Ok(false) if self.inner.runs.releasing.load(Ordering::SeqCst) => held.release(&self, 0, false).await,
+            Ok(false) => held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await,
+            Err(error) => {
                 tracing::warn!(%error, task = %relay.task_id, "tasks/result relay failed; it will be retried");
                 held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, true).await;
             }
-            None if self.inner.runs.releasing.load(Ordering::SeqCst) => held.release(&self, 0, false).await,
-            None => held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await,
         }
-        self.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
-        lock(&self.inner.runs.journaled).remove(&run_id);
+        self.unregister_journaled(&run_id, generation);
     }
 
     /// Whether this worker is running the journaled run `run_id`.
     pub(crate) fn is_running_here(&self, run_id: &str) -> bool {
         lock(&self.inner.runs.journaled).contains_key(run_id)
+    }
+
+    /// Register a journaled run executing here (for recovery, which skips it, and for
+    /// `drain`, which stops it with `stop`); returns the registration's generation.
+    pub(crate) fn register_journaled(&self, run_id: &str, stop: CancellationToken) -> u64 {
+        let generation = self.inner.runs.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        lock(&self.inner.runs.journaled).insert(run_id.to_owned(), (generation, stop));
+        generation
+    }
+
+    /// Forget a registration, unless the run id was registered again since.
+    pub(crate) fn unregister_journaled(&self, run_id: &str, generation: u64) {
+        let mut journaled = lock(&self.inner.runs.journaled);
+        if journaled.get(run_id).is_some_and(|(registered, _)| *registered == generation) {
+            journaled.remove(run_id);
+        }
     }
 
     /// Graceful shutdown of durable execution: wait up to `grace` for the requests running
@@ -594,7 +609,7 @@ impl Engine {
         while self.in_flight() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        let running: Vec<CancellationToken> = lock(&self.inner.runs.journaled).values().cloned().collect();
+        let running: Vec<CancellationToken> = lock(&self.inner.runs.journaled).values().map(|(_, stop)| stop.clone()).collect();
         if running.is_empty() {
             return;
         }
@@ -661,7 +676,7 @@ impl Engine {
     }
 
     async fn pump(self, pump: Pump) {
-        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription } = pump;
+        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription, registration } = pump;
         let mut feed: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
         if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
             task_watch = Some(self.watch_task(&key, &run.cancel));
@@ -800,7 +815,9 @@ impl Engine {
         // so a worker shutting down does not exit before its lease is given back.
         let run_id = held.run_id.clone();
         self.end_journaled(held, run.cancel.is_cancelled(), &stream, &id, answered, suspended, settled).await;
-        lock(&self.inner.runs.journaled).remove(&run_id);
+        if let Some(generation) = registration {
+            self.unregister_journaled(&run_id, generation);
+        }
     }
 
     /// What becomes of a journaled run's record once its pump stops: finished, suspended
@@ -817,7 +834,9 @@ impl Engine {
         settled: Option<Value>,
     ) {
         if answered && suspended {
-            held.suspend(self).await;
+            // Its journal entry went before the outcome was committed (a retry may have
+            // journaled the run again since): only the heartbeat stops here.
+            held.stop_heartbeat();
         } else if answered {
             if let (Some(task), Some(outcome)) = (held.record.task.clone(), settled)
                 && let Err(error) = self.settle_task(&task, &outcome).await

@@ -21,6 +21,7 @@ use durable_mcp_store::{Expect, Principal, RecordKind, SessionRecord, StoreError
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::journal::{Held, Relay};
 use crate::{Engine, EngineError};
 
 /// The extension's name, in capabilities and errors.
@@ -438,35 +439,46 @@ impl Engine {
         Ok(json!({"jsonrpc": "2.0", "id": id, "result": result}))
     }
 
-    /// Relay a 2025-11-25 task's stream to a `tasks/result` stream: questions (tagged with
-    /// the task) and notifications as they are committed, then the outcome as this
-    /// request's response, with the related-task `_meta`.
+    /// Relay a 2025-11-25 task's stream (its questions, then its outcome) onto the stream
+    /// of a `tasks/result` request, going on after what an earlier attempt relayed.
+    /// Returns whether it is done (the response is committed); `false`: stopped (`stop`,
+    /// or the lease was lost), to be taken up again by whoever holds the lease next.
+    /// Fencing: nothing is committed once the lease may have passed to another worker.
     pub(crate) async fn relay_task_result(
         &self,
         id: &RequestId,
         source: &StreamId,
         target: &StreamId,
-        task_id: &str,
-        key: &str,
-    ) -> Result<(), EngineError> {
+        relay: &Relay,
+        held: &Held,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> Result<bool, EngineError> {
         use futures::StreamExt;
-        let related = json!({"taskId": task_id});
-        // A relay taken over (or restarted) goes on after the messages already relayed: the
-        // task's stream only grows, so the first `relayed` are those.
-        let mut relayed = self.count_messages(target).await?;
+        let related = json!({"taskId": relay.task_id});
+        let mut skip = self.relayed_so_far(target).await?;
         let mut events = Box::pin(crate::tail(self.store().clone(), source.clone(), 0));
-        while let Some(event) = events.next().await {
+        loop {
+            let event = tokio::select! {
+                biased;
+                () = stop.cancelled() => return Ok(false),
+                () = held.lost.cancelled() => return Ok(false),
+                event = events.next() => event,
+            };
+            let Some(event) = event else { break };
             let event = event?;
             let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else { continue };
-            if relayed > 0 {
-                relayed -= 1;
+            if skip > 0 {
+                skip -= 1;
                 continue;
+            }
+            if !held.lease_valid() {
+                return Ok(false);
             }
             let terminal = message.contains_key("result") || message.contains_key("error");
             if terminal {
                 // The task's record has the last word: one cancelled between the outcome's
                 // commit and its settling reports cancelled here too (one outcome, D7).
-                if let Some((task, _)) = self.load_task(key).await?
+                if let Some((task, _)) = self.load_task(&relay.task).await?
                     && task.status == "cancelled"
                 {
                     break;
@@ -479,27 +491,38 @@ impl Engine {
                     }
                 }
                 self.commit(target, &Value::Object(message), true).await?;
-                return Ok(());
+                return Ok(true);
             }
             self.commit(target, &Value::Object(message), false).await?;
         }
         // The task's stream ended without an outcome: it was cancelled.
-        let status = self.load_task(key).await?.map_or_else(|| "expired".to_owned(), |(task, _)| task.status);
+        let status = self.load_task(&relay.task).await?.map_or_else(|| "expired".to_owned(), |(task, _)| task.status);
+        if !held.lease_valid() {
+            return Ok(false);
+        }
         let response = error_response(id.clone(), code::INTERNAL_ERROR, &format!("the task ended without a result ({status})"), None);
         self.commit(target, &response, true).await?;
-        Ok(())
+        Ok(true)
     }
 
-    /// Cancel the task's run if it runs here (other workers notice the record).
-    /// How many JSON messages a stream holds (its priming event left out).
-    async fn count_messages(&self, stream: &StreamId) -> Result<usize, EngineError> {
-        let mut count = 0;
+    /// How many messages a `tasks/result` stream already relayed: it holds its priming
+    /// event (sequence 1) and then only relayed messages, so the count is its last
+    /// sequence number less one, even once retention pruned its start.
+    async fn relayed_so_far(&self, target: &StreamId) -> Result<usize, EngineError> {
         let mut after = 0;
         loop {
-            let read = self.store().read_after(stream, after, 1024).await?;
-            let Some(last) = read.events.last() else { return Ok(count) };
+            let read = match self.store().read_after(target, after, 1024).await {
+                Ok(read) => read,
+                Err(StoreError::Pruned { oldest_retained, .. }) => {
+                    after = oldest_retained.saturating_sub(1);
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
+            let Some(last) = read.events.last() else {
+                return Ok(usize::try_from(after.saturating_sub(1)).unwrap_or(usize::MAX));
+            };
             after = last.id.seq;
-            count += read.events.iter().filter(|e| serde_json::from_str::<Value>(&e.data).is_ok_and(|v| v.is_object())).count();
         }
     }
 
