@@ -353,3 +353,65 @@ fn d15_postgres_outage_fails_fast_and_heals() {
 fn d15_redis_outage_fails_fast_and_heals() {
     outage_fails_fast_and_heals(Backend::Redis);
 }
+
+/// 2026-07-28 `subscriptions/listen` on one worker hears of changes announced through
+/// another (`Durable::announce`, here by the example's triggers): a tools-and-prompts
+/// listener gets each change once, in order, with its subscription id; a prompts-only
+/// listener gets only the prompts change; a listener that subscribed a resource gets its
+/// update.
+fn announced_changes_reach_every_worker(a: std::net::SocketAddr, b: std::net::SocketAddr) {
+    let mut tools = listen(b, json!({"toolsListChanged": true, "promptsListChanged": true}), false);
+    let mut prompts = listen(b, json!({"promptsListChanged": true}), false);
+    let mut resource = listen(b, json!({"resourceSubscriptions": ["test://watched-resource"]}), false);
+    let mut subscriptions = Vec::new();
+    for stream in [&mut tools, &mut prompts, &mut resource] {
+        let ack = next_message(stream);
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+        subscriptions.push(ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].clone());
+    }
+    let changed = modern(a, 1, "tools/call", json!({"name": "test_trigger_tool_change", "arguments": {}}), false);
+    assert!(changed["result"]["content"][0]["text"].as_str().unwrap_or_default().contains("dynamic_tool"), "{changed}");
+    let started = Instant::now();
+    let told = next_message(&mut tools);
+    assert_eq!(told["method"], "notifications/tools/list_changed", "{told}");
+    assert_eq!(told["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], subscriptions[0]);
+    eprintln!("tools/list_changed reached the other worker's listen stream {:?} after the call returned", started.elapsed());
+    modern(a, 2, "tools/call", json!({"name": "test_trigger_prompt_change", "arguments": {}}), false);
+    let told = next_message(&mut prompts);
+    assert_eq!(told["method"], "notifications/prompts/list_changed", "the tools change is not for this listener: {told}");
+    assert_eq!(told["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], subscriptions[1]);
+    assert_eq!(next_message(&mut tools)["method"], "notifications/prompts/list_changed", "each change once");
+    modern(a, 3, "tools/call", json!({"name": "trigger_resource_update", "arguments": {"uri": "test://watched-resource"}}), false);
+    let told = next_message(&mut resource);
+    assert_eq!((told["method"].as_str(), told["params"]["uri"].as_str()), (Some("notifications/resources/updated"), Some("test://watched-resource")), "{told}");
+    // The resource update is not for the tools-and-prompts listener: it hears the next
+    // tools change next.
+    modern(a, 4, "tools/call", json!({"name": "test_trigger_tool_change", "arguments": {}}), false);
+    assert_eq!(next_message(&mut tools)["method"], "notifications/tools/list_changed");
+}
+
+#[test]
+fn sqlite_announced_changes_reach_listen_streams() {
+    let server = Server::start(&format!("sqlite:{}", temp_dir("announce").join("store.db").display()), free_port(), &[]);
+    announced_changes_reach_every_worker(server.addr, server.addr);
+}
+
+fn announced_changes_across_workers(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let a = Server::start(&store, free_port(), &[]);
+    let b = Server::start(&store, free_port(), &[]);
+    announced_changes_reach_every_worker(a.addr, b.addr);
+}
+
+#[test]
+fn postgres_announced_changes_reach_every_worker() {
+    announced_changes_across_workers(Backend::Postgres);
+}
+
+#[test]
+fn redis_announced_changes_reach_every_worker() {
+    announced_changes_across_workers(Backend::Redis);
+}

@@ -42,7 +42,8 @@ use std::sync::Arc;
 pub use durable_mcp_engine::{Engine, EngineOptions, inspect};
 pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
-    Durable, DurableError, McpHandler, Retry, SessionState, StateError, StepKey, TaskSupport, rmcp, task_support,
+    Durable, DurableError, McpHandler, Retry, ServerChange, SessionState, StateError, StepKey, TaskSupport, rmcp,
+    task_support,
 };
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
 pub use durable_mcp_store_memory::MemoryStore;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::jsonrpc::RequestId;
-use durable_mcp_protocol::{DurableBackend, DurableError};
+use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange};
 use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, now_ms};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -612,6 +612,10 @@ impl DurableBackend for DurableRun {
 
     fn progress_token(&self) -> Option<Value> {
         self.params.get("_meta").and_then(|m| m.get("progressToken")).cloned()
+    }
+
+    fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>> {
+        Box::pin(async move { self.engine.announce(&change).await.map_err(journal_error) })
     }
 }
 

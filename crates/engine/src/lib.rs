@@ -10,6 +10,7 @@
 //! Transports (HTTP, stdio) read the events back through [`tail`].
 
 mod error;
+mod changes;
 mod inbox;
 pub mod inspect;
 mod journal;
@@ -86,6 +87,8 @@ struct Inner {
     started_at_ms: u64,
     /// Every task write on this worker, by record key: wakes its listen streams.
     task_changes: tokio::sync::broadcast::Sender<String>,
+    /// Server-wide change announcements, as this worker sees them.
+    changes: changes::Changes,
 }
 
 impl std::fmt::Debug for Engine {
@@ -118,6 +121,7 @@ impl Engine {
                 sealer,
                 started_at_ms,
                 task_changes: tokio::sync::broadcast::channel(256).0,
+                changes: changes::Changes::default(),
             }),
         }
     }

@@ -9,7 +9,10 @@
 //!   with the whole detailed task (what `tasks/get` would answer) for the current state and
 //!   for every later change, tagged with the subscription id.
 //!
-//! Both are optional in the protocol, and sent at most once: a worker that dies between a
+//! The same feed delivers the server's announced changes (list changes, resource updates:
+//! see `changes`) that a listen stream's acknowledged filter covers, from every worker.
+//!
+//! Task notifications are optional in the protocol, and sent at most once: a worker that dies between a
 //! task's change and its notification loses that notification (`tasks/get` stays the
 //! source of truth). A listen stream learns of changes made on its own worker at once
 //! (the engine broadcasts every task write) and of those made on other workers by
@@ -23,6 +26,7 @@ use durable_mcp_store::{StoreError, StreamId};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::changes::{Following, notification};
 use crate::tasks::{Flavor, TaskRecord, declares_extension, is_terminal, missing_extension, task_key};
 use crate::{Caller, Engine, EngineError};
 
@@ -41,11 +45,33 @@ const FEED_POLL: Duration = Duration::from_millis(250);
 /// How long a listen stream waits before retrying a notification the store refused.
 const FEED_RETRY: Duration = Duration::from_millis(500);
 
-/// The tasks a `subscriptions/listen` request asked to follow and may follow.
-#[derive(Debug)]
-pub(crate) struct TaskSubscription {
+/// What a `subscriptions/listen` request asked to follow beyond what its handler
+/// acknowledges: the tasks it named and may follow.
+#[derive(Debug, Default)]
+pub(crate) struct ListenSubscription {
     /// `(task id, record key)`, in the order requested.
     tasks: Vec<(String, String)>,
+    /// Whether the request named tasks (the acknowledgement then lists those accepted).
+    named_tasks: bool,
+}
+
+/// The announcement keys a listen stream's acknowledged filter covers (see `changes`).
+#[derive(Debug, Default)]
+pub(crate) struct ListenFilter {
+    keys: Vec<String>,
+    uris: Vec<String>,
+}
+
+impl ListenFilter {
+    /// Whether the stream follows any announcement.
+    pub(crate) fn follows_changes(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// The resource URIs the stream follows.
+    pub(crate) fn uris(&self) -> &[String] {
+        &self.uris
+    }
 }
 
 /// What a listen stream last told of a task: a new notification goes out when this changes.
@@ -77,19 +103,19 @@ impl Engine {
         }
     }
 
-    /// Read a 2026-07-28 `subscriptions/listen` request's `notifications.taskIds`:
-    /// `Ok(None)` when it names none, `Err` with the refusal to send when it is malformed,
-    /// names too many, or the client did not declare the extension (-32021).
-    pub(crate) async fn task_subscription(
+    /// Read a 2026-07-28 `subscriptions/listen` request's `notifications.taskIds`; `Err`
+    /// with the refusal to send when it is malformed, names too many, or the client did not
+    /// declare the extension (-32021).
+    pub(crate) async fn listen_subscription(
         &self,
         caller: &Caller,
         id: &RequestId,
         request: &Map<String, Value>,
-    ) -> Result<Result<Option<TaskSubscription>, Value>, EngineError> {
+    ) -> Result<Result<ListenSubscription, Value>, EngineError> {
         let invalid = |message: &str| error_response(id.clone(), code::INVALID_PARAMS, message, None);
         let requested = request.get("params").and_then(|p| p.get("notifications")).and_then(|n| n.get("taskIds"));
         let ids: Vec<&str> = match requested {
-            None | Some(Value::Null) => return Ok(Ok(None)),
+            None | Some(Value::Null) => return Ok(Ok(ListenSubscription::default())),
             Some(Value::Array(ids)) => match ids.iter().map(Value::as_str).collect::<Option<Vec<&str>>>() {
                 Some(ids) => ids,
                 None => return Ok(Err(invalid("notifications.taskIds must be an array of task id strings"))),
@@ -97,7 +123,7 @@ impl Engine {
             Some(_) => return Ok(Err(invalid("notifications.taskIds must be an array of task id strings"))),
         };
         if ids.is_empty() {
-            return Ok(Ok(None));
+            return Ok(Ok(ListenSubscription::default()));
         }
         if !declares_extension(request) {
             return Ok(Err(missing_extension(id.clone())));
@@ -121,40 +147,55 @@ impl Engine {
                 tasks.push((task_id.to_owned(), key));
             }
         }
-        Ok(Ok(Some(TaskSubscription { tasks })))
+        Ok(Ok(ListenSubscription { tasks, named_tasks: true }))
     }
 
-    /// Add the accepted task ids to the handler's acknowledgement; returns the
-    /// subscription id its notifications carry.
-    pub(crate) fn acknowledge_tasks(subscription: &TaskSubscription, request_id: &RequestId, message: &mut Value) -> Value {
+    /// Read the handler's acknowledgement (the filter it accepted, the subscription id)
+    /// and add the accepted task ids to it.
+    pub(crate) fn acknowledge(subscription: &ListenSubscription, request_id: &RequestId, message: &mut Value) -> (Value, ListenFilter) {
         let accepted: Vec<&str> = subscription.tasks.iter().map(|(id, _)| id.as_str()).collect();
         let mut subscription_id = json!(request_id);
+        let mut filter = ListenFilter::default();
         if let Some(params) = message.as_object_mut().and_then(|m| m.entry("params").or_insert_with(|| json!({})).as_object_mut()) {
             if let Some(id) = params.get("_meta").and_then(|m| m.get(SUBSCRIPTION_ID)) {
                 subscription_id = id.clone();
             }
             if let Some(notifications) = params.entry("notifications").or_insert_with(|| json!({})).as_object_mut() {
-                notifications.insert("taskIds".into(), json!(accepted));
+                for (field, key) in [("toolsListChanged", "tools"), ("promptsListChanged", "prompts"), ("resourcesListChanged", "resources")] {
+                    if notifications.get(field) == Some(&Value::Bool(true)) {
+                        filter.keys.push(key.to_owned());
+                    }
+                }
+                if let Some(Value::Array(uris)) = notifications.get("resourceSubscriptions") {
+                    filter.uris = uris.iter().filter_map(Value::as_str).map(str::to_owned).collect();
+                    filter.keys.extend(filter.uris.iter().map(|uri| format!("resource/{uri}")));
+                }
+                if subscription.named_tasks {
+                    notifications.insert("taskIds".into(), json!(accepted));
+                }
             }
         }
-        subscription_id
+        (subscription_id, filter)
     }
 
-    /// Feed `notifications/tasks` for the subscribed tasks into a listen stream until
-    /// `stop`: the current state first, then every change. Stopping waits for a commit in
-    /// progress (the caller awaits the handle), so the stream's last event stays its
-    /// outcome. A notification the store refuses is retried; the feed ends only with its
-    /// stream.
-    pub(crate) fn feed_tasks(
+    /// Feed a listen stream until `stop`: `notifications/tasks` for the subscribed tasks
+    /// (the current state first, then every change) and the announced changes its filter
+    /// covers. Stopping waits for a commit in progress (the caller awaits the handle), so
+    /// the stream's last event stays its outcome. A task notification the store refuses is
+    /// retried; the feed ends only with its stream.
+    pub(crate) fn feed_listen(
         &self,
-        subscription: TaskSubscription,
+        subscription: ListenSubscription,
         subscription_id: Value,
+        filter: ListenFilter,
+        mut announced: Option<Following>,
         stream: StreamId,
         stop: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         let mut changes = self.task_changes().subscribe();
         tokio::spawn(async move {
+            let meta = json!({SUBSCRIPTION_ID: subscription_id});
             let mut told: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
             let mut following: Vec<(String, String)> = subscription.tasks;
             loop {
@@ -181,7 +222,7 @@ impl Engine {
                         continue;
                     }
                     let mut params = task.detailed_map();
-                    params.insert("_meta".into(), json!({SUBSCRIPTION_ID: subscription_id}));
+                    params.insert("_meta".into(), meta.clone());
                     let message = json!({"jsonrpc": "2.0", "method": TASKS_METHOD, "params": params});
                     match engine.commit(&stream, &message, false).await {
                         Ok(_) => {}
@@ -203,6 +244,23 @@ impl Engine {
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
+                        change = next_announcement(&mut announced) => {
+                            let keys = match change {
+                                Ok(key) => vec![key],
+                                // Missed some: tell of every key followed (a list-changed
+                                // notification only asks the client to read again).
+                                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => filter.keys.clone(),
+                                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                            };
+                            for key in keys.iter().filter(|key| filter.keys.contains(key)) {
+                                let Some(message) = notification(key, &meta) else { continue };
+                                match engine.commit(&stream, &message, false).await {
+                                    Ok(_) => {}
+                                    Err(EngineError::Store(StoreError::StreamClosed { .. } | StoreError::NotFound { .. })) => return,
+                                    Err(error) => tracing::warn!(%error, %stream, "could not commit an announced change"),
+                                }
+                            }
+                        }
                         changed = changes.recv() => match changed {
                             Ok(key) if !following.iter().any(|(_, k)| *k == key) => {}
                             // A lagging receiver only missed wake-ups: the next pass re-reads all.
@@ -214,5 +272,13 @@ impl Engine {
                 }
             }
         })
+    }
+}
+
+/// The next announced change a listen stream follows (never, if it follows none).
+async fn next_announcement(following: &mut Option<Following>) -> Result<String, tokio::sync::broadcast::error::RecvError> {
+    match following {
+        Some(following) => following.changes.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
-use crate::notify::{ACKNOWLEDGED_METHOD, TaskSubscription};
+use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, Relay, RunRecord, alias_key};
 use crate::tasks::{Flavor, declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
@@ -57,8 +57,9 @@ struct Pump {
     durable: Option<Arc<DurableRun>>,
     detach_requests: tokio::sync::mpsc::Receiver<crate::journal::Detach>,
     task_watch: Option<(String, tokio::task::JoinHandle<()>)>,
-    /// A `subscriptions/listen` request's tasks (2026-07-28), fed once it is acknowledged.
-    subscription: Option<TaskSubscription>,
+    /// A `subscriptions/listen` request (2026-07-28): what the engine feeds it (its tasks,
+    /// announced changes) once the handler acknowledged it.
+    subscription: Option<ListenSubscription>,
     /// A journaled run's registration on this worker (see [`Engine::register_journaled`]).
     registration: Option<u64>,
 }
@@ -227,8 +228,8 @@ impl Engine {
             return Ok(accepted);
         }
         let subscription = if caller.era == Era::Modern && method == "subscriptions/listen" {
-            match self.task_subscription(caller, &id, &request).await? {
-                Ok(subscription) => subscription,
+            match self.listen_subscription(caller, &id, &request).await? {
+                Ok(subscription) => Some(subscription),
                 Err(refusal) => {
                     self.commit(&stream, &refusal, true).await?;
                     return Ok(accepted);
@@ -367,7 +368,7 @@ impl Engine {
         request: Map<String, Value>,
         stream: StreamId,
         held: Option<Held>,
-        subscription: Option<TaskSubscription>,
+        subscription: Option<ListenSubscription>,
     ) -> Result<Launched, Rejection> {
         // A run whose lease is lost is cancelled here (without ending its stream).
         let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
@@ -759,11 +760,14 @@ impl Engine {
                 }
                 Outbound::Notification { method, mut message } if method == ACKNOWLEDGED_METHOD && subscription.is_some() => {
                     let Some(tasks) = subscription.take() else { continue };
-                    let subscription_id = Self::acknowledge_tasks(&tasks, &id, &mut message);
+                    let (subscription_id, filter) = Self::acknowledge(&tasks, &id, &mut message);
+                    // Following starts before the client sees the acknowledgement: what is
+                    // announced after it reaches the stream.
+                    let announced = if filter.follows_changes() { Some(self.follow_changes(filter.uris()).await) } else { None };
                     let committed = self.commit(&stream, &message, false).await.map(drop);
                     if committed.is_ok() {
                         let stop = CancellationToken::new();
-                        feed = Some((stop.clone(), self.feed_tasks(tasks, subscription_id, stream.clone(), stop)));
+                        feed = Some((stop.clone(), self.feed_listen(tasks, subscription_id, filter, announced, stream.clone(), stop)));
                     }
                     committed
                 }

@@ -20,6 +20,10 @@
 //! clone it per request** (as `durable_mcp_protocol::McpHandler` does); two separately
 //! constructed values do not see each other's list changes.
 //!
+//! Under durable-mcp (the request carries a `Durable` context) a change is announced with
+//! `Durable::announce` instead of the in-process broadcast: durable-mcp delivers it to the
+//! listen streams of every worker. The toggles themselves stay in each process's memory.
+//!
 //! # `requestState` key
 //!
 //! [`Everything::new`] takes the key that seals `requestState` (HMAC-SHA256 through
@@ -55,12 +59,12 @@
 //! | `test_missing_capability` | needs `sampling`: without it, JSON-RPC error -32021 with `data.requiredCapabilities = {"sampling": {}}`; with it, asks for a sampling input | `server-stateless` (2026) | map -32021 to HTTP 400 |
 //! | `test_streaming_elicitation` | progress (if token), then legacy: `elicitation/create`; 2026: InputRequiredResult — never a server-to-client request | `server-stateless`: no JSON-RPC request on the response stream | – |
 //! | `test_logging_tool` | one `notifications/message` (info) if allowed | `server-stateless`: no log without `_meta.io.modelcontextprotocol/logLevel` | must not add logs of its own |
-//! | `test_trigger_tool_change` | toggles `dynamic_tool` in `tools/list`, broadcasts a change to every open `listen`; legacy also sends `notifications/tools/list_changed` through its peer | `server-stateless` (2026): the notification reaches a `subscriptions/listen` stream filtered on `toolsListChanged`, and not one filtered on prompts only | see `subscriptions/listen` below |
+//! | `test_trigger_tool_change` | toggles `dynamic_tool` in `tools/list`, tells every open `listen` (announced under durable-mcp, broadcast otherwise); legacy also sends `notifications/tools/list_changed` through its peer | `server-stateless` (2026): the notification reaches a `subscriptions/listen` stream filtered on `toolsListChanged`, and not one filtered on prompts only | see `subscriptions/listen` below |
 //! | `test_trigger_prompt_change` | same for `dynamic_prompt` and `notifications/prompts/list_changed` | `server-stateless` (2026) | same |
 //! | `test_custom_header` | echoes `value`; its schema marks `value` with `x-mcp-header: Value` | `http-custom-header-server-validation` (2026, pending) | validates `Mcp-Param-Value` against the body (schema from `get_tool`) |
 //! | `dynamic_tool` | listed and callable only after an odd number of `test_trigger_tool_change` | – | – |
 //! | `emit_events` | `count` progress notifications (only with a progressToken) and `count` info logs (subject to the log rules below), `interval_ms` apart, then text `count`; stops on cancellation | used by durable-mcp's own tests and benchmarks | everything on the POST stream of the call |
-//! | `trigger_resource_update` | broadcasts `notifications/resources/updated` for `uri` (default `test://watched-resource`) to `listen` streams that subscribed it; legacy also sends it through its peer | – | legacy: route to the sessions that subscribed the URI |
+//! | `trigger_resource_update` | announces (or broadcasts) `notifications/resources/updated` for `uri` (default `test://watched-resource`) to `listen` streams that subscribed it; legacy also sends it through its peer | – | legacy: route to the sessions that subscribed the URI |
 //!
 //! ## SEP-2322 fixtures (2026-07-28; in legacy sessions the same code asks inline)
 //!
@@ -148,7 +152,9 @@
 //! The transport must run `subscriptions/listen` through the handler like any other
 //! request, keep its response stream open and deliver everything the run sends, and cancel
 //! the run when the client goes away (the handler then returns and rmcp sends the final
-//! result). Nothing else routes list changes to listen streams.
+//! result). Under durable-mcp, changes are announced instead of broadcast, and durable-mcp
+//! itself delivers them to the listen streams whose acknowledged filter covers them (on
+//! every worker), tagged the same way.
 //!
 //! ## `test_reconnection` (SEP-1699, `server-sse-polling`)
 //!
@@ -191,6 +197,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use durable_mcp_protocol::{Durable, ServerChange};
 use rand::RngCore;
 use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -326,17 +333,35 @@ impl Everything {
 
     /// Flips `dynamic_tool`'s visibility and tells open listen streams. Returns the new
     /// visibility.
-    fn toggle_dynamic_tool(&self) -> bool {
+    async fn toggle_dynamic_tool(&self, context: &RequestContext<RoleServer>) -> bool {
         let visible = !self.shared.dynamic_tool.fetch_xor(true, Ordering::SeqCst);
-        self.broadcast(Change::Tools);
+        self.announce(context, Change::Tools).await;
         visible
     }
 
     /// Flips `dynamic_prompt`'s visibility and tells open listen streams.
-    fn toggle_dynamic_prompt(&self) -> bool {
+    async fn toggle_dynamic_prompt(&self, context: &RequestContext<RoleServer>) -> bool {
         let visible = !self.shared.dynamic_prompt.fetch_xor(true, Ordering::SeqCst);
-        self.broadcast(Change::Prompts);
+        self.announce(context, Change::Prompts).await;
         visible
+    }
+
+    /// Tells open `subscriptions/listen` streams of a change. Under durable-mcp (the
+    /// request has a [`Durable`] context) the change is announced through the store, so
+    /// listen streams on every worker hear of it; otherwise only this process's streams do.
+    async fn announce(&self, context: &RequestContext<RoleServer>, change: Change) {
+        if let Some(durable) = context.extensions.get::<Durable>() {
+            let announced = match &change {
+                Change::Tools => ServerChange::ToolsListChanged,
+                Change::Prompts => ServerChange::PromptsListChanged,
+                Change::Resource(uri) => ServerChange::ResourceUpdated(uri.clone()),
+            };
+            match durable.announce(announced).await {
+                Ok(()) => return,
+                Err(error) => tracing::warn!(%error, "could not announce a change; telling this process's listen streams only"),
+            }
+        }
+        self.broadcast(change);
     }
 
     fn broadcast(&self, change: Change) {

@@ -115,6 +115,21 @@ impl From<DurableError> for rmcp::ErrorData {
     }
 }
 
+/// A change of the server that every `subscriptions/listen` stream (2026-07-28) may want
+/// to hear of, on every worker: see [`Durable::announce`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ServerChange {
+    /// `notifications/tools/list_changed`.
+    ToolsListChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsListChanged,
+    /// `notifications/resources/list_changed`.
+    ResourcesListChanged,
+    /// `notifications/resources/updated` for this URI.
+    ResourceUpdated(String),
+}
+
 /// The engine's side of a durable context: where steps, answers and emitted messages of
 /// one journaled request are committed.
 pub trait DurableBackend: Send + Sync + 'static {
@@ -141,6 +156,8 @@ pub trait DurableBackend: Send + Sync + 'static {
     fn cancellation(&self) -> CancellationToken;
     /// The request's progress token, if it has one.
     fn progress_token(&self) -> Option<Value>;
+    /// Announce a server change to the listen streams of every worker.
+    fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>>;
 }
 
 /// The durable context of one journaled request. Cheap to clone; clones share the
@@ -375,6 +392,20 @@ impl Durable {
     /// a request that already became a task it returns `true` at once.
     pub async fn start_task(&self) -> Result<bool, DurableError> {
         self.backend.start_task().await
+    }
+
+    /// Tell every `subscriptions/listen` stream (2026-07-28) on every worker that `change`
+    /// happened: those whose accepted filter covers it get the notification, tagged with
+    /// their subscription id. The announcement is committed to the store, so a listen
+    /// stream served by another worker hears of it too (within a quarter of a second;
+    /// at once on this worker). A server whose lists change at run time announces here
+    /// instead of broadcasting in its own process, where only its own worker would hear.
+    ///
+    /// It is not a step: a re-run announces again, which is harmless (a list-changed
+    /// notification only tells the client to read the list again). Legacy sessions are
+    /// told through the request's peer, as in any rmcp server.
+    pub async fn announce(&self, change: ServerChange) -> Result<(), DurableError> {
+        self.backend.announce(change).await
     }
 
     /// Whether the request was cancelled (D11).

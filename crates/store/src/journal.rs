@@ -18,11 +18,14 @@ pub enum RecordKind {
     Task,
     /// An alias: a name that points at a run (a session's JSON-RPC request id, ...).
     Alias,
+    /// A server-wide change announcement (a list changed, a resource was updated): the
+    /// latest one per key, which every worker's listen streams watch.
+    Change,
 }
 
 impl RecordKind {
     /// Every kind, for backends that keep one index per kind.
-    pub const ALL: [RecordKind; 4] = [RecordKind::Run, RecordKind::Step, RecordKind::Task, RecordKind::Alias];
+    pub const ALL: [RecordKind; 5] = [RecordKind::Run, RecordKind::Step, RecordKind::Task, RecordKind::Alias, RecordKind::Change];
 
     /// The kind's stable name, as stored.
     pub fn as_str(self) -> &'static str {
@@ -31,6 +34,7 @@ impl RecordKind {
             RecordKind::Step => "step",
             RecordKind::Task => "task",
             RecordKind::Alias => "alias",
+            RecordKind::Change => "change",
         }
     }
 }

@@ -237,3 +237,70 @@ pub fn initialize(addr: SocketAddr) -> String {
 pub fn resume(addr: SocketAddr, session: &str, last_event_id: &str) -> Response {
     request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", session), ("last-event-id", last_event_id)], None)
 }
+
+/// The 2026-07-28 protocol version.
+pub const V: &str = "2026-07-28";
+/// The Tasks extension's name.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+const EXT: &str = TASKS_EXTENSION;
+
+/// One 2026-07-28 request; returns the final JSON-RPC message (JSON or the SSE's last).
+pub fn modern(addr: SocketAddr, id: u64, method: &str, mut params: Value, ext: bool) -> Value {
+    let caps = if ext { json!({"elicitation": {}, "extensions": {EXT: {}}}) } else { json!({"elicitation": {}}) };
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    });
+    let name = params.get("name").or_else(|| params.get("taskId")).and_then(Value::as_str).map(str::to_owned);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let mut headers = vec![
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", V),
+        ("mcp-method", method),
+    ];
+    if let Some(name) = &name {
+        headers.push(("mcp-name", name));
+    }
+    last_message(request(addr, "POST", &headers, Some(&body.to_string())))
+}
+
+/// The final JSON-RPC message of a response: its JSON body or its SSE stream's last.
+pub fn last_message(response: Response) -> Value {
+    if response.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) {
+        response.messages().pop().unwrap().1
+    } else {
+        response.json()
+    }
+}
+
+/// Open a 2026-07-28 `subscriptions/listen` stream.
+pub fn listen(addr: SocketAddr, notifications: Value, ext: bool) -> Response {
+    let caps = if ext { json!({"extensions": {EXT: {}}}) } else { json!({}) };
+    let body = json!({"jsonrpc": "2.0", "id": 77, "method": "subscriptions/listen", "params": {
+        "notifications": notifications,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": V,
+            "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": caps,
+        }}});
+    let headers = [
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", V),
+        ("mcp-method", "subscriptions/listen"),
+    ];
+    request(addr, "POST", &headers, Some(&body.to_string()))
+}
+
+/// The next JSON message of an SSE stream.
+pub fn next_message(stream: &mut Response) -> Value {
+    loop {
+        let (_, data) = stream.next_event().expect("the stream ended");
+        if !data.is_empty() {
+            return serde_json::from_str(&data).unwrap();
+        }
+    }
+}
+

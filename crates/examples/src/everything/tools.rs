@@ -334,7 +334,7 @@ impl Everything {
         &self,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let visible = self.toggle_dynamic_tool();
+        let visible = self.toggle_dynamic_tool(&context).await;
         if !input::is_stateless(&context)
             && let Err(error) = context.peer.notify_tool_list_changed().await
         {
@@ -351,7 +351,7 @@ impl Everything {
         &self,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let visible = self.toggle_dynamic_prompt();
+        let visible = self.toggle_dynamic_prompt(&context).await;
         if !input::is_stateless(&context)
             && let Err(error) = context.peer.notify_prompt_list_changed().await
         {
@@ -437,7 +437,7 @@ impl Everything {
     ) -> Result<CallToolResult, McpError> {
         let uri = args.uri.unwrap_or_else(|| resources::WATCHED.to_owned());
         resources::check_known(&uri)?;
-        self.broadcast(Change::Resource(uri.clone()));
+        self.announce(&context, Change::Resource(uri.clone())).await;
         if !input::is_stateless(&context)
             && let Err(error) = context
                 .peer

@@ -1,0 +1,218 @@
+//! Server-wide changes for `subscriptions/listen` streams (2026-07-28), on every worker.
+//!
+//! A handler announces a change with `Durable::announce`. An announcement is the latest
+//! value of a [`RecordKind::Change`] record per key (`tools`, `prompts`, `resources`,
+//! `resource/<uri>`), written with a fresh token. It reaches this worker's listen streams
+//! at once (a local broadcast), and every worker with listen streams open re-reads the
+//! keys they follow every [`POLL`] and broadcasts the keys whose token changed.
+//! Announcements of one key coalesce: two between two reads give one notification, which
+//! is all a list-changed notification says ("read the list again").
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use durable_mcp_protocol::ServerChange;
+use durable_mcp_store::{Expect, RecordKind, StoreError, now_ms};
+use serde_json::{Value, json};
+
+use crate::{Engine, EngineError, Inner};
+
+/// How often a worker with listen streams open reads the announcements they follow.
+const POLL: Duration = Duration::from_millis(250);
+/// How long a resource's last announcement is kept (lists keep theirs: three records).
+const RESOURCE_ANNOUNCEMENT_TTL_MS: u64 = 24 * 3_600_000;
+/// The list keys every listen stream may follow.
+const LISTS: [&str; 3] = ["tools", "prompts", "resources"];
+
+/// The announcement key of a change.
+pub(crate) fn change_key(change: &ServerChange) -> String {
+    match change {
+        ServerChange::ToolsListChanged => "tools".to_owned(),
+        ServerChange::PromptsListChanged => "prompts".to_owned(),
+        ServerChange::ResourcesListChanged => "resources".to_owned(),
+        ServerChange::ResourceUpdated(uri) => format!("resource/{uri}"),
+        // A change this engine does not know yet: its own key, which nobody follows.
+        other => format!("other/{other:?}"),
+    }
+}
+
+/// The notification a listen stream sends for an announcement key (`None`: not one a
+/// stream can follow).
+pub(crate) fn notification(key: &str, subscription_meta: &Value) -> Option<Value> {
+    let params = match key {
+        "tools" | "prompts" | "resources" => json!({"_meta": subscription_meta}),
+        _ => json!({"uri": key.strip_prefix("resource/")?, "_meta": subscription_meta}),
+    };
+    let method = match key {
+        "tools" => "notifications/tools/list_changed",
+        "prompts" => "notifications/prompts/list_changed",
+        "resources" => "notifications/resources/list_changed",
+        _ => "notifications/resources/updated",
+    };
+    Some(json!({"jsonrpc": "2.0", "method": method, "params": params}))
+}
+
+/// This worker's view of the announcements.
+pub(crate) struct Changes {
+    /// Local fan-out of changed keys.
+    tx: tokio::sync::broadcast::Sender<String>,
+    /// The last token seen per key ("" for none).
+    seen: Mutex<HashMap<String, String>>,
+    /// Resource URIs followed by listen streams here, with how many follow each.
+    uris: Mutex<HashMap<String, usize>>,
+    /// Listen streams following announcements here; the poller reads only while some do.
+    listeners: AtomicUsize,
+    poller_started: AtomicBool,
+    /// Makes this worker's tokens unique.
+    counter: AtomicU64,
+}
+
+impl Default for Changes {
+    fn default() -> Self {
+        Self {
+            tx: tokio::sync::broadcast::channel(256).0,
+            seen: Mutex::default(),
+            uris: Mutex::default(),
+            listeners: AtomicUsize::new(0),
+            poller_started: AtomicBool::new(false),
+            counter: AtomicU64::new(0),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A listen stream's following of announcements: its keys' changes arrive on `changes`;
+/// dropping it stops the following.
+pub(crate) struct Following {
+    pub changes: tokio::sync::broadcast::Receiver<String>,
+    engine: Weak<Inner>,
+    uris: Vec<String>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let Some(inner) = self.engine.upgrade() else { return };
+        inner.changes.listeners.fetch_sub(1, Ordering::SeqCst);
+        let mut uris = lock(&inner.changes.uris);
+        for uri in &self.uris {
+            if let Some(count) = uris.get_mut(uri) {
+                *count -= 1;
+                if *count == 0 {
+                    uris.remove(uri);
+                }
+            }
+        }
+    }
+}
+
+impl Engine {
+    fn changes(&self) -> &Changes {
+        &self.inner.changes
+    }
+
+    /// Commit an announcement and tell this worker's listen streams at once.
+    pub(crate) async fn announce(&self, change: &ServerChange) -> Result<(), EngineError> {
+        let key = change_key(change);
+        let n = self.changes().counter.fetch_add(1, Ordering::SeqCst);
+        let token = format!("{}@{}#{n}", self.options().worker_id, self.started_at_ms());
+        let expiry = matches!(change, ServerChange::ResourceUpdated(_)).then(|| now_ms() + RESOURCE_ANNOUNCEMENT_TTL_MS);
+        let store = self.store();
+        let expect = match store.get_record(RecordKind::Change, &key).await? {
+            Some(record) => Expect::Version(record.version),
+            None => Expect::Absent,
+        };
+        match store.put_record(RecordKind::Change, &key, json!(token).to_string(), expiry, expect).await {
+            Ok(_) => {
+                self.saw(&key, &token);
+                Ok(())
+            }
+            // Another announcement of the same key was committed meanwhile: it stands for
+            // both, and the listen streams hear of it.
+            Err(StoreError::Conflict { .. }) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Record `token` as the latest of `key`; broadcast `key` if that is news.
+    fn saw(&self, key: &str, token: &str) {
+        let mut seen = lock(&self.changes().seen);
+        if seen.get(key).is_some_and(|known| known == token) {
+            return;
+        }
+        let first = !seen.contains_key(key);
+        seen.insert(key.to_owned(), token.to_owned());
+        drop(seen);
+        if !first && !token.is_empty() {
+            // No receiver is not an error.
+            let _ = self.changes().tx.send(key.to_owned());
+        }
+    }
+
+    /// The current token of `key` ("" for none).
+    async fn read_token(&self, key: &str) -> Result<String, EngineError> {
+        Ok(match self.store().get_record(RecordKind::Change, key).await? {
+            Some(record) => serde_json::from_str::<String>(&record.value).unwrap_or(record.value),
+            None => String::new(),
+        })
+    }
+
+    /// Start following announcements for a listen stream that follows the lists and
+    /// `uris`: what is announced after this returns arrives on the returned receiver
+    /// (call it before the stream's acknowledgement is committed).
+    pub(crate) async fn follow_changes(&self, uris: &[String]) -> Following {
+        let following = Following { changes: self.changes().tx.subscribe(), engine: Arc::downgrade(&self.inner), uris: uris.to_vec() };
+        let alone = self.changes().listeners.fetch_add(1, Ordering::SeqCst) == 0;
+        let mut keys: Vec<String> = if alone { LISTS.iter().map(|k| (*k).to_owned()).collect() } else { Vec::new() };
+        {
+            let mut followed = lock(&self.changes().uris);
+            for uri in uris {
+                let count = followed.entry(uri.clone()).or_default();
+                if *count == 0 {
+                    keys.push(format!("resource/{uri}"));
+                }
+                *count += 1;
+            }
+        }
+        // What is current now is not news. Keys nobody else here follows may be stale
+        // (nobody read them while nobody listened): learn them silently. Keys others
+        // follow are kept: a change not yet broadcast to those must still reach them.
+        for key in keys {
+            match self.read_token(&key).await {
+                Ok(token) => {
+                    lock(&self.changes().seen).insert(key, token);
+                }
+                Err(error) => tracing::warn!(%error, %key, "could not read an announcement"),
+            }
+        }
+        if !self.changes().poller_started.swap(true, Ordering::SeqCst) {
+            tokio::spawn(poll(Arc::downgrade(&self.inner)));
+        }
+        following
+    }
+}
+
+/// Every [`POLL`], while listen streams are open on this worker, read the announcements
+/// they follow and broadcast those that changed. Ends with the engine.
+async fn poll(engine: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(POLL).await;
+        let Some(inner) = engine.upgrade() else { return };
+        let engine = Engine { inner };
+        if engine.changes().listeners.load(Ordering::SeqCst) == 0 {
+            continue;
+        }
+        let uris: Vec<String> = lock(&engine.changes().uris).keys().cloned().collect();
+        let keys = LISTS.iter().map(|k| (*k).to_owned()).chain(uris.into_iter().map(|u| format!("resource/{u}")));
+        for key in keys {
+            match engine.read_token(&key).await {
+                Ok(token) => engine.saw(&key, &token),
+                Err(error) => tracing::warn!(%error, %key, "could not read an announcement; retrying"),
+            }
+        }
+    }
+}
