@@ -458,17 +458,31 @@ fn d10_redis_task_notifications_across_workers() {
     task_notifications_across_workers(Backend::Redis);
 }
 
-/// A 2025-11-25 `tasks/result` outlives the worker relaying it: that worker is killed
-/// (SIGKILL) after relaying the task's question; the client answers through the other
-/// worker and resumes the `tasks/result` stream there with `Last-Event-ID`, and gets the
-/// task's result, once.
-fn task_result_relay_survives_its_worker(backend: Backend) {
+/// How the worker relaying a `tasks/result` goes away.
+#[derive(Clone, Copy, PartialEq)]
+enum Stop {
+    /// SIGKILL: the relay's lease expires, then another worker takes it over.
+    Kill,
+    /// SIGTERM (no grace period): the relay's lease is handed over at once.
+    Term,
+}
+
+/// A 2025-11-25 `tasks/result` outlives the worker relaying it: that worker goes away
+/// after relaying the task's question; the client answers through the other worker and
+/// resumes the `tasks/result` stream there with `Last-Event-ID`, and gets the task's
+/// result, once. With SIGTERM the lease (10 s here) is handed over, so the result comes
+/// well before it could have expired.
+fn task_result_relay_survives_its_worker(backend: Backend, stop: Stop) {
     if !backend.available() {
         return;
     }
     let store = backend.store_url(None);
-    let mut a = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
-    let b = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
+    let args: &[&str] = match stop {
+        Stop::Kill => &["--lease-ms", "1500"],
+        Stop::Term => &["--lease-ms", "10000", "--shutdown-grace-secs", "0"],
+    };
+    let mut a = Server::start(&store, free_port(), args);
+    let b = Server::start(&store, free_port(), args);
     let session = initialize(b.addr);
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "ask", "arguments": {"question": "colour?"}, "task": {"ttl": 60_000}}});
@@ -483,7 +497,14 @@ fn task_result_relay_survives_its_worker(backend: Backend) {
             break (id.unwrap(), message);
         }
     };
-    a.kill();
+    let stopped = Instant::now();
+    match stop {
+        Stop::Kill => a.kill(),
+        Stop::Term => {
+            assert!(std::process::Command::new("kill").args(["-TERM", &a.child.id().to_string()]).status().unwrap().success());
+            let _ = a.child.wait();
+        }
+    }
     drop(relay);
     let reply = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"answer": "teal"}}});
     assert_eq!(post(b.addr, Some(&session), &reply).status, 202);
@@ -493,14 +514,29 @@ fn task_result_relay_survives_its_worker(backend: Backend) {
     assert_eq!(results[0]["result"]["content"][0]["text"], "teal");
     assert_eq!(results[0]["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task_id.as_str());
     assert!(rest.iter().all(|m| m["method"] != "elicitation/create"), "the question is not relayed twice: {rest:#?}");
+    if stop == Stop::Term {
+        // Handed over: B's next recovery pass (1 s) takes it; the 10 s lease, renewed
+        // every 3.3 s, would otherwise have held it for at least 6.7 s.
+        assert!(stopped.elapsed() < Duration::from_secs(6), "result {:?} after SIGTERM: the relay was not handed over", stopped.elapsed());
+    }
 }
 
 #[test]
 fn d10_postgres_task_result_relay_survives_its_worker() {
-    task_result_relay_survives_its_worker(Backend::Postgres);
+    task_result_relay_survives_its_worker(Backend::Postgres, Stop::Kill);
 }
 
 #[test]
 fn d10_redis_task_result_relay_survives_its_worker() {
-    task_result_relay_survives_its_worker(Backend::Redis);
+    task_result_relay_survives_its_worker(Backend::Redis, Stop::Kill);
+}
+
+#[test]
+fn d10_postgres_task_result_relay_handed_over_at_shutdown() {
+    task_result_relay_survives_its_worker(Backend::Postgres, Stop::Term);
+}
+
+#[test]
+fn d10_redis_task_result_relay_handed_over_at_shutdown() {
+    task_result_relay_survives_its_worker(Backend::Redis, Stop::Term);
 }
