@@ -4,7 +4,11 @@
 //! value of a [`RecordKind::Change`] record per key (`tools`, `prompts`, `resources`,
 //! `resource/<uri>`), written with a fresh token. It reaches this worker's listen streams
 //! at once (a local broadcast), and every worker with listen streams open re-reads the
-//! keys they follow every [`POLL`] and broadcasts the keys whose token changed.
+//! keys they follow every [`POLL`] and broadcasts the keys whose token changed. Reading a
+//! token and recording it happen under one lock (`sequence`), so an old read never
+//! overwrites a newer token (which would announce one change twice), and a stream is
+//! acknowledged only once what it follows is known (so no change after its
+//! acknowledgement is taken for old news).
 //! Announcements of one key coalesce: two between two reads give one notification, which
 //! is all a list-changed notification says ("read the list again").
 
@@ -58,7 +62,10 @@ pub(crate) fn notification(key: &str, subscription_meta: &Value) -> Option<Value
 pub(crate) struct Changes {
     /// Local fan-out of changed keys.
     tx: tokio::sync::broadcast::Sender<String>,
-    /// The last token seen per key ("" for none).
+    /// Held while reading tokens and recording them: the poller's pass, a new
+    /// follower's first reads, an announcement's own token.
+    sequence: tokio::sync::Mutex<()>,
+    /// The last token seen per followed key ("" for none, [`UNKNOWN`] when a read failed).
     seen: Mutex<HashMap<String, String>>,
     /// Resource URIs followed by listen streams here, with how many follow each.
     uris: Mutex<HashMap<String, usize>>,
@@ -69,10 +76,15 @@ pub(crate) struct Changes {
     counter: AtomicU64,
 }
 
+/// A token no announcement has: the next real read of the key counts as a change (at
+/// worst one notification too many, never one too few).
+const UNKNOWN: &str = "?";
+
 impl Default for Changes {
     fn default() -> Self {
         Self {
             tx: tokio::sync::broadcast::channel(256).0,
+            sequence: tokio::sync::Mutex::new(()),
             seen: Mutex::default(),
             uris: Mutex::default(),
             listeners: AtomicUsize::new(0),
@@ -104,6 +116,9 @@ impl Drop for Following {
                 *count -= 1;
                 if *count == 0 {
                     uris.remove(uri);
+                    // Nobody here follows it any more: forget it (a new follower learns it
+                    // again), so that `seen` holds followed keys only.
+                    lock(&inner.changes.seen).remove(&format!("resource/{uri}"));
                 }
             }
         }
@@ -128,6 +143,7 @@ impl Engine {
         };
         match store.put_record(RecordKind::Change, &key, json!(token).to_string(), expiry, expect).await {
             Ok(_) => {
+                let _sequence = self.changes().sequence.lock().await;
                 self.saw(&key, &token);
                 Ok(())
             }
@@ -138,16 +154,17 @@ impl Engine {
         }
     }
 
-    /// Record `token` as the latest of `key`; broadcast `key` if that is news.
+    /// Record `token` as the latest of a followed `key`; broadcast `key` if that is news.
+    /// Call with `sequence` held. Keys nobody here follows are ignored.
     fn saw(&self, key: &str, token: &str) {
         let mut seen = lock(&self.changes().seen);
-        if seen.get(key).is_some_and(|known| known == token) {
+        let Some(known) = seen.get_mut(key) else { return };
+        if known == token {
             return;
         }
-        let first = !seen.contains_key(key);
-        seen.insert(key.to_owned(), token.to_owned());
+        *known = token.to_owned();
         drop(seen);
-        if !first && !token.is_empty() {
+        if !token.is_empty() {
             // No receiver is not an error.
             let _ = self.changes().tx.send(key.to_owned());
         }
@@ -165,6 +182,7 @@ impl Engine {
     /// `uris`: what is announced after this returns arrives on the returned receiver
     /// (call it before the stream's acknowledgement is committed).
     pub(crate) async fn follow_changes(&self, uris: &[String]) -> Following {
+        let _sequence = self.changes().sequence.lock().await;
         let following = Following { changes: self.changes().tx.subscribe(), engine: Arc::downgrade(&self.inner), uris: uris.to_vec() };
         let alone = self.changes().listeners.fetch_add(1, Ordering::SeqCst) == 0;
         let mut keys: Vec<String> = if alone { LISTS.iter().map(|k| (*k).to_owned()).collect() } else { Vec::new() };
@@ -182,12 +200,14 @@ impl Engine {
         // (nobody read them while nobody listened): learn them silently. Keys others
         // follow are kept: a change not yet broadcast to those must still reach them.
         for key in keys {
-            match self.read_token(&key).await {
-                Ok(token) => {
-                    lock(&self.changes().seen).insert(key, token);
+            let token = match self.read_token(&key).await {
+                Ok(token) => token,
+                Err(error) => {
+                    tracing::warn!(%error, %key, "could not read an announcement; the next read tells it as a change");
+                    UNKNOWN.to_owned()
                 }
-                Err(error) => tracing::warn!(%error, %key, "could not read an announcement"),
-            }
+            };
+            lock(&self.changes().seen).insert(key, token);
         }
         if !self.changes().poller_started.swap(true, Ordering::SeqCst) {
             tokio::spawn(poll(Arc::downgrade(&self.inner)));
@@ -199,6 +219,7 @@ impl Engine {
 /// Every [`POLL`], while listen streams are open on this worker, read the announcements
 /// they follow and broadcast those that changed. Ends with the engine.
 async fn poll(engine: Weak<Inner>) {
+    let mut failing = false;
     loop {
         tokio::time::sleep(POLL).await;
         let Some(inner) = engine.upgrade() else { return };
@@ -206,13 +227,25 @@ async fn poll(engine: Weak<Inner>) {
         if engine.changes().listeners.load(Ordering::SeqCst) == 0 {
             continue;
         }
-        let uris: Vec<String> = lock(&engine.changes().uris).keys().cloned().collect();
-        let keys = LISTS.iter().map(|k| (*k).to_owned()).chain(uris.into_iter().map(|u| format!("resource/{u}")));
+        let _sequence = engine.changes().sequence.lock().await;
+        let keys: Vec<String> = lock(&engine.changes().seen).keys().cloned().collect();
+        let mut failed = None;
         for key in keys {
             match engine.read_token(&key).await {
                 Ok(token) => engine.saw(&key, &token),
-                Err(error) => tracing::warn!(%error, %key, "could not read an announcement; retrying"),
+                Err(error) => failed = Some(error),
             }
+        }
+        match (failed, failing) {
+            (Some(error), false) => {
+                tracing::warn!(%error, "could not read announcements; retrying every {POLL:?}");
+                failing = true;
+            }
+            (None, true) => {
+                tracing::info!("reading announcements again");
+                failing = false;
+            }
+            _ => {}
         }
     }
 }

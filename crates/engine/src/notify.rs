@@ -197,10 +197,15 @@ impl Engine {
         tokio::spawn(async move {
             let meta = json!({SUBSCRIPTION_ID: subscription_id});
             let mut told: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+            // Announced changes not yet committed to the stream (the store refused them).
+            let mut pending: Vec<String> = Vec::new();
             let mut following: Vec<(String, String)> = subscription.tasks;
             loop {
                 let mut gone = Vec::new();
-                let mut refused = false;
+                if !engine.deliver_changes(&stream, &meta, &mut pending).await {
+                    return;
+                }
+                let mut refused = !pending.is_empty();
                 for (task_id, key) in &following {
                     if stop.is_cancelled() {
                         return;
@@ -252,13 +257,17 @@ impl Engine {
                                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => filter.keys.clone(),
                                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                             };
-                            for key in keys.iter().filter(|key| filter.keys.contains(key)) {
-                                let Some(message) = notification(key, &meta) else { continue };
-                                match engine.commit(&stream, &message, false).await {
-                                    Ok(_) => {}
-                                    Err(EngineError::Store(StoreError::StreamClosed { .. } | StoreError::NotFound { .. })) => return,
-                                    Err(error) => tracing::warn!(%error, %stream, "could not commit an announced change"),
+                            for key in keys {
+                                if filter.keys.contains(&key) && !pending.contains(&key) {
+                                    pending.push(key);
                                 }
+                            }
+                            if !engine.deliver_changes(&stream, &meta, &mut pending).await {
+                                return;
+                            }
+                            if !pending.is_empty() {
+                                // Refused by the store: retried on the next pass.
+                                break;
                             }
                         }
                         changed = changes.recv() => match changed {
@@ -272,6 +281,27 @@ impl Engine {
                 }
             }
         })
+    }
+}
+
+impl Engine {
+    /// Commit the notifications of `pending` announced changes to a listen stream; those
+    /// the store refuses stay pending. `false`: the stream is gone.
+    async fn deliver_changes(&self, stream: &StreamId, meta: &Value, pending: &mut Vec<String>) -> bool {
+        let mut refused = Vec::new();
+        for key in pending.drain(..) {
+            let Some(message) = notification(&key, meta) else { continue };
+            match self.commit(stream, &message, false).await {
+                Ok(_) => {}
+                Err(EngineError::Store(StoreError::StreamClosed { .. } | StoreError::NotFound { .. })) => return false,
+                Err(error) => {
+                    tracing::warn!(%error, %stream, "could not commit an announced change; retrying");
+                    refused.push(key);
+                }
+            }
+        }
+        *pending = refused;
+        true
     }
 }
 
