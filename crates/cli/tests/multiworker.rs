@@ -376,6 +376,9 @@ fn announced_changes_reach_every_worker(a: std::net::SocketAddr, b: std::net::So
     assert_eq!(told["method"], "notifications/tools/list_changed", "{told}");
     assert_eq!(told["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], subscriptions[0]);
     eprintln!("tools/list_changed reached the other worker's listen stream {:?} after the call returned", started.elapsed());
+    // The example keeps its switch in the server's state: the other worker lists the tool.
+    let listed = |id: u64| modern(b, id, "tools/list", json!({}), false)["result"]["tools"].to_string().contains("\"dynamic_tool\"");
+    assert!(listed(10), "dynamic_tool is listed by the other worker too");
     modern(a, 2, "tools/call", json!({"name": "test_trigger_prompt_change", "arguments": {}}), false);
     let told = next_message(&mut prompts);
     assert_eq!(told["method"], "notifications/prompts/list_changed", "the tools change is not for this listener: {told}");
@@ -388,6 +391,7 @@ fn announced_changes_reach_every_worker(a: std::net::SocketAddr, b: std::net::So
     // tools change next.
     modern(a, 4, "tools/call", json!({"name": "test_trigger_tool_change", "arguments": {}}), false);
     assert_eq!(next_message(&mut tools)["method"], "notifications/tools/list_changed");
+    assert!(!listed(11), "hidden again, on every worker");
 }
 
 #[test]

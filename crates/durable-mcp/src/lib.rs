@@ -42,7 +42,7 @@ use std::sync::Arc;
 pub use durable_mcp_engine::{Engine, EngineOptions, inspect};
 pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
-    Durable, DurableError, McpHandler, Retry, ServerChange, SessionState, StateError, StepKey, TaskSupport, rmcp,
+    Durable, DurableError, McpHandler, Retry, ServerChange, ServerState, SessionState, StateError, StepKey, TaskSupport, rmcp,
     task_support,
 };
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};

@@ -146,6 +146,11 @@ impl Engine {
         self.inner.started_at_ms
     }
 
+    /// The server's durable application state, shared by every worker.
+    pub fn server_state(&self) -> durable_mcp_protocol::ServerState {
+        state::server_state(self.store().clone())
+    }
+
     /// Task writes on this worker (see `notify`).
     pub(crate) fn task_changes(&self) -> &tokio::sync::broadcast::Sender<String> {
         &self.inner.task_changes

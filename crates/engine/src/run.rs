@@ -113,6 +113,7 @@ impl Caller {
                 .session
                 .as_ref()
                 .map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
+            server_state: Some(engine.server_state()),
             durable: None,
         }
     }

@@ -1,11 +1,12 @@
-//! Per-session application state over the store (D4): the engine's implementation of the
-//! handler-facing [`SessionState`].
+//! Application state over the store: per session (D4, in the session record) and for the
+//! whole server (journal records of kind `State`), the engine's implementations of the
+//! handler-facing [`SessionState`] and [`ServerState`].
 
 use std::sync::Arc;
 
 use durable_mcp_protocol::context::BoxFuture;
-use durable_mcp_protocol::{SessionState, SessionStateBackend, StateError};
-use durable_mcp_store::{Principal, SessionChange, SessionId, Store, StoreError};
+use durable_mcp_protocol::{ServerState, SessionState, StateBackend, StateError};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionChange, SessionId, Store, StoreError};
 use serde_json::Value;
 
 struct StoreState {
@@ -21,8 +22,8 @@ fn classify(error: StoreError) -> StateError {
     }
 }
 
-impl SessionStateBackend for StoreState {
-    fn session_id(&self) -> &str {
+impl StateBackend for StoreState {
+    fn scope(&self) -> &str {
         self.session.as_str()
     }
 
@@ -53,4 +54,57 @@ impl SessionStateBackend for StoreState {
 /// The state handle of a session.
 pub(crate) fn session_state(store: Arc<dyn Store>, principal: Principal, session: SessionId) -> SessionState {
     SessionState::new(Arc::new(StoreState { store, principal, session }))
+}
+
+/// The server's state: one `State` record per key, holding its JSON value (`null` once
+/// removed, so that removal is a compare-and-set like any other write).
+struct ServerRecords {
+    store: Arc<dyn Store>,
+}
+
+impl StateBackend for ServerRecords {
+    fn scope(&self) -> &str {
+        "server"
+    }
+
+    fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>> {
+        Box::pin(async move {
+            let record = self.store.get_record(RecordKind::State, key).await.map_err(|e| StateError::Store(e.to_string()))?;
+            Ok(record.map(|r| decode(key, &r.value)).transpose()?.filter(|v| !v.is_null()))
+        })
+    }
+
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<Value>,
+        value: Option<Value>,
+    ) -> BoxFuture<'a, Result<bool, StateError>> {
+        Box::pin(async move {
+            let store_error = |e: StoreError| StateError::Store(e.to_string());
+            let record = self.store.get_record(RecordKind::State, key).await.map_err(store_error)?;
+            let (current, expect) = match &record {
+                Some(record) => (Some(decode(key, &record.value)?).filter(|v| !v.is_null()), Expect::Version(record.version)),
+                None => (None, Expect::Absent),
+            };
+            if current != expected {
+                return Ok(false);
+            }
+            let encoded = value.unwrap_or(Value::Null).to_string();
+            match self.store.put_record(RecordKind::State, key, encoded, None, expect).await {
+                Ok(_) => Ok(true),
+                Err(StoreError::Conflict { .. }) => Ok(false),
+                Err(error) => Err(store_error(error)),
+            }
+        })
+    }
+}
+
+fn decode(key: &str, value: &str) -> Result<Value, StateError> {
+    serde_json::from_str(value).map_err(|source| StateError::Decode { key: key.to_owned(), source })
+}
+
+/// The server's state handle.
+pub(crate) fn server_state(store: Arc<dyn Store>) -> ServerState {
+    ServerState::new(Arc::new(ServerRecords { store }))
 }

@@ -22,7 +22,8 @@
 //!
 //! Under durable-mcp (the request carries a `Durable` context) a change is announced with
 //! `Durable::announce` instead of the in-process broadcast: durable-mcp delivers it to the
-//! listen streams of every worker. The toggles themselves stay in each process's memory.
+//! listen streams of every worker, and the two switches live in the server's durable state
+//! (`ServerState`), so every worker lists the same tools and prompts.
 //!
 //! # `requestState` key
 //!
@@ -197,7 +198,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use durable_mcp_protocol::{Durable, ServerChange};
+use durable_mcp_protocol::{Durable, ServerChange, ServerState};
 use rand::RngCore;
 use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -235,6 +236,33 @@ enum Change {
     Tools,
     Prompts,
     Resource(String),
+}
+
+/// The server-state keys of the two switches (under durable-mcp).
+const DYNAMIC_TOOL_SWITCH: &str = "everything/dynamic_tool";
+const DYNAMIC_PROMPT_SWITCH: &str = "everything/dynamic_prompt";
+
+/// A switch's position: in the server's durable state under durable-mcp (every worker
+/// agrees), else in this process (`local`).
+async fn switch_is_on(context: &RequestContext<RoleServer>, key: &str, local: &AtomicBool) -> bool {
+    if let Some(state) = context.extensions.get::<ServerState>() {
+        match state.get::<bool>(key).await {
+            Ok(on) => return on.unwrap_or(false),
+            Err(error) => tracing::warn!(%error, key, "could not read a switch; using this process's"),
+        }
+    }
+    local.load(Ordering::SeqCst)
+}
+
+/// Flip a switch (see [`switch_is_on`]); returns its new position.
+async fn flip_switch(context: &RequestContext<RoleServer>, key: &str, local: &AtomicBool) -> bool {
+    if let Some(state) = context.extensions.get::<ServerState>() {
+        match state.update(key, |on: Option<bool>| !on.unwrap_or(false)).await {
+            Ok(on) => return on,
+            Err(error) => tracing::warn!(%error, key, "could not flip a switch; flipping this process's"),
+        }
+    }
+    !local.fetch_xor(true, Ordering::SeqCst)
 }
 
 /// State shared by every clone of one [`Everything`].
@@ -322,26 +350,26 @@ impl Everything {
     }
 
     /// Whether `dynamic_tool` is currently listed.
-    fn dynamic_tool_visible(&self) -> bool {
-        self.shared.dynamic_tool.load(Ordering::SeqCst)
+    async fn dynamic_tool_visible(&self, context: &RequestContext<RoleServer>) -> bool {
+        switch_is_on(context, DYNAMIC_TOOL_SWITCH, &self.shared.dynamic_tool).await
     }
 
     /// Whether `dynamic_prompt` is currently listed.
-    fn dynamic_prompt_visible(&self) -> bool {
-        self.shared.dynamic_prompt.load(Ordering::SeqCst)
+    async fn dynamic_prompt_visible(&self, context: &RequestContext<RoleServer>) -> bool {
+        switch_is_on(context, DYNAMIC_PROMPT_SWITCH, &self.shared.dynamic_prompt).await
     }
 
     /// Flips `dynamic_tool`'s visibility and tells open listen streams. Returns the new
     /// visibility.
     async fn toggle_dynamic_tool(&self, context: &RequestContext<RoleServer>) -> bool {
-        let visible = !self.shared.dynamic_tool.fetch_xor(true, Ordering::SeqCst);
+        let visible = flip_switch(context, DYNAMIC_TOOL_SWITCH, &self.shared.dynamic_tool).await;
         self.announce(context, Change::Tools).await;
         visible
     }
 
     /// Flips `dynamic_prompt`'s visibility and tells open listen streams.
     async fn toggle_dynamic_prompt(&self, context: &RequestContext<RoleServer>) -> bool {
-        let visible = !self.shared.dynamic_prompt.fetch_xor(true, Ordering::SeqCst);
+        let visible = flip_switch(context, DYNAMIC_PROMPT_SWITCH, &self.shared.dynamic_prompt).await;
         self.announce(context, Change::Prompts).await;
         visible
     }
@@ -427,7 +455,7 @@ impl ServerHandler for Everything {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        if request.name == tools::DYNAMIC_TOOL && !self.dynamic_tool_visible() {
+        if request.name == tools::DYNAMIC_TOOL && !self.dynamic_tool_visible(&context).await {
             return Err(McpError::invalid_params("tool not found", None));
         }
         let call = ToolCallContext::new(self, request, context);
@@ -437,9 +465,9 @@ impl ServerHandler for Everything {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let show_dynamic = self.dynamic_tool_visible();
+        let show_dynamic = self.dynamic_tool_visible(&context).await;
         let mut listed: Vec<_> = self
             .tool_router
             .list_all()
@@ -455,9 +483,9 @@ impl ServerHandler for Everything {
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        Ok(ListPromptsResult::with_all_items(self.prompt_list()))
+        Ok(ListPromptsResult::with_all_items(self.prompt_list(&context).await))
     }
 
     async fn get_prompt(

@@ -50,6 +50,8 @@ pub struct PeerContext {
     pub client: Option<Value>,
     /// The session's durable state, inserted into the request's extensions.
     pub session_state: Option<crate::SessionState>,
+    /// The server's durable state, inserted into the request's extensions.
+    pub server_state: Option<crate::ServerState>,
     /// The durable context of a journaled request, inserted into the request's extensions.
     pub durable: Option<crate::Durable>,
 }
@@ -180,6 +182,9 @@ impl McpHandler {
             .map_err(|e| Rejection { code: code::INVALID_PARAMS, message: format!("invalid params: {e}"), id })?;
         if let ClientJsonRpcMessage::Request(request) = &mut message {
             if let Some(state) = &peer.session_state {
+                request.request.extensions_mut().insert(state.clone());
+            }
+            if let Some(state) = &peer.server_state {
                 request.request.extensions_mut().insert(state.clone());
             }
             if let Some(durable) = &peer.durable {

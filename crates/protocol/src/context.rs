@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// Why a session-state operation failed.
+/// Why a session- or server-state operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StateError {
@@ -17,7 +17,7 @@ pub enum StateError {
     #[error("the session has ended")]
     SessionEnded,
     /// The stored value is not of the requested type.
-    #[error("session state {key:?} does not decode: {source}")]
+    #[error("state {key:?} does not decode: {source}")]
     Decode {
         /// The key.
         key: String,
@@ -25,7 +25,7 @@ pub enum StateError {
         source: serde_json::Error,
     },
     /// The value could not be encoded.
-    #[error("session state {key:?} does not encode: {source}")]
+    #[error("state {key:?} does not encode: {source}")]
     Encode {
         /// The key.
         key: String,
@@ -33,7 +33,7 @@ pub enum StateError {
         source: serde_json::Error,
     },
     /// Too many concurrent writers kept changing the key.
-    #[error("session state {0:?} kept changing concurrently; gave up")]
+    #[error("state {0:?} kept changing concurrently; gave up")]
     Contended(String),
     /// The store failed.
     #[error("store error: {0}")]
@@ -43,10 +43,11 @@ pub enum StateError {
 /// A boxed future, for the object-safe backend trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Where a session's state lives (implemented by the engine over the store).
-pub trait SessionStateBackend: Send + Sync + 'static {
-    /// The session's id.
-    fn session_id(&self) -> &str;
+/// Where durable state lives (implemented by the engine over the store): a session's
+/// ([`SessionState`]) or the server's ([`ServerState`]).
+pub trait StateBackend: Send + Sync + 'static {
+    /// Whose state it is: the session's id, or `"server"`.
+    fn scope(&self) -> &str;
     /// The current value of `key`.
     fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>>;
     /// Store `value` under `key` if it still holds `expected`; `Ok(false)` on a conflict.
@@ -81,13 +82,40 @@ pub trait SessionStateBackend: Send + Sync + 'static {
 /// ```
 #[derive(Clone)]
 pub struct SessionState {
-    backend: Arc<dyn SessionStateBackend>,
+    core: StateCore,
 }
 
 impl std::fmt::Debug for SessionState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionState").field("session", &self.backend.session_id()).finish()
+        f.debug_struct("SessionState").field("session", &self.core.backend.scope()).finish()
     }
+}
+
+/// Durable application state of the whole server, shared by every worker (a switch, a
+/// counter, a configuration value): what a handler would otherwise keep in its own memory,
+/// where each worker would see its own copy. Present in every request's extensions when
+/// the server runs under durable-mcp (`ctx.extensions.get::<ServerState>()`, or the
+/// `Extension<ServerState>` extractor), in both protocol eras.
+///
+/// # Durability
+/// As for [`SessionState`]: what `update` returns has been committed, and no concurrent
+/// update is lost (a compare-and-set loop over the store's journal records; the closure may
+/// run more than once). It is kept until removed.
+#[derive(Clone)]
+pub struct ServerState {
+    core: StateCore,
+}
+
+impl std::fmt::Debug for ServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerState").finish_non_exhaustive()
+    }
+}
+
+/// What [`SessionState`] and [`ServerState`] share.
+#[derive(Clone)]
+struct StateCore {
+    backend: Arc<dyn StateBackend>,
 }
 
 /// How many times `update` retries under contention before giving up.
@@ -95,17 +123,56 @@ const MAX_ATTEMPTS: usize = 64;
 
 impl SessionState {
     /// A handle over `backend`.
-    pub fn new(backend: Arc<dyn SessionStateBackend>) -> Self {
-        Self { backend }
+    pub fn new(backend: Arc<dyn StateBackend>) -> Self {
+        Self { core: StateCore { backend } }
     }
 
     /// The session this state belongs to.
     pub fn session_id(&self) -> &str {
-        self.backend.session_id()
+        self.core.backend.scope()
     }
+}
 
+impl ServerState {
+    /// A handle over `backend`.
+    pub fn new(backend: Arc<dyn StateBackend>) -> Self {
+        Self { core: StateCore { backend } }
+    }
+}
+
+/// The same operations on both kinds of state.
+macro_rules! state_operations {
+    ($state:ty) => {
+        impl $state {
+            /// The value stored under `key`, if any.
+            pub async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StateError> {
+                self.core.get(key).await
+            }
+
+            /// Replace the value under `key` with `f(current)` and return the new value,
+            /// without losing concurrent updates (see the type's `# Durability`).
+            pub async fn update<T, F>(&self, key: &str, f: F) -> Result<T, StateError>
+            where
+                T: Serialize + DeserializeOwned,
+                F: FnMut(Option<T>) -> T,
+            {
+                self.core.update(key, f).await
+            }
+
+            /// Remove `key`.
+            pub async fn remove(&self, key: &str) -> Result<(), StateError> {
+                self.core.remove(key).await
+            }
+        }
+    };
+}
+
+state_operations!(SessionState);
+state_operations!(ServerState);
+
+impl StateCore {
     /// The value stored under `key`, if any.
-    pub async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StateError> {
+    async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StateError> {
         match self.backend.load(key).await? {
             None => Ok(None),
             Some(value) => serde_json::from_value(value).map(Some).map_err(|source| StateError::Decode { key: key.to_owned(), source }),
@@ -114,7 +181,7 @@ impl SessionState {
 
     /// Replace the value under `key` with `f(current)` and return the new value, without
     /// losing concurrent updates (see the type's `# Durability`).
-    pub async fn update<T, F>(&self, key: &str, mut f: F) -> Result<T, StateError>
+    async fn update<T, F>(&self, key: &str, mut f: F) -> Result<T, StateError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(Option<T>) -> T,
@@ -137,7 +204,7 @@ impl SessionState {
     }
 
     /// Remove `key`.
-    pub async fn remove(&self, key: &str) -> Result<(), StateError> {
+    async fn remove(&self, key: &str) -> Result<(), StateError> {
         for _ in 0..MAX_ATTEMPTS {
             let raw = self.backend.load(key).await?;
             if raw.is_none() || self.backend.compare_and_set(key, raw, None).await? {

@@ -11,7 +11,7 @@ pub mod tasks;
 
 #[cfg(feature = "rmcp-baseline")]
 pub use baseline::{RMCP_BASELINE_PATH, serve_rmcp_baseline};
-pub use context::{SessionState, SessionStateBackend, StateError};
+pub use context::{ServerState, SessionState, StateBackend, StateError};
 pub use durable::{Durable, DurableBackend, DurableError, Retry, SealError, ServerChange, StateSealer, StepKey};
 pub use tasks::{TaskSupport, task_support};
 pub use adapter::{Closed, LEGACY_VERSIONS, MODERN_VERSION, McpHandler, Outbound, PeerContext, Run, ServerSummary};

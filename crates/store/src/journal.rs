@@ -21,11 +21,14 @@ pub enum RecordKind {
     /// A server-wide change announcement (a list changed, a resource was updated): the
     /// latest one per key, which every worker's listen streams watch.
     Change,
+    /// A key of the server's application state (`ServerState`), shared by every worker.
+    State,
 }
 
 impl RecordKind {
     /// Every kind, for backends that keep one index per kind.
-    pub const ALL: [RecordKind; 5] = [RecordKind::Run, RecordKind::Step, RecordKind::Task, RecordKind::Alias, RecordKind::Change];
+    pub const ALL: [RecordKind; 6] =
+        [RecordKind::Run, RecordKind::Step, RecordKind::Task, RecordKind::Alias, RecordKind::Change, RecordKind::State];
 
     /// The kind's stable name, as stored.
     pub fn as_str(self) -> &'static str {
@@ -35,6 +38,7 @@ impl RecordKind {
             RecordKind::Task => "task",
             RecordKind::Alias => "alias",
             RecordKind::Change => "change",
+            RecordKind::State => "state",
         }
     }
 }

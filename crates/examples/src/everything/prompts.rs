@@ -127,8 +127,8 @@ impl Everything {
 
 impl Everything {
     /// The prompts `prompts/list` shows now.
-    pub(super) fn prompt_list(&self) -> Vec<Prompt> {
-        let show_dynamic = self.dynamic_prompt_visible();
+    pub(super) async fn prompt_list(&self, context: &RequestContext<RoleServer>) -> Vec<Prompt> {
+        let show_dynamic = self.dynamic_prompt_visible(context).await;
         let mut prompts: Vec<Prompt> = self
             .prompt_router
             .list_all()
@@ -153,7 +153,7 @@ impl Everything {
         if request.name == MRTR_PROMPT {
             return mrtr_prompt(&context, &request).await;
         }
-        if request.name == DYNAMIC_PROMPT && !self.dynamic_prompt_visible() {
+        if request.name == DYNAMIC_PROMPT && !self.dynamic_prompt_visible(&context).await {
             return Err(McpError::invalid_params(
                 format!("prompt '{DYNAMIC_PROMPT}' not found"),
                 None,
