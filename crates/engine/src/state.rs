@@ -108,3 +108,37 @@ fn decode(key: &str, value: &str) -> Result<Value, StateError> {
 pub(crate) fn server_state(store: Arc<dyn Store>) -> ServerState {
     ServerState::new(Arc::new(ServerRecords { store }))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+    use super::*;
+
+    /// Two workers' handles over one store: concurrent updates lose nothing, removal is a
+    /// compare-and-set like any write, and a value of another type is a decode error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn server_state_is_shared_and_loses_no_update() {
+        let store: Arc<dyn Store> = Arc::new(durable_mcp_store_memory::MemoryStore::new());
+        let workers = [server_state(store.clone()), server_state(store.clone())];
+        let mut tasks = Vec::new();
+        for i in 0..20 {
+            let state = workers[i % 2].clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    state.update("count", |n: Option<u64>| n.unwrap_or(0) + 1).await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(workers[1].get::<u64>("count").await.unwrap(), Some(100));
+        workers[0].remove("count").await.unwrap();
+        assert_eq!(workers[1].get::<u64>("count").await.unwrap(), None);
+        workers[1].remove("count").await.unwrap();
+        assert_eq!(workers[0].update("count", |n: Option<u64>| n.unwrap_or(41) + 1).await.unwrap(), 42);
+        workers[0].update("name", |_: Option<String>| "x".to_owned()).await.unwrap();
+        assert!(matches!(workers[1].get::<u64>("name").await, Err(StateError::Decode { .. })));
+    }
+}
