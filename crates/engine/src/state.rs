@@ -22,6 +22,15 @@ fn classify(error: StoreError) -> StateError {
     }
 }
 
+/// A compare-and-set's outcome: written, or lost to a concurrent write (`false`).
+fn written<T>(result: Result<T, StoreError>) -> Result<bool, StateError> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(StoreError::Conflict { .. }) => Ok(false),
+        Err(error) => Err(classify(error)),
+    }
+}
+
 impl StateBackend for StoreState {
     fn scope(&self) -> &str {
         self.session.as_str()
@@ -42,11 +51,7 @@ impl StateBackend for StoreState {
     ) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(async move {
             let change = SessionChange::CompareAndSetState { key: key.to_owned(), expected, value };
-            match self.store.update_session(&self.principal, &self.session, change).await {
-                Ok(_) => Ok(true),
-                Err(StoreError::Conflict { .. }) => Ok(false),
-                Err(error) => Err(classify(error)),
-            }
+            written(self.store.update_session(&self.principal, &self.session, change).await)
         })
     }
 }
@@ -69,7 +74,7 @@ impl StateBackend for ServerRecords {
 
     fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>> {
         Box::pin(async move {
-            let record = self.store.get_record(RecordKind::State, key).await.map_err(|e| StateError::Store(e.to_string()))?;
+            let record = self.store.get_record(RecordKind::State, key).await.map_err(classify)?;
             Ok(record.map(|r| decode(key, &r.value)).transpose()?.filter(|v| !v.is_null()))
         })
     }
@@ -81,8 +86,7 @@ impl StateBackend for ServerRecords {
         value: Option<Value>,
     ) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(async move {
-            let store_error = |e: StoreError| StateError::Store(e.to_string());
-            let record = self.store.get_record(RecordKind::State, key).await.map_err(store_error)?;
+            let record = self.store.get_record(RecordKind::State, key).await.map_err(classify)?;
             let (current, expect) = match &record {
                 Some(record) => (Some(decode(key, &record.value)?).filter(|v| !v.is_null()), Expect::Version(record.version)),
                 None => (None, Expect::Absent),
@@ -91,11 +95,7 @@ impl StateBackend for ServerRecords {
                 return Ok(false);
             }
             let encoded = value.unwrap_or(Value::Null).to_string();
-            match self.store.put_record(RecordKind::State, key, encoded, None, expect).await {
-                Ok(_) => Ok(true),
-                Err(StoreError::Conflict { .. }) => Ok(false),
-                Err(error) => Err(store_error(error)),
-            }
+            written(self.store.put_record(RecordKind::State, key, encoded, None, expect).await)
         })
     }
 }
