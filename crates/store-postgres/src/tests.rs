@@ -367,17 +367,5 @@ async fn record_prefixes_are_literal_and_ordered_bytewise() {
 async fn d8_first_commit_wins_across_workers() {
     let Some(options) = fresh_options(&[]).await else { return };
     let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options).await.unwrap());
-    for round in 0..20 {
-        let key = format!("run/{round}");
-        let (ra, rb) = tokio::join!(
-            a.put_record(RecordKind::Step, &key, "\"a\"".into(), None, Expect::Absent),
-            b.put_record(RecordKind::Step, &key, "\"b\"".into(), None, Expect::Absent),
-        );
-        let winner = match (ra, rb) {
-            (Ok(1), Err(StoreError::Conflict { .. })) => "\"a\"",
-            (Err(StoreError::Conflict { .. }), Ok(1)) => "\"b\"",
-            other => panic!("round {round}: {other:?}"),
-        };
-        assert_eq!(b.get_record(RecordKind::Step, &key).await.unwrap().unwrap().value, winner);
-    }
+    durable_mcp_store::contract::d8_first_commit_wins_across_workers(&a, &b).await;
 }

@@ -521,19 +521,7 @@ async fn prune_sweeps_records_redis_expired_by_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d8_first_commit_wins_across_workers() {
     let Some((a, b)) = two_workers(Duration::from_secs(1)).await else { return };
-    for round in 0..20 {
-        let key = format!("run/{round}");
-        let (ra, rb) = tokio::join!(
-            a.put_record(RecordKind::Step, &key, "\"a\"".into(), None, Expect::Absent),
-            b.put_record(RecordKind::Step, &key, "\"b\"".into(), None, Expect::Absent),
-        );
-        let winner = match (ra, rb) {
-            (Ok(1), Err(StoreError::Conflict { .. })) => "\"a\"",
-            (Err(StoreError::Conflict { .. }), Ok(1)) => "\"b\"",
-            other => panic!("round {round}: {other:?}"),
-        };
-        assert_eq!(b.get_record(RecordKind::Step, &key).await.unwrap().unwrap().value, winner);
-    }
+    durable_mcp_store::contract::d8_first_commit_wins_across_workers(&a, &b).await;
 }
 
 #[test]

@@ -310,6 +310,25 @@ pub async fn d8_first_commit_wins_among_racing_writers(store: Arc<dyn Store>) {
     assert_eq!(stored.key, key);
 }
 
+/// D8 across workers: two stores opened on the same database (two workers) race on 20
+/// keys with `Expect::Absent`; each time exactly one commits, and the other worker reads
+/// the winner's value. For the backends that workers share (PostgreSQL, Redis).
+pub async fn d8_first_commit_wins_across_workers(a: &dyn Store, b: &dyn Store) {
+    for round in 0..20 {
+        let key = format!("run/{round}");
+        let (ra, rb) = tokio::join!(
+            a.put_record(RecordKind::Step, &key, "\"a\"".into(), None, Expect::Absent),
+            b.put_record(RecordKind::Step, &key, "\"b\"".into(), None, Expect::Absent),
+        );
+        let winner = match (ra, rb) {
+            (Ok(1), Err(StoreError::Conflict { .. })) => "\"a\"",
+            (Err(StoreError::Conflict { .. }), Ok(1)) => "\"b\"",
+            other => panic!("round {round}: {other:?}"),
+        };
+        assert_eq!(b.get_record(RecordKind::Step, &key).await.expect("get").expect("present").value, winner);
+    }
+}
+
 /// D7, D10: `Expect::Version` is a compare-and-set: concurrent read-modify-write loops lose
 /// no update; a stale version, or a version on a missing record, is a conflict.
 pub async fn d7_compare_and_set_versions(store: Arc<dyn Store>) {
