@@ -263,14 +263,8 @@ fn d6_resent_request_attaches_to_its_run() {
 /// D7, graceful shutdown: SIGTERM with no grace period gives the running request's lease
 /// back, so the other worker resumes it well before the lease would have expired.
 fn graceful_shutdown_hands_runs_over(backend: Backend) {
-    if !backend.available() {
-        return;
-    }
     const LEASE_MS: u64 = 10_000;
-    let args = ["--lease-ms", "10000", "--shutdown-grace-secs", "0"];
-    let store = backend.store_url(None);
-    let mut a = Server::start(&store, free_port(), &args);
-    let b = Server::start(&store, free_port(), &args);
+    let Some((mut a, b)) = two_workers(backend, &["--lease-ms", "10000", "--shutdown-grace-secs", "0"]) else { return };
     let dir = temp_dir("graceful");
     let ledger = dir.join("graceful.ledger");
     let session = initialize(a.addr);

@@ -22,12 +22,7 @@ fn emit_call(id: u64, count: u64) -> Value {
 }
 
 fn resume_on_another_worker(backend: Backend) {
-    if !backend.available() {
-        return;
-    }
-    let store = backend.store_url(None);
-    let mut a = Server::start(&store, free_port(), &[]);
-    let b = Server::start(&store, free_port(), &[]);
+    let Some((mut a, b)) = two_workers(backend, &[]) else { return };
     let session = initialize(a.addr);
     let mut response = post(a.addr, Some(&session), &emit_call(42, 10));
     let (mut last, _) = response.next_event().expect("priming");
@@ -51,12 +46,7 @@ fn resume_on_another_worker(backend: Backend) {
 }
 
 fn live_delivery_and_answers_cross_workers(backend: Backend) {
-    if !backend.available() {
-        return;
-    }
-    let store = backend.store_url(None);
-    let a = Server::start(&store, free_port(), &[]);
-    let b = Server::start(&store, free_port(), &[]);
+    let Some((a, b)) = two_workers(backend, &[]) else { return };
     let session = initialize(a.addr);
 
     // A GET stream on B receives, live, the list changes caused by calls on A. The
@@ -251,12 +241,7 @@ fn resource_subscription_across_workers(backend: Backend) {
 /// D11: `notifications/cancelled` POSTed to worker B cancels the handler running on A: its
 /// stream ends without a response, well before the work would have finished.
 fn cancellation_reaches_another_worker(backend: Backend) {
-    if !backend.available() {
-        return;
-    }
-    let store = backend.store_url(None);
-    let a = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
-    let b = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
+    let Some((a, b)) = two_workers(backend, &["--lease-ms", "1500"]) else { return };
     let session = initialize(a.addr);
     let call = json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {
         "name": "emit_events", "arguments": {"count": 200, "interval_ms": 50}, "_meta": {"progressToken": "p"}}});
@@ -401,12 +386,7 @@ fn sqlite_announced_changes_reach_listen_streams() {
 }
 
 fn announced_changes_across_workers(backend: Backend) {
-    if !backend.available() {
-        return;
-    }
-    let store = backend.store_url(None);
-    let a = Server::start(&store, free_port(), &[]);
-    let b = Server::start(&store, free_port(), &[]);
+    let Some((a, b)) = two_workers(backend, &[]) else { return };
     announced_changes_reach_every_worker(a.addr, b.addr);
 }
 

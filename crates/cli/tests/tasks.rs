@@ -439,12 +439,7 @@ fn d10_task_notifications_on_listen() {
 }
 
 fn task_notifications_across_workers(backend: Backend) {
-    if !backend.available() {
-        return;
-    }
-    let store = backend.store_url(None);
-    let a = Server::start(&store, free_port(), &[]);
-    let b = Server::start(&store, free_port(), &[]);
+    let Some((a, b)) = two_workers(backend, &[]) else { return };
     task_notifications_on_listen(a.addr, b.addr);
 }
 
@@ -473,16 +468,11 @@ enum Stop {
 /// result, once. With SIGTERM the lease (10 s here) is handed over, so the result comes
 /// well before it could have expired.
 fn task_result_relay_survives_its_worker(backend: Backend, stop: Stop) {
-    if !backend.available() {
-        return;
-    }
-    let store = backend.store_url(None);
     let args: &[&str] = match stop {
         Stop::Kill => &["--lease-ms", "1500"],
         Stop::Term => &["--lease-ms", "10000", "--shutdown-grace-secs", "0"],
     };
-    let mut a = Server::start(&store, free_port(), args);
-    let b = Server::start(&store, free_port(), args);
+    let Some((mut a, b)) = two_workers(backend, args) else { return };
     let session = initialize(b.addr);
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "ask", "arguments": {"question": "colour?"}, "task": {"ttl": 60_000}}});

@@ -83,14 +83,7 @@ pub struct TaskSummary {
 /// and left out.
 pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, EngineError> {
     let mut runs = Vec::new();
-    for record in store.list_records(RecordKind::Run, "", limit).await? {
-        let run: RunRecord = match serde_json::from_str(&record.value) {
-            Ok(run) => run,
-            Err(error) => {
-                tracing::warn!(%error, key = %record.key, "unreadable journal entry");
-                continue;
-            }
-        };
+    for (key, run) in decoded::<RunRecord>(store, RecordKind::Run, limit).await? {
         let params = run.request.get("params");
         let target = ["name", "uri"].iter().find_map(|field| params.and_then(|p| p.get(*field)).and_then(Value::as_str)).map(str::to_owned);
         runs.push(RunSummary {
@@ -105,7 +98,7 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
             attempt: run.attempt,
             failures: run.failures,
             task_id: run.task.as_deref().and_then(|key| key.rsplit('/').next()).map(str::to_owned),
-            run_id: record.key,
+            run_id: key,
         });
     }
     Ok(runs)
@@ -115,14 +108,7 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
 /// logged and left out.
 pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, EngineError> {
     let mut tasks = Vec::new();
-    for record in store.list_records(RecordKind::Task, "", limit).await? {
-        let task: TaskRecord = match serde_json::from_str(&record.value) {
-            Ok(task) => task,
-            Err(error) => {
-                tracing::warn!(%error, key = %record.key, "unreadable task record");
-                continue;
-            }
-        };
+    for (_, task) in decoded::<TaskRecord>(store, RecordKind::Task, limit).await? {
         tasks.push(TaskSummary {
             task_id: task.task_id,
             principal: task.principal,
@@ -140,4 +126,17 @@ pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, 
         });
     }
     Ok(tasks)
+}
+
+/// Up to `limit` records of `kind`, decoded, with their keys; unreadable ones are logged
+/// and left out.
+async fn decoded<T: serde::de::DeserializeOwned>(store: &dyn Store, kind: RecordKind, limit: usize) -> Result<Vec<(String, T)>, EngineError> {
+    let mut out = Vec::new();
+    for record in store.list_records(kind, "", limit).await? {
+        match serde_json::from_str(&record.value) {
+            Ok(value) => out.push((record.key, value)),
+            Err(error) => tracing::warn!(%error, %kind, key = %record.key, "unreadable record"),
+        }
+    }
+    Ok(out)
 }

@@ -62,6 +62,13 @@ pub(crate) struct ListenFilter {
     uris: Vec<String>,
 }
 
+impl ListenSubscription {
+    /// Whether the stream follows any task.
+    pub(crate) fn follows_tasks(&self) -> bool {
+        !self.tasks.is_empty()
+    }
+}
+
 impl ListenFilter {
     /// Whether the stream follows any announcement.
     pub(crate) fn follows_changes(&self) -> bool {

@@ -766,7 +766,8 @@ impl Engine {
                     // announced after it reaches the stream.
                     let announced = if filter.follows_changes() { Some(self.follow_changes(filter.uris()).await) } else { None };
                     let committed = self.commit(&stream, &message, false).await.map(drop);
-                    if committed.is_ok() {
+                    // Nothing to feed (no task, no announcement followed): no feed.
+                    if committed.is_ok() && (tasks.follows_tasks() || announced.is_some()) {
                         let stop = CancellationToken::new();
                         feed = Some((stop.clone(), self.feed_listen(tasks, subscription_id, filter, announced, stream.clone(), stop)));
                     }

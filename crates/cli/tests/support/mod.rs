@@ -238,6 +238,16 @@ pub fn resume(addr: SocketAddr, session: &str, last_event_id: &str) -> Response 
     request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", session), ("last-event-id", last_event_id)], None)
 }
 
+/// Two workers sharing a fresh store of `backend`; `None` when the service is missing
+/// (outside CI the test then skips; with `CI=true`, `available` fails it).
+pub fn two_workers(backend: backend::Backend, args: &[&str]) -> Option<(Server, Server)> {
+    if !backend.available() {
+        return None;
+    }
+    let store = backend.store_url(None);
+    Some((Server::start(&store, free_port(), args), Server::start(&store, free_port(), args)))
+}
+
 /// The 2026-07-28 protocol version.
 pub const V: &str = "2026-07-28";
 /// The Tasks extension's name.
