@@ -53,16 +53,12 @@ const PRUNE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (
 
 /// Decode a `(key, version, value, expires_at)` row.
 fn decode(row: &Row) -> StoreResult<Record> {
-    let key: String = row.try_get(0).map_err(from_pg)?;
-    let version: i64 = row.try_get(1).map_err(from_pg)?;
-    let value: String = row.try_get(2).map_err(from_pg)?;
-    let expires_at: Option<i64> = row.try_get(3).map_err(from_pg)?;
-    let version = u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("record {key:?} has version {version}")))?;
-    let expires_at_ms = expires_at
-        .map(u64::try_from)
-        .transpose()
-        .map_err(|_| StoreError::Corrupt(format!("record {key:?} has a negative expiry")))?;
-    Ok(Record { key, version, value, expires_at_ms })
+    Record::from_columns(
+        row.try_get(0).map_err(from_pg)?,
+        row.try_get(1).map_err(from_pg)?,
+        row.try_get(2).map_err(from_pg)?,
+        row.try_get(3).map_err(from_pg)?,
+    )
 }
 
 /// Write `value` under `expect` and return the new version; see the module docs.

@@ -36,12 +36,7 @@ fn decode(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, String, Opt
 }
 
 fn record((key, version, value, expires_at): (String, i64, String, Option<i64>)) -> Result<Record, StoreError> {
-    let version = u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("record {key:?} has version {version}")))?;
-    let expires_at_ms = expires_at
-        .map(u64::try_from)
-        .transpose()
-        .map_err(|_| StoreError::Corrupt(format!("record {key:?} has a negative expiry")))?;
-    Ok(Record { key, version, value, expires_at_ms })
+    Record::from_columns(key, version, value, expires_at)
 }
 
 /// On the writer: write `value` under `expect` and return the new version, or

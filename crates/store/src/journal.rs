@@ -63,6 +63,17 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record from SQL columns (signed integers): a negative version or expiry is
+    /// `StoreError::Corrupt`.
+    pub fn from_columns(key: String, version: i64, value: String, expires_at: Option<i64>) -> Result<Self, crate::StoreError> {
+        let version = u64::try_from(version).map_err(|_| crate::StoreError::Corrupt(format!("record {key:?} has version {version}")))?;
+        let expires_at_ms = expires_at
+            .map(u64::try_from)
+            .transpose()
+            .map_err(|_| crate::StoreError::Corrupt(format!("record {key:?} has a negative expiry")))?;
+        Ok(Self { key, version, value, expires_at_ms })
+    }
+
     /// Whether the record has expired at `now_ms` (expired records behave as absent).
     pub fn expired(&self, now_ms: u64) -> bool {
         self.expires_at_ms.is_some_and(|at| at <= now_ms)
