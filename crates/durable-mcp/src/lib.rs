@@ -34,7 +34,11 @@
 //! }
 //! ```
 //!
-//! See [`DurableMcp`] for the options, and `DURABILITY.md` for what is guaranteed.
+//! See [`DurableMcp`] for the options, and [`guarantees`] (the project's `docs/guarantees.md`)
+//! for what is guaranteed: the promises D1..D15 that the docs and tests name.
+
+#[doc = include_str!("../../../docs/guarantees.md")]
+pub mod guarantees {}
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The contract test suite: cases written once, run against every backend by
 //! [`store_contract_tests!`](crate::store_contract_tests). Each case is named after the
-//! guarantee of `DURABILITY.md` it checks and gets a fresh store from the backend's factory.
+//! guarantee of `docs/guarantees.md` it checks and gets a fresh store from the backend's factory.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

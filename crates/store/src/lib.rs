@@ -2,7 +2,7 @@
 //!
 //! Every backend (in-memory, SQLite, PostgreSQL, Redis) implements [`Store`]; the engine
 //! and the transports know only this trait. Each operation states its guarantee under a
-//! `# Durability` heading, naming the line of `DURABILITY.md` it implements.
+//! `# Durability` heading, naming the guarantee of `docs/guarantees.md` (D1..D15) it implements.
 
 mod error;
 mod ids;
