@@ -17,7 +17,7 @@ fn nginx_available() -> bool {
     if nginx::binary().is_some() {
         return true;
     }
-    if std::env::var("CI").as_deref() == Ok("true") {
+    if durable_mcp_store::in_ci() {
         panic!("nginx is required in CI (scripts/setup-nginx.sh installs it)");
     }
     eprintln!("skipped: nginx not installed (run scripts/setup-nginx.sh)");
