@@ -180,7 +180,7 @@ test('mrtr_sampling_and_roots', async ({ url }) => {
     });
 });
 
-test('mrtr_request_state_by_hand', async ({ url }) => {
+test('d12_request_state_echoed_by_hand_tampered_rejected', async ({ url }) => {
     await withClient(url, async (client, calls) => {
         const params = { name: 'test_input_required_result_request_state', arguments: {} };
         const first = await client.callTool(params, { allowInputRequired: true });

@@ -7,7 +7,9 @@
 // Run by scripts/typescript-client-test.sh. Covers tools (content types, errors, progress,
 // logging, list changes), prompts, resources (templates, subscriptions), the client-side
 // elicitation / sampling / roots handlers answering the server's requests (plain and through
-// the durable context), durable session state, and resumption with the SDK's own
+// the durable context), durable session state, 2025-11-25 tasks through the SDK's
+// experimental tasks API (`callToolStream`, `tasks/get`, `tasks/list`, a question answered
+// through `tasks/result`), and resumption with the SDK's own
 // `resumptionToken` after the server is SIGKILLed and restarted on the same SQLite file.
 
 import path from 'node:path';
@@ -291,6 +293,41 @@ test('resource_subscription', async ({ url }) => {
         await waitFor('a tools/list_changed after the unsubscribed update', () => changes.length >= 1);
         await client.callTool({ name: 'test_trigger_tool_change', arguments: {} });
         check(updates.length === count, `updates after unsubscribe: ${JSON.stringify(updates.slice(count))}`);
+    });
+});
+
+// ------------------------------------------------------------------- tasks (2025-11-25) --
+
+/** Every message of `client.experimental.tasks.callToolStream` for a task-augmented call. */
+async function taskStream(client, params) {
+    const messages = [];
+    for await (const message of client.experimental.tasks.callToolStream(params, CallToolResultSchema, { task: { ttl: 60_000 }, timeout: 30_000 })) {
+        messages.push(message);
+    }
+    return messages;
+}
+
+test('d10_task_through_the_experimental_tasks_api', async ({ url }) => {
+    await withSession(url, async client => {
+        const messages = await taskStream(client, { name: 'slow_compute', arguments: { seconds: 1 } });
+        const types = messages.map(m => m.type);
+        check(types[0] === 'taskCreated' && types.at(-1) === 'result', `stream ${JSON.stringify(messages)}`);
+        const taskId = messages[0].task.taskId;
+        check(messages.some(m => m.type === 'taskStatus' && m.task.status === 'completed'), `no completed status: ${JSON.stringify(messages)}`);
+        check(onlyText(messages.at(-1).result).includes('finished'), `result ${JSON.stringify(messages.at(-1))}`);
+        const task = await client.experimental.tasks.getTask(taskId);
+        check(task.status === 'completed', `tasks/get after the result: ${JSON.stringify(task)}`);
+        const { tasks } = await client.experimental.tasks.listTasks();
+        check(tasks.some(t => t.taskId === taskId), `tasks/list lacks ${taskId}: ${JSON.stringify(tasks)}`);
+    });
+});
+
+test('d10_task_question_answered_through_tasks_result', async ({ url }) => {
+    await withSession(url, async (client, calls) => {
+        const messages = await taskStream(client, { name: 'confirm_delete', arguments: {} });
+        check(calls.elicitation.length === 1, `elicitation handler called ${calls.elicitation.length} times: ${JSON.stringify(messages)}`);
+        const last = messages.at(-1);
+        check(last.type === 'result' && !last.result.isError, `stream ${JSON.stringify(messages)}`);
     });
 });
 
