@@ -7,7 +7,7 @@
 //! before sleeping in each step: the ledger is the external effect counter.
 //!
 //! PostgreSQL and Redis come from `DATABASE_URL` / `REDIS_URL`; outside CI a missing
-//! service skips with a printed reason, with `CI=true` it fails.
+//! service skips with a printed reason, in CI (`durable_mcp_store::in_ci`) it fails.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 

@@ -3,7 +3,7 @@
 //! a store outage fails fast and heals by itself (D15).
 //!
 //! These tests read `DATABASE_URL` / `REDIS_URL` (defaults on loopback). Outside CI a missing
-//! service skips them with a printed reason; with `CI=true` they fail.
+//! service skips them with a printed reason; in CI (`durable_mcp_store::in_ci`) they fail.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 

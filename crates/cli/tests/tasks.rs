@@ -3,7 +3,7 @@
 //! requests whose sealed `requestState` continues the same run.
 //!
 //! The cross-worker tests read `DATABASE_URL` / `REDIS_URL`; outside CI a missing service
-//! skips them with a printed reason, with `CI=true` they fail.
+//! skips them with a printed reason, in CI (`durable_mcp_store::in_ci`) they fail.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 

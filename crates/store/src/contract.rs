@@ -498,7 +498,7 @@ pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
 
 /// Instantiate the contract suite for a backend. `$factory` is an async expression giving
 /// `Option<Arc<dyn Store>>`: a fresh, isolated store, or `None` to skip (service missing
-/// outside CI; the factory prints why and must panic instead when `CI=true`).
+/// outside CI; the factory prints why and must panic instead in CI, see [`crate::in_ci`]).
 #[macro_export]
 macro_rules! store_contract_tests {
     ($factory:expr) => {

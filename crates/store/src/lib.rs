@@ -4,6 +4,7 @@
 //! and the transports know only this trait. Each operation states its guarantee under a
 //! `# Durability` heading, naming the guarantee of `docs/guarantees.md` (D1..D15) it implements.
 
+mod ci;
 mod error;
 mod ids;
 mod journal;
@@ -18,6 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+pub use ci::in_ci;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
 pub use journal::{Expect, Record, RecordKind, prefix_end};

@@ -239,7 +239,7 @@ pub fn resume(addr: SocketAddr, session: &str, last_event_id: &str) -> Response 
 }
 
 /// Two workers sharing a fresh store of `backend`; `None` when the service is missing
-/// (outside CI the test then skips; with `CI=true`, `available` fails it).
+/// (outside CI the test then skips; in CI, `available` fails it).
 pub fn two_workers(backend: backend::Backend, args: &[&str]) -> Option<(Server, Server)> {
     if !backend.available() {
         return None;
