@@ -231,22 +231,7 @@ fn rerun_progress_never_goes_backwards(target: Target) {
     let rest = resumed.messages();
     let all: Vec<&Value> = seen.iter().chain(&rest).map(|(_, m)| m).collect();
 
-    let progress: Vec<f64> = all
-        .iter()
-        .filter(|m| m["method"] == "notifications/progress")
-        .inspect(|m| assert_eq!(m["params"]["progressToken"], "rerun", "{m}"))
-        .map(|m| m["params"]["progress"].as_f64().unwrap())
-        .collect();
-    assert!(progress.windows(2).all(|w| w[0] < w[1]), "D7: progress never goes backwards across the re-run: {progress:?}");
-    let expected: Vec<f64> = (1..=COUNT).map(|n| n as f64).collect();
-    assert_eq!(progress, expected, "each progress value exactly once");
-    let mut logs: Vec<u64> =
-        all.iter().filter(|m| m["method"] == "notifications/message").map(|m| m["params"]["data"]["event"].as_u64().unwrap()).collect();
-    let sent = logs.len();
-    logs.sort_unstable();
-    logs.dedup();
-    assert_eq!(logs.len(), sent, "D7: no log line sent twice");
-    assert_eq!(logs, (1..=COUNT).collect::<Vec<_>>(), "each log line once");
+    assert_events_sent_once(&all, "rerun", COUNT);
     let results: Vec<&&Value> = all.iter().filter(|m| m["id"] == 21).collect();
     assert_eq!(results.len(), 1, "D7: exactly one outcome");
     assert_eq!(results[0]["result"]["content"][0]["text"], COUNT.to_string());
