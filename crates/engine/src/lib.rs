@@ -15,6 +15,7 @@ mod inbox;
 pub mod inspect;
 mod journal;
 mod notify;
+mod rerun;
 mod run;
 mod session;
 mod state;

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
+use crate::rerun::AlreadySent;
 use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, Relay, RunRecord, alias_key};
 use crate::tasks::{Flavor, declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
@@ -773,7 +774,10 @@ impl Engine {
                     }
                     committed
                 }
-                Outbound::Notification { method, message } => self.route_notification(&caller, &stream, &method, message).await,
+                Outbound::Notification { method, message } => {
+                    let already_sent = held.as_ref().and_then(|h| h.already_sent.as_deref());
+                    self.route_notification(&caller, &stream, &method, message, already_sent).await
+                }
                 Outbound::Request { id: original_id, mut message, .. } => async {
                     let inbox = match &mut inbox {
                         Some(inbox) => inbox,
@@ -913,7 +917,18 @@ impl Engine {
         false
     }
 
-    pub(crate) async fn route_notification(&self, caller: &Caller, stream: &StreamId, method: &str, message: Value) -> Result<(), EngineError> {
+    /// Route one notification of a handler: to the request's `stream`, unless it goes to
+    /// the session's standalone stream (list changes, resource updates) or the log level
+    /// filters it out. A re-run (`already_sent`) drops the notifications earlier runs
+    /// already committed to `stream` (D7, see [`AlreadySent`]).
+    pub(crate) async fn route_notification(
+        &self,
+        caller: &Caller,
+        stream: &StreamId,
+        method: &str,
+        message: Value,
+        already_sent: Option<&AlreadySent>,
+    ) -> Result<(), EngineError> {
         let params = message.get("params");
         match (caller.era, method) {
             (Era::Legacy, "notifications/message") => {
@@ -939,6 +954,10 @@ impl Engine {
                 return self.commit(&session.standalone_stream, &message, false).await.map(drop);
             }
             _ => {}
+        }
+        if already_sent.is_some_and(|already| already.suppress(stream, method, &message)) {
+            tracing::debug!(%stream, %method, "re-run: not sending a notification the stream already has");
+            return Ok(());
         }
         self.commit(stream, &message, false).await.map(drop)
     }

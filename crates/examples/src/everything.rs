@@ -64,7 +64,7 @@
 //! | `test_trigger_prompt_change` | same for `dynamic_prompt` and `notifications/prompts/list_changed` | `server-stateless` (2026) | same |
 //! | `test_custom_header` | echoes `value`; its schema marks `value` with `x-mcp-header: Value` | `http-custom-header-server-validation` (2026, pending) | validates `Mcp-Param-Value` against the body (schema from `get_tool`) |
 //! | `dynamic_tool` | listed and callable only after an odd number of `test_trigger_tool_change` | – | – |
-//! | `emit_events` | `count` progress notifications (only with a progressToken) and `count` info logs (subject to the log rules below), `interval_ms` apart, then text `count`; stops on cancellation | used by durable-mcp's own tests and benchmarks | everything on the POST stream of the call |
+//! | `emit_events` | `count` progress notifications (only with a progressToken) and `count` info logs (subject to the log rules below), `interval_ms` apart, then text `count`; stops on cancellation; task-supporting (an ordinary handler, without the durable context, run as a task) | used by durable-mcp's own tests and benchmarks | everything on the POST stream of the call |
 //! | `trigger_resource_update` | announces (or broadcasts) `notifications/resources/updated` for `uri` (default `test://watched-resource`) to `listen` streams that subscribed it; legacy also sends it through its peer | – | legacy: route to the sessions that subscribed the URI |
 //!
 //! ## SEP-2322 fixtures (2026-07-28; in legacy sessions the same code asks inline)

@@ -32,6 +32,12 @@
 //!
 //! Questions, progress and log messages are numbered in the order they are made, which is
 //! why that order must not change between runs.
+//!
+//! Notifications a handler sends through rmcp's peer instead are not numbered, but a
+//! re-run does not repeat them either (D7): the engine drops a re-run's progress that is
+//! not above what its stream already holds for the token, and any other notification
+//! identical to one already on the stream (`docs/durable-execution.md`, "Notifications of
+//! a re-run").
 
 // Sampling, roots and logging are deprecated upstream (SEP-2577) but still part of the
 // protocol versions durable-mcp serves.

@@ -314,3 +314,28 @@ pub fn next_message(stream: &mut Response) -> Value {
     }
 }
 
+
+/// D7 across a re-run of `emit_events(count)` (progress token `token`): in `messages` (all
+/// the client received, before and after the crash) each progress value 1..=count comes
+/// once and in increasing order, and each log line once.
+pub fn assert_events_sent_once(messages: &[&Value], token: &str, count: u64) {
+    let progress: Vec<f64> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .inspect(|m| assert_eq!(m["params"]["progressToken"], token, "{m}"))
+        .map(|m| m["params"]["progress"].as_f64().unwrap())
+        .collect();
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "D7: progress never goes backwards across the re-run: {progress:?}");
+    let expected: Vec<f64> = (1..=count).map(|n| n as f64).collect();
+    assert_eq!(progress, expected, "each progress value exactly once");
+    let mut logs: Vec<u64> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .map(|m| m["params"]["data"]["event"].as_u64().unwrap())
+        .collect();
+    let sent = logs.len();
+    logs.sort_unstable();
+    logs.dedup();
+    assert_eq!(logs.len(), sent, "D7: no log line sent twice");
+    assert_eq!(logs, (1..=count).collect::<Vec<_>>(), "each log line once");
+}
