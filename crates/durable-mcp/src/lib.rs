@@ -39,10 +39,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use durable_mcp_engine::{Engine, EngineOptions, inspect};
+pub use durable_mcp_engine::{Engine, EngineError, EngineOptions, inspect, keys};
 pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
-    Durable, DurableError, McpHandler, Retry, ServerChange, ServerState, SessionState, StateError, StepKey, TaskSupport, rmcp,
+    Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
+    TaskSupport, rmcp,
     task_support,
 };
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
@@ -67,6 +68,9 @@ pub enum Error {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The engine could not start: the `requestState` keys could not be read or created.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
 }
 
 /// Open the store named by `url`: the one place a backend is chosen by URL scheme.
@@ -187,13 +191,17 @@ impl DurableMcp {
     }
 
     /// The engine this server runs (for custom transports, such as stdio). Opens the
-    /// default store if none was set.
+    /// default store if none was set, and reads the `requestState` key ring from it
+    /// (creating it on the first start of the first worker), so that a broken store or
+    /// key fails here rather than at the first multi-round-trip request.
     pub async fn engine(&self) -> Result<Engine, Error> {
         let store = match &self.store {
             Some(store) => store.clone(),
             None => open_store(DEFAULT_STORE_URL).await?,
         };
-        Ok(Engine::new(store, self.handler.clone(), self.engine.clone()))
+        let engine = Engine::new(store, self.handler.clone(), self.engine.clone());
+        engine.state_keys().await?;
+        Ok(engine)
     }
 
     /// An axum router serving the endpoint, to mount in a larger application.
