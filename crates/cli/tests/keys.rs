@@ -168,3 +168,48 @@ fn d12_rotation_keeps_old_states_open_and_refuses_dropped_keys() {
     // The worker itself goes on: a new round-trip works with the new key.
     states_from(server.addr)(server.addr);
 }
+
+/// The id of the key that sealed a `requestState` (rmcp's `rs2` format names it, base64url),
+/// for the engine's (`dmcp.` prefix) and the handler's states alike.
+fn sealing_key_of(state: &str) -> String {
+    let token = state.strip_prefix("dmcp.").unwrap_or(state);
+    let kid = token.split('.').nth(1).unwrap_or_default();
+    // The ids are `k<n>`: decode the few base64url characters by hand.
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits: Vec<u8> = kid.bytes().map(|c| alphabet.iter().position(|&a| a == c).unwrap() as u8).collect();
+    let mut out = Vec::new();
+    let (mut acc, mut n) = (0u32, 0);
+    for b in bits {
+        acc = (acc << 6) | u32::from(b);
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((acc >> n) as u8);
+            acc &= (1 << n) - 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// A running worker (not restarted) re-reads the ring: after `keys rotate` it seals with
+/// the new key within the refresh interval (10 s), and still opens what it sealed before.
+#[test]
+fn d12_a_running_worker_takes_up_a_rotated_key() {
+    let store = sqlite("keys-refresh");
+    let server = Server::start(&store, free_port(), &[]);
+    let (key, before) = ask_round1(server.addr, "name?");
+    assert_eq!(sealing_key_of(&before), "k1");
+    cli(&["keys", "rotate", "--store", &store, "--activate-in-secs", "0"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let state = multi_round1(server.addr);
+        if sealing_key_of(&state) == "k2" {
+            assert_round2(&multi_round2(server.addr, &state));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still sealing with the old key: {state}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let retry = ask_retry(server.addr, "name?", &key, &before, "Ada");
+    assert_eq!(retry["result"]["content"][0]["text"], "Ada", "sealed before the rotation, opened after: {retry}");
+}
