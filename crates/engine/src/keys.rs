@@ -53,6 +53,11 @@ pub async fn load_or_create(store: &dyn Store) -> Result<KeyRing, EngineError> {
     if let Some((ring, _)) = read(store).await? {
         return Ok(ring);
     }
+    create(store).await
+}
+
+/// Commit a new ring unless one exists by now (first commit wins); the committed ring.
+async fn create(store: &dyn Store) -> Result<KeyRing, EngineError> {
     let ring = KeyRing::generate(now_ms());
     match store.put_record(RecordKind::Key, RING, ring.encode(), None, Expect::Absent).await {
         Ok(_) => {
@@ -169,10 +174,9 @@ mod tests {
     #[tokio::test]
     async fn d12_workers_racing_to_create_the_ring_get_one_ring() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let loads: Vec<_> = (0..8).map(|_| tokio::spawn({
-            let store = store.clone();
-            async move { load_or_create(store.as_ref()).await.unwrap() }
-        })).collect();
+        // Every worker found no ring and creates one: all but the first commit conflict.
+        let create = |store: Arc<dyn Store>| tokio::spawn(async move { create(store.as_ref()).await.unwrap() });
+        let loads: Vec<_> = (0..8).map(|_| create(store.clone())).collect();
         let mut rings = Vec::new();
         for load in loads {
             rings.push(load.await.unwrap());
@@ -180,6 +184,7 @@ mod tests {
         let (stored, version) = read(store.as_ref()).await.unwrap().unwrap();
         assert_eq!(version, 1, "created once");
         assert!(rings.iter().all(|ring| *ring == stored), "every worker has the committed ring");
+        assert_eq!(load_or_create(store.as_ref()).await.unwrap(), stored, "and so does a later one");
     }
 
     #[tokio::test]
