@@ -271,3 +271,36 @@ pub async fn shutdown_signal() {
     }
     tracing::info!("shutting down");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone)]
+    struct Empty;
+
+    impl rmcp::ServerHandler for Empty {}
+
+    fn server(store: &Arc<dyn Store>, state_key: Option<Vec<u8>>) -> DurableMcp {
+        DurableMcp::new(Empty).store(store.clone()).engine_options(EngineOptions { state_key, ..EngineOptions::default() })
+    }
+
+    /// A refused `state_key` used to be replaced by a random key for the process (states
+    /// that no other worker, and no restart, accepts); now the server does not start.
+    #[tokio::test]
+    async fn d12_a_refused_state_key_fails_the_start_instead_of_sealing_with_a_random_key() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let refused = server(&store, Some(b"too short".to_vec())).engine().await;
+        assert!(matches!(refused, Err(Error::Engine(EngineError::StateKeys(_)))), "{refused:?}");
+    }
+
+    /// Two servers on one store, with default options, seal with the same keys (D9).
+    #[tokio::test]
+    async fn d9_engines_on_one_store_share_the_state_keys_by_default() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let a = server(&store, None).engine().await.expect("engine a").state_keys().await.expect("keys a");
+        let b = server(&store, None).engine().await.expect("engine b").state_keys().await.expect("keys b");
+        let sealed = a.codec().seal_with(b"state", &rmcp::model::SealOptions::new().associated_data(b"scope"));
+        assert_eq!(b.codec().open_with(&sealed, b"scope").expect("opened by the other engine"), b"state");
+    }
+}
