@@ -55,8 +55,9 @@ for backend in "${backends[@]}"; do
   upstreams=""
   for i in 1 2 3; do
     port=$(free_port)
+    # Default flags: the workers share the requestState key ring in the store.
     ./target/debug/durable-mcp serve --example everything --listen "127.0.0.1:$port" --store "$store" \
-      --state-key "lb-conformance-shared-request-state-key" >"$work/worker$i.log" 2>&1 &
+      >"$work/worker$i.log" 2>&1 &
     pids+=($!)
     ports+=("$port")
     wait_port "$port"

@@ -43,10 +43,11 @@ pub mod guarantees {}
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use durable_mcp_engine::{Engine, EngineOptions, inspect};
+pub use durable_mcp_engine::{Engine, EngineError, EngineOptions, inspect, keys};
 pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
-    Durable, DurableError, McpHandler, Retry, ServerChange, ServerState, SessionState, StateError, StepKey, TaskSupport, rmcp,
+    Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
+    TaskSupport, rmcp,
     task_support,
 };
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
@@ -71,6 +72,9 @@ pub enum Error {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The engine could not start: the `requestState` keys could not be read or created.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
 }
 
 /// Open the store named by `url`: the one place a backend is chosen by URL scheme.
@@ -191,13 +195,17 @@ impl DurableMcp {
     }
 
     /// The engine this server runs (for custom transports, such as stdio). Opens the
-    /// default store if none was set.
+    /// default store if none was set, and reads the `requestState` key ring from it
+    /// (creating it on the first start of the first worker), so that a broken store or
+    /// key fails here rather than at the first multi-round-trip request.
     pub async fn engine(&self) -> Result<Engine, Error> {
         let store = match &self.store {
             Some(store) => store.clone(),
             None => open_store(DEFAULT_STORE_URL).await?,
         };
-        Ok(Engine::new(store, self.handler.clone(), self.engine.clone()))
+        let engine = Engine::new(store, self.handler.clone(), self.engine.clone());
+        engine.state_keys().await?;
+        Ok(engine)
     }
 
     /// An axum router serving the endpoint, to mount in a larger application.
@@ -266,4 +274,37 @@ pub async fn shutdown_signal() {
         () = term => {}
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone)]
+    struct Empty;
+
+    impl rmcp::ServerHandler for Empty {}
+
+    fn server(store: &Arc<dyn Store>, state_key: Option<Vec<u8>>) -> DurableMcp {
+        DurableMcp::new(Empty).store(store.clone()).engine_options(EngineOptions { state_key, ..EngineOptions::default() })
+    }
+
+    /// A refused `state_key` used to be replaced by a random key for the process (states
+    /// that no other worker, and no restart, accepts); now the server does not start.
+    #[tokio::test]
+    async fn d12_a_refused_state_key_fails_the_start_instead_of_sealing_with_a_random_key() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let refused = server(&store, Some(b"too short".to_vec())).engine().await;
+        assert!(matches!(refused, Err(Error::Engine(EngineError::StateKeys(_)))), "{refused:?}");
+    }
+
+    /// Two servers on one store, with default options, seal with the same keys (D9).
+    #[tokio::test]
+    async fn d9_engines_on_one_store_share_the_state_keys_by_default() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let a = server(&store, None).engine().await.expect("engine a").state_keys().await.expect("keys a");
+        let b = server(&store, None).engine().await.expect("engine b").state_keys().await.expect("keys b");
+        let sealed = a.codec().seal_with(b"state", &rmcp::model::SealOptions::new().associated_data(b"scope"));
+        assert_eq!(b.codec().open_with(&sealed, b"scope").expect("opened by the other engine"), b"state");
+    }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::jsonrpc::RequestId;
-use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange};
+use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange, StateKeys, StateSealer};
 use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, now_ms};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -664,18 +664,16 @@ fn state_binding(principal: &Principal, request: &Map<String, Value>) -> Vec<u8>
     format!("durable-mcp/run\n{}\n{method}\n{}", principal.as_str(), canonical(&Value::Object(params))).into_bytes()
 }
 
-impl Engine {
-    /// The sealed `requestState` that lets a retry continue run `run_id`.
-    pub(crate) fn seal_run(&self, run_id: &str, principal: &Principal, request: &Map<String, Value>) -> String {
-        self.sealer().seal(&json!({"run": run_id}), &state_binding(principal, request), STATE_TTL)
-    }
+/// The sealed `requestState` that lets a retry continue run `run_id`.
+pub(crate) fn seal_run(keys: &StateKeys, run_id: &str, principal: &Principal, request: &Map<String, Value>) -> String {
+    StateSealer::new(keys.clone()).seal(&json!({"run": run_id}), &state_binding(principal, request), STATE_TTL)
+}
 
-    /// The run a retry's sealed `requestState` continues; an error message for tampered,
-    /// foreign or expired state.
-    pub(crate) fn open_run(&self, sealed: &str, principal: &Principal, request: &Map<String, Value>) -> Result<String, String> {
-        let payload = self.sealer().open(sealed, &state_binding(principal, request)).map_err(|e| e.to_string())?;
-        payload.get("run").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| "invalid requestState: no run".to_owned())
-    }
+/// The run a retry's sealed `requestState` continues; an error message for tampered,
+/// foreign or expired state, or state sealed with a key no longer in use.
+pub(crate) fn open_run(keys: &StateKeys, sealed: &str, principal: &Principal, request: &Map<String, Value>) -> Result<String, String> {
+    let payload = StateSealer::new(keys.clone()).open(sealed, &state_binding(principal, request)).map_err(|e| e.to_string())?;
+    payload.get("run").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| "invalid requestState: no run".to_owned())
 }
 
 /// The alias under which a legacy session's JSON-RPC request id points at its run.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, Outbound, PeerContext, Run};
+use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, Outbound, PeerContext, Run, StateKeys};
 use durable_mcp_store::{
     EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
 };
@@ -63,6 +63,8 @@ struct Pump {
     subscription: Option<ListenSubscription>,
     /// A journaled run's registration on this worker (see [`Engine::register_journaled`]).
     registration: Option<u64>,
+    /// The `requestState` keys that seal its `input_required` state.
+    keys: StateKeys,
 }
 
 /// What [`Engine::launch`] started.
@@ -116,6 +118,7 @@ impl Caller {
                 .map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
             server_state: Some(engine.server_state()),
             durable: None,
+            state_keys: None,
         }
     }
 
@@ -262,7 +265,8 @@ impl Engine {
                 // committed steps and answers are replayed).
                 let state = state.clone();
                 params.remove("requestState");
-                match self.open_run(&state, &caller.principal, &request) {
+                let keys = self.state_keys().await?;
+                match crate::journal::open_run(&keys, &state, &caller.principal, &request) {
                     Ok(continued) => {
                         self.refresh_steps(&continued, Some(now_ms() + 2 * crate::journal::STATE_TTL.as_millis() as u64)).await?;
                         run_id = continued;
@@ -374,7 +378,18 @@ impl Engine {
     ) -> Result<Launched, Rejection> {
         // A run whose lease is lost is cancelled here (without ending its stream).
         let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
+        // Every sealer of the handler's requests uses the store's keys (D9, D12).
+        let keys = match self.state_keys().await {
+            Ok(keys) => keys,
+            Err(error) => {
+                if let Some(held) = held {
+                    held.finish(self).await;
+                }
+                return Err(Rejection { code: code::INTERNAL_ERROR, message: format!("requestState keys unavailable: {error}"), id: Some(id) });
+            }
+        };
         let mut peer = caller.peer(self);
+        peer.state_keys = Some(keys.clone());
         let (detach, detach_requests) = tokio::sync::mpsc::channel(1);
         let durable = held.as_ref().map(|held| Arc::new(DurableRun::new(self, held, caller.clone(), cancel.clone(), detach)));
         if let Some(durable) = &durable {
@@ -404,7 +419,7 @@ impl Engine {
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
         let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
-        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription, registration };
+        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription, registration, keys };
         tokio::spawn(async move {
             engine.clone().pump(pump).await;
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -679,7 +694,7 @@ impl Engine {
     }
 
     async fn pump(self, pump: Pump) {
-        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription, registration } = pump;
+        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription, registration, keys } = pump;
         let mut feed: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
         if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
             task_watch = Some(self.watch_task(&key, &run.cancel));
@@ -727,7 +742,7 @@ impl Engine {
                         {
                             let pending: Vec<(String, Value)> = std::mem::take(&mut *lock(&durable.pending));
                             if !pending.is_empty() {
-                                outcome = self.input_required(&id, &held.run_id, &caller, &held.record.request, pending);
+                                outcome = input_required(&keys, &id, &held.run_id, &caller, &held.record.request, pending);
                                 suspended = true;
                             }
                         }
@@ -979,16 +994,6 @@ impl Engine {
         Ok(())
     }
 
-    /// The `input_required` result of a stateless request whose handler waits for the
-    /// client's answers: the questions, and a sealed state naming the run, so that the
-    /// retry continues it (D12).
-    fn input_required(&self, id: &RequestId, run_id: &str, caller: &Caller, request: &Map<String, Value>, pending: Vec<(String, Value)>) -> Value {
-        let requests: Map<String, Value> = pending.into_iter().collect();
-        let state = self.seal_run(run_id, &caller.principal, request);
-        serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
-            "resultType": "input_required", "inputRequests": requests, "requestState": state}})
-    }
-
     /// 2026-07-28 results carry `serverInfo` in their `_meta`.
     fn add_server_info(&self, outcome: &mut Value) {
         let Some(result) = outcome.get_mut("result").and_then(Value::as_object_mut) else { return };
@@ -1084,6 +1089,16 @@ impl Engine {
     }
 }
 
+/// The `input_required` result of a stateless request whose handler waits for the client's
+/// answers: the questions, and a state naming the run, sealed with `keys`, so that the
+/// retry continues it on any worker (D9, D12).
+fn input_required(keys: &StateKeys, id: &RequestId, run_id: &str, caller: &Caller, request: &Map<String, Value>, pending: Vec<(String, Value)>) -> Value {
+    let requests: Map<String, Value> = pending.into_iter().collect();
+    let state = crate::journal::seal_run(keys, run_id, &caller.principal, request);
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
+        "resultType": "input_required", "inputRequests": requests, "requestState": state}})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1095,3 +1110,4 @@ mod tests {
         assert!(passes(Some("info"), "info"));
     }
 }
+

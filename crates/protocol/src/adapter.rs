@@ -54,6 +54,8 @@ pub struct PeerContext {
     pub server_state: Option<crate::ServerState>,
     /// The durable context of a journaled request, inserted into the request's extensions.
     pub durable: Option<crate::Durable>,
+    /// The server's `requestState` keys, inserted into the request's extensions.
+    pub state_keys: Option<crate::StateKeys>,
 }
 
 /// A request running in its handler.
@@ -189,6 +191,9 @@ impl McpHandler {
             }
             if let Some(durable) = &peer.durable {
                 request.request.extensions_mut().insert(durable.clone());
+            }
+            if let Some(keys) = &peer.state_keys {
+                request.request.extensions_mut().insert(keys.clone());
             }
         }
         let (out_tx, outbound) = mpsc::channel(64);

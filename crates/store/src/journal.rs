@@ -23,12 +23,22 @@ pub enum RecordKind {
     Change,
     /// A key of the server's application state (`ServerState`), shared by every worker.
     State,
+    /// The server's own secrets: the key ring that seals `requestState` (D12). Whoever can
+    /// read the store can read them.
+    Key,
 }
 
 impl RecordKind {
     /// Every kind, for backends that keep one index per kind.
-    pub const ALL: [RecordKind; 6] =
-        [RecordKind::Run, RecordKind::Step, RecordKind::Task, RecordKind::Alias, RecordKind::Change, RecordKind::State];
+    pub const ALL: [RecordKind; 7] = [
+        RecordKind::Run,
+        RecordKind::Step,
+        RecordKind::Task,
+        RecordKind::Alias,
+        RecordKind::Change,
+        RecordKind::State,
+        RecordKind::Key,
+    ];
 
     /// The kind's stable name, as stored.
     pub fn as_str(self) -> &'static str {
@@ -39,6 +49,7 @@ impl RecordKind {
             RecordKind::Alias => "alias",
             RecordKind::Change => "change",
             RecordKind::State => "state",
+            RecordKind::Key => "key",
         }
     }
 }
