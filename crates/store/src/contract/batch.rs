@@ -171,3 +171,42 @@ pub async fn d3_batch_wakes_tails_after_commit(store: Arc<dyn Store>) {
     assert_eq!(read.events.len(), 2);
     assert!(read.finished);
 }
+
+/// D15: batches committed at the same time (a backend may group them into one
+/// transaction) stand or fall alone: the refused ones write nothing, the others commit
+/// whole.
+pub async fn d15_concurrent_batches_stand_or_fall_alone(store: Arc<dyn Store>) {
+    let taken = format!("alias/{}", StreamId::random());
+    store.put_record(RecordKind::Alias, &taken, "first".into(), None, Expect::Absent).await.expect("put");
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let (store, taken) = (store.clone(), taken.clone());
+        tasks.push(tokio::spawn(async move {
+            let (stream, key) = (StreamId::random(), format!("run/{}", StreamId::random()));
+            let mut batch = WriteBatch::new()
+                .create_stream(stream.clone(), anonymous())
+                .append(stream.clone(), format!("{i}"))
+                .put_record(RecordKind::Run, &key, "run", None, Expect::Absent);
+            if i % 2 == 1 {
+                batch = batch.put_record(RecordKind::Alias, &taken, "mine", None, Expect::Absent);
+            }
+            (i, stream, key, store.commit(batch).await)
+        }));
+    }
+    for task in tasks {
+        let (i, stream, key, result) = task.await.expect("join");
+        if i % 2 == 1 {
+            let err = result.expect_err("the odd batches conflict");
+            assert!(matches!(err, StoreError::BatchOp { index: 3, .. }), "batch {i}: {err}");
+            assert!(matches!(store.read_after(&stream, 0, 10).await, Err(StoreError::NotFound { .. })), "batch {i}");
+            assert_eq!(store.get_record(RecordKind::Run, &key).await.expect("get"), None, "batch {i}");
+        } else {
+            let outcome = result.unwrap_or_else(|e| panic!("batch {i}: {e}"));
+            assert_eq!(outcome.event(1).map(|id| id.seq), Some(1), "batch {i}");
+            let read = store.read_after(&stream, 0, 10).await.expect("read");
+            assert_eq!(read.events.iter().map(|e| e.data.clone()).collect::<Vec<_>>(), [format!("{i}")]);
+            assert_eq!(store.get_record(RecordKind::Run, &key).await.expect("get").map(|r| r.version), Some(1), "batch {i}");
+        }
+    }
+    assert_eq!(store.get_record(RecordKind::Alias, &taken).await.expect("get").map(|r| r.value), Some("first".into()));
+}
