@@ -94,6 +94,7 @@
 //! fails with [`StoreError::Unavailable`] after sending its script (for example a reply
 //! timeout) may or may not have been applied; it is then applied whole, never in part.
 
+mod batch;
 mod error;
 mod keys;
 mod options;
@@ -108,7 +109,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    BatchOutcome, EventId, WriteBatch, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
     StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -339,6 +340,16 @@ impl Store for RedisStore {
 
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
         records::delete(&self.shared, kind, prefix, now_ms()).await
+    }
+
+    /// # Durability
+    /// One Lua script that checks every op before its first write (see the `batch`
+    /// module): all or nothing, atomic for every reader (D15).
+    async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
+        if batch.is_empty() {
+            return Ok(BatchOutcome::default());
+        }
+        batch::commit(&self.shared, batch).await
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {

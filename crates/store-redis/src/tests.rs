@@ -118,6 +118,9 @@ impl Store for Scoped {
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
         self.store.delete_records(kind, prefix).await
     }
+    async fn commit(&self, batch: durable_mcp_store::WriteBatch) -> StoreResult<durable_mcp_store::BatchOutcome> {
+        self.store.commit(batch).await
+    }
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         self.store.watch(stream).await
     }
