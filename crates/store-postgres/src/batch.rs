@@ -5,7 +5,8 @@
 //! takes the first batch waiting and every batch queued meanwhile (up to [`MAX_GROUP`]) and
 //! runs them in one PostgreSQL transaction, each batch inside its own savepoint, then
 //! commits once and only then answers each caller. Concurrent callers therefore share one
-//! commit (one WAL flush) instead of paying one each.
+//! commit (one WAL flush) instead of paying one each. Up to half the pool's connections
+//! commit groups at once, so the next group gathers while one commits.
 //!
 //! # Durability
 //! In plain words: a batch is all or nothing, and it is answered only once committed.
@@ -24,17 +25,18 @@
 use std::sync::{Arc, Weak};
 
 use durable_mcp_store::{
-    BatchOp, BatchOutcome, OpOutcome, StoreError, StoreResult, StreamId, WriteBatch, now_ms, op_failed,
+    BatchOp, BatchOutcome, OpOutcome, StoreError, StoreResult, WriteBatch, now_ms, op_failed,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_postgres::Transaction;
 
 use crate::error::{from_pg, unavailable};
 use crate::pool::Statements;
 use crate::{Shared, records, streams, timed};
 
-/// Most batches one group commit takes.
-pub(crate) const MAX_GROUP: usize = 256;
+/// Most batches one group commit takes (a savepoint each; PostgreSQL keeps up to 64
+/// subtransactions of a transaction in shared memory before it spills them).
+pub(crate) const MAX_GROUP: usize = 64;
 
 struct Job {
     batch: WriteBatch,
@@ -65,8 +67,13 @@ pub(crate) fn spawn(shared: Weak<Shared>) -> Writer {
 }
 
 async fn run(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
-    let mut group = Vec::with_capacity(MAX_GROUP);
-    while let Some(first) = rx.recv().await {
+    // Groups in flight at once, each on its own pooled connection: while one commits, the
+    // next gathers what arrives meanwhile.
+    let slots = Arc::new(Semaphore::new(concurrent_groups(&shared)));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { break };
+        let Some(first) = rx.recv().await else { break };
+        let mut group = Vec::with_capacity(MAX_GROUP);
         group.push(first);
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -75,39 +82,69 @@ async fn run(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
             }
         }
         let Some(shared) = shared.upgrade() else { break };
-        let batches: Vec<&WriteBatch> = group.iter().map(|job| &job.batch).collect();
-        match commit_group(&shared, &batches).await {
-            Ok(results) => {
-                let mut woken: Vec<StreamId> = Vec::new();
-                for (job, result) in group.iter().zip(&results) {
-                    if result.is_ok() {
-                        woken.extend(job.batch.woken_streams());
-                    }
+        tokio::spawn(async move {
+            let _slot = slot;
+            finish(&shared, group).await;
+        });
+    }
+}
+
+/// Half the pool (at least one), so single-op calls always find a connection too.
+fn concurrent_groups(shared: &Weak<Shared>) -> usize {
+    shared.upgrade().map_or(1, |shared| shared.options.pool_size.div_ceil(2).max(1))
+}
+
+/// Commit `group` and answer its callers. A group that failed as a whole before its
+/// `COMMIT` was sent (a deadlock with another group, a statement error) wrote nothing, so
+/// each of its batches is retried alone and one batch cannot fail the others; if the
+/// `COMMIT` was sent, its outcome is unknown and every caller gets the error.
+async fn finish(shared: &Arc<Shared>, group: Vec<Job>) {
+    let batches: Vec<&WriteBatch> = group.iter().map(|job| &job.batch).collect();
+    let results = match commit_group(shared, &batches).await {
+        Ok(results) => results,
+        Err(failure) if !failure.commit_sent && batches.len() > 1 => {
+            tracing::warn!(error = %failure.error, batches = batches.len(), "postgres group commit failed; retrying each batch alone");
+            let alone = batches.iter().map(|batch| async move {
+                match commit_group(shared, std::slice::from_ref(batch)).await {
+                    Ok(mut results) => results.pop().unwrap_or_else(|| Err(unavailable("a batch got no result"))),
+                    Err(failure) => Err(failure.error),
                 }
-                // Local tails need not wait for the notification's round trip.
-                for stream in &woken {
-                    shared.watchers.wake(stream);
-                }
-                for (job, result) in group.drain(..).zip(results) {
-                    let _ = job.reply.send(result);
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, batches = group.len(), "postgres group commit failed");
-                let message = error.to_string();
-                for job in group.drain(..) {
-                    let _ = job.reply.send(Err(unavailable(message.clone())));
-                }
+            });
+            futures::future::join_all(alone).await
+        }
+        Err(failure) => {
+            tracing::warn!(error = %failure.error, batches = batches.len(), "postgres group commit failed");
+            let message = failure.error.to_string();
+            batches.iter().map(|_| Err(unavailable(message.clone()))).collect()
+        }
+    };
+    // Local tails need not wait for the notification's round trip.
+    for (job, result) in group.iter().zip(&results) {
+        if result.is_ok() {
+            for stream in job.batch.woken_streams() {
+                shared.watchers.wake(&stream);
             }
         }
     }
+    for (job, result) in group.into_iter().zip(results) {
+        let _ = job.reply.send(result);
+    }
+}
+
+/// A group's transaction failed as a whole: nothing of it was committed, unless
+/// `commit_sent` (then nobody knows).
+struct GroupFailure {
+    error: StoreError,
+    commit_sent: bool,
 }
 
 /// Run `batches` in one transaction; per batch, its outcome or refusal. `Err` when the
 /// transaction as a whole failed (nothing committed).
-async fn commit_group(shared: &Arc<Shared>, batches: &[&WriteBatch]) -> StoreResult<Vec<StoreResult<BatchOutcome>>> {
-    let mut guard = shared.pool.get().await?;
+async fn commit_group(shared: &Shared, batches: &[&WriteBatch]) -> Result<Vec<StoreResult<BatchOutcome>>, GroupFailure> {
+    let mut guard = shared.pool.get().await.map_err(|error| GroupFailure { error, commit_sent: false })?;
+    let mut commit_sent = false;
     let result = {
+        let commit_sent = &mut commit_sent;
         let conn = guard.conn();
         timed(shared.options.op_timeout, async {
             let tx = conn.client.transaction().await.map_err(from_pg)?;
@@ -124,8 +161,12 @@ async fn commit_group(shared: &Arc<Shared>, batches: &[&WriteBatch]) -> StoreRes
             } else {
                 for (i, batch) in batches.iter().enumerate() {
                     let mark = if i == 0 { "SAVEPOINT batch" } else { "RELEASE SAVEPOINT batch; SAVEPOINT batch" };
-                    tx.batch_execute(mark).await.map_err(from_pg)?;
-                    let result = apply(&tx, statements, batch, shared).await;
+                    // Pipelined: the savepoint goes out first, the batch's first statement
+                    // right behind it without waiting for its answer (`join` polls the
+                    // savepoint first, so it is sent first; one round trip saved
+                    // per batch); the server runs them in order.
+                    let (marked, result) = futures::future::join(tx.batch_execute(mark), apply(&tx, statements, batch, shared)).await;
+                    marked.map_err(from_pg)?;
                     if matches!(result, Err(StoreError::BatchOp { .. })) {
                         tx.batch_execute("ROLLBACK TO SAVEPOINT batch").await.map_err(from_pg)?;
                         results.push(result);
@@ -134,12 +175,13 @@ async fn commit_group(shared: &Arc<Shared>, batches: &[&WriteBatch]) -> StoreRes
                     }
                 }
             }
+            *commit_sent = true;
             tx.commit().await.map_err(from_pg)?;
             Ok(results)
         })
         .await
     };
-    guard.settle(result)
+    guard.settle(result).map_err(|error| GroupFailure { error, commit_sent })
 }
 
 /// A failure that is not a refusal fails the group: said as unavailable (D15).
