@@ -223,7 +223,7 @@ async fn apply_op(tx: &Transaction<'_>, statements: &mut Statements, op: &BatchO
         }
         BatchOp::Close { stream } => streams::close(tx, statements, stream, channel).await.map(|()| OpOutcome::Closed),
         BatchOp::PutRecord { kind, key, value, expires_at_ms, expect } => {
-            records::put(tx, statements, *kind, key, value, *expires_at_ms, *expect, now_ms()).await.map(OpOutcome::Put)
+            records::put(tx, statements, *kind, key, value, *expires_at_ms, *expect).await.map(OpOutcome::Put)
         }
         BatchOp::DeleteRecord { kind, key, version } => {
             records::delete_version(tx, statements, *kind, key, *version, now_ms()).await.map(|()| OpOutcome::Deleted(1))

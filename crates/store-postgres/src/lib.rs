@@ -273,7 +273,7 @@ impl Store for PgStore {
         expires_at_ms: Option<u64>,
         expect: Expect,
     ) -> StoreResult<u64> {
-        op!(self, conn => records::put(&conn.client, &mut conn.statements, kind, key, &value, expires_at_ms, expect, now_ms()))
+        op!(self, conn => records::put(&conn.client, &mut conn.statements, kind, key, &value, expires_at_ms, expect))
     }
 
     async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {

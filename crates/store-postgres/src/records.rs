@@ -72,9 +72,9 @@ pub(crate) async fn put<C: GenericClient + Sync>(
     value: &str,
     expires_at_ms: Option<u64>,
     expect: Expect,
-    now_ms: u64,
 ) -> StoreResult<u64> {
-    let (kind, now, expires_at) = (kind.as_str(), to_i64(now_ms), expires_at_ms.map(to_i64));
+    // Expiry is judged now, at the write.
+    let (kind, now, expires_at) = (kind.as_str(), to_i64(durable_mcp_store::now_ms()), expires_at_ms.map(to_i64));
     let row = match expect {
         Expect::Absent => {
             let statement = statements.get(client, PUT_ABSENT).await?;
