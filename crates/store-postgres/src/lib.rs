@@ -10,6 +10,8 @@
 //! - **Fail fast, heal by itself** (D15): connections come from a small pool, every
 //!   operation is bounded by a timeout, a broken connection is replaced on next use, and
 //!   connection failures are [`Unavailable`](durable_mcp_store::StoreError::Unavailable).
+//! - **Write batches are group-committed** (`Store::commit`): a writer task runs the batches
+//!   of concurrent callers in one transaction, a savepoint each, so they share one commit.
 //! - A versioned schema with forward migrations under an advisory lock; a database written
 //!   by a newer durable-mcp is refused ([`Incompatible`](durable_mcp_store::StoreError::Incompatible)).
 //!

@@ -9,7 +9,9 @@
 //!   appending, writing a journal record, and each removal by prune are single Lua scripts
 //!   (`EVALSHA`, loaded on demand): atomic, and they check before they write, so a refused
 //!   or failed call leaves nothing half-written (D15), and of writers racing on one record
-//!   exactly one commits (D7, D8). Deleting records by prefix deletes 256 per script.
+//!   exactly one commits (D7, D8). Deleting records by prefix deletes 256 per script. A
+//!   write batch (`Store::commit`) is one script too: it checks every op, then applies
+//!   them all.
 //! - **Event logs are Redis streams.** Event `n` of a stream is entry `n-0` of its events
 //!   key. `XRANGE key <after+1> + COUNT <limit>` is exactly the suffix after a sequence, in
 //!   order, in O(log N + limit); `XADD` refuses an id not above the last, a server-side

@@ -10,6 +10,8 @@
 //! - **Journal records** (`put_record` and friends) are writer jobs like every other write,
 //!   so two conditional writes on one key are ordered and only the first can win; an
 //!   expired row counts as absent and `prune` deletes it.
+//! - **Write batches** (`Store::commit`) are one writer job in one savepoint: they share the
+//!   group's commit, and a refused op rolls back its batch alone.
 //! - A versioned schema with forward migrations; a newer database is refused.
 //!
 //! Live tails in this process are woken by the writer after each commit; other processes

@@ -256,3 +256,33 @@ impl BatchOutcome {
 pub fn op_failed(index: usize, op: &BatchOp, source: StoreError) -> StoreError {
     StoreError::BatchOp { index, op: op.name(), source: Box::new(source) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Principal, StoreErrorKind};
+
+    #[test]
+    fn woken_streams_are_distinct_in_first_touch_order() {
+        let (a, b) = (StreamId::random(), StreamId::random());
+        let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+        let batch = WriteBatch::new()
+            .create_stream(b.clone(), owner)
+            .append(a.clone(), "1")
+            .append(b.clone(), "2")
+            .append(a.clone(), "3")
+            .close(a.clone())
+            .put_record(RecordKind::Run, "k", "v", None, Expect::Absent);
+        assert_eq!(batch.woken_streams(), vec![a, b], "one wake-up per stream, creation alone wakes nothing");
+    }
+
+    #[test]
+    fn a_refused_op_names_itself_and_keeps_its_kind() {
+        let op = BatchOp::DeleteRecord { kind: RecordKind::Run, key: "k".into(), version: 3 };
+        let error = op_failed(2, &op, StoreError::Conflict { what: "record" });
+        assert_eq!(error.kind(), StoreErrorKind::Conflict);
+        assert!(matches!(error.refusal(), StoreError::Conflict { what: "record" }));
+        assert_eq!(error.to_string(), "batch op 2 (delete_record) refused: conflict: record changed concurrently");
+        assert!(std::error::Error::source(&error).is_some(), "the refusal is the source");
+    }
+}

@@ -3,6 +3,8 @@
 //! Every backend (in-memory, SQLite, PostgreSQL, Redis) implements [`Store`]; the engine
 //! and the transports know only this trait. Each operation states its guarantee under a
 //! `# Durability` heading, naming the guarantee of `docs/guarantees.md` (D1..D15) it implements.
+//! Several writes that must land together go in one [`WriteBatch`], committed all or nothing
+//! by [`Store::commit`].
 
 mod batch;
 mod ci;
