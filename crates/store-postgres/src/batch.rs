@@ -28,7 +28,7 @@ use durable_mcp_store::{
     BatchOp, BatchOutcome, OpOutcome, StoreError, StoreResult, WriteBatch, now_ms, op_failed,
 };
 use tokio::sync::{Semaphore, mpsc, oneshot};
-use tokio_postgres::Transaction;
+use tokio_postgres::GenericClient;
 
 use crate::error::{from_pg, unavailable};
 use crate::pool::Statements;
@@ -147,6 +147,18 @@ async fn commit_group(shared: &Shared, batches: &[&WriteBatch]) -> Result<Vec<St
         let commit_sent = &mut commit_sent;
         let conn = guard.conn();
         timed(shared.options.op_timeout, async {
+            if let [batch] = batches
+                && batch.len() == 1
+            {
+                // One op alone is one atomic statement, as the single-op methods run it:
+                // no transaction, one round trip. (A stream's creation reads first to tell
+                // a duplicate apart; the read writes nothing.)
+                *commit_sent = true;
+                return match apply(&conn.client, &mut conn.statements, batch, shared).await {
+                    Err(refusal @ StoreError::BatchOp { .. }) => Ok(vec![Err(refusal)]),
+                    other => Ok(vec![Ok(other.map_err(fatal)?)]),
+                };
+            }
             let tx = conn.client.transaction().await.map_err(from_pg)?;
             let statements = &mut conn.statements;
             let mut results = Vec::with_capacity(batches.len());
@@ -193,7 +205,7 @@ fn fatal(error: StoreError) -> StoreError {
 }
 
 /// Apply every op of `batch` in `tx`; the first refusal is [`StoreError::BatchOp`].
-async fn apply(tx: &Transaction<'_>, statements: &mut Statements, batch: &WriteBatch, shared: &Shared) -> StoreResult<BatchOutcome> {
+async fn apply<C: GenericClient + Sync>(tx: &C, statements: &mut Statements, batch: &WriteBatch, shared: &Shared) -> StoreResult<BatchOutcome> {
     let mut outcome = BatchOutcome { ops: Vec::with_capacity(batch.len()) };
     for (index, op) in batch.ops().iter().enumerate() {
         match apply_op(tx, statements, op, shared).await {
@@ -207,7 +219,7 @@ async fn apply(tx: &Transaction<'_>, statements: &mut Statements, batch: &WriteB
     Ok(outcome)
 }
 
-async fn apply_op(tx: &Transaction<'_>, statements: &mut Statements, op: &BatchOp, shared: &Shared) -> StoreResult<OpOutcome> {
+async fn apply_op<C: GenericClient + Sync>(tx: &C, statements: &mut Statements, op: &BatchOp, shared: &Shared) -> StoreResult<OpOutcome> {
     let channel = shared.channel.as_str();
     match op {
         BatchOp::CreateStream { id, owner } => {
