@@ -527,6 +527,12 @@ async fn d8_first_commit_wins_across_workers() {
     durable_mcp_store::contract::d8_first_commit_wins_across_workers(&a, &b).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d8_first_batch_wins_across_workers() {
+    let Some((a, b)) = two_workers(Duration::from_secs(1)).await else { return };
+    durable_mcp_store::contract::d8_first_batch_wins_across_workers(&a, &b).await;
+}
+
 #[test]
 fn urls_parse() {
     let o = RedisOptions::from_url("redis://127.0.0.1:6380/2?prefix=app:mcp&idle_ttl=60&closed_ttl=5&max_events=10&protocol=resp3").unwrap();

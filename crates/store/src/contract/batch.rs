@@ -210,3 +210,34 @@ pub async fn d15_concurrent_batches_stand_or_fall_alone(store: Arc<dyn Store>) {
     }
     assert_eq!(store.get_record(RecordKind::Alias, &taken).await.expect("get").map(|r| r.value), Some("first".into()));
 }
+
+/// D8 across workers, for batches: two stores on the same database (two workers) race 20
+/// times with a batch that creates a stream, primes it and claims one alias with
+/// `Expect::Absent`. Each time exactly one batch commits; the loser's stream does not
+/// exist, and both workers read the winner's alias. For the backends workers share.
+pub async fn d8_first_batch_wins_across_workers(a: &dyn Store, b: &dyn Store) {
+    let claim = |alias: &str, stream: &StreamId| {
+        WriteBatch::new()
+            .create_stream(stream.clone(), anonymous())
+            .append(stream.clone(), "")
+            .put_record(RecordKind::Alias, alias, stream.to_string(), None, Expect::Absent)
+    };
+    for round in 0..20 {
+        let alias = format!("race/{round}/{}", StreamId::random());
+        let (sa, sb) = (StreamId::random(), StreamId::random());
+        let (ra, rb) = tokio::join!(a.commit(claim(&alias, &sa)), b.commit(claim(&alias, &sb)));
+        let (winner, loser, lost) = match (ra, rb) {
+            (Ok(_), Err(lost)) => (sa, sb, lost),
+            (Err(lost), Ok(_)) => (sb, sa, lost),
+            (ra, rb) => panic!("round {round}: exactly one batch commits: {ra:?} / {rb:?}"),
+        };
+        assert!(matches!(lost, StoreError::BatchOp { index: 2, .. }), "round {round}: {lost}");
+        assert_eq!(lost.kind(), StoreErrorKind::Conflict, "round {round}");
+        for store in [a, b] {
+            let alias = store.get_record(RecordKind::Alias, &alias).await.expect("get").expect("claimed");
+            assert_eq!(alias.value, winner.to_string(), "round {round}");
+            assert_eq!(store.read_after(&winner, 0, 10).await.expect("winner's stream").events.len(), 1, "round {round}");
+            assert!(matches!(store.read_after(&loser, 0, 10).await, Err(StoreError::NotFound { .. })), "round {round}");
+        }
+    }
+}
