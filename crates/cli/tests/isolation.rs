@@ -164,3 +164,39 @@ fn long_request_ids_on_redis() {
         long_request_ids(&Backend::Redis.store_url(None));
     }
 }
+
+/// The rest of the class (D3, D9, D13): what a session reaches by id is its own. Another
+/// session's answer to this session's question is dropped (the question stays open for
+/// its own session), and another session cannot resume this session's stream.
+fn answers_and_resumes_are_bound_to_their_session(a: SocketAddr, b: SocketAddr) {
+    let session_a = initialize(a);
+    let session_b = initialize(b);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask", "arguments": {"question": "colour?"}}});
+    let mut asked = post(a, Some(&session_a), &body);
+    let (event, question) = loop {
+        let (event, data) = asked.next_event().expect("the question");
+        let Ok(message) = serde_json::from_str::<Value>(&data) else { continue };
+        if message["method"] == "elicitation/create" {
+            break (event.expect("an event id"), message);
+        }
+    };
+    let answer = |text: &str| json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"answer": text}}});
+    assert_eq!(post(b, Some(&session_b), &answer("from B")).status, 202, "dropped, as the protocol allows");
+    assert_eq!(resume(b, &session_b, &event).status, 404, "another session's stream is unknown");
+    assert_eq!(post(a, Some(&session_a), &answer("from A")).status, 202);
+    let outcome = asked.messages().into_iter().map(|(_, m)| m).find(|m| m["id"] == 1).expect("the outcome");
+    let text = outcome["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("from A") && !text.contains("from B"), "{outcome}");
+}
+
+#[test]
+fn d13_answers_and_resumes_are_bound_to_their_session() {
+    let server = Server::start(&sqlite("isolation-answers"), free_port(), &[]);
+    answers_and_resumes_are_bound_to_their_session(server.addr, server.addr);
+}
+
+#[test]
+fn d13_postgres_answers_and_resumes_are_bound_to_their_session_across_workers() {
+    let Some((a, b)) = two_workers(Backend::Postgres, &[]) else { return };
+    answers_and_resumes_are_bound_to_their_session(a.addr, b.addr);
+}
