@@ -8,7 +8,8 @@
 //!   until the task ends, carries its questions), `tasks/list`, `tasks/cancel`.
 //!
 //! A task is a [`RecordKind::Task`] record, committed before the create result is returned,
-//! keyed by principal and an unguessable id (D13), and changed only by compare-and-set, so
+//! keyed by its owner ([`TaskOwner`]: the principal, and without authentication the
+//! session of a 2025-11-25 task) and an unguessable id (D13), and changed only by compare-and-set, so
 //! that a terminal status never changes. Its work is an ordinary journaled run (leases,
 //! recovery, durable steps) whose stream is internal to the task: any worker answers for
 //! any task from the record.
