@@ -611,6 +611,56 @@ fn encode(task: &TaskRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use durable_mcp_store::SessionRecord;
+
+    fn caller(principal: Principal, era: crate::Era) -> Caller {
+        let session = (era == crate::Era::Legacy).then(|| SessionRecord {
+            id: SessionId::random(),
+            principal: principal.clone(),
+            protocol_version: "2025-11-25".into(),
+            client: Value::Null,
+            log_level: None,
+            subscriptions: Default::default(),
+            state: Default::default(),
+            standalone_stream: StreamId::random(),
+            created_at_ms: 0,
+            last_seen_ms: 0,
+        });
+        Caller { principal, era, session, protocol_version: "2025-11-25".into(), log_level: None }
+    }
+
+    fn record(caller: &Caller) -> TaskRecord {
+        let mut task: TaskRecord = serde_json::from_value(json!({
+            "task_id": "t", "principal": caller.principal.as_str(), "session": null, "flavor": "V2025",
+            "status": "working", "status_message": null, "created_at_ms": 0, "updated_at_ms": 0, "ttl_ms": 1,
+            "stream": "s", "result": null, "error": null, "input_requests": {}, "input_responses": {}
+        }))
+        .expect("a task record");
+        task.session = caller.session.as_ref().map(|s| s.id.to_string());
+        task
+    }
+
+    /// D13: without authentication a 2025-11-25 task is its session's; with a principal it
+    /// is the principal's, in every session; a 2026-07-28 task is its principal's.
+    #[test]
+    fn d13_task_owners() {
+        let a = caller(Principal::anonymous(), crate::Era::Legacy);
+        let b = caller(Principal::anonymous(), crate::Era::Legacy);
+        let (owner_a, owner_b) = (TaskOwner::of(&a, Flavor::V2025), TaskOwner::of(&b, Flavor::V2025));
+        assert_ne!(owner_a.key("t"), owner_b.key("t"), "two anonymous sessions, two key spaces");
+        assert!(owner_a.owns(&record(&a)) && !owner_b.owns(&record(&a)));
+        let alice_1 = caller(Principal::new("alice"), crate::Era::Legacy);
+        let alice_2 = caller(Principal::new("alice"), crate::Era::Legacy);
+        let owner = TaskOwner::of(&alice_2, Flavor::V2025);
+        assert_eq!(TaskOwner::of(&alice_1, Flavor::V2025).key("t"), owner.key("t"), "one principal, every session");
+        assert_eq!(owner.key("t"), "alice/t");
+        assert!(owner.owns(&record(&alice_1)));
+        assert!(!TaskOwner::of(&caller(Principal::new("bob"), crate::Era::Legacy), Flavor::V2025).owns(&record(&alice_1)));
+        let modern = TaskOwner::of(&caller(Principal::anonymous(), crate::Era::Modern), Flavor::Extension);
+        assert_eq!(modern.key("t"), "anonymous/t", "the id is the capability");
+        let long = TaskOwner::of(&caller(Principal::new("p".repeat(5_000)), crate::Era::Modern), Flavor::Extension);
+        assert!(long.key("t").len() < 100, "a long principal is bounded");
+    }
 
     #[test]
     fn iso8601_formats_utc() {
