@@ -19,7 +19,7 @@ use std::time::Duration;
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::jsonrpc::RequestId;
 use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange, StateKeys, StateSealer};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, now_ms};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, key_part, now_ms};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -363,8 +363,10 @@ impl DurableRun {
         *self.step_expiry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A step record's key: `<run>/<kind>/<name>`, the name (a handler's step name, maybe
+    /// built from input) bounded by [`key_part`].
     fn key(&self, kind: &str, name: &str) -> String {
-        format!("{}/{kind}/{name}", self.run_id)
+        format!("{}/{kind}/{}", self.run_id, key_part(name))
     }
 
     async fn ensure_inbox(&self) -> Result<(), DurableError> {
@@ -676,9 +678,11 @@ pub(crate) fn open_run(keys: &StateKeys, sealed: &str, principal: &Principal, re
     payload.get("run").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| "invalid requestState: no run".to_owned())
 }
 
-/// The alias under which a legacy session's JSON-RPC request id points at its run.
+/// The alias under which a legacy session's JSON-RPC request id points at its run. The id
+/// is the client's, of any length a body may carry: bounded by [`key_part`], so that every
+/// backend can index the key (a 3,000-byte id overflowed PostgreSQL's index).
 pub(crate) fn alias_key(session: &SessionId, id: &RequestId) -> String {
-    format!("{session}/{id}")
+    format!("{session}/{}", key_part(&id.to_string()))
 }
 
 impl Engine {

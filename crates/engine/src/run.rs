@@ -454,10 +454,10 @@ impl Engine {
                 if !declares_extension(request) {
                     return Ok(Some(Some(missing_extension(id.clone()))));
                 }
-                Ok(self.tasks_request(&caller.principal, flavor, id, method, params).await?.map(Some))
+                Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
             (Flavor::V2025, "tasks/get" | "tasks/list" | "tasks/cancel") => {
-                Ok(self.tasks_request(&caller.principal, flavor, id, method, params).await?.map(Some))
+                Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
             (Flavor::V2025, "tasks/result") => self.task_result(caller, id, params, stream).await,
             _ => Ok(None),
@@ -517,7 +517,7 @@ impl Engine {
         let store = self.store();
         let run_stream = StreamId::random();
         store.create_stream(&run_stream, &caller.stream_owner()).await?;
-        let (task, key) = self.create_task(&caller.principal, caller.session.as_ref(), flavor, ttl, &run_stream).await?;
+        let (task, key) = self.create_task(caller, flavor, ttl, &run_stream).await?;
         let mut record = RunRecord::new(self, caller, request.clone(), &run_stream);
         record.task = Some(key.clone());
         record.task_flavor = Some(flavor);
@@ -548,10 +548,9 @@ impl Engine {
         if task_id.parse::<StreamId>().is_err() {
             return Ok(Some(Some(not_found())));
         }
-        let key = crate::tasks::task_key(&caller.principal, task_id);
-        let Some((task, _)) =
-            self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025 && t.principal == caller.principal.as_str())
-        else {
+        let owner = crate::tasks::TaskOwner::of(caller, Flavor::V2025);
+        let key = owner.key(task_id);
+        let Some((task, _)) = self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025 && owner.owns(t)) else {
             return Ok(Some(Some(not_found())));
         };
         if task.stream.parse::<StreamId>().is_err() {
@@ -676,7 +675,7 @@ impl Engine {
         }
         let task_stream = StreamId::random();
         self.store().create_stream(&task_stream, &caller.stream_owner()).await?;
-        let (task, key) = self.create_task(&caller.principal, None, Flavor::Extension, None, &task_stream).await?;
+        let (task, key) = self.create_task(caller, Flavor::Extension, None, &task_stream).await?;
         // The task's steps (and those of its synchronous rounds) live as long as the task.
         self.refresh_steps(&held.run_id, None).await?;
         let (record_key, record_stream) = (key.clone(), task_stream.to_string());

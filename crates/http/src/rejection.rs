@@ -92,6 +92,11 @@ pub enum Rejection {
     /// The store cannot be reached (D15).
     #[error("Service Unavailable: the store cannot be reached")]
     StoreUnavailable,
+    /// The store refused a value of this request as given (400, -32600): the store is
+    /// healthy, the same request will never succeed. The store's own message is logged,
+    /// not sent.
+    #[error("Invalid request: the store refused a value of this request")]
+    StoreRefused,
     /// Anything else that went wrong on our side.
     #[error("Internal error: {0}")]
     Internal(String),
@@ -113,6 +118,7 @@ impl Rejection {
             Rejection::ParseError(_)
             | Rejection::InvalidRequest { .. }
             | Rejection::SessionRequired
+            | Rejection::StoreRefused
             | Rejection::BadHeader(_)
             | Rejection::UnsupportedVersion { .. }
             | Rejection::HeaderMismatch { .. }
@@ -177,8 +183,18 @@ impl From<durable_mcp_engine::EngineError> for Rejection {
             E::UnknownEvent(id) => Rejection::UnknownEvent(id),
             E::EventPruned(why) => Rejection::EventPruned(why),
             E::Rejected(r) => Rejection::InvalidRequest { message: r.message, id: r.id },
-            E::Store(e) if e.kind() == StoreErrorKind::Unavailable => Rejection::StoreUnavailable,
-            other => Rejection::Internal(other.to_string()),
+            E::Store(e) if e.kind() == StoreErrorKind::Unavailable => {
+                tracing::warn!(error = %e, "store unavailable; answering 503");
+                Rejection::StoreUnavailable
+            }
+            E::Store(e) if e.kind() == StoreErrorKind::Refused => {
+                tracing::warn!(error = %e, "the store refused a value of a request; answering 400");
+                Rejection::StoreRefused
+            }
+            other => {
+                tracing::error!(error = %other, "request failed");
+                Rejection::Internal(other.to_string())
+            }
         }
     }
 }
@@ -196,6 +212,7 @@ mod tests {
             Rejection::ParseError("x".into()),
             Rejection::HeaderMismatch { message: "m".into(), id: Some(Value::from(7)) },
             Rejection::StoreUnavailable,
+            Rejection::StoreRefused,
         ];
         for r in all {
             let body = r.body();
@@ -204,5 +221,16 @@ mod tests {
             assert!(r.status().is_client_error() || r.status().is_server_error());
         }
         assert_eq!(Rejection::HeaderMismatch { message: "m".into(), id: Some(Value::from(7)) }.body()["id"], 7);
+    }
+
+    /// Issue 9: a value the store refused was answered 503 "the store cannot be reached".
+    #[test]
+    fn refused_store_values_are_client_errors() {
+        let refused = durable_mcp_store::StoreError::Refused("index row size exceeds maximum".into());
+        let rejection = Rejection::from(durable_mcp_engine::EngineError::Store(refused));
+        assert_eq!(rejection.status(), StatusCode::BAD_REQUEST, "{rejection}");
+        assert_eq!(rejection.code(), code::INVALID_REQUEST);
+        let unavailable = durable_mcp_store::StoreError::Unavailable("connection refused".into());
+        assert_eq!(Rejection::from(durable_mcp_engine::EngineError::Store(unavailable)).status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

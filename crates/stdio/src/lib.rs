@@ -81,7 +81,7 @@ async fn handle(engine: &Engine, caller: &mut Option<Caller>, inbound: Inbound, 
                 }
                 Some(response)
             }
-            Err(e) => Some(error_response(id, code::INTERNAL_ERROR, &e.to_string(), None)),
+            Err(e) => Some(failed(id, &e)),
         },
         Inbound::Request { id, .. } if caller.is_none() => {
             Some(error_response(id, code::INVALID_REQUEST, "the first request must be initialize", None))
@@ -103,7 +103,7 @@ async fn handle(engine: &Engine, caller: &mut Option<Caller>, inbound: Inbound, 
                     });
                     None
                 }
-                Err(e) => Some(error_response(id, code::INTERNAL_ERROR, &e.to_string(), None)),
+                Err(e) => Some(failed(id, &e)),
             }
         }
         Inbound::Notification { method, message } => {
@@ -128,4 +128,16 @@ async fn handle(engine: &Engine, caller: &mut Option<Caller>, inbound: Inbound, 
             None
         }
     }
+}
+
+/// The JSON-RPC error for a request the engine failed: a value the store refused is the
+/// request's fault (-32600), anything else an internal error; both are logged.
+fn failed(id: Value, error: &durable_mcp_engine::EngineError) -> Value {
+    let refused = matches!(error, durable_mcp_engine::EngineError::Store(e) if e.kind() == durable_mcp_store::StoreErrorKind::Refused);
+    if refused {
+        tracing::warn!(%error, "the store refused a value of a request");
+        return error_response(id, code::INVALID_REQUEST, "Invalid request: the store refused a value of this request", None);
+    }
+    tracing::error!(%error, "request failed");
+    error_response(id, code::INTERNAL_ERROR, &error.to_string(), None)
 }

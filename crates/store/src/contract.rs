@@ -396,6 +396,37 @@ pub async fn d8_list_and_delete_by_prefix(store: Arc<dyn Store>) {
     assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 0);
 }
 
+/// `len` printable bytes that do not compress (PostgreSQL compresses long index entries:
+/// a repetitive key would fit its index where a client's real id does not).
+fn incompressible(len: usize) -> String {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            char::from(b'!' + ((state >> 33) % 94) as u8)
+        })
+        .collect()
+}
+
+/// Keys built with [`crate::key_part`] from input of any length are stored, read and listed
+/// by prefix on every backend; a raw key a backend cannot index is refused as a value
+/// ([`crate::StoreErrorKind::Refused`]), never reported as an outage.
+pub async fn bounded_keys_of_any_input_are_stored(store: Arc<dyn Store>) {
+    let run = StreamId::random().to_string();
+    for len in [3_000, 100_000] {
+        let key = format!("{run}/{}", crate::key_part(&incompressible(len)));
+        store.put_record(RecordKind::Alias, &key, format!("{len}"), None, Expect::Absent).await.expect("a bounded key is stored");
+        let record = store.get_record(RecordKind::Alias, &key).await.expect("get").expect("present");
+        assert_eq!(record.value, format!("{len}"));
+    }
+    assert_eq!(store.list_records(RecordKind::Alias, &format!("{run}/"), 10).await.expect("list").len(), 2);
+    let raw = format!("{run}/{}", incompressible(3_000));
+    match store.put_record(RecordKind::Alias, &raw, "raw".into(), None, Expect::Absent).await {
+        Ok(_) => assert!(store.get_record(RecordKind::Alias, &raw).await.expect("get").is_some()),
+        Err(error) => assert_eq!(error.kind(), crate::StoreErrorKind::Refused, "{error}"),
+    }
+}
+
 /// D10, D14: an expired record is absent for reads, lists and `Expect::Absent`, and prune
 /// deletes it; unexpired records survive prune.
 pub async fn d14_expired_records_are_absent_and_pruned(store: Arc<dyn Store>) {
@@ -518,6 +549,7 @@ macro_rules! store_contract_tests {
             d7_compare_and_set_versions,
             d8_list_and_delete_by_prefix,
             d14_expired_records_are_absent_and_pruned,
+            bounded_keys_of_any_input_are_stored,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {

@@ -22,7 +22,7 @@ use futures::stream::BoxStream;
 pub use ci::in_ci;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
-pub use journal::{Expect, Record, RecordKind, prefix_end};
+pub use journal::{Expect, MAX_PLAIN_KEY_PART, Record, RecordKind, key_part, prefix_end};
 pub use record::{PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
