@@ -154,3 +154,46 @@ fn stdio_client_gets_list_changes_and_resource_updates() {
 
     server.close();
 }
+
+/// Lines of a `steps` ledger that start with `<index> `.
+fn ledger_count(path: &std::path::Path, index: u32) -> usize {
+    let prefix = format!("{index} ");
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter(|l| l.starts_with(&prefix)).count()
+}
+
+fn wait_for(what: &str, timeout: Duration, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// D7 for stdio: `serve --stdio` runs recovery like the HTTP server does. A call whose
+/// process is SIGKILLed in its second step is finished by the next process started on the
+/// same store (same worker name): the step committed before the crash is not run again,
+/// and the run leaves the journal once its outcome is committed.
+#[test]
+fn d7_stdio_restart_finishes_the_unfinished_call() {
+    let dir = durable_mcp_testkit::temp_dir("stdio-recovery");
+    let store = format!("sqlite:{}", dir.join("store.db").display());
+    let ledger = dir.join("calls.ledger");
+    let mut server = StdioServer::start(&store);
+    server.initialize("2025-11-25");
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "steps",
+        "arguments": {"count": 3, "step_ms": 400, "ledger": ledger.display().to_string()}}}));
+    wait_for("step 2 to start", Duration::from_secs(20), || ledger_count(&ledger, 2) == 1);
+    drop(server); // SIGKILL
+
+    let server = StdioServer::start(&store);
+    wait_for("step 3 after the restart", Duration::from_secs(20), || ledger_count(&ledger, 3) == 1);
+    let runs_left = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(["inspect", "runs", "--json", "--store", &store]).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().is_empty()
+    };
+    wait_for("the run to leave the journal", Duration::from_secs(20), runs_left);
+    assert_eq!(ledger_count(&ledger, 1), 1, "a committed step is not run again");
+    assert!((1..=2).contains(&ledger_count(&ledger, 2)), "the interrupted step runs again, at most once more");
+    server.close();
+}
