@@ -19,8 +19,13 @@ struct StdioServer {
 
 impl StdioServer {
     fn start(store: &str) -> StdioServer {
+        Self::start_with(store, &[])
+    }
+
+    fn start_with(store: &str, extra: &[&str]) -> StdioServer {
         let mut child = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
             .args(["serve", "--stdio", "--store", store])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -152,6 +157,29 @@ fn stdio_client_gets_list_changes_and_resource_updates() {
     let update = seen.iter().find(|v| v["method"] == "notifications/resources/updated").unwrap();
     assert_eq!(update["params"]["uri"], "test://watched-resource", "{update}");
 
+    // 2025-11-25 tasks: status notifications go to the creating session's standalone stream.
+    server.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "steps",
+        "arguments": {"count": 1, "step_ms": 10}, "task": {"ttl": 60_000}}}));
+    let created = server.recv();
+    let task_id = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    let completed = |v: &Value| {
+        v["method"] == "notifications/tasks/status" && v["params"]["taskId"] == task_id.as_str() && v["params"]["status"] == "completed"
+    };
+    server.recv_until(|m| has(m, completed));
+
+    server.close();
+}
+
+/// The end of input is not the end of the requests in flight: they get the grace period
+/// to finish, and their messages are written before the process exits.
+#[test]
+fn stdio_answers_requests_in_flight_at_the_end_of_input() {
+    let mut server = StdioServer::start("memory:");
+    server.initialize("2025-11-25");
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "emit_events", "arguments": {"count": 3, "interval_ms": 100}}}));
+    drop(server.stdin.take());
+    let seen = server.recv_until(|m| has(m, |v| v["id"] == 2));
+    assert_eq!(seen.iter().find(|v| v["id"] == 2).unwrap()["result"]["content"][0]["text"], "3", "{seen:?}");
     server.close();
 }
 
@@ -195,5 +223,17 @@ fn d7_stdio_restart_finishes_the_unfinished_call() {
     wait_for("the run to leave the journal", Duration::from_secs(20), runs_left);
     assert_eq!(ledger_count(&ledger, 1), 1, "a committed step is not run again");
     assert!((1..=2).contains(&ledger_count(&ledger, 2)), "the interrupted step runs again, at most once more");
+    server.close();
+}
+
+/// A request that cannot finish (its question is never answered) does not keep the process
+/// alive once input ends: after the grace period its lease is given back and the process
+/// exits.
+#[test]
+fn stdio_exits_after_the_grace_period_with_a_question_unanswered() {
+    let mut server = StdioServer::start_with("memory:", &["--shutdown-grace-secs", "1"]);
+    server.initialize("2025-11-25");
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "test_elicitation", "arguments": {"message": "name?"}}}));
+    assert_eq!(server.recv()["method"], "elicitation/create");
     server.close();
 }
