@@ -229,15 +229,14 @@ impl DurableMcp {
             let transport = HttpTransport::new(engine, http);
             let token = transport.shutdown_token();
             let closing = Closing(Box::pin(token.clone().cancelled_owned()));
-            let watcher = tokio::spawn({
+            let _watcher = AbortOnDrop(tokio::spawn({
                 let token = token.clone();
                 async move {
                     shutdown.await;
                     token.cancel();
                 }
-            });
+            }));
             let output = serve(transport.router(), closing).await;
-            watcher.abort();
             token.cancel();
             output
         })
@@ -255,13 +254,13 @@ impl DurableMcp {
         Fut: Future<Output = T>,
     {
         let engine = self.engine().await?;
-        let pruner = engine.spawn_pruner();
+        // Aborted when the transport ends, or when this future is dropped before that.
+        let pruner = AbortOnDrop(engine.spawn_pruner());
         // Resumes this worker's own unfinished requests at once, then takes over those
         // of workers whose leases expire (D7).
-        let recovery = engine.spawn_recovery();
+        let recovery = AbortOnDrop(engine.spawn_recovery());
         let output = transport(engine.clone()).await;
-        recovery.abort();
-        pruner.abort();
+        drop((recovery, pruner));
         engine.drain(self.shutdown_grace).await;
         Ok(output)
     }
@@ -296,6 +295,15 @@ impl DurableMcp {
             })
             .await?;
         Ok(served?)
+    }
+}
+
+/// A background task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -21,7 +21,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinSet;
 
 /// The longest line accepted (a larger message is answered with a parse error).
 pub const MAX_LINE: usize = 4 * 1024 * 1024;
@@ -56,17 +56,15 @@ where
         }
         Ok::<_, std::io::Error>(())
     });
-    let mut connection = Connection { engine: engine.clone(), tx, caller: None, standalone: None, requests: JoinSet::new() };
+    let mut connection = Connection { engine: engine.clone(), tx, caller: None, standalone: JoinSet::new(), requests: JoinSet::new() };
     let read = connection.read(input);
     tokio::pin!(shutdown);
     let read_result = tokio::select! {
         result = read => result,
         () = &mut shutdown => Ok(()),
     };
-    let Connection { tx, standalone, mut requests, .. } = connection;
-    if let Some(standalone) = standalone {
-        standalone.abort();
-    }
+    let Connection { tx, mut standalone, mut requests, .. } = connection;
+    standalone.shutdown().await;
     drop(tx);
     let written = async {
         while requests.join_next().await.is_some() {}
@@ -87,8 +85,9 @@ struct Connection {
     tx: mpsc::Sender<String>,
     /// The session, once `initialize` created it.
     caller: Option<Caller>,
-    /// The task following the session's standalone stream.
-    standalone: Option<JoinHandle<()>>,
+    /// The task following the session's standalone stream (a set, so that dropping the
+    /// connection stops it).
+    standalone: JoinSet<()>,
     /// The tasks writing requests' response streams.
     requests: JoinSet<()>,
 }
@@ -196,12 +195,10 @@ impl Connection {
     /// the previous session's, after a second `initialize`), touching the session while
     /// the client is connected, as an open `GET` stream does (D14).
     fn follow_standalone(&mut self, principal: Principal, session: SessionId, stream: StreamId) {
-        if let Some(previous) = self.standalone.take() {
-            previous.abort();
-        }
+        self.standalone.abort_all();
         let engine = self.engine.clone();
         let tx = self.tx.clone();
-        self.standalone = Some(tokio::spawn(async move {
+        self.standalone.spawn(async move {
             let touch_every = touch_interval(&engine);
             let keep_alive = async {
                 let mut ticker = tokio::time::interval(touch_every);
@@ -219,7 +216,7 @@ impl Connection {
                 () = follow(engine.clone(), stream, 0, tx) => {}
                 () = keep_alive => {}
             }
-        }));
+        });
     }
 }
 
