@@ -72,9 +72,7 @@ async fn endpoint(State(transport): State<Transport>, request: Request<Body>) ->
 }
 
 /// Serve `transport` on `listener` until `shutdown` resolves, then end its SSE connections
-/// and finish the requests in flight. Accepted connections get
-/// `TCP_NODELAY`: SSE responses are several small writes, and with Nagle's algorithm a
-/// keep-alive client waits ~40 ms on each request.
+/// and finish the requests in flight (see [`serve_router`]).
 pub async fn serve(
     listener: TcpListener,
     transport: Transport,
@@ -86,6 +84,22 @@ pub async fn serve(
         shutdown.await;
         token.cancel();
     };
+    serve_router(listener, router, shutdown).await
+}
+
+/// Serve `router` (a transport's router, possibly inside a larger application) on
+/// `listener` until `shutdown` resolves, then finish the requests in flight. Accepted
+/// connections get `TCP_NODELAY`: SSE responses are several small writes, and with
+/// Nagle's algorithm a keep-alive client waits ~40 ms on each request.
+///
+/// Open SSE connections end only when the transport's
+/// [`shutdown_token`](Transport::shutdown_token) is cancelled: `shutdown` should resolve
+/// after that, or the graceful shutdown waits on long-lived GET streams.
+pub async fn serve_router(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
     let listener = listener.tap_io(|tcp| {
         if let Err(error) = tcp.set_nodelay(true) {
