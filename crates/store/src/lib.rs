@@ -21,7 +21,9 @@ use futures::stream::BoxStream;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
 pub use journal::{Expect, Record, RecordKind, prefix_end};
-pub use record::{PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
+pub use record::{
+    DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead,
+};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
 pub fn now_ms() -> u64 {
