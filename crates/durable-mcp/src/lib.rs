@@ -40,7 +40,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use durable_mcp_engine::{Engine, EngineOptions, inspect};
-pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
+pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
     Durable, DurableError, McpHandler, Retry, ServerChange, ServerState, SessionState, StateError, StepKey, TaskSupport, rmcp,
     task_support,

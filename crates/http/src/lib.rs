@@ -23,7 +23,7 @@ use durable_mcp_engine::Engine;
 use http::{Method, Request};
 use tokio::net::TcpListener;
 
-pub use config::HttpConfig;
+pub use config::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig};
 pub use rejection::Rejection;
 
 /// The HTTP transport: an engine and its HTTP settings.
