@@ -93,14 +93,17 @@ enum Signal {
     Close,
 }
 
-/// The GET streams open on this worker, per session, oldest first.
+/// A session's GET streams on this worker, oldest first: their ids and signal channels.
+type Entries = Vec<(String, watch::Sender<Signal>)>;
+
+/// The GET streams open on this worker, per session.
 #[derive(Default)]
 pub(crate) struct Local {
-    sessions: Mutex<HashMap<SessionId, Vec<(String, watch::Sender<Signal>)>>>,
+    sessions: Mutex<HashMap<SessionId, Entries>>,
 }
 
 impl Local {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Vec<(String, watch::Sender<Signal>)>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Entries>> {
         // Every mutation is a push, a removal or a send: a panic cannot leave it half-done.
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -365,10 +368,12 @@ impl Feed {
         };
         let held = mode == Mode::Holding && self.holds();
         let handed_on = self.engine.inner.get_streams.close(&self.session, &self.conn, held);
-        if held && !handed_on && end == End::Closed {
-            if let Err(error) = self.release().await {
-                tracing::debug!(%error, session = %self.session, "could not release the delivery; it frees up when its claim runs out");
-            }
+        if held
+            && !handed_on
+            && end == End::Closed
+            && let Err(error) = self.release().await
+        {
+            tracing::debug!(%error, session = %self.session, "could not release the delivery; it frees up when its claim runs out");
         }
         tracing::debug!(session = %self.session, get = %self.conn, ?end, "GET stream ended");
     }
