@@ -110,6 +110,14 @@ fn exactly_one_get_stream_across_workers(backend: Backend) {
     let on_a_count = count_until_idle(&mut on_a, "notifications/tools/list_changed", 3, 3);
     assert_eq!(on_a_count + on_b_count, 3, "each change on exactly one GET stream (A {on_a_count}, B {on_b_count})");
     assert_eq!(on_b_count, 3, "the newest GET stream (on B) delivers");
+
+    // D3: when B's GET stream closes, the one on A takes the delivery over (within a few
+    // keep-alive ticks) and gets what was committed after.
+    drop(on_b);
+    let call = json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call", "params": {"name": "test_trigger_tool_change", "arguments": {}}});
+    let _ = post(a.addr, Some(&session), &call).messages();
+    let handed_over = count_until_idle(&mut on_a, "notifications/tools/list_changed", 1, 50);
+    assert_eq!(handed_over, 1, "the GET stream on A took over after B's closed");
 }
 
 #[test]

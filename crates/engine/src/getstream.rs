@@ -523,8 +523,13 @@ impl Feed {
                     }
                 }
                 _ = ticker.tick() => {
+                    // Free: nobody holds it, the holder's claim ran out, or the store still
+                    // names this stream (the newer GET that made it idle went away).
                     let free = match self.load().await {
-                        Ok(delivery) => delivery.is_none_or(|d| d.holder.is_none() || d.lease_until_ms < now_ms()),
+                        Ok(delivery) => delivery.is_none_or(|d| match d.holder.as_deref() {
+                            None => true,
+                            Some(holder) => holder == self.conn || d.lease_until_ms < now_ms(),
+                        }),
                         Err(error) => return self.failed(error).await,
                     };
                     if free {
