@@ -210,6 +210,15 @@ struct ServeArgs {
     /// SSE `retry` hint in milliseconds.
     #[arg(long, default_value_t = 500)]
     sse_retry_ms: u64,
+    /// An idle SSE stream carries a keep-alive comment this often (milliseconds); a GET
+    /// stream also checks in with the store at this pace.
+    #[arg(long, default_value_t = 15_000)]
+    sse_keep_alive_ms: u64,
+    /// GET streams of one session kept open on this worker; opening one more closes the
+    /// session's oldest (each message goes on exactly one GET stream, so the oldest holds
+    /// nothing undelivered; its client may resume it with Last-Event-ID).
+    #[arg(long, default_value_t = durable_mcp::DEFAULT_MAX_GET_STREAMS_PER_SESSION)]
+    max_get_streams: usize,
     /// One fixed key sealing multi-round-trip `requestState` (at least 32 bytes), the same
     /// on every worker, kept outside the store. Unset: the key ring in the store, shared
     /// by every worker (see `durable-mcp keys`).
@@ -355,7 +364,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Example::Everything => DurableMcp::new(durable_mcp_examples::Everything::default()),
         Example::Provisioning => DurableMcp::new(durable_mcp_examples::Provisioning::default()),
     };
-    let mut http = HttpConfig { path: args.path, poll_after: args.poll_after_ms.map(Duration::from_millis), ..HttpConfig::default() };
+    if args.max_get_streams == 0 {
+        anyhow::bail!("--max-get-streams must be at least 1");
+    }
+    let mut http = HttpConfig {
+        path: args.path,
+        poll_after: args.poll_after_ms.map(Duration::from_millis),
+        keep_alive: Duration::from_millis(args.sse_keep_alive_ms.max(10)),
+        max_get_streams_per_session: args.max_get_streams,
+        ..HttpConfig::default()
+    };
     if args.no_host_check {
         http.allowed_hosts = None;
     } else if !args.allow_hosts.is_empty() {

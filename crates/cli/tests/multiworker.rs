@@ -92,6 +92,44 @@ fn live_delivery_and_answers_cross_workers(backend: Backend) {
     assert!(result.to_string().contains("grace"), "{result}");
 }
 
+/// Streamable HTTP "Multiple Connections" across workers: two GET streams of one session,
+/// on two workers; each list change reaches exactly one of them (the newest).
+fn exactly_one_get_stream_across_workers(backend: Backend) {
+    let Some((a, b)) = two_workers(backend, &["--sse-keep-alive-ms", "200"]) else { return };
+    let session = initialize(a.addr);
+    let headers = [("accept", "text/event-stream"), ("mcp-session-id", session.as_str())];
+    let mut on_a = request(a.addr, "GET", &headers, None);
+    on_a.next_event().expect("priming on A");
+    let mut on_b = request(b.addr, "GET", &headers, None);
+    on_b.next_event().expect("priming on B");
+    for i in 0..3 {
+        let call = json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": {"name": "test_trigger_tool_change", "arguments": {}}});
+        let _ = post(a.addr, Some(&session), &call).messages();
+    }
+    let on_b_count = count_until_idle(&mut on_b, "notifications/tools/list_changed", 3, 3);
+    let on_a_count = count_until_idle(&mut on_a, "notifications/tools/list_changed", 3, 3);
+    assert_eq!(on_a_count + on_b_count, 3, "each change on exactly one GET stream (A {on_a_count}, B {on_b_count})");
+    assert_eq!(on_b_count, 3, "the newest GET stream (on B) delivers");
+
+    // D3: when B's GET stream closes, the one on A takes the delivery over (within a few
+    // keep-alive ticks) and gets what was committed after.
+    drop(on_b);
+    let call = json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call", "params": {"name": "test_trigger_tool_change", "arguments": {}}});
+    let _ = post(a.addr, Some(&session), &call).messages();
+    let handed_over = count_until_idle(&mut on_a, "notifications/tools/list_changed", 1, 50);
+    assert_eq!(handed_over, 1, "the GET stream on A took over after B's closed");
+}
+
+#[test]
+fn spec_postgres_exactly_one_get_stream_across_workers() {
+    exactly_one_get_stream_across_workers(Backend::Postgres);
+}
+
+#[test]
+fn spec_redis_exactly_one_get_stream_across_workers() {
+    exactly_one_get_stream_across_workers(Backend::Redis);
+}
+
 fn outage_fails_fast_and_heals(backend: Backend) {
     if !backend.available() {
         return;

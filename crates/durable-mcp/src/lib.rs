@@ -29,7 +29,7 @@ pub use axum;
 /// `Engine::new` leaves its background duties (recovery, retention, drain) to you.
 pub use durable_mcp_engine::Engine;
 pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
-pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
+pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
     Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
     TaskSupport, rmcp,

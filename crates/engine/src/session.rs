@@ -44,6 +44,8 @@ impl Engine {
             standalone_stream: StreamId::random(),
             created_at_ms: now,
             last_seen_ms: now,
+            // Tracked from the start: the first GET stream gets what was sent before it.
+            delivery: Some(durable_mcp_store::Delivery::default()),
         };
         self.store().create_session(record.clone()).await?;
         Ok((Some(record), response))

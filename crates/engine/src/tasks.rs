@@ -625,6 +625,7 @@ mod tests {
             standalone_stream: StreamId::random(),
             created_at_ms: 0,
             last_seen_ms: 0,
+            delivery: None,
         });
         Caller { principal, era, session, protocol_version: "2025-11-25".into(), log_level: None }
     }

@@ -24,7 +24,16 @@ pub struct HttpConfig {
     /// For 2025-11-25 sessions: close a request's SSE connection after this long, so the
     /// client resumes with `GET` + `Last-Event-ID` (SSE polling). `None` keeps it open.
     pub poll_after: Option<Duration>,
+    /// GET streams of one session kept open on this worker (at least 1). Each message of
+    /// the session's standalone stream goes on exactly one of them (the newest, unless it
+    /// closed); opening one more closes the session's oldest GET stream here, which holds
+    /// nothing undelivered and which its client may resume with `Last-Event-ID`.
+    pub max_get_streams_per_session: usize,
 }
+
+/// The default of [`HttpConfig::max_get_streams_per_session`]: real clients keep one or
+/// two GET streams per session; a few more leave room for reconnects that overlap.
+pub const DEFAULT_MAX_GET_STREAMS_PER_SESSION: usize = 8;
 
 impl Default for HttpConfig {
     fn default() -> Self {
@@ -36,6 +45,7 @@ impl Default for HttpConfig {
             json_response: false,
             keep_alive: Duration::from_secs(15),
             poll_after: None,
+            max_get_streams_per_session: DEFAULT_MAX_GET_STREAMS_PER_SESSION,
         }
     }
 }

@@ -2,7 +2,10 @@
 //!
 //! Legacy era (2025-03-26 .. 2025-11-25): `initialize` creates a session, requests get SSE
 //! streams whose events are committed to the store before they are written (D1), and a
-//! client resumes any stream with `GET` + `Last-Event-ID` on any worker (D3).
+//! client resumes any stream with `GET` + `Last-Event-ID` on any worker (D3). A session's
+//! GET streams share its standalone stream, each message going on exactly one of them, on
+//! any worker ([`durable_mcp_engine::Engine::open_get_stream`]); at most
+//! [`HttpConfig::max_get_streams_per_session`] per session on one worker.
 //! Modern era (2026-07-28): stateless requests validated against their standard headers.
 
 mod config;
@@ -23,7 +26,7 @@ use durable_mcp_engine::Engine;
 use http::{Method, Request};
 use tokio::net::TcpListener;
 
-pub use config::HttpConfig;
+pub use config::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig};
 pub use rejection::Rejection;
 
 /// The HTTP transport: an engine and its HTTP settings.

@@ -101,8 +101,8 @@ impl Transport {
                 let after = accepted.priming.map_or(0, |p| p.seq);
                 let close_after = if caller.primes_streams() { self.config.poll_after } else { None };
                 let source = SseSource {
-                    stream: accepted.stream,
-                    after,
+                    events: sse::tail_of(&self.engine, accepted.stream, after),
+                    priming: None,
                     prefix,
                     cancel_on_drop: None,
                     close_after,
@@ -212,8 +212,8 @@ impl Transport {
             guard.disarm();
         }
         let source = SseSource {
-            stream: accepted.stream,
-            after: first.id.seq,
+            events: sse::tail_of(&self.engine, accepted.stream, first.id.seq),
+            priming: None,
             prefix: vec![sse::frame(&first)],
             cancel_on_drop: accepted.cancel,
             close_after: None,

@@ -294,8 +294,100 @@ async fn d14_on_demand_prune_removes_old_finished_streams_only() {
 async fn shutdown_ends_open_sse_connections() {
     let h = harness();
     let session = initialize(&h.router, "2025-11-25").await;
-    let get = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None).await;
+    let mut get = open_get(&h.router, &session, None).await;
+    get.until(|s| !s.events().is_empty()).await;
     h.transport.shutdown_token().cancel();
-    let events = get.events().await;
-    assert_eq!(events.len(), 1, "the priming event, then the connection ends: {events:?}");
+    get.until(|_| false).await;
+    assert!(get.ended, "the connection ends");
+    assert_eq!(get.events().len(), 1, "the priming event, then nothing: {}", get.text);
+}
+
+const LIST_CHANGED: &str = "notifications/tools/list_changed";
+
+/// Streamable HTTP, "Multiple Connections": each message on only one of the connected
+/// streams, never broadcast. Both GET streams are read until the message arrives or three
+/// keep-alives show they had nothing more to send.
+#[tokio::test]
+async fn spec_multiple_connections_one_list_changed_reaches_one_get_stream() {
+    let h = harness_with(durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), ..Default::default() });
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut a = open_get(&h.router, &session, None).await;
+    a.until(|s| !s.events().is_empty()).await;
+    let mut b = open_get(&h.router, &session, None).await;
+    b.until(|s| !s.events().is_empty()).await;
+    let _ = post(&h.router, Some(&session), call(1, "change", json!({}))).await.events().await;
+    let (before_a, before_b) = (a.keep_alives(), b.keep_alives());
+    a.until(|s| s.count(LIST_CHANGED) > 0 || s.keep_alives() >= before_a + 3).await;
+    b.until(|s| s.count(LIST_CHANGED) > 0 || s.keep_alives() >= before_b + 3).await;
+    assert_eq!(a.count(LIST_CHANGED) + b.count(LIST_CHANGED), 1, "exactly one GET stream gets it:\nA: {}\nB: {}", a.text, b.text);
+    assert_eq!(b.count(LIST_CHANGED), 1, "the newest GET stream delivers");
+}
+
+/// D3: a GET stream that closed before a message was committed leaves it for the next GET.
+#[tokio::test]
+async fn d3_get_that_drops_before_delivery_leaves_the_message_for_the_next_get() {
+    let h = harness_with(durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), ..Default::default() });
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut first = open_get(&h.router, &session, None).await;
+    first.until(|s| !s.events().is_empty()).await;
+    drop(first);
+    let _ = post(&h.router, Some(&session), call(1, "change", json!({}))).await.events().await;
+    let mut next = open_get(&h.router, &session, None).await;
+    next.until(|s| (s.count(LIST_CHANGED) > 0 && s.text.contains("\nretry: ")) || s.keep_alives() >= 3).await;
+    assert_eq!(next.count(LIST_CHANGED), 1, "the undelivered message reaches the next GET: {}", next.text);
+    assert!(next.text.contains("\nretry: "), "the next GET still gets its priming event, after it: {}", next.text);
+}
+
+/// D3 and "MUST NOT replay messages that would have been delivered on a different stream":
+/// resuming a GET stream replays what it was given after that id, not what another GET
+/// stream of the session delivered meanwhile, then continues live.
+#[tokio::test]
+async fn d3_resume_replays_only_what_that_get_stream_was_given() {
+    let h = harness_with(durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), ..Default::default() });
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut a = open_get(&h.router, &session, None).await;
+    a.until(|s| !s.events().is_empty()).await;
+    let priming = a.events()[0].0.clone().expect("priming id");
+    let _ = post(&h.router, Some(&session), call(1, "change", json!({}))).await.events().await;
+    a.until(|s| s.count(LIST_CHANGED) == 1).await;
+    let first = a.events().last().unwrap().0.clone().unwrap();
+    let mut b = open_get(&h.router, &session, None).await;
+    b.until(|s| !s.events().is_empty()).await;
+    let _ = post(&h.router, Some(&session), call(2, "change", json!({}))).await.events().await;
+    b.until(|s| s.count(LIST_CHANGED) == 1).await;
+    let second = b.events().last().unwrap().0.clone().unwrap();
+    drop(a);
+
+    let mut resumed = open_get(&h.router, &session, Some(&priming)).await;
+    resumed.until(|s| s.count(LIST_CHANGED) == 1).await;
+    let _ = post(&h.router, Some(&session), call(3, "change", json!({}))).await.events().await;
+    resumed.until(|s| s.count(LIST_CHANGED) == 2).await;
+    let ids: Vec<String> = resumed.events().into_iter().filter(|(_, d)| !d.is_empty()).map(|(id, _)| id.unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{}", resumed.text);
+    assert_eq!(ids[0], first, "the resumed stream's own message is replayed");
+    assert!(!ids.contains(&second), "the message delivered on the other GET stream is not replayed: {}", resumed.text);
+    b.until(|s| s.keep_alives() >= 3).await;
+    assert_eq!(b.count(LIST_CHANGED), 1, "the resumed stream took the delivery over: {}", b.text);
+}
+
+/// The bound: opening one GET stream more than `max_get_streams_per_session` closes the
+/// session's oldest; the others stay open.
+#[tokio::test]
+async fn get_streams_over_the_bound_close_the_oldest() {
+    let config = durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), max_get_streams_per_session: 2, ..Default::default() };
+    let h = harness_with(config);
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut gets = Vec::new();
+    for _ in 0..3 {
+        let mut get = open_get(&h.router, &session, None).await;
+        get.until(|s| !s.events().is_empty()).await;
+        gets.push(get);
+    }
+    gets[0].until(|_| false).await;
+    assert!(gets[0].ended, "the oldest GET stream is closed");
+    for get in &mut gets[1..] {
+        get.until(|s| s.keep_alives() >= 2).await;
+        assert!(!get.ended, "the newer GET streams stay open");
+    }
+    assert_eq!(h.engine.open_get_streams(), 2);
 }

@@ -25,6 +25,7 @@ pub fn session(principal: &Principal) -> SessionRecord {
         standalone_stream: StreamId::random(),
         created_at_ms: now_ms(),
         last_seen_ms: now_ms(),
+        delivery: None,
     }
 }
 
@@ -278,6 +279,34 @@ pub async fn d4_session_state_compare_and_set_loses_no_update(store: Arc<dyn Sto
     }
     let loaded = store.load_session(&who, &record.id).await.expect("load");
     assert_eq!(loaded.state.get("n"), Some(&serde_json::json!(80)), "80 increments, none lost");
+}
+
+/// Streamable HTTP "Multiple Connections": GET streams racing to take a session's delivery
+/// over from the same state (on any workers) cannot both win; the winner's state is stored.
+pub async fn spec_session_delivery_compare_and_set_has_one_winner(store: Arc<dyn Store>) {
+    let who = Principal::anonymous();
+    let record = session(&who);
+    store.create_session(record.clone()).await.expect("create");
+    let mut tasks = Vec::new();
+    for n in 0..8 {
+        let (store, who, id) = (store.clone(), who.clone(), record.id.clone());
+        tasks.push(tokio::spawn(async move {
+            let value = crate::Delivery::default().held_by(&format!("get {n}"), 1);
+            let change = SessionChange::CompareAndSetDelivery { expected: None, value };
+            match store.update_session(&who, &id, change).await {
+                Ok(_) => Some(n),
+                Err(StoreError::Conflict { .. }) => None,
+                Err(e) => panic!("{e}"),
+            }
+        }));
+    }
+    let mut winners = Vec::new();
+    for t in tasks {
+        winners.extend(t.await.expect("join"));
+    }
+    assert_eq!(winners.len(), 1, "exactly one GET stream takes the delivery: {winners:?}");
+    let stored = store.load_session(&who, &record.id).await.expect("load").delivery.expect("stored");
+    assert_eq!(stored.holder, Some(format!("get {}", winners[0])));
 }
 
 /// D8: `Expect::Absent` lets exactly one of many racing writers commit a key (first commit
@@ -545,6 +574,7 @@ macro_rules! store_contract_tests {
             d14_prune_respects_open_streams_and_idle_ttl,
             d4_list_sessions_by_principal,
             d4_session_state_compare_and_set_loses_no_update,
+            spec_session_delivery_compare_and_set_has_one_winner,
             d8_first_commit_wins_among_racing_writers,
             d7_compare_and_set_versions,
             d8_list_and_delete_by_prefix,

@@ -128,27 +128,34 @@ impl Response {
         serde_json::from_str(&self.body()).unwrap()
     }
 
-    /// The next SSE event (id, data), skipping comments; None at the end of the stream.
-    pub fn next_event(&mut self) -> Option<(Option<String>, String)> {
+    /// The next SSE block as sent, comments (`: keep-alive`) included; None at the end.
+    pub fn next_block(&mut self) -> Option<String> {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                if block.lines().all(|l| l.starts_with(':') || l.is_empty()) {
-                    continue;
-                }
-                let mut id = None;
-                let mut data = String::new();
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("id: ") {
-                        id = Some(v.to_owned());
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data = v.trim_start().to_owned();
-                    }
-                }
-                return Some((id, data));
+                return Some(self.buffer.drain(..end + 2).collect());
             }
             let part = self.read_some()?;
             self.buffer.push_str(&part);
+        }
+    }
+
+    /// The next SSE event (id, data), skipping comments; None at the end of the stream.
+    pub fn next_event(&mut self) -> Option<(Option<String>, String)> {
+        loop {
+            let block = self.next_block()?;
+            if block.lines().all(|l| l.starts_with(':') || l.is_empty()) {
+                continue;
+            }
+            let mut id = None;
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.to_owned());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = v.trim_start().to_owned();
+                }
+            }
+            return Some((id, data));
         }
     }
 
@@ -232,6 +239,22 @@ pub fn initialize(addr: SocketAddr) -> String {
 
 pub fn resume(addr: SocketAddr, session: &str, last_event_id: &str) -> Response {
     request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", session), ("last-event-id", last_event_id)], None)
+}
+
+/// Read a GET stream until it has carried `want` messages with `method`, or `idle`
+/// keep-alive comments in a row (it had nothing more to send); returns how many it carried.
+pub fn count_until_idle(stream: &mut Response, method: &str, want: usize, idle: usize) -> usize {
+    let (mut seen, mut quiet) = (0, 0);
+    while seen < want && quiet < idle {
+        let Some(block) = stream.next_block() else { break };
+        if block.starts_with(": keep-alive") {
+            quiet += 1;
+        } else if block.contains(&format!("\"method\":\"{method}\"")) {
+            seen += 1;
+            quiet = 0;
+        }
+    }
+    seen
 }
 
 /// The 2026-07-28 protocol version.

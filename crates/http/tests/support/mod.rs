@@ -236,3 +236,55 @@ pub fn call(id: u64, tool: &str, args: Value) -> Value {
 pub fn messages(events: &[(Option<String>, String)]) -> Vec<Value> {
     events.iter().filter(|(_, d)| !d.is_empty()).map(|(_, d)| serde_json::from_str(d).expect("json event")).collect()
 }
+
+/// An SSE response read incrementally, its text kept.
+pub struct Live {
+    stream: axum::body::BodyDataStream,
+    pub text: String,
+    pub ended: bool,
+}
+
+impl Live {
+    pub fn new(reply: Reply) -> Self {
+        assert_eq!(reply.status, StatusCode::OK);
+        Self { stream: reply.body.into_data_stream(), text: String::new(), ended: false }
+    }
+
+    /// Read until `done(self)` holds or the stream ends (10 s deadline).
+    pub async fn until(&mut self, done: impl Fn(&Live) -> bool) -> &mut Self {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done(self) && !self.ended {
+            match tokio::time::timeout_at(deadline, self.stream.next()).await.expect("condition within 10s") {
+                Some(Ok(bytes)) => self.text.push_str(std::str::from_utf8(&bytes).expect("utf-8")),
+                _ => self.ended = true,
+            }
+        }
+        self
+    }
+
+    pub fn events(&self) -> Vec<(Option<String>, String)> {
+        parse_sse(&self.text)
+    }
+
+    pub fn messages(&self) -> Vec<Value> {
+        messages(&self.events())
+    }
+
+    /// Messages with this method.
+    pub fn count(&self, method: &str) -> usize {
+        self.messages().iter().filter(|m| m["method"] == method).count()
+    }
+
+    pub fn keep_alives(&self) -> usize {
+        self.text.matches(": keep-alive").count()
+    }
+}
+
+/// A GET on the session's standalone stream (optionally resuming), read incrementally.
+pub async fn open_get(router: &Router, session: &str, last_event_id: Option<&str>) -> Live {
+    let mut headers = vec![("accept", "text/event-stream"), ("mcp-session-id", session)];
+    if let Some(id) = last_event_id {
+        headers.push(("last-event-id", id));
+    }
+    Live::new(send(router, "GET", &headers, None).await)
+}
