@@ -10,9 +10,8 @@ mod get;
 mod headers;
 mod post;
 mod rejection;
+mod serve;
 mod sse;
-
-use std::net::SocketAddr;
 
 use axum::Router;
 use axum::body::Body;
@@ -21,10 +20,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use durable_mcp_engine::Engine;
 use http::{Method, Request};
-use tokio::net::TcpListener;
 
 pub use config::HttpConfig;
 pub use rejection::Rejection;
+pub use serve::serve;
 
 /// The HTTP transport: an engine and its HTTP settings.
 #[derive(Clone, Debug)]
@@ -69,30 +68,4 @@ async fn endpoint(State(transport): State<Transport>, request: Request<Body>) ->
         tracing::debug!(%rejection, "request rejected");
         rejection.into_response()
     })
-}
-
-/// Serve `transport` on `listener` until `shutdown` resolves, then end its SSE connections
-/// and finish the requests in flight. Accepted connections get
-/// `TCP_NODELAY`: SSE responses are several small writes, and with Nagle's algorithm a
-/// keep-alive client waits ~40 ms on each request.
-pub async fn serve(
-    listener: TcpListener,
-    transport: Transport,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let token = transport.shutdown_token();
-    let router = transport.router();
-    let shutdown = async move {
-        shutdown.await;
-        token.cancel();
-    };
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::warn!(%error, "could not set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
 }

@@ -21,6 +21,7 @@ use durable_mcp_store_memory::MemoryStore;
 use futures::StreamExt;
 use http::{HeaderMap, Request, StatusCode};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tower::ServiceExt;
 
 #[derive(Clone)]
@@ -235,4 +236,50 @@ pub fn call(id: u64, tool: &str, args: Value) -> Value {
 /// The JSON messages of SSE events (priming and empty events left out).
 pub fn messages(events: &[(Option<String>, String)]) -> Vec<Value> {
     events.iter().filter(|(_, d)| !d.is_empty()).map(|(_, d)| serde_json::from_str(d).expect("json event")).collect()
+}
+
+/// One POST over a raw keep-alive connection: (response head, body).
+pub async fn round_trip(conn: &mut BufReader<tokio::net::TcpStream>, body: &str, session: Option<&str>) -> (String, String) {
+    let session_header = session.map(|s| format!("mcp-session-id: {s}\r\n")).unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: localhost\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\n{session_header}content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.get_mut().write_all(request.as_bytes()).await.unwrap();
+    let mut headers = String::new();
+    let mut chunked = false;
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        conn.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        let lower = line.to_ascii_lowercase();
+        if lower.starts_with("transfer-encoding: chunked") {
+            chunked = true;
+        }
+        if let Some(v) = lower.strip_prefix("content-length: ") {
+            length = Some(v.trim().parse::<usize>().unwrap());
+        }
+        headers.push_str(&line);
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            conn.read_line(&mut size).await.unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0; n + 2];
+            conn.read_exact(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else if let Some(n) = length {
+        body.resize(n, 0);
+        conn.read_exact(&mut body).await.unwrap();
+    }
+    (headers, String::from_utf8(body).unwrap())
 }
