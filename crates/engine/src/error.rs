@@ -22,6 +22,10 @@ pub enum EngineError {
     /// The store failed (D15: unavailable maps to 503).
     #[error(transparent)]
     Store(StoreError),
+    /// A stored session names a protocol version this build does not serve (a store
+    /// written by another version of durable-mcp).
+    #[error("session protocol version: {0}")]
+    SessionVersion(#[from] durable_mcp_protocol::UnknownVersion),
     /// The handler ended without answering (for example it was cancelled).
     #[error("the handler ended without a response")]
     NoOutcome,

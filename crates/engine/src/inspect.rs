@@ -92,7 +92,7 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
             request_id: run.id(),
             principal: run.principal,
             session: run.session,
-            protocol_version: run.protocol_version,
+            protocol_version: run.protocol_version.to_string(),
             owner: Some(run.owner).filter(|owner| !owner.is_empty()),
             lease_until_ms: run.lease_until_ms,
             attempt: run.attempt,

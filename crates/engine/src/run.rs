@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, Outbound, PeerContext, Run};
+use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, McpVersion, Outbound, PeerContext, Run};
 use durable_mcp_store::{
     EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
 };
@@ -89,12 +89,18 @@ pub struct Caller {
     /// The legacy-era session.
     pub session: Option<SessionRecord>,
     /// The request's protocol version.
-    pub protocol_version: String,
+    pub protocol_version: McpVersion,
     /// Modern era: the log level the request's `_meta` asked for, if any.
     pub log_level: Option<String>,
 }
 
 impl Caller {
+    /// The caller of a legacy-era request in `session`, at the session's negotiated version.
+    pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
+        let protocol_version = session.protocol_version.parse()?;
+        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(session), log_level: None })
+    }
+
     fn session_id(&self) -> Option<&SessionId> {
         self.session.as_ref().map(|s| &s.id)
     }
@@ -107,7 +113,7 @@ impl Caller {
     /// What the handler gets to know of this caller (and its durable session state).
     pub(crate) fn peer(&self, engine: &Engine) -> PeerContext {
         PeerContext {
-            protocol_version: Some(self.protocol_version.clone()),
+            protocol_version: Some(self.protocol_version.as_str().to_owned()),
             client: self.session.as_ref().map(|s| s.client.clone()),
             session_state: self
                 .session
@@ -121,7 +127,7 @@ impl Caller {
     /// Whether this request's streams start with a priming event (2025-11-25 and later
     /// legacy sessions).
     pub fn primes_streams(&self) -> bool {
-        self.era == Era::Legacy && self.protocol_version.as_str() >= "2025-11-25"
+        self.era == Era::Legacy && self.protocol_version >= McpVersion::V2025_11_25
     }
 }
 
@@ -216,7 +222,7 @@ impl Engine {
         }
         let tasks_flavor = match caller.era {
             Era::Modern => Some(Flavor::Extension),
-            Era::Legacy if caller.protocol_version.as_str() >= "2025-11-25" => Some(Flavor::V2025),
+            Era::Legacy if caller.protocol_version >= McpVersion::V2025_11_25 => Some(Flavor::V2025),
             Era::Legacy => None,
         };
         if let Some(flavor) = tasks_flavor
@@ -717,7 +723,7 @@ impl Engine {
                     break;
                 }
                 Outbound::Outcome(mut outcome) => {
-                    if caller.era == Era::Legacy && caller.protocol_version.as_str() >= "2025-11-25" {
+                    if caller.era == Era::Legacy && caller.protocol_version >= McpVersion::V2025_11_25 {
                         declare_task_support(&mut outcome);
                     }
                     if caller.era == Era::Modern {

@@ -3,16 +3,16 @@
 
 use axum::response::{IntoResponse, Response};
 use durable_mcp_engine::EngineError;
-use durable_mcp_protocol::MODERN_VERSION;
+use durable_mcp_protocol::McpVersion;
 use durable_mcp_store::{EventId, Principal, StoreError};
 use http::{HeaderMap, StatusCode};
 
-use crate::headers::{self, LAST_EVENT_ID, PROTOCOL_VERSION};
+use crate::headers::{self, LAST_EVENT_ID};
 use crate::sse::{self, SseSource};
 use crate::{Rejection, Transport};
 
 fn modern(headers: &HeaderMap) -> Result<bool, Rejection> {
-    Ok(headers::single(headers, PROTOCOL_VERSION)?.is_some_and(|v| v.as_str() >= MODERN_VERSION))
+    Ok(headers::protocol_version(headers)?.is_some_and(McpVersion::is_modern))
 }
 
 impl Transport {
@@ -62,7 +62,7 @@ impl Transport {
                 // event (committed, so its id can be resumed from).
                 let stream = session.standalone_stream.clone();
                 let mut prefix = Vec::new();
-                let after = if session.protocol_version.as_str() >= "2025-11-25" {
+                let after = if session.protocol_version.parse::<McpVersion>().map_err(EngineError::from)? >= McpVersion::V2025_11_25 {
                     let id = store.append(&stream, String::new(), false).await.map_err(EngineError::from)?;
                     prefix.push(sse::priming_frame(&id, self.engine.options().sse_retry));
                     id.seq

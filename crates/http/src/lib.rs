@@ -55,17 +55,17 @@ impl Transport {
 async fn endpoint(State(transport): State<Transport>, request: Request<Body>) -> Response {
     let (parts, body) = request.into_parts();
     tracing::debug!(method = %parts.method, headers = ?parts.headers, "request");
-    let result = match headers::check_host_and_origin(&parts.headers, &transport.config) {
-        Err(rejection) => Err(rejection),
+    let result: Result<Response, rejection::Refusal> = match headers::check_host_and_origin(&parts.headers, &transport.config) {
+        Err(rejection) => Err(rejection.into()),
         Ok(()) => match parts.method {
             Method::POST => transport.post(&parts.headers, body).await,
-            Method::GET => transport.get(&parts.headers).await,
-            Method::DELETE => transport.delete(&parts.headers).await,
-            _ => Err(Rejection::MethodNotAllowed),
+            Method::GET => transport.get(&parts.headers).await.map_err(Into::into),
+            Method::DELETE => transport.delete(&parts.headers).await.map_err(Into::into),
+            _ => Err(Rejection::MethodNotAllowed.into()),
         },
     };
-    result.unwrap_or_else(|rejection| {
-        tracing::debug!(%rejection, "request rejected");
-        rejection.into_response()
+    result.unwrap_or_else(|refusal| {
+        tracing::debug!(rejection = %refusal.rejection, "request rejected");
+        refusal.into_response()
     })
 }

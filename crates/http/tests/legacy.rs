@@ -299,3 +299,55 @@ async fn shutdown_ends_open_sse_connections() {
     let events = get.events().await;
     assert_eq!(events.len(), 1, "the priming event, then the connection ends: {events:?}");
 }
+
+/// Regression (issue 9, 12a): versions were compared as strings, so a header later than
+/// 2026-07-28 was taken for 2026-07-28 instead of being refused.
+#[tokio::test]
+async fn unknown_protocol_version_headers_are_400_not_the_nearest_known_version() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    for unknown in ["9999-99-99", "2026-07-29"] {
+        let mut headers = POST_HEADERS.to_vec();
+        headers.push(("mcp-session-id", &session));
+        headers.push(("mcp-protocol-version", unknown));
+        let reply = send(&h.router, "POST", &headers, Some(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).to_string())).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{unknown}");
+        let body = reply.json().await;
+        assert_eq!(body["error"]["code"], -32022, "{unknown}: {body}");
+        assert_eq!(body["error"]["data"]["requested"], unknown);
+        assert_eq!(body["id"], 5);
+        let get = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session), ("mcp-protocol-version", unknown)], None).await;
+        assert_eq!(get.status, StatusCode::BAD_REQUEST, "GET with {unknown}");
+    }
+}
+
+#[tokio::test]
+async fn initialize_with_a_version_durable_mcp_does_not_serve_negotiates_the_latest_legacy() {
+    let h = harness();
+    let reply = post(&h.router, None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.json().await["result"]["protocolVersion"], "2025-11-25");
+}
+
+/// Regression (issue 9, 12d): error bodies said `"id": null` although the request's id was
+/// readable.
+#[tokio::test]
+async fn error_bodies_echo_the_request_id() {
+    let h = harness();
+    let request = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/list"}).to_string();
+    let mut unknown_session = POST_HEADERS.to_vec();
+    unknown_session.push(("mcp-session-id", "no-such-session"));
+    let reply = send(&h.router, "POST", &unknown_session, Some(request.clone())).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert_eq!(reply.json().await["id"], 41, "404 Session not found");
+    let reply = send(&h.router, "POST", &POST_HEADERS, Some(request.clone())).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.json().await["id"], 41, "400 session required");
+    let reply = send(&h.router, "POST", &[("accept", "application/json"), ("content-type", "application/json")], Some(request.clone())).await;
+    assert_eq!(reply.status, StatusCode::NOT_ACCEPTABLE);
+    assert_eq!(reply.json().await["id"], 41, "406");
+    let reply = send(&h.router, "POST", &[POST_HEADERS[0], ("content-type", "text/plain")], Some(request)).await;
+    assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(reply.json().await["id"], 41, "415");
+}

@@ -3,7 +3,7 @@
 //! client: the first `initialize` creates its session, and every later message belongs to
 //! it.
 
-use durable_mcp_engine::{Caller, Engine, Era};
+use durable_mcp_engine::{Caller, Engine};
 use durable_mcp_protocol::jsonrpc::{self, Inbound, code, error_response};
 use durable_mcp_store::Principal;
 use futures::StreamExt;
@@ -70,14 +70,10 @@ async fn handle(engine: &Engine, caller: &mut Option<Caller>, inbound: Inbound, 
     match inbound {
         Inbound::Request { id, method, message } if method == "initialize" => match engine.initialize(&principal, message).await {
             Ok((session, response)) => {
-                if let Some(session) = session {
-                    *caller = Some(Caller {
-                        principal,
-                        era: Era::Legacy,
-                        protocol_version: session.protocol_version.clone(),
-                        session: Some(session),
-                        log_level: None,
-                    });
+                match session.map(|session| Caller::legacy(principal, session)) {
+                    Some(Ok(legacy)) => *caller = Some(legacy),
+                    Some(Err(e)) => return Some(error_response(id, code::INTERNAL_ERROR, &e.to_string(), None)),
+                    None => {}
                 }
                 Some(response)
             }
