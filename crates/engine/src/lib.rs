@@ -18,6 +18,7 @@ mod notify;
 mod run;
 mod session;
 mod state;
+mod subscriptions;
 mod tail;
 mod tasks;
 

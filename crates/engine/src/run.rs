@@ -960,8 +960,16 @@ impl Engine {
             "resources/unsubscribe" => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Unsubscribe(u.to_owned())),
             _ => None,
         };
-        if let Some(change) = change {
-            self.store().update_session(&caller.principal, &session.id, change).await?;
+        // The index entry first, the session's subscription after it (and the reverse to
+        // unsubscribe): a crash between them leaves an extra hint, never a miss.
+        if let Some(SessionChange::Subscribe(uri)) = &change {
+            self.index_subscription(&caller.principal, &session.id, uri).await?;
+        }
+        if let Some(change) = &change {
+            self.store().update_session(&caller.principal, &session.id, change.clone()).await?;
+        }
+        if let Some(SessionChange::Unsubscribe(uri)) = &change {
+            self.unindex_subscription(&session.id, uri).await?;
         }
         Ok(())
     }
@@ -989,16 +997,13 @@ impl Engine {
     /// subscriptions are in the store) gets the notification on its standalone stream, read
     /// by its GET stream on whichever worker holds it.
     ///
-    /// This scans the sessions (`list_sessions`), so its cost grows with the number of live
-    /// sessions; a store index of subscriptions is the way to scale it further.
+    /// The sessions are found through the subscription index (`subscriptions.rs`): the
+    /// cost grows with the number of subscribers of `uri`, not with the live sessions.
     async fn fan_out_resource_update(&self, uri: &str, message: &Value) -> Result<(), EngineError> {
-        const MAX_SESSIONS: usize = 100_000;
-        for session in self.store().list_sessions(None, MAX_SESSIONS).await? {
-            if session.subscriptions.contains(uri) {
-                match self.store().append(&session.standalone_stream, message.to_string(), false).await {
-                    Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+        for session in self.subscribers(uri).await? {
+            match self.store().append(&session.standalone_stream, message.to_string(), false).await {
+                Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())

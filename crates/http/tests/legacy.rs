@@ -351,3 +351,47 @@ async fn error_bodies_echo_the_request_id() {
     assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert_eq!(reply.json().await["id"], 41, "415");
 }
+
+async fn subscription(h: &Harness, session: &str, method: &str, uri: &str) {
+    let reply = post(&h.router, Some(session), json!({"jsonrpc": "2.0", "id": 30, "method": method, "params": {"uri": uri}})).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    reply.text().await;
+}
+
+/// Regression (issue 9, 12c): `resources/updated` listed every live session to find the
+/// subscribed ones. It reaches exactly the sessions subscribed to its URI, through either
+/// worker, and lists no sessions.
+#[tokio::test]
+async fn resource_update_reaches_exactly_the_subscribed_sessions_without_listing_sessions() {
+    use durable_mcp_engine::EngineOptions;
+    use durable_mcp_store::{Principal, SessionId, Store};
+    use std::sync::atomic::Ordering;
+    let store = std::sync::Arc::new(CountingStore::default());
+    let a = harness_on(store.clone(), Default::default(), EngineOptions::default());
+    let b = harness_on(store.clone(), Default::default(), EngineOptions::default());
+    let on_a = initialize(&a.router, "2025-11-25").await;
+    let on_b = initialize(&b.router, "2025-06-18").await;
+    let other_uri = initialize(&a.router, "2025-11-25").await;
+    let unsubscribed = initialize(&b.router, "2025-11-25").await;
+    let bystander = initialize(&b.router, "2025-11-25").await;
+    subscription(&a, &on_a, "resources/subscribe", "test://x").await;
+    subscription(&b, &on_b, "resources/subscribe", "test://x").await;
+    subscription(&a, &other_uri, "resources/subscribe", "test://x/y").await;
+    subscription(&b, &unsubscribed, "resources/subscribe", "test://x").await;
+    subscription(&a, &unsubscribed, "resources/unsubscribe", "test://x").await;
+
+    let lists = store.session_lists.load(Ordering::SeqCst);
+    post(&b.router, Some(&bystander), call(9, "touch", json!({"text": "test://x"}))).await.text().await;
+    assert_eq!(store.session_lists.load(Ordering::SeqCst), lists, "the update listed the live sessions");
+
+    for (session, expected) in [(&on_a, 1), (&on_b, 1), (&other_uri, 0), (&unsubscribed, 0), (&bystander, 0)] {
+        let id: SessionId = session.parse().unwrap();
+        let record = store.load_session(&Principal::anonymous(), &id).await.unwrap();
+        let events = store.read_after(&record.standalone_stream, 0, 100).await.unwrap().events;
+        let updates = events.iter().filter(|e| e.data.contains("notifications/resources/updated")).count();
+        assert_eq!(updates, expected, "session {session}: {events:?}");
+        if expected == 1 {
+            assert!(events.iter().any(|e| e.data.contains("\"test://x\"")), "{events:?}");
+        }
+    }
+}

@@ -23,12 +23,22 @@ pub enum RecordKind {
     Change,
     /// A key of the server's application state (`ServerState`), shared by every worker.
     State,
+    /// An entry of the index of resource subscriptions (which sessions subscribed to a
+    /// URI), so that an update touches only the subscribed sessions.
+    Subscription,
 }
 
 impl RecordKind {
     /// Every kind, for backends that keep one index per kind.
-    pub const ALL: [RecordKind; 6] =
-        [RecordKind::Run, RecordKind::Step, RecordKind::Task, RecordKind::Alias, RecordKind::Change, RecordKind::State];
+    pub const ALL: [RecordKind; 7] = [
+        RecordKind::Run,
+        RecordKind::Step,
+        RecordKind::Task,
+        RecordKind::Alias,
+        RecordKind::Change,
+        RecordKind::State,
+        RecordKind::Subscription,
+    ];
 
     /// The kind's stable name, as stored.
     pub fn as_str(self) -> &'static str {
@@ -39,6 +49,7 @@ impl RecordKind {
             RecordKind::Alias => "alias",
             RecordKind::Change => "change",
             RecordKind::State => "state",
+            RecordKind::Subscription => "subscription",
         }
     }
 }
