@@ -113,7 +113,7 @@ pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, 
             task_id: task.task_id,
             principal: task.principal,
             design: match task.flavor {
-                Flavor::V2025 => "2025-11-25",
+                Flavor::V2025 => durable_mcp_protocol::McpVersion::V2025_11_25.as_str(),
                 Flavor::Extension => "extension",
             },
             status: task.status,
