@@ -207,6 +207,18 @@ struct ServeArgs {
     /// so clients resume with Last-Event-ID (SSE polling).
     #[arg(long)]
     poll_after_ms: Option<u64>,
+    /// Close a connection that has not sent a complete request head this many milliseconds
+    /// after it opened (or after the first byte of a later request).
+    #[arg(long, default_value_t = millis(HttpConfig::default().header_read_timeout))]
+    header_read_timeout_ms: u64,
+    /// Close a keep-alive connection with no request in flight for this many milliseconds
+    /// (open SSE streams are never idle).
+    #[arg(long, default_value_t = millis(HttpConfig::default().idle_timeout))]
+    idle_timeout_ms: u64,
+    /// Serve at most this many connections at once; more are answered 503 and closed. Keep
+    /// it below the open-file limit (`ulimit -n`).
+    #[arg(long, default_value_t = HttpConfig::default().max_connections)]
+    max_connections: usize,
     /// SSE `retry` hint in milliseconds.
     #[arg(long, default_value_t = 500)]
     sse_retry_ms: u64,
@@ -355,6 +367,11 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A default duration of the library as a flag's default, in milliseconds.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.state_key.as_ref().is_some_and(|k| k.len() < 32) {
         anyhow::bail!("--state-key must be at least 32 bytes");
@@ -372,6 +389,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         poll_after: args.poll_after_ms.map(Duration::from_millis),
         keep_alive: Duration::from_millis(args.sse_keep_alive_ms.max(10)),
         max_get_streams_per_session: args.max_get_streams,
+        header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+        max_connections: args.max_connections.max(1),
         ..HttpConfig::default()
     };
     if args.no_host_check {

@@ -169,6 +169,34 @@ fn outage_fails_fast_and_heals(backend: Backend) {
     assert_eq!(msgs.last().unwrap().1["id"], 9);
 }
 
+/// D15, regression (issue 9, 12b): a store that accepts connections and stops answering made
+/// the first request wait the whole 30 s operation timeout on a pooled connection. Pooled
+/// connections are checked (here at every reuse) within a short timeout, so the request fails
+/// within the check and connect timeouts, and the worker heals when the store answers again.
+fn hung_store_fails_fast_and_heals(store: &str, proxy: &Proxy) {
+    let server = Server::start(store, free_port(), &[]);
+    let session = initialize(server.addr);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    assert_eq!(post(server.addr, Some(&session), &list).status, 200);
+
+    proxy.hang();
+    let started = Instant::now();
+    let response = post(server.addr, Some(&session), &list);
+    let took = started.elapsed();
+    eprintln!("hung store: HTTP {} after {took:?}", response.status);
+    assert_eq!(response.status, 503, "D15: the store does not answer");
+    // At worst a background loop holds the one connection for its check and reconnect
+    // (1 s + 2 s), then the request spends as long: far below the 30 s operation timeout.
+    assert!(took < Duration::from_secs(10), "fails fast, not after the 30 s operation timeout ({took:?})");
+
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while post(server.addr, Some(&session), &list).status != 200 {
+        assert!(Instant::now() < deadline, "the worker recovers by itself when the store answers again");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// D4: sessions created on a worker that died are served by a fresh worker, and many
 /// concurrent first requests to the restored sessions all succeed.
 fn concurrent_first_requests_to_restored_sessions(backend: Backend) {
@@ -370,6 +398,19 @@ fn redis_live_delivery_and_answers_cross_workers() {
 #[test]
 fn d15_postgres_outage_fails_fast_and_heals() {
     outage_fails_fast_and_heals(Backend::Postgres);
+}
+
+#[test]
+fn d15_postgres_hung_store_fails_fast_and_heals() {
+    let backend = Backend::Postgres;
+    if !backend.available() {
+        return;
+    }
+    let proxy = Proxy::start(backend.addr());
+    // One pooled connection, checked at every reuse: the request (or a background loop
+    // before it) meets the hung connection for certain.
+    let store = format!("{}&pool_size=1&connect_timeout=2&check_after_ms=0&check_timeout_ms=1000", backend.store_url(Some(proxy.addr)));
+    hung_store_fails_fast_and_heals(&store, &proxy);
 }
 
 #[test]

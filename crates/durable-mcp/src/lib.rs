@@ -290,7 +290,8 @@ impl DurableMcp {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
         tracing::info!(addr = %listener.local_addr()?, path = %self.http.path, "durable-mcp serving");
-        let served = self.embed(shutdown, |router, closing| durable_mcp_http::serve_router(listener, router, closing)).await?;
+        let http = self.http.clone();
+        let served = self.embed(shutdown, |router, closing| async move { durable_mcp_http::serve_router(listener, router, &http, closing).await }).await?;
         Ok(served?)
     }
 

@@ -42,6 +42,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::sync::{mpsc, watch};
 
+use durable_mcp_protocol::McpVersion;
+
 use crate::{Engine, EngineError};
 
 /// How many events one read fetches.
@@ -165,8 +167,9 @@ impl Engine {
             Some(_) => 0,
             None => self.last_seq(&stream).await?,
         };
+        let primed = session.protocol_version.parse::<McpVersion>()? >= McpVersion::V2025_11_25;
         let priming = match resume_after {
-            None if session.protocol_version.as_str() >= "2025-11-25" => Some(store.append(&stream, String::new(), false).await?),
+            None if primed => Some(store.append(&stream, String::new(), false).await?),
             _ => None,
         };
         let conn = StreamId::random().to_string();

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::jsonrpc::RequestId;
-use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange, StateKeys, StateSealer};
+use durable_mcp_protocol::{DurableBackend, DurableError, McpVersion, ServerChange, StateKeys, StateSealer};
 use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, key_part, now_ms};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -39,7 +39,7 @@ pub(crate) struct RunRecord {
     pub principal: String,
     pub session: Option<String>,
     pub modern: bool,
-    pub protocol_version: String,
+    pub protocol_version: McpVersion,
     pub log_level: Option<String>,
     pub request: Map<String, Value>,
     pub stream: String,
@@ -92,7 +92,7 @@ impl RunRecord {
             principal: caller.principal.as_str().to_owned(),
             session: caller.session.as_ref().map(|s| s.id.to_string()),
             modern: caller.era == Era::Modern,
-            protocol_version: caller.protocol_version.clone(),
+            protocol_version: caller.protocol_version,
             log_level: caller.log_level.clone(),
             request,
             stream: stream.to_string(),
@@ -876,7 +876,7 @@ impl Engine {
             principal,
             era: if record.modern { Era::Modern } else { Era::Legacy },
             session,
-            protocol_version: record.protocol_version.clone(),
+            protocol_version: record.protocol_version,
             log_level: record.log_level.clone(),
         };
         // Read once, here: the re-run's notifications are then checked in memory.

@@ -23,6 +23,7 @@ mod rerun;
 mod run;
 mod session;
 mod state;
+mod subscriptions;
 mod tail;
 mod tasks;
 

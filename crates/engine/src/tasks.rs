@@ -627,7 +627,7 @@ mod tests {
             last_seen_ms: 0,
             delivery: None,
         });
-        Caller { principal, era, session, protocol_version: "2025-11-25".into(), log_level: None }
+        Caller { principal, era, session, protocol_version: durable_mcp_protocol::McpVersion::V2025_11_25, log_level: None }
     }
 
     fn record(caller: &Caller) -> TaskRecord {

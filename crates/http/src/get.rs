@@ -3,16 +3,16 @@
 
 use axum::response::{IntoResponse, Response};
 use durable_mcp_engine::{EngineError, GetStream, GetStreamSettings};
-use durable_mcp_protocol::MODERN_VERSION;
+use durable_mcp_protocol::McpVersion;
 use durable_mcp_store::{EventId, Principal, SessionId, StoreError};
 use http::{HeaderMap, StatusCode};
 
-use crate::headers::{self, LAST_EVENT_ID, PROTOCOL_VERSION};
+use crate::headers::{self, LAST_EVENT_ID};
 use crate::sse::{self, SseSource};
 use crate::{Rejection, Transport};
 
 fn modern(headers: &HeaderMap) -> Result<bool, Rejection> {
-    Ok(headers::single(headers, PROTOCOL_VERSION)?.is_some_and(|v| v.as_str() >= MODERN_VERSION))
+    Ok(headers::protocol_version(headers)?.is_some_and(McpVersion::is_modern))
 }
 
 impl Transport {

@@ -13,9 +13,8 @@ mod get;
 mod headers;
 mod post;
 mod rejection;
+mod serve;
 mod sse;
-
-use std::net::SocketAddr;
 
 use axum::Router;
 use axum::body::Body;
@@ -24,10 +23,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use durable_mcp_engine::Engine;
 use http::{Method, Request};
-use tokio::net::TcpListener;
 
 pub use config::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig};
 pub use rejection::Rejection;
+pub use serve::{serve, serve_router};
 
 /// The HTTP transport: an engine and its HTTP settings.
 #[derive(Clone, Debug)]
@@ -59,57 +58,17 @@ impl Transport {
 async fn endpoint(State(transport): State<Transport>, request: Request<Body>) -> Response {
     let (parts, body) = request.into_parts();
     tracing::debug!(method = %parts.method, headers = ?parts.headers, "request");
-    let result = match headers::check_host_and_origin(&parts.headers, &transport.config) {
-        Err(rejection) => Err(rejection),
+    let result: Result<Response, rejection::Refusal> = match headers::check_host_and_origin(&parts.headers, &transport.config) {
+        Err(rejection) => Err(rejection.into()),
         Ok(()) => match parts.method {
             Method::POST => transport.post(&parts.headers, body).await,
-            Method::GET => transport.get(&parts.headers).await,
-            Method::DELETE => transport.delete(&parts.headers).await,
-            _ => Err(Rejection::MethodNotAllowed),
+            Method::GET => transport.get(&parts.headers).await.map_err(Into::into),
+            Method::DELETE => transport.delete(&parts.headers).await.map_err(Into::into),
+            _ => Err(Rejection::MethodNotAllowed.into()),
         },
     };
-    result.unwrap_or_else(|rejection| {
-        tracing::debug!(%rejection, "request rejected");
-        rejection.into_response()
+    result.unwrap_or_else(|refusal| {
+        tracing::debug!(rejection = %refusal.rejection, "request rejected");
+        refusal.into_response()
     })
-}
-
-/// Serve `transport` on `listener` until `shutdown` resolves, then end its SSE connections
-/// and finish the requests in flight (see [`serve_router`]).
-pub async fn serve(
-    listener: TcpListener,
-    transport: Transport,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let token = transport.shutdown_token();
-    let router = transport.router();
-    let shutdown = async move {
-        shutdown.await;
-        token.cancel();
-    };
-    serve_router(listener, router, shutdown).await
-}
-
-/// Serve `router` (a transport's router, possibly inside a larger application) on
-/// `listener` until `shutdown` resolves, then finish the requests in flight. Accepted
-/// connections get `TCP_NODELAY`: SSE responses are several small writes, and with
-/// Nagle's algorithm a keep-alive client waits ~40 ms on each request.
-///
-/// Open SSE connections end only when the transport's
-/// [`shutdown_token`](Transport::shutdown_token) is cancelled: `shutdown` should resolve
-/// after that, or the graceful shutdown waits on long-lived GET streams.
-pub async fn serve_router(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::warn!(%error, "could not set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
 }

@@ -140,37 +140,67 @@ impl Rejection {
         }
     }
 
-    fn id(&self) -> Value {
+    fn id(&self) -> Option<&RequestId> {
         match self {
             Rejection::InvalidRequest { id, .. }
             | Rejection::UnsupportedVersion { id, .. }
             | Rejection::HeaderMismatch { id, .. }
             | Rejection::MalformedMeta { id, .. }
-            | Rejection::MethodNotFound { id, .. } => id.clone().unwrap_or(Value::Null),
-            _ => Value::Null,
+            | Rejection::MethodNotFound { id, .. } => id.as_ref(),
+            _ => None,
         }
     }
 
-    /// The JSON-RPC error body.
+    /// The JSON-RPC error body (`"id": null` unless the rejection names the request's id).
     pub fn body(&self) -> Value {
+        self.body_for(None)
+    }
+
+    /// The JSON-RPC error body answering the request with id `request`: its own id if it
+    /// has one, else `request`, else `null`.
+    pub fn body_for(&self, request: Option<&RequestId>) -> Value {
         let data = match self {
             Rejection::UnsupportedVersion { requested, supported, .. } => {
                 Some(serde_json::json!({ "requested": requested, "supported": supported }))
             }
             _ => None,
         };
-        error_response(self.id(), self.code(), &self.to_string(), data)
+        let id = self.id().or(request).cloned().unwrap_or(Value::Null);
+        error_response(id, self.code(), &self.to_string(), data)
+    }
+
+    fn response_for(&self, request: Option<&RequestId>) -> Response {
+        let status = self.status();
+        let mut response = (status, axum::Json(self.body_for(request))).into_response();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        }
+        response
     }
 }
 
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
-        let status = self.status();
-        let mut response = (status, axum::Json(self.body())).into_response();
-        if status == StatusCode::METHOD_NOT_ALLOWED {
-            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
-        }
-        response
+        self.response_for(None)
+    }
+}
+
+/// A rejection of a message whose request id could be read: the error body echoes the id.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Refusal {
+    pub rejection: Rejection,
+    pub id: Option<RequestId>,
+}
+
+impl From<Rejection> for Refusal {
+    fn from(rejection: Rejection) -> Self {
+        Self { rejection, id: None }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        self.rejection.response_for(self.id.as_ref())
     }
 }
 
@@ -221,6 +251,9 @@ mod tests {
             assert!(r.status().is_client_error() || r.status().is_server_error());
         }
         assert_eq!(Rejection::HeaderMismatch { message: "m".into(), id: Some(Value::from(7)) }.body()["id"], 7);
+        // A rejection without an id of its own answers with the request's.
+        assert_eq!(Rejection::SessionNotFound.body_for(Some(&Value::from(8)))["id"], 8);
+        assert_eq!(Rejection::SessionNotFound.body()["id"], Value::Null);
     }
 
     /// Issue 9: a value the store refused was answered 503 "the store cannot be reached".

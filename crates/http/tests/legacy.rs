@@ -391,3 +391,99 @@ async fn get_streams_over_the_bound_close_the_oldest() {
     }
     assert_eq!(h.engine.open_get_streams(), 2);
 }
+
+/// Regression (issue 9, 12a): versions were compared as strings, so a header later than
+/// 2026-07-28 was taken for 2026-07-28 instead of being refused.
+#[tokio::test]
+async fn unknown_protocol_version_headers_are_400_not_the_nearest_known_version() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    for unknown in ["9999-99-99", "2026-07-29"] {
+        let mut headers = POST_HEADERS.to_vec();
+        headers.push(("mcp-session-id", &session));
+        headers.push(("mcp-protocol-version", unknown));
+        let reply = send(&h.router, "POST", &headers, Some(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).to_string())).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{unknown}");
+        let body = reply.json().await;
+        assert_eq!(body["error"]["code"], -32022, "{unknown}: {body}");
+        assert_eq!(body["error"]["data"]["requested"], unknown);
+        assert_eq!(body["id"], 5);
+        let get = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session), ("mcp-protocol-version", unknown)], None).await;
+        assert_eq!(get.status, StatusCode::BAD_REQUEST, "GET with {unknown}");
+    }
+}
+
+#[tokio::test]
+async fn initialize_with_a_version_durable_mcp_does_not_serve_negotiates_the_latest_legacy() {
+    let h = harness();
+    let reply = post(&h.router, None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.json().await["result"]["protocolVersion"], "2025-11-25");
+}
+
+/// Regression (issue 9, 12d): error bodies said `"id": null` although the request's id was
+/// readable.
+#[tokio::test]
+async fn error_bodies_echo_the_request_id() {
+    let h = harness();
+    let request = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/list"}).to_string();
+    let mut unknown_session = POST_HEADERS.to_vec();
+    unknown_session.push(("mcp-session-id", "no-such-session"));
+    let reply = send(&h.router, "POST", &unknown_session, Some(request.clone())).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert_eq!(reply.json().await["id"], 41, "404 Session not found");
+    let reply = send(&h.router, "POST", &POST_HEADERS, Some(request.clone())).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.json().await["id"], 41, "400 session required");
+    let reply = send(&h.router, "POST", &[("accept", "application/json"), ("content-type", "application/json")], Some(request.clone())).await;
+    assert_eq!(reply.status, StatusCode::NOT_ACCEPTABLE);
+    assert_eq!(reply.json().await["id"], 41, "406");
+    let reply = send(&h.router, "POST", &[POST_HEADERS[0], ("content-type", "text/plain")], Some(request)).await;
+    assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(reply.json().await["id"], 41, "415");
+}
+
+async fn subscription(h: &Harness, session: &str, method: &str, uri: &str) {
+    let reply = post(&h.router, Some(session), json!({"jsonrpc": "2.0", "id": 30, "method": method, "params": {"uri": uri}})).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    reply.text().await;
+}
+
+/// Regression (issue 9, 12c): `resources/updated` listed every live session to find the
+/// subscribed ones. It reaches exactly the sessions subscribed to its URI, through either
+/// worker, and lists no sessions.
+#[tokio::test]
+async fn resource_update_reaches_exactly_the_subscribed_sessions_without_listing_sessions() {
+    use durable_mcp_engine::EngineOptions;
+    use durable_mcp_store::{Principal, SessionId, Store};
+    use std::sync::atomic::Ordering;
+    let store = std::sync::Arc::new(CountingStore::default());
+    let a = harness_on(store.clone(), Default::default(), EngineOptions::default());
+    let b = harness_on(store.clone(), Default::default(), EngineOptions::default());
+    let on_a = initialize(&a.router, "2025-11-25").await;
+    let on_b = initialize(&b.router, "2025-06-18").await;
+    let other_uri = initialize(&a.router, "2025-11-25").await;
+    let unsubscribed = initialize(&b.router, "2025-11-25").await;
+    let bystander = initialize(&b.router, "2025-11-25").await;
+    subscription(&a, &on_a, "resources/subscribe", "test://x").await;
+    subscription(&b, &on_b, "resources/subscribe", "test://x").await;
+    subscription(&a, &other_uri, "resources/subscribe", "test://x/y").await;
+    subscription(&b, &unsubscribed, "resources/subscribe", "test://x").await;
+    subscription(&a, &unsubscribed, "resources/unsubscribe", "test://x").await;
+
+    let lists = store.session_lists.load(Ordering::SeqCst);
+    post(&b.router, Some(&bystander), call(9, "touch", json!({"text": "test://x"}))).await.text().await;
+    assert_eq!(store.session_lists.load(Ordering::SeqCst), lists, "the update listed the live sessions");
+
+    for (session, expected) in [(&on_a, 1), (&on_b, 1), (&other_uri, 0), (&unsubscribed, 0), (&bystander, 0)] {
+        let id: SessionId = session.parse().unwrap();
+        let record = store.load_session(&Principal::anonymous(), &id).await.unwrap();
+        let events = store.read_after(&record.standalone_stream, 0, 100).await.unwrap().events;
+        let updates = events.iter().filter(|e| e.data.contains("notifications/resources/updated")).count();
+        assert_eq!(updates, expected, "session {session}: {events:?}");
+        if expected == 1 {
+            assert!(events.iter().any(|e| e.data.contains("\"test://x\"")), "{events:?}");
+        }
+    }
+}

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use durable_mcp_engine::{Caller, Engine, Era};
+use durable_mcp_engine::{Caller, Engine};
 use durable_mcp_protocol::jsonrpc::{self, Inbound, code, error_response};
 use durable_mcp_store::{Principal, SessionId, StoreError, StreamId};
 use futures::StreamExt;
@@ -140,14 +140,12 @@ impl Connection {
             Inbound::Request { id, method, message } if method == "initialize" => match engine.initialize(&principal, message).await {
                 Ok((session, response)) => {
                     if let Some(session) = session {
-                        self.follow_standalone(principal.clone(), session.id.clone(), session.standalone_stream.clone());
-                        self.caller = Some(Caller {
-                            principal,
-                            era: Era::Legacy,
-                            protocol_version: session.protocol_version.clone(),
-                            session: Some(session),
-                            log_level: None,
-                        });
+                        let (id_of, stream) = (session.id.clone(), session.standalone_stream.clone());
+                        match Caller::legacy(principal.clone(), session) {
+                            Ok(legacy) => self.caller = Some(legacy),
+                            Err(e) => return Some(failed(id, &e)),
+                        }
+                        self.follow_standalone(principal, id_of, stream);
                     }
                     Some(response)
                 }

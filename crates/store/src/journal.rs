@@ -26,11 +26,14 @@ pub enum RecordKind {
     /// The server's own secrets: the key ring that seals `requestState` (D12). Whoever can
     /// read the store can read them.
     Key,
+    /// An entry of the index of resource subscriptions (which sessions subscribed to a
+    /// URI), so that an update touches only the subscribed sessions.
+    Subscription,
 }
 
 impl RecordKind {
     /// Every kind, for backends that keep one index per kind.
-    pub const ALL: [RecordKind; 7] = [
+    pub const ALL: [RecordKind; 8] = [
         RecordKind::Run,
         RecordKind::Step,
         RecordKind::Task,
@@ -38,6 +41,7 @@ impl RecordKind {
         RecordKind::Change,
         RecordKind::State,
         RecordKind::Key,
+        RecordKind::Subscription,
     ];
 
     /// The kind's stable name, as stored.
@@ -50,6 +54,7 @@ impl RecordKind {
             RecordKind::Change => "change",
             RecordKind::State => "state",
             RecordKind::Key => "key",
+            RecordKind::Subscription => "subscription",
         }
     }
 }

@@ -16,11 +16,15 @@ use durable_mcp_protocol::rmcp::{
     service::RequestContext,
     tool, tool_handler, tool_router,
 };
-use durable_mcp_store::Store;
+use durable_mcp_store::{
+    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreResult,
+    StreamId, StreamOwner, StreamRead, WakeUps,
+};
 use durable_mcp_store_memory::MemoryStore;
 use futures::StreamExt;
 use http::{HeaderMap, Request, StatusCode};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tower::ServiceExt;
 
 #[derive(Clone)]
@@ -89,6 +93,12 @@ impl TestServer {
         Ok(CallToolResult::success(vec![ContentBlock::text(answer.to_string())]))
     }
 
+    #[tool(description = "Send notifications/resources/updated for a URI")]
+    async fn touch(&self, Parameters(args): Parameters<EchoArgs>, ctx: RequestContext<RoleServer>) -> String {
+        let _ = ctx.peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(args.text)).await;
+        "touched".into()
+    }
+
     #[tool(description = "Announce a tool list change")]
     async fn change(&self, ctx: RequestContext<RoleServer>) -> String {
         let _ = ctx.peer.notify_tool_list_changed().await;
@@ -117,7 +127,11 @@ pub fn harness_with(config: HttpConfig) -> Harness {
 }
 
 pub fn harness_full(config: HttpConfig, options: EngineOptions) -> Harness {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    harness_on(Arc::new(MemoryStore::new()), config, options)
+}
+
+/// A worker on `store` (several harnesses on one store are several workers).
+pub fn harness_on(store: Arc<dyn Store>, config: HttpConfig, options: EngineOptions) -> Harness {
     let engine = Engine::new(store.clone(), McpHandler::new(TestServer::new()), options);
     let transport = Transport::new(engine.clone(), config);
     let router = transport.clone().router();
@@ -287,4 +301,111 @@ pub async fn open_get(router: &Router, session: &str, last_event_id: Option<&str
         headers.push(("last-event-id", id));
     }
     Live::new(send(router, "GET", &headers, None).await)
+}
+
+/// One POST over a raw keep-alive connection: (response head, body).
+pub async fn round_trip(conn: &mut BufReader<tokio::net::TcpStream>, body: &str, session: Option<&str>) -> (String, String) {
+    let session_header = session.map(|s| format!("mcp-session-id: {s}\r\n")).unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: localhost\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\n{session_header}content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.get_mut().write_all(request.as_bytes()).await.unwrap();
+    let mut headers = String::new();
+    let mut chunked = false;
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        conn.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        let lower = line.to_ascii_lowercase();
+        if lower.starts_with("transfer-encoding: chunked") {
+            chunked = true;
+        }
+        if let Some(v) = lower.strip_prefix("content-length: ") {
+            length = Some(v.trim().parse::<usize>().unwrap());
+        }
+        headers.push_str(&line);
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            conn.read_line(&mut size).await.unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0; n + 2];
+            conn.read_exact(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else if let Some(n) = length {
+        body.resize(n, 0);
+        conn.read_exact(&mut body).await.unwrap();
+    }
+    (headers, String::from_utf8(body).unwrap())
+}
+
+/// A memory store that counts how often every session is listed, to check that an
+/// operation does not scan the live sessions.
+#[derive(Default)]
+pub struct CountingStore {
+    inner: MemoryStore,
+    pub session_lists: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Store for CountingStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    async fn create_session(&self, record: SessionRecord) -> StoreResult<()> {
+        self.inner.create_session(record).await
+    }
+    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+        self.inner.load_session(principal, id).await
+    }
+    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+        self.inner.update_session(principal, id, change).await
+    }
+    async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
+        self.inner.end_session(principal, id).await
+    }
+    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+        self.session_lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.list_sessions(principal, limit).await
+    }
+    async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
+        self.inner.create_stream(id, owner).await
+    }
+    async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
+        self.inner.append(stream, data, close).await
+    }
+    async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner> {
+        self.inner.stream_owner(stream).await
+    }
+    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+        self.inner.read_after(stream, after, limit).await
+    }
+    async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        self.inner.prune(retention, now_ms).await
+    }
+    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
+        self.inner.put_record(kind, key, value, expires_at_ms, expect).await
+    }
+    async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
+        self.inner.get_record(kind, key).await
+    }
+    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+        self.inner.list_records(kind, prefix, limit).await
+    }
+    async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
+        self.inner.delete_records(kind, prefix).await
+    }
+    async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
+        self.inner.watch(stream).await
+    }
 }
