@@ -32,6 +32,7 @@ const MAX_SCHEMA_LEN: usize = 63 - DEFAULT_CHANNEL.len() - 1;
 /// | `connect_timeout` (seconds) | [`connect_timeout`](Self::connect_timeout) | 5 |
 /// | `check_after_ms` | [`check_after`](Self::check_after) | 1000 |
 /// | `check_timeout_ms` | [`check_timeout`](Self::check_timeout) | 2000 |
+/// | `acquire_timeout_ms` | [`acquire_timeout`](Self::acquire_timeout) | 5000 |
 #[derive(Debug, Clone)]
 pub struct PgOptions {
     config: tokio_postgres::Config,
@@ -61,6 +62,11 @@ pub struct PgOptions {
     /// Longest the check of a pooled connection may take before the connection is dropped
     /// and a new one opened.
     pub check_timeout: Duration,
+    /// Longest an operation waits for a pooled connection when all of them are busy (at
+    /// most [`op_timeout`](Self::op_timeout)). The checks above cannot help an operation
+    /// queued behind connections whose queries a hung server never answers: it fails
+    /// with [`StoreError::Unavailable`] after this instead of the operation timeout (D15).
+    pub acquire_timeout: Duration,
 }
 
 impl PgOptions {
@@ -78,6 +84,7 @@ impl PgOptions {
         let mut op_timeout_ms = 30_000;
         let mut check_after_ms = 1_000;
         let mut check_timeout_ms = 2_000;
+        let mut acquire_timeout_ms = 5_000;
         let mut passthrough = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -89,6 +96,7 @@ impl PgOptions {
                 "op_timeout_ms" => op_timeout_ms = number(key, value)?,
                 "check_after_ms" => check_after_ms = number(key, value)?,
                 "check_timeout_ms" => check_timeout_ms = number(key, value)?,
+                "acquire_timeout_ms" => acquire_timeout_ms = number(key, value)?,
                 _ => passthrough.push(pair),
             }
         }
@@ -110,6 +118,7 @@ impl PgOptions {
             op_timeout: Duration::from_millis(op_timeout_ms),
             check_after: Duration::from_millis(check_after_ms),
             check_timeout: Duration::from_millis(check_timeout_ms),
+            acquire_timeout: Duration::from_millis(acquire_timeout_ms),
         };
         options.validate()?;
         Ok(options)
@@ -138,9 +147,14 @@ impl PgOptions {
         if self.max_events_per_stream == Some(0) {
             return Err(StoreError::Incompatible("max_events must be at least 1".into()));
         }
-        if self.poll_interval.is_zero() || self.op_timeout.is_zero() || self.connect_timeout.is_zero() || self.check_timeout.is_zero() {
+        if self.poll_interval.is_zero()
+            || self.op_timeout.is_zero()
+            || self.connect_timeout.is_zero()
+            || self.check_timeout.is_zero()
+            || self.acquire_timeout.is_zero()
+        {
             return Err(StoreError::Incompatible(
-                "poll_ms, op_timeout_ms, connect_timeout and check_timeout_ms must be positive".into(),
+                "poll_ms, op_timeout_ms, connect_timeout, check_timeout_ms and acquire_timeout_ms must be positive".into(),
             ));
         }
         Ok(())
@@ -192,7 +206,7 @@ mod tests {
     #[test]
     fn urls_parse_store_and_driver_parameters() {
         let o = PgOptions::from_url(
-            "postgres://u:secret@db.example:6543/app?schema=tenant_1&pool_size=3&max_events=10&poll_ms=250&op_timeout_ms=900&connect_timeout=2&check_after_ms=0&check_timeout_ms=300&application_name=x",
+            "postgres://u:secret@db.example:6543/app?schema=tenant_1&pool_size=3&max_events=10&poll_ms=250&op_timeout_ms=900&connect_timeout=2&check_after_ms=0&check_timeout_ms=300&acquire_timeout_ms=700&application_name=x",
         )
         .unwrap();
         assert_eq!(o.schema.as_deref(), Some("tenant_1"));
@@ -202,6 +216,7 @@ mod tests {
         assert_eq!(o.op_timeout, Duration::from_millis(900));
         assert_eq!(o.connect_timeout, Duration::from_secs(2));
         assert_eq!((o.check_after, o.check_timeout), (Duration::ZERO, Duration::from_millis(300)));
+        assert_eq!(o.acquire_timeout, Duration::from_millis(700));
         assert_eq!(o.target(), "db.example:6543/app");
         assert_eq!(o.channel(), "durable_mcp_events_tenant_1");
         assert!(!format!("{o:?}").contains("secret"), "the password never reaches Debug");

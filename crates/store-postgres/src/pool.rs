@@ -89,9 +89,9 @@ impl Pool {
     }
 
     /// A connection: an idle one if any is still open, else a new one. Waits at most the
-    /// operation timeout for a free slot.
+    /// acquire timeout (bounded by the operation timeout) for a free slot.
     pub(crate) async fn get(&self) -> StoreResult<PoolGuard<'_>> {
-        let timeout = self.options.op_timeout;
+        let timeout = self.options.acquire_timeout.min(self.options.op_timeout);
         let permit = tokio::time::timeout(timeout, self.permits.acquire())
             .await
             .map_err(|_| unavailable(format!("no free PostgreSQL connection within {timeout:?}")))?
