@@ -117,7 +117,11 @@ pub fn harness_with(config: HttpConfig) -> Harness {
 }
 
 pub fn harness_full(config: HttpConfig, options: EngineOptions) -> Harness {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    harness_on(Arc::new(MemoryStore::new()), config, options)
+}
+
+/// A harness on `store` (a wrapped store, say).
+pub fn harness_on(store: Arc<dyn Store>, config: HttpConfig, options: EngineOptions) -> Harness {
     let engine = Engine::new(store.clone(), McpHandler::new(TestServer::new()), options);
     let transport = Transport::new(engine.clone(), config);
     let router = transport.clone().router();
