@@ -950,3 +950,7 @@ impl Engine {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod tests;
