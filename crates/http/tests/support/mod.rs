@@ -132,6 +132,16 @@ pub fn harness() -> Harness {
     harness_with(HttpConfig::default())
 }
 
+/// Wait until `condition` holds, checking every 10 ms, for at most 10 s; panics naming
+/// `what` if it never does.
+pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !condition().await {
+        assert!(tokio::time::Instant::now() < deadline, "never happened within 10 s: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub struct Reply {
     pub status: StatusCode,
     pub headers: HeaderMap,
