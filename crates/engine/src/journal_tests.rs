@@ -143,3 +143,68 @@ async fn d7_a_run_that_failed_max_attempts_times_is_ended_not_rerun() {
     assert!(read.finished && last["error"].is_object(), "{last}");
     assert!(store.get_record(RecordKind::Run, &run_id).await.unwrap().is_none());
 }
+
+fn tools_call(arguments: Value) -> serde_json::Map<String, Value> {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": arguments}})
+        .as_object()
+        .cloned()
+        .unwrap()
+}
+
+/// D12: a sealed `requestState` opens only for the principal, method and parameters it was
+/// sealed for; tampered or foreign state is refused with an error naming `requestState`.
+#[test]
+fn d12_request_state_is_bound_to_principal_method_and_parameters() {
+    let engine = engine(Arc::new(MemoryStore::new()), Duration::from_secs(5));
+    let alice = Principal::new("alice");
+    let request = tools_call(json!({"n": 1}));
+    let sealed = engine.seal_run("run-1", &alice, &request);
+    assert_eq!(engine.open_run(&sealed, &alice, &request).unwrap(), "run-1");
+    // `requestState`, `inputResponses` and `_meta` are not part of the binding.
+    let mut retry = request.clone();
+    retry["params"]["requestState"] = json!(sealed.clone());
+    retry["params"]["_meta"] = json!({"x": 1});
+    assert_eq!(engine.open_run(&sealed, &alice, &retry).unwrap(), "run-1");
+    let refusals = [
+        engine.open_run(&sealed, &Principal::new("bob"), &request),
+        engine.open_run(&sealed, &alice, &tools_call(json!({"n": 2}))),
+        engine.open_run(&sealed, &alice, &{
+            let mut other = request.clone();
+            other["method"] = json!("prompts/get");
+            other
+        }),
+        engine.open_run(&format!("{sealed}x"), &alice, &request),
+        engine.open_run(sealed.trim_start_matches("dmcp."), &alice, &request),
+    ];
+    for (i, refused) in refusals.into_iter().enumerate() {
+        let error = refused.expect_err("refused");
+        assert!(error.starts_with("invalid requestState"), "case {i}: {error}");
+    }
+    // Another server key (another deployment) cannot open it either.
+    let other = engine_with_key(b"another deployment's key of at least 32 bytes");
+    assert!(other.open_run(&sealed, &alice, &request).is_err());
+}
+
+fn engine_with_key(key: &[u8]) -> Engine {
+    let options = EngineOptions { state_key: Some(key.to_vec()), ..EngineOptions::default() };
+    Engine::new(Arc::new(MemoryStore::new()), McpHandler::new(Nothing), options)
+}
+
+/// D12: sealed state expires: once its time to live has passed it is refused.
+#[tokio::test]
+async fn d12_request_state_expires() {
+    let sealer = durable_mcp_protocol::StateSealer::new(b"a test key that is at least 32 bytes long").unwrap();
+    let sealed = sealer.seal(&json!({"run": "r"}), b"binding", Duration::from_secs(1));
+    assert_eq!(sealer.open(&sealed, b"binding").unwrap(), json!({"run": "r"}));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        match sealer.open(&sealed, b"binding") {
+            Err(error) => break error,
+            Ok(_) => {
+                assert!(tokio::time::Instant::now() < deadline, "still valid 10 s after a 1 s time to live");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(error.to_string().contains("invalid requestState"), "{error}");
+}
