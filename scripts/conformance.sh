@@ -25,10 +25,18 @@
 # --scenario; --force mirrors how a requirements run executes its scenarios, at wire R).
 # Options 0.1.16 does not know (--timeout, --force) are dropped from its run.
 #
-# Exit status: 0 only if every selected run ran and reported zero failed checks
-# ("Total: N passed, 0 failed"), counting the scenarios the requirement sets mark as
-# not scored (pending / extension / added-after-release) too. No expected-failures
-# baseline is used. Non-zero if any run failed, timed out, or printed no summary.
+# Exit status: 0 only if every selected run ran and
+#   - reported zero failed checks ("Total: N passed, 0 failed"), counting the scenarios the
+#     requirement sets mark as not scored (pending / extension / added-after-release) too;
+#   - passed exactly the number of checks the README states for it (its "Conformance"
+#     paragraph: "`0.1.16 --suite all`: 47 passed", "--requirements 2025-11-25`: 84 passed",
+#     ...), so a run that checks nothing ("0 passed, 0 failed") or less than claimed fails;
+#     a --scenario run must pass at least one check;
+#   - had no WARNING check (the README claims none);
+#   - (0.1.16 and 2025-11-25 without --scenario) ran server-sse-polling with its priming
+#     event, retry field and disconnect-resume checks all SUCCESS, as the README claims.
+# No expected-failures baseline is used. Non-zero if any run failed, timed out, or printed
+# no summary.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -123,7 +131,18 @@ report_sse_polling() { # $1 = results dir
   ' "$f"
 }
 
-# Prints every WARNING check of a results folder (warnings never fail a run).
+# The number of checks the README states run $1 passes ("" if it states none).
+readme_expected() { # $1 = run
+  local pattern
+  case "$1" in
+    0.1.16) pattern='`0\.1\.16 --suite all`: [0-9]+ passed' ;;
+    *) pattern="--requirements ${1//./\\.}\`: [0-9]+ passed" ;;
+  esac
+  { tr '\n' ' ' <"$REPO_ROOT/README.md" | tr -s ' ' | grep -oE -e "$pattern" || true; } |
+    head -n1 | sed -E 's/.*: ([0-9]+) passed$/\1/'
+}
+
+# Prints every WARNING check of a results folder ("  warnings: N" first).
 report_warnings() { # $1 = results dir
   local files
   files="$(find "$1" -name checks.json 2>/dev/null | sort || true)"
@@ -225,8 +244,33 @@ for run in $RUNS; do
     # With --requirements the CLI's own exit code only reflects the scored scenarios.
     echo "  suite exit code: $rc (scored scenarios only: $([ "$rc" = 0 ] && echo pass || echo FAIL))"
   fi
-  report_sse_polling "$results"
-  report_warnings "$results"
+  passed="$(printf '%s\n' "$total" | sed -nE 's/^(Total|Passed): ([0-9]+)[ ,/].*/\2/p')"
+  if [ "$status" = ok ] && [ "${passed:-0}" -eq 0 ]; then
+    status="FAILED (no check passed)"
+  fi
+  if [ "$status" = ok ] && [ -z "$SCENARIO" ]; then
+    expected="$(readme_expected "$run")"
+    if [ -z "$expected" ]; then
+      status="FAILED (README.md states no expected count for run $run)"
+    elif [ "$passed" != "$expected" ]; then
+      status="FAILED ($passed checks passed, README.md states $expected)"
+    fi
+  fi
+  sse="$(report_sse_polling "$results")"
+  [ -z "$sse" ] || printf '%s\n' "$sse"
+  if [ "$status" = ok ]; then
+    if printf '%s\n' "$sse" | grep -Eq '^    (FAILURE|WARNING|SKIPPED)'; then
+      status="FAILED (server-sse-polling not all SUCCESS)"
+    elif [ -z "$SCENARIO" ] && [ "$run" != 2026-07-28 ] &&
+      [ "$(printf '%s\n' "$sse" | grep -cE '^    SUCCESS server-sse-(priming-event|retry-field|disconnect-resume)$')" != 3 ]; then
+      status="FAILED (server-sse-polling: priming event, retry field and disconnect-resume not all SUCCESS)"
+    fi
+  fi
+  warnings="$(report_warnings "$results")"
+  [ -z "$warnings" ] || printf '%s\n' "$warnings"
+  if [ "$status" = ok ] && ! printf '%s\n' "$warnings" | grep -q '^  warnings: 0$' && [ -n "$warnings" ]; then
+    status="FAILED (warnings)"
+  fi
   echo "  result: $status   (log: $log)"
   SUMMARY_LINES+=("$run: ${total:-<no summary line>}  [$status]")
   [ "$status" = ok ] || overall=1

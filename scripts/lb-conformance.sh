@@ -5,6 +5,10 @@
 # Reads DATABASE_URL / REDIS_URL (defaults on loopback). LB_CONFORMANCE_RUNS picks the runs
 # (default: all three, "0.1.16 2025-11-25 2026-07-28"; the 2026-07-28 run includes the
 # tasks-* scenarios, so tasks are created, polled and updated across the three workers).
+# nginx runs scripts/nginx.conf.template (the configuration docs/deployment.md shows and the
+# Rust load-balancer test runs). Fails if a run fails (scripts/conformance.sh: the README's
+# counts, no warning), if a worker served no request (nginx's access log names the upstream
+# of each) or if a worker log has a panic.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 backends=("$@")
@@ -14,6 +18,27 @@ cargo build --quiet -p durable-mcp-cli
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 did not open" >&2; return 1; }
+
+# check_workers WORK PORT...: every worker served requests (nginx's access log records the
+# upstream of each) and no worker log has a panic.
+check_workers() {
+  local work="$1" ok=0 i=0 port served
+  shift
+  for port in "$@"; do
+    i=$((i + 1))
+    served=$(grep -c "^127\.0\.0\.1:$port " "$work/nginx/access.log" || true)
+    echo "  worker$i (127.0.0.1:$port): $served requests"
+    if [ "$served" -eq 0 ]; then
+      echo "  FAILED: worker$i served no request; the run did not go through all three workers" >&2
+      ok=1
+    fi
+    if grep -n "panicked" "$work/worker$i.log" >&2; then
+      echo "  FAILED: worker$i panicked (log above)" >&2
+      ok=1
+    fi
+  done
+  return $ok
+}
 
 status=0
 for backend in "${backends[@]}"; do
@@ -26,48 +51,25 @@ for backend in "${backends[@]}"; do
   esac
   case "$base" in *\?*) store="$base&$key=$value" ;; *) store="$base?$key=$value" ;; esac
   pids=()
+  ports=()
   upstreams=""
   for i in 1 2 3; do
     port=$(free_port)
+    # Default flags: the workers share the requestState key ring in the store.
     ./target/debug/durable-mcp serve --example everything --listen "127.0.0.1:$port" --store "$store" \
-      --state-key "lb-conformance-shared-request-state-key" >"$work/worker$i.log" 2>&1 &
+      >"$work/worker$i.log" 2>&1 &
     pids+=($!)
+    ports+=("$port")
     wait_port "$port"
     upstreams+="        server 127.0.0.1:$port;"$'\n'
   done
   lb_port=$(free_port)
   mkdir -p "$work/nginx"
-  cat >"$work/nginx/nginx.conf" <<CONF
-daemon off;
-worker_processes 1;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $work/nginx/body;
-    proxy_temp_path $work/nginx/proxy;
-    fastcgi_temp_path $work/nginx/fastcgi;
-    uwsgi_temp_path $work/nginx/uwsgi;
-    scgi_temp_path $work/nginx/scgi;
-    upstream mcp {
-$upstreams        keepalive 32;
-    }
-    server {
-        listen 127.0.0.1:$lb_port;
-        location /mcp {
-            proxy_pass http://mcp;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host \$host;
-            proxy_buffering off;
-            proxy_request_buffering off;
-            proxy_cache off;
-            proxy_read_timeout 3600s;
-        }
-    }
-}
-CONF
+  # The one nginx configuration (also read by crates/cli/tests/support/nginx.rs).
+  servers="${upstreams%$'\n'}"
+  awk -v dir="$work/nginx" -v listen="127.0.0.1:$lb_port" -v servers="$servers" \
+    '{ gsub(/@DIR@/, dir); gsub(/@LISTEN@/, listen); if ($0 ~ /@SERVERS@/) $0 = servers; print }' \
+    scripts/nginx.conf.template >"$work/nginx/nginx.conf"
   "$nginx_bin" -p "$work/nginx" -c "$work/nginx/nginx.conf" &
   nginx_pid=$!
   wait_port "$lb_port"
@@ -76,6 +78,9 @@ CONF
       scripts/conformance.sh "http://127.0.0.1:$lb_port/mcp"; then
     status=1
     tail -n 20 "$work"/worker*.log "$work/nginx/error.log" || true
+  fi
+  if ! check_workers "$work" "${ports[@]}"; then
+    status=1
   fi
   kill "$nginx_pid" "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true

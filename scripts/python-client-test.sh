@@ -9,11 +9,14 @@
 # 3. For each store, `memory:` then `sqlite:<fresh temp file>`: starts
 #      durable-mcp serve --example everything --listen 127.0.0.1:<free port> --store <store>
 #    runs tests/python/test_client.py against http://127.0.0.1:<port>/mcp, stops the server.
+#    The same run drives `durable-mcp serve --stdio` (launched by the SDK's stdio client)
+#    on its own store of the same kind.
 #
 # The Python tests cover both protocol eras: 2025-11-25 (initialize, tools/list,
 # tools/call, elicitation answered by the SDK's callback, progress) and 2026-07-28
 # (server/discover, tools/list, tools/call, input_required results retried with
-# inputResponses / requestState, by hand and through the SDK's callbacks).
+# inputResponses / requestState, by hand and through the SDK's callbacks), and stdio
+# (list changes and resource updates reach the client).
 #
 # -k SUBSTRING runs only the tests whose name contains it.
 #
@@ -168,7 +171,7 @@ start_server() {
 }
 
 run_store() {
-  local label="$1" store="$2"
+  local label="$1" store="$2" stdio_store="$3"
   local out="$work/$label.out" logfile="$work/$label-server.log" rc=0 passed failed summary
   log "store $store"
   if ! start_server "$store" "$logfile"; then
@@ -176,7 +179,8 @@ run_store() {
     total_failed=$((total_failed + 1))
     return 0
   fi
-  "$VENV_PY" "$TEST_FILE" --url "http://127.0.0.1:$port/mcp" --label "$label" "${SELECTOR[@]}" \
+  "$VENV_PY" "$TEST_FILE" --url "http://127.0.0.1:$port/mcp" --stdio-command "$BIN" --stdio-store "$stdio_store" \
+    --label "$label" "${SELECTOR[@]}" \
     </dev/null 2>&1 | tee "$out" || rc=$?
   if ! alive "$server_pid"; then
     echo "FAIL [$label] server_alive: the server exited during the tests"
@@ -206,8 +210,8 @@ run_store() {
   fi
 }
 
-run_store memory "memory:"
-run_store sqlite "sqlite:$work/python-client.db"
+run_store memory "memory:" "memory:"
+run_store sqlite "sqlite:$work/python-client.db" "sqlite:$work/python-stdio.db"
 
 summary_printed=1
 echo "$total_passed passed, $total_failed failed"

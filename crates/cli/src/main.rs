@@ -29,6 +29,8 @@ enum Command {
     /// Create or upgrade the store's schema (SQLite, PostgreSQL) and print its version.
     /// Servers also migrate at start-up; this lets a deploy do it first, once.
     Migrate(MigrateArgs),
+    /// The key ring in the store that seals multi-round-trip `requestState`: list or rotate.
+    Keys(KeysArgs),
     /// Benchmark stores and tools/call over HTTP (against a stock rmcp server); print markdown.
     Bench(BenchArgs),
 }
@@ -101,6 +103,40 @@ struct MigrateArgs {
     store: StoreArgs,
 }
 
+/// The `requestState` key ring. Workers create it in the store on first start and share
+/// it; whoever can read the store can read it (`serve --state-key` keeps a key outside
+/// the store instead, and then the ring is not used).
+#[derive(Parser, Debug)]
+struct KeysArgs {
+    #[command(subcommand)]
+    action: KeysAction,
+}
+
+#[derive(Subcommand, Debug)]
+enum KeysAction {
+    /// One line per key: its id, when it was added, from when it seals, until when it
+    /// opens (never the secret).
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Add a new key: it seals from `--activate-in-secs` on (every running worker reads
+    /// the ring within 10 seconds); the previous keys still open states until
+    /// `--keep-old-secs` after that, then they are dropped.
+    Rotate {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Seconds until the new key seals (until then it only opens).
+        #[arg(long, default_value_t = durable_mcp::keys::DEFAULT_ACTIVATE_IN.as_secs())]
+        activate_in_secs: u64,
+        /// Seconds the previous keys still open states once the new key seals: at least
+        /// the longest a state lives (10 minutes for durable-mcp's own and the examples').
+        /// 0 drops them at once (a leaked key): their states are refused.
+        #[arg(long, default_value_t = durable_mcp::keys::DEFAULT_KEEP_OLD.as_secs())]
+        keep_old_secs: u64,
+    },
+}
+
 #[derive(Parser, Debug)]
 struct ReplayArgs {
     #[command(flatten)]
@@ -171,10 +207,33 @@ struct ServeArgs {
     /// so clients resume with Last-Event-ID (SSE polling).
     #[arg(long)]
     poll_after_ms: Option<u64>,
+    /// Close a connection that has not sent a complete request head this many milliseconds
+    /// after it opened (or after the first byte of a later request).
+    #[arg(long, default_value_t = millis(HttpConfig::default().header_read_timeout))]
+    header_read_timeout_ms: u64,
+    /// Close a keep-alive connection with no request in flight for this many milliseconds
+    /// (open SSE streams are never idle).
+    #[arg(long, default_value_t = millis(HttpConfig::default().idle_timeout))]
+    idle_timeout_ms: u64,
+    /// Serve at most this many connections at once; more are answered 503 and closed. Keep
+    /// it below the open-file limit (`ulimit -n`).
+    #[arg(long, default_value_t = HttpConfig::default().max_connections)]
+    max_connections: usize,
     /// SSE `retry` hint in milliseconds.
     #[arg(long, default_value_t = 500)]
     sse_retry_ms: u64,
-    /// Key for sealing multi-round-trip `requestState` (at least 32 bytes); random if unset.
+    /// An idle SSE stream carries a keep-alive comment this often (milliseconds); a GET
+    /// stream also checks in with the store at this pace.
+    #[arg(long, default_value_t = 15_000)]
+    sse_keep_alive_ms: u64,
+    /// GET streams of one session kept open on this worker; opening one more closes the
+    /// session's oldest (each message goes on exactly one GET stream, so the oldest holds
+    /// nothing undelivered; its client may resume it with Last-Event-ID).
+    #[arg(long, default_value_t = durable_mcp::DEFAULT_MAX_GET_STREAMS_PER_SESSION)]
+    max_get_streams: usize,
+    /// One fixed key sealing multi-round-trip `requestState` (at least 32 bytes), the same
+    /// on every worker, kept outside the store. Unset: the key ring in the store, shared
+    /// by every worker (see `durable-mcp keys`).
     #[arg(long, env = "DURABLE_MCP_STATE_KEY", hide_env_values = true)]
     state_key: Option<String>,
     /// Serve over stdin/stdout instead of HTTP.
@@ -214,6 +273,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Inspect(args) => inspect(args).await,
         Command::Bench(args) => bench(args).await,
+        Command::Keys(args) => keys(args).await,
         Command::Migrate(args) => {
             let url = &args.store.store;
             let version = durable_mcp::migrate_store(url).await.with_context(|| format!("migrating {url}"))?;
@@ -307,18 +367,33 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A default duration of the library as a flag's default, in milliseconds.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.state_key.as_ref().is_some_and(|k| k.len() < 32) {
         anyhow::bail!("--state-key must be at least 32 bytes");
     }
     let server = match args.example {
-        Example::Everything => DurableMcp::new(
-            durable_mcp_examples::Everything::new(args.state_key.clone().map(String::into_bytes))
-                .context("--state-key must be at least 32 bytes")?,
-        ),
+        // The example seals with the engine's keys (the ring, or --state-key).
+        Example::Everything => DurableMcp::new(durable_mcp_examples::Everything::default()),
         Example::Provisioning => DurableMcp::new(durable_mcp_examples::Provisioning::default()),
     };
-    let mut http = HttpConfig { path: args.path, poll_after: args.poll_after_ms.map(Duration::from_millis), ..HttpConfig::default() };
+    if args.max_get_streams == 0 {
+        anyhow::bail!("--max-get-streams must be at least 1");
+    }
+    let mut http = HttpConfig {
+        path: args.path,
+        poll_after: args.poll_after_ms.map(Duration::from_millis),
+        keep_alive: Duration::from_millis(args.sse_keep_alive_ms.max(10)),
+        max_get_streams_per_session: args.max_get_streams,
+        header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+        max_connections: args.max_connections.max(1),
+        ..HttpConfig::default()
+    };
     if args.no_host_check {
         http.allowed_hosts = None;
     } else if !args.allow_hosts.is_empty() {
@@ -358,6 +433,44 @@ fn default_worker_id(listen: SocketAddr) -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".into());
     format!("{host}/{listen}")
+}
+
+async fn keys(args: KeysArgs) -> anyhow::Result<()> {
+    match args.action {
+        KeysAction::List { store } => {
+            let opened = durable_mcp::open_store(&store.store).await?;
+            let Some((ring, _)) = durable_mcp::keys::read(opened.as_ref()).await? else {
+                eprintln!("no key ring yet: the first worker (or `keys rotate`) creates it");
+                return Ok(());
+            };
+            let sealing = ring.sealing_key(durable_mcp::now_ms()).map(|key| key.id.clone());
+            for key in ring.keys() {
+                println!(
+                    "{}  created_ms={}  seals_from_ms={}  opens_until_ms={}{}",
+                    key.id,
+                    key.created_ms,
+                    key.seals_from_ms,
+                    key.opens_until_ms.map_or_else(|| "-".to_owned(), |until| until.to_string()),
+                    if sealing.as_deref() == Some(key.id.as_str()) { "  (current)" } else { "" }
+                );
+            }
+            Ok(())
+        }
+        KeysAction::Rotate { store, activate_in_secs, keep_old_secs } => {
+            let opened = durable_mcp::open_store(&store.store).await?;
+            let ring = durable_mcp::keys::rotate(opened.as_ref(), Duration::from_secs(activate_in_secs), Duration::from_secs(keep_old_secs))
+                .await
+                .context("rotating the requestState key ring")?;
+            let new = ring.keys().last().context("a rotated ring has a key")?;
+            println!(
+                "added key {}: current for sealing from {} ms since the epoch; {} older key(s) still open states",
+                new.id,
+                new.seals_from_ms,
+                ring.keys().len() - 1
+            );
+            Ok(())
+        }
+    }
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {

@@ -16,7 +16,7 @@
 //! It prints the counts (calls, kills, interrupted calls, re-run steps, violations) and the
 //! recovery time after a disconnect (median, worst). SQLite runs one worker that is
 //! killed and restarted on its file; PostgreSQL and Redis run three workers sharing the
-//! store. `CHAOS_SECS` bounds each run (default 15, 45 with `CI=true`); `CHAOS_SEED` replays
+//! store. `CHAOS_SECS` bounds each run (default 15, 45 in CI, `durable_mcp_store::in_ci`); `CHAOS_SEED` replays
 //! a schedule.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
@@ -298,7 +298,7 @@ fn chaos(name: &str, store: String, workers: usize) {
     let secs: u64 = std::env::var("CHAOS_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(if std::env::var("CI").as_deref() == Ok("true") { 45 } else { 15 });
+        .unwrap_or(if durable_mcp_store::in_ci() { 45 } else { 15 });
     let seed: u64 = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
     });

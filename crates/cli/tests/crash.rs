@@ -7,7 +7,7 @@
 //! before sleeping in each step: the ledger is the external effect counter.
 //!
 //! PostgreSQL and Redis come from `DATABASE_URL` / `REDIS_URL`; outside CI a missing
-//! service skips with a printed reason, with `CI=true` it fails.
+//! service skips with a printed reason, in CI (`durable_mcp_store::in_ci`) it fails.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -204,6 +204,42 @@ fn questions_survive_a_crash(target: Target) {
     assert_eq!(results[0]["result"]["content"][0]["text"], "large");
 }
 
+/// D7 with an ordinary handler (no durable context): `emit_events` killed after the
+/// client saw progress 10 of 40 is run again from the top on recovery. The re-run's
+/// progress up to what the stream already committed, and its log lines already committed,
+/// are not sent again: across the crash the client sees each progress value once,
+/// strictly increasing (utilities/progress), each log line once, and one result.
+fn rerun_progress_never_goes_backwards(target: Target) {
+    const COUNT: u64 = 40;
+    let Some(mut cluster) = Cluster::new(&target) else { return };
+    let session = initialize(cluster.a.addr);
+    let call = json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {
+        "name": "emit_events", "arguments": {"count": COUNT, "interval_ms": 100}, "_meta": {"progressToken": "rerun"}}});
+    let mut response = post(cluster.a.addr, Some(&session), &call);
+    assert_eq!(response.status, 200);
+    let mut last = response.next_event().unwrap().0.expect("priming id");
+    let mut seen: Vec<(String, Value)> = Vec::new();
+    while !seen.iter().any(|(_, m)| m["params"]["progress"] == 10.0) {
+        let (id, data) = response.next_event().expect("event before the crash");
+        last = id.unwrap();
+        seen.push((last.clone(), serde_json::from_str(&data).unwrap()));
+    }
+    drop(response);
+    let resume_on = cluster.crash();
+    let resumed = resume(resume_on, &session, &last);
+    assert_eq!(resumed.status, 200, "D3: the stream resumes after the crash");
+    let rest = resumed.messages();
+    let all: Vec<&Value> = seen.iter().chain(&rest).map(|(_, m)| m).collect();
+
+    assert_events_sent_once(&all, "rerun", COUNT);
+    let results: Vec<&&Value> = all.iter().filter(|m| m["id"] == 21).collect();
+    assert_eq!(results.len(), 1, "D7: exactly one outcome");
+    assert_eq!(results[0]["result"]["content"][0]["text"], COUNT.to_string());
+    assert_eq!(all.last().unwrap()["id"], 21, "the result comes last");
+    let ids: std::collections::BTreeSet<&String> = seen.iter().chain(&rest).map(|(id, _)| id).collect();
+    assert_eq!(ids.len(), seen.len() + rest.len(), "no duplicate event ids");
+}
+
 fn sqlite_target(name: &str) -> Target {
     Target::Restart(format!("sqlite:{}", temp_dir(name).join("store.db").display()))
 }
@@ -236,6 +272,21 @@ fn d9_postgres_questions_survive_a_crash() {
 #[test]
 fn d9_redis_questions_survive_a_crash() {
     questions_survive_a_crash(Target::Takeover(Backend::Redis));
+}
+
+#[test]
+fn d7_sqlite_rerun_progress_never_goes_backwards() {
+    rerun_progress_never_goes_backwards(sqlite_target("crash-rerun-sqlite"));
+}
+
+#[test]
+fn d7_postgres_rerun_progress_never_goes_backwards() {
+    rerun_progress_never_goes_backwards(Target::Takeover(Backend::Postgres));
+}
+
+#[test]
+fn d7_redis_rerun_progress_never_goes_backwards() {
+    rerun_progress_never_goes_backwards(Target::Takeover(Backend::Redis));
 }
 
 /// D6: a legacy client that re-sends a request with the same id in the same session (it

@@ -15,7 +15,7 @@ fn nginx_available() -> bool {
     if nginx::binary().is_some() {
         return true;
     }
-    if std::env::var("CI").as_deref() == Ok("true") {
+    if durable_mcp_store::in_ci() {
         panic!("nginx is required in CI (scripts/setup-nginx.sh installs it)");
     }
     eprintln!("skipped: nginx not installed (run scripts/setup-nginx.sh)");
@@ -80,4 +80,23 @@ fn postgres_session_hops_across_three_workers_behind_nginx() {
 #[test]
 fn redis_session_hops_across_three_workers_behind_nginx() {
     session_hops_across_three_workers(Backend::Redis);
+}
+
+/// The nginx settings `docs/deployment.md` recommends are the ones the load-balancer tests
+/// and `scripts/lb-conformance.sh` run (`scripts/nginx.conf.template`): same upstream and
+/// location directives, in the same order.
+#[test]
+fn nginx_config_matches_the_docs() {
+    let docs = include_str!("../../../docs/deployment.md");
+    let start = docs.find("```nginx").expect("docs/deployment.md has an nginx block");
+    let block = &docs[start..];
+    let block = &block[..block[3..].find("```").expect("the nginx block ends") + 3];
+    let worker: std::net::SocketAddr = "127.0.0.1:8081".parse().unwrap();
+    let tested = nginx::config(std::path::Path::new("/tmp/nginx"), "127.0.0.1:8080".parse().unwrap(), &[worker]);
+    for opening in ["upstream mcp {", "location /mcp {"] {
+        let documented = nginx::block_directives(block, opening);
+        let tested = nginx::block_directives(&tested, opening);
+        assert!(!tested.is_empty(), "scripts/nginx.conf.template has no `{opening}` block");
+        assert_eq!(documented, tested, "`{opening}` in docs/deployment.md differs from scripts/nginx.conf.template");
+    }
 }

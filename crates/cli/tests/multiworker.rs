@@ -3,7 +3,7 @@
 //! a store outage fails fast and heals by itself (D15).
 //!
 //! These tests read `DATABASE_URL` / `REDIS_URL` (defaults on loopback). Outside CI a missing
-//! service skips them with a printed reason; with `CI=true` they fail.
+//! service skips them with a printed reason; in CI (`durable_mcp_store::in_ci`) they fail.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -77,6 +77,44 @@ fn live_delivery_and_answers_cross_workers(backend: Backend) {
     assert!(result.to_string().contains("grace"), "{result}");
 }
 
+/// Streamable HTTP "Multiple Connections" across workers: two GET streams of one session,
+/// on two workers; each list change reaches exactly one of them (the newest).
+fn exactly_one_get_stream_across_workers(backend: Backend) {
+    let Some((a, b)) = two_workers(backend, &["--sse-keep-alive-ms", "200"]) else { return };
+    let session = initialize(a.addr);
+    let headers = [("accept", "text/event-stream"), ("mcp-session-id", session.as_str())];
+    let mut on_a = request(a.addr, "GET", &headers, None);
+    on_a.next_event().expect("priming on A");
+    let mut on_b = request(b.addr, "GET", &headers, None);
+    on_b.next_event().expect("priming on B");
+    for i in 0..3 {
+        let call = json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": {"name": "test_trigger_tool_change", "arguments": {}}});
+        let _ = post(a.addr, Some(&session), &call).messages();
+    }
+    let on_b_count = count_until_idle(&mut on_b, "notifications/tools/list_changed", 3, 3);
+    let on_a_count = count_until_idle(&mut on_a, "notifications/tools/list_changed", 3, 3);
+    assert_eq!(on_a_count + on_b_count, 3, "each change on exactly one GET stream (A {on_a_count}, B {on_b_count})");
+    assert_eq!(on_b_count, 3, "the newest GET stream (on B) delivers");
+
+    // D3: when B's GET stream closes, the one on A takes the delivery over (within a few
+    // keep-alive ticks) and gets what was committed after.
+    drop(on_b);
+    let call = json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call", "params": {"name": "test_trigger_tool_change", "arguments": {}}});
+    let _ = post(a.addr, Some(&session), &call).messages();
+    let handed_over = count_until_idle(&mut on_a, "notifications/tools/list_changed", 1, 50);
+    assert_eq!(handed_over, 1, "the GET stream on A took over after B's closed");
+}
+
+#[test]
+fn spec_postgres_exactly_one_get_stream_across_workers() {
+    exactly_one_get_stream_across_workers(Backend::Postgres);
+}
+
+#[test]
+fn spec_redis_exactly_one_get_stream_across_workers() {
+    exactly_one_get_stream_across_workers(Backend::Redis);
+}
+
 fn outage_fails_fast_and_heals(backend: Backend) {
     if !backend.available() {
         return;
@@ -114,6 +152,34 @@ fn outage_fails_fast_and_heals(backend: Backend) {
     let msgs = post(server.addr, Some(&session), &call).messages();
     assert_eq!(msgs.iter().filter(|(_, m)| m["method"] == "notifications/progress").count(), 3);
     assert_eq!(msgs.last().unwrap().1["id"], 9);
+}
+
+/// D15, regression (issue 9, 12b): a store that accepts connections and stops answering made
+/// the first request wait the whole 30 s operation timeout on a pooled connection. Pooled
+/// connections are checked (here at every reuse) within a short timeout, so the request fails
+/// within the check and connect timeouts, and the worker heals when the store answers again.
+fn hung_store_fails_fast_and_heals(store: &str, proxy: &Proxy) {
+    let server = Server::start(store, free_port(), &[]);
+    let session = initialize(server.addr);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    assert_eq!(post(server.addr, Some(&session), &list).status, 200);
+
+    proxy.hang();
+    let started = Instant::now();
+    let response = post(server.addr, Some(&session), &list);
+    let took = started.elapsed();
+    eprintln!("hung store: HTTP {} after {took:?}", response.status);
+    assert_eq!(response.status, 503, "D15: the store does not answer");
+    // At worst a background loop holds the one connection for its check and reconnect
+    // (1 s + 2 s), then the request spends as long: far below the 30 s operation timeout.
+    assert!(took < Duration::from_secs(10), "fails fast, not after the 30 s operation timeout ({took:?})");
+
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while post(server.addr, Some(&session), &list).status != 200 {
+        assert!(Instant::now() < deadline, "the worker recovers by itself when the store answers again");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// D4: sessions created on a worker that died are served by a fresh worker, and many
@@ -317,6 +383,19 @@ fn redis_live_delivery_and_answers_cross_workers() {
 #[test]
 fn d15_postgres_outage_fails_fast_and_heals() {
     outage_fails_fast_and_heals(Backend::Postgres);
+}
+
+#[test]
+fn d15_postgres_hung_store_fails_fast_and_heals() {
+    let backend = Backend::Postgres;
+    if !backend.available() {
+        return;
+    }
+    let proxy = Proxy::start(backend.addr());
+    // One pooled connection, checked at every reuse: the request (or a background loop
+    // before it) meets the hung connection for certain.
+    let store = format!("{}&pool_size=1&connect_timeout=2&check_after_ms=0&check_timeout_ms=1000", backend.store_url(Some(proxy.addr)));
+    hung_store_fails_fast_and_heals(&store, &proxy);
 }
 
 #[test]

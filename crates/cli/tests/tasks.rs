@@ -3,7 +3,7 @@
 //! requests whose sealed `requestState` continues the same run.
 //!
 //! The cross-worker tests read `DATABASE_URL` / `REDIS_URL`; outside CI a missing service
-//! skips them with a printed reason, with `CI=true` they fail.
+//! skips them with a printed reason, in CI (`durable_mcp_store::in_ci`) they fail.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -18,23 +18,6 @@ use support::backend::Backend;
 use support::*;
 
 const EXT: &str = TASKS_EXTENSION;
-
-fn task_get(addr: SocketAddr, task_id: &str) -> Value {
-    modern(addr, 900, "tasks/get", json!({"taskId": task_id}), true)
-}
-
-fn wait_terminal(addr: SocketAddr, task_id: &str, timeout: Duration) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got = task_get(addr, task_id);
-        let status = got["result"]["status"].as_str().unwrap_or_default().to_owned();
-        if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
-            return got["result"].clone();
-        }
-        assert!(Instant::now() < deadline, "task {task_id} still {status}: {got}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn ledger(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_owned).collect()
@@ -306,6 +289,71 @@ fn d10_legacy_tasks_with_params_task() {
         }
     };
     assert_eq!(cancelled["params"]["status"], "cancelled", "{cancelled}");
+}
+
+/// D7 for a 2025-11-25 task whose handler is an ordinary one (`emit_events`, no durable
+/// context): its worker is killed after `tasks/result` relayed progress 10 of 40; the task
+/// is run again from the top (by the same worker restarted on SQLite, by the other worker
+/// on a shared store) and the relay goes on. The client resumes `tasks/result` with
+/// `Last-Event-ID` and sees each progress value once, increasing, each log line once, and
+/// one result: the re-run does not repeat on the task's stream what it already holds.
+fn task_rerun_progress_never_goes_backwards(backend: Option<Backend>) {
+    const COUNT: u64 = 40;
+    if backend.is_some_and(|b| !b.available()) {
+        return;
+    }
+    let store = match backend {
+        Some(backend) => backend.store_url(None),
+        None => sqlite("task-rerun-sqlite"),
+    };
+    let lease = ["--lease-ms", "1500"];
+    let a_port = free_port();
+    let mut a = Server::start(&store, a_port, &lease);
+    let b = backend.map(|_| Server::start(&store, free_port(), &lease));
+    let session = initialize(a.addr);
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "emit_events", "arguments": {"count": COUNT, "interval_ms": 100},
+        "task": {"ttl": 60_000}, "_meta": {"progressToken": "task"}}});
+    let created = post(a.addr, Some(&session), &call).messages();
+    let task_id = created.last().unwrap().1["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let mut relay = post(a.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id}}));
+    assert_eq!(relay.status, 200);
+    let mut last = relay.next_event().unwrap().0.expect("priming id");
+    let mut seen: Vec<Value> = Vec::new();
+    while !seen.iter().any(|m| m["params"]["progress"] == 10.0) {
+        let (id, data) = relay.next_event().expect("relayed event before the crash");
+        last = id.unwrap();
+        seen.push(serde_json::from_str(&data).unwrap());
+    }
+    drop(relay);
+    a.kill();
+    let survivor = match &b {
+        Some(b) => b.addr,
+        None => {
+            a = Server::start(&store, a_port, &lease);
+            a.addr
+        }
+    };
+    let resumed = resume(survivor, &session, &last);
+    assert_eq!(resumed.status, 200, "D3: the tasks/result stream resumes after the crash");
+    let rest: Vec<Value> = resumed.messages().into_iter().map(|(_, m)| m).collect();
+    let all: Vec<&Value> = seen.iter().chain(&rest).collect();
+    assert_events_sent_once(&all, "task", COUNT);
+    let results: Vec<&&Value> = all.iter().filter(|m| m["id"] == 3).collect();
+    assert_eq!(results.len(), 1, "D7: exactly one outcome: {rest:#?}");
+    assert_eq!(results[0]["result"]["content"][0]["text"], COUNT.to_string());
+    assert_eq!(results[0]["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task_id.as_str());
+    drop(a);
+}
+
+#[test]
+fn d7_sqlite_task_rerun_progress_never_goes_backwards() {
+    task_rerun_progress_never_goes_backwards(None);
+}
+
+#[test]
+fn d7_postgres_task_rerun_progress_never_goes_backwards() {
+    task_rerun_progress_never_goes_backwards(Some(Backend::Postgres));
 }
 
 /// D9 for roots and sampling: in a session, each is a server-to-client request asked once;

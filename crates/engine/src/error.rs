@@ -22,6 +22,14 @@ pub enum EngineError {
     /// The store failed (D15: unavailable maps to 503).
     #[error(transparent)]
     Store(StoreError),
+    /// The `requestState` keys cannot be used: a refused `state_key`, or a stored key ring
+    /// that does not decode.
+    #[error(transparent)]
+    StateKeys(#[from] std::sync::Arc<durable_mcp_protocol::StateKeyError>),
+    /// A stored session names a protocol version this build does not serve (a store
+    /// written by another version of durable-mcp).
+    #[error("session protocol version: {0}")]
+    SessionVersion(#[from] durable_mcp_protocol::UnknownVersion),
     /// The handler ended without answering (for example it was cancelled).
     #[error("the handler ended without a response")]
     NoOutcome,
@@ -33,5 +41,11 @@ impl From<StoreError> for EngineError {
             StoreErrorKind::Pruned => EngineError::EventPruned(error.to_string()),
             _ => EngineError::Store(error),
         }
+    }
+}
+
+impl From<durable_mcp_protocol::StateKeyError> for EngineError {
+    fn from(error: durable_mcp_protocol::StateKeyError) -> Self {
+        EngineError::StateKeys(std::sync::Arc::new(error))
     }
 }

@@ -18,13 +18,14 @@ use std::time::Duration;
 
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::jsonrpc::RequestId;
-use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, now_ms};
+use durable_mcp_protocol::{DurableBackend, DurableError, McpVersion, ServerChange, StateKeys, StateSealer};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, key_part, now_ms};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::rerun::AlreadySent;
 use crate::tasks::{Flavor, RELATED_TASK, is_terminal};
 use crate::{Caller, Engine, EngineError, Era};
 
@@ -38,7 +39,7 @@ pub(crate) struct RunRecord {
     pub principal: String,
     pub session: Option<String>,
     pub modern: bool,
-    pub protocol_version: String,
+    pub protocol_version: McpVersion,
     pub log_level: Option<String>,
     pub request: Map<String, Value>,
     pub stream: String,
@@ -91,7 +92,7 @@ impl RunRecord {
             principal: caller.principal.as_str().to_owned(),
             session: caller.session.as_ref().map(|s| s.id.to_string()),
             modern: caller.era == Era::Modern,
-            protocol_version: caller.protocol_version.clone(),
+            protocol_version: caller.protocol_version,
             log_level: caller.log_level.clone(),
             request,
             stream: stream.to_string(),
@@ -138,6 +139,9 @@ pub(crate) struct Held {
     pub(crate) steps_written: Arc<std::sync::atomic::AtomicBool>,
     /// Until when the lease is surely ours: the last successful renewal plus the lease.
     valid_until_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// A re-run: the notifications earlier runs already committed to its stream, which it
+    /// does not send again (read once when the run is taken over; `None` for a first run).
+    pub(crate) already_sent: Option<Arc<AlreadySent>>,
     heartbeat: tokio::task::JoinHandle<()>,
 }
 
@@ -158,7 +162,7 @@ impl Held {
         let beat = Beat { shared: shared.clone(), lost: lost.clone(), cancelled: cancelled.clone(), valid_until_ms: valid_until_ms.clone() };
         let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), beat));
         let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(record.attempt > 1 || record.modern));
-        Self { run_id, record, shared, lost, cancelled, steps_written, valid_until_ms, heartbeat }
+        Self { run_id, record, shared, lost, cancelled, steps_written, valid_until_ms, already_sent: None, heartbeat }
     }
 
     /// Whether the lease is still surely ours (fencing: a worker that could not renew it
@@ -279,8 +283,9 @@ fn cancel_key(run_id: &str) -> String {
 
 /// What a taken-over run needs.
 enum Resume {
-    /// Run it again, for this caller, on this stream.
-    Launch(Box<Caller>, RequestId, StreamId),
+    /// Run it again, for this caller, on this stream, which already holds these
+    /// notifications.
+    Launch(Box<Caller>, RequestId, StreamId, AlreadySent),
     /// Go on relaying a task's result (a journaled `tasks/result`).
     Relay,
     /// Nothing more than cleaning up.
@@ -314,6 +319,8 @@ pub(crate) struct DurableRun {
     step_expiry: Mutex<Option<u64>>,
     /// Set when this run writes a step record (the run's clean-up then deletes them).
     steps_written: Arc<std::sync::atomic::AtomicBool>,
+    /// A re-run: what earlier runs already sent on the stream (shared with the pump).
+    already_sent: Option<Arc<AlreadySent>>,
 }
 
 impl DurableRun {
@@ -340,6 +347,7 @@ impl DurableRun {
             pending: Mutex::default(),
             step_expiry: Mutex::new((record.modern && record.task.is_none()).then(|| now_ms() + ms(STATE_TTL) * 2)),
             steps_written: held.steps_written.clone(),
+            already_sent: held.already_sent.clone(),
         }
     }
 
@@ -355,8 +363,10 @@ impl DurableRun {
         *self.step_expiry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A step record's key: `<run>/<kind>/<name>`, the name (a handler's step name, maybe
+    /// built from input) bounded by [`key_part`].
     fn key(&self, kind: &str, name: &str) -> String {
-        format!("{}/{kind}/{name}", self.run_id)
+        format!("{}/{kind}/{}", self.run_id, key_part(name))
     }
 
     async fn ensure_inbox(&self) -> Result<(), DurableError> {
@@ -575,7 +585,10 @@ impl DurableBackend for DurableRun {
                 Err(error) => return Err(journal_error(error)),
             }
             let message = json!({"jsonrpc": "2.0", "method": method, "params": params});
-            self.engine.route_notification(&self.caller, &self.stream(), method, message).await.map_err(journal_error)
+            self.engine
+                .route_notification(&self.caller, &self.stream(), method, message, self.already_sent.as_deref())
+                .await
+                .map_err(journal_error)
         })
     }
 
@@ -628,7 +641,7 @@ pub(crate) const STATE_TTL: Duration = Duration::from_secs(600);
 
 /// JSON with object keys in sorted order, whatever the map type: the same parameters
 /// always give the same bytes.
-fn canonical(value: &Value) -> String {
+pub(crate) fn canonical(value: &Value) -> String {
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
@@ -653,23 +666,23 @@ fn state_binding(principal: &Principal, request: &Map<String, Value>) -> Vec<u8>
     format!("durable-mcp/run\n{}\n{method}\n{}", principal.as_str(), canonical(&Value::Object(params))).into_bytes()
 }
 
-impl Engine {
-    /// The sealed `requestState` that lets a retry continue run `run_id`.
-    pub(crate) fn seal_run(&self, run_id: &str, principal: &Principal, request: &Map<String, Value>) -> String {
-        self.sealer().seal(&json!({"run": run_id}), &state_binding(principal, request), STATE_TTL)
-    }
-
-    /// The run a retry's sealed `requestState` continues; an error message for tampered,
-    /// foreign or expired state.
-    pub(crate) fn open_run(&self, sealed: &str, principal: &Principal, request: &Map<String, Value>) -> Result<String, String> {
-        let payload = self.sealer().open(sealed, &state_binding(principal, request)).map_err(|e| e.to_string())?;
-        payload.get("run").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| "invalid requestState: no run".to_owned())
-    }
+/// The sealed `requestState` that lets a retry continue run `run_id`.
+pub(crate) fn seal_run(keys: &StateKeys, run_id: &str, principal: &Principal, request: &Map<String, Value>) -> String {
+    StateSealer::new(keys.clone()).seal(&json!({"run": run_id}), &state_binding(principal, request), STATE_TTL)
 }
 
-/// The alias under which a legacy session's JSON-RPC request id points at its run.
+/// The run a retry's sealed `requestState` continues; an error message for tampered,
+/// foreign or expired state, or state sealed with a key no longer in use.
+pub(crate) fn open_run(keys: &StateKeys, sealed: &str, principal: &Principal, request: &Map<String, Value>) -> Result<String, String> {
+    let payload = StateSealer::new(keys.clone()).open(sealed, &state_binding(principal, request)).map_err(|e| e.to_string())?;
+    payload.get("run").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| "invalid requestState: no run".to_owned())
+}
+
+/// The alias under which a legacy session's JSON-RPC request id points at its run. The id
+/// is the client's, of any length a body may carry: bounded by [`key_part`], so that every
+/// backend can index the key (a 3,000-byte id overflowed PostgreSQL's index).
 pub(crate) fn alias_key(session: &SessionId, id: &RequestId) -> String {
-    format!("{session}/{id}")
+    format!("{session}/{}", key_part(&id.to_string()))
 }
 
 impl Engine {
@@ -762,10 +775,11 @@ impl Engine {
     }
 
     /// Run a taken-over request again on its original stream.
-    async fn resume(&self, held: Held) -> Result<bool, EngineError> {
+    async fn resume(&self, mut held: Held) -> Result<bool, EngineError> {
         match self.try_resume(&held).await {
-            Ok(Resume::Launch(caller, id, stream)) => {
+            Ok(Resume::Launch(caller, id, stream, already_sent)) => {
                 let request = held.record.request.clone();
+                held.already_sent = Some(Arc::new(already_sent));
                 if let Err(mut rejection) = self.launch(*caller, id.clone(), request, stream.clone(), Some(held)).await {
                     rejection.id = Some(id);
                     self.commit(&stream, &rejection.to_response(), true).await?;
@@ -862,10 +876,12 @@ impl Engine {
             principal,
             era: if record.modern { Era::Modern } else { Era::Legacy },
             session,
-            protocol_version: record.protocol_version.clone(),
+            protocol_version: record.protocol_version,
             log_level: record.log_level.clone(),
         };
-        Ok(Resume::Launch(Box::new(caller), id, stream))
+        // Read once, here: the re-run's notifications are then checked in memory.
+        let already_sent = AlreadySent::read(self, &stream).await?;
+        Ok(Resume::Launch(Box::new(caller), id, stream, already_sent))
     }
 
     /// Close a run's stream without an outcome; if the store does not let us, the run is

@@ -153,36 +153,36 @@ fn tools_call(arguments: Value) -> serde_json::Map<String, Value> {
 
 /// D12: a sealed `requestState` opens only for the principal, method and parameters it was
 /// sealed for; tampered or foreign state is refused with an error naming `requestState`.
-#[test]
-fn d12_request_state_is_bound_to_principal_method_and_parameters() {
-    let engine = engine(Arc::new(MemoryStore::new()), Duration::from_secs(5));
+#[tokio::test]
+async fn d12_request_state_is_bound_to_principal_method_and_parameters() {
+    let keys = engine(Arc::new(MemoryStore::new()), Duration::from_secs(5)).state_keys().await.unwrap();
     let alice = Principal::new("alice");
     let request = tools_call(json!({"n": 1}));
-    let sealed = engine.seal_run("run-1", &alice, &request);
-    assert_eq!(engine.open_run(&sealed, &alice, &request).unwrap(), "run-1");
+    let sealed = super::seal_run(&keys, "run-1", &alice, &request);
+    assert_eq!(super::open_run(&keys, &sealed, &alice, &request).unwrap(), "run-1");
     // `requestState`, `inputResponses` and `_meta` are not part of the binding.
     let mut retry = request.clone();
     retry["params"]["requestState"] = json!(sealed.clone());
     retry["params"]["_meta"] = json!({"x": 1});
-    assert_eq!(engine.open_run(&sealed, &alice, &retry).unwrap(), "run-1");
+    assert_eq!(super::open_run(&keys, &sealed, &alice, &retry).unwrap(), "run-1");
     let refusals = [
-        engine.open_run(&sealed, &Principal::new("bob"), &request),
-        engine.open_run(&sealed, &alice, &tools_call(json!({"n": 2}))),
-        engine.open_run(&sealed, &alice, &{
+        super::open_run(&keys, &sealed, &Principal::new("bob"), &request),
+        super::open_run(&keys, &sealed, &alice, &tools_call(json!({"n": 2}))),
+        super::open_run(&keys, &sealed, &alice, &{
             let mut other = request.clone();
             other["method"] = json!("prompts/get");
             other
         }),
-        engine.open_run(&format!("{sealed}x"), &alice, &request),
-        engine.open_run(sealed.trim_start_matches("dmcp."), &alice, &request),
+        super::open_run(&keys, &format!("{sealed}x"), &alice, &request),
+        super::open_run(&keys, sealed.trim_start_matches("dmcp."), &alice, &request),
     ];
     for (i, refused) in refusals.into_iter().enumerate() {
         let error = refused.expect_err("refused");
         assert!(error.starts_with("invalid requestState"), "case {i}: {error}");
     }
     // Another server key (another deployment) cannot open it either.
-    let other = engine_with_key(b"another deployment's key of at least 32 bytes");
-    assert!(other.open_run(&sealed, &alice, &request).is_err());
+    let other = engine_with_key(b"another deployment's key of at least 32 bytes").state_keys().await.unwrap();
+    assert!(super::open_run(&other, &sealed, &alice, &request).is_err());
 }
 
 fn engine_with_key(key: &[u8]) -> Engine {
@@ -193,7 +193,8 @@ fn engine_with_key(key: &[u8]) -> Engine {
 /// D12: sealed state expires: once its time to live has passed it is refused.
 #[tokio::test]
 async fn d12_request_state_expires() {
-    let sealer = durable_mcp_protocol::StateSealer::new(b"a test key that is at least 32 bytes long").unwrap();
+    let keys = durable_mcp_protocol::StateKeys::fixed(b"a test key that is at least 32 bytes long").unwrap();
+    let sealer = durable_mcp_protocol::StateSealer::new(keys);
     let sealed = sealer.seal(&json!({"run": "r"}), b"binding", Duration::from_secs(1));
     assert_eq!(sealer.open(&sealed, b"binding").unwrap(), json!({"run": "r"}));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

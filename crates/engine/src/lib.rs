@@ -7,17 +7,23 @@
 //! - `commit` (in `run.rs`) is the only place a handler's messages, its outcome included,
 //!   become events: each is appended to the store before any transport can send it (D1).
 //!
-//! Transports (HTTP, stdio) read the events back through [`tail`].
+//! Transports (HTTP, stdio) read the events back through [`tail`]; the GET streams of a
+//! session's standalone stream through [`Engine::open_get_stream`], which hands each event
+//! to exactly one of them.
 
 mod error;
 mod changes;
+mod getstream;
 mod inbox;
 pub mod inspect;
 mod journal;
+pub mod keys;
 mod notify;
+mod rerun;
 mod run;
 mod session;
 mod state;
+mod subscriptions;
 mod tail;
 mod tasks;
 
@@ -28,6 +34,7 @@ use durable_mcp_protocol::{McpHandler, ServerSummary};
 use durable_mcp_store::{Retention, Store};
 
 pub use error::EngineError;
+pub use getstream::{GetStream, GetStreamSettings};
 pub use journal::JOURNALED_METHODS;
 pub use tasks::{RELATED_TASK, TASKS_EXTENSION};
 pub use run::{Accepted, Caller, Era};
@@ -50,9 +57,9 @@ pub struct EngineOptions {
     pub lease: Duration,
     /// Runs of one request at most (the first included) before it ends with an error.
     pub max_attempts: u32,
-    /// The key sealing the `requestState` of requests that wait for client input in the
-    /// stateless era (D12): at least 32 bytes, the same on every worker. `None`: a random
-    /// key per process (a retry must then come back to the same worker).
+    /// One fixed key sealing every `requestState` of the process (D12): at least 32 bytes,
+    /// the same on every worker, kept out of the store. `None` (the default): the key ring
+    /// in the store, created on first start and shared by every worker (see [`keys`]).
     pub state_key: Option<Vec<u8>>,
 }
 
@@ -82,13 +89,15 @@ struct Inner {
     summary: ServerSummary,
     options: EngineOptions,
     runs: run::Registry,
-    sealer: durable_mcp_protocol::StateSealer,
+    keys: keys::Keys,
     /// When this engine was created: leases it grants end after `started_at_ms + lease`.
     started_at_ms: u64,
     /// Every task write on this worker, by record key: wakes its listen streams.
     task_changes: tokio::sync::broadcast::Sender<String>,
     /// Server-wide change announcements, as this worker sees them.
     changes: changes::Changes,
+    /// The GET streams open on this worker, per session.
+    get_streams: getstream::Local,
 }
 
 impl std::fmt::Debug for Engine {
@@ -101,15 +110,7 @@ impl Engine {
     /// An engine serving `handler` on `store`.
     pub fn new(store: Arc<dyn Store>, handler: McpHandler, options: EngineOptions) -> Self {
         let summary = handler.summary();
-        let random_key = || format!("{}{}", durable_mcp_store::StreamId::random(), durable_mcp_store::StreamId::random()).into_bytes();
-        let sealer = match options.state_key.as_deref().map(durable_mcp_protocol::StateSealer::new) {
-            Some(Ok(sealer)) => sealer,
-            Some(Err(error)) => {
-                tracing::error!(%error, "state_key refused; sealing with a random key for this process");
-                durable_mcp_protocol::StateSealer::generated(random_key())
-            }
-            None => durable_mcp_protocol::StateSealer::generated(random_key()),
-        };
+        let keys = keys::Keys::new(options.state_key.as_deref());
         let started_at_ms = durable_mcp_store::now_ms();
         Self {
             inner: Arc::new(Inner {
@@ -118,10 +119,11 @@ impl Engine {
                 summary,
                 options,
                 runs: run::Registry::default(),
-                sealer,
+                keys,
                 started_at_ms,
                 task_changes: tokio::sync::broadcast::channel(256).0,
                 changes: changes::Changes::default(),
+                get_streams: getstream::Local::default(),
             }),
         }
     }
@@ -154,11 +156,6 @@ impl Engine {
     /// Task writes on this worker (see `notify`).
     pub(crate) fn task_changes(&self) -> &tokio::sync::broadcast::Sender<String> {
         &self.inner.task_changes
-    }
-
-    /// The sealer of durable `requestState`s.
-    pub(crate) fn sealer(&self) -> &durable_mcp_protocol::StateSealer {
-        &self.inner.sealer
     }
 
     /// The options.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, Outbound, PeerContext, Run};
+use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, McpVersion, Outbound, PeerContext, Run, StateKeys};
 use durable_mcp_store::{
     EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
 };
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
+use crate::rerun::AlreadySent;
 use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, Relay, RunRecord, alias_key};
 use crate::tasks::{Flavor, declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
@@ -62,6 +63,8 @@ struct Pump {
     subscription: Option<ListenSubscription>,
     /// A journaled run's registration on this worker (see [`Engine::register_journaled`]).
     registration: Option<u64>,
+    /// The `requestState` keys that seal its `input_required` state.
+    keys: StateKeys,
 }
 
 /// What [`Engine::launch`] started.
@@ -89,12 +92,18 @@ pub struct Caller {
     /// The legacy-era session.
     pub session: Option<SessionRecord>,
     /// The request's protocol version.
-    pub protocol_version: String,
+    pub protocol_version: McpVersion,
     /// Modern era: the log level the request's `_meta` asked for, if any.
     pub log_level: Option<String>,
 }
 
 impl Caller {
+    /// The caller of a legacy-era request in `session`, at the session's negotiated version.
+    pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
+        let protocol_version = session.protocol_version.parse()?;
+        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(session), log_level: None })
+    }
+
     fn session_id(&self) -> Option<&SessionId> {
         self.session.as_ref().map(|s| &s.id)
     }
@@ -107,7 +116,7 @@ impl Caller {
     /// What the handler gets to know of this caller (and its durable session state).
     pub(crate) fn peer(&self, engine: &Engine) -> PeerContext {
         PeerContext {
-            protocol_version: Some(self.protocol_version.clone()),
+            protocol_version: Some(self.protocol_version.as_str().to_owned()),
             client: self.session.as_ref().map(|s| s.client.clone()),
             session_state: self
                 .session
@@ -115,13 +124,14 @@ impl Caller {
                 .map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
             server_state: Some(engine.server_state()),
             durable: None,
+            state_keys: None,
         }
     }
 
     /// Whether this request's streams start with a priming event (2025-11-25 and later
     /// legacy sessions).
     pub fn primes_streams(&self) -> bool {
-        self.era == Era::Legacy && self.protocol_version.as_str() >= "2025-11-25"
+        self.era == Era::Legacy && self.protocol_version >= McpVersion::V2025_11_25
     }
 }
 
@@ -216,7 +226,7 @@ impl Engine {
         }
         let tasks_flavor = match caller.era {
             Era::Modern => Some(Flavor::Extension),
-            Era::Legacy if caller.protocol_version.as_str() >= "2025-11-25" => Some(Flavor::V2025),
+            Era::Legacy if caller.protocol_version >= McpVersion::V2025_11_25 => Some(Flavor::V2025),
             Era::Legacy => None,
         };
         if let Some(flavor) = tasks_flavor
@@ -261,7 +271,8 @@ impl Engine {
                 // committed steps and answers are replayed).
                 let state = state.clone();
                 params.remove("requestState");
-                match self.open_run(&state, &caller.principal, &request) {
+                let keys = self.state_keys().await?;
+                match crate::journal::open_run(&keys, &state, &caller.principal, &request) {
                     Ok(continued) => {
                         self.refresh_steps(&continued, Some(now_ms() + 2 * crate::journal::STATE_TTL.as_millis() as u64)).await?;
                         run_id = continued;
@@ -373,7 +384,18 @@ impl Engine {
     ) -> Result<Launched, Rejection> {
         // A run whose lease is lost is cancelled here (without ending its stream).
         let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
+        // Every sealer of the handler's requests uses the store's keys (D9, D12).
+        let keys = match self.state_keys().await {
+            Ok(keys) => keys,
+            Err(error) => {
+                if let Some(held) = held {
+                    held.finish(self).await;
+                }
+                return Err(Rejection { code: code::INTERNAL_ERROR, message: format!("requestState keys unavailable: {error}"), id: Some(id) });
+            }
+        };
         let mut peer = caller.peer(self);
+        peer.state_keys = Some(keys.clone());
         let (detach, detach_requests) = tokio::sync::mpsc::channel(1);
         let durable = held.as_ref().map(|held| Arc::new(DurableRun::new(self, held, caller.clone(), cancel.clone(), detach)));
         if let Some(durable) = &durable {
@@ -403,7 +425,7 @@ impl Engine {
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
         let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
-        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription, registration };
+        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription, registration, keys };
         tokio::spawn(async move {
             engine.clone().pump(pump).await;
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -438,10 +460,10 @@ impl Engine {
                 if !declares_extension(request) {
                     return Ok(Some(Some(missing_extension(id.clone()))));
                 }
-                Ok(self.tasks_request(&caller.principal, flavor, id, method, params).await?.map(Some))
+                Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
             (Flavor::V2025, "tasks/get" | "tasks/list" | "tasks/cancel") => {
-                Ok(self.tasks_request(&caller.principal, flavor, id, method, params).await?.map(Some))
+                Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
             (Flavor::V2025, "tasks/result") => self.task_result(caller, id, params, stream).await,
             _ => Ok(None),
@@ -501,7 +523,7 @@ impl Engine {
         let store = self.store();
         let run_stream = StreamId::random();
         store.create_stream(&run_stream, &caller.stream_owner()).await?;
-        let (task, key) = self.create_task(&caller.principal, caller.session.as_ref(), flavor, ttl, &run_stream).await?;
+        let (task, key) = self.create_task(caller, flavor, ttl, &run_stream).await?;
         let mut record = RunRecord::new(self, caller, request.clone(), &run_stream);
         record.task = Some(key.clone());
         record.task_flavor = Some(flavor);
@@ -532,10 +554,9 @@ impl Engine {
         if task_id.parse::<StreamId>().is_err() {
             return Ok(Some(Some(not_found())));
         }
-        let key = crate::tasks::task_key(&caller.principal, task_id);
-        let Some((task, _)) =
-            self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025 && t.principal == caller.principal.as_str())
-        else {
+        let owner = crate::tasks::TaskOwner::of(caller, Flavor::V2025);
+        let key = owner.key(task_id);
+        let Some((task, _)) = self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025 && owner.owns(t)) else {
             return Ok(Some(Some(not_found())));
         };
         if task.stream.parse::<StreamId>().is_err() {
@@ -660,7 +681,7 @@ impl Engine {
         }
         let task_stream = StreamId::random();
         self.store().create_stream(&task_stream, &caller.stream_owner()).await?;
-        let (task, key) = self.create_task(&caller.principal, None, Flavor::Extension, None, &task_stream).await?;
+        let (task, key) = self.create_task(caller, Flavor::Extension, None, &task_stream).await?;
         // The task's steps (and those of its synchronous rounds) live as long as the task.
         self.refresh_steps(&held.run_id, None).await?;
         let (record_key, record_stream) = (key.clone(), task_stream.to_string());
@@ -678,7 +699,7 @@ impl Engine {
     }
 
     async fn pump(self, pump: Pump) {
-        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription, registration } = pump;
+        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription, registration, keys } = pump;
         let mut feed: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
         if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
             task_watch = Some(self.watch_task(&key, &run.cancel));
@@ -720,7 +741,7 @@ impl Engine {
                     break;
                 }
                 Outbound::Outcome(mut outcome) => {
-                    if caller.era == Era::Legacy && caller.protocol_version.as_str() >= "2025-11-25" {
+                    if caller.era == Era::Legacy && caller.protocol_version >= McpVersion::V2025_11_25 {
                         declare_task_support(&mut outcome);
                     }
                     if caller.era == Era::Modern {
@@ -729,7 +750,7 @@ impl Engine {
                         {
                             let pending: Vec<(String, Value)> = std::mem::take(&mut *lock(&durable.pending));
                             if !pending.is_empty() {
-                                outcome = self.input_required(&id, &held.run_id, &caller, &held.record.request, pending);
+                                outcome = input_required(&keys, &id, &held.run_id, &caller, &held.record.request, pending);
                                 suspended = true;
                             }
                         }
@@ -776,7 +797,10 @@ impl Engine {
                     }
                     committed
                 }
-                Outbound::Notification { method, message } => self.route_notification(&caller, &stream, &method, message).await,
+                Outbound::Notification { method, message } => {
+                    let already_sent = held.as_ref().and_then(|h| h.already_sent.as_deref());
+                    self.route_notification(&caller, &stream, &method, message, already_sent).await
+                }
                 Outbound::Request { id: original_id, mut message, .. } => async {
                     let inbox = match &mut inbox {
                         Some(inbox) => inbox,
@@ -917,7 +941,18 @@ impl Engine {
         false
     }
 
-    pub(crate) async fn route_notification(&self, caller: &Caller, stream: &StreamId, method: &str, message: Value) -> Result<(), EngineError> {
+    /// Route one notification of a handler: to the request's `stream`, unless it goes to
+    /// the session's standalone stream (list changes, resource updates) or the log level
+    /// filters it out. A re-run (`already_sent`) drops the notifications earlier runs
+    /// already committed to `stream` (D7, see [`AlreadySent`]).
+    pub(crate) async fn route_notification(
+        &self,
+        caller: &Caller,
+        stream: &StreamId,
+        method: &str,
+        message: Value,
+        already_sent: Option<&AlreadySent>,
+    ) -> Result<(), EngineError> {
         let params = message.get("params");
         match (caller.era, method) {
             (Era::Legacy, "notifications/message") => {
@@ -944,6 +979,10 @@ impl Engine {
             }
             _ => {}
         }
+        if already_sent.is_some_and(|already| already.suppress(stream, method, &message)) {
+            tracing::debug!(%stream, %method, "re-run: not sending a notification the stream already has");
+            return Ok(());
+        }
         self.commit(stream, &message, false).await.map(drop)
     }
 
@@ -958,20 +997,18 @@ impl Engine {
             "resources/unsubscribe" => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Unsubscribe(u.to_owned())),
             _ => None,
         };
-        if let Some(change) = change {
-            self.store().update_session(&caller.principal, &session.id, change).await?;
+        // The index entry first, the session's subscription after it (and the reverse to
+        // unsubscribe): a crash between them leaves an extra hint, never a miss.
+        if let Some(SessionChange::Subscribe(uri)) = &change {
+            self.index_subscription(&caller.principal, &session.id, uri).await?;
+        }
+        if let Some(change) = &change {
+            self.store().update_session(&caller.principal, &session.id, change.clone()).await?;
+        }
+        if let Some(SessionChange::Unsubscribe(uri)) = &change {
+            self.unindex_subscription(&session.id, uri).await?;
         }
         Ok(())
-    }
-
-    /// The `input_required` result of a stateless request whose handler waits for the
-    /// client's answers: the questions, and a sealed state naming the run, so that the
-    /// retry continues it (D12).
-    fn input_required(&self, id: &RequestId, run_id: &str, caller: &Caller, request: &Map<String, Value>, pending: Vec<(String, Value)>) -> Value {
-        let requests: Map<String, Value> = pending.into_iter().collect();
-        let state = self.seal_run(run_id, &caller.principal, request);
-        serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
-            "resultType": "input_required", "inputRequests": requests, "requestState": state}})
     }
 
     /// 2026-07-28 results carry `serverInfo` in their `_meta`.
@@ -987,16 +1024,13 @@ impl Engine {
     /// subscriptions are in the store) gets the notification on its standalone stream, read
     /// by its GET stream on whichever worker holds it.
     ///
-    /// This scans the sessions (`list_sessions`), so its cost grows with the number of live
-    /// sessions; a store index of subscriptions is the way to scale it further.
+    /// The sessions are found through the subscription index (`subscriptions.rs`): the
+    /// cost grows with the number of subscribers of `uri`, not with the live sessions.
     async fn fan_out_resource_update(&self, uri: &str, message: &Value) -> Result<(), EngineError> {
-        const MAX_SESSIONS: usize = 100_000;
-        for session in self.store().list_sessions(None, MAX_SESSIONS).await? {
-            if session.subscriptions.contains(uri) {
-                match self.store().append(&session.standalone_stream, message.to_string(), false).await {
-                    Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+        for session in self.subscribers(uri).await? {
+            match self.store().append(&session.standalone_stream, message.to_string(), false).await {
+                Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
@@ -1069,6 +1103,16 @@ impl Engine {
     }
 }
 
+/// The `input_required` result of a stateless request whose handler waits for the client's
+/// answers: the questions, and a state naming the run, sealed with `keys`, so that the
+/// retry continues it on any worker (D9, D12).
+fn input_required(keys: &StateKeys, id: &RequestId, run_id: &str, caller: &Caller, request: &Map<String, Value>, pending: Vec<(String, Value)>) -> Value {
+    let requests: Map<String, Value> = pending.into_iter().collect();
+    let state = crate::journal::seal_run(keys, run_id, &caller.principal, request);
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
+        "resultType": "input_required", "inputRequests": requests, "requestState": state}})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1080,3 +1124,4 @@ mod tests {
         assert!(passes(Some("info"), "info"));
     }
 }
+

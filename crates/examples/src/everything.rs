@@ -27,12 +27,14 @@
 //!
 //! # `requestState` key
 //!
-//! [`Everything::new`] takes the key that seals `requestState` (HMAC-SHA256 through
-//! rmcp's [`RequestStateCodec`], bound to the tool or prompt name, 10-minute TTL). It
-//! must be at least [`RequestStateCodec::MIN_KEY_LENGTH`] (32) bytes. `None` draws a
-//! random key for this process: fine for one node, but a retry that lands on another
-//! node or after a restart then fails verification (-32602). Durable and multi-node
-//! deployments must pass the same key everywhere.
+//! `requestState` is sealed with HMAC-SHA256 through rmcp's [`RequestStateCodec`], bound
+//! to the tool or prompt name, with a 10-minute TTL. Under durable-mcp (`Everything::new(None)`)
+//! the codec comes from the request's extensions ([`StateKeys`]): the server's key ring in
+//! the store, shared by every worker and kept across restarts, so a retry may land on any
+//! worker. [`Everything::new`] with a key (at least [`RequestStateCodec::MIN_KEY_LENGTH`],
+//! 32, bytes) seals with that key instead, everywhere. Outside durable-mcp, with no key,
+//! a random key for this process is used: fine for one node, but a retry that lands on
+//! another node or after a restart then fails verification (-32602).
 //!
 //! # Fixtures, what the suite checks, and what the transport must do
 //!
@@ -64,7 +66,7 @@
 //! | `test_trigger_prompt_change` | same for `dynamic_prompt` and `notifications/prompts/list_changed` | `server-stateless` (2026) | same |
 //! | `test_custom_header` | echoes `value`; its schema marks `value` with `x-mcp-header: Value` | `http-custom-header-server-validation` (2026, pending) | validates `Mcp-Param-Value` against the body (schema from `get_tool`) |
 //! | `dynamic_tool` | listed and callable only after an odd number of `test_trigger_tool_change` | – | – |
-//! | `emit_events` | `count` progress notifications (only with a progressToken) and `count` info logs (subject to the log rules below), `interval_ms` apart, then text `count`; stops on cancellation | used by durable-mcp's own tests and benchmarks | everything on the POST stream of the call |
+//! | `emit_events` | `count` progress notifications (only with a progressToken) and `count` info logs (subject to the log rules below), `interval_ms` apart, then text `count`; stops on cancellation; task-supporting (an ordinary handler, without the durable context, run as a task) | used by durable-mcp's own tests and benchmarks | everything on the POST stream of the call |
 //! | `trigger_resource_update` | announces (or broadcasts) `notifications/resources/updated` for `uri` (default `test://watched-resource`) to `listen` streams that subscribed it; legacy also sends it through its peer | – | legacy: route to the sessions that subscribed the URI |
 //!
 //! ## SEP-2322 fixtures (2026-07-28; in legacy sessions the same code asks inline)
@@ -198,7 +200,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use durable_mcp_protocol::{Durable, ServerChange, ServerState};
+use durable_mcp_protocol::{Durable, ServerChange, ServerState, StateKeys};
 use rand::RngCore;
 use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -267,7 +269,10 @@ async fn flip_switch(context: &RequestContext<RoleServer>, key: &str, local: &At
 
 /// State shared by every clone of one [`Everything`].
 struct Shared {
-    codec: RequestStateCodec,
+    /// The key given to [`Everything::new`], if any; else a random one, used only where
+    /// the request carries no [`StateKeys`] (outside durable-mcp).
+    codec: Arc<RequestStateCodec>,
+    explicit_key: bool,
     dynamic_tool: AtomicBool,
     dynamic_prompt: AtomicBool,
     changes: broadcast::Sender<Change>,
@@ -297,7 +302,7 @@ impl std::fmt::Debug for Everything {
 impl Default for Everything {
     /// An [`Everything`] with a random `requestState` key (single-process use only).
     fn default() -> Self {
-        Self::with_codec(Self::random_codec())
+        Self::with_codec(Self::random_codec(), false)
     }
 }
 
@@ -306,18 +311,18 @@ impl Everything {
     ///
     /// `request_state_key` seals SEP-2322 `requestState` values; it must be at least
     /// [`RequestStateCodec::MIN_KEY_LENGTH`] bytes of secret, high-entropy material and the
-    /// same on every node that may receive a retry. `None` draws a random key, valid for
-    /// this process only.
+    /// same on every node that may receive a retry. `None`: the server's [`StateKeys`]
+    /// under durable-mcp (shared by every worker), else a random key valid for this
+    /// process only.
     ///
     /// # Errors
     ///
     /// [`RequestStateError::KeyTooShort`] if the key is shorter than 32 bytes.
     pub fn new(request_state_key: Option<Vec<u8>>) -> Result<Self, RequestStateError> {
-        let codec = match request_state_key {
-            Some(key) => RequestStateCodec::try_new(key)?,
-            None => Self::random_codec(),
-        };
-        Ok(Self::with_codec(codec))
+        Ok(match request_state_key {
+            Some(key) => Self::with_codec(RequestStateCodec::try_new(key)?, true),
+            None => Self::with_codec(Self::random_codec(), false),
+        })
     }
 
     /// Sets how long `test_reconnection` waits after asking the transport to close its
@@ -334,11 +339,12 @@ impl Everything {
         RequestStateCodec::new_unchecked(key)
     }
 
-    fn with_codec(codec: RequestStateCodec) -> Self {
+    fn with_codec(codec: RequestStateCodec, explicit_key: bool) -> Self {
         let (changes, _) = broadcast::channel(64);
         Self {
             shared: Arc::new(Shared {
-                codec,
+                codec: Arc::new(codec),
+                explicit_key,
                 dynamic_tool: AtomicBool::new(false),
                 dynamic_prompt: AtomicBool::new(false),
                 changes,
@@ -346,6 +352,16 @@ impl Everything {
             tool_router: Arc::new(Self::tool_router() + Self::mrtr_router() + Self::tasks_router() + Self::durability_router()),
             prompt_router: Arc::new(Self::prompt_router()),
             reconnection_delay: DEFAULT_RECONNECTION_DELAY,
+        }
+    }
+
+    /// The codec that seals and opens this request's `requestState`: the key given to
+    /// [`Everything::new`], else the server's keys from the request (under durable-mcp),
+    /// else this process's random key.
+    fn state_codec(&self, context: &RequestContext<RoleServer>) -> Arc<RequestStateCodec> {
+        match context.extensions.get::<StateKeys>() {
+            Some(keys) if !self.shared.explicit_key => keys.codec(),
+            _ => self.shared.codec.clone(),
         }
     }
 

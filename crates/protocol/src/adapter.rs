@@ -54,6 +54,8 @@ pub struct PeerContext {
     pub server_state: Option<crate::ServerState>,
     /// The durable context of a journaled request, inserted into the request's extensions.
     pub durable: Option<crate::Durable>,
+    /// The server's `requestState` keys, inserted into the request's extensions.
+    pub state_keys: Option<crate::StateKeys>,
 }
 
 /// A request running in its handler.
@@ -133,11 +135,6 @@ impl std::fmt::Debug for McpHandler {
     }
 }
 
-/// Protocol versions durable-mcp serves with `initialize` sessions, oldest first.
-pub const LEGACY_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
-/// The stateless protocol version (no `initialize`).
-pub const MODERN_VERSION: &str = "2026-07-28";
-
 impl McpHandler {
     /// Wrap an rmcp server handler. It is cloned once per request, as rmcp's own HTTP
     /// service does, so keep shared state behind `Arc`s.
@@ -189,6 +186,9 @@ impl McpHandler {
             }
             if let Some(durable) = &peer.durable {
                 request.request.extensions_mut().insert(durable.clone());
+            }
+            if let Some(keys) = &peer.state_keys {
+                request.request.extensions_mut().insert(keys.clone());
             }
         }
         let (out_tx, outbound) = mpsc::channel(64);

@@ -4,15 +4,33 @@
 //!
 //! A handler written with rmcp's macros takes it with the `Extension` extractor:
 //!
-//! ```ignore
-//! #[tool(description = "Charge a card, once")]
-//! async fn charge(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
-//!     let receipt: String = durable
-//!         .step("charge", |key| async move { payments.charge(100, key.idempotency_key()).await })
-//!         .await?;
-//!     Ok(CallToolResult::success(vec![Content::text(receipt)]))
+//! ```no_run
+//! use durable_mcp_protocol::Durable;
+//! use rmcp::handler::server::tool::Extension;
+//! use rmcp::model::{CallToolResult, ContentBlock};
+//! use rmcp::{ErrorData as McpError, tool, tool_router};
+//!
+//! /// A payment service that deduplicates charges by idempotency key.
+//! async fn charge_card(cents: u64, idempotency_key: &str) -> String {
+//!     format!("receipt-{cents}-{idempotency_key}")
+//! }
+//!
+//! #[derive(Clone)]
+//! struct Shop;
+//!
+//! #[tool_router]
+//! impl Shop {
+//!     #[tool(description = "Charge a card, once")]
+//!     async fn charge(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+//!         let receipt: String = durable
+//!             .step("charge", |key| async move { charge_card(100, key.idempotency_key()).await })
+//!             .await?;
+//!         Ok(CallToolResult::success(vec![ContentBlock::text(receipt)]))
+//!     }
 //! }
 //! ```
+//!
+//! (`examples/durable-steps` in the repository is a whole server.)
 //!
 //! # The rule: code between steps may run again
 //!
@@ -32,6 +50,12 @@
 //!
 //! Questions, progress and log messages are numbered in the order they are made, which is
 //! why that order must not change between runs.
+//!
+//! Notifications a handler sends through rmcp's peer instead are not numbered, but a
+//! re-run does not repeat them either (D7): the engine drops a re-run's progress that is
+//! not above what its stream already holds for the token, and any other notification
+//! identical to one already on the stream (`docs/durable-execution.md`, "Notifications of
+//! a re-run").
 
 // Sampling, roots and logging are deprecated upstream (SEP-2577) but still part of the
 // protocol versions durable-mcp serves.
@@ -51,6 +75,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::context::BoxFuture;
+use crate::state_keys::StateKeys;
 
 /// The JSON-RPC error code a handler's run ends with when it must wait for client input
 /// in the stateless era; the engine replaces that outcome with an `input_required` result.
@@ -420,16 +445,11 @@ impl Durable {
 }
 
 /// Seals the `requestState` of a journaled request that waits for the client's input in
-/// the stateless era (D12): authenticated with a server key, bound to the principal, the
-/// method and the request's parameters, and expiring.
+/// the stateless era (D12): authenticated with the server's [`StateKeys`], bound to the
+/// principal, the method and the request's parameters, and expiring.
+#[derive(Debug, Clone)]
 pub struct StateSealer {
-    codec: rmcp::model::RequestStateCodec,
-}
-
-impl std::fmt::Debug for StateSealer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StateSealer")
-    }
+    keys: StateKeys,
 }
 
 /// The prefix that marks a `requestState` as durable-mcp's own.
@@ -437,34 +457,37 @@ pub const SEALED_STATE_PREFIX: &str = "dmcp.";
 
 /// Why a sealed state was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid requestState: {0}")]
-pub struct SealError(String);
+#[non_exhaustive]
+pub enum SealError {
+    /// It does not start with [`SEALED_STATE_PREFIX`].
+    #[error("invalid requestState: not durable-mcp's")]
+    Foreign,
+    /// Forged, tampered, expired, bound to something else, or sealed with a key this
+    /// server does not hold (any more).
+    #[error("invalid requestState: {0}")]
+    Refused(#[source] rmcp::model::RequestStateError),
+    /// Authentic, but its payload is not JSON.
+    #[error("invalid requestState: {0}")]
+    Payload(#[source] serde_json::Error),
+}
 
 impl StateSealer {
-    /// A sealer with `key`: at least 32 bytes of secret, high-entropy material, the same
-    /// on every worker.
-    pub fn new(key: &[u8]) -> Result<Self, SealError> {
-        let codec = rmcp::model::RequestStateCodec::try_new(key.to_vec()).map_err(|e| SealError(e.to_string()))?;
-        Ok(Self { codec })
-    }
-
-    /// A sealer with a key the caller just generated from a secure random source (at
-    /// least 32 bytes; not checked).
-    pub fn generated(key: Vec<u8>) -> Self {
-        Self { codec: rmcp::model::RequestStateCodec::new_unchecked(key) }
+    /// A sealer with `keys`: the current key seals, every key still in use opens.
+    pub fn new(keys: StateKeys) -> Self {
+        Self { keys }
     }
 
     /// Seal `payload`, bound to `binding`, valid for `ttl`.
     pub fn seal(&self, payload: &Value, binding: &[u8], ttl: Duration) -> String {
         let options = rmcp::model::SealOptions::new().associated_data(binding).ttl(ttl);
-        let sealed = self.codec.seal_with(payload.to_string().as_bytes(), &options);
+        let sealed = self.keys.codec().seal_with(payload.to_string().as_bytes(), &options);
         format!("{SEALED_STATE_PREFIX}{sealed}")
     }
 
     /// Open a state sealed by [`StateSealer::seal`] with the same binding.
     pub fn open(&self, sealed: &str, binding: &[u8]) -> Result<Value, SealError> {
-        let token = sealed.strip_prefix(SEALED_STATE_PREFIX).ok_or_else(|| SealError("not durable-mcp's".into()))?;
-        let bytes = self.codec.open_with(token, binding).map_err(|e| SealError(e.to_string()))?;
-        serde_json::from_slice(&bytes).map_err(|e| SealError(e.to_string()))
+        let token = sealed.strip_prefix(SEALED_STATE_PREFIX).ok_or(SealError::Foreign)?;
+        let bytes = self.keys.codec().open_with(token, binding).map_err(SealError::Refused)?;
+        serde_json::from_slice(&bytes).map_err(SealError::Payload)
     }
 }

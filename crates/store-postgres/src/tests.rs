@@ -1,13 +1,13 @@
 //! The contract suite and PostgreSQL-specific tests. Each test gets a fresh schema in the
 //! database named by `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
 //! If the server is unreachable the tests print `skipped: ...` and pass, except with
-//! `CI=true`, where they fail.
+//! CI (`durable_mcp_store::in_ci`), where they fail.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionChange, Store, StoreError, StreamId, StreamOwner};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionChange, Store, StoreError, StreamId, StreamOwner, in_ci};
 use durable_mcp_store::contract::{WAKE_WINDOW, events_after_wake};
 use futures::StreamExt;
 
@@ -18,10 +18,6 @@ const SCHEMA_PREFIX: &str = "dmcp_test_";
 
 fn database_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
-}
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 /// `url` with one more query parameter.
@@ -55,7 +51,7 @@ async fn fresh_options(extra: &[(&str, &str)]) -> Option<PgOptions> {
         Ok(_) => {}
         // The inner error reads "PostgreSQL not reachable at host:port/db: <cause>".
         Err(StoreError::Unavailable(error)) => {
-            assert!(!in_ci(), "CI=true and {error}");
+            assert!(!in_ci(), "CI is set and {error}");
             eprintln!("skipped: {error}");
             return None;
         }

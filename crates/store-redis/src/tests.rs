@@ -1,7 +1,7 @@
 //! Tests against a real Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`). Each test
 //! gets a fresh random key prefix and deletes its keys when its store is dropped. Without a
-//! reachable Redis the tests print `skipped: ...` and pass, except with `CI=true`, where they
-//! fail.
+//! reachable Redis the tests print `skipped: ...` and pass, except in CI
+//! (`durable_mcp_store::in_ci`), where they fail.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,8 +35,8 @@ async fn open_with(prefix: &str, tweak: impl FnOnce(&mut RedisOptions)) -> Optio
     tweak(&mut options);
     match RedisStore::open(options).await {
         Ok(store) => Some(store),
-        Err(error) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("Redis not reachable at {url} (CI=true, so this fails): {error}")
+        Err(error) if durable_mcp_store::in_ci() => {
+            panic!("Redis not reachable at {url} (CI is set, so this fails): {error}")
         }
         Err(error) => {
             eprintln!("skipped: Redis not reachable at {url}: {error}");

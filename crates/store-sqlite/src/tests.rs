@@ -135,3 +135,29 @@ async fn record_prefixes_are_literal_and_ordered_bytewise() {
         Err(StoreError::Conflict { .. })
     ));
 }
+
+/// Regression: every read beyond the pooled connections opened a fresh connection, and
+/// SQLite keeps the file handle of a connection closed while others hold locks on the file,
+/// so a burst of concurrent reads (many GET streams woken at once) left hundreds of
+/// handles open for the process's lifetime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_concurrent_reads_keep_at_most_max_readers_connections() {
+    let path = temp_path("readers.db");
+    let store = Arc::new(SqliteStore::open(SqliteOptions::new(&path)).await.unwrap());
+    let stream = StreamId::random();
+    store.create_stream(&stream, &StreamOwner { principal: Principal::anonymous(), session: None }).await.unwrap();
+    let reads = (0..200).map(|_| {
+        let (store, stream) = (store.clone(), stream.clone());
+        tokio::spawn(async move { store.read_after(&stream, 0, 10).await.map(drop) })
+    });
+    for read in futures::future::join_all(reads).await {
+        read.unwrap().unwrap();
+    }
+    // Handles on this test's database file (other tests run in this process too).
+    let handles = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| *target == path)
+        .count();
+    assert!(handles <= MAX_READERS + 1, "{handles} handles on the database file: readers and the writer only");
+}

@@ -1,6 +1,6 @@
 //! The contract test suite: cases written once, run against every backend by
 //! [`store_contract_tests!`](crate::store_contract_tests). Each case is named after the
-//! guarantee of `DURABILITY.md` it checks and gets a fresh store from the backend's factory.
+//! guarantee of `docs/guarantees.md` it checks and gets a fresh store from the backend's factory.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -26,6 +26,7 @@ pub fn session(principal: &Principal) -> SessionRecord {
         standalone_stream: StreamId::random(),
         created_at_ms: now_ms(),
         last_seen_ms: now_ms(),
+        delivery: None,
     }
 }
 
@@ -317,6 +318,34 @@ pub async fn d4_session_state_compare_and_set_loses_no_update(store: Arc<dyn Sto
     assert_eq!(loaded.state.get("n"), Some(&serde_json::json!(80)), "80 increments, none lost");
 }
 
+/// Streamable HTTP "Multiple Connections": GET streams racing to take a session's delivery
+/// over from the same state (on any workers) cannot both win; the winner's state is stored.
+pub async fn spec_session_delivery_compare_and_set_has_one_winner(store: Arc<dyn Store>) {
+    let who = Principal::anonymous();
+    let record = session(&who);
+    store.create_session(record.clone()).await.expect("create");
+    let mut tasks = Vec::new();
+    for n in 0..8 {
+        let (store, who, id) = (store.clone(), who.clone(), record.id.clone());
+        tasks.push(tokio::spawn(async move {
+            let value = crate::Delivery::default().held_by(&format!("get {n}"), 1);
+            let change = SessionChange::CompareAndSetDelivery { expected: None, value };
+            match store.update_session(&who, &id, change).await {
+                Ok(_) => Some(n),
+                Err(StoreError::Conflict { .. }) => None,
+                Err(e) => panic!("{e}"),
+            }
+        }));
+    }
+    let mut winners = Vec::new();
+    for t in tasks {
+        winners.extend(t.await.expect("join"));
+    }
+    assert_eq!(winners.len(), 1, "exactly one GET stream takes the delivery: {winners:?}");
+    let stored = store.load_session(&who, &record.id).await.expect("load").delivery.expect("stored");
+    assert_eq!(stored.holder, Some(format!("get {}", winners[0])));
+}
+
 /// D8: `Expect::Absent` lets exactly one of many racing writers commit a key (first commit
 /// wins), and everyone reads the winner's value afterwards.
 pub async fn d8_first_commit_wins_among_racing_writers(store: Arc<dyn Store>) {
@@ -433,6 +462,37 @@ pub async fn d8_list_and_delete_by_prefix(store: Arc<dyn Store>) {
     assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 0);
 }
 
+/// `len` printable bytes that do not compress (PostgreSQL compresses long index entries:
+/// a repetitive key would fit its index where a client's real id does not).
+fn incompressible(len: usize) -> String {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            char::from(b'!' + ((state >> 33) % 94) as u8)
+        })
+        .collect()
+}
+
+/// Keys built with [`crate::key_part`] from input of any length are stored, read and listed
+/// by prefix on every backend; a raw key a backend cannot index is refused as a value
+/// ([`crate::StoreErrorKind::Refused`]), never reported as an outage.
+pub async fn bounded_keys_of_any_input_are_stored(store: Arc<dyn Store>) {
+    let run = StreamId::random().to_string();
+    for len in [3_000, 100_000] {
+        let key = format!("{run}/{}", crate::key_part(&incompressible(len)));
+        store.put_record(RecordKind::Alias, &key, format!("{len}"), None, Expect::Absent).await.expect("a bounded key is stored");
+        let record = store.get_record(RecordKind::Alias, &key).await.expect("get").expect("present");
+        assert_eq!(record.value, format!("{len}"));
+    }
+    assert_eq!(store.list_records(RecordKind::Alias, &format!("{run}/"), 10).await.expect("list").len(), 2);
+    let raw = format!("{run}/{}", incompressible(3_000));
+    match store.put_record(RecordKind::Alias, &raw, "raw".into(), None, Expect::Absent).await {
+        Ok(_) => assert!(store.get_record(RecordKind::Alias, &raw).await.expect("get").is_some()),
+        Err(error) => assert_eq!(error.kind(), crate::StoreErrorKind::Refused, "{error}"),
+    }
+}
+
 /// D10, D14: an expired record is absent for reads, lists and `Expect::Absent`, and prune
 /// deletes it; unexpired records survive prune.
 pub async fn d14_expired_records_are_absent_and_pruned(store: Arc<dyn Store>) {
@@ -476,13 +536,13 @@ pub enum LogOp {
     },
 }
 
-/// How many cases the event-log property test runs: `PROPTEST_CASES` if set, else 256 with
-/// `CI=true` (the CI runs) and 32 otherwise (a quick local run).
+/// How many cases the event-log property test runs: `PROPTEST_CASES` if set, else 256 in
+/// CI ([`crate::in_ci`]) and 32 otherwise (a quick local run).
 pub fn property_cases() -> u32 {
     if let Some(cases) = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()) {
         return cases;
     }
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") { 256 } else { 32 }
+    if crate::in_ci() { 256 } else { 32 }
 }
 
 /// Streams used by the property test.
@@ -563,7 +623,7 @@ pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
 ///
 /// `$factory` is an async expression giving `Option<Arc<dyn Store>>`: a fresh, isolated
 /// store, or `None` to skip (service missing outside CI; the factory prints why and must
-/// panic instead when `CI=true`).
+/// panic instead in CI, see [`crate::in_ci`]).
 ///
 /// `pair = $pair` is an async expression giving `Option<(Arc<dyn Store>, Arc<dyn Store>)>`:
 /// a watching and a writing handle on one fresh store, each re-reading on its own (poll
@@ -585,10 +645,12 @@ macro_rules! store_contract_tests {
             d14_prune_respects_open_streams_and_idle_ttl,
             d4_list_sessions_by_principal,
             d4_session_state_compare_and_set_loses_no_update,
+            spec_session_delivery_compare_and_set_has_one_winner,
             d8_first_commit_wins_among_racing_writers,
             d7_compare_and_set_versions,
             d8_list_and_delete_by_prefix,
             d14_expired_records_are_absent_and_pruned,
+            bounded_keys_of_any_input_are_stored,
         );
         mod contract_wake {
             #[allow(unused_imports)]

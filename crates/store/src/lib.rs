@@ -2,8 +2,9 @@
 //!
 //! Every backend (in-memory, SQLite, PostgreSQL, Redis) implements [`Store`]; the engine
 //! and the transports know only this trait. Each operation states its guarantee under a
-//! `# Durability` heading, naming the line of `DURABILITY.md` it implements.
+//! `# Durability` heading, naming the guarantee of `docs/guarantees.md` (D1..D15) it implements.
 
+mod ci;
 mod error;
 mod ids;
 mod journal;
@@ -21,10 +22,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+pub use ci::in_ci;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
-pub use journal::{Expect, Record, RecordKind, prefix_end};
-pub use record::{PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
+pub use journal::{Expect, MAX_PLAIN_KEY_PART, Record, RecordKind, key_part, prefix_end};
+pub use record::{
+    DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead,
+};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
 pub fn now_ms() -> u64 {

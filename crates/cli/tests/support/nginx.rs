@@ -16,44 +16,31 @@ pub fn binary() -> Option<PathBuf> {
     ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().map(PathBuf::from).find(|p| p.exists())
 }
 
-/// The configuration the tests and `docs/deployment.md` use.
+/// The one nginx configuration of the load-balancer tests, shared with
+/// `scripts/lb-conformance.sh`; `docs/deployment.md` shows its upstream and location blocks.
+pub const TEMPLATE: &str = include_str!("../../../../scripts/nginx.conf.template");
+
+/// `TEMPLATE` filled in: scratch folder `dir`, `listen` address, one `server` per worker.
 pub fn config(dir: &Path, listen: SocketAddr, workers: &[SocketAddr]) -> String {
-    let servers: String = workers.iter().map(|w| format!("        server {w};\n")).collect();
-    format!(
-        "daemon off;
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    upstream mcp {{
-{servers}        keepalive 32;
-    }}
-    server {{
-        listen {listen};
-        location /mcp {{
-            proxy_pass http://mcp;
-            proxy_http_version 1.1;
-            proxy_set_header Connection \"\";
-            proxy_set_header Host $host;
-            proxy_buffering off;
-            proxy_request_buffering off;
-            proxy_cache off;
-            proxy_read_timeout 3600s;
-            proxy_send_timeout 3600s;
-            proxy_next_upstream error timeout;
-        }}
-    }}
-}}
-",
-        dir = dir.display()
-    )
+    let servers: Vec<String> = workers.iter().map(|w| format!("        server {w};")).collect();
+    TEMPLATE
+        .replace("@DIR@", &dir.display().to_string())
+        .replace("@LISTEN@", &listen.to_string())
+        .replace("@SERVERS@", &servers.join("\n"))
+}
+
+/// The directives of the block that opens with `opening` (e.g. `location /mcp {`) in an
+/// nginx configuration, one per statement, comments and blank lines dropped, `server`
+/// lines of an upstream left out (addresses differ between deployments).
+pub fn block_directives(conf: &str, opening: &str) -> Vec<String> {
+    let Some(start) = conf.find(opening) else { return Vec::new() };
+    conf[start + opening.len()..]
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default().trim())
+        .take_while(|line| *line != "}")
+        .filter(|line| !line.is_empty() && !line.starts_with("server "))
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
 }
 
 impl Nginx {

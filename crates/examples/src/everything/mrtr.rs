@@ -197,7 +197,7 @@ impl Everything {
                 single_field_schema("color", "string"),
             )]
         };
-        let codec = &self.shared.codec;
+        let codec = &self.state_codec(&context);
         let round = match state.as_deref() {
             Some(sealed) => input::open::<Round>(codec, MULTI_ROUND, sealed)?,
             None => Round {
@@ -322,9 +322,10 @@ impl Everything {
         state: Option<String>,
         questions: impl Fn() -> Vec<Question>,
     ) -> Result<Result<Answers, CallToolResponse>, McpError> {
+        let codec = self.state_codec(context);
         let verified = match state.as_deref() {
             Some(sealed) => {
-                input::open::<Round>(&self.shared.codec, tool, sealed)?;
+                input::open::<Round>(&codec, tool, sealed)?;
                 true
             }
             None => false,
@@ -338,7 +339,7 @@ impl Everything {
             Gathered::Complete(answers) => Ok(Ok(answers)),
             Gathered::InputRequired(requests) => {
                 let state = input::seal(
-                    &self.shared.codec,
+                    &codec,
                     tool,
                     &Round {
                         round: 1,

@@ -742,6 +742,7 @@ fn task_fixtures_declare_their_task_support() {
         ("multi_input", TaskSupport::Optional),
         ("steps", TaskSupport::Optional),
         ("ask", TaskSupport::Optional),
+        ("emit_events", TaskSupport::Optional),
         ("greet", TaskSupport::Forbidden),
         ("test_tool_with_task", TaskSupport::Forbidden),
     ] {

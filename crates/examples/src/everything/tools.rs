@@ -9,6 +9,7 @@ use rmcp::model::{
     ServerNotification,
 };
 use rmcp::service::RequestContext;
+use durable_mcp_protocol::{TaskSupport, task_support};
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -396,7 +397,8 @@ impl Everything {
     }
 
     #[tool(
-        description = "Sends count progress notifications (with a progressToken) and count info log messages, interval_ms apart, then returns count"
+        description = "Sends count progress notifications (with a progressToken) and count info log messages, interval_ms apart, then returns count; a task for clients that ask for one",
+        meta = task_support(TaskSupport::Optional)
     )]
     async fn emit_events(
         &self,

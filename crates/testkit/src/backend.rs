@@ -1,6 +1,6 @@
 //! The shared stores the multi-worker tests need, read from `DATABASE_URL` / `REDIS_URL`
 //! (defaults on loopback). Outside CI a missing service skips the test with a printed
-//! reason; with `CI=true` it fails.
+//! reason; in CI (`durable_mcp_store::in_ci`) it fails.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -38,7 +38,7 @@ impl Backend {
     pub fn available(self) -> bool {
         match TcpStream::connect_timeout(&self.addr(), Duration::from_secs(2)) {
             Ok(_) => true,
-            Err(error) if std::env::var("CI").as_deref() == Ok("true") => {
+            Err(error) if durable_mcp_store::in_ci() => {
                 panic!("{self:?} is required in CI but not reachable at {}: {error}", self.base())
             }
             Err(error) => {
