@@ -16,33 +16,18 @@ use support::backend::Backend;
 use support::proxy::Proxy;
 use support::*;
 
-fn emit_call(id: u64, count: u64) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "emit_events", "arguments": {"count": count, "interval_ms": 20}, "_meta": {"progressToken": "p"}}})
-}
-
+/// Worker A is killed with SIGKILL while a call runs; the client resumes on worker B, which
+/// takes the call over once A's lease expires and re-runs it (D3, D4, D7).
 fn resume_on_another_worker(backend: Backend) {
     let Some((mut a, b)) = two_workers(backend, &[]) else { return };
     let session = initialize(a.addr);
-    let mut response = post(a.addr, Some(&session), &emit_call(42, 10));
-    let (mut last, _) = response.next_event().expect("priming");
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
-        let (id, data) = response.next_event().expect("event");
-        last = id.clone();
-        seen.push(serde_json::from_str::<Value>(&data).unwrap());
-    }
-    drop(response);
-    std::thread::sleep(Duration::from_millis(1_500));
+    // 100 ms between steps: after three messages the call has more than a second to go.
+    let (last, seen) = read_part(a.addr, &session, &emit_call(42, 10, 100), 3);
     a.kill();
-    let resumed = resume(b.addr, &session, last.as_deref().unwrap());
+    let resumed = resume(b.addr, &session, &last);
     assert_eq!(resumed.status, 200, "D4: worker B serves A's session");
-    let rest: Vec<Value> = resumed.messages().into_iter().map(|(_, m)| m).collect();
-    let all: Vec<&Value> = seen.iter().chain(&rest).collect();
-    let progress = all.iter().filter(|m| m["method"] == "notifications/progress").count();
-    assert_eq!(progress, 10, "every progress notification exactly once across workers");
-    assert_eq!(all.iter().filter(|m| m["id"] == 42).count(), 1, "exactly one result");
-    assert_eq!(all.last().unwrap()["id"], 42);
+    let rest = resumed.within(RECOVERY_WITHIN).messages();
+    check_recovered_rest(42, 10, &seen, &rest);
 }
 
 fn live_delivery_and_answers_cross_workers(backend: Backend) {
@@ -163,7 +148,7 @@ fn outage_fails_fast_and_heals(backend: Backend) {
         std::thread::sleep(Duration::from_millis(500));
     }
     // The session is whole: a call streams and completes as before the outage.
-    let call = emit_call(9, 3);
+    let call = emit_call(9, 3, 20);
     let msgs = post(server.addr, Some(&session), &call).messages();
     assert_eq!(msgs.iter().filter(|(_, m)| m["method"] == "notifications/progress").count(), 3);
     assert_eq!(msgs.last().unwrap().1["id"], 9);
@@ -440,7 +425,11 @@ fn announced_changes_reach_every_worker(a: std::net::SocketAddr, b: std::net::So
     let told = next_message(&mut tools);
     assert_eq!(told["method"], "notifications/tools/list_changed", "{told}");
     assert_eq!(told["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], subscriptions[0]);
-    eprintln!("tools/list_changed reached the other worker's listen stream {:?} after the call returned", started.elapsed());
+    let took = started.elapsed();
+    eprintln!("tools/list_changed reached the other worker's listen stream {took:?} after the call returned");
+    // The docs say "within 250 ms" (each worker reads announcements every 250 ms); the bound
+    // here leaves room for a loaded machine and still fails a worker that does not read them.
+    assert!(took < Duration::from_secs(2), "an announcement took {took:?} to reach another worker");
     // The example keeps its switch in the server's state: the other worker lists the tool.
     let listed = |id: u64| modern(b, id, "tools/list", json!({}), false)["result"]["tools"].to_string().contains("\"dynamic_tool\"");
     assert!(listed(10), "dynamic_tool is listed by the other worker too");

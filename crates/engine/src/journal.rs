@@ -966,3 +966,7 @@ impl Engine {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod tests;

@@ -705,6 +705,9 @@ impl Engine {
             task_watch = Some(self.watch_task(&key, &run.cancel));
         }
         let mut answered = false;
+        // Set when a commit failed: the pump cancels the handler itself then, which is no
+        // client's cancellation, so the client gets an error, not a silent end.
+        let mut commit_failed = false;
         let mut suspended = false;
         let mut settled: Option<Value> = None;
         let mut inbox: Option<Inbox> = None;
@@ -813,6 +816,7 @@ impl Engine {
             };
             if let Err(error) = result {
                 tracing::warn!(%error, %stream, "could not commit a handler message; stopping the request");
+                commit_failed = true;
                 run.cancel.cancel();
                 if let Some(held) = &held {
                     // A journaled run is retried from its journal: no outcome now.
@@ -837,7 +841,7 @@ impl Engine {
         }
         let Some(held) = held else {
             if !answered {
-                let _ = self.close_unanswered(&stream, &id, run.cancel.is_cancelled()).await;
+                let _ = self.close_unanswered(&stream, &id, run.cancel.is_cancelled() && !commit_failed).await;
             }
             return;
         };

@@ -250,18 +250,22 @@ async fn regression_outcome_kept_when_rmcp_loop_ends_first() {
 #[tokio::test]
 async fn d5_idle_session_expires_everywhere() {
     let options = durable_mcp_engine::EngineOptions {
-        retention: durable_mcp_store::Retention { session_idle_ttl_ms: Some(100), max_stream_age_ms: None },
+        retention: durable_mcp_store::Retention { session_idle_ttl_ms: Some(1_000), max_stream_age_ms: None },
         ..Default::default()
     };
     let h = harness_full(durable_mcp_http::HttpConfig::default(), options);
     let active = initialize(&h.router, "2025-11-25").await;
     let idle = initialize(&h.router, "2025-11-25").await;
-    for _ in 0..4 {
-        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+    let idle_since = std::time::Instant::now();
+    // Use `active` (every 10 ms, far within the TTL) until the TTL has passed since `idle`
+    // was last used.
+    eventually("the TTL passes", async || {
         let reply = post(&h.router, Some(&active), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
         assert_eq!(reply.status, StatusCode::OK, "use keeps a session alive");
         let _ = reply.text().await;
-    }
+        idle_since.elapsed() > std::time::Duration::from_millis(1_100)
+    })
+    .await;
     let reply = post(&h.router, Some(&idle), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "idle past the TTL");
     let gone = h.store.load_session(&durable_mcp_store::Principal::anonymous(), &idle.parse().unwrap()).await;
@@ -279,9 +283,14 @@ async fn d14_on_demand_prune_removes_old_finished_streams_only() {
     let done = post(&h.router, Some(&session), call(1, "echo", json!({"text": "x"}))).await.events().await;
     let running = post(&h.router, Some(&session), call(2, "slow", json!({"ms": 5_000}))).await;
     let first = running.first_events(1).await;
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    let report = h.engine.prune().await.unwrap();
-    assert_eq!(report.streams_deleted, 1, "{report:?}");
+    // Prune until the finished stream is past its maximum age; the open one never goes.
+    let mut deleted = 0;
+    eventually("the finished stream is pruned", async || {
+        deleted += h.engine.prune().await.unwrap().streams_deleted;
+        deleted > 0
+    })
+    .await;
+    assert_eq!(deleted, 1);
     let finished_id: durable_mcp_store::EventId = done[0].0.clone().unwrap().parse().unwrap();
     let open_id: durable_mcp_store::EventId = first[0].0.clone().unwrap().parse().unwrap();
     assert!(h.store.read_after(&finished_id.stream, 0, 10).await.is_err());
@@ -457,8 +466,8 @@ async fn subscription(h: &Harness, session: &str, method: &str, uri: &str) {
 async fn resource_update_reaches_exactly_the_subscribed_sessions_without_listing_sessions() {
     use durable_mcp_engine::EngineOptions;
     use durable_mcp_store::{Principal, SessionId, Store};
-    use std::sync::atomic::Ordering;
-    let store = std::sync::Arc::new(CountingStore::default());
+    use durable_mcp_store::testing::{CountingStore, Op};
+    let store = std::sync::Arc::new(CountingStore::counting(std::sync::Arc::new(durable_mcp_store_memory::MemoryStore::new())));
     let a = harness_on(store.clone(), Default::default(), EngineOptions::default());
     let b = harness_on(store.clone(), Default::default(), EngineOptions::default());
     let on_a = initialize(&a.router, "2025-11-25").await;
@@ -472,9 +481,9 @@ async fn resource_update_reaches_exactly_the_subscribed_sessions_without_listing
     subscription(&b, &unsubscribed, "resources/subscribe", "test://x").await;
     subscription(&a, &unsubscribed, "resources/unsubscribe", "test://x").await;
 
-    let lists = store.session_lists.load(Ordering::SeqCst);
+    let lists = store.hook().count(Op::ListSessions);
     post(&b.router, Some(&bystander), call(9, "touch", json!({"text": "test://x"}))).await.text().await;
-    assert_eq!(store.session_lists.load(Ordering::SeqCst), lists, "the update listed the live sessions");
+    assert_eq!(store.hook().count(Op::ListSessions), lists, "the update listed the live sessions");
 
     for (session, expected) in [(&on_a, 1), (&on_b, 1), (&other_uri, 0), (&unsubscribed, 0), (&bystander, 0)] {
         let id: SessionId = session.parse().unwrap();

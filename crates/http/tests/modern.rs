@@ -155,14 +155,11 @@ async fn closing_the_stream_cancels_the_handler() {
         headers.extend_from_slice(&[("mcp-protocol-version", V), ("mcp-method", "tools/call"), ("mcp-name", "slow")]);
         send(&router, "POST", &headers, Some(slow.to_string())).await
     });
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    assert_eq!(h.engine.in_flight(), 1);
+    eventually("the slow call is in flight", async || h.engine.in_flight() == 1).await;
     task.abort();
     let _ = task.await;
     // The run's stream was closed without an outcome once the handler saw cancellation.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let runs = h.engine.in_flight();
-    assert_eq!(runs, 0, "no run left in flight after the client went away");
+    eventually("no run left in flight after the client went away", async || h.engine.in_flight() == 0).await;
 }
 
 /// A header and `_meta` naming a version later than 2026-07-28 are refused by the transport

@@ -1,7 +1,7 @@
 //! Trap: SSE responses are several small writes; without TCP_NODELAY a keep-alive client
 //! waits on Nagle's algorithm + delayed ACK (~40 ms a request). This drives the real server
 //! over one keep-alive TCP connection and requires the median round trip to stay far below
-//! that.
+//! that. It measures a latency, so it is not run by default (`--ignored` runs it).
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -14,7 +14,11 @@ use serde_json::json;
 use support::{harness_with, round_trip};
 use tokio::io::BufReader;
 
+/// A latency figure, so a measurement, not a test that runs by default: on a shared, loaded
+/// machine a median can pass 20 ms for reasons other than Nagle. Run it with
+/// `cargo test -p durable-mcp-http --test nodelay -- --ignored` (see docs/benchmarks.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a latency measurement; run with --ignored"]
 async fn trap_keep_alive_round_trips_are_not_delayed_by_nagle() {
     let h = harness_with(HttpConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

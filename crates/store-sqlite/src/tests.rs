@@ -15,7 +15,19 @@ async fn fresh() -> Option<Arc<dyn Store>> {
     Some(Arc::new(SqliteStore::open(options).await.expect("open")))
 }
 
-durable_mcp_store::store_contract_tests!(fresh());
+/// The writer wakes the tails of its own handle; other processes' commits are only seen by
+/// the poll, set far beyond the wake-up window, so the same handle serves both roles.
+async fn pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
+    let options = SqliteOptions {
+        synchronous: Synchronous::Normal,
+        poll_interval: Duration::from_secs(600),
+        ..SqliteOptions::new(temp_path("pair.db"))
+    };
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(options).await.expect("open"));
+    Some((store.clone(), store))
+}
+
+durable_mcp_store::store_contract_tests!(fresh(), pair = pair());
 
 #[tokio::test]
 async fn d1_committed_events_survive_reopen() {

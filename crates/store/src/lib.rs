@@ -14,6 +14,9 @@ pub mod wake;
 #[cfg(feature = "contract-tests")]
 pub mod contract;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;

@@ -76,6 +76,7 @@ pub struct Response {
     chunk_left: usize,
     done: bool,
     buffer: String,
+    deadline: Option<Instant>,
 }
 
 impl Response {
@@ -83,9 +84,23 @@ impl Response {
         self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
+    /// Stop reading at `within` from now: the stream then ends as if the server closed it
+    /// (for a test to fail on what it has, rather than wait on keep-alives forever).
+    pub fn within(mut self, within: Duration) -> Self {
+        self.deadline = Some(Instant::now() + within);
+        self
+    }
+
     fn read_some(&mut self) -> Option<String> {
         if self.done {
             return None;
+        }
+        if let Some(deadline) = self.deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.reader.get_ref().set_read_timeout(Some(left)).is_err() {
+                self.done = true;
+                return None;
+            }
         }
         if self.chunked {
             if self.chunk_left == 0 {
@@ -213,7 +228,7 @@ fn try_request_at(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
     }
     let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
     let remaining = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok());
-    Ok(Response { status, headers, reader, chunked, remaining, chunk_left: 0, done: false, buffer: String::new() })
+    Ok(Response { status, headers, reader, chunked, remaining, chunk_left: 0, done: false, buffer: String::new(), deadline: None })
 }
 
 const POST: [(&str, &str); 2] = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")];
@@ -236,6 +251,58 @@ pub fn initialize(addr: SocketAddr) -> String {
     assert_eq!(ack.status, 202);
     session
 }
+
+/// How long a resumed stream may take to end when its call is re-run after a worker died:
+/// another worker's lease expiry (5 s), its recovery pass (1 s) and the call itself, with room.
+pub const RECOVERY_WITHIN: Duration = Duration::from_secs(30);
+
+/// An `emit_events(count)` call with progress token `"p"`, its steps `interval_ms` apart.
+pub fn emit_call(id: u64, count: u64, interval_ms: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "emit_events", "arguments": {"count": count, "interval_ms": interval_ms}, "_meta": {"progressToken": "p"}}})
+}
+
+/// D3/D7 after a worker died mid-call and the call was re-run: the resumed rest of the
+/// stream has every step after the ones the client saw, in order, once; exactly one outcome
+/// (`count` as text), last; and no event id twice.
+pub fn check_recovered_rest(id: u64, count: u64, seen: &[(String, Value)], rest: &[(String, Value)]) {
+    let progress_of = |messages: &[(String, Value)]| -> Vec<u64> {
+        messages
+            .iter()
+            .filter(|(_, m)| m["method"] == "notifications/progress")
+            .map(|(_, m)| m["params"]["progress"].as_f64().unwrap() as u64)
+            .collect()
+    };
+    let highest_seen = progress_of(seen).last().copied().unwrap_or(0);
+    assert!(highest_seen < count, "the client saw the whole call: nothing was recovered");
+    let after = progress_of(rest);
+    let later: Vec<u64> = after.iter().copied().filter(|p| *p > highest_seen).collect();
+    assert_eq!(later, (highest_seen + 1..=count).collect::<Vec<_>>(), "every later step, in order, once: {after:?}");
+    let outcomes: Vec<&Value> = seen.iter().chain(rest).map(|(_, m)| m).filter(|m| m["id"] == id).collect();
+    assert_eq!(outcomes.len(), 1, "exactly one outcome: {outcomes:?}");
+    assert_eq!(outcomes[0]["result"]["content"][0]["text"], count.to_string(), "the re-run's outcome");
+    assert_eq!(rest.last().map(|(_, m)| &m["id"]), Some(&json!(id)), "the outcome comes last");
+    let ids: std::collections::BTreeSet<&String> = seen.iter().chain(rest).map(|(id, _)| id).collect();
+    assert_eq!(ids.len(), seen.len() + rest.len(), "no event id twice");
+}
+
+/// Post `call`, read the priming event and then `k` messages, and drop the connection (the
+/// call goes on running). Returns the last event id read and the messages.
+pub fn read_part(addr: SocketAddr, session: &str, call: &Value, k: usize) -> (String, Vec<(String, Value)>) {
+    let mut response = post(addr, Some(session), call);
+    assert_eq!(response.status, 200);
+    let (priming, data) = response.next_event().expect("priming event");
+    assert_eq!(data, "", "first event is the priming event");
+    let mut last = priming.expect("priming id");
+    let mut seen = Vec::new();
+    while seen.len() < k {
+        let (id, data) = response.next_event().expect("event");
+        last = id.expect("id");
+        seen.push((last.clone(), serde_json::from_str(&data).unwrap()));
+    }
+    (last, seen)
+}
+
 
 pub fn resume(addr: SocketAddr, session: &str, last_event_id: &str) -> Response {
     request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", session), ("last-event-id", last_event_id)], None)

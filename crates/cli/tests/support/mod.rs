@@ -10,6 +10,13 @@ use std::process::{Command, Stdio};
 
 pub use durable_mcp_testkit::*;
 
+/// Run a `durable-mcp` command to completion; its stdout (it must succeed).
+pub fn run(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(args).output().expect("run durable-mcp");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
 /// Servers of the `durable-mcp` binary.
 pub trait DurableMcpServer {
     /// `durable-mcp serve --example everything` on `port`.

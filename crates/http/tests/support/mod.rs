@@ -16,10 +16,7 @@ use durable_mcp_protocol::rmcp::{
     service::RequestContext,
     tool, tool_handler, tool_router,
 };
-use durable_mcp_store::{
-    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreResult,
-    StreamId, StreamOwner, StreamRead, WakeUps,
-};
+use durable_mcp_store::Store;
 use durable_mcp_store_memory::MemoryStore;
 use futures::StreamExt;
 use http::{HeaderMap, Request, StatusCode};
@@ -140,6 +137,16 @@ pub fn harness_on(store: Arc<dyn Store>, config: HttpConfig, options: EngineOpti
 
 pub fn harness() -> Harness {
     harness_with(HttpConfig::default())
+}
+
+/// Wait until `condition` holds, checking every 10 ms, for at most 10 s; panics naming
+/// `what` if it never does.
+pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !condition().await {
+        assert!(tokio::time::Instant::now() < deadline, "never happened within 10 s: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 pub struct Reply {
@@ -347,65 +354,4 @@ pub async fn round_trip(conn: &mut BufReader<tokio::net::TcpStream>, body: &str,
         conn.read_exact(&mut body).await.unwrap();
     }
     (headers, String::from_utf8(body).unwrap())
-}
-
-/// A memory store that counts how often every session is listed, to check that an
-/// operation does not scan the live sessions.
-#[derive(Default)]
-pub struct CountingStore {
-    inner: MemoryStore,
-    pub session_lists: std::sync::atomic::AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Store for CountingStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-    async fn create_session(&self, record: SessionRecord) -> StoreResult<()> {
-        self.inner.create_session(record).await
-    }
-    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
-        self.inner.load_session(principal, id).await
-    }
-    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
-        self.inner.update_session(principal, id, change).await
-    }
-    async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
-        self.inner.end_session(principal, id).await
-    }
-    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
-        self.session_lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.list_sessions(principal, limit).await
-    }
-    async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
-        self.inner.create_stream(id, owner).await
-    }
-    async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
-        self.inner.append(stream, data, close).await
-    }
-    async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner> {
-        self.inner.stream_owner(stream).await
-    }
-    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
-        self.inner.read_after(stream, after, limit).await
-    }
-    async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
-        self.inner.prune(retention, now_ms).await
-    }
-    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
-        self.inner.put_record(kind, key, value, expires_at_ms, expect).await
-    }
-    async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
-        self.inner.get_record(kind, key).await
-    }
-    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
-        self.inner.list_records(kind, prefix, limit).await
-    }
-    async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
-        self.inner.delete_records(kind, prefix).await
-    }
-    async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
-        self.inner.watch(stream).await
-    }
 }
