@@ -14,6 +14,8 @@
 
 mod support;
 
+use durable_mcp_store::testing::incompressible;
+
 use std::net::SocketAddr;
 
 use serde_json::{Value, json};
@@ -96,17 +98,6 @@ fn stream_of(event_id: &str) -> &str {
     event_id.split_once('_').map_or(event_id, |(stream, _)| stream)
 }
 
-/// `len` printable bytes that do not compress (PostgreSQL compresses long index entries, so
-/// a repetitive id would fit its index where a real one does not).
-fn incompressible(len: usize) -> String {
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            char::from(b'!' + ((state >> 33) % 94) as u8)
-        })
-        .collect()
-}
 
 /// A `tools/call` with a string id of `len` bytes is answered, with that id; sent again,
 /// it attaches to the same run (its events are the same stream's).

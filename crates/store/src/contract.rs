@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use crate::testing::incompressible;
+
 use crate::{
     EventId, Expect, Principal, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
     StoredEvent, StreamId, StreamOwner, WakeUps, now_ms,
@@ -462,17 +464,6 @@ pub async fn d8_list_and_delete_by_prefix(store: Arc<dyn Store>) {
     assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 0);
 }
 
-/// `len` printable bytes that do not compress (PostgreSQL compresses long index entries:
-/// a repetitive key would fit its index where a client's real id does not).
-fn incompressible(len: usize) -> String {
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            char::from(b'!' + ((state >> 33) % 94) as u8)
-        })
-        .collect()
-}
 
 /// Keys built with [`crate::key_part`] from input of any length are stored, read and listed
 /// by prefix on every backend; a raw key a backend cannot index is refused as a value
