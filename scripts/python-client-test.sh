@@ -9,11 +9,14 @@
 # 3. For each store, `memory:` then `sqlite:<fresh temp file>`: starts
 #      durable-mcp serve --example everything --listen 127.0.0.1:<free port> --store <store>
 #    runs tests/python/test_client.py against http://127.0.0.1:<port>/mcp, stops the server.
+#    The same run drives `durable-mcp serve --stdio` (launched by the SDK's stdio client)
+#    on its own store of the same kind.
 #
 # The Python tests cover both protocol eras: 2025-11-25 (initialize, tools/list,
 # tools/call, elicitation answered by the SDK's callback, progress) and 2026-07-28
 # (server/discover, tools/list, tools/call, input_required results retried with
-# inputResponses / requestState, by hand and through the SDK's callbacks).
+# inputResponses / requestState, by hand and through the SDK's callbacks), and stdio
+# (list changes and resource updates reach the client).
 #
 # -k SUBSTRING runs only the tests whose name contains it.
 #
@@ -51,29 +54,7 @@ log() { echo "[python-client-test] $*" >&2; }
 
 work="$(mktemp -d)"
 server_pid=""
-# alive PID: the process runs (an exited child not yet waited for is a zombie, which a
-# signal-0 probe would still find).
-alive() {
-  local state
-  state="$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" || return 1
-  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
-# stop_server: SIGTERM, up to 10 s to exit, then SIGKILL.
-stop_server() {
-  if [ -n "$server_pid" ]; then
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      alive "$server_pid" || break
-      sleep 0.1
-    done
-    if alive "$server_pid"; then
-      log "WARNING: server (pid $server_pid) still running 10 s after SIGTERM; sending SIGKILL"
-      kill -KILL "$server_pid" 2>/dev/null || true
-    fi
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
+source "$SCRIPT_DIR/client-harness.sh"
 total_passed=0
 total_failed=0
 summary_printed=0
@@ -121,18 +102,7 @@ fi
 log "python $("$VENV_PY" -c 'import platform; print(platform.python_version())'), mcp $installed"
 
 # ----------------------------------------------------------------- build --
-if [ "${SKIP_BUILD:-0}" != "1" ]; then
-  log "building durable-mcp-cli"
-  if command -v flock >/dev/null 2>&1; then
-    flock "$CARGO_LOCK" cargo build --quiet -p durable-mcp-cli
-  else
-    cargo build --quiet -p durable-mcp-cli
-  fi
-fi
-if [ ! -x "$BIN" ]; then
-  log "ERROR: $BIN was not built"
-  exit 1
-fi
+build_cli
 
 # ------------------------------------------------------------------- run --
 free_port() {
@@ -143,40 +113,17 @@ print(s.getsockname()[1])
 s.close()'
 }
 
-# start_server STORE LOG: starts the server on a free port; sets server_pid and port.
-start_server() {
-  local store="$1" logfile="$2" attempt
-  for attempt in 1 2 3; do
-    port="$(free_port)"
-    NO_COLOR=1 "$BIN" serve --example everything --listen "127.0.0.1:$port" --store "$store" \
-      >"$logfile" 2>&1 </dev/null &
-    server_pid=$!
-    for _ in $(seq 1 150); do
-      if ! alive "$server_pid"; then
-        break
-      fi
-      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        return 0
-      fi
-      sleep 0.1
-    done
-    log "server did not come up on port $port (attempt $attempt); log:"
-    tail -n 20 "$logfile" >&2 || true
-    stop_server
-  done
-  return 1
-}
-
 run_store() {
-  local label="$1" store="$2"
-  local out="$work/$label.out" logfile="$work/$label-server.log" rc=0 passed failed summary
+  local label="$1" store="$2" stdio_store="$3"
+  local out="$work/$label.out" logfile="$work/$label-server.log" rc=0
   log "store $store"
   if ! start_server "$store" "$logfile"; then
     echo "FAIL [$label] server_start: the server did not start with --store $store"
     total_failed=$((total_failed + 1))
     return 0
   fi
-  "$VENV_PY" "$TEST_FILE" --url "http://127.0.0.1:$port/mcp" --label "$label" "${SELECTOR[@]}" \
+  "$VENV_PY" "$TEST_FILE" --url "http://127.0.0.1:$port/mcp" --stdio-command "$BIN" --stdio-store "$stdio_store" \
+    --label "$label" "${SELECTOR[@]}" \
     </dev/null 2>&1 | tee "$out" || rc=$?
   if ! alive "$server_pid"; then
     echo "FAIL [$label] server_alive: the server exited during the tests"
@@ -184,17 +131,14 @@ run_store() {
     rc=1
   fi
   stop_server
-  summary="$(grep -E '^summary passed=[0-9]+ failed=[0-9]+$' "$out" | tail -n 1 || true)"
-  if [ -z "$summary" ]; then
+  if ! read_summary "$out"; then
     echo "FAIL [$label] test_client: the Python test run printed no summary (exit $rc)"
     total_failed=$((total_failed + 1))
     rc=1
   else
-    passed="$(sed -E 's/^summary passed=([0-9]+) failed=([0-9]+)$/\1/' <<<"$summary")"
-    failed="$(sed -E 's/^summary passed=([0-9]+) failed=([0-9]+)$/\2/' <<<"$summary")"
-    total_passed=$((total_passed + passed))
-    total_failed=$((total_failed + failed))
-    if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+    total_passed=$((total_passed + summary_passed))
+    total_failed=$((total_failed + summary_failed))
+    if [ "$rc" -ne 0 ] && [ "$summary_failed" -eq 0 ]; then
       echo "FAIL [$label] test_client: the Python test run exited $rc"
       total_failed=$((total_failed + 1))
     fi
@@ -206,8 +150,8 @@ run_store() {
   fi
 }
 
-run_store memory "memory:"
-run_store sqlite "sqlite:$work/python-client.db"
+run_store memory "memory:" "memory:"
+run_store sqlite "sqlite:$work/python-client.db" "sqlite:$work/python-stdio.db"
 
 summary_printed=1
 echo "$total_passed passed, $total_failed failed"

@@ -50,28 +50,7 @@ log() { echo "[typescript-client-test] $*" >&2; }
 
 work="$(mktemp -d)"
 server_pid=""
-# alive PID: the process runs (a zombie would still answer a signal-0 probe).
-alive() {
-  local state
-  state="$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" || return 1
-  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
-# stop_server: SIGTERM, up to 10 s to exit, then SIGKILL.
-stop_server() {
-  if [ -n "$server_pid" ]; then
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      alive "$server_pid" || break
-      sleep 0.1
-    done
-    if alive "$server_pid"; then
-      log "WARNING: server (pid $server_pid) still running 10 s after SIGTERM; sending SIGKILL"
-      kill -KILL "$server_pid" 2>/dev/null || true
-    fi
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
+source "$SCRIPT_DIR/client-harness.sh"
 total_passed=0
 total_failed=0
 total_skipped=0
@@ -112,63 +91,27 @@ installed() { node -e 'process.stdout.write(require(process.argv[1]).version)' "
 log "node $(node --version), @modelcontextprotocol/sdk $(installed @modelcontextprotocol/sdk), @modelcontextprotocol/client $(installed @modelcontextprotocol/client)"
 
 # ----------------------------------------------------------------- build --
-if [ "${SKIP_BUILD:-0}" != "1" ]; then
-  log "building durable-mcp-cli"
-  if command -v flock >/dev/null 2>&1; then
-    flock "$CARGO_LOCK" cargo build --quiet -p durable-mcp-cli
-  else
-    cargo build --quiet -p durable-mcp-cli
-  fi
-fi
-if [ ! -x "$BIN" ]; then
-  log "ERROR: $BIN was not built"
-  exit 1
-fi
+build_cli
 
 # ------------------------------------------------------------------- run --
 free_port() {
   node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
 }
 
-# start_server STORE LOG: starts the server on a free port; sets server_pid and port.
-start_server() {
-  local store="$1" logfile="$2" attempt
-  for attempt in 1 2 3; do
-    port="$(free_port)"
-    NO_COLOR=1 "$BIN" serve --example everything --listen "127.0.0.1:$port" --store "$store" \
-      >"$logfile" 2>&1 </dev/null &
-    server_pid=$!
-    for _ in $(seq 1 150); do
-      alive "$server_pid" || break
-      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        return 0
-      fi
-      sleep 0.1
-    done
-    log "server did not come up on port $port (attempt $attempt); log:"
-    tail -n 20 "$logfile" >&2 || true
-    stop_server
-  done
-  return 1
-}
-
 # run_client LABEL CLIENT: one client file against the running server; adds up its summary.
 run_client() {
-  local label="$1" client="$2" out="$work/$1-$2.out" rc=0 summary passed failed
+  local label="$1" client="$2" out="$work/$1-$2.out" rc=0
   (cd "$DEST" && node "$client.mjs" --url "http://127.0.0.1:$port/mcp" --bin "$BIN" \
     --work "$work/$label-$client" --label "$label $client" "${SELECTOR[@]}") </dev/null 2>&1 | tee "$out" || rc=$?
   total_skipped=$((total_skipped + $(grep -c '^SKIP ' "$out" || true)))
-  summary="$(grep -E '^summary passed=[0-9]+ failed=[0-9]+$' "$out" | tail -n 1 || true)"
-  if [ -z "$summary" ]; then
+  if ! read_summary "$out"; then
     echo "FAIL [$label $client] run: the client printed no summary (exit $rc)"
     total_failed=$((total_failed + 1))
     return 1
   fi
-  passed="$(sed -E 's/^summary passed=([0-9]+) failed=([0-9]+)$/\1/' <<<"$summary")"
-  failed="$(sed -E 's/^summary passed=([0-9]+) failed=([0-9]+)$/\2/' <<<"$summary")"
-  total_passed=$((total_passed + passed))
-  total_failed=$((total_failed + failed))
-  if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+  total_passed=$((total_passed + summary_passed))
+  total_failed=$((total_failed + summary_failed))
+  if [ "$rc" -ne 0 ] && [ "$summary_failed" -eq 0 ]; then
     echo "FAIL [$label $client] run: the client exited $rc"
     total_failed=$((total_failed + 1))
   fi

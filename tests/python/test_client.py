@@ -2,6 +2,7 @@
 """Drives a running durable-mcp "everything" server with the official Python MCP SDK.
 
     python tests/python/test_client.py --url http://127.0.0.1:PORT/mcp [--label NAME] [-k SUBSTRING]
+    python tests/python/test_client.py --stdio-command BIN --stdio-store STORE_URL [...]
 
 Run by scripts/python-client-test.sh, which installs the SDK (`mcp` 2.x) into a
 git-ignored venv and starts the server. Uses only the SDK's own client stack
@@ -16,6 +17,10 @@ call a tool, and SEP-2322 `input_required` results, both driven by hand
 (`ClientSession.call_tool(..., allow_input_required=True)` then a retry carrying
 `inputResponses` and the echoed `requestState`) and automatically by `Client`
 through its elicitation / sampling / roots callbacks.
+
+stdio (`--stdio-command`, the `durable-mcp` binary, started by the SDK's `stdio_client`
+as `BIN serve --stdio --store STORE_URL`): list changes and resource updates, which the
+server routes to the session's standalone stream, reach the client.
 
 Every check is a named test function. Prints one `PASS name` / `FAIL name` line per
 test, then `summary passed=N failed=M`. Exits 1 if any test failed.
@@ -35,6 +40,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.client import Client, ClientRequestContext, ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 LEGACY_VERSION = "2025-11-25"
@@ -53,11 +59,19 @@ FORM_ANSWERS: dict[str, Any] = {
 
 TestFn = Callable[[str], Awaitable[None]]
 TESTS: list[tuple[str, TestFn]] = []
+StdioTestFn = Callable[[StdioServerParameters], Awaitable[None]]
+STDIO_TESTS: list[tuple[str, StdioTestFn]] = []
 
 
 def test(fn: TestFn) -> TestFn:
     """Register a test; its name is the function name without the `test_` prefix."""
     TESTS.append((fn.__name__.removeprefix("test_"), fn))
+    return fn
+
+
+def stdio_test(fn: StdioTestFn) -> StdioTestFn:
+    """Register a test of the stdio transport; it gets the server's launch parameters."""
+    STDIO_TESTS.append((fn.__name__.removeprefix("test_"), fn))
     return fn
 
 
@@ -416,6 +430,57 @@ async def test_modern_progress(url: str) -> None:
     check(len(progress) == 3, f"expected 3 progress notifications, got {progress!r}")
 
 
+# --------------------------------------------------------------- stdio -----
+
+WATCHED_RESOURCE = "test://watched-resource"
+
+
+class NotificationRecorder:
+    """An SDK message_handler that records server notifications and wakes waiters."""
+
+    def __init__(self) -> None:
+        self.received: list[types.ServerNotification] = []
+        self._changed = anyio.Event()
+
+    async def __call__(self, message: types.ServerNotification | Exception) -> None:
+        if isinstance(message, Exception):
+            return
+        self.received.append(message)
+        self._changed.set()
+
+    async def wait_for(self, what: str, found: Callable[[types.ServerNotification], bool]) -> None:
+        with anyio.move_on_after(10):
+            while not any(found(n) for n in self.received):
+                self._changed = anyio.Event()
+                await self._changed.wait()
+        check(any(found(n) for n in self.received), f"no {what} within 10 s; got {self.received!r}")
+
+
+@stdio_test
+async def test_stdio_list_changed_and_resource_updated(server: StdioServerParameters) -> None:
+    # stdio has no GET stream: the server itself must write what it routes to the
+    # session's standalone stream (list changes, updates of subscribed resources).
+    recorder = NotificationRecorder()
+    async with stdio_client(server) as (read_stream, write_stream):
+        async with ClientSession(read_stream, write_stream, message_handler=recorder) as session:
+            result = await session.initialize()
+            check(result.protocol_version == LEGACY_VERSION, f"protocolVersion {result.protocol_version!r}")
+            text = only_text(await session.call_tool("test_trigger_tool_change", {}))
+            check("dynamic_tool is now listed" in text, f"unexpected text {text!r}")
+            await recorder.wait_for(
+                "notifications/tools/list_changed", lambda n: isinstance(n, types.ToolListChangedNotification)
+            )
+            names = {tool.name for tool in await list_all_tools(session)}
+            check("dynamic_tool" in names, f"dynamic_tool not listed after the change: {sorted(names)}")
+
+            await session.subscribe_resource(WATCHED_RESOURCE)
+            only_text(await session.call_tool("trigger_resource_update", {}))
+            await recorder.wait_for(
+                f"notifications/resources/updated for {WATCHED_RESOURCE}",
+                lambda n: isinstance(n, types.ResourceUpdatedNotification) and n.params.uri == WATCHED_RESOURCE,
+            )
+
+
 # ------------------------------------------------------------------ runner --
 
 
@@ -430,16 +495,23 @@ def describe_error(exc: BaseException) -> str:
     return "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves(exc))
 
 
-async def run(url: str, label: str, selector: str | None, verbose: bool) -> int:
+async def run(
+    url: str | None, stdio: StdioServerParameters | None, label: str, selector: str | None, verbose: bool
+) -> int:
     passed = failed = 0
     prefix = f"[{label}] " if label else ""
-    for name, fn in TESTS:
+    selected: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+    if url is not None:
+        selected += [(name, lambda fn=fn: fn(url)) for name, fn in TESTS]
+    if stdio is not None:
+        selected += [(name, lambda fn=fn: fn(stdio)) for name, fn in STDIO_TESTS]
+    for name, call in selected:
         if selector and selector not in name:
             continue
         started = time.monotonic()
         try:
             with anyio.fail_after(TEST_TIMEOUT_SECONDS):
-                await fn(url)
+                await call()
         except Exception as exc:  # noqa: BLE001 - a test failure of any kind is reported, not raised
             failed += 1
             elapsed = time.monotonic() - started
@@ -455,12 +527,23 @@ async def run(url: str, label: str, selector: str | None, verbose: bool) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", required=True, help="the server's MCP endpoint, e.g. http://127.0.0.1:8123/mcp")
+    parser.add_argument("--url", help="the server's MCP endpoint, e.g. http://127.0.0.1:8123/mcp")
+    parser.add_argument("--stdio-command", help="the durable-mcp binary, for the stdio tests")
+    parser.add_argument("--stdio-store", default="memory:", help="the store of the stdio server (default memory:)")
     parser.add_argument("--label", default="", help="prefix for the test names (e.g. the store)")
     parser.add_argument("-k", dest="selector", help="run only tests whose name contains this")
     parser.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of check failures too")
     args = parser.parse_args()
-    return asyncio.run(run(args.url, args.label, args.selector, args.verbose))
+    if args.url is None and args.stdio_command is None:
+        parser.error("give --url, --stdio-command, or both")
+    stdio = None
+    if args.stdio_command is not None:
+        stdio = StdioServerParameters(
+            command=args.stdio_command,
+            args=["serve", "--stdio", "--example", "everything", "--store", args.stdio_store],
+            env={"RUST_LOG": "warn", "NO_COLOR": "1"},
+        )
+    return asyncio.run(run(args.url, stdio, args.label, args.selector, args.verbose))
 
 
 if __name__ == "__main__":

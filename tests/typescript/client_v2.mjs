@@ -27,14 +27,10 @@ import {
     StreamableHTTPClientTransport
 } from '@modelcontextprotocol/client';
 
-import { check, formContent, onlyText, run, test, waitFor } from './harness.mjs';
+import { ROOTS, check, formContent, onlyText, run, test, waitFor } from './harness.mjs';
 
 const MODERN_VERSION = '2026-07-28';
 const SAMPLING_REPLY = 'Paris, from the TypeScript SDK v2';
-const ROOTS = [
-    { uri: 'file:///work/project-a', name: 'project-a' },
-    { uri: 'file:///work/project-b', name: 'project-b' }
-];
 
 /** What the clients declare unless a test says otherwise. */
 const CAPABILITIES = { elicitation: { form: {} }, sampling: {}, roots: { listChanged: true } };

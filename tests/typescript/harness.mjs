@@ -23,6 +23,12 @@ import { parseArgs } from 'node:util';
 export const TEST_TIMEOUT_MS = 60_000;
 
 /** Answers a form elicitation gets, by schema property name. */
+/** The roots both clients answer `roots/list` with. */
+export const ROOTS = [
+    { uri: 'file:///work/project-a', name: 'project-a' },
+    { uri: 'file:///work/project-b', name: 'project-b' }
+];
+
 export const FORM_ANSWERS = {
     username: 'ada_lovelace',
     email: 'ada@example.org',

@@ -29,14 +29,10 @@ import {
     ToolListChangedNotificationSchema
 } from '@modelcontextprotocol/sdk/types.js';
 
-import { check, formContent, freePort, knownDefect, onlyText, run, startServer, test, waitFor } from './harness.mjs';
+import { ROOTS, check, formContent, freePort, knownDefect, onlyText, run, startServer, test, waitFor } from './harness.mjs';
 
 const LEGACY_VERSION = '2025-11-25';
 const SAMPLING_REPLY = 'Paris, from the TypeScript SDK v1';
-const ROOTS = [
-    { uri: 'file:///work/project-a', name: 'project-a' },
-    { uri: 'file:///work/project-b', name: 'project-b' }
-];
 
 /** A client with the elicitation, sampling and roots handlers registered; `calls` records them. */
 function newClient() {

@@ -207,9 +207,30 @@ struct ServeArgs {
     /// so clients resume with Last-Event-ID (SSE polling).
     #[arg(long)]
     poll_after_ms: Option<u64>,
+    /// Close a connection that has not sent a complete request head this many milliseconds
+    /// after it opened (or after the first byte of a later request).
+    #[arg(long, default_value_t = millis(HttpConfig::default().header_read_timeout))]
+    header_read_timeout_ms: u64,
+    /// Close a keep-alive connection with no request in flight for this many milliseconds
+    /// (open SSE streams are never idle).
+    #[arg(long, default_value_t = millis(HttpConfig::default().idle_timeout))]
+    idle_timeout_ms: u64,
+    /// Serve at most this many connections at once; more are answered 503 and closed. Keep
+    /// it below the open-file limit (`ulimit -n`).
+    #[arg(long, default_value_t = HttpConfig::default().max_connections)]
+    max_connections: usize,
     /// SSE `retry` hint in milliseconds.
     #[arg(long, default_value_t = 500)]
     sse_retry_ms: u64,
+    /// An idle SSE stream carries a keep-alive comment this often (milliseconds); a GET
+    /// stream also checks in with the store at this pace.
+    #[arg(long, default_value_t = 15_000)]
+    sse_keep_alive_ms: u64,
+    /// GET streams of one session kept open on this worker; opening one more closes the
+    /// session's oldest (each message goes on exactly one GET stream, so the oldest holds
+    /// nothing undelivered; its client may resume it with Last-Event-ID).
+    #[arg(long, default_value_t = durable_mcp::DEFAULT_MAX_GET_STREAMS_PER_SESSION)]
+    max_get_streams: usize,
     /// One fixed key sealing multi-round-trip `requestState` (at least 32 bytes), the same
     /// on every worker, kept outside the store. Unset: the key ring in the store, shared
     /// by every worker (see `durable-mcp keys`).
@@ -346,6 +367,11 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A default duration of the library as a flag's default, in milliseconds.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.state_key.as_ref().is_some_and(|k| k.len() < 32) {
         anyhow::bail!("--state-key must be at least 32 bytes");
@@ -355,7 +381,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Example::Everything => DurableMcp::new(durable_mcp_examples::Everything::default()),
         Example::Provisioning => DurableMcp::new(durable_mcp_examples::Provisioning::default()),
     };
-    let mut http = HttpConfig { path: args.path, poll_after: args.poll_after_ms.map(Duration::from_millis), ..HttpConfig::default() };
+    if args.max_get_streams == 0 {
+        anyhow::bail!("--max-get-streams must be at least 1");
+    }
+    let mut http = HttpConfig {
+        path: args.path,
+        poll_after: args.poll_after_ms.map(Duration::from_millis),
+        keep_alive: Duration::from_millis(args.sse_keep_alive_ms.max(10)),
+        max_get_streams_per_session: args.max_get_streams,
+        header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+        max_connections: args.max_connections.max(1),
+        ..HttpConfig::default()
+    };
     if args.no_host_check {
         http.allowed_hosts = None;
     } else if !args.allow_hosts.is_empty() {

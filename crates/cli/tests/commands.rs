@@ -9,11 +9,6 @@ use std::process::Command;
 use serde_json::json;
 use support::*;
 
-fn run(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(args).output().expect("run durable-mcp");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8")
-}
 
 #[test]
 fn inspect_replay_and_prune_a_sqlite_store() {

@@ -19,23 +19,6 @@ use support::*;
 
 const EXT: &str = TASKS_EXTENSION;
 
-fn task_get(addr: SocketAddr, task_id: &str) -> Value {
-    modern(addr, 900, "tasks/get", json!({"taskId": task_id}), true)
-}
-
-fn wait_terminal(addr: SocketAddr, task_id: &str, timeout: Duration) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got = task_get(addr, task_id);
-        let status = got["result"]["status"].as_str().unwrap_or_default().to_owned();
-        if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
-            return got["result"].clone();
-        }
-        assert!(Instant::now() < deadline, "task {task_id} still {status}: {got}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn ledger(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_owned).collect()
 }

@@ -2,37 +2,16 @@
 //!
 //! MCP servers that never lose a request. Bring an [`rmcp`] `ServerHandler` (typically
 //! built with `#[tool_router]`), and serve it over Streamable HTTP with sessions and SSE
-//! streams kept in a store rather than in one process's memory:
+//! streams kept in a store rather than in one process's memory. Hello world (the file
+//! `examples/hello-world/src/main.rs`, compiled here as a doctest):
 //!
 //! ```no_run
-//! // rmcp's macros expand to `rmcp::...` paths: bring durable-mcp's re-export into scope
-//! // (or depend on the same rmcp version directly).
-//! use durable_mcp::rmcp::{self, ServerHandler, handler::server::router::tool::ToolRouter, tool, tool_handler, tool_router};
-//!
-//! #[derive(Clone)]
-//! struct Hello {
-//!     tool_router: ToolRouter<Self>,
-//! }
-//!
-//! #[tool_router]
-//! impl Hello {
-//!     #[tool(description = "Say hello")]
-//!     async fn hello(&self) -> String {
-//!         "Hello, durable world".to_owned()
-//!     }
-//! }
-//!
-//! #[tool_handler]
-//! impl ServerHandler for Hello {}
-//!
-//! #[tokio::main]
-//! async fn main() -> Result<(), durable_mcp::Error> {
-//!     durable_mcp::DurableMcp::new(Hello { tool_router: Hello::tool_router() })
-//!         .bind("127.0.0.1:8080".parse().expect("address"))
-//!         .serve()
-//!         .await
-//! }
+#![doc = include_str!("../../../examples/hello-world/src/main.rs")]
 //! ```
+//!
+//! The `examples/` folder of the repository has one small crate per idea: hello world,
+//! durable steps and questions, tasks, several workers on PostgreSQL, and a durable
+//! endpoint mounted in an existing axum app ([`DurableMcp::embed`]).
 //!
 //! See [`DurableMcp`] for the options, and [`guarantees`] (the project's `docs/guarantees.md`)
 //! for what is guaranteed: the promises D1..D15 that the docs and tests name.
@@ -43,8 +22,14 @@ pub mod guarantees {}
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use durable_mcp_engine::{Engine, EngineError, EngineOptions, inspect, keys};
-pub use durable_mcp_http::{HttpConfig, Transport as HttpTransport};
+/// The axum version the endpoint's [`Router`](axum::Router) belongs to, for mounting it
+/// with [`DurableMcp::embed`].
+pub use axum;
+/// The engine, for [`DurableMcp::run_with_engine`]. Serving one built by hand with
+/// `Engine::new` leaves its background duties (recovery, retention, drain) to you.
+pub use durable_mcp_engine::Engine;
+pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
+pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
     Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
     TaskSupport, rmcp,
@@ -125,7 +110,9 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///   body limit, JSON responses, SSE keep-alive and polling.
 ///
 /// [`serve`](Self::serve) runs until Ctrl-C or SIGTERM and then shuts down gracefully.
-/// [`into_router`](Self::into_router) gives an axum `Router` to mount in your own app.
+/// [`embed`](Self::embed) mounts the endpoint in your own axum app, and
+/// [`serve_stdio`](Self::serve_stdio) serves one client on stdin/stdout; each of them runs
+/// the worker's background duties (recovery, retention, hand-over at shutdown).
 pub struct DurableMcp {
     handler: McpHandler,
     store: Option<Arc<dyn Store>>,
@@ -194,11 +181,12 @@ impl DurableMcp {
         self
     }
 
-    /// The engine this server runs (for custom transports, such as stdio). Opens the
-    /// default store if none was set, and reads the `requestState` key ring from it
-    /// (creating it on the first start of the first worker), so that a broken store or
-    /// key fails here rather than at the first multi-round-trip request.
-    pub async fn engine(&self) -> Result<Engine, Error> {
+    /// The engine this server runs. Opens the default store if none was set, and reads the
+    /// `requestState` key ring from it (creating it on the first start of the first worker),
+    /// so that a broken store or key fails here rather than at the first multi-round-trip
+    /// request. Private: an engine served without its background duties loses recovery (D7)
+    /// and retention (D14); [`run_with_engine`](Self::run_with_engine) is the way to it.
+    async fn engine(&self) -> Result<Engine, Error> {
         let store = match &self.store {
             Some(store) => store.clone(),
             None => open_store(DEFAULT_STORE_URL).await?,
@@ -208,9 +196,84 @@ impl DurableMcp {
         Ok(engine)
     }
 
-    /// An axum router serving the endpoint, to mount in a larger application.
-    pub async fn into_router(self) -> Result<axum::Router, Error> {
-        Ok(HttpTransport::new(self.engine().await?, self.http).router())
+    /// Serve the durable endpoint from your own axum application: `serve` gets the
+    /// endpoint's [`Router`](axum::Router) (mount it with `merge` or `nest`) and a
+    /// [`Closing`] future for the server's graceful shutdown, and returns the future that
+    /// serves your app. `embed` runs the worker's background duties alongside it and
+    /// resolves to its output once it is done and durable execution is drained.
+    ///
+    /// The duties are what make the endpoint durable, and a server without them fails
+    /// quietly, long after deployment:
+    ///
+    /// - **recovery** (D7): at start, requests this worker had in flight when it died are
+    ///   run again; then, every second, requests of workers whose leases expired;
+    /// - **retention** (D14): the pruner applies [`EngineOptions::retention`] every
+    ///   `prune_interval`;
+    /// - **hand-over**: when your future ends, requests still running get
+    ///   [`shutdown_grace`](Self::shutdown_grace) to finish, then their leases are given
+    ///   back so that another worker resumes them at once.
+    ///
+    /// When `shutdown` resolves, the endpoint's open SSE connections end (their streams
+    /// stay resumable, on any worker) and then [`Closing`] resolves: pass it to axum's
+    /// `with_graceful_shutdown`, or that waits forever on long-lived GET streams.
+    ///
+    /// # Why a closure
+    ///
+    /// The router exists only inside `serve`, and `serve` runs only inside `embed`, with
+    /// the duties: there is no way to serve the endpoint without them, which a returned
+    /// `Router` plus a guard (easy to drop) or a `#[must_use]` duty future (only a warning)
+    /// could not promise. Your future need not be `Send`; the duties are tokio tasks
+    /// started before it and stopped after it.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    #[doc = include_str!("../../../examples/axum-embed/src/main.rs")]
+    /// ```
+    pub async fn embed<F, Fut, T>(self, shutdown: impl Future<Output = ()> + Send + 'static, serve: F) -> Result<T, Error>
+    where
+        F: FnOnce(axum::Router, Closing) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let http = self.http.clone();
+        self.run_with_engine(move |engine| async move {
+            let transport = HttpTransport::new(engine, http);
+            let token = transport.shutdown_token();
+            let closing = Closing(Box::pin(token.clone().cancelled_owned()));
+            let _watcher = AbortOnDrop(tokio::spawn({
+                let token = token.clone();
+                async move {
+                    shutdown.await;
+                    token.cancel();
+                }
+            }));
+            let output = serve(transport.router(), closing).await;
+            token.cancel();
+            output
+        })
+        .await
+    }
+
+    /// Run a transport of your own over this server's engine (the built-in ones use
+    /// [`serve_on`](Self::serve_on), [`embed`](Self::embed) and
+    /// [`serve_stdio`](Self::serve_stdio)): `transport` gets the [`Engine`] and returns
+    /// the future that serves it; the background duties described in
+    /// [`embed`](Self::embed) run alongside, and durable execution is drained when it ends.
+    pub async fn run_with_engine<F, Fut, T>(self, transport: F) -> Result<T, Error>
+    where
+        F: FnOnce(Engine) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let engine = self.engine().await?;
+        // Aborted when the transport ends, or when this future is dropped before that.
+        let pruner = AbortOnDrop(engine.spawn_pruner());
+        // Resumes this worker's own unfinished requests at once, then takes over those
+        // of workers whose leases expire (D7).
+        let recovery = AbortOnDrop(engine.spawn_recovery());
+        let output = transport(engine.clone()).await;
+        drop((recovery, pruner));
+        engine.drain(self.shutdown_grace).await;
+        Ok(output)
     }
 
     /// Bind and serve until Ctrl-C or SIGTERM.
@@ -219,31 +282,59 @@ impl DurableMcp {
         self.serve_on(listener, shutdown_signal()).await
     }
 
-    /// Serve on an already-bound listener until `shutdown` resolves.
+    /// Serve on an already-bound listener until `shutdown` resolves (with the background
+    /// duties of [`embed`](Self::embed)).
     pub async fn serve_on(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
         tracing::info!(addr = %listener.local_addr()?, path = %self.http.path, "durable-mcp serving");
-        let engine = self.engine().await?;
-        let pruner = engine.spawn_pruner();
-        // Resumes this worker's own unfinished requests at once, then takes over those
-        // of workers whose leases expire (D7).
-        let recovery = engine.spawn_recovery();
-        let transport = HttpTransport::new(engine.clone(), self.http);
-        let served = durable_mcp_http::serve(listener, transport, shutdown).await;
-        recovery.abort();
-        pruner.abort();
-        engine.drain(self.shutdown_grace).await;
-        served?;
-        Ok(())
+        let http = self.http.clone();
+        let served = self.embed(shutdown, |router, closing| async move { durable_mcp_http::serve_router(listener, router, &http, closing).await }).await?;
+        Ok(served?)
     }
 
-    /// Serve over stdin/stdout (for a desktop client that launches the server).
+    /// Serve over stdin/stdout (for a desktop client that launches the server) until stdin
+    /// ends or Ctrl-C / SIGTERM, with the background duties of [`embed`](Self::embed):
+    /// recovery, retention and, at the end, requests in flight get
+    /// [`shutdown_grace`](Self::shutdown_grace) to finish and write their messages.
     pub async fn serve_stdio(self) -> Result<(), Error> {
-        durable_mcp_stdio::serve(self.engine().await?, tokio::io::stdin(), tokio::io::stdout()).await?;
-        Ok(())
+        let grace = self.shutdown_grace;
+        let served = self
+            .run_with_engine(|engine| {
+                durable_mcp_stdio::serve(engine, tokio::io::stdin(), tokio::io::stdout(), shutdown_signal(), grace)
+            })
+            .await?;
+        Ok(served?)
+    }
+}
+
+/// A background task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Resolves when an [embedded](DurableMcp::embed) endpoint is shutting down, once its SSE
+/// connections were told to end: the future to give axum's `with_graceful_shutdown`.
+#[must_use = "a server that never shuts down gracefully keeps its SSE connections open"]
+pub struct Closing(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>);
+
+impl Future for Closing {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl std::fmt::Debug for Closing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Closing").finish_non_exhaustive()
     }
 }
 

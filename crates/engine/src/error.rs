@@ -26,6 +26,10 @@ pub enum EngineError {
     /// that does not decode.
     #[error(transparent)]
     StateKeys(#[from] std::sync::Arc<durable_mcp_protocol::StateKeyError>),
+    /// A stored session names a protocol version this build does not serve (a store
+    /// written by another version of durable-mcp).
+    #[error("session protocol version: {0}")]
+    SessionVersion(#[from] durable_mcp_protocol::UnknownVersion),
     /// The handler ended without answering (for example it was cancelled).
     #[error("the handler ended without a response")]
     NoOutcome,

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::jsonrpc::RequestId;
-use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange, StateKeys, StateSealer};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, now_ms};
+use durable_mcp_protocol::{DurableBackend, DurableError, McpVersion, ServerChange, StateKeys, StateSealer};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, key_part, now_ms};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -39,7 +39,7 @@ pub(crate) struct RunRecord {
     pub principal: String,
     pub session: Option<String>,
     pub modern: bool,
-    pub protocol_version: String,
+    pub protocol_version: McpVersion,
     pub log_level: Option<String>,
     pub request: Map<String, Value>,
     pub stream: String,
@@ -92,7 +92,7 @@ impl RunRecord {
             principal: caller.principal.as_str().to_owned(),
             session: caller.session.as_ref().map(|s| s.id.to_string()),
             modern: caller.era == Era::Modern,
-            protocol_version: caller.protocol_version.clone(),
+            protocol_version: caller.protocol_version,
             log_level: caller.log_level.clone(),
             request,
             stream: stream.to_string(),
@@ -363,8 +363,10 @@ impl DurableRun {
         *self.step_expiry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A step record's key: `<run>/<kind>/<name>`, the name (a handler's step name, maybe
+    /// built from input) bounded by [`key_part`].
     fn key(&self, kind: &str, name: &str) -> String {
-        format!("{}/{kind}/{name}", self.run_id)
+        format!("{}/{kind}/{}", self.run_id, key_part(name))
     }
 
     async fn ensure_inbox(&self) -> Result<(), DurableError> {
@@ -676,9 +678,11 @@ pub(crate) fn open_run(keys: &StateKeys, sealed: &str, principal: &Principal, re
     payload.get("run").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| "invalid requestState: no run".to_owned())
 }
 
-/// The alias under which a legacy session's JSON-RPC request id points at its run.
+/// The alias under which a legacy session's JSON-RPC request id points at its run. The id
+/// is the client's, of any length a body may carry: bounded by [`key_part`], so that every
+/// backend can index the key (a 3,000-byte id overflowed PostgreSQL's index).
 pub(crate) fn alias_key(session: &SessionId, id: &RequestId) -> String {
-    format!("{session}/{id}")
+    format!("{session}/{}", key_part(&id.to_string()))
 }
 
 impl Engine {
@@ -872,7 +876,7 @@ impl Engine {
             principal,
             era: if record.modern { Era::Modern } else { Era::Legacy },
             session,
-            protocol_version: record.protocol_version.clone(),
+            protocol_version: record.protocol_version,
             log_level: record.log_level.clone(),
         };
         // Read once, here: the re-run's notifications are then checked in memory.
@@ -962,3 +966,7 @@ impl Engine {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod tests;

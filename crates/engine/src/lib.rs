@@ -7,10 +7,13 @@
 //! - `commit` (in `run.rs`) is the only place a handler's messages, its outcome included,
 //!   become events: each is appended to the store before any transport can send it (D1).
 //!
-//! Transports (HTTP, stdio) read the events back through [`tail`].
+//! Transports (HTTP, stdio) read the events back through [`tail`]; the GET streams of a
+//! session's standalone stream through [`Engine::open_get_stream`], which hands each event
+//! to exactly one of them.
 
 mod error;
 mod changes;
+mod getstream;
 mod inbox;
 pub mod inspect;
 mod journal;
@@ -20,6 +23,7 @@ mod rerun;
 mod run;
 mod session;
 mod state;
+mod subscriptions;
 mod tail;
 mod tasks;
 
@@ -30,6 +34,7 @@ use durable_mcp_protocol::{McpHandler, ServerSummary};
 use durable_mcp_store::{Retention, Store};
 
 pub use error::EngineError;
+pub use getstream::{GetStream, GetStreamSettings};
 pub use journal::JOURNALED_METHODS;
 pub use tasks::{RELATED_TASK, TASKS_EXTENSION};
 pub use run::{Accepted, Caller, Era};
@@ -91,6 +96,8 @@ struct Inner {
     task_changes: tokio::sync::broadcast::Sender<String>,
     /// Server-wide change announcements, as this worker sees them.
     changes: changes::Changes,
+    /// The GET streams open on this worker, per session.
+    get_streams: getstream::Local,
 }
 
 impl std::fmt::Debug for Engine {
@@ -116,6 +123,7 @@ impl Engine {
                 started_at_ms,
                 task_changes: tokio::sync::broadcast::channel(256).0,
                 changes: changes::Changes::default(),
+                get_streams: getstream::Local::default(),
             }),
         }
     }

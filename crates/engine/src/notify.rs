@@ -27,7 +27,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::{Following, notification};
-use crate::tasks::{Flavor, TaskRecord, declares_extension, is_terminal, missing_extension, task_key};
+use crate::tasks::{Flavor, TaskOwner, TaskRecord, declares_extension, is_terminal, missing_extension};
 use crate::{Caller, Engine, EngineError};
 
 /// The method of the 2025-11-25 notification.
@@ -138,6 +138,7 @@ impl Engine {
         if ids.len() > MAX_SUBSCRIBED_TASKS {
             return Ok(Err(invalid(&format!("notifications.taskIds names more than {MAX_SUBSCRIBED_TASKS} tasks"))));
         }
+        let owner = TaskOwner::of(caller, Flavor::Extension);
         let mut seen = HashSet::new();
         let mut tasks = Vec::new();
         for task_id in ids {
@@ -145,11 +146,11 @@ impl Engine {
             if task_id.parse::<StreamId>().is_err() || !seen.insert(task_id) {
                 continue;
             }
-            // Another principal's task is simply not found (D13): not acknowledged.
-            let key = task_key(&caller.principal, task_id);
+            // Another owner's task is simply not found (D13): not acknowledged.
+            let key = owner.key(task_id);
             if let Some((task, _)) = self.load_task(&key).await?
                 && task.flavor == Flavor::Extension
-                && task.principal == caller.principal.as_str()
+                && owner.owns(&task)
             {
                 tasks.push((task_id.to_owned(), key));
             }

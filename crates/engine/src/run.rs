@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, Outbound, PeerContext, Run, StateKeys};
+use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, McpVersion, Outbound, PeerContext, Run, StateKeys};
 use durable_mcp_store::{
     EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
 };
@@ -92,12 +92,18 @@ pub struct Caller {
     /// The legacy-era session.
     pub session: Option<SessionRecord>,
     /// The request's protocol version.
-    pub protocol_version: String,
+    pub protocol_version: McpVersion,
     /// Modern era: the log level the request's `_meta` asked for, if any.
     pub log_level: Option<String>,
 }
 
 impl Caller {
+    /// The caller of a legacy-era request in `session`, at the session's negotiated version.
+    pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
+        let protocol_version = session.protocol_version.parse()?;
+        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(session), log_level: None })
+    }
+
     fn session_id(&self) -> Option<&SessionId> {
         self.session.as_ref().map(|s| &s.id)
     }
@@ -110,7 +116,7 @@ impl Caller {
     /// What the handler gets to know of this caller (and its durable session state).
     pub(crate) fn peer(&self, engine: &Engine) -> PeerContext {
         PeerContext {
-            protocol_version: Some(self.protocol_version.clone()),
+            protocol_version: Some(self.protocol_version.as_str().to_owned()),
             client: self.session.as_ref().map(|s| s.client.clone()),
             session_state: self
                 .session
@@ -125,7 +131,7 @@ impl Caller {
     /// Whether this request's streams start with a priming event (2025-11-25 and later
     /// legacy sessions).
     pub fn primes_streams(&self) -> bool {
-        self.era == Era::Legacy && self.protocol_version.as_str() >= "2025-11-25"
+        self.era == Era::Legacy && self.protocol_version >= McpVersion::V2025_11_25
     }
 }
 
@@ -220,7 +226,7 @@ impl Engine {
         }
         let tasks_flavor = match caller.era {
             Era::Modern => Some(Flavor::Extension),
-            Era::Legacy if caller.protocol_version.as_str() >= "2025-11-25" => Some(Flavor::V2025),
+            Era::Legacy if caller.protocol_version >= McpVersion::V2025_11_25 => Some(Flavor::V2025),
             Era::Legacy => None,
         };
         if let Some(flavor) = tasks_flavor
@@ -454,10 +460,10 @@ impl Engine {
                 if !declares_extension(request) {
                     return Ok(Some(Some(missing_extension(id.clone()))));
                 }
-                Ok(self.tasks_request(&caller.principal, flavor, id, method, params).await?.map(Some))
+                Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
             (Flavor::V2025, "tasks/get" | "tasks/list" | "tasks/cancel") => {
-                Ok(self.tasks_request(&caller.principal, flavor, id, method, params).await?.map(Some))
+                Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
             (Flavor::V2025, "tasks/result") => self.task_result(caller, id, params, stream).await,
             _ => Ok(None),
@@ -517,7 +523,7 @@ impl Engine {
         let store = self.store();
         let run_stream = StreamId::random();
         store.create_stream(&run_stream, &caller.stream_owner()).await?;
-        let (task, key) = self.create_task(&caller.principal, caller.session.as_ref(), flavor, ttl, &run_stream).await?;
+        let (task, key) = self.create_task(caller, flavor, ttl, &run_stream).await?;
         let mut record = RunRecord::new(self, caller, request.clone(), &run_stream);
         record.task = Some(key.clone());
         record.task_flavor = Some(flavor);
@@ -548,10 +554,9 @@ impl Engine {
         if task_id.parse::<StreamId>().is_err() {
             return Ok(Some(Some(not_found())));
         }
-        let key = crate::tasks::task_key(&caller.principal, task_id);
-        let Some((task, _)) =
-            self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025 && t.principal == caller.principal.as_str())
-        else {
+        let owner = crate::tasks::TaskOwner::of(caller, Flavor::V2025);
+        let key = owner.key(task_id);
+        let Some((task, _)) = self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025 && owner.owns(t)) else {
             return Ok(Some(Some(not_found())));
         };
         if task.stream.parse::<StreamId>().is_err() {
@@ -676,7 +681,7 @@ impl Engine {
         }
         let task_stream = StreamId::random();
         self.store().create_stream(&task_stream, &caller.stream_owner()).await?;
-        let (task, key) = self.create_task(&caller.principal, None, Flavor::Extension, None, &task_stream).await?;
+        let (task, key) = self.create_task(caller, Flavor::Extension, None, &task_stream).await?;
         // The task's steps (and those of its synchronous rounds) live as long as the task.
         self.refresh_steps(&held.run_id, None).await?;
         let (record_key, record_stream) = (key.clone(), task_stream.to_string());
@@ -700,6 +705,9 @@ impl Engine {
             task_watch = Some(self.watch_task(&key, &run.cancel));
         }
         let mut answered = false;
+        // Set when a commit failed: the pump cancels the handler itself then, which is no
+        // client's cancellation, so the client gets an error, not a silent end.
+        let mut commit_failed = false;
         let mut suspended = false;
         let mut settled: Option<Value> = None;
         let mut inbox: Option<Inbox> = None;
@@ -733,7 +741,7 @@ impl Engine {
                     break;
                 }
                 Outbound::Outcome(mut outcome) => {
-                    if caller.era == Era::Legacy && caller.protocol_version.as_str() >= "2025-11-25" {
+                    if caller.era == Era::Legacy && caller.protocol_version >= McpVersion::V2025_11_25 {
                         declare_task_support(&mut outcome);
                     }
                     if caller.era == Era::Modern {
@@ -808,6 +816,7 @@ impl Engine {
             };
             if let Err(error) = result {
                 tracing::warn!(%error, %stream, "could not commit a handler message; stopping the request");
+                commit_failed = true;
                 run.cancel.cancel();
                 if let Some(held) = &held {
                     // A journaled run is retried from its journal: no outcome now.
@@ -832,7 +841,7 @@ impl Engine {
         }
         let Some(held) = held else {
             if !answered {
-                let _ = self.close_unanswered(&stream, &id, run.cancel.is_cancelled()).await;
+                let _ = self.close_unanswered(&stream, &id, run.cancel.is_cancelled() && !commit_failed).await;
             }
             return;
         };
@@ -988,8 +997,16 @@ impl Engine {
             "resources/unsubscribe" => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Unsubscribe(u.to_owned())),
             _ => None,
         };
-        if let Some(change) = change {
-            self.store().update_session(&caller.principal, &session.id, change).await?;
+        // The index entry first, the session's subscription after it (and the reverse to
+        // unsubscribe): a crash between them leaves an extra hint, never a miss.
+        if let Some(SessionChange::Subscribe(uri)) = &change {
+            self.index_subscription(&caller.principal, &session.id, uri).await?;
+        }
+        if let Some(change) = &change {
+            self.store().update_session(&caller.principal, &session.id, change.clone()).await?;
+        }
+        if let Some(SessionChange::Unsubscribe(uri)) = &change {
+            self.unindex_subscription(&session.id, uri).await?;
         }
         Ok(())
     }
@@ -1007,16 +1024,13 @@ impl Engine {
     /// subscriptions are in the store) gets the notification on its standalone stream, read
     /// by its GET stream on whichever worker holds it.
     ///
-    /// This scans the sessions (`list_sessions`), so its cost grows with the number of live
-    /// sessions; a store index of subscriptions is the way to scale it further.
+    /// The sessions are found through the subscription index (`subscriptions.rs`): the
+    /// cost grows with the number of subscribers of `uri`, not with the live sessions.
     async fn fan_out_resource_update(&self, uri: &str, message: &Value) -> Result<(), EngineError> {
-        const MAX_SESSIONS: usize = 100_000;
-        for session in self.store().list_sessions(None, MAX_SESSIONS).await? {
-            if session.subscriptions.contains(uri) {
-                match self.store().append(&session.standalone_stream, message.to_string(), false).await {
-                    Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+        for session in self.subscribers(uri).await? {
+            match self.store().append(&session.standalone_stream, message.to_string(), false).await {
+                Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())

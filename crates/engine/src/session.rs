@@ -1,6 +1,6 @@
 //! Legacy-era sessions: created by `initialize`, served from the store by any worker.
 
-use durable_mcp_protocol::PeerContext;
+use durable_mcp_protocol::{McpVersion, PeerContext};
 use durable_mcp_store::{Principal, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms};
 use serde_json::{Map, Value};
 
@@ -22,8 +22,19 @@ impl Engine {
         let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_owned) else {
             return Ok((None, response));
         };
-        let version = version.as_str();
-        if version >= "2025-11-25"
+        // The session serves only a legacy version of the closed set: a version the
+        // handler would accept but durable-mcp does not serve (2024-11-05) is answered with
+        // the latest one, as the protocol says for an unsupported requested version.
+        let version = match version.parse::<McpVersion>() {
+            Ok(version) if !version.is_modern() => version,
+            _ => {
+                if let Some(result) = response.get_mut("result").and_then(Value::as_object_mut) {
+                    result.insert("protocolVersion".into(), Value::from(McpVersion::LATEST_LEGACY.as_str()));
+                }
+                McpVersion::LATEST_LEGACY
+            }
+        };
+        if version >= McpVersion::V2025_11_25
             && let Some(capabilities) = response.pointer_mut("/result/capabilities").and_then(Value::as_object_mut)
         {
             // 2025-11-25 tasks: durable-mcp runs them (for tools that declare support).
@@ -36,7 +47,7 @@ impl Engine {
         let record = SessionRecord {
             id: SessionId::random(),
             principal: principal.clone(),
-            protocol_version: version.to_owned(),
+            protocol_version: version.to_string(),
             client: params,
             log_level: None,
             subscriptions: Default::default(),
@@ -44,6 +55,8 @@ impl Engine {
             standalone_stream: StreamId::random(),
             created_at_ms: now,
             last_seen_ms: now,
+            // Tracked from the start: the first GET stream gets what was sent before it.
+            delivery: Some(durable_mcp_store::Delivery::default()),
         };
         self.store().create_session(record.clone()).await?;
         Ok((Some(record), response))

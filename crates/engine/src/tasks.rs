@@ -8,7 +8,8 @@
 //!   until the task ends, carries its questions), `tasks/list`, `tasks/cancel`.
 //!
 //! A task is a [`RecordKind::Task`] record, committed before the create result is returned,
-//! keyed by principal and an unguessable id (D13), and changed only by compare-and-set, so
+//! keyed by its owner ([`TaskOwner`]: the principal, and without authentication the
+//! session of a 2025-11-25 task) and an unguessable id (D13), and changed only by compare-and-set, so
 //! that a terminal status never changes. Its work is an ordinary journaled run (leases,
 //! recovery, durable steps) whose stream is internal to the task: any worker answers for
 //! any task from the record.
@@ -17,12 +18,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionRecord, StoreError, StreamId, now_ms};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, key_part, now_ms};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::journal::{Held, Relay};
-use crate::{Engine, EngineError};
+use crate::{Caller, Engine, EngineError};
 
 /// The extension's name, in capabilities and errors.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -78,10 +79,55 @@ pub(crate) fn is_terminal(status: &str) -> bool {
     matches!(status, "completed" | "failed" | "cancelled")
 }
 
-/// The record key: principal first, so that a principal's tasks list by prefix and
-/// another principal's id is simply not found (D13).
-pub(crate) fn task_key(principal: &Principal, task_id: &str) -> String {
-    format!("{}/{task_id}", principal.as_str())
+/// Who a task belongs to (D13): the key it is stored under, and who finds it.
+///
+/// In plain words: a task is visible only to whoever created it. With an authenticated
+/// principal, that is the principal (every session of it sees its tasks, as the 2025-11-25
+/// spec asks of an authorization context). Without one (the anonymous principal), a
+/// 2025-11-25 task belongs to the session that created it: another session's `tasks/get`,
+/// `tasks/list`, `tasks/result` and `tasks/cancel` find nothing. A 2026-07-28 task has no
+/// session to belong to: without authentication its id, 128 bits from the CSPRNG and never
+/// listed, is the capability.
+///
+/// Stated more precisely: the key is `<principal>/<task id>`, or
+/// `<principal>/<session id>/<task id>` for a session-bound task, with the principal
+/// bounded by [`key_part`]; so one owner's tasks list by prefix, and another owner's id
+/// is simply not found, the same answer as an id that never existed. The record's own
+/// principal and session are checked on every read as well.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskOwner {
+    principal: Principal,
+    session: Option<SessionId>,
+}
+
+impl TaskOwner {
+    /// The owner of the tasks `caller` creates and looks up in design `flavor`.
+    pub(crate) fn of(caller: &Caller, flavor: Flavor) -> Self {
+        let bound_to_session = flavor == Flavor::V2025 && caller.principal.is_anonymous();
+        let session = caller.session.as_ref().filter(|_| bound_to_session).map(|s| s.id.clone());
+        Self { principal: caller.principal.clone(), session }
+    }
+
+    /// The prefix every key of this owner's tasks starts with.
+    fn prefix(&self) -> String {
+        let principal = key_part(self.principal.as_str());
+        match &self.session {
+            Some(session) => format!("{principal}/{session}/"),
+            None => format!("{principal}/"),
+        }
+    }
+
+    /// The record key of this owner's task `task_id`.
+    pub(crate) fn key(&self, task_id: &str) -> String {
+        format!("{}{task_id}", self.prefix())
+    }
+
+    /// Whether `task` is this owner's (a record found under its key always is; checked
+    /// anyway, so that a key layout mistake can never expose another owner's task).
+    pub(crate) fn owns(&self, task: &TaskRecord) -> bool {
+        task.principal == self.principal.as_str()
+            && self.session.as_ref().is_none_or(|session| task.session.as_deref() == Some(session.as_str()))
+    }
 }
 
 /// ISO 8601 (UTC, millisecond precision) for a Unix time in milliseconds.
@@ -213,16 +259,16 @@ impl Engine {
     /// its key.
     pub(crate) async fn create_task(
         &self,
-        principal: &Principal,
-        session: Option<&SessionRecord>,
+        caller: &Caller,
         flavor: Flavor,
         ttl_ms: Option<u64>,
         stream: &StreamId,
     ) -> Result<(TaskRecord, String), EngineError> {
         let now = now_ms();
+        let session = caller.session.as_ref().filter(|_| caller.era == crate::Era::Legacy);
         let task = TaskRecord {
             task_id: StreamId::random().to_string(),
-            principal: principal.as_str().to_owned(),
+            principal: caller.principal.as_str().to_owned(),
             session: session.map(|s| s.id.to_string()),
             flavor,
             status: "working".into(),
@@ -237,7 +283,7 @@ impl Engine {
             input_responses: BTreeMap::new(),
             notify: session.filter(|_| flavor == Flavor::V2025).map(|s| s.standalone_stream.to_string()),
         };
-        let key = task_key(principal, &task.task_id);
+        let key = TaskOwner::of(caller, flavor).key(&task.task_id);
         self.store()
             .put_record(RecordKind::Task, &key, encode(&task), Some(task.expires_at()), Expect::Absent)
             .await?;
@@ -330,14 +376,15 @@ impl Engine {
     /// not serve for this design; the handler answers).
     pub(crate) async fn tasks_request(
         &self,
-        principal: &Principal,
+        caller: &Caller,
         flavor: Flavor,
         id: &RequestId,
         method: &str,
         params: Option<&Value>,
     ) -> Result<Option<Value>, EngineError> {
+        let owner = TaskOwner::of(caller, flavor);
         if method == "tasks/list" && flavor == Flavor::V2025 {
-            return self.list_tasks(principal, id, params).await.map(Some);
+            return self.list_tasks(&owner, id, params).await.map(Some);
         }
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
             return Ok(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None)));
@@ -346,9 +393,9 @@ impl Engine {
             // Not an id durable-mcp issues: nothing to look up (and no key tricks, D13).
             return Ok(Some(task_not_found(id.clone())));
         }
-        let key = task_key(principal, task_id);
-        let Some((task, _)) = self.load_task(&key).await?.filter(|(t, _)| t.principal == principal.as_str()) else {
-            // Unknown, expired, or another principal's (D13).
+        let key = owner.key(task_id);
+        let Some((task, _)) = self.load_task(&key).await?.filter(|(t, _)| owner.owns(t)) else {
+            // Unknown, expired, or another owner's (D13).
             return Ok(Some(task_not_found(id.clone())));
         };
         if task.flavor != flavor {
@@ -409,7 +456,7 @@ impl Engine {
         }))
     }
 
-    async fn list_tasks(&self, principal: &Principal, id: &RequestId, params: Option<&Value>) -> Result<Value, EngineError> {
+    async fn list_tasks(&self, owner: &TaskOwner, id: &RequestId, params: Option<&Value>) -> Result<Value, EngineError> {
         const PAGE: usize = 50;
         const MAX_LISTED: usize = 10_000;
         let offset = match params.and_then(|p| p.get("cursor")) {
@@ -420,11 +467,10 @@ impl Engine {
             },
             Some(_) => return Ok(error_response(id.clone(), code::INVALID_PARAMS, "invalid cursor", None)),
         };
-        let prefix = format!("{}/", principal.as_str());
         let mut tasks = Vec::new();
-        for record in self.store().list_records(RecordKind::Task, &prefix, MAX_LISTED).await? {
+        for record in self.store().list_records(RecordKind::Task, &owner.prefix(), MAX_LISTED).await? {
             if let Ok(task) = serde_json::from_str::<TaskRecord>(&record.value)
-                && task.principal == principal.as_str()
+                && owner.owns(&task)
                 && task.flavor == Flavor::V2025
             {
                 tasks.push(task);
@@ -565,6 +611,57 @@ fn encode(task: &TaskRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use durable_mcp_store::SessionRecord;
+
+    fn caller(principal: Principal, era: crate::Era) -> Caller {
+        let session = (era == crate::Era::Legacy).then(|| SessionRecord {
+            id: SessionId::random(),
+            principal: principal.clone(),
+            protocol_version: "2025-11-25".into(),
+            client: Value::Null,
+            log_level: None,
+            subscriptions: Default::default(),
+            state: Default::default(),
+            standalone_stream: StreamId::random(),
+            created_at_ms: 0,
+            last_seen_ms: 0,
+            delivery: None,
+        });
+        Caller { principal, era, session, protocol_version: durable_mcp_protocol::McpVersion::V2025_11_25, log_level: None }
+    }
+
+    fn record(caller: &Caller) -> TaskRecord {
+        let mut task: TaskRecord = serde_json::from_value(json!({
+            "task_id": "t", "principal": caller.principal.as_str(), "session": null, "flavor": "V2025",
+            "status": "working", "status_message": null, "created_at_ms": 0, "updated_at_ms": 0, "ttl_ms": 1,
+            "stream": "s", "result": null, "error": null, "input_requests": {}, "input_responses": {}
+        }))
+        .expect("a task record");
+        task.session = caller.session.as_ref().map(|s| s.id.to_string());
+        task
+    }
+
+    /// D13: without authentication a 2025-11-25 task is its session's; with a principal it
+    /// is the principal's, in every session; a 2026-07-28 task is its principal's.
+    #[test]
+    fn d13_task_owners() {
+        let a = caller(Principal::anonymous(), crate::Era::Legacy);
+        let b = caller(Principal::anonymous(), crate::Era::Legacy);
+        let (owner_a, owner_b) = (TaskOwner::of(&a, Flavor::V2025), TaskOwner::of(&b, Flavor::V2025));
+        assert_ne!(owner_a.key("t"), owner_b.key("t"), "two anonymous sessions, two key spaces");
+        assert!(owner_a.owns(&record(&a)) && !owner_b.owns(&record(&a)));
+        let alice_1 = caller(Principal::new("alice"), crate::Era::Legacy);
+        let alice_2 = caller(Principal::new("alice"), crate::Era::Legacy);
+        let owner = TaskOwner::of(&alice_2, Flavor::V2025);
+        assert_eq!(TaskOwner::of(&alice_1, Flavor::V2025).key("t"), owner.key("t"), "one principal, every session");
+        assert_eq!(owner.key("t"), "alice/t");
+        assert!(owner.owns(&record(&alice_1)));
+        assert!(!TaskOwner::of(&caller(Principal::new("bob"), crate::Era::Legacy), Flavor::V2025).owns(&record(&alice_1)));
+        let modern = TaskOwner::of(&caller(Principal::anonymous(), crate::Era::Modern), Flavor::Extension);
+        assert_eq!(modern.key("t"), "anonymous/t", "the id is the capability");
+        let long = TaskOwner::of(&caller(Principal::new("p".repeat(5_000)), crate::Era::Modern), Flavor::Extension);
+        assert!(long.key("t").len() < 100, "a long principal is bounded");
+    }
 
     #[test]
     fn iso8601_formats_utc() {

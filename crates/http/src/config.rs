@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 /// How the HTTP transport behaves. The defaults are safe for a server on a developer's
-/// machine: loopback host names only, cross-origin browser requests refused.
+/// machine: loopback host names only, cross-origin browser requests refused, connections
+/// timed out when silent or idle and capped in number.
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     /// The endpoint path (default `/mcp`).
@@ -24,7 +25,32 @@ pub struct HttpConfig {
     /// For 2025-11-25 sessions: close a request's SSE connection after this long, so the
     /// client resumes with `GET` + `Last-Event-ID` (SSE polling). `None` keeps it open.
     pub poll_after: Option<Duration>,
+    /// GET streams of one session kept open on this worker (at least 1). Each message of
+    /// the session's standalone stream goes on exactly one of them (the newest, unless it
+    /// closed); opening one more closes the session's oldest GET stream here, which holds
+    /// nothing undelivered and which its client may resume with `Last-Event-ID`.
+    pub max_get_streams_per_session: usize,
+    /// How long a client may take to send a complete request head: from the moment a new
+    /// connection is accepted, or from the first byte of a later request on a keep-alive
+    /// connection. A connection that has not sent its head by then is closed.
+    pub header_read_timeout: Duration,
+    /// How long a keep-alive connection may stay open with no request in flight after its
+    /// last response ended. A connection streaming a response (an SSE stream, which carries
+    /// keep-alive comments) is never idle, however long it lasts. Behind a proxy that keeps
+    /// connections to the workers open, make it longer than the proxy's own idle timeout
+    /// (nginx's `keepalive_timeout` in an `upstream` block: 60 s by default), so the proxy
+    /// never sends a request on a connection the worker is closing.
+    pub idle_timeout: Duration,
+    /// The most connections served at once. A connection accepted beyond it is answered
+    /// `503 Service Unavailable` and closed at once, so that silent clients cannot use up
+    /// the process's file descriptors and lock every other client out. Keep it below the
+    /// open-file limit (`ulimit -n`) minus what the store needs. At least 1.
+    pub max_connections: usize,
 }
+
+/// The default of [`HttpConfig::max_get_streams_per_session`]: real clients keep one or
+/// two GET streams per session; a few more leave room for reconnects that overlap.
+pub const DEFAULT_MAX_GET_STREAMS_PER_SESSION: usize = 8;
 
 impl Default for HttpConfig {
     fn default() -> Self {
@@ -36,6 +62,10 @@ impl Default for HttpConfig {
             json_response: false,
             keep_alive: Duration::from_secs(15),
             poll_after: None,
+            max_get_streams_per_session: DEFAULT_MAX_GET_STREAMS_PER_SESSION,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(75),
+            max_connections: 512,
         }
     }
 }

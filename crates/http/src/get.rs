@@ -2,17 +2,17 @@
 //! session). Both are legacy-era only: modern traffic gets 405.
 
 use axum::response::{IntoResponse, Response};
-use durable_mcp_engine::EngineError;
-use durable_mcp_protocol::MODERN_VERSION;
-use durable_mcp_store::{EventId, Principal, StoreError};
+use durable_mcp_engine::{EngineError, GetStream, GetStreamSettings};
+use durable_mcp_protocol::McpVersion;
+use durable_mcp_store::{EventId, Principal, SessionId, StoreError};
 use http::{HeaderMap, StatusCode};
 
-use crate::headers::{self, LAST_EVENT_ID, PROTOCOL_VERSION};
+use crate::headers::{self, LAST_EVENT_ID};
 use crate::sse::{self, SseSource};
 use crate::{Rejection, Transport};
 
 fn modern(headers: &HeaderMap) -> Result<bool, Rejection> {
-    Ok(headers::single(headers, PROTOCOL_VERSION)?.is_some_and(|v| v.as_str() >= MODERN_VERSION))
+    Ok(headers::protocol_version(headers)?.is_some_and(McpVersion::is_modern))
 }
 
 impl Transport {
@@ -24,6 +24,7 @@ impl Transport {
         let principal = Principal::anonymous();
         let session = self.legacy_session(headers, &principal).await?;
         let store = self.engine.store();
+        let settings = GetStreamSettings { tick: self.config.keep_alive, max_per_session: self.config.max_get_streams_per_session };
         let source = match headers::single(headers, LAST_EVENT_ID)? {
             Some(raw) => {
                 // D3: resume exactly after this event, on its own stream, if it is ours.
@@ -45,39 +46,28 @@ impl Transport {
                         return Err(Rejection::UnknownEvent(raw));
                     }
                 }
-                // A resumed standalone stream keeps its session alive like a fresh one (D14).
-                let keep_session = (id.stream == session.standalone_stream).then(|| (principal.clone(), session.id.clone()));
-                SseSource {
-                    stream: id.stream,
-                    after: id.seq,
-                    prefix: Vec::new(),
-                    cancel_on_drop: None,
-                    close_after: None,
-                    close_on: None,
-                    keep_session,
+                if id.stream == session.standalone_stream {
+                    // Resuming a GET stream: it takes the delivery over (see below).
+                    let get = self.engine.open_get_stream(&session, Some(id.seq), settings).await?;
+                    get_source(get, &principal, &session.id)
+                } else {
+                    SseSource {
+                        events: sse::tail_of(&self.engine, id.stream, id.seq),
+                        priming: None,
+                        prefix: Vec::new(),
+                        cancel_on_drop: None,
+                        close_after: None,
+                        close_on: None,
+                        keep_session: None,
+                    }
                 }
             }
             None => {
-                // The standalone stream, from now on. 2025-11-25 sessions get a priming
-                // event (committed, so its id can be resumed from).
-                let stream = session.standalone_stream.clone();
-                let mut prefix = Vec::new();
-                let after = if session.protocol_version.as_str() >= "2025-11-25" {
-                    let id = store.append(&stream, String::new(), false).await.map_err(EngineError::from)?;
-                    prefix.push(sse::priming_frame(&id, self.engine.options().sse_retry));
-                    id.seq
-                } else {
-                    last_seq(self, &stream).await?
-                };
-                SseSource {
-                    stream,
-                    after,
-                    prefix,
-                    cancel_on_drop: None,
-                    close_after: None,
-                    close_on: None,
-                    keep_session: Some((principal.clone(), session.id.clone())),
-                }
+                // The standalone stream, from where delivery to the session's GET streams
+                // stopped; each message goes on exactly one of them. 2025-11-25 sessions get
+                // a priming event (committed, so its id can be resumed from).
+                let get = self.engine.open_get_stream(&session, None, settings).await?;
+                get_source(get, &principal, &session.id)
             }
         };
         Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
@@ -97,23 +87,15 @@ impl Transport {
     }
 }
 
-/// The sequence of the last committed event of `stream` (0 when empty).
-async fn last_seq(transport: &Transport, stream: &durable_mcp_store::StreamId) -> Result<u64, Rejection> {
-    let store = transport.engine.store();
-    let mut after = 0;
-    loop {
-        let read = match store.read_after(stream, after, 1024).await {
-            Ok(read) => read,
-            // Retention dropped the oldest events: continue from the oldest kept one.
-            Err(StoreError::Pruned { oldest_retained, .. }) if oldest_retained > after + 1 => {
-                after = oldest_retained - 1;
-                continue;
-            }
-            Err(e) => return Err(EngineError::from(e).into()),
-        };
-        match read.events.last() {
-            Some(last) => after = last.id.seq,
-            None => return Ok(after),
-        }
+/// The SSE source of a GET stream; it keeps its session alive like any live GET (D14).
+fn get_source(get: GetStream, principal: &Principal, session: &SessionId) -> SseSource {
+    SseSource {
+        events: get.events,
+        priming: get.priming,
+        prefix: Vec::new(),
+        cancel_on_drop: None,
+        close_after: None,
+        close_on: None,
+        keep_session: Some((principal.clone(), session.clone())),
     }
 }

@@ -2,6 +2,7 @@
 //! headers, and the 2026-07-28 standard headers (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`).
 
 use base64::Engine as _;
+use durable_mcp_protocol::McpVersion;
 use http::{HeaderMap, HeaderName, header};
 use serde_json::{Map, Value};
 
@@ -28,6 +29,14 @@ pub fn single(headers: &HeaderMap, name: &str) -> Result<Option<String>, Rejecti
     }
     let text = first.to_str().map_err(|_| Rejection::BadHeader(format!("{name} is not visible ASCII")))?;
     Ok(Some(text.trim().to_owned()))
+}
+
+/// `MCP-Protocol-Version`, if present, as a version of the closed set; a version this
+/// server does not serve (`9999-99-99`, `2026-07-29`) is refused (400), never taken for the
+/// nearest known one.
+pub fn protocol_version(headers: &HeaderMap) -> Result<Option<McpVersion>, Rejection> {
+    let Some(raw) = single(headers, PROTOCOL_VERSION)? else { return Ok(None) };
+    raw.parse().map(Some).map_err(|_| Rejection::UnsupportedVersion { requested: raw, supported: McpVersion::supported(), id: None })
 }
 
 /// DNS-rebinding protection: `Host` and `Origin` against the allow-lists.

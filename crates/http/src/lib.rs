@@ -2,7 +2,10 @@
 //!
 //! Legacy era (2025-03-26 .. 2025-11-25): `initialize` creates a session, requests get SSE
 //! streams whose events are committed to the store before they are written (D1), and a
-//! client resumes any stream with `GET` + `Last-Event-ID` on any worker (D3).
+//! client resumes any stream with `GET` + `Last-Event-ID` on any worker (D3). A session's
+//! GET streams share its standalone stream, each message going on exactly one of them, on
+//! any worker ([`durable_mcp_engine::Engine::open_get_stream`]); at most
+//! [`HttpConfig::max_get_streams_per_session`] per session on one worker.
 //! Modern era (2026-07-28): stateless requests validated against their standard headers.
 
 mod config;
@@ -10,9 +13,8 @@ mod get;
 mod headers;
 mod post;
 mod rejection;
+mod serve;
 mod sse;
-
-use std::net::SocketAddr;
 
 use axum::Router;
 use axum::body::Body;
@@ -21,10 +23,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use durable_mcp_engine::Engine;
 use http::{Method, Request};
-use tokio::net::TcpListener;
 
-pub use config::HttpConfig;
+pub use config::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig};
 pub use rejection::Rejection;
+pub use serve::{serve, serve_router};
 
 /// The HTTP transport: an engine and its HTTP settings.
 #[derive(Clone, Debug)]
@@ -56,43 +58,17 @@ impl Transport {
 async fn endpoint(State(transport): State<Transport>, request: Request<Body>) -> Response {
     let (parts, body) = request.into_parts();
     tracing::debug!(method = %parts.method, headers = ?parts.headers, "request");
-    let result = match headers::check_host_and_origin(&parts.headers, &transport.config) {
-        Err(rejection) => Err(rejection),
+    let result: Result<Response, rejection::Refusal> = match headers::check_host_and_origin(&parts.headers, &transport.config) {
+        Err(rejection) => Err(rejection.into()),
         Ok(()) => match parts.method {
             Method::POST => transport.post(&parts.headers, body).await,
-            Method::GET => transport.get(&parts.headers).await,
-            Method::DELETE => transport.delete(&parts.headers).await,
-            _ => Err(Rejection::MethodNotAllowed),
+            Method::GET => transport.get(&parts.headers).await.map_err(Into::into),
+            Method::DELETE => transport.delete(&parts.headers).await.map_err(Into::into),
+            _ => Err(Rejection::MethodNotAllowed.into()),
         },
     };
-    result.unwrap_or_else(|rejection| {
-        tracing::debug!(%rejection, "request rejected");
-        rejection.into_response()
+    result.unwrap_or_else(|refusal| {
+        tracing::debug!(rejection = %refusal.rejection, "request rejected");
+        refusal.into_response()
     })
-}
-
-/// Serve `transport` on `listener` until `shutdown` resolves, then end its SSE connections
-/// and finish the requests in flight. Accepted connections get
-/// `TCP_NODELAY`: SSE responses are several small writes, and with Nagle's algorithm a
-/// keep-alive client waits ~40 ms on each request.
-pub async fn serve(
-    listener: TcpListener,
-    transport: Transport,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let token = transport.shutdown_token();
-    let router = transport.router();
-    let shutdown = async move {
-        shutdown.await;
-        token.cancel();
-    };
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::warn!(%error, "could not set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
 }

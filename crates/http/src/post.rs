@@ -3,14 +3,15 @@
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use durable_mcp_engine::{Caller, Era};
+use durable_mcp_protocol::McpVersion;
 use durable_mcp_protocol::jsonrpc::{self, Inbound};
-use durable_mcp_protocol::{LEGACY_VERSIONS, MODERN_VERSION};
 use durable_mcp_store::{Principal, SessionRecord};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{Map, Value};
 
-use crate::headers::{self, PROTOCOL_VERSION, SESSION_ID};
+use crate::headers::{self, SESSION_ID};
+use crate::rejection::Refusal;
 use crate::sse::{self, SseSource};
 use crate::{Rejection, Transport};
 
@@ -24,8 +25,8 @@ fn meta(message: &Map<String, Value>) -> Option<&Map<String, Value>> {
 }
 
 /// Which era a message belongs to (decided per request, as the 2026-07-28 spec says).
-fn era_of(method: Option<&str>, message: &Map<String, Value>, header_version: Option<&str>) -> Era {
-    let modern_header = header_version.is_some_and(|v| v >= MODERN_VERSION);
+fn era_of(method: Option<&str>, message: &Map<String, Value>, header_version: Option<McpVersion>) -> Era {
+    let modern_header = header_version.is_some_and(McpVersion::is_modern);
     let modern_meta = meta(message).is_some_and(|m| m.contains_key(META_VERSION));
     match method {
         // `initialize` opens a legacy session, unless the request says it is 2026-07-28,
@@ -38,31 +39,38 @@ fn era_of(method: Option<&str>, message: &Map<String, Value>, header_version: Op
 }
 
 impl Transport {
-    pub(crate) async fn post(&self, headers: &HeaderMap, body: Body) -> Result<Response, Rejection> {
-        headers::check_post_accept(headers)?;
-        headers::check_content_type(headers)?;
+    /// A POST. Every refusal of a body whose request id can be read carries that id.
+    pub(crate) async fn post(&self, headers: &HeaderMap, body: Body) -> Result<Response, Refusal> {
         let bytes = axum::body::to_bytes(body, self.config.max_body_bytes)
             .await
             .map_err(|_| Rejection::PayloadTooLarge(self.config.max_body_bytes))?;
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| Rejection::ParseError(e.to_string()))?;
+        let value = serde_json::from_slice::<Value>(&bytes);
+        let id = value.as_ref().ok().and_then(jsonrpc::request_id);
+        self.post_message(headers, value).await.map_err(|rejection| Refusal { rejection, id })
+    }
+
+    async fn post_message(&self, headers: &HeaderMap, value: serde_json::Result<Value>) -> Result<Response, Rejection> {
+        headers::check_post_accept(headers)?;
+        headers::check_content_type(headers)?;
+        let value = value.map_err(|e| Rejection::ParseError(e.to_string()))?;
         tracing::debug!(body = %value, "message");
         if value.is_array() {
             return Err(Rejection::InvalidRequest { message: "JSON-RPC batches are not supported".into(), id: None });
         }
         let inbound = jsonrpc::classify(value)
             .map_err(|r| Rejection::InvalidRequest { message: r.message, id: r.id })?;
-        let header_version = headers::single(headers, PROTOCOL_VERSION)?;
+        let header_version = headers::protocol_version(headers)?;
         let (method, message) = match &inbound {
             Inbound::Request { method, message, .. } | Inbound::Notification { method, message } => (Some(method.as_str()), message),
             Inbound::Response { message, .. } => (None, message),
         };
-        match era_of(method, message, header_version.as_deref()) {
-            Era::Legacy => self.post_legacy(headers, header_version, inbound).await,
+        match era_of(method, message, header_version) {
+            Era::Legacy => self.post_legacy(headers, inbound).await,
             Era::Modern => self.post_modern(headers, header_version, inbound).await,
         }
     }
 
-    async fn post_legacy(&self, headers: &HeaderMap, header_version: Option<String>, inbound: Inbound) -> Result<Response, Rejection> {
+    async fn post_legacy(&self, headers: &HeaderMap, inbound: Inbound) -> Result<Response, Rejection> {
         let principal = Principal::anonymous();
         if let Inbound::Request { method, message, .. } = &inbound
             && method == "initialize"
@@ -75,19 +83,10 @@ impl Transport {
             }
             return Ok(response);
         }
+        // An unknown header version was refused already; a modern one made the request
+        // modern. What is left is a legacy version (or none).
         let session = self.legacy_session(headers, &principal).await?;
-        if let Some(v) = &header_version
-            && !LEGACY_VERSIONS.contains(&v.as_str())
-        {
-            return Err(Rejection::UnsupportedVersion { requested: v.clone(), supported: supported(), id: None });
-        }
-        let caller = Caller {
-            principal,
-            era: Era::Legacy,
-            protocol_version: session.protocol_version.clone(),
-            session: Some(session),
-            log_level: None,
-        };
+        let caller = Caller::legacy(principal, session)?;
         match inbound {
             Inbound::Request { id, message, .. } => {
                 let accepted = self.engine.accept(&caller, id, message).await?;
@@ -101,8 +100,8 @@ impl Transport {
                 let after = accepted.priming.map_or(0, |p| p.seq);
                 let close_after = if caller.primes_streams() { self.config.poll_after } else { None };
                 let source = SseSource {
-                    stream: accepted.stream,
-                    after,
+                    events: sse::tail_of(&self.engine, accepted.stream, after),
+                    priming: None,
                     prefix,
                     cancel_on_drop: None,
                     close_after,
@@ -135,7 +134,7 @@ impl Transport {
         Ok(self.engine.session(principal, &id).await?)
     }
 
-    async fn post_modern(&self, headers: &HeaderMap, header_version: Option<String>, inbound: Inbound) -> Result<Response, Rejection> {
+    async fn post_modern(&self, headers: &HeaderMap, header_version: Option<McpVersion>, inbound: Inbound) -> Result<Response, Rejection> {
         let (id, method, message) = match inbound {
             Inbound::Request { id, method, message } => (id, method, message),
             Inbound::Notification { .. } => return Ok(StatusCode::ACCEPTED.into_response()),
@@ -149,7 +148,7 @@ impl Transport {
             (None, Some(_)) => {
                 return Err(Rejection::HeaderMismatch { message: "required header MCP-Protocol-Version is missing".into(), id: Some(id) });
             }
-            (Some(h), Some(m)) if h != m => {
+            (Some(h), Some(m)) if h.as_str() != m => {
                 return Err(Rejection::HeaderMismatch {
                     message: format!("MCP-Protocol-Version header value '{h}' does not match _meta protocolVersion '{m}'"),
                     id: Some(id),
@@ -171,6 +170,15 @@ impl Transport {
                 id: Some(id),
             });
         }
+        // The `_meta` version equals the header's, which is known; checked again for the
+        // type (and in case the header rule above changes).
+        let version = match meta_version.map(str::parse::<McpVersion>) {
+            Some(Ok(version)) => version,
+            Some(Err(unknown)) => {
+                return Err(Rejection::UnsupportedVersion { requested: unknown.0, supported: McpVersion::supported(), id: Some(id) });
+            }
+            None => McpVersion::MODERN,
+        };
         let params = message.get("params").and_then(Value::as_object);
         let handler = self.engine.handler();
         headers::check_standard_headers(headers, &id, &method, params, |name| handler.tool_input_schema(name))?;
@@ -188,7 +196,7 @@ impl Transport {
             principal: Principal::anonymous(),
             era: Era::Modern,
             session: None,
-            protocol_version: meta_version.unwrap_or(MODERN_VERSION).to_owned(),
+            protocol_version: version,
             log_level,
         };
         let accepted = self.engine.accept(&caller, id, message).await?;
@@ -212,8 +220,8 @@ impl Transport {
             guard.disarm();
         }
         let source = SseSource {
-            stream: accepted.stream,
-            after: first.id.seq,
+            events: sse::tail_of(&self.engine, accepted.stream, first.id.seq),
+            priming: None,
             prefix: vec![sse::frame(&first)],
             cancel_on_drop: accepted.cancel,
             close_after: None,
@@ -235,10 +243,6 @@ impl Transport {
         let body: Value = last.and_then(|d| serde_json::from_str(&d).ok()).unwrap_or(Value::Null);
         Ok(axum::Json(body).into_response())
     }
-}
-
-fn supported() -> Vec<String> {
-    LEGACY_VERSIONS.iter().chain([&MODERN_VERSION]).map(|v| (*v).to_owned()).collect()
 }
 
 /// Modern-era status of a terminal message: protocol-level errors get their 4xx.

@@ -92,6 +92,11 @@ pub enum Rejection {
     /// The store cannot be reached (D15).
     #[error("Service Unavailable: the store cannot be reached")]
     StoreUnavailable,
+    /// The store refused a value of this request as given (400, -32600): the store is
+    /// healthy, the same request will never succeed. The store's own message is logged,
+    /// not sent.
+    #[error("Invalid request: the store refused a value of this request")]
+    StoreRefused,
     /// Anything else that went wrong on our side.
     #[error("Internal error: {0}")]
     Internal(String),
@@ -113,6 +118,7 @@ impl Rejection {
             Rejection::ParseError(_)
             | Rejection::InvalidRequest { .. }
             | Rejection::SessionRequired
+            | Rejection::StoreRefused
             | Rejection::BadHeader(_)
             | Rejection::UnsupportedVersion { .. }
             | Rejection::HeaderMismatch { .. }
@@ -134,37 +140,67 @@ impl Rejection {
         }
     }
 
-    fn id(&self) -> Value {
+    fn id(&self) -> Option<&RequestId> {
         match self {
             Rejection::InvalidRequest { id, .. }
             | Rejection::UnsupportedVersion { id, .. }
             | Rejection::HeaderMismatch { id, .. }
             | Rejection::MalformedMeta { id, .. }
-            | Rejection::MethodNotFound { id, .. } => id.clone().unwrap_or(Value::Null),
-            _ => Value::Null,
+            | Rejection::MethodNotFound { id, .. } => id.as_ref(),
+            _ => None,
         }
     }
 
-    /// The JSON-RPC error body.
+    /// The JSON-RPC error body (`"id": null` unless the rejection names the request's id).
     pub fn body(&self) -> Value {
+        self.body_for(None)
+    }
+
+    /// The JSON-RPC error body answering the request with id `request`: its own id if it
+    /// has one, else `request`, else `null`.
+    pub fn body_for(&self, request: Option<&RequestId>) -> Value {
         let data = match self {
             Rejection::UnsupportedVersion { requested, supported, .. } => {
                 Some(serde_json::json!({ "requested": requested, "supported": supported }))
             }
             _ => None,
         };
-        error_response(self.id(), self.code(), &self.to_string(), data)
+        let id = self.id().or(request).cloned().unwrap_or(Value::Null);
+        error_response(id, self.code(), &self.to_string(), data)
+    }
+
+    fn response_for(&self, request: Option<&RequestId>) -> Response {
+        let status = self.status();
+        let mut response = (status, axum::Json(self.body_for(request))).into_response();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        }
+        response
     }
 }
 
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
-        let status = self.status();
-        let mut response = (status, axum::Json(self.body())).into_response();
-        if status == StatusCode::METHOD_NOT_ALLOWED {
-            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
-        }
-        response
+        self.response_for(None)
+    }
+}
+
+/// A rejection of a message whose request id could be read: the error body echoes the id.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Refusal {
+    pub rejection: Rejection,
+    pub id: Option<RequestId>,
+}
+
+impl From<Rejection> for Refusal {
+    fn from(rejection: Rejection) -> Self {
+        Self { rejection, id: None }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        self.rejection.response_for(self.id.as_ref())
     }
 }
 
@@ -177,8 +213,18 @@ impl From<durable_mcp_engine::EngineError> for Rejection {
             E::UnknownEvent(id) => Rejection::UnknownEvent(id),
             E::EventPruned(why) => Rejection::EventPruned(why),
             E::Rejected(r) => Rejection::InvalidRequest { message: r.message, id: r.id },
-            E::Store(e) if e.kind() == StoreErrorKind::Unavailable => Rejection::StoreUnavailable,
-            other => Rejection::Internal(other.to_string()),
+            E::Store(e) if e.kind() == StoreErrorKind::Unavailable => {
+                tracing::warn!(error = %e, "store unavailable; answering 503");
+                Rejection::StoreUnavailable
+            }
+            E::Store(e) if e.kind() == StoreErrorKind::Refused => {
+                tracing::warn!(error = %e, "the store refused a value of a request; answering 400");
+                Rejection::StoreRefused
+            }
+            other => {
+                tracing::error!(error = %other, "request failed");
+                Rejection::Internal(other.to_string())
+            }
         }
     }
 }
@@ -196,6 +242,7 @@ mod tests {
             Rejection::ParseError("x".into()),
             Rejection::HeaderMismatch { message: "m".into(), id: Some(Value::from(7)) },
             Rejection::StoreUnavailable,
+            Rejection::StoreRefused,
         ];
         for r in all {
             let body = r.body();
@@ -204,5 +251,19 @@ mod tests {
             assert!(r.status().is_client_error() || r.status().is_server_error());
         }
         assert_eq!(Rejection::HeaderMismatch { message: "m".into(), id: Some(Value::from(7)) }.body()["id"], 7);
+        // A rejection without an id of its own answers with the request's.
+        assert_eq!(Rejection::SessionNotFound.body_for(Some(&Value::from(8)))["id"], 8);
+        assert_eq!(Rejection::SessionNotFound.body()["id"], Value::Null);
+    }
+
+    /// Issue 9: a value the store refused was answered 503 "the store cannot be reached".
+    #[test]
+    fn refused_store_values_are_client_errors() {
+        let refused = durable_mcp_store::StoreError::Refused("index row size exceeds maximum".into());
+        let rejection = Rejection::from(durable_mcp_engine::EngineError::Store(refused));
+        assert_eq!(rejection.status(), StatusCode::BAD_REQUEST, "{rejection}");
+        assert_eq!(rejection.code(), code::INVALID_REQUEST);
+        let unavailable = durable_mcp_store::StoreError::Unavailable("connection refused".into());
+        assert_eq!(Rejection::from(durable_mcp_engine::EngineError::Store(unavailable)).status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

@@ -7,7 +7,8 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use durable_mcp_engine::{Engine, tail};
-use durable_mcp_store::{EventId, StoredEvent, StreamId};
+use durable_mcp_store::{EventId, StoreError, StoredEvent, StreamId};
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use http::{HeaderValue, StatusCode, header};
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -22,12 +23,20 @@ pub fn priming_frame(id: &EventId, retry: Duration) -> Bytes {
     Bytes::from(format!("id: {id}\nretry: {}\ndata: \n\n", retry.as_millis()))
 }
 
+/// Committed events to write, in order.
+pub type Events = BoxStream<'static, Result<StoredEvent, StoreError>>;
+
+/// The events of `stream` after `after` (a request's stream, see `tail`).
+pub fn tail_of(engine: &Engine, stream: StreamId, after: u64) -> Events {
+    tail(engine.store().clone(), stream, after).boxed()
+}
+
 /// What an SSE response streams.
 pub struct SseSource {
-    /// The stream to tail.
-    pub stream: StreamId,
-    /// Resume after this sequence.
-    pub after: u64,
+    /// The events.
+    pub events: Events,
+    /// Which of them is a priming event, written with the `retry` hint.
+    pub priming: Option<EventId>,
     /// Frames sent before the tail (priming event, already-read first event).
     pub prefix: Vec<Bytes>,
     /// Cancel this token when the client goes away (modern era: disconnect cancels).
@@ -42,13 +51,14 @@ pub struct SseSource {
 
 /// Build the SSE response.
 pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration, shutdown: &CancellationToken) -> Response {
-    let events = tail(engine.store().clone(), source.stream, source.after);
+    let events = source.events;
+    let priming = source.priming.map(|id| (id, engine.options().sse_retry));
     let guard = source.cancel_on_drop.map(CancellationToken::drop_guard);
     let keep_session = source.keep_session.map(|(principal, id)| (engine.clone(), principal, id));
     // Shutting down ends the connection like a poll would: the stream stays resumable.
     let mut close_on: Vec<CancellationToken> = vec![shutdown.clone()];
     close_on.extend(source.close_on);
-    let body = body_stream(events, source.prefix, guard, keep_alive, source.close_after, close_on, keep_session);
+    let body = body_stream(events, priming, source.prefix, guard, keep_alive, source.close_after, close_on, keep_session);
     let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -58,8 +68,10 @@ pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration, shutdo
     response
 }
 
+#[allow(clippy::too_many_arguments)] // one call site; each is a distinct knob of the response
 fn body_stream<S>(
     events: S,
+    priming: Option<(EventId, Duration)>,
     prefix: Vec<Bytes>,
     guard: Option<DropGuard>,
     keep_alive: Duration,
@@ -76,9 +88,11 @@ where
         deadline: Option<tokio::time::Instant>,
         close_on: Vec<CancellationToken>,
         keep_session: Option<(Engine, durable_mcp_store::Principal, durable_mcp_store::SessionId)>,
+        priming: Option<(EventId, Duration)>,
         finished: bool,
     }
     let state = State {
+        priming,
         events: Box::pin(events),
         guard,
         deadline: close_after.map(|d| tokio::time::Instant::now() + d),
@@ -109,7 +123,13 @@ where
         };
         tokio::select! {
             next = tokio::time::timeout(keep_alive, s.events.next()) => match next {
-                Ok(Some(Ok(event))) => Some((Ok(frame(&event)), s)),
+                Ok(Some(Ok(event))) => {
+                    let bytes = match &s.priming {
+                        Some((id, retry)) if *id == event.id => priming_frame(id, *retry),
+                        _ => frame(&event),
+                    };
+                    Some((Ok(bytes), s))
+                }
                 Ok(Some(Err(error))) => {
                     tracing::warn!(%error, "stream tail failed; closing the connection");
                     s.finished = true;

@@ -250,18 +250,22 @@ async fn regression_outcome_kept_when_rmcp_loop_ends_first() {
 #[tokio::test]
 async fn d5_idle_session_expires_everywhere() {
     let options = durable_mcp_engine::EngineOptions {
-        retention: durable_mcp_store::Retention { session_idle_ttl_ms: Some(100), max_stream_age_ms: None },
+        retention: durable_mcp_store::Retention { session_idle_ttl_ms: Some(1_000), max_stream_age_ms: None },
         ..Default::default()
     };
     let h = harness_full(durable_mcp_http::HttpConfig::default(), options);
     let active = initialize(&h.router, "2025-11-25").await;
     let idle = initialize(&h.router, "2025-11-25").await;
-    for _ in 0..4 {
-        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+    let idle_since = std::time::Instant::now();
+    // Use `active` (every 10 ms, far within the TTL) until the TTL has passed since `idle`
+    // was last used.
+    eventually("the TTL passes", async || {
         let reply = post(&h.router, Some(&active), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
         assert_eq!(reply.status, StatusCode::OK, "use keeps a session alive");
         let _ = reply.text().await;
-    }
+        idle_since.elapsed() > std::time::Duration::from_millis(1_100)
+    })
+    .await;
     let reply = post(&h.router, Some(&idle), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "idle past the TTL");
     let gone = h.store.load_session(&durable_mcp_store::Principal::anonymous(), &idle.parse().unwrap()).await;
@@ -279,9 +283,14 @@ async fn d14_on_demand_prune_removes_old_finished_streams_only() {
     let done = post(&h.router, Some(&session), call(1, "echo", json!({"text": "x"}))).await.events().await;
     let running = post(&h.router, Some(&session), call(2, "slow", json!({"ms": 5_000}))).await;
     let first = running.first_events(1).await;
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    let report = h.engine.prune().await.unwrap();
-    assert_eq!(report.streams_deleted, 1, "{report:?}");
+    // Prune until the finished stream is past its maximum age; the open one never goes.
+    let mut deleted = 0;
+    eventually("the finished stream is pruned", async || {
+        deleted += h.engine.prune().await.unwrap().streams_deleted;
+        deleted > 0
+    })
+    .await;
+    assert_eq!(deleted, 1);
     let finished_id: durable_mcp_store::EventId = done[0].0.clone().unwrap().parse().unwrap();
     let open_id: durable_mcp_store::EventId = first[0].0.clone().unwrap().parse().unwrap();
     assert!(h.store.read_after(&finished_id.stream, 0, 10).await.is_err());
@@ -294,8 +303,196 @@ async fn d14_on_demand_prune_removes_old_finished_streams_only() {
 async fn shutdown_ends_open_sse_connections() {
     let h = harness();
     let session = initialize(&h.router, "2025-11-25").await;
-    let get = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None).await;
+    let mut get = open_get(&h.router, &session, None).await;
+    get.until(|s| !s.events().is_empty()).await;
     h.transport.shutdown_token().cancel();
-    let events = get.events().await;
-    assert_eq!(events.len(), 1, "the priming event, then the connection ends: {events:?}");
+    get.until(|_| false).await;
+    assert!(get.ended, "the connection ends");
+    assert_eq!(get.events().len(), 1, "the priming event, then nothing: {}", get.text);
+}
+
+const LIST_CHANGED: &str = "notifications/tools/list_changed";
+
+/// Streamable HTTP, "Multiple Connections": each message on only one of the connected
+/// streams, never broadcast. Both GET streams are read until the message arrives or three
+/// keep-alives show they had nothing more to send.
+#[tokio::test]
+async fn spec_multiple_connections_one_list_changed_reaches_one_get_stream() {
+    let h = harness_with(durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), ..Default::default() });
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut a = open_get(&h.router, &session, None).await;
+    a.until(|s| !s.events().is_empty()).await;
+    let mut b = open_get(&h.router, &session, None).await;
+    b.until(|s| !s.events().is_empty()).await;
+    let _ = post(&h.router, Some(&session), call(1, "change", json!({}))).await.events().await;
+    let (before_a, before_b) = (a.keep_alives(), b.keep_alives());
+    a.until(|s| s.count(LIST_CHANGED) > 0 || s.keep_alives() >= before_a + 3).await;
+    b.until(|s| s.count(LIST_CHANGED) > 0 || s.keep_alives() >= before_b + 3).await;
+    assert_eq!(a.count(LIST_CHANGED) + b.count(LIST_CHANGED), 1, "exactly one GET stream gets it:\nA: {}\nB: {}", a.text, b.text);
+    assert_eq!(b.count(LIST_CHANGED), 1, "the newest GET stream delivers");
+}
+
+/// D3: a GET stream that closed before a message was committed leaves it for the next GET.
+#[tokio::test]
+async fn d3_get_that_drops_before_delivery_leaves_the_message_for_the_next_get() {
+    let h = harness_with(durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), ..Default::default() });
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut first = open_get(&h.router, &session, None).await;
+    first.until(|s| !s.events().is_empty()).await;
+    drop(first);
+    let _ = post(&h.router, Some(&session), call(1, "change", json!({}))).await.events().await;
+    let mut next = open_get(&h.router, &session, None).await;
+    next.until(|s| (s.count(LIST_CHANGED) > 0 && s.text.contains("\nretry: ")) || s.keep_alives() >= 3).await;
+    assert_eq!(next.count(LIST_CHANGED), 1, "the undelivered message reaches the next GET: {}", next.text);
+    assert!(next.text.contains("\nretry: "), "the next GET still gets its priming event, after it: {}", next.text);
+}
+
+/// D3 and "MUST NOT replay messages that would have been delivered on a different stream":
+/// resuming a GET stream replays what it was given after that id, not what another GET
+/// stream of the session delivered meanwhile, then continues live.
+#[tokio::test]
+async fn d3_resume_replays_only_what_that_get_stream_was_given() {
+    let h = harness_with(durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), ..Default::default() });
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut a = open_get(&h.router, &session, None).await;
+    a.until(|s| !s.events().is_empty()).await;
+    let priming = a.events()[0].0.clone().expect("priming id");
+    let _ = post(&h.router, Some(&session), call(1, "change", json!({}))).await.events().await;
+    a.until(|s| s.count(LIST_CHANGED) == 1).await;
+    let first = a.events().last().unwrap().0.clone().unwrap();
+    let mut b = open_get(&h.router, &session, None).await;
+    b.until(|s| !s.events().is_empty()).await;
+    let _ = post(&h.router, Some(&session), call(2, "change", json!({}))).await.events().await;
+    b.until(|s| s.count(LIST_CHANGED) == 1).await;
+    let second = b.events().last().unwrap().0.clone().unwrap();
+    drop(a);
+
+    let mut resumed = open_get(&h.router, &session, Some(&priming)).await;
+    resumed.until(|s| s.count(LIST_CHANGED) == 1).await;
+    let _ = post(&h.router, Some(&session), call(3, "change", json!({}))).await.events().await;
+    resumed.until(|s| s.count(LIST_CHANGED) == 2).await;
+    let ids: Vec<String> = resumed.events().into_iter().filter(|(_, d)| !d.is_empty()).map(|(id, _)| id.unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{}", resumed.text);
+    assert_eq!(ids[0], first, "the resumed stream's own message is replayed");
+    assert!(!ids.contains(&second), "the message delivered on the other GET stream is not replayed: {}", resumed.text);
+    b.until(|s| s.keep_alives() >= 3).await;
+    assert_eq!(b.count(LIST_CHANGED), 1, "the resumed stream took the delivery over: {}", b.text);
+}
+
+/// The bound: opening one GET stream more than `max_get_streams_per_session` closes the
+/// session's oldest; the others stay open.
+#[tokio::test]
+async fn get_streams_over_the_bound_close_the_oldest() {
+    let config = durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), max_get_streams_per_session: 2, ..Default::default() };
+    let h = harness_with(config);
+    let session = initialize(&h.router, "2025-11-25").await;
+    let mut gets = Vec::new();
+    for _ in 0..3 {
+        let mut get = open_get(&h.router, &session, None).await;
+        get.until(|s| !s.events().is_empty()).await;
+        gets.push(get);
+    }
+    gets[0].until(|_| false).await;
+    assert!(gets[0].ended, "the oldest GET stream is closed");
+    for get in &mut gets[1..] {
+        get.until(|s| s.keep_alives() >= 2).await;
+        assert!(!get.ended, "the newer GET streams stay open");
+    }
+    assert_eq!(h.engine.open_get_streams(), 2);
+}
+
+/// Regression (issue 9, 12a): versions were compared as strings, so a header later than
+/// 2026-07-28 was taken for 2026-07-28 instead of being refused.
+#[tokio::test]
+async fn unknown_protocol_version_headers_are_400_not_the_nearest_known_version() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    for unknown in ["9999-99-99", "2026-07-29"] {
+        let mut headers = POST_HEADERS.to_vec();
+        headers.push(("mcp-session-id", &session));
+        headers.push(("mcp-protocol-version", unknown));
+        let reply = send(&h.router, "POST", &headers, Some(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).to_string())).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{unknown}");
+        let body = reply.json().await;
+        assert_eq!(body["error"]["code"], -32022, "{unknown}: {body}");
+        assert_eq!(body["error"]["data"]["requested"], unknown);
+        assert_eq!(body["id"], 5);
+        let get = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session), ("mcp-protocol-version", unknown)], None).await;
+        assert_eq!(get.status, StatusCode::BAD_REQUEST, "GET with {unknown}");
+    }
+}
+
+#[tokio::test]
+async fn initialize_with_a_version_durable_mcp_does_not_serve_negotiates_the_latest_legacy() {
+    let h = harness();
+    let reply = post(&h.router, None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.json().await["result"]["protocolVersion"], "2025-11-25");
+}
+
+/// Regression (issue 9, 12d): error bodies said `"id": null` although the request's id was
+/// readable.
+#[tokio::test]
+async fn error_bodies_echo_the_request_id() {
+    let h = harness();
+    let request = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/list"}).to_string();
+    let mut unknown_session = POST_HEADERS.to_vec();
+    unknown_session.push(("mcp-session-id", "no-such-session"));
+    let reply = send(&h.router, "POST", &unknown_session, Some(request.clone())).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert_eq!(reply.json().await["id"], 41, "404 Session not found");
+    let reply = send(&h.router, "POST", &POST_HEADERS, Some(request.clone())).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.json().await["id"], 41, "400 session required");
+    let reply = send(&h.router, "POST", &[("accept", "application/json"), ("content-type", "application/json")], Some(request.clone())).await;
+    assert_eq!(reply.status, StatusCode::NOT_ACCEPTABLE);
+    assert_eq!(reply.json().await["id"], 41, "406");
+    let reply = send(&h.router, "POST", &[POST_HEADERS[0], ("content-type", "text/plain")], Some(request)).await;
+    assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(reply.json().await["id"], 41, "415");
+}
+
+async fn subscription(h: &Harness, session: &str, method: &str, uri: &str) {
+    let reply = post(&h.router, Some(session), json!({"jsonrpc": "2.0", "id": 30, "method": method, "params": {"uri": uri}})).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    reply.text().await;
+}
+
+/// Regression (issue 9, 12c): `resources/updated` listed every live session to find the
+/// subscribed ones. It reaches exactly the sessions subscribed to its URI, through either
+/// worker, and lists no sessions.
+#[tokio::test]
+async fn resource_update_reaches_exactly_the_subscribed_sessions_without_listing_sessions() {
+    use durable_mcp_engine::EngineOptions;
+    use durable_mcp_store::{Principal, SessionId, Store};
+    use durable_mcp_store::testing::{CountingStore, Op};
+    let store = std::sync::Arc::new(CountingStore::counting(std::sync::Arc::new(durable_mcp_store_memory::MemoryStore::new())));
+    let a = harness_on(store.clone(), Default::default(), EngineOptions::default());
+    let b = harness_on(store.clone(), Default::default(), EngineOptions::default());
+    let on_a = initialize(&a.router, "2025-11-25").await;
+    let on_b = initialize(&b.router, "2025-06-18").await;
+    let other_uri = initialize(&a.router, "2025-11-25").await;
+    let unsubscribed = initialize(&b.router, "2025-11-25").await;
+    let bystander = initialize(&b.router, "2025-11-25").await;
+    subscription(&a, &on_a, "resources/subscribe", "test://x").await;
+    subscription(&b, &on_b, "resources/subscribe", "test://x").await;
+    subscription(&a, &other_uri, "resources/subscribe", "test://x/y").await;
+    subscription(&b, &unsubscribed, "resources/subscribe", "test://x").await;
+    subscription(&a, &unsubscribed, "resources/unsubscribe", "test://x").await;
+
+    let lists = store.hook().count(Op::ListSessions);
+    post(&b.router, Some(&bystander), call(9, "touch", json!({"text": "test://x"}))).await.text().await;
+    assert_eq!(store.hook().count(Op::ListSessions), lists, "the update listed the live sessions");
+
+    for (session, expected) in [(&on_a, 1), (&on_b, 1), (&other_uri, 0), (&unsubscribed, 0), (&bystander, 0)] {
+        let id: SessionId = session.parse().unwrap();
+        let record = store.load_session(&Principal::anonymous(), &id).await.unwrap();
+        let events = store.read_after(&record.standalone_stream, 0, 100).await.unwrap().events;
+        let updates = events.iter().filter(|e| e.data.contains("notifications/resources/updated")).count();
+        assert_eq!(updates, expected, "session {session}: {events:?}");
+        if expected == 1 {
+            assert!(events.iter().any(|e| e.data.contains("\"test://x\"")), "{events:?}");
+        }
+    }
 }

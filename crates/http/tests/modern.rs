@@ -155,12 +155,24 @@ async fn closing_the_stream_cancels_the_handler() {
         headers.extend_from_slice(&[("mcp-protocol-version", V), ("mcp-method", "tools/call"), ("mcp-name", "slow")]);
         send(&router, "POST", &headers, Some(slow.to_string())).await
     });
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    assert_eq!(h.engine.in_flight(), 1);
+    eventually("the slow call is in flight", async || h.engine.in_flight() == 1).await;
     task.abort();
     let _ = task.await;
     // The run's stream was closed without an outcome once the handler saw cancellation.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let runs = h.engine.in_flight();
-    assert_eq!(runs, 0, "no run left in flight after the client went away");
+    eventually("no run left in flight after the client went away", async || h.engine.in_flight() == 0).await;
+}
+
+/// A header and `_meta` naming a version later than 2026-07-28 are refused by the transport
+/// itself (rmcp's own check refused them too, with the same code).
+#[tokio::test]
+async fn unknown_modern_version_is_refused_with_400() {
+    let h = harness();
+    let mut body = request(3, "tools/list", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-29");
+    let headers = [POST_HEADERS[0], POST_HEADERS[1], ("mcp-protocol-version", "2026-07-29"), ("mcp-method", "tools/list")];
+    let reply = send(&h.router, "POST", &headers, Some(body.to_string())).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    let body = reply.json().await;
+    assert_eq!(body["error"]["code"], -32022, "{body}");
+    assert_eq!(body["id"], 3);
 }

@@ -135,11 +135,6 @@ impl std::fmt::Debug for McpHandler {
     }
 }
 
-/// Protocol versions durable-mcp serves with `initialize` sessions, oldest first.
-pub const LEGACY_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
-/// The stateless protocol version (no `initialize`).
-pub const MODERN_VERSION: &str = "2026-07-28";
-
 impl McpHandler {
     /// Wrap an rmcp server handler. It is cloned once per request, as rmcp's own HTTP
     /// service does, so keep shared state behind `Arc`s.

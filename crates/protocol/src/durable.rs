@@ -4,15 +4,33 @@
 //!
 //! A handler written with rmcp's macros takes it with the `Extension` extractor:
 //!
-//! ```ignore
-//! #[tool(description = "Charge a card, once")]
-//! async fn charge(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
-//!     let receipt: String = durable
-//!         .step("charge", |key| async move { payments.charge(100, key.idempotency_key()).await })
-//!         .await?;
-//!     Ok(CallToolResult::success(vec![Content::text(receipt)]))
+//! ```no_run
+//! use durable_mcp_protocol::Durable;
+//! use rmcp::handler::server::tool::Extension;
+//! use rmcp::model::{CallToolResult, ContentBlock};
+//! use rmcp::{ErrorData as McpError, tool, tool_router};
+//!
+//! /// A payment service that deduplicates charges by idempotency key.
+//! async fn charge_card(cents: u64, idempotency_key: &str) -> String {
+//!     format!("receipt-{cents}-{idempotency_key}")
+//! }
+//!
+//! #[derive(Clone)]
+//! struct Shop;
+//!
+//! #[tool_router]
+//! impl Shop {
+//!     #[tool(description = "Charge a card, once")]
+//!     async fn charge(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+//!         let receipt: String = durable
+//!             .step("charge", |key| async move { charge_card(100, key.idempotency_key()).await })
+//!             .await?;
+//!         Ok(CallToolResult::success(vec![ContentBlock::text(receipt)]))
+//!     }
 //! }
 //! ```
+//!
+//! (`examples/durable-steps` in the repository is a whole server.)
 //!
 //! # The rule: code between steps may run again
 //!

@@ -96,6 +96,14 @@ fn valid_id(id: &Value) -> bool {
     id.is_string() || id.is_i64() || id.is_u64()
 }
 
+/// The id of `value` if it reads as a request (a string `method` and a valid id), for
+/// error responses about a message that is refused before (or instead of) being classified.
+pub fn request_id(value: &Value) -> Option<RequestId> {
+    let message = value.as_object()?;
+    message.get("method").filter(|m| m.is_string())?;
+    message.get("id").filter(|id| valid_id(id)).cloned()
+}
+
 /// Classify one parsed JSON value as a JSON-RPC 2.0 message.
 pub fn classify(value: Value) -> Result<Inbound, Rejection> {
     let Value::Object(message) = value else {

@@ -9,6 +9,7 @@ mod baseline;
 pub mod jsonrpc;
 pub mod state_keys;
 pub mod tasks;
+mod version;
 
 #[cfg(feature = "rmcp-baseline")]
 pub use baseline::{RMCP_BASELINE_PATH, serve_rmcp_baseline};
@@ -16,7 +17,8 @@ pub use context::{ServerState, SessionState, StateBackend, StateError};
 pub use durable::{Durable, DurableBackend, DurableError, Retry, SealError, ServerChange, StateSealer, StepKey};
 pub use state_keys::{KeyRing, RingKey, StateKeyError, StateKeys};
 pub use tasks::{TaskSupport, task_support};
-pub use adapter::{Closed, LEGACY_VERSIONS, MODERN_VERSION, McpHandler, Outbound, PeerContext, Run, ServerSummary};
+pub use adapter::{Closed, McpHandler, Outbound, PeerContext, Run, ServerSummary};
+pub use version::{McpVersion, UnknownVersion};
 /// A notification a handler sends (through its rmcp peer) to ask the transport to close the
 /// current SSE connection of its request without ending the stream: the client resumes with
 /// `GET` + `Last-Event-ID` (SSE polling, 2025-11-25). It is never forwarded to the client.

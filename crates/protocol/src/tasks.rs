@@ -3,10 +3,26 @@
 //! A tool declares its task support in its `_meta`, with [`task_support`] in rmcp's
 //! `#[tool(meta = ...)]` attribute:
 //!
-//! ```ignore
-//! #[tool(description = "Provision a server", meta = durable_mcp::task_support(TaskSupport::Optional))]
-//! async fn provision(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> { ... }
+//! ```no_run
+//! use durable_mcp_protocol::{Durable, TaskSupport, task_support};
+//! use rmcp::handler::server::tool::Extension;
+//! use rmcp::model::{CallToolResult, ContentBlock};
+//! use rmcp::{ErrorData as McpError, tool, tool_router};
+//!
+//! #[derive(Clone)]
+//! struct Provisioner;
+//!
+//! #[tool_router]
+//! impl Provisioner {
+//!     #[tool(description = "Provision a server", meta = task_support(TaskSupport::Optional))]
+//!     async fn provision(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+//!         let id: String = durable.step("create", |key| async move { format!("srv-{}", key.idempotency_key()) }).await?;
+//!         Ok(CallToolResult::success(vec![ContentBlock::text(id)]))
+//!     }
+//! }
 //! ```
+//!
+//! (`examples/tasks` in the repository is a whole server.)
 //!
 //! durable-mcp then turns calls of that tool into durable tasks: on 2026-07-28 when the
 //! client declared the `io.modelcontextprotocol/tasks` extension (server-directed), on

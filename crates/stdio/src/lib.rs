@@ -2,20 +2,47 @@
 //! same engine (and so the same store and request path) as HTTP. One process is one
 //! client: the first `initialize` creates its session, and every later message belongs to
 //! it.
+//!
+//! What HTTP spreads over connections, stdio writes on its one output, each message read
+//! back from the store once committed (D1):
+//!
+//! - the response stream of each request (its progress, logs, questions and outcome);
+//! - the session's standalone stream, followed from `initialize` on: list changes,
+//!   updates of subscribed resources and 2025-11-25 task status notifications, which HTTP
+//!   clients read with `GET`. Following it also keeps the session alive (D14), as an open
+//!   `GET` stream does.
 
-use durable_mcp_engine::{Caller, Engine, Era};
+use std::time::Duration;
+
+use durable_mcp_engine::{Caller, Engine};
 use durable_mcp_protocol::jsonrpc::{self, Inbound, code, error_response};
-use durable_mcp_store::Principal;
+use durable_mcp_store::{Principal, SessionId, StoreError, StreamId};
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 /// The longest line accepted (a larger message is answered with a parse error).
 pub const MAX_LINE: usize = 4 * 1024 * 1024;
 
-/// Serve `engine` until `input` ends.
-pub async fn serve<R, W>(engine: Engine, input: R, mut output: W) -> std::io::Result<()>
+/// How long a failed read of a stream waits before it is tried again (store outage, D15).
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Serve `engine` until `input` ends or `shutdown` resolves.
+///
+/// Then the client is gone, or going: the session's standalone stream is no longer
+/// followed, and the requests still in flight get `grace` to finish while their messages
+/// are still written; the engine is [drained](Engine::drain) meanwhile, so that those still
+/// running after `grace` give their leases back (D7). Returns once everything that
+/// finished was written.
+pub async fn serve<R, W>(
+    engine: Engine,
+    input: R,
+    mut output: W,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -29,103 +56,215 @@ where
         }
         Ok::<_, std::io::Error>(())
     });
-    let mut lines = BufReader::new(input);
-    let mut caller: Option<Caller> = None;
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let n = (&mut lines).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {
-            // Skip the rest of the oversized line.
-            let mut sink = Vec::new();
-            lines.read_until(b'\n', &mut sink).await?;
-            let _ = tx.send(error_response(Value::Null, code::PARSE_ERROR, "message too large", None).to_string()).await;
-            continue;
-        }
-        let text = String::from_utf8_lossy(&buf);
-        let text = text.trim();
-        if text.is_empty() {
-            continue;
-        }
-        let reply = match serde_json::from_str::<Value>(text) {
-            Err(e) => Some(error_response(Value::Null, code::PARSE_ERROR, &format!("Parse error: {e}"), None)),
-            Ok(value) => match jsonrpc::classify(value) {
-                Err(rejection) => Some(rejection.to_response()),
-                Ok(inbound) => handle(&engine, &mut caller, inbound, &tx).await,
-            },
-        };
-        if let Some(reply) = reply {
-            let _ = tx.send(reply.to_string()).await;
-        }
-    }
+    let mut connection = Connection { engine: engine.clone(), tx, caller: None, standalone: JoinSet::new(), requests: JoinSet::new() };
+    let read = connection.read(input);
+    tokio::pin!(shutdown);
+    let read_result = tokio::select! {
+        result = read => result,
+        () = &mut shutdown => Ok(()),
+    };
+    let Connection { tx, mut standalone, mut requests, .. } = connection;
+    standalone.shutdown().await;
     drop(tx);
-    writer.await.map_err(std::io::Error::other)?
+    let written = async {
+        while requests.join_next().await.is_some() {}
+    };
+    let (_, waited) = tokio::join!(engine.drain(grace), tokio::time::timeout(grace, written));
+    if waited.is_err() {
+        tracing::info!(requests = requests.len(), "requests still unfinished after the grace period; their messages are not written");
+    }
+    requests.shutdown().await;
+    writer.await.map_err(std::io::Error::other)??;
+    read_result
 }
 
-async fn handle(engine: &Engine, caller: &mut Option<Caller>, inbound: Inbound, tx: &mpsc::Sender<String>) -> Option<Value> {
-    let principal = Principal::anonymous();
-    match inbound {
-        Inbound::Request { id, method, message } if method == "initialize" => match engine.initialize(&principal, message).await {
-            Ok((session, response)) => {
-                if let Some(session) = session {
-                    *caller = Some(Caller {
-                        principal,
-                        era: Era::Legacy,
-                        protocol_version: session.protocol_version.clone(),
-                        session: Some(session),
-                        log_level: None,
-                    });
-                }
-                Some(response)
+/// One client's state.
+struct Connection {
+    engine: Engine,
+    /// Lines to write.
+    tx: mpsc::Sender<String>,
+    /// The session, once `initialize` created it.
+    caller: Option<Caller>,
+    /// The task following the session's standalone stream (a set, so that dropping the
+    /// connection stops it).
+    standalone: JoinSet<()>,
+    /// The tasks writing requests' response streams.
+    requests: JoinSet<()>,
+}
+
+impl Connection {
+    /// Read and handle messages until `input` ends.
+    async fn read<R: AsyncRead + Unpin>(&mut self, input: R) -> std::io::Result<()> {
+        let mut lines = BufReader::new(input);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = (&mut lines).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await?;
+            if n == 0 {
+                return Ok(());
             }
-            Err(e) => Some(error_response(id, code::INTERNAL_ERROR, &e.to_string(), None)),
-        },
-        Inbound::Request { id, .. } if caller.is_none() => {
-            Some(error_response(id, code::INVALID_REQUEST, "the first request must be initialize", None))
-        }
-        Inbound::Request { id, message, .. } => {
-            let caller = caller.clone()?;
-            match engine.accept(&caller, id.clone(), message).await {
-                Ok(accepted) => {
-                    let after = accepted.priming.map_or(0, |p| p.seq);
-                    let events = durable_mcp_engine::tail(engine.store().clone(), accepted.stream, after);
-                    let tx = tx.clone();
-                    tokio::spawn(async move {
-                        let mut events = Box::pin(events);
-                        while let Some(Ok(event)) = events.next().await {
-                            if !event.data.is_empty() && tx.send(event.data).await.is_err() {
-                                break;
-                            }
-                        }
-                    });
-                    None
-                }
-                Err(e) => Some(error_response(id, code::INTERNAL_ERROR, &e.to_string(), None)),
+            if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {
+                // Skip the rest of the oversized line.
+                let mut sink = Vec::new();
+                lines.read_until(b'\n', &mut sink).await?;
+                self.write(error_response(Value::Null, code::PARSE_ERROR, "message too large", None)).await;
+                continue;
             }
-        }
-        Inbound::Notification { method, message } => {
-            let caller = caller.as_ref()?;
-            if method == "notifications/cancelled" {
-                if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId"))
-                    && let Err(error) = engine.cancel(caller, request_id).await
-                {
-                    tracing::warn!(%error, "could not record a cancellation");
-                }
-            } else {
-                engine.notify(caller, message);
+            let text = String::from_utf8_lossy(&buf);
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
             }
-            None
-        }
-        Inbound::Response { id, message } => {
-            if let Some(caller) = caller.as_ref()
-                && let Err(error) = engine.reply(caller, &id, message).await
-            {
-                tracing::warn!(%error, "could not commit a reply");
+            let reply = match serde_json::from_str::<Value>(text) {
+                Err(e) => Some(error_response(Value::Null, code::PARSE_ERROR, &format!("Parse error: {e}"), None)),
+                Ok(value) => match jsonrpc::classify(value) {
+                    Err(rejection) => Some(rejection.to_response()),
+                    Ok(inbound) => self.handle(inbound).await,
+                },
+            };
+            if let Some(reply) = reply {
+                self.write(reply).await;
             }
-            None
         }
     }
+
+    async fn write(&self, message: Value) {
+        // The writer is gone only when the output failed; `serve` reports that error.
+        let _ = self.tx.send(message.to_string()).await;
+    }
+
+    async fn handle(&mut self, inbound: Inbound) -> Option<Value> {
+        let principal = Principal::anonymous();
+        let engine = &self.engine;
+        match inbound {
+            Inbound::Request { id, method, message } if method == "initialize" => match engine.initialize(&principal, message).await {
+                Ok((session, response)) => {
+                    if let Some(session) = session {
+                        let (id_of, stream) = (session.id.clone(), session.standalone_stream.clone());
+                        match Caller::legacy(principal.clone(), session) {
+                            Ok(legacy) => self.caller = Some(legacy),
+                            Err(e) => return Some(failed(id, &e)),
+                        }
+                        self.follow_standalone(principal, id_of, stream);
+                    }
+                    Some(response)
+                }
+                Err(e) => Some(failed(id, &e)),
+            },
+            Inbound::Request { id, .. } if self.caller.is_none() => {
+                Some(error_response(id, code::INVALID_REQUEST, "the first request must be initialize", None))
+            }
+            Inbound::Request { id, message, .. } => {
+                let caller = self.caller.as_ref()?;
+                match engine.accept(caller, id.clone(), message).await {
+                    Ok(accepted) => {
+                        let after = accepted.priming.map_or(0, |p| p.seq);
+                        self.requests.spawn(follow(engine.clone(), accepted.stream, after, self.tx.clone()));
+                        None
+                    }
+                    Err(e) => Some(failed(id, &e)),
+                }
+            }
+            Inbound::Notification { method, message } => {
+                let caller = self.caller.as_ref()?;
+                if method == "notifications/cancelled" {
+                    if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId"))
+                        && let Err(error) = engine.cancel(caller, request_id).await
+                    {
+                        tracing::warn!(%error, "could not record a cancellation");
+                    }
+                } else {
+                    engine.notify(caller, message);
+                }
+                None
+            }
+            Inbound::Response { id, message } => {
+                if let Some(caller) = self.caller.as_ref()
+                    && let Err(error) = engine.reply(caller, &id, message).await
+                {
+                    tracing::warn!(%error, "could not commit a reply");
+                }
+                None
+            }
+        }
+    }
+
+    /// Follow the standalone stream of a session `initialize` just created (instead of
+    /// the previous session's, after a second `initialize`), touching the session while
+    /// the client is connected, as an open `GET` stream does (D14).
+    fn follow_standalone(&mut self, principal: Principal, session: SessionId, stream: StreamId) {
+        self.standalone.abort_all();
+        let engine = self.engine.clone();
+        let tx = self.tx.clone();
+        self.standalone.spawn(async move {
+            let touch_every = touch_interval(&engine);
+            let keep_alive = async {
+                let mut ticker = tokio::time::interval(touch_every);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                ticker.tick().await;
+                loop {
+                    ticker.tick().await;
+                    if let Err(error) = engine.touch_session(&principal, &session).await {
+                        tracing::debug!(%error, "could not touch the stdio session");
+                    }
+                }
+            };
+            // A new session's standalone stream is empty: everything on it is news.
+            tokio::select! {
+                () = follow(engine.clone(), stream, 0, tx) => {}
+                () = keep_alive => {}
+            }
+        });
+    }
+}
+
+/// How often a connected client's session is touched: well within its idle TTL.
+fn touch_interval(engine: &Engine) -> Duration {
+    let ttl = engine.options().retention.session_idle_ttl_ms.map_or(Duration::from_secs(60), Duration::from_millis);
+    (ttl / 3).clamp(Duration::from_millis(100), Duration::from_secs(60))
+}
+
+/// Write the messages of `stream` after sequence `after` as they are committed, until the
+/// stream is finished or gone or the writer is. A failed read (store outage, D15) is
+/// retried from the last message written; a position pruned by retention (D14) goes on
+/// from the oldest message kept, with a warning naming the loss.
+async fn follow(engine: Engine, stream: StreamId, mut after: u64, tx: mpsc::Sender<String>) {
+    loop {
+        let mut events = Box::pin(durable_mcp_engine::tail(engine.store().clone(), stream.clone(), after));
+        let failed = loop {
+            match events.next().await {
+                None => return,
+                Some(Ok(event)) => {
+                    after = event.id.seq;
+                    if !event.data.is_empty() && tx.send(event.data).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Err(error)) => break error,
+            }
+        };
+        match failed {
+            StoreError::NotFound { .. } => return,
+            StoreError::Pruned { oldest_retained, .. } if oldest_retained > after + 1 => {
+                tracing::warn!(%stream, lost_from = after + 1, lost_to = oldest_retained - 1, "messages pruned before they were written");
+                after = oldest_retained - 1;
+            }
+            error => {
+                tracing::warn!(%error, %stream, "reading a stream failed; retrying");
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+        }
+    }
+}
+
+/// The JSON-RPC error for a request the engine failed: a value the store refused is the
+/// request's fault (-32600), anything else an internal error; both are logged.
+fn failed(id: Value, error: &durable_mcp_engine::EngineError) -> Value {
+    let refused = matches!(error, durable_mcp_engine::EngineError::Store(e) if e.kind() == durable_mcp_store::StoreErrorKind::Refused);
+    if refused {
+        tracing::warn!(%error, "the store refused a value of a request");
+        return error_response(id, code::INVALID_REQUEST, "Invalid request: the store refused a value of this request", None);
+    }
+    tracing::error!(%error, "request failed");
+    error_response(id, code::INTERNAL_ERROR, &error.to_string(), None)
 }

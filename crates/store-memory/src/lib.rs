@@ -327,7 +327,16 @@ fn insert_stream(inner: &mut Inner, id: &StreamId, owner: &StreamOwner) {
 mod tests {
     use super::*;
 
-    durable_mcp_store::store_contract_tests!(async { Some(std::sync::Arc::new(MemoryStore::new()) as std::sync::Arc<dyn durable_mcp_store::Store>) });
+    fn fresh() -> Option<std::sync::Arc<dyn durable_mcp_store::Store>> {
+        Some(std::sync::Arc::new(MemoryStore::new()))
+    }
+
+    /// One process, one handle: the memory store has no periodic re-read at all.
+    fn pair() -> Option<(std::sync::Arc<dyn durable_mcp_store::Store>, std::sync::Arc<dyn durable_mcp_store::Store>)> {
+        fresh().map(|store| (store.clone(), store))
+    }
+
+    durable_mcp_store::store_contract_tests!(async { fresh() }, pair = async { pair() });
 
     #[tokio::test]
     async fn d14_resume_from_pruned_event_is_a_named_error() {

@@ -210,7 +210,7 @@ async fn apply<C: GenericClient + Sync>(tx: &C, statements: &mut Statements, bat
     for (index, op) in batch.ops().iter().enumerate() {
         match apply_op(tx, statements, op, shared).await {
             Ok(result) => outcome.ops.push(result),
-            Err(refusal @ (StoreError::Conflict { .. } | StoreError::NotFound { .. } | StoreError::StreamClosed { .. })) => {
+            Err(refusal @ (StoreError::Conflict { .. } | StoreError::NotFound { .. } | StoreError::StreamClosed { .. } | StoreError::Refused(_))) => {
                 return Err(op_failed(index, op, refusal));
             }
             Err(other) => return Err(other),

@@ -3,8 +3,10 @@
 //! The rule: anything that may succeed if tried again (the connection broke, the server is
 //! starting or shutting down, a serialization failure or deadlock, a timeout, resources
 //! exhausted) is [`StoreError::Unavailable`], which callers answer with a 503. Errors that
-//! retrying cannot fix are classified as what they are: a schema this build does not know
-//! or a rejected login is [`StoreError::Incompatible`], bad stored data is
+//! retrying cannot fix are classified as what they are: a value the server refuses as given
+//! (SQLSTATE classes 22 and 54, such as `54000` for a key too long for its index) is
+//! [`StoreError::Refused`], answered with a client error; a schema this build does not know
+//! or a rejected login is [`StoreError::Incompatible`], broken invariants are
 //! [`StoreError::Corrupt`].
 
 use std::fmt;
@@ -87,10 +89,19 @@ fn classify(code: &SqlState, message: String) -> StoreError {
         _ if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::READ_ONLY_SQL_TRANSACTION => unavailable(message),
         // Rejected login, missing database, schema objects this build does not expect.
         "28" | "3D" | "3F" | "42" => StoreError::Incompatible(message),
-        // Bad data or broken invariants: integrity violations, data exceptions, internal.
-        "22" | "23" | "XX" => StoreError::Corrupt(message),
+        // A value the server refuses as given: data exceptions (out of range, a character
+        // text cannot hold) and program limits (an index entry too long, too many
+        // arguments). The server is healthy; the same write will never succeed.
+        "22" | "54" => refused(message),
+        // Broken invariants: integrity violations, internal errors.
+        "23" | "XX" => StoreError::Corrupt(message),
         _ => unavailable(message),
     }
+}
+
+/// A value the server refused, with `message`.
+fn refused(message: String) -> StoreError {
+    StoreError::Refused(Box::new(PgFailure { message }))
 }
 
 /// A transient failure with `message`.
@@ -117,5 +128,31 @@ mod tests {
         assert_eq!(kind(&SqlState::UNDEFINED_TABLE), StoreErrorKind::Fatal);
         assert_eq!(kind(&SqlState::INVALID_PASSWORD), StoreErrorKind::Fatal);
         assert_eq!(kind(&SqlState::UNIQUE_VIOLATION), StoreErrorKind::Fatal);
+    }
+
+    /// Issue 9: a key too long for the primary-key index (54000) answered 503 "the store
+    /// cannot be reached". A value the server refuses is not an outage.
+    #[test]
+    fn refused_values_are_not_outages() {
+        let kind = |code: &SqlState| classify(code, String::new()).kind();
+        assert_eq!(kind(&SqlState::PROGRAM_LIMIT_EXCEEDED), StoreErrorKind::Refused, "index row size exceeds btree maximum");
+        assert_eq!(kind(&SqlState::STATEMENT_TOO_COMPLEX), StoreErrorKind::Refused);
+        assert_eq!(kind(&SqlState::TOO_MANY_ARGUMENTS), StoreErrorKind::Refused);
+        assert_eq!(kind(&SqlState::CHARACTER_NOT_IN_REPERTOIRE), StoreErrorKind::Refused, "a NUL in a text value");
+        assert_eq!(kind(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE), StoreErrorKind::Refused);
+        assert_eq!(kind(&SqlState::STRING_DATA_RIGHT_TRUNCATION), StoreErrorKind::Refused);
+        // Outages stay outages.
+        assert_eq!(kind(&SqlState::CONNECTION_EXCEPTION), StoreErrorKind::Unavailable);
+        assert_eq!(kind(&SqlState::DISK_FULL), StoreErrorKind::Unavailable);
+        assert_eq!(kind(&SqlState::OUT_OF_MEMORY), StoreErrorKind::Unavailable);
+    }
+
+    /// A connection that cannot be made carries no SQLSTATE: it is an outage (D15).
+    #[tokio::test]
+    async fn d15_connection_errors_are_unavailable() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port");
+        let config = format!("host=127.0.0.1 port={port} user=postgres connect_timeout=2");
+        let error = tokio_postgres::connect(&config, tokio_postgres::NoTls).await.err().expect("nothing listens there");
+        assert_eq!(from_pg(error).kind(), StoreErrorKind::Unavailable);
     }
 }

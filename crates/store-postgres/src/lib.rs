@@ -240,7 +240,7 @@ impl Store for PgStore {
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         let channel = &self.shared.channel;
         let (report, gone) = op!(self, conn => async {
-            let pool::Conn { client, statements } = conn;
+            let pool::Conn { client, statements, .. } = conn;
             let tx = client.transaction().await.map_err(from_pg)?;
             let mut report = PruneReport::default();
             let mut gone = Vec::new();

@@ -30,6 +30,9 @@ const MAX_SCHEMA_LEN: usize = 63 - DEFAULT_CHANNEL.len() - 1;
 /// | `poll_ms` | [`poll_interval`](Self::poll_interval) | 1000 |
 /// | `op_timeout_ms` | [`op_timeout`](Self::op_timeout) | 30000 |
 /// | `connect_timeout` (seconds) | [`connect_timeout`](Self::connect_timeout) | 5 |
+/// | `check_after_ms` | [`check_after`](Self::check_after) | 1000 |
+/// | `check_timeout_ms` | [`check_timeout`](Self::check_timeout) | 2000 |
+/// | `acquire_timeout_ms` | [`acquire_timeout`](Self::acquire_timeout) | 5000 |
 #[derive(Debug, Clone)]
 pub struct PgOptions {
     config: tokio_postgres::Config,
@@ -51,6 +54,19 @@ pub struct PgOptions {
     /// Longest one store operation may take, waiting for a pooled connection included,
     /// before it fails with [`StoreError::Unavailable`] (D15).
     pub op_timeout: Duration,
+    /// A pooled connection idle at least this long is checked (an empty query) before an
+    /// operation uses it; zero checks every reuse. A server that stopped answering then
+    /// fails the next operation within [`check_timeout`](Self::check_timeout) plus
+    /// [`connect_timeout`](Self::connect_timeout), not the whole operation timeout (D15).
+    pub check_after: Duration,
+    /// Longest the check of a pooled connection may take before the connection is dropped
+    /// and a new one opened.
+    pub check_timeout: Duration,
+    /// Longest an operation waits for a pooled connection when all of them are busy (at
+    /// most [`op_timeout`](Self::op_timeout)). The checks above cannot help an operation
+    /// queued behind connections whose queries a hung server never answers: it fails
+    /// with [`StoreError::Unavailable`] after this instead of the operation timeout (D15).
+    pub acquire_timeout: Duration,
 }
 
 impl PgOptions {
@@ -66,6 +82,9 @@ impl PgOptions {
         let mut max_events = None;
         let mut poll_ms = 1_000;
         let mut op_timeout_ms = 30_000;
+        let mut check_after_ms = 1_000;
+        let mut check_timeout_ms = 2_000;
+        let mut acquire_timeout_ms = 5_000;
         let mut passthrough = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -75,6 +94,9 @@ impl PgOptions {
                 "max_events" => max_events = Some(number(key, value)?),
                 "poll_ms" => poll_ms = number(key, value)?,
                 "op_timeout_ms" => op_timeout_ms = number(key, value)?,
+                "check_after_ms" => check_after_ms = number(key, value)?,
+                "check_timeout_ms" => check_timeout_ms = number(key, value)?,
+                "acquire_timeout_ms" => acquire_timeout_ms = number(key, value)?,
                 _ => passthrough.push(pair),
             }
         }
@@ -94,6 +116,9 @@ impl PgOptions {
             poll_interval: Duration::from_millis(poll_ms),
             connect_timeout,
             op_timeout: Duration::from_millis(op_timeout_ms),
+            check_after: Duration::from_millis(check_after_ms),
+            check_timeout: Duration::from_millis(check_timeout_ms),
+            acquire_timeout: Duration::from_millis(acquire_timeout_ms),
         };
         options.validate()?;
         Ok(options)
@@ -122,8 +147,15 @@ impl PgOptions {
         if self.max_events_per_stream == Some(0) {
             return Err(StoreError::Incompatible("max_events must be at least 1".into()));
         }
-        if self.poll_interval.is_zero() || self.op_timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(StoreError::Incompatible("poll_ms, op_timeout_ms and connect_timeout must be positive".into()));
+        if self.poll_interval.is_zero()
+            || self.op_timeout.is_zero()
+            || self.connect_timeout.is_zero()
+            || self.check_timeout.is_zero()
+            || self.acquire_timeout.is_zero()
+        {
+            return Err(StoreError::Incompatible(
+                "poll_ms, op_timeout_ms, connect_timeout, check_timeout_ms and acquire_timeout_ms must be positive".into(),
+            ));
         }
         Ok(())
     }
@@ -174,7 +206,7 @@ mod tests {
     #[test]
     fn urls_parse_store_and_driver_parameters() {
         let o = PgOptions::from_url(
-            "postgres://u:secret@db.example:6543/app?schema=tenant_1&pool_size=3&max_events=10&poll_ms=250&op_timeout_ms=900&connect_timeout=2&application_name=x",
+            "postgres://u:secret@db.example:6543/app?schema=tenant_1&pool_size=3&max_events=10&poll_ms=250&op_timeout_ms=900&connect_timeout=2&check_after_ms=0&check_timeout_ms=300&acquire_timeout_ms=700&application_name=x",
         )
         .unwrap();
         assert_eq!(o.schema.as_deref(), Some("tenant_1"));
@@ -183,6 +215,8 @@ mod tests {
         assert_eq!(o.poll_interval, Duration::from_millis(250));
         assert_eq!(o.op_timeout, Duration::from_millis(900));
         assert_eq!(o.connect_timeout, Duration::from_secs(2));
+        assert_eq!((o.check_after, o.check_timeout), (Duration::ZERO, Duration::from_millis(300)));
+        assert_eq!(o.acquire_timeout, Duration::from_millis(700));
         assert_eq!(o.target(), "db.example:6543/app");
         assert_eq!(o.channel(), "durable_mcp_events_tenant_1");
         assert!(!format!("{o:?}").contains("secret"), "the password never reaches Debug");

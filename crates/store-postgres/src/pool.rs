@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use durable_mcp_store::{StoreError, StoreResult};
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -65,6 +66,8 @@ pub(crate) struct Conn {
     pub(crate) client: Client,
     /// Its prepared statements.
     pub(crate) statements: Statements,
+    /// When it was last given back to the pool.
+    idle_since: Instant,
 }
 
 /// The pool.
@@ -86,9 +89,9 @@ impl Pool {
     }
 
     /// A connection: an idle one if any is still open, else a new one. Waits at most the
-    /// operation timeout for a free slot.
+    /// acquire timeout (bounded by the operation timeout) for a free slot.
     pub(crate) async fn get(&self) -> StoreResult<PoolGuard<'_>> {
-        let timeout = self.options.op_timeout;
+        let timeout = self.options.acquire_timeout.min(self.options.op_timeout);
         let permit = tokio::time::timeout(timeout, self.permits.acquire())
             .await
             .map_err(|_| unavailable(format!("no free PostgreSQL connection within {timeout:?}")))?
@@ -100,10 +103,31 @@ impl Pool {
             }
         };
         let conn = match reused {
-            Some(conn) => conn,
-            None => Conn { client: connect(&self.options).await?, statements: Statements::default() },
+            Some(conn) if conn.idle_since.elapsed() < self.options.check_after => conn,
+            Some(conn) if self.answers(&conn).await => conn,
+            _ => Conn { client: connect(&self.options).await?, statements: Statements::default(), idle_since: Instant::now() },
         };
         Ok(PoolGuard { pool: self, conn, _permit: permit })
+    }
+}
+
+impl Pool {
+    /// Whether a pooled connection still answers (an empty query) within the check
+    /// timeout. One that does not is dropped by the caller (closing it), so an operation
+    /// never waits its whole timeout on a server that stopped answering.
+    async fn answers(&self, conn: &Conn) -> bool {
+        let timeout = self.options.check_timeout;
+        match tokio::time::timeout(timeout, conn.client.batch_execute("")).await {
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                tracing::debug!(error = %describe(&error), "a pooled PostgreSQL connection failed its check; reconnecting");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(?timeout, "a pooled PostgreSQL connection did not answer its check; reconnecting");
+                false
+            }
+        }
     }
 }
 
@@ -130,7 +154,9 @@ impl PoolGuard<'_> {
     pub(crate) fn settle<T>(self, result: StoreResult<T>) -> StoreResult<T> {
         let broken = matches!(result, Err(StoreError::Unavailable(_))) || self.conn.client.is_closed();
         if !broken {
-            self.pool.idle().push(self.conn);
+            let mut conn = self.conn;
+            conn.idle_since = Instant::now();
+            self.pool.idle().push(conn);
         }
         result
     }

@@ -52,7 +52,7 @@ pub(crate) fn stream_ids(rows: &[Row]) -> StoreResult<Vec<StreamId>> {
 /// Insert a session and its standalone stream, in one transaction.
 pub(crate) async fn create(conn: &mut Conn, record: &SessionRecord) -> StoreResult<()> {
     let text = encode(record)?;
-    let Conn { client, statements } = conn;
+    let Conn { client, statements, .. } = conn;
     let tx = client.transaction().await.map_err(from_pg)?;
     let insert = statements.get(&tx, INSERT).await?;
     let params: [&(dyn ToSql + Sync); 5] = [
@@ -85,7 +85,7 @@ pub(crate) async fn update(
     change: &SessionChange,
     now_ms: u64,
 ) -> StoreResult<SessionRecord> {
-    let Conn { client, statements } = conn;
+    let Conn { client, statements, .. } = conn;
     let now = to_i64(now_ms);
     if matches!(change, SessionChange::Touch) {
         let touch = statements.get(&*client, TOUCH).await?;
@@ -117,7 +117,7 @@ pub(crate) async fn end(
     id: &SessionId,
     channel: &str,
 ) -> StoreResult<(bool, Vec<StreamId>)> {
-    let Conn { client, statements } = conn;
+    let Conn { client, statements, .. } = conn;
     let tx = client.transaction().await.map_err(from_pg)?;
     let lock = statements.get(&tx, LOCK).await?;
     if tx.query_opt(&lock, &[&id.as_str(), &principal.as_str()]).await.map_err(from_pg)?.is_none() {

@@ -9,9 +9,11 @@ use redis::{ErrorKind, RedisError};
 ///   did not write), are [`StoreError::Corrupt`].
 /// - A client configuration the driver refuses (a bad URL, `rediss://` without TLS support)
 ///   is [`StoreError::Incompatible`].
+/// - A value the server refuses as given (longer than `proto-max-bulk-len`) is
+///   [`StoreError::Refused`]: the server is healthy and the same write will never succeed.
 /// - Everything else is [`StoreError::Unavailable`] (D15): refused or dropped connections,
-///   timeouts, `LOADING`, `READONLY` after a failover, `OOM`, `BUSY`, authentication. The
-///   caller answers 503; the connection manager reconnects by itself.
+///   timeouts, `LOADING`, `READONLY` after a failover, `OOM` (memory may be freed), `BUSY`,
+///   authentication. The caller answers 503; the connection manager reconnects by itself.
 pub(crate) fn from_redis(error: RedisError) -> StoreError {
     match error.kind() {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::Corrupt(error.to_string()),
@@ -19,8 +21,14 @@ pub(crate) fn from_redis(error: RedisError) -> StoreError {
         _ if error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE") => {
             StoreError::Corrupt(error.to_string())
         }
+        _ if error.code() == Some("ERR") && error.detail().is_some_and(refuses_value) => StoreError::Refused(Box::new(error)),
         _ => StoreError::Unavailable(Box::new(error)),
     }
+}
+
+/// Whether an `ERR` reply's text says the server refused a value for its size.
+fn refuses_value(detail: &str) -> bool {
+    ["exceeds maximum allowed size", "invalid bulk length"].iter().any(|needle| detail.contains(needle))
 }
 
 /// A reply of one of our scripts that does not have the shape the script returns.
@@ -45,5 +53,26 @@ pub(crate) fn text(value: &redis::Value) -> Option<String> {
         redis::Value::SimpleString(s) => Some(s.clone()),
         redis::Value::Int(n) => Some(n.to_string()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use durable_mcp_store::StoreErrorKind;
+    use redis::ServerErrorKind;
+
+    fn server_error(detail: &str) -> RedisError {
+        RedisError::from((ErrorKind::Server(ServerErrorKind::ResponseError), "An error was signalled by the server", detail.to_owned()))
+    }
+
+    #[test]
+    fn refused_values_are_not_outages() {
+        let too_big = server_error("string exceeds maximum allowed size (proto-max-bulk-len)");
+        assert_eq!(from_redis(too_big).kind(), StoreErrorKind::Refused);
+        assert_eq!(from_redis(server_error("Protocol error: invalid bulk length")).kind(), StoreErrorKind::Refused);
+        let io = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
+        assert_eq!(from_redis(io).kind(), StoreErrorKind::Unavailable);
+        assert_eq!(from_redis(server_error("unknown command")).kind(), StoreErrorKind::Unavailable);
     }
 }

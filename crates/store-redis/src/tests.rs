@@ -11,6 +11,7 @@ use durable_mcp_store::{
     EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
     StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps,
 };
+use durable_mcp_store::contract::{WAKE_WINDOW, events_after_wake};
 use futures::StreamExt;
 
 use super::*;
@@ -131,7 +132,14 @@ async fn fresh() -> Option<Arc<dyn Store>> {
     Some(Arc::new(Scoped { store }))
 }
 
-durable_mcp_store::store_contract_tests!(fresh());
+/// Two workers on one fresh prefix; the watcher's fallback tick is ten minutes, so only the
+/// pub/sub message can wake it in time.
+async fn pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
+    let (writer, watcher) = two_workers(Duration::from_secs(600)).await?;
+    Some((Arc::new(watcher), Arc::new(writer)))
+}
+
+durable_mcp_store::store_contract_tests!(fresh(), pair = pair());
 
 /// Two workers on one prefix (each with its own connections and listener); the keys go
 /// when the returned guard drops. `tick` is the fallback tick of the *second* worker.
@@ -154,9 +162,8 @@ async fn d3_another_worker_is_woken_through_pubsub() {
     a.create_stream(&stream, &anonymous()).await.unwrap();
     let mut wake = b.watch(&stream).await.unwrap();
     a.append(&stream, "hello".into(), false).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(2), wake.next()).await.expect("woken by pub/sub").expect("not ended");
-    let read = b.read_after(&stream, 0, 10).await.unwrap();
-    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["hello"]);
+    let events = events_after_wake(&mut wake, &b, &stream, 0, WAKE_WINDOW).await;
+    assert_eq!(events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["hello"], "woken by pub/sub");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -404,7 +411,8 @@ async fn d15_wake_up_subscription_reconnects_by_itself() {
     a.create_stream(&stream, &anonymous()).await.unwrap();
     let mut wake = b.watch(&stream).await.unwrap();
     a.append(&stream, "after reconnect".into(), false).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(2), wake.next()).await.expect("woken through the new subscription");
+    let events = events_after_wake(&mut wake, &b, &stream, 0, WAKE_WINDOW).await;
+    assert_eq!(events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["after reconnect"], "woken through the new subscription");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -440,8 +448,8 @@ async fn d15_outage_fails_fast_and_recovers_by_itself() {
     server.wait_for_subscribers(2).await;
     let mut wake = b.watch(&fresh).await.unwrap();
     a.append(&fresh, "after".into(), false).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(2), wake.next()).await.expect("woken after the outage");
-    assert_eq!(b.read_after(&fresh, 0, 10).await.unwrap().events.len(), 1);
+    let events = events_after_wake(&mut wake, &b, &fresh, 0, WAKE_WINDOW).await;
+    assert_eq!(events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["after"], "woken after the outage");
 }
 
 #[tokio::test]

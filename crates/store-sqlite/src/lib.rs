@@ -111,9 +111,18 @@ impl SqliteOptions {
     }
 }
 
+/// The most reader connections open at once. Reads beyond wait for one, instead of opening
+/// more: every connection costs file handles, and SQLite cannot close the handle of a
+/// connection closed while others in the process hold locks on the file (POSIX lock
+/// semantics), so a burst of extra connections would leave their handles open for the
+/// process's lifetime.
+pub const MAX_READERS: usize = 8;
+
 pub(crate) struct Shared {
     options: SqliteOptions,
     readers: Mutex<Vec<Connection>>,
+    /// One permit per reader connection that may exist ([`MAX_READERS`]).
+    reader_slots: Arc<tokio::sync::Semaphore>,
     watchers: writer::Watchers,
 }
 
@@ -153,7 +162,8 @@ impl SqliteStore {
         .map_err(|e| StoreError::Unavailable(Box::new(e)))??;
         let watchers = writer::Watchers::default();
         let writer = writer::spawn(conn, options.max_events_per_stream, watchers.clone())?;
-        let shared = Arc::new(Shared { options, readers: Mutex::new(Vec::new()), watchers });
+        let reader_slots = Arc::new(tokio::sync::Semaphore::new(MAX_READERS));
+        let shared = Arc::new(Shared { options, readers: Mutex::new(Vec::new()), reader_slots, watchers });
         Ok(Self { shared, writer })
     }
 
@@ -163,24 +173,26 @@ impl SqliteStore {
     }
 
     /// Run `f` on a reader connection (a snapshot of the last commit; never waits for the
-    /// writer).
+    /// writer). At most [`MAX_READERS`] run at once, each on a pooled connection (opened on
+    /// first use and kept).
     pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let shared = self.shared.clone();
+        let slot = shared.reader_slots.clone().acquire_owned().await.map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let pooled = shared.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
             let mut conn = match pooled {
                 Some(conn) => conn,
                 None => open_connection(&shared.options.path, shared.options.synchronous)?,
             };
             let result = f(&mut conn);
-            let mut pool = shared.readers.lock().unwrap_or_else(|p| p.into_inner());
-            if pool.len() < 8 {
-                pool.push(conn);
-            }
+            // A slot holder either took a pooled connection or opened one while fewer than
+            // MAX_READERS existed, so the pool never exceeds it.
+            shared.readers.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
             result
         })
         .await

@@ -15,7 +15,19 @@ async fn fresh() -> Option<Arc<dyn Store>> {
     Some(Arc::new(SqliteStore::open(options).await.expect("open")))
 }
 
-durable_mcp_store::store_contract_tests!(fresh());
+/// The writer wakes the tails of its own handle; other processes' commits are only seen by
+/// the poll, set far beyond the wake-up window, so the same handle serves both roles.
+async fn pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
+    let options = SqliteOptions {
+        synchronous: Synchronous::Normal,
+        poll_interval: Duration::from_secs(600),
+        ..SqliteOptions::new(temp_path("pair.db"))
+    };
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(options).await.expect("open"));
+    Some((store.clone(), store))
+}
+
+durable_mcp_store::store_contract_tests!(fresh(), pair = pair());
 
 #[tokio::test]
 async fn d1_committed_events_survive_reopen() {
@@ -122,4 +134,30 @@ async fn record_prefixes_are_literal_and_ordered_bytewise() {
         store.put_record(RecordKind::Alias, "B", "x".into(), None, Expect::Version(u64::MAX)).await,
         Err(StoreError::Conflict { .. })
     ));
+}
+
+/// Regression: every read beyond the pooled connections opened a fresh connection, and
+/// SQLite keeps the file handle of a connection closed while others hold locks on the file,
+/// so a burst of concurrent reads (many GET streams woken at once) left hundreds of
+/// handles open for the process's lifetime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_concurrent_reads_keep_at_most_max_readers_connections() {
+    let path = temp_path("readers.db");
+    let store = Arc::new(SqliteStore::open(SqliteOptions::new(&path)).await.unwrap());
+    let stream = StreamId::random();
+    store.create_stream(&stream, &StreamOwner { principal: Principal::anonymous(), session: None }).await.unwrap();
+    let reads = (0..200).map(|_| {
+        let (store, stream) = (store.clone(), stream.clone());
+        tokio::spawn(async move { store.read_after(&stream, 0, 10).await.map(drop) })
+    });
+    for read in futures::future::join_all(reads).await {
+        read.unwrap().unwrap();
+    }
+    // Handles on this test's database file (other tests run in this process too).
+    let handles = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| *target == path)
+        .count();
+    assert!(handles <= MAX_READERS + 1, "{handles} handles on the database file: readers and the writer only");
 }

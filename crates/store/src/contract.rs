@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 
@@ -14,10 +15,11 @@ pub use batch::{
     d3_batch_wakes_tails_after_commit, d8_first_batch_wins_across_workers, d15_concurrent_batches_stand_or_fall_alone,
     d15_refused_batch_op_leaves_nothing_of_the_batch,
 };
+use crate::testing::incompressible;
 
 use crate::{
     EventId, Expect, Principal, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
-    StreamId, StreamOwner, now_ms,
+    StoredEvent, StreamId, StreamOwner, WakeUps, now_ms,
 };
 
 /// A new session record for `principal`.
@@ -33,6 +35,7 @@ pub fn session(principal: &Principal) -> SessionRecord {
         standalone_stream: StreamId::random(),
         created_at_ms: now_ms(),
         last_seen_ms: now_ms(),
+        delivery: None,
     }
 }
 
@@ -88,19 +91,55 @@ pub async fn d3_closed_stream_finishes_and_refuses_appends(store: Arc<dyn Store>
     assert!(matches!(err, StoreError::StreamClosed { .. }), "{err}");
 }
 
-/// D3: a watcher created before an append (by another handle) is woken.
-pub async fn d3_live_tail_wakes_on_append(store: Arc<dyn Store>) {
-    let stream = stream_with(&*store, 0).await;
-    let mut wake = store.watch(&stream).await.expect("watch");
-    let writer = store.clone();
-    let s2 = stream.clone();
-    let task = tokio::spawn(async move { writer.append(&s2, "x".into(), false).await });
-    tokio::time::timeout(std::time::Duration::from_secs(5), wake.next())
-        .await
-        .expect("woken within 5s");
-    task.await.expect("join").expect("append");
-    let read = store.read_after(&stream, 0, 10).await.expect("read");
-    assert_eq!(read.events.len(), 1);
+/// How long a wake-up case waits for the wake-up an append must cause. The paired
+/// handles a backend gives [`store_contract_tests!`](crate::store_contract_tests) must
+/// re-read on their own (fallback tick, poll interval) far less often than this, so that
+/// only the append's wake-up can pass the case.
+pub const WAKE_WINDOW: Duration = Duration::from_secs(5);
+
+/// Wait on `wake` until a read of `stream` through `store` after sequence `after` returns
+/// events, and return them. Reads only after a wake-up (never before the first one), so a
+/// store whose appends wake nothing fails here instead of being rescued by an early read.
+///
+/// # Panics
+/// If the wake-ups end, or no wake-up within `within` is followed by a read with events:
+/// this is a test helper and the panic is the test's failure.
+pub async fn events_after_wake(
+    wake: &mut WakeUps,
+    store: &dyn Store,
+    stream: &StreamId,
+    after: u64,
+    within: Duration,
+) -> Vec<StoredEvent> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut wake_ups = 0;
+    loop {
+        match tokio::time::timeout_at(deadline, wake.next()).await {
+            Err(_) => panic!("no event after {after} on {stream} within {within:?} ({wake_ups} wake-ups without one)"),
+            Ok(None) => panic!("the wake-ups of {stream} ended before an event after {after} arrived"),
+            Ok(Some(())) => wake_ups += 1,
+        }
+        let read = store.read_after(stream, after, usize::MAX).await.expect("read after a wake-up");
+        if !read.events.is_empty() {
+            return read.events;
+        }
+    }
+}
+
+/// D3: a tail subscribed on one handle is woken by an append through another handle on the
+/// same store (for shared backends, another worker), within [`WAKE_WINDOW`], and the read
+/// after the wake-up returns the appended event.
+pub async fn d3_live_tail_wakes_on_append(watcher: Arc<dyn Store>, writer: Arc<dyn Store>) {
+    let stream = stream_with(&*writer, 0).await;
+    let mut wake = watcher.watch(&stream).await.expect("watch");
+    let appended = writer.append(&stream, "x".into(), false).await.expect("append");
+    let events = events_after_wake(&mut wake, &*watcher, &stream, 0, WAKE_WINDOW).await;
+    let got: Vec<(u64, &str)> = events.iter().map(|e| (e.id.seq, e.data.as_str())).collect();
+    assert_eq!(got, [(appended.seq, "x")], "the appended event, read after its wake-up");
+    // And the next append, now that the tail has read, wakes it again.
+    writer.append(&stream, "y".into(), true).await.expect("second append");
+    let events = events_after_wake(&mut wake, &*watcher, &stream, appended.seq, WAKE_WINDOW).await;
+    assert_eq!(events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["y"]);
 }
 
 /// Concurrent appenders on many streams: every stream ends up gap-free and duplicate-free.
@@ -288,6 +327,34 @@ pub async fn d4_session_state_compare_and_set_loses_no_update(store: Arc<dyn Sto
     assert_eq!(loaded.state.get("n"), Some(&serde_json::json!(80)), "80 increments, none lost");
 }
 
+/// Streamable HTTP "Multiple Connections": GET streams racing to take a session's delivery
+/// over from the same state (on any workers) cannot both win; the winner's state is stored.
+pub async fn spec_session_delivery_compare_and_set_has_one_winner(store: Arc<dyn Store>) {
+    let who = Principal::anonymous();
+    let record = session(&who);
+    store.create_session(record.clone()).await.expect("create");
+    let mut tasks = Vec::new();
+    for n in 0..8 {
+        let (store, who, id) = (store.clone(), who.clone(), record.id.clone());
+        tasks.push(tokio::spawn(async move {
+            let value = crate::Delivery::default().held_by(&format!("get {n}"), 1);
+            let change = SessionChange::CompareAndSetDelivery { expected: None, value };
+            match store.update_session(&who, &id, change).await {
+                Ok(_) => Some(n),
+                Err(StoreError::Conflict { .. }) => None,
+                Err(e) => panic!("{e}"),
+            }
+        }));
+    }
+    let mut winners = Vec::new();
+    for t in tasks {
+        winners.extend(t.await.expect("join"));
+    }
+    assert_eq!(winners.len(), 1, "exactly one GET stream takes the delivery: {winners:?}");
+    let stored = store.load_session(&who, &record.id).await.expect("load").delivery.expect("stored");
+    assert_eq!(stored.holder, Some(format!("get {}", winners[0])));
+}
+
 /// D8: `Expect::Absent` lets exactly one of many racing writers commit a key (first commit
 /// wins), and everyone reads the winner's value afterwards.
 pub async fn d8_first_commit_wins_among_racing_writers(store: Arc<dyn Store>) {
@@ -404,6 +471,26 @@ pub async fn d8_list_and_delete_by_prefix(store: Arc<dyn Store>) {
     assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 0);
 }
 
+
+/// Keys built with [`crate::key_part`] from input of any length are stored, read and listed
+/// by prefix on every backend; a raw key a backend cannot index is refused as a value
+/// ([`crate::StoreErrorKind::Refused`]), never reported as an outage.
+pub async fn bounded_keys_of_any_input_are_stored(store: Arc<dyn Store>) {
+    let run = StreamId::random().to_string();
+    for len in [3_000, 100_000] {
+        let key = format!("{run}/{}", crate::key_part(&incompressible(len)));
+        store.put_record(RecordKind::Alias, &key, format!("{len}"), None, Expect::Absent).await.expect("a bounded key is stored");
+        let record = store.get_record(RecordKind::Alias, &key).await.expect("get").expect("present");
+        assert_eq!(record.value, format!("{len}"));
+    }
+    assert_eq!(store.list_records(RecordKind::Alias, &format!("{run}/"), 10).await.expect("list").len(), 2);
+    let raw = format!("{run}/{}", incompressible(3_000));
+    match store.put_record(RecordKind::Alias, &raw, "raw".into(), None, Expect::Absent).await {
+        Ok(_) => assert!(store.get_record(RecordKind::Alias, &raw).await.expect("get").is_some()),
+        Err(error) => assert_eq!(error.kind(), crate::StoreErrorKind::Refused, "{error}"),
+    }
+}
+
 /// D10, D14: an expired record is absent for reads, lists and `Expect::Absent`, and prune
 /// deletes it; unexpired records survive prune.
 pub async fn d14_expired_records_are_absent_and_pruned(store: Arc<dyn Store>) {
@@ -456,6 +543,15 @@ pub enum LogOp {
     },
 }
 
+/// How many cases the event-log property test runs: `PROPTEST_CASES` if set, else 256 in
+/// CI ([`crate::in_ci`]) and 32 otherwise (a quick local run).
+pub fn property_cases() -> u32 {
+    if let Some(cases) = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()) {
+        return cases;
+    }
+    if crate::in_ci() { 256 } else { 32 }
+}
+
 /// Streams used by the property test.
 pub const PROP_STREAMS: usize = 3;
 
@@ -469,6 +565,23 @@ pub fn log_ops() -> impl proptest::strategy::Strategy<Value = Vec<LogOp>> {
             .prop_map(|(appends, conflict)| LogOp::Batch { appends, conflict }),
     ];
     proptest::collection::vec(op, 1..80)
+}
+
+/// Run [`check_event_log_model`] for [`property_cases`] generated interleavings, all on one
+/// store (each case on fresh streams), shrinking a failing case to a minimal one.
+///
+/// # Panics
+/// With the minimal failing interleaving, when a case fails.
+pub fn check_event_log_property(runtime: &tokio::runtime::Runtime, store: Arc<dyn Store>) {
+    use proptest::test_runner::{Config, TestRunner};
+    let config = Config { cases: property_cases(), failure_persistence: None, ..Config::default() };
+    let result = TestRunner::new(config).run(&log_ops(), |ops| {
+        runtime.block_on(check_event_log_model(store.clone(), ops));
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("event-log property: {failure}");
+    }
 }
 
 /// D2/D3 property: against a model of the log, every replay from any position is exactly the
@@ -562,17 +675,25 @@ pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
     }
 }
 
-/// Instantiate the contract suite for a backend. `$factory` is an async expression giving
-/// `Option<Arc<dyn Store>>`: a fresh, isolated store, or `None` to skip (service missing
-/// outside CI; the factory prints why and must panic instead in CI, see [`crate::in_ci`]).
+/// Instantiate the contract suite for a backend.
+///
+/// `$factory` is an async expression giving `Option<Arc<dyn Store>>`: a fresh, isolated
+/// store, or `None` to skip (service missing outside CI; the factory prints why and must
+/// panic instead in CI, see [`crate::in_ci`]).
+///
+/// `pair = $pair` is an async expression giving `Option<(Arc<dyn Store>, Arc<dyn Store>)>`:
+/// a watching and a writing handle on one fresh store, each re-reading on its own (poll
+/// interval, fallback tick) much less often than [`WAKE_WINDOW`](crate::contract::WAKE_WINDOW),
+/// so that only real wake-ups pass the wake-up cases. Shared backends give two handles
+/// opened separately on the same database (two workers); single-process backends, whose
+/// appends wake only the tails of the handle they went through, give the same handle twice.
 #[macro_export]
 macro_rules! store_contract_tests {
-    ($factory:expr) => {
+    ($factory:expr, pair = $pair:expr $(,)?) => {
         $crate::store_contract_tests!(@cases $factory;
             d2_append_ids_increase_and_name_stream,
             d3_replay_after_every_id_is_exact_suffix,
             d3_closed_stream_finishes_and_refuses_appends,
-            d3_live_tail_wakes_on_append,
             d2_concurrent_appenders_many_streams,
             d5_session_lifecycle_and_principal_isolation,
             d5_session_end_closes_its_streams,
@@ -580,6 +701,7 @@ macro_rules! store_contract_tests {
             d14_prune_respects_open_streams_and_idle_ttl,
             d4_list_sessions_by_principal,
             d4_session_state_compare_and_set_loses_no_update,
+            spec_session_delivery_compare_and_set_has_one_winner,
             d8_first_commit_wins_among_racing_writers,
             d7_compare_and_set_versions,
             d8_list_and_delete_by_prefix,
@@ -589,29 +711,34 @@ macro_rules! store_contract_tests {
             d3_batch_is_visible_to_readers_all_at_once,
             d3_batch_wakes_tails_after_commit,
             d15_concurrent_batches_stand_or_fall_alone,
+            bounded_keys_of_any_input_are_stored,
         );
+        mod contract_wake {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn d3_live_tail_wakes_on_append() {
+                if let Some((watcher, writer)) = $pair.await {
+                    $crate::contract::d3_live_tail_wakes_on_append(watcher, writer).await;
+                }
+            }
+        }
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
         mod contract {
             #[allow(unused_imports)]
             use super::*;
 
-            $crate::contract::proptest::proptest! {
-                #![proptest_config($crate::contract::proptest::prelude::ProptestConfig {
-                    cases: 24, failure_persistence: None, ..Default::default()
-                })]
-                #[test]
-                fn d3_any_interleaving_replays_exact_suffixes(ops in $crate::contract::log_ops()) {
-                    let runtime = tokio::runtime::Builder::new_multi_thread()
-                        .worker_threads(2)
-                        .enable_all()
-                        .build()
-                        .expect("runtime");
-                    runtime.block_on(async {
-                        if let Some(store) = $factory.await {
-                            $crate::contract::check_event_log_model(store, ops).await;
-                        }
-                    });
+            #[test]
+            fn d3_any_interleaving_replays_exact_suffixes() {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                if let Some(store) = runtime.block_on($factory) {
+                    $crate::contract::check_event_log_property(&runtime, store);
                 }
             }
             $(

@@ -49,6 +49,11 @@ pub enum StoreError {
     /// The store could not be reached or failed transiently (D15). Callers answer 503.
     #[error("store unavailable: {0}")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store refused a value as it was given (too long for an index, out of range, not
+    /// representable in its types). The store itself is healthy and the same write can
+    /// never succeed: callers answer with a client error (4xx), never 503, and log it.
+    #[error("store refused the value: {0}")]
+    Refused(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The store holds data this version cannot use (for example a newer schema).
     #[error("store is incompatible: {0}")]
     Incompatible(String),
@@ -70,6 +75,8 @@ pub enum StoreErrorKind {
     Conflict,
     /// See [`StoreError::Unavailable`].
     Unavailable,
+    /// See [`StoreError::Refused`].
+    Refused,
     /// See [`StoreError::Incompatible`] and [`StoreError::Corrupt`].
     Fatal,
 }
@@ -83,6 +90,7 @@ impl StoreError {
             StoreError::StreamClosed { .. } => StoreErrorKind::StreamClosed,
             StoreError::Conflict { .. } => StoreErrorKind::Conflict,
             StoreError::Unavailable(_) => StoreErrorKind::Unavailable,
+            StoreError::Refused(_) => StoreErrorKind::Refused,
             StoreError::Incompatible(_) | StoreError::Corrupt(_) => StoreErrorKind::Fatal,
             StoreError::BatchOp { source, .. } => source.kind(),
         }

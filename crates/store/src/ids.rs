@@ -110,6 +110,12 @@ impl Principal {
         Self("anonymous".to_owned())
     }
 
+    /// Whether this is [`Principal::anonymous`]: no authentication layer named the caller,
+    /// so the principal alone does not tell two clients apart.
+    pub fn is_anonymous(&self) -> bool {
+        self.0 == "anonymous"
+    }
+
     /// A principal named by an authentication layer.
     pub fn new(name: impl Into<String>) -> Self {
         Self(name.into())

@@ -26,11 +26,14 @@ pub enum RecordKind {
     /// The server's own secrets: the key ring that seals `requestState` (D12). Whoever can
     /// read the store can read them.
     Key,
+    /// An entry of the index of resource subscriptions (which sessions subscribed to a
+    /// URI), so that an update touches only the subscribed sessions.
+    Subscription,
 }
 
 impl RecordKind {
     /// Every kind, for backends that keep one index per kind.
-    pub const ALL: [RecordKind; 7] = [
+    pub const ALL: [RecordKind; 8] = [
         RecordKind::Run,
         RecordKind::Step,
         RecordKind::Task,
@@ -38,6 +41,7 @@ impl RecordKind {
         RecordKind::Change,
         RecordKind::State,
         RecordKind::Key,
+        RecordKind::Subscription,
     ];
 
     /// The kind's stable name, as stored.
@@ -50,6 +54,7 @@ impl RecordKind {
             RecordKind::Change => "change",
             RecordKind::State => "state",
             RecordKind::Key => "key",
+            RecordKind::Subscription => "subscription",
         }
     }
 }
@@ -100,6 +105,40 @@ pub enum Expect {
     Version(u64),
 }
 
+/// The longest key part [`key_part`] keeps as it is, in bytes.
+pub const MAX_PLAIN_KEY_PART: usize = 128;
+
+/// The marker that starts a digested key part; a plain part never starts with it.
+const DIGEST_MARKER: char = '#';
+
+/// A part of a record key that comes from outside the engine (a client's request id, a
+/// principal, a step name or state key a handler chose, a resource URI), bounded so that
+/// every backend can index the key: a short, plain part is kept as it is, so keys stay
+/// readable; any other part becomes `#` and the hex SHA-256 of it (65 bytes).
+///
+/// Plain means at most [`MAX_PLAIN_KEY_PART`] bytes, no control characters (no NUL, which
+/// PostgreSQL text refuses) and not starting with `#`. Stated more precisely: the mapping is
+/// injective up to SHA-256 collisions, because plain parts are returned unchanged and never
+/// start with `#`, while digested parts always do; two different inputs give the same part
+/// only if they have the same SHA-256. Keys built from bounded parts and fixed separators
+/// are therefore as distinct as their inputs, and at most a few hundred bytes long
+/// (PostgreSQL's btree index refuses entries beyond about 2,700 bytes).
+pub fn key_part(part: &str) -> std::borrow::Cow<'_, str> {
+    let plain = part.len() <= MAX_PLAIN_KEY_PART && !part.starts_with(DIGEST_MARKER) && !part.chars().any(char::is_control);
+    if plain {
+        return std::borrow::Cow::Borrowed(part);
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(part.as_bytes());
+    let mut out = String::with_capacity(1 + digest.len() * 2);
+    out.push(DIGEST_MARKER);
+    for byte in digest {
+        out.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+        out.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// For backends that store keys as text compared bytewise (SQLite `BINARY`, PostgreSQL
 /// `"C"`): the smallest string above every string that starts with `prefix`, or `None` when
 /// `key >= prefix` alone already selects exactly those strings (an empty prefix, or one of
@@ -120,6 +159,25 @@ pub fn prefix_end(prefix: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_part_keeps_short_parts_and_digests_the_rest() {
+        assert_eq!(key_part("\"7\""), "\"7\"");
+        assert_eq!(key_part(""), "");
+        let plain = "a".repeat(MAX_PLAIN_KEY_PART);
+        assert_eq!(key_part(&plain), plain.as_str());
+        let long = "x".repeat(100_000);
+        let digested = key_part(&long);
+        assert_eq!(digested.len(), 65, "{digested}");
+        assert!(digested.starts_with('#'));
+        assert_eq!(key_part(&long), digested, "deterministic");
+        assert_ne!(key_part(&"x".repeat(100_001)), digested, "distinct inputs, distinct parts");
+        assert_eq!(key_part("a\u{0}b").len(), 65, "control characters are never stored as such");
+        // A plain part that looks like a digest is digested itself: it cannot collide with
+        // the digest of another input.
+        assert_ne!(key_part(&digested), digested);
+        assert!(key_part(&digested).starts_with('#'));
+    }
 
     #[test]
     fn prefix_end_bounds_exactly_the_keys_with_the_prefix() {

@@ -17,6 +17,9 @@ pub mod wake;
 #[cfg(feature = "contract-tests")]
 pub mod contract;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -26,8 +29,10 @@ pub use batch::{BatchOp, BatchOutcome, OpOutcome, WriteBatch, op_failed};
 pub use ci::in_ci;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
-pub use journal::{Expect, Record, RecordKind, prefix_end};
-pub use record::{PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
+pub use journal::{Expect, MAX_PLAIN_KEY_PART, Record, RecordKind, key_part, prefix_end};
+pub use record::{
+    DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead,
+};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
 pub fn now_ms() -> u64 {

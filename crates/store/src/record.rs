@@ -29,6 +29,69 @@ pub struct SessionRecord {
     pub created_at_ms: u64,
     /// Last use, milliseconds since the Unix epoch.
     pub last_seen_ms: u64,
+    /// Which GET stream delivers the standalone stream, and how far delivery got. `None`
+    /// for sessions stored before delivery was tracked: their first GET starts at the end
+    /// of the standalone stream.
+    #[serde(default)]
+    pub delivery: Option<Delivery>,
+}
+
+/// How many holding periods a [`Delivery`] remembers.
+pub const DELIVERY_EPOCHS: usize = 16;
+
+/// The delivery state of a session's standalone stream: the one GET stream (of any worker)
+/// that hands its events to a client, and the position up to which they were handed.
+///
+/// # Durability
+/// Changed only with [`SessionChange::CompareAndSetDelivery`], so two GET streams racing to
+/// deliver (on any workers) cannot both win: each event is handed to at most one stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The GET stream delivering now (an opaque id per connection); `None` when no GET
+    /// stream holds the delivery.
+    pub holder: Option<String>,
+    /// Until when the holder's claim lasts without renewal (ms since the epoch); after
+    /// that, another GET stream of the session may take the delivery over.
+    pub lease_until_ms: u64,
+    /// Every event of the standalone stream up to this sequence was handed to a GET stream.
+    pub delivered: u64,
+    /// The latest holding periods, oldest first (at most [`DELIVERY_EPOCHS`]): which GET
+    /// stream handed out the events from which sequence on.
+    pub epochs: Vec<DeliveryEpoch>,
+}
+
+/// One holding period of a [`Delivery`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryEpoch {
+    /// The first sequence this holder could hand out.
+    pub from: u64,
+    /// The holder.
+    pub holder: String,
+}
+
+impl Delivery {
+    /// The GET stream that handed out the event at `seq` (`None`: not handed out yet, or
+    /// older than the remembered epochs).
+    pub fn delivered_by(&self, seq: u64) -> Option<&str> {
+        if seq > self.delivered {
+            return None;
+        }
+        self.epochs.iter().rev().find(|e| e.from <= seq).map(|e| e.holder.as_str())
+    }
+
+    /// This state with `holder` holding from now until `lease_until_ms`; a new holder
+    /// starts a new epoch.
+    pub fn held_by(&self, holder: &str, lease_until_ms: u64) -> Self {
+        let mut next = self.clone();
+        if next.holder.as_deref() != Some(holder) {
+            next.epochs.push(DeliveryEpoch { from: next.delivered + 1, holder: holder.to_owned() });
+            let excess = next.epochs.len().saturating_sub(DELIVERY_EPOCHS);
+            next.epochs.drain(..excess);
+        }
+        next.holder = Some(holder.to_owned());
+        next.lease_until_ms = lease_until_ms;
+        next
+    }
 }
 
 /// A change to a session, applied atomically by [`crate::Store::update_session`].
@@ -56,6 +119,14 @@ pub enum SessionChange {
         /// The value to store (`None` removes the key).
         value: Option<serde_json::Value>,
     },
+    /// Set the standalone stream's [`Delivery`] only if it still is `expected`; otherwise
+    /// the update fails with [`crate::StoreError::Conflict`] and changes nothing.
+    CompareAndSetDelivery {
+        /// The state the caller read.
+        expected: Option<Delivery>,
+        /// The state to store.
+        value: Delivery,
+    },
 }
 
 impl SessionRecord {
@@ -66,6 +137,11 @@ impl SessionRecord {
             && self.state.get(key) != expected.as_ref()
         {
             return Err(crate::StoreError::Conflict { what: "session state" });
+        }
+        if let SessionChange::CompareAndSetDelivery { expected, .. } = change
+            && self.delivery != *expected
+        {
+            return Err(crate::StoreError::Conflict { what: "session delivery" });
         }
         self.last_seen_ms = now_ms;
         match change {
@@ -86,6 +162,7 @@ impl SessionRecord {
             SessionChange::CompareAndSetState { key, value: Some(value), .. } => {
                 self.state.insert(key.clone(), value.clone());
             }
+            SessionChange::CompareAndSetDelivery { value, .. } => self.delivery = Some(value.clone()),
         }
         Ok(())
     }
@@ -138,4 +215,56 @@ pub struct PruneReport {
     pub streams_deleted: u64,
     /// Journal records deleted because they expired.
     pub records_expired: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_epochs_name_who_handed_out_each_event() {
+        let start = Delivery::default();
+        let a = start.held_by("a", 10);
+        assert_eq!(a.epochs, vec![DeliveryEpoch { from: 1, holder: "a".into() }]);
+        assert_eq!(a.held_by("a", 20).epochs.len(), 1, "a renewal is not a new epoch");
+        let b = Delivery { delivered: 3, ..a }.held_by("b", 30);
+        let done = Delivery { delivered: 5, ..b };
+        assert_eq!(done.delivered_by(2), Some("a"));
+        assert_eq!(done.delivered_by(4), Some("b"));
+        assert_eq!(done.delivered_by(6), None, "not handed out yet");
+        let mut many = Delivery::default();
+        for n in 0..40u64 {
+            many = Delivery { delivered: n, ..many }.held_by(&n.to_string(), 0);
+        }
+        assert_eq!(many.epochs.len(), DELIVERY_EPOCHS);
+        assert_eq!(many.delivered_by(0), None, "older than the remembered epochs");
+    }
+
+    #[test]
+    fn compare_and_set_delivery_fails_on_a_changed_state() {
+        let mut record = SessionRecord {
+            id: SessionId::random(),
+            principal: Principal::anonymous(),
+            protocol_version: "2025-11-25".into(),
+            client: serde_json::Value::Null,
+            log_level: None,
+            subscriptions: BTreeSet::new(),
+            state: BTreeMap::new(),
+            standalone_stream: StreamId::random(),
+            created_at_ms: 0,
+            last_seen_ms: 0,
+            delivery: None,
+        };
+        let ours = Delivery::default().held_by("a", 10);
+        let change = SessionChange::CompareAndSetDelivery { expected: None, value: ours.clone() };
+        record.apply(&change, 1).expect("first claim");
+        assert_eq!(record.delivery.as_ref(), Some(&ours));
+        let stale = SessionChange::CompareAndSetDelivery { expected: None, value: Delivery::default().held_by("b", 10) };
+        assert!(matches!(record.apply(&stale, 2), Err(crate::StoreError::Conflict { .. })));
+        assert_eq!(record.delivery.as_ref(), Some(&ours), "a lost race changes nothing");
+        let mut stored = serde_json::to_value(&record).expect("encode");
+        stored.as_object_mut().expect("object").remove("delivery");
+        let old: SessionRecord = serde_json::from_value(stored).expect("a record from before delivery was tracked");
+        assert_eq!(old.delivery, None);
+    }
 }

@@ -1,241 +1,46 @@
-//! Test support for driving the real `durable-mcp` binary: spawn servers, and a minimal
-//! blocking HTTP/1.1 client that reads SSE incrementally.
+//! Test support for driving the real `durable-mcp` binary: spawn servers; the HTTP/SSE
+//! client and the shared stores come from `durable-mcp-testkit`.
 #![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
-pub mod backend;
 pub mod nginx;
 pub mod proxy;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 
-use serde_json::{Value, json};
+pub use durable_mcp_testkit::*;
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// Run a `durable-mcp` command to completion; its stdout (it must succeed).
+pub fn run(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(args).output().expect("run durable-mcp");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
 }
 
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("durable-mcp-{name}-{}-{}", std::process::id(), rand_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// Servers of the `durable-mcp` binary.
+pub trait DurableMcpServer {
+    /// `durable-mcp serve --example everything` on `port`.
+    fn start(store: &str, port: u16, extra: &[&str]) -> Server;
+    /// `durable-mcp serve --example <example>` on `port`.
+    fn start_example(example: &str, store: &str, port: u16, extra: &[&str]) -> Server;
 }
 
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-}
-
-/// A running server process; killed (SIGKILL) on drop.
-pub struct Server {
-    pub child: Child,
-    pub addr: SocketAddr,
-}
-
-impl Server {
-    pub fn start(store: &str, port: u16, extra: &[&str]) -> Server {
+impl DurableMcpServer for Server {
+    fn start(store: &str, port: u16, extra: &[&str]) -> Server {
         Self::start_example("everything", store, port, extra)
     }
 
-    pub fn start_example(example: &str, store: &str, port: u16, extra: &[&str]) -> Server {
+    fn start_example(example: &str, store: &str, port: u16, extra: &[&str]) -> Server {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
+        command
             .args(["serve", "--example", example, "--listen", &addr.to_string(), "--store", store])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn durable-mcp");
-        let mut child = child;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "server did not start listening on {addr}");
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("server on {addr} exited at start ({status}): port taken?");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Something answered on the port: make sure it is this server, not a process that
-        // held the port before it (the server then fails to bind and exits).
-        std::thread::sleep(Duration::from_millis(30));
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("server on {addr} exited at start ({status}): port taken by another process?");
-        }
-        Server { child, addr }
+            .stderr(Stdio::inherit());
+        Server::launch(command, addr)
     }
-
-    /// SIGKILL: no shutdown, no flush, nothing graceful.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-pub struct Response {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    reader: BufReader<TcpStream>,
-    chunked: bool,
-    remaining: Option<usize>,
-    chunk_left: usize,
-    done: bool,
-    buffer: String,
-}
-
-impl Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    fn read_some(&mut self) -> Option<String> {
-        if self.done {
-            return None;
-        }
-        if self.chunked {
-            if self.chunk_left == 0 {
-                let mut size = String::new();
-                if self.reader.read_line(&mut size).ok()? == 0 {
-                    self.done = true;
-                    return None;
-                }
-                let n = usize::from_str_radix(size.trim(), 16).ok()?;
-                if n == 0 {
-                    self.done = true;
-                    return None;
-                }
-                self.chunk_left = n;
-            }
-            let mut buf = vec![0; self.chunk_left];
-            self.reader.read_exact(&mut buf).ok()?;
-            self.chunk_left = 0;
-            let mut crlf = [0; 2];
-            self.reader.read_exact(&mut crlf).ok()?;
-            Some(String::from_utf8(buf).unwrap())
-        } else {
-            let n = self.remaining.unwrap_or(0);
-            let mut buf = vec![0; n];
-            self.reader.read_exact(&mut buf).ok()?;
-            self.done = true;
-            Some(String::from_utf8(buf).unwrap())
-        }
-    }
-
-    pub fn body(mut self) -> String {
-        let mut all = std::mem::take(&mut self.buffer);
-        while let Some(part) = self.read_some() {
-            all.push_str(&part);
-        }
-        all
-    }
-
-    pub fn json(self) -> Value {
-        serde_json::from_str(&self.body()).unwrap()
-    }
-
-    /// The next SSE event (id, data), skipping comments; None at the end of the stream.
-    pub fn next_event(&mut self) -> Option<(Option<String>, String)> {
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                if block.lines().all(|l| l.starts_with(':') || l.is_empty()) {
-                    continue;
-                }
-                let mut id = None;
-                let mut data = String::new();
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("id: ") {
-                        id = Some(v.to_owned());
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data = v.trim_start().to_owned();
-                    }
-                }
-                return Some((id, data));
-            }
-            let part = self.read_some()?;
-            self.buffer.push_str(&part);
-        }
-    }
-
-    /// All remaining JSON messages of the SSE stream (empty-data events left out).
-    pub fn messages(mut self) -> Vec<(String, Value)> {
-        let mut out = Vec::new();
-        while let Some((id, data)) = self.next_event() {
-            if !data.is_empty() {
-                out.push((id.unwrap_or_default(), serde_json::from_str(&data).unwrap()));
-            }
-        }
-        out
-    }
-}
-
-pub fn request(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: Option<&str>) -> Response {
-    try_request(addr, method, headers, body).unwrap()
-}
-
-/// [`request`], with connection and header failures as errors (the server may be dead).
-pub fn try_request(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: Option<&str>) -> std::io::Result<Response> {
-    let stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut text = format!("{method} /mcp HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n");
-    for (k, v) in headers {
-        text.push_str(&format!("{k}: {v}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    text.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
-    (&stream).write_all(text.as_bytes())?;
-    let mut reader = BufReader::new(stream);
-    let mut status_line = String::new();
-    reader.read_line(&mut status_line)?;
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
-    let status: u16 = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| bad("status line"))?;
-    let mut headers = Vec::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line)?;
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        let (k, v) = line.split_once(':').ok_or_else(|| bad("header line"))?;
-        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-    }
-    let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let remaining = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok());
-    Ok(Response { status, headers, reader, chunked, remaining, chunk_left: 0, done: false, buffer: String::new() })
-}
-
-const POST: [(&str, &str); 2] = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")];
-
-pub fn post(addr: SocketAddr, session: Option<&str>, body: &Value) -> Response {
-    let mut headers = POST.to_vec();
-    if let Some(s) = session {
-        headers.push(("mcp-session-id", s));
-    }
-    request(addr, "POST", &headers, Some(&body.to_string()))
-}
-
-pub fn initialize(addr: SocketAddr) -> String {
-    let response = post(addr, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "cli-test", "version": "1"}}}));
-    assert_eq!(response.status, 200);
-    let session = response.header("mcp-session-id").expect("session id").to_owned();
-    let _ = response.body();
-    let ack = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    assert_eq!(ack.status, 202);
-    session
-}
-
-pub fn resume(addr: SocketAddr, session: &str, last_event_id: &str) -> Response {
-    request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", session), ("last-event-id", last_event_id)], None)
 }
 
 /// Two workers sharing a fresh store of `backend`; `None` when the service is missing
@@ -248,94 +53,3 @@ pub fn two_workers(backend: backend::Backend, args: &[&str]) -> Option<(Server, 
     Some((Server::start(&store, free_port(), args), Server::start(&store, free_port(), args)))
 }
 
-/// The 2026-07-28 protocol version.
-pub const V: &str = "2026-07-28";
-/// The Tasks extension's name.
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
-const EXT: &str = TASKS_EXTENSION;
-
-/// One 2026-07-28 request; returns the final JSON-RPC message (JSON or the SSE's last).
-pub fn modern(addr: SocketAddr, id: u64, method: &str, mut params: Value, ext: bool) -> Value {
-    let caps = if ext { json!({"elicitation": {}, "extensions": {EXT: {}}}) } else { json!({"elicitation": {}}) };
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": V,
-        "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": caps,
-    });
-    let name = params.get("name").or_else(|| params.get("taskId")).and_then(Value::as_str).map(str::to_owned);
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    let mut headers = vec![
-        ("accept", "application/json, text/event-stream"),
-        ("content-type", "application/json"),
-        ("mcp-protocol-version", V),
-        ("mcp-method", method),
-    ];
-    if let Some(name) = &name {
-        headers.push(("mcp-name", name));
-    }
-    last_message(request(addr, "POST", &headers, Some(&body.to_string())))
-}
-
-/// The final JSON-RPC message of a response: its JSON body or its SSE stream's last.
-pub fn last_message(response: Response) -> Value {
-    if response.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) {
-        response.messages().pop().unwrap().1
-    } else {
-        response.json()
-    }
-}
-
-/// Open a 2026-07-28 `subscriptions/listen` stream.
-pub fn listen(addr: SocketAddr, notifications: Value, ext: bool) -> Response {
-    let caps = if ext { json!({"extensions": {EXT: {}}}) } else { json!({}) };
-    let body = json!({"jsonrpc": "2.0", "id": 77, "method": "subscriptions/listen", "params": {
-        "notifications": notifications,
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": V,
-            "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": caps,
-        }}});
-    let headers = [
-        ("accept", "application/json, text/event-stream"),
-        ("content-type", "application/json"),
-        ("mcp-protocol-version", V),
-        ("mcp-method", "subscriptions/listen"),
-    ];
-    request(addr, "POST", &headers, Some(&body.to_string()))
-}
-
-/// The next JSON message of an SSE stream.
-pub fn next_message(stream: &mut Response) -> Value {
-    loop {
-        let (_, data) = stream.next_event().expect("the stream ended");
-        if !data.is_empty() {
-            return serde_json::from_str(&data).unwrap();
-        }
-    }
-}
-
-
-/// D7 across a re-run of `emit_events(count)` (progress token `token`): in `messages` (all
-/// the client received, before and after the crash) each progress value 1..=count comes
-/// once and in increasing order, and each log line once.
-pub fn assert_events_sent_once(messages: &[&Value], token: &str, count: u64) {
-    let progress: Vec<f64> = messages
-        .iter()
-        .filter(|m| m["method"] == "notifications/progress")
-        .inspect(|m| assert_eq!(m["params"]["progressToken"], token, "{m}"))
-        .map(|m| m["params"]["progress"].as_f64().unwrap())
-        .collect();
-    assert!(progress.windows(2).all(|w| w[0] < w[1]), "D7: progress never goes backwards across the re-run: {progress:?}");
-    let expected: Vec<f64> = (1..=count).map(|n| n as f64).collect();
-    assert_eq!(progress, expected, "each progress value exactly once");
-    let mut logs: Vec<u64> = messages
-        .iter()
-        .filter(|m| m["method"] == "notifications/message")
-        .map(|m| m["params"]["data"]["event"].as_u64().unwrap())
-        .collect();
-    let sent = logs.len();
-    logs.sort_unstable();
-    logs.dedup();
-    assert_eq!(logs.len(), sent, "D7: no log line sent twice");
-    assert_eq!(logs, (1..=count).collect::<Vec<_>>(), "each log line once");
-}

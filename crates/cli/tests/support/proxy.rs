@@ -1,6 +1,7 @@
 //! A TCP proxy the tests control, to take a store "down" under a running server without
 //! touching the real service: `cut()` drops every connection and refuses new ones,
-//! `restore()` lets them through again.
+//! `hang()` makes it a server that stopped answering (connections stay open, nothing comes
+//! back, new ones are accepted and never answered), `restore()` lets them through again.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -11,6 +12,7 @@ use std::time::Duration;
 pub struct Proxy {
     pub addr: SocketAddr,
     down: Arc<AtomicBool>,
+    hung: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
 }
 
@@ -19,13 +21,19 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let down = Arc::new(AtomicBool::new(false));
+        let hung = Arc::new(AtomicBool::new(false));
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (d, o) = (down.clone(), open.clone());
+        let (d, h, o) = (down.clone(), hung.clone(), open.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
                 if d.load(Ordering::SeqCst) {
                     let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                if h.load(Ordering::SeqCst) {
+                    // Accepted, never answered (closed by `cut`).
+                    o.lock().unwrap().push(client);
                     continue;
                 }
                 let Ok(upstream) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
@@ -39,11 +47,17 @@ impl Proxy {
                     open.push(client.try_clone().unwrap());
                     open.push(upstream.try_clone().unwrap());
                 }
-                pipe(client.try_clone().unwrap(), upstream.try_clone().unwrap());
-                pipe(upstream, client);
+                pipe(client.try_clone().unwrap(), upstream.try_clone().unwrap(), h.clone());
+                pipe(upstream, client, h.clone());
             }
         });
-        Proxy { addr, down, open }
+        Proxy { addr, down, hung, open }
+    }
+
+    /// Stop answering: open connections forward nothing (until `restore`), new ones are
+    /// accepted and left silent.
+    pub fn hang(&self) {
+        self.hung.store(true, Ordering::SeqCst);
     }
 
     /// Drop every open connection and refuse new ones.
@@ -57,16 +71,20 @@ impl Proxy {
     /// Let connections through again.
     pub fn restore(&self) {
         self.down.store(false, Ordering::SeqCst);
+        self.hung.store(false, Ordering::SeqCst);
     }
 }
 
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+fn pipe(mut from: TcpStream, mut to: TcpStream, hung: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    while hung.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
                     if to.write_all(&buf[..n]).is_err() {
                         break;
                     }

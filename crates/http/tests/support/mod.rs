@@ -21,6 +21,7 @@ use durable_mcp_store_memory::MemoryStore;
 use futures::StreamExt;
 use http::{HeaderMap, Request, StatusCode};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tower::ServiceExt;
 
 #[derive(Clone)]
@@ -89,6 +90,12 @@ impl TestServer {
         Ok(CallToolResult::success(vec![ContentBlock::text(answer.to_string())]))
     }
 
+    #[tool(description = "Send notifications/resources/updated for a URI")]
+    async fn touch(&self, Parameters(args): Parameters<EchoArgs>, ctx: RequestContext<RoleServer>) -> String {
+        let _ = ctx.peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(args.text)).await;
+        "touched".into()
+    }
+
     #[tool(description = "Announce a tool list change")]
     async fn change(&self, ctx: RequestContext<RoleServer>) -> String {
         let _ = ctx.peer.notify_tool_list_changed().await;
@@ -117,7 +124,11 @@ pub fn harness_with(config: HttpConfig) -> Harness {
 }
 
 pub fn harness_full(config: HttpConfig, options: EngineOptions) -> Harness {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    harness_on(Arc::new(MemoryStore::new()), config, options)
+}
+
+/// A worker on `store` (several harnesses on one store are several workers).
+pub fn harness_on(store: Arc<dyn Store>, config: HttpConfig, options: EngineOptions) -> Harness {
     let engine = Engine::new(store.clone(), McpHandler::new(TestServer::new()), options);
     let transport = Transport::new(engine.clone(), config);
     let router = transport.clone().router();
@@ -126,6 +137,16 @@ pub fn harness_full(config: HttpConfig, options: EngineOptions) -> Harness {
 
 pub fn harness() -> Harness {
     harness_with(HttpConfig::default())
+}
+
+/// Wait until `condition` holds, checking every 10 ms, for at most 10 s; panics naming
+/// `what` if it never does.
+pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !condition().await {
+        assert!(tokio::time::Instant::now() < deadline, "never happened within 10 s: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 pub struct Reply {
@@ -235,4 +256,102 @@ pub fn call(id: u64, tool: &str, args: Value) -> Value {
 /// The JSON messages of SSE events (priming and empty events left out).
 pub fn messages(events: &[(Option<String>, String)]) -> Vec<Value> {
     events.iter().filter(|(_, d)| !d.is_empty()).map(|(_, d)| serde_json::from_str(d).expect("json event")).collect()
+}
+
+/// An SSE response read incrementally, its text kept.
+pub struct Live {
+    stream: axum::body::BodyDataStream,
+    pub text: String,
+    pub ended: bool,
+}
+
+impl Live {
+    pub fn new(reply: Reply) -> Self {
+        assert_eq!(reply.status, StatusCode::OK);
+        Self { stream: reply.body.into_data_stream(), text: String::new(), ended: false }
+    }
+
+    /// Read until `done(self)` holds or the stream ends (10 s deadline).
+    pub async fn until(&mut self, done: impl Fn(&Live) -> bool) -> &mut Self {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done(self) && !self.ended {
+            match tokio::time::timeout_at(deadline, self.stream.next()).await.expect("condition within 10s") {
+                Some(Ok(bytes)) => self.text.push_str(std::str::from_utf8(&bytes).expect("utf-8")),
+                _ => self.ended = true,
+            }
+        }
+        self
+    }
+
+    pub fn events(&self) -> Vec<(Option<String>, String)> {
+        parse_sse(&self.text)
+    }
+
+    pub fn messages(&self) -> Vec<Value> {
+        messages(&self.events())
+    }
+
+    /// Messages with this method.
+    pub fn count(&self, method: &str) -> usize {
+        self.messages().iter().filter(|m| m["method"] == method).count()
+    }
+
+    pub fn keep_alives(&self) -> usize {
+        self.text.matches(": keep-alive").count()
+    }
+}
+
+/// A GET on the session's standalone stream (optionally resuming), read incrementally.
+pub async fn open_get(router: &Router, session: &str, last_event_id: Option<&str>) -> Live {
+    let mut headers = vec![("accept", "text/event-stream"), ("mcp-session-id", session)];
+    if let Some(id) = last_event_id {
+        headers.push(("last-event-id", id));
+    }
+    Live::new(send(router, "GET", &headers, None).await)
+}
+
+/// One POST over a raw keep-alive connection: (response head, body).
+pub async fn round_trip(conn: &mut BufReader<tokio::net::TcpStream>, body: &str, session: Option<&str>) -> (String, String) {
+    let session_header = session.map(|s| format!("mcp-session-id: {s}\r\n")).unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: localhost\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\n{session_header}content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.get_mut().write_all(request.as_bytes()).await.unwrap();
+    let mut headers = String::new();
+    let mut chunked = false;
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        conn.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        let lower = line.to_ascii_lowercase();
+        if lower.starts_with("transfer-encoding: chunked") {
+            chunked = true;
+        }
+        if let Some(v) = lower.strip_prefix("content-length: ") {
+            length = Some(v.trim().parse::<usize>().unwrap());
+        }
+        headers.push_str(&line);
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            conn.read_line(&mut size).await.unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0; n + 2];
+            conn.read_exact(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else if let Some(n) = length {
+        body.resize(n, 0);
+        conn.read_exact(&mut body).await.unwrap();
+    }
+    (headers, String::from_utf8(body).unwrap())
 }

@@ -1,0 +1,211 @@
+//! Unit tests of the journal (leases, fencing, recovery) against the memory store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use durable_mcp_protocol::McpHandler;
+use durable_mcp_protocol::rmcp::ServerHandler;
+use durable_mcp_store::testing::CountingStore;
+use durable_mcp_store::{Expect, Principal, RecordKind, Store, StoreError, StreamId, StreamOwner, now_ms};
+use durable_mcp_store_memory::MemoryStore;
+use serde_json::{Value, json};
+
+use super::{Held, RunRecord};
+use crate::{Engine, EngineOptions};
+
+#[derive(Clone)]
+struct Nothing;
+
+impl ServerHandler for Nothing {}
+
+fn engine(store: Arc<dyn Store>, lease: Duration) -> Engine {
+    Engine::new(store, McpHandler::new(Nothing), EngineOptions { lease, ..EngineOptions::default() })
+}
+
+/// A journaled stateless (2026-07-28) `tools/call` on a fresh open stream, owned by
+/// `owner` until `lease_until_ms`; returns its run id and version.
+async fn journaled(store: &dyn Store, owner: &str, lease_until_ms: u64, failures: u32) -> (String, u64, StreamId) {
+    let stream = StreamId::random();
+    store.create_stream(&stream, &StreamOwner { principal: Principal::anonymous(), session: None }).await.unwrap();
+    let record: RunRecord = serde_json::from_value(json!({
+        "principal": Principal::anonymous().as_str(), "session": null, "modern": true, "protocol_version": "2026-07-28",
+        "log_level": null, "request": {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "x"}},
+        "stream": stream.to_string(), "inbox": StreamId::random().to_string(), "owner": owner,
+        "lease_until_ms": lease_until_ms, "attempt": 1, "failures": failures,
+    }))
+    .unwrap();
+    let run_id = stream.to_string();
+    let version = store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await.unwrap();
+    (run_id, version, stream)
+}
+
+fn owner_of(record: &durable_mcp_store::Record) -> String {
+    serde_json::from_str::<Value>(&record.value).unwrap()["owner"].as_str().unwrap().to_owned()
+}
+
+/// D7: a live lease of another worker is left alone: no write, no re-run.
+#[tokio::test]
+async fn d7_recovery_leaves_another_workers_live_lease_alone() {
+    let counting = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
+    let store: Arc<dyn Store> = counting.clone();
+    let (run_id, version, stream) = journaled(&*store, "other", now_ms() + 60_000, 0).await;
+    let engine = engine(store.clone(), Duration::from_secs(5));
+    counting.hook().take();
+    assert_eq!(engine.recover().await.unwrap(), 0);
+    assert_eq!(counting.hook().writes(), 0, "recovery wrote nothing: {:?}", counting.hook().take());
+    let record = store.get_record(RecordKind::Run, &run_id).await.unwrap().expect("still journaled");
+    assert_eq!((record.version, owner_of(&record)), (version, "other".to_owned()));
+    assert!(store.read_after(&stream, 0, 10).await.unwrap().events.is_empty());
+}
+
+/// D7: an expired lease is taken over by compare-and-set (the old owner is fenced: its next
+/// write with the version it holds conflicts), and the run is ended on its stream.
+#[tokio::test]
+async fn d7_recovery_takes_over_an_expired_lease_and_fences_the_old_owner() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (run_id, version, stream) = journaled(&*store, "dead", now_ms().saturating_sub(1), 0).await;
+    let engine = engine(store.clone(), Duration::from_secs(5));
+    engine.recover().await.unwrap();
+    let stale = store.put_record(RecordKind::Run, &run_id, "{}".into(), None, Expect::Version(version)).await;
+    assert!(matches!(stale, Err(StoreError::Conflict { .. })), "the old owner is fenced: {stale:?}");
+    // A stateless (2026-07-28) request's client left with its connection: the run ends
+    // with an error on its stream, and leaves the journal.
+    let read = store.read_after(&stream, 0, 10).await.unwrap();
+    assert!(read.finished, "the stream is closed");
+    let last: Value = serde_json::from_str(&read.events.last().unwrap().data).unwrap();
+    assert_eq!((last["id"].clone(), last["error"].is_object()), (json!(5), true), "{last}");
+    assert!(store.get_record(RecordKind::Run, &run_id).await.unwrap().is_none());
+}
+
+/// D7: a restarted worker takes over its own runs from before the restart at once, without
+/// waiting for their leases to expire.
+#[tokio::test]
+async fn d7_a_restarted_worker_takes_over_its_own_runs_at_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), Duration::from_secs(5));
+    let me = engine.options().worker_id.clone();
+    // Granted by the previous process: it ends before this one's first lease would.
+    let (run_id, _, stream) = journaled(&*store, &me, now_ms() + 1_000, 0).await;
+    engine.recover().await.unwrap();
+    assert!(store.get_record(RecordKind::Run, &run_id).await.unwrap().is_none(), "taken over and ended");
+    assert!(store.read_after(&stream, 0, 10).await.unwrap().finished);
+}
+
+/// D7: the heartbeat renews the lease; once another worker has taken the run over (the
+/// version moved on), the heartbeat's compare-and-set fails and the run learns it is lost.
+#[tokio::test]
+async fn d7_heartbeat_renews_the_lease_and_detects_a_takeover() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let lease = Duration::from_millis(300);
+    let engine = engine(store.clone(), lease);
+    let me = engine.options().worker_id.clone();
+    let first_lease = now_ms() + 300;
+    let (run_id, version, _) = journaled(&*store, &me, first_lease, 0).await;
+    let record = RunRecord::decode(&store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap().value).unwrap();
+    let held = Held::start(&engine, run_id.clone(), record, version);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let renewed = loop {
+        let current = store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap();
+        if current.version > version {
+            break current;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the heartbeat never renewed the lease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let renewed_until = serde_json::from_str::<Value>(&renewed.value).unwrap()["lease_until_ms"].as_u64().unwrap();
+    assert!(renewed_until > first_lease, "renewed: {renewed_until} > {first_lease}");
+    assert!(!held.lost.is_cancelled());
+    // Another worker takes over (a compare-and-set from the version it read).
+    let mut taken: Value = serde_json::from_str(&renewed.value).unwrap();
+    taken["owner"] = json!("thief");
+    store.put_record(RecordKind::Run, &run_id, taken.to_string(), None, Expect::Version(renewed.version)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), held.lost.cancelled()).await.expect("the heartbeat sees the takeover");
+    let current = store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap();
+    assert_eq!(owner_of(&current), "thief", "the fenced heartbeat wrote nothing more");
+}
+
+/// The cap on attempts (`max_attempts`, 10 by default): a run that failed that often is not
+/// run again; its stream ends with an error.
+#[tokio::test]
+async fn d7_a_run_that_failed_max_attempts_times_is_ended_not_rerun() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), Duration::from_secs(5));
+    assert_eq!(engine.options().max_attempts, 10);
+    let (run_id, _, stream) = journaled(&*store, "dead", now_ms().saturating_sub(1), 10).await;
+    // Make it a legacy run, which would otherwise be re-run on its stream.
+    let mut record: Value = serde_json::from_str(&store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap().value).unwrap();
+    record["modern"] = json!(false);
+    record["protocol_version"] = json!("2025-11-25");
+    store.put_record(RecordKind::Run, &run_id, record.to_string(), None, Expect::Version(1)).await.unwrap();
+    assert_eq!(engine.recover().await.unwrap(), 0, "not re-run");
+    let read = store.read_after(&stream, 0, 10).await.unwrap();
+    let last: Value = serde_json::from_str(&read.events.last().unwrap().data).unwrap();
+    assert!(read.finished && last["error"].is_object(), "{last}");
+    assert!(store.get_record(RecordKind::Run, &run_id).await.unwrap().is_none());
+}
+
+fn tools_call(arguments: Value) -> serde_json::Map<String, Value> {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": arguments}})
+        .as_object()
+        .cloned()
+        .unwrap()
+}
+
+/// D12: a sealed `requestState` opens only for the principal, method and parameters it was
+/// sealed for; tampered or foreign state is refused with an error naming `requestState`.
+#[tokio::test]
+async fn d12_request_state_is_bound_to_principal_method_and_parameters() {
+    let keys = engine(Arc::new(MemoryStore::new()), Duration::from_secs(5)).state_keys().await.unwrap();
+    let alice = Principal::new("alice");
+    let request = tools_call(json!({"n": 1}));
+    let sealed = super::seal_run(&keys, "run-1", &alice, &request);
+    assert_eq!(super::open_run(&keys, &sealed, &alice, &request).unwrap(), "run-1");
+    // `requestState`, `inputResponses` and `_meta` are not part of the binding.
+    let mut retry = request.clone();
+    retry["params"]["requestState"] = json!(sealed.clone());
+    retry["params"]["_meta"] = json!({"x": 1});
+    assert_eq!(super::open_run(&keys, &sealed, &alice, &retry).unwrap(), "run-1");
+    let refusals = [
+        super::open_run(&keys, &sealed, &Principal::new("bob"), &request),
+        super::open_run(&keys, &sealed, &alice, &tools_call(json!({"n": 2}))),
+        super::open_run(&keys, &sealed, &alice, &{
+            let mut other = request.clone();
+            other["method"] = json!("prompts/get");
+            other
+        }),
+        super::open_run(&keys, &format!("{sealed}x"), &alice, &request),
+        super::open_run(&keys, sealed.trim_start_matches("dmcp."), &alice, &request),
+    ];
+    for (i, refused) in refusals.into_iter().enumerate() {
+        let error = refused.expect_err("refused");
+        assert!(error.starts_with("invalid requestState"), "case {i}: {error}");
+    }
+    // Another server key (another deployment) cannot open it either.
+    let other = engine_with_key(b"another deployment's key of at least 32 bytes").state_keys().await.unwrap();
+    assert!(super::open_run(&other, &sealed, &alice, &request).is_err());
+}
+
+fn engine_with_key(key: &[u8]) -> Engine {
+    let options = EngineOptions { state_key: Some(key.to_vec()), ..EngineOptions::default() };
+    Engine::new(Arc::new(MemoryStore::new()), McpHandler::new(Nothing), options)
+}
+
+/// D12: sealed state expires: once its time to live has passed it is refused.
+#[tokio::test]
+async fn d12_request_state_expires() {
+    let keys = durable_mcp_protocol::StateKeys::fixed(b"a test key that is at least 32 bytes long").unwrap();
+    let sealer = durable_mcp_protocol::StateSealer::new(keys);
+    let sealed = sealer.seal(&json!({"run": "r"}), b"binding", Duration::from_secs(1));
+    assert_eq!(sealer.open(&sealed, b"binding").unwrap(), json!({"run": "r"}));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        match sealer.open(&sealed, b"binding") {
+            Err(error) => break error,
+            Ok(_) => {
+                assert!(tokio::time::Instant::now() < deadline, "still valid 10 s after a 1 s time to live");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(error.to_string().contains("invalid requestState"), "{error}");
+}

@@ -1,0 +1,349 @@
+//! The accept loop: hyper's HTTP/1 server with a connection cap, a header read timeout and
+//! an idle keep-alive timeout.
+//!
+//! Each connection is in one of three phases ([`Phase`]): reading a request head (from the
+//! accept, or from the first byte after an idle spell; bounded by
+//! [`HttpConfig::header_read_timeout`]), busy (at least one request whose response has not
+//! been written to its end; no deadline, so an SSE stream lives as long as it is read), or
+//! idle (bounded by [`HttpConfig::idle_timeout`]). A connection whose deadline passes is
+//! closed; nothing is in flight on it then.
+
+use std::convert::Infallible;
+use std::io;
+use std::pin::{Pin, pin};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower_service::Service;
+
+use crate::{HttpConfig, Transport};
+
+/// What a connection over the cap is told before it is closed.
+const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n";
+
+/// Serve `transport` on `listener` until `shutdown` resolves, then end its SSE connections
+/// and finish the requests in flight (see [`serve_router`]).
+pub async fn serve(
+    listener: TcpListener,
+    transport: Transport,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let config = transport.config.clone();
+    let sse = transport.shutdown_token();
+    let router = transport.router();
+    let shutdown = async move {
+        shutdown.await;
+        sse.cancel();
+    };
+    serve_router(listener, router, &config, shutdown).await
+}
+
+/// Serve `router` (a transport's router, possibly inside a larger application) on
+/// `listener` with the connection limits of `config`, until `shutdown` resolves; then
+/// finish the requests in flight.
+///
+/// Accepted connections get `TCP_NODELAY`: SSE responses are several small writes, and with
+/// Nagle's algorithm a keep-alive client waits ~40 ms on each request. At most
+/// [`HttpConfig::max_connections`] are served at once; one accepted beyond that is answered
+/// 503 and closed without waiting (the accept loop never blocks on a client), and the
+/// refusals are logged once per burst. Silent, half-sent and idle connections are closed
+/// after [`HttpConfig::header_read_timeout`] and [`HttpConfig::idle_timeout`].
+///
+/// Open SSE connections end only when the transport's
+/// [`shutdown_token`](Transport::shutdown_token) is cancelled: `shutdown` should resolve
+/// after that, or the graceful shutdown waits on long-lived GET streams.
+pub async fn serve_router(
+    listener: TcpListener,
+    router: Router,
+    config: &HttpConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let limits = Limits::of(config);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let stop = CancellationToken::new();
+    let mut shutdown = pin!(shutdown);
+    let mut refused: u64 = 0;
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _peer)) => tcp,
+            Err(error) => {
+                accept_failed(error).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if refused == 0 {
+                tracing::warn!(max_connections = limits.max_connections, "connection limit reached: refusing connections");
+            }
+            refused += 1;
+            refuse(tcp);
+            continue;
+        };
+        if refused > 0 {
+            tracing::info!(refused, "connection limit: accepting connections again");
+            refused = 0;
+        }
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::warn!(%error, "could not set TCP_NODELAY");
+        }
+        tokio::spawn(connection(tcp, router.clone(), limits, stop.clone(), slot));
+    }
+    drop(listener);
+    stop.cancel();
+    // Every connection holds a slot until it ends: all of them back means all are done.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let _all_closed = slots.acquire_many(all).await;
+    Ok(())
+}
+
+/// The limits of [`HttpConfig`] the accept loop applies.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    header_read: Duration,
+    idle: Duration,
+    max_connections: usize,
+}
+
+impl Limits {
+    fn of(config: &HttpConfig) -> Self {
+        // A semaphore cannot hold more than `Semaphore::MAX_PERMITS`, and a cap of 0 would
+        // refuse every client.
+        let max_connections = config.max_connections.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        Self { header_read: config.header_read_timeout, idle: config.idle_timeout, max_connections }
+    }
+}
+
+/// Tell a connection over the cap to come back later, without waiting on it: the answer
+/// fits in the socket's send buffer of a fresh connection, and if it does not, the close
+/// alone says the same.
+fn refuse(tcp: TcpStream) {
+    if let Err(error) = tcp.try_write(REFUSED) {
+        tracing::trace!(%error, "could not answer a refused connection");
+    }
+}
+
+/// Errors of one connection (reset before it was accepted) are skipped; others (out of file
+/// descriptors, ...) pause the loop for a second so that it does not spin.
+async fn accept_failed(error: io::Error) {
+    use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(error.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
+        tracing::debug!(%error, "connection failed before it was accepted");
+        return;
+    }
+    tracing::error!(%error, "accept failed; retrying in 1 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// Serve one connection until it ends, its deadline passes, or the server stops (then
+/// finish its requests in flight and close).
+async fn connection(tcp: TcpStream, router: Router, limits: Limits, stop: CancellationToken, _slot: OwnedSemaphorePermit) {
+    let activity = Arc::new(Activity::new(limits));
+    let io = TokioIo::new(Watched { io: tcp, activity: activity.clone() });
+    let requests = activity.clone();
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let in_flight = InFlight::start(requests.clone());
+        let mut router = router.clone();
+        async move {
+            let response: Response<Body> = match router.call(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok::<_, Infallible>(response.map(|body| Body::new(Tracked { body, _in_flight: in_flight })))
+        }
+    });
+    // The header read timeout is ours (hyper's would start at the end of every response,
+    // and so also close idle connections after it).
+    let conn = hyper::server::conn::http1::Builder::new().header_read_timeout(None).serve_connection(io, service);
+    let mut conn = pin!(conn);
+    let mut stopping = false;
+    loop {
+        let changed = activity.changed.notified();
+        let deadline = activity.deadline();
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                return;
+            }
+            () = sleep_until(deadline) => if let Some(phase) = activity.expired() {
+                tracing::debug!(phase, "closing a connection past its deadline");
+                return;
+            },
+            () = changed => {}
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a connection is doing, for its deadline.
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    /// Waiting for a request head to be complete (`None`: no deadline).
+    Head(Option<Instant>),
+    /// This many requests are in flight (their responses not yet written to the end).
+    Busy(usize),
+    /// Nothing in flight since the last response ended; nothing read since.
+    Idle(Option<Instant>),
+}
+
+/// One connection's phase, shared by its reader, its requests and its driver.
+#[derive(Debug)]
+struct Activity {
+    phase: Mutex<Phase>,
+    changed: Notify,
+    limits: Limits,
+}
+
+impl Activity {
+    fn new(limits: Limits) -> Self {
+        let phase = Phase::Head(Instant::now().checked_add(limits.header_read));
+        Self { phase: Mutex::new(phase), changed: Notify::new(), limits }
+    }
+
+    fn update(&self, change: impl FnOnce(Phase) -> Phase) {
+        let mut phase = self.phase.lock().unwrap_or_else(PoisonError::into_inner);
+        *phase = change(*phase);
+        drop(phase);
+        self.changed.notify_one();
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match *self.phase.lock().unwrap_or_else(PoisonError::into_inner) {
+            Phase::Head(deadline) | Phase::Idle(deadline) => deadline,
+            Phase::Busy(_) => None,
+        }
+    }
+
+    /// The phase whose deadline has passed, if it has.
+    fn expired(&self) -> Option<&'static str> {
+        let now = Instant::now();
+        match *self.phase.lock().unwrap_or_else(PoisonError::into_inner) {
+            Phase::Head(Some(deadline)) if deadline <= now => Some("header read"),
+            Phase::Idle(Some(deadline)) if deadline <= now => Some("idle"),
+            _ => None,
+        }
+    }
+
+    /// Bytes arrived: an idle connection starts a request head.
+    fn read(&self) {
+        let mut phase = self.phase.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Phase::Idle(_) = *phase {
+            *phase = Phase::Head(Instant::now().checked_add(self.limits.header_read));
+            drop(phase);
+            self.changed.notify_one();
+        }
+    }
+}
+
+/// A request in flight, from its head until its response body is written to the end (or
+/// dropped).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: Arc<Activity>) -> Self {
+        activity.update(|phase| match phase {
+            Phase::Busy(n) => Phase::Busy(n + 1),
+            Phase::Head(_) | Phase::Idle(_) => Phase::Busy(1),
+        });
+        Self(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let idle = self.0.limits.idle;
+        self.0.update(|phase| match phase {
+            Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
+            _ => Phase::Idle(Instant::now().checked_add(idle)),
+        });
+    }
+}
+
+/// A response body that keeps its request in flight until hyper is done with it.
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, telling its connection's [`Activity`] when bytes arrive.
+struct Watched {
+    io: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
