@@ -87,14 +87,17 @@ impl Report {
         let Some(base) = self.stores.first() else { return };
         let writers = self.config.writers;
         let _ = writeln!(out, "**Appends** (events committed per second; higher is better)\n");
-        let _ = writeln!(out, "| backend | 1 writer | vs memory | {writers} writers | vs memory |");
-        let _ = writeln!(out, "|---|--:|--:|--:|--:|");
+        let _ = writeln!(
+            out,
+            "| backend | 1 writer | vs memory | {writers} writers | vs memory | {writers} writers, one-append batches | vs memory |"
+        );
+        let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|");
         for row in &self.stores {
-            let (one, many) = (&row.result.one_writer, &row.result.many_writers);
-            *truncated |= one.truncated || many.truncated;
+            let (one, many, batched) = (&row.result.one_writer, &row.result.many_writers, &row.result.many_writers_batched);
+            *truncated |= one.truncated || many.truncated || batched.truncated;
             let _ = writeln!(
                 out,
-                "| {} | {}{} | {} | {}{} | {} |",
+                "| {} | {}{} | {} | {}{} | {} | {}{} | {} |",
                 row.backend,
                 count(one.per_second()),
                 mark(one.truncated),
@@ -102,6 +105,9 @@ impl Report {
                 count(many.per_second()),
                 mark(many.truncated),
                 ratio(many.per_second(), base.result.many_writers.per_second()),
+                count(batched.per_second()),
+                mark(batched.truncated),
+                ratio(batched.per_second(), base.result.many_writers_batched.per_second()),
             );
         }
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use durable_mcp_store::{Principal, Store, StreamId, StreamOwner};
+use durable_mcp_store::{Principal, Store, StreamId, StreamOwner, WriteBatch};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Barrier;
 
@@ -76,6 +76,9 @@ pub struct StoreResult {
     pub one_writer: AppendResult,
     /// [`StoreSpec::writers`] writers on distinct streams.
     pub many_writers: AppendResult,
+    /// The same writers, each event committed as a one-append [`WriteBatch`] through
+    /// [`Store::commit`] (group-committed where the backend does so).
+    pub many_writers_batched: AppendResult,
     /// One result per [`StoreSpec::replay_sizes`] entry.
     pub replay: Vec<ReplayResult>,
 }
@@ -98,17 +101,27 @@ async fn new_stream(store: &dyn Store) -> Result<StreamId, BenchError> {
 /// # Errors
 /// Any store error fails the measurement.
 pub async fn bench_store(store: Arc<dyn Store>, spec: &StoreSpec) -> Result<StoreResult, BenchError> {
-    let one_writer = append_rate(store.clone(), 1, spec).await?;
-    let many_writers = append_rate(store.clone(), spec.writers.max(1), spec).await?;
+    let one_writer = append_rate(store.clone(), 1, spec, Commit::Append).await?;
+    let many_writers = append_rate(store.clone(), spec.writers.max(1), spec, Commit::Append).await?;
+    let many_writers_batched = append_rate(store.clone(), spec.writers.max(1), spec, Commit::Batch).await?;
     let mut replay = Vec::with_capacity(spec.replay_sizes.len());
     for &events in &spec.replay_sizes {
         replay.push(replay_time(store.as_ref(), events, spec.replay_runs.max(1)).await?);
     }
-    Ok(StoreResult { one_writer, many_writers, replay })
+    Ok(StoreResult { one_writer, many_writers, many_writers_batched, replay })
+}
+
+/// How the append-rate measurement commits each event.
+#[derive(Debug, Clone, Copy)]
+enum Commit {
+    /// [`Store::append`].
+    Append,
+    /// [`Store::commit`] of a one-append batch.
+    Batch,
 }
 
 /// `writers` tasks, each appending to its own stream back to back.
-async fn append_rate(store: Arc<dyn Store>, writers: usize, spec: &StoreSpec) -> Result<AppendResult, BenchError> {
+async fn append_rate(store: Arc<dyn Store>, writers: usize, spec: &StoreSpec, commit: Commit) -> Result<AppendResult, BenchError> {
     let mut streams = Vec::with_capacity(writers);
     for _ in 0..writers {
         streams.push(new_stream(store.as_ref()).await?);
@@ -129,7 +142,10 @@ async fn append_rate(store: Arc<dyn Store>, writers: usize, spec: &StoreSpec) ->
                     truncated = true;
                     break;
                 }
-                store.append(&stream, template.clone(), false).await?;
+                match commit {
+                    Commit::Append => drop(store.append(&stream, template.clone(), false).await?),
+                    Commit::Batch => drop(store.commit(WriteBatch::new().append(stream.clone(), template.clone())).await?),
+                }
                 done += 1;
             }
             let finished = Instant::now();
@@ -206,6 +222,7 @@ mod tests {
         let result = bench_store(store, &spec).await.expect("bench");
         assert_eq!(result.one_writer.events, 50);
         assert_eq!(result.many_writers.events, 200);
+        assert_eq!(result.many_writers_batched.events, 200);
         assert_eq!(result.replay.len(), 2);
         assert_eq!(result.replay[1].events, 300);
     }

@@ -1,13 +1,15 @@
 //! An in-memory [`Store`]: everything the contract promises, within one process, until the
 //! process exits. Use it for tests and for development; it is not durable across restarts.
 
+mod batch;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
-    StoredEvent, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
+    StoredEvent, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch, now_ms,
 };
 use tokio::sync::watch;
 
@@ -205,12 +207,7 @@ impl Store for MemoryStore {
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
         let now = now_ms();
         let mut inner = self.lock();
-        let keys: Vec<(RecordKind, String)> = inner
-            .records
-            .range((kind, prefix.to_owned())..)
-            .take_while(|((k, key), _)| *k == kind && key.starts_with(prefix))
-            .map(|(k, _)| k.clone())
-            .collect();
+        let keys = keys_with_prefix(&inner, kind, prefix);
         let mut deleted = 0;
         for key in keys {
             if inner.records.remove(&key).is_some_and(|r| !r.expired(now)) {
@@ -282,6 +279,11 @@ impl Store for MemoryStore {
         Ok(StreamRead { finished: state.closed && reached >= last, events })
     }
 
+    async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
+        let max = self.options.max_events_per_stream.max(1);
+        batch::commit(&mut self.lock(), &batch, max)
+    }
+
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         let inner = self.lock();
         let state = inner.streams.get(stream).ok_or(StoreError::not_found("stream"))?;
@@ -290,6 +292,16 @@ impl Store for MemoryStore {
             rx.changed().await.ok().map(|()| ((), rx))
         })))
     }
+}
+
+/// The keys of `kind` starting with `prefix` (expired ones included), in key order.
+fn keys_with_prefix(inner: &Inner, kind: RecordKind, prefix: &str) -> Vec<(RecordKind, String)> {
+    inner
+        .records
+        .range((kind, prefix.to_owned())..)
+        .take_while(|((k, key), _)| *k == kind && key.starts_with(prefix))
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 fn remove_session(inner: &mut Inner, id: &SessionId) {

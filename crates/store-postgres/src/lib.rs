@@ -10,6 +10,8 @@
 //! - **Fail fast, heal by itself** (D15): connections come from a small pool, every
 //!   operation is bounded by a timeout, a broken connection is replaced on next use, and
 //!   connection failures are [`Unavailable`](durable_mcp_store::StoreError::Unavailable).
+//! - **Write batches are group-committed** (`Store::commit`): a writer task runs the batches
+//!   of concurrent callers in one transaction, a savepoint each, so they share one commit.
 //! - A versioned schema with forward migrations under an advisory lock; a database written
 //!   by a newer durable-mcp is refused ([`Incompatible`](durable_mcp_store::StoreError::Incompatible)).
 //!
@@ -43,6 +45,7 @@
 //! `UPDATE ... WHERE version = $n`), so of racing writers exactly one writes and the others
 //! are refused with `Conflict` (D7, D8).
 
+mod batch;
 mod error;
 mod listen;
 mod migrate;
@@ -58,7 +61,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    BatchOutcome, EventId, WriteBatch, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
     StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 
@@ -86,6 +89,7 @@ struct Shared {
     pool: pool::Pool,
     watchers: listen::Watchers,
     _listener: listen::Listener,
+    writer: batch::Writer,
 }
 
 /// The PostgreSQL store. Cheap to clone; clones share one pool and one listener.
@@ -125,7 +129,11 @@ impl PgStore {
         let listener = listen::start(options.clone(), watchers.clone()).await?;
         tracing::info!(target_db = %options.target(), schema = options.schema.as_deref().unwrap_or(""), "postgres store open");
         let channel = options.channel();
-        Ok(Self { shared: Arc::new(Shared { options, channel, pool, watchers, _listener: listener }) })
+        let shared = Arc::new_cyclic(|weak| {
+            let writer = batch::spawn(weak.clone());
+            Shared { options, channel, pool, watchers, _listener: listener, writer }
+        });
+        Ok(Self { shared })
     }
 
     /// Open the store named by a `postgres://` URL (see [`PgOptions::from_url`]).
@@ -205,7 +213,7 @@ impl Store for PgStore {
     /// that wakes other workers' tails is part of the same commit.
     async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
         let max = self.shared.options.max_events_per_stream;
-        let id = op!(self, conn => streams::append(conn, stream, &data, close, max, &self.shared.channel))?;
+        let id = op!(self, conn => streams::append(&conn.client, &mut conn.statements, stream, &data, close, max, &self.shared.channel))?;
         // Local tails need not wait for the notification's round trip.
         self.shared.watchers.wake(stream);
         Ok(id)
@@ -267,7 +275,7 @@ impl Store for PgStore {
         expires_at_ms: Option<u64>,
         expect: Expect,
     ) -> StoreResult<u64> {
-        op!(self, conn => records::put(conn, kind, key, &value, expires_at_ms, expect, now_ms()))
+        op!(self, conn => records::put(&conn.client, &mut conn.statements, kind, key, &value, expires_at_ms, expect))
     }
 
     async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
@@ -279,7 +287,18 @@ impl Store for PgStore {
     }
 
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
-        op!(self, conn => records::delete(conn, kind, prefix, now_ms()))
+        op!(self, conn => records::delete(&conn.client, &mut conn.statements, kind, prefix, now_ms()))
+    }
+
+    /// # Durability
+    /// Group-committed with the batches of concurrent callers: one transaction, a
+    /// savepoint per batch (see the `batch` module). A refused op rolls back its own batch
+    /// only; answered after the commit (D1, D15).
+    async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
+        if batch.is_empty() {
+            return Ok(BatchOutcome::default());
+        }
+        self.shared.writer.commit(batch).await
     }
 
     /// # Durability

@@ -13,7 +13,7 @@
 
 use durable_mcp_store::{Expect, Record, RecordKind, prefix_end, StoreError, StoreResult};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Row, Transaction};
+use tokio_postgres::{GenericClient, Row, Transaction};
 
 use crate::error::from_pg;
 use crate::pool::{Conn, Statements};
@@ -45,6 +45,8 @@ const DELETE_FROM: &str = "WITH deleted AS (
         DELETE FROM records WHERE kind = $1 AND key >= $2 RETURNING expires_at
     )
     SELECT count(*) FROM deleted WHERE expires_at IS NULL OR expires_at > $3";
+const DELETE_VERSION: &str = "DELETE FROM records
+    WHERE kind = $1 AND key = $2 AND version = $3 AND (expires_at IS NULL OR expires_at > $4)";
 /// Rows being written right now are skipped (and left for the next prune); a locked row
 /// is re-checked after its write, so a row renewed meanwhile is not deleted.
 const PRUNE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (
@@ -62,36 +64,58 @@ fn decode(row: &Row) -> StoreResult<Record> {
 }
 
 /// Write `value` under `expect` and return the new version; see the module docs.
-pub(crate) async fn put(
-    conn: &mut Conn,
+pub(crate) async fn put<C: GenericClient + Sync>(
+    client: &C,
+    statements: &mut Statements,
     kind: RecordKind,
     key: &str,
     value: &str,
     expires_at_ms: Option<u64>,
     expect: Expect,
-    now_ms: u64,
 ) -> StoreResult<u64> {
-    let (kind, now, expires_at) = (kind.as_str(), to_i64(now_ms), expires_at_ms.map(to_i64));
+    // Expiry is judged now, at the write.
+    let (kind, now, expires_at) = (kind.as_str(), to_i64(durable_mcp_store::now_ms()), expires_at_ms.map(to_i64));
     let row = match expect {
         Expect::Absent => {
-            let statement = conn.statements.get(&conn.client, PUT_ABSENT).await?;
+            let statement = statements.get(client, PUT_ABSENT).await?;
             let params: [&(dyn ToSql + Sync); 5] = [&kind, &key, &value, &expires_at, &now];
-            conn.client.query_opt(&statement, &params).await
+            client.query_opt(&statement, &params).await
         }
         Expect::Version(expected) => {
             // No stored version is above `i64::MAX`: such an expectation can never hold.
             let Ok(expected) = i64::try_from(expected) else {
                 return Err(StoreError::Conflict { what: "record" });
             };
-            let statement = conn.statements.get(&conn.client, PUT_VERSION).await?;
+            let statement = statements.get(client, PUT_VERSION).await?;
             let params: [&(dyn ToSql + Sync); 6] = [&kind, &key, &value, &expires_at, &expected, &now];
-            conn.client.query_opt(&statement, &params).await
+            client.query_opt(&statement, &params).await
         }
     }
     .map_err(from_pg)?;
     let row = row.ok_or(StoreError::Conflict { what: "record" })?;
     let version: i64 = row.try_get(0).map_err(from_pg)?;
     u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("record {key:?} has version {version}")))
+}
+
+/// Delete record `key` only if it is unexpired at exactly `version`; otherwise
+/// `StoreError::Conflict`.
+pub(crate) async fn delete_version<C: GenericClient + Sync>(
+    client: &C,
+    statements: &mut Statements,
+    kind: RecordKind,
+    key: &str,
+    version: u64,
+    now_ms: u64,
+) -> StoreResult<()> {
+    let Ok(version) = i64::try_from(version) else {
+        return Err(StoreError::Conflict { what: "record" });
+    };
+    let statement = statements.get(client, DELETE_VERSION).await?;
+    let params: [&(dyn ToSql + Sync); 4] = [&kind.as_str(), &key, &version, &to_i64(now_ms)];
+    match client.execute(&statement, &params).await.map_err(from_pg)? {
+        0 => Err(StoreError::Conflict { what: "record" }),
+        _ => Ok(()),
+    }
 }
 
 /// The unexpired record `key` of `kind`, if any.
@@ -123,18 +147,24 @@ pub(crate) async fn list(conn: &mut Conn, kind: RecordKind, prefix: &str, limit:
 
 /// Delete every record of `kind` whose key starts with `prefix`, in one statement; returns
 /// how many of them were unexpired.
-pub(crate) async fn delete(conn: &mut Conn, kind: RecordKind, prefix: &str, now_ms: u64) -> StoreResult<u64> {
+pub(crate) async fn delete<C: GenericClient + Sync>(
+    client: &C,
+    statements: &mut Statements,
+    kind: RecordKind,
+    prefix: &str,
+    now_ms: u64,
+) -> StoreResult<u64> {
     let (kind, now) = (kind.as_str(), to_i64(now_ms));
     let row = match prefix_end(prefix) {
         Some(end) => {
-            let statement = conn.statements.get(&conn.client, DELETE_RANGE).await?;
+            let statement = statements.get(client, DELETE_RANGE).await?;
             let params: [&(dyn ToSql + Sync); 4] = [&kind, &prefix, &end, &now];
-            conn.client.query_one(&statement, &params).await
+            client.query_one(&statement, &params).await
         }
         None => {
-            let statement = conn.statements.get(&conn.client, DELETE_FROM).await?;
+            let statement = statements.get(client, DELETE_FROM).await?;
             let params: [&(dyn ToSql + Sync); 3] = [&kind, &prefix, &now];
-            conn.client.query_one(&statement, &params).await
+            client.query_one(&statement, &params).await
         }
     }
     .map_err(from_pg)?;

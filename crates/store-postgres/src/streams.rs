@@ -32,6 +32,14 @@ const APPEND: &str = "WITH bumped AS (
         DELETE FROM events e USING bumped b WHERE e.stream = b.id AND e.seq < b.first_seq
     )
     SELECT last_seq, pg_notify($6, id) FROM bumped";
+/// Close the stream if open (notifying on `$3` at commit); says whether it did, and
+/// whether the row existed at all (`NULL`: no such stream).
+const CLOSE: &str = "WITH closed AS (
+        UPDATE streams SET closed = TRUE, last_event_ms = $2 WHERE id = $1 AND NOT closed RETURNING id
+    ), notified AS (
+        SELECT pg_notify($3, id) FROM closed
+    )
+    SELECT (SELECT count(*) FROM notified) > 0, (SELECT TRUE FROM streams WHERE id = $1)";
 const IS_CLOSED: &str = "SELECT closed FROM streams WHERE id = $1";
 const OWNER: &str = "SELECT principal, session FROM streams WHERE id = $1";
 
@@ -73,31 +81,52 @@ pub(crate) async fn insert<C: GenericClient + Sync>(
 }
 
 /// Append one event; see the module's `# Durability`.
-pub(crate) async fn append(
-    conn: &mut Conn,
+pub(crate) async fn append<C: GenericClient + Sync>(
+    client: &C,
+    statements: &mut Statements,
     stream: &StreamId,
     data: &str,
     close: bool,
     max_events: Option<u64>,
     channel: &str,
 ) -> StoreResult<EventId> {
-    let statement = conn.statements.get(&conn.client, APPEND).await?;
+    let statement = statements.get(client, APPEND).await?;
     let max = max_events.map(to_i64);
     let params: [&(dyn ToSql + Sync); 6] =
         [&stream.as_str(), &data, &close, &to_i64(durable_mcp_store::now_ms()), &max, &channel];
-    if let Some(row) = conn.client.query_opt(&statement, &params).await.map_err(from_pg)? {
+    if let Some(row) = client.query_opt(&statement, &params).await.map_err(from_pg)? {
         let seq: i64 = row.try_get(0).map_err(from_pg)?;
         return Ok(EventId::new(stream.clone(), u64::try_from(seq).unwrap_or(0)));
     }
     // Nothing was appended: the stream is closed or does not exist.
-    let statement = conn.statements.get(&conn.client, IS_CLOSED).await?;
-    let row = conn.client.query_opt(&statement, &[&stream.as_str()]).await.map_err(from_pg)?;
+    let statement = statements.get(client, IS_CLOSED).await?;
+    let row = client.query_opt(&statement, &[&stream.as_str()]).await.map_err(from_pg)?;
     match row.map(|row| row.try_get::<_, bool>(0)).transpose().map_err(from_pg)? {
         None => Err(StoreError::not_found("stream")),
         Some(true) => Err(StoreError::StreamClosed { stream: stream.to_string() }),
         // Cannot happen (a stream never reopens); retryable rather than a wrong answer.
         Some(false) => Err(unavailable("append found its stream open but did not write; retry")),
     }
+}
+
+/// Close an open stream without an event, notifying its tails when this commits:
+/// `NotFound` if unknown, `StreamClosed` if already closed.
+pub(crate) async fn close<C: GenericClient + Sync>(client: &C, statements: &mut Statements, stream: &StreamId, channel: &str) -> StoreResult<()> {
+    let statement = statements.get(client, CLOSE).await?;
+    let params: [&(dyn ToSql + Sync); 3] = [&stream.as_str(), &to_i64(durable_mcp_store::now_ms()), &channel];
+    let row = client.query_one(&statement, &params).await.map_err(from_pg)?;
+    let (closed, existed): (bool, Option<bool>) = (row.try_get(0).map_err(from_pg)?, row.try_get(1).map_err(from_pg)?);
+    match (closed, existed) {
+        (true, _) => Ok(()),
+        (false, None) => Err(StoreError::not_found("stream")),
+        (false, Some(_)) => Err(StoreError::StreamClosed { stream: stream.to_string() }),
+    }
+}
+
+/// Whether stream row `id` exists.
+pub(crate) async fn exists<C: GenericClient + Sync>(client: &C, statements: &mut Statements, id: &StreamId) -> StoreResult<bool> {
+    let statement = statements.get(client, IS_CLOSED).await?;
+    Ok(client.query_opt(&statement, &[&id.as_str()]).await.map_err(from_pg)?.is_some())
 }
 
 /// Who owns `stream`.

@@ -371,3 +371,10 @@ async fn d8_first_commit_wins_across_workers() {
     let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options).await.unwrap());
     durable_mcp_store::contract::d8_first_commit_wins_across_workers(&a, &b).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d8_first_batch_wins_across_workers() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options).await.unwrap());
+    durable_mcp_store::contract::d8_first_batch_wins_across_workers(&a, &b).await;
+}

@@ -9,7 +9,9 @@
 //!   appending, writing a journal record, and each removal by prune are single Lua scripts
 //!   (`EVALSHA`, loaded on demand): atomic, and they check before they write, so a refused
 //!   or failed call leaves nothing half-written (D15), and of writers racing on one record
-//!   exactly one commits (D7, D8). Deleting records by prefix deletes 256 per script.
+//!   exactly one commits (D7, D8). Deleting records by prefix deletes 256 per script. A
+//!   write batch (`Store::commit`) is one script too: it checks every op, then applies
+//!   them all.
 //! - **Event logs are Redis streams.** Event `n` of a stream is entry `n-0` of its events
 //!   key. `XRANGE key <after+1> + COUNT <limit>` is exactly the suffix after a sequence, in
 //!   order, in O(log N + limit); `XADD` refuses an id not above the last, a server-side
@@ -94,6 +96,7 @@
 //! fails with [`StoreError::Unavailable`] after sending its script (for example a reply
 //! timeout) may or may not have been applied; it is then applied whole, never in part.
 
+mod batch;
 mod error;
 mod keys;
 mod options;
@@ -108,7 +111,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    BatchOutcome, EventId, WriteBatch, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
     StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -339,6 +342,16 @@ impl Store for RedisStore {
 
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
         records::delete(&self.shared, kind, prefix, now_ms()).await
+    }
+
+    /// # Durability
+    /// One Lua script that checks every op before its first write (see the `batch`
+    /// module): all or nothing, atomic for every reader (D15).
+    async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
+        if batch.is_empty() {
+            return Ok(BatchOutcome::default());
+        }
+        batch::commit(&self.shared, batch).await
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {

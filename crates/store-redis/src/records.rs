@@ -19,7 +19,7 @@ const BATCH: usize = 256;
 /// The `ZRANGEBYLEX` bounds of the keys that start with `prefix`. Redis compares members
 /// bytewise and no UTF-8 string contains the byte `0xff`, so `[prefix` to `(prefix\xff`
 /// holds exactly the keys with the prefix.
-fn lex_range(prefix: &str) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn lex_range(prefix: &str) -> (Vec<u8>, Vec<u8>) {
     if prefix.is_empty() {
         return (b"-".to_vec(), b"+".to_vec());
     }
@@ -42,6 +42,17 @@ fn expiry(key: &str, text: &str) -> StoreResult<Option<u64>> {
     text.parse().map(Some).map_err(|_| StoreError::Corrupt(format!("record {key:?} has expiry {text:?}")))
 }
 
+/// `expires_at_ms` and `expect` as the record scripts take them (`''`: never, absent).
+pub(crate) fn script_args(expires_at_ms: Option<u64>, expect: Expect) -> (String, String) {
+    // Expiries are stored as Redis takes them (`PEXPIREAT` wants a signed 64-bit time).
+    let expires_at = expires_at_ms.map(|at| at.min(i64::MAX.unsigned_abs()).to_string()).unwrap_or_default();
+    let expected = match expect {
+        Expect::Absent => String::new(),
+        Expect::Version(version) => version.to_string(),
+    };
+    (expires_at, expected)
+}
+
 /// Write `value` under `expect` and return the new version (one script: D7, D8).
 pub(crate) async fn put(
     shared: &Shared,
@@ -52,12 +63,7 @@ pub(crate) async fn put(
     expect: Expect,
     now_ms: u64,
 ) -> StoreResult<u64> {
-    // Expiries are stored as Redis takes them (`PEXPIREAT` wants a signed 64-bit time).
-    let expires_at = expires_at_ms.map(|at| at.min(i64::MAX.unsigned_abs()).to_string()).unwrap_or_default();
-    let expected = match expect {
-        Expect::Absent => String::new(),
-        Expect::Version(version) => version.to_string(),
-    };
+    let (expires_at, expected) = script_args(expires_at_ms, expect);
     let mut call = shared.script(&scripts::PUT_RECORD);
     call.arg(kind.as_str()).arg(key).arg(value).arg(expires_at).arg(expected).arg(now_ms);
     let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;

@@ -63,6 +63,85 @@ local function create_stream(id, principal, session, now, ttl)
   end
 end
 
+-- Append one event to live stream s (the caller checked it is open); trims the log to
+-- `max` events (0: unbounded). Returns the event's sequence.
+local function append_event(s, data, now, max)
+  local first = tonumber(redis.call('HGET', s.meta, 'first_seq'))
+  local seq = redis.call('HINCRBY', s.meta, 'last_seq', 1)
+  redis.call('XADD', s.events, string.format('%d-0', seq), 'd', data)
+  if max > 0 and seq - max + 1 > first then
+    first = seq - max + 1
+    redis.call('XTRIM', s.events, 'MINID', string.format('%d-0', first))
+  end
+  redis.call('HSET', s.meta, 'first_seq', string.format('%d', first), 'last_event_ms', now)
+  return seq
+end
+
+-- Close live stream s (the caller checked it is open) and index it as finished; entries
+-- of the finished index older than `sweep` go.
+local function close_stream(s, id, now, sweep)
+  redis.call('HSET', s.meta, 'closed', 1, 'last_event_ms', now)
+  if s.session ~= '' then redis.call('SREM', session_set(s.session, 'open'), id) end
+  redis.call('ZADD', P .. ':finished', now, id)
+  redis.call('ZREMRANGEBYSCORE', P .. ':finished', '-inf', '(' .. sweep)
+end
+
+-- After writing to stream s: it lives another idle TTL, or the closed TTL if it is a
+-- closed sessionless stream; its tails everywhere are woken.
+local function touch_stream(s, id, idle_ttl, closed_ttl)
+  local ttl = idle_ttl
+  if s.session == '' and redis.call('HGET', s.meta, 'closed') == '1' then ttl = closed_ttl end
+  redis.call('PEXPIRE', s.meta, ttl)
+  redis.call('PEXPIRE', s.events, ttl)
+  if s.session ~= '' then redis.call('PEXPIRE', index_key(id), ttl) end
+  redis.call('PUBLISH', CHANNEL, 'a:' .. id)
+end
+
+-- The version of the unexpired record, or false.
+local function record_version(kind, key, now)
+  local current = redis.call('HMGET', record_key(kind, key), 'version', 'expires_at')
+  if current[1] and (not current[2] or tonumber(current[2]) > tonumber(now)) then return current[1] end
+  return false
+end
+
+-- Write a record if `expected` (`''`: absent) holds against its unexpired state (an
+-- expired record counts as absent and is replaced at version 1), index it, and set its
+-- Redis expiry. Returns the new version, or 0 if the condition does not hold.
+local function put_record(kind, key, value, expires_at, expected, now)
+  local rkey = record_key(kind, key)
+  local live = record_version(kind, key, now)
+  if expected == '' then
+    if live then return 0 end
+    redis.call('DEL', rkey)
+    redis.call('HSET', rkey, 'version', 1, 'value', value)
+  else
+    if live ~= expected then return 0 end
+    redis.call('HINCRBY', rkey, 'version', 1)
+    redis.call('HSET', rkey, 'value', value)
+    redis.call('HDEL', rkey, 'expires_at')
+  end
+  local version = redis.call('HGET', rkey, 'version')
+  redis.call('ZADD', records_index(kind), 0, key)
+  if expires_at ~= '' then
+    redis.call('HSET', rkey, 'expires_at', expires_at)
+    redis.call('ZADD', records_expiring(kind), expires_at, key)
+    -- Redis drops the record by itself (at once if the time has passed); prune sweeps the
+    -- index entries.
+    redis.call('PEXPIREAT', rkey, expires_at)
+  else
+    redis.call('ZREM', records_expiring(kind), key)
+    redis.call('PERSIST', rkey)
+  end
+  return version
+end
+
+-- Delete one record and its index entries.
+local function delete_record(kind, key)
+  redis.call('DEL', record_key(kind, key))
+  redis.call('ZREM', records_index(kind), key)
+  redis.call('ZREM', records_expiring(kind), key)
+end
+
 -- Delete a stream's keys and every reference to it.
 local function delete_stream(tag, id, session)
   redis.call('DEL', tagged(tag, 'stream', id), tagged(tag, 'events', id))
@@ -188,28 +267,10 @@ pub(crate) static APPEND: LazyLock<Script> = LazyLock::new(|| {
 local id, now = ARGV[3], ARGV[6]
 local s = find(id)
 if not s then return { -1 } end
-local state = redis.call('HMGET', s.meta, 'closed', 'first_seq')
-if state[1] == '1' then return { -2 } end
-local seq = redis.call('HINCRBY', s.meta, 'last_seq', 1)
-redis.call('XADD', s.events, string.format('%d-0', seq), 'd', ARGV[4])
-local first = tonumber(state[2])
-local max = tonumber(ARGV[9])
-if max > 0 and seq - max + 1 > first then
-  first = seq - max + 1
-  redis.call('XTRIM', s.events, 'MINID', string.format('%d-0', first))
-end
-local ttl, closed = ARGV[7], 0
-if ARGV[5] == '1' then
-  closed = 1
-  if s.session == '' then ttl = ARGV[8] else redis.call('SREM', session_set(s.session, 'open'), id) end
-  redis.call('ZADD', P .. ':finished', now, id)
-  redis.call('ZREMRANGEBYSCORE', P .. ':finished', '-inf', '(' .. ARGV[10])
-end
-redis.call('HSET', s.meta, 'first_seq', string.format('%d', first), 'closed', closed, 'last_event_ms', now)
-redis.call('PEXPIRE', s.meta, ttl)
-redis.call('PEXPIRE', s.events, ttl)
-if s.session ~= '' then redis.call('PEXPIRE', index_key(id), ttl) end
-redis.call('PUBLISH', CHANNEL, 'a:' .. id)
+if redis.call('HGET', s.meta, 'closed') == '1' then return { -2 } end
+local seq = append_event(s, ARGV[4], now, tonumber(ARGV[9]))
+if ARGV[5] == '1' then close_stream(s, id, now, ARGV[10]) end
+touch_stream(s, id, ARGV[7], ARGV[8])
 return { seq }
 "#
     ))
@@ -287,33 +348,7 @@ pub(crate) static PUT_RECORD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         prelude!(),
         r#"
-local kind, key, expires_at, expected = ARGV[3], ARGV[4], ARGV[6], ARGV[7]
-local rkey = record_key(kind, key)
-local current = redis.call('HMGET', rkey, 'version', 'expires_at')
-local live = current[1] and (not current[2] or tonumber(current[2]) > tonumber(ARGV[8]))
-if expected == '' then
-  if live then return 0 end
-  redis.call('DEL', rkey)
-  redis.call('HSET', rkey, 'version', 1, 'value', ARGV[5])
-else
-  if not live or current[1] ~= expected then return 0 end
-  redis.call('HINCRBY', rkey, 'version', 1)
-  redis.call('HSET', rkey, 'value', ARGV[5])
-  redis.call('HDEL', rkey, 'expires_at')
-end
-local version = redis.call('HGET', rkey, 'version')
-redis.call('ZADD', records_index(kind), 0, key)
-if expires_at ~= '' then
-  redis.call('HSET', rkey, 'expires_at', expires_at)
-  redis.call('ZADD', records_expiring(kind), expires_at, key)
-  -- Redis drops the record by itself (at once if the time has passed); prune sweeps the
-  -- index entries.
-  redis.call('PEXPIREAT', rkey, expires_at)
-else
-  redis.call('ZREM', records_expiring(kind), key)
-  redis.call('PERSIST', rkey)
-end
-return version
+return put_record(ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
 "#
     ))
 });
@@ -355,16 +390,13 @@ pub(crate) static DELETE_RECORDS: LazyLock<Script> = LazyLock::new(|| {
         prelude!(),
         r#"
 local kind, now = ARGV[3], tonumber(ARGV[7])
-local index, expiring = records_index(kind), records_expiring(kind)
-local members = redis.call('ZRANGEBYLEX', index, ARGV[4], ARGV[5], 'LIMIT', 0, ARGV[6])
+local members = redis.call('ZRANGEBYLEX', records_index(kind), ARGV[4], ARGV[5], 'LIMIT', 0, ARGV[6])
 local live = 0
 for _, key in ipairs(members) do
   local rkey = record_key(kind, key)
   local r = redis.call('HMGET', rkey, 'version', 'expires_at')
   if r[1] and (not r[2] or tonumber(r[2]) > now) then live = live + 1 end
-  redis.call('DEL', rkey)
-  redis.call('ZREM', index, key)
-  redis.call('ZREM', expiring, key)
+  delete_record(kind, key)
 end
 return { live, #members }
 "#
@@ -399,6 +431,120 @@ for _, key in ipairs(due) do
   end
 end
 return { expired, #due }
+"#
+    ))
+});
+
+/// A write batch, all or nothing. ARGV: now_ms, idle ttl_ms, closed ttl_ms, max events
+/// (`0`: unbounded), finished-index sweep cutoff, then six fields per op: its code and
+/// five arguments (`''` where unused):
+/// - `c` create stream: id, principal, session (`''`: none)
+/// - `a` append: stream id, data
+/// - `x` close: stream id
+/// - `p` put record: kind, key, value, expires_at (`''`: never), expected version (`''`: absent)
+/// - `d` delete record: kind, key, version
+/// - `D` delete records: kind, prefix, lexical min, lexical max
+///
+/// First every op is checked in order against the state the batch's earlier ops would
+/// leave (nothing is written yet), then, only if none is refused, every op is applied and
+/// each touched stream is woken once. Returns `{0, result per op...}` (a sequence, a
+/// version, a count, or 0), or `{1, index of the refused op (from 0), reason}` with reason
+/// `stream`, `session`, `closed`, `exists` or `conflict`, having written nothing.
+pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        prelude!(),
+        r#"
+local now, idle_ttl, closed_ttl, max, sweep = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local base = 8
+local count = math.floor((#ARGV - base + 1) / 6)
+local function arg(i, n) return ARGV[base + i * 6 + n] end
+local function has_prefix(key, prefix) return string.sub(key, 1, #prefix) == prefix end
+
+-- Check: the state each stream and record would have after the ops so far.
+local streams, records, cleared = {}, {}, {}
+local function stream_state(id)
+  if streams[id] == nil then
+    local s = find(id)
+    if s then streams[id] = { open = redis.call('HGET', s.meta, 'closed') ~= '1' } else streams[id] = false end
+  end
+  return streams[id]
+end
+local function record_state(kind, key)
+  local slot = kind .. '/' .. key
+  if records[slot] == nil then
+    local version = record_version(kind, key, now)
+    for _, range in ipairs(cleared) do
+      if range[1] == kind and has_prefix(key, range[2]) then version = false end
+    end
+    records[slot] = version
+  end
+  return records[slot]
+end
+for i = 0, count - 1 do
+  local code, a, b, c = arg(i, 0), arg(i, 1), arg(i, 2), arg(i, 3)
+  if code == 'c' then
+    if c ~= '' and redis.call('HGET', session_key(c), 'principal') ~= b then return { 1, i, 'session' } end
+    if stream_state(a) or redis.call('EXISTS', tagged(stream_tag(a, c), 'stream', a)) == 1 then
+      return { 1, i, 'exists' }
+    end
+    streams[a] = { open = true }
+  elseif code == 'a' or code == 'x' then
+    local st = stream_state(a)
+    if not st then return { 1, i, 'stream' } end
+    if not st.open then return { 1, i, 'closed' } end
+    if code == 'x' then st.open = false end
+  elseif code == 'p' then
+    local live = record_state(a, b)
+    local expected = arg(i, 5)
+    if expected == '' then
+      if live then return { 1, i, 'conflict' } end
+      records[a .. '/' .. b] = '1'
+    else
+      if live ~= expected then return { 1, i, 'conflict' } end
+      records[a .. '/' .. b] = tostring(tonumber(live) + 1)
+    end
+  elseif code == 'd' then
+    if record_state(a, b) ~= c then return { 1, i, 'conflict' } end
+    records[a .. '/' .. b] = false
+  elseif code == 'D' then
+    for slot, _ in pairs(records) do
+      if has_prefix(slot, a .. '/' .. b) then records[slot] = false end
+    end
+    cleared[#cleared + 1] = { a, b }
+  else
+    return redis.error_reply('unknown batch op ' .. tostring(code))
+  end
+end
+
+-- Apply: nothing can be refused any more.
+local out, touched, order = { 0 }, {}, {}
+for i = 0, count - 1 do
+  local code, a, b, c = arg(i, 0), arg(i, 1), arg(i, 2), arg(i, 3)
+  local result = 0
+  if code == 'c' then
+    create_stream(a, b, c, now, idle_ttl)
+  elseif code == 'a' or code == 'x' then
+    local s = find(a)
+    if code == 'a' then result = append_event(s, b, now, max) else close_stream(s, a, now, sweep) end
+    if not touched[a] then
+      touched[a] = s
+      order[#order + 1] = a
+    end
+  elseif code == 'p' then
+    result = put_record(a, b, c, arg(i, 4), arg(i, 5), now)
+  elseif code == 'd' then
+    delete_record(a, b)
+    result = 1
+  else
+    for _, key in ipairs(redis.call('ZRANGEBYLEX', records_index(a), c, arg(i, 4))) do
+      if record_version(a, key, now) then result = result + 1 end
+      delete_record(a, key)
+    end
+  end
+  out[#out + 1] = result
+end
+for _, id in ipairs(order) do touch_stream(touched[id], id, idle_ttl, closed_ttl) end
+return out
 "#
     ))
 });

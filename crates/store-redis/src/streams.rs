@@ -32,13 +32,19 @@ pub(crate) async fn create(shared: &Shared, id: &StreamId, owner: &StreamOwner) 
     }
 }
 
+/// The idle TTL, the closed-stream TTL and the finished-index sweep cutoff an append at
+/// `now` passes to its script.
+pub(crate) fn append_ttls(shared: &Shared, now: u64) -> (u64, u64, u64) {
+    let idle = millis(shared.options.session_idle_ttl);
+    let closed = millis(shared.options.closed_stream_ttl);
+    // Entries older than any TTL a closed stream gets belong to streams Redis has expired.
+    (idle, closed, now.saturating_sub(idle.max(closed)).saturating_sub(SKEW_MARGIN_MS))
+}
+
 pub(crate) async fn append(shared: &Shared, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
     let options = &shared.options;
     let now = now_ms();
-    let idle = millis(options.session_idle_ttl);
-    let closed = millis(options.closed_stream_ttl);
-    // Entries older than any TTL a closed stream gets belong to streams Redis has expired.
-    let sweep_cutoff = now.saturating_sub(idle.max(closed)).saturating_sub(SKEW_MARGIN_MS);
+    let (idle, closed, sweep_cutoff) = append_ttls(shared, now);
     let mut call = shared.script(&scripts::APPEND);
     call.arg(stream.as_str())
         .arg(data)

@@ -119,6 +119,9 @@ impl Store for Scoped {
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
         self.store.delete_records(kind, prefix).await
     }
+    async fn commit(&self, batch: durable_mcp_store::WriteBatch) -> StoreResult<durable_mcp_store::BatchOutcome> {
+        self.store.commit(batch).await
+    }
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         self.store.watch(stream).await
     }
@@ -530,6 +533,12 @@ async fn prune_sweeps_records_redis_expired_by_itself() {
 async fn d8_first_commit_wins_across_workers() {
     let Some((a, b)) = two_workers(Duration::from_secs(1)).await else { return };
     durable_mcp_store::contract::d8_first_commit_wins_across_workers(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d8_first_batch_wins_across_workers() {
+    let Some((a, b)) = two_workers(Duration::from_secs(1)).await else { return };
+    durable_mcp_store::contract::d8_first_batch_wins_across_workers(&a, &b).await;
 }
 
 #[test]

@@ -10,6 +10,8 @@
 //! - **Journal records** (`put_record` and friends) are writer jobs like every other write,
 //!   so two conditional writes on one key are ordered and only the first can win; an
 //!   expired row counts as absent and `prune` deletes it.
+//! - **Write batches** (`Store::commit`) are one writer job in one savepoint: they share the
+//!   group's commit, and a refused op rolls back its batch alone.
 //! - A versioned schema with forward migrations; a newer database is refused.
 //!
 //! Live tails in this process are woken by the writer after each commit; other processes
@@ -28,7 +30,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    BatchOutcome, EventId, WriteBatch, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
     StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 use rusqlite::{Connection, OpenFlags};
@@ -291,6 +293,20 @@ impl Store for SqliteStore {
     async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
         let stream = stream.clone();
         self.read(move |conn| streams::read_after(conn, &stream, after, limit)).await
+    }
+
+    /// # Durability
+    /// One writer job, so one savepoint inside the writer's group commit: the batch shares
+    /// the fsync of every write queued with it, and a refused op rolls back to the
+    /// savepoint, taking the batch's earlier ops with it and leaving the other jobs alone.
+    async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
+        if batch.is_empty() {
+            return Ok(BatchOutcome::default());
+        }
+        match self.writer.submit(writer::Op::Batch(batch)).await? {
+            writer::Reply::Batch(outcome) => Ok(outcome),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {

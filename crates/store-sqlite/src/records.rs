@@ -24,6 +24,8 @@ const COUNT_LIVE_FROM: &str = "SELECT count(*) FROM records
     WHERE kind = ?1 AND key >= ?2 AND (expires_at IS NULL OR expires_at > ?3)";
 const DELETE_RANGE: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2 AND key < ?3";
 const DELETE_FROM: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2";
+const DELETE_VERSION: &str = "DELETE FROM records
+    WHERE kind = ?1 AND key = ?2 AND version = ?3 AND (expires_at IS NULL OR expires_at > ?4)";
 const DELETE_EXPIRED: &str = "DELETE FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1";
 
 /// Milliseconds (or a version) as SQLite's `INTEGER`, saturating.
@@ -67,6 +69,19 @@ pub(crate) fn put(
         .and_then(|mut stmt| stmt.execute(params![kind.as_str(), key, version, value, expires_at_ms.map(to_i64)]))
         .map_err(from_sqlite)?;
     Ok(version.unsigned_abs())
+}
+
+/// On the writer: delete record `key` only if it is unexpired at exactly `version`;
+/// otherwise `StoreError::Conflict`.
+pub(crate) fn delete_version(conn: &Connection, kind: RecordKind, key: &str, version: u64, now_ms: u64) -> Result<(), StoreError> {
+    let deleted = conn
+        .prepare_cached(DELETE_VERSION)
+        .and_then(|mut stmt| stmt.execute(params![kind.as_str(), key, to_i64(version), to_i64(now_ms)]))
+        .map_err(from_sqlite)?;
+    if deleted == 0 {
+        return Err(StoreError::Conflict { what: "record" });
+    }
+    Ok(())
 }
 
 /// The unexpired record `key` of `kind`, if any.

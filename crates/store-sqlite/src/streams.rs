@@ -14,6 +14,26 @@ pub(crate) fn insert(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> R
     Ok(())
 }
 
+/// Whether a stream row `id` exists.
+pub(crate) fn exists(conn: &Connection, id: &StreamId) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT 1 FROM streams WHERE id = ?1")
+        .and_then(|mut stmt| stmt.exists(params![id.as_str()]))
+        .map_err(from_sqlite)
+}
+
+/// Close an open stream without an event: `NotFound` if unknown, `StreamClosed` if closed.
+pub(crate) fn close(conn: &Connection, stream: &StreamId) -> Result<(), StoreError> {
+    let changed = conn
+        .prepare_cached("UPDATE streams SET closed = 1, last_event_ms = ?2 WHERE id = ?1 AND closed = 0")
+        .and_then(|mut stmt| stmt.execute(params![stream.as_str(), now_ms() as i64]))
+        .map_err(from_sqlite)?;
+    match changed {
+        0 if exists(conn, stream)? => Err(StoreError::StreamClosed { stream: stream.to_string() }),
+        0 => Err(StoreError::not_found("stream")),
+        _ => Ok(()),
+    }
+}
+
 /// Append one event: the sequence comes from the stream row, so ids are gap-free and the
 /// single writer orders them.
 pub(crate) fn append(conn: &Connection, stream: &StreamId, data: &str, close: bool, max_events: Option<u64>) -> Result<EventId, StoreError> {

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 
 use durable_mcp_store::{
-    EventId, Expect, Principal, PruneReport, RecordKind, Retention, SessionChange, SessionId, SessionRecord, StoreError,
+    BatchOp, BatchOutcome, EventId, OpOutcome, WriteBatch, op_failed, Expect, Principal, PruneReport, RecordKind, Retention, SessionChange, SessionId, SessionRecord, StoreError,
     StreamId, StreamOwner, now_ms,
 };
 use rusqlite::Connection;
@@ -29,6 +29,8 @@ pub(crate) enum Op {
     Prune { retention: Retention, now_ms: u64 },
     PutRecord { kind: RecordKind, key: String, value: String, expires_at_ms: Option<u64>, expect: Expect },
     DeleteRecords { kind: RecordKind, prefix: String },
+    /// A [`WriteBatch`]: one job, so one savepoint: all of it or nothing.
+    Batch(WriteBatch),
 }
 
 /// What a write returns.
@@ -40,6 +42,7 @@ pub(crate) enum Reply {
     Pruned(PruneReport),
     /// The new version of a record, or how many records were deleted.
     Count(u64),
+    Batch(BatchOutcome),
 }
 
 struct Job {
@@ -188,5 +191,44 @@ fn apply(
             records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(Reply::Count)
         }
         Op::DeleteRecords { kind, prefix } => records::delete(tx, *kind, prefix, now_ms()).map(Reply::Count),
+        Op::Batch(batch) => {
+            // The job's savepoint makes the batch all or nothing: a refused op returns an
+            // error and `run` rolls back to the savepoint, undoing the ops before it.
+            let mut outcome = BatchOutcome { ops: Vec::with_capacity(batch.len()) };
+            for (index, op) in batch.ops().iter().enumerate() {
+                let result = apply_batch_op(tx, op, max_events).map_err(|e| match e {
+                    StoreError::Unavailable(_) | StoreError::Corrupt(_) | StoreError::Incompatible(_) => e,
+                    refusal => op_failed(index, op, refusal),
+                })?;
+                outcome.ops.push(result);
+            }
+            touched.extend(batch.woken_streams());
+            Ok(Reply::Batch(outcome))
+        }
+    }
+}
+
+fn apply_batch_op(tx: &Connection, op: &BatchOp, max_events: Option<u64>) -> Result<OpOutcome, StoreError> {
+    match op {
+        BatchOp::CreateStream { id, owner } => {
+            if let Some(session) = &owner.session
+                && !sessions::exists(tx, session)?
+            {
+                return Err(StoreError::not_found("session"));
+            }
+            if streams::exists(tx, id)? {
+                return Err(StoreError::Conflict { what: "stream" });
+            }
+            streams::insert(tx, id, owner).map(|()| OpOutcome::Created)
+        }
+        BatchOp::Append { stream, data } => streams::append(tx, stream, data, false, max_events).map(OpOutcome::Appended),
+        BatchOp::Close { stream } => streams::close(tx, stream).map(|()| OpOutcome::Closed),
+        BatchOp::PutRecord { kind, key, value, expires_at_ms, expect } => {
+            records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(OpOutcome::Put)
+        }
+        BatchOp::DeleteRecord { kind, key, version } => {
+            records::delete_version(tx, *kind, key, *version, now_ms()).map(|()| OpOutcome::Deleted(1))
+        }
+        BatchOp::DeleteRecords { kind, prefix } => records::delete(tx, *kind, prefix, now_ms()).map(OpOutcome::Deleted),
     }
 }

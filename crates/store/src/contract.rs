@@ -8,6 +8,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+mod batch;
+
+pub use batch::{
+    d1_batch_commits_every_op_and_returns_ids_and_versions, d3_batch_is_visible_to_readers_all_at_once,
+    d3_batch_wakes_tails_after_commit, d8_first_batch_wins_across_workers, d15_concurrent_batches_stand_or_fall_alone,
+    d15_refused_batch_op_leaves_nothing_of_the_batch,
+};
 use crate::testing::incompressible;
 
 use crate::{
@@ -525,6 +532,15 @@ pub enum LogOp {
         /// Largest batch.
         limit: usize,
     },
+    /// One [`WriteBatch`](crate::WriteBatch): appends (each to stream `.0`, then closing it
+    /// if `.1`), then a record put that conflicts if `conflict`. It commits only if no op
+    /// is refused (an append to a stream closed before or within the batch, the conflict).
+    Batch {
+        /// The appends, in order.
+        appends: Vec<(usize, bool)>,
+        /// End with a put that conflicts.
+        conflict: bool,
+    },
 }
 
 /// How many cases the event-log property test runs: `PROPTEST_CASES` if set, else 256 in
@@ -545,6 +561,8 @@ pub fn log_ops() -> impl proptest::strategy::Strategy<Value = Vec<LogOp>> {
     let op = prop_oneof![
         4 => (0..PROP_STREAMS, proptest::bool::weighted(0.05)).prop_map(|(stream, close)| LogOp::Append { stream, close }),
         3 => (0..PROP_STREAMS, 0u64..40, 1usize..50).prop_map(|(stream, after, limit)| LogOp::Replay { stream, after, limit }),
+        2 => (proptest::collection::vec((0..PROP_STREAMS, proptest::bool::weighted(0.05)), 0..6), proptest::bool::weighted(0.15))
+            .prop_map(|(appends, conflict)| LogOp::Batch { appends, conflict }),
     ];
     proptest::collection::vec(op, 1..80)
 }
@@ -567,7 +585,9 @@ pub fn check_event_log_property(runtime: &tokio::runtime::Runtime, store: Arc<dy
 }
 
 /// D2/D3 property: against a model of the log, every replay from any position is exactly the
-/// suffix (bounded by `limit`), appends get the next sequence, closed streams refuse appends.
+/// suffix (bounded by `limit`), appends get the next sequence, closed streams refuse appends,
+/// and a batch interleaved with single appends lands whole (the next sequences, in order)
+/// or, if any of its ops is refused, not at all.
 pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
     let owner = StreamOwner { principal: Principal::anonymous(), session: None };
     let mut streams = Vec::new();
@@ -606,6 +626,51 @@ pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
                 let reaches_end = start + want.len() == events.len();
                 assert_eq!(read.finished, *closed && reaches_end, "step {step}: finished flag");
             }
+            LogOp::Batch { appends, conflict } => {
+                let mut batch = crate::WriteBatch::new();
+                let mut after = model.clone();
+                let mut refused = None;
+                for (i, (stream, close)) in appends.iter().enumerate() {
+                    let data = format!("s{stream}-{step}-{i}");
+                    batch = batch.append(streams[*stream].clone(), data.clone());
+                    let (events, closed) = &mut after[*stream];
+                    if *closed {
+                        refused = refused.or(Some(batch.len() - 1));
+                    }
+                    events.push(data);
+                    if *close {
+                        batch = batch.close(streams[*stream].clone());
+                        if *closed {
+                            refused = refused.or(Some(batch.len() - 1));
+                        }
+                        *closed = true;
+                    }
+                }
+                if conflict {
+                    batch = batch.put_record(RecordKind::Step, format!("{}", streams[0]), "x", None, Expect::Version(u64::MAX));
+                    refused = refused.or(Some(batch.len() - 1));
+                }
+                let result = store.commit(batch).await;
+                match refused {
+                    Some(index) => {
+                        let err = result.expect_err("a refused op fails the batch");
+                        assert!(matches!(err, StoreError::BatchOp { index: i, .. } if i == index), "step {step}: {err}");
+                    }
+                    None => {
+                        let outcome = result.expect("batch");
+                        for (id, (stream, _)) in outcome.events().zip(&appends) {
+                            assert_eq!(&id.stream, &streams[*stream], "step {step}: event stream");
+                        }
+                        let mut next: Vec<u64> = model.iter().map(|(events, _)| events.len() as u64).collect();
+                        for (id, (stream, _)) in outcome.events().zip(&appends) {
+                            next[*stream] += 1;
+                            assert_eq!(id.seq, next[*stream], "step {step}: next sequence in the batch");
+                        }
+                        assert_eq!(outcome.events().count(), appends.len());
+                        model = after;
+                    }
+                }
+            }
         }
     }
 }
@@ -641,6 +706,11 @@ macro_rules! store_contract_tests {
             d7_compare_and_set_versions,
             d8_list_and_delete_by_prefix,
             d14_expired_records_are_absent_and_pruned,
+            d1_batch_commits_every_op_and_returns_ids_and_versions,
+            d15_refused_batch_op_leaves_nothing_of_the_batch,
+            d3_batch_is_visible_to_readers_all_at_once,
+            d3_batch_wakes_tails_after_commit,
+            d15_concurrent_batches_stand_or_fall_alone,
             bounded_keys_of_any_input_are_stored,
         );
         mod contract_wake {

@@ -33,6 +33,19 @@ pub enum StoreError {
         /// What changed.
         what: &'static str,
     },
+    /// Op `index` of a [`crate::WriteBatch`] was refused (`source` says why: a conflict, a
+    /// closed or unknown stream, a missing session), so nothing of the batch was written.
+    /// Its [`kind`](StoreError::kind) is the source's.
+    #[error("batch op {index} ({op}) refused: {source}")]
+    BatchOp {
+        /// The op's position in the batch, from 0.
+        index: usize,
+        /// The op's name ([`crate::BatchOp::name`]).
+        op: &'static str,
+        /// Why it was refused.
+        #[source]
+        source: Box<StoreError>,
+    },
     /// The store could not be reached or failed transiently (D15). Callers answer 503.
     #[error("store unavailable: {0}")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -79,6 +92,15 @@ impl StoreError {
             StoreError::Unavailable(_) => StoreErrorKind::Unavailable,
             StoreError::Refused(_) => StoreErrorKind::Refused,
             StoreError::Incompatible(_) | StoreError::Corrupt(_) => StoreErrorKind::Fatal,
+            StoreError::BatchOp { source, .. } => source.kind(),
+        }
+    }
+
+    /// The error itself, or for [`StoreError::BatchOp`] the refusal of the op it names.
+    pub fn refusal(&self) -> &StoreError {
+        match self {
+            StoreError::BatchOp { source, .. } => source.refusal(),
+            other => other,
         }
     }
 

@@ -3,7 +3,10 @@
 //! Every backend (in-memory, SQLite, PostgreSQL, Redis) implements [`Store`]; the engine
 //! and the transports know only this trait. Each operation states its guarantee under a
 //! `# Durability` heading, naming the guarantee of `docs/guarantees.md` (D1..D15) it implements.
+//! Several writes that must land together go in one [`WriteBatch`], committed all or nothing
+//! by [`Store::commit`].
 
+mod batch;
 mod ci;
 mod error;
 mod ids;
@@ -22,6 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+pub use batch::{BatchOp, BatchOutcome, OpOutcome, WriteBatch, op_failed};
 pub use ci::in_ci;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
@@ -179,6 +183,29 @@ pub trait Store: Send + Sync + 'static {
     /// # Durability
     /// Committed when this returns.
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64>;
+
+    // ----- atomic batches ---------------------------------------------------------------
+
+    /// Commit every op of `batch`, in order, as one store operation, and return what each
+    /// produced (event ids, record versions) in the batch's order.
+    ///
+    /// # Durability
+    /// In plain words: all of the batch or none of it. When this returns `Ok`, every op is
+    /// committed; when it returns an error, none is, and no reader ever saw part of it.
+    ///
+    /// Stated more precisely: the ops are applied in order, each seeing the effects of the
+    /// ones before it (an append may follow the creation of its stream, a put may follow a
+    /// delete of its key), with the same conditions as the single-op methods: an
+    /// [`Expect`] that does not hold is a conflict (D7, D8), an append to a closed or
+    /// unknown stream is refused (D3). If any op is refused, the call fails with
+    /// [`StoreError::BatchOp`] naming the op's index and why, and nothing of the batch is
+    /// written; a store failure is [`StoreError::Unavailable`] and also writes nothing
+    /// (D15). A successful batch becomes visible to other readers at one instant: a
+    /// concurrent reader sees all of it or none of it, and the events it appends get the
+    /// next sequences of their streams, gap-free (D1, D3). Tails of the streams it appends
+    /// to or closes are woken once per batch, after the commit. An empty batch succeeds
+    /// and writes nothing.
+    async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome>;
 
     /// Subscribe to wake-ups for `stream`. Subscribe *before* reading, then read after each
     /// wake-up: an append committed after the subscription wakes it (from any worker).

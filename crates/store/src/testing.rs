@@ -27,8 +27,8 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::{
-    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
-    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch,
 };
 
 /// One kind of [`Store`] operation: one variant per trait method.
@@ -50,11 +50,12 @@ pub enum Op {
     ListRecords,
     DeleteRecords,
     Watch,
+    Commit,
 }
 
 impl Op {
     /// Every kind, in declaration order.
-    pub const ALL: [Op; 15] = [
+    pub const ALL: [Op; 16] = [
         Op::CreateSession,
         Op::LoadSession,
         Op::UpdateSession,
@@ -70,6 +71,7 @@ impl Op {
         Op::ListRecords,
         Op::DeleteRecords,
         Op::Watch,
+        Op::Commit,
     ];
 
     /// Whether the operation commits something (a write), as opposed to reading or watching.
@@ -84,6 +86,7 @@ impl Op {
                 | Op::Prune
                 | Op::PutRecord
                 | Op::DeleteRecords
+                | Op::Commit
         )
     }
 }
@@ -361,6 +364,10 @@ impl<H: Hook> Store for Wrapped<H> {
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         self.hook.before(Op::Watch).await?;
         self.inner.watch(stream).await
+    }
+    async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
+        self.hook.before(Op::Commit).await?;
+        self.inner.commit(batch).await
     }
 }
 
