@@ -1,4 +1,5 @@
-//! The operator commands on a real store: inspect, replay, prune.
+//! The operator commands on a real store: inspect, replay, prune; and what `serve` does by
+//! itself or by default: the background pruner, the loopback bind.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 

@@ -632,7 +632,8 @@ fn committed_wake_up(store: &str, name: &str) -> u64 {
 }
 
 /// A durable sleep re-run after SIGKILL waits only what is left (docs/durable-execution.md:
-/// "a re-run before [the wake-up time] sleeps only the rest"; D7, D8): a task sleeping 10 s
+/// "the wake-up time is committed on the first run; a re-run sleeps only what is left";
+/// D7, D8): a task sleeping 10 s
 /// is killed 4 s in and its worker restarted; it completes at the wake-up time committed
 /// in the journal (a generous 3 s after it at most), not 10 s after the restart (which
 /// would be at least 4 s after it).
