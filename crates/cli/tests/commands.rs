@@ -1,14 +1,15 @@
-//! The operator commands on a real store: inspect, replay, prune.
+//! The operator commands on a real store: inspect, replay, prune; and what `serve` does by
+//! itself or by default: the background pruner, the loopback bind.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::*;
-
 
 #[test]
 fn inspect_replay_and_prune_a_sqlite_store() {
@@ -95,4 +96,101 @@ fn migrate_reports_the_schema_version() {
     assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 3");
     assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 3", "idempotent");
     assert!(run(&["migrate", "--store", "memory:"]).contains("no schema"));
+}
+
+/// The background pruner (`serve --prune-interval-secs`; D14 retention, D5 "expiry ends a
+/// session"): with short retention the server itself ends an idle session and deletes its
+/// old finished stream, with no request and no `durable-mcp prune`. Observed in the store
+/// (`inspect`, `replay`), which a request to the session would not touch.
+#[test]
+fn d14_background_pruner_ends_an_idle_session_and_deletes_its_old_stream() {
+    let dir = temp_dir("pruner");
+    let store = format!("sqlite:{}", dir.join("store.db").display());
+    let retention = ["--session-ttl-secs", "3", "--max-stream-age-secs", "1", "--prune-interval-secs", "1"];
+    let server = Server::start(&store, free_port(), &retention);
+    let session = initialize(server.addr);
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {}}});
+    let last_seen = Instant::now();
+    let (event_id, _) = post(server.addr, Some(&session), &call).messages().last().expect("result").clone();
+    let stream = format!("{}_0", event_id.split('_').next().expect("stream part"));
+    let first = run(&["inspect", "--store", &store]);
+    assert!(first.contains(&session) || last_seen.elapsed() >= Duration::from_secs(3), "in the store while not idle: {first}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sessions = run(&["inspect", "--store", &store]);
+        let replay = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(["replay", "--store", &store, &stream]).output().expect("run");
+        if !sessions.contains(&session) && !replay.status.success() {
+            assert!(String::from_utf8_lossy(&replay.stderr).contains("not found"), "{}", String::from_utf8_lossy(&replay.stderr));
+            break;
+        }
+        assert!(Instant::now() < deadline, "not pruned 30 s after a 3 s idle TTL: sessions {sessions:?}, stream replays: {}", replay.status.success());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = post(server.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    assert_eq!(after.status, 404, "a pruned session is unknown (D5)");
+}
+
+/// The listening sockets (`st` 0A) in `/proc/<pid>/net/tcp` and `tcp6`: their local
+/// addresses as the kernel prints them (`0100007F:1F90` is 127.0.0.1:8080).
+fn listening_sockets(pid: u32) -> Vec<String> {
+    ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    (fields.get(3) == Some(&"0A")).then(|| fields[1].to_owned())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `durable-mcp serve` without `--listen` binds 127.0.0.1 only (docs/deployment.md:
+/// "workers bind 127.0.0.1 ... by default"; the facade's `bind address: default
+/// 127.0.0.1:8080 (loopback: safe by default)`). The default port is fixed, so the server
+/// runs in a network namespace of its own (`unshare`), where no other process holds 8080
+/// and `/proc/<pid>/net` lists exactly its sockets; the test asserts the one listening
+/// socket's address.
+#[test]
+fn default_bind_is_loopback_only() {
+    const IN_NAMESPACE: [&str; 4] = ["--user", "--map-root-user", "--net", "sh"];
+    let probe = Command::new("unshare").args(IN_NAMESPACE).args(["-c", "ip link set lo up"]).stderr(Stdio::null()).status();
+    if !probe.is_ok_and(|status| status.success()) {
+        assert!(!durable_mcp_store::in_ci(), "CI needs unprivileged network namespaces (unshare, ip) for this test");
+        eprintln!("skipped: no unprivileged network namespace (unshare --user --net, ip)");
+        return;
+    }
+    let dir = temp_dir("default-bind");
+    let store = format!("sqlite:{}", dir.join("store.db").display());
+    let child = Command::new("unshare")
+        .args(IN_NAMESPACE)
+        .args(["-c", r#"ip link set lo up && exec "$0" serve --store "$1""#, env!("CARGO_BIN_EXE_durable-mcp"), &store])
+        .env_remove("DURABLE_MCP_LISTEN")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn unshare");
+    // `unshare` and `sh` exec the server: one pid. `Server` kills it on drop.
+    let mut server = Server { child, addr: "127.0.0.1:8080".parse().unwrap() };
+    let pid = server.child.id();
+    let namespace = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+    let ours = namespace("self");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listening = loop {
+        // Until `unshare` has made its namespace, /proc/<pid>/net is the test's own.
+        let listening = if namespace(&pid.to_string()) != ours { listening_sockets(pid) } else { Vec::new() };
+        if !listening.is_empty() {
+            break listening;
+        }
+        if let Ok(Some(status)) = server.child.try_wait() {
+            panic!("serve exited at start: {status}");
+        }
+        assert!(Instant::now() < deadline, "serve never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    server.kill();
+    assert_eq!(listening, ["0100007F:1F90"], "one listening socket, 127.0.0.1:8080 (loopback only)");
 }

@@ -13,6 +13,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use durable_mcp::now_ms;
+
 use serde_json::{Value, json};
 use support::backend::Backend;
 use support::*;
@@ -577,4 +579,89 @@ fn d10_postgres_task_result_relay_handed_over_at_shutdown() {
 #[test]
 fn d10_redis_task_result_relay_handed_over_at_shutdown() {
     task_result_relay_survives_its_worker(Backend::Redis, Stop::Term);
+}
+
+/// D10 "a task is removed once its TTL has passed", end to end: a 2025-11-25 task asking
+/// for a 1 s TTL (the shortest the server grants) is listed at first, and once the TTL has
+/// passed `tasks/get` answers it as unknown and `tasks/list` no longer has it, while its
+/// run is still sleeping.
+#[test]
+fn d10_task_is_gone_from_get_and_list_once_its_ttl_has_passed() {
+    let server = Server::start(&sqlite("tasks-ttl"), free_port(), &[]);
+    let addr = server.addr;
+    let session = initialize(addr);
+    let rpc = |id: u64, method: &str, params: Value| {
+        post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).messages().last().unwrap().1.clone()
+    };
+    let asked = Instant::now();
+    let created = rpc(1, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 60}, "task": {"ttl": 1_000}}));
+    let task = created["result"]["task"].clone();
+    assert_eq!((task["status"].as_str(), task["ttl"].as_u64()), (Some("working"), Some(1_000)), "{created}");
+    let task_id = task["taskId"].as_str().unwrap().to_owned();
+    let listed = |list: &Value| list["result"]["tasks"].as_array().is_some_and(|tasks| tasks.iter().any(|t| t["taskId"] == task_id.as_str()));
+    let first = rpc(2, "tasks/list", json!({}));
+    assert!(listed(&first) || asked.elapsed() >= Duration::from_secs(1), "listed while its TTL runs: {first}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let get = rpc(3, "tasks/get", json!({"taskId": task_id}));
+        let list = rpc(4, "tasks/list", json!({}));
+        if get.get("error").is_some() && !listed(&list) {
+            assert_eq!(get["error"]["code"], -32602, "an expired task is unknown: {get}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still there 30 s after a 1 s TTL: {get} {list}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The wake-up time a durable sleep committed in the journal of the SQLite `store`:
+/// step `sleep:<name>` of whichever run reached it (waits until one has).
+fn committed_wake_up(store: &str, name: &str) -> u64 {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let store = durable_mcp::open_store(store).await.unwrap();
+        let suffix = format!("/s/{}", durable_mcp_store::key_part(&format!("sleep:{name}")));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let steps = store.list_records(durable_mcp_store::RecordKind::Step, "", 1_000).await.unwrap();
+            if let Some(step) = steps.iter().find(|step| step.key.ends_with(&suffix)) {
+                return step.value.parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "the sleep's wake-up time was never committed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+/// A durable sleep re-run after SIGKILL waits only what is left (docs/durable-execution.md:
+/// "the wake-up time is committed on the first run; a re-run sleeps only what is left";
+/// D7, D8): a task sleeping 10 s
+/// is killed 4 s in and its worker restarted; it completes at the wake-up time committed
+/// in the journal (a generous 3 s after it at most), not 10 s after the restart (which
+/// would be at least 4 s after it).
+#[test]
+fn d7_rerun_sleep_after_sigkill_waits_only_the_rest() {
+    const SLEEP_MS: u64 = 10_000;
+    let store = sqlite("sleep-rerun");
+    let port = free_port();
+    let mut server = Server::start(&store, port, &[]);
+    let created = modern(server.addr, 1, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": SLEEP_MS / 1000}}), true);
+    let task_id = created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    let wake_at = committed_wake_up(&store, "compute");
+    while now_ms() < wake_at - 6_000 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.kill();
+    let restarted_at = now_ms();
+    server = Server::start(&store, port, &[]);
+    let done = wait_terminal(server.addr, &task_id, Duration::from_secs(30));
+    let finished = now_ms();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(finished >= wake_at, "the re-run woke {} ms before the committed wake-up", wake_at - finished);
+    assert!(
+        finished < wake_at + 3_000,
+        "finished {} ms after the committed wake-up (restarted {} ms before it): the re-run slept the whole {SLEEP_MS} ms again",
+        finished - wake_at,
+        wake_at.saturating_sub(restarted_at)
+    );
 }

@@ -99,9 +99,7 @@ pub async fn serve_router(
             tracing::info!(refused, "connection limit: accepting connections again");
             refused = 0;
         }
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::warn!(%error, "could not set TCP_NODELAY");
-        }
+        prepare(&tcp);
         tokio::spawn(connection(tcp, router.clone(), limits, stop.clone(), slot));
     }
     drop(listener);
@@ -110,6 +108,15 @@ pub async fn serve_router(
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _all_closed = slots.acquire_many(all).await;
     Ok(())
+}
+
+/// Set up an accepted connection before it is served: `TCP_NODELAY` (see [`serve_router`]).
+fn prepare(tcp: &TcpStream) {
+    if let Err(error) = tcp.set_nodelay(true) {
+        tracing::warn!(%error, "could not set TCP_NODELAY");
+    }
+    #[cfg(test)]
+    tests::prepared(tcp);
 }
 
 /// The limits of [`HttpConfig`] the accept loop applies.
@@ -345,5 +352,49 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+    use std::net::SocketAddr;
+
+    use super::*;
+
+    /// The server side of every connection the accept loop has prepared: its peer and
+    /// whether the socket reports `TCP_NODELAY`, read back from the socket itself.
+    static PREPARED: Mutex<Vec<(SocketAddr, bool)>> = Mutex::new(Vec::new());
+
+    pub(super) fn prepared(tcp: &TcpStream) {
+        if let (Ok(peer), Ok(nodelay)) = (tcp.peer_addr(), tcp.nodelay()) {
+            PREPARED.lock().unwrap_or_else(PoisonError::into_inner).push((peer, nodelay));
+        }
+    }
+
+    /// The accept loop serves every connection with `TCP_NODELAY` set: SSE responses are
+    /// several small writes that Nagle's algorithm would hold back (a structural check of
+    /// what `nodelay.rs` measures as a latency).
+    #[tokio::test]
+    async fn accepted_connections_have_tcp_nodelay() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            serve_router(listener, Router::new(), &HttpConfig::default(), std::future::pending()).await
+        });
+        let client = TcpStream::connect(addr).await.unwrap();
+        let me = client.local_addr().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let nodelay = loop {
+            let found = PREPARED.lock().unwrap().iter().find(|(peer, _)| *peer == me).map(|(_, nodelay)| *nodelay);
+            if let Some(nodelay) = found {
+                break nodelay;
+            }
+            assert!(Instant::now() < deadline, "the accept loop never prepared the connection");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        server.abort();
+        assert!(nodelay, "the server's socket of an accepted connection has TCP_NODELAY");
     }
 }

@@ -2,6 +2,8 @@
 //! waits on Nagle's algorithm + delayed ACK (~40 ms a request). This drives the real server
 //! over one keep-alive TCP connection and requires the median round trip to stay far below
 //! that. It measures a latency, so it is not run by default (`--ignored` runs it).
+//! That the option is set is checked structurally, and by default, by the unit test
+//! `serve::tests::accepted_connections_have_tcp_nodelay` (it reads the server-side socket).
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 

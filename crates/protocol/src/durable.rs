@@ -491,3 +491,126 @@ impl StateSealer {
         serde_json::from_slice(&bytes).map_err(SealError::Payload)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicU32;
+
+    use super::*;
+
+    /// A journal of committed steps in memory, first commit wins (what the engine's run does).
+    #[derive(Default)]
+    struct Steps {
+        committed: Mutex<HashMap<String, Value>>,
+        cancel: CancellationToken,
+    }
+
+    impl DurableBackend for Steps {
+        fn run_id(&self) -> &str {
+            "run-1"
+        }
+        fn attempt(&self) -> u32 {
+            1
+        }
+        fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>, DurableError>> {
+            Box::pin(async move { Ok(self.committed.lock().unwrap().get(name).cloned()) })
+        }
+        fn commit_step<'a>(&'a self, name: &'a str, value: Value) -> BoxFuture<'a, Result<Value, DurableError>> {
+            Box::pin(async move { Ok(self.committed.lock().unwrap().entry(name.to_owned()).or_insert(value).clone()) })
+        }
+        fn ask<'a>(&'a self, _index: u64, _method: &'a str, _params: Value) -> BoxFuture<'a, Result<Value, DurableError>> {
+            Box::pin(async { Ok(Value::Null) })
+        }
+        fn emit<'a>(&'a self, _index: u64, _method: &'a str, _params: Value) -> BoxFuture<'a, Result<(), DurableError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn start_task(&self) -> BoxFuture<'_, Result<bool, DurableError>> {
+            Box::pin(async { Ok(false) })
+        }
+        fn cancellation(&self) -> CancellationToken {
+            self.cancel.clone()
+        }
+        fn progress_token(&self) -> Option<Value> {
+            None
+        }
+        fn announce(&self, _change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    const QUICK: Retry = Retry { max_attempts: 4, initial_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(2) };
+
+    fn now_ms() -> u64 {
+        u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
+    }
+
+    /// An ordinary failure is retried under its policy, with the same idempotency key, and
+    /// the first success is what is committed (D8: a re-run returns it without a try).
+    #[tokio::test]
+    async fn d8_retry_step_retries_a_failure_until_the_first_success() {
+        let backend = Arc::new(Steps::default());
+        let durable = Durable::new(backend.clone());
+        let tries = AtomicU32::new(0);
+        let keys = Mutex::new(Vec::new());
+        let outcome: Result<String, String> = durable
+            .retry_step("charge", QUICK, |key| {
+                let n = tries.fetch_add(1, Ordering::SeqCst) + 1;
+                keys.lock().unwrap().push(key.idempotency_key().to_owned());
+                async move { if n < 3 { Err(format!("try {n} failed")) } else { Ok(format!("receipt after {n}")) } }
+            })
+            .await
+            .unwrap();
+        assert_eq!(outcome, Ok("receipt after 3".to_owned()));
+        assert_eq!(tries.load(Ordering::SeqCst), 3, "two failures retried, then the success");
+        assert_eq!(*keys.lock().unwrap(), vec!["run-1:charge"; 3], "one idempotency key for every try");
+
+        let again: Result<String, String> = Durable::new(backend)
+            .retry_step("charge", QUICK, |_| async { Ok::<_, String>("a second charge".to_owned()) })
+            .await
+            .unwrap();
+        assert_eq!(again, Ok("receipt after 3".to_owned()), "a re-run returns the committed success");
+    }
+
+    /// Once `max_attempts` tries have failed the last failure ends the step: it is committed
+    /// and returned, and a re-run returns it without trying again.
+    #[tokio::test]
+    async fn d8_retry_step_commits_the_last_failure_once_its_attempts_are_spent() {
+        let backend = Arc::new(Steps::default());
+        let tries = AtomicU32::new(0);
+        let outcome: Result<String, String> = Durable::new(backend.clone())
+            .retry_step("charge", QUICK, |_| {
+                let n = tries.fetch_add(1, Ordering::SeqCst) + 1;
+                async move { Err(format!("declined on try {n}")) }
+            })
+            .await
+            .unwrap();
+        assert_eq!(outcome, Err("declined on try 4".to_owned()));
+        assert_eq!(tries.load(Ordering::SeqCst), QUICK.max_attempts, "exactly max_attempts tries");
+
+        let rerun_tries = AtomicU32::new(0);
+        let again: Result<String, String> = Durable::new(backend)
+            .retry_step("charge", QUICK, |_| {
+                rerun_tries.fetch_add(1, Ordering::SeqCst);
+                async { Ok("approved".to_owned()) }
+            })
+            .await
+            .unwrap();
+        assert_eq!(again, Err("declined on try 4".to_owned()), "the committed failure is the step's result");
+        assert_eq!(rerun_tries.load(Ordering::SeqCst), 0, "a re-run does not try again");
+    }
+
+    /// A re-run of a sleep whose wake-up time is already committed waits only the rest.
+    #[tokio::test]
+    async fn d8_rerun_sleep_waits_only_until_the_committed_wake_up() {
+        let backend = Arc::new(Steps::default());
+        let wake_at = now_ms() + 300;
+        backend.committed.lock().unwrap().insert("sleep:bake".to_owned(), json!(wake_at));
+        let durable = Durable::new(backend);
+        tokio::time::timeout(Duration::from_secs(20), durable.sleep("bake", Duration::from_secs(60))).await.expect("the rest, not the whole minute").unwrap();
+        assert!(now_ms() >= wake_at, "not before the committed wake-up time");
+    }
+}

@@ -695,8 +695,12 @@ async fn list_changes_reach_matching_listen_streams() {
         prompts_listener.next().await["method"],
         "notifications/subscriptions/acknowledged"
     );
-    // Let both listen handlers subscribe to the broadcast after their acknowledgments.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // rmcp acknowledges before it calls `listen`: wait until both handlers hear the broadcast.
+    let deadline = tokio::time::Instant::now() + STEP;
+    while server.shared.changes.receiver_count() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the listen handlers never subscribed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 
     let changed = trigger.call(2, "test_trigger_tool_change", json!({})).await;
     assert!(first_text(&changed).contains("listed"));
