@@ -11,12 +11,13 @@ use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
 use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, McpVersion, Outbound, PeerContext, Run, StateKeys};
 use durable_mcp_store::{
-    EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
+    BatchOp, EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
 };
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
+use crate::opening::NewStream;
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::rerun::AlreadySent;
 use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, Relay, RunRecord, alias_key};
@@ -149,6 +150,16 @@ pub struct Accepted {
     pub close_connection: Option<CancellationToken>,
 }
 
+/// What journaling a request came to ([`Engine::journal`]).
+enum Journaled {
+    /// The run is journaled and held by this worker: start its handler.
+    Held(Held),
+    /// The request id was re-sent: the run it started, by its stream.
+    Attach(StreamId),
+    /// A continued run (a stateless retry with the same `requestState`) runs already.
+    AlreadyRunning,
+}
+
 /// Runs in flight on this worker: for cancellation and for routing replies to the
 /// handler's own requests.
 #[derive(Default)]
@@ -203,26 +214,32 @@ impl Engine {
     /// [`JOURNALED_METHODS`] is also committed to the journal before its handler starts
     /// (D6); a legacy client re-sending a request id of its session is attached to the run
     /// that id started, and gets its one outcome.
+    ///
+    /// # Durability
+    /// In plain words: each request pays as few commits as its guarantees allow. A
+    /// journaled request makes one commit before its handler starts (its stream, priming
+    /// event, alias and run record together) and one for its outcome (the response, the
+    /// close and the removal of its run record together); a request the engine answers
+    /// itself makes one; another request makes one for its stream, before its handler
+    /// starts, and one for its response. Stated more precisely: the stream, the alias
+    /// (`Expect::Absent`) and the run record are one [`durable_mcp_store::WriteBatch`], so
+    /// a re-sent request id (the alias conflicts) leaves nothing of its own visible and is
+    /// attached to the existing run; nothing is read before those writes (D1, D6).
     pub async fn accept(&self, caller: &Caller, id: RequestId, request: Map<String, Value>) -> Result<Accepted, EngineError> {
-        let store = self.store();
         let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
         let journaled = JOURNALED_METHODS.contains(&method.as_str());
-        // A re-sent request id is found when its alias is written (`Expect::Absent`
-        // conflicts), not looked up first: new requests, the common case, save a read.
-        let stream = StreamId::random();
-        store.create_stream(&stream, &caller.stream_owner()).await?;
-        let priming = if caller.primes_streams() { Some(store.append(&stream, String::new(), false).await?) } else { None };
+        let mut opening = NewStream::new(caller);
+        let stream = opening.id.clone();
         if caller.era == Era::Legacy {
             self.apply_session_effects(caller, &method, &request).await?;
         }
         tracing::debug!(%stream, %method, "request accepted");
-        let mut accepted = Accepted { stream: stream.clone(), priming, cancel: None, close_connection: None };
         if caller.era == Era::Legacy && method == "logging/setLevel" && self.summary().capabilities.get("logging").is_some() {
             // durable-mcp owns the session's log level (it filters messages itself, on
             // every worker), so it answers `logging/setLevel` once the level is committed.
             let response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}});
-            self.commit(&stream, &response, true).await?;
-            return Ok(accepted);
+            opening.answer(self, &response).await?;
+            return Ok(opening.accepted());
         }
         let tasks_flavor = match caller.era {
             Era::Modern => Some(Flavor::Extension),
@@ -231,19 +248,19 @@ impl Engine {
         };
         if let Some(flavor) = tasks_flavor
             && method.starts_with("tasks/")
-            && let Some(answer) = self.tasks_method(caller, flavor, &id, &method, &request, &stream).await?
+            && let Some(answer) = self.tasks_method(caller, flavor, &id, &method, &request, &mut opening).await?
         {
             if let Some(response) = answer {
-                self.commit(&stream, &response, true).await?;
+                opening.answer(self, &response).await?;
             }
-            return Ok(accepted);
+            return Ok(opening.accepted());
         }
         let subscription = if caller.era == Era::Modern && method == "subscriptions/listen" {
             match self.listen_subscription(caller, &id, &request).await? {
                 Ok(subscription) => Some(subscription),
                 Err(refusal) => {
-                    self.commit(&stream, &refusal, true).await?;
-                    return Ok(accepted);
+                    opening.answer(self, &refusal).await?;
+                    return Ok(opening.accepted());
                 }
             }
         } else {
@@ -254,8 +271,8 @@ impl Engine {
             (Some(flavor), "tools/call") => match self.task_mode(flavor, &id, &mut request) {
                 Ok(mode) => mode,
                 Err(refusal) => {
-                    self.commit(&stream, &refusal, true).await?;
-                    return Ok(accepted);
+                    opening.answer(self, &refusal).await?;
+                    return Ok(opening.accepted());
                 }
             },
             _ => None,
@@ -279,46 +296,29 @@ impl Engine {
                     }
                     Err(message) => {
                         let refusal = error_response(id, code::INVALID_PARAMS, &message, None);
-                        self.commit(&stream, &refusal, true).await?;
-                        return Ok(accepted);
+                        opening.answer(self, &refusal).await?;
+                        return Ok(opening.accepted());
                     }
-                }
-            }
-            if let Some(session) = caller.session_id() {
-                // The alias first: a crash after it leaves an alias without a journal entry,
-                // which a re-sent request adopts (see `attach`).
-                let expires = now_ms() + MARK_TTL_MS;
-                match store.put_record(RecordKind::Alias, &alias_key(session, &id), run_id.clone(), Some(expires), Expect::Absent).await {
-                    Ok(_) => {}
-                    Err(StoreError::Conflict { .. }) => {
-                        // The same request id, re-sent concurrently: the other one runs.
-                        let _ = self.close_unanswered(&stream, &id, true).await;
-                        if let Some(existing) = self.existing_run(session, &id).await? {
-                            return self.attach(caller, id, request, existing).await;
-                        }
-                    }
-                    Err(error) => return Err(error.into()),
                 }
             }
             if let Some((flavor, ttl)) = task_mode {
-                self.start_task(caller, id, request, &stream, flavor, ttl).await?;
-                return Ok(accepted);
+                return self.accept_task(caller, id, request, opening, flavor, ttl).await;
             }
-            let record = RunRecord::new(self, caller, request.clone(), &stream);
-            match store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await {
-                Ok(version) => Some(Held::start(self, run_id, record, version)),
-                Err(StoreError::Conflict { .. }) if caller.era == Era::Modern => {
+            match self.journal(caller, &id, &request, &mut opening, run_id).await? {
+                Journaled::Held(held) => Some(held),
+                Journaled::Attach(existing) => return self.attach(caller, id, request, existing).await,
+                Journaled::AlreadyRunning => {
                     let refusal = error_response(id, code::INVALID_PARAMS, "this request is already running (a retry with the same requestState)", None);
-                    self.commit(&stream, &refusal, true).await?;
-                    return Ok(accepted);
+                    opening.answer(self, &refusal).await?;
+                    return Ok(opening.accepted());
                 }
-                // A re-sent copy adopted this run first: it runs there.
-                Err(StoreError::Conflict { .. }) => return Ok(accepted),
-                Err(error) => return Err(error.into()),
             }
         } else {
+            // The transport follows the stream as soon as this returns: it exists first.
+            opening.open(self).await?;
             None
         };
+        let mut accepted = opening.accepted();
         match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, subscription).await {
             Ok(launched) => {
                 accepted.cancel = Some(launched.cancel);
@@ -330,6 +330,98 @@ impl Engine {
             }
         }
         Ok(accepted)
+    }
+
+    /// Journal a request in the commit that creates its response stream: the stream (and
+    /// its priming event), the alias of a session's request id (`Expect::Absent`) and the
+    /// run record (`Expect::Absent`), one [`durable_mcp_store::WriteBatch`] (D6).
+    ///
+    /// A conflict on the alias is a re-sent request id: nothing of the batch was written,
+    /// and the request attaches to the run the id started. A conflict on the run record is
+    /// a continued run (a stateless retry) that already runs.
+    async fn journal(
+        &self,
+        caller: &Caller,
+        id: &RequestId,
+        request: &Map<String, Value>,
+        opening: &mut NewStream,
+        run_id: String,
+    ) -> Result<Journaled, EngineError> {
+        let record = RunRecord::new(self, caller, request.clone(), &opening.id);
+        let mut alias = caller.session_id().map(|session| alias_key(session, id));
+        loop {
+            let mut batch = opening.batch();
+            let alias_index = alias.as_ref().map(|key| {
+                let index = batch.len();
+                batch.push(BatchOp::PutRecord {
+                    kind: RecordKind::Alias,
+                    key: key.clone(),
+                    value: run_id.clone(),
+                    expires_at_ms: Some(now_ms() + MARK_TTL_MS),
+                    expect: Expect::Absent,
+                });
+                index
+            });
+            let run_index = batch.len();
+            batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode(), expires_at_ms: None, expect: Expect::Absent });
+            let error = match self.store().commit(batch).await {
+                Ok(outcome) => {
+                    opening.committed(&outcome);
+                    let version = outcome.version(run_index).ok_or_else(|| StoreError::Corrupt("a committed batch without the run record's version".into()))?;
+                    return Ok(Journaled::Held(Held::start(self, run_id, record, version)));
+                }
+                Err(error) => error,
+            };
+            let conflict_at = match (&error, error.refusal()) {
+                (StoreError::BatchOp { index, .. }, StoreError::Conflict { .. }) => *index,
+                _ => return Err(error.into()),
+            };
+            if Some(conflict_at) == alias_index {
+                // The same request id, re-sent: the run it started answers it.
+                if let Some(session) = caller.session_id()
+                    && let Some(existing) = self.existing_run(session, id).await?
+                {
+                    return Ok(Journaled::Attach(existing));
+                }
+                // The alias expired in between: journal the request without one.
+                alias = None;
+                continue;
+            }
+            return Ok(Journaled::AlreadyRunning);
+        }
+    }
+
+    /// A `tools/call` that runs as a task (D10): its request stream, then the alias of the
+    /// session's request id, then the task and its run ([`Engine::start_task`]).
+    async fn accept_task(
+        &self,
+        caller: &Caller,
+        id: RequestId,
+        request: Map<String, Value>,
+        mut opening: NewStream,
+        flavor: Flavor,
+        ttl: Option<u64>,
+    ) -> Result<Accepted, EngineError> {
+        opening.open(self).await?;
+        let stream = opening.id.clone();
+        if let Some(session) = caller.session_id() {
+            // The alias first: a crash after it leaves an alias without a journal entry,
+            // which a re-sent request adopts (see `attach`).
+            let expires = now_ms() + MARK_TTL_MS;
+            match self.store().put_record(RecordKind::Alias, &alias_key(session, &id), stream.to_string(), Some(expires), Expect::Absent).await {
+                Ok(_) => {}
+                Err(StoreError::Conflict { .. }) => {
+                    // The same request id, re-sent concurrently: the other one runs.
+                    let _ = self.close_unanswered(&stream, &id, true).await;
+                    if let Some(existing) = self.existing_run(session, &id).await? {
+                        return self.attach(caller, id, request, existing).await;
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        self.start_task(caller, id, request, &stream, flavor, ttl).await?;
+        Ok(opening.accepted())
     }
 
     /// A re-sent request (same session, same JSON-RPC id): its client gets the stream of
@@ -452,7 +544,7 @@ impl Engine {
         id: &RequestId,
         method: &str,
         request: &Map<String, Value>,
-        stream: &StreamId,
+        opening: &mut NewStream,
     ) -> Result<Option<Option<Value>>, EngineError> {
         let params = request.get("params");
         match (flavor, method) {
@@ -465,7 +557,7 @@ impl Engine {
             (Flavor::V2025, "tasks/get" | "tasks/list" | "tasks/cancel") => {
                 Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
-            (Flavor::V2025, "tasks/result") => self.task_result(caller, id, params, stream).await,
+            (Flavor::V2025, "tasks/result") => self.task_result(caller, id, params, opening).await,
             _ => Ok(None),
         }
     }
@@ -546,7 +638,7 @@ impl Engine {
 
     /// 2025-11-25 `tasks/result`: the task's questions as they come, then its outcome,
     /// relayed from the task's stream (committed events only) to this request's stream.
-    async fn task_result(&self, caller: &Caller, id: &RequestId, params: Option<&Value>, stream: &StreamId) -> Result<Option<Option<Value>>, EngineError> {
+    async fn task_result(&self, caller: &Caller, id: &RequestId, params: Option<&Value>, opening: &mut NewStream) -> Result<Option<Option<Value>>, EngineError> {
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
             return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None))));
         };
@@ -569,10 +661,16 @@ impl Engine {
         request.insert("id".into(), id.clone());
         request.insert("method".into(), Value::from("tasks/result"));
         request.insert("params".into(), serde_json::json!({"taskId": task_id}));
-        let mut record = RunRecord::new(self, caller, request, stream);
+        // One commit: the request's stream with its journal entry.
+        let mut record = RunRecord::new(self, caller, request, &opening.id);
         record.relay = Some(Relay { task: key, task_id: task_id.to_owned(), source: task.stream.clone() });
-        let run_id = stream.to_string();
-        let version = self.store().put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await?;
+        let run_id = opening.id.to_string();
+        let mut batch = opening.batch();
+        let run_index = batch.len();
+        batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode(), expires_at_ms: None, expect: Expect::Absent });
+        let outcome = self.store().commit(batch).await?;
+        opening.committed(&outcome);
+        let version = outcome.version(run_index).ok_or_else(|| StoreError::Corrupt("a committed batch without the run record's version".into()))?;
         tokio::spawn(self.clone().run_relay(Held::start(self, run_id, record, version)));
         Ok(Some(None))
     }
@@ -772,7 +870,11 @@ impl Engine {
                             }
                         }
                     }
-                    let committed = self.commit(&stream, &outcome, true).await.map(drop);
+                    let committed = match held.as_mut() {
+                        // One commit: the outcome, the close and the end of the journal entry.
+                        Some(held) if !suspended && held.record.task.is_none() => held.commit_outcome(&self, &stream, &outcome).await,
+                        _ => self.commit(&stream, &outcome, true).await.map(drop),
+                    };
                     answered = committed.is_ok();
                     if committed.is_ok() {
                         settled = Some(outcome);
