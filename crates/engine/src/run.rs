@@ -17,10 +17,10 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
-use crate::opening::NewStream;
+use crate::opening::{Journaled, NewStream};
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::rerun::AlreadySent;
-use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, Relay, RunRecord, alias_key};
+use crate::journal::{DurableRun, Held, JOURNALED_METHODS, Relay, RunRecord};
 use crate::tasks::{Flavor, declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
@@ -105,7 +105,7 @@ impl Caller {
         Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(session), log_level: None })
     }
 
-    fn session_id(&self) -> Option<&SessionId> {
+    pub(crate) fn session_id(&self) -> Option<&SessionId> {
         self.session.as_ref().map(|s| &s.id)
     }
 
@@ -148,16 +148,6 @@ pub struct Accepted {
     /// Fires when the handler asks to close the connection (not the stream) so that the
     /// client resumes with `Last-Event-ID` (legacy era only).
     pub close_connection: Option<CancellationToken>,
-}
-
-/// What journaling a request came to ([`Engine::journal`]).
-enum Journaled {
-    /// The run is journaled and held by this worker: start its handler.
-    Held(Held),
-    /// The request id was re-sent: the run it started, by its stream.
-    Attach(StreamId),
-    /// A continued run (a stateless retry with the same `requestState`) runs already.
-    AlreadyRunning,
 }
 
 /// Runs in flight on this worker: for cancellation and for routing replies to the
@@ -305,7 +295,7 @@ impl Engine {
                 return self.accept_task(caller, id, request, opening, flavor, ttl).await;
             }
             match self.journal(caller, &id, &request, &mut opening, run_id).await? {
-                Journaled::Held(held) => Some(held),
+                Journaled::Held(held) => Some(*held),
                 Journaled::Attach(existing) => return self.attach(caller, id, request, existing).await,
                 Journaled::AlreadyRunning => {
                     let refusal = error_response(id, code::INVALID_PARAMS, "this request is already running (a retry with the same requestState)", None);
@@ -332,103 +322,11 @@ impl Engine {
         Ok(accepted)
     }
 
-    /// Journal a request in the commit that creates its response stream: the stream (and
-    /// its priming event), the alias of a session's request id (`Expect::Absent`) and the
-    /// run record (`Expect::Absent`), one [`durable_mcp_store::WriteBatch`] (D6).
-    ///
-    /// A conflict on the alias is a re-sent request id: nothing of the batch was written,
-    /// and the request attaches to the run the id started. A conflict on the run record is
-    /// a continued run (a stateless retry) that already runs.
-    async fn journal(
-        &self,
-        caller: &Caller,
-        id: &RequestId,
-        request: &Map<String, Value>,
-        opening: &mut NewStream,
-        run_id: String,
-    ) -> Result<Journaled, EngineError> {
-        let record = RunRecord::new(self, caller, request.clone(), &opening.id);
-        let mut alias = caller.session_id().map(|session| alias_key(session, id));
-        loop {
-            let mut batch = opening.batch();
-            let alias_index = alias.as_ref().map(|key| {
-                let index = batch.len();
-                batch.push(BatchOp::PutRecord {
-                    kind: RecordKind::Alias,
-                    key: key.clone(),
-                    value: run_id.clone(),
-                    expires_at_ms: Some(now_ms() + MARK_TTL_MS),
-                    expect: Expect::Absent,
-                });
-                index
-            });
-            let run_index = batch.len();
-            batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode(), expires_at_ms: None, expect: Expect::Absent });
-            let error = match self.store().commit(batch).await {
-                Ok(outcome) => {
-                    opening.committed(&outcome);
-                    let version = outcome.version(run_index).ok_or_else(|| StoreError::Corrupt("a committed batch without the run record's version".into()))?;
-                    return Ok(Journaled::Held(Held::start(self, run_id, record, version)));
-                }
-                Err(error) => error,
-            };
-            let conflict_at = match (&error, error.refusal()) {
-                (StoreError::BatchOp { index, .. }, StoreError::Conflict { .. }) => *index,
-                _ => return Err(error.into()),
-            };
-            if Some(conflict_at) == alias_index {
-                // The same request id, re-sent: the run it started answers it.
-                if let Some(session) = caller.session_id()
-                    && let Some(existing) = self.existing_run(session, id).await?
-                {
-                    return Ok(Journaled::Attach(existing));
-                }
-                // The alias expired in between: journal the request without one.
-                alias = None;
-                continue;
-            }
-            return Ok(Journaled::AlreadyRunning);
-        }
-    }
-
-    /// A `tools/call` that runs as a task (D10): its request stream, then the alias of the
-    /// session's request id, then the task and its run ([`Engine::start_task`]).
-    async fn accept_task(
-        &self,
-        caller: &Caller,
-        id: RequestId,
-        request: Map<String, Value>,
-        mut opening: NewStream,
-        flavor: Flavor,
-        ttl: Option<u64>,
-    ) -> Result<Accepted, EngineError> {
-        opening.open(self).await?;
-        let stream = opening.id.clone();
-        if let Some(session) = caller.session_id() {
-            // The alias first: a crash after it leaves an alias without a journal entry,
-            // which a re-sent request adopts (see `attach`).
-            let expires = now_ms() + MARK_TTL_MS;
-            match self.store().put_record(RecordKind::Alias, &alias_key(session, &id), stream.to_string(), Some(expires), Expect::Absent).await {
-                Ok(_) => {}
-                Err(StoreError::Conflict { .. }) => {
-                    // The same request id, re-sent concurrently: the other one runs.
-                    let _ = self.close_unanswered(&stream, &id, true).await;
-                    if let Some(existing) = self.existing_run(session, &id).await? {
-                        return self.attach(caller, id, request, existing).await;
-                    }
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-        self.start_task(caller, id, request, &stream, flavor, ttl).await?;
-        Ok(opening.accepted())
-    }
-
     /// A re-sent request (same session, same JSON-RPC id): its client gets the stream of
     /// the run that id started, from the beginning, and so its one outcome (D6). If the
     /// worker that accepted the original died before journaling it, this request adopts
     /// the run: it is the same request, so it is journaled and started now.
-    async fn attach(&self, caller: &Caller, id: RequestId, request: Map<String, Value>, stream: StreamId) -> Result<Accepted, EngineError> {
+    pub(crate) async fn attach(&self, caller: &Caller, id: RequestId, request: Map<String, Value>, stream: StreamId) -> Result<Accepted, EngineError> {
         let attached = Accepted { stream: stream.clone(), priming: None, cancel: None, close_connection: None };
         let run_id = stream.to_string();
         if self.store().get_record(RecordKind::Run, &run_id).await?.is_some() || self.stream_closed(&stream).await? {
@@ -603,7 +501,7 @@ impl Engine {
     /// Create a task for a `tools/call` and start its run: the task is committed, then the
     /// create result is committed to the request's stream, then the run starts on the
     /// task's own stream (D10).
-    async fn start_task(
+    pub(crate) async fn start_task(
         &self,
         caller: &Caller,
         id: RequestId,
