@@ -131,3 +131,26 @@ async fn budget_unjournaled_request_commits_its_stream_and_its_response() {
     let counts = settled(&h, &store).await;
     assert_eq!(writes(&counts), vec![(Op::Append, 1), (Op::Commit, 1)], "nothing journaled: {counts:?}");
 }
+
+/// D6: a re-sent request id (legacy) is found by the conflict of its alias inside the
+/// first batch: that refused batch is the re-send's only write (no stream of its own, no
+/// stream to close again), and it gets the one outcome of the run the id started.
+#[tokio::test]
+async fn d6_resent_request_id_writes_nothing_of_its_own_and_gets_the_one_outcome() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    post(&h.router, Some(&session), call(1, "echo", json!({"text": "warm"}))).await.events().await;
+    settled(&h, &store).await;
+    let (router, header) = (h.router.clone(), session.clone());
+    let first = tokio::spawn(async move { post(&router, Some(&header), call(2, "slow", json!({"ms": HANDLER_MS}))).await.events().await });
+    eventually("the handler runs", async || h.engine.in_flight() == 1).await;
+    store.hook().take();
+    let again = post(&h.router, Some(&session), call(2, "slow", json!({"ms": HANDLER_MS}))).await;
+    let counts = store.hook().take();
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "the re-send's refused batch only: {counts:?}");
+    let (first, again) = (messages(&first.await.unwrap()), messages(&again.events().await));
+    assert_eq!(first, again, "one outcome for both");
+    assert_eq!(first.last().unwrap()["result"]["content"][0]["text"], "done");
+    settled(&h, &store).await;
+    assert!(store.inner().list_records(RecordKind::Run, "", 10).await.unwrap().is_empty());
+}
