@@ -19,7 +19,7 @@ use std::time::Duration;
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::jsonrpc::RequestId;
 use durable_mcp_protocol::{DurableBackend, DurableError, McpVersion, ServerChange, StateKeys, StateSealer};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, key_part, now_ms};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, WriteBatch, key_part, now_ms};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -143,6 +143,8 @@ pub(crate) struct Held {
     /// does not send again (read once when the run is taken over; `None` for a first run).
     pub(crate) already_sent: Option<Arc<AlreadySent>>,
     heartbeat: tokio::task::JoinHandle<()>,
+    /// Set once the run's record went with its outcome ([`Held::commit_outcome`]).
+    ended: bool,
 }
 
 impl Drop for Held {
@@ -162,7 +164,7 @@ impl Held {
         let beat = Beat { shared: shared.clone(), lost: lost.clone(), cancelled: cancelled.clone(), valid_until_ms: valid_until_ms.clone() };
         let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), beat));
         let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(record.attempt > 1 || record.modern));
-        Self { run_id, record, shared, lost, cancelled, steps_written, valid_until_ms, already_sent: None, heartbeat }
+        Self { run_id, record, shared, lost, cancelled, steps_written, valid_until_ms, already_sent: None, heartbeat, ended: false }
     }
 
     /// Whether the lease is still surely ours (fencing: a worker that could not renew it
@@ -195,6 +197,9 @@ impl Held {
     /// (a retry after a crash, a replay), and must find its committed steps (D8).
     pub(crate) async fn finish(self, engine: &Engine) {
         self.heartbeat.abort();
+        if self.ended {
+            return;
+        }
         let store = engine.store();
         let steps = format!("{}/", self.run_id);
         let stateless = self.record.modern && self.record.task.is_none();
@@ -207,6 +212,33 @@ impl Held {
         if let Err(error) = store.delete_records(RecordKind::Run, &self.run_id).await {
             tracing::warn!(%error, run = %self.run_id, "could not delete a finished run's journal entry; recovery will");
         }
+    }
+
+    /// Commit the run's outcome as the last event of `stream` and end its journal entry,
+    /// in one batch: the outcome, the close, the run record's removal at the version this
+    /// worker holds, and the steps of a run that wrote some (a stateless request's stay, see
+    /// [`Held::finish`]).
+    ///
+    /// # Durability
+    /// All or nothing (D7): either the client's one outcome is committed and the run is no
+    /// longer journaled, or neither. The removal is fenced by the version: if another
+    /// worker took the run over (or renewed it), nothing is written and the error says so.
+    pub(crate) async fn commit_outcome(&mut self, engine: &Engine, stream: &StreamId, outcome: &Value) -> Result<(), EngineError> {
+        // Held while committing: no heartbeat moves the version in between.
+        let guard = self.shared.lock().await;
+        let mut batch = WriteBatch::new()
+            .append(stream.clone(), outcome.to_string())
+            .close(stream.clone())
+            .delete_record(RecordKind::Run, self.run_id.clone(), guard.1);
+        let stateless = self.record.modern && self.record.task.is_none();
+        if !stateless && self.steps_written.load(Ordering::SeqCst) {
+            batch = batch.delete_records(RecordKind::Step, format!("{}/", self.run_id));
+        }
+        engine.store().commit(batch).await?;
+        drop(guard);
+        self.heartbeat.abort();
+        self.ended = true;
+        Ok(())
     }
 
     /// Give the run back: another worker (or our own recovery loop) picks it up at

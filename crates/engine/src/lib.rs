@@ -19,6 +19,7 @@ pub mod inspect;
 mod journal;
 pub mod keys;
 mod notify;
+mod opening;
 mod rerun;
 mod run;
 mod session;

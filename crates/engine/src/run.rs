@@ -11,15 +11,16 @@ use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
 use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, McpVersion, Outbound, PeerContext, Run, StateKeys};
 use durable_mcp_store::{
-    EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
+    BatchOp, EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
 };
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
+use crate::opening::{Journaled, NewStream};
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::rerun::AlreadySent;
-use crate::journal::{DurableRun, Held, JOURNALED_METHODS, MARK_TTL_MS, Relay, RunRecord, alias_key};
+use crate::journal::{DurableRun, Held, JOURNALED_METHODS, Relay, RunRecord};
 use crate::tasks::{Flavor, declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
@@ -104,7 +105,7 @@ impl Caller {
         Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(session), log_level: None })
     }
 
-    fn session_id(&self) -> Option<&SessionId> {
+    pub(crate) fn session_id(&self) -> Option<&SessionId> {
         self.session.as_ref().map(|s| &s.id)
     }
 
@@ -203,26 +204,32 @@ impl Engine {
     /// [`JOURNALED_METHODS`] is also committed to the journal before its handler starts
     /// (D6); a legacy client re-sending a request id of its session is attached to the run
     /// that id started, and gets its one outcome.
+    ///
+    /// # Durability
+    /// In plain words: each request pays as few commits as its guarantees allow. A
+    /// journaled request makes one commit before its handler starts (its stream, priming
+    /// event, alias and run record together) and one for its outcome (the response, the
+    /// close and the removal of its run record together); a request the engine answers
+    /// itself makes one; another request makes one for its stream, before its handler
+    /// starts, and one for its response. Stated more precisely: the stream, the alias
+    /// (`Expect::Absent`) and the run record are one [`durable_mcp_store::WriteBatch`], so
+    /// a re-sent request id (the alias conflicts) leaves nothing of its own visible and is
+    /// attached to the existing run; nothing is read before those writes (D1, D6).
     pub async fn accept(&self, caller: &Caller, id: RequestId, request: Map<String, Value>) -> Result<Accepted, EngineError> {
-        let store = self.store();
         let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
         let journaled = JOURNALED_METHODS.contains(&method.as_str());
-        // A re-sent request id is found when its alias is written (`Expect::Absent`
-        // conflicts), not looked up first: new requests, the common case, save a read.
-        let stream = StreamId::random();
-        store.create_stream(&stream, &caller.stream_owner()).await?;
-        let priming = if caller.primes_streams() { Some(store.append(&stream, String::new(), false).await?) } else { None };
+        let mut opening = NewStream::new(caller);
+        let stream = opening.id.clone();
         if caller.era == Era::Legacy {
             self.apply_session_effects(caller, &method, &request).await?;
         }
         tracing::debug!(%stream, %method, "request accepted");
-        let mut accepted = Accepted { stream: stream.clone(), priming, cancel: None, close_connection: None };
         if caller.era == Era::Legacy && method == "logging/setLevel" && self.summary().capabilities.get("logging").is_some() {
             // durable-mcp owns the session's log level (it filters messages itself, on
             // every worker), so it answers `logging/setLevel` once the level is committed.
             let response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}});
-            self.commit(&stream, &response, true).await?;
-            return Ok(accepted);
+            opening.answer(self, &response).await?;
+            return Ok(opening.accepted());
         }
         let tasks_flavor = match caller.era {
             Era::Modern => Some(Flavor::Extension),
@@ -231,19 +238,19 @@ impl Engine {
         };
         if let Some(flavor) = tasks_flavor
             && method.starts_with("tasks/")
-            && let Some(answer) = self.tasks_method(caller, flavor, &id, &method, &request, &stream).await?
+            && let Some(answer) = self.tasks_method(caller, flavor, &id, &method, &request, &mut opening).await?
         {
             if let Some(response) = answer {
-                self.commit(&stream, &response, true).await?;
+                opening.answer(self, &response).await?;
             }
-            return Ok(accepted);
+            return Ok(opening.accepted());
         }
         let subscription = if caller.era == Era::Modern && method == "subscriptions/listen" {
             match self.listen_subscription(caller, &id, &request).await? {
                 Ok(subscription) => Some(subscription),
                 Err(refusal) => {
-                    self.commit(&stream, &refusal, true).await?;
-                    return Ok(accepted);
+                    opening.answer(self, &refusal).await?;
+                    return Ok(opening.accepted());
                 }
             }
         } else {
@@ -254,8 +261,8 @@ impl Engine {
             (Some(flavor), "tools/call") => match self.task_mode(flavor, &id, &mut request) {
                 Ok(mode) => mode,
                 Err(refusal) => {
-                    self.commit(&stream, &refusal, true).await?;
-                    return Ok(accepted);
+                    opening.answer(self, &refusal).await?;
+                    return Ok(opening.accepted());
                 }
             },
             _ => None,
@@ -279,46 +286,29 @@ impl Engine {
                     }
                     Err(message) => {
                         let refusal = error_response(id, code::INVALID_PARAMS, &message, None);
-                        self.commit(&stream, &refusal, true).await?;
-                        return Ok(accepted);
+                        opening.answer(self, &refusal).await?;
+                        return Ok(opening.accepted());
                     }
-                }
-            }
-            if let Some(session) = caller.session_id() {
-                // The alias first: a crash after it leaves an alias without a journal entry,
-                // which a re-sent request adopts (see `attach`).
-                let expires = now_ms() + MARK_TTL_MS;
-                match store.put_record(RecordKind::Alias, &alias_key(session, &id), run_id.clone(), Some(expires), Expect::Absent).await {
-                    Ok(_) => {}
-                    Err(StoreError::Conflict { .. }) => {
-                        // The same request id, re-sent concurrently: the other one runs.
-                        let _ = self.close_unanswered(&stream, &id, true).await;
-                        if let Some(existing) = self.existing_run(session, &id).await? {
-                            return self.attach(caller, id, request, existing).await;
-                        }
-                    }
-                    Err(error) => return Err(error.into()),
                 }
             }
             if let Some((flavor, ttl)) = task_mode {
-                self.start_task(caller, id, request, &stream, flavor, ttl).await?;
-                return Ok(accepted);
+                return self.accept_task(caller, id, request, opening, flavor, ttl).await;
             }
-            let record = RunRecord::new(self, caller, request.clone(), &stream);
-            match store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await {
-                Ok(version) => Some(Held::start(self, run_id, record, version)),
-                Err(StoreError::Conflict { .. }) if caller.era == Era::Modern => {
+            match self.journal(caller, &id, &request, &mut opening, run_id).await? {
+                Journaled::Held(held) => Some(*held),
+                Journaled::Attach(existing) => return self.attach(caller, id, request, existing).await,
+                Journaled::AlreadyRunning => {
                     let refusal = error_response(id, code::INVALID_PARAMS, "this request is already running (a retry with the same requestState)", None);
-                    self.commit(&stream, &refusal, true).await?;
-                    return Ok(accepted);
+                    opening.answer(self, &refusal).await?;
+                    return Ok(opening.accepted());
                 }
-                // A re-sent copy adopted this run first: it runs there.
-                Err(StoreError::Conflict { .. }) => return Ok(accepted),
-                Err(error) => return Err(error.into()),
             }
         } else {
+            // The transport follows the stream as soon as this returns: it exists first.
+            opening.open(self).await?;
             None
         };
+        let mut accepted = opening.accepted();
         match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, subscription).await {
             Ok(launched) => {
                 accepted.cancel = Some(launched.cancel);
@@ -336,7 +326,7 @@ impl Engine {
     /// the run that id started, from the beginning, and so its one outcome (D6). If the
     /// worker that accepted the original died before journaling it, this request adopts
     /// the run: it is the same request, so it is journaled and started now.
-    async fn attach(&self, caller: &Caller, id: RequestId, request: Map<String, Value>, stream: StreamId) -> Result<Accepted, EngineError> {
+    pub(crate) async fn attach(&self, caller: &Caller, id: RequestId, request: Map<String, Value>, stream: StreamId) -> Result<Accepted, EngineError> {
         let attached = Accepted { stream: stream.clone(), priming: None, cancel: None, close_connection: None };
         let run_id = stream.to_string();
         if self.store().get_record(RecordKind::Run, &run_id).await?.is_some() || self.stream_closed(&stream).await? {
@@ -452,7 +442,7 @@ impl Engine {
         id: &RequestId,
         method: &str,
         request: &Map<String, Value>,
-        stream: &StreamId,
+        opening: &mut NewStream,
     ) -> Result<Option<Option<Value>>, EngineError> {
         let params = request.get("params");
         match (flavor, method) {
@@ -465,7 +455,7 @@ impl Engine {
             (Flavor::V2025, "tasks/get" | "tasks/list" | "tasks/cancel") => {
                 Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
-            (Flavor::V2025, "tasks/result") => self.task_result(caller, id, params, stream).await,
+            (Flavor::V2025, "tasks/result") => self.task_result(caller, id, params, opening).await,
             _ => Ok(None),
         }
     }
@@ -511,7 +501,7 @@ impl Engine {
     /// Create a task for a `tools/call` and start its run: the task is committed, then the
     /// create result is committed to the request's stream, then the run starts on the
     /// task's own stream (D10).
-    async fn start_task(
+    pub(crate) async fn start_task(
         &self,
         caller: &Caller,
         id: RequestId,
@@ -546,7 +536,7 @@ impl Engine {
 
     /// 2025-11-25 `tasks/result`: the task's questions as they come, then its outcome,
     /// relayed from the task's stream (committed events only) to this request's stream.
-    async fn task_result(&self, caller: &Caller, id: &RequestId, params: Option<&Value>, stream: &StreamId) -> Result<Option<Option<Value>>, EngineError> {
+    async fn task_result(&self, caller: &Caller, id: &RequestId, params: Option<&Value>, opening: &mut NewStream) -> Result<Option<Option<Value>>, EngineError> {
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
             return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None))));
         };
@@ -569,10 +559,16 @@ impl Engine {
         request.insert("id".into(), id.clone());
         request.insert("method".into(), Value::from("tasks/result"));
         request.insert("params".into(), serde_json::json!({"taskId": task_id}));
-        let mut record = RunRecord::new(self, caller, request, stream);
+        // One commit: the request's stream with its journal entry.
+        let mut record = RunRecord::new(self, caller, request, &opening.id);
         record.relay = Some(Relay { task: key, task_id: task_id.to_owned(), source: task.stream.clone() });
-        let run_id = stream.to_string();
-        let version = self.store().put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await?;
+        let run_id = opening.id.to_string();
+        let mut batch = opening.batch();
+        let run_index = batch.len();
+        batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode(), expires_at_ms: None, expect: Expect::Absent });
+        let outcome = self.store().commit(batch).await?;
+        opening.committed(&outcome);
+        let version = outcome.version(run_index).ok_or_else(|| StoreError::Corrupt("a committed batch without the run record's version".into()))?;
         tokio::spawn(self.clone().run_relay(Held::start(self, run_id, record, version)));
         Ok(Some(None))
     }
@@ -772,7 +768,11 @@ impl Engine {
                             }
                         }
                     }
-                    let committed = self.commit(&stream, &outcome, true).await.map(drop);
+                    let committed = match held.as_mut() {
+                        // One commit: the outcome, the close and the end of the journal entry.
+                        Some(held) if !suspended && held.record.task.is_none() => held.commit_outcome(&self, &stream, &outcome).await,
+                        _ => self.commit(&stream, &outcome, true).await.map(drop),
+                    };
                     answered = committed.is_ok();
                     if committed.is_ok() {
                         settled = Some(outcome);

@@ -94,26 +94,30 @@ async fn assert_committed(store: &GatedStore, events: &[(Option<String>, String)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_no_byte_of_an_event_is_sent_while_its_commit_is_held() {
-    let (_h, store, addr, session) = gated_server().await;
-    store.hook().hold(Op::Append);
-    let mut rx = post_raw(addr, &session, &call(1, "echo", json!({"text": "held-event"}))).await;
+    let (h, store, addr, session) = gated_server().await;
+    // A journaled call commits its outcome in one batch (with the close and the end of its
+    // journal entry): the gate holds commits once the first one (its stream and journal
+    // entry) is done and its handler runs, well before the handler's sleep ends.
+    let mut rx = post_raw(addr, &session, &call(1, "slow", json!({"ms": 1_000}))).await;
+    support::eventually("the handler runs", async || h.engine.in_flight() == 1).await;
+    store.hook().hold(Op::Commit);
     // The handler ran and its response is at the gate: its commit has not happened.
-    tokio::time::timeout(DEADLINE, store.hook().until_waiting(Op::Append, 1)).await.expect("the response's commit is held");
+    tokio::time::timeout(DEADLINE, store.hook().until_waiting(Op::Commit, 1)).await.expect("the response's commit is held");
     // The response head may be out (legacy streams open at once); no event may be.
     let event_bytes = |bytes: &[u8]| {
         let text = String::from_utf8_lossy(bytes);
-        text.contains("held-event") || text.contains("data:") || text.contains("\nid:")
+        text.contains("done") || text.contains("data:") || text.contains("\nid:")
     };
     let early = tokio::time::timeout(QUIET, rx.wait_for(|(bytes, ended)| *ended || event_bytes(bytes))).await.is_ok();
     let (sent, _) = rx.borrow().clone();
     assert!(!early && !event_bytes(&sent), "an event reached the socket while its commit was held: {:?}", String::from_utf8_lossy(&sent));
 
-    store.hook().release(Op::Append);
+    store.hook().release(Op::Commit);
     let (status, events) = response(rx).await;
     assert_eq!(status, "HTTP/1.1 200 OK");
     let messages: Vec<Value> = events.iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
     assert_eq!(messages.len(), 1, "{messages:?}");
-    assert_eq!(messages[0]["result"]["content"][0]["text"], "held-event");
+    assert_eq!(messages[0]["result"]["content"][0]["text"], "done");
     assert_committed(&store, &events).await;
 }
 

@@ -1,0 +1,186 @@
+//! The first commit of the door in ([`crate::Engine::accept`]): a request's response stream
+//! before it is committed ([`NewStream`]) goes into the request's first commit, together
+//! with what that commit holds besides (the response of a request the engine answers
+//! itself; the alias and run record of a journaled one, [`crate::Engine::journal`]), so
+//! that a request pays one commit where it used to pay several.
+
+use durable_mcp_protocol::jsonrpc::RequestId;
+use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, RecordKind, StoreError, StreamId, StreamOwner, WriteBatch, now_ms};
+use serde_json::{Map, Value};
+
+use crate::journal::{Held, MARK_TTL_MS, RunRecord, alias_key};
+use crate::tasks::Flavor;
+use crate::{Accepted, Caller, Engine, EngineError};
+
+/// The response stream of a request being accepted: created by the first commit of the
+/// request ([`NewStream::batch`], then [`NewStream::committed`]), or on its own when
+/// nothing else is to be committed with it ([`NewStream::open`]).
+///
+/// # Durability
+/// Nothing names the stream to a client before it is committed: [`NewStream::accepted`]
+/// is only handed to the transport after the commit that created it (D1).
+pub(crate) struct NewStream {
+    /// The stream's id.
+    pub id: StreamId,
+    owner: StreamOwner,
+    primes: bool,
+    /// Once committed: the priming event, for streams that have one.
+    opened: Option<Option<EventId>>,
+}
+
+impl NewStream {
+    /// The response stream of a request from `caller` (with a priming event where its
+    /// version has one).
+    pub fn new(caller: &Caller) -> Self {
+        Self { id: StreamId::random(), owner: caller.stream_owner(), primes: caller.primes_streams(), opened: None }
+    }
+
+    /// The ops that create the stream (and append its priming event), first in the batch;
+    /// an empty batch once it is committed. Ops added after them see the stream.
+    pub fn batch(&self) -> WriteBatch {
+        if self.opened.is_some() {
+            return WriteBatch::new();
+        }
+        let batch = WriteBatch::new().create_stream(self.id.clone(), self.owner.clone());
+        if self.primes { batch.append(self.id.clone(), String::new()) } else { batch }
+    }
+
+    /// A batch that began with [`NewStream::batch`] was committed.
+    pub fn committed(&mut self, outcome: &BatchOutcome) {
+        if self.opened.is_none() {
+            // The priming event is op 1, right after the creation.
+            self.opened = Some(if self.primes { outcome.event(1).cloned() } else { None });
+        }
+    }
+
+    /// Commit the stream (and its priming event) on its own, if it is not committed yet:
+    /// something else (a handler, a task) writes to it next.
+    pub async fn open(&mut self, engine: &Engine) -> Result<(), EngineError> {
+        if self.opened.is_none() {
+            let outcome = engine.store().commit(self.batch()).await?;
+            self.committed(&outcome);
+        }
+        Ok(())
+    }
+
+    /// Commit `response` as the stream's last event: with the stream's creation in one
+    /// commit when it is not committed yet.
+    pub async fn answer(&mut self, engine: &Engine, response: &Value) -> Result<(), EngineError> {
+        if self.opened.is_some() {
+            return engine.commit(&self.id, response, true).await.map(drop);
+        }
+        let batch = self.batch().append(self.id.clone(), response.to_string()).close(self.id.clone());
+        let outcome = engine.store().commit(batch).await?;
+        self.committed(&outcome);
+        Ok(())
+    }
+
+    /// What the transport gets: the stream and its priming event (no handler yet).
+    pub fn accepted(&self) -> Accepted {
+        Accepted { stream: self.id.clone(), priming: self.opened.clone().flatten(), cancel: None, close_connection: None }
+    }
+}
+
+/// What journaling a request came to ([`Engine::journal`]).
+pub(crate) enum Journaled {
+    /// The run is journaled and held by this worker: start its handler.
+    Held(Box<Held>),
+    /// The request id was re-sent: the run it started, by its stream.
+    Attach(StreamId),
+    /// A continued run (a stateless retry with the same `requestState`) runs already.
+    AlreadyRunning,
+}
+
+impl Engine {
+    /// Journal a request in the commit that creates its response stream: the stream (and
+    /// its priming event), the alias of a session's request id (`Expect::Absent`) and the
+    /// run record (`Expect::Absent`), one [`durable_mcp_store::WriteBatch`] (D6).
+    ///
+    /// A conflict on the alias is a re-sent request id: nothing of the batch was written,
+    /// and the request attaches to the run the id started. A conflict on the run record is
+    /// a continued run (a stateless retry) that already runs.
+    pub(crate) async fn journal(
+        &self,
+        caller: &Caller,
+        id: &RequestId,
+        request: &Map<String, Value>,
+        opening: &mut NewStream,
+        run_id: String,
+    ) -> Result<Journaled, EngineError> {
+        let record = RunRecord::new(self, caller, request.clone(), &opening.id);
+        let mut alias = caller.session_id().map(|session| alias_key(session, id));
+        loop {
+            let mut batch = opening.batch();
+            let alias_index = alias.as_ref().map(|key| {
+                let index = batch.len();
+                batch.push(BatchOp::PutRecord {
+                    kind: RecordKind::Alias,
+                    key: key.clone(),
+                    value: run_id.clone(),
+                    expires_at_ms: Some(now_ms() + MARK_TTL_MS),
+                    expect: Expect::Absent,
+                });
+                index
+            });
+            let run_index = batch.len();
+            batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode(), expires_at_ms: None, expect: Expect::Absent });
+            let error = match self.store().commit(batch).await {
+                Ok(outcome) => {
+                    opening.committed(&outcome);
+                    let version = outcome.version(run_index).ok_or_else(|| StoreError::Corrupt("a committed batch without the run record's version".into()))?;
+                    return Ok(Journaled::Held(Box::new(Held::start(self, run_id, record, version))));
+                }
+                Err(error) => error,
+            };
+            let conflict_at = match (&error, error.refusal()) {
+                (StoreError::BatchOp { index, .. }, StoreError::Conflict { .. }) => *index,
+                _ => return Err(error.into()),
+            };
+            if Some(conflict_at) == alias_index {
+                // The same request id, re-sent: the run it started answers it.
+                if let Some(session) = caller.session_id()
+                    && let Some(existing) = self.existing_run(session, id).await?
+                {
+                    return Ok(Journaled::Attach(existing));
+                }
+                // The alias expired in between: journal the request without one.
+                alias = None;
+                continue;
+            }
+            return Ok(Journaled::AlreadyRunning);
+        }
+    }
+
+    /// A `tools/call` that runs as a task (D10): its request stream, then the alias of the
+    /// session's request id, then the task and its run ([`Engine::start_task`]).
+    pub(crate) async fn accept_task(
+        &self,
+        caller: &Caller,
+        id: RequestId,
+        request: Map<String, Value>,
+        mut opening: NewStream,
+        flavor: Flavor,
+        ttl: Option<u64>,
+    ) -> Result<Accepted, EngineError> {
+        opening.open(self).await?;
+        let stream = opening.id.clone();
+        if let Some(session) = caller.session_id() {
+            // The alias first: a crash after it leaves an alias without a journal entry,
+            // which a re-sent request adopts (see `attach`).
+            let expires = now_ms() + MARK_TTL_MS;
+            match self.store().put_record(RecordKind::Alias, &alias_key(session, &id), stream.to_string(), Some(expires), Expect::Absent).await {
+                Ok(_) => {}
+                Err(StoreError::Conflict { .. }) => {
+                    // The same request id, re-sent concurrently: the other one runs.
+                    let _ = self.close_unanswered(&stream, &id, true).await;
+                    if let Some(existing) = self.existing_run(session, &id).await? {
+                        return self.attach(caller, id, request, existing).await;
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        self.start_task(caller, id, request, &stream, flavor, ttl).await?;
+        Ok(opening.accepted())
+    }
+}

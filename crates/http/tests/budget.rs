@@ -1,0 +1,156 @@
+//! The commit budget of a request (issue 10), as a count of store operations, not a timing:
+//! a journaled `tools/call` commits once before its handler starts (stream, priming event,
+//! alias, run record: D1, D6) and once after (response, close, run record removed), in
+//! each era; a request answered without a handler commits once in all.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use durable_mcp_engine::EngineOptions;
+use durable_mcp_http::HttpConfig;
+use durable_mcp_store::RecordKind;
+use durable_mcp_store::testing::{CountingStore, Op};
+use durable_mcp_store_memory::MemoryStore;
+use http::StatusCode;
+use serde_json::{Value, json};
+use support::{Harness, POST_HEADERS, call, eventually, harness_on, initialize, messages, post, send};
+
+/// How long the `slow` tool sleeps: the window in which the count before the handler's
+/// outcome is read (the count is waited for, never slept for).
+const HANDLER_MS: u64 = 1_500;
+
+/// A worker on a counting memory store. Its lease is long enough that no heartbeat (a
+/// write of its own, every third of the lease) falls within a call.
+fn counted() -> (Harness, Arc<CountingStore>) {
+    let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
+    let options = EngineOptions { lease: Duration::from_secs(60), ..EngineOptions::default() };
+    (harness_on(store.clone(), HttpConfig::default(), options), store)
+}
+
+/// Wait until no request runs on the worker (its last write is done), then take the counts.
+async fn settled(h: &Harness, store: &CountingStore) -> std::collections::BTreeMap<Op, u64> {
+    eventually("the worker is idle", async || h.engine.in_flight() == 0).await;
+    store.hook().take()
+}
+
+/// The writes of `counts`, by kind (reads and watches left out).
+fn writes(counts: &std::collections::BTreeMap<Op, u64>) -> Vec<(Op, u64)> {
+    counts.iter().filter(|(op, _)| op.is_write()).map(|(op, n)| (*op, *n)).collect()
+}
+
+/// A modern (2026-07-28) `tools/call`.
+async fn modern_call(router: &Router, id: u64, tool: &str, args: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let headers = [POST_HEADERS[0], POST_HEADERS[1], ("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)];
+    let reply = send(router, "POST", &headers, Some(body.to_string())).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    reply.json().await
+}
+
+/// Both halves of a journaled call's budget: while the handler runs, exactly one commit
+/// (and no other write) has been made, and the run is journaled (D6); once it ended, one more.
+async fn assert_journaled_budget(h: &Harness, store: &Arc<CountingStore>, call: impl Future<Output = Value> + Send + 'static) {
+    let answer = tokio::spawn(call);
+    eventually("the handler runs", async || h.engine.in_flight() == 1).await;
+    let before = store.hook().take();
+    assert_eq!(writes(&before), vec![(Op::Commit, 1)], "one commit before the handler starts: {before:?}");
+    let journal = store.inner().list_records(RecordKind::Run, "", 10).await.unwrap();
+    assert_eq!(journal.len(), 1, "the run record is in that commit (D6)");
+    let outcome = answer.await.unwrap();
+    assert_eq!(outcome["result"]["content"][0]["text"], "done", "{outcome}");
+    let after = settled(h, store).await;
+    assert_eq!(writes(&after), vec![(Op::Commit, 1)], "one commit after the handler: {after:?}");
+    assert!(store.inner().list_records(RecordKind::Run, "", 10).await.unwrap().is_empty(), "the run record went with the outcome");
+}
+
+#[tokio::test]
+async fn budget_journaled_tools_call_commits_once_before_and_once_after_legacy() {
+    let (h, store) = counted();
+    // 2025-11-25: the response stream starts with a priming event.
+    let session = initialize(&h.router, "2025-11-25").await;
+    // The first call of a worker creates the `requestState` key ring: not per request.
+    let events = post(&h.router, Some(&session), call(1, "echo", json!({"text": "warm"}))).await.events().await;
+    assert_eq!(messages(&events)[0]["result"]["content"][0]["text"], "warm");
+    settled(&h, &store).await;
+    let router = h.router.clone();
+    let session_header = session.clone();
+    assert_journaled_budget(&h, &store, async move {
+        let events = post(&router, Some(&session_header), call(2, "slow", json!({"ms": HANDLER_MS}))).await.events().await;
+        assert!(events[0].1.is_empty(), "the priming event comes first: {events:?}");
+        messages(&events).pop().unwrap()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn budget_journaled_tools_call_commits_once_before_and_once_after_modern() {
+    let (h, store) = counted();
+    let warm = modern_call(&h.router, 1, "echo", json!({"text": "warm"})).await;
+    assert_eq!(warm["result"]["content"][0]["text"], "warm");
+    settled(&h, &store).await;
+    let router = h.router.clone();
+    assert_journaled_budget(&h, &store, async move { modern_call(&router, 2, "slow", json!({"ms": HANDLER_MS})).await }).await;
+}
+
+/// A request durable-mcp answers itself (`logging/setLevel` of a legacy session): the
+/// level is session state (its own commit, D4); the response stream, its priming event,
+/// the response and the close are one commit.
+#[tokio::test]
+async fn budget_request_answered_without_a_handler_commits_its_stream_once() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    settled(&h, &store).await;
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel", "params": {"level": "error"}});
+    let events = post(&h.router, Some(&session), body).await.events().await;
+    assert_eq!(messages(&events)[0]["result"], json!({}));
+    let counts = settled(&h, &store).await;
+    assert_eq!(writes(&counts), vec![(Op::UpdateSession, 1), (Op::Commit, 1)], "{counts:?}");
+}
+
+/// A request that is not journaled but runs a handler (`tools/list`): its response stream
+/// exists before the handler starts, so that the transport follows it at once (one commit,
+/// with the priming event), and the response closes it (one more). Nothing is journaled.
+#[tokio::test]
+async fn budget_unjournaled_request_commits_its_stream_and_its_response() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"});
+    // The first request of a worker creates the `requestState` key ring: not per request.
+    post(&h.router, Some(&session), body.clone()).await.events().await;
+    settled(&h, &store).await;
+    let events = post(&h.router, Some(&session), body).await.events().await;
+    assert!(messages(&events)[0]["result"]["tools"].is_array());
+    let counts = settled(&h, &store).await;
+    assert_eq!(writes(&counts), vec![(Op::Append, 1), (Op::Commit, 1)], "nothing journaled: {counts:?}");
+}
+
+/// D6: a re-sent request id (legacy) is found by the conflict of its alias inside the
+/// first batch: that refused batch is the re-send's only write (no stream of its own, no
+/// stream to close again), and it gets the one outcome of the run the id started.
+#[tokio::test]
+async fn d6_resent_request_id_writes_nothing_of_its_own_and_gets_the_one_outcome() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    post(&h.router, Some(&session), call(1, "echo", json!({"text": "warm"}))).await.events().await;
+    settled(&h, &store).await;
+    let (router, header) = (h.router.clone(), session.clone());
+    let first = tokio::spawn(async move { post(&router, Some(&header), call(2, "slow", json!({"ms": HANDLER_MS}))).await.events().await });
+    eventually("the handler runs", async || h.engine.in_flight() == 1).await;
+    store.hook().take();
+    let again = post(&h.router, Some(&session), call(2, "slow", json!({"ms": HANDLER_MS}))).await;
+    let counts = store.hook().take();
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "the re-send's refused batch only: {counts:?}");
+    let (first, again) = (messages(&first.await.unwrap()), messages(&again.events().await));
+    assert_eq!(first, again, "one outcome for both");
+    assert_eq!(first.last().unwrap()["result"]["content"][0]["text"], "done");
+    settled(&h, &store).await;
+    assert!(store.inner().list_records(RecordKind::Run, "", 10).await.unwrap().is_empty());
+}
