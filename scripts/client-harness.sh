@@ -3,6 +3,18 @@
 # script to define `log MESSAGE`, `free_port` (prints a free loopback port), BIN (the
 # durable-mcp binary) and CARGO_LOCK, and to keep `server_pid` and `port` as globals.
 
+# parse_selector ARGS...: `-k SUBSTRING` (run only the tests whose name contains it) into
+# the array SELECTOR; anything else is a usage error.
+parse_selector() {
+  SELECTOR=()
+  if [ "${1:-}" = "-k" ] && [ -n "${2:-}" ]; then
+    SELECTOR=(-k "$2")
+  elif [ $# -gt 0 ]; then
+    echo "usage: $0 [-k SUBSTRING]" >&2
+    exit 2
+  fi
+}
+
 # alive PID: the process runs (an exited child not yet waited for is a zombie, which a
 # signal-0 probe would still find).
 alive() {

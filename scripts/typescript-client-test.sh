@@ -38,19 +38,12 @@ BIN="$REPO_ROOT/target/debug/durable-mcp"
 CARGO_LOCK="${CARGO_LOCK:-/tmp/cargo.lock}"
 CLIENTS=(sdk_v1 client_v2)
 
-SELECTOR=()
-if [ "${1:-}" = "-k" ] && [ -n "${2:-}" ]; then
-  SELECTOR=(-k "$2")
-elif [ $# -gt 0 ]; then
-  echo "usage: $0 [-k SUBSTRING]" >&2
-  exit 2
-fi
-
 log() { echo "[typescript-client-test] $*" >&2; }
 
+source "$SCRIPT_DIR/client-harness.sh"
+parse_selector "$@"
 work="$(mktemp -d)"
 server_pid=""
-source "$SCRIPT_DIR/client-harness.sh"
 total_passed=0
 total_failed=0
 total_skipped=0
