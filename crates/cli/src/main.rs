@@ -241,7 +241,10 @@ struct ServeArgs {
     stdio: bool,
     /// This worker's name in the leases of journaled requests. Keep it stable across
     /// restarts (a restarted worker resumes its own unfinished requests at once) and
-    /// distinct per worker. Default: the host name and the listen address.
+    /// distinct per worker. Default: the host name and the listen address; with `--stdio`,
+    /// the host name and the process id (a stdio process listens nowhere, and two of them
+    /// on one store must not share an id; its unfinished requests are taken over when
+    /// their leases expire).
     #[arg(long, env = "DURABLE_MCP_WORKER_ID")]
     worker_id: Option<String>,
     /// Lease of a running request, in milliseconds: after a worker dies, another takes
@@ -409,7 +412,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             sse_retry: Duration::from_millis(args.sse_retry_ms),
             retention: args.retention.retention(),
             prune_interval: Duration::from_secs(args.prune_interval_secs.max(1)),
-            worker_id: args.worker_id.unwrap_or_else(|| default_worker_id(args.listen)),
+            worker_id: args.worker_id.unwrap_or_else(|| default_worker_id((!args.stdio).then_some(args.listen))),
             lease: Duration::from_millis(args.lease_ms.max(300)),
             state_key: args.state_key.map(String::into_bytes),
             ..EngineOptions::default()
@@ -425,15 +428,22 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// The host name and the listen address: stable across restarts of one worker, distinct
 /// between workers of one host.
-fn default_worker_id(listen: SocketAddr) -> String {
+/// The worker id when none is given: the host and the HTTP listen address, or for a stdio
+/// process (`listen` is `None`) the host and the process id, so that it never shares an id
+/// with an HTTP worker on the default port or with another stdio process.
+fn default_worker_id(listen: Option<SocketAddr>) -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".into());
-    format!("{host}/{listen}")
+    match listen {
+        Some(listen) => format!("{host}/{listen}"),
+        None => format!("{host}/stdio/{}", std::process::id()),
+    }
 }
+
 
 async fn keys(args: KeysArgs) -> anyhow::Result<()> {
     match args.action {
@@ -486,4 +496,21 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let report = durable_mcp_bench::run(&config, |step| tracing::info!("bench: {step}")).await.context("benchmark")?;
     println!("{}", report.to_markdown());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stdio process and an HTTP worker on the default address of the same host get
+    /// different default worker ids (a shared id would make each resume the other's runs).
+    #[test]
+    fn stdio_and_http_workers_never_share_a_default_worker_id() {
+        let default_listen: SocketAddr = "127.0.0.1:8080".parse().expect("address");
+        let http = default_worker_id(Some(default_listen));
+        let stdio = default_worker_id(None);
+        assert!(http.ends_with("/127.0.0.1:8080"), "{http}");
+        assert_ne!(http, stdio);
+        assert!(stdio.ends_with(&format!("/stdio/{}", std::process::id())), "{stdio}");
+    }
 }
