@@ -131,8 +131,9 @@ impl KeyRing {
         self.keys.retain(|key| key.opens_at(now_ms));
         let id = format!("k{}", self.next_id);
         self.next_id += 1;
+        let index = self.keys.len();
         self.keys.push(RingKey::generate(id, now_ms, seals_from));
-        self.keys.last().expect("just pushed")
+        &self.keys[index]
     }
 
     /// The key that seals at `now_ms`: of the keys that open, the one that took over last;

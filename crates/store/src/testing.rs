@@ -10,10 +10,10 @@
 //!   client sees while a commit is in flight or after it failed ([`GatedStore`]; D1, D15).
 //!
 //! ```
-//! # async fn demo() {
 //! use std::sync::Arc;
 //! use durable_mcp_store::testing::{CountingStore, Op};
-//! # let inner: Arc<dyn durable_mcp_store::Store> = unimplemented!();
+//!
+//! # async fn demo(inner: Arc<dyn durable_mcp_store::Store>) {
 //! let store = Arc::new(CountingStore::counting(inner));
 //! // ... drive a request through an engine built on `store` ...
 //! assert_eq!(store.hook().count(Op::Append), 2);
