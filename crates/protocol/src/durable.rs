@@ -132,7 +132,7 @@ impl From<DurableError> for rmcp::ErrorData {
             DurableError::InputRequired => rmcp::ErrorData::new(
                 rmcp::model::ErrorCode(SUSPENDED_CODE),
                 "waiting for the client's input",
-                Some(json!({"durable-mcp/suspended": true})),
+                Some(json!({crate::meta::SUSPENDED: true})),
             ),
             DurableError::Cancelled => rmcp::ErrorData::new(rmcp::model::ErrorCode(-32_800), error.to_string(), None),
             other => rmcp::ErrorData::internal_error(other.to_string(), None),
