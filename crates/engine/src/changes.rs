@@ -2,7 +2,7 @@
 //!
 //! A handler announces a change with `Durable::announce`. An announcement is the latest
 //! value of a [`RecordKind::Change`] record per key (`tools`, `prompts`, `resources`,
-//! `resource/<uri>`; the record key is the announcement key bounded by [`key_part`], a
+//! `resource/<uri>`; the record key is the announcement key bounded by [`key_part`](durable_mcp_store::key_part), a
 //! URI being of any length), written with a fresh token. It reaches this worker's listen streams
 //! at once (a local broadcast), and every worker with listen streams open re-reads the
 //! keys they follow every [`POLL`] and broadcasts the keys whose token changed. Reading a
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use durable_mcp_protocol::ServerChange;
-use durable_mcp_store::{Expect, RecordKind, StoreError, key_part, now_ms};
+use durable_mcp_store::{Expect, RecordKind, StoreError, now_ms};
 use serde_json::{Value, json};
 
 use crate::{Engine, EngineError, Inner};
@@ -138,7 +138,7 @@ impl Engine {
         let token = format!("{}@{}#{n}", self.options().worker_id, self.started_at_ms());
         let expiry = matches!(change, ServerChange::ResourceUpdated(_)).then(|| now_ms() + RESOURCE_ANNOUNCEMENT_TTL_MS);
         let store = self.store();
-        let record_key = key_part(&key);
+        let record_key = crate::records::key::change(&key);
         let expect = match store.get_record(RecordKind::Change, &record_key).await? {
             Some(record) => Expect::Version(record.version),
             None => Expect::Absent,
@@ -174,7 +174,7 @@ impl Engine {
 
     /// The current token of `key` ("" for none).
     async fn read_token(&self, key: &str) -> Result<String, EngineError> {
-        Ok(match self.store().get_record(RecordKind::Change, &key_part(key)).await? {
+        Ok(match self.store().get_record(RecordKind::Change, &crate::records::key::change(key)).await? {
             Some(record) => serde_json::from_str::<String>(&record.value).unwrap_or(record.value),
             None => String::new(),
         })

@@ -7,8 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::EngineError;
-use crate::journal::RunRecord;
-use crate::tasks::{Flavor, TaskRecord, iso8601};
+use crate::records::{Flavor, RunRecord, TaskRecord, iso8601, key};
 
 /// A journaled request that has not finished: running on a worker, or waiting for one to
 /// take it over.
@@ -97,7 +96,7 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
             lease_until_ms: run.lease_until_ms,
             attempt: run.attempt,
             failures: run.failures,
-            task_id: run.task.as_deref().and_then(|key| key.rsplit('/').next()).map(str::to_owned),
+            task_id: run.task.as_deref().map(|task| key::task_id(task).to_owned()),
             run_id: key,
         });
     }
@@ -116,7 +115,7 @@ pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, 
                 Flavor::V2025 => durable_mcp_protocol::McpVersion::V2025_11_25.as_str(),
                 Flavor::Extension => "extension",
             },
-            status: task.status,
+            status: task.status.as_str().to_owned(),
             status_message: task.status_message,
             created_at: iso8601(task.created_at_ms),
             last_updated_at: iso8601(task.updated_at_ms),

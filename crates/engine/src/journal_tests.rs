@@ -10,7 +10,8 @@ use durable_mcp_store::{Expect, Principal, RecordKind, Store, StoreError, Stream
 use durable_mcp_store_memory::MemoryStore;
 use serde_json::{Value, json};
 
-use super::{Held, RunRecord};
+use super::Held;
+use crate::records::RunRecord;
 use crate::{Engine, EngineOptions};
 
 #[derive(Clone)]
@@ -35,7 +36,7 @@ async fn journaled(store: &dyn Store, owner: &str, lease_until_ms: u64, failures
     }))
     .unwrap();
     let run_id = stream.to_string();
-    let version = store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await.unwrap();
+    let version = store.put_record(RecordKind::Run, &run_id, record.encode().unwrap(), None, Expect::Absent).await.unwrap();
     (run_id, version, stream)
 }
 
@@ -101,7 +102,7 @@ async fn d7_heartbeat_renews_the_lease_and_detects_a_takeover() {
     let me = engine.options().worker_id.clone();
     let first_lease = now_ms() + 300;
     let (run_id, version, _) = journaled(&*store, &me, first_lease, 0).await;
-    let record = RunRecord::decode(&store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap().value).unwrap();
+    let record = RunRecord::decode(&run_id, &store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap().value).unwrap();
     let held = Held::start(&engine, run_id.clone(), record, version);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let renewed = loop {
@@ -177,7 +178,7 @@ async fn d12_request_state_is_bound_to_principal_method_and_parameters() {
         super::open_run(&keys, sealed.trim_start_matches("dmcp."), &alice, &request),
     ];
     for (i, refused) in refusals.into_iter().enumerate() {
-        let error = refused.expect_err("refused");
+        let error = refused.expect_err("refused").to_string();
         assert!(error.starts_with("invalid requestState"), "case {i}: {error}");
     }
     // Another server key (another deployment) cannot open it either.

@@ -12,6 +12,7 @@
 use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, SessionRecord, StoreError};
 use serde::{Deserialize, Serialize};
 
+use crate::records::{self, key};
 use crate::{Engine, EngineError};
 
 /// The most subscribers one update reaches.
@@ -24,23 +25,12 @@ struct Entry {
     session: String,
 }
 
-/// All entries of `uri` start with this (hex has no `/`, so no URI's prefix is another's).
-fn uri_prefix(uri: &str) -> String {
-    let mut prefix: String = uri.bytes().map(|b| format!("{b:02x}")).collect();
-    prefix.push('/');
-    prefix
-}
-
-fn key(uri: &str, session: &SessionId) -> String {
-    format!("{}{session}", uri_prefix(uri))
-}
-
 impl Engine {
     /// Record that `session` subscribes to `uri` (before the session record says so).
     pub(crate) async fn index_subscription(&self, principal: &Principal, session: &SessionId, uri: &str) -> Result<(), EngineError> {
         let entry = Entry { principal: principal.to_string(), session: session.to_string() };
-        let value = serde_json::to_string(&entry).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        match self.store().put_record(RecordKind::Subscription, &key(uri, session), value, None, Expect::Absent).await {
+        let value = records::encode(RecordKind::Subscription, &entry)?;
+        match self.store().put_record(RecordKind::Subscription, &key::subscription(uri, session), value, None, Expect::Absent).await {
             Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -48,15 +38,15 @@ impl Engine {
 
     /// Forget that `session` subscribes to `uri` (after the session record says so).
     pub(crate) async fn unindex_subscription(&self, session: &SessionId, uri: &str) -> Result<(), EngineError> {
-        self.store().delete_records(RecordKind::Subscription, &key(uri, session)).await?;
+        self.store().delete_records(RecordKind::Subscription, &key::subscription(uri, session)).await?;
         Ok(())
     }
 
     /// The live sessions subscribed to `uri`: only those the index names are read.
     pub(crate) async fn subscribers(&self, uri: &str) -> Result<Vec<SessionRecord>, EngineError> {
         let mut sessions = Vec::new();
-        for record in self.store().list_records(RecordKind::Subscription, &uri_prefix(uri), MAX_SUBSCRIBERS).await? {
-            let entry: Entry = serde_json::from_str(&record.value).map_err(|e| StoreError::Corrupt(format!("subscription {}: {e}", record.key)))?;
+        for record in self.store().list_records(RecordKind::Subscription, &key::subscriptions(uri), MAX_SUBSCRIBERS).await? {
+            let entry: Entry = records::decode(RecordKind::Subscription, &record.key, &record.value)?;
             let (principal, id) = (Principal::new(entry.principal), entry.session.parse::<SessionId>());
             let Ok(id) = id else {
                 return Err(StoreError::Corrupt(format!("subscription {} names no session id", record.key)).into());
