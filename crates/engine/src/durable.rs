@@ -313,7 +313,7 @@ impl DurableBackend for DurableRun {
             self.steps_written.store(true, Ordering::SeqCst);
             // Marked before it is sent: a crash in between loses one progress or log
             // message, and a re-run never sends it twice.
-            match self.engine.store().put_record(RecordKind::Step, &key, "1".into(), self.step_expiry(), Expect::Absent).await {
+            match self.engine.store().put_record(RecordKind::Step, &key, crate::records::MARK.into(), self.step_expiry(), Expect::Absent).await {
                 Ok(_) => {}
                 Err(StoreError::Conflict { .. }) => return Ok(()),
                 Err(error) => return Err(journal_error(error)),

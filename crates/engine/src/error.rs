@@ -15,9 +15,10 @@ pub enum EngineError {
     /// A `Last-Event-ID` that cannot be resumed: malformed, unknown, or another session's.
     #[error("unknown event id: {0}")]
     UnknownEvent(String),
-    /// A `Last-Event-ID` whose successors were pruned by retention (D14).
-    #[error("{0}")]
-    EventPruned(String),
+    /// A `Last-Event-ID` whose successors were pruned by retention (D14): the store's
+    /// [`StoreErrorKind::Pruned`] error.
+    #[error(transparent)]
+    EventPruned(StoreError),
     /// The message was refused before any handler ran (bad params, ...).
     #[error(transparent)]
     Rejected(#[from] Rejection),
@@ -50,7 +51,7 @@ pub enum EngineError {
 impl From<StoreError> for EngineError {
     fn from(error: StoreError) -> Self {
         match error.kind() {
-            StoreErrorKind::Pruned => EngineError::EventPruned(error.to_string()),
+            StoreErrorKind::Pruned => EngineError::EventPruned(error),
             _ => EngineError::Store(error),
         }
     }

@@ -332,7 +332,7 @@ impl Engine {
     /// Mark run `run_id` cancelled (its next recovery closes it instead of running it).
     pub(crate) async fn cancel_elsewhere_by_run(&self, run_id: &str) -> Result<(), EngineError> {
         let expires = now_ms() + MARK_TTL_MS;
-        match self.store().put_record(RecordKind::Step, &key::cancel_mark(run_id), "1".into(), Some(expires), Expect::Absent).await {
+        match self.store().put_record(RecordKind::Step, &key::cancel_mark(run_id), crate::records::MARK.into(), Some(expires), Expect::Absent).await {
             Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
             Err(error) => Err(error.into()),
         }

@@ -8,6 +8,7 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("records", 0, include_str!("records/key.rs")),
     ("records", 0, include_str!("records/run.rs")),
     ("records", 0, include_str!("records/task.rs")),
+    ("records", 0, include_str!("records/subscription.rs")),
     ("records", 0, include_str!("records/tests.rs")),
     ("error", 0, include_str!("error.rs")),
     ("caller", 1, include_str!("caller.rs")),

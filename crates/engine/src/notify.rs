@@ -31,7 +31,7 @@ use durable_mcp_protocol::methods;
 
 use crate::caller::Caller;
 use crate::changes::{Following, notification};
-use crate::records::{Flavor, TaskRecord};
+use crate::records::{Flavor, TaskRecord, key};
 use crate::tasks::{TaskOwner, declares_extension, missing_extension};
 use crate::{Engine, EngineError};
 
@@ -145,14 +145,18 @@ impl Engine {
                 subscription_id = id.clone();
             }
             if let Some(notifications) = params.entry("notifications").or_insert_with(|| json!({})).as_object_mut() {
-                for (field, key) in [("toolsListChanged", "tools"), ("promptsListChanged", "prompts"), ("resourcesListChanged", "resources")] {
+                for (field, key) in [
+                    ("toolsListChanged", key::TOOLS_ANNOUNCEMENT),
+                    ("promptsListChanged", key::PROMPTS_ANNOUNCEMENT),
+                    ("resourcesListChanged", key::RESOURCES_ANNOUNCEMENT),
+                ] {
                     if notifications.get(field) == Some(&Value::Bool(true)) {
                         filter.keys.push(key.to_owned());
                     }
                 }
                 if let Some(Value::Array(uris)) = notifications.get("resourceSubscriptions") {
                     filter.uris = uris.iter().filter_map(Value::as_str).map(str::to_owned).collect();
-                    filter.keys.extend(filter.uris.iter().map(|uri| format!("resource/{uri}")));
+                    filter.keys.extend(filter.uris.iter().map(|uri| key::resource_announcement(uri)));
                 }
                 if subscription.named_tasks {
                     notifications.insert("taskIds".into(), json!(accepted));

@@ -18,7 +18,7 @@ struct StoreState {
 fn classify(error: StoreError) -> StateError {
     match error {
         StoreError::NotFound { .. } => StateError::SessionEnded,
-        other => StateError::Store(other.to_string()),
+        other => StateError::Store(Box::new(other)),
     }
 }
 

@@ -10,26 +10,17 @@
 //! expired, pruned) are deleted when an update finds them.
 
 use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, SessionRecord, StoreError};
-use serde::{Deserialize, Serialize};
 
-use crate::records::{self, key};
+use crate::records::{SubscriptionEntry, key};
 use crate::{Engine, EngineError};
 
 /// The most subscribers one update reaches.
 const MAX_SUBSCRIBERS: usize = 100_000;
 
-/// What an index entry names.
-#[derive(Debug, Serialize, Deserialize)]
-struct Entry {
-    principal: String,
-    session: String,
-}
-
 impl Engine {
     /// Record that `session` subscribes to `uri` (before the session record says so).
     pub(crate) async fn index_subscription(&self, principal: &Principal, session: &SessionId, uri: &str) -> Result<(), EngineError> {
-        let entry = Entry { principal: principal.to_string(), session: session.to_string() };
-        let value = records::encode(RecordKind::Subscription, &entry)?;
+        let value = SubscriptionEntry { principal: principal.to_string(), session: session.clone() }.encode()?;
         match self.store().put_record(RecordKind::Subscription, &key::subscription(uri, session), value, None, Expect::Absent).await {
             Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
             Err(e) => Err(e.into()),
@@ -46,11 +37,8 @@ impl Engine {
     pub(crate) async fn subscribers(&self, uri: &str) -> Result<Vec<SessionRecord>, EngineError> {
         let mut sessions = Vec::new();
         for record in self.store().list_records(RecordKind::Subscription, &key::subscriptions(uri), MAX_SUBSCRIBERS).await? {
-            let entry: Entry = records::decode(RecordKind::Subscription, &record.key, &record.value)?;
-            let (principal, id) = (Principal::new(entry.principal), entry.session.parse::<SessionId>());
-            let Ok(id) = id else {
-                return Err(StoreError::Corrupt(format!("subscription {} names no session id", record.key)).into());
-            };
+            let entry = SubscriptionEntry::decode(&record.key, &record.value)?;
+            let (principal, id) = (Principal::new(entry.principal), entry.session);
             match self.store().load_session(&principal, &id).await {
                 Ok(session) if session.subscriptions.contains(uri) => sessions.push(session),
                 Ok(_) => {}

@@ -118,6 +118,25 @@ pub(crate) fn subscription(uri: &str, session: &SessionId) -> String {
     format!("{}{session}", subscriptions(uri))
 }
 
+/// The announcement key of a change of the tool list.
+pub(crate) const TOOLS_ANNOUNCEMENT: &str = "tools";
+/// The announcement key of a change of the prompt list.
+pub(crate) const PROMPTS_ANNOUNCEMENT: &str = "prompts";
+/// The announcement key of a change of the resource list.
+pub(crate) const RESOURCES_ANNOUNCEMENT: &str = "resources";
+/// The announcement keys of the lists, which every listen stream may follow.
+pub(crate) const LIST_ANNOUNCEMENTS: [&str; 3] = [TOOLS_ANNOUNCEMENT, PROMPTS_ANNOUNCEMENT, RESOURCES_ANNOUNCEMENT];
+
+/// The announcement key of an update of resource `uri`.
+pub(crate) fn resource_announcement(uri: &str) -> String {
+    format!("resource/{uri}")
+}
+
+/// The resource an announcement key names, if it is a resource's.
+pub(crate) fn announced_resource(announcement: &str) -> Option<&str> {
+    announcement.strip_prefix("resource/")
+}
+
 /// The record of the latest announcement of `announcement` (`tools`, `resource/<uri>`).
 pub(crate) fn change(announcement: &str) -> Cow<'_, str> {
     key_part(announcement)

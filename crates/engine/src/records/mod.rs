@@ -13,6 +13,7 @@
 
 pub(crate) mod key;
 mod run;
+mod subscription;
 mod task;
 
 use durable_mcp_store::RecordKind;
@@ -21,6 +22,7 @@ use serde::de::DeserializeOwned;
 
 pub use run::Era;
 pub(crate) use run::{Relay, RunRecord};
+pub(crate) use subscription::SubscriptionEntry;
 pub(crate) use task::{Flavor, TaskRecord, iso8601};
 pub use durable_mcp_protocol::tasks::TaskStatus;
 
@@ -66,6 +68,10 @@ pub enum RecordError {
         kind: RecordKind,
     },
 }
+
+/// The value of a mark record (a step's "already emitted" mark, a cancellation mark):
+/// only its existence counts.
+pub(crate) const MARK: &str = "1";
 
 /// Encode a record of `kind` as the JSON the store keeps.
 pub(crate) fn encode<T: Serialize>(kind: RecordKind, record: &T) -> Result<String, RecordError> {

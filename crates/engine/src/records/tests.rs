@@ -59,6 +59,10 @@ fn other_keys_keep_their_layout() {
     assert_eq!(key::KEY_RING, "request-state");
     assert_eq!(key::subscriptions("ab"), "6162/");
     assert_eq!(key::subscription("ab", &session()), format!("6162/{SESSION}"));
+    assert_eq!(key::LIST_ANNOUNCEMENTS, ["tools", "prompts", "resources"]);
+    assert_eq!(key::resource_announcement("file:///a"), "resource/file:///a");
+    assert_eq!(key::announced_resource("resource/file:///a"), Some("file:///a"));
+    assert_eq!(key::announced_resource("tools"), None);
     assert_eq!(key::change("tools"), "tools");
     assert_eq!(key::change("resource/file:///a"), "resource/file:///a");
     assert_eq!(key::state("counter"), "counter");
@@ -160,4 +164,15 @@ fn a_record_that_does_not_decode_is_a_typed_error_with_its_source() {
 fn canonical_json_sorts_object_keys_at_every_depth() {
     assert_eq!(canonical(&json!({"b": 1, "a": [{"d": 2, "c": "x"}]})), r#"{"a":[{"c":"x","d":2}],"b":1}"#);
     assert_eq!(canonical(&json!([3, null, true])), "[3,null,true]");
+}
+
+#[test]
+fn subscription_entries_round_trip_in_their_stored_layout() {
+    let stored = json!({"principal": "alice", "session": SESSION});
+    let entry = SubscriptionEntry::decode("k", &stored.to_string()).unwrap();
+    assert_eq!(entry, SubscriptionEntry { principal: "alice".into(), session: session() });
+    assert_eq!(serde_json::from_str::<Value>(&entry.encode().unwrap()).unwrap(), stored);
+    let error = SubscriptionEntry::decode("k", &json!({"principal": "alice", "session": "nope"}).to_string()).unwrap_err();
+    assert!(matches!(error, RecordError::Decode { kind: RecordKind::Subscription, .. }), "a malformed session id is refused: {error:?}");
+    assert_eq!(MARK, "1");
 }
