@@ -1,6 +1,7 @@
 //! The engine's layers (see the crate docs): a module may use its own layer and those
-//! below it, never one above. This test reads every module's source and checks the
-//! `crate::` paths in it, so an arrow pointing up fails the build's tests.
+//! below it, never one above. These tests read every module's source and check the
+//! `crate::` paths in it, and the calls of `Engine` methods that other modules define in
+//! their `impl Engine` blocks, so an arrow pointing up fails the tests.
 
 /// Every module of the engine, its layer, and its source (each file of it).
 const MODULES: &[(&str, u8, &str)] = &[
@@ -16,7 +17,8 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("keys", 1, include_str!("keys.rs")),
     ("rerun", 1, include_str!("rerun.rs")),
     ("journal", 2, include_str!("journal.rs")),
-    ("journal", 2, include_str!("journal_tests.rs")),
+    // The journal's tests drive recovery (`Engine::recover`), which sits above it.
+    ("journal tests", 4, include_str!("journal_tests.rs")),
     ("tasks", 3, include_str!("tasks.rs")),
     ("run", 4, include_str!("run.rs")),
     ("opening", 4, include_str!("opening.rs")),
@@ -133,6 +135,62 @@ fn no_module_uses_a_layer_above_its_own() {
     assert!(bad.is_empty(), "arrows must point down:\n{}", bad.join("\n"));
 }
 
+/// The methods a module's `impl Engine` blocks define.
+fn engine_methods(source: &str) -> Vec<String> {
+    let mut methods = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find("\nimpl Engine {") {
+        rest = &rest[at + "\nimpl Engine {".len()..];
+        let mut depth = 1;
+        let end = rest
+            .char_indices()
+            .find(|(_, c)| {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        for line in rest[..end].lines() {
+            // Methods sit at one indentation level in the block.
+            let Some(item) = line.strip_prefix("    ").filter(|l| !l.starts_with(' ')) else { continue };
+            let item = item.trim_start_matches("pub(crate) ").trim_start_matches("pub ").trim_start_matches("async ");
+            if let Some(name) = item.strip_prefix("fn ") {
+                methods.push(name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect());
+            }
+        }
+        rest = &rest[end..];
+    }
+    methods
+}
+
+/// The calls in `source` of `Engine` methods defined by modules of `modules` above
+/// `layer_of_module`.
+fn upward_calls(modules: &[(&str, u8, &str)], module: &str, layer_of_module: u8, source: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (owner, owner_layer, owner_source) in modules {
+        if *owner_layer <= layer_of_module {
+            continue;
+        }
+        for method in engine_methods(owner_source) {
+            for receiver in ["self.", "engine."] {
+                if source.contains(&format!("{receiver}{method}(")) {
+                    bad.push(format!("{module} (layer {layer_of_module}) calls Engine::{method} of {owner} (layer {owner_layer})"));
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn no_module_calls_an_engine_method_of_a_layer_above_its_own() {
+    let bad: Vec<String> = MODULES.iter().flat_map(|(module, layer, source)| upward_calls(MODULES, module, *layer, source)).collect();
+    assert!(bad.is_empty(), "arrows must point down:\n{}", bad.join("\n"));
+}
+
 #[test]
 fn every_module_has_a_layer() {
     for line in include_str!("lib.rs").lines() {
@@ -152,4 +210,10 @@ fn an_upward_use_is_caught() {
     assert_eq!(crate_paths("use crate::{a::{b, c}, d};\nlet x = crate::e::f();"), ["a", "d", "e"]);
     assert_eq!(violations("records", 0, "let run = crate::Accepted { .. };").len(), 1, "a root re-export counts as its module");
     assert_eq!(violations("records", 0, "use crate::nowhere::X;").len(), 1, "an unknown module is reported");
+    // What `tasks.rs` did before the layers: call the request path's `commit`.
+    let modules = [("run", 4, "//! run\nimpl Engine {\n    pub(crate) async fn commit(&self) {}\n}\n"), ("tasks", 3, "")];
+    let before = "self.commit(target, &message, true).await?;\nself.store().commit(batch).await?;";
+    assert_eq!(upward_calls(&modules, "tasks", 3, before), ["tasks (layer 3) calls Engine::commit of run (layer 4)".to_owned()]);
+    assert!(engine_methods("impl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n").is_empty(), "a block must follow a newline");
+    assert_eq!(engine_methods("\nimpl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n"), ["a", "b"]);
 }
