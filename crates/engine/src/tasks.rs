@@ -536,11 +536,4 @@ mod tests {
         let long = TaskOwner::of(&caller(Principal::new("p".repeat(5_000)), Era::Modern), Flavor::Extension);
         assert!(long.key("t").len() < 100, "a long principal is bounded");
     }
-
-    #[test]
-    fn iso8601_formats_utc() {
-        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso8601(1_764_505_800_123), "2025-11-30T12:30:00.123Z");
-        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
 }

@@ -176,3 +176,10 @@ fn subscription_entries_round_trip_in_their_stored_layout() {
     assert!(matches!(error, RecordError::Decode { kind: RecordKind::Subscription, .. }), "a malformed session id is refused: {error:?}");
     assert_eq!(MARK, "1");
 }
+
+#[test]
+fn iso8601_formats_utc() {
+    assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+    assert_eq!(iso8601(1_764_505_800_123), "2025-11-30T12:30:00.123Z");
+    assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+}
