@@ -2,7 +2,7 @@
 //!
 //! A handler announces a change with `Durable::announce`. An announcement is the latest
 //! value of a [`RecordKind::Change`] record per key (`tools`, `prompts`, `resources`,
-//! `resource/<uri>`; the record key is the announcement key bounded by [`key_part`], a
+//! `resource/<uri>`; the record key is the announcement key bounded by [`key_part`](durable_mcp_store::key_part), a
 //! URI being of any length), written with a fresh token. It reaches this worker's listen streams
 //! at once (a local broadcast), and every worker with listen streams open re-reads the
 //! keys they follow every [`POLL`] and broadcasts the keys whose token changed. Reading a
@@ -18,10 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use durable_mcp_protocol::ServerChange;
-use durable_mcp_store::{Expect, RecordKind, StoreError, key_part, now_ms};
+use durable_mcp_protocol::{ServerChange, methods};
+use durable_mcp_store::{Expect, RecordKind, StoreError, now_ms};
 use serde_json::{Value, json};
 
+use crate::records::key;
 use crate::{Engine, EngineError, Inner};
 
 /// How often a worker with listen streams open reads the announcements they follow.
@@ -29,15 +30,15 @@ const POLL: Duration = Duration::from_millis(250);
 /// How long a resource's last announcement is kept (lists keep theirs: three records).
 const RESOURCE_ANNOUNCEMENT_TTL_MS: u64 = 24 * 3_600_000;
 /// The list keys every listen stream may follow.
-const LISTS: [&str; 3] = ["tools", "prompts", "resources"];
+const LISTS: [&str; 3] = key::LIST_ANNOUNCEMENTS;
 
 /// The announcement key of a change.
 pub(crate) fn change_key(change: &ServerChange) -> String {
     match change {
-        ServerChange::ToolsListChanged => "tools".to_owned(),
-        ServerChange::PromptsListChanged => "prompts".to_owned(),
-        ServerChange::ResourcesListChanged => "resources".to_owned(),
-        ServerChange::ResourceUpdated(uri) => format!("resource/{uri}"),
+        ServerChange::ToolsListChanged => key::TOOLS_ANNOUNCEMENT.to_owned(),
+        ServerChange::PromptsListChanged => key::PROMPTS_ANNOUNCEMENT.to_owned(),
+        ServerChange::ResourcesListChanged => key::RESOURCES_ANNOUNCEMENT.to_owned(),
+        ServerChange::ResourceUpdated(uri) => key::resource_announcement(uri),
         // A change this engine does not know yet: its own key, which nobody follows.
         other => format!("other/{other:?}"),
     }
@@ -45,16 +46,16 @@ pub(crate) fn change_key(change: &ServerChange) -> String {
 
 /// The notification a listen stream sends for an announcement key (`None`: not one a
 /// stream can follow).
-pub(crate) fn notification(key: &str, subscription_meta: &Value) -> Option<Value> {
-    let params = match key {
-        "tools" | "prompts" | "resources" => json!({"_meta": subscription_meta}),
-        _ => json!({"uri": key.strip_prefix("resource/")?, "_meta": subscription_meta}),
+pub(crate) fn notification(announcement: &str, subscription_meta: &Value) -> Option<Value> {
+    let params = match announcement {
+        key::TOOLS_ANNOUNCEMENT | key::PROMPTS_ANNOUNCEMENT | key::RESOURCES_ANNOUNCEMENT => json!({"_meta": subscription_meta}),
+        _ => json!({"uri": key::announced_resource(announcement)?, "_meta": subscription_meta}),
     };
-    let method = match key {
-        "tools" => "notifications/tools/list_changed",
-        "prompts" => "notifications/prompts/list_changed",
-        "resources" => "notifications/resources/list_changed",
-        _ => "notifications/resources/updated",
+    let method = match announcement {
+        key::TOOLS_ANNOUNCEMENT => methods::NOTIFICATION_TOOLS_LIST_CHANGED,
+        key::PROMPTS_ANNOUNCEMENT => methods::NOTIFICATION_PROMPTS_LIST_CHANGED,
+        key::RESOURCES_ANNOUNCEMENT => methods::NOTIFICATION_RESOURCES_LIST_CHANGED,
+        _ => methods::NOTIFICATION_RESOURCES_UPDATED,
     };
     Some(json!({"jsonrpc": "2.0", "method": method, "params": params}))
 }
@@ -119,7 +120,7 @@ impl Drop for Following {
                     uris.remove(uri);
                     // Nobody here follows it any more: forget it (a new follower learns it
                     // again), so that `seen` holds followed keys only.
-                    lock(&inner.changes.seen).remove(&format!("resource/{uri}"));
+                    lock(&inner.changes.seen).remove(&key::resource_announcement(uri));
                 }
             }
         }
@@ -138,7 +139,7 @@ impl Engine {
         let token = format!("{}@{}#{n}", self.options().worker_id, self.started_at_ms());
         let expiry = matches!(change, ServerChange::ResourceUpdated(_)).then(|| now_ms() + RESOURCE_ANNOUNCEMENT_TTL_MS);
         let store = self.store();
-        let record_key = key_part(&key);
+        let record_key = key::change(&key);
         let expect = match store.get_record(RecordKind::Change, &record_key).await? {
             Some(record) => Expect::Version(record.version),
             None => Expect::Absent,
@@ -174,7 +175,7 @@ impl Engine {
 
     /// The current token of `key` ("" for none).
     async fn read_token(&self, key: &str) -> Result<String, EngineError> {
-        Ok(match self.store().get_record(RecordKind::Change, &key_part(key)).await? {
+        Ok(match self.store().get_record(RecordKind::Change, &key::change(key)).await? {
             Some(record) => serde_json::from_str::<String>(&record.value).unwrap_or(record.value),
             None => String::new(),
         })
@@ -193,7 +194,7 @@ impl Engine {
             for uri in uris {
                 let count = followed.entry(uri.clone()).or_default();
                 if *count == 0 {
-                    keys.push(format!("resource/{uri}"));
+                    keys.push(key::resource_announcement(uri));
                 }
                 *count += 1;
             }

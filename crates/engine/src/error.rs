@@ -1,7 +1,9 @@
 //! Errors of the engine, classified so that transports can map them to statuses.
 
 use durable_mcp_protocol::jsonrpc::Rejection;
-use durable_mcp_store::{StoreError, StoreErrorKind};
+use durable_mcp_store::{StoreError, StoreErrorKind, StreamId};
+
+use crate::records::RecordError;
 
 /// Why the engine refused or failed a request.
 #[derive(Debug, thiserror::Error)]
@@ -13,9 +15,10 @@ pub enum EngineError {
     /// A `Last-Event-ID` that cannot be resumed: malformed, unknown, or another session's.
     #[error("unknown event id: {0}")]
     UnknownEvent(String),
-    /// A `Last-Event-ID` whose successors were pruned by retention (D14).
-    #[error("{0}")]
-    EventPruned(String),
+    /// A `Last-Event-ID` whose successors were pruned by retention (D14): the store's
+    /// [`StoreErrorKind::Pruned`] error.
+    #[error(transparent)]
+    EventPruned(StoreError),
     /// The message was refused before any handler ran (bad params, ...).
     #[error(transparent)]
     Rejected(#[from] Rejection),
@@ -33,12 +36,22 @@ pub enum EngineError {
     /// The handler ended without answering (for example it was cancelled).
     #[error("the handler ended without a response")]
     NoOutcome,
+    /// A stored record does not decode, or a record does not encode.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// A run ended while its durable context still waited on it (to become a task).
+    #[error("the run has ended")]
+    RunEnded,
+    /// A run's stream could not be closed (the store refused it, repeatedly): the run
+    /// stays journaled and a later recovery pass closes it.
+    #[error("could not close the stream {0} of a run")]
+    StreamNotClosed(StreamId),
 }
 
 impl From<StoreError> for EngineError {
     fn from(error: StoreError) -> Self {
         match error.kind() {
-            StoreErrorKind::Pruned => EngineError::EventPruned(error.to_string()),
+            StoreErrorKind::Pruned => EngineError::EventPruned(error),
             _ => EngineError::Store(error),
         }
     }

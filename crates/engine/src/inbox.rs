@@ -18,7 +18,9 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::{Caller, Engine, EngineError};
+use crate::caller::Caller;
+use crate::records::key;
+use crate::{Engine, EngineError};
 
 pub(crate) struct Inbox {
     stream: StreamId,
@@ -45,7 +47,7 @@ impl Inbox {
             // answers, never loses them (D15).
             let mut after = 0;
             loop {
-                let mut answers = Box::pin(crate::tail(store.clone(), inbox.clone(), after));
+                let mut answers = Box::pin(crate::tail::tail(store.clone(), inbox.clone(), after));
                 while let Some(next) = answers.next().await {
                     let event = match next {
                         Ok(event) => event,
@@ -77,7 +79,7 @@ impl Inbox {
     /// The id under which the client sees the handler's request `original`.
     pub(crate) fn wire_id(&mut self, original: RequestId) -> String {
         self.next += 1;
-        let wire = format!("{}-{}", self.stream, self.next);
+        let wire = key::inbox_request(&self.stream, self.next);
         lock(&self.originals).insert(wire.clone(), original);
         wire
     }
@@ -100,11 +102,10 @@ impl Engine {
     /// When this returns `Ok`, the answer is committed: the handler gets it even if it runs
     /// on another worker (D9 builds on this).
     pub async fn reply(&self, caller: &Caller, id: &RequestId, message: Map<String, Value>) -> Result<(), EngineError> {
-        let Some((inbox, _)) = id.as_str().and_then(|w| w.split_once('-')) else {
+        let Some(inbox) = id.as_str().and_then(key::inbox_of) else {
             tracing::debug!(%id, "reply with an id durable-mcp never issued dropped");
             return Ok(());
         };
-        let Ok(inbox) = inbox.parse::<StreamId>() else { return Ok(()) };
         let owner = match self.store().stream_owner(&inbox).await {
             Ok(owner) => owner,
             Err(StoreError::NotFound { .. }) => return Ok(()),

@@ -7,8 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::EngineError;
-use crate::journal::RunRecord;
-use crate::tasks::{Flavor, TaskRecord, iso8601};
+use crate::records::{Flavor, RecordError, RunRecord, TaskRecord, iso8601, key};
 
 /// A journaled request that has not finished: running on a worker, or waiting for one to
 /// take it over.
@@ -83,7 +82,7 @@ pub struct TaskSummary {
 /// and left out.
 pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, EngineError> {
     let mut runs = Vec::new();
-    for (key, run) in decoded::<RunRecord>(store, RecordKind::Run, limit).await? {
+    for (key, run) in decoded(store, RecordKind::Run, limit, RunRecord::decode).await? {
         let params = run.request.get("params");
         let target = ["name", "uri"].iter().find_map(|field| params.and_then(|p| p.get(*field)).and_then(Value::as_str)).map(str::to_owned);
         runs.push(RunSummary {
@@ -97,7 +96,7 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
             lease_until_ms: run.lease_until_ms,
             attempt: run.attempt,
             failures: run.failures,
-            task_id: run.task.as_deref().and_then(|key| key.rsplit('/').next()).map(str::to_owned),
+            task_id: run.task.as_deref().map(|task| key::task_id(task).to_owned()),
             run_id: key,
         });
     }
@@ -108,7 +107,7 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
 /// logged and left out.
 pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, EngineError> {
     let mut tasks = Vec::new();
-    for (_, task) in decoded::<TaskRecord>(store, RecordKind::Task, limit).await? {
+    for (_, task) in decoded(store, RecordKind::Task, limit, TaskRecord::decode).await? {
         tasks.push(TaskSummary {
             task_id: task.task_id,
             principal: task.principal,
@@ -116,7 +115,7 @@ pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, 
                 Flavor::V2025 => durable_mcp_protocol::McpVersion::V2025_11_25.as_str(),
                 Flavor::Extension => "extension",
             },
-            status: task.status,
+            status: task.status.as_str().to_owned(),
             status_message: task.status_message,
             created_at: iso8601(task.created_at_ms),
             last_updated_at: iso8601(task.updated_at_ms),
@@ -130,12 +129,17 @@ pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, 
 
 /// Up to `limit` records of `kind`, decoded, with their keys; unreadable ones are logged
 /// and left out.
-async fn decoded<T: serde::de::DeserializeOwned>(store: &dyn Store, kind: RecordKind, limit: usize) -> Result<Vec<(String, T)>, EngineError> {
+async fn decoded<T>(
+    store: &dyn Store,
+    kind: RecordKind,
+    limit: usize,
+    decode: impl Fn(&str, &str) -> Result<T, RecordError>,
+) -> Result<Vec<(String, T)>, EngineError> {
     let mut out = Vec::new();
     for record in store.list_records(kind, "", limit).await? {
-        match serde_json::from_str(&record.value) {
+        match decode(&record.key, &record.value) {
             Ok(value) => out.push((record.key, value)),
-            Err(error) => tracing::warn!(%error, %kind, key = %record.key, "unreadable record"),
+            Err(error) => tracing::warn!(%error, source = ?std::error::Error::source(&error), "unreadable record"),
         }
     }
     Ok(out)

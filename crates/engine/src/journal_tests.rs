@@ -10,7 +10,8 @@ use durable_mcp_store::{Expect, Principal, RecordKind, Store, StoreError, Stream
 use durable_mcp_store_memory::MemoryStore;
 use serde_json::{Value, json};
 
-use super::{Held, RunRecord};
+use super::Held;
+use crate::records::RunRecord;
 use crate::{Engine, EngineOptions};
 
 #[derive(Clone)]
@@ -35,7 +36,7 @@ async fn journaled(store: &dyn Store, owner: &str, lease_until_ms: u64, failures
     }))
     .unwrap();
     let run_id = stream.to_string();
-    let version = store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await.unwrap();
+    let version = store.put_record(RecordKind::Run, &run_id, record.encode().unwrap(), None, Expect::Absent).await.unwrap();
     (run_id, version, stream)
 }
 
@@ -101,7 +102,7 @@ async fn d7_heartbeat_renews_the_lease_and_detects_a_takeover() {
     let me = engine.options().worker_id.clone();
     let first_lease = now_ms() + 300;
     let (run_id, version, _) = journaled(&*store, &me, first_lease, 0).await;
-    let record = RunRecord::decode(&store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap().value).unwrap();
+    let record = RunRecord::decode(&run_id, &store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap().value).unwrap();
     let held = Held::start(&engine, run_id.clone(), record, version);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let renewed = loop {
@@ -177,7 +178,7 @@ async fn d12_request_state_is_bound_to_principal_method_and_parameters() {
         super::open_run(&keys, sealed.trim_start_matches("dmcp."), &alice, &request),
     ];
     for (i, refused) in refusals.into_iter().enumerate() {
-        let error = refused.expect_err("refused");
+        let error = refused.expect_err("refused").to_string();
         assert!(error.starts_with("invalid requestState"), "case {i}: {error}");
     }
     // Another server key (another deployment) cannot open it either.
@@ -208,4 +209,35 @@ async fn d12_request_state_expires() {
         }
     };
     assert!(error.to_string().contains("invalid requestState"), "{error}");
+}
+
+/// D7: two workers claiming the same expired entry from the same read: the first
+/// compare-and-set wins, the second gets nothing (and writes nothing).
+#[tokio::test]
+async fn d7_of_two_claims_of_one_expired_lease_one_wins() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (run_id, _, _) = journaled(&*store, "dead", now_ms().saturating_sub(1), 0).await;
+    let read = store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap();
+    let (first, second) = (engine(store.clone(), Duration::from_secs(5)), engine(store.clone(), Duration::from_secs(5)));
+    let held = first.claim(read.clone()).await.unwrap().expect("the first claim wins");
+    assert_eq!((held.record.owner.as_str(), held.record.attempt), (first.options().worker_id.as_str(), 2));
+    assert!(second.claim(read).await.unwrap().is_none(), "the second lost the compare-and-set");
+    let current = store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap();
+    assert_eq!(owner_of(&current), first.options().worker_id);
+}
+
+/// An entry that does not decode is removed when it is claimed, so that it does not stay in
+/// the journal forever; a decodable live one is left alone.
+#[tokio::test]
+async fn an_undecodable_journal_entry_is_removed_when_claimed() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    store.put_record(RecordKind::Run, "broken", "{\"not\": \"a run\"}".into(), None, Expect::Absent).await.unwrap();
+    let engine = engine(store.clone(), Duration::from_secs(5));
+    let broken = store.get_record(RecordKind::Run, "broken").await.unwrap().unwrap();
+    assert!(engine.claim(broken).await.unwrap().is_none());
+    assert!(store.get_record(RecordKind::Run, "broken").await.unwrap().is_none(), "removed");
+    let (run_id, version, _) = journaled(&*store, "other", now_ms() + 60_000, 0).await;
+    let live = store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap();
+    assert!(engine.claim(live).await.unwrap().is_none(), "a live lease is not claimed");
+    assert_eq!(store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap().version, version);
 }

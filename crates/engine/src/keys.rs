@@ -28,7 +28,7 @@ use durable_mcp_store::{Expect, RecordKind, Store, StoreError, now_ms};
 use crate::{Engine, EngineError};
 
 /// The key of the ring's record.
-pub const RING: &str = "request-state";
+pub const RING: &str = crate::records::key::KEY_RING;
 
 /// How long a worker uses the ring it read before reading it again.
 pub const REFRESH: Duration = Duration::from_secs(10);

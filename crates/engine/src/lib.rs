@@ -10,16 +10,39 @@
 //! Transports (HTTP, stdio) read the events back through [`tail`]; the GET streams of a
 //! session's standalone stream through [`Engine::open_get_stream`], which hands each event
 //! to exactly one of them.
+//!
+//! # Layers
+//!
+//! The engine is built in layers; a module uses the modules of its own layer and of those
+//! below it, never one above (the `layers` test checks every module's `crate::` paths):
+//!
+//! | layer | modules | what it owns |
+//! |---|---|---|
+//! | 0 records | `records` (`records::key`), `error` | every record, its key and its encoding; status, era and flavor enums; the errors |
+//! | 1 context | `caller`, `state`, `keys`, `rerun` | who sent a request; durable state handles; the `requestState` key ring; what a re-run already sent |
+//! | 2 journal | `journal` | run records, leases, heartbeats, claiming runs whose lease ran out, cancellation marks, sealed run state |
+//! | 3 tasks | `tasks` | task records, owners, status changes and their notifications, `tasks/*` answers |
+//! | 4 request path | `run`, `opening`, `tail`, `durable`, `recovery`, `relay`, `inbox`, `notify`, `changes`, `getstream`, `session`, `subscriptions`, `inspect` | accepting, committing and routing requests; the durable context; re-running claimed runs |
+//!
+//! The crate root ([`Engine`], [`EngineOptions`]) is the handle every layer's `impl Engine`
+//! works through: it holds the store and the options.
 
-mod error;
+mod caller;
 mod changes;
+mod durable;
+mod error;
 mod getstream;
 mod inbox;
 pub mod inspect;
 mod journal;
 pub mod keys;
+#[cfg(test)]
+mod layers;
 mod notify;
 mod opening;
+mod records;
+mod recovery;
+mod relay;
 mod rerun;
 mod run;
 mod session;
@@ -34,11 +57,14 @@ use std::time::Duration;
 use durable_mcp_protocol::{McpHandler, ServerSummary};
 use durable_mcp_store::{Retention, Store};
 
+pub use caller::Caller;
+pub use durable_mcp_protocol::meta::RELATED_TASK;
+pub use durable_mcp_protocol::tasks::TASKS_EXTENSION;
 pub use error::EngineError;
 pub use getstream::{GetStream, GetStreamSettings};
 pub use journal::JOURNALED_METHODS;
-pub use tasks::{RELATED_TASK, TASKS_EXTENSION};
-pub use run::{Accepted, Caller, Era};
+pub use records::{Era, RecordError};
+pub use run::Accepted;
 pub use tail::tail;
 
 /// Settings of the engine.

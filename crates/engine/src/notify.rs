@@ -26,18 +26,17 @@ use durable_mcp_store::{StoreError, StreamId};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::changes::{Following, notification};
-use crate::tasks::{Flavor, TaskOwner, TaskRecord, declares_extension, is_terminal, missing_extension};
-use crate::{Caller, Engine, EngineError};
+use durable_mcp_protocol::meta::SUBSCRIPTION_ID;
+use durable_mcp_protocol::methods;
 
-/// The method of the 2025-11-25 notification.
-const STATUS_METHOD: &str = "notifications/tasks/status";
-/// The method of the 2026-07-28 notification.
-const TASKS_METHOD: &str = "notifications/tasks";
+use crate::caller::Caller;
+use crate::changes::{Following, notification};
+use crate::records::{Flavor, TaskRecord, key};
+use crate::tasks::{TaskOwner, declares_extension, missing_extension};
+use crate::{Engine, EngineError};
+
 /// The notification rmcp sends first on a `subscriptions/listen` stream.
-pub(crate) const ACKNOWLEDGED_METHOD: &str = "notifications/subscriptions/acknowledged";
-/// The `_meta` key tying a notification to its subscription.
-const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+pub(crate) const ACKNOWLEDGED_METHOD: &str = methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED;
 /// The most task ids one listen request may name (-32602 beyond).
 pub(crate) const MAX_SUBSCRIBED_TASKS: usize = 256;
 /// How often a listen stream re-reads its tasks for changes made on other workers.
@@ -83,33 +82,10 @@ impl ListenFilter {
 
 /// What a listen stream last told of a task: a new notification goes out when this changes.
 fn fingerprint(task: &TaskRecord) -> (String, Vec<String>) {
-    (task.status.clone(), task.input_requests.keys().cloned().collect())
+    (task.status.as_str().to_owned(), task.input_requests.keys().cloned().collect())
 }
 
 impl Engine {
-    /// A task was written (by compare-and-set, so once per change): wake this worker's
-    /// listen streams, and tell a 2025-11-25 session if the status changed.
-    pub(crate) async fn task_written(&self, key: &str, status_before: &str, task: &TaskRecord) {
-        // No receiver is the common case, not an error.
-        let _ = self.task_changes().send(key.to_owned());
-        if task.flavor != Flavor::V2025 || task.status == status_before {
-            return;
-        }
-        let Some(stream) = task.notify.as_deref().and_then(|s| s.parse::<StreamId>().ok()) else { return };
-        // A later change (made on another worker, say) sends its own notification; this one
-        // would arrive after it, out of order. (Clients may also order by `lastUpdatedAt`.)
-        if let Ok(Some((latest, _))) = self.load_task(key).await
-            && latest.updated_at_ms != task.updated_at_ms
-        {
-            return;
-        }
-        // The notification carries the task id itself, not `related-task` (2025-11-25).
-        let message = json!({"jsonrpc": "2.0", "method": STATUS_METHOD, "params": task.wire()});
-        if let Err(error) = self.commit(&stream, &message, false).await {
-            tracing::debug!(%error, task = %task.task_id, "task status notification not sent (the session may have ended)");
-        }
-    }
-
     /// Read a 2026-07-28 `subscriptions/listen` request's `notifications.taskIds`; `Err`
     /// with the refusal to send when it is malformed, names too many, or the client did not
     /// declare the extension (-32021).
@@ -169,14 +145,18 @@ impl Engine {
                 subscription_id = id.clone();
             }
             if let Some(notifications) = params.entry("notifications").or_insert_with(|| json!({})).as_object_mut() {
-                for (field, key) in [("toolsListChanged", "tools"), ("promptsListChanged", "prompts"), ("resourcesListChanged", "resources")] {
+                for (field, key) in [
+                    ("toolsListChanged", key::TOOLS_ANNOUNCEMENT),
+                    ("promptsListChanged", key::PROMPTS_ANNOUNCEMENT),
+                    ("resourcesListChanged", key::RESOURCES_ANNOUNCEMENT),
+                ] {
                     if notifications.get(field) == Some(&Value::Bool(true)) {
                         filter.keys.push(key.to_owned());
                     }
                 }
                 if let Some(Value::Array(uris)) = notifications.get("resourceSubscriptions") {
                     filter.uris = uris.iter().filter_map(Value::as_str).map(str::to_owned).collect();
-                    filter.keys.extend(filter.uris.iter().map(|uri| format!("resource/{uri}")));
+                    filter.keys.extend(filter.uris.iter().map(|uri| key::resource_announcement(uri)));
                 }
                 if subscription.named_tasks {
                     notifications.insert("taskIds".into(), json!(accepted));
@@ -236,7 +216,7 @@ impl Engine {
                     }
                     let mut params = task.detailed_map();
                     params.insert("_meta".into(), meta.clone());
-                    let message = json!({"jsonrpc": "2.0", "method": TASKS_METHOD, "params": params});
+                    let message = json!({"jsonrpc": "2.0", "method": methods::NOTIFICATION_TASKS, "params": params});
                     match engine.commit(&stream, &message, false).await {
                         Ok(_) => {}
                         Err(EngineError::Store(StoreError::StreamClosed { .. } | StoreError::NotFound { .. })) => return,
@@ -246,7 +226,7 @@ impl Engine {
                             continue;
                         }
                     }
-                    if is_terminal(&task.status) {
+                    if task.status.is_terminal() {
                         // Its last notification: a terminal status never changes.
                         gone.push(task_id.clone());
                     }

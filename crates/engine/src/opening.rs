@@ -8,9 +8,11 @@ use durable_mcp_protocol::jsonrpc::RequestId;
 use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, RecordKind, StoreError, StreamId, StreamOwner, WriteBatch, now_ms};
 use serde_json::{Map, Value};
 
-use crate::journal::{Held, MARK_TTL_MS, RunRecord, alias_key};
-use crate::tasks::Flavor;
-use crate::{Accepted, Caller, Engine, EngineError};
+use crate::caller::Caller;
+use crate::journal::{Held, MARK_TTL_MS};
+use crate::records::{Flavor, RecordError, RunRecord, key};
+use crate::run::Accepted;
+use crate::{Engine, EngineError};
 
 /// The response stream of a request being accepted: created by the first commit of the
 /// request ([`NewStream::batch`], then [`NewStream::committed`]), or on its own when
@@ -108,7 +110,7 @@ impl Engine {
         run_id: String,
     ) -> Result<Journaled, EngineError> {
         let record = RunRecord::new(self, caller, request.clone(), &opening.id);
-        let mut alias = caller.session_id().map(|session| alias_key(session, id));
+        let mut alias = caller.session_id().map(|session| key::alias(session, id));
         loop {
             let mut batch = opening.batch();
             let alias_index = alias.as_ref().map(|key| {
@@ -123,11 +125,11 @@ impl Engine {
                 index
             });
             let run_index = batch.len();
-            batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode(), expires_at_ms: None, expect: Expect::Absent });
+            batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode()?, expires_at_ms: None, expect: Expect::Absent });
             let error = match self.store().commit(batch).await {
                 Ok(outcome) => {
                     opening.committed(&outcome);
-                    let version = outcome.version(run_index).ok_or_else(|| StoreError::Corrupt("a committed batch without the run record's version".into()))?;
+                    let version = outcome.version(run_index).ok_or(RecordError::MissingVersion { kind: RecordKind::Run })?;
                     return Ok(Journaled::Held(Box::new(Held::start(self, run_id, record, version))));
                 }
                 Err(error) => error,
@@ -168,7 +170,7 @@ impl Engine {
             // The alias first: a crash after it leaves an alias without a journal entry,
             // which a re-sent request adopts (see `attach`).
             let expires = now_ms() + MARK_TTL_MS;
-            match self.store().put_record(RecordKind::Alias, &alias_key(session, &id), stream.to_string(), Some(expires), Expect::Absent).await {
+            match self.store().put_record(RecordKind::Alias, &key::alias(session, &id), stream.to_string(), Some(expires), Expect::Absent).await {
                 Ok(_) => {}
                 Err(StoreError::Conflict { .. }) => {
                     // The same request id, re-sent concurrently: the other one runs.

@@ -24,11 +24,11 @@ use std::sync::Mutex;
 use durable_mcp_store::{StoreError, StreamId};
 use serde_json::Value;
 
-use crate::journal::canonical;
+use crate::records::canonical;
 use crate::{Engine, EngineError};
 
 /// The method whose notifications carry a progress value per progress token.
-const PROGRESS: &str = "notifications/progress";
+const PROGRESS: &str = durable_mcp_protocol::methods::NOTIFICATION_PROGRESS;
 
 /// The notifications already committed to a re-run's stream by earlier runs.
 #[derive(Debug)]

@@ -11,17 +11,20 @@ use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
 use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, McpVersion, Outbound, PeerContext, Run, StateKeys};
 use durable_mcp_store::{
-    BatchOp, EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
+    BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms,
 };
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::caller::Caller;
+use crate::durable::DurableRun;
 use crate::inbox::Inbox;
 use crate::opening::{Journaled, NewStream};
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::rerun::AlreadySent;
-use crate::journal::{DurableRun, Held, JOURNALED_METHODS, Relay, RunRecord};
-use crate::tasks::{Flavor, declares_extension, missing_extension};
+use crate::journal::{Held, JOURNALED_METHODS};
+use crate::records::{Era, Flavor, RecordError, Relay, RunRecord, TaskStatus};
+use crate::tasks::{declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
 use crate::{Engine, EngineError};
@@ -31,7 +34,7 @@ const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
 
 /// Whether a handler's outcome is the durable context's "waiting for input" error.
 fn is_suspension(outcome: &Value) -> bool {
-    outcome.pointer("/error/data/durable-mcp~1suspended").and_then(Value::as_bool) == Some(true)
+    outcome.pointer("/error/data").and_then(|data| data.get(durable_mcp_protocol::meta::SUSPENDED)).and_then(Value::as_bool) == Some(true)
 }
 
 /// 2025-11-25 `tools/list`: each tool's `execution.taskSupport`, from the support it
@@ -57,7 +60,7 @@ struct Pump {
     close_connection: CancellationToken,
     held: Option<Held>,
     durable: Option<Arc<DurableRun>>,
-    detach_requests: tokio::sync::mpsc::Receiver<crate::journal::Detach>,
+    detach_requests: tokio::sync::mpsc::Receiver<crate::durable::Detach>,
     task_watch: Option<(String, tokio::task::JoinHandle<()>)>,
     /// A `subscriptions/listen` request (2026-07-28): what the engine feeds it (its tasks,
     /// announced changes) once the handler acknowledged it.
@@ -72,68 +75,6 @@ struct Pump {
 pub(crate) struct Launched {
     pub cancel: CancellationToken,
     pub close_connection: Option<CancellationToken>,
-}
-
-/// The protocol era of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
-    /// 2025-03-26 .. 2025-11-25: `initialize`, sessions, resumable streams.
-    Legacy,
-    /// 2026-07-28: stateless, per-request `_meta`.
-    Modern,
-}
-
-/// Who sent a request, and in which context.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    /// The authenticated principal (D13).
-    pub principal: Principal,
-    /// The request's era.
-    pub era: Era,
-    /// The legacy-era session.
-    pub session: Option<SessionRecord>,
-    /// The request's protocol version.
-    pub protocol_version: McpVersion,
-    /// Modern era: the log level the request's `_meta` asked for, if any.
-    pub log_level: Option<String>,
-}
-
-impl Caller {
-    /// The caller of a legacy-era request in `session`, at the session's negotiated version.
-    pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
-        let protocol_version = session.protocol_version.parse()?;
-        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(session), log_level: None })
-    }
-
-    pub(crate) fn session_id(&self) -> Option<&SessionId> {
-        self.session.as_ref().map(|s| &s.id)
-    }
-
-    /// Who owns the streams made for this caller (D13): its principal and session.
-    pub(crate) fn stream_owner(&self) -> StreamOwner {
-        StreamOwner { principal: self.principal.clone(), session: self.session_id().cloned() }
-    }
-
-    /// What the handler gets to know of this caller (and its durable session state).
-    pub(crate) fn peer(&self, engine: &Engine) -> PeerContext {
-        PeerContext {
-            protocol_version: Some(self.protocol_version.as_str().to_owned()),
-            client: self.session.as_ref().map(|s| s.client.clone()),
-            session_state: self
-                .session
-                .as_ref()
-                .map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
-            server_state: Some(engine.server_state()),
-            durable: None,
-            state_keys: None,
-        }
-    }
-
-    /// Whether this request's streams start with a priming event (2025-11-25 and later
-    /// legacy sessions).
-    pub fn primes_streams(&self) -> bool {
-        self.era == Era::Legacy && self.protocol_version >= McpVersion::V2025_11_25
-    }
 }
 
 /// A request that was accepted: its response stream exists and its handler runs.
@@ -285,7 +226,7 @@ impl Engine {
                         run_id = continued;
                     }
                     Err(message) => {
-                        let refusal = error_response(id, code::INVALID_PARAMS, &message, None);
+                        let refusal = error_response(id, code::INVALID_PARAMS, &message.to_string(), None);
                         opening.answer(self, &refusal).await?;
                         return Ok(opening.accepted());
                     }
@@ -334,7 +275,7 @@ impl Engine {
             return Ok(attached);
         }
         let record = RunRecord::new(self, caller, request.clone(), &stream);
-        let version = match self.store().put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await {
+        let version = match self.store().put_record(RecordKind::Run, &run_id, record.encode()?, None, Expect::Absent).await {
             Ok(version) => version,
             Err(StoreError::Conflict { .. }) => return Ok(attached),
             Err(error) => return Err(error.into()),
@@ -424,11 +365,6 @@ impl Engine {
             }
         });
         Ok(launched)
-    }
-
-    /// The cancellation token of the task's run, if it runs here.
-    pub(crate) fn task_run_token(&self, task_id: &str) -> Option<CancellationToken> {
-        lock(&self.inner.runs.tasks).get(task_id).cloned()
     }
 
     /// A `tasks/*` request: answered from the task records. `None`: a method durable-mcp
@@ -521,7 +457,7 @@ impl Engine {
         // create result is sent there again by recovery if it never was.
         record.reply = Some(stream.to_string());
         let run_id = stream.to_string();
-        let version = store.put_record(RecordKind::Run, &run_id, record.encode(), None, Expect::Absent).await?;
+        let version = store.put_record(RecordKind::Run, &run_id, record.encode()?, None, Expect::Absent).await?;
         self.commit(stream, &serde_json::json!({"jsonrpc": "2.0", "id": id, "result": task.created()}), true).await?;
         tracing::debug!(task = %task.task_id, "task created");
         let held = Held::start(self, run_id, record, version);
@@ -565,10 +501,10 @@ impl Engine {
         let run_id = opening.id.to_string();
         let mut batch = opening.batch();
         let run_index = batch.len();
-        batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode(), expires_at_ms: None, expect: Expect::Absent });
+        batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode()?, expires_at_ms: None, expect: Expect::Absent });
         let outcome = self.store().commit(batch).await?;
         opening.committed(&outcome);
-        let version = outcome.version(run_index).ok_or_else(|| StoreError::Corrupt("a committed batch without the run record's version".into()))?;
+        let version = outcome.version(run_index).ok_or(RecordError::MissingVersion { kind: RecordKind::Run })?;
         tokio::spawn(self.clone().run_relay(Held::start(self, run_id, record, version)));
         Ok(Some(None))
     }
@@ -664,7 +600,7 @@ impl Engine {
     /// A task's run: registered for cancellation by task id, and watched for a
     /// cancellation recorded by another worker.
     fn watch_task(&self, key: &str, cancel: &CancellationToken) -> (String, tokio::task::JoinHandle<()>) {
-        let task_id = key.rsplit('/').next().unwrap_or_default().to_owned();
+        let task_id = crate::records::key::task_id(key).to_owned();
         lock(&self.inner.runs.tasks).insert(task_id.clone(), cancel.clone());
         (task_id, self.watch_task_cancellation(key.to_owned(), cancel.clone()))
     }
@@ -722,7 +658,7 @@ impl Engine {
                             task_watch = Some(self.watch_task(key, &run.cancel));
                         }
                     }
-                    let _ = reply.send(detached.map_err(|e| e.to_string()));
+                    let _ = reply.send(detached);
                     continue;
                 }
             };
@@ -896,7 +832,7 @@ impl Engine {
                 return;
             }
             if let Some(task) = &held.record.task
-                && let Err(error) = self.end_task(task, "cancelled", "The request was cancelled.").await
+                && let Err(error) = self.end_task(task, TaskStatus::Cancelled, "The request was cancelled.").await
             {
                 tracing::warn!(%error, %task, "could not mark a task cancelled");
             }
@@ -1016,7 +952,7 @@ impl Engine {
         let Some(result) = outcome.get_mut("result").and_then(Value::as_object_mut) else { return };
         let meta = result.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
         if let Some(meta) = meta.as_object_mut() {
-            meta.entry("io.modelcontextprotocol/serverInfo").or_insert_with(|| self.summary().server_info.clone());
+            meta.entry(durable_mcp_protocol::meta::SERVER_INFO).or_insert_with(|| self.summary().server_info.clone());
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::{ServerState, SessionState, StateBackend, StateError};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionChange, SessionId, Store, StoreError, key_part};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionChange, SessionId, Store, StoreError};
 use serde_json::Value;
 
 struct StoreState {
@@ -18,7 +18,7 @@ struct StoreState {
 fn classify(error: StoreError) -> StateError {
     match error {
         StoreError::NotFound { .. } => StateError::SessionEnded,
-        other => StateError::Store(other.to_string()),
+        other => StateError::Store(Box::new(other)),
     }
 }
 
@@ -63,7 +63,7 @@ pub(crate) fn session_state(store: Arc<dyn Store>, principal: Principal, session
 
 /// The server's state: one `State` record per key, holding its JSON value (`null` once
 /// removed, so that removal is a compare-and-set like any other write). A handler's key
-/// may be built from input: the record key is bounded by [`key_part`].
+/// may be built from input: the record key is bounded by [`key_part`](durable_mcp_store::key_part).
 struct ServerRecords {
     store: Arc<dyn Store>,
 }
@@ -75,7 +75,7 @@ impl StateBackend for ServerRecords {
 
     fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>> {
         Box::pin(async move {
-            let record = self.store.get_record(RecordKind::State, &key_part(key)).await.map_err(classify)?;
+            let record = self.store.get_record(RecordKind::State, &crate::records::key::state(key)).await.map_err(classify)?;
             Ok(record.map(|r| decode(key, &r.value)).transpose()?.filter(|v| !v.is_null()))
         })
     }
@@ -87,7 +87,7 @@ impl StateBackend for ServerRecords {
         value: Option<Value>,
     ) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(async move {
-            let record_key = key_part(key);
+            let record_key = crate::records::key::state(key);
             let record = self.store.get_record(RecordKind::State, &record_key).await.map_err(classify)?;
             let (current, expect) = match &record {
                 Some(record) => (Some(decode(key, &record.value)?).filter(|v| !v.is_null()), Expect::Version(record.version)),

@@ -10,37 +10,18 @@
 //! expired, pruned) are deleted when an update finds them.
 
 use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, SessionRecord, StoreError};
-use serde::{Deserialize, Serialize};
 
+use crate::records::{SubscriptionEntry, key};
 use crate::{Engine, EngineError};
 
 /// The most subscribers one update reaches.
 const MAX_SUBSCRIBERS: usize = 100_000;
 
-/// What an index entry names.
-#[derive(Debug, Serialize, Deserialize)]
-struct Entry {
-    principal: String,
-    session: String,
-}
-
-/// All entries of `uri` start with this (hex has no `/`, so no URI's prefix is another's).
-fn uri_prefix(uri: &str) -> String {
-    let mut prefix: String = uri.bytes().map(|b| format!("{b:02x}")).collect();
-    prefix.push('/');
-    prefix
-}
-
-fn key(uri: &str, session: &SessionId) -> String {
-    format!("{}{session}", uri_prefix(uri))
-}
-
 impl Engine {
     /// Record that `session` subscribes to `uri` (before the session record says so).
     pub(crate) async fn index_subscription(&self, principal: &Principal, session: &SessionId, uri: &str) -> Result<(), EngineError> {
-        let entry = Entry { principal: principal.to_string(), session: session.to_string() };
-        let value = serde_json::to_string(&entry).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        match self.store().put_record(RecordKind::Subscription, &key(uri, session), value, None, Expect::Absent).await {
+        let value = SubscriptionEntry { principal: principal.to_string(), session: session.clone() }.encode()?;
+        match self.store().put_record(RecordKind::Subscription, &key::subscription(uri, session), value, None, Expect::Absent).await {
             Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -48,19 +29,16 @@ impl Engine {
 
     /// Forget that `session` subscribes to `uri` (after the session record says so).
     pub(crate) async fn unindex_subscription(&self, session: &SessionId, uri: &str) -> Result<(), EngineError> {
-        self.store().delete_records(RecordKind::Subscription, &key(uri, session)).await?;
+        self.store().delete_records(RecordKind::Subscription, &key::subscription(uri, session)).await?;
         Ok(())
     }
 
     /// The live sessions subscribed to `uri`: only those the index names are read.
     pub(crate) async fn subscribers(&self, uri: &str) -> Result<Vec<SessionRecord>, EngineError> {
         let mut sessions = Vec::new();
-        for record in self.store().list_records(RecordKind::Subscription, &uri_prefix(uri), MAX_SUBSCRIBERS).await? {
-            let entry: Entry = serde_json::from_str(&record.value).map_err(|e| StoreError::Corrupt(format!("subscription {}: {e}", record.key)))?;
-            let (principal, id) = (Principal::new(entry.principal), entry.session.parse::<SessionId>());
-            let Ok(id) = id else {
-                return Err(StoreError::Corrupt(format!("subscription {} names no session id", record.key)).into());
-            };
+        for record in self.store().list_records(RecordKind::Subscription, &key::subscriptions(uri), MAX_SUBSCRIBERS).await? {
+            let entry = SubscriptionEntry::decode(&record.key, &record.value)?;
+            let (principal, id) = (Principal::new(entry.principal), entry.session);
             match self.store().load_session(&principal, &id).await {
                 Ok(session) if session.subscriptions.contains(uri) => sessions.push(session),
                 Ok(_) => {}

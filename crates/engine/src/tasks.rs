@@ -13,24 +13,24 @@
 //! that a terminal status never changes. Its work is an ordinary journaled run (leases,
 //! recovery, durable steps) whose stream is internal to the task: any worker answers for
 //! any task from the record.
+//!
+//! Tasks are built on the journal and the records below them: nothing here reaches the
+//! request path above (a task's run is started, and its result relayed, by the request
+//! path).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, key_part, now_ms};
-use serde::{Deserialize, Serialize};
+use durable_mcp_protocol::meta::CLIENT_CAPABILITIES;
+use durable_mcp_protocol::methods;
+use durable_mcp_protocol::tasks::{TASKS_EXTENSION, TaskStatus};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, now_ms};
 use serde_json::{Map, Value, json};
 
-use crate::journal::{Held, Relay};
-use crate::{Caller, Engine, EngineError};
-
-/// The extension's name, in capabilities and errors.
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
-/// The `_meta` key tying a message to its task (2025-11-25).
-pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
-/// -32021: the request needs a capability the client did not declare.
-const MISSING_CLIENT_CAPABILITY: i64 = -32_021;
+use crate::caller::Caller;
+use crate::records::{Era, Flavor, TaskRecord, iso8601, key};
+use crate::{Engine, EngineError};
 
 /// Default and largest task lifetimes.
 const DEFAULT_TTL_MS: u64 = 3_600_000;
@@ -39,45 +39,9 @@ const MAX_TTL_MS: u64 = 7 * 24 * 3_600_000;
 const POLL_INTERVAL_MS: u64 = 500;
 /// A finished task stays readable at least this long, whatever its TTL.
 const MIN_RETENTION_AFTER_END_MS: u64 = 60_000;
-
-/// Which design a task follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum Flavor {
-    /// 2026-07-28 Tasks extension.
-    Extension,
-    /// 2025-11-25 experimental tasks.
-    V2025,
-}
-
-/// The durable state of one task.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct TaskRecord {
-    pub task_id: String,
-    pub principal: String,
-    pub session: Option<String>,
-    pub flavor: Flavor,
-    pub status: String,
-    pub status_message: Option<String>,
-    pub created_at_ms: u64,
-    pub updated_at_ms: u64,
-    pub ttl_ms: u64,
-    /// The internal stream of the task's run (its questions and its outcome).
-    pub stream: String,
-    pub result: Option<Value>,
-    pub error: Option<Value>,
-    /// Open questions (Extension), by key: `{method, params}`.
-    pub input_requests: BTreeMap<String, Value>,
-    /// Answers delivered by `tasks/update` and not yet consumed by the run.
-    pub input_responses: BTreeMap<String, Value>,
-    /// 2025-11-25: the standalone stream of the session that created the task, where
-    /// `notifications/tasks/status` go.
-    #[serde(default)]
-    pub notify: Option<String>,
-}
-
-pub(crate) fn is_terminal(status: &str) -> bool {
-    matches!(status, "completed" | "failed" | "cancelled")
-}
+/// How often a task's run re-reads its record for a cancellation written on another
+/// worker.
+const TASK_POLL: Duration = Duration::from_millis(250);
 
 /// Who a task belongs to (D13): the key it is stored under, and who finds it.
 ///
@@ -110,16 +74,12 @@ impl TaskOwner {
 
     /// The prefix every key of this owner's tasks starts with.
     fn prefix(&self) -> String {
-        let principal = key_part(self.principal.as_str());
-        match &self.session {
-            Some(session) => format!("{principal}/{session}/"),
-            None => format!("{principal}/"),
-        }
+        key::task_owner(&self.principal, self.session.as_ref())
     }
 
     /// The record key of this owner's task `task_id`.
     pub(crate) fn key(&self, task_id: &str) -> String {
-        format!("{}{task_id}", self.prefix())
+        key::task(&self.prefix(), task_id)
     }
 
     /// Whether `task` is this owner's (a record found under its key always is; checked
@@ -130,40 +90,17 @@ impl TaskOwner {
     }
 }
 
-/// ISO 8601 (UTC, millisecond precision) for a Unix time in milliseconds.
-pub(crate) fn iso8601(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600,
-        (rem % 3_600) / 60,
-        rem % 60,
-        ms % 1000
-    )
-}
-
 impl TaskRecord {
     fn expires_at(&self) -> u64 {
         let by_ttl = self.created_at_ms.saturating_add(self.ttl_ms);
-        if is_terminal(&self.status) { by_ttl.max(self.updated_at_ms + MIN_RETENTION_AFTER_END_MS) } else { by_ttl }
+        if self.status.is_terminal() { by_ttl.max(self.updated_at_ms + MIN_RETENTION_AFTER_END_MS) } else { by_ttl }
     }
 
     /// The task as the protocol shows it (without a result envelope).
     pub(crate) fn wire(&self) -> Map<String, Value> {
         let mut task = Map::new();
         task.insert("taskId".into(), json!(self.task_id));
-        task.insert("status".into(), json!(self.status));
+        task.insert("status".into(), json!(self.status.as_str()));
         if let Some(message) = &self.status_message {
             task.insert("statusMessage".into(), json!(message));
         }
@@ -206,23 +143,23 @@ impl TaskRecord {
     /// `tasks/get` and `notifications/tasks` show it.
     pub(crate) fn detailed_map(&self) -> Map<String, Value> {
         let mut task = self.wire();
-        match self.status.as_str() {
-            "completed" => {
+        match self.status {
+            TaskStatus::Completed => {
                 if let Some(result) = &self.result {
                     task.insert("result".into(), result.clone());
                 }
             }
-            "failed" => {
+            TaskStatus::Failed => {
                 if let Some(error) = &self.error {
                     task.insert("error".into(), error.clone());
                 } else if let Some(result) = &self.result {
                     task.insert("result".into(), result.clone());
                 }
             }
-            "input_required" => {
+            TaskStatus::InputRequired => {
                 task.insert("inputRequests".into(), json!(self.input_requests));
             }
-            _ => {}
+            TaskStatus::Working | TaskStatus::Cancelled => {}
         }
         task
     }
@@ -232,7 +169,7 @@ impl TaskRecord {
 pub(crate) fn missing_extension(id: RequestId) -> Value {
     error_response(
         id,
-        MISSING_CLIENT_CAPABILITY,
+        code::MISSING_CLIENT_CAPABILITY,
         "Missing required client capability",
         Some(json!({"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})),
     )
@@ -244,7 +181,7 @@ pub(crate) fn declares_extension(request: &Map<String, Value>) -> bool {
     request
         .get("params")
         .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get("io.modelcontextprotocol/clientCapabilities"))
+        .and_then(|m| m.get(CLIENT_CAPABILITIES))
         .and_then(|c| c.get("extensions"))
         .and_then(|e| e.get(TASKS_EXTENSION))
         .is_some()
@@ -265,13 +202,13 @@ impl Engine {
         stream: &StreamId,
     ) -> Result<(TaskRecord, String), EngineError> {
         let now = now_ms();
-        let session = caller.session.as_ref().filter(|_| caller.era == crate::Era::Legacy);
+        let session = caller.session.as_ref().filter(|_| caller.era == Era::Legacy);
         let task = TaskRecord {
             task_id: StreamId::random().to_string(),
             principal: caller.principal.as_str().to_owned(),
             session: session.map(|s| s.id.to_string()),
             flavor,
-            status: "working".into(),
+            status: TaskStatus::Working,
             status_message: Some("The task is running.".into()),
             created_at_ms: now,
             updated_at_ms: now,
@@ -285,7 +222,7 @@ impl Engine {
         };
         let key = TaskOwner::of(caller, flavor).key(&task.task_id);
         self.store()
-            .put_record(RecordKind::Task, &key, encode(&task), Some(task.expires_at()), Expect::Absent)
+            .put_record(RecordKind::Task, &key, task.encode()?, Some(task.expires_at()), Expect::Absent)
             .await?;
         Ok((task, key))
     }
@@ -293,9 +230,31 @@ impl Engine {
     /// Read a task.
     pub(crate) async fn load_task(&self, key: &str) -> Result<Option<(TaskRecord, u64)>, EngineError> {
         let Some(record) = self.store().get_record(RecordKind::Task, key).await? else { return Ok(None) };
-        let task: TaskRecord =
-            serde_json::from_str(&record.value).map_err(|e| EngineError::Store(StoreError::Corrupt(format!("task: {e}"))))?;
+        let task = TaskRecord::decode(key, &record.value)?;
         Ok(Some((task, record.version)))
+    }
+
+    /// A task was written (by compare-and-set, so once per change): wake this worker's
+    /// listen streams and task runs, and tell a 2025-11-25 session if the status changed.
+    async fn task_written(&self, key: &str, status_before: TaskStatus, task: &TaskRecord) {
+        // No receiver is the common case, not an error.
+        let _ = self.task_changes().send(key.to_owned());
+        if task.flavor != Flavor::V2025 || task.status == status_before {
+            return;
+        }
+        let Some(stream) = task.notify.as_deref().and_then(|s| s.parse::<StreamId>().ok()) else { return };
+        // A later change (made on another worker, say) sends its own notification; this one
+        // would arrive after it, out of order. (Clients may also order by `lastUpdatedAt`.)
+        if let Ok(Some((latest, _))) = self.load_task(key).await
+            && latest.updated_at_ms != task.updated_at_ms
+        {
+            return;
+        }
+        // The notification carries the task id itself, not `related-task` (2025-11-25).
+        let message = json!({"jsonrpc": "2.0", "method": methods::NOTIFICATION_TASKS_STATUS, "params": task.wire()});
+        if let Err(error) = self.store().append(&stream, message.to_string(), false).await {
+            tracing::debug!(%error, task = %task.task_id, "task status notification not sent (the session may have ended)");
+        }
     }
 
     /// Change a task by compare-and-set: `change` returns whether it changed anything.
@@ -307,18 +266,18 @@ impl Engine {
     ) -> Result<Option<TaskRecord>, EngineError> {
         loop {
             let Some((mut task, version)) = self.load_task(key).await? else { return Ok(None) };
-            let status_before = task.status.clone();
+            let status_before = task.status;
             if !change(&mut task) {
                 return Ok(Some(task));
             }
             task.updated_at_ms = now_ms().max(task.updated_at_ms);
             match self
                 .store()
-                .put_record(RecordKind::Task, key, encode(&task), Some(task.expires_at()), Expect::Version(version))
+                .put_record(RecordKind::Task, key, task.encode()?, Some(task.expires_at()), Expect::Version(version))
                 .await
             {
                 Ok(_) => {
-                    self.task_written(key, &status_before, &task).await;
+                    self.task_written(key, status_before, &task).await;
                     return Ok(Some(task));
                 }
                 Err(StoreError::Conflict { .. }) => continue,
@@ -332,18 +291,18 @@ impl Engine {
     /// extension task as `completed`.
     pub(crate) async fn settle_task(&self, key: &str, outcome: &Value) -> Result<(), EngineError> {
         self.update_task(key, |task| {
-            if is_terminal(&task.status) {
+            if task.status.is_terminal() {
                 return false;
             }
             task.input_requests.clear();
             if let Some(error) = outcome.get("error") {
-                task.status = "failed".into();
+                task.status = TaskStatus::Failed;
                 task.status_message = error.get("message").and_then(Value::as_str).map(str::to_owned);
                 task.error = Some(error.clone());
             } else {
                 let result = outcome.get("result").cloned().unwrap_or(Value::Null);
                 let is_error = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
-                task.status = if is_error && task.flavor == Flavor::V2025 { "failed" } else { "completed" }.into();
+                task.status = if is_error && task.flavor == Flavor::V2025 { TaskStatus::Failed } else { TaskStatus::Completed };
                 task.status_message = Some(if is_error { "The tool reported an error." } else { "The task completed." }.into());
                 task.result = Some(result);
             }
@@ -355,15 +314,15 @@ impl Engine {
 
     /// End a task that has no outcome (its session ended, it failed too often, it was
     /// cancelled) with `status`, unless it already ended.
-    pub(crate) async fn end_task(&self, key: &str, status: &str, message: &str) -> Result<(), EngineError> {
+    pub(crate) async fn end_task(&self, key: &str, status: TaskStatus, message: &str) -> Result<(), EngineError> {
         self.update_task(key, |task| {
-            if is_terminal(&task.status) {
+            if task.status.is_terminal() {
                 return false;
             }
-            task.status = status.to_owned();
+            task.status = status;
             task.status_message = Some(message.to_owned());
             task.input_requests.clear();
-            if status == "failed" {
+            if status == TaskStatus::Failed {
                 task.error = Some(json!({"code": code::INTERNAL_ERROR, "message": message}));
             }
             true
@@ -383,7 +342,7 @@ impl Engine {
         params: Option<&Value>,
     ) -> Result<Option<Value>, EngineError> {
         let owner = TaskOwner::of(caller, flavor);
-        if method == "tasks/list" && flavor == Flavor::V2025 {
+        if method == methods::TASKS_LIST && flavor == Flavor::V2025 {
             return self.list_tasks(&owner, id, params).await.map(Some);
         }
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
@@ -403,9 +362,9 @@ impl Engine {
         }
         let ok = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
         Ok(Some(match (flavor, method) {
-            (Flavor::Extension, "tasks/get") => ok(task.detailed()),
-            (Flavor::V2025, "tasks/get") => ok(Value::Object(task.wire())),
-            (Flavor::Extension, "tasks/update") => {
+            (Flavor::Extension, methods::TASKS_GET) => ok(task.detailed()),
+            (Flavor::V2025, methods::TASKS_GET) => ok(Value::Object(task.wire())),
+            (Flavor::Extension, methods::TASKS_UPDATE) => {
                 let responses = params.and_then(|p| p.get("inputResponses")).and_then(Value::as_object).cloned().unwrap_or_default();
                 self.update_task(&key, |task| {
                     let mut changed = false;
@@ -416,8 +375,8 @@ impl Engine {
                             changed = true;
                         }
                     }
-                    if changed && task.input_requests.is_empty() && task.status == "input_required" {
-                        task.status = "working".into();
+                    if changed && task.input_requests.is_empty() && task.status == TaskStatus::InputRequired {
+                        task.status = TaskStatus::Working;
                         task.status_message = Some("The task is running.".into());
                     }
                     changed
@@ -425,21 +384,22 @@ impl Engine {
                 .await?;
                 ok(json!({"resultType": "complete"}))
             }
-            (_, "tasks/cancel") => {
+            (_, methods::TASKS_CANCEL) => {
                 let mut was_terminal = None;
                 let task = self
                     .update_task(&key, |task| {
-                        if is_terminal(&task.status) {
-                            was_terminal = Some(task.status.clone());
+                        if task.status.is_terminal() {
+                            was_terminal = Some(task.status);
                             return false;
                         }
-                        task.status = "cancelled".into();
+                        task.status = TaskStatus::Cancelled;
                         task.status_message = Some("The task was cancelled by request.".into());
                         task.input_requests.clear();
                         true
                     })
                     .await?;
-                self.cancel_task_run(task_id);
+                // The run, wherever it runs, sees the cancelled record (on this worker at
+                // once: `watch_task_cancellation` wakes on the write).
                 match (flavor, was_terminal, task) {
                     (Flavor::Extension, _, _) => ok(json!({"resultType": "complete"})),
                     (Flavor::V2025, Some(status), _) => error_response(
@@ -469,7 +429,7 @@ impl Engine {
         };
         let mut tasks = Vec::new();
         for record in self.store().list_records(RecordKind::Task, &owner.prefix(), MAX_LISTED).await? {
-            if let Ok(task) = serde_json::from_str::<TaskRecord>(&record.value)
+            if let Ok(task) = TaskRecord::decode(&record.key, &record.value)
                 && owner.owns(&task)
                 && task.flavor == Flavor::V2025
             {
@@ -485,111 +445,29 @@ impl Engine {
         Ok(json!({"jsonrpc": "2.0", "id": id, "result": result}))
     }
 
-    /// Relay a 2025-11-25 task's stream (its questions, then its outcome) onto the stream
-    /// of a `tasks/result` request, going on after what an earlier attempt relayed.
-    /// Returns whether it is done (the response is committed); `false`: stopped (`stop`,
-    /// or the lease was lost), to be taken up again by whoever holds the lease next.
-    /// Fencing: nothing is committed once the lease may have passed to another worker.
-    pub(crate) async fn relay_task_result(
-        &self,
-        id: &RequestId,
-        source: &StreamId,
-        target: &StreamId,
-        relay: &Relay,
-        held: &Held,
-        stop: &tokio_util::sync::CancellationToken,
-    ) -> Result<bool, EngineError> {
-        use futures::StreamExt;
-        let related = json!({"taskId": relay.task_id});
-        let mut skip = self.relayed_so_far(target).await?;
-        let mut events = Box::pin(crate::tail(self.store().clone(), source.clone(), 0));
-        loop {
-            let event = tokio::select! {
-                biased;
-                () = stop.cancelled() => return Ok(false),
-                () = held.lost.cancelled() => return Ok(false),
-                event = events.next() => event,
-            };
-            let Some(event) = event else { break };
-            let event = event?;
-            let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else { continue };
-            if skip > 0 {
-                skip -= 1;
-                continue;
-            }
-            if !held.lease_valid() {
-                return Ok(false);
-            }
-            let terminal = message.contains_key("result") || message.contains_key("error");
-            if terminal {
-                // The task's record has the last word: one cancelled between the outcome's
-                // commit and its settling reports cancelled here too (one outcome, D7).
-                if let Some((task, _)) = self.load_task(&relay.task).await?
-                    && task.status == "cancelled"
-                {
-                    break;
-                }
-                message.insert("id".into(), id.clone());
-                if let Some(Value::Object(result)) = message.get_mut("result") {
-                    let meta = result.entry("_meta").or_insert_with(|| json!({}));
-                    if let Some(meta) = meta.as_object_mut() {
-                        meta.insert(RELATED_TASK.into(), related.clone());
-                    }
-                }
-                self.commit(target, &Value::Object(message), true).await?;
-                return Ok(true);
-            }
-            self.commit(target, &Value::Object(message), false).await?;
-        }
-        // The task's stream ended without an outcome: it was cancelled.
-        let status = self.load_task(&relay.task).await?.map_or_else(|| "expired".to_owned(), |(task, _)| task.status);
-        if !held.lease_valid() {
-            return Ok(false);
-        }
-        let response = error_response(id.clone(), code::INTERNAL_ERROR, &format!("the task ended without a result ({status})"), None);
-        self.commit(target, &response, true).await?;
-        Ok(true)
-    }
-
-    /// How many messages a `tasks/result` stream already relayed: it holds its priming
-    /// event (sequence 1) and then only relayed messages, so the count is its last
-    /// sequence number less one, even once retention pruned its start.
-    async fn relayed_so_far(&self, target: &StreamId) -> Result<usize, EngineError> {
-        let mut after = 0;
-        loop {
-            let read = match self.store().read_after(target, after, 1024).await {
-                Ok(read) => read,
-                Err(StoreError::Pruned { oldest_retained, .. }) => {
-                    after = oldest_retained.saturating_sub(1);
-                    continue;
-                }
-                Err(error) => return Err(error.into()),
-            };
-            let Some(last) = read.events.last() else {
-                return Ok(usize::try_from(after.saturating_sub(1)).unwrap_or(usize::MAX));
-            };
-            after = last.id.seq;
-        }
-    }
-
-    fn cancel_task_run(&self, task_id: &str) {
-        if let Some(token) = self.task_run_token(task_id) {
-            token.cancel();
-        }
-    }
-
     /// Cancel a task's run, on whichever worker runs it, once its record is cancelled:
-    /// polls the record while the run lasts.
+    /// polls the record while the run lasts (a cancellation written on another worker),
+    /// and reads it at once when this worker writes it (`tasks/cancel` answered here).
     pub(crate) fn watch_task_cancellation(&self, key: String, cancel: tokio_util::sync::CancellationToken) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
+        let mut written_here = self.task_changes().subscribe();
         tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                let deadline = tokio::time::Instant::now() + TASK_POLL;
+                loop {
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep_until(deadline) => break,
+                        written = written_here.recv() => match written {
+                            Ok(written) if written != key => {}
+                            // A lagging receiver may have missed this task's write: read it.
+                            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        },
+                    }
                 }
                 match engine.load_task(&key).await {
-                    Ok(Some((task, _))) if task.status == "cancelled" => {
+                    Ok(Some((task, _))) if task.status == TaskStatus::Cancelled => {
                         cancel.cancel();
                         return;
                     }
@@ -604,17 +482,13 @@ impl Engine {
     }
 }
 
-fn encode(task: &TaskRecord) -> String {
-    serde_json::to_string(task).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use durable_mcp_store::SessionRecord;
 
     fn caller(principal: Principal, era: crate::Era) -> Caller {
-        let session = (era == crate::Era::Legacy).then(|| SessionRecord {
+        let session = (era == Era::Legacy).then(|| SessionRecord {
             id: SessionId::random(),
             principal: principal.clone(),
             protocol_version: "2025-11-25".into(),
@@ -645,28 +519,21 @@ mod tests {
     /// is the principal's, in every session; a 2026-07-28 task is its principal's.
     #[test]
     fn d13_task_owners() {
-        let a = caller(Principal::anonymous(), crate::Era::Legacy);
-        let b = caller(Principal::anonymous(), crate::Era::Legacy);
+        let a = caller(Principal::anonymous(), Era::Legacy);
+        let b = caller(Principal::anonymous(), Era::Legacy);
         let (owner_a, owner_b) = (TaskOwner::of(&a, Flavor::V2025), TaskOwner::of(&b, Flavor::V2025));
         assert_ne!(owner_a.key("t"), owner_b.key("t"), "two anonymous sessions, two key spaces");
         assert!(owner_a.owns(&record(&a)) && !owner_b.owns(&record(&a)));
-        let alice_1 = caller(Principal::new("alice"), crate::Era::Legacy);
-        let alice_2 = caller(Principal::new("alice"), crate::Era::Legacy);
+        let alice_1 = caller(Principal::new("alice"), Era::Legacy);
+        let alice_2 = caller(Principal::new("alice"), Era::Legacy);
         let owner = TaskOwner::of(&alice_2, Flavor::V2025);
         assert_eq!(TaskOwner::of(&alice_1, Flavor::V2025).key("t"), owner.key("t"), "one principal, every session");
         assert_eq!(owner.key("t"), "alice/t");
         assert!(owner.owns(&record(&alice_1)));
-        assert!(!TaskOwner::of(&caller(Principal::new("bob"), crate::Era::Legacy), Flavor::V2025).owns(&record(&alice_1)));
-        let modern = TaskOwner::of(&caller(Principal::anonymous(), crate::Era::Modern), Flavor::Extension);
+        assert!(!TaskOwner::of(&caller(Principal::new("bob"), Era::Legacy), Flavor::V2025).owns(&record(&alice_1)));
+        let modern = TaskOwner::of(&caller(Principal::anonymous(), Era::Modern), Flavor::Extension);
         assert_eq!(modern.key("t"), "anonymous/t", "the id is the capability");
-        let long = TaskOwner::of(&caller(Principal::new("p".repeat(5_000)), crate::Era::Modern), Flavor::Extension);
+        let long = TaskOwner::of(&caller(Principal::new("p".repeat(5_000)), Era::Modern), Flavor::Extension);
         assert!(long.key("t").len() < 100, "a long principal is bounded");
-    }
-
-    #[test]
-    fn iso8601_formats_utc() {
-        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso8601(1_764_505_800_123), "2025-11-30T12:30:00.123Z");
-        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
     }
 }

@@ -211,7 +211,7 @@ impl From<durable_mcp_engine::EngineError> for Rejection {
         match error {
             E::SessionNotFound => Rejection::SessionNotFound,
             E::UnknownEvent(id) => Rejection::UnknownEvent(id),
-            E::EventPruned(why) => Rejection::EventPruned(why),
+            E::EventPruned(pruned) => Rejection::EventPruned(pruned.to_string()),
             E::Rejected(r) => Rejection::InvalidRequest { message: r.message, id: r.id },
             E::Store(e) if e.kind() == StoreErrorKind::Unavailable => {
                 tracing::warn!(error = %e, "store unavailable; answering 503");

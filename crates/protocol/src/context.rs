@@ -37,7 +37,7 @@ pub enum StateError {
     Contended(String),
     /// The store failed.
     #[error("store error: {0}")]
-    Store(String),
+    Store(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
 /// A boxed future, for the object-safe backend trait.

@@ -88,7 +88,7 @@ pub enum DurableError {
     /// The store could not commit or read the journal. The request fails; nothing
     /// half-done is visible, and a re-run starts from the last committed step.
     #[error("journal unavailable: {0}")]
-    Journal(String),
+    Journal(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     /// A committed result does not decode as the type asked for (the step's type changed
     /// between deployments, say).
     #[error("step {name:?}: stored result does not decode: {source}")]
@@ -132,7 +132,7 @@ impl From<DurableError> for rmcp::ErrorData {
             DurableError::InputRequired => rmcp::ErrorData::new(
                 rmcp::model::ErrorCode(SUSPENDED_CODE),
                 "waiting for the client's input",
-                Some(json!({"durable-mcp/suspended": true})),
+                Some(json!({crate::meta::SUSPENDED: true})),
             ),
             DurableError::Cancelled => rmcp::ErrorData::new(rmcp::model::ErrorCode(-32_800), error.to_string(), None),
             other => rmcp::ErrorData::internal_error(other.to_string(), None),

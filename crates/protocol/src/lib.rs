@@ -7,6 +7,8 @@ pub mod durable;
 #[cfg(feature = "rmcp-baseline")]
 mod baseline;
 pub mod jsonrpc;
+pub mod meta;
+pub mod methods;
 pub mod state_keys;
 pub mod tasks;
 mod version;

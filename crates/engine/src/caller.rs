@@ -1,0 +1,61 @@
+//! Who sent a request ([`Caller`]): the principal, the era and, in the legacy era, the
+//! session, as every layer of the engine sees it.
+
+use durable_mcp_protocol::{McpVersion, PeerContext};
+use durable_mcp_store::{Principal, SessionId, SessionRecord, StreamOwner};
+
+use crate::records::Era;
+use crate::{Engine, EngineError};
+
+/// Who sent a request, and in which context.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The authenticated principal (D13).
+    pub principal: Principal,
+    /// The request's era.
+    pub era: Era,
+    /// The legacy-era session.
+    pub session: Option<SessionRecord>,
+    /// The request's protocol version.
+    pub protocol_version: McpVersion,
+    /// Modern era: the log level the request's `_meta` asked for, if any.
+    pub log_level: Option<String>,
+}
+
+impl Caller {
+    /// The caller of a legacy-era request in `session`, at the session's negotiated version.
+    pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
+        let protocol_version = session.protocol_version.parse()?;
+        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(session), log_level: None })
+    }
+
+    pub(crate) fn session_id(&self) -> Option<&SessionId> {
+        self.session.as_ref().map(|s| &s.id)
+    }
+
+    /// Who owns the streams made for this caller (D13): its principal and session.
+    pub(crate) fn stream_owner(&self) -> StreamOwner {
+        StreamOwner { principal: self.principal.clone(), session: self.session_id().cloned() }
+    }
+
+    /// What the handler gets to know of this caller (and its durable session state).
+    pub(crate) fn peer(&self, engine: &Engine) -> PeerContext {
+        PeerContext {
+            protocol_version: Some(self.protocol_version.as_str().to_owned()),
+            client: self.session.as_ref().map(|s| s.client.clone()),
+            session_state: self
+                .session
+                .as_ref()
+                .map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
+            server_state: Some(engine.server_state()),
+            durable: None,
+            state_keys: None,
+        }
+    }
+
+    /// Whether this request's streams start with a priming event (2025-11-25 and later
+    /// legacy sessions).
+    pub fn primes_streams(&self) -> bool {
+        self.era == Era::Legacy && self.protocol_version >= McpVersion::V2025_11_25
+    }
+}

@@ -1,0 +1,219 @@
+//! The engine's layers (see the crate docs): a module may use its own layer and those
+//! below it, never one above. These tests read every module's source and check the
+//! `crate::` paths in it, and the calls of `Engine` methods that other modules define in
+//! their `impl Engine` blocks, so an arrow pointing up fails the tests.
+
+/// Every module of the engine, its layer, and its source (each file of it).
+const MODULES: &[(&str, u8, &str)] = &[
+    ("records", 0, include_str!("records/mod.rs")),
+    ("records", 0, include_str!("records/key.rs")),
+    ("records", 0, include_str!("records/run.rs")),
+    ("records", 0, include_str!("records/task.rs")),
+    ("records", 0, include_str!("records/subscription.rs")),
+    ("records", 0, include_str!("records/tests.rs")),
+    ("error", 0, include_str!("error.rs")),
+    ("caller", 1, include_str!("caller.rs")),
+    ("state", 1, include_str!("state.rs")),
+    ("keys", 1, include_str!("keys.rs")),
+    ("rerun", 1, include_str!("rerun.rs")),
+    ("journal", 2, include_str!("journal.rs")),
+    // The journal's tests drive recovery (`Engine::recover`), which sits above it.
+    ("journal tests", 4, include_str!("journal_tests.rs")),
+    ("tasks", 3, include_str!("tasks.rs")),
+    ("run", 4, include_str!("run.rs")),
+    ("opening", 4, include_str!("opening.rs")),
+    ("tail", 4, include_str!("tail.rs")),
+    ("durable", 4, include_str!("durable.rs")),
+    ("recovery", 4, include_str!("recovery.rs")),
+    ("relay", 4, include_str!("relay.rs")),
+    ("inbox", 4, include_str!("inbox.rs")),
+    ("notify", 4, include_str!("notify.rs")),
+    ("changes", 4, include_str!("changes.rs")),
+    ("getstream", 4, include_str!("getstream.rs")),
+    ("session", 4, include_str!("session.rs")),
+    ("subscriptions", 4, include_str!("subscriptions.rs")),
+    ("inspect", 4, include_str!("inspect.rs")),
+];
+
+/// Names the crate root defines or re-exports, with the module they come from (`None`:
+/// the root itself, or another crate, which every layer may use).
+const ROOT: &[(&str, Option<&str>)] = &[
+    ("Engine", None),
+    ("EngineOptions", None),
+    ("Inner", None),
+    ("RELATED_TASK", None),
+    ("TASKS_EXTENSION", None),
+    ("EngineError", Some("error")),
+    ("RecordError", Some("records")),
+    ("Era", Some("records")),
+    ("Caller", Some("caller")),
+    ("JOURNALED_METHODS", Some("journal")),
+    ("Accepted", Some("run")),
+    ("tail", Some("tail")),
+    ("GetStream", Some("getstream")),
+    ("GetStreamSettings", Some("getstream")),
+];
+
+fn layer(module: &str) -> Option<u8> {
+    MODULES.iter().find(|(name, _, _)| *name == module).map(|(_, layer, _)| *layer)
+}
+
+/// The first segment of every `crate::` path in `source` (`crate::{a, b::c}` gives `a`, `b`).
+fn crate_paths(source: &str) -> Vec<String> {
+    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    let mut found = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let end = group
+                .char_indices()
+                .find(|(_, c)| {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    depth == 0
+                })
+                .map_or(group.len(), |(i, _)| i);
+            let mut item_depth = 0;
+            let mut start = 0;
+            let inner = &group[..end];
+            for (i, c) in inner.char_indices().chain(std::iter::once((inner.len(), ','))) {
+                match c {
+                    '{' => item_depth += 1,
+                    '}' => item_depth -= 1,
+                    ',' if item_depth == 0 => {
+                        let name = ident(inner[start..i].trim());
+                        if !name.is_empty() {
+                            found.push(name);
+                        }
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name = ident(rest);
+            if !name.is_empty() {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
+/// The upward (or unknown) uses of module `module` at `layer` in `source`.
+fn violations(module: &str, layer_of_module: u8, source: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    for name in crate_paths(source) {
+        let target = match ROOT.iter().find(|(root, _)| *root == name) {
+            Some((_, None)) => continue,
+            Some((_, Some(target))) => *target,
+            None => name.as_str(),
+        };
+        match layer(target) {
+            Some(target_layer) if target_layer <= layer_of_module => {}
+            Some(target_layer) => {
+                bad.push(format!("{module} (layer {layer_of_module}) uses crate::{name} ({target}, layer {target_layer})"))
+            }
+            None => bad.push(format!("{module} uses crate::{name}, which the layer table does not know")),
+        }
+    }
+    bad
+}
+
+#[test]
+fn no_module_uses_a_layer_above_its_own() {
+    let bad: Vec<String> = MODULES.iter().flat_map(|(module, layer, source)| violations(module, *layer, source)).collect();
+    assert!(bad.is_empty(), "arrows must point down:\n{}", bad.join("\n"));
+}
+
+/// The methods a module's `impl Engine` blocks define.
+fn engine_methods(source: &str) -> Vec<String> {
+    let mut methods = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find("\nimpl Engine {") {
+        rest = &rest[at + "\nimpl Engine {".len()..];
+        let mut depth = 1;
+        let end = rest
+            .char_indices()
+            .find(|(_, c)| {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        for line in rest[..end].lines() {
+            // Methods sit at one indentation level in the block.
+            let Some(item) = line.strip_prefix("    ").filter(|l| !l.starts_with(' ')) else { continue };
+            let item = item.trim_start_matches("pub(crate) ").trim_start_matches("pub ").trim_start_matches("async ");
+            if let Some(name) = item.strip_prefix("fn ") {
+                methods.push(name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect());
+            }
+        }
+        rest = &rest[end..];
+    }
+    methods
+}
+
+/// The calls in `source` of `Engine` methods defined by modules of `modules` above
+/// `layer_of_module`.
+fn upward_calls(modules: &[(&str, u8, &str)], module: &str, layer_of_module: u8, source: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (owner, owner_layer, owner_source) in modules {
+        if *owner_layer <= layer_of_module {
+            continue;
+        }
+        for method in engine_methods(owner_source) {
+            for receiver in ["self.", "engine."] {
+                if source.contains(&format!("{receiver}{method}(")) {
+                    bad.push(format!("{module} (layer {layer_of_module}) calls Engine::{method} of {owner} (layer {owner_layer})"));
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn no_module_calls_an_engine_method_of_a_layer_above_its_own() {
+    let bad: Vec<String> = MODULES.iter().flat_map(|(module, layer, source)| upward_calls(MODULES, module, *layer, source)).collect();
+    assert!(bad.is_empty(), "arrows must point down:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    for line in include_str!("lib.rs").lines() {
+        let line = line.trim();
+        let Some(name) = line.strip_prefix("pub mod ").or_else(|| line.strip_prefix("mod ")).and_then(|m| m.strip_suffix(';')) else {
+            continue;
+        };
+        assert!(name == "layers" || layer(name).is_some(), "module {name} is not in the layer table");
+    }
+}
+
+#[test]
+fn an_upward_use_is_caught() {
+    // What `journal.rs` imported before the layers: tasks, a layer above the journal.
+    let before = "use crate::rerun::AlreadySent;\nuse crate::tasks::{Flavor, RELATED_TASK, is_terminal};\nuse crate::{Caller, Engine, EngineError, Era};";
+    assert_eq!(violations("journal", 2, before), vec!["journal (layer 2) uses crate::tasks (tasks, layer 3)".to_owned()]);
+    assert_eq!(crate_paths("use crate::{a::{b, c}, d};\nlet x = crate::e::f();"), ["a", "d", "e"]);
+    assert_eq!(violations("records", 0, "let run = crate::Accepted { .. };").len(), 1, "a root re-export counts as its module");
+    assert_eq!(violations("records", 0, "use crate::nowhere::X;").len(), 1, "an unknown module is reported");
+    // What `tasks.rs` did before the layers: call the request path's `commit`.
+    let modules = [("run", 4, "//! run\nimpl Engine {\n    pub(crate) async fn commit(&self) {}\n}\n"), ("tasks", 3, "")];
+    let before = "self.commit(target, &message, true).await?;\nself.store().commit(batch).await?;";
+    assert_eq!(upward_calls(&modules, "tasks", 3, before), ["tasks (layer 3) calls Engine::commit of run (layer 4)".to_owned()]);
+    assert!(engine_methods("impl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n").is_empty(), "a block must follow a newline");
+    assert_eq!(engine_methods("\nimpl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n"), ["a", "b"]);
+}

@@ -1,0 +1,192 @@
+//! Recovery (D7), the request path's half: the journal hands over the runs it claimed
+//! ([`Engine::claim`]: our own from before a restart, or anyone's whose lease ran out), and
+//! this decides what each needs: to run again on its stream, to go on relaying a task's
+//! result, or only to be cleaned up (its outcome is committed, its session or task
+//! ended, it was cancelled, it failed too often).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use durable_mcp_protocol::jsonrpc::RequestId;
+use durable_mcp_protocol::tasks::TaskStatus;
+use durable_mcp_store::{Principal, SessionId, StoreError, StreamId, now_ms};
+use serde_json::json;
+
+use crate::caller::Caller;
+use crate::journal::Held;
+use crate::rerun::AlreadySent;
+use crate::{Engine, EngineError};
+
+/// What a taken-over run needs.
+enum Resume {
+    /// Run it again, for this caller, on this stream, which already holds these
+    /// notifications.
+    Launch(Box<Caller>, RequestId, StreamId, AlreadySent),
+    /// Go on relaying a task's result (a journaled `tasks/result`).
+    Relay,
+    /// Nothing more than cleaning up.
+    Done,
+}
+
+impl Engine {
+    /// Take over every run that is ours from before a restart, or whose owner's lease
+    /// expired, and run it again. Returns how many runs were resumed.
+    pub async fn recover(&self) -> Result<usize, EngineError> {
+        let mut resumed = 0;
+        for record in self.journal_entries().await? {
+            if self.is_running_here(&record.key) {
+                continue;
+            }
+            let claimed = match self.claim(record).await {
+                Ok(Some(held)) => self.resume(held).await,
+                Ok(None) => Ok(false),
+                Err(error) => Err(error),
+            };
+            match claimed {
+                Ok(true) => resumed += 1,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, "could not recover a run; retrying at the next pass"),
+            }
+        }
+        Ok(resumed)
+    }
+
+    /// Run a taken-over request again on its original stream.
+    async fn resume(&self, mut held: Held) -> Result<bool, EngineError> {
+        match self.try_resume(&held).await {
+            Ok(Resume::Launch(caller, id, stream, already_sent)) => {
+                let request = held.record.request.clone();
+                held.already_sent = Some(Arc::new(already_sent));
+                if let Err(mut rejection) = self.launch(*caller, id.clone(), request, stream.clone(), Some(held)).await {
+                    rejection.id = Some(id);
+                    self.commit(&stream, &rejection.to_response(), true).await?;
+                }
+                Ok(true)
+            }
+            Ok(Resume::Relay) => {
+                tokio::spawn(self.clone().run_relay(held));
+                Ok(true)
+            }
+            Ok(Resume::Done) => {
+                held.finish(self).await;
+                Ok(false)
+            }
+            Err(error) => {
+                // Try again later (here or elsewhere): a store blip must not strand the run.
+                held.release(self, now_ms() + 1_000, false).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Decide what a taken-over run needs: to be run again, or only to be cleaned up
+    /// (its outcome is committed, its session or task ended, it was cancelled, it failed
+    /// too often).
+    async fn try_resume(&self, held: &Held) -> Result<Resume, EngineError> {
+        let record = &held.record;
+        let Ok(stream) = record.stream.parse::<StreamId>() else { return Ok(Resume::Done) };
+        let id = record.id();
+        // Outcome already committed (the owner died between the commit and the clean-up)?
+        if self.stream_closed(&stream).await? {
+            if let Some(task) = &record.task
+                && let Some(outcome) = self.last_message(&stream).await?
+            {
+                self.settle_task(task, &outcome).await?;
+            }
+            return Ok(Resume::Done);
+        }
+        if record.relay.is_some() {
+            if record.failures >= self.options().max_attempts {
+                return self.closed_or_retry(&stream, &id, false).await;
+            }
+            return Ok(Resume::Relay);
+        }
+        // A task whose worker died before its create result was committed: commit it now,
+        // so that its client (or a re-send of its request) gets it.
+        if let (Some(reply), Some(task)) = (&record.reply, &record.task)
+            && let Ok(reply) = reply.parse::<StreamId>()
+            && !self.stream_closed(&reply).await?
+            && let Some((task, _)) = self.load_task(task).await?
+        {
+            let created = json!({"jsonrpc": "2.0", "id": id, "result": task.created()});
+            match self.commit(&reply, &created, true).await {
+                Ok(_) | Err(EngineError::Store(StoreError::StreamClosed { .. })) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let cancelled = self.cancelled_elsewhere(&held.run_id).await?;
+        let task_ended = match &record.task {
+            Some(task) => self.load_task(task).await?.is_none_or(|(t, _)| t.status.is_terminal()),
+            None => false,
+        };
+        if cancelled || task_ended {
+            return self.closed_or_retry(&stream, &id, true).await;
+        }
+        let principal = Principal::new(record.principal.clone());
+        let session = match record.session.as_ref().map(|id| id.parse::<SessionId>()) {
+            Some(Ok(session)) => match self.store().load_session(&principal, &session).await {
+                Ok(session) => Some(session),
+                Err(StoreError::NotFound { .. }) => {
+                    if let Some(task) = &record.task {
+                        self.end_task(task, TaskStatus::Cancelled, "The session ended.").await?;
+                    }
+                    return Ok(Resume::Done);
+                }
+                Err(error) => return Err(error.into()),
+            },
+            _ => None,
+        };
+        if record.stateless() {
+            // A stateless request's client is gone with its connection: nobody could
+            // read a re-run's outcome, so the request ends with an error (its steps stay:
+            // a retry with its sealed state continues them).
+            return self.closed_or_retry(&stream, &id, false).await;
+        }
+        if record.failures >= self.options().max_attempts {
+            tracing::error!(run = %held.run_id, failures = record.failures, "a run failed too often; ending it with an error");
+            if let Some(task) = &record.task {
+                self.end_task(task, TaskStatus::Failed, "The task failed too often.").await?;
+            }
+            return self.closed_or_retry(&stream, &id, false).await;
+        }
+        let caller = Caller {
+            principal,
+            era: record.era,
+            session,
+            protocol_version: record.protocol_version,
+            log_level: record.log_level.clone(),
+        };
+        // Read once, here: the re-run's notifications are then checked in memory.
+        let already_sent = AlreadySent::read(self, &stream).await?;
+        Ok(Resume::Launch(Box::new(caller), id, stream, already_sent))
+    }
+
+    /// Close a run's stream without an outcome; if the store does not let us, the run is
+    /// released and a later recovery pass tries again (the client is never left waiting).
+    async fn closed_or_retry(&self, stream: &StreamId, id: &RequestId, cancelled: bool) -> Result<Resume, EngineError> {
+        if self.close_unanswered(stream, id, cancelled).await {
+            Ok(Resume::Done)
+        } else {
+            Err(EngineError::StreamNotClosed(stream.clone()))
+        }
+    }
+
+
+    /// Run [`Engine::recover`] now and then every second (every half lease if that is
+    /// shorter), until the handle is aborted: a released lease is picked up within a second.
+    pub fn spawn_recovery(&self) -> tokio::task::JoinHandle<()> {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval((engine.options().lease / 2).min(Duration::from_secs(1)));
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                match engine.recover().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(resumed = n, "recovered runs"),
+                    Err(error) => tracing::warn!(%error, "recovery failed; retrying"),
+                }
+            }
+        })
+    }
+}
