@@ -234,7 +234,7 @@ impl Held {
         if !stateless && self.steps_written.load(Ordering::SeqCst) {
             batch = batch.delete_records(RecordKind::Step, format!("{}/", self.run_id));
         }
-        engine.store().commit(batch).await?;
+        engine.commit_batch(batch).await?;
         drop(guard);
         self.heartbeat.abort();
         self.ended = true;

@@ -39,7 +39,7 @@ pub use getstream::{GetStream, GetStreamSettings};
 pub use journal::JOURNALED_METHODS;
 pub use tasks::{RELATED_TASK, TASKS_EXTENSION};
 pub use run::{Accepted, Caller, Era};
-pub use tail::tail;
+pub use tail::{Follow, tail};
 
 /// Settings of the engine.
 #[derive(Debug, Clone)]
@@ -99,6 +99,8 @@ struct Inner {
     changes: changes::Changes,
     /// The GET streams open on this worker, per session.
     get_streams: getstream::Local,
+    /// What this worker commits, handed to its own tails in memory (write-through).
+    hub: Arc<tail::Hub>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -125,6 +127,7 @@ impl Engine {
                 task_changes: tokio::sync::broadcast::channel(256).0,
                 changes: changes::Changes::default(),
                 get_streams: getstream::Local::default(),
+                hub: Arc::default(),
             }),
         }
     }
@@ -132,6 +135,11 @@ impl Engine {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    /// The local hub of this worker's tails (write-through, see `tail.rs`).
+    pub(crate) fn hub(&self) -> &Arc<tail::Hub> {
+        &self.inner.hub
     }
 
     /// The handler.

@@ -11,12 +11,13 @@ use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
 use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, McpVersion, Outbound, PeerContext, Run, StateKeys};
 use durable_mcp_store::{
-    BatchOp, EventId, Expect, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
+    BatchOp, BatchOutcome, EventId, Expect, WriteBatch, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
 };
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::inbox::Inbox;
+use crate::tail::{Captured, Follow};
 use crate::opening::{Journaled, NewStream};
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::rerun::AlreadySent;
@@ -148,6 +149,9 @@ pub struct Accepted {
     /// Fires when the handler asks to close the connection (not the stream) so that the
     /// client resumes with `Last-Event-ID` (legacy era only).
     pub close_connection: Option<CancellationToken>,
+    /// The transport's tail of `stream`, registered before its first event was committed:
+    /// pass it to [`Engine::tail`] to get what this worker commits from memory.
+    pub follow: Option<Follow>,
 }
 
 /// Runs in flight on this worker: for cancellation and for routing replies to the
@@ -218,7 +222,7 @@ impl Engine {
     pub async fn accept(&self, caller: &Caller, id: RequestId, request: Map<String, Value>) -> Result<Accepted, EngineError> {
         let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
         let journaled = JOURNALED_METHODS.contains(&method.as_str());
-        let mut opening = NewStream::new(caller);
+        let mut opening = NewStream::new(self, caller);
         let stream = opening.id.clone();
         if caller.era == Era::Legacy {
             self.apply_session_effects(caller, &method, &request).await?;
@@ -327,7 +331,7 @@ impl Engine {
     /// worker that accepted the original died before journaling it, this request adopts
     /// the run: it is the same request, so it is journaled and started now.
     pub(crate) async fn attach(&self, caller: &Caller, id: RequestId, request: Map<String, Value>, stream: StreamId) -> Result<Accepted, EngineError> {
-        let attached = Accepted { stream: stream.clone(), priming: None, cancel: None, close_connection: None };
+        let attached = Accepted { stream: stream.clone(), priming: None, cancel: None, close_connection: None, follow: None };
         let run_id = stream.to_string();
         if self.store().get_record(RecordKind::Run, &run_id).await?.is_some() || self.stream_closed(&stream).await? {
             tracing::info!(%id, %stream, "re-sent request attached to its run");
@@ -415,9 +419,12 @@ impl Engine {
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
         let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
+        // This worker writes the stream until the pump ends: its local tails need no store.
+        let writer = self.hub().writer(&stream);
         let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription, registration, keys };
         tokio::spawn(async move {
             engine.clone().pump(pump).await;
+            drop(writer);
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
             if let Some(watcher) = session_end {
                 watcher.abort();
@@ -566,7 +573,7 @@ impl Engine {
         let mut batch = opening.batch();
         let run_index = batch.len();
         batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode(), expires_at_ms: None, expect: Expect::Absent });
-        let outcome = self.store().commit(batch).await?;
+        let outcome = self.commit_batch(batch).await?;
         opening.committed(&outcome);
         let version = outcome.version(run_index).ok_or_else(|| StoreError::Corrupt("a committed batch without the run record's version".into()))?;
         tokio::spawn(self.clone().run_relay(Held::start(self, run_id, record, version)));
@@ -657,8 +664,52 @@ impl Engine {
 
     /// The door out: commit one message of a request's stream. Nothing reaches a socket
     /// except through the store, so every sent event was committed first (D1).
+    ///
+    /// # Durability
+    /// The event reaches this worker's tails of `stream` (in memory, see `tail.rs`) only
+    /// once the store returned its id: after its commit (D1).
     pub(crate) async fn commit(&self, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
-        Ok(self.store().append(stream, message.to_string(), close).await?)
+        Ok(self.append(stream, message.to_string(), close).await?)
+    }
+
+    /// [`Engine::commit`] of data already serialized.
+    pub(crate) async fn append(&self, stream: &StreamId, data: String, close: bool) -> Result<EventId, StoreError> {
+        let captured = Captured::one(&self.inner.hub, stream, &data, close);
+        let id = self.store().append(stream, data, close).await?;
+        if !captured.is_empty() {
+            captured.published_one(&id);
+        }
+        Ok(id)
+    }
+
+    /// The door out for several writes: commit `batch` as one store operation, then hand
+    /// the events it appended to this worker's tails of their streams.
+    ///
+    /// # Durability
+    /// As [`durable_mcp_store::Store::commit`]: all or nothing. Nothing of the batch reaches
+    /// a tail before the store returned (D1), and then with the ids the store gave it.
+    pub(crate) async fn commit_batch(&self, batch: WriteBatch) -> Result<BatchOutcome, StoreError> {
+        let captured = self.inner.hub.capture(&batch);
+        let outcome = self.store().commit(batch).await?;
+        if !captured.is_empty() {
+            captured.published(&outcome);
+        }
+        Ok(outcome)
+    }
+
+    /// The events of `stream` after sequence `after`, as a transport writes them: from
+    /// memory what this worker commits while `follow` (see [`Accepted::follow`]) holds, or
+    /// while a writer of this worker holds the stream; from the store what it does not
+    /// hold (a resume from an earlier position, another worker's events). Every item was
+    /// committed before it is yielded (D1).
+    pub fn tail(
+        &self,
+        stream: StreamId,
+        after: u64,
+        follow: Option<Follow>,
+    ) -> impl futures::Stream<Item = Result<durable_mcp_store::StoredEvent, StoreError>> + Send + 'static {
+        let follow = follow.filter(|f| *f.stream() == stream).or_else(|| self.inner.hub.follow_if_written(&stream));
+        crate::tail::follow(self.store().clone(), stream, after, follow)
     }
 
     /// A task's run: registered for cancellation by task id, and watched for a
@@ -928,7 +979,7 @@ impl Engine {
         };
         let mut delay = std::time::Duration::from_millis(50);
         for _ in 0..10 {
-            match self.store().append(stream, data.clone(), true).await {
+            match self.append(stream, data.clone(), true).await {
                 Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. } | durable_mcp_store::StoreError::StreamClosed { .. }) => return true,
                 Err(error) => {
                     tracing::warn!(%error, %stream, "could not close an unanswered request's stream; retrying");

@@ -154,3 +154,43 @@ async fn d6_resent_request_id_writes_nothing_of_its_own_and_gets_the_one_outcome
     settled(&h, &store).await;
     assert!(store.inner().list_records(RecordKind::Run, "", 10).await.unwrap().is_empty());
 }
+
+/// Write-through tails (issue 10, item 3): the worker that commits a request's events hands
+/// them to the request's own response in memory. A journaled `tools/call` (legacy, with its
+/// priming event and progress and log messages) is streamed without one read of the
+/// store's event log, and so is a modern one; D1 holds all the same (commit_gate.rs).
+#[tokio::test]
+async fn write_through_a_call_is_streamed_without_reading_the_log() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    post(&h.router, Some(&session), call(1, "echo", json!({"text": "warm"}))).await.events().await;
+    settled(&h, &store).await;
+    let mut body = call(2, "chatty", json!({"count": 3}));
+    body["params"]["_meta"] = json!({"progressToken": "p"});
+    let events = post(&h.router, Some(&session), body).await.events().await;
+    let received = messages(&events);
+    assert_eq!(received.last().unwrap()["result"]["content"][0]["text"], "3", "{received:?}");
+    assert!(received.len() >= 4, "the progress and log messages came too: {received:?}");
+    let counts = settled(&h, &store).await;
+    assert_eq!(counts.get(&Op::ReadAfter), None, "the worker that committed the events read none back: {counts:?}");
+
+    let answer = modern_call(&h.router, 3, "echo", json!({"text": "modern"})).await;
+    assert_eq!(answer["result"]["content"][0]["text"], "modern");
+    let counts = settled(&h, &store).await;
+    assert_eq!(counts.get(&Op::ReadAfter), None, "modern: {counts:?}");
+}
+
+/// A resume with `Last-Event-ID` reads the store (D3): what came after that id is replayed
+/// from the log, on this worker too.
+#[tokio::test]
+async fn write_through_a_resume_reads_the_store() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let events = post(&h.router, Some(&session), call(1, "echo", json!({"text": "again"}))).await.events().await;
+    let priming = events[0].0.clone().unwrap();
+    settled(&h, &store).await;
+    let mut resumed = support::open_get(&h.router, &session, Some(&priming)).await;
+    resumed.until(|live| !live.messages().is_empty()).await;
+    assert_eq!(resumed.messages()[0]["result"]["content"][0]["text"], "again");
+    assert!(store.hook().count(Op::ReadAfter) >= 1, "the resume read the log");
+}
