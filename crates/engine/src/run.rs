@@ -708,7 +708,11 @@ impl Engine {
         after: u64,
         follow: Option<Follow>,
     ) -> impl futures::Stream<Item = Result<durable_mcp_store::StoredEvent, StoreError>> + Send + 'static {
-        let follow = follow.filter(|f| *f.stream() == stream).or_else(|| self.inner.hub.follow_if_written(&stream));
+        use crate::tail::Start;
+        let follow = match follow.filter(|f| *f.stream() == stream) {
+            Some(registered) => Some((registered, Start::Registered)),
+            None => self.inner.hub.follow_if_written(&stream).map(|late| (late, Start::CatchUp)),
+        };
         crate::tail::follow(self.store().clone(), stream, after, follow)
     }
 

@@ -332,13 +332,23 @@ fn local_at(state: &LocalState, after: u64) -> Next {
     if state.writers == 0 || state.closed_unknown { Next::Unheld } else { Next::Wait }
 }
 
+/// How a tail registered with a local hub starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Registered before anything after its position was committed: the hub has it all.
+    Registered,
+    /// Registered late (a resume, an attach): what was committed before is in the store
+    /// only, so the tail reads it once before it follows the hub.
+    CatchUp,
+}
+
 /// The tail of `stream` after `after`: from the local hub while `follow` holds a writer's
 /// events, from the store otherwise.
 pub(crate) fn follow(
     store: Arc<dyn Store>,
     stream: StreamId,
     after: u64,
-    follow: Option<Follow>,
+    follow: Option<(Follow, Start)>,
 ) -> impl Stream<Item = Result<StoredEvent, StoreError>> + Send + 'static {
     struct Cursor {
         store: Arc<dyn Store>,
@@ -346,15 +356,16 @@ pub(crate) fn follow(
         after: u64,
         buffered: VecDeque<StoredEvent>,
         source: Source,
+        catch_up: bool,
     }
-    let source = match follow {
-        Some(follow) => {
+    let (source, catch_up) = match follow {
+        Some((follow, start)) => {
             let rx = follow.local.state.subscribe();
-            Source::Local(follow, rx)
+            (Source::Local(follow, rx), start == Start::CatchUp)
         }
-        None => Source::StoreStart,
+        None => (Source::StoreStart, false),
     };
-    let cursor = Cursor { store, stream, after, buffered: VecDeque::new(), source };
+    let cursor = Cursor { store, stream, after, buffered: VecDeque::new(), source, catch_up };
     futures::stream::unfold(cursor, |mut c| async move {
         loop {
             if let Some(event) = c.buffered.pop_front() {
@@ -367,7 +378,8 @@ pub(crate) fn follow(
             match std::mem::replace(&mut c.source, Source::Done) {
                 Source::Done => return None,
                 Source::Local(follow, mut rx) => {
-                    let next = local_at(&rx.borrow_and_update(), c.after);
+                    let catching_up = std::mem::take(&mut c.catch_up);
+                    let next = if catching_up { Next::Gap } else { local_at(&rx.borrow_and_update(), c.after) };
                     match next {
                         Next::Events(events, finished) => {
                             c.buffered.extend(events);
@@ -377,7 +389,8 @@ pub(crate) fn follow(
                             // Fill the gap from the store, then go on from the hub.
                             match c.store.read_after(&c.stream, c.after, BATCH).await {
                                 Ok(read) if read.finished => c.buffered.extend(read.events),
-                                Ok(read) if read.events.is_empty() => c.source = Source::StoreStart,
+                                // A gap the store cannot fill either: the store's own tail decides.
+                                Ok(read) if read.events.is_empty() && !catching_up => c.source = Source::StoreStart,
                                 Ok(read) => {
                                     c.buffered.extend(read.events);
                                     c.source = Source::Local(follow, rx);
@@ -463,7 +476,7 @@ mod tests {
         let stream = StreamId::random();
         let tail_reg = hub.follow(&stream);
         let writer = hub.writer(&stream);
-        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, Some(tail_reg)));
+        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, Some((tail_reg, Start::Registered))));
         commit(&hub, &*store, WriteBatch::new().create_stream(stream.clone(), owner()).append(stream.clone(), "a")).await;
         assert_eq!(next(&mut events).await.unwrap().data, "a");
         commit(&hub, &*store, WriteBatch::new().append(stream.clone(), "b").close(stream.clone())).await;
@@ -483,12 +496,12 @@ mod tests {
         let _writer = hub.writer(&stream);
         // Committed before any tail followed: not in the hub.
         commit(&hub, &*store, WriteBatch::new().create_stream(stream.clone(), owner()).append(stream.clone(), "1")).await;
-        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, hub.follow_if_written(&stream)));
+        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp))));
         commit(&hub, &*store, WriteBatch::new().append(stream.clone(), "2")).await;
         assert_eq!(next(&mut events).await.unwrap().data, "1", "read from the store");
         assert_eq!(next(&mut events).await.unwrap().data, "2");
         // A tail far behind: the hub evicted what it did not take.
-        let mut late = Box::pin(follow(store.clone(), stream.clone(), 2, hub.follow_if_written(&stream)));
+        let mut late = Box::pin(follow(store.clone(), stream.clone(), 2, hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp))));
         for i in 0..(MAX_RECENT_EVENTS + 10) {
             commit(&hub, &*store, WriteBatch::new().append(stream.clone(), i.to_string())).await;
         }
@@ -505,7 +518,7 @@ mod tests {
         let stream = StreamId::random();
         store.create_stream(&stream, &owner()).await.unwrap();
         let writer = hub.writer(&stream);
-        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, hub.follow_if_written(&stream)));
+        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp))));
         drop(writer);
         // Another worker's append (not through this hub): the store's wake-up brings it.
         store.append(&stream, "elsewhere".into(), true).await.unwrap();
