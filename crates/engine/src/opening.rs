@@ -73,13 +73,28 @@ impl NewStream {
     /// Commit `response` as the stream's last event: with the stream's creation in one
     /// commit when it is not committed yet.
     pub async fn answer(&mut self, engine: &Engine, response: &Value) -> Result<(), EngineError> {
+        Ok(self.commit_first(engine, response.to_string(), true).await.map(drop)?)
+    }
+
+    /// Whether the stream is committed.
+    pub fn is_open(&self) -> bool {
+        self.opened.is_some()
+    }
+
+    /// Commit `data` to the stream (closing it if `close`): with the stream's creation
+    /// (and priming event) in one commit when it is not committed yet.
+    pub async fn commit_first(&mut self, engine: &Engine, data: String, close: bool) -> Result<EventId, StoreError> {
         if self.opened.is_some() {
-            return engine.commit(&self.id, response, true).await.map(drop);
+            return engine.append(&self.id, data, close).await;
         }
-        let batch = self.batch().append(self.id.clone(), response.to_string()).close(self.id.clone());
+        let mut batch = self.batch().append(self.id.clone(), data);
+        let index = batch.len() - 1;
+        if close {
+            batch = batch.close(self.id.clone());
+        }
         let outcome = engine.commit_batch(batch).await?;
         self.committed(&outcome);
-        Ok(())
+        outcome.event(index).cloned().ok_or_else(|| StoreError::Corrupt("a committed batch without its event's id".into()))
     }
 
     /// What the transport gets: the stream, its priming event, and its tail's registration

@@ -55,6 +55,8 @@ struct Pump {
     caller: Caller,
     id: RequestId,
     stream: StreamId,
+    /// A stream not committed yet: created by the first commit to it (see `accept`).
+    opening: Option<NewStream>,
     close_connection: CancellationToken,
     held: Option<Held>,
     durable: Option<Arc<DurableRun>>,
@@ -67,6 +69,15 @@ struct Pump {
     registration: Option<u64>,
     /// The `requestState` keys that seal its `input_required` state.
     keys: StateKeys,
+}
+
+/// What a run of a new request starts with besides its request ([`Engine::launch_with`]).
+struct Extra<'a> {
+    /// A `subscriptions/listen` request's subscription.
+    subscription: Option<ListenSubscription>,
+    /// Its response stream, if not committed yet: taken by the pump, which creates it with
+    /// its first commit; left here if the run could not start.
+    opening: &'a mut Option<NewStream>,
 }
 
 /// What [`Engine::launch`] started.
@@ -214,8 +225,8 @@ impl Engine {
     /// journaled request makes one commit before its handler starts (its stream, priming
     /// event, alias and run record together) and one for its outcome (the response, the
     /// close and the removal of its run record together); a request the engine answers
-    /// itself makes one; another request makes one for its stream, before its handler
-    /// starts, and one for its response. Stated more precisely: the stream, the alias
+    /// itself makes one; another request makes one, when its handler sends its first
+    /// message (its response, usually): the stream is created in that commit. Stated more precisely: the stream, the alias
     /// (`Expect::Absent`) and the run record are one [`durable_mcp_store::WriteBatch`], so
     /// a re-sent request id (the alias conflicts) leaves nothing of its own visible and is
     /// attached to the existing run; nothing is read before those writes (D1, D6).
@@ -308,19 +319,27 @@ impl Engine {
                 }
             }
         } else {
-            // The transport follows the stream as soon as this returns: it exists first.
-            opening.open(self).await?;
             None
         };
         let mut accepted = opening.accepted();
-        match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, subscription).await {
+        // A request that is not journaled commits its stream with the first message its
+        // handler sends (usually its response, closing it): one commit in all. The
+        // transport's tail was registered with the stream's local hub before (see
+        // `Accepted::follow`), so it waits for that commit instead of reading a stream
+        // that does not exist yet.
+        let mut pending = (!opening.is_open()).then_some(opening);
+        match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, Extra { subscription, opening: &mut pending }).await {
             Ok(launched) => {
                 accepted.cancel = Some(launched.cancel);
                 accepted.close_connection = launched.close_connection;
             }
             Err(mut rejection) => {
                 rejection.id = Some(id);
-                self.commit(&stream, &rejection.to_response(), true).await?;
+                let response = rejection.to_response();
+                match pending.as_mut() {
+                    Some(opening) => opening.answer(self, &response).await?,
+                    None => self.commit(&stream, &response, true).await.map(drop)?,
+                }
             }
         }
         Ok(accepted)
@@ -363,7 +382,7 @@ impl Engine {
         stream: StreamId,
         held: Option<Held>,
     ) -> Result<Launched, Rejection> {
-        self.launch_with(caller, id, request, stream, held, None).await
+        self.launch_with(caller, id, request, stream, held, Extra { subscription: None, opening: &mut None }).await
     }
 
     /// [`Engine::launch`], for a `subscriptions/listen` request that follows tasks.
@@ -374,8 +393,9 @@ impl Engine {
         request: Map<String, Value>,
         stream: StreamId,
         held: Option<Held>,
-        subscription: Option<ListenSubscription>,
+        extra: Extra<'_>,
     ) -> Result<Launched, Rejection> {
+        let Extra { subscription, opening } = extra;
         // A run whose lease is lost is cancelled here (without ending its stream).
         let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
         // Every sealer of the handler's requests uses the store's keys (D9, D12).
@@ -418,10 +438,29 @@ impl Engine {
         let registration = held.as_ref().map(|held| self.register_journaled(&held.run_id, run.cancel.clone()));
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
-        let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
+        // The session's standalone stream, not the request's (which may not exist yet):
+        // it is removed only with the session (D5, D14).
+        let session_end = match (&caller.session, caller.era) {
+            (Some(session), Era::Legacy) => Some(self.cancel_when_stream_removed(session.standalone_stream.clone(), run.cancel.clone())),
+            _ => None,
+        };
         // This worker writes the stream until the pump ends: its local tails need no store.
         let writer = self.hub().writer(&stream);
-        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription, registration, keys };
+        let pump = Pump {
+            run,
+            caller,
+            id,
+            stream,
+            opening: opening.take(),
+            close_connection: close,
+            held,
+            durable,
+            detach_requests,
+            task_watch: None,
+            subscription,
+            registration,
+            keys,
+        };
         tokio::spawn(async move {
             engine.clone().pump(pump).await;
             drop(writer);
@@ -750,7 +789,7 @@ impl Engine {
     }
 
     async fn pump(self, pump: Pump) {
-        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription, registration, keys } = pump;
+        let Pump { mut run, caller, id, mut stream, mut opening, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription, registration, keys } = pump;
         let mut feed: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
         if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
             task_watch = Some(self.watch_task(&key, &run.cancel));
@@ -826,7 +865,7 @@ impl Engine {
                     let committed = match held.as_mut() {
                         // One commit: the outcome, the close and the end of the journal entry.
                         Some(held) if !suspended && held.record.task.is_none() => held.commit_outcome(&self, &stream, &outcome).await,
-                        _ => self.commit(&stream, &outcome, true).await.map(drop),
+                        _ => self.commit_first(&mut opening, &stream, &outcome, true).await.map(drop),
                     };
                     answered = committed.is_ok();
                     if committed.is_ok() {
@@ -844,7 +883,7 @@ impl Engine {
                     // Following starts before the client sees the acknowledgement: what is
                     // announced after it reaches the stream.
                     let announced = if filter.follows_changes() { Some(self.follow_changes(filter.uris()).await) } else { None };
-                    let committed = self.commit(&stream, &message, false).await.map(drop);
+                    let committed = self.commit_first(&mut opening, &stream, &message, false).await.map(drop);
                     // Nothing to feed (no task, no announcement followed): no feed.
                     if committed.is_ok() && (tasks.follows_tasks() || announced.is_some()) {
                         let stop = CancellationToken::new();
@@ -854,7 +893,7 @@ impl Engine {
                 }
                 Outbound::Notification { method, message } => {
                     let already_sent = held.as_ref().and_then(|h| h.already_sent.as_deref());
-                    self.route_notification(&caller, &stream, &method, message, already_sent).await
+                    self.route_notification_into(&caller, &stream, &mut opening, &method, message, already_sent).await
                 }
                 Outbound::Request { id: original_id, mut message, .. } => async {
                     let inbox = match &mut inbox {
@@ -865,7 +904,7 @@ impl Engine {
                     if let Some(obj) = message.as_object_mut() {
                         obj.insert("id".into(), Value::String(wire_id));
                     }
-                    self.commit(&stream, &message, false).await.map(drop)
+                    self.commit_first(&mut opening, &stream, &message, false).await.map(drop)
                 }
                 .await,
             };
@@ -896,7 +935,7 @@ impl Engine {
         }
         let Some(held) = held else {
             if !answered {
-                let _ = self.close_unanswered(&stream, &id, run.cancel.is_cancelled() && !commit_failed).await;
+                let _ = self.close_unanswered_on(&stream, &mut opening, &id, run.cancel.is_cancelled() && !commit_failed).await;
             }
             return;
         };
@@ -970,6 +1009,12 @@ impl Engine {
     /// error. Retried with backoff while the store is unavailable (D15); returns whether the
     /// stream is closed.
     pub(crate) async fn close_unanswered(&self, stream: &StreamId, id: &RequestId, cancelled_by_client: bool) -> bool {
+        self.close_unanswered_on(stream, &mut None, id, cancelled_by_client).await
+    }
+
+    /// [`Engine::close_unanswered`] of a stream that may not be committed yet (`opening`):
+    /// then it is created with its closing event, in one commit.
+    async fn close_unanswered_on(&self, stream: &StreamId, opening: &mut Option<NewStream>, id: &RequestId, cancelled_by_client: bool) -> bool {
         let data = if cancelled_by_client {
             String::new()
         } else {
@@ -983,8 +1028,12 @@ impl Engine {
         };
         let mut delay = std::time::Duration::from_millis(50);
         for _ in 0..10 {
-            match self.append(stream, data.clone(), true).await {
-                Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. } | durable_mcp_store::StoreError::StreamClosed { .. }) => return true,
+            let closed = match opening.as_mut().filter(|o| !o.is_open()) {
+                Some(opening) => opening.commit_first(self, data.clone(), true).await.map(drop),
+                None => self.append(stream, data.clone(), true).await.map(drop),
+            };
+            match closed {
+                Ok(()) | Err(durable_mcp_store::StoreError::NotFound { .. } | durable_mcp_store::StoreError::StreamClosed { .. }) => return true,
                 Err(error) => {
                     tracing::warn!(%error, %stream, "could not close an unanswered request's stream; retrying");
                     tokio::time::sleep(delay).await;
@@ -1004,6 +1053,20 @@ impl Engine {
         &self,
         caller: &Caller,
         stream: &StreamId,
+        method: &str,
+        message: Value,
+        already_sent: Option<&AlreadySent>,
+    ) -> Result<(), EngineError> {
+        self.route_notification_into(caller, stream, &mut None, method, message, already_sent).await
+    }
+
+    /// [`Engine::route_notification`] to a request stream that may not be committed yet
+    /// (`opening`): a notification that goes on it creates it, in one commit.
+    async fn route_notification_into(
+        &self,
+        caller: &Caller,
+        stream: &StreamId,
+        opening: &mut Option<NewStream>,
         method: &str,
         message: Value,
         already_sent: Option<&AlreadySent>,
@@ -1038,7 +1101,16 @@ impl Engine {
             tracing::debug!(%stream, %method, "re-run: not sending a notification the stream already has");
             return Ok(());
         }
-        self.commit(stream, &message, false).await.map(drop)
+        self.commit_first(opening, stream, &message, false).await.map(drop)
+    }
+
+    /// Commit `message` to `stream`, creating the stream in the same commit if `opening`
+    /// holds it uncommitted.
+    async fn commit_first(&self, opening: &mut Option<NewStream>, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
+        match opening.as_mut().filter(|o| !o.is_open()) {
+            Some(opening) => Ok(opening.commit_first(self, message.to_string(), close).await?),
+            None => self.commit(stream, message, close).await,
+        }
     }
 
     /// Session state that a request changes is committed before its handler runs, so the

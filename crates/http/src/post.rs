@@ -97,11 +97,17 @@ impl Transport {
                 if self.config.json_response {
                     return self.json_outcome(accepted.stream, accepted.follow).await;
                 }
-                let after = accepted.priming.map_or(0, |p| p.seq);
+                let after = accepted.priming.as_ref().map_or(0, |p| p.seq);
                 let close_after = if caller.primes_streams() { self.config.poll_after } else { None };
+                // A stream committed with its handler's first message (a request that is not
+                // journaled) starts with its priming event all the same: the tail yields it.
+                let priming = match accepted.priming {
+                    None if caller.primes_streams() => Some(durable_mcp_store::EventId::new(accepted.stream.clone(), 1)),
+                    _ => None,
+                };
                 let source = SseSource {
                     events: self.engine.tail(accepted.stream, after, accepted.follow).boxed(),
-                    priming: None,
+                    priming,
                     prefix,
                     cancel_on_drop: None,
                     close_after,

@@ -115,21 +115,67 @@ async fn budget_request_answered_without_a_handler_commits_its_stream_once() {
     assert_eq!(writes(&counts), vec![(Op::UpdateSession, 1), (Op::Commit, 1)], "{counts:?}");
 }
 
-/// A request that is not journaled but runs a handler (`tools/list`): its response stream
-/// exists before the handler starts, so that the transport follows it at once (one commit,
-/// with the priming event), and the response closes it (one more). Nothing is journaled.
+/// A request that is not journaled but runs a handler (`tools/list`, `ping`) commits once
+/// in all: its response stream is created with its response (and, in 2025-11-25, its
+/// priming event, which still comes first, with its `retry` hint), in one batch with the
+/// close. Nothing is journaled, and nothing is read back.
 #[tokio::test]
-async fn budget_unjournaled_request_commits_its_stream_and_its_response() {
+async fn budget_unjournaled_request_commits_once_legacy() {
     let (h, store) = counted();
     let session = initialize(&h.router, "2025-11-25").await;
     let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"});
     // The first request of a worker creates the `requestState` key ring: not per request.
     post(&h.router, Some(&session), body.clone()).await.events().await;
     settled(&h, &store).await;
-    let events = post(&h.router, Some(&session), body).await.events().await;
+    let reply = post(&h.router, Some(&session), body).await;
+    let text = reply.text().await;
+    let events = support::parse_sse(&text);
+    assert!(events[0].1.is_empty() && text.starts_with("id: ") && text.contains("retry: "), "the priming event first: {text}");
     assert!(messages(&events)[0]["result"]["tools"].is_array());
     let counts = settled(&h, &store).await;
-    assert_eq!(writes(&counts), vec![(Op::Append, 1), (Op::Commit, 1)], "nothing journaled: {counts:?}");
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "one commit, nothing journaled: {counts:?}");
+    assert_eq!(counts.get(&Op::ReadAfter), None, "{counts:?}");
+    let ping = post(&h.router, Some(&session), json!({"jsonrpc": "2.0", "id": 5, "method": "ping"})).await.events().await;
+    assert_eq!(messages(&ping)[0]["result"], json!({}));
+    let counts = settled(&h, &store).await;
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "ping: {counts:?}");
+}
+
+/// The same in the modern era (2026-07-28): `tools/list` is answered as JSON after one commit.
+#[tokio::test]
+async fn budget_unjournaled_request_commits_once_modern() {
+    let (h, store) = counted();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let headers = [POST_HEADERS[0], POST_HEADERS[1], ("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")];
+    let warm = send(&h.router, "POST", &headers, Some(body.to_string())).await;
+    assert_eq!(warm.status, StatusCode::OK);
+    settled(&h, &store).await;
+    let reply = send(&h.router, "POST", &headers, Some(body.to_string())).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.json().await["result"]["tools"].is_array());
+    let counts = settled(&h, &store).await;
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "{counts:?}");
+    assert_eq!(counts.get(&Op::ReadAfter), None, "{counts:?}");
+}
+
+/// A request that is not journaled and is answered with an error (a method the server does
+/// not serve): the error creates its stream, in one commit.
+#[tokio::test]
+async fn budget_unjournaled_request_answered_with_an_error_commits_once() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    post(&h.router, Some(&session), json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await.events().await;
+    settled(&h, &store).await;
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": 5}});
+    let events = post(&h.router, Some(&session), body).await.events().await;
+    let received = messages(&events);
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0]["error"]["code"], -32601, "{received:?}");
+    let counts = settled(&h, &store).await;
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "{counts:?}");
 }
 
 /// D6: a re-sent request id (legacy) is found by the conflict of its alias inside the
