@@ -30,6 +30,9 @@ use crate::{Engine, EngineError};
 /// How long a run that failed without an outcome waits before it is retried.
 const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
 
+/// How long a legacy run goes before it watches for the end of its session (D5).
+const SESSION_WATCH_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Whether a handler's outcome is the durable context's "waiting for input" error.
 fn is_suspension(outcome: &Value) -> bool {
     outcome.pointer("/error/data/durable-mcp~1suspended").and_then(Value::as_bool) == Some(true)
@@ -438,12 +441,6 @@ impl Engine {
         let registration = held.as_ref().map(|held| self.register_journaled(&held.run_id, run.cancel.clone()));
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
-        // The session's standalone stream, not the request's (which may not exist yet):
-        // it is removed only with the session (D5, D14).
-        let session_end = match (&caller.session, caller.era) {
-            (Some(session), Era::Legacy) => Some(self.cancel_when_stream_removed(session.standalone_stream.clone(), run.cancel.clone())),
-            _ => None,
-        };
         // This worker writes the stream until the pump ends: its local tails need no store.
         let writer = self.hub().writer(&stream);
         let pump = Pump {
@@ -465,9 +462,6 @@ impl Engine {
             engine.clone().pump(pump).await;
             drop(writer);
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
-            if let Some(watcher) = session_end {
-                watcher.abort();
-            }
         });
         Ok(launched)
     }
@@ -801,12 +795,19 @@ impl Engine {
         let mut suspended = false;
         let mut settled: Option<Value> = None;
         let mut inbox: Option<Inbox> = None;
+        let mut session_ended = std::pin::pin!(self.session_ended(&caller));
+        let mut session_gone = false;
         loop {
             let message = tokio::select! {
                 message = run.outbound.recv() => match message {
                     Some(message) => message,
                     None => break,
                 },
+                () = &mut session_ended, if !session_gone => {
+                    session_gone = true;
+                    run.cancel.cancel();
+                    continue;
+                }
                 Some(reply) = detach_requests.recv() => {
                     let Some(held) = held.as_mut() else { continue };
                     let detached = self.detach(&caller, &id, &stream, held).await;
@@ -1187,25 +1188,40 @@ impl Engine {
     }
 
     /// D5: when the session ends on any worker, its streams are removed from the store, and
-    /// a handler still running here for it is cancelled.
-    fn cancel_when_stream_removed(&self, stream: StreamId, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
-        let store = self.store().clone();
-        tokio::spawn(async move {
-            use futures::StreamExt;
-            let Ok(mut wake) = store.watch(&stream).await else { return };
-            loop {
-                let ended = wake.next().await.is_none();
-                match store.stream_owner(&stream).await {
-                    Err(durable_mcp_store::StoreError::NotFound { .. }) => {
-                        tracing::debug!(%stream, "session ended elsewhere; cancelling its request");
-                        cancel.cancel();
-                        return;
-                    }
-                    _ if ended => return,
-                    _ => {}
-                }
+    /// a handler still running here for it is cancelled. This completes once the session's
+    /// standalone stream (removed only with the session) is gone, and never for a caller
+    /// without a legacy session. A run answered within [`SESSION_WATCH_AFTER`] makes no
+    /// watch at all (the pump polls this beside its handler's messages, no task of its own).
+    async fn session_ended(&self, caller: &Caller) {
+        let standalone = match (&caller.session, caller.era) {
+            (Some(session), Era::Legacy) => session.standalone_stream.clone(),
+            _ => return std::future::pending().await,
+        };
+        tokio::time::sleep(SESSION_WATCH_AFTER).await;
+        let store = self.store();
+        let mut wake = match store.watch(&standalone).await {
+            Ok(wake) => wake,
+            // Gone before the watch began.
+            Err(durable_mcp_store::StoreError::NotFound { .. }) => return,
+            Err(error) => {
+                tracing::debug!(%error, "cannot watch for the session's end");
+                return std::future::pending().await;
             }
-        })
+        };
+        loop {
+            use futures::StreamExt;
+            if let Err(durable_mcp_store::StoreError::NotFound { .. }) = store.stream_owner(&standalone).await {
+                tracing::debug!(stream = %standalone, "session ended elsewhere; cancelling its request");
+                return;
+            }
+            if wake.next().await.is_none() {
+                // The watch ended: the stream is gone, or the store closed. One last look.
+                if let Err(durable_mcp_store::StoreError::NotFound { .. }) = store.stream_owner(&standalone).await {
+                    return;
+                }
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// How many requests are running on this worker.
