@@ -89,7 +89,9 @@ impl Transport {
         let caller = Caller::legacy(principal, session)?;
         match inbound {
             Inbound::Request { id, message, .. } => {
-                let accepted = self.engine.accept(&caller, id, message).await?;
+                // Boxed: the request path's future is large, and every future around it
+                // (the handler's, the connection's) would otherwise carry it and copy it.
+                let accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
                 let mut prefix = Vec::new();
                 if let Some(priming) = &accepted.priming {
                     prefix.push(sse::priming_frame(priming, self.engine.options().sse_retry));
@@ -205,7 +207,7 @@ impl Transport {
             protocol_version: version,
             log_level,
         };
-        let mut accepted = self.engine.accept(&caller, id, message).await?;
+        let mut accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
         // The status must be known before an SSE stream opens: wait for the first event.
         let mut events = self.engine.tail(accepted.stream.clone(), 0, accepted.follow.take()).boxed();
         let guard = accepted.cancel.clone().map(|c| c.drop_guard());
