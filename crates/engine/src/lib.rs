@@ -20,6 +20,7 @@ mod journal;
 pub mod keys;
 mod notify;
 mod opening;
+mod pump;
 mod rerun;
 mod run;
 mod session;

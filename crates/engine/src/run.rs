@@ -9,70 +9,32 @@ use std::sync::Arc;
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, McpVersion, Outbound, PeerContext, Run, StateKeys};
+use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext};
 use durable_mcp_store::{
     BatchOp, BatchOutcome, EventId, Expect, WriteBatch, Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, StreamOwner, now_ms,
 };
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::inbox::Inbox;
 use crate::tail::{Captured, Follow};
 use crate::opening::{Journaled, NewStream};
-use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
+use crate::notify::ListenSubscription;
 use crate::rerun::AlreadySent;
 use crate::journal::{DurableRun, Held, JOURNALED_METHODS, Relay, RunRecord};
 use crate::tasks::{Flavor, declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
+use crate::pump::Pump;
 use crate::{Engine, EngineError};
 
 /// How long a run that failed without an outcome waits before it is retried.
-const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
+pub(crate) const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
 
 /// How long a legacy run goes before it watches for the end of its session (D5).
 const SESSION_WATCH_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Whether a handler's outcome is the durable context's "waiting for input" error.
-fn is_suspension(outcome: &Value) -> bool {
-    outcome.pointer("/error/data/durable-mcp~1suspended").and_then(Value::as_bool) == Some(true)
-}
 
-/// 2025-11-25 `tools/list`: each tool's `execution.taskSupport`, from the support it
-/// declares in its `_meta` (absent means forbidden).
-fn declare_task_support(outcome: &mut Value) {
-    let Some(tools) = outcome.pointer_mut("/result/tools").and_then(Value::as_array_mut) else { return };
-    for tool in tools {
-        let support = tool.pointer(&format!("/_meta/{}", durable_mcp_protocol::tasks::TASK_SUPPORT_META.replace('/', "~1")))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        if let (Some(support), Some(tool)) = (support, tool.as_object_mut()) {
-            tool.insert("execution".into(), serde_json::json!({"taskSupport": support}));
-        }
-    }
-}
 
-/// Everything the pump of one run works with.
-struct Pump {
-    run: Run,
-    caller: Caller,
-    id: RequestId,
-    stream: StreamId,
-    /// A stream not committed yet: created by the first commit to it (see `accept`).
-    opening: Option<NewStream>,
-    close_connection: CancellationToken,
-    held: Option<Held>,
-    durable: Option<Arc<DurableRun>>,
-    detach_requests: tokio::sync::mpsc::Receiver<crate::journal::Detach>,
-    task_watch: Option<(String, tokio::task::JoinHandle<()>)>,
-    /// A `subscriptions/listen` request (2026-07-28): what the engine feeds it (its tasks,
-    /// announced changes) once the handler acknowledged it.
-    subscription: Option<ListenSubscription>,
-    /// A journaled run's registration on this worker (see [`Engine::register_journaled`]).
-    registration: Option<u64>,
-    /// The `requestState` keys that seal its `input_required` state.
-    keys: StateKeys,
-}
 
 /// What a run of a new request starts with besides its request ([`Engine::launch_with`]).
 struct Extra<'a> {
@@ -172,32 +134,25 @@ pub struct Accepted {
 /// handler's own requests.
 #[derive(Default)]
 pub(crate) struct Registry {
-    runs: Mutex<HashMap<String, CancellationToken>>,
+    pub(crate) runs: Mutex<HashMap<String, CancellationToken>>,
     /// Journaled runs executing here, by run id, with the generation of their
     /// registration (a retry may register the same run id before the last one is gone).
     journaled: Mutex<HashMap<String, (u64, CancellationToken)>>,
     /// The last registration generation handed out.
     generation: std::sync::atomic::AtomicU64,
     /// Task runs executing here, by task id.
-    tasks: Mutex<HashMap<String, CancellationToken>>,
+    pub(crate) tasks: Mutex<HashMap<String, CancellationToken>>,
     /// Set by [`Engine::drain`]: runs stopped now give their leases back.
-    releasing: std::sync::atomic::AtomicBool,
+    pub(crate) releasing: std::sync::atomic::AtomicBool,
     in_flight: std::sync::atomic::AtomicUsize,
 }
 
-fn run_key(session: &SessionId, id: &RequestId) -> String {
+pub(crate) fn run_key(session: &SessionId, id: &RequestId) -> String {
     format!("{session}/{id}")
 }
 
-/// Stop a listen stream's task notifications, waiting for a commit in progress.
-async fn stop_feed(feed: &mut Option<(CancellationToken, tokio::task::JoinHandle<()>)>) {
-    if let Some((stop, handle)) = feed.take() {
-        stop.cancel();
-        let _ = handle.await;
-    }
-}
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -453,16 +408,16 @@ impl Engine {
             held,
             durable,
             detach_requests,
-            task_watch: None,
             subscription,
             registration,
             keys,
         };
-        tokio::spawn(async move {
+        // Boxed before it is spawned: the pump's future is large, and a spawn moves it.
+        tokio::spawn(Box::pin(async move {
             engine.clone().pump(pump).await;
             drop(writer);
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
-        });
+        }));
         Ok(launched)
     }
 
@@ -751,7 +706,7 @@ impl Engine {
 
     /// A task's run: registered for cancellation by task id, and watched for a
     /// cancellation recorded by another worker.
-    fn watch_task(&self, key: &str, cancel: &CancellationToken) -> (String, tokio::task::JoinHandle<()>) {
+    pub(crate) fn watch_task(&self, key: &str, cancel: &CancellationToken) -> (String, tokio::task::JoinHandle<()>) {
         let task_id = key.rsplit('/').next().unwrap_or_default().to_owned();
         lock(&self.inner.runs.tasks).insert(task_id.clone(), cancel.clone());
         (task_id, self.watch_task_cancellation(key.to_owned(), cancel.clone()))
@@ -759,7 +714,7 @@ impl Engine {
 
     /// The handler asked to go on as a task (2026-07-28): commit the task, point the run's
     /// journal entry at the task's stream, answer the request with the create result.
-    async fn detach(&self, caller: &Caller, id: &RequestId, stream: &StreamId, held: &mut Held) -> Result<(String, StreamId), EngineError> {
+    pub(crate) async fn detach(&self, caller: &Caller, id: &RequestId, stream: &StreamId, held: &mut Held) -> Result<(String, StreamId), EngineError> {
         if let (Some(key), Ok(task_stream)) = (held.record.task.clone(), held.record.stream.parse::<StreamId>()) {
             return Ok((key, task_stream));
         }
@@ -782,227 +737,6 @@ impl Engine {
         Ok((key, task_stream))
     }
 
-    async fn pump(self, pump: Pump) {
-        let Pump { mut run, caller, id, mut stream, mut opening, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription, registration, keys } = pump;
-        let mut feed: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
-        if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
-            task_watch = Some(self.watch_task(&key, &run.cancel));
-        }
-        let mut answered = false;
-        // Set when a commit failed: the pump cancels the handler itself then, which is no
-        // client's cancellation, so the client gets an error, not a silent end.
-        let mut commit_failed = false;
-        let mut suspended = false;
-        let mut settled: Option<Value> = None;
-        let mut inbox: Option<Inbox> = None;
-        let mut session_ended = std::pin::pin!(self.session_ended(&caller));
-        let mut session_gone = false;
-        loop {
-            let message = tokio::select! {
-                message = run.outbound.recv() => match message {
-                    Some(message) => message,
-                    None => break,
-                },
-                () = &mut session_ended, if !session_gone => {
-                    session_gone = true;
-                    run.cancel.cancel();
-                    continue;
-                }
-                Some(reply) = detach_requests.recv() => {
-                    let Some(held) = held.as_mut() else { continue };
-                    let detached = self.detach(&caller, &id, &stream, held).await;
-                    if let Ok((key, task_stream)) = &detached {
-                        stream = task_stream.clone();
-                        if task_watch.is_none() {
-                            task_watch = Some(self.watch_task(key, &run.cancel));
-                        }
-                    }
-                    let _ = reply.send(detached.map_err(|e| e.to_string()));
-                    continue;
-                }
-            };
-            tracing::debug!(%stream, ?message, "handler message");
-            if matches!(message, Outbound::Outcome(_)) {
-                stop_feed(&mut feed).await;
-            }
-            let result = match message {
-                Outbound::Outcome(_) if run.cancel.is_cancelled() => {
-                    // Cancelled by the client (the protocol says no response follows), or
-                    // the run is being handed to another worker.
-                    break;
-                }
-                Outbound::Outcome(mut outcome) => {
-                    if caller.era == Era::Legacy && caller.protocol_version >= McpVersion::V2025_11_25 {
-                        declare_task_support(&mut outcome);
-                    }
-                    if caller.era == Era::Modern {
-                        if let (Some(durable), Some(held)) = (&durable, &held)
-                            && is_suspension(&outcome)
-                        {
-                            let pending: Vec<(String, Value)> = std::mem::take(&mut *lock(&durable.pending));
-                            if !pending.is_empty() {
-                                outcome = input_required(&keys, &id, &held.run_id, &caller, &held.record.request, pending);
-                                suspended = true;
-                            }
-                        }
-                        self.add_server_info(&mut outcome);
-                    }
-                    if let Some(held) = &held {
-                        if !held.lease_valid() {
-                            // Fencing: another worker may own the run by now; it commits.
-                            tracing::warn!(run = %held.run_id, "lease no longer valid; not committing the outcome");
-                            held.lost.cancel();
-                            break;
-                        }
-                        if suspended {
-                            // The retry may come at once: it must not find this run still
-                            // journaled (its steps stay).
-                            held.stop_heartbeat();
-                            if let Err(error) = self.store().delete_records(RecordKind::Run, &held.run_id).await {
-                                tracing::warn!(%error, run = %held.run_id, "could not end a suspended run's journal entry");
-                            }
-                        }
-                    }
-                    let committed = match held.as_mut() {
-                        // One commit: the outcome, the close and the end of the journal entry.
-                        Some(held) if !suspended && held.record.task.is_none() => held.commit_outcome(&self, &stream, &outcome).await,
-                        _ => self.commit_first(&mut opening, &stream, &outcome, true).await.map(drop),
-                    };
-                    answered = committed.is_ok();
-                    if committed.is_ok() {
-                        settled = Some(outcome);
-                    }
-                    committed
-                }
-                Outbound::Notification { method, .. } if method == CLOSE_SSE_STREAM_METHOD => {
-                    close_connection.cancel();
-                    Ok(())
-                }
-                Outbound::Notification { method, mut message } if method == ACKNOWLEDGED_METHOD && subscription.is_some() => {
-                    let Some(tasks) = subscription.take() else { continue };
-                    let (subscription_id, filter) = Self::acknowledge(&tasks, &id, &mut message);
-                    // Following starts before the client sees the acknowledgement: what is
-                    // announced after it reaches the stream.
-                    let announced = if filter.follows_changes() { Some(self.follow_changes(filter.uris()).await) } else { None };
-                    let committed = self.commit_first(&mut opening, &stream, &message, false).await.map(drop);
-                    // Nothing to feed (no task, no announcement followed): no feed.
-                    if committed.is_ok() && (tasks.follows_tasks() || announced.is_some()) {
-                        let stop = CancellationToken::new();
-                        feed = Some((stop.clone(), self.feed_listen(tasks, subscription_id, filter, announced, stream.clone(), stop)));
-                    }
-                    committed
-                }
-                Outbound::Notification { method, message } => {
-                    let already_sent = held.as_ref().and_then(|h| h.already_sent.as_deref());
-                    self.route_notification_into(&caller, &stream, &mut opening, &method, message, already_sent).await
-                }
-                Outbound::Request { id: original_id, mut message, .. } => async {
-                    let inbox = match &mut inbox {
-                        Some(inbox) => inbox,
-                        None => inbox.insert(Inbox::open(&self, &caller, run.replies.clone()).await?),
-                    };
-                    let wire_id = inbox.wire_id(original_id);
-                    if let Some(obj) = message.as_object_mut() {
-                        obj.insert("id".into(), Value::String(wire_id));
-                    }
-                    self.commit_first(&mut opening, &stream, &message, false).await.map(drop)
-                }
-                .await,
-            };
-            if let Err(error) = result {
-                tracing::warn!(%error, %stream, "could not commit a handler message; stopping the request");
-                commit_failed = true;
-                run.cancel.cancel();
-                if let Some(held) = &held {
-                    // A journaled run is retried from its journal: no outcome now.
-                    held.lost.cancel();
-                }
-                break;
-            }
-            if answered {
-                break;
-            }
-        }
-        stop_feed(&mut feed).await;
-        if let Some(session) = caller.session_id() {
-            lock(&self.inner.runs.runs).remove(&run_key(session, &id));
-        }
-        if let Some((task_id, watcher)) = task_watch {
-            watcher.abort();
-            lock(&self.inner.runs.tasks).remove(&task_id);
-        }
-        if let Some(inbox) = inbox {
-            inbox.close(&self).await;
-        }
-        let Some(held) = held else {
-            if !answered {
-                let _ = self.close_unanswered_on(&stream, &mut opening, &id, run.cancel.is_cancelled() && !commit_failed).await;
-            }
-            return;
-        };
-        // The run stays registered until its last write is done: `drain` waits on that,
-        // so a worker shutting down does not exit before its lease is given back.
-        let run_id = held.run_id.clone();
-        self.end_journaled(held, run.cancel.is_cancelled(), &stream, &id, answered, suspended, settled).await;
-        if let Some(generation) = registration {
-            self.unregister_journaled(&run_id, generation);
-        }
-    }
-
-    /// What becomes of a journaled run's record once its pump stops: finished, suspended
-    /// for a stateless retry, or released for another attempt.
-    #[allow(clippy::too_many_arguments)]
-    async fn end_journaled(
-        &self,
-        held: Held,
-        cancelled: bool,
-        stream: &StreamId,
-        id: &RequestId,
-        answered: bool,
-        suspended: bool,
-        settled: Option<Value>,
-    ) {
-        if answered && suspended {
-            // Its journal entry went before the outcome was committed (a retry may have
-            // journaled the run again since): only the heartbeat stops here.
-            held.stop_heartbeat();
-        } else if answered {
-            if let (Some(task), Some(outcome)) = (held.record.task.clone(), settled)
-                && let Err(error) = self.settle_task(&task, &outcome).await
-            {
-                // The outcome is on the task's stream: recovery settles the task from it.
-                tracing::warn!(%error, %task, "could not settle a task; recovery will");
-                held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
-                return;
-            }
-            held.finish(self).await;
-        } else if self.inner.runs.releasing.load(Ordering::SeqCst) {
-            held.release(self, 0, false).await;
-        } else if held.lost.is_cancelled() {
-            // Another worker took the run over, or committing failed: the journal (and
-            // whoever holds the lease next) carries the request on.
-            held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
-        } else if cancelled {
-            if !self.close_unanswered(stream, id, true).await {
-                // The store is down: keep the journal entry, so that recovery closes the
-                // stream once it is back (the cancellation mark makes it not run again).
-                let _ = self.cancel_elsewhere_by_run(&held.run_id).await;
-                held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
-                return;
-            }
-            if let Some(task) = &held.record.task
-                && let Err(error) = self.end_task(task, "cancelled", "The request was cancelled.").await
-            {
-                tracing::warn!(%error, %task, "could not mark a task cancelled");
-            }
-            held.finish(self).await;
-        } else {
-            // The handler ended without an outcome (it panicked, say): run it again later,
-            // up to `max_attempts` failures.
-            tracing::warn!(run = %held.run_id, "a journaled run ended without an outcome; it will be retried");
-            held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, true).await;
-        }
-    }
 
     /// End the stream of a request that has no committed outcome, so that no client waits
     /// on it forever. After a client's cancellation the protocol wants no response; after a
@@ -1015,7 +749,7 @@ impl Engine {
 
     /// [`Engine::close_unanswered`] of a stream that may not be committed yet (`opening`):
     /// then it is created with its closing event, in one commit.
-    async fn close_unanswered_on(&self, stream: &StreamId, opening: &mut Option<NewStream>, id: &RequestId, cancelled_by_client: bool) -> bool {
+    pub(crate) async fn close_unanswered_on(&self, stream: &StreamId, opening: &mut Option<NewStream>, id: &RequestId, cancelled_by_client: bool) -> bool {
         let data = if cancelled_by_client {
             String::new()
         } else {
@@ -1063,7 +797,7 @@ impl Engine {
 
     /// [`Engine::route_notification`] to a request stream that may not be committed yet
     /// (`opening`): a notification that goes on it creates it, in one commit.
-    async fn route_notification_into(
+    pub(crate) async fn route_notification_into(
         &self,
         caller: &Caller,
         stream: &StreamId,
@@ -1107,7 +841,7 @@ impl Engine {
 
     /// Commit `message` to `stream`, creating the stream in the same commit if `opening`
     /// holds it uncommitted.
-    async fn commit_first(&self, opening: &mut Option<NewStream>, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
+    pub(crate) async fn commit_first(&self, opening: &mut Option<NewStream>, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
         match opening.as_mut().filter(|o| !o.is_open()) {
             Some(opening) => Ok(opening.commit_first(self, message.to_string(), close).await?),
             None => self.commit(stream, message, close).await,
@@ -1140,7 +874,7 @@ impl Engine {
     }
 
     /// 2026-07-28 results carry `serverInfo` in their `_meta`.
-    fn add_server_info(&self, outcome: &mut Value) {
+    pub(crate) fn add_server_info(&self, outcome: &mut Value) {
         let Some(result) = outcome.get_mut("result").and_then(Value::as_object_mut) else { return };
         let meta = result.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
         if let Some(meta) = meta.as_object_mut() {
@@ -1192,7 +926,7 @@ impl Engine {
     /// standalone stream (removed only with the session) is gone, and never for a caller
     /// without a legacy session. A run answered within [`SESSION_WATCH_AFTER`] makes no
     /// watch at all (the pump polls this beside its handler's messages, no task of its own).
-    async fn session_ended(&self, caller: &Caller) {
+    pub(crate) async fn session_ended(&self, caller: &Caller) {
         let standalone = match (&caller.session, caller.era) {
             (Some(session), Era::Legacy) => session.standalone_stream.clone(),
             _ => return std::future::pending().await,
@@ -1246,15 +980,6 @@ impl Engine {
     }
 }
 
-/// The `input_required` result of a stateless request whose handler waits for the client's
-/// answers: the questions, and a state naming the run, sealed with `keys`, so that the
-/// retry continues it on any worker (D9, D12).
-fn input_required(keys: &StateKeys, id: &RequestId, run_id: &str, caller: &Caller, request: &Map<String, Value>, pending: Vec<(String, Value)>) -> Value {
-    let requests: Map<String, Value> = pending.into_iter().collect();
-    let state = crate::journal::seal_run(keys, run_id, &caller.principal, request);
-    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
-        "resultType": "input_required", "inputRequests": requests, "requestState": state}})
-}
 
 #[cfg(test)]
 mod tests {
