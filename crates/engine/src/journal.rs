@@ -172,7 +172,7 @@ impl Held {
         if !self.record.stateless() && self.steps_written.load(Ordering::SeqCst) {
             batch = batch.delete_records(RecordKind::Step, key::steps(&self.run_id));
         }
-        engine.store().commit(batch).await?;
+        engine.commit_batch(batch).await?;
         drop(guard);
         self.heartbeat.abort();
         self.ended = true;

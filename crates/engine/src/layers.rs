@@ -21,6 +21,7 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("journal tests", 4, include_str!("journal_tests.rs")),
     ("tasks", 3, include_str!("tasks.rs")),
     ("run", 4, include_str!("run.rs")),
+    ("pump", 4, include_str!("pump.rs")),
     ("opening", 4, include_str!("opening.rs")),
     ("tail", 4, include_str!("tail.rs")),
     ("durable", 4, include_str!("durable.rs")),
@@ -50,6 +51,7 @@ const ROOT: &[(&str, Option<&str>)] = &[
     ("JOURNALED_METHODS", Some("journal")),
     ("Accepted", Some("run")),
     ("tail", Some("tail")),
+    ("Follow", Some("tail")),
     ("GetStream", Some("getstream")),
     ("GetStreamSettings", Some("getstream")),
 ];

@@ -22,7 +22,7 @@
 //! | 1 context | `caller`, `state`, `keys`, `rerun` | who sent a request; durable state handles; the `requestState` key ring; what a re-run already sent |
 //! | 2 journal | `journal` | run records, leases, heartbeats, claiming runs whose lease ran out, cancellation marks, sealed run state |
 //! | 3 tasks | `tasks` | task records, owners, status changes and their notifications, `tasks/*` answers |
-//! | 4 request path | `run`, `opening`, `tail`, `durable`, `recovery`, `relay`, `inbox`, `notify`, `changes`, `getstream`, `session`, `subscriptions`, `inspect` | accepting, committing and routing requests; the durable context; re-running claimed runs |
+//! | 4 request path | `run`, `pump`, `opening`, `tail`, `durable`, `recovery`, `relay`, `inbox`, `notify`, `changes`, `getstream`, `session`, `subscriptions`, `inspect` | accepting, committing and routing requests; the durable context; re-running claimed runs |
 //!
 //! The crate root ([`Engine`], [`EngineOptions`]) is the handle every layer's `impl Engine`
 //! works through: it holds the store and the options.
@@ -40,6 +40,7 @@ pub mod keys;
 mod layers;
 mod notify;
 mod opening;
+mod pump;
 mod records;
 mod recovery;
 mod relay;
@@ -65,7 +66,7 @@ pub use getstream::{GetStream, GetStreamSettings};
 pub use journal::JOURNALED_METHODS;
 pub use records::{Era, RecordError};
 pub use run::Accepted;
-pub use tail::tail;
+pub use tail::{Follow, tail};
 
 /// Settings of the engine.
 #[derive(Debug, Clone)]
@@ -125,6 +126,8 @@ struct Inner {
     changes: changes::Changes,
     /// The GET streams open on this worker, per session.
     get_streams: getstream::Local,
+    /// What this worker commits, handed to its own tails in memory (write-through).
+    hub: Arc<tail::Hub>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -151,13 +154,48 @@ impl Engine {
                 task_changes: tokio::sync::broadcast::channel(256).0,
                 changes: changes::Changes::default(),
                 get_streams: getstream::Local::default(),
+                hub: Arc::default(),
             }),
         }
+    }
+
+    // The door out's two writes live at the root, below every layer: the journal (layer 2)
+    // commits through them as the request path does, so that this worker's tails get
+    // every event it commits (write-through, see `tail.rs`).
+
+    /// [`Engine::commit`] of data already serialized.
+    pub(crate) async fn append(&self, stream: &durable_mcp_store::StreamId, data: String, close: bool) -> Result<durable_mcp_store::EventId, durable_mcp_store::StoreError> {
+        let captured = crate::tail::Captured::one(&self.inner.hub, stream, &data, close);
+        let id = self.store().append(stream, data, close).await?;
+        if !captured.is_empty() {
+            captured.published_one(&id);
+        }
+        Ok(id)
+    }
+
+    /// The door out for several writes: commit `batch` as one store operation, then hand
+    /// the events it appended to this worker's tails of their streams.
+    ///
+    /// # Durability
+    /// As [`durable_mcp_store::Store::commit`]: all or nothing. Nothing of the batch reaches
+    /// a tail before the store returned (D1), and then with the ids the store gave it.
+    pub(crate) async fn commit_batch(&self, batch: durable_mcp_store::WriteBatch) -> Result<durable_mcp_store::BatchOutcome, durable_mcp_store::StoreError> {
+        let captured = self.inner.hub.capture(&batch);
+        let outcome = self.store().commit(batch).await?;
+        if !captured.is_empty() {
+            captured.published(&outcome);
+        }
+        Ok(outcome)
     }
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    /// The local hub of this worker's tails (write-through, see `tail.rs`).
+    pub(crate) fn hub(&self) -> &Arc<tail::Hub> {
+        &self.inner.hub
     }
 
     /// The handler.

@@ -12,6 +12,7 @@ use crate::caller::Caller;
 use crate::journal::{Held, MARK_TTL_MS};
 use crate::records::{Flavor, RecordError, RunRecord, key};
 use crate::run::Accepted;
+use crate::tail::Follow;
 use crate::{Engine, EngineError};
 
 /// The response stream of a request being accepted: created by the first commit of the
@@ -28,13 +29,19 @@ pub(crate) struct NewStream {
     primes: bool,
     /// Once committed: the priming event, for streams that have one.
     opened: Option<Option<EventId>>,
+    /// The transport's tail of the stream, registered before anything is committed to it,
+    /// so that it gets every event from memory (see `tail.rs`); taken by
+    /// [`NewStream::accepted`].
+    follow: Option<Follow>,
 }
 
 impl NewStream {
     /// The response stream of a request from `caller` (with a priming event where its
     /// version has one).
-    pub fn new(caller: &Caller) -> Self {
-        Self { id: StreamId::random(), owner: caller.stream_owner(), primes: caller.primes_streams(), opened: None }
+    pub fn new(engine: &Engine, caller: &Caller) -> Self {
+        let id = StreamId::random();
+        let follow = Some(engine.hub().follow(&id));
+        Self { id, owner: caller.stream_owner(), primes: caller.primes_streams(), opened: None, follow }
     }
 
     /// The ops that create the stream (and append its priming event), first in the batch;
@@ -59,7 +66,7 @@ impl NewStream {
     /// something else (a handler, a task) writes to it next.
     pub async fn open(&mut self, engine: &Engine) -> Result<(), EngineError> {
         if self.opened.is_none() {
-            let outcome = engine.store().commit(self.batch()).await?;
+            let outcome = engine.commit_batch(self.batch()).await?;
             self.committed(&outcome);
         }
         Ok(())
@@ -68,18 +75,34 @@ impl NewStream {
     /// Commit `response` as the stream's last event: with the stream's creation in one
     /// commit when it is not committed yet.
     pub async fn answer(&mut self, engine: &Engine, response: &Value) -> Result<(), EngineError> {
-        if self.opened.is_some() {
-            return engine.commit(&self.id, response, true).await.map(drop);
-        }
-        let batch = self.batch().append(self.id.clone(), response.to_string()).close(self.id.clone());
-        let outcome = engine.store().commit(batch).await?;
-        self.committed(&outcome);
-        Ok(())
+        Ok(self.commit_first(engine, response.to_string(), true).await.map(drop)?)
     }
 
-    /// What the transport gets: the stream and its priming event (no handler yet).
-    pub fn accepted(&self) -> Accepted {
-        Accepted { stream: self.id.clone(), priming: self.opened.clone().flatten(), cancel: None, close_connection: None }
+    /// Whether the stream is committed.
+    pub fn is_open(&self) -> bool {
+        self.opened.is_some()
+    }
+
+    /// Commit `data` to the stream (closing it if `close`): with the stream's creation
+    /// (and priming event) in one commit when it is not committed yet.
+    pub async fn commit_first(&mut self, engine: &Engine, data: String, close: bool) -> Result<EventId, StoreError> {
+        if self.opened.is_some() {
+            return engine.append(&self.id, data, close).await;
+        }
+        let mut batch = self.batch().append(self.id.clone(), data);
+        let index = batch.len() - 1;
+        if close {
+            batch = batch.close(self.id.clone());
+        }
+        let outcome = engine.commit_batch(batch).await?;
+        self.committed(&outcome);
+        outcome.event(index).cloned().ok_or_else(|| StoreError::Corrupt("a committed batch without its event's id".into()))
+    }
+
+    /// What the transport gets: the stream, its priming event, and its tail's registration
+    /// (no handler yet).
+    pub fn accepted(&mut self) -> Accepted {
+        Accepted { stream: self.id.clone(), priming: self.opened.clone().flatten(), cancel: None, close_connection: None, follow: self.follow.take() }
     }
 }
 
@@ -126,7 +149,7 @@ impl Engine {
             });
             let run_index = batch.len();
             batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode()?, expires_at_ms: None, expect: Expect::Absent });
-            let error = match self.store().commit(batch).await {
+            let error = match self.commit_batch(batch).await {
                 Ok(outcome) => {
                     opening.committed(&outcome);
                     let version = outcome.version(run_index).ok_or(RecordError::MissingVersion { kind: RecordKind::Run })?;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, Durable, McpVersion, Outbound, PeerContext, Run, StateKeys};
+use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext};
 use durable_mcp_store::{
     BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms,
 };
@@ -18,57 +18,34 @@ use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
 use crate::durable::DurableRun;
-use crate::inbox::Inbox;
+use crate::tail::Follow;
 use crate::opening::{Journaled, NewStream};
-use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
+use crate::notify::ListenSubscription;
 use crate::rerun::AlreadySent;
 use crate::journal::{Held, JOURNALED_METHODS};
-use crate::records::{Era, Flavor, RecordError, Relay, RunRecord, TaskStatus};
+use crate::records::{Era, Flavor, RecordError, Relay, RunRecord};
 use crate::tasks::{declares_extension, missing_extension};
 use durable_mcp_protocol::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
+use crate::pump::Pump;
 use crate::{Engine, EngineError};
 
 /// How long a run that failed without an outcome waits before it is retried.
-const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
+pub(crate) const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
 
-/// Whether a handler's outcome is the durable context's "waiting for input" error.
-fn is_suspension(outcome: &Value) -> bool {
-    outcome.pointer("/error/data").and_then(|data| data.get(durable_mcp_protocol::meta::SUSPENDED)).and_then(Value::as_bool) == Some(true)
-}
+/// How long a legacy run goes before it watches for the end of its session (D5).
+const SESSION_WATCH_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// 2025-11-25 `tools/list`: each tool's `execution.taskSupport`, from the support it
-/// declares in its `_meta` (absent means forbidden).
-fn declare_task_support(outcome: &mut Value) {
-    let Some(tools) = outcome.pointer_mut("/result/tools").and_then(Value::as_array_mut) else { return };
-    for tool in tools {
-        let support = tool.pointer(&format!("/_meta/{}", durable_mcp_protocol::tasks::TASK_SUPPORT_META.replace('/', "~1")))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        if let (Some(support), Some(tool)) = (support, tool.as_object_mut()) {
-            tool.insert("execution".into(), serde_json::json!({"taskSupport": support}));
-        }
-    }
-}
 
-/// Everything the pump of one run works with.
-struct Pump {
-    run: Run,
-    caller: Caller,
-    id: RequestId,
-    stream: StreamId,
-    close_connection: CancellationToken,
-    held: Option<Held>,
-    durable: Option<Arc<DurableRun>>,
-    detach_requests: tokio::sync::mpsc::Receiver<crate::durable::Detach>,
-    task_watch: Option<(String, tokio::task::JoinHandle<()>)>,
-    /// A `subscriptions/listen` request (2026-07-28): what the engine feeds it (its tasks,
-    /// announced changes) once the handler acknowledged it.
+
+
+/// What a run of a new request starts with besides its request ([`Engine::launch_with`]).
+struct Extra<'a> {
+    /// A `subscriptions/listen` request's subscription.
     subscription: Option<ListenSubscription>,
-    /// A journaled run's registration on this worker (see [`Engine::register_journaled`]).
-    registration: Option<u64>,
-    /// The `requestState` keys that seal its `input_required` state.
-    keys: StateKeys,
+    /// Its response stream, if not committed yet: taken by the pump, which creates it with
+    /// its first commit; left here if the run could not start.
+    opening: &'a mut Option<NewStream>,
 }
 
 /// What [`Engine::launch`] started.
@@ -89,38 +66,34 @@ pub struct Accepted {
     /// Fires when the handler asks to close the connection (not the stream) so that the
     /// client resumes with `Last-Event-ID` (legacy era only).
     pub close_connection: Option<CancellationToken>,
+    /// The transport's tail of `stream`, registered before its first event was committed:
+    /// pass it to [`Engine::tail`] to get what this worker commits from memory.
+    pub follow: Option<Follow>,
 }
 
 /// Runs in flight on this worker: for cancellation and for routing replies to the
 /// handler's own requests.
 #[derive(Default)]
 pub(crate) struct Registry {
-    runs: Mutex<HashMap<String, CancellationToken>>,
+    pub(crate) runs: Mutex<HashMap<String, CancellationToken>>,
     /// Journaled runs executing here, by run id, with the generation of their
     /// registration (a retry may register the same run id before the last one is gone).
     journaled: Mutex<HashMap<String, (u64, CancellationToken)>>,
     /// The last registration generation handed out.
     generation: std::sync::atomic::AtomicU64,
     /// Task runs executing here, by task id.
-    tasks: Mutex<HashMap<String, CancellationToken>>,
+    pub(crate) tasks: Mutex<HashMap<String, CancellationToken>>,
     /// Set by [`Engine::drain`]: runs stopped now give their leases back.
-    releasing: std::sync::atomic::AtomicBool,
+    pub(crate) releasing: std::sync::atomic::AtomicBool,
     in_flight: std::sync::atomic::AtomicUsize,
 }
 
-fn run_key(session: &SessionId, id: &RequestId) -> String {
+pub(crate) fn run_key(session: &SessionId, id: &RequestId) -> String {
     format!("{session}/{id}")
 }
 
-/// Stop a listen stream's task notifications, waiting for a commit in progress.
-async fn stop_feed(feed: &mut Option<(CancellationToken, tokio::task::JoinHandle<()>)>) {
-    if let Some((stop, handle)) = feed.take() {
-        stop.cancel();
-        let _ = handle.await;
-    }
-}
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -151,15 +124,15 @@ impl Engine {
     /// journaled request makes one commit before its handler starts (its stream, priming
     /// event, alias and run record together) and one for its outcome (the response, the
     /// close and the removal of its run record together); a request the engine answers
-    /// itself makes one; another request makes one for its stream, before its handler
-    /// starts, and one for its response. Stated more precisely: the stream, the alias
+    /// itself makes one; another request makes one, when its handler sends its first
+    /// message (its response, usually): the stream is created in that commit. Stated more precisely: the stream, the alias
     /// (`Expect::Absent`) and the run record are one [`durable_mcp_store::WriteBatch`], so
     /// a re-sent request id (the alias conflicts) leaves nothing of its own visible and is
     /// attached to the existing run; nothing is read before those writes (D1, D6).
     pub async fn accept(&self, caller: &Caller, id: RequestId, request: Map<String, Value>) -> Result<Accepted, EngineError> {
         let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
         let journaled = JOURNALED_METHODS.contains(&method.as_str());
-        let mut opening = NewStream::new(caller);
+        let mut opening = NewStream::new(self, caller);
         let stream = opening.id.clone();
         if caller.era == Era::Legacy {
             self.apply_session_effects(caller, &method, &request).await?;
@@ -245,19 +218,27 @@ impl Engine {
                 }
             }
         } else {
-            // The transport follows the stream as soon as this returns: it exists first.
-            opening.open(self).await?;
             None
         };
         let mut accepted = opening.accepted();
-        match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, subscription).await {
+        // A request that is not journaled commits its stream with the first message its
+        // handler sends (usually its response, closing it): one commit in all. The
+        // transport's tail was registered with the stream's local hub before (see
+        // `Accepted::follow`), so it waits for that commit instead of reading a stream
+        // that does not exist yet.
+        let mut pending = (!opening.is_open()).then_some(opening);
+        match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, Extra { subscription, opening: &mut pending }).await {
             Ok(launched) => {
                 accepted.cancel = Some(launched.cancel);
                 accepted.close_connection = launched.close_connection;
             }
             Err(mut rejection) => {
                 rejection.id = Some(id);
-                self.commit(&stream, &rejection.to_response(), true).await?;
+                let response = rejection.to_response();
+                match pending.as_mut() {
+                    Some(opening) => opening.answer(self, &response).await?,
+                    None => self.commit(&stream, &response, true).await.map(drop)?,
+                }
             }
         }
         Ok(accepted)
@@ -268,7 +249,7 @@ impl Engine {
     /// worker that accepted the original died before journaling it, this request adopts
     /// the run: it is the same request, so it is journaled and started now.
     pub(crate) async fn attach(&self, caller: &Caller, id: RequestId, request: Map<String, Value>, stream: StreamId) -> Result<Accepted, EngineError> {
-        let attached = Accepted { stream: stream.clone(), priming: None, cancel: None, close_connection: None };
+        let attached = Accepted { stream: stream.clone(), priming: None, cancel: None, close_connection: None, follow: None };
         let run_id = stream.to_string();
         if self.store().get_record(RecordKind::Run, &run_id).await?.is_some() || self.stream_closed(&stream).await? {
             tracing::info!(%id, %stream, "re-sent request attached to its run");
@@ -300,7 +281,7 @@ impl Engine {
         stream: StreamId,
         held: Option<Held>,
     ) -> Result<Launched, Rejection> {
-        self.launch_with(caller, id, request, stream, held, None).await
+        self.launch_with(caller, id, request, stream, held, Extra { subscription: None, opening: &mut None }).await
     }
 
     /// [`Engine::launch`], for a `subscriptions/listen` request that follows tasks.
@@ -311,8 +292,9 @@ impl Engine {
         request: Map<String, Value>,
         stream: StreamId,
         held: Option<Held>,
-        subscription: Option<ListenSubscription>,
+        extra: Extra<'_>,
     ) -> Result<Launched, Rejection> {
+        let Extra { subscription, opening } = extra;
         // A run whose lease is lost is cancelled here (without ending its stream).
         let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
         // Every sealer of the handler's requests uses the store's keys (D9, D12).
@@ -355,15 +337,28 @@ impl Engine {
         let registration = held.as_ref().map(|held| self.register_journaled(&held.run_id, run.cancel.clone()));
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
-        let session_end = (caller.era == Era::Legacy).then(|| self.cancel_when_stream_removed(stream.clone(), run.cancel.clone()));
-        let pump = Pump { run, caller, id, stream, close_connection: close, held, durable, detach_requests, task_watch: None, subscription, registration, keys };
-        tokio::spawn(async move {
+        // This worker writes the stream until the pump ends: its local tails need no store.
+        let writer = self.hub().writer(&stream);
+        let pump = Pump {
+            run,
+            caller,
+            id,
+            stream,
+            opening: opening.take(),
+            close_connection: close,
+            held,
+            durable,
+            detach_requests,
+            subscription,
+            registration,
+            keys,
+        };
+        // Boxed before it is spawned: the pump's future is large, and a spawn moves it.
+        tokio::spawn(Box::pin(async move {
             engine.clone().pump(pump).await;
+            drop(writer);
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
-            if let Some(watcher) = session_end {
-                watcher.abort();
-            }
-        });
+        }));
         Ok(launched)
     }
 
@@ -502,7 +497,7 @@ impl Engine {
         let mut batch = opening.batch();
         let run_index = batch.len();
         batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode()?, expires_at_ms: None, expect: Expect::Absent });
-        let outcome = self.store().commit(batch).await?;
+        let outcome = self.commit_batch(batch).await?;
         opening.committed(&outcome);
         let version = outcome.version(run_index).ok_or(RecordError::MissingVersion { kind: RecordKind::Run })?;
         tokio::spawn(self.clone().run_relay(Held::start(self, run_id, record, version)));
@@ -593,13 +588,36 @@ impl Engine {
 
     /// The door out: commit one message of a request's stream. Nothing reaches a socket
     /// except through the store, so every sent event was committed first (D1).
+    ///
+    /// # Durability
+    /// The event reaches this worker's tails of `stream` (in memory, see `tail.rs`) only
+    /// once the store returned its id: after its commit (D1).
     pub(crate) async fn commit(&self, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
-        Ok(self.store().append(stream, message.to_string(), close).await?)
+        Ok(self.append(stream, message.to_string(), close).await?)
+    }
+
+    /// The events of `stream` after sequence `after`, as a transport writes them: from
+    /// memory what this worker commits while `follow` (see [`Accepted::follow`]) holds, or
+    /// while a writer of this worker holds the stream; from the store what it does not
+    /// hold (a resume from an earlier position, another worker's events). Every item was
+    /// committed before it is yielded (D1).
+    pub fn tail(
+        &self,
+        stream: StreamId,
+        after: u64,
+        follow: Option<Follow>,
+    ) -> impl futures::Stream<Item = Result<durable_mcp_store::StoredEvent, StoreError>> + Send + 'static {
+        use crate::tail::Start;
+        let follow = match follow.filter(|f| *f.stream() == stream) {
+            Some(registered) => Some((registered, Start::Registered)),
+            None => self.inner.hub.follow_if_written(&stream).map(|late| (late, Start::CatchUp)),
+        };
+        crate::tail::follow(self.store().clone(), stream, after, follow)
     }
 
     /// A task's run: registered for cancellation by task id, and watched for a
     /// cancellation recorded by another worker.
-    fn watch_task(&self, key: &str, cancel: &CancellationToken) -> (String, tokio::task::JoinHandle<()>) {
+    pub(crate) fn watch_task(&self, key: &str, cancel: &CancellationToken) -> (String, tokio::task::JoinHandle<()>) {
         let task_id = crate::records::key::task_id(key).to_owned();
         lock(&self.inner.runs.tasks).insert(task_id.clone(), cancel.clone());
         (task_id, self.watch_task_cancellation(key.to_owned(), cancel.clone()))
@@ -607,7 +625,7 @@ impl Engine {
 
     /// The handler asked to go on as a task (2026-07-28): commit the task, point the run's
     /// journal entry at the task's stream, answer the request with the create result.
-    async fn detach(&self, caller: &Caller, id: &RequestId, stream: &StreamId, held: &mut Held) -> Result<(String, StreamId), EngineError> {
+    pub(crate) async fn detach(&self, caller: &Caller, id: &RequestId, stream: &StreamId, held: &mut Held) -> Result<(String, StreamId), EngineError> {
         if let (Some(key), Ok(task_stream)) = (held.record.task.clone(), held.record.stream.parse::<StreamId>()) {
             return Ok((key, task_stream));
         }
@@ -630,220 +648,6 @@ impl Engine {
         Ok((key, task_stream))
     }
 
-    async fn pump(self, pump: Pump) {
-        let Pump { mut run, caller, id, mut stream, close_connection, mut held, durable, mut detach_requests, mut task_watch, mut subscription, registration, keys } = pump;
-        let mut feed: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
-        if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
-            task_watch = Some(self.watch_task(&key, &run.cancel));
-        }
-        let mut answered = false;
-        // Set when a commit failed: the pump cancels the handler itself then, which is no
-        // client's cancellation, so the client gets an error, not a silent end.
-        let mut commit_failed = false;
-        let mut suspended = false;
-        let mut settled: Option<Value> = None;
-        let mut inbox: Option<Inbox> = None;
-        loop {
-            let message = tokio::select! {
-                message = run.outbound.recv() => match message {
-                    Some(message) => message,
-                    None => break,
-                },
-                Some(reply) = detach_requests.recv() => {
-                    let Some(held) = held.as_mut() else { continue };
-                    let detached = self.detach(&caller, &id, &stream, held).await;
-                    if let Ok((key, task_stream)) = &detached {
-                        stream = task_stream.clone();
-                        if task_watch.is_none() {
-                            task_watch = Some(self.watch_task(key, &run.cancel));
-                        }
-                    }
-                    let _ = reply.send(detached);
-                    continue;
-                }
-            };
-            tracing::debug!(%stream, ?message, "handler message");
-            if matches!(message, Outbound::Outcome(_)) {
-                stop_feed(&mut feed).await;
-            }
-            let result = match message {
-                Outbound::Outcome(_) if run.cancel.is_cancelled() => {
-                    // Cancelled by the client (the protocol says no response follows), or
-                    // the run is being handed to another worker.
-                    break;
-                }
-                Outbound::Outcome(mut outcome) => {
-                    if caller.era == Era::Legacy && caller.protocol_version >= McpVersion::V2025_11_25 {
-                        declare_task_support(&mut outcome);
-                    }
-                    if caller.era == Era::Modern {
-                        if let (Some(durable), Some(held)) = (&durable, &held)
-                            && is_suspension(&outcome)
-                        {
-                            let pending: Vec<(String, Value)> = std::mem::take(&mut *lock(&durable.pending));
-                            if !pending.is_empty() {
-                                outcome = input_required(&keys, &id, &held.run_id, &caller, &held.record.request, pending);
-                                suspended = true;
-                            }
-                        }
-                        self.add_server_info(&mut outcome);
-                    }
-                    if let Some(held) = &held {
-                        if !held.lease_valid() {
-                            // Fencing: another worker may own the run by now; it commits.
-                            tracing::warn!(run = %held.run_id, "lease no longer valid; not committing the outcome");
-                            held.lost.cancel();
-                            break;
-                        }
-                        if suspended {
-                            // The retry may come at once: it must not find this run still
-                            // journaled (its steps stay).
-                            held.stop_heartbeat();
-                            if let Err(error) = self.store().delete_records(RecordKind::Run, &held.run_id).await {
-                                tracing::warn!(%error, run = %held.run_id, "could not end a suspended run's journal entry");
-                            }
-                        }
-                    }
-                    let committed = match held.as_mut() {
-                        // One commit: the outcome, the close and the end of the journal entry.
-                        Some(held) if !suspended && held.record.task.is_none() => held.commit_outcome(&self, &stream, &outcome).await,
-                        _ => self.commit(&stream, &outcome, true).await.map(drop),
-                    };
-                    answered = committed.is_ok();
-                    if committed.is_ok() {
-                        settled = Some(outcome);
-                    }
-                    committed
-                }
-                Outbound::Notification { method, .. } if method == CLOSE_SSE_STREAM_METHOD => {
-                    close_connection.cancel();
-                    Ok(())
-                }
-                Outbound::Notification { method, mut message } if method == ACKNOWLEDGED_METHOD && subscription.is_some() => {
-                    let Some(tasks) = subscription.take() else { continue };
-                    let (subscription_id, filter) = Self::acknowledge(&tasks, &id, &mut message);
-                    // Following starts before the client sees the acknowledgement: what is
-                    // announced after it reaches the stream.
-                    let announced = if filter.follows_changes() { Some(self.follow_changes(filter.uris()).await) } else { None };
-                    let committed = self.commit(&stream, &message, false).await.map(drop);
-                    // Nothing to feed (no task, no announcement followed): no feed.
-                    if committed.is_ok() && (tasks.follows_tasks() || announced.is_some()) {
-                        let stop = CancellationToken::new();
-                        feed = Some((stop.clone(), self.feed_listen(tasks, subscription_id, filter, announced, stream.clone(), stop)));
-                    }
-                    committed
-                }
-                Outbound::Notification { method, message } => {
-                    let already_sent = held.as_ref().and_then(|h| h.already_sent.as_deref());
-                    self.route_notification(&caller, &stream, &method, message, already_sent).await
-                }
-                Outbound::Request { id: original_id, mut message, .. } => async {
-                    let inbox = match &mut inbox {
-                        Some(inbox) => inbox,
-                        None => inbox.insert(Inbox::open(&self, &caller, run.replies.clone()).await?),
-                    };
-                    let wire_id = inbox.wire_id(original_id);
-                    if let Some(obj) = message.as_object_mut() {
-                        obj.insert("id".into(), Value::String(wire_id));
-                    }
-                    self.commit(&stream, &message, false).await.map(drop)
-                }
-                .await,
-            };
-            if let Err(error) = result {
-                tracing::warn!(%error, %stream, "could not commit a handler message; stopping the request");
-                commit_failed = true;
-                run.cancel.cancel();
-                if let Some(held) = &held {
-                    // A journaled run is retried from its journal: no outcome now.
-                    held.lost.cancel();
-                }
-                break;
-            }
-            if answered {
-                break;
-            }
-        }
-        stop_feed(&mut feed).await;
-        if let Some(session) = caller.session_id() {
-            lock(&self.inner.runs.runs).remove(&run_key(session, &id));
-        }
-        if let Some((task_id, watcher)) = task_watch {
-            watcher.abort();
-            lock(&self.inner.runs.tasks).remove(&task_id);
-        }
-        if let Some(inbox) = inbox {
-            inbox.close(&self).await;
-        }
-        let Some(held) = held else {
-            if !answered {
-                let _ = self.close_unanswered(&stream, &id, run.cancel.is_cancelled() && !commit_failed).await;
-            }
-            return;
-        };
-        // The run stays registered until its last write is done: `drain` waits on that,
-        // so a worker shutting down does not exit before its lease is given back.
-        let run_id = held.run_id.clone();
-        self.end_journaled(held, run.cancel.is_cancelled(), &stream, &id, answered, suspended, settled).await;
-        if let Some(generation) = registration {
-            self.unregister_journaled(&run_id, generation);
-        }
-    }
-
-    /// What becomes of a journaled run's record once its pump stops: finished, suspended
-    /// for a stateless retry, or released for another attempt.
-    #[allow(clippy::too_many_arguments)]
-    async fn end_journaled(
-        &self,
-        held: Held,
-        cancelled: bool,
-        stream: &StreamId,
-        id: &RequestId,
-        answered: bool,
-        suspended: bool,
-        settled: Option<Value>,
-    ) {
-        if answered && suspended {
-            // Its journal entry went before the outcome was committed (a retry may have
-            // journaled the run again since): only the heartbeat stops here.
-            held.stop_heartbeat();
-        } else if answered {
-            if let (Some(task), Some(outcome)) = (held.record.task.clone(), settled)
-                && let Err(error) = self.settle_task(&task, &outcome).await
-            {
-                // The outcome is on the task's stream: recovery settles the task from it.
-                tracing::warn!(%error, %task, "could not settle a task; recovery will");
-                held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
-                return;
-            }
-            held.finish(self).await;
-        } else if self.inner.runs.releasing.load(Ordering::SeqCst) {
-            held.release(self, 0, false).await;
-        } else if held.lost.is_cancelled() {
-            // Another worker took the run over, or committing failed: the journal (and
-            // whoever holds the lease next) carries the request on.
-            held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
-        } else if cancelled {
-            if !self.close_unanswered(stream, id, true).await {
-                // The store is down: keep the journal entry, so that recovery closes the
-                // stream once it is back (the cancellation mark makes it not run again).
-                let _ = self.cancel_elsewhere_by_run(&held.run_id).await;
-                held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
-                return;
-            }
-            if let Some(task) = &held.record.task
-                && let Err(error) = self.end_task(task, TaskStatus::Cancelled, "The request was cancelled.").await
-            {
-                tracing::warn!(%error, %task, "could not mark a task cancelled");
-            }
-            held.finish(self).await;
-        } else {
-            // The handler ended without an outcome (it panicked, say): run it again later,
-            // up to `max_attempts` failures.
-            tracing::warn!(run = %held.run_id, "a journaled run ended without an outcome; it will be retried");
-            held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, true).await;
-        }
-    }
 
     /// End the stream of a request that has no committed outcome, so that no client waits
     /// on it forever. After a client's cancellation the protocol wants no response; after a
@@ -851,6 +655,12 @@ impl Engine {
     /// error. Retried with backoff while the store is unavailable (D15); returns whether the
     /// stream is closed.
     pub(crate) async fn close_unanswered(&self, stream: &StreamId, id: &RequestId, cancelled_by_client: bool) -> bool {
+        self.close_unanswered_on(stream, &mut None, id, cancelled_by_client).await
+    }
+
+    /// [`Engine::close_unanswered`] of a stream that may not be committed yet (`opening`):
+    /// then it is created with its closing event, in one commit.
+    pub(crate) async fn close_unanswered_on(&self, stream: &StreamId, opening: &mut Option<NewStream>, id: &RequestId, cancelled_by_client: bool) -> bool {
         let data = if cancelled_by_client {
             String::new()
         } else {
@@ -864,8 +674,12 @@ impl Engine {
         };
         let mut delay = std::time::Duration::from_millis(50);
         for _ in 0..10 {
-            match self.store().append(stream, data.clone(), true).await {
-                Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. } | durable_mcp_store::StoreError::StreamClosed { .. }) => return true,
+            let closed = match opening.as_mut().filter(|o| !o.is_open()) {
+                Some(opening) => opening.commit_first(self, data.clone(), true).await.map(drop),
+                None => self.append(stream, data.clone(), true).await.map(drop),
+            };
+            match closed {
+                Ok(()) | Err(durable_mcp_store::StoreError::NotFound { .. } | durable_mcp_store::StoreError::StreamClosed { .. }) => return true,
                 Err(error) => {
                     tracing::warn!(%error, %stream, "could not close an unanswered request's stream; retrying");
                     tokio::time::sleep(delay).await;
@@ -885,6 +699,20 @@ impl Engine {
         &self,
         caller: &Caller,
         stream: &StreamId,
+        method: &str,
+        message: Value,
+        already_sent: Option<&AlreadySent>,
+    ) -> Result<(), EngineError> {
+        self.route_notification_into(caller, stream, &mut None, method, message, already_sent).await
+    }
+
+    /// [`Engine::route_notification`] to a request stream that may not be committed yet
+    /// (`opening`): a notification that goes on it creates it, in one commit.
+    pub(crate) async fn route_notification_into(
+        &self,
+        caller: &Caller,
+        stream: &StreamId,
+        opening: &mut Option<NewStream>,
         method: &str,
         message: Value,
         already_sent: Option<&AlreadySent>,
@@ -919,7 +747,16 @@ impl Engine {
             tracing::debug!(%stream, %method, "re-run: not sending a notification the stream already has");
             return Ok(());
         }
-        self.commit(stream, &message, false).await.map(drop)
+        self.commit_first(opening, stream, &message, false).await.map(drop)
+    }
+
+    /// Commit `message` to `stream`, creating the stream in the same commit if `opening`
+    /// holds it uncommitted.
+    pub(crate) async fn commit_first(&self, opening: &mut Option<NewStream>, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
+        match opening.as_mut().filter(|o| !o.is_open()) {
+            Some(opening) => Ok(opening.commit_first(self, message.to_string(), close).await?),
+            None => self.commit(stream, message, close).await,
+        }
     }
 
     /// Session state that a request changes is committed before its handler runs, so the
@@ -948,7 +785,7 @@ impl Engine {
     }
 
     /// 2026-07-28 results carry `serverInfo` in their `_meta`.
-    fn add_server_info(&self, outcome: &mut Value) {
+    pub(crate) fn add_server_info(&self, outcome: &mut Value) {
         let Some(result) = outcome.get_mut("result").and_then(Value::as_object_mut) else { return };
         let meta = result.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
         if let Some(meta) = meta.as_object_mut() {
@@ -996,25 +833,40 @@ impl Engine {
     }
 
     /// D5: when the session ends on any worker, its streams are removed from the store, and
-    /// a handler still running here for it is cancelled.
-    fn cancel_when_stream_removed(&self, stream: StreamId, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
-        let store = self.store().clone();
-        tokio::spawn(async move {
-            use futures::StreamExt;
-            let Ok(mut wake) = store.watch(&stream).await else { return };
-            loop {
-                let ended = wake.next().await.is_none();
-                match store.stream_owner(&stream).await {
-                    Err(durable_mcp_store::StoreError::NotFound { .. }) => {
-                        tracing::debug!(%stream, "session ended elsewhere; cancelling its request");
-                        cancel.cancel();
-                        return;
-                    }
-                    _ if ended => return,
-                    _ => {}
-                }
+    /// a handler still running here for it is cancelled. This completes once the session's
+    /// standalone stream (removed only with the session) is gone, and never for a caller
+    /// without a legacy session. A run answered within [`SESSION_WATCH_AFTER`] makes no
+    /// watch at all (the pump polls this beside its handler's messages, no task of its own).
+    pub(crate) async fn session_ended(&self, caller: &Caller) {
+        let standalone = match (&caller.session, caller.era) {
+            (Some(session), Era::Legacy) => session.standalone_stream.clone(),
+            _ => return std::future::pending().await,
+        };
+        tokio::time::sleep(SESSION_WATCH_AFTER).await;
+        let store = self.store();
+        let mut wake = match store.watch(&standalone).await {
+            Ok(wake) => wake,
+            // Gone before the watch began.
+            Err(durable_mcp_store::StoreError::NotFound { .. }) => return,
+            Err(error) => {
+                tracing::debug!(%error, "cannot watch for the session's end");
+                return std::future::pending().await;
             }
-        })
+        };
+        loop {
+            use futures::StreamExt;
+            if let Err(durable_mcp_store::StoreError::NotFound { .. }) = store.stream_owner(&standalone).await {
+                tracing::debug!(stream = %standalone, "session ended elsewhere; cancelling its request");
+                return;
+            }
+            if wake.next().await.is_none() {
+                // The watch ended: the stream is gone, or the store closed. One last look.
+                if let Err(durable_mcp_store::StoreError::NotFound { .. }) = store.stream_owner(&standalone).await {
+                    return;
+                }
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// How many requests are running on this worker.
@@ -1039,15 +891,6 @@ impl Engine {
     }
 }
 
-/// The `input_required` result of a stateless request whose handler waits for the client's
-/// answers: the questions, and a state naming the run, sealed with `keys`, so that the
-/// retry continues it on any worker (D9, D12).
-fn input_required(keys: &StateKeys, id: &RequestId, run_id: &str, caller: &Caller, request: &Map<String, Value>, pending: Vec<(String, Value)>) -> Value {
-    let requests: Map<String, Value> = pending.into_iter().collect();
-    let state = crate::journal::seal_run(keys, run_id, &caller.principal, request);
-    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
-        "resultType": "input_required", "inputRequests": requests, "requestState": state}})
-}
 
 #[cfg(test)]
 mod tests {

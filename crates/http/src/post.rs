@@ -89,19 +89,27 @@ impl Transport {
         let caller = Caller::legacy(principal, session)?;
         match inbound {
             Inbound::Request { id, message, .. } => {
-                let accepted = self.engine.accept(&caller, id, message).await?;
+                // Boxed: the request path's future is large, and every future around it
+                // (the handler's, the connection's) would otherwise carry it and copy it.
+                let accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
                 let mut prefix = Vec::new();
                 if let Some(priming) = &accepted.priming {
                     prefix.push(sse::priming_frame(priming, self.engine.options().sse_retry));
                 }
                 if self.config.json_response {
-                    return self.json_outcome(accepted.stream).await;
+                    return self.json_outcome(accepted.stream, accepted.follow).await;
                 }
-                let after = accepted.priming.map_or(0, |p| p.seq);
+                let after = accepted.priming.as_ref().map_or(0, |p| p.seq);
                 let close_after = if caller.primes_streams() { self.config.poll_after } else { None };
+                // A stream committed with its handler's first message (a request that is not
+                // journaled) starts with its priming event all the same: the tail yields it.
+                let priming = match accepted.priming {
+                    None if caller.primes_streams() => Some(durable_mcp_store::EventId::new(accepted.stream.clone(), 1)),
+                    _ => None,
+                };
                 let source = SseSource {
-                    events: sse::tail_of(&self.engine, accepted.stream, after),
-                    priming: None,
+                    events: self.engine.tail(accepted.stream, after, accepted.follow).boxed(),
+                    priming,
                     prefix,
                     cancel_on_drop: None,
                     close_after,
@@ -199,9 +207,9 @@ impl Transport {
             protocol_version: version,
             log_level,
         };
-        let accepted = self.engine.accept(&caller, id, message).await?;
+        let mut accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
         // The status must be known before an SSE stream opens: wait for the first event.
-        let mut events = Box::pin(durable_mcp_engine::tail(self.engine.store().clone(), accepted.stream.clone(), 0));
+        let mut events = self.engine.tail(accepted.stream.clone(), 0, accepted.follow.take()).boxed();
         let guard = accepted.cancel.clone().map(|c| c.drop_guard());
         let Some(first) = events.next().await else {
             return Err(Rejection::Internal("the request ended without a response".into()));
@@ -220,7 +228,8 @@ impl Transport {
             guard.disarm();
         }
         let source = SseSource {
-            events: sse::tail_of(&self.engine, accepted.stream, first.id.seq),
+            // The same tail goes on after the first event.
+            events,
             priming: None,
             prefix: vec![sse::frame(&first)],
             cancel_on_drop: accepted.cancel,
@@ -231,8 +240,8 @@ impl Transport {
         Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
     }
 
-    async fn json_outcome(&self, stream: durable_mcp_store::StreamId) -> Result<Response, Rejection> {
-        let mut events = Box::pin(durable_mcp_engine::tail(self.engine.store().clone(), stream, 0));
+    async fn json_outcome(&self, stream: durable_mcp_store::StreamId, follow: Option<durable_mcp_engine::Follow>) -> Result<Response, Rejection> {
+        let mut events = self.engine.tail(stream, 0, follow).boxed();
         let mut last = None;
         while let Some(event) = events.next().await {
             let event = event.map_err(|e| Rejection::from(durable_mcp_engine::EngineError::from(e)))?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use durable_mcp_engine::{Engine, tail};
+use durable_mcp_engine::Engine;
 use durable_mcp_store::{EventId, StoreError, StoredEvent, StreamId};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
@@ -26,9 +26,9 @@ pub fn priming_frame(id: &EventId, retry: Duration) -> Bytes {
 /// Committed events to write, in order.
 pub type Events = BoxStream<'static, Result<StoredEvent, StoreError>>;
 
-/// The events of `stream` after `after` (a request's stream, see `tail`).
+/// The events of `stream` after `after` (a request's stream, see [`Engine::tail`]).
 pub fn tail_of(engine: &Engine, stream: StreamId, after: u64) -> Events {
-    tail(engine.store().clone(), stream, after).boxed()
+    engine.tail(stream, after, None).boxed()
 }
 
 /// What an SSE response streams.

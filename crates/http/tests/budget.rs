@@ -115,21 +115,67 @@ async fn budget_request_answered_without_a_handler_commits_its_stream_once() {
     assert_eq!(writes(&counts), vec![(Op::UpdateSession, 1), (Op::Commit, 1)], "{counts:?}");
 }
 
-/// A request that is not journaled but runs a handler (`tools/list`): its response stream
-/// exists before the handler starts, so that the transport follows it at once (one commit,
-/// with the priming event), and the response closes it (one more). Nothing is journaled.
+/// A request that is not journaled but runs a handler (`tools/list`, `ping`) commits once
+/// in all: its response stream is created with its response (and, in 2025-11-25, its
+/// priming event, which still comes first, with its `retry` hint), in one batch with the
+/// close. Nothing is journaled, and nothing is read back.
 #[tokio::test]
-async fn budget_unjournaled_request_commits_its_stream_and_its_response() {
+async fn budget_unjournaled_request_commits_once_legacy() {
     let (h, store) = counted();
     let session = initialize(&h.router, "2025-11-25").await;
     let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"});
     // The first request of a worker creates the `requestState` key ring: not per request.
     post(&h.router, Some(&session), body.clone()).await.events().await;
     settled(&h, &store).await;
-    let events = post(&h.router, Some(&session), body).await.events().await;
+    let reply = post(&h.router, Some(&session), body).await;
+    let text = reply.text().await;
+    let events = support::parse_sse(&text);
+    assert!(events[0].1.is_empty() && text.starts_with("id: ") && text.contains("retry: "), "the priming event first: {text}");
     assert!(messages(&events)[0]["result"]["tools"].is_array());
     let counts = settled(&h, &store).await;
-    assert_eq!(writes(&counts), vec![(Op::Append, 1), (Op::Commit, 1)], "nothing journaled: {counts:?}");
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "one commit, nothing journaled: {counts:?}");
+    assert_eq!(counts.get(&Op::ReadAfter), None, "{counts:?}");
+    let ping = post(&h.router, Some(&session), json!({"jsonrpc": "2.0", "id": 5, "method": "ping"})).await.events().await;
+    assert_eq!(messages(&ping)[0]["result"], json!({}));
+    let counts = settled(&h, &store).await;
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "ping: {counts:?}");
+}
+
+/// The same in the modern era (2026-07-28): `tools/list` is answered as JSON after one commit.
+#[tokio::test]
+async fn budget_unjournaled_request_commits_once_modern() {
+    let (h, store) = counted();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let headers = [POST_HEADERS[0], POST_HEADERS[1], ("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")];
+    let warm = send(&h.router, "POST", &headers, Some(body.to_string())).await;
+    assert_eq!(warm.status, StatusCode::OK);
+    settled(&h, &store).await;
+    let reply = send(&h.router, "POST", &headers, Some(body.to_string())).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.json().await["result"]["tools"].is_array());
+    let counts = settled(&h, &store).await;
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "{counts:?}");
+    assert_eq!(counts.get(&Op::ReadAfter), None, "{counts:?}");
+}
+
+/// A request that is not journaled and is answered with an error (a method the server does
+/// not serve): the error creates its stream, in one commit.
+#[tokio::test]
+async fn budget_unjournaled_request_answered_with_an_error_commits_once() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    post(&h.router, Some(&session), json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await.events().await;
+    settled(&h, &store).await;
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": 5}});
+    let events = post(&h.router, Some(&session), body).await.events().await;
+    let received = messages(&events);
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0]["error"]["code"], -32601, "{received:?}");
+    let counts = settled(&h, &store).await;
+    assert_eq!(writes(&counts), vec![(Op::Commit, 1)], "{counts:?}");
 }
 
 /// D6: a re-sent request id (legacy) is found by the conflict of its alias inside the
@@ -153,4 +199,44 @@ async fn d6_resent_request_id_writes_nothing_of_its_own_and_gets_the_one_outcome
     assert_eq!(first.last().unwrap()["result"]["content"][0]["text"], "done");
     settled(&h, &store).await;
     assert!(store.inner().list_records(RecordKind::Run, "", 10).await.unwrap().is_empty());
+}
+
+/// Write-through tails (issue 10, item 3): the worker that commits a request's events hands
+/// them to the request's own response in memory. A journaled `tools/call` (legacy, with its
+/// priming event and progress and log messages) is streamed without one read of the
+/// store's event log, and so is a modern one; D1 holds all the same (commit_gate.rs).
+#[tokio::test]
+async fn write_through_a_call_is_streamed_without_reading_the_log() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    post(&h.router, Some(&session), call(1, "echo", json!({"text": "warm"}))).await.events().await;
+    settled(&h, &store).await;
+    let mut body = call(2, "chatty", json!({"count": 3}));
+    body["params"]["_meta"] = json!({"progressToken": "p"});
+    let events = post(&h.router, Some(&session), body).await.events().await;
+    let received = messages(&events);
+    assert_eq!(received.last().unwrap()["result"]["content"][0]["text"], "3", "{received:?}");
+    assert!(received.len() >= 4, "the progress and log messages came too: {received:?}");
+    let counts = settled(&h, &store).await;
+    assert_eq!(counts.get(&Op::ReadAfter), None, "the worker that committed the events read none back: {counts:?}");
+
+    let answer = modern_call(&h.router, 3, "echo", json!({"text": "modern"})).await;
+    assert_eq!(answer["result"]["content"][0]["text"], "modern");
+    let counts = settled(&h, &store).await;
+    assert_eq!(counts.get(&Op::ReadAfter), None, "modern: {counts:?}");
+}
+
+/// A resume with `Last-Event-ID` reads the store (D3): what came after that id is replayed
+/// from the log, on this worker too.
+#[tokio::test]
+async fn write_through_a_resume_reads_the_store() {
+    let (h, store) = counted();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let events = post(&h.router, Some(&session), call(1, "echo", json!({"text": "again"}))).await.events().await;
+    let priming = events[0].0.clone().unwrap();
+    settled(&h, &store).await;
+    let mut resumed = support::open_get(&h.router, &session, Some(&priming)).await;
+    resumed.until(|live| !live.messages().is_empty()).await;
+    assert_eq!(resumed.messages()[0]["result"]["content"][0]["text"], "again");
+    assert!(store.hook().count(Op::ReadAfter) >= 1, "the resume read the log");
 }

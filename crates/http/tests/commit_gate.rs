@@ -127,10 +127,11 @@ async fn d1_an_event_whose_commit_fails_never_reaches_the_client() {
     // `tools/list` is not journaled: when its response cannot be committed, the engine
     // closes the stream with an error instead (regression: it closed it with the empty
     // event of a client's cancellation, as if the client had asked for no answer).
-    store.hook().fail(Op::Append, 1);
+    // Its response is its stream's first commit (the stream with the response and the close).
+    store.hook().fail(Op::Commit, 1);
     let rx = post_raw(addr, &session, &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})).await;
     let (status, events) = response(rx).await;
-    assert_eq!(store.hook().failed(Op::Append), 1, "the response's commit was failed");
+    assert_eq!(store.hook().failed(Op::Commit), 1, "the response's commit was failed");
     assert_eq!(status, "HTTP/1.1 200 OK");
     let messages: Vec<Value> = events.iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
     assert!(messages.iter().all(|m| m.get("result").is_none()), "the uncommitted tool list was sent: {messages:?}");

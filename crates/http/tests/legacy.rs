@@ -247,6 +247,20 @@ async fn regression_outcome_kept_when_rmcp_loop_ends_first() {
     }
 }
 
+/// D5: a session ended by another worker (straight in the store, as that worker's DELETE
+/// does) cancels a handler still running for it here, long before the handler would end.
+#[tokio::test]
+async fn d5_a_session_ended_elsewhere_cancels_its_handler_here() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let (router, header) = (h.router.clone(), session.clone());
+    let call = tokio::spawn(async move { post(&router, Some(&header), call(1, "slow", json!({"ms": 60_000}))).await.text().await });
+    eventually("the handler runs", async || h.engine.in_flight() == 1).await;
+    assert!(h.store.end_session(&durable_mcp_store::Principal::anonymous(), &session.parse().unwrap()).await.unwrap());
+    eventually("the handler is cancelled", async || h.engine.in_flight() == 0).await;
+    call.abort();
+}
+
 #[tokio::test]
 async fn d5_idle_session_expires_everywhere() {
     let options = durable_mcp_engine::EngineOptions {

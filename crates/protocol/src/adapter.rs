@@ -12,6 +12,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage, serve_directly_with_ct};
 use rmcp::transport::Transport;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -68,6 +69,9 @@ pub struct Run {
     pub replies: mpsc::Sender<Value>,
     /// Cancel the handler.
     pub cancel: CancellationToken,
+    /// The request's rmcp service loop: it ends when this run is dropped (after its
+    /// outcome, the loop has ended by itself).
+    _service: ServiceGuard,
 }
 
 /// A summary of the server's static information.
@@ -81,8 +85,13 @@ pub struct ServerSummary {
     pub supported_versions: Vec<String>,
 }
 
+/// A running rmcp service loop of one request: it runs until its request is answered or
+/// its token is cancelled, and dropping this guard cancels it (rmcp's own drop guard).
+/// Held by the run instead of a task that only waits for the loop to end.
+type ServiceGuard = Box<dyn Send>;
+
 trait ErasedHandler: Send + Sync + 'static {
-    fn start(&self, first: ClientJsonRpcMessage, peer: Option<InitializeRequestParams>, transport: RunTransport, ct: CancellationToken);
+    fn start(&self, first: ClientJsonRpcMessage, peer: Option<InitializeRequestParams>, transport: RunTransport, ct: CancellationToken) -> ServiceGuard;
     fn summary(&self) -> ServerSummary;
     fn tool_input_schema(&self, name: &str) -> Option<Value>;
     fn tool_task_support(&self, name: &str) -> crate::TaskSupport;
@@ -92,14 +101,9 @@ impl<H> ErasedHandler for H
 where
     H: rmcp::ServerHandler + Clone,
 {
-    fn start(&self, first: ClientJsonRpcMessage, peer: Option<InitializeRequestParams>, mut transport: RunTransport, ct: CancellationToken) {
+    fn start(&self, first: ClientJsonRpcMessage, peer: Option<InitializeRequestParams>, mut transport: RunTransport, ct: CancellationToken) -> ServiceGuard {
         transport.first = Some(first);
-        let service = serve_directly_with_ct(self.clone(), transport, peer, ct);
-        tokio::spawn(async move {
-            if let Err(error) = service.waiting().await {
-                tracing::debug!(%error, "handler run ended with an error");
-            }
-        });
+        Box::new(serve_directly_with_ct(self.clone(), transport, peer, ct))
     }
 
     fn summary(&self) -> ServerSummary {
@@ -175,8 +179,7 @@ impl McpHandler {
         cancel: CancellationToken,
     ) -> Result<Run, Rejection> {
         let id = request.get("id").cloned();
-        let mut message: ClientJsonRpcMessage = serde_json::from_value(Value::Object(request))
-            .map_err(|e| Rejection { code: code::INVALID_PARAMS, message: format!("invalid params: {e}"), id })?;
+        let mut message = parse_request(request).map_err(|e| Rejection { code: code::INVALID_PARAMS, message: format!("invalid params: {e}"), id })?;
         if let ClientJsonRpcMessage::Request(request) = &mut message {
             if let Some(state) = &peer.session_state {
                 request.request.extensions_mut().insert(state.clone());
@@ -197,8 +200,8 @@ impl McpHandler {
         // when its loop ends, which must not look like a client's cancellation), and `done`,
         // which ends the loop once the response is sent, is another child.
         let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
-        self.inner.start(message, peer_info(peer), transport, cancel.child_token());
-        Ok(Run { outbound, replies, cancel })
+        let service = self.inner.start(message, peer_info(peer), transport, cancel.child_token());
+        Ok(Run { outbound, replies, cancel, _service: service })
     }
 
     /// Deliver a client notification (`notifications/initialized`, `roots/list_changed`,
@@ -216,25 +219,50 @@ impl McpHandler {
         let (replies, in_rx) = mpsc::channel(1);
         let cancel = CancellationToken::new();
         let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
-        self.inner.start(message, peer_info(peer), transport, cancel.clone());
+        let service = self.inner.start(message, peer_info(peer), transport, cancel.clone());
         tokio::spawn(async move {
-            let _keep_open = replies;
+            let _keep_open = (replies, service);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), outbound.recv()).await;
             cancel.cancel();
         });
     }
 }
 
+/// A request as rmcp's message type. `tools/call`, the hot path, is read as its own type
+/// at once: rmcp's generic parse tries each request type in turn (building an error for
+/// each that does not fit) before it reaches it. Anything else, and a `tools/call` that
+/// does not fit its type, takes rmcp's generic parse, so what rmcp makes of a message is
+/// unchanged.
+fn parse_request(request: Map<String, Value>) -> Result<ClientJsonRpcMessage, serde_json::Error> {
+    let body = Value::Object(request);
+    match call_tool(&body) {
+        Some(message) => Ok(message),
+        None => serde_json::from_value(body),
+    }
+}
+
+/// A `tools/call` request read as its own type; `None` if `body` is not one that fits it.
+fn call_tool(body: &Value) -> Option<ClientJsonRpcMessage> {
+    use rmcp::model::{CallToolRequest, ClientRequest, JsonRpcRequest, RequestId};
+    if body.get("method").and_then(Value::as_str) != Some("tools/call") || body.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return None;
+    }
+    let id = RequestId::deserialize(body.get("id")?).ok()?;
+    let call = CallToolRequest::deserialize(body).ok()?;
+    Some(ClientJsonRpcMessage::Request(JsonRpcRequest::new(id, ClientRequest::CallToolRequest(call))))
+}
+
 fn peer_info(peer: &PeerContext) -> Option<InitializeRequestParams> {
     let version: ProtocolVersion = peer
         .protocol_version
         .as_deref()
-        .and_then(|v| serde_json::from_value(Value::String(v.to_owned())).ok())
+        .and_then(|v| ProtocolVersion::deserialize(serde::de::value::StrDeserializer::<serde_json::Error>::new(v)).ok())
         .unwrap_or(ProtocolVersion::V_2025_03_26);
+    // Read from the stored value in place (no copy of it).
     let mut params: InitializeRequestParams = peer
         .client
-        .clone()
-        .and_then(|c| serde_json::from_value(c).ok())
+        .as_ref()
+        .and_then(|c| InitializeRequestParams::deserialize(c).ok())
         .unwrap_or_else(|| InitializeRequestParams::new(Default::default(), rmcp::model::Implementation::default()));
     params.protocol_version = version;
     Some(params)
@@ -312,4 +340,20 @@ fn to_outbound(item: ServerJsonRpcMessage) -> Result<Outbound, serde_json::Error
         Some(id) => Outbound::Request { id: id.clone(), method, message: message.clone() },
         None => Outbound::Notification { method, message },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tools_call_is_read_as_one_directly_and_as_rmcp_reads_it() {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hi"}, "_meta": {"progressToken": "p"}}});
+        let direct = call_tool(&body).expect("the direct read fits a tools/call");
+        let generic: ClientJsonRpcMessage = serde_json::from_value(body).unwrap();
+        assert_eq!(serde_json::to_value(&direct).unwrap(), serde_json::to_value(&generic).unwrap());
+        assert!(call_tool(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}})).is_none());
+        assert!(call_tool(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).is_none());
+    }
 }

@@ -159,7 +159,7 @@ impl Connection {
                 match engine.accept(caller, id.clone(), message).await {
                     Ok(accepted) => {
                         let after = accepted.priming.map_or(0, |p| p.seq);
-                        self.requests.spawn(follow(engine.clone(), accepted.stream, after, self.tx.clone()));
+                        self.requests.spawn(follow(engine.clone(), accepted.stream, after, accepted.follow, self.tx.clone()));
                         None
                     }
                     Err(e) => Some(failed(id, &e)),
@@ -211,7 +211,7 @@ impl Connection {
             };
             // A new session's standalone stream is empty: everything on it is news.
             tokio::select! {
-                () = follow(engine.clone(), stream, 0, tx) => {}
+                () = follow(engine.clone(), stream, 0, None, tx) => {}
                 () = keep_alive => {}
             }
         });
@@ -228,9 +228,9 @@ fn touch_interval(engine: &Engine) -> Duration {
 /// stream is finished or gone or the writer is. A failed read (store outage, D15) is
 /// retried from the last message written; a position pruned by retention (D14) goes on
 /// from the oldest message kept, with a warning naming the loss.
-async fn follow(engine: Engine, stream: StreamId, mut after: u64, tx: mpsc::Sender<String>) {
+async fn follow(engine: Engine, stream: StreamId, mut after: u64, mut registered: Option<durable_mcp_engine::Follow>, tx: mpsc::Sender<String>) {
     loop {
-        let mut events = Box::pin(durable_mcp_engine::tail(engine.store().clone(), stream.clone(), after));
+        let mut events = Box::pin(engine.tail(stream.clone(), after, registered.take()));
         let failed = loop {
             match events.next().await {
                 None => return,

@@ -1,0 +1,566 @@
+//! The pump of one run: it commits every message the handler sends to the run's stream
+//! (the door out), and decides, once the run stops, what becomes of the stream and of
+//! the run's journal entry. It is a small state machine:
+//!
+//! ```text
+//!            outcome committed ─────────────▶ Stop::Answered ──┐
+//!            input_required committed ──────▶ Stop::Suspended ─┤
+//! Running ── outcome after a cancellation ──▶ Stop::Cancelled ─┤
+//!    │  ▲    outcome without a valid lease ─▶ Stop::Fenced ────┼──▶ ending(stop, AtEnd) ──▶ Ending ──▶ Ended
+//!    └──┘    a commit failed ───────────────▶ Stop::CommitFailed
+//!  message   the handler ended, no outcome ─▶ Stop::HandlerGone ┘
+//! committed
+//! ```
+//!
+//! The decisions are plain functions ([`on_outcome`], [`ending`]) of what the pump knows;
+//! the pump only carries them out.
+//!
+//! # Durability
+//! An outcome is committed only while the lease is surely this worker's (fencing, D7); a
+//! journaled run's outcome is committed with the removal of its run record in one batch
+//! ([`Held::commit_outcome`]); a run that stops without a committed outcome is either
+//! closed (no client waits forever) or handed back to the journal for another attempt.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use durable_mcp_protocol::jsonrpc::RequestId;
+use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, McpVersion, Outbound, Run, StateKeys};
+use durable_mcp_store::{RecordKind, StreamId, now_ms};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::caller::Caller;
+use crate::durable::DurableRun;
+use crate::inbox::Inbox;
+use crate::journal::Held;
+use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
+use crate::opening::NewStream;
+use crate::run::{RETRY_AFTER_FAILURE_MS, lock, run_key};
+use crate::records::{Era, TaskStatus};
+use crate::Engine;
+
+/// Everything the pump of one run works with.
+pub(crate) struct Pump {
+    pub run: Run,
+    pub caller: Caller,
+    pub id: RequestId,
+    pub stream: StreamId,
+    /// A stream not committed yet: created by the first commit to it (see `accept`).
+    pub opening: Option<NewStream>,
+    pub close_connection: CancellationToken,
+    pub held: Option<Held>,
+    pub durable: Option<Arc<DurableRun>>,
+    pub detach_requests: tokio::sync::mpsc::Receiver<crate::durable::Detach>,
+    /// A `subscriptions/listen` request (2026-07-28): what the engine feeds it (its tasks,
+    /// announced changes) once the handler acknowledged it.
+    pub subscription: Option<ListenSubscription>,
+    /// A journaled run's registration on this worker (see [`Engine::register_journaled`]).
+    pub registration: Option<u64>,
+    /// The `requestState` keys that seal its `input_required` state.
+    pub keys: StateKeys,
+}
+
+/// Why a run's pump left `Running`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Stop {
+    /// Its outcome was committed (a task settles from it).
+    Answered(Value),
+    /// Its `input_required` outcome (2026-07-28) was committed, its journal entry removed
+    /// before: a stateless retry continues the run.
+    Suspended,
+    /// The outcome came after the run was cancelled (by the client, by the end of its
+    /// session, by a hand-over): the protocol wants no response, none is committed.
+    Cancelled,
+    /// The outcome came when the lease was no longer surely this worker's: another worker
+    /// may own the run, so it is not committed here (fencing).
+    Fenced,
+    /// A message (the outcome or another) could not be committed.
+    CommitFailed,
+    /// The handler ended without an outcome (it panicked, say).
+    HandlerGone,
+}
+
+/// What to do with an outcome the handler sent ([`on_outcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnOutcome {
+    /// Commit it.
+    Commit,
+    /// Drop it: the run was cancelled ([`Stop::Cancelled`]).
+    Drop,
+    /// Drop it: the lease is not surely ours ([`Stop::Fenced`]).
+    Fence,
+}
+
+/// Whether an outcome is committed: not after a cancellation, and for a journaled run
+/// (`lease_valid` is `Some`) only while its lease is surely this worker's.
+pub(crate) fn on_outcome(cancelled: bool, lease_valid: Option<bool>) -> OnOutcome {
+    match (cancelled, lease_valid) {
+        (true, _) => OnOutcome::Drop,
+        (false, Some(false)) => OnOutcome::Fence,
+        (false, _) => OnOutcome::Commit,
+    }
+}
+
+/// What the worker knows when a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AtEnd {
+    /// The run is journaled (it holds a run record).
+    pub journaled: bool,
+    /// The run's cancellation token fired (client, session end, hand-over, failure).
+    pub cancelled: bool,
+    /// The run's lease is lost (another worker took it over, or a commit failed).
+    pub lost: bool,
+    /// The worker is shutting down and gives leases back (`drain`).
+    pub releasing: bool,
+}
+
+/// What ending a run does ([`ending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// Nothing more: the outcome is committed and nothing is journaled.
+    Done,
+    /// Close the stream without an outcome: no response after a client's cancellation, an
+    /// error otherwise, so that no client waits on it forever.
+    CloseUnanswered {
+        /// Whether the client cancelled (then no response follows).
+        cancelled_by_client: bool,
+    },
+    /// Only the heartbeat stops: a suspended run's journal entry went before its outcome.
+    StopHeartbeat,
+    /// Settle the run's task (if any) with its outcome, then forget the run.
+    Finish,
+    /// Close the stream of a cancelled run, mark its task cancelled, forget the run.
+    FinishCancelled,
+    /// Give the lease back for another attempt: at once (shutdown) or after a pause, and
+    /// counted as a failure or not.
+    Release {
+        /// At once (a hand-over at shutdown) rather than after a pause.
+        now: bool,
+        /// Counts toward `max_attempts` (the run ended without an outcome).
+        failed: bool,
+    },
+}
+
+/// What ending a run that stopped for `stop` does.
+pub(crate) fn ending(stop: &Stop, at: AtEnd) -> Ending {
+    if !at.journaled {
+        return match stop {
+            Stop::Answered(_) | Stop::Suspended => Ending::Done,
+            // The pump cancelled the run itself: no client asked for silence.
+            Stop::CommitFailed => Ending::CloseUnanswered { cancelled_by_client: false },
+            Stop::Cancelled | Stop::Fenced | Stop::HandlerGone => Ending::CloseUnanswered { cancelled_by_client: at.cancelled },
+        };
+    }
+    match stop {
+        Stop::Suspended => Ending::StopHeartbeat,
+        Stop::Answered(_) => Ending::Finish,
+        _ if at.releasing => Ending::Release { now: true, failed: false },
+        // Another worker took the run over, or committing failed: the journal (and whoever
+        // holds the lease next) carries the request on.
+        _ if at.lost => Ending::Release { now: false, failed: false },
+        _ if at.cancelled => Ending::FinishCancelled,
+        // The handler ended without an outcome: run it again later, up to `max_attempts`.
+        _ => Ending::Release { now: false, failed: true },
+    }
+}
+
+/// What one step of `Running` came to.
+enum Step {
+    /// Go on with the next message.
+    Next,
+    /// The run stops.
+    Stop(Stop),
+}
+/// Whether a handler's outcome is the durable context's "waiting for input" error.
+fn is_suspension(outcome: &Value) -> bool {
+    outcome.pointer("/error/data").and_then(|data| data.get(durable_mcp_protocol::meta::SUSPENDED)).and_then(Value::as_bool) == Some(true)
+}
+
+/// 2025-11-25 `tools/list`: each tool's `execution.taskSupport`, from the support it
+/// declares in its `_meta` (absent means forbidden).
+fn declare_task_support(outcome: &mut Value) {
+    let Some(tools) = outcome.pointer_mut("/result/tools").and_then(Value::as_array_mut) else { return };
+    for tool in tools {
+        let support = tool.pointer(&format!("/_meta/{}", durable_mcp_protocol::tasks::TASK_SUPPORT_META.replace('/', "~1")))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let (Some(support), Some(tool)) = (support, tool.as_object_mut()) {
+            tool.insert("execution".into(), serde_json::json!({"taskSupport": support}));
+        }
+    }
+}
+
+/// Stop a listen stream's task notifications, waiting for a commit in progress.
+async fn stop_feed(feed: &mut Option<(CancellationToken, tokio::task::JoinHandle<()>)>) {
+    if let Some((stop, handle)) = feed.take() {
+        stop.cancel();
+        let _ = handle.await;
+    }
+}
+
+/// The `input_required` result of a stateless request whose handler waits for the client's
+/// answers: the questions, and a state naming the run, sealed with `keys`, so that the
+/// retry continues it on any worker (D9, D12).
+fn input_required(keys: &StateKeys, id: &RequestId, run_id: &str, caller: &Caller, request: &Map<String, Value>, pending: Vec<(String, Value)>) -> Value {
+    let requests: Map<String, Value> = pending.into_iter().collect();
+    let state = crate::journal::seal_run(keys, run_id, &caller.principal, request);
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
+        "resultType": "input_required", "inputRequests": requests, "requestState": state}})
+}
+
+/// The pump's state while the handler runs: what its messages built up so far.
+struct Running {
+    /// Where its messages go (a run that became a task goes on on the task's stream).
+    stream: StreamId,
+    /// Its stream, while not committed yet.
+    opening: Option<NewStream>,
+    /// A listen stream's feed of task notifications and announcements.
+    feed: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+    /// Where the client's answers to the handler's own requests come in.
+    inbox: Option<Inbox>,
+    /// A listen request's subscription, until the handler acknowledged it.
+    subscription: Option<ListenSubscription>,
+    /// A task's run: its registration by task id and its cancellation watch.
+    task_watch: Option<(String, tokio::task::JoinHandle<()>)>,
+}
+
+/// What does not change while a run is pumped.
+struct Fixed<'a> {
+    /// The run's cancellation.
+    cancel: &'a CancellationToken,
+    /// Where the client's answers to the handler's requests go.
+    replies: &'a tokio::sync::mpsc::Sender<Value>,
+    caller: &'a Caller,
+    id: &'a RequestId,
+    durable: Option<&'a Arc<DurableRun>>,
+    keys: &'a StateKeys,
+    close_connection: &'a CancellationToken,
+}
+
+impl Engine {
+    /// Pump one run: commit its handler's messages until it stops, then end it (see the
+    /// module's state machine).
+    pub(crate) async fn pump(self, pump: Pump) {
+        let Pump { mut run, caller, id, stream, opening, close_connection, mut held, durable, mut detach_requests, subscription, registration, keys } = pump;
+        let mut state = Running { stream, opening, feed: None, inbox: None, subscription, task_watch: None };
+        if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
+            state.task_watch = Some(self.watch_task(&key, &run.cancel));
+        }
+        let mut session_ended = std::pin::pin!(self.session_ended(&caller));
+        let mut session_gone = false;
+        let stop = loop {
+            let message = tokio::select! {
+                message = run.outbound.recv() => match message {
+                    Some(message) => message,
+                    None => break Stop::HandlerGone,
+                },
+                () = &mut session_ended, if !session_gone => {
+                    session_gone = true;
+                    run.cancel.cancel();
+                    continue;
+                }
+                Some(reply) = detach_requests.recv() => {
+                    let Some(held) = held.as_mut() else { continue };
+                    let detached = self.detach(&caller, &id, &state.stream, held).await;
+                    if let Ok((key, task_stream)) = &detached {
+                        state.stream = task_stream.clone();
+                        if state.task_watch.is_none() {
+                            state.task_watch = Some(self.watch_task(key, &run.cancel));
+                        }
+                    }
+                    // The durable context's channel carries a message (journal.rs).
+                    let _ = reply.send(detached);
+                    continue;
+                }
+            };
+            let fixed = Fixed { cancel: &run.cancel, replies: &run.replies, caller: &caller, id: &id, durable: durable.as_ref(), keys: &keys, close_connection: &close_connection };
+            if let Step::Stop(stop) = self.step(&fixed, &mut state, &mut held, message).await {
+                break stop;
+            }
+        };
+        let Running { stream, mut opening, mut feed, inbox, task_watch, .. } = state;
+        stop_feed(&mut feed).await;
+        if let Some(session) = caller.session_id() {
+            lock(&self.inner.runs.runs).remove(&run_key(session, &id));
+        }
+        if let Some((task_id, watcher)) = task_watch {
+            watcher.abort();
+            lock(&self.inner.runs.tasks).remove(&task_id);
+        }
+        if let Some(inbox) = inbox {
+            inbox.close(&self).await;
+        }
+        let at = AtEnd {
+            journaled: held.is_some(),
+            cancelled: run.cancel.is_cancelled(),
+            lost: held.as_ref().is_some_and(|h| h.lost.is_cancelled()),
+            releasing: self.inner.runs.releasing.load(Ordering::SeqCst),
+        };
+        let ending = ending(&stop, at);
+        tracing::debug!(%stream, ?stop, ?ending, "run stopped");
+        let Some(held) = held else {
+            if let Ending::CloseUnanswered { cancelled_by_client } = ending {
+                let _ = self.close_unanswered_on(&stream, &mut opening, &id, cancelled_by_client).await;
+            }
+            return;
+        };
+        // The run stays registered until its last write is done: `drain` waits on that,
+        // so a worker shutting down does not exit before its lease is given back.
+        let run_id = held.run_id.clone();
+        self.end_journaled(held, ending, stop, &stream, &id).await;
+        if let Some(generation) = registration {
+            self.unregister_journaled(&run_id, generation);
+        }
+    }
+
+    /// One step of `Running`: commit one message of the handler (or act on it).
+    async fn step(&self, fixed: &Fixed<'_>, state: &mut Running, held: &mut Option<Held>, message: Outbound) -> Step {
+        let Fixed { cancel, replies, caller, id, durable, keys, close_connection } = *fixed;
+        tracing::debug!(stream = %state.stream, ?message, "handler message");
+        let result = match message {
+            Outbound::Outcome(mut outcome) => {
+                stop_feed(&mut state.feed).await;
+                match on_outcome(cancel.is_cancelled(), held.as_ref().map(Held::lease_valid)) {
+                    OnOutcome::Drop => return Step::Stop(Stop::Cancelled),
+                    OnOutcome::Fence => {
+                        if let Some(held) = held.as_ref() {
+                            tracing::warn!(run = %held.run_id, "lease no longer valid; not committing the outcome");
+                            held.lost.cancel();
+                        }
+                        return Step::Stop(Stop::Fenced);
+                    }
+                    OnOutcome::Commit => {}
+                }
+                if caller.era == Era::Legacy && caller.protocol_version >= McpVersion::V2025_11_25 {
+                    declare_task_support(&mut outcome);
+                }
+                let mut suspended = false;
+                if caller.era == Era::Modern {
+                    if let (Some(durable), Some(held)) = (durable, held.as_ref())
+                        && is_suspension(&outcome)
+                    {
+                        let pending: Vec<(String, Value)> = std::mem::take(&mut *lock(&durable.pending));
+                        if !pending.is_empty() {
+                            outcome = input_required(keys, id, &held.run_id, caller, &held.record.request, pending);
+                            suspended = true;
+                        }
+                    }
+                    self.add_server_info(&mut outcome);
+                }
+                if suspended && let Some(held) = held.as_ref() {
+                    // The retry may come at once: it must not find this run still
+                    // journaled (its steps stay).
+                    held.stop_heartbeat();
+                    if let Err(error) = self.store().delete_records(RecordKind::Run, &held.run_id).await {
+                        tracing::warn!(%error, run = %held.run_id, "could not end a suspended run's journal entry");
+                    }
+                }
+                let committed = match held.as_mut() {
+                    // One commit: the outcome, the close and the end of the journal entry.
+                    Some(held) if !suspended && held.record.task.is_none() => held.commit_outcome(self, &state.stream, &outcome).await,
+                    _ => self.commit_first(&mut state.opening, &state.stream, &outcome, true).await.map(drop),
+                };
+                match committed {
+                    Ok(()) if suspended => return Step::Stop(Stop::Suspended),
+                    Ok(()) => return Step::Stop(Stop::Answered(outcome)),
+                    Err(error) => Err(error),
+                }
+            }
+            Outbound::Notification { method, .. } if method == CLOSE_SSE_STREAM_METHOD => {
+                close_connection.cancel();
+                Ok(())
+            }
+            Outbound::Notification { method, mut message } if method == ACKNOWLEDGED_METHOD && state.subscription.is_some() => {
+                let Some(tasks) = state.subscription.take() else { return Step::Next };
+                let (subscription_id, filter) = Self::acknowledge(&tasks, id, &mut message);
+                // Following starts before the client sees the acknowledgement: what is
+                // announced after it reaches the stream.
+                let announced = if filter.follows_changes() { Some(self.follow_changes(filter.uris()).await) } else { None };
+                let committed = self.commit_first(&mut state.opening, &state.stream, &message, false).await.map(drop);
+                // Nothing to feed (no task, no announcement followed): no feed.
+                if committed.is_ok() && (tasks.follows_tasks() || announced.is_some()) {
+                    let stop = CancellationToken::new();
+                    state.feed = Some((stop.clone(), self.feed_listen(tasks, subscription_id, filter, announced, state.stream.clone(), stop)));
+                }
+                committed
+            }
+            Outbound::Notification { method, message } => {
+                let already_sent = held.as_ref().and_then(|h| h.already_sent.as_deref());
+                self.route_notification_into(caller, &state.stream, &mut state.opening, &method, message, already_sent).await
+            }
+            Outbound::Request { id: original_id, mut message, .. } => async {
+                let inbox = match &mut state.inbox {
+                    Some(inbox) => inbox,
+                    None => state.inbox.insert(Inbox::open(self, caller, replies.clone()).await?),
+                };
+                let wire_id = inbox.wire_id(original_id);
+                if let Some(obj) = message.as_object_mut() {
+                    obj.insert("id".into(), Value::String(wire_id));
+                }
+                self.commit_first(&mut state.opening, &state.stream, &message, false).await.map(drop)
+            }
+            .await,
+        };
+        match result {
+            Ok(()) => Step::Next,
+            Err(error) => {
+                tracing::warn!(%error, stream = %state.stream, "could not commit a handler message; stopping the request");
+                cancel.cancel();
+                if let Some(held) = held.as_ref() {
+                    // A journaled run is retried from its journal: no outcome now.
+                    held.lost.cancel();
+                }
+                Step::Stop(Stop::CommitFailed)
+            }
+        }
+    }
+
+    /// Carry out the [`Ending`] of a journaled run.
+    async fn end_journaled(&self, held: Held, ending: Ending, stop: Stop, stream: &StreamId, id: &RequestId) {
+        match ending {
+            Ending::StopHeartbeat => held.stop_heartbeat(),
+            Ending::Finish | Ending::Done | Ending::CloseUnanswered { .. } => {
+                if let (Some(task), Stop::Answered(outcome)) = (held.record.task.clone(), &stop)
+                    && let Err(error) = self.settle_task(&task, outcome).await
+                {
+                    // The outcome is on the task's stream: recovery settles the task from it.
+                    tracing::warn!(%error, %task, "could not settle a task; recovery will");
+                    held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
+                    return;
+                }
+                held.finish(self).await;
+            }
+            Ending::FinishCancelled => {
+                if !self.close_unanswered(stream, id, true).await {
+                    // The store is down: keep the journal entry, so that recovery closes the
+                    // stream once it is back (the cancellation mark makes it not run again).
+                    let _ = self.cancel_elsewhere_by_run(&held.run_id).await;
+                    held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
+                    return;
+                }
+                if let Some(task) = &held.record.task
+                    && let Err(error) = self.end_task(task, TaskStatus::Cancelled, "The request was cancelled.").await
+                {
+                    tracing::warn!(%error, %task, "could not mark a task cancelled");
+                }
+                held.finish(self).await;
+            }
+            Ending::Release { now, failed } => {
+                if failed {
+                    tracing::warn!(run = %held.run_id, "a journaled run ended without an outcome; it will be retried");
+                }
+                let at = if now { 0 } else { now_ms() + RETRY_AFTER_FAILURE_MS };
+                held.release(self, at, failed).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use durable_mcp_protocol::McpHandler;
+    use durable_mcp_protocol::rmcp::ServerHandler;
+    use durable_mcp_store::testing::{CountingStore, Op};
+    use durable_mcp_store::Principal;
+    use durable_mcp_store_memory::MemoryStore;
+
+    use super::*;
+    use crate::EngineOptions;
+
+    #[derive(Clone)]
+    struct NoTools;
+
+    impl ServerHandler for NoTools {}
+
+    fn modern() -> Caller {
+        Caller { principal: Principal::anonymous(), era: Era::Modern, session: None, protocol_version: McpVersion::MODERN, log_level: None }
+    }
+
+    async fn idle(engine: &Engine) {
+        for _ in 0..500 {
+            if engine.in_flight() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the run never ended");
+    }
+
+    /// Running -> Answered -> Ended, on the memory store: the handler's outcome (an error
+    /// for a tool it does not have) is committed with the close and the removal of the run
+    /// record, one commit after the one that journaled it; nothing stays journaled.
+    #[tokio::test]
+    async fn an_answered_journaled_run_ends_with_one_commit_and_no_record() {
+        let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
+        let engine = Engine::new(store.clone(), McpHandler::new(NoTools), EngineOptions { lease: Duration::from_secs(60), ..EngineOptions::default() });
+        let request = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "missing", "arguments": {}}});
+        let Value::Object(request) = request else { unreachable!() };
+        // The first request creates the key ring: not counted.
+        engine.state_keys().await.unwrap();
+        store.hook().take();
+        let accepted = engine.accept(&modern(), Value::from(1), request).await.unwrap();
+        idle(&engine).await;
+        let counts = store.hook().take();
+        assert_eq!(counts.get(&Op::Commit), Some(&2), "journal, then outcome: {counts:?}");
+        assert!(store.inner().list_records(RecordKind::Run, "", 10).await.unwrap().is_empty());
+        let read = store.inner().read_after(&accepted.stream, 0, 10).await.unwrap();
+        assert!(read.finished, "the outcome closed the stream");
+        let outcome: Value = serde_json::from_str(&read.events[0].data).unwrap();
+        assert!(outcome.get("error").is_some() || outcome.pointer("/result/isError") == Some(&Value::Bool(true)), "{outcome}");
+    }
+
+    /// Running -> Answered -> Ended for a run that is not journaled: one commit creates the
+    /// stream with its outcome and closes it.
+    #[tokio::test]
+    async fn an_answered_unjournaled_run_commits_once() {
+        let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
+        let engine = Engine::new(store.clone(), McpHandler::new(NoTools), EngineOptions::default());
+        engine.state_keys().await.unwrap();
+        store.hook().take();
+        let Value::Object(request) = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}) else { unreachable!() };
+        let accepted = engine.accept(&modern(), Value::from(2), request).await.unwrap();
+        idle(&engine).await;
+        assert_eq!(store.hook().writes(), 1);
+        let read = store.inner().read_after(&accepted.stream, 0, 10).await.unwrap();
+        assert!(read.finished && read.events.len() == 1, "{read:?}");
+    }
+
+    const AT: AtEnd = AtEnd { journaled: true, cancelled: false, lost: false, releasing: false };
+
+    #[test]
+    fn an_outcome_is_committed_only_uncancelled_and_within_the_lease() {
+        assert_eq!(on_outcome(false, None), OnOutcome::Commit);
+        assert_eq!(on_outcome(false, Some(true)), OnOutcome::Commit);
+        assert_eq!(on_outcome(false, Some(false)), OnOutcome::Fence);
+        assert_eq!(on_outcome(true, Some(false)), OnOutcome::Drop, "a cancelled run never answers");
+        assert_eq!(on_outcome(true, None), OnOutcome::Drop);
+    }
+
+    #[test]
+    fn an_unjournaled_run_is_closed_unless_answered() {
+        let at = AtEnd { journaled: false, ..AT };
+        assert_eq!(ending(&Stop::Answered(Value::Null), at), Ending::Done);
+        assert_eq!(ending(&Stop::HandlerGone, at), Ending::CloseUnanswered { cancelled_by_client: false });
+        let cancelled = AtEnd { cancelled: true, ..at };
+        assert_eq!(ending(&Stop::Cancelled, cancelled), Ending::CloseUnanswered { cancelled_by_client: true });
+        // The pump cancels a run whose commit failed: the client gets an error all the same.
+        assert_eq!(ending(&Stop::CommitFailed, cancelled), Ending::CloseUnanswered { cancelled_by_client: false });
+    }
+
+    #[test]
+    fn a_journaled_run_ends_by_its_stop_then_by_what_the_worker_knows() {
+        assert_eq!(ending(&Stop::Answered(Value::Null), AT), Ending::Finish);
+        assert_eq!(ending(&Stop::Answered(Value::Null), AtEnd { releasing: true, ..AT }), Ending::Finish, "an outcome is final");
+        assert_eq!(ending(&Stop::Suspended, AT), Ending::StopHeartbeat);
+        let gone = [Stop::Cancelled, Stop::Fenced, Stop::CommitFailed, Stop::HandlerGone];
+        for stop in &gone {
+            assert_eq!(ending(stop, AtEnd { releasing: true, lost: true, cancelled: true, ..AT }), Ending::Release { now: true, failed: false }, "{stop:?}");
+            assert_eq!(ending(stop, AtEnd { lost: true, cancelled: true, ..AT }), Ending::Release { now: false, failed: false }, "{stop:?}");
+        }
+        assert_eq!(ending(&Stop::Cancelled, AtEnd { cancelled: true, ..AT }), Ending::FinishCancelled);
+        assert_eq!(ending(&Stop::HandlerGone, AT), Ending::Release { now: false, failed: true }, "counted toward max_attempts");
+    }
+}
