@@ -36,7 +36,7 @@ use crate::inbox::Inbox;
 use crate::journal::Held;
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::opening::NewStream;
-use crate::run::{RETRY_AFTER_FAILURE_MS, lock, run_key};
+use crate::run::{RETRY_AFTER_FAILURE_MS, SESSION_WATCH_AFTER, lock, run_key};
 use crate::records::{Era, TaskStatus};
 use crate::Engine;
 
@@ -247,17 +247,23 @@ impl Engine {
         if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
             state.task_watch = Some(self.watch_task(&key, &run.cancel));
         }
-        let mut session_ended = std::pin::pin!(self.session_ended(&caller));
-        let mut session_gone = false;
+        // A legacy run that lasts watches for the end of its session (D5).
+        let standalone = match (&caller.session, caller.era) {
+            (Some(session), Era::Legacy) => Some(session.standalone_stream.clone()),
+            _ => None,
+        };
+        let mut watch_after = std::pin::pin!(tokio::time::sleep(SESSION_WATCH_AFTER));
+        let mut session_watch: Option<tokio::task::JoinHandle<()>> = None;
         let stop = loop {
             let message = tokio::select! {
                 message = run.outbound.recv() => match message {
                     Some(message) => message,
                     None => break Stop::HandlerGone,
                 },
-                () = &mut session_ended, if !session_gone => {
-                    session_gone = true;
-                    run.cancel.cancel();
+                () = &mut watch_after, if session_watch.is_none() && standalone.is_some() => {
+                    if let Some(standalone) = standalone.clone() {
+                        session_watch = Some(self.cancel_when_session_ends(standalone, run.cancel.clone()));
+                    }
                     continue;
                 }
                 Some(reply) = detach_requests.recv() => {
@@ -279,6 +285,9 @@ impl Engine {
                 break stop;
             }
         };
+        if let Some(watch) = session_watch {
+            watch.abort();
+        }
         let Running { stream, mut opening, mut feed, inbox, task_watch, .. } = state;
         stop_feed(&mut feed).await;
         if let Some(session) = caller.session_id() {

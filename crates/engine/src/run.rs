@@ -34,7 +34,7 @@ use crate::{Engine, EngineError};
 pub(crate) const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
 
 /// How long a legacy run goes before it watches for the end of its session (D5).
-const SESSION_WATCH_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const SESSION_WATCH_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
 
 
@@ -833,40 +833,39 @@ impl Engine {
     }
 
     /// D5: when the session ends on any worker, its streams are removed from the store, and
-    /// a handler still running here for it is cancelled. This completes once the session's
-    /// standalone stream (removed only with the session) is gone, and never for a caller
-    /// without a legacy session. A run answered within [`SESSION_WATCH_AFTER`] makes no
-    /// watch at all (the pump polls this beside its handler's messages, no task of its own).
-    pub(crate) async fn session_ended(&self, caller: &Caller) {
-        let standalone = match (&caller.session, caller.era) {
-            (Some(session), Era::Legacy) => session.standalone_stream.clone(),
-            _ => return std::future::pending().await,
-        };
-        tokio::time::sleep(SESSION_WATCH_AFTER).await;
-        let store = self.store();
-        let mut wake = match store.watch(&standalone).await {
-            Ok(wake) => wake,
-            // Gone before the watch began.
-            Err(durable_mcp_store::StoreError::NotFound { .. }) => return,
-            Err(error) => {
-                tracing::debug!(%error, "cannot watch for the session's end");
-                return std::future::pending().await;
-            }
-        };
-        loop {
+    /// a handler still running here for it is cancelled: the task this spawns watches the
+    /// session's standalone stream (removed only with the session) and cancels `cancel`
+    /// once it is gone. The pump spawns it only for a run that lasts longer than
+    /// [`SESSION_WATCH_AFTER`]: shorter runs make no watch and no task.
+    ///
+    /// Its own task, not a future the pump polls beside its messages: a store call it
+    /// makes may hold a pooled connection, and a future that is not polled while the pump
+    /// awaits a commit would hold that connection from the commit (a deadlock on a small pool).
+    pub(crate) fn cancel_when_session_ends(&self, standalone: StreamId, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let store = self.store().clone();
+        tokio::spawn(async move {
             use futures::StreamExt;
-            if let Err(durable_mcp_store::StoreError::NotFound { .. }) = store.stream_owner(&standalone).await {
-                tracing::debug!(stream = %standalone, "session ended elsewhere; cancelling its request");
-                return;
-            }
-            if wake.next().await.is_none() {
-                // The watch ended: the stream is gone, or the store closed. One last look.
-                if let Err(durable_mcp_store::StoreError::NotFound { .. }) = store.stream_owner(&standalone).await {
+            let gone = |result: Result<durable_mcp_store::StreamOwner, StoreError>| matches!(result, Err(StoreError::NotFound { .. }));
+            let mut wake = match store.watch(&standalone).await {
+                Ok(wake) => wake,
+                // Gone before the watch began.
+                Err(StoreError::NotFound { .. }) => return cancel.cancel(),
+                Err(error) => return tracing::debug!(%error, "cannot watch for the session's end"),
+            };
+            loop {
+                if gone(store.stream_owner(&standalone).await) {
+                    tracing::debug!(stream = %standalone, "session ended elsewhere; cancelling its request");
+                    return cancel.cancel();
+                }
+                if wake.next().await.is_none() {
+                    // The watch ended: the stream is gone, or the store closed. One last look.
+                    if gone(store.stream_owner(&standalone).await) {
+                        cancel.cancel();
+                    }
                     return;
                 }
-                return std::future::pending().await;
             }
-        }
+        })
     }
 
     /// How many requests are running on this worker.

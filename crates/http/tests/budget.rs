@@ -62,12 +62,17 @@ async fn assert_journaled_budget(h: &Harness, store: &Arc<CountingStore>, call: 
     eventually("the handler runs", async || h.engine.in_flight() == 1).await;
     let before = store.hook().take();
     assert_eq!(writes(&before), vec![(Op::Commit, 1)], "one commit before the handler starts: {before:?}");
+    // No read of the event log before the handler (the transport follows the stream from
+    // memory); the legacy era's one read is its session (D4, D5: any worker's DELETE or
+    // idle expiry shows there).
+    assert_eq!(before.get(&Op::ReadAfter), None, "{before:?}");
     let journal = store.inner().list_records(RecordKind::Run, "", 10).await.unwrap();
     assert_eq!(journal.len(), 1, "the run record is in that commit (D6)");
     let outcome = answer.await.unwrap();
     assert_eq!(outcome["result"]["content"][0]["text"], "done", "{outcome}");
     let after = settled(h, store).await;
     assert_eq!(writes(&after), vec![(Op::Commit, 1)], "one commit after the handler: {after:?}");
+    assert_eq!(after.get(&Op::ReadAfter), None, "the outcome is streamed from memory: {after:?}");
     assert!(store.inner().list_records(RecordKind::Run, "", 10).await.unwrap().is_empty(), "the run record went with the outcome");
 }
 
