@@ -151,7 +151,7 @@ impl Report {
             "Measured {} to {} at {} on {cpus} CPUs{model}, {build}; {}. \
              Stores (in the bench process, not pinned): appends of {} events per writer; replays: median of up to {} \
              reads of the whole stream, `read_after` {REPLAY_BATCH} at a time. `tools/call` of `{TOOL}`: median of {} \
-             runs of {} per server, era and connection count, closed loop, each connection one keep-alive HTTP/1.1 \
+             runs of {}{} per server, era and connection count, closed loop, each connection one keep-alive HTTP/1.1 \
              connection (and in the legacy era its own session), {} untimed calls per connection first; a server is \
              restarted for each run and runs alone. Ratios: the figure divided by the baseline's of the same run.\n",
             utc(self.started_ms),
@@ -166,6 +166,7 @@ impl Report {
             c.replay_runs,
             c.runs,
             seconds(c.run_duration),
+            c.max_calls.map(|max| format!(" (at most {max} calls per connection)")).unwrap_or_default(),
             c.warmup_calls,
         );
     }
@@ -470,6 +471,75 @@ fn utc(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn load(connections: usize, calls: usize, p50_us: u64) -> LoadResult {
+        LoadResult {
+            connections,
+            calls,
+            elapsed: Duration::from_secs(1),
+            p50: Duration::from_micros(p50_us),
+            p99: Duration::from_micros(p50_us * 2),
+        }
+    }
+
+    fn row(server: &str, kind: ServerKind, era: Era, connections: usize, runs: Vec<LoadResult>) -> HttpRow {
+        HttpRow { server: server.into(), kind, era, connections, runs }
+    }
+
+    fn report(http: Vec<HttpRow>, rmcp_modern: Option<Result<(), String>>) -> Report {
+        Report {
+            config: BenchConfig { runs: 1, ..BenchConfig::new("/bin/true".into()) },
+            started_ms: 0,
+            finished_ms: 0,
+            commit: Some(("abc".into(), false)),
+            pinning: "not pinned".into(),
+            stores: Vec::new(),
+            http,
+            growth: Vec::new(),
+            rmcp_modern,
+            python: PythonStatus::Measured("python".into()),
+            failures: Vec::new(),
+            child_pids: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn figures_are_medians_of_the_runs() {
+        let r = row("x", ServerKind::Durable, Era::Legacy, 1, vec![load(1, 300, 30), load(1, 100, 10), load(1, 200, 20)]);
+        assert_eq!(r.per_second(), 200.0);
+        assert_eq!(r.p50(), Duration::from_micros(20));
+        assert_eq!(r.p99(), Duration::from_micros(40));
+    }
+
+    #[test]
+    fn modern_ratios_fall_back_to_rmcp_legacy_when_rmcp_does_not_answer_modern() {
+        let http = vec![
+            row(RMCP_LABEL, ServerKind::Rmcp, Era::Legacy, 8, vec![load(8, 1000, 100)]),
+            row(PYTHON_LABEL, ServerKind::Python, Era::Legacy, 8, vec![load(8, 100, 1000)]),
+            row("durable-mcp, memory", ServerKind::Durable, Era::Legacy, 8, vec![load(8, 500, 200)]),
+            row("durable-mcp, memory", ServerKind::Durable, Era::Modern, 8, vec![load(8, 2000, 50)]),
+        ];
+        let markdown = report(http, Some(Err("status 400".into()))).to_markdown();
+        assert!(markdown.contains("| legacy | 8 | 1,000 calls/s | 0.50× | 0.10× |"), "{markdown}");
+        assert!(markdown.contains("| modern | 8 | – (legacy: 1,000) ‡ | 2.00× | – |"), "{markdown}");
+        assert!(markdown.contains("| durable-mcp, memory | legacy | 8 | 500 | 0.50× | 5.00× |"), "{markdown}");
+        assert!(markdown.contains("| durable-mcp, memory | modern | 8 | 2,000 | 2.00× ‡ | – |"), "{markdown}");
+        assert!(markdown.contains("‡ stock rmcp did not answer a 2026-07-28 `tools/call` (status 400)"), "{markdown}");
+    }
+
+    #[test]
+    fn a_measurement_without_runs_is_shown_as_failed() {
+        let http = vec![
+            row(RMCP_LABEL, ServerKind::Rmcp, Era::Legacy, 1, vec![load(1, 1000, 100)]),
+            row("durable-mcp, sqlite synchronous=FULL", ServerKind::Durable, Era::Legacy, 1, Vec::new()),
+        ];
+        let mut report = report(http, Some(Ok(())));
+        report.failures.push("durable-mcp, sqlite synchronous=FULL, legacy, 1 connection(s), run 1: boom".into());
+        let markdown = report.to_markdown();
+        assert!(markdown.contains("| durable-mcp, sqlite synchronous=FULL | legacy | 1 | failed |"), "{markdown}");
+        assert!(markdown.contains("| legacy | 1 | 1,000 calls/s | – |"), "{markdown}");
+        assert!(markdown.contains("FAILED: durable-mcp, sqlite synchronous=FULL, legacy, 1 connection(s), run 1: boom"), "{markdown}");
+    }
 
     #[test]
     fn numbers_are_formatted_for_people() {
