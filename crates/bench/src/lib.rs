@@ -266,16 +266,22 @@ pub fn find_python_baseline(executable: &Path) -> Option<PathBuf> {
     roots.flat_map(Path::ancestors).map(|dir| dir.join(PYTHON_VENV_PYTHON)).find(|python| python.is_file())
 }
 
-/// The commit of the working directory's repository and whether tracked files have
+/// The commit of the repository holding the working directory (or else `executable`, as
+/// `target/release/durable-mcp` is in its checkout) and whether tracked files have
 /// uncommitted changes; `None` without git or outside a repository.
-async fn git_commit() -> Option<(String, bool)> {
-    let output = |args: &'static [&'static str]| async move {
-        let out = tokio::process::Command::new("git").args(args).stdin(std::process::Stdio::null()).output().await.ok()?;
+async fn git_commit(executable: &Path) -> Option<(String, bool)> {
+    let git = |dir: PathBuf, args: &'static [&'static str]| async move {
+        let out = tokio::process::Command::new("git").arg("-C").arg(dir).args(args).stdin(std::process::Stdio::null()).output().await.ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     };
-    let commit = output(&["rev-parse", "--short=10", "HEAD"]).await.filter(|c| !c.is_empty())?;
-    let dirty = output(&["status", "--porcelain", "--untracked-files=no"]).await.is_some_and(|s| !s.is_empty());
-    Some((commit, dirty))
+    let dirs = std::env::current_dir().ok().into_iter().chain(executable.parent().map(Path::to_path_buf));
+    for dir in dirs {
+        if let Some(commit) = git(dir.clone(), &["rev-parse", "--short=10", "HEAD"]).await.filter(|c| !c.is_empty()) {
+            let dirty = git(dir, &["status", "--porcelain", "--untracked-files=no"]).await.is_some_and(|s| !s.is_empty());
+            return Some((commit, dirty));
+        }
+    }
+    None
 }
 
 /// Run the benchmarks of `config`, reporting progress through `progress` (one line per
@@ -329,7 +335,7 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
         return Err(BenchError::Config(format!("no executable for the child processes at {}", config.executable.display())));
     }
     let started_ms = durable_mcp::now_ms();
-    let commit = git_commit().await;
+    let commit = git_commit(&config.executable).await;
     let scratch = ScratchDir::new()?;
     let urls = store_urls(&config.stores, config.stores.is_empty().then_some(&scratch));
     let python = match &config.python_baseline {
