@@ -1,19 +1,86 @@
 //! A minimal MCP client over one keep-alive HTTP/1.1 connection: just enough of HTTP
 //! (`Content-Length` and chunked bodies) and SSE to time `tools/call` round trips, with
-//! nothing in its own path that a real client library would add.
+//! nothing in its own path that a real client library would add. It speaks both protocol
+//! eras ([`Era`]).
 
+use std::fmt;
 use std::net::SocketAddr;
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use durable_mcp_protocol::McpVersion;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use crate::BenchError;
 
-/// The protocol version the client asks for: the latest legacy-era version, which has
-/// sessions (`Mcp-Session-Id`) on every server this crate measures.
-pub const PROTOCOL_VERSION: &str = "2025-11-25";
+/// The protocol version of the legacy era: the latest with sessions (`Mcp-Session-Id`),
+/// on every server this crate measures.
+pub const PROTOCOL_VERSION: &str = McpVersion::LATEST_LEGACY.as_str();
+
+/// The `_meta` key of a 2026-07-28 request's protocol version.
+const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of a 2026-07-28 request's client description.
+const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// The `_meta` key of a 2026-07-28 request's client capabilities.
+const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// Which protocol era a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Era {
+    /// 2025-11-25: `initialize` and `notifications/initialized` first, then every request
+    /// with `Mcp-Session-Id` and `Mcp-Protocol-Version`.
+    Legacy,
+    /// 2026-07-28: stateless requests, no session; each carries its protocol version,
+    /// client info and capabilities in `_meta`, and the `Mcp-Protocol-Version`,
+    /// `Mcp-Method` and `Mcp-Name` headers.
+    Modern,
+}
+
+impl Era {
+    /// Both eras, legacy first.
+    pub const ALL: [Era; 2] = [Era::Legacy, Era::Modern];
+
+    /// The protocol version this era's client sends.
+    pub const fn version(self) -> McpVersion {
+        match self {
+            Era::Legacy => McpVersion::LATEST_LEGACY,
+            Era::Modern => McpVersion::MODERN,
+        }
+    }
+
+    /// `legacy` or `modern` (the command-line and report name).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Era::Legacy => "legacy",
+            Era::Modern => "modern",
+        }
+    }
+}
+
+impl fmt::Display for Era {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An era name that is neither `legacy` nor `modern`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown era {0:?} (legacy or modern)")]
+pub struct UnknownEra(pub String);
+
+impl FromStr for Era {
+    type Err = UnknownEra;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "legacy" => Ok(Era::Legacy),
+            "modern" => Ok(Era::Modern),
+            other => Err(UnknownEra(other.to_owned())),
+        }
+    }
+}
 
 /// How long one HTTP exchange may take before the client gives up.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -22,11 +89,12 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_LINE: usize = 1 << 20;
 
 /// One simulated MCP client: one TCP connection (reopened only if the server closes it),
-/// one session.
+/// and in the legacy era one session at a time.
 #[derive(Debug)]
 pub struct McpClient {
     addr: SocketAddr,
     path: String,
+    era: Era,
     conn: Option<BufReader<TcpStream>>,
     session: Option<String>,
     protocol_version: String,
@@ -45,17 +113,19 @@ struct Exchange {
 }
 
 impl McpClient {
-    /// Open a connection to the MCP endpoint at `path` on `addr` (with `TCP_NODELAY`).
+    /// Open a connection to the MCP endpoint at `path` on `addr` (with `TCP_NODELAY`), for
+    /// a client of `era`.
     ///
     /// # Errors
     /// The connection failed.
-    pub async fn connect(addr: SocketAddr, path: &str) -> Result<Self, BenchError> {
+    pub async fn connect(addr: SocketAddr, path: &str, era: Era) -> Result<Self, BenchError> {
         let mut client = Self {
             addr,
             path: path.to_owned(),
+            era,
             conn: None,
             session: None,
-            protocol_version: PROTOCOL_VERSION.to_owned(),
+            protocol_version: era.version().as_str().to_owned(),
             next_id: 1,
         };
         client.reconnect().await?;
@@ -69,11 +139,27 @@ impl McpClient {
         Ok(())
     }
 
-    /// Start a session: `initialize`, then `notifications/initialized`.
+    /// What a client of its era does before its first call: in the legacy era,
+    /// [`McpClient::initialize`]; in the modern era nothing (every request stands alone).
+    ///
+    /// # Errors
+    /// As [`McpClient::initialize`].
+    pub async fn start(&mut self) -> Result<(), BenchError> {
+        match self.era {
+            Era::Legacy => self.initialize().await,
+            Era::Modern => Ok(()),
+        }
+    }
+
+    /// Start a new legacy session (whatever the client's era): `initialize`, then
+    /// `notifications/initialized`. A session this client had before is left as it is
+    /// (not ended), so calling this repeatedly leaves idle sessions behind.
     ///
     /// # Errors
     /// The server refused, answered with an error, or gave no `Mcp-Session-Id`.
     pub async fn initialize(&mut self) -> Result<(), BenchError> {
+        self.session = None;
+        self.protocol_version = PROTOCOL_VERSION.to_owned();
         let id = self.take_id();
         let request = json!({
             "jsonrpc": "2.0",
@@ -85,14 +171,14 @@ impl McpClient {
                 "clientInfo": { "name": "durable-mcp-bench", "version": env!("CARGO_PKG_VERSION") }
             }
         });
-        let exchange = self.exchange("POST", Some(&request), Some(id)).await?;
+        let exchange = self.exchange("POST", Some(&request), Some(id), None).await?;
         let response = success(exchange.status, exchange.response)?;
         self.session = Some(exchange.session.ok_or_else(|| BenchError::Http("initialize gave no Mcp-Session-Id".into()))?);
         if let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str) {
             self.protocol_version = version.to_owned();
         }
         let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-        let exchange = self.exchange("POST", Some(&initialized), None).await?;
+        let exchange = self.exchange("POST", Some(&initialized), None, None).await?;
         if exchange.status != 202 {
             return Err(BenchError::Http(format!("notifications/initialized answered {}", exchange.status)));
         }
@@ -108,14 +194,21 @@ impl McpClient {
     /// A transport failure, a JSON-RPC error, or a tool result with `isError: true`.
     pub async fn call_tool(&mut self, tool: &str, arguments: &Value) -> Result<Duration, BenchError> {
         let id = self.take_id();
-        let request = json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "method": "tools/call",
-            "params": { "name": tool, "arguments": arguments }
-        });
+        let mut params = json!({ "name": tool, "arguments": arguments });
+        let headers = match self.era {
+            Era::Legacy => None,
+            Era::Modern => {
+                params["_meta"] = json!({
+                    META_PROTOCOL_VERSION: McpVersion::MODERN.as_str(),
+                    META_CLIENT_INFO: { "name": "durable-mcp-bench", "version": env!("CARGO_PKG_VERSION") },
+                    META_CLIENT_CAPABILITIES: {}
+                });
+                Some(("tools/call", tool))
+            }
+        };
+        let request = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
         let started = Instant::now();
-        let exchange = self.exchange("POST", Some(&request), Some(id)).await?;
+        let exchange = self.exchange("POST", Some(&request), Some(id), headers).await?;
         let answered = exchange.answered_at.unwrap_or_else(Instant::now);
         let response = success(exchange.status, exchange.response)?;
         if response.pointer("/result/isError").and_then(Value::as_bool) == Some(true) {
@@ -124,13 +217,13 @@ impl McpClient {
         Ok(answered.saturating_duration_since(started))
     }
 
-    /// End the session (`DELETE`), so neither server keeps it after the run.
+    /// End the session (`DELETE`), if there is one, so no server keeps it after the run.
     ///
     /// # Errors
     /// A transport failure; a refusal of the server is not an error.
     pub async fn close(mut self) -> Result<(), BenchError> {
         if self.session.is_some() {
-            self.exchange("DELETE", None, None).await?;
+            self.exchange("DELETE", None, None, None).await?;
         }
         Ok(())
     }
@@ -141,9 +234,16 @@ impl McpClient {
         id
     }
 
-    /// One request and its whole response, within [`EXCHANGE_TIMEOUT`].
-    async fn exchange(&mut self, method: &str, body: Option<&Value>, id: Option<u64>) -> Result<Exchange, BenchError> {
-        match tokio::time::timeout(EXCHANGE_TIMEOUT, self.exchange_inner(method, body, id)).await {
+    /// One request and its whole response, within [`EXCHANGE_TIMEOUT`]. `modern` is the
+    /// JSON-RPC method and name a 2026-07-28 request repeats in its headers.
+    async fn exchange(
+        &mut self,
+        method: &str,
+        body: Option<&Value>,
+        id: Option<u64>,
+        modern: Option<(&str, &str)>,
+    ) -> Result<Exchange, BenchError> {
+        match tokio::time::timeout(EXCHANGE_TIMEOUT, self.exchange_inner(method, body, id, modern)).await {
             Ok(result) => result,
             Err(_) => {
                 self.conn = None;
@@ -152,11 +252,17 @@ impl McpClient {
         }
     }
 
-    async fn exchange_inner(&mut self, method: &str, body: Option<&Value>, id: Option<u64>) -> Result<Exchange, BenchError> {
+    async fn exchange_inner(
+        &mut self,
+        method: &str,
+        body: Option<&Value>,
+        id: Option<u64>,
+        modern: Option<(&str, &str)>,
+    ) -> Result<Exchange, BenchError> {
         if self.conn.is_none() {
             self.reconnect().await?;
         }
-        let request = self.encode(method, body)?;
+        let request = self.encode(method, body, modern)?;
         let conn = self.conn.as_mut().ok_or(BenchError::Http("no connection".into()))?;
         conn.get_mut().write_all(&request).await?;
         let result = read_response(conn, id).await;
@@ -170,7 +276,7 @@ impl McpClient {
     }
 
     /// The request bytes: head and body in one buffer, so they leave in one write.
-    fn encode(&self, method: &str, body: Option<&Value>) -> Result<Vec<u8>, BenchError> {
+    fn encode(&self, method: &str, body: Option<&Value>, modern: Option<(&str, &str)>) -> Result<Vec<u8>, BenchError> {
         let body = match body {
             Some(body) => serde_json::to_vec(body).map_err(|e| BenchError::Http(format!("encoding a request: {e}")))?,
             None => Vec::new(),
@@ -187,6 +293,15 @@ impl McpClient {
             head.push_str(session);
             head.push_str("\r\nMcp-Protocol-Version: ");
             head.push_str(&self.protocol_version);
+            head.push_str("\r\n");
+        }
+        if let Some((rpc_method, name)) = modern {
+            head.push_str("Mcp-Protocol-Version: ");
+            head.push_str(McpVersion::MODERN.as_str());
+            head.push_str("\r\nMcp-Method: ");
+            head.push_str(rpc_method);
+            head.push_str("\r\nMcp-Name: ");
+            head.push_str(name);
             head.push_str("\r\n");
         }
         head.push_str("\r\n");

@@ -2,24 +2,34 @@
 //! `cargo bench -p durable-mcp-bench` run.
 //!
 //! Per store backend, named by URL exactly as [`durable_mcp::open_store`] takes it (so any
-//! backend `open_store` knows is measurable):
+//! backend `open_store` knows is measurable), through the [`Store`] contract in this
+//! process:
 //!
-//! - **appends**: events committed per second through [`Store::append`], one writer on one
-//!   stream, then [`BenchConfig::writers`] writers on distinct streams;
-//! - **replay**: the time to read a closed stream of 100 / 1,000 / 10,000 events whole with
-//!   [`Store::read_after`] loops of [`REPLAY_BATCH`], as the engine's tail replays a stream
-//!   to a resuming client;
+//! - **appends**: events committed per second, one writer on one stream, then
+//!   [`BenchConfig::writers`] writers on distinct streams (with `append`, and with
+//!   one-append write batches);
+//! - **replay**: the time to read a closed stream of 1,000 / 10,000 / 100,000 events whole
+//!   with [`Store::read_after`] loops of [`REPLAY_BATCH`], as the engine's tail replays a
+//!   stream to a resuming client.
 //!
-//! and over HTTP, per server: `tools/call` round trips per second, p50 and p99, with 1 and
-//! 32 concurrent clients ([`McpClient`]: one keep-alive connection and one session each).
-//! The in-memory backend is always measured, and is the baseline of the store figures; a
-//! stock rmcp server (feature `rmcp-baseline`) is the baseline of the HTTP figures.
-//! [`Report::to_markdown`] prints the tables with a ratio beside every figure.
+//! Over HTTP, with every server and every load generator in a process of its own (the
+//! `bench-server` and `bench-load` subcommands of [`child`]; the server pinned to one CPU
+//! and the load generator to another where the machine allows): `tools/call` calls per
+//! second, p50 and p99, in both protocol eras, with 1 and 8 connections, the median of 3
+//! runs of 5 s each. Baselines: stock rmcp (feature `rmcp-baseline`) and the official
+//! Python SDK with mcp-persist's SQLite store (installed by `scripts/setup-bench.sh`),
+//! beside durable-mcp on each store. Then the servers' resident memory with 0, 1,000 and
+//! 10,000 idle sessions.
 //!
-//! Everything runs in this process, on loopback, bounded in count and time.
+//! [`Report::to_markdown`] prints the tables with a ratio beside every figure. Every child
+//! process is stopped before [`run`] returns, and killed if the run ends any other way
+//! (its guard's drop, or its stdin closing when this process dies).
 
+pub mod child;
 mod client;
+mod growth;
 mod load;
+mod process;
 mod report;
 mod servers;
 mod store;
@@ -30,17 +40,23 @@ use std::time::Duration;
 
 use durable_mcp::Store;
 
-pub use client::{McpClient, PROTOCOL_VERSION};
+pub use client::{Era, McpClient, PROTOCOL_VERSION, UnknownEra};
+pub use growth::GrowthRow;
 pub use load::{LoadResult, LoadSpec, run_load};
-pub use report::{HttpRow, Report, StoreRow};
-#[cfg(feature = "rmcp-baseline")]
-pub use servers::start_rmcp_baseline;
-pub use servers::{RunningServer, start_durable};
+pub use process::{ChildProcess, Pinning, process_running};
+pub use report::{HttpRow, PythonStatus, Report, ServerKind, StoreRow};
+pub use servers::{Launcher, MCP_PATH, PYTHON_MCP_PATH, PYTHON_SERVER, RunningServer, ServerSpec};
 pub use store::{AppendResult, REPLAY_BATCH, ReplayResult, StoreResult, StoreSpec, bench_store};
+
+use crate::child::LoadArgs;
 
 /// The tool every `tools/call` measurement calls: a constant text result, so the figures
 /// are the transports' and stores' cost, not the handler's.
 pub const TOOL: &str = "test_simple_text";
+
+/// Where `scripts/setup-bench.sh` puts the Python baseline's interpreter, relative to
+/// the repository.
+pub const PYTHON_VENV_PYTHON: &str = ".tools/bench-python/bin/python";
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +80,14 @@ pub enum BenchError {
     /// Opening a store or serving failed.
     #[error(transparent)]
     Server(#[from] durable_mcp::Error),
+    /// A child process (server or load generator) failed.
+    #[error("{name}: {detail}")]
+    Process {
+        /// The child's name.
+        name: String,
+        /// What went wrong, with the end of its log.
+        detail: String,
+    },
     /// A benchmark task panicked or was cancelled.
     #[error("benchmark task failed: {0}")]
     Task(String),
@@ -75,19 +99,42 @@ pub enum BenchError {
     Config(String),
 }
 
+/// Whether the run includes the Python SDK + mcp-persist baseline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PythonBaseline {
+    /// If [`PYTHON_VENV_PYTHON`] is found above the working directory or the executable.
+    Auto,
+    /// With this interpreter (a venv with `mcp` and `mcp-persist[sqlite]`).
+    At(PathBuf),
+    /// Not at all.
+    Off,
+}
+
 /// What one run measures.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
+    /// The executable with the `bench-server` and `bench-load` subcommands
+    /// (`durable-mcp`, or this crate's `durable-mcp-bench-child`).
+    pub executable: PathBuf,
+    /// The command line that started the run, for the report.
+    pub command_line: Option<String>,
     /// Store URLs to measure (as [`durable_mcp::open_store`] takes them). `memory:` is
     /// always measured, first, as the baseline. Empty: `memory:` plus two temporary SQLite
     /// files, with `synchronous=FULL` (the default) and `synchronous=NORMAL`.
     pub stores: Vec<String>,
-    /// One `tools/call` measurement per entry, with this many concurrent clients.
-    pub clients: Vec<usize>,
-    /// Timed `tools/call` round trips per client.
-    pub requests_per_client: usize,
-    /// Untimed round trips per client first.
-    pub warmup_per_client: usize,
+    /// One `tools/call` measurement per entry, with this many connections.
+    pub connections: Vec<usize>,
+    /// The protocol eras measured.
+    pub eras: Vec<Era>,
+    /// Runs per (server, era, connections); the report gives their medians.
+    pub runs: usize,
+    /// How long each run's timed part lasts.
+    pub run_duration: Duration,
+    /// Untimed calls per connection before each run.
+    pub warmup_calls: usize,
+    /// At most this many timed calls per connection and run (for tests; `None`: as many
+    /// as fit in [`BenchConfig::run_duration`]).
+    pub max_calls: Option<usize>,
     /// Events each writer appends.
     pub events_per_writer: usize,
     /// Concurrent writers (distinct streams) of the second append measurement.
@@ -96,40 +143,55 @@ pub struct BenchConfig {
     pub replay_sizes: Vec<usize>,
     /// Timed replays per length (median reported).
     pub replay_runs: usize,
+    /// Idle session counts at which each server's memory is read (empty: not measured).
+    pub growth_sessions: Vec<usize>,
     /// Also measure the stock rmcp server (needs feature `rmcp-baseline`).
     pub rmcp_baseline: bool,
-    /// Bound of any single measurement; one cut short is marked in the report.
+    /// The Python SDK + mcp-persist baseline.
+    pub python_baseline: PythonBaseline,
+    /// Pin servers and load generators to CPUs where the machine allows.
+    pub pin: bool,
+    /// Bound of any single store measurement; one cut short is marked in the report.
     pub time_limit: Duration,
 }
 
-impl Default for BenchConfig {
-    /// The full run of `durable-mcp bench`.
-    fn default() -> Self {
+impl BenchConfig {
+    /// The full run of `durable-mcp bench`, with the children run by `executable`.
+    pub fn new(executable: PathBuf) -> Self {
         Self {
+            executable,
+            command_line: None,
             stores: Vec::new(),
-            clients: vec![1, 32],
-            requests_per_client: 1000,
-            warmup_per_client: 20,
-            events_per_writer: 2000,
+            connections: vec![1, 8],
+            eras: Era::ALL.to_vec(),
+            runs: 3,
+            run_duration: Duration::from_secs(5),
+            warmup_calls: 50,
+            max_calls: None,
+            events_per_writer: 1000,
             writers: 32,
-            replay_sizes: vec![100, 1_000, 10_000],
+            replay_sizes: vec![1_000, 10_000, 100_000],
             replay_runs: 5,
+            growth_sessions: vec![0, 1_000, 10_000],
             rmcp_baseline: cfg!(feature = "rmcp-baseline"),
-            time_limit: Duration::from_secs(30),
+            python_baseline: PythonBaseline::Auto,
+            pin: true,
+            time_limit: Duration::from_secs(10),
         }
     }
-}
 
-impl BenchConfig {
     /// A short run (what `cargo bench -p durable-mcp-bench` does).
-    pub fn quick() -> Self {
+    pub fn quick(executable: PathBuf) -> Self {
         Self {
-            requests_per_client: 200,
-            warmup_per_client: 10,
-            events_per_writer: 500,
+            runs: 1,
+            run_duration: Duration::from_secs(1),
+            warmup_calls: 10,
+            events_per_writer: 300,
+            replay_sizes: vec![1_000, 10_000],
             replay_runs: 3,
-            time_limit: Duration::from_secs(10),
-            ..Self::default()
+            growth_sessions: vec![0, 500],
+            time_limit: Duration::from_secs(5),
+            ..Self::new(executable)
         }
     }
 }
@@ -196,21 +258,48 @@ pub fn store_label(url: &str) -> String {
     }
 }
 
+/// Find the Python baseline's interpreter: [`PYTHON_VENV_PYTHON`] under the working
+/// directory, the executable's directory, or one of their parents.
+pub fn find_python_baseline(executable: &Path) -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok();
+    let roots = cwd.iter().map(PathBuf::as_path).chain(executable.parent());
+    roots.flat_map(Path::ancestors).map(|dir| dir.join(PYTHON_VENV_PYTHON)).find(|python| python.is_file())
+}
+
+/// The commit of the repository holding the working directory (or else `executable`, as
+/// `target/release/durable-mcp` is in its checkout) and whether tracked files have
+/// uncommitted changes; `None` without git or outside a repository.
+async fn git_commit(executable: &Path) -> Option<(String, bool)> {
+    let git = |dir: PathBuf, args: &'static [&'static str]| async move {
+        let out = tokio::process::Command::new("git").arg("-C").arg(dir).args(args).stdin(std::process::Stdio::null()).output().await.ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let dirs = std::env::current_dir().ok().into_iter().chain(executable.parent().map(Path::to_path_buf));
+    for dir in dirs {
+        if let Some(commit) = git(dir.clone(), &["rev-parse", "--short=10", "HEAD"]).await.filter(|c| !c.is_empty()) {
+            let dirty = git(dir, &["status", "--porcelain", "--untracked-files=no"]).await.is_some_and(|s| !s.is_empty());
+            return Some((commit, dirty));
+        }
+    }
+    None
+}
+
 /// Run the benchmarks of `config`, reporting progress through `progress` (one line per
 /// measurement), and return the report.
 ///
-/// The run has a runtime of its own, on its own threads (as many workers as
-/// [`tokio`]'s default, one per CPU), with logging silenced on them: servers under
-/// measurement write no log lines (rmcp logs every session, and durable-mcp's per-request
-/// rmcp service, at INFO), so the figures are the servers', not the terminal's. The
-/// caller's runtime only waits.
+/// Store measurements run in this process, on a runtime of its own (its own threads,
+/// logging silenced on them), one store after another, before any server starts (a
+/// server child may open the same SQLite file). Then, for each of [`BenchConfig::runs`]
+/// rounds, every server in turn is started alone, measured in every era and with every
+/// connection count (one load generator child per measurement), and stopped; so slow
+/// drift of a shared machine hits all servers alike. Last, each Rust server is started
+/// once more for the memory it holds with idle sessions.
 ///
-/// Store measurements come first, one store after another. Then every server is started
-/// (the rmcp baseline, and durable-mcp once per store) and, for each client count, each
-/// server is measured in turn, so slow drift of a shared machine hits all of them alike.
+/// A failed HTTP measurement is listed in [`Report::failures`] and the run goes on.
 ///
 /// # Errors
-/// The first failed measurement ends the run (servers are stopped first).
+/// The configuration cannot run, a store cannot be opened, or a store measurement
+/// failed. Child processes are gone when this returns, whatever it returns.
 pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Report, BenchError> {
     let (lines, mut progress_lines) = tokio::sync::mpsc::unbounded_channel::<String>();
     let (done, result) = tokio::sync::oneshot::channel();
@@ -242,86 +331,196 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
     if config.rmcp_baseline && !cfg!(feature = "rmcp-baseline") {
         return Err(BenchError::Config("built without the rmcp-baseline feature".into()));
     }
+    if !config.executable.is_file() {
+        return Err(BenchError::Config(format!("no executable for the child processes at {}", config.executable.display())));
+    }
     let started_ms = durable_mcp::now_ms();
-    let scratch = if config.stores.is_empty() { Some(ScratchDir::new()?) } else { None };
-    let urls = store_urls(&config.stores, scratch.as_ref());
-    let store_spec = StoreSpec {
+    let commit = git_commit(&config.executable).await;
+    let scratch = ScratchDir::new()?;
+    let urls = store_urls(&config.stores, config.stores.is_empty().then_some(&scratch));
+    let python = match &config.python_baseline {
+        PythonBaseline::Off => Err(PythonStatus::Off),
+        PythonBaseline::At(python) if python.is_file() => Ok(python.clone()),
+        PythonBaseline::At(python) => Err(PythonStatus::Missing(format!("{} does not exist; scripts/setup-bench.sh installs it", python.display()))),
+        PythonBaseline::Auto => find_python_baseline(&config.executable).ok_or_else(|| {
+            PythonStatus::Missing(format!(
+                "no {PYTHON_VENV_PYTHON} here; install it with `scripts/setup-bench.sh`, or pass `--python-baseline PATH`"
+            ))
+        }),
+    };
+    if let Err(PythonStatus::Missing(why)) = &python {
+        progress(&format!("Python baseline not measured: {why}"));
+    }
+    let pinning = if config.pin { Pinning::detect().await } else { Pinning::none("turned off") };
+    progress(&pinning.describe());
+
+    let store_rows = measure_stores(config, &urls, progress).await?;
+
+    let mut servers: Vec<(String, ServerKind, ServerSpec)> = Vec::new();
+    if config.rmcp_baseline {
+        servers.push((report::RMCP_LABEL.to_owned(), ServerKind::Rmcp, ServerSpec::Rmcp));
+    }
+    if let Ok(python) = &python {
+        servers.push((report::PYTHON_LABEL.to_owned(), ServerKind::Python, ServerSpec::Python { python: python.clone() }));
+    }
+    for url in &urls {
+        servers.push((format!("durable-mcp, {}", store_label(url)), ServerKind::Durable, ServerSpec::Durable { url: url.clone() }));
+    }
+    let mut launcher = Launcher::new(config.executable.clone(), pinning.clone(), scratch.path());
+    let mut http = Http { rows: Vec::new(), failures: Vec::new(), rmcp_modern: None };
+    for round in 0..config.runs.max(1) {
+        for (label, kind, spec) in &servers {
+            measure_server(config, &mut launcher, &mut http, (label, *kind, spec), round, progress).await;
+        }
+    }
+    let mut growth = Vec::new();
+    if !config.growth_sessions.is_empty() {
+        for (label, _, spec) in servers.iter().filter(|(_, kind, _)| *kind != ServerKind::Python) {
+            progress(&format!("memory with idle sessions: {label}"));
+            match measure_growth(config, &mut launcher, label, spec).await {
+                Ok(row) => growth.push(row),
+                Err(error) => http.failures.push(format!("memory with idle sessions, {label}: {error}")),
+            }
+        }
+    }
+    drop(scratch);
+    Ok(Report {
+        config: config.clone(),
+        started_ms,
+        finished_ms: durable_mcp::now_ms(),
+        commit,
+        pinning: pinning.describe(),
+        stores: store_rows,
+        http: http.rows,
+        growth,
+        rmcp_modern: http.rmcp_modern,
+        python: match python {
+            Ok(python) => PythonStatus::Measured(python.display().to_string()),
+            Err(status) => status,
+        },
+        failures: http.failures,
+        child_pids: launcher.spawned().to_vec(),
+    })
+}
+
+/// Open every store first (a wrong URL fails the run before anything is measured), then
+/// measure them one after another; every store is closed again when this returns.
+async fn measure_stores(config: &BenchConfig, urls: &[String], progress: &mut dyn FnMut(&str)) -> Result<Vec<StoreRow>, BenchError> {
+    let spec = StoreSpec {
         events_per_writer: config.events_per_writer,
         writers: config.writers,
         replay_sizes: config.replay_sizes.clone(),
         replay_runs: config.replay_runs,
         time_limit: config.time_limit,
     };
-    // Open every store first: a wrong URL fails the run before anything is measured.
     let mut stores: Vec<(String, Arc<dyn Store>)> = Vec::with_capacity(urls.len());
-    for url in &urls {
+    for url in urls {
         stores.push((store_label(url), durable_mcp::open_store(url).await?));
     }
-    let mut store_rows = Vec::with_capacity(urls.len());
-    for (label, store) in &stores {
-        progress(&format!("store {label}: appends and replays"));
-        let result = bench_store(store.clone(), &store_spec).await?;
-        store_rows.push(StoreRow { backend: label.clone(), result });
-    }
-
-    let mut servers: Vec<(String, bool, RunningServer)> = Vec::new();
-    let http = match start_servers(config, &stores, &mut servers).await {
-        Ok(()) => measure_http(config, &servers, progress).await,
-        Err(error) => Err(error),
-    };
-    let mut stopped = Ok(());
-    for (_, _, server) in servers {
-        let result = server.stop().await;
-        if stopped.is_ok() {
-            stopped = result;
-        }
-    }
-    let http_rows = http?;
-    stopped?;
-    drop(stores);
-    drop(scratch);
-    Ok(Report::new(config.clone(), started_ms, store_rows, http_rows))
-}
-
-async fn start_servers(
-    config: &BenchConfig,
-    stores: &[(String, Arc<dyn Store>)],
-    servers: &mut Vec<(String, bool, RunningServer)>,
-) -> Result<(), BenchError> {
-    #[cfg(feature = "rmcp-baseline")]
-    if config.rmcp_baseline {
-        servers.push((report::RMCP_LABEL.to_owned(), true, start_rmcp_baseline().await?));
-    }
-    #[cfg(not(feature = "rmcp-baseline"))]
-    let _ = config;
+    let mut rows = Vec::with_capacity(urls.len());
     for (label, store) in stores {
-        servers.push((format!("durable-mcp, {label}"), false, start_durable(store.clone()).await?));
-    }
-    Ok(())
-}
-
-async fn measure_http(
-    config: &BenchConfig,
-    servers: &[(String, bool, RunningServer)],
-    progress: &mut dyn FnMut(&str),
-) -> Result<Vec<HttpRow>, BenchError> {
-    let mut rows = Vec::new();
-    for &clients in &config.clients {
-        let spec = LoadSpec {
-            clients,
-            requests_per_client: config.requests_per_client,
-            warmup_per_client: config.warmup_per_client,
-            time_limit: config.time_limit,
-            tool: TOOL.to_owned(),
-            arguments: serde_json::json!({}),
-        };
-        for (label, baseline, server) in servers {
-            progress(&format!("tools/call: {label}, {clients} client(s)"));
-            let result = run_load(server.addr(), server.path(), &spec).await?;
-            rows.push(HttpRow { server: label.clone(), baseline: *baseline, result });
-        }
+        progress(&format!("store {label}: appends and replays"));
+        let result = bench_store(store, &spec).await?;
+        rows.push(StoreRow { backend: label, result });
     }
     Ok(rows)
+}
+
+/// The HTTP part's results so far.
+struct Http {
+    rows: Vec<HttpRow>,
+    failures: Vec<String>,
+    rmcp_modern: Option<Result<(), String>>,
+}
+
+impl Http {
+    fn row(&mut self, label: &str, kind: ServerKind, era: Era, connections: usize) -> &mut HttpRow {
+        let at = self.rows.iter().position(|r| r.server == label && r.era == era && r.connections == connections);
+        let at = at.unwrap_or_else(|| {
+            self.rows.push(HttpRow { server: label.to_owned(), kind, era, connections, runs: Vec::new() });
+            self.rows.len() - 1
+        });
+        &mut self.rows[at]
+    }
+}
+
+/// One round of one server: start it, measure every era and connection count, stop it.
+async fn measure_server(
+    config: &BenchConfig,
+    launcher: &mut Launcher,
+    http: &mut Http,
+    (label, kind, spec): (&str, ServerKind, &ServerSpec),
+    round: usize,
+    progress: &mut dyn FnMut(&str),
+) {
+    let eras: Vec<Era> = config.eras.iter().copied().filter(|era| spec.eras().contains(era)).collect();
+    let server = match launcher.server(spec, label).await {
+        Ok(server) => server,
+        Err(error) => {
+            http.failures.push(format!("starting {label} (run {}): {error}", round + 1));
+            return;
+        }
+    };
+    if kind == ServerKind::Rmcp && eras.contains(&Era::Modern) && http.rmcp_modern.is_none() {
+        http.rmcp_modern = Some(probe_modern(&server).await);
+    }
+    for era in eras {
+        if kind == ServerKind::Rmcp && era == Era::Modern && matches!(http.rmcp_modern, Some(Err(_))) {
+            continue;
+        }
+        for &connections in &config.connections {
+            progress(&format!("tools/call run {}/{}: {label}, {era}, {connections} connection(s)", round + 1, config.runs.max(1)));
+            let args = LoadArgs {
+                addr: server.addr(),
+                path: server.path().to_owned(),
+                era,
+                connections,
+                duration_ms: u64::try_from(config.run_duration.as_millis()).unwrap_or(u64::MAX),
+                warmup_calls: config.warmup_calls,
+                max_calls: config.max_calls,
+                tool: TOOL.to_owned(),
+            };
+            let name = format!("load {label} {era} {connections}");
+            let outcome = launcher.load(&server, &args, &name).await;
+            let row = http.row(label, kind, era, connections);
+            match outcome {
+                Ok(result) => row.runs.push(result),
+                Err(error) => http.failures.push(format!("{label}, {era}, {connections} connection(s), run {}: {error}", round + 1)),
+            }
+        }
+    }
+    if let Err(error) = server.stop().await {
+        http.failures.push(format!("stopping {label}: {error}"));
+    }
+}
+
+/// Whether `server` answers one 2026-07-28 `tools/call` (`Err`: what it did instead).
+async fn probe_modern(server: &RunningServer) -> Result<(), String> {
+    let mut client = McpClient::connect(server.addr(), server.path(), Era::Modern).await.map_err(|e| e.to_string())?;
+    client.call_tool(TOOL, &serde_json::json!({})).await.map(drop).map_err(|e| e.to_string())
+}
+
+/// Start `spec` afresh and read its memory at every idle session count.
+async fn measure_growth(config: &BenchConfig, launcher: &mut Launcher, label: &str, spec: &ServerSpec) -> Result<GrowthRow, BenchError> {
+    let server = launcher.server(spec, &format!("{label} (memory)")).await?;
+    let measured = async {
+        let mut counts = config.growth_sessions.clone();
+        counts.sort_unstable();
+        counts.dedup();
+        let (mut open, mut rss_kib) = (0, Vec::with_capacity(counts.len()));
+        for target in counts {
+            growth::open_sessions(server.addr(), server.path(), target - open).await?;
+            open = target;
+            growth::settle().await;
+            rss_kib.push((open, server.rss_kib()?));
+        }
+        Ok::<_, BenchError>(GrowthRow { server: label.to_owned(), rss_kib })
+    }
+    .await;
+    let stopped = server.stop().await;
+    let row = measured?;
+    stopped?;
+    Ok(row)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! The `tools/call` load runner: C clients, each on its own connection and session,
-//! each making N round trips one after another.
+//! The `tools/call` load: C connections in a closed loop, each one client (and in the
+//! legacy era its own session), each making round trips back to back for a fixed time.
+//! This is what a `bench-load` child process runs.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,19 +10,21 @@ use serde_json::Value;
 use tokio::sync::Barrier;
 
 use crate::BenchError;
-use crate::client::McpClient;
+use crate::client::{Era, McpClient};
 
 /// One load measurement.
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
-    /// Concurrent clients (connections, sessions).
-    pub clients: usize,
-    /// Timed round trips per client.
-    pub requests_per_client: usize,
-    /// Untimed round trips per client before the measurement.
-    pub warmup_per_client: usize,
-    /// Stop starting new calls after this long (the result says so).
-    pub time_limit: Duration,
+    /// Concurrent connections (clients; legacy: sessions).
+    pub connections: usize,
+    /// Which protocol era the clients speak.
+    pub era: Era,
+    /// How long the timed part lasts.
+    pub duration: Duration,
+    /// Untimed round trips per connection before the measurement.
+    pub warmup_calls: usize,
+    /// Stop a connection after this many timed round trips, even before `duration`.
+    pub max_calls: Option<usize>,
     /// The tool to call.
     pub tool: String,
     /// Its arguments.
@@ -29,24 +32,22 @@ pub struct LoadSpec {
 }
 
 /// The outcome of one load measurement.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LoadResult {
-    /// Concurrent clients.
-    pub clients: usize,
+    /// Concurrent connections.
+    pub connections: usize,
     /// Round trips completed in the timed part.
     pub calls: usize,
-    /// From the first client's start to the last client's last response.
+    /// From the first connection's start to the last connection's last response.
     pub elapsed: Duration,
     /// Median round-trip time.
     pub p50: Duration,
     /// 99th-percentile round-trip time.
     pub p99: Duration,
-    /// Whether the time limit cut the measurement short.
-    pub truncated: bool,
 }
 
 impl LoadResult {
-    /// Round trips per second, all clients together.
+    /// Round trips per second, all connections together.
     pub fn per_second(&self) -> f64 {
         rate(self.calls, self.elapsed)
     }
@@ -69,56 +70,62 @@ pub(crate) fn quantile(sorted: &[Duration], p: f64) -> Duration {
 
 /// Run `spec` against the MCP endpoint at `path` on `addr`.
 ///
-/// Every client connects, starts its session and warms up first (one after another, not
-/// timed); then all start together, and each makes its round trips back to back. Sessions
-/// are ended (`DELETE`) afterwards.
+/// Every connection opens, starts its session (legacy) and warms up on its own task; once
+/// all are ready they start together, and each makes round trips back to back until
+/// `spec.duration` has passed (or `spec.max_calls`). Legacy sessions are ended (`DELETE`)
+/// afterwards, untimed.
 ///
 /// # Errors
-/// Any failed session setup or round trip fails the measurement: a benchmark that skips
-/// errors measures something else.
+/// Any failed connection, session setup or round trip fails the measurement: a benchmark
+/// that skips errors measures something else.
 pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<LoadResult, BenchError> {
-    let clients = spec.clients.max(1);
-    let mut ready = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        let mut client = McpClient::connect(addr, path).await?;
-        client.initialize().await?;
-        for _ in 0..spec.warmup_per_client {
-            client.call_tool(&spec.tool, &spec.arguments).await?;
-        }
-        ready.push(client);
-    }
-    let barrier = Arc::new(Barrier::new(clients + 1));
-    let mut tasks = Vec::with_capacity(clients);
-    for mut client in ready {
-        let barrier = barrier.clone();
-        let spec = spec.clone();
+    let connections = spec.connections.max(1);
+    let barrier = Arc::new(Barrier::new(connections + 1));
+    let mut tasks = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let (barrier, spec, path) = (barrier.clone(), spec.clone(), path.to_owned());
         tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            let started = Instant::now();
-            let deadline = started + spec.time_limit;
-            let mut latencies = Vec::with_capacity(spec.requests_per_client);
-            let mut truncated = false;
-            for _ in 0..spec.requests_per_client {
-                if Instant::now() >= deadline {
-                    truncated = true;
-                    break;
+            let ready = async {
+                let mut client = McpClient::connect(addr, &path, spec.era).await?;
+                client.start().await?;
+                for _ in 0..spec.warmup_calls {
+                    client.call_tool(&spec.tool, &spec.arguments).await?;
                 }
+                Ok::<_, BenchError>(client)
+            }
+            .await;
+            // Wait at the barrier even after a failure, so that the others are not stuck.
+            barrier.wait().await;
+            let mut client = ready?;
+            let started = Instant::now();
+            let deadline = started + spec.duration;
+            let mut latencies = Vec::with_capacity(4096);
+            while Instant::now() < deadline && spec.max_calls.is_none_or(|max| latencies.len() < max) {
                 latencies.push(client.call_tool(&spec.tool, &spec.arguments).await?);
             }
             let finished = Instant::now();
             client.close().await?;
-            Ok::<_, BenchError>((latencies, started, finished, truncated))
+            Ok::<_, BenchError>((latencies, started, finished))
         }));
     }
     barrier.wait().await;
-    let mut latencies = Vec::with_capacity(clients * spec.requests_per_client);
-    let (mut first, mut last, mut truncated) = (None::<Instant>, None::<Instant>, false);
+    let mut latencies = Vec::new();
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+    let mut failure = None;
     for task in tasks {
-        let (mine, started, finished, cut) = task.await.map_err(|e| BenchError::Task(e.to_string()))??;
-        latencies.extend(mine);
-        first = Some(first.map_or(started, |t| t.min(started)));
-        last = Some(last.map_or(finished, |t| t.max(finished)));
-        truncated |= cut;
+        match task.await.map_err(|e| BenchError::Task(e.to_string())).and_then(|outcome| outcome) {
+            Ok((mine, started, finished)) => {
+                latencies.extend(mine);
+                first = Some(first.map_or(started, |t| t.min(started)));
+                last = Some(last.map_or(finished, |t| t.max(finished)));
+            }
+            Err(error) => {
+                failure.get_or_insert(error);
+            }
+        }
+    }
+    if let Some(error) = failure {
+        return Err(error);
     }
     latencies.sort_unstable();
     let elapsed = match (first, last) {
@@ -126,12 +133,11 @@ pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<L
         _ => Duration::ZERO,
     };
     Ok(LoadResult {
-        clients,
+        connections,
         calls: latencies.len(),
         elapsed,
         p50: quantile(&latencies, 0.50),
         p99: quantile(&latencies, 0.99),
-        truncated,
     })
 }
 
@@ -146,5 +152,18 @@ mod tests {
         assert_eq!(quantile(&values, 0.99), Duration::from_millis(99));
         assert_eq!(quantile(&values[..1], 0.99), Duration::from_millis(1));
         assert_eq!(quantile(&[], 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn results_survive_the_trip_through_json() {
+        let result = LoadResult {
+            connections: 8,
+            calls: 12_345,
+            elapsed: Duration::from_micros(5_000_123),
+            p50: Duration::from_micros(321),
+            p99: Duration::from_micros(4_567),
+        };
+        let line = serde_json::to_string(&result).expect("encode");
+        assert_eq!(serde_json::from_str::<LoadResult>(&line).expect("decode"), result);
     }
 }

@@ -3,12 +3,17 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::client::Era;
+use crate::growth::GrowthRow;
 use crate::load::LoadResult;
 use crate::store::StoreResult;
 use crate::{BenchConfig, REPLAY_BATCH, TOOL};
 
 /// The name of the HTTP baseline in reports.
-pub(crate) const RMCP_LABEL: &str = "rmcp StreamableHttpService (baseline)";
+pub(crate) const RMCP_LABEL: &str = "stock rmcp (StreamableHttpService)";
+
+/// The name of the Python baseline in reports.
+pub(crate) const PYTHON_LABEL: &str = "Python SDK + mcp-persist SQLite";
 
 /// The store figures of one backend.
 #[derive(Debug, Clone)]
@@ -19,15 +24,68 @@ pub struct StoreRow {
     pub result: StoreResult,
 }
 
-/// One `tools/call` measurement of one server.
+/// What a server measured over HTTP is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// Stock rmcp: the baseline of every ratio.
+    Rmcp,
+    /// The Python SDK with mcp-persist: the second baseline.
+    Python,
+    /// durable-mcp on one store.
+    Durable,
+}
+
+/// The `tools/call` measurements of one server in one era with one connection count.
 #[derive(Debug, Clone)]
 pub struct HttpRow {
     /// The server's label.
     pub server: String,
-    /// Whether this is the rmcp baseline.
-    pub baseline: bool,
-    /// What was measured.
-    pub result: LoadResult,
+    /// What it is.
+    pub kind: ServerKind,
+    /// The protocol era of the clients.
+    pub era: Era,
+    /// Concurrent connections.
+    pub connections: usize,
+    /// One result per run that succeeded.
+    pub runs: Vec<LoadResult>,
+}
+
+impl HttpRow {
+    /// The median over the runs of calls per second.
+    pub fn per_second(&self) -> f64 {
+        median(self.runs.iter().map(LoadResult::per_second).collect())
+    }
+
+    /// The median over the runs of the p50 latency.
+    pub fn p50(&self) -> Duration {
+        Duration::from_secs_f64(median(self.runs.iter().map(|r| secs(r.p50)).collect()))
+    }
+
+    /// The median over the runs of the p99 latency.
+    pub fn p99(&self) -> Duration {
+        Duration::from_secs_f64(median(self.runs.iter().map(|r| secs(r.p99)).collect()))
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count; 0 when empty).
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 }
+}
+
+/// Whether the Python baseline was part of the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PythonStatus {
+    /// Measured, with this interpreter.
+    Measured(String),
+    /// Not measured: why, and how to get it.
+    Missing(String),
+    /// Turned off.
+    Off,
 }
 
 /// Everything one run measured.
@@ -37,52 +95,81 @@ pub struct Report {
     pub config: BenchConfig,
     /// When the run started (milliseconds since the Unix epoch).
     pub started_ms: u64,
+    /// When it ended.
+    pub finished_ms: u64,
+    /// The commit measured (`git rev-parse`) and whether tracked files had uncommitted
+    /// changes, if known.
+    pub commit: Option<(String, bool)>,
+    /// How the children were pinned to CPUs (a sentence).
+    pub pinning: String,
     /// Store figures, the in-memory backend first.
     pub stores: Vec<StoreRow>,
-    /// HTTP figures, grouped by client count.
+    /// `tools/call` figures.
     pub http: Vec<HttpRow>,
+    /// Resident memory with idle sessions.
+    pub growth: Vec<GrowthRow>,
+    /// Whether stock rmcp answered a 2026-07-28 `tools/call` (`Err`: what it answered
+    /// instead); `None` when that was not tried.
+    pub rmcp_modern: Option<Result<(), String>>,
+    /// The Python baseline.
+    pub python: PythonStatus,
+    /// Measurements that failed (the run went on without them).
+    pub failures: Vec<String>,
+    /// Every child process the run started (all gone once it returned).
+    pub child_pids: Vec<u32>,
 }
 
 impl Report {
-    pub(crate) fn new(config: BenchConfig, started_ms: u64, stores: Vec<StoreRow>, http: Vec<HttpRow>) -> Self {
-        Self { config, started_ms, stores, http }
-    }
-
-    /// The report as markdown: a line saying when and how, then three tables (appends,
-    /// replays, `tools/call`), each figure with its ratio to the baseline beside it
-    /// (the figure divided by the baseline's: above 1 is more events per second, or more
-    /// milliseconds).
+    /// The report as markdown: a paragraph saying when, what and how, then the tables
+    /// (appends, replays, `tools/call` in summary and in detail, memory with idle
+    /// sessions), each figure with its ratio to the baseline of the same run beside it
+    /// (the figure divided by the baseline's: above 1 is more events or calls per second,
+    /// or more milliseconds), then notes and failures.
     pub fn to_markdown(&self) -> String {
-        let c = &self.config;
         let mut out = String::new();
-        let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-        let build = if cfg!(debug_assertions) { "DEBUG build (figures meaningless)" } else { "release build" };
-        let _ = writeln!(
-            out,
-            "Measured {} on {cpus} CPUs, {build}. Appends: {} events per writer; replays: median of {} \
-             reads of the whole stream, `read_after` {REPLAY_BATCH} at a time; `tools/call` of `{TOOL}`: {} \
-             round trips per client after {} untimed, each client on its own keep-alive connection and \
-             session. Ratios: the figure divided by the baseline's.\n",
-            utc(self.started_ms),
-            c.events_per_writer,
-            c.replay_runs,
-            c.requests_per_client,
-            c.warmup_per_client,
-        );
+        self.preamble(&mut out);
         let mut truncated = false;
         self.appends(&mut out, &mut truncated);
         self.replays(&mut out);
-        self.calls(&mut out, &mut truncated);
-        if truncated {
-            let _ = writeln!(
-                out,
-                "\n† stopped at the time limit ({} s per measurement) before the requested count.",
-                c.time_limit.as_secs()
-            );
-        }
+        self.summary(&mut out);
+        self.calls(&mut out);
+        self.growth(&mut out);
+        self.notes(&mut out, truncated);
         out
     }
 
+    fn preamble(&self, out: &mut String) {
+        let c = &self.config;
+        let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+        let model = cpu_model().map(|m| format!(" ({m})")).unwrap_or_default();
+        let build = if cfg!(debug_assertions) { "DEBUG build (figures meaningless)" } else { "release build" };
+        if let Some(command) = &c.command_line {
+            let _ = writeln!(out, "```sh\n{command}\n```\n");
+        }
+        let _ = writeln!(
+            out,
+            "Measured {} to {} at {} on {cpus} CPUs{model}, {build}; {}. \
+             Stores (in the bench process, not pinned): appends of {} events per writer; replays: median of up to {} \
+             reads of the whole stream, `read_after` {REPLAY_BATCH} at a time. `tools/call` of `{TOOL}`: median of {} \
+             runs of {}{} per server, era and connection count, closed loop, each connection one keep-alive HTTP/1.1 \
+             connection (and in the legacy era its own session), {} untimed calls per connection first; a server is \
+             restarted for each run and runs alone. Ratios: the figure divided by the baseline's of the same run.\n",
+            utc(self.started_ms),
+            utc(self.finished_ms),
+            match &self.commit {
+                Some((commit, false)) => format!("commit `{commit}`"),
+                Some((commit, true)) => format!("commit `{commit}` with uncommitted changes"),
+                None => "an unknown commit".to_owned(),
+            },
+            self.pinning,
+            c.events_per_writer,
+            c.replay_runs,
+            c.runs,
+            seconds(c.run_duration),
+            c.max_calls.map(|max| format!(" (at most {max} calls per connection)")).unwrap_or_default(),
+            c.warmup_calls,
+        );
+    }
     fn appends(&self, out: &mut String, truncated: &mut bool) {
         let Some(base) = self.stores.first() else { return };
         let writers = self.config.writers;
@@ -131,32 +218,177 @@ impl Report {
         }
     }
 
-    fn calls(&self, out: &mut String, truncated: &mut bool) {
+    /// The baseline row for `row`: rmcp in the same era and connection count, or for the
+    /// modern era, when rmcp did not answer it, rmcp's legacy row (the `bool` says so).
+    fn rmcp_for(&self, era: Era, connections: usize) -> Option<(&HttpRow, bool)> {
+        let find = |era: Era| self.http.iter().find(|b| b.kind == ServerKind::Rmcp && b.era == era && b.connections == connections && !b.runs.is_empty());
+        match find(era) {
+            Some(row) => Some((row, false)),
+            None if era == Era::Modern => find(Era::Legacy).map(|row| (row, true)),
+            None => None,
+        }
+    }
+
+    fn python_for(&self, era: Era, connections: usize) -> Option<&HttpRow> {
+        self.http.iter().find(|b| b.kind == ServerKind::Python && b.era == era && b.connections == connections && !b.runs.is_empty())
+    }
+
+    /// The (era, connections) pairs measured, in order.
+    fn cells(&self) -> Vec<(Era, usize)> {
+        let mut cells: Vec<(Era, usize)> = self.http.iter().map(|row| (row.era, row.connections)).collect();
+        cells.sort_unstable();
+        cells.dedup();
+        cells
+    }
+
+    /// The issue's table: one line per era and connection count, rmcp's rate, then every
+    /// other server as a ratio to it.
+    fn summary(&self, out: &mut String) {
         if self.http.is_empty() {
             return;
         }
-        let _ = writeln!(out, "\n**`tools/call` over HTTP** (round trips per second, higher is better; latency in milliseconds, lower is better)\n");
-        let _ = writeln!(out, "| server | clients | calls/s | vs rmcp | p50 | vs rmcp | p99 | vs rmcp |");
-        let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|");
+        let mut others: Vec<(&str, ServerKind)> = Vec::new();
         for row in &self.http {
-            let r = &row.result;
-            *truncated |= r.truncated;
-            let base = self.http.iter().find(|b| b.baseline && b.result.clients == r.clients).map(|b| &b.result);
-            let vs = |value: f64, pick: fn(&LoadResult) -> f64| base.map_or_else(|| "–".to_owned(), |b| ratio(value, pick(b)));
-            let _ = writeln!(
-                out,
-                "| {} | {} | {}{} | {} | {} | {} | {} | {} |",
-                row.server,
-                r.clients,
-                count(r.per_second()),
-                mark(r.truncated),
-                vs(r.per_second(), LoadResult::per_second),
-                millis(r.p50),
-                vs(secs(r.p50), |b| secs(b.p50)),
-                millis(r.p99),
-                vs(secs(r.p99), |b| secs(b.p99)),
-            );
+            if row.kind != ServerKind::Rmcp && !others.iter().any(|(name, _)| *name == row.server) {
+                others.push((&row.server, row.kind));
+            }
         }
+        // The Python baseline last, as in the issue's table.
+        others.sort_by_key(|(_, kind)| *kind == ServerKind::Python);
+        let _ = writeln!(out, "\n**`tools/call` over HTTP, summary** (calls per second of stock rmcp; every other server as a ratio to it, higher is better)\n");
+        let mut head = String::from("| era | connections | stock rmcp |");
+        let mut rule = String::from("|---|--:|--:|");
+        for (name, _) in &others {
+            let _ = write!(head, " {} |", name.strip_prefix("durable-mcp, ").unwrap_or(name));
+            rule.push_str("--:|");
+        }
+        let _ = writeln!(out, "{head}\n{rule}");
+        for (era, connections) in self.cells() {
+            let base = self.rmcp_for(era, connections);
+            let rmcp = match base {
+                Some((row, false)) => format!("{} calls/s", count(row.per_second())),
+                Some((row, true)) => format!("– (legacy: {}) ‡", count(row.per_second())),
+                None => "–".to_owned(),
+            };
+            let _ = write!(out, "| {era} | {connections} | {rmcp} |");
+            for (name, _) in &others {
+                let cell = self
+                    .http
+                    .iter()
+                    .find(|r| r.server == *name && r.era == era && r.connections == connections && !r.runs.is_empty())
+                    .map_or_else(|| "–".to_owned(), |r| base.map_or_else(|| "–".to_owned(), |(b, _)| ratio(r.per_second(), b.per_second())));
+                let _ = write!(out, " {cell} |");
+            }
+            out.push('\n');
+        }
+    }
+
+    fn calls(&self, out: &mut String) {
+        if self.http.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\n**`tools/call` over HTTP** (calls per second, higher is better; latency in milliseconds, lower is better; medians of the runs)\n");
+        let _ = writeln!(out, "| server | era | connections | calls/s | vs rmcp | vs Python | p50 | vs rmcp | p99 | vs rmcp |");
+        let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+        for (era, connections) in self.cells() {
+            let base = self.rmcp_for(era, connections);
+            let python = self.python_for(Era::Legacy, connections).filter(|_| era == Era::Legacy);
+            for row in self.http.iter().filter(|r| r.era == era && r.connections == connections) {
+                if row.runs.is_empty() {
+                    let _ = writeln!(out, "| {} | {era} | {connections} | failed | – | – | – | – | – | – |", row.server);
+                    continue;
+                }
+                let mark = if base.is_some_and(|(_, legacy)| legacy) { " ‡" } else { "" };
+                let vs = |value: f64, pick: fn(&HttpRow) -> f64| base.map_or_else(|| "–".to_owned(), |(b, _)| format!("{}{mark}", ratio(value, pick(b))));
+                let vs_python = python.map_or_else(|| "–".to_owned(), |p| ratio(row.per_second(), p.per_second()));
+                let runs = if row.runs.len() < self.config.runs { format!(" ({} of {} runs)", row.runs.len(), self.config.runs) } else { String::new() };
+                let _ = writeln!(
+                    out,
+                    "| {} | {era} | {connections} | {}{runs} | {} | {} | {} | {} | {} | {} |",
+                    row.server,
+                    count(row.per_second()),
+                    vs(row.per_second(), HttpRow::per_second),
+                    vs_python,
+                    millis(row.p50()),
+                    vs(secs(row.p50()), |b| secs(b.p50())),
+                    millis(row.p99()),
+                    vs(secs(row.p99()), |b| secs(b.p99())),
+                );
+            }
+        }
+    }
+
+    fn growth(&self, out: &mut String) {
+        let Some(first) = self.growth.first() else { return };
+        let _ = writeln!(out, "\n**Worker memory with idle sessions** (`VmRSS` of the server process in MiB; sessions started with `initialize`, then left alone)\n");
+        let mut head = String::from("| server |");
+        let mut rule = String::from("|---|");
+        for (sessions, _) in &first.rss_kib {
+            let _ = write!(head, " {} sessions |", thousands(*sessions));
+            rule.push_str("--:|");
+        }
+        let _ = writeln!(out, "{head} KiB per session |\n{rule}--:|");
+        for row in &self.growth {
+            let _ = write!(out, "| {} |", row.server);
+            for (_, kib) in &row.rss_kib {
+                let _ = write!(out, " {:.1} |", *kib as f64 / 1024.0);
+            }
+            for _ in row.rss_kib.len()..first.rss_kib.len() {
+                out.push_str(" – |");
+            }
+            let per = row.kib_per_session().map_or_else(|| "–".to_owned(), |kib| format!("{kib:.2}"));
+            let _ = writeln!(out, " {per} |");
+        }
+    }
+
+    fn notes(&self, out: &mut String, truncated: bool) {
+        let mut notes = Vec::new();
+        if truncated {
+            notes.push(format!("† stopped at the time limit ({} s per store measurement) before the requested count.", self.config.time_limit.as_secs()));
+        }
+        match &self.rmcp_modern {
+            Some(Err(answer)) => notes.push(format!(
+                "‡ stock rmcp did not answer a 2026-07-28 `tools/call` ({answer}): modern-era ratios are to its legacy-era figure with the same connections."
+            )),
+            Some(Ok(())) => notes.push("Stock rmcp answered 2026-07-28 `tools/call`s: modern-era ratios are to its modern-era figure.".to_owned()),
+            None => {}
+        }
+        match &self.python {
+            PythonStatus::Measured(python) => notes.push(format!(
+                "{PYTHON_LABEL}: `{python}`, legacy era only (its 2026-07-28 path bypasses the event store); \"vs Python\" is to it with the same connections."
+            )),
+            PythonStatus::Missing(why) => notes.push(format!("{PYTHON_LABEL} not measured: {why}.")),
+            PythonStatus::Off => {}
+        }
+        if self.growth.iter().any(|row| row.server.ends_with(", memory")) {
+            notes.push("The memory store keeps its sessions in the worker's own memory: its growth is the store's, not the transport's.".to_owned());
+        }
+        for failure in &self.failures {
+            notes.push(format!("FAILED: {failure}"));
+        }
+        if !notes.is_empty() {
+            out.push('\n');
+            for note in notes {
+                let _ = writeln!(out, "{note}\n");
+            }
+        }
+    }
+}
+
+/// The processor's name (`model name` of `/proc/cpuinfo`), if known.
+fn cpu_model() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines().find_map(|line| line.strip_prefix("model name")?.split_once(':').map(|(_, name)| name.trim().to_owned()))
+}
+
+/// `5 s`, `1.5 s`, `300 ms`.
+fn seconds(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
     }
 }
 
@@ -239,6 +471,75 @@ fn utc(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn load(connections: usize, calls: usize, p50_us: u64) -> LoadResult {
+        LoadResult {
+            connections,
+            calls,
+            elapsed: Duration::from_secs(1),
+            p50: Duration::from_micros(p50_us),
+            p99: Duration::from_micros(p50_us * 2),
+        }
+    }
+
+    fn row(server: &str, kind: ServerKind, era: Era, connections: usize, runs: Vec<LoadResult>) -> HttpRow {
+        HttpRow { server: server.into(), kind, era, connections, runs }
+    }
+
+    fn report(http: Vec<HttpRow>, rmcp_modern: Option<Result<(), String>>) -> Report {
+        Report {
+            config: BenchConfig { runs: 1, ..BenchConfig::new("/bin/true".into()) },
+            started_ms: 0,
+            finished_ms: 0,
+            commit: Some(("abc".into(), false)),
+            pinning: "not pinned".into(),
+            stores: Vec::new(),
+            http,
+            growth: Vec::new(),
+            rmcp_modern,
+            python: PythonStatus::Measured("python".into()),
+            failures: Vec::new(),
+            child_pids: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn figures_are_medians_of_the_runs() {
+        let r = row("x", ServerKind::Durable, Era::Legacy, 1, vec![load(1, 300, 30), load(1, 100, 10), load(1, 200, 20)]);
+        assert_eq!(r.per_second(), 200.0);
+        assert_eq!(r.p50(), Duration::from_micros(20));
+        assert_eq!(r.p99(), Duration::from_micros(40));
+    }
+
+    #[test]
+    fn modern_ratios_fall_back_to_rmcp_legacy_when_rmcp_does_not_answer_modern() {
+        let http = vec![
+            row(RMCP_LABEL, ServerKind::Rmcp, Era::Legacy, 8, vec![load(8, 1000, 100)]),
+            row(PYTHON_LABEL, ServerKind::Python, Era::Legacy, 8, vec![load(8, 100, 1000)]),
+            row("durable-mcp, memory", ServerKind::Durable, Era::Legacy, 8, vec![load(8, 500, 200)]),
+            row("durable-mcp, memory", ServerKind::Durable, Era::Modern, 8, vec![load(8, 2000, 50)]),
+        ];
+        let markdown = report(http, Some(Err("status 400".into()))).to_markdown();
+        assert!(markdown.contains("| legacy | 8 | 1,000 calls/s | 0.50× | 0.10× |"), "{markdown}");
+        assert!(markdown.contains("| modern | 8 | – (legacy: 1,000) ‡ | 2.00× | – |"), "{markdown}");
+        assert!(markdown.contains("| durable-mcp, memory | legacy | 8 | 500 | 0.50× | 5.00× |"), "{markdown}");
+        assert!(markdown.contains("| durable-mcp, memory | modern | 8 | 2,000 | 2.00× ‡ | – |"), "{markdown}");
+        assert!(markdown.contains("‡ stock rmcp did not answer a 2026-07-28 `tools/call` (status 400)"), "{markdown}");
+    }
+
+    #[test]
+    fn a_measurement_without_runs_is_shown_as_failed() {
+        let http = vec![
+            row(RMCP_LABEL, ServerKind::Rmcp, Era::Legacy, 1, vec![load(1, 1000, 100)]),
+            row("durable-mcp, sqlite synchronous=FULL", ServerKind::Durable, Era::Legacy, 1, Vec::new()),
+        ];
+        let mut report = report(http, Some(Ok(())));
+        report.failures.push("durable-mcp, sqlite synchronous=FULL, legacy, 1 connection(s), run 1: boom".into());
+        let markdown = report.to_markdown();
+        assert!(markdown.contains("| durable-mcp, sqlite synchronous=FULL | legacy | 1 | failed |"), "{markdown}");
+        assert!(markdown.contains("| legacy | 1 | 1,000 calls/s | – |"), "{markdown}");
+        assert!(markdown.contains("FAILED: durable-mcp, sqlite synchronous=FULL, legacy, 1 connection(s), run 1: boom"), "{markdown}");
+    }
 
     #[test]
     fn numbers_are_formatted_for_people() {

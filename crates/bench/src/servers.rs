@@ -1,98 +1,198 @@
-//! The servers under test, started in this process on loopback ephemeral ports.
+//! The servers under test and the load generators, each started as a child process of
+//! the run (the server on one CPU, the load generator on the other, where the machine
+//! allows).
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use durable_mcp::{DurableMcp, Store};
-use durable_mcp_examples::Everything;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
 use crate::BenchError;
+use crate::child::LoadArgs;
+use crate::client::Era;
+use crate::load::LoadResult;
+use crate::process::{ChildProcess, Pinning, Role};
 
-/// How long a stopping server may take to finish its connections.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a server may take to listen (a PostgreSQL migration, Python's imports).
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A server running on a task of this process.
-#[derive(Debug)]
-pub struct RunningServer {
-    addr: SocketAddr,
-    path: &'static str,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), BenchError>>,
+/// A load generator may take this much longer than its timed part (connecting, warming
+/// up, ending its sessions).
+const LOAD_SLACK: Duration = Duration::from_secs(60);
+
+/// The endpoint path of the Rust servers.
+pub const MCP_PATH: &str = "/mcp";
+
+/// The Python baseline's endpoint path: Starlette's mount answers `/mcp` with a redirect
+/// to `/mcp/`, which a client would follow on every request.
+pub const PYTHON_MCP_PATH: &str = "/mcp/";
+
+/// The Python baseline's server: the official Python MCP SDK's `MCPServer` with
+/// mcp-persist's SQLite event store, serving one tool like `test_simple_text`.
+pub const PYTHON_SERVER: &str = include_str!("../python/persist_server.py");
+
+/// A server measured over HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerSpec {
+    /// rmcp's own Streamable HTTP server (in-memory sessions): the baseline.
+    Rmcp,
+    /// The Python SDK with mcp-persist's SQLite store, run by this interpreter (a venv
+    /// with both installed): the second baseline, legacy era only.
+    Python {
+        /// The venv's `python`.
+        python: PathBuf,
+    },
+    /// durable-mcp on the store named by `url`.
+    Durable {
+        /// The store URL.
+        url: String,
+    },
 }
 
-impl RunningServer {
-    /// The address it listens on (loopback).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+impl ServerSpec {
+    /// The eras this server is measured in: the Python baseline's stateless 2026-07-28
+    /// path bypasses mcp-persist's store (its README says so), so it is legacy only.
+    pub fn eras(&self) -> &'static [Era] {
+        match self {
+            ServerSpec::Python { .. } => &[Era::Legacy],
+            _ => &Era::ALL,
+        }
     }
 
-    /// The MCP endpoint path.
+    /// Its MCP endpoint path.
     pub fn path(&self) -> &'static str {
-        self.path
-    }
-
-    /// Shut it down gracefully and wait for it.
-    ///
-    /// # Errors
-    /// The server failed, or did not stop in time.
-    pub async fn stop(self) -> Result<(), BenchError> {
-        // The server may already have ended (its error is in the task's result).
-        let _ = self.stop.send(());
-        let mut task = self.task;
-        match tokio::time::timeout(STOP_TIMEOUT, &mut task).await {
-            Ok(joined) => joined.map_err(|e| BenchError::Task(e.to_string()))?,
-            Err(_) => {
-                task.abort();
-                Err(BenchError::Timeout("server shutdown"))
-            }
+        match self {
+            ServerSpec::Python { .. } => PYTHON_MCP_PATH,
+            _ => MCP_PATH,
         }
     }
 }
 
-async fn loopback() -> Result<(TcpListener, SocketAddr), BenchError> {
-    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
-    let addr = listener.local_addr()?;
-    Ok((listener, addr))
+/// A server child that listens.
+#[derive(Debug)]
+pub struct RunningServer {
+    process: ChildProcess,
+    addr: SocketAddr,
+    path: &'static str,
 }
 
-/// durable-mcp serving the example `everything` server on `store`.
-///
-/// # Errors
-/// Binding the listener failed.
-pub async fn start_durable(store: Arc<dyn Store>) -> Result<RunningServer, BenchError> {
-    let (listener, addr) = loopback().await?;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = DurableMcp::new(Everything::default()).store(store);
-    let task = tokio::spawn(async move {
-        server
-            .serve_on(listener, async move {
-                let _ = stopped.await;
-            })
-            .await
-            .map_err(BenchError::from)
-    });
-    Ok(RunningServer { addr, path: "/mcp", stop, task })
+impl RunningServer {
+    /// Its address (loopback).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its MCP endpoint path.
+    pub fn path(&self) -> &'static str {
+        self.path
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Its resident set size, in KiB.
+    pub(crate) fn rss_kib(&self) -> Result<u64, BenchError> {
+        self.process.rss_kib()
+    }
+
+    /// Stop it and wait for it to exit.
+    ///
+    /// # Errors
+    /// It had to be killed.
+    pub async fn stop(self) -> Result<(), BenchError> {
+        self.process.stop().await
+    }
 }
 
-/// rmcp's own Streamable HTTP server (in-memory sessions, `TCP_NODELAY`) serving the same
-/// example server: the HTTP baseline.
-///
-/// # Errors
-/// Binding the listener failed.
-#[cfg(feature = "rmcp-baseline")]
-pub async fn start_rmcp_baseline() -> Result<RunningServer, BenchError> {
-    let (listener, addr) = loopback().await?;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        durable_mcp_protocol::serve_rmcp_baseline(Everything::default(), listener, async move {
-            let _ = stopped.await;
-        })
-        .await
-        .map_err(BenchError::from)
-    });
-    Ok(RunningServer { addr, path: durable_mcp_protocol::RMCP_BASELINE_PATH, stop, task })
+/// Starts the children of one run: knows the executable with the `bench-server` and
+/// `bench-load` subcommands, the pinning, and the scratch directory for logs and the
+/// Python baseline's files; remembers every process id it started.
+#[derive(Debug)]
+pub struct Launcher {
+    executable: PathBuf,
+    pinning: Pinning,
+    dir: PathBuf,
+    python_script: Option<PathBuf>,
+    spawned: Vec<u32>,
+    seq: usize,
+}
+
+impl Launcher {
+    /// A launcher of children run by `executable` (with the `bench-server` and
+    /// `bench-load` subcommands), pinned as `pinning` says, with their logs (and the
+    /// Python baseline's files) in `dir`.
+    pub fn new(executable: PathBuf, pinning: Pinning, dir: &Path) -> Self {
+        Self { executable, pinning, dir: dir.to_owned(), python_script: None, spawned: Vec::new(), seq: 0 }
+    }
+
+    /// Every process id started so far.
+    pub fn spawned(&self) -> &[u32] {
+        &self.spawned
+    }
+
+    fn log(&mut self, name: &str) -> PathBuf {
+        self.seq += 1;
+        let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        self.dir.join(format!("{:03}-{safe}.log", self.seq))
+    }
+
+    fn spawn(&mut self, name: &str, role: Role, program: &Path, args: &[OsString]) -> Result<ChildProcess, BenchError> {
+        let log = self.log(name);
+        let process = ChildProcess::spawn(name, &self.pinning, role, program, args, &log)?;
+        self.spawned.push(process.pid());
+        Ok(process)
+    }
+
+    /// Start `spec` as a child named `name` and wait until it listens.
+    ///
+    /// # Errors
+    /// It could not be started, or exited or said something else before listening (the
+    /// error quotes the end of its log).
+    pub async fn server(&mut self, spec: &ServerSpec, name: &str) -> Result<RunningServer, BenchError> {
+        let listen: OsString = "127.0.0.1:0".into();
+        let (program, args): (PathBuf, Vec<OsString>) = match spec {
+            ServerSpec::Rmcp => (self.executable.clone(), vec!["bench-server".into(), "rmcp".into(), "--listen".into(), listen]),
+            ServerSpec::Durable { url } => (
+                self.executable.clone(),
+                vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), listen],
+            ),
+            ServerSpec::Python { python } => {
+                let script = self.python_script()?;
+                let db = self.dir.join("python-mcp-persist.db");
+                (python.clone(), vec![script.into(), "--listen".into(), listen, "--db".into(), db.into()])
+            }
+        };
+        let mut process = self.spawn(name, Role::Server, &program, &args)?;
+        let addr = process.listening(LISTEN_TIMEOUT).await?;
+        Ok(RunningServer { process, addr, path: spec.path() })
+    }
+
+    /// The Python server's script, written into the scratch directory once.
+    fn python_script(&mut self) -> Result<PathBuf, BenchError> {
+        if let Some(script) = &self.python_script {
+            return Ok(script.clone());
+        }
+        let script = self.dir.join("persist_server.py");
+        std::fs::write(&script, PYTHON_SERVER)?;
+        self.python_script = Some(script.clone());
+        Ok(script)
+    }
+
+    /// Run one load generator child named `name` with `args` against `server` (its
+    /// address and path replace those of `args`) and return what it measured.
+    ///
+    /// # Errors
+    /// The child failed (a failed call fails the whole load) or printed no result.
+    pub async fn load(&mut self, server: &RunningServer, args: &LoadArgs, name: &str) -> Result<LoadResult, BenchError> {
+        let args = LoadArgs { addr: server.addr(), path: server.path().to_owned(), ..args.clone() };
+        let argv: Vec<OsString> = std::iter::once("bench-load".to_owned()).chain(args.to_args()).map(OsString::from).collect();
+        let program = self.executable.clone();
+        let process = self.spawn(name, Role::Load, &program, &argv)?;
+        let timeout = Duration::from_millis(args.duration_ms) + LOAD_SLACK;
+        let out = process.output(timeout).await?;
+        let line = out.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or_default();
+        serde_json::from_str(line).map_err(|e| BenchError::Process { name: name.to_owned(), detail: format!("printed {line:?}, not a result: {e}") })
+    }
 }

@@ -14,8 +14,11 @@ use crate::load::rate;
 /// How many events one replay read asks for: the engine's live tail reads 256 at a time.
 pub const REPLAY_BATCH: usize = 256;
 
-/// How many appends are in flight while a replay stream is filled (not timed).
-const FILL_CONCURRENCY: usize = 64;
+/// Events per write batch while a replay stream is filled (not timed).
+const FILL_BATCH: usize = 250;
+
+/// Write batches in flight while a replay stream is filled.
+const FILL_CONCURRENCY: usize = 4;
 
 /// The principal owning every stream the benchmark creates (all are closed at the end,
 /// so retention removes them from a persistent store).
@@ -106,7 +109,7 @@ pub async fn bench_store(store: Arc<dyn Store>, spec: &StoreSpec) -> Result<Stor
     let many_writers_batched = append_rate(store.clone(), spec.writers.max(1), spec, Commit::Batch).await?;
     let mut replay = Vec::with_capacity(spec.replay_sizes.len());
     for &events in &spec.replay_sizes {
-        replay.push(replay_time(store.as_ref(), events, spec.replay_runs.max(1)).await?);
+        replay.push(replay_time(store.as_ref(), events, spec.replay_runs.max(1), spec.time_limit).await?);
     }
     Ok(StoreResult { one_writer, many_writers, many_writers_batched, replay })
 }
@@ -170,20 +173,31 @@ async fn append_rate(store: Arc<dyn Store>, writers: usize, spec: &StoreSpec, co
     Ok(AppendResult { writers, events, elapsed, truncated })
 }
 
-/// Fill a closed stream of `events` events, then time reading it whole, `runs` times, the
-/// way the engine's tail replays a stream to a resuming client.
-async fn replay_time(store: &dyn Store, events: usize, runs: usize) -> Result<ReplayResult, BenchError> {
+/// Fill a closed stream of `events` events (write batches of [`FILL_BATCH`], untimed),
+/// then time reading it whole, `runs` times (fewer if they take longer than `time_limit`
+/// together, at least one), the way the engine's tail replays a stream to a resuming
+/// client.
+async fn replay_time(store: &dyn Store, events: usize, runs: usize, time_limit: Duration) -> Result<ReplayResult, BenchError> {
     let stream = new_stream(store).await?;
     let stream = &stream;
-    futures::stream::iter(1..events)
-        .map(|seq| async move { store.append(stream, payload(seq), false).await })
+    let batches: Vec<std::ops::Range<usize>> =
+        (1..events).step_by(FILL_BATCH).map(|start| start..(start + FILL_BATCH).min(events)).collect();
+    futures::stream::iter(batches)
+        .map(|range| async move {
+            let batch = range.fold(WriteBatch::new(), |batch, seq| batch.append(stream.clone(), payload(seq)));
+            store.commit(batch).await
+        })
         .buffer_unordered(FILL_CONCURRENCY)
         .try_for_each(|_| async { Ok(()) })
         .await?;
     store.append(stream, payload(events), true).await?;
 
     let mut times = Vec::with_capacity(runs);
+    let deadline = Instant::now() + time_limit;
     for _ in 0..runs {
+        if !times.is_empty() && Instant::now() >= deadline {
+            break;
+        }
         let started = Instant::now();
         let (mut after, mut read_count) = (0, 0);
         loop {
@@ -202,7 +216,7 @@ async fn replay_time(store: &dyn Store, events: usize, runs: usize) -> Result<Re
         }
     }
     times.sort_unstable();
-    Ok(ReplayResult { events, median: times[times.len() / 2], min: times[0], runs })
+    Ok(ReplayResult { events, median: times[times.len() / 2], min: times[0], runs: times.len() })
 }
 
 #[cfg(test)]

@@ -1,64 +1,147 @@
-//! End to end: a tiny run against real servers on loopback.
+//! End to end: tiny runs against real server processes on loopback (no timing is
+//! asserted: counts, rows, and that no child process outlives the run).
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use durable_mcp_bench::{BenchConfig, LoadSpec, run, run_load, start_durable};
+use durable_mcp_bench::{
+    BenchConfig, Era, Launcher, LoadSpec, Pinning, PythonBaseline, PythonStatus, ServerKind, ServerSpec, find_python_baseline,
+    process_running, run, run_load,
+};
 
+fn child_executable() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_durable-mcp-bench-child"))
+}
+
+/// A run of a few calls: memory: only, 1 connection, 5 calls per run, both eras.
 fn tiny() -> BenchConfig {
     BenchConfig {
-        clients: vec![1, 3],
-        requests_per_client: 5,
-        warmup_per_client: 1,
+        stores: vec!["memory:".into()],
+        connections: vec![1],
+        runs: 1,
+        run_duration: Duration::from_secs(20),
+        max_calls: Some(5),
+        warmup_calls: 1,
         events_per_writer: 20,
         writers: 3,
         replay_sizes: vec![10, 300],
         replay_runs: 1,
+        growth_sessions: vec![0, 20],
+        python_baseline: PythonBaseline::Off,
         time_limit: Duration::from_secs(10),
-        ..BenchConfig::default()
+        ..BenchConfig::new(child_executable())
     }
 }
 
+/// Wait (bounded) until `pid` no longer runs.
+async fn gone(pid: u32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while process_running(pid) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tools_call_round_trips_on_durable_mcp() {
-    let server = start_durable(durable_mcp::open_store("memory:").await.unwrap()).await.unwrap();
-    let spec = LoadSpec {
-        clients: 2,
-        requests_per_client: 10,
-        warmup_per_client: 1,
-        time_limit: Duration::from_secs(10),
-        tool: "test_simple_text".into(),
-        arguments: serde_json::json!({}),
-    };
-    let result = run_load(server.addr(), server.path(), &spec).await.unwrap();
-    assert_eq!(result.calls, 20);
-    assert!(result.p50 <= result.p99);
-    server.stop().await.unwrap();
+async fn a_tiny_run_reports_every_row_and_leaves_no_child_process_behind() {
+    let report = run(&tiny(), |_| {}).await.expect("run");
+    let markdown = report.to_markdown();
+    assert!(report.failures.is_empty(), "{:?}\n{markdown}", report.failures);
+    // The rmcp baseline and durable-mcp on memory:, in each era it answers.
+    let modern_rmcp = matches!(report.rmcp_modern, Some(Ok(())));
+    let expected = 3 + usize::from(modern_rmcp);
+    assert_eq!(report.http.len(), expected, "{:?}", report.http);
+    for (kind, era) in [(ServerKind::Rmcp, Era::Legacy), (ServerKind::Durable, Era::Legacy), (ServerKind::Durable, Era::Modern)] {
+        let row = report.http.iter().find(|r| r.kind == kind && r.era == era).unwrap_or_else(|| panic!("no {kind:?} {era} row"));
+        assert_eq!(row.runs.len(), 1);
+        assert_eq!(row.runs[0].calls, 5, "{row:?}");
+        assert!(row.p50() <= row.p99());
+    }
+    for needle in [
+        "| memory |",
+        "300 events",
+        "| stock rmcp (StreamableHttpService) | legacy | 1 |",
+        "| durable-mcp, memory | legacy | 1 |",
+        "| durable-mcp, memory | modern | 1 |",
+        "| legacy | 1 |",
+        "| modern | 1 |",
+        "20 sessions",
+        "stock rmcp",
+    ] {
+        assert!(markdown.contains(needle), "{needle:?} missing from\n{markdown}");
+    }
+    assert_eq!(report.growth.len(), 2, "rmcp and memory: {:?}", report.growth);
+    assert!(report.growth.iter().all(|row| row.rss_kib.len() == 2 && row.rss_kib.iter().all(|(_, kib)| *kib > 0)));
+    // Servers (one per round, and one for the memory table) and one load generator per row.
+    assert!(report.child_pids.len() >= 2 + 2 + expected, "{:?}", report.child_pids);
+    for &pid in &report.child_pids {
+        assert!(!process_running(pid), "child {pid} still runs after the run");
+    }
+    println!("{markdown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_server_child_is_killed() {
+    let dir = std::env::temp_dir().join(format!("durable-mcp-bench-drop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut launcher = Launcher::new(child_executable(), Pinning::none("test"), &dir);
+    let server = launcher.server(&ServerSpec::Durable { url: "memory:".into() }, "dropped").await.expect("start");
+    let pid = server.pid();
+    assert!(process_running(pid));
+    drop(server);
+    assert!(gone(pid).await, "the dropped server {pid} still runs");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_error_fails_the_measurement() {
-    let server = start_durable(durable_mcp::open_store("memory:").await.unwrap()).await.unwrap();
-    let spec = LoadSpec {
-        clients: 1,
-        requests_per_client: 1,
-        warmup_per_client: 0,
-        time_limit: Duration::from_secs(10),
-        tool: "test_error_handling".into(),
-        arguments: serde_json::json!({}),
-    };
-    assert!(run_load(server.addr(), server.path(), &spec).await.is_err());
-    server.stop().await.unwrap();
+    let dir = std::env::temp_dir().join(format!("durable-mcp-bench-error-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut launcher = Launcher::new(child_executable(), Pinning::none("test"), &dir);
+    let server = launcher.server(&ServerSpec::Durable { url: "memory:".into() }, "errors").await.expect("start");
+    for era in Era::ALL {
+        let spec = LoadSpec {
+            connections: 1,
+            era,
+            duration: Duration::from_secs(10),
+            warmup_calls: 0,
+            max_calls: Some(1),
+            tool: "test_error_handling".into(),
+            arguments: serde_json::json!({}),
+        };
+        assert!(run_load(server.addr(), server.path(), &spec).await.is_err(), "{era}");
+        let spec = LoadSpec { tool: "test_simple_text".into(), max_calls: Some(3), ..spec };
+        assert_eq!(run_load(server.addr(), server.path(), &spec).await.expect("load").calls, 3, "{era}");
+    }
+    server.stop().await.expect("stop");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The Python SDK + mcp-persist baseline, when `scripts/setup-bench.sh` installed it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_whole_run_reports_every_backend_and_the_rmcp_baseline() {
-    let report = run(&tiny(), |_| {}).await.unwrap();
+async fn the_python_baseline_is_measured_in_the_legacy_era_when_installed() {
+    let Some(python) = find_python_baseline(&child_executable()) else {
+        println!("skipped: no Python baseline installed (scripts/setup-bench.sh)");
+        return;
+    };
+    let config = BenchConfig {
+        rmcp_baseline: false,
+        growth_sessions: Vec::new(),
+        python_baseline: PythonBaseline::At(python.clone()),
+        ..tiny()
+    };
+    let report = run(&config, |_| {}).await.expect("run");
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(report.python, PythonStatus::Measured(python.display().to_string()));
+    let rows: Vec<_> = report.http.iter().filter(|r| r.kind == ServerKind::Python).collect();
+    assert_eq!(rows.len(), 1, "legacy only: {rows:?}");
+    assert_eq!((rows[0].era, rows[0].runs[0].calls), (Era::Legacy, 5));
     let markdown = report.to_markdown();
-    for needle in ["| memory |", "sqlite synchronous=FULL", "sqlite synchronous=NORMAL", "rmcp StreamableHttpService", "300 events"] {
-        assert!(markdown.contains(needle), "{needle:?} missing from\n{markdown}");
+    assert!(markdown.contains("| Python SDK + mcp-persist SQLite | legacy | 1 |"), "{markdown}");
+    for &pid in &report.child_pids {
+        assert!(!process_running(pid), "child {pid} still runs after the run");
     }
-    // memory, two SQLite files, rmcp: 4 servers x 2 client counts.
-    assert_eq!(report.http.len(), 8);
-    assert!(report.http.iter().all(|row| row.result.calls == row.result.clients * 5));
-    println!("{markdown}");
 }
