@@ -163,7 +163,7 @@ impl DurableRun {
                         }
                     }
                     let message = json!({"jsonrpc": "2.0", "id": wire, "method": method, "params": params});
-                    self.engine.store().append(&self.stream(), message.to_string(), false).await.map_err(journal_error)?;
+                    self.engine.append(&self.stream(), message.to_string(), false).await.map_err(journal_error)?;
                 }
                 loop {
                     tokio::select! {

@@ -160,7 +160,6 @@ impl Engine {
     /// then continues with those not handed out yet (D3). See the module docs of
     /// `getstream` for the hand-over rules.
     pub async fn open_get_stream(&self, session: &SessionRecord, resume_after: Option<u64>, settings: GetStreamSettings) -> Result<GetStream, EngineError> {
-        let store = self.store().clone();
         let stream = session.standalone_stream.clone();
         // A session stored before delivery was tracked starts at the end of its stream.
         let untracked_end = match session.delivery {
@@ -169,7 +168,7 @@ impl Engine {
         };
         let primed = session.protocol_version.parse::<McpVersion>()? >= McpVersion::V2025_11_25;
         let priming = match resume_after {
-            None if primed => Some(store.append(&stream, String::new(), false).await?),
+            None if primed => Some(self.append(&stream, String::new(), false).await?),
             _ => None,
         };
         let conn = StreamId::random().to_string();

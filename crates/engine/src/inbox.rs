@@ -87,7 +87,7 @@ impl Inbox {
     /// The run ended: close the inbox (later answers are refused) and stop forwarding.
     pub(crate) async fn close(self, engine: &Engine) {
         self.forwarder.abort();
-        if let Err(error) = engine.store().append(&self.stream, String::new(), true).await {
+        if let Err(error) = engine.append(&self.stream, String::new(), true).await {
             tracing::debug!(%error, stream = %self.stream, "could not close an inbox");
         }
     }
@@ -115,7 +115,7 @@ impl Engine {
             tracing::debug!(%id, "reply for another session's request dropped");
             return Ok(());
         }
-        match self.store().append(&inbox, Value::Object(message).to_string(), false).await {
+        match self.append(&inbox, Value::Object(message).to_string(), false).await {
             Ok(_) | Err(StoreError::StreamClosed { .. } | StoreError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }

@@ -193,6 +193,34 @@ fn no_module_calls_an_engine_method_of_a_layer_above_its_own() {
     assert!(bad.is_empty(), "arrows must point down:\n{}", bad.join("\n"));
 }
 
+/// The store writes of `source` that bypass the door out (`Engine::append`,
+/// `Engine::commit_batch` at the crate root), as `module: line`.
+fn bypassing_writes(module: &str, source: &str) -> Vec<String> {
+    const WRITES: [&str; 3] = ["store().append(", "store().commit(", "store.append("];
+    // A module's unit tests may write behind its back on purpose (as another worker would).
+    let code = source.split("#[cfg(test)]\nmod tests").next().unwrap_or(source);
+    code.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .filter(|line| WRITES.iter().any(|w| line.contains(w)))
+        .map(|line| format!("{module}: {}", line.trim()))
+        .collect()
+}
+
+/// Every event the engine commits goes through the door out, so that this worker's
+/// write-through tails get it from memory: a tail that follows a stream this worker writes
+/// waits for the hub, and an event appended behind its back would reach its client only
+/// when something else wakes the tail (a question of `ctx.ask` that never arrived did).
+#[test]
+fn every_stream_write_goes_through_the_door_out() {
+    let bad: Vec<String> = MODULES
+        .iter()
+        .filter(|(module, _, _)| *module != "records" && *module != "layers")
+        .flat_map(|(module, _, source)| bypassing_writes(module, source))
+        .collect();
+    assert!(bad.is_empty(), "write through Engine::append / Engine::commit_batch:\n{}", bad.join("\n"));
+    assert_eq!(bypassing_writes("durable", "self.engine.store().append(&stream, data, false)"), vec!["durable: self.engine.store().append(&stream, data, false)"]);
+}
+
 #[test]
 fn every_module_has_a_layer() {
     for line in include_str!("lib.rs").lines() {

@@ -801,7 +801,7 @@ impl Engine {
     /// cost grows with the number of subscribers of `uri`, not with the live sessions.
     async fn fan_out_resource_update(&self, uri: &str, message: &Value) -> Result<(), EngineError> {
         for session in self.subscribers(uri).await? {
-            match self.store().append(&session.standalone_stream, message.to_string(), false).await {
+            match self.append(&session.standalone_stream, message.to_string(), false).await {
                 Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }

@@ -36,7 +36,7 @@ impl DurableMcpServer for Server {
         command
             .args(["serve", "--example", example, "--listen", &addr.to_string(), "--store", store])
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("DMCP_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         Server::launch(command, addr)
