@@ -378,3 +378,36 @@ async fn d8_first_batch_wins_across_workers() {
     let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options).await.unwrap());
     durable_mcp_store::contract::d8_first_batch_wins_across_workers(&a, &b).await;
 }
+
+/// Regression (issue 10: PostgreSQL `tools/call` fell to 77 calls/s at one client): an
+/// operation abandoned mid-query (the engine aborts a request's watcher task in the middle
+/// of its read after every response) closed its pooled connection, so the next operation
+/// opened a new one and prepared its statements again, several round trips each time. The
+/// connection is kept instead, and nothing the abandoned operations left in flight (a
+/// query, a transaction that had just begun) reaches the operations after them.
+#[tokio::test]
+async fn an_abandoned_operation_keeps_its_connection_and_leaks_nothing() {
+    use futures::FutureExt;
+    let Some(mut options) = fresh_options(&[]).await else { return };
+    options.pool_size = 1;
+    let store = PgStore::open(options.clone()).await.unwrap();
+    let other = PgStore::open(options).await.unwrap();
+    let who = Principal::anonymous();
+    let record = durable_mcp_store::contract::session(&who);
+    store.create_session(record.clone()).await.unwrap();
+    let stream = StreamId::random();
+    store.create_stream(&stream, &anonymous_owner()).await.unwrap();
+    store.append(&stream, "1".into(), false).await.unwrap();
+    let opened = store.shared.pool.opened();
+    // Each is polled once (its query is sent) and dropped before its answer.
+    assert!(store.read_after(&stream, 0, 10).now_or_never().is_none(), "the read waits for its answer");
+    assert!(store.update_session(&who, &record.id, SessionChange::Touch).now_or_never().is_none(), "the transaction waits");
+    let id = store.append(&stream, "2".into(), false).await.unwrap();
+    assert_eq!(id.seq, 2);
+    let read = store.read_after(&stream, 0, 10).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["1", "2"], "the answer of this read, not of the abandoned one");
+    // Committed, not held inside the abandoned transaction: another worker sees it.
+    assert_eq!(other.read_after(&stream, 0, 10).await.unwrap().events.len(), 2);
+    assert!(store.update_session(&who, &record.id, SessionChange::Touch).await.is_ok(), "no lock left behind");
+    assert_eq!(store.shared.pool.opened(), opened, "no new connection");
+}
