@@ -67,6 +67,24 @@ impl Statements {
         self.cache.insert(sql, statement.clone());
         Ok(statement)
     }
+
+    /// Prepare whichever of `sqls` this connection has not prepared yet, all in one round
+    /// trip (the requests are pipelined).
+    pub(crate) async fn prepare_all<C: GenericClient + Sync>(&mut self, client: &C, sqls: &[&'static str]) -> StoreResult<()> {
+        let mut missing: Vec<&'static str> = sqls.iter().copied().filter(|sql| !self.cache.contains_key(sql)).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        let prepared = futures::future::join_all(missing.iter().map(|sql| client.prepare(sql))).await;
+        for (sql, statement) in missing.into_iter().zip(prepared) {
+            self.cache.insert(sql, statement.map_err(from_pg)?);
+        }
+        Ok(())
+    }
+
+    /// The prepared form of `sql`, if [`Self::get`] or [`Self::prepare_all`] prepared it.
+    pub(crate) fn prepared(&self, sql: &str) -> Option<&Statement> {
+        self.cache.get(sql)
+    }
 }
 
 /// One pooled connection.
