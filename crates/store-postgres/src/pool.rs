@@ -36,7 +36,11 @@ pub(crate) async fn connect_raw(options: &PgOptions) -> StoreResult<(Client, Con
 }
 
 /// Open one connection for queries: its I/O driven by a spawned task, its `search_path`
-/// set to the store's schema.
+/// set to the store's schema, and its prepared statements planned once (generic plans).
+///
+/// Every statement of the store is a short keyed one whose best plan does not depend on
+/// its parameters; left to choose, PostgreSQL plans some of them again at every execution
+/// (the group commit's many-appends statement: the planning took longer than the run).
 pub(crate) async fn connect(options: &PgOptions) -> StoreResult<Client> {
     let (client, connection) = connect_raw(options).await?;
     tokio::spawn(async move {
@@ -44,9 +48,11 @@ pub(crate) async fn connect(options: &PgOptions) -> StoreResult<Client> {
             tracing::warn!(error = %describe(&error), "postgres connection ended");
         }
     });
+    let mut setup = String::from("SET plan_cache_mode TO force_generic_plan");
     if let Some(schema) = &options.schema {
-        client.batch_execute(&format!("SET search_path TO {}", quote_ident(schema))).await.map_err(from_pg)?;
+        setup.push_str(&format!("; SET search_path TO {}", quote_ident(schema)));
     }
+    client.batch_execute(&setup).await.map_err(from_pg)?;
     Ok(client)
 }
 
