@@ -411,3 +411,29 @@ async fn an_abandoned_operation_keeps_its_connection_and_leaks_nothing() {
     assert!(store.update_session(&who, &record.id, SessionChange::Touch).await.is_ok(), "no lock left behind");
     assert_eq!(store.shared.pool.opened(), opened, "no new connection");
 }
+
+/// D14/D3 for appends committed together (one statement for a group's appends): with
+/// `max_events`, a group of appends to one stream keeps only the newest, including of the
+/// events it inserted itself; an append that closes its stream refuses the ones queued after
+/// it; the ids are the stream's next sequences, in the order the appends were made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d14_appends_committed_together_keep_at_most_max_events_and_stop_at_a_close() {
+    let Some(options) = fresh_options(&[("max_events", "3")]).await else { return };
+    let store = PgStore::open(options.clone()).await.unwrap();
+    let stream = StreamId::random();
+    store.create_stream(&stream, &anonymous_owner()).await.unwrap();
+    let appends = (1..=20).map(|i| store.append(&stream, format!("{i}"), i == 18));
+    let results = futures::future::join_all(appends).await;
+    let seqs: Vec<u64> = results[..18].iter().map(|r| r.as_ref().map(|id| id.seq).unwrap()).collect();
+    assert_eq!(seqs, (1..=18).collect::<Vec<_>>(), "sequences in the order of the appends");
+    for late in &results[18..] {
+        assert!(matches!(late, Err(StoreError::StreamClosed { .. })), "{late:?}");
+    }
+    let read = store.read_after(&stream, 15, 10).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["16", "17", "18"]);
+    assert!(read.finished);
+    assert!(matches!(store.read_after(&stream, 0, 10).await, Err(StoreError::Pruned { oldest_retained: 16, .. })));
+    let table = format!("{}.events", options::quote_ident(options.schema.as_deref().unwrap()));
+    let rows: i64 = admin(&options).await.query_one(&format!("SELECT count(*) FROM {table} WHERE stream = $1"), &[&stream.as_str()]).await.unwrap().get(0);
+    assert_eq!(rows, 3, "no row older than the limit is kept");
+}
