@@ -32,7 +32,9 @@
 //! inserts the event. The `UPDATE` holds the row lock until the append commits, so a
 //! second append to the same stream waits for the first to commit and then reads the
 //! incremented `last_seq`: appends to one stream commit one at a time, in sequence order.
-//! PostgreSQL makes a transaction visible before it releases its locks, so by the time
+//! (Appends committed together by the group commit are one statement that locks their
+//! streams' rows, `FOR UPDATE` in id order, before it numbers and inserts their events:
+//! the same row locks, held the same way until the commit.) PostgreSQL makes a transaction visible before it releases its locks, so by the time
 //! append *n+1* can even take its sequence, append *n* is visible to every new snapshot. A
 //! read is one statement, so one snapshot: if it sees event *n+1* it sees every event up to
 //! *n* as well. `events WHERE stream = $1 AND seq > $2 ORDER BY seq` is therefore always a
