@@ -104,6 +104,41 @@ fn refused(message: String) -> StoreError {
     StoreError::Refused(Box::new(PgFailure { message }))
 }
 
+/// How one op of a write, run as a single statement, did not happen.
+#[derive(Debug)]
+pub(crate) enum StepError {
+    /// Refused by what the statement found (a failed condition, a closed or unknown
+    /// stream): it wrote nothing, and a transaction it ran in goes on.
+    Refused(StoreError),
+    /// The statement failed on the server, classified (a refusal such as a missing
+    /// session or a value the server refuses, or a failure such as a deadlock): a
+    /// transaction it ran in is aborted and can no longer commit.
+    Failed(StoreError),
+    /// Anything else (the connection broke, an answer did not decode): whether the
+    /// statement took effect is not known.
+    Broken(StoreError),
+}
+
+impl StepError {
+    /// A statement's error: [`StepError::Failed`] if the server answered with one (it has
+    /// a SQLSTATE), else [`StepError::Broken`].
+    pub(crate) fn statement(error: tokio_postgres::Error) -> Self {
+        if error.code().is_some() { Self::Failed(from_pg(error)) } else { Self::Broken(from_pg(error)) }
+    }
+
+    /// A row of a statement that succeeded did not decode.
+    pub(crate) fn decoding(error: tokio_postgres::Error) -> Self {
+        Self::Broken(from_pg(error))
+    }
+
+    /// The error, whichever way the op did not happen.
+    pub(crate) fn into_error(self) -> StoreError {
+        match self {
+            Self::Refused(error) | Self::Failed(error) | Self::Broken(error) => error,
+        }
+    }
+}
+
 /// A transient failure with `message`.
 pub(crate) fn unavailable(message: impl Into<String>) -> StoreError {
     StoreError::Unavailable(Box::new(PgFailure { message: message.into() }))

@@ -10,8 +10,9 @@
 //! - **Fail fast, heal by itself** (D15): connections come from a small pool, every
 //!   operation is bounded by a timeout, a broken connection is replaced on next use, and
 //!   connection failures are [`Unavailable`](durable_mcp_store::StoreError::Unavailable).
-//! - **Write batches are group-committed** (`Store::commit`): a writer task runs the batches
-//!   of concurrent callers in one transaction, a savepoint each, so they share one commit.
+//! - **Writes are group-committed** (`Store::commit`, `Store::append`): a writer task runs
+//!   what concurrent callers commit in one transaction, its statements pipelined, so they
+//!   share one commit and, for appends alone, one round trip.
 //! - A versioned schema with forward migrations under an advisory lock; a database written
 //!   by a newer durable-mcp is refused ([`Incompatible`](durable_mcp_store::StoreError::Incompatible)).
 //!
@@ -31,7 +32,9 @@
 //! inserts the event. The `UPDATE` holds the row lock until the append commits, so a
 //! second append to the same stream waits for the first to commit and then reads the
 //! incremented `last_seq`: appends to one stream commit one at a time, in sequence order.
-//! PostgreSQL makes a transaction visible before it releases its locks, so by the time
+//! (Appends committed together by the group commit are one statement that locks their
+//! streams' rows, `FOR UPDATE` in id order, before it numbers and inserts their events:
+//! the same row locks, held the same way until the commit.) PostgreSQL makes a transaction visible before it releases its locks, so by the time
 //! append *n+1* can even take its sequence, append *n* is visible to every new snapshot. A
 //! read is one statement, so one snapshot: if it sees event *n+1* it sees every event up to
 //! *n* as well. `events WHERE stream = $1 AND seq > $2 ORDER BY seq` is therefore always a
@@ -61,7 +64,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, WriteBatch, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
+    BatchOutcome, EventId, WriteBatch, Expect, Principal, StoreError, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
     StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 
@@ -207,16 +210,14 @@ impl Store for PgStore {
     }
 
     /// # Durability
-    /// One atomic statement, answered after it commits (D1). Appends to one stream take
-    /// their sequence under the stream's row lock and so commit in sequence order: no
-    /// reader on any worker can see event *n+1* before event *n* (D3). The notification
-    /// that wakes other workers' tails is part of the same commit.
+    /// One atomic statement, group-committed with what other callers commit at the same
+    /// time (see the `batch` module) and answered after the commit (D1). Appends to one
+    /// stream take their sequence under the stream's row lock and so commit in sequence
+    /// order: no reader on any worker can see event *n+1* before event *n* (D3). The
+    /// notification that wakes other workers' tails is part of the same commit.
     async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
-        let max = self.shared.options.max_events_per_stream;
-        let id = op!(self, conn => streams::append(&conn.client, &mut conn.statements, stream, &data, close, max, &self.shared.channel))?;
-        // Local tails need not wait for the notification's round trip.
-        self.shared.watchers.wake(stream);
-        Ok(id)
+        let outcome = self.shared.writer.commit(batch::Work::Append { stream: stream.clone(), data, close }).await?;
+        outcome.event(0).cloned().ok_or_else(|| StoreError::Corrupt("an append without its event id".into()))
     }
 
     async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner> {
@@ -275,7 +276,7 @@ impl Store for PgStore {
         expires_at_ms: Option<u64>,
         expect: Expect,
     ) -> StoreResult<u64> {
-        op!(self, conn => records::put(&conn.client, &mut conn.statements, kind, key, &value, expires_at_ms, expect))
+        op!(self, conn => records::put(conn, kind, key, &value, expires_at_ms, expect))
     }
 
     async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
@@ -287,18 +288,18 @@ impl Store for PgStore {
     }
 
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
-        op!(self, conn => records::delete(&conn.client, &mut conn.statements, kind, prefix, now_ms()))
+        op!(self, conn => records::delete(conn, kind, prefix, now_ms()))
     }
 
     /// # Durability
-    /// Group-committed with the batches of concurrent callers: one transaction, a
-    /// savepoint per batch (see the `batch` module). A refused op rolls back its own batch
-    /// only; answered after the commit (D1, D15).
+    /// Group-committed with what concurrent callers commit: one transaction (see the
+    /// `batch` module). A refused op refuses its own batch only, and nothing of that batch
+    /// is written; answered after the commit (D1, D15).
     async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
         if batch.is_empty() {
             return Ok(BatchOutcome::default());
         }
-        self.shared.writer.commit(batch).await
+        self.shared.writer.commit(batch::Work::Batch(batch)).await
     }
 
     /// # Durability

@@ -2,9 +2,18 @@
 //! its own cache of prepared statements. A connection that failed, timed out or was closed
 //! by the server is dropped instead of returned, so the next operation reconnects: the
 //! store heals by itself when the server comes back (D15).
+//!
+//! An operation whose caller stopped waiting for it (its future was dropped mid-query: a
+//! `select!` that took another branch, an aborted task) gives its connection back too,
+//! marked as unchecked: the next operation on it first sends an empty query, which the
+//! server answers only after whatever the abandoned operation left in flight (tokio-postgres
+//! keeps requests in order, discards answers nobody waits for, and rolls back a dropped
+//! [`tokio_postgres::Transaction`]). Reconnecting instead, with every statement prepared
+//! again, costs several round trips: paid on every such cancellation, it dominated a request.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use durable_mcp_store::{StoreError, StoreResult};
@@ -27,7 +36,11 @@ pub(crate) async fn connect_raw(options: &PgOptions) -> StoreResult<(Client, Con
 }
 
 /// Open one connection for queries: its I/O driven by a spawned task, its `search_path`
-/// set to the store's schema.
+/// set to the store's schema, and its prepared statements planned once (generic plans).
+///
+/// Every statement of the store is a short keyed one whose best plan does not depend on
+/// its parameters; left to choose, PostgreSQL plans some of them again at every execution
+/// (the group commit's many-appends statement: the planning took longer than the run).
 pub(crate) async fn connect(options: &PgOptions) -> StoreResult<Client> {
     let (client, connection) = connect_raw(options).await?;
     tokio::spawn(async move {
@@ -35,9 +48,11 @@ pub(crate) async fn connect(options: &PgOptions) -> StoreResult<Client> {
             tracing::warn!(error = %describe(&error), "postgres connection ended");
         }
     });
+    let mut setup = String::from("SET plan_cache_mode TO force_generic_plan");
     if let Some(schema) = &options.schema {
-        client.batch_execute(&format!("SET search_path TO {}", quote_ident(schema))).await.map_err(from_pg)?;
+        setup.push_str(&format!("; SET search_path TO {}", quote_ident(schema)));
     }
+    client.batch_execute(&setup).await.map_err(from_pg)?;
     Ok(client)
 }
 
@@ -58,6 +73,24 @@ impl Statements {
         self.cache.insert(sql, statement.clone());
         Ok(statement)
     }
+
+    /// Prepare whichever of `sqls` this connection has not prepared yet, all in one round
+    /// trip (the requests are pipelined).
+    pub(crate) async fn prepare_all<C: GenericClient + Sync>(&mut self, client: &C, sqls: &[&'static str]) -> StoreResult<()> {
+        let mut missing: Vec<&'static str> = sqls.iter().copied().filter(|sql| !self.cache.contains_key(sql)).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        let prepared = futures::future::join_all(missing.iter().map(|sql| client.prepare(sql))).await;
+        for (sql, statement) in missing.into_iter().zip(prepared) {
+            self.cache.insert(sql, statement.map_err(from_pg)?);
+        }
+        Ok(())
+    }
+
+    /// The prepared form of `sql`, if [`Self::get`] or [`Self::prepare_all`] prepared it.
+    pub(crate) fn prepared(&self, sql: &str) -> Option<&Statement> {
+        self.cache.get(sql)
+    }
 }
 
 /// One pooled connection.
@@ -66,8 +99,15 @@ pub(crate) struct Conn {
     pub(crate) client: Client,
     /// Its prepared statements.
     pub(crate) statements: Statements,
+    /// Set while the connection may be inside a transaction that no
+    /// [`tokio_postgres::Transaction`] would roll back if its operation were abandoned (one
+    /// begun with a plain `BEGIN`): such a connection is closed, never reused, if its
+    /// operation does not finish.
+    pub(crate) in_raw_transaction: bool,
     /// When it was last given back to the pool.
     idle_since: Instant,
+    /// Its last operation was abandoned: check it before the next one.
+    unchecked: bool,
 }
 
 /// The pool.
@@ -75,12 +115,20 @@ pub(crate) struct Pool {
     options: PgOptions,
     idle: Mutex<Vec<Conn>>,
     permits: Semaphore,
+    /// Connections opened so far (for tests and logs).
+    opened: AtomicU64,
 }
 
 impl Pool {
     pub(crate) fn new(options: PgOptions) -> Self {
         let permits = Semaphore::new(options.pool_size);
-        Self { options, idle: Mutex::new(Vec::new()), permits }
+        Self { options, idle: Mutex::new(Vec::new()), permits, opened: AtomicU64::new(0) }
+    }
+
+    /// How many connections this pool has opened since it was created.
+    #[cfg(test)]
+    pub(crate) fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
@@ -102,19 +150,31 @@ impl Pool {
                 other => break other,
             }
         };
-        let conn = match reused {
-            Some(conn) if conn.idle_since.elapsed() < self.options.check_after => conn,
-            Some(conn) if self.answers(&conn).await => conn,
-            _ => Conn { client: connect(&self.options).await?, statements: Statements::default(), idle_since: Instant::now() },
-        };
-        Ok(PoolGuard { pool: self, conn, _permit: permit })
+        let mut guard = PoolGuard { pool: self, conn: reused, _permit: permit };
+        if let Some(conn) = &mut guard.conn
+            && (conn.unchecked || conn.idle_since.elapsed() >= self.options.check_after)
+        {
+            // Dropped while checking, the guard gives the connection back still unchecked.
+            if self.answers(conn).await {
+                conn.unchecked = false;
+            } else {
+                guard.conn = None;
+            }
+        }
+        if guard.conn.is_none() {
+            let client = connect(&self.options).await?;
+            self.opened.fetch_add(1, Ordering::Relaxed);
+            guard.conn = Some(Conn { client, statements: Statements::default(), in_raw_transaction: false, idle_since: Instant::now(), unchecked: false });
+        }
+        Ok(guard)
     }
 }
 
 impl Pool {
     /// Whether a pooled connection still answers (an empty query) within the check
     /// timeout. One that does not is dropped by the caller (closing it), so an operation
-    /// never waits its whole timeout on a server that stopped answering.
+    /// never waits its whole timeout on a server that stopped answering. The answer comes
+    /// after those of every request sent before it, so a connection that answers is idle.
     async fn answers(&self, conn: &Conn) -> bool {
         let timeout = self.options.check_timeout;
         match tokio::time::timeout(timeout, conn.client.batch_execute("")).await {
@@ -134,30 +194,57 @@ impl Pool {
 /// A connection taken from the pool, given back by [`PoolGuard::settle`].
 ///
 /// A guard dropped without `settle` (the caller's future was cancelled mid-operation)
-/// closes its connection rather than give back one that may still be busy; an unfinished
-/// transaction on it is rolled back by the server.
+/// gives its connection back as unchecked: the next operation checks it first, which also
+/// waits until what the cancelled one left in flight is done (see the module docs). One
+/// that may be inside a plain `BEGIN` ([`Conn::in_raw_transaction`]) is closed instead;
+/// the server rolls that transaction back.
 pub(crate) struct PoolGuard<'a> {
     pool: &'a Pool,
-    conn: Conn,
+    /// Always `Some` until `settle` or `drop` takes it.
+    conn: Option<Conn>,
     _permit: SemaphorePermit<'a>,
 }
 
 impl PoolGuard<'_> {
     /// The connection.
     pub(crate) fn conn(&mut self) -> &mut Conn {
-        &mut self.conn
+        match &mut self.conn {
+            Some(conn) => conn,
+            // `conn` is only taken by `settle` (which consumes the guard) and `drop`.
+            None => unreachable!("a pool guard without its connection"),
+        }
     }
 
     /// Give the connection back and pass `result` through, unless `result` says the store
     /// is unavailable: then the connection may be broken or stuck behind an unanswered
     /// query, so it is closed and the next operation opens a fresh one.
-    pub(crate) fn settle<T>(self, result: StoreResult<T>) -> StoreResult<T> {
-        let broken = matches!(result, Err(StoreError::Unavailable(_))) || self.conn.client.is_closed();
-        if !broken {
-            let mut conn = self.conn;
-            conn.idle_since = Instant::now();
-            self.pool.idle().push(conn);
+    pub(crate) fn settle<T>(mut self, result: StoreResult<T>) -> StoreResult<T> {
+        if let Some(conn) = self.conn.take() {
+            let broken = matches!(result, Err(StoreError::Unavailable(_))) || conn.in_raw_transaction;
+            self.pool.give_back(conn, broken, false);
         }
         result
+    }
+}
+
+impl Drop for PoolGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            let broken = conn.in_raw_transaction;
+            self.pool.give_back(conn, broken, true);
+        }
+    }
+}
+
+impl Pool {
+    /// Put `conn` back among the idle ones (to be checked first if `unchecked`), or close
+    /// it if it is `broken` or closed.
+    fn give_back(&self, mut conn: Conn, broken: bool, unchecked: bool) {
+        if broken || conn.client.is_closed() {
+            return;
+        }
+        conn.idle_since = Instant::now();
+        conn.unchecked = unchecked;
+        self.idle().push(conn);
     }
 }

@@ -13,9 +13,9 @@
 
 use durable_mcp_store::{Expect, Record, RecordKind, prefix_end, StoreError, StoreResult};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{GenericClient, Row, Transaction};
+use tokio_postgres::{GenericClient, Row, Statement, Transaction};
 
-use crate::error::from_pg;
+use crate::error::{StepError, from_pg};
 use crate::pool::{Conn, Statements};
 use crate::to_i64;
 
@@ -45,7 +45,8 @@ const DELETE_FROM: &str = "WITH deleted AS (
         DELETE FROM records WHERE kind = $1 AND key >= $2 RETURNING expires_at
     )
     SELECT count(*) FROM deleted WHERE expires_at IS NULL OR expires_at > $3";
-const DELETE_VERSION: &str = "DELETE FROM records
+/// One record at one version, unexpired (run by [`delete_version_step`]).
+pub(crate) const DELETE_ONE: &str = "DELETE FROM records
     WHERE kind = $1 AND key = $2 AND version = $3 AND (expires_at IS NULL OR expires_at > $4)";
 /// Rows being written right now are skipped (and left for the next prune); a locked row
 /// is re-checked after its write, so a row renewed meanwhile is not deleted.
@@ -63,57 +64,76 @@ fn decode(row: &Row) -> StoreResult<Record> {
     )
 }
 
-/// Write `value` under `expect` and return the new version; see the module docs.
-pub(crate) async fn put<C: GenericClient + Sync>(
+/// The statement [`put_step`] runs for `expect`.
+pub(crate) fn put_sql(expect: Expect) -> &'static str {
+    match expect {
+        Expect::Absent => PUT_ABSENT,
+        Expect::Version(_) => PUT_VERSION,
+    }
+}
+
+/// Write `value` under `expect` with the prepared [`put_sql`] and return the new version;
+/// see the module docs. A failed condition is refused as `StoreError::Conflict`.
+pub(crate) async fn put_step<C: GenericClient + Sync>(
     client: &C,
-    statements: &mut Statements,
+    statement: &Statement,
+    kind: RecordKind,
+    key: &str,
+    value: &str,
+    expires_at_ms: Option<u64>,
+    expect: Expect,
+) -> Result<u64, StepError> {
+    // Expiry is judged now, at the write.
+    let (kind, now, expires_at) = (kind.as_str(), to_i64(durable_mcp_store::now_ms()), expires_at_ms.map(to_i64));
+    let row = match expect {
+        Expect::Absent => {
+            let params: [&(dyn ToSql + Sync); 5] = [&kind, &key, &value, &expires_at, &now];
+            client.query_opt(statement, &params).await
+        }
+        Expect::Version(expected) => {
+            // No stored version is above `i64::MAX`: such an expectation can never hold.
+            let Ok(expected) = i64::try_from(expected) else {
+                return Err(StepError::Refused(StoreError::Conflict { what: "record" }));
+            };
+            let params: [&(dyn ToSql + Sync); 6] = [&kind, &key, &value, &expires_at, &expected, &now];
+            client.query_opt(statement, &params).await
+        }
+    }
+    .map_err(StepError::statement)?;
+    let row = row.ok_or(StepError::Refused(StoreError::Conflict { what: "record" }))?;
+    let version: i64 = row.try_get(0).map_err(StepError::decoding)?;
+    u64::try_from(version).map_err(|_| StepError::Broken(StoreError::Corrupt(format!("record {key:?} has version {version}"))))
+}
+
+/// [`put_step`] on its own (one statement, committed when it returns).
+pub(crate) async fn put(
+    conn: &mut Conn,
     kind: RecordKind,
     key: &str,
     value: &str,
     expires_at_ms: Option<u64>,
     expect: Expect,
 ) -> StoreResult<u64> {
-    // Expiry is judged now, at the write.
-    let (kind, now, expires_at) = (kind.as_str(), to_i64(durable_mcp_store::now_ms()), expires_at_ms.map(to_i64));
-    let row = match expect {
-        Expect::Absent => {
-            let statement = statements.get(client, PUT_ABSENT).await?;
-            let params: [&(dyn ToSql + Sync); 5] = [&kind, &key, &value, &expires_at, &now];
-            client.query_opt(&statement, &params).await
-        }
-        Expect::Version(expected) => {
-            // No stored version is above `i64::MAX`: such an expectation can never hold.
-            let Ok(expected) = i64::try_from(expected) else {
-                return Err(StoreError::Conflict { what: "record" });
-            };
-            let statement = statements.get(client, PUT_VERSION).await?;
-            let params: [&(dyn ToSql + Sync); 6] = [&kind, &key, &value, &expires_at, &expected, &now];
-            client.query_opt(&statement, &params).await
-        }
-    }
-    .map_err(from_pg)?;
-    let row = row.ok_or(StoreError::Conflict { what: "record" })?;
-    let version: i64 = row.try_get(0).map_err(from_pg)?;
-    u64::try_from(version).map_err(|_| StoreError::Corrupt(format!("record {key:?} has version {version}")))
+    let statement = conn.statements.get(&conn.client, put_sql(expect)).await?;
+    put_step(&conn.client, &statement, kind, key, value, expires_at_ms, expect).await.map_err(StepError::into_error)
 }
 
-/// Delete record `key` only if it is unexpired at exactly `version`; otherwise
-/// `StoreError::Conflict`.
-pub(crate) async fn delete_version<C: GenericClient + Sync>(
+/// Delete record `key` with the prepared [`DELETE_ONE`] only if it is unexpired at exactly
+/// `version`; otherwise refused as `StoreError::Conflict`.
+pub(crate) async fn delete_version_step<C: GenericClient + Sync>(
     client: &C,
-    statements: &mut Statements,
+    statement: &Statement,
     kind: RecordKind,
     key: &str,
     version: u64,
     now_ms: u64,
-) -> StoreResult<()> {
+) -> Result<(), StepError> {
     let Ok(version) = i64::try_from(version) else {
-        return Err(StoreError::Conflict { what: "record" });
+        return Err(StepError::Refused(StoreError::Conflict { what: "record" }));
     };
-    let statement = statements.get(client, DELETE_VERSION).await?;
     let params: [&(dyn ToSql + Sync); 4] = [&kind.as_str(), &key, &version, &to_i64(now_ms)];
-    match client.execute(&statement, &params).await.map_err(from_pg)? {
-        0 => Err(StoreError::Conflict { what: "record" }),
+    match client.execute(statement, &params).await.map_err(StepError::statement)? {
+        0 => Err(StepError::Refused(StoreError::Conflict { what: "record" })),
         _ => Ok(()),
     }
 }
@@ -145,31 +165,40 @@ pub(crate) async fn list(conn: &mut Conn, kind: RecordKind, prefix: &str, limit:
     rows.iter().map(decode).collect()
 }
 
-/// Delete every record of `kind` whose key starts with `prefix`, in one statement; returns
-/// how many of them were unexpired.
-pub(crate) async fn delete<C: GenericClient + Sync>(
+/// The statement [`delete_step`] runs for `prefix`.
+pub(crate) fn delete_sql(prefix: &str) -> &'static str {
+    if prefix_end(prefix).is_some() { DELETE_RANGE } else { DELETE_FROM }
+}
+
+/// Delete every record of `kind` whose key starts with `prefix` with the prepared
+/// [`delete_sql`], in one statement; returns how many of them were unexpired. Never refused.
+pub(crate) async fn delete_step<C: GenericClient + Sync>(
     client: &C,
-    statements: &mut Statements,
+    statement: &Statement,
     kind: RecordKind,
     prefix: &str,
     now_ms: u64,
-) -> StoreResult<u64> {
+) -> Result<u64, StepError> {
     let (kind, now) = (kind.as_str(), to_i64(now_ms));
     let row = match prefix_end(prefix) {
         Some(end) => {
-            let statement = statements.get(client, DELETE_RANGE).await?;
             let params: [&(dyn ToSql + Sync); 4] = [&kind, &prefix, &end, &now];
-            client.query_one(&statement, &params).await
+            client.query_one(statement, &params).await
         }
         None => {
-            let statement = statements.get(client, DELETE_FROM).await?;
             let params: [&(dyn ToSql + Sync); 3] = [&kind, &prefix, &now];
-            client.query_one(&statement, &params).await
+            client.query_one(statement, &params).await
         }
     }
-    .map_err(from_pg)?;
-    let deleted: i64 = row.try_get(0).map_err(from_pg)?;
+    .map_err(StepError::statement)?;
+    let deleted: i64 = row.try_get(0).map_err(StepError::decoding)?;
     Ok(deleted.unsigned_abs())
+}
+
+/// [`delete_step`] on its own (one statement, committed when it returns).
+pub(crate) async fn delete(conn: &mut Conn, kind: RecordKind, prefix: &str, now_ms: u64) -> StoreResult<u64> {
+    let statement = conn.statements.get(&conn.client, delete_sql(prefix)).await?;
+    delete_step(&conn.client, &statement, kind, prefix, now_ms).await.map_err(StepError::into_error)
 }
 
 /// Inside a prune's transaction: delete the records whose expiry is at or before

@@ -6,9 +6,9 @@
 use durable_mcp_store::{EventId, Principal, StoreError, StoreResult, StoredEvent, StreamId, StreamOwner, StreamRead};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{GenericClient, Transaction};
+use tokio_postgres::{GenericClient, Statement, Transaction};
 
-use crate::error::{from_pg, unavailable};
+use crate::error::{StepError, from_pg, unavailable};
 use crate::pool::{Conn, Statements};
 use crate::sessions::stream_ids;
 use crate::to_i64;
@@ -17,8 +17,10 @@ const INSERT: &str = "INSERT INTO streams (id, principal, session, last_event_ms
 
 /// The whole append in one statement (one round trip, atomic): bump the sequence under
 /// the row lock, insert the event, trim events beyond `$5` per stream (`NULL`: keep all),
-/// and notify the stream's tails on channel `$6` when this commits.
-const APPEND: &str = "WITH bumped AS (
+/// and notify the stream's tails on channel `$6` when this commits. One row: the new
+/// sequence (`NULL`: nothing appended) and, as the statement found the stream, whether it
+/// was closed (`NULL`: no such stream), so a refusal needs no second round trip.
+pub(crate) const APPEND: &str = "WITH bumped AS (
         UPDATE streams
         SET last_seq = last_seq + 1,
             closed = $3,
@@ -29,18 +31,63 @@ const APPEND: &str = "WITH bumped AS (
     ), inserted AS (
         INSERT INTO events (stream, seq, data) SELECT id, last_seq, $2 FROM bumped
     ), trimmed AS (
-        DELETE FROM events e USING bumped b WHERE e.stream = b.id AND e.seq < b.first_seq
+        DELETE FROM events e USING bumped b WHERE $5::BIGINT IS NOT NULL AND e.stream = b.id AND e.seq < b.first_seq
+    ), notified AS (
+        SELECT pg_notify($6, id) FROM bumped
     )
-    SELECT last_seq, pg_notify($6, id) FROM bumped";
+    SELECT (SELECT last_seq FROM bumped), (SELECT closed FROM streams WHERE id = $1), (SELECT count(*) FROM notified)";
+/// Many appends in one statement, to any streams, in the order given (`$1` stream ids,
+/// `$2` events, `$3` whether each closes its stream): the streams' rows are locked in id
+/// order (so two of these never wait for each other in a cycle), each stream's events get
+/// the next sequences, an append to a stream that is closed, or that an earlier append of
+/// the list closed, is refused, as is one to a stream that does not exist. Events beyond
+/// `$5` per stream are trimmed (`NULL`: keep all; only the range between the stream's old
+/// and new first sequence is searched, so the plan stays an index lookup), the tails of every stream appended to are
+/// notified on `$6` at commit. One row per append, in order: its sequence (`NULL`: refused)
+/// and whether its stream exists.
+pub(crate) const APPEND_MANY: &str = "WITH input AS (
+        SELECT stream, data, close, ord FROM unnest($1::TEXT[], $2::TEXT[], $3::BOOLEAN[]) WITH ORDINALITY AS t(stream, data, close, ord)
+    ), locked AS (
+        SELECT id, last_seq, first_seq, closed FROM streams WHERE id = ANY($1) ORDER BY id FOR UPDATE
+    ), placed AS (
+        SELECT i.ord, i.stream, i.data, i.close, l.last_seq AS base, l.first_seq AS first, row_number() OVER w AS n,
+            NOT l.closed AND NOT COALESCE(bool_or(i.close) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), FALSE) AS open
+        FROM input i JOIN locked l ON l.id = i.stream
+        WINDOW w AS (PARTITION BY i.stream ORDER BY i.ord)
+    ), accepted AS (
+        SELECT ord, stream, data, close, base + n AS seq, first FROM placed WHERE open
+    ), totals AS (
+        SELECT stream, max(seq) AS last, bool_or(close) AS closes, min(first) AS kept,
+            GREATEST(min(first), max(seq) + 1 - $5::BIGINT) AS first
+        FROM accepted GROUP BY stream
+    ), bumped AS (
+        UPDATE streams s SET last_seq = t.last, closed = t.closes, last_event_ms = $4, first_seq = t.first
+        FROM totals t WHERE s.id = t.stream
+        RETURNING s.id, s.first_seq
+    ), inserted AS (
+        INSERT INTO events (stream, seq, data)
+        SELECT a.stream, a.seq, a.data FROM accepted a JOIN totals t ON t.stream = a.stream WHERE a.seq >= t.first
+    ), trimmed AS (
+        DELETE FROM events e USING totals t
+        WHERE $5::BIGINT IS NOT NULL AND e.stream = t.stream AND e.seq >= t.kept AND e.seq < t.first
+    ), notified AS (
+        SELECT pg_notify($6, id) FROM bumped
+    )
+    SELECT a.seq, p.ord IS NOT NULL, (SELECT count(*) FROM notified)
+    FROM input i LEFT JOIN accepted a ON a.ord = i.ord LEFT JOIN placed p ON p.ord = i.ord
+    ORDER BY i.ord";
+/// Insert an empty stream unless one has its id: no row means it exists (no error, so a
+/// transaction it runs in goes on). A missing session still fails the foreign key.
+pub(crate) const CREATE: &str = "INSERT INTO streams (id, principal, session, last_event_ms) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (id) DO NOTHING RETURNING TRUE";
 /// Close the stream if open (notifying on `$3` at commit); says whether it did, and
 /// whether the row existed at all (`NULL`: no such stream).
-const CLOSE: &str = "WITH closed AS (
+pub(crate) const CLOSE: &str = "WITH closed AS (
         UPDATE streams SET closed = TRUE, last_event_ms = $2 WHERE id = $1 AND NOT closed RETURNING id
     ), notified AS (
         SELECT pg_notify($3, id) FROM closed
     )
     SELECT (SELECT count(*) FROM notified) > 0, (SELECT TRUE FROM streams WHERE id = $1)";
-const IS_CLOSED: &str = "SELECT closed FROM streams WHERE id = $1";
 const OWNER: &str = "SELECT principal, session FROM streams WHERE id = $1";
 
 /// The stream row and the events after `$2`, from one snapshot. No events: one row with
@@ -80,53 +127,97 @@ pub(crate) async fn insert<C: GenericClient + Sync>(
     }
 }
 
-/// Append one event; see the module's `# Durability`.
-pub(crate) async fn append<C: GenericClient + Sync>(
+/// Append one event with a prepared [`APPEND`]; see the crate's `# Durability`. Refused
+/// (nothing written) if the stream is closed or unknown.
+pub(crate) async fn append_step<C: GenericClient + Sync>(
     client: &C,
-    statements: &mut Statements,
+    statement: &Statement,
     stream: &StreamId,
     data: &str,
     close: bool,
     max_events: Option<u64>,
     channel: &str,
-) -> StoreResult<EventId> {
-    let statement = statements.get(client, APPEND).await?;
+) -> Result<EventId, StepError> {
     let max = max_events.map(to_i64);
     let params: [&(dyn ToSql + Sync); 6] =
         [&stream.as_str(), &data, &close, &to_i64(durable_mcp_store::now_ms()), &max, &channel];
-    if let Some(row) = client.query_opt(&statement, &params).await.map_err(from_pg)? {
-        let seq: i64 = row.try_get(0).map_err(from_pg)?;
-        return Ok(EventId::new(stream.clone(), u64::try_from(seq).unwrap_or(0)));
-    }
-    // Nothing was appended: the stream is closed or does not exist.
-    let statement = statements.get(client, IS_CLOSED).await?;
-    let row = client.query_opt(&statement, &[&stream.as_str()]).await.map_err(from_pg)?;
-    match row.map(|row| row.try_get::<_, bool>(0)).transpose().map_err(from_pg)? {
-        None => Err(StoreError::not_found("stream")),
-        Some(true) => Err(StoreError::StreamClosed { stream: stream.to_string() }),
-        // Cannot happen (a stream never reopens); retryable rather than a wrong answer.
-        Some(false) => Err(unavailable("append found its stream open but did not write; retry")),
+    let row = client.query_one(statement, &params).await.map_err(StepError::statement)?;
+    let (seq, closed): (Option<i64>, Option<bool>) = (row.try_get(0).map_err(StepError::decoding)?, row.try_get(1).map_err(StepError::decoding)?);
+    match (seq, closed) {
+        (Some(seq), _) => Ok(EventId::new(stream.clone(), u64::try_from(seq).unwrap_or(0))),
+        (None, None) => Err(StepError::Refused(StoreError::not_found("stream"))),
+        (None, Some(true)) => Err(StepError::Refused(StoreError::StreamClosed { stream: stream.to_string() })),
+        // Closed or removed by a transaction that committed while this one waited for the
+        // row: nothing was written; retryable rather than a guess.
+        (None, Some(false)) => Err(StepError::Refused(unavailable("append found its stream open but did not write; retry"))),
     }
 }
 
-/// Close an open stream without an event, notifying its tails when this commits:
-/// `NotFound` if unknown, `StreamClosed` if already closed.
-pub(crate) async fn close<C: GenericClient + Sync>(client: &C, statements: &mut Statements, stream: &StreamId, channel: &str) -> StoreResult<()> {
-    let statement = statements.get(client, CLOSE).await?;
+/// Run `appends` (stream, event, whether it closes the stream) with a prepared
+/// [`APPEND_MANY`]: per append, in order, its id or its refusal (`NotFound`,
+/// `StreamClosed`; a refused append wrote nothing). `Err` if the statement failed.
+pub(crate) async fn append_many_step<C: GenericClient + Sync>(
+    client: &C,
+    statement: &Statement,
+    appends: &[(&StreamId, &str, bool)],
+    max_events: Option<u64>,
+    channel: &str,
+) -> Result<Vec<StoreResult<EventId>>, StepError> {
+    let ids: Vec<&str> = appends.iter().map(|(stream, ..)| stream.as_str()).collect();
+    let data: Vec<&str> = appends.iter().map(|(_, data, _)| *data).collect();
+    let closes: Vec<bool> = appends.iter().map(|(.., close)| *close).collect();
+    let max = max_events.map(to_i64);
+    let params: [&(dyn ToSql + Sync); 6] = [&ids, &data, &closes, &to_i64(durable_mcp_store::now_ms()), &max, &channel];
+    let rows = client.query(statement, &params).await.map_err(StepError::statement)?;
+    if rows.len() != appends.len() {
+        return Err(StepError::Broken(unavailable(format!("{} appends answered with {} rows", appends.len(), rows.len()))));
+    }
+    rows.iter()
+        .zip(appends)
+        .map(|(row, (stream, ..))| {
+            let (seq, found): (Option<i64>, bool) = (row.try_get(0).map_err(StepError::decoding)?, row.try_get(1).map_err(StepError::decoding)?);
+            Ok(match (seq, found) {
+                (Some(seq), _) => Ok(EventId::new((*stream).clone(), u64::try_from(seq).unwrap_or(0))),
+                (None, false) => Err(StoreError::not_found("stream")),
+                (None, true) => Err(StoreError::StreamClosed { stream: stream.to_string() }),
+            })
+        })
+        .collect()
+}
+
+/// Create an empty stream with a prepared [`CREATE`]: refused as a conflict if it exists,
+/// and as not found if its session does not (that one fails the statement).
+pub(crate) async fn create_step<C: GenericClient + Sync>(
+    client: &C,
+    statement: &Statement,
+    id: &StreamId,
+    owner: &StreamOwner,
+) -> Result<(), StepError> {
+    let params: [&(dyn ToSql + Sync); 4] = [
+        &id.as_str(),
+        &owner.principal.as_str(),
+        &owner.session.as_ref().map(|s| s.as_str()),
+        &to_i64(durable_mcp_store::now_ms()),
+    ];
+    match client.query_opt(statement, &params).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(StepError::Refused(StoreError::Conflict { what: "stream" })),
+        Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => Err(StepError::Failed(StoreError::not_found("session"))),
+        Err(e) => Err(StepError::statement(e)),
+    }
+}
+
+/// Close an open stream without an event with a prepared [`CLOSE`], notifying its tails
+/// when this commits: refused as `NotFound` if unknown, `StreamClosed` if already closed.
+pub(crate) async fn close_step<C: GenericClient + Sync>(client: &C, statement: &Statement, stream: &StreamId, channel: &str) -> Result<(), StepError> {
     let params: [&(dyn ToSql + Sync); 3] = [&stream.as_str(), &to_i64(durable_mcp_store::now_ms()), &channel];
-    let row = client.query_one(&statement, &params).await.map_err(from_pg)?;
-    let (closed, existed): (bool, Option<bool>) = (row.try_get(0).map_err(from_pg)?, row.try_get(1).map_err(from_pg)?);
+    let row = client.query_one(statement, &params).await.map_err(StepError::statement)?;
+    let (closed, existed): (bool, Option<bool>) = (row.try_get(0).map_err(StepError::decoding)?, row.try_get(1).map_err(StepError::decoding)?);
     match (closed, existed) {
         (true, _) => Ok(()),
-        (false, None) => Err(StoreError::not_found("stream")),
-        (false, Some(_)) => Err(StoreError::StreamClosed { stream: stream.to_string() }),
+        (false, None) => Err(StepError::Refused(StoreError::not_found("stream"))),
+        (false, Some(_)) => Err(StepError::Refused(StoreError::StreamClosed { stream: stream.to_string() })),
     }
-}
-
-/// Whether stream row `id` exists.
-pub(crate) async fn exists<C: GenericClient + Sync>(client: &C, statements: &mut Statements, id: &StreamId) -> StoreResult<bool> {
-    let statement = statements.get(client, IS_CLOSED).await?;
-    Ok(client.query_opt(&statement, &[&id.as_str()]).await.map_err(from_pg)?.is_some())
 }
 
 /// Who owns `stream`.

@@ -378,3 +378,62 @@ async fn d8_first_batch_wins_across_workers() {
     let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options).await.unwrap());
     durable_mcp_store::contract::d8_first_batch_wins_across_workers(&a, &b).await;
 }
+
+/// Regression (issue 10: PostgreSQL `tools/call` fell to 77 calls/s at one client): an
+/// operation abandoned mid-query (the engine aborts a request's watcher task in the middle
+/// of its read after every response) closed its pooled connection, so the next operation
+/// opened a new one and prepared its statements again, several round trips each time. The
+/// connection is kept instead, and nothing the abandoned operations left in flight (a
+/// query, a transaction that had just begun) reaches the operations after them.
+#[tokio::test]
+async fn an_abandoned_operation_keeps_its_connection_and_leaks_nothing() {
+    use futures::FutureExt;
+    let Some(mut options) = fresh_options(&[]).await else { return };
+    options.pool_size = 1;
+    let store = PgStore::open(options.clone()).await.unwrap();
+    let other = PgStore::open(options).await.unwrap();
+    let who = Principal::anonymous();
+    let record = durable_mcp_store::contract::session(&who);
+    store.create_session(record.clone()).await.unwrap();
+    let stream = StreamId::random();
+    store.create_stream(&stream, &anonymous_owner()).await.unwrap();
+    store.append(&stream, "1".into(), false).await.unwrap();
+    let opened = store.shared.pool.opened();
+    // Each is polled once (its query is sent) and dropped before its answer.
+    assert!(store.read_after(&stream, 0, 10).now_or_never().is_none(), "the read waits for its answer");
+    assert!(store.update_session(&who, &record.id, SessionChange::Touch).now_or_never().is_none(), "the transaction waits");
+    let id = store.append(&stream, "2".into(), false).await.unwrap();
+    assert_eq!(id.seq, 2);
+    let read = store.read_after(&stream, 0, 10).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["1", "2"], "the answer of this read, not of the abandoned one");
+    // Committed, not held inside the abandoned transaction: another worker sees it.
+    assert_eq!(other.read_after(&stream, 0, 10).await.unwrap().events.len(), 2);
+    assert!(store.update_session(&who, &record.id, SessionChange::Touch).await.is_ok(), "no lock left behind");
+    assert_eq!(store.shared.pool.opened(), opened, "no new connection");
+}
+
+/// D14/D3 for appends committed together (one statement for a group's appends): with
+/// `max_events`, a group of appends to one stream keeps only the newest, including of the
+/// events it inserted itself; an append that closes its stream refuses the ones queued after
+/// it; the ids are the stream's next sequences, in the order the appends were made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d14_appends_committed_together_keep_at_most_max_events_and_stop_at_a_close() {
+    let Some(options) = fresh_options(&[("max_events", "3")]).await else { return };
+    let store = PgStore::open(options.clone()).await.unwrap();
+    let stream = StreamId::random();
+    store.create_stream(&stream, &anonymous_owner()).await.unwrap();
+    let appends = (1..=20).map(|i| store.append(&stream, format!("{i}"), i == 18));
+    let results = futures::future::join_all(appends).await;
+    let seqs: Vec<u64> = results[..18].iter().map(|r| r.as_ref().map(|id| id.seq).unwrap()).collect();
+    assert_eq!(seqs, (1..=18).collect::<Vec<_>>(), "sequences in the order of the appends");
+    for late in &results[18..] {
+        assert!(matches!(late, Err(StoreError::StreamClosed { .. })), "{late:?}");
+    }
+    let read = store.read_after(&stream, 15, 10).await.unwrap();
+    assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["16", "17", "18"]);
+    assert!(read.finished);
+    assert!(matches!(store.read_after(&stream, 0, 10).await, Err(StoreError::Pruned { oldest_retained: 16, .. })));
+    let table = format!("{}.events", options::quote_ident(options.schema.as_deref().unwrap()));
+    let rows: i64 = admin(&options).await.query_one(&format!("SELECT count(*) FROM {table} WHERE stream = $1"), &[&stream.as_str()]).await.unwrap().get(0);
+    assert_eq!(rows, 3, "no row older than the limit is kept");
+}

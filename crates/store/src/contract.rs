@@ -13,7 +13,7 @@ mod batch;
 pub use batch::{
     d1_batch_commits_every_op_and_returns_ids_and_versions, d3_batch_is_visible_to_readers_all_at_once,
     d3_batch_wakes_tails_after_commit, d8_first_batch_wins_across_workers, d15_concurrent_batches_stand_or_fall_alone,
-    d15_refused_batch_op_leaves_nothing_of_the_batch,
+    d15_grouped_refusals_of_every_kind_fail_only_their_batch, d15_refused_batch_op_leaves_nothing_of_the_batch,
 };
 use crate::testing::incompressible;
 
@@ -711,6 +711,7 @@ macro_rules! store_contract_tests {
             d3_batch_is_visible_to_readers_all_at_once,
             d3_batch_wakes_tails_after_commit,
             d15_concurrent_batches_stand_or_fall_alone,
+            d15_grouped_refusals_of_every_kind_fail_only_their_batch,
             bounded_keys_of_any_input_are_stored,
         );
         mod contract_wake {

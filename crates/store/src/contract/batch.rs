@@ -241,3 +241,93 @@ pub async fn d8_first_batch_wins_across_workers(a: &dyn Store, b: &dyn Store) {
         }
     }
 }
+
+/// D15: every kind of refusal, grouped. Batches and single appends committed at the same
+/// instant (a backend may run them in one transaction) mix one-op and longer batches that
+/// succeed with ones refused by what they find (a closed stream, a taken key) and ones
+/// refused by the write itself (a stream of a session that does not exist, which a
+/// database may only find when the row is inserted). Each refused one leaves nothing and
+/// names its op; each other commits whole, and sees the effects of none of the refused.
+pub async fn d15_grouped_refusals_of_every_kind_fail_only_their_batch(store: Arc<dyn Store>) {
+    let closed = StreamId::random();
+    store.create_stream(&closed, &anonymous()).await.expect("create");
+    store.append(&closed, "done".into(), true).await.expect("close");
+    let taken = format!("alias/{}", StreamId::random());
+    store.put_record(RecordKind::Alias, &taken, "first".into(), None, Expect::Absent).await.expect("put");
+    let missing_session = StreamOwner { principal: Principal::anonymous(), session: Some(SessionId::random()) };
+    let open = StreamId::random();
+    store.create_stream(&open, &anonymous()).await.expect("create");
+    let mut appended = 0;
+    for round in 0..6usize {
+        // (batch, the refused op's index and kind or `None`: it commits, its stream, its run key)
+        type Case = (WriteBatch, Option<(usize, StoreErrorKind)>, StreamId, String);
+        let mut cases: Vec<Case> = Vec::new();
+        for variant in 0..8usize {
+            let (stream, key) = (StreamId::random(), format!("run/{}", StreamId::random()));
+            let full = WriteBatch::new()
+                .create_stream(stream.clone(), anonymous())
+                .append(stream.clone(), "")
+                .put_record(RecordKind::Run, &key, "run", None, Expect::Absent);
+            let (batch, refused) = match variant {
+                0 => (full, None),
+                1 => (WriteBatch::new().append(open.clone(), "grouped"), None),
+                2 => (WriteBatch::new().append(closed.clone(), "late"), Some((0, StoreErrorKind::StreamClosed))),
+                3 => (WriteBatch::new().create_stream(stream.clone(), missing_session.clone()), Some((0, StoreErrorKind::NotFound))),
+                4 => (full.put_record(RecordKind::Alias, &taken, "mine", None, Expect::Absent), Some((3, StoreErrorKind::Conflict))),
+                5 => (
+                    WriteBatch::new()
+                        .put_record(RecordKind::Run, &key, "run", None, Expect::Absent)
+                        .create_stream(stream.clone(), missing_session.clone())
+                        .append(stream.clone(), ""),
+                    Some((1, StoreErrorKind::NotFound)),
+                ),
+                6 => (WriteBatch::new().put_record(RecordKind::Alias, &taken, "mine", None, Expect::Absent), Some((0, StoreErrorKind::Conflict))),
+                _ => (full.append(closed.clone(), "late"), Some((3, StoreErrorKind::StreamClosed))),
+            };
+            if variant == 1 {
+                appended += 1;
+            }
+            cases.push((batch, refused, stream, key));
+        }
+        // A different order each round, so each kind stands before and after the others.
+        cases.rotate_left(round);
+        let commits = cases.iter().map(|(batch, ..)| store.commit(batch.clone()));
+        let appends = (0..3).map(|i| store.append(if i == 1 { &closed } else { &open }, format!("alone {i}"), false));
+        let (results, single) = futures::future::join(futures::future::join_all(commits), futures::future::join_all(appends)).await;
+        for (i, result) in single.into_iter().enumerate() {
+            if i == 1 {
+                let err = result.expect_err("an append to a closed stream");
+                assert_eq!(err.kind(), StoreErrorKind::StreamClosed, "round {round}: {err}");
+            } else {
+                result.unwrap_or_else(|e| panic!("round {round}: append {i}: {e}"));
+                appended += 1;
+            }
+        }
+        for ((batch, refused, stream, key), result) in cases.iter().zip(results) {
+            let at = format!("round {round}, batch {batch:?}");
+            match refused {
+                Some((index, kind)) => {
+                    let err = result.expect_err(&at);
+                    assert!(matches!(err, StoreError::BatchOp { index: i, .. } if i == *index), "{at}: {err}");
+                    assert_eq!(err.kind(), *kind, "{at}: {err}");
+                    assert!(matches!(store.read_after(stream, 0, 10).await, Err(StoreError::NotFound { .. })), "{at}: stream created");
+                    assert_eq!(store.get_record(RecordKind::Run, key).await.expect("get"), None, "{at}: record written");
+                }
+                None => {
+                    let outcome = result.unwrap_or_else(|e| panic!("{at}: {e}"));
+                    assert_eq!(outcome.ops.len(), batch.len(), "{at}");
+                    if batch.len() > 1 {
+                        assert_eq!(store.read_after(stream, 0, 10).await.expect("read").events.len(), 1, "{at}");
+                        assert_eq!(store.get_record(RecordKind::Run, key).await.expect("get").map(|r| r.version), Some(1), "{at}");
+                    }
+                }
+            }
+        }
+        let alias = store.get_record(RecordKind::Alias, &taken).await.expect("get").expect("kept");
+        assert_eq!((alias.value.as_str(), alias.version), ("first", 1), "round {round}");
+        assert_eq!(store.read_after(&closed, 0, 10).await.expect("read").events.len(), 1, "round {round}: the closed stream");
+    }
+    let log = store.read_after(&open, 0, 1_000).await.expect("read");
+    assert_eq!(log.events.len(), appended, "every grouped append to the open stream, once");
+    assert!(log.events.iter().enumerate().all(|(i, e)| e.id.seq == i as u64 + 1), "gap-free");
+}
