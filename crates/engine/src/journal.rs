@@ -68,8 +68,8 @@ impl RunRecord {
 /// worker's shared heartbeat ([`Heartbeats`]) until the run ends.
 pub(crate) struct Held {
     pub run_id: String,
-    /// The record as this worker last wrote it.
-    pub record: RunRecord,
+    /// The record as this worker last wrote it (the one the heartbeat shares, not a copy).
+    pub record: Arc<RunRecord>,
     /// What the heartbeat shares with this run: the record and its version (every write
     /// of the record, lease renewal or becoming a task, holds its lock, so they never
     /// conflict with each other, only with another worker), the tokens and the validity.
@@ -102,6 +102,7 @@ impl Held {
     pub(crate) fn start(engine: &Engine, run_id: String, record: RunRecord, version: u64) -> Self {
         let lost = CancellationToken::new();
         let cancelled = lost.child_token();
+        let record = Arc::new(record);
         let beat = Arc::new(Beat {
             run_id: run_id.clone(),
             shared: tokio::sync::Mutex::new((record.clone(), version)),
@@ -134,9 +135,10 @@ impl Held {
     /// Change the run's record (compare-and-set against the version this worker holds).
     pub(crate) async fn update(&mut self, engine: &Engine, change: impl FnOnce(&mut RunRecord)) -> Result<(), EngineError> {
         let mut guard = self.beat.shared.lock().await;
-        let mut record = guard.0.clone();
+        let mut record = RunRecord::clone(&guard.0);
         change(&mut record);
         let version = put_run(engine, &self.run_id, &record, guard.1).await?;
+        let record = Arc::new(record);
         *guard = (record.clone(), version);
         self.record = record;
         Ok(())
@@ -195,7 +197,8 @@ impl Held {
     pub(crate) async fn release(self, engine: &Engine, retry_at_ms: u64, failed: bool) {
         self.stop_heartbeat();
         let guard = self.beat.shared.lock().await;
-        let (mut record, version) = guard.clone();
+        let (record, version) = guard.clone();
+        let mut record = RunRecord::clone(&record);
         record.lease_until_ms = retry_at_ms;
         record.owner = String::new();
         if failed {
@@ -212,7 +215,7 @@ impl Held {
 struct Beat {
     run_id: String,
     /// The record as last written and its version.
-    shared: tokio::sync::Mutex<(RunRecord, u64)>,
+    shared: tokio::sync::Mutex<(Arc<RunRecord>, u64)>,
     lost: CancellationToken,
     cancelled: CancellationToken,
     /// Until when the lease is surely ours: the last successful renewal plus the lease.
@@ -322,12 +325,12 @@ async fn renew(engine: &Engine, beat: &Beat, lease: Duration) {
             // The run ended (or gave its lease back) while this renewal waited.
             return;
         }
-        let mut record = guard.0.clone();
+        let mut record = RunRecord::clone(&guard.0);
         record.lease_until_ms = now_ms() + ms(lease);
         let put = put_run(engine, &beat.run_id, &record, guard.1).await;
         if let Ok(version) = put {
             beat.valid_until_ms.store(record.lease_until_ms, Ordering::SeqCst);
-            *guard = (record, version);
+            *guard = (Arc::new(record), version);
         }
         put
     };
