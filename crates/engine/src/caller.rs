@@ -1,6 +1,8 @@
 //! Who sent a request ([`Caller`]): the principal, the era and, in the legacy era, the
 //! session, as every layer of the engine sees it.
 
+use std::sync::Arc;
+
 use durable_mcp_protocol::{McpVersion, PeerContext};
 use durable_mcp_store::{Principal, SessionId, SessionRecord, StreamOwner};
 
@@ -14,8 +16,10 @@ pub struct Caller {
     pub principal: Principal,
     /// The request's era.
     pub era: Era,
-    /// The legacy-era session.
-    pub session: Option<SessionRecord>,
+    /// The legacy-era session, shared: a request's caller is cloned into each piece of
+    /// its run (journal record, pump, durable context), and the record holds the client's
+    /// capabilities and info as JSON.
+    pub session: Option<Arc<SessionRecord>>,
     /// The request's protocol version.
     pub protocol_version: McpVersion,
     /// Modern era: the log level the request's `_meta` asked for, if any.
@@ -26,7 +30,7 @@ impl Caller {
     /// The caller of a legacy-era request in `session`, at the session's negotiated version.
     pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
         let protocol_version = session.protocol_version.parse()?;
-        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(session), log_level: None })
+        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(Arc::new(session)), log_level: None })
     }
 
     pub(crate) fn session_id(&self) -> Option<&SessionId> {

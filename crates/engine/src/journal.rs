@@ -64,28 +64,28 @@ impl RunRecord {
     }
 }
 
-/// A journaled run held by this worker: its record's current version, renewed by a
-/// heartbeat until the run ends.
+/// A journaled run held by this worker: its record's current version, renewed by the
+/// worker's shared heartbeat ([`Heartbeats`]) until the run ends.
 pub(crate) struct Held {
     pub run_id: String,
-    /// The record as this worker last wrote it.
-    pub record: RunRecord,
-    /// The same record and its version, shared with the heartbeat: every write of the
-    /// record (lease renewal, becoming a task) holds the lock, so they never conflict with
-    /// each other, only with another worker.
-    shared: Arc<tokio::sync::Mutex<(RunRecord, u64)>>,
+    /// The record as this worker last wrote it (the one the heartbeat shares, not a copy).
+    pub record: Arc<RunRecord>,
+    /// What the heartbeat shares with this run: the record and its version (every write
+    /// of the record, lease renewal or becoming a task, holds its lock, so they never
+    /// conflict with each other, only with another worker), the tokens and the validity.
+    beat: Arc<Beat>,
     /// Fires if another worker took the run over (our lease was lost).
     pub lost: CancellationToken,
     /// Fires when the client cancelled the request (on any worker; a child of `lost`).
     pub cancelled: CancellationToken,
     /// Whether an earlier run or this one may have written step records.
     pub(crate) steps_written: Arc<std::sync::atomic::AtomicBool>,
-    /// Until when the lease is surely ours: the last successful renewal plus the lease.
-    valid_until_ms: Arc<std::sync::atomic::AtomicU64>,
     /// A re-run: the notifications earlier runs already committed to its stream, which it
     /// does not send again (read once when the run is taken over; `None` for a first run).
     pub(crate) already_sent: Option<Arc<AlreadySent>>,
-    heartbeat: tokio::task::JoinHandle<()>,
+    /// The run's entry in the worker's [`Heartbeats`].
+    heartbeats: Heartbeats,
+    slot: u64,
     /// Set once the run's record went with its outcome ([`Held::commit_outcome`]).
     ended: bool,
 }
@@ -94,39 +94,51 @@ impl Drop for Held {
     fn drop(&mut self) {
         // However the run ends (an early return, an error), its heartbeat ends with it:
         // a lease nobody renews expires and the run is recovered.
-        self.heartbeat.abort();
+        self.stop_heartbeat();
     }
 }
 
 impl Held {
     pub(crate) fn start(engine: &Engine, run_id: String, record: RunRecord, version: u64) -> Self {
-        let shared = Arc::new(tokio::sync::Mutex::new((record.clone(), version)));
         let lost = CancellationToken::new();
         let cancelled = lost.child_token();
-        let valid_until_ms = Arc::new(std::sync::atomic::AtomicU64::new(record.lease_until_ms));
-        let beat = Beat { shared: shared.clone(), lost: lost.clone(), cancelled: cancelled.clone(), valid_until_ms: valid_until_ms.clone() };
-        let heartbeat = tokio::spawn(heartbeat(engine.clone(), run_id.clone(), beat));
+        let record = Arc::new(record);
+        let beat = Arc::new(Beat {
+            run_id: run_id.clone(),
+            shared: tokio::sync::Mutex::new((record.clone(), version)),
+            lost: lost.clone(),
+            cancelled: cancelled.clone(),
+            valid_until_ms: std::sync::atomic::AtomicU64::new(record.lease_until_ms),
+            stopped: std::sync::atomic::AtomicBool::new(false),
+            renewing: std::sync::atomic::AtomicBool::new(false),
+        });
+        let heartbeats = engine.inner.heartbeats.clone();
+        let slot = heartbeats.add(engine, beat.clone());
         let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(record.attempt > 1 || record.era == crate::records::Era::Modern));
-        Self { run_id, record, shared, lost, cancelled, steps_written, valid_until_ms, already_sent: None, heartbeat, ended: false }
+        Self { run_id, record, beat, lost, cancelled, steps_written, already_sent: None, heartbeats, slot, ended: false }
     }
 
     /// Whether the lease is still surely ours (fencing: a worker that could not renew it
     /// for a whole lease must not commit an outcome another worker may also commit).
     pub(crate) fn lease_valid(&self) -> bool {
-        now_ms() < self.valid_until_ms.load(Ordering::SeqCst)
+        now_ms() < self.beat.valid_until_ms.load(Ordering::SeqCst)
     }
 
-    /// Stop renewing the lease (the run is about to end).
+    /// Stop renewing the lease (the run is about to end). A renewal under way when this
+    /// is called writes nothing once it holds the record's lock.
     pub(crate) fn stop_heartbeat(&self) {
-        self.heartbeat.abort();
+        if !self.beat.stopped.swap(true, Ordering::SeqCst) {
+            self.heartbeats.remove(self.slot);
+        }
     }
 
     /// Change the run's record (compare-and-set against the version this worker holds).
     pub(crate) async fn update(&mut self, engine: &Engine, change: impl FnOnce(&mut RunRecord)) -> Result<(), EngineError> {
-        let mut guard = self.shared.lock().await;
-        let mut record = guard.0.clone();
+        let mut guard = self.beat.shared.lock().await;
+        let mut record = RunRecord::clone(&guard.0);
         change(&mut record);
         let version = put_run(engine, &self.run_id, &record, guard.1).await?;
+        let record = Arc::new(record);
         *guard = (record.clone(), version);
         self.record = record;
         Ok(())
@@ -136,7 +148,7 @@ impl Held {
     /// stay until they expire: a sealed `requestState` naming the run may still come back
     /// (a retry after a crash, a replay), and must find its committed steps (D8).
     pub(crate) async fn finish(self, engine: &Engine) {
-        self.heartbeat.abort();
+        self.stop_heartbeat();
         if self.ended {
             return;
         }
@@ -164,7 +176,7 @@ impl Held {
     /// worker took the run over (or renewed it), nothing is written and the error says so.
     pub(crate) async fn commit_outcome(&mut self, engine: &Engine, stream: &StreamId, outcome: &Value) -> Result<(), EngineError> {
         // Held while committing: no heartbeat moves the version in between.
-        let guard = self.shared.lock().await;
+        let guard = self.beat.shared.lock().await;
         let mut batch = WriteBatch::new()
             .append(stream.clone(), outcome.to_string())
             .close(stream.clone())
@@ -173,8 +185,9 @@ impl Held {
             batch = batch.delete_records(RecordKind::Step, key::steps(&self.run_id));
         }
         engine.commit_batch(batch).await?;
+        // Still under the lock: a renewal waiting for it sees the run stopped.
+        self.stop_heartbeat();
         drop(guard);
-        self.heartbeat.abort();
         self.ended = true;
         Ok(())
     }
@@ -182,9 +195,10 @@ impl Held {
     /// Give the run back: another worker (or our own recovery loop) picks it up at
     /// `retry_at_ms`.
     pub(crate) async fn release(self, engine: &Engine, retry_at_ms: u64, failed: bool) {
-        self.heartbeat.abort();
-        let guard = self.shared.lock().await;
-        let (mut record, version) = guard.clone();
+        self.stop_heartbeat();
+        let guard = self.beat.shared.lock().await;
+        let (record, version) = guard.clone();
+        let mut record = RunRecord::clone(&record);
         record.lease_until_ms = retry_at_ms;
         record.owner = String::new();
         if failed {
@@ -197,52 +211,149 @@ impl Held {
     }
 }
 
-/// What a run's heartbeat shares with its [`Held`].
+/// What a held run shares with the heartbeat.
 struct Beat {
-    shared: Arc<tokio::sync::Mutex<(RunRecord, u64)>>,
+    run_id: String,
+    /// The record as last written and its version.
+    shared: tokio::sync::Mutex<(Arc<RunRecord>, u64)>,
     lost: CancellationToken,
     cancelled: CancellationToken,
-    valid_until_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Until when the lease is surely ours: the last successful renewal plus the lease.
+    valid_until_ms: std::sync::atomic::AtomicU64,
+    /// Set when the run stops renewing its lease (it ended, or gives the lease back).
+    stopped: std::sync::atomic::AtomicBool,
+    /// Set while a renewal of this run is under way (a slow store does not stack them).
+    renewing: std::sync::atomic::AtomicBool,
 }
 
-/// Renew the lease every third of it; stop the run if another worker took it over, if it
-/// could not be renewed for a whole lease, or if a client's cancellation was recorded for
-/// it (from any worker).
-async fn heartbeat(engine: Engine, run_id: String, beat: Beat) {
+/// The runs a worker holds, renewed by one heartbeat task for all of them: a run costs an
+/// entry in a map, not a task and a timer of its own. The task runs while the worker
+/// holds runs: it starts with the first and ends at a tick that finds none.
+///
+/// # Durability
+/// In plain words: the same lease as one heartbeat per run (D7). Stated more precisely:
+/// each tick (every third of the lease) renews every held run, each renewal in a task of
+/// its own so that a slow store call for one run delays no other; a run registered
+/// between two ticks is renewed at the next one, so within a third of the lease of its
+/// start, as before. A run whose renewal conflicts (another worker took it over), or that
+/// could not be renewed for a whole lease, is fenced: its `lost` token fires, and
+/// [`Held::lease_valid`] reads the validity that only a successful renewal extends.
+#[derive(Clone, Default)]
+pub(crate) struct Heartbeats {
+    inner: Arc<std::sync::Mutex<Beats>>,
+}
+
+#[derive(Default)]
+struct Beats {
+    next: u64,
+    held: std::collections::HashMap<u64, Arc<Beat>>,
+    ticking: bool,
+}
+
+impl Heartbeats {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Beats> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Register a held run; starts the heartbeat task if none runs.
+    fn add(&self, engine: &Engine, beat: Arc<Beat>) -> u64 {
+        let mut beats = self.lock();
+        beats.next += 1;
+        let slot = beats.next;
+        beats.held.insert(slot, beat);
+        if !beats.ticking {
+            beats.ticking = true;
+            tokio::spawn(tick(engine.clone(), self.clone()));
+        }
+        slot
+    }
+
+    fn remove(&self, slot: u64) {
+        self.lock().held.remove(&slot);
+    }
+
+    /// The runs to renew now; `None` (and the task is to end) when there are none.
+    fn due(&self) -> Option<Vec<Arc<Beat>>> {
+        let mut beats = self.lock();
+        // A run fenced by its last renewal is renewed no more.
+        beats.held.retain(|_, beat| !beat.stopped.load(Ordering::SeqCst));
+        if beats.held.is_empty() {
+            beats.ticking = false;
+            return None;
+        }
+        Some(beats.held.values().filter(|beat| !beat.renewing.load(Ordering::SeqCst)).cloned().collect())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn ticking(&self) -> bool {
+        self.lock().ticking
+    }
+
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.lock().held.len()
+    }
+}
+
+/// The worker's heartbeat: every third of the lease, renew each held run.
+async fn tick(engine: Engine, heartbeats: Heartbeats) {
     let lease = engine.options().lease;
     let mut ticker = tokio::time::interval(lease / 3);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
     loop {
         ticker.tick().await;
-        let renewed = {
-            let mut guard = beat.shared.lock().await;
-            let mut record = guard.0.clone();
-            record.lease_until_ms = now_ms() + ms(lease);
-            let put = put_run(&engine, &run_id, &record, guard.1).await;
-            if let Ok(version) = put {
-                beat.valid_until_ms.store(record.lease_until_ms, Ordering::SeqCst);
-                *guard = (record, version);
-            }
-            put
-        };
-        match renewed {
-            Ok(_) => {}
-            Err(EngineError::Store(StoreError::Conflict { .. })) => {
-                tracing::warn!(run = %run_id, "lease lost: another worker took this run over; stopping it here");
-                beat.lost.cancel();
-                return;
-            }
-            Err(error) if now_ms() >= beat.valid_until_ms.load(Ordering::SeqCst) => {
-                tracing::warn!(%error, run = %run_id, "lease expired without renewal; stopping the run here");
-                beat.lost.cancel();
-                return;
-            }
-            Err(error) => tracing::warn!(%error, run = %run_id, "could not renew a lease; retrying"),
+        let Some(due) = heartbeats.due() else { return };
+        for beat in due {
+            beat.renewing.store(true, Ordering::SeqCst);
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                renew(&engine, &beat, lease).await;
+                beat.renewing.store(false, Ordering::SeqCst);
+            });
         }
-        if let Ok(true) = engine.cancelled_elsewhere(&run_id).await {
-            tracing::debug!(run = %run_id, "cancelled by the client through another worker");
-            beat.cancelled.cancel();
+    }
+}
+
+/// Renew one run's lease; stop the run if another worker took it over, if it could not
+/// be renewed for a whole lease, or if a client's cancellation was recorded for it (from
+/// any worker).
+async fn renew(engine: &Engine, beat: &Beat, lease: Duration) {
+    let renewed = {
+        let mut guard = beat.shared.lock().await;
+        if beat.stopped.load(Ordering::SeqCst) {
+            // The run ended (or gave its lease back) while this renewal waited.
+            return;
         }
+        let mut record = RunRecord::clone(&guard.0);
+        record.lease_until_ms = now_ms() + ms(lease);
+        let put = put_run(engine, &beat.run_id, &record, guard.1).await;
+        if let Ok(version) = put {
+            beat.valid_until_ms.store(record.lease_until_ms, Ordering::SeqCst);
+            *guard = (Arc::new(record), version);
+        }
+        put
+    };
+    let run_id = &beat.run_id;
+    match renewed {
+        Ok(_) => {}
+        Err(EngineError::Store(StoreError::Conflict { .. })) => {
+            tracing::warn!(run = %run_id, "lease lost: another worker took this run over; stopping it here");
+            beat.stopped.store(true, Ordering::SeqCst);
+            beat.lost.cancel();
+            return;
+        }
+        Err(error) if now_ms() >= beat.valid_until_ms.load(Ordering::SeqCst) => {
+            tracing::warn!(%error, run = %run_id, "lease expired without renewal; stopping the run here");
+            beat.stopped.store(true, Ordering::SeqCst);
+            beat.lost.cancel();
+            return;
+        }
+        Err(error) => tracing::warn!(%error, run = %run_id, "could not renew a lease; retrying"),
+    }
+    if let Ok(true) = engine.cancelled_elsewhere(run_id).await {
+        tracing::debug!(run = %run_id, "cancelled by the client through another worker");
+        beat.cancelled.cancel();
     }
 }
 

@@ -125,6 +125,54 @@ async fn d7_heartbeat_renews_the_lease_and_detects_a_takeover() {
     assert_eq!(owner_of(&current), "thief", "the fenced heartbeat wrote nothing more");
 }
 
+/// D7 with one heartbeat for all held runs: holding many runs adds one task (not one
+/// each), renews every run's lease, fences only the run another worker took over, and the
+/// task ends once no run is held.
+#[tokio::test]
+async fn d7_one_shared_heartbeat_renews_every_held_run_and_fences_only_the_lost_one() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let lease = Duration::from_millis(300);
+    let engine = engine(store.clone(), lease);
+    let me = engine.options().worker_id.clone();
+    let tasks_before = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let (run_id, version, _) = journaled(&*store, &me, now_ms() + 300, 0).await;
+        let record = RunRecord::decode(&run_id, &store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap().value).unwrap();
+        held.push((Held::start(&engine, run_id, record, version), version));
+    }
+    let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks() - tasks_before;
+    assert!(tasks <= 1, "8 held runs started {tasks} tasks; one heartbeat serves them all");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for (run, version) in &held {
+        while store.get_record(RecordKind::Run, &run.run_id).await.unwrap().unwrap().version <= *version {
+            assert!(tokio::time::Instant::now() < deadline, "run {} was never renewed", run.run_id);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // Another worker takes the first run over: only that one is fenced.
+    let (first, _) = &held[0];
+    let current = store.get_record(RecordKind::Run, &first.run_id).await.unwrap().unwrap();
+    let mut taken: Value = serde_json::from_str(&current.value).unwrap();
+    taken["owner"] = json!("thief");
+    store.put_record(RecordKind::Run, &first.run_id, taken.to_string(), None, Expect::Version(current.version)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), first.lost.cancelled()).await.expect("the heartbeat sees the takeover");
+    let (second, _) = &held[1];
+    let before = store.get_record(RecordKind::Run, &second.run_id).await.unwrap().unwrap().version;
+    while store.get_record(RecordKind::Run, &second.run_id).await.unwrap().unwrap().version <= before {
+        assert!(tokio::time::Instant::now() < deadline, "the other runs are no longer renewed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(held[1..].iter().all(|(run, _)| !run.lost.is_cancelled() && run.lease_valid()));
+    assert_eq!(owner_of(&store.get_record(RecordKind::Run, &first.run_id).await.unwrap().unwrap()), "thief");
+    drop(held);
+    assert_eq!(engine.inner.heartbeats.held(), 0, "dropped runs leave the heartbeat");
+    while engine.inner.heartbeats.ticking() {
+        assert!(tokio::time::Instant::now() < deadline, "the heartbeat task never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The cap on attempts (`max_attempts`, 10 by default): a run that failed that often is not
 /// run again; its stream ends with an error.
 #[tokio::test]

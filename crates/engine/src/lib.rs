@@ -117,6 +117,8 @@ struct Inner {
     summary: ServerSummary,
     options: EngineOptions,
     runs: run::Registry,
+    /// The runs this worker holds, renewed by one shared heartbeat.
+    heartbeats: journal::Heartbeats,
     keys: keys::Keys,
     /// When this engine was created: leases it grants end after `started_at_ms + lease`.
     started_at_ms: u64,
@@ -149,6 +151,7 @@ impl Engine {
                 summary,
                 options,
                 runs: run::Registry::default(),
+                heartbeats: journal::Heartbeats::default(),
                 keys,
                 started_at_ms,
                 task_changes: tokio::sync::broadcast::channel(256).0,

@@ -152,7 +152,7 @@ impl Engine {
         let caller = Caller {
             principal,
             era: record.era,
-            session,
+            session: session.map(std::sync::Arc::new),
             protocol_version: record.protocol_version,
             log_level: record.log_level.clone(),
         };
