@@ -127,6 +127,13 @@ where
     }
 }
 
+/// How long [`McpHandler::notify`] keeps the rmcp service loop of one client notification
+/// running for its handler (which rmcp runs in a task of its own). The loop and its
+/// channels (some ten KiB) stay allocated for that long even when the handler is done at
+/// once: a burst of `notifications/initialized` holds them for a burst's worth of
+/// sessions until the window ends, and nothing after.
+pub const NOTIFY_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A user's MCP server, type-erased: what the engine runs requests on.
 #[derive(Clone)]
 pub struct McpHandler {
@@ -206,7 +213,7 @@ impl McpHandler {
 
     /// Deliver a client notification (`notifications/initialized`, `roots/list_changed`,
     /// ...) to the handler. Returns at once; the handler runs in the background and is
-    /// given one second. `notifications/cancelled` is the engine's business, not the
+    /// given [`NOTIFY_WINDOW`]. `notifications/cancelled` is the engine's business, not the
     /// handler's, and is not delivered.
     pub fn notify(&self, notification: Map<String, Value>, peer: &PeerContext) {
         let Ok(message) = serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(notification)) else {
@@ -222,7 +229,7 @@ impl McpHandler {
         let service = self.inner.start(message, peer_info(peer), transport, cancel.clone());
         tokio::spawn(async move {
             let _keep_open = (replies, service);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), outbound.recv()).await;
+            let _ = tokio::time::timeout(NOTIFY_WINDOW, outbound.recv()).await;
             cancel.cancel();
         });
     }
