@@ -10,8 +10,11 @@ use crate::client::{Era, McpClient};
 /// Connections that open the sessions, each one `initialize` after another.
 const OPENERS: usize = 8;
 
-/// How long the server is left alone before its memory is read.
-const SETTLE: Duration = Duration::from_millis(500);
+/// How long the server is left alone before its memory is read: past the window in which
+/// it still serves the last sessions' `notifications/initialized`
+/// ([`durable_mcp_protocol::NOTIFY_WINDOW`]), so what is read is what idle sessions cost,
+/// not the tail of the burst that opened them.
+const SETTLE: Duration = Duration::from_millis(1_500);
 
 /// One server's resident memory at each session count.
 #[derive(Debug, Clone)]
@@ -67,6 +70,14 @@ pub(crate) async fn settle() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_is_read_after_the_last_sessions_notification_window() {
+        // Read sooner, the worker still runs the rmcp loops of the last sessions'
+        // `notifications/initialized` (some ten KiB each): live memory of a burst, not of
+        // idle sessions.
+        assert!(SETTLE > durable_mcp_protocol::NOTIFY_WINDOW, "settle {SETTLE:?} is within the notify window");
+    }
 
     #[test]
     fn per_session_cost_is_the_slope_between_the_ends() {

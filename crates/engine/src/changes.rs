@@ -100,6 +100,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+#[cfg(test)]
+impl Changes {
+    /// How many keys this worker holds a token for, and how many resource URIs it follows.
+    pub(crate) fn followed(&self) -> (usize, usize) {
+        (lock(&self.seen).len(), lock(&self.uris).len())
+    }
+}
+
 /// A listen stream's following of announcements: its keys' changes arrive on `changes`;
 /// dropping it stops the following.
 pub(crate) struct Following {

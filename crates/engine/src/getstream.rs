@@ -144,6 +144,12 @@ impl Local {
     fn len(&self) -> usize {
         self.lock().values().map(Vec::len).sum()
     }
+
+    /// How many sessions have an entry here.
+    #[cfg(test)]
+    pub(crate) fn sessions(&self) -> usize {
+        self.lock().len()
+    }
 }
 
 impl Engine {

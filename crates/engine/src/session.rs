@@ -110,3 +110,51 @@ impl Engine {
         Ok(self.store().end_session(principal, id).await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use durable_mcp_protocol::McpHandler;
+    use durable_mcp_protocol::rmcp::ServerHandler;
+    use durable_mcp_store::Principal;
+    use durable_mcp_store_memory::MemoryStore;
+    use serde_json::{Map, Value, json};
+
+    use crate::{Caller, Engine, EngineOptions};
+
+    #[derive(Clone)]
+    struct Quiet;
+
+    impl ServerHandler for Quiet {}
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => unreachable!("an object literal"),
+        }
+    }
+
+    /// An idle session costs this worker nothing: after `initialize` and
+    /// `notifications/initialized`, no per-session entry stays (runs, tasks, GET streams,
+    /// announcements followed) and no notification's service loop is open, well before
+    /// the notify window ends. Virtual time: the clock moves only when every task waits.
+    #[tokio::test(start_paused = true)]
+    async fn idle_sessions_leave_no_entries_on_the_worker() {
+        let engine = Engine::new(Arc::new(MemoryStore::new()), McpHandler::new(Quiet), EngineOptions::default());
+        let principal = Principal::anonymous();
+        for id in 0..50 {
+            let request = object(json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+            let (session, _) = engine.initialize(&principal, request).await.unwrap();
+            let caller = Caller::legacy(principal.clone(), session.expect("a session")).unwrap();
+            engine.notify(&caller, object(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})));
+        }
+        tokio::time::sleep(durable_mcp_protocol::NOTIFY_WINDOW / 2).await;
+        assert_eq!(engine.handler().notifications_in_flight(), 0, "notification service loops still open");
+        assert_eq!(engine.inner.get_streams.sessions(), 0);
+        assert!(crate::run::lock(&engine.inner.runs.runs).is_empty());
+        assert!(crate::run::lock(&engine.inner.runs.tasks).is_empty());
+        assert_eq!(engine.inner.changes.followed(), (0, 0));
+    }
+}

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, GetExtensions, InitializeRequestParams, ProtocolVersion,
@@ -14,7 +15,7 @@ use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage, serve_direct
 use rmcp::transport::Transport;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::jsonrpc::{Rejection, code};
@@ -127,10 +128,26 @@ where
     }
 }
 
+/// How long, at most, [`McpHandler::notify`] keeps the rmcp service loop of one client
+/// notification running for its handler (which rmcp runs in a task of its own). The loop
+/// ends sooner, when the handler is done (or sends something): its channels (some ten KiB)
+/// are not held for the whole window by a handler that returned at once, as a burst of
+/// `notifications/initialized` would otherwise hold them for a burst's worth of sessions.
+pub const NOTIFY_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Held in a client notification's extensions while its handler runs: dropped (with the
+/// handler's context) when the handler is done, which ends [`McpHandler::notify`]'s window.
+#[derive(Clone)]
+struct HandlerAlive {
+    _held: Arc<oneshot::Sender<()>>,
+}
+
 /// A user's MCP server, type-erased: what the engine runs requests on.
 #[derive(Clone)]
 pub struct McpHandler {
     inner: Arc<dyn ErasedHandler>,
+    /// Client notifications whose service loop is still open ([`McpHandler::notify`]).
+    notifying: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for McpHandler {
@@ -146,7 +163,14 @@ impl McpHandler {
     where
         H: rmcp::ServerHandler + Clone,
     {
-        Self { inner: Arc::new(handler) }
+        Self { inner: Arc::new(handler), notifying: Arc::default() }
+    }
+
+    /// How many client notifications delivered by [`McpHandler::notify`] still have their
+    /// rmcp service loop open: those whose handler has not finished yet, within
+    /// [`NOTIFY_WINDOW`]. An idle session leaves none.
+    pub fn notifications_in_flight(&self) -> usize {
+        self.notifying.load(Ordering::SeqCst)
     }
 
     /// The server's static information.
@@ -205,25 +229,43 @@ impl McpHandler {
     }
 
     /// Deliver a client notification (`notifications/initialized`, `roots/list_changed`,
-    /// ...) to the handler. Returns at once; the handler runs in the background and is
-    /// given one second. `notifications/cancelled` is the engine's business, not the
+    /// ...) to the handler. Returns at once; the handler runs in the background, its
+    /// service loop open until it is done or [`NOTIFY_WINDOW`] has passed. `notifications/cancelled` is the engine's business, not the
     /// handler's, and is not delivered.
     pub fn notify(&self, notification: Map<String, Value>, peer: &PeerContext) {
-        let Ok(message) = serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(notification)) else {
+        let Ok(mut message) = serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(notification)) else {
             return;
         };
         if matches!(&message, ClientJsonRpcMessage::Notification(n) if matches!(n.notification, ClientNotification::CancelledNotification(_))) {
             return;
+        }
+        // rmcp hands the notification's extensions to the handler's context, in the task
+        // that runs the handler: `handled` closes once that task (and any clone of the
+        // context it made) is gone, and then the loop has nothing left to serve.
+        let (done_tx, handled) = oneshot::channel::<()>();
+        if let ClientJsonRpcMessage::Notification(n) = &mut message {
+            n.notification.extensions_mut().insert(HandlerAlive { _held: Arc::new(done_tx) });
         }
         let (out_tx, mut outbound) = mpsc::channel(8);
         let (replies, in_rx) = mpsc::channel(1);
         let cancel = CancellationToken::new();
         let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
         let service = self.inner.start(message, peer_info(peer), transport, cancel.clone());
+        let notifying = Arc::clone(&self.notifying);
+        notifying.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let _keep_open = (replies, service);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), outbound.recv()).await;
+            // Whichever comes first: the handler sent something (which the client of a
+            // notification never sees), its task ended, or the window is over.
+            let _ = tokio::time::timeout(NOTIFY_WINDOW, async {
+                tokio::select! {
+                    _ = outbound.recv() => {}
+                    _ = handled => {}
+                }
+            })
+            .await;
             cancel.cancel();
+            notifying.fetch_sub(1, Ordering::SeqCst);
         });
     }
 }
@@ -345,6 +387,35 @@ fn to_outbound(item: ServerJsonRpcMessage) -> Result<Outbound, serde_json::Error
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Clone)]
+    struct Quiet;
+
+    impl rmcp::ServerHandler for Quiet {}
+
+    fn initialized() -> Map<String, Value> {
+        match serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}) {
+            Value::Object(map) => map,
+            _ => unreachable!("an object literal"),
+        }
+    }
+
+    /// Idle sessions must cost the worker nothing: a `notifications/initialized` whose
+    /// handler is done at once must not keep its service loop (and its channels) for the
+    /// rest of [`NOTIFY_WINDOW`]. Virtual time: the clock moves only when every task waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_notification_handled_at_once_closes_its_service_loop_within_the_window() {
+        let handler = McpHandler::new(Quiet);
+        let peer = PeerContext { protocol_version: Some("2025-11-25".into()), ..PeerContext::default() };
+        for _ in 0..100 {
+            handler.notify(initialized(), &peer);
+        }
+        assert_eq!(handler.notifications_in_flight(), 100);
+        tokio::time::sleep(NOTIFY_WINDOW / 2).await;
+        assert_eq!(handler.notifications_in_flight(), 0, "service loops of finished notifications still open");
+        tokio::time::sleep(NOTIFY_WINDOW).await;
+        assert_eq!(handler.notifications_in_flight(), 0);
+    }
 
     #[test]
     fn a_tools_call_is_read_as_one_directly_and_as_rmcp_reads_it() {

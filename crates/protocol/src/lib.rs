@@ -19,7 +19,7 @@ pub use context::{ServerState, SessionState, StateBackend, StateError};
 pub use durable::{Durable, DurableBackend, DurableError, Retry, SealError, ServerChange, StateSealer, StepKey};
 pub use state_keys::{KeyRing, RingKey, StateKeyError, StateKeys};
 pub use tasks::{TaskSupport, task_support};
-pub use adapter::{Closed, McpHandler, Outbound, PeerContext, Run, ServerSummary};
+pub use adapter::{Closed, McpHandler, NOTIFY_WINDOW, Outbound, PeerContext, Run, ServerSummary};
 pub use version::{McpVersion, UnknownVersion};
 /// A notification a handler sends (through its rmcp peer) to ask the transport to close the
 /// current SSE connection of its request without ending the stream: the client resumes with
