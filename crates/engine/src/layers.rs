@@ -60,6 +60,23 @@ fn layer(module: &str) -> Option<u8> {
     MODULES.iter().find(|(name, _, _)| *name == module).map(|(_, layer, _)| *layer)
 }
 
+/// Where the block whose opening `{` was just passed ends in `source`: the index of its
+/// closing `}` (the end of `source` if it has none).
+fn block_end(source: &str) -> usize {
+    let mut depth = 1;
+    source
+        .char_indices()
+        .find(|(_, c)| {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            depth == 0
+        })
+        .map_or(source.len(), |(i, _)| i)
+}
+
 /// The first segment of every `crate::` path in `source` (`crate::{a, b::c}` gives `a`, `b`).
 fn crate_paths(source: &str) -> Vec<String> {
     let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
@@ -72,18 +89,7 @@ fn crate_paths(source: &str) -> Vec<String> {
             continue;
         }
         if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 1;
-            let end = group
-                .char_indices()
-                .find(|(_, c)| {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => depth -= 1,
-                        _ => {}
-                    }
-                    depth == 0
-                })
-                .map_or(group.len(), |(i, _)| i);
+            let end = block_end(group);
             let mut item_depth = 0;
             let mut start = 0;
             let inner = &group[..end];
@@ -143,18 +149,7 @@ fn engine_methods(source: &str) -> Vec<String> {
     let mut rest = source;
     while let Some(at) = rest.find("\nimpl Engine {") {
         rest = &rest[at + "\nimpl Engine {".len()..];
-        let mut depth = 1;
-        let end = rest
-            .char_indices()
-            .find(|(_, c)| {
-                match c {
-                    '{' => depth += 1,
-                    '}' => depth -= 1,
-                    _ => {}
-                }
-                depth == 0
-            })
-            .map_or(rest.len(), |(i, _)| i);
+        let end = block_end(rest);
         for line in rest[..end].lines() {
             // Methods sit at one indentation level in the block.
             let Some(item) = line.strip_prefix("    ").filter(|l| !l.starts_with(' ')) else { continue };
