@@ -59,7 +59,7 @@ pub async fn load_or_create(store: &dyn Store) -> Result<KeyRing, EngineError> {
 /// Commit a new ring unless one exists by now (first commit wins); the committed ring.
 async fn create(store: &dyn Store) -> Result<KeyRing, EngineError> {
     let ring = KeyRing::generate(now_ms());
-    match store.put_record(RecordKind::Key, RING, ring.encode(), None, Expect::Absent).await {
+    match store.put_record(RecordKind::Key, RING, ring.encode()?, None, Expect::Absent).await {
         Ok(_) => {
             tracing::info!(key = %ring.keys()[0].id, "created the requestState key ring");
             Ok(ring)
@@ -86,7 +86,7 @@ pub async fn rotate(store: &dyn Store, activate_in: Duration, keep_old: Duration
             }
         };
         let id = ring.rotate(now_ms(), activate_in, keep_old).id.clone();
-        match store.put_record(RecordKind::Key, RING, ring.encode(), None, Expect::Version(version)).await {
+        match store.put_record(RecordKind::Key, RING, ring.encode()?, None, Expect::Version(version)).await {
             Ok(_) => {
                 tracing::info!(key = %id, "rotated the requestState key ring");
                 return Ok(ring);

@@ -42,6 +42,9 @@ pub enum StateKeyError {
     /// The stored ring decodes but breaks a rule (no key, a duplicate id, ...).
     #[error("the stored requestState key ring is invalid: {0}")]
     Invalid(&'static str),
+    /// The ring does not encode for the store.
+    #[error("the requestState key ring does not encode: {0}")]
+    Encode(#[source] serde_json::Error),
 }
 
 /// One key of a [`KeyRing`].
@@ -144,8 +147,11 @@ impl KeyRing {
     }
 
     /// The ring as stored.
-    pub fn encode(&self) -> String {
-        serde_json::to_string(self).expect("a key ring serializes")
+    ///
+    /// # Errors
+    /// [`StateKeyError::Encode`] if the serializer fails.
+    pub fn encode(&self) -> Result<String, StateKeyError> {
+        serde_json::to_string(self).map_err(StateKeyError::Encode)
     }
 
     /// A stored ring, checked: at least one key that opens for ever (the newest), unique
@@ -325,16 +331,16 @@ mod tests {
     #[test]
     fn a_decoded_ring_is_checked_and_debug_never_shows_a_secret() {
         let ring = KeyRing::generate(0);
-        assert_eq!(KeyRing::decode(&ring.encode()).unwrap(), ring);
+        assert_eq!(KeyRing::decode(&ring.encode().unwrap()).unwrap(), ring);
         let secret = ring.keys()[0].secret.clone();
         assert!(!format!("{ring:?}").contains(&secret));
         assert!(!format!("{:?}", StateKeys::from_ring(ring.clone(), 0).unwrap()).contains(&secret));
         let mut twice = ring.clone();
         twice.keys.push(ring.keys[0].clone());
-        assert!(matches!(KeyRing::decode(&twice.encode()), Err(StateKeyError::Invalid(_))));
+        assert!(matches!(KeyRing::decode(&twice.encode().unwrap()), Err(StateKeyError::Invalid(_))));
         assert!(matches!(KeyRing::decode("{}"), Err(StateKeyError::Malformed(_))));
         let mut short = ring;
         short.keys[0].secret.truncate(8);
-        assert!(matches!(KeyRing::decode(&short.encode()), Err(StateKeyError::Invalid(_))));
+        assert!(matches!(KeyRing::decode(&short.encode().unwrap()), Err(StateKeyError::Invalid(_))));
     }
 }
