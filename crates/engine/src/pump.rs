@@ -222,7 +222,7 @@ struct Running {
     /// A listen request's subscription, until the handler acknowledged it.
     subscription: Option<ListenSubscription>,
     /// A task's run: its registration by task id and its cancellation watch.
-    task_watch: Option<(String, tokio::task::JoinHandle<()>)>,
+    task_watch: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What does not change while a run is pumped.
@@ -293,9 +293,8 @@ impl Engine {
         if let Some(session) = caller.session_id() {
             lock(&self.inner.runs.runs).remove(&run_key(session, &id));
         }
-        if let Some((task_id, watcher)) = task_watch {
+        if let Some(watcher) = task_watch {
             watcher.abort();
-            lock(&self.inner.runs.tasks).remove(&task_id);
         }
         if let Some(inbox) = inbox {
             inbox.close(&self).await;

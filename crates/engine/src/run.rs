@@ -81,8 +81,6 @@ pub(crate) struct Registry {
     journaled: Mutex<HashMap<String, (u64, CancellationToken)>>,
     /// The last registration generation handed out.
     generation: std::sync::atomic::AtomicU64,
-    /// Task runs executing here, by task id.
-    pub(crate) tasks: Mutex<HashMap<String, CancellationToken>>,
     /// Set by [`Engine::drain`]: runs stopped now give their leases back.
     pub(crate) releasing: std::sync::atomic::AtomicBool,
     in_flight: std::sync::atomic::AtomicUsize,
@@ -615,12 +613,10 @@ impl Engine {
         crate::tail::follow(self.store().clone(), stream, after, follow)
     }
 
-    /// A task's run: registered for cancellation by task id, and watched for a
-    /// cancellation recorded by another worker.
-    pub(crate) fn watch_task(&self, key: &str, cancel: &CancellationToken) -> (String, tokio::task::JoinHandle<()>) {
-        let task_id = crate::records::key::task_id(key).to_owned();
-        lock(&self.inner.runs.tasks).insert(task_id.clone(), cancel.clone());
-        (task_id, self.watch_task_cancellation(key.to_owned(), cancel.clone()))
+    /// A task's run: watched for a cancellation (`tasks/cancel` on any worker reaches it
+    /// through the task record).
+    pub(crate) fn watch_task(&self, key: &str, cancel: &CancellationToken) -> tokio::task::JoinHandle<()> {
+        self.watch_task_cancellation(key.to_owned(), cancel.clone())
     }
 
     /// The handler asked to go on as a task (2026-07-28): commit the task, point the run's

@@ -154,7 +154,6 @@ mod tests {
         assert_eq!(engine.handler().notifications_in_flight(), 0, "notification service loops still open");
         assert_eq!(engine.inner.get_streams.sessions(), 0);
         assert!(crate::run::lock(&engine.inner.runs.runs).is_empty());
-        assert!(crate::run::lock(&engine.inner.runs.tasks).is_empty());
         assert_eq!(engine.inner.changes.followed(), (0, 0));
     }
 }
