@@ -211,8 +211,12 @@ impl Store for SqliteStore {
     }
 
     async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
-        let (principal, id) = (principal.clone(), id.clone());
-        self.read(move |conn| sessions::load(conn, &principal, &id)).await
+        // Every request of a session reads it first: the writer answers it between two
+        // group commits (see `writer::Op::LoadSession`).
+        match self.writer.submit(writer::Op::LoadSession { principal: principal.clone(), id: id.clone() }).await? {
+            writer::Reply::Session(record) => Ok(*record),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
     }
 
     async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {

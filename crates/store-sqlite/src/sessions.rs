@@ -11,25 +11,23 @@ fn decode(text: &str) -> Result<SessionRecord, StoreError> {
 
 pub(crate) fn insert(conn: &Connection, record: &SessionRecord) -> Result<(), StoreError> {
     let text = serde_json::to_string(record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    conn.execute(
-        "INSERT INTO sessions (id, principal, record, last_seen_ms) VALUES (?1, ?2, ?3, ?4)",
-        params![record.id.as_str(), record.principal.as_str(), text, record.last_seen_ms as i64],
-    )
-    .map_err(from_sqlite)?;
+    conn.prepare_cached("INSERT INTO sessions (id, principal, record, last_seen_ms) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut stmt| stmt.execute(params![record.id.as_str(), record.principal.as_str(), text, record.last_seen_ms as i64]))
+        .map_err(from_sqlite)?;
     Ok(())
 }
 
 pub(crate) fn load(conn: &Connection, principal: &Principal, id: &SessionId) -> Result<SessionRecord, StoreError> {
     let text: Option<String> = conn
-        .query_row("SELECT record FROM sessions WHERE id = ?1 AND principal = ?2", params![id.as_str(), principal.as_str()], |row| row.get(0))
-        .optional()
+        .prepare_cached("SELECT record FROM sessions WHERE id = ?1 AND principal = ?2")
+        .and_then(|mut stmt| stmt.query_row(params![id.as_str(), principal.as_str()], |row| row.get(0)).optional())
         .map_err(from_sqlite)?;
     decode(&text.ok_or(StoreError::not_found("session"))?)
 }
 
 pub(crate) fn exists(conn: &Connection, id: &SessionId) -> Result<bool, StoreError> {
-    conn.query_row("SELECT 1 FROM sessions WHERE id = ?1", params![id.as_str()], |_| Ok(()))
-        .optional()
+    conn.prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row(params![id.as_str()], |_| Ok(())).optional())
         .map(|row| row.is_some())
         .map_err(from_sqlite)
 }
@@ -38,11 +36,9 @@ pub(crate) fn update(conn: &Connection, principal: &Principal, id: &SessionId, c
     let mut record = load(conn, principal, id)?;
     record.apply(change, now_ms())?;
     let text = serde_json::to_string(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    conn.execute(
-        "UPDATE sessions SET record = ?2, last_seen_ms = ?3 WHERE id = ?1",
-        params![id.as_str(), text, record.last_seen_ms as i64],
-    )
-    .map_err(from_sqlite)?;
+    conn.prepare_cached("UPDATE sessions SET record = ?2, last_seen_ms = ?3 WHERE id = ?1")
+        .and_then(|mut stmt| stmt.execute(params![id.as_str(), text, record.last_seen_ms as i64]))
+        .map_err(from_sqlite)?;
     Ok(record)
 }
 
@@ -50,7 +46,8 @@ pub(crate) fn update(conn: &Connection, principal: &Principal, id: &SessionId, c
 /// streams went with it.
 pub(crate) fn end(conn: &Connection, principal: &Principal, id: &SessionId) -> Result<(bool, Vec<StreamId>), StoreError> {
     let deleted = conn
-        .execute("DELETE FROM sessions WHERE id = ?1 AND principal = ?2", params![id.as_str(), principal.as_str()])
+        .prepare_cached("DELETE FROM sessions WHERE id = ?1 AND principal = ?2")
+        .and_then(|mut stmt| stmt.execute(params![id.as_str(), principal.as_str()]))
         .map_err(from_sqlite)?;
     if deleted == 0 {
         return Ok((false, Vec::new()));
