@@ -66,14 +66,16 @@ end
 -- Append one event to live stream s (the caller checked it is open); trims the log to
 -- `max` events (0: unbounded). Returns the event's sequence.
 local function append_event(s, data, now, max)
-  local first = tonumber(redis.call('HGET', s.meta, 'first_seq'))
   local seq = redis.call('HINCRBY', s.meta, 'last_seq', 1)
   redis.call('XADD', s.events, string.format('%d-0', seq), 'd', data)
-  if max > 0 and seq - max + 1 > first then
-    first = seq - max + 1
+  if max > 0 and seq - max + 1 > tonumber(redis.call('HGET', s.meta, 'first_seq')) then
+    local first = seq - max + 1
     redis.call('XTRIM', s.events, 'MINID', string.format('%d-0', first))
+    redis.call('HSET', s.meta, 'first_seq', string.format('%d', first), 'last_event_ms', now)
+  else
+    -- Unbounded (or not full yet): `first_seq` stays as it is.
+    redis.call('HSET', s.meta, 'last_event_ms', now)
   end
-  redis.call('HSET', s.meta, 'first_seq', string.format('%d', first), 'last_event_ms', now)
   return seq
 end
 
@@ -100,8 +102,8 @@ end
 -- The version of the unexpired record, or false.
 local function record_version(kind, key, now)
   local current = redis.call('HMGET', record_key(kind, key), 'version', 'expires_at')
-  if current[1] and (not current[2] or tonumber(current[2]) > tonumber(now)) then return current[1] end
-  return false
+  if current[1] and (not current[2] or tonumber(current[2]) > tonumber(now)) then return current[1], true end
+  return false, current[1] ~= false
 end
 
 -- Write a record if `expected` (`''`: absent) holds against its unexpired state (an
@@ -109,18 +111,20 @@ end
 -- Redis expiry. Returns the new version, or 0 if the condition does not hold.
 local function put_record(kind, key, value, expires_at, expected, now)
   local rkey = record_key(kind, key)
-  local live = record_version(kind, key, now)
+  local live, present = record_version(kind, key, now)
+  local version
   if expected == '' then
     if live then return 0 end
-    redis.call('DEL', rkey)
+    -- An expired record Redis has not dropped yet is replaced whole.
+    if present then redis.call('DEL', rkey) end
     redis.call('HSET', rkey, 'version', 1, 'value', value)
+    version = 1
   else
     if live ~= expected then return 0 end
-    redis.call('HINCRBY', rkey, 'version', 1)
+    version = redis.call('HINCRBY', rkey, 'version', 1)
     redis.call('HSET', rkey, 'value', value)
     redis.call('HDEL', rkey, 'expires_at')
   end
-  local version = redis.call('HGET', rkey, 'version')
   redis.call('ZADD', records_index(kind), 0, key)
   if expires_at ~= '' then
     redis.call('HSET', rkey, 'expires_at', expires_at)
@@ -130,9 +134,11 @@ local function put_record(kind, key, value, expires_at, expected, now)
     redis.call('PEXPIREAT', rkey, expires_at)
   else
     redis.call('ZREM', records_expiring(kind), key)
-    redis.call('PERSIST', rkey)
+    -- Only a record that was there can have an expiry to drop.
+    if present then redis.call('PERSIST', rkey) end
   end
-  return version
+  -- As a string, as `HGET` would give it.
+  return tostring(version)
 end
 
 -- Delete one record and its index entries.
@@ -462,10 +468,11 @@ local function has_prefix(key, prefix) return string.sub(key, 1, #prefix) == pre
 
 -- Check: the state each stream and record would have after the ops so far.
 local streams, records, cleared = {}, {}, {}
+-- Each state keeps what `find` gave (`s`), so applying the batch finds no stream again.
 local function stream_state(id)
   if streams[id] == nil then
     local s = find(id)
-    if s then streams[id] = { open = redis.call('HGET', s.meta, 'closed') ~= '1' } else streams[id] = false end
+    if s then streams[id] = { open = redis.call('HGET', s.meta, 'closed') ~= '1', s = s } else streams[id] = false end
   end
   return streams[id]
 end
@@ -487,7 +494,8 @@ for i = 0, count - 1 do
     if stream_state(a) or redis.call('EXISTS', tagged(stream_tag(a, c), 'stream', a)) == 1 then
       return { 1, i, 'exists' }
     end
-    streams[a] = { open = true }
+    local tag = stream_tag(a, c)
+    streams[a] = { open = true, s = { tag = tag, meta = tagged(tag, 'stream', a), events = tagged(tag, 'events', a), principal = b, session = c } }
   elseif code == 'a' or code == 'x' then
     local st = stream_state(a)
     if not st then return { 1, i, 'stream' } end
@@ -524,7 +532,7 @@ for i = 0, count - 1 do
   if code == 'c' then
     create_stream(a, b, c, now, idle_ttl)
   elseif code == 'a' or code == 'x' then
-    local s = find(a)
+    local s = streams[a].s
     if code == 'a' then result = append_event(s, b, now, max) else close_stream(s, a, now, sweep) end
     if not touched[a] then
       touched[a] = s
