@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext};
+use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext, methods};
 use durable_mcp_store::{
     BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms,
 };
@@ -136,7 +136,7 @@ impl Engine {
             self.apply_session_effects(caller, &method, &request).await?;
         }
         tracing::debug!(%stream, %method, "request accepted");
-        if caller.era == Era::Legacy && method == "logging/setLevel" && self.summary().capabilities.get("logging").is_some() {
+        if caller.era == Era::Legacy && method == methods::LOGGING_SET_LEVEL && self.summary().capabilities.get("logging").is_some() {
             // durable-mcp owns the session's log level (it filters messages itself, on
             // every worker), so it answers `logging/setLevel` once the level is committed.
             let response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}});
@@ -149,7 +149,7 @@ impl Engine {
             Era::Legacy => None,
         };
         if let Some(flavor) = tasks_flavor
-            && method.starts_with("tasks/")
+            && method.starts_with(methods::TASKS_PREFIX)
             && let Some(answer) = self.tasks_method(caller, flavor, &id, &method, &request, &mut opening).await?
         {
             if let Some(response) = answer {
@@ -157,7 +157,7 @@ impl Engine {
             }
             return Ok(opening.accepted());
         }
-        let subscription = if caller.era == Era::Modern && method == "subscriptions/listen" {
+        let subscription = if caller.era == Era::Modern && method == methods::SUBSCRIPTIONS_LISTEN {
             match self.listen_subscription(caller, &id, &request).await? {
                 Ok(subscription) => Some(subscription),
                 Err(refusal) => {
@@ -170,7 +170,7 @@ impl Engine {
         };
         let mut request = request;
         let task_mode = match (tasks_flavor, method.as_str()) {
-            (Some(flavor), "tools/call") => match self.task_mode(flavor, &id, &mut request) {
+            (Some(flavor), methods::TOOLS_CALL) => match self.task_mode(flavor, &id, &mut request) {
                 Ok(mode) => mode,
                 Err(refusal) => {
                     opening.answer(self, &refusal).await?;
@@ -375,16 +375,16 @@ impl Engine {
     ) -> Result<Option<Option<Value>>, EngineError> {
         let params = request.get("params");
         match (flavor, method) {
-            (Flavor::Extension, "tasks/get" | "tasks/update" | "tasks/cancel") => {
+            (Flavor::Extension, methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL) => {
                 if !declares_extension(request) {
                     return Ok(Some(Some(missing_extension(id.clone()))));
                 }
                 Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
-            (Flavor::V2025, "tasks/get" | "tasks/list" | "tasks/cancel") => {
+            (Flavor::V2025, methods::TASKS_GET | methods::TASKS_LIST | methods::TASKS_CANCEL) => {
                 Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
             }
-            (Flavor::V2025, "tasks/result") => self.task_result(caller, id, params, opening).await,
+            (Flavor::V2025, methods::TASKS_RESULT) => self.task_result(caller, id, params, opening).await,
             _ => Ok(None),
         }
     }
@@ -486,7 +486,7 @@ impl Engine {
         let mut request = Map::new();
         request.insert("jsonrpc".into(), Value::from("2.0"));
         request.insert("id".into(), id.clone());
-        request.insert("method".into(), Value::from("tasks/result"));
+        request.insert("method".into(), Value::from(methods::TASKS_RESULT));
         request.insert("params".into(), serde_json::json!({"taskId": task_id}));
         // One commit: the request's stream with its journal entry.
         let mut record = RunRecord::new(self, caller, request, &opening.id);
@@ -715,25 +715,25 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let params = message.get("params");
         match (caller.era, method) {
-            (Era::Legacy, "notifications/message") => {
+            (Era::Legacy, methods::NOTIFICATION_MESSAGE) => {
                 let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
                 let threshold = caller.session.as_ref().and_then(|s| s.log_level.clone());
                 if threshold.is_some_and(|t| !passes(level, &t)) {
                     return Ok(());
                 }
             }
-            (Era::Modern, "notifications/message") => {
+            (Era::Modern, methods::NOTIFICATION_MESSAGE) => {
                 let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
                 match &caller.log_level {
                     Some(threshold) if passes(level, threshold) => {}
                     _ => return Ok(()),
                 }
             }
-            (Era::Legacy, "notifications/resources/updated") => {
+            (Era::Legacy, methods::NOTIFICATION_RESOURCES_UPDATED) => {
                 let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).unwrap_or_default();
                 return self.fan_out_resource_update(uri, &message).await;
             }
-            (Era::Legacy, "notifications/tools/list_changed" | "notifications/prompts/list_changed" | "notifications/resources/list_changed") => {
+            (Era::Legacy, methods::NOTIFICATION_TOOLS_LIST_CHANGED | methods::NOTIFICATION_PROMPTS_LIST_CHANGED | methods::NOTIFICATION_RESOURCES_LIST_CHANGED) => {
                 let Some(session) = &caller.session else { return Ok(()) };
                 return self.commit(&session.standalone_stream, &message, false).await.map(drop);
             }
@@ -761,9 +761,9 @@ impl Engine {
         let Some(session) = &caller.session else { return Ok(()) };
         let params = request.get("params");
         let change = match method {
-            "logging/setLevel" => params.and_then(|p| p.get("level")).and_then(Value::as_str).map(|l| SessionChange::SetLogLevel(l.to_owned())),
-            "resources/subscribe" => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Subscribe(u.to_owned())),
-            "resources/unsubscribe" => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Unsubscribe(u.to_owned())),
+            methods::LOGGING_SET_LEVEL => params.and_then(|p| p.get("level")).and_then(Value::as_str).map(|l| SessionChange::SetLogLevel(l.to_owned())),
+            methods::RESOURCES_SUBSCRIBE => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Subscribe(u.to_owned())),
+            methods::RESOURCES_UNSUBSCRIBE => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Unsubscribe(u.to_owned())),
             _ => None,
         };
         // The index entry first, the session's subscription after it (and the reverse to

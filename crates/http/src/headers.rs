@@ -2,7 +2,7 @@
 //! headers, and the 2026-07-28 standard headers (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`).
 
 use base64::Engine as _;
-use durable_mcp_protocol::McpVersion;
+use durable_mcp_protocol::{McpVersion, methods};
 use http::{HeaderMap, HeaderName, header};
 use serde_json::{Map, Value};
 
@@ -150,9 +150,9 @@ pub fn check_standard_headers(
         Some(_) => {}
     }
     let name_source = match method {
-        "tools/call" | "prompts/get" => params.and_then(|p| p.get("name")),
-        "resources/read" => params.and_then(|p| p.get("uri")),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => params.and_then(|p| p.get("taskId")),
+        methods::TOOLS_CALL | methods::PROMPTS_GET => params.and_then(|p| p.get("name")),
+        methods::RESOURCES_READ => params.and_then(|p| p.get("uri")),
+        methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => params.and_then(|p| p.get("taskId")),
         _ => None,
     };
     if let Some(expected) = name_source.and_then(Value::as_str) {
@@ -165,7 +165,7 @@ pub fn check_standard_headers(
             return Err(mismatch(format!("Mcp-Name header value '{decoded}' does not match body value '{expected}'"), id));
         }
     }
-    if method == "tools/call"
+    if method == methods::TOOLS_CALL
         && let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str)
         && let Some(schema) = tool_schema(tool)
     {

@@ -1,5 +1,11 @@
 //! The JSON-RPC method names durable-mcp routes on, one constant each.
 
+/// `initialize` (legacy era: opens a session).
+pub const INITIALIZE: &str = "initialize";
+/// `server/discover` (modern era).
+pub const SERVER_DISCOVER: &str = "server/discover";
+/// The prefix of the tasks methods (`tasks/get`, ...).
+pub const TASKS_PREFIX: &str = "tasks/";
 /// `tools/call`.
 pub const TOOLS_CALL: &str = "tools/call";
 /// `tools/list`.
