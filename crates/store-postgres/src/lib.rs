@@ -307,6 +307,18 @@ impl Store for PgStore {
     /// appends at once, after the listener reconnects, and at least every `poll_interval`:
     /// an append committed after this returns always wakes the subscription, at worst one
     /// `poll_interval` late. The wake-ups end when this process ends the stream's session.
+    async fn list_streams(&self, after: Option<&durable_mcp_store::StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+        op!(self, conn => streams::list(conn, after, limit))
+    }
+
+    async fn stream_info(&self, stream: &durable_mcp_store::StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+        op!(self, conn => streams::info(conn, stream))
+    }
+
+    async fn status(&self) -> StoreResult<durable_mcp_store::StoreStatus> {
+        op!(self, conn => migrate::status(conn))
+    }
+
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         Ok(self.shared.watchers.watch(stream, self.shared.options.poll_interval))
     }

@@ -10,6 +10,7 @@ use durable_mcp_store::{StoreError, StoreResult};
 use tokio_postgres::Client;
 
 use crate::error::from_pg;
+use crate::pool::Conn;
 use crate::options::quote_ident;
 
 /// Each entry migrates from version `index` to `index + 1`.
@@ -100,4 +101,45 @@ pub(crate) async fn migrate(client: &mut Client, schema: Option<&str>) -> StoreR
     }
     tx.commit().await.map_err(from_pg)?;
     Ok(LATEST)
+}
+
+/// What `Store::status` reads: the schema version, the server's clock and the settings
+/// that decide whether a commit survives a crash.
+pub(crate) async fn status(conn: &mut Conn) -> StoreResult<durable_mcp_store::StoreStatus> {
+    use durable_mcp_store::{SchemaVersion, Setting};
+    const STATUS: &str = "SELECT (SELECT COALESCE(MAX(version), 0) FROM durable_mcp_schema),
+        (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT,
+        current_setting('fsync'), current_setting('synchronous_commit'), current_setting('full_page_writes')";
+    let statement = conn.statements.get(&conn.client, STATUS).await?;
+    let row = conn.client.query_one(&statement, &[]).await.map_err(from_pg)?;
+    let found: i64 = row.try_get(0).map_err(from_pg)?;
+    let now: i64 = row.try_get(1).map_err(from_pg)?;
+    let fsync: String = row.try_get(2).map_err(from_pg)?;
+    let synchronous_commit: String = row.try_get(3).map_err(from_pg)?;
+    let full_page_writes: String = row.try_get(4).map_err(from_pg)?;
+    let fsync = if fsync == "off" {
+        Setting::weak("fsync", fsync, "commits are not flushed to disk: a server crash can lose acknowledged events and corrupt the cluster", "set `fsync = on` in postgresql.conf")
+    } else {
+        Setting::fine("fsync", fsync)
+    };
+    let synchronous_commit = if synchronous_commit == "off" {
+        Setting::weak(
+            "synchronous_commit",
+            synchronous_commit,
+            "a commit is acknowledged before it is flushed: a server crash can lose the last acknowledged events",
+            "set `synchronous_commit = on` (server or role) or remove it from the connection options",
+        )
+    } else {
+        Setting::fine("synchronous_commit", synchronous_commit)
+    };
+    let full_page_writes = if full_page_writes == "off" {
+        Setting::weak("full_page_writes", full_page_writes, "a power loss during a write can corrupt pages", "set `full_page_writes = on` in postgresql.conf")
+    } else {
+        Setting::fine("full_page_writes", full_page_writes)
+    };
+    Ok(durable_mcp_store::StoreStatus {
+        schema: Some(SchemaVersion { found, expected: LATEST }),
+        server_time_ms: u64::try_from(now).ok(),
+        settings: vec![fsync, synchronous_commit, full_page_writes],
+    })
 }

@@ -284,3 +284,37 @@ pub(crate) async fn notify(tx: &Transaction<'_>, statements: &mut Statements, ch
     tx.execute(&statement, &[&channel, &ids]).await.map_err(from_pg)?;
     Ok(())
 }
+
+fn to_info(row: &tokio_postgres::Row) -> StoreResult<durable_mcp_store::StreamInfo> {
+    let corrupt = |e: durable_mcp_store::IdError| StoreError::Corrupt(format!("stream row: {e}"));
+    let id: &str = row.try_get(0).map_err(from_pg)?;
+    let principal: String = row.try_get(1).map_err(from_pg)?;
+    let session: Option<&str> = row.try_get(2).map_err(from_pg)?;
+    let first: i64 = row.try_get(3).map_err(from_pg)?;
+    let last: i64 = row.try_get(4).map_err(from_pg)?;
+    Ok(durable_mcp_store::StreamInfo {
+        id: id.parse().map_err(corrupt)?,
+        owner: StreamOwner { principal: Principal::new(principal), session: session.map(str::parse).transpose().map_err(corrupt)? },
+        first_seq: u64::try_from(first).unwrap_or(0),
+        last_seq: u64::try_from(last).unwrap_or(0),
+        closed: row.try_get(5).map_err(from_pg)?,
+    })
+}
+
+/// Streams in id order after `after`, at most `limit` (ids compare bytewise).
+pub(crate) async fn list(conn: &mut Conn, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+    const LIST: &str = "SELECT id, principal, session, first_seq, last_seq, closed FROM streams
+        WHERE id COLLATE \"C\" > $1 ORDER BY id COLLATE \"C\" LIMIT $2";
+    let statement = conn.statements.get(&conn.client, LIST).await?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = conn.client.query(&statement, &[&after.map_or("", |a| a.as_str()), &limit]).await.map_err(from_pg)?;
+    rows.iter().map(to_info).collect()
+}
+
+/// One stream's summary.
+pub(crate) async fn info(conn: &mut Conn, stream: &StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+    const ONE: &str = "SELECT id, principal, session, first_seq, last_seq, closed FROM streams WHERE id = $1";
+    let statement = conn.statements.get(&conn.client, ONE).await?;
+    let row = conn.client.query_opt(&statement, &[&stream.as_str()]).await.map_err(from_pg)?;
+    to_info(&row.ok_or(StoreError::not_found("stream"))?)
+}

@@ -157,3 +157,103 @@ pub(crate) async fn prune_finished(shared: &Shared, cutoff: u64) -> StoreResult<
         }
     }
 }
+
+/// One stream's summary.
+pub(crate) async fn info(shared: &Shared, stream: &StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+    let mut call = shared.script(&scripts::STREAM_INFO);
+    call.arg(stream.as_str());
+    let reply: Vec<String> = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let [principal, session, first, last, closed] = reply.as_slice() else {
+        return match reply.as_slice() {
+            [] => Err(StoreError::not_found("stream")),
+            _ => Err(StoreError::Corrupt(format!("unexpected reply to stream_info: {reply:?}"))),
+        };
+    };
+    let corrupt = |what: &str| StoreError::Corrupt(format!("stream {stream}: bad {what}"));
+    let session = match session.as_str() {
+        "" => None,
+        s => Some(s.parse().map_err(|_| corrupt("session"))?),
+    };
+    Ok(durable_mcp_store::StreamInfo {
+        id: stream.clone(),
+        owner: StreamOwner { principal: Principal::new(principal.clone()), session },
+        first_seq: first.parse().map_err(|_| corrupt("first_seq"))?,
+        last_seq: last.parse().map_err(|_| corrupt("last_seq"))?,
+        closed: closed == "1",
+    })
+}
+
+/// Streams in id order after `after`, at most `limit`. Redis keeps no ordered index of
+/// every stream, so this scans the meta keys of the prefix (`SCAN`, in pages) and sorts:
+/// O(streams) per call, for operator commands only.
+pub(crate) async fn list(shared: &Shared, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+    let glob: String = shared.keys.prefix().chars().flat_map(|c| match c {
+        '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+        c => vec![c],
+    }).collect();
+    let pattern = format!("{glob}:{{*}}:stream:*");
+    let mut conn = shared.conn();
+    let mut cursor: u64 = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query_async(&mut conn).await.map_err(from_redis)?;
+        for key in keys {
+            if let Some((_, id)) = key.rsplit_once(":stream:")
+                && let Ok(id) = id.parse::<StreamId>()
+                && after.is_none_or(|after| id.as_str() > after.as_str())
+            {
+                ids.insert(id);
+            }
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let mut out = Vec::new();
+    for id in ids.into_iter().take(limit) {
+        match info(shared, &id).await {
+            Ok(info) => out.push(info),
+            // Ended or pruned between the scan and the read.
+            Err(StoreError::NotFound { .. }) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(out)
+}
+
+/// The server's clock, its persistence settings and, for `doctor`, what they risk.
+pub(crate) async fn status(shared: &Shared) -> StoreResult<durable_mcp_store::StoreStatus> {
+    use durable_mcp_store::Setting;
+    let mut conn = shared.conn();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.map_err(from_redis)?;
+    let server_time_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
+    let mut settings = Vec::new();
+    // CONFIG may be renamed or forbidden (managed services): then the setting is unknown.
+    let config: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg("appendonly").query_async(&mut conn).await;
+    match config.as_deref() {
+        Ok([_, value]) if value == "yes" => {
+            let fsync: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg("appendfsync").query_async(&mut conn).await;
+            settings.push(Setting::fine("appendonly", value.as_str()));
+            match fsync.as_deref() {
+                Ok([_, value]) if value == "no" => settings.push(Setting::weak(
+                    "appendfsync",
+                    value.as_str(),
+                    "the append-only file is flushed when the operating system decides: a crash can lose the last seconds of events",
+                    "CONFIG SET appendfsync everysec (or always), and keep it in redis.conf",
+                )),
+                Ok([_, value]) => settings.push(Setting::fine("appendfsync", value.as_str())),
+                _ => settings.push(Setting::fine("appendfsync", "unknown (CONFIG GET refused)")),
+            }
+        }
+        Ok([_, value]) => settings.push(Setting::weak(
+            "appendonly",
+            value.as_str(),
+            "without the append-only file, Redis keeps at most its last snapshot: a restart loses every session, event and journaled request since",
+            "CONFIG SET appendonly yes, and set `appendonly yes` in redis.conf",
+        )),
+        _ => settings.push(Setting::fine("appendonly", "unknown (CONFIG GET refused)")),
+    }
+    Ok(durable_mcp_store::StoreStatus { schema: None, server_time_ms: Some(server_time_ms), settings })
+}

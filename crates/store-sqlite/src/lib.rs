@@ -31,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use durable_mcp_store::{
     BatchOutcome, EventId, WriteBatch, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
-    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
+    SchemaVersion, Setting, StoreError, StoreResult, StoreStatus, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 use rusqlite::{Connection, OpenFlags};
 
@@ -307,6 +307,59 @@ impl Store for SqliteStore {
             writer::Reply::Batch(outcome) => Ok(outcome),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
         }
+    }
+
+    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<StreamInfo>> {
+        let after = after.cloned();
+        self.read(move |conn| streams::list(conn, after.as_ref(), limit)).await
+    }
+
+    async fn stream_info(&self, stream: &StreamId) -> StoreResult<StreamInfo> {
+        let stream = stream.clone();
+        self.read(move |conn| streams::info(conn, &stream)).await
+    }
+
+    async fn status(&self) -> StoreResult<StoreStatus> {
+        self.read(|conn| {
+            let pragma = |name: &str| conn.query_row(&format!("PRAGMA {name}"), [], |row| row.get::<_, rusqlite::types::Value>(0)).map_err(error::from_sqlite);
+            let found = match pragma("user_version")? {
+                rusqlite::types::Value::Integer(v) => v,
+                other => return Err(StoreError::Corrupt(format!("PRAGMA user_version: {other:?}"))),
+            };
+            let synchronous = match pragma("synchronous")? {
+                rusqlite::types::Value::Integer(0) => "OFF",
+                rusqlite::types::Value::Integer(1) => "NORMAL",
+                rusqlite::types::Value::Integer(2) => "FULL",
+                rusqlite::types::Value::Integer(3) => "EXTRA",
+                _ => "unknown",
+            };
+            let synchronous = match synchronous {
+                "OFF" => Setting::weak(
+                    "synchronous",
+                    synchronous,
+                    "commits are not flushed to disk: an operating system crash or power loss can lose acknowledged events and corrupt the database",
+                    "remove `synchronous=off` from the sqlite: URL (FULL is the default)",
+                ),
+                "NORMAL" => Setting::weak(
+                    "synchronous",
+                    synchronous,
+                    "in WAL mode the last commits before a power loss or operating system crash can be lost (a process crash loses nothing)",
+                    "remove `synchronous=normal` from the sqlite: URL (FULL is the default)",
+                ),
+                _ => Setting::fine("synchronous", synchronous),
+            };
+            let journal = match pragma("journal_mode")? {
+                rusqlite::types::Value::Text(mode) => mode,
+                other => format!("{other:?}"),
+            };
+            let journal = if journal.eq_ignore_ascii_case("wal") {
+                Setting::fine("journal_mode", journal)
+            } else {
+                Setting::weak("journal_mode", journal, "readers block the writer and group commit is lost", "let durable-mcp open the file (it sets WAL)")
+            };
+            Ok(StoreStatus { schema: Some(SchemaVersion { found, expected: SCHEMA_VERSION }), server_time_ms: None, settings: vec![synchronous, journal] })
+        })
+        .await
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {

@@ -361,6 +361,19 @@ impl<H: Hook> Store for Wrapped<H> {
         self.hook.before(Op::DeleteRecords).await?;
         self.inner.delete_records(kind, prefix).await
     }
+    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<crate::StreamInfo>> {
+        self.inner.list_streams(after, limit).await
+    }
+    async fn stream_info(&self, stream: &StreamId) -> StoreResult<crate::StreamInfo> {
+        self.inner.stream_info(stream).await
+    }
+    async fn status(&self) -> StoreResult<crate::StoreStatus> {
+        self.inner.status().await
+    }
+    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[crate::StoredEvent], close: bool) -> StoreResult<u64> {
+        self.hook.before(Op::Append).await?;
+        self.inner.import_events(stream, owner, events, close).await
+    }
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         self.hook.before(Op::Watch).await?;
         self.inner.watch(stream).await
