@@ -294,13 +294,16 @@ impl<'a> Importer<'a> {
 /// `dump`: write every item of `store` to `out`.
 pub async fn dump(store: &dyn Store, out: impl Write) -> anyhow::Result<Counts> {
     let bar = progress("dumping");
-    let out = std::cell::RefCell::new(std::io::BufWriter::new(out));
+    let mut out = std::io::BufWriter::new(out);
     let counts = export(store, &bar, |line| {
-        let written = serde_json::to_writer(&mut *out.borrow_mut(), &line).map_err(anyhow::Error::from).and_then(|()| Ok(out.borrow_mut().write_all(b"\n")?));
+        let written = serde_json::to_vec(&line).map_err(anyhow::Error::from).and_then(|mut bytes| {
+            bytes.push(b'\n');
+            Ok(out.write_all(&bytes)?)
+        });
         async move { written }
     })
     .await?;
-    out.borrow_mut().flush()?;
+    out.flush()?;
     bar.finish_and_clear();
     Ok(counts)
 }

@@ -114,7 +114,7 @@ fn source_store(dir: &std::path::Path, streams: usize, events: usize) -> String 
     let now = durable_mcp::now_ms();
     let mut sessions = Vec::new();
     for n in 0..2 {
-        let (id, standalone) = (format!("{:032x}", 0xabc0 + n), format!("{:032x}", 0xdef0 + n));
+        let (id, standalone) = (format!("{:064x}", 0xabc0 + n), format!("{:032x}", 0xdef0 + n));
         lines.push(json!({"session": {"id": id, "principal": "alice", "protocol_version": "2025-11-25",
             "client": {"clientInfo": {"name": "ops", "version": "1"}}, "log_level": null, "subscriptions": [], "state": {"k": n},
             "standalone_stream": standalone, "created_at_ms": now, "last_seen_ms": now, "delivery": null}}));
