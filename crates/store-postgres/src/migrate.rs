@@ -106,7 +106,7 @@ pub(crate) async fn migrate(client: &mut Client, schema: Option<&str>) -> StoreR
 /// What `Store::status` reads: the schema version, the server's clock and the settings
 /// that decide whether a commit survives a crash.
 pub(crate) async fn status(conn: &mut Conn) -> StoreResult<durable_mcp_store::StoreStatus> {
-    use durable_mcp_store::{SchemaVersion, Setting};
+    use durable_mcp_store::SchemaVersion;
     const STATUS: &str = "SELECT (SELECT COALESCE(MAX(version), 0) FROM durable_mcp_schema),
         (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT,
         current_setting('fsync'), current_setting('synchronous_commit'), current_setting('full_page_writes')";
@@ -117,6 +117,18 @@ pub(crate) async fn status(conn: &mut Conn) -> StoreResult<durable_mcp_store::St
     let fsync: String = row.try_get(2).map_err(from_pg)?;
     let synchronous_commit: String = row.try_get(3).map_err(from_pg)?;
     let full_page_writes: String = row.try_get(4).map_err(from_pg)?;
+    let settings = judge_settings(fsync, synchronous_commit, full_page_writes);
+    Ok(durable_mcp_store::StoreStatus {
+        schema: Some(SchemaVersion { found, expected: LATEST }),
+        server_time_ms: u64::try_from(now).ok(),
+        settings,
+    })
+}
+
+/// The server settings that decide whether an acknowledged commit survives a crash, each
+/// judged (`doctor` prints the weak ones with their fix).
+pub(crate) fn judge_settings(fsync: String, synchronous_commit: String, full_page_writes: String) -> Vec<durable_mcp_store::Setting> {
+    use durable_mcp_store::Setting;
     let fsync = if fsync == "off" {
         Setting::weak("fsync", fsync, "commits are not flushed to disk: a server crash can lose acknowledged events and corrupt the cluster", "set `fsync = on` in postgresql.conf")
     } else {
@@ -137,9 +149,24 @@ pub(crate) async fn status(conn: &mut Conn) -> StoreResult<durable_mcp_store::St
     } else {
         Setting::fine("full_page_writes", full_page_writes)
     };
-    Ok(durable_mcp_store::StoreStatus {
-        schema: Some(SchemaVersion { found, expected: LATEST }),
-        server_time_ms: u64::try_from(now).ok(),
-        settings: vec![fsync, synchronous_commit, full_page_writes],
-    })
+    vec![fsync, synchronous_commit, full_page_writes]
+}
+
+#[cfg(test)]
+mod judged {
+    use super::judge_settings;
+
+    fn weak(fsync: &str, commit: &str, fpw: &str) -> Vec<&'static str> {
+        let names = ["fsync", "synchronous_commit", "full_page_writes"];
+        judge_settings(fsync.into(), commit.into(), fpw.into()).iter().zip(names).filter(|(s, _)| s.weakness.is_some()).map(|(_, n)| n).collect()
+    }
+
+    #[test]
+    fn each_setting_that_loses_acknowledged_commits_is_flagged_alone() {
+        assert!(weak("on", "on", "on").is_empty());
+        assert!(weak("on", "remote_apply", "on").is_empty());
+        assert_eq!(weak("off", "on", "on"), ["fsync"]);
+        assert_eq!(weak("on", "off", "on"), ["synchronous_commit"]);
+        assert_eq!(weak("on", "on", "off"), ["full_page_writes"]);
+    }
 }

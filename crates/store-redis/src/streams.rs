@@ -225,35 +225,70 @@ pub(crate) async fn list(shared: &Shared, after: Option<&StreamId>, limit: usize
 
 /// The server's clock, its persistence settings and, for `doctor`, what they risk.
 pub(crate) async fn status(shared: &Shared) -> StoreResult<durable_mcp_store::StoreStatus> {
-    use durable_mcp_store::Setting;
     let mut conn = shared.conn();
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.map_err(from_redis)?;
     let server_time_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
-    let mut settings = Vec::new();
     // CONFIG may be renamed or forbidden (managed services): then the setting is unknown.
-    let config: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg("appendonly").query_async(&mut conn).await;
-    match config.as_deref() {
-        Ok([_, value]) if value == "yes" => {
-            let fsync: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg("appendfsync").query_async(&mut conn).await;
-            settings.push(Setting::fine("appendonly", value.as_str()));
-            match fsync.as_deref() {
-                Ok([_, value]) if value == "no" => settings.push(Setting::weak(
-                    "appendfsync",
-                    value.as_str(),
-                    "the append-only file is flushed when the operating system decides: a crash can lose the last seconds of events",
-                    "CONFIG SET appendfsync everysec (or always), and keep it in redis.conf",
-                )),
-                Ok([_, value]) => settings.push(Setting::fine("appendfsync", value.as_str())),
-                _ => settings.push(Setting::fine("appendfsync", "unknown (CONFIG GET refused)")),
+    let config = |name: &'static str| {
+        let mut conn = shared.conn();
+        async move {
+            let reply: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg(name).query_async(&mut conn).await;
+            match reply.as_deref() {
+                Ok([_, value]) => Some(value.clone()),
+                _ => None,
             }
         }
-        Ok([_, value]) => settings.push(Setting::weak(
+    };
+    let appendonly = config("appendonly").await;
+    let appendfsync = if appendonly.as_deref() == Some("yes") { config("appendfsync").await } else { None };
+    let settings = judge_persistence(appendonly.as_deref(), appendfsync.as_deref());
+    Ok(durable_mcp_store::StoreStatus { schema: None, server_time_ms: Some(server_time_ms), settings })
+}
+
+/// Redis's persistence settings, judged: without the append-only file a restart loses
+/// everything since the last snapshot; with `appendfsync no` the last seconds. `None`:
+/// unknown (`CONFIG GET` refused).
+pub(crate) fn judge_persistence(appendonly: Option<&str>, appendfsync: Option<&str>) -> Vec<durable_mcp_store::Setting> {
+    use durable_mcp_store::Setting;
+    let unknown = "unknown (CONFIG GET refused)";
+    match appendonly {
+        None => vec![Setting::fine("appendonly", unknown)],
+        Some("yes") => vec![
+            Setting::fine("appendonly", "yes"),
+            match appendfsync {
+                Some("no") => Setting::weak(
+                    "appendfsync",
+                    "no",
+                    "the append-only file is flushed when the operating system decides: a crash can lose the last seconds of events",
+                    "CONFIG SET appendfsync everysec (or always), and keep it in redis.conf",
+                ),
+                Some(value) => Setting::fine("appendfsync", value),
+                None => Setting::fine("appendfsync", unknown),
+            },
+        ],
+        Some(value) => vec![Setting::weak(
             "appendonly",
-            value.as_str(),
+            value,
             "without the append-only file, Redis keeps at most its last snapshot: a restart loses every session, event and journaled request since",
             "CONFIG SET appendonly yes, and set `appendonly yes` in redis.conf",
-        )),
-        _ => settings.push(Setting::fine("appendonly", "unknown (CONFIG GET refused)")),
+        )],
     }
-    Ok(durable_mcp_store::StoreStatus { schema: None, server_time_ms: Some(server_time_ms), settings })
+}
+
+#[cfg(test)]
+mod judged {
+    use super::judge_persistence;
+
+    fn weak(appendonly: Option<&str>, appendfsync: Option<&str>) -> Vec<String> {
+        judge_persistence(appendonly, appendfsync).into_iter().filter(|s| s.weakness.is_some()).map(|s| s.name).collect()
+    }
+
+    #[test]
+    fn no_aof_and_an_aof_the_os_flushes_are_flagged() {
+        assert_eq!(weak(Some("no"), None), ["appendonly"]);
+        assert_eq!(weak(Some("yes"), Some("no")), ["appendfsync"]);
+        assert!(weak(Some("yes"), Some("everysec")).is_empty());
+        assert!(weak(Some("yes"), Some("always")).is_empty());
+        assert!(weak(None, None).is_empty(), "unknown is not claimed weak");
+    }
 }

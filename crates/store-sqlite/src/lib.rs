@@ -333,37 +333,60 @@ impl Store for SqliteStore {
                 rusqlite::types::Value::Integer(3) => "EXTRA",
                 _ => "unknown",
             };
-            let synchronous = match synchronous {
-                "OFF" => Setting::weak(
-                    "synchronous",
-                    synchronous,
-                    "commits are not flushed to disk: an operating system crash or power loss can lose acknowledged events and corrupt the database",
-                    "remove `synchronous=off` from the sqlite: URL (FULL is the default)",
-                ),
-                "NORMAL" => Setting::weak(
-                    "synchronous",
-                    synchronous,
-                    "in WAL mode the last commits before a power loss or operating system crash can be lost (a process crash loses nothing)",
-                    "remove `synchronous=normal` from the sqlite: URL (FULL is the default)",
-                ),
-                _ => Setting::fine("synchronous", synchronous),
-            };
             let journal = match pragma("journal_mode")? {
                 rusqlite::types::Value::Text(mode) => mode,
                 other => format!("{other:?}"),
             };
-            let journal = if journal.eq_ignore_ascii_case("wal") {
-                Setting::fine("journal_mode", journal)
-            } else {
-                Setting::weak("journal_mode", journal, "readers block the writer and group commit is lost", "let durable-mcp open the file (it sets WAL)")
-            };
-            Ok(StoreStatus { schema: Some(SchemaVersion { found, expected: SCHEMA_VERSION }), server_time_ms: None, settings: vec![synchronous, journal] })
+            Ok(StoreStatus { schema: Some(SchemaVersion { found, expected: SCHEMA_VERSION }), server_time_ms: None, settings: judge_settings(synchronous, journal) })
         })
         .await
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         Ok(self.shared.watchers.watch(stream, self.shared.options.poll_interval))
+    }
+}
+
+/// The settings that decide whether a commit survives a crash, judged: `synchronous`
+/// below FULL loses acknowledged commits on a power loss, a journal mode other than WAL
+/// (a file system without shared memory) blocks readers behind the writer.
+fn judge_settings(synchronous: &str, journal: String) -> Vec<Setting> {
+    let synchronous = match synchronous {
+        "OFF" => Setting::weak(
+            "synchronous",
+            synchronous,
+            "commits are not flushed to disk: an operating system crash or power loss can lose acknowledged events and corrupt the database",
+            "remove `synchronous=off` from the sqlite: URL (FULL is the default)",
+        ),
+        "NORMAL" => Setting::weak(
+            "synchronous",
+            synchronous,
+            "in WAL mode the last commits before a power loss or operating system crash can be lost (a process crash loses nothing)",
+            "remove `synchronous=normal` from the sqlite: URL (FULL is the default)",
+        ),
+        _ => Setting::fine("synchronous", synchronous),
+    };
+    let journal = if journal.eq_ignore_ascii_case("wal") {
+        Setting::fine("journal_mode", journal)
+    } else {
+        Setting::weak("journal_mode", journal, "readers block the writer and group commit is lost", "let durable-mcp open the file (it sets WAL)")
+    };
+    vec![synchronous, journal]
+}
+
+#[cfg(test)]
+mod judged {
+    fn weak(synchronous: &str, journal: &str) -> Vec<String> {
+        super::judge_settings(synchronous, journal.into()).into_iter().filter(|s| s.weakness.is_some()).map(|s| s.name).collect()
+    }
+
+    #[test]
+    fn synchronous_below_full_and_a_journal_other_than_wal_are_flagged() {
+        assert!(weak("FULL", "wal").is_empty());
+        assert!(weak("EXTRA", "wal").is_empty());
+        assert_eq!(weak("NORMAL", "wal"), ["synchronous"]);
+        assert_eq!(weak("OFF", "wal"), ["synchronous"]);
+        assert_eq!(weak("FULL", "delete"), ["journal_mode"]);
     }
 }
 
