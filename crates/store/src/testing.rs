@@ -384,6 +384,19 @@ impl<H: Hook> Store for Wrapped<H> {
     }
 }
 
+/// `len` printable bytes that do not compress. PostgreSQL compresses long index entries, so
+/// a repetitive key would fit its index where a client's real id of the same length does
+/// not: tests of long client input use this.
+pub fn incompressible(len: usize) -> String {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            char::from(b'!' + ((state >> 33) % 94) as u8)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -424,17 +437,4 @@ mod tests {
         gate.before(Op::PutRecord).await.expect("only once");
         assert_eq!(gate.failed(Op::PutRecord), 1);
     }
-}
-
-/// `len` printable bytes that do not compress. PostgreSQL compresses long index entries, so
-/// a repetitive key would fit its index where a client's real id of the same length does
-/// not: tests of long client input use this.
-pub fn incompressible(len: usize) -> String {
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            char::from(b'!' + ((state >> 33) % 94) as u8)
-        })
-        .collect()
 }
