@@ -319,6 +319,16 @@ impl Store for PgStore {
         op!(self, conn => migrate::status(conn))
     }
 
+    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[durable_mcp_store::StoredEvent], close: bool) -> StoreResult<u64> {
+        let channel = &self.shared.channel;
+        let appended = op!(self, conn => streams::import(conn, channel, stream, owner, events, close))?;
+        if appended > 0 {
+            // Local tails need not wait for the notification's round trip.
+            self.shared.watchers.wake(stream);
+        }
+        Ok(appended)
+    }
+
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         Ok(self.shared.watchers.watch(stream, self.shared.options.poll_interval))
     }

@@ -318,3 +318,58 @@ pub(crate) async fn info(conn: &mut Conn, stream: &StreamId) -> StoreResult<dura
     let row = conn.client.query_opt(&statement, &[&stream.as_str()]).await.map_err(from_pg)?;
     to_info(&row.ok_or(StoreError::not_found("stream"))?)
 }
+
+/// `Store::import_events` in one transaction: the stream's row is locked (or created), the
+/// events it already holds are skipped by sequence, the rest must continue it (an empty
+/// stream may start at the first retained event of its source), and its tails are
+/// notified at commit. Returns how many events were inserted.
+pub(crate) async fn import(
+    conn: &mut Conn,
+    channel: &str,
+    stream: &StreamId,
+    owner: &StreamOwner,
+    events: &[StoredEvent],
+    close: bool,
+) -> StoreResult<u64> {
+    const LOCK: &str = "SELECT last_seq, closed FROM streams WHERE id = $1 FOR UPDATE";
+    const INSERT_EVENTS: &str = "INSERT INTO events (stream, seq, data) SELECT $1, seq, data FROM unnest($2::BIGINT[], $3::TEXT[]) AS t(seq, data)";
+    const UPDATE: &str = "UPDATE streams SET last_seq = $2, closed = $3, last_event_ms = $4,
+        first_seq = CASE WHEN $5 THEN $6 ELSE first_seq END WHERE id = $1";
+    let Conn { client, statements, .. } = conn;
+    let tx = client.transaction().await.map_err(from_pg)?;
+    let lock = statements.get(&tx, LOCK).await?;
+    let (last, closed) = match tx.query_opt(&lock, &[&stream.as_str()]).await.map_err(from_pg)? {
+        Some(row) => (row.try_get::<_, i64>(0).map_err(from_pg)?, row.try_get::<_, bool>(1).map_err(from_pg)?),
+        None => {
+            insert(&tx, statements, stream, owner).await?;
+            (0, false)
+        }
+    };
+    let last = u64::try_from(last).unwrap_or(0);
+    let fresh: Vec<&StoredEvent> = events.iter().filter(|e| e.id.seq > last).collect();
+    let Some(first) = fresh.first() else {
+        tx.commit().await.map_err(from_pg)?;
+        return Ok(0);
+    };
+    if closed {
+        return Err(StoreError::StreamClosed { stream: stream.to_string() });
+    }
+    let start = if last == 0 { first.id.seq } else { last + 1 };
+    for (i, event) in fresh.iter().enumerate() {
+        if event.id.seq != start + i as u64 {
+            return Err(durable_mcp_store::import_gap(stream, start + i as u64, event.id.seq));
+        }
+    }
+    let seqs: Vec<i64> = fresh.iter().map(|e| to_i64(e.id.seq)).collect();
+    let data: Vec<&str> = fresh.iter().map(|e| e.data.as_str()).collect();
+    let statement = statements.get(&tx, INSERT_EVENTS).await?;
+    tx.execute(&statement, &[&stream.as_str(), &seqs, &data]).await.map_err(from_pg)?;
+    let new_last = to_i64(start + fresh.len() as u64 - 1);
+    let statement = statements.get(&tx, UPDATE).await?;
+    let params: [&(dyn ToSql + Sync); 6] =
+        [&stream.as_str(), &new_last, &close, &to_i64(durable_mcp_store::now_ms()), &(last == 0), &to_i64(start)];
+    tx.execute(&statement, &params).await.map_err(from_pg)?;
+    notify(&tx, statements, channel, std::slice::from_ref(stream)).await?;
+    tx.commit().await.map_err(from_pg)?;
+    Ok(fresh.len() as u64)
+}

@@ -342,6 +342,14 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[durable_mcp_store::StoredEvent], close: bool) -> StoreResult<u64> {
+        let op = writer::Op::Import { stream: stream.clone(), owner: owner.clone(), events: events.to_vec(), close };
+        match self.writer.submit(op).await? {
+            writer::Reply::Count(appended) => Ok(appended),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         Ok(self.shared.watchers.watch(stream, self.shared.options.poll_interval))
     }

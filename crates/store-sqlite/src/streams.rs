@@ -171,3 +171,44 @@ pub(crate) fn info(conn: &Connection, stream: &StreamId) -> Result<durable_mcp_s
         .map_err(from_sqlite)?;
     to_info(row.ok_or(StoreError::not_found("stream"))?)
 }
+
+/// `Store::import_events` inside the writer's savepoint: events the stream already holds
+/// are skipped by sequence; the rest must continue it (an empty stream may start at the
+/// first retained event of its source); returns how many were inserted.
+pub(crate) fn import(conn: &Connection, stream: &StreamId, events: &[StoredEvent], close: bool) -> Result<u64, StoreError> {
+    let (last, closed): (i64, bool) = conn
+        .prepare_cached("SELECT last_seq, closed FROM streams WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], |row| Ok((row.get(0)?, row.get(1)?))))
+        .map_err(from_sqlite)?;
+    let last = u64::try_from(last).unwrap_or(0);
+    let fresh: Vec<&StoredEvent> = events.iter().filter(|e| e.id.seq > last).collect();
+    let Some(first) = fresh.first() else { return Ok(0) };
+    if closed {
+        return Err(StoreError::StreamClosed { stream: stream.to_string() });
+    }
+    let start = if last == 0 { first.id.seq } else { last + 1 };
+    for (i, event) in fresh.iter().enumerate() {
+        let expected = start + i as u64;
+        if event.id.seq != expected {
+            return Err(durable_mcp_store::import_gap(stream, expected, event.id.seq));
+        }
+        conn.prepare_cached("INSERT INTO events (stream, seq, data) VALUES (?1, ?2, ?3)")
+            .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq_i64(expected), event.data]))
+            .map_err(from_sqlite)?;
+    }
+    let new_last = start + fresh.len() as u64 - 1;
+    conn.prepare_cached("UPDATE streams SET last_seq = ?2, closed = ?3, last_event_ms = ?4 WHERE id = ?1")
+        .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq_i64(new_last), close, now_ms() as i64]))
+        .map_err(from_sqlite)?;
+    if last == 0 {
+        conn.prepare_cached("UPDATE streams SET first_seq = ?2 WHERE id = ?1")
+            .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq_i64(start)]))
+            .map_err(from_sqlite)?;
+    }
+    Ok(fresh.len() as u64)
+}
+
+/// A sequence as SQLite stores it (sequences never come near `i64::MAX`).
+fn seq_i64(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}

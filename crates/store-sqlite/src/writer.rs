@@ -31,6 +31,8 @@ pub(crate) enum Op {
     DeleteRecords { kind: RecordKind, prefix: String },
     /// A [`WriteBatch`]: one job, so one savepoint: all of it or nothing.
     Batch(WriteBatch),
+    /// `Store::import_events`: one job, so all of the events or none.
+    Import { stream: StreamId, owner: StreamOwner, events: Vec<durable_mcp_store::StoredEvent>, close: bool },
 }
 
 /// What a write returns.
@@ -191,6 +193,21 @@ fn apply(
             records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(Reply::Count)
         }
         Op::DeleteRecords { kind, prefix } => records::delete(tx, *kind, prefix, now_ms()).map(Reply::Count),
+        Op::Import { stream, owner, events, close } => {
+            if !streams::exists(tx, stream)? {
+                if let Some(session) = &owner.session
+                    && !sessions::exists(tx, session)?
+                {
+                    return Err(StoreError::not_found("session"));
+                }
+                streams::insert(tx, stream, owner)?;
+            }
+            let appended = streams::import(tx, stream, events, *close)?;
+            if appended > 0 {
+                touched.insert(stream.clone());
+            }
+            Ok(Reply::Count(appended))
+        }
         Op::Batch(batch) => {
             // The job's savepoint makes the batch all or nothing: a refused op returns an
             // error and `run` rolls back to the savepoint, undoing the ops before it.

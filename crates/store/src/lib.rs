@@ -245,9 +245,11 @@ pub trait Store: Send + Sync + 'static {
     /// continue the stream without a gap (the first one `last_seq + 1`), or the call is
     /// [`StoreError::Refused`] and appends nothing more. Interrupted and called again with
     /// the same events, it appends only the missing ones (a resumable copy loses and
-    /// duplicates nothing). The provided implementation appends one event at a time, so a
-    /// stream whose first retained event is not 1 (trimmed by `max_events`) can be
-    /// imported only by backends that override it; others refuse it.
+    /// duplicates nothing). A stream that holds no event yet may start at any sequence (the
+    /// first retained event of a trimmed source; reads before it are then
+    /// [`StoreError::Pruned`]) on backends that override this (SQLite, PostgreSQL, memory:
+    /// one transaction per call); the provided implementation appends one event at a time
+    /// and refuses such a stream.
     async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[StoredEvent], close: bool) -> StoreResult<u64> {
         let info = match self.stream_info(stream).await {
             Ok(info) => info,

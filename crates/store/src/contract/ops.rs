@@ -95,3 +95,29 @@ pub async fn ops_status_reports_current_schema_and_clock(store: Arc<dyn Store>) 
         assert!(!setting.name.is_empty());
     }
 }
+
+/// D14 across a move: a stream whose oldest events were trimmed at its source keeps its
+/// first retained id after an import (a resume from before it is `Pruned`, never a
+/// shortened stream), or, on a backend that cannot, the import is refused and appends
+/// nothing.
+pub async fn d14_import_of_a_trimmed_stream_keeps_its_start_or_is_refused(store: Arc<dyn Store>) {
+    let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+    let stream = StreamId::random();
+    match store.import_events(&stream, &owner, &events(&stream, 5..=7), true).await {
+        Ok(appended) => {
+            assert_eq!(appended, 3);
+            let info = store.stream_info(&stream).await.expect("info");
+            assert_eq!((info.first_seq, info.last_seq, info.closed), (5, 7, true));
+            let read = store.read_after(&stream, 4, usize::MAX).await.expect("read");
+            assert_eq!(read.events.iter().map(|e| e.id.seq).collect::<Vec<_>>(), [5, 6, 7]);
+            assert!(read.finished);
+            let err = store.read_after(&stream, 0, 10).await.expect_err("events 1..4 are not there");
+            assert!(matches!(err, StoreError::Pruned { oldest_retained: 5, .. }), "{err}");
+        }
+        Err(err) => {
+            assert_eq!(err.kind(), crate::StoreErrorKind::Refused, "{err}");
+            let info = store.stream_info(&stream).await;
+            assert!(info.is_err() || info.is_ok_and(|i| i.last_seq == 0), "nothing of a refused import");
+        }
+    }
+}
