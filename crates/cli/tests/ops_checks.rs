@@ -55,6 +55,36 @@ fn healthz_and_readyz_on_a_healthy_sqlite_worker() {
     assert_eq!(ready["checks"]["not_draining"]["ok"], true, "{ready}");
 }
 
+/// `/readyz` is 503 while the store's schema is not the one this binary writes (here a
+/// newer one, as a later release's migration would leave it), 200 again once it is.
+#[test]
+fn readyz_is_503_while_the_schema_is_not_current() {
+    let dir = temp_dir("ops-schema");
+    let server = Server::start(&sqlite(&dir, ""), free_port(), &[]);
+    let (_, ready) = get(server.addr, "/readyz");
+    let current = ready["checks"]["schema"]["expected"].as_i64().unwrap();
+    let set_version = |version: i64| {
+        let out = Command::new("sqlite3").arg(dir.join("store.db")).arg(format!("PRAGMA user_version = {version}")).output();
+        match out {
+            Ok(out) if out.status.success() => true,
+            Ok(out) => panic!("sqlite3: {}", String::from_utf8_lossy(&out.stderr)),
+            Err(error) if !durable_mcp_store::in_ci() => {
+                eprintln!("skipped: no sqlite3 command: {error}");
+                false
+            }
+            Err(error) => panic!("sqlite3 is required in CI: {error}"),
+        }
+    };
+    if !set_version(current + 1) {
+        return;
+    }
+    let (status, ready) = get(server.addr, "/readyz");
+    assert_eq!(status, 503, "{ready}");
+    assert_eq!((ready["checks"]["schema"]["ok"].clone(), ready["checks"]["schema"]["found"].clone()), (json!(false), json!(current + 1)), "{ready}");
+    set_version(current);
+    assert_eq!(get(server.addr, "/readyz").0, 200);
+}
+
 /// During a graceful shutdown (SIGTERM) with a request still in flight, `/readyz` is 503
 /// (draining) while `/healthz` stays 200; the worker exits once the request ends.
 #[test]
