@@ -380,6 +380,7 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
             None => checks.push(Check::ok(&format!("setting {}", setting.name), format!("{} = {}", setting.name, setting.value))),
         }
     }
+    checks.push(worker_clocks(store.as_ref(), settings.lease_ms.max(300)).await);
     if settings.fixed_state_key {
         checks.push(Check::ok("requestState key", "a fixed key from --state-key: give every worker the same one"));
     } else {
@@ -425,6 +426,49 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
         Err(error) => checks.push(Check::fail("lease", format!("timing a heartbeat-like write failed: {error:#}"), "check that the store accepts writes")),
     }
     checks
+}
+
+/// Largest amount by which a held lease may end after `now + lease` before `doctor` says
+/// its worker's clock is ahead (or its lease longer).
+const MAX_LEASE_AHEAD_MS: u64 = 1_000;
+
+/// Clock skew between workers, read from the leases of the requests they hold: a worker
+/// renews its lease to its own clock plus the lease, so a lease that ends later than this
+/// host's clock plus the lease comes from a worker whose clock is ahead (or that runs with
+/// a longer `--lease-ms`). Leases are judged by each worker's clock: a worker whose clock
+/// is ahead takes over requests of live workers before their leases end.
+async fn worker_clocks(store: &dyn Store, lease_ms: u64) -> Check {
+    let runs = match durable_mcp::inspect::runs(store, 10_000).await {
+        Ok(runs) => runs,
+        Err(error) => return Check::fail("worker clocks", format!("the journal cannot be read: {error}"), "durable-mcp inspect runs, and check the store"),
+    };
+    let now = now_ms();
+    let mut ahead: BTreeMap<String, u64> = BTreeMap::new();
+    let mut held = 0;
+    for run in &runs {
+        let Some(owner) = &run.owner else { continue };
+        held += 1;
+        let by = run.lease_until_ms.saturating_sub(now.saturating_add(lease_ms));
+        if by > MAX_LEASE_AHEAD_MS {
+            let worst = ahead.entry(owner.clone()).or_default();
+            *worst = (*worst).max(by);
+        }
+    }
+    if held == 0 {
+        return Check::ok("worker clocks", "no request is running: no lease to judge the workers' clocks by");
+    }
+    if ahead.is_empty() {
+        return Check::ok("worker clocks", format!("{held} running request(s): every lease ends within {lease_ms} ms (+1 s) of this host's clock"));
+    }
+    let workers: Vec<String> = ahead.iter().map(|(worker, by)| format!("{worker} (+{by} ms)")).collect();
+    Check::warn(
+        "worker clocks",
+        format!(
+            "leases end later than this host's clock plus the lease ({lease_ms} ms): {}: their clocks are ahead (or they run with a longer --lease-ms), and a worker whose clock is ahead takes over requests of live workers early",
+            workers.join(", ")
+        ),
+        "run NTP on every worker, and give every worker the same --lease-ms",
+    )
 }
 
 /// `doctor`: print the checks; an error (exit status 1) if any is not ok.

@@ -245,6 +245,26 @@ fn doctor_flags_a_lease_shorter_than_a_heartbeat_can_renew() {
     }
 }
 
+/// Clock skew between workers, read from the leases they hold: a worker renewing its
+/// leases to 5 s ahead while doctor expects 1 s leases is flagged (as a clock 4 s ahead
+/// would be); judged with the lease it runs with, it is not.
+#[test]
+fn doctor_flags_a_worker_whose_leases_run_ahead_of_this_clock() {
+    let dir = temp_dir("ops-doc-clock");
+    let store = sqlite(&dir, "");
+    let server = Server::start(&store, free_port(), &["--worker-id", "w-ahead", "--lease-ms", "5000"]);
+    let session = initialize(server.addr);
+    let ledger = dir.join("clock.ledger").display().to_string();
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "steps", "arguments": {"count": 3, "step_ms": 1_500, "ledger": ledger}}});
+    let mut running = post(server.addr, Some(&session), &call);
+    running.next_event().expect("priming event: the run is journaled and held");
+    let (_, checks) = doctor(&["--store", &store, "--lease-ms", "1000"]);
+    assert_eq!(checks["worker clocks"]["status"], "warn", "{checks}");
+    assert!(checks["worker clocks"]["detail"].as_str().unwrap().contains("w-ahead"), "{checks}");
+    let (_, checks) = doctor(&["--store", &store, "--lease-ms", "5000"]);
+    assert_eq!(checks["worker clocks"]["status"], "ok", "{checks}");
+}
+
 /// PostgreSQL with `synchronous_commit = off` (set on the role the store connects as).
 #[test]
 fn doctor_flags_postgres_synchronous_commit_off() {
