@@ -194,5 +194,8 @@ fn copy_killed_mid_way_and_run_again_loses_and_duplicates_nothing() {
         assert_eq!(stats["kinds"]["stream"]["count"], streams + 2, "{label}");
         assert_eq!(stats["kinds"]["session"]["count"], 2, "{label}");
         assert_eq!(stats["principals"]["p0"]["streams"], streams / 3, "{label}: {stats}");
+        assert_eq!(stats["principals"]["alice"]["sessions"], 2, "{label}: {stats}");
+        assert_eq!(stats["longest_stream"]["events"], events, "{label}: {stats}");
+        assert!(stats["latency"].as_array().unwrap().iter().all(|l| l["samples"] == 5 && l["max_ms"].as_f64().unwrap() >= l["min_ms"].as_f64().unwrap()), "{label}: {stats}");
     }
 }
