@@ -1,10 +1,15 @@
 //! The `durable-mcp` command.
 
+mod config;
+mod ops;
+mod transfer;
+
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use durable_mcp::{DurableMcp, EngineOptions, HttpConfig};
 
 /// durable-mcp: MCP servers that never lose a request.
@@ -31,6 +36,26 @@ enum Command {
     Migrate(MigrateArgs),
     /// The key ring in the store that seals multi-round-trip `requestState`: list or rotate.
     Keys(KeysArgs),
+    /// Live sessions: list them, show one, or end one (as an HTTP DELETE of it would).
+    Sessions(SessionsArgs),
+    /// Write every item of a store (sessions, streams with their events, journal records,
+    /// tasks, state, keys) to stdout as versioned JSON lines, ids preserved.
+    Dump(DumpArgs),
+    /// Load a dump (from stdin) into a store; running it again after an interruption
+    /// finishes it without duplicating anything.
+    Load(LoadArgs),
+    /// Copy every item from one store to another (any two backends), ids preserved;
+    /// resumable: run it again after an interruption.
+    Copy(CopyArgs),
+    /// Counts and sizes by kind, the oldest items, per principal, and the store's latency.
+    Stats(StatsArgs),
+    /// Check a store and the settings `serve` would run with: connectivity, schema, clock
+    /// skew, and settings that weaken durability, each with its fix. Takes `serve`'s
+    /// flags and configuration file. Exits with status 1 if anything is not ok.
+    Doctor(DoctorArgs),
+    /// Print the effective configuration of `serve` (flags, environment, configuration
+    /// file and defaults) as a TOML configuration file, secrets redacted.
+    Config(ConfigArgs),
     /// Benchmark stores, tools/call over HTTP (against stock rmcp and the Python SDK with
     /// mcp-persist) and memory with idle sessions; print markdown.
     Bench(BenchArgs),
@@ -145,6 +170,121 @@ enum KeysAction {
 }
 
 #[derive(Parser, Debug)]
+struct SessionsArgs {
+    #[command(subcommand)]
+    action: SessionsAction,
+}
+
+#[derive(Subcommand, Debug)]
+enum SessionsAction {
+    /// Live sessions, oldest first.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only this principal's.
+        #[arg(long)]
+        principal: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One session: its record and its streams.
+    Show {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The session id (`Mcp-Session-Id`).
+        id: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a session everywhere, through the engine's path of an HTTP DELETE: every
+    /// worker answers 404 for it from then on and its streams close.
+    End {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The session id (`Mcp-Session-Id`).
+        id: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Parser, Debug)]
+struct DumpArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Write to this file instead of stdout.
+    #[arg(long, short)]
+    output: Option<std::path::PathBuf>,
+}
+
+#[derive(Parser, Debug)]
+struct LoadArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Read from this file instead of stdin.
+    #[arg(long, short)]
+    input: Option<std::path::PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Parser, Debug)]
+struct CopyArgs {
+    /// The store to copy from.
+    #[arg(long)]
+    from: String,
+    /// The store to copy into.
+    #[arg(long)]
+    to: String,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Parser, Debug)]
+struct StatsArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Parser, Debug)]
+struct DoctorArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Parser, Debug)]
+struct ConfigArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// JSON (each setting with its values and source) instead of TOML.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How `serve` writes its log.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (for log collectors).
+    Json,
+}
+
+#[derive(Parser, Debug)]
 struct ReplayArgs {
     #[command(flatten)]
     store: StoreArgs,
@@ -228,6 +368,13 @@ enum Example {
 
 #[derive(Parser, Debug)]
 struct ServeArgs {
+    /// A TOML file with these flags under their long names (`lease-ms = 5000`,
+    /// `allow-host = ["a", "b"]`); environment variables override it, flags override both.
+    #[arg(long, env = "DURABLE_MCP_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// Log lines as text or as JSON objects.
+    #[arg(long, value_enum, env = "DURABLE_MCP_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
     /// Which example server to run.
     #[arg(long, value_enum, default_value = "everything")]
     example: Example,
@@ -312,17 +459,83 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let (argv, from_file) = config::with_file(Cli::command(), argv)?;
+    let cli = Cli::parse_from(&argv);
     // The children of `bench` log warnings only: a log line per request would be measured.
     let default_filter = match cli.command {
         Command::BenchServer(_) | Command::BenchLoad(_) => "warn",
         _ => "info,rmcp=warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match &cli.command {
+        Command::Serve(args) if args.log_format == LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        _ => builder.init(),
+    }
     match cli.command {
+        Command::Sessions(args) => match args.action {
+            SessionsAction::List { store, principal, limit, json } => {
+                let store = durable_mcp::open_store(&store.store).await?;
+                ops::sessions_list(store.as_ref(), principal.as_deref(), limit, json).await
+            }
+            SessionsAction::Show { store, id, json } => ops::sessions_show(durable_mcp::open_store(&store.store).await?.as_ref(), &id, json).await,
+            SessionsAction::End { store, id, json } => ops::sessions_end(durable_mcp::open_store(&store.store).await?, &id, json).await,
+        },
+        Command::Dump(args) => {
+            let store = durable_mcp::open_store(&args.store.store).await?;
+            let counts = match args.output {
+                Some(path) => transfer::dump(store.as_ref(), std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?).await?,
+                None => transfer::dump(store.as_ref(), std::io::stdout().lock()).await?,
+            };
+            eprintln!("dumped {} sessions, {} records, {} streams, {} events", counts.sessions, counts.records, counts.streams, counts.events);
+            Ok(())
+        }
+        Command::Load(args) => {
+            let store = durable_mcp::open_store(&args.store.store).await?;
+            let done = match args.input {
+                Some(path) => {
+                    let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+                    transfer::load(store.as_ref(), std::io::BufReader::new(file)).await?
+                }
+                None => transfer::load(store.as_ref(), std::io::stdin().lock()).await?,
+            };
+            print_imported(&done, args.json)
+        }
+        Command::Copy(args) => {
+            let from = durable_mcp::open_store(&args.from).await.with_context(|| format!("opening {}", config::redact_url(&args.from)))?;
+            let to = durable_mcp::open_store(&args.to).await.with_context(|| format!("opening {}", config::redact_url(&args.to)))?;
+            let done = transfer::copy(from.as_ref(), to.as_ref()).await?;
+            print_imported(&done, args.json)
+        }
+        Command::Stats(args) => ops::stats(durable_mcp::open_store(&args.store.store).await?.as_ref(), args.json).await,
+        Command::Doctor(args) => {
+            let settings = ops::ServeSettings {
+                store_url: args.serve.store.store.clone(),
+                lease_ms: args.serve.lease_ms,
+                fixed_state_key: args.serve.state_key.is_some(),
+            };
+            ops::doctor(&settings, args.json).await
+        }
+        Command::Config(args) => {
+            let matches = config::matches_of(&argv)?;
+            let command = Cli::command();
+            let (Some((_, sub)), Some(config_command)) = (matches.subcommand(), command.find_subcommand("config")) else {
+                anyhow::bail!("the config command parsed without its flags");
+            };
+            let settings = config::effective(config_command, sub, &from_file);
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&settings)?);
+            } else {
+                if let Some(path) = &args.serve.config {
+                    println!("# effective configuration of `durable-mcp serve` (with {})", path.display());
+                } else {
+                    println!("# effective configuration of `durable-mcp serve`");
+                }
+                print!("{}", config::to_toml(&settings));
+            }
+            Ok(())
+        }
         Command::Serve(args) => serve(args).await,
         Command::Prune(args) => {
             let store = durable_mcp::open_store(&args.store.store).await?;
@@ -367,6 +580,26 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The summary of a `load` or `copy`.
+fn print_imported(done: &transfer::Imported, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(done)?);
+    } else {
+        println!(
+            "sessions: {} created, {} already there, {} differing (kept); records: {} written, {} already there; streams: {}; events: {} appended, {} already there",
+            done.sessions_created,
+            done.sessions_skipped,
+            done.sessions_differing,
+            done.records_written,
+            done.records_skipped,
+            done.streams,
+            done.events_appended,
+            done.events_skipped
+        );
+    }
+    Ok(())
 }
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<()> {

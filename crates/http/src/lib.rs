@@ -11,6 +11,7 @@
 mod config;
 mod get;
 mod headers;
+pub mod health;
 mod post;
 mod rejection;
 mod serve;
@@ -48,10 +49,18 @@ impl Transport {
         self.shutdown.clone()
     }
 
-    /// An axum router serving the endpoint at the configured path.
+    /// An axum router serving the endpoint at the configured path, and the health
+    /// endpoints [`health::HEALTHZ`] and [`health::READYZ`] (unless the endpoint's path is
+    /// one of them).
     pub fn router(self) -> Router {
         let path = self.config.path.clone();
-        Router::new().route(&path, any(endpoint)).with_state(self)
+        let mut router = Router::new().route(&path, any(endpoint));
+        for (health, handler) in [(health::HEALTHZ, axum::routing::get(health::healthz)), (health::READYZ, axum::routing::get(health::readyz))] {
+            if path != health {
+                router = router.route(health, handler);
+            }
+        }
+        router.with_state(self)
     }
 }
 

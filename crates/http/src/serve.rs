@@ -102,12 +102,49 @@ pub async fn serve_router(
         prepare(&tcp);
         tokio::spawn(connection(tcp, router.clone(), limits, stop.clone(), slot));
     }
-    drop(listener);
     stop.cancel();
     // Every connection holds a slot until it ends: all of them back means all are done.
+    // Until then the listener stays open, so that probes see the drain: `/readyz` answers
+    // 503 (a closed port would look like a crash) and other requests are told to retry.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
-    let _all_closed = slots.acquire_many(all).await;
+    let all_closed = slots.acquire_many(all);
+    let mut all_closed = pin!(all_closed);
+    let draining_slots = Arc::new(Semaphore::new(DRAINING_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut all_closed => break,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((tcp, _peer)) => match draining_slots.clone().try_acquire_owned() {
+                Ok(slot) => {
+                    prepare(&tcp);
+                    tokio::spawn(draining_connection(tcp, limits, slot));
+                }
+                Err(_) => refuse(tcp),
+            },
+            Err(error) => accept_failed(error).await,
+        }
+    }
+    drop(listener);
     Ok(())
+}
+
+/// Connections served at once while the server drains (each answers one request).
+const DRAINING_CONNECTIONS: usize = 64;
+
+/// Answer one request of a connection accepted while draining ([`health::draining`]),
+/// within the header read timeout, and close it.
+async fn draining_connection(tcp: TcpStream, limits: Limits, _slot: OwnedSemaphorePermit) {
+    let service = hyper::service::service_fn(|request: Request<Incoming>| async move {
+        Ok::<_, Infallible>(crate::health::draining(request.uri().path()))
+    });
+    let conn = hyper::server::conn::http1::Builder::new().keep_alive(false).serve_connection(TokioIo::new(tcp), service);
+    match tokio::time::timeout(limits.header_read.max(Duration::from_secs(1)), conn).await {
+        Ok(Err(error)) => tracing::debug!(%error, "draining connection ended with an error"),
+        Ok(Ok(())) => {}
+        Err(_) => tracing::debug!("draining connection timed out"),
+    }
 }
 
 /// Set up an accepted connection before it is served: `TCP_NODELAY` (see [`serve_router`]).
@@ -396,5 +433,57 @@ mod tests {
         };
         server.abort();
         assert!(nodelay, "the server's socket of an accepted connection has TCP_NODELAY");
+    }
+
+    /// Send `request` on a new connection to `addr` and return the response's status line
+    /// and body (the server closes draining connections, so read to the end).
+    async fn exchange(addr: SocketAddr, request: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(request.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_string(&mut out)).await.unwrap().unwrap();
+        out
+    }
+
+    /// During a graceful shutdown, while a request is still in flight, the listener stays
+    /// open: `/readyz` answers 503 (draining), `/healthz` 200, anything else 503 with
+    /// `Retry-After`; once the last request ends, the server returns.
+    #[tokio::test]
+    async fn readyz_is_503_while_draining_and_the_server_ends_after_the_last_request() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let finish = Arc::new(Notify::new());
+        let router = Router::new().route(
+            "/slow",
+            axum::routing::get({
+                let finish = finish.clone();
+                move || async move {
+                    finish.notified().await;
+                    "done"
+                }
+            }),
+        );
+        let shutdown = Arc::new(Notify::new());
+        let server = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { serve_router(listener, router, &HttpConfig::default(), async move { shutdown.notified().await }).await }
+        });
+        let slow = tokio::spawn(exchange(addr, "GET /slow HTTP/1.1\r\nhost: x\r\n\r\n"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        shutdown.notify_one();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let ready = exchange(addr, "GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+        assert!(ready.contains(r#""not_draining":{"ok":false}"#), "{ready}");
+        let live = exchange(addr, "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert!(live.starts_with("HTTP/1.1 200"), "{live}");
+        let other = exchange(addr, "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n").await;
+        assert!(other.starts_with("HTTP/1.1 503") && other.to_ascii_lowercase().contains("retry-after: 1"), "{other}");
+        assert!(!server.is_finished(), "a request is still in flight");
+        finish.notify_one();
+        let slow = slow.await.unwrap();
+        assert!(slow.starts_with("HTTP/1.1 200") && slow.ends_with("done"), "{slow}");
+        tokio::time::timeout(Duration::from_secs(10), server).await.expect("the server ends after its last request").unwrap().unwrap();
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use durable_mcp_store::{
     BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
-    StoredEvent, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch, now_ms,
+    Setting, StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch, import_gap, now_ms,
 };
 use tokio::sync::watch;
 
@@ -284,6 +284,65 @@ impl Store for MemoryStore {
         batch::commit(&mut self.lock(), &batch, max)
     }
 
+    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<StreamInfo>> {
+        let inner = self.lock();
+        let mut ids: Vec<&StreamId> = inner.streams.keys().filter(|id| after.is_none_or(|after| id.as_str() > after.as_str())).collect();
+        ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+        Ok(ids.into_iter().take(limit).filter_map(|id| info(&inner, id)).collect())
+    }
+
+    async fn stream_info(&self, stream: &StreamId) -> StoreResult<StreamInfo> {
+        info(&self.lock(), stream).ok_or(StoreError::not_found("stream"))
+    }
+
+    async fn status(&self) -> StoreResult<StoreStatus> {
+        Ok(StoreStatus {
+            schema: None,
+            server_time_ms: None,
+            settings: vec![Setting::weak(
+                "backend",
+                "memory",
+                "everything is lost when the process exits, and no other worker sees it",
+                "use a durable store: --store sqlite:PATH, postgres://... or redis://...",
+            )],
+        })
+    }
+
+    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[StoredEvent], close: bool) -> StoreResult<u64> {
+        let mut inner = self.lock();
+        if !inner.streams.contains_key(stream) {
+            if let Some(session) = &owner.session
+                && !inner.sessions.contains_key(session)
+            {
+                return Err(StoreError::not_found("session"));
+            }
+            insert_stream(&mut inner, stream, owner);
+        }
+        let state = inner.streams.get_mut(stream).ok_or(StoreError::not_found("stream"))?;
+        let last = if state.events.is_empty() { 0 } else { state.last_seq() };
+        let fresh: Vec<&StoredEvent> = events.iter().filter(|e| e.id.seq > last).collect();
+        let Some(first) = fresh.first() else { return Ok(0) };
+        // An empty stream may start where its source's retained events start.
+        let start = if last == 0 { first.id.seq } else { last + 1 };
+        for (i, event) in fresh.iter().enumerate() {
+            if event.id.seq != start + i as u64 {
+                return Err(import_gap(stream, start + i as u64, event.id.seq));
+            }
+        }
+        if state.closed {
+            return Err(StoreError::StreamClosed { stream: stream.to_string() });
+        }
+        if last == 0 {
+            state.first_seq = start;
+        }
+        state.events.extend(fresh.iter().map(|e| e.data.clone()));
+        state.closed = close;
+        state.last_event_ms = now_ms();
+        let seq = state.last_seq();
+        state.notify.send_replace(seq);
+        Ok(fresh.len() as u64)
+    }
+
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         let inner = self.lock();
         let state = inner.streams.get(stream).ok_or(StoreError::not_found("stream"))?;
@@ -292,6 +351,13 @@ impl Store for MemoryStore {
             rx.changed().await.ok().map(|()| ((), rx))
         })))
     }
+}
+
+/// A stream's summary.
+fn info(inner: &Inner, id: &StreamId) -> Option<StreamInfo> {
+    let state = inner.streams.get(id)?;
+    let last_seq = if state.events.is_empty() { state.first_seq.saturating_sub(1) } else { state.last_seq() };
+    Some(StreamInfo { id: id.clone(), owner: state.owner.clone(), first_seq: state.first_seq, last_seq, closed: state.closed })
 }
 
 /// The keys of `kind` starting with `prefix` (expired ones included), in key order.

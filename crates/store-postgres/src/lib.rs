@@ -307,6 +307,28 @@ impl Store for PgStore {
     /// appends at once, after the listener reconnects, and at least every `poll_interval`:
     /// an append committed after this returns always wakes the subscription, at worst one
     /// `poll_interval` late. The wake-ups end when this process ends the stream's session.
+    async fn list_streams(&self, after: Option<&durable_mcp_store::StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+        op!(self, conn => streams::list(conn, after, limit))
+    }
+
+    async fn stream_info(&self, stream: &durable_mcp_store::StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+        op!(self, conn => streams::info(conn, stream))
+    }
+
+    async fn status(&self) -> StoreResult<durable_mcp_store::StoreStatus> {
+        op!(self, conn => migrate::status(conn))
+    }
+
+    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[durable_mcp_store::StoredEvent], close: bool) -> StoreResult<u64> {
+        let channel = &self.shared.channel;
+        let appended = op!(self, conn => streams::import(conn, channel, stream, owner, events, close))?;
+        if appended > 0 {
+            // Local tails need not wait for the notification's round trip.
+            self.shared.watchers.wake(stream);
+        }
+        Ok(appended)
+    }
+
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         Ok(self.shared.watchers.watch(stream, self.shared.options.poll_interval))
     }

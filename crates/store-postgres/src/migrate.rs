@@ -10,6 +10,7 @@ use durable_mcp_store::{StoreError, StoreResult};
 use tokio_postgres::Client;
 
 use crate::error::from_pg;
+use crate::pool::Conn;
 use crate::options::quote_ident;
 
 /// Each entry migrates from version `index` to `index + 1`.
@@ -100,4 +101,72 @@ pub(crate) async fn migrate(client: &mut Client, schema: Option<&str>) -> StoreR
     }
     tx.commit().await.map_err(from_pg)?;
     Ok(LATEST)
+}
+
+/// What `Store::status` reads: the schema version, the server's clock and the settings
+/// that decide whether a commit survives a crash.
+pub(crate) async fn status(conn: &mut Conn) -> StoreResult<durable_mcp_store::StoreStatus> {
+    use durable_mcp_store::SchemaVersion;
+    const STATUS: &str = "SELECT (SELECT COALESCE(MAX(version), 0) FROM durable_mcp_schema),
+        (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT,
+        current_setting('fsync'), current_setting('synchronous_commit'), current_setting('full_page_writes')";
+    let statement = conn.statements.get(&conn.client, STATUS).await?;
+    let row = conn.client.query_one(&statement, &[]).await.map_err(from_pg)?;
+    let found: i64 = row.try_get(0).map_err(from_pg)?;
+    let now: i64 = row.try_get(1).map_err(from_pg)?;
+    let fsync: String = row.try_get(2).map_err(from_pg)?;
+    let synchronous_commit: String = row.try_get(3).map_err(from_pg)?;
+    let full_page_writes: String = row.try_get(4).map_err(from_pg)?;
+    let settings = judge_settings(fsync, synchronous_commit, full_page_writes);
+    Ok(durable_mcp_store::StoreStatus {
+        schema: Some(SchemaVersion { found, expected: LATEST }),
+        server_time_ms: u64::try_from(now).ok(),
+        settings,
+    })
+}
+
+/// The server settings that decide whether an acknowledged commit survives a crash, each
+/// judged (`doctor` prints the weak ones with their fix).
+pub(crate) fn judge_settings(fsync: String, synchronous_commit: String, full_page_writes: String) -> Vec<durable_mcp_store::Setting> {
+    use durable_mcp_store::Setting;
+    let fsync = if fsync == "off" {
+        Setting::weak("fsync", fsync, "commits are not flushed to disk: a server crash can lose acknowledged events and corrupt the cluster", "set `fsync = on` in postgresql.conf")
+    } else {
+        Setting::fine("fsync", fsync)
+    };
+    let synchronous_commit = if synchronous_commit == "off" {
+        Setting::weak(
+            "synchronous_commit",
+            synchronous_commit,
+            "a commit is acknowledged before it is flushed: a server crash can lose the last acknowledged events",
+            "set `synchronous_commit = on` (server or role) or remove it from the connection options",
+        )
+    } else {
+        Setting::fine("synchronous_commit", synchronous_commit)
+    };
+    let full_page_writes = if full_page_writes == "off" {
+        Setting::weak("full_page_writes", full_page_writes, "a power loss during a write can corrupt pages", "set `full_page_writes = on` in postgresql.conf")
+    } else {
+        Setting::fine("full_page_writes", full_page_writes)
+    };
+    vec![fsync, synchronous_commit, full_page_writes]
+}
+
+#[cfg(test)]
+mod judged {
+    use super::judge_settings;
+
+    fn weak(fsync: &str, commit: &str, fpw: &str) -> Vec<&'static str> {
+        let names = ["fsync", "synchronous_commit", "full_page_writes"];
+        judge_settings(fsync.into(), commit.into(), fpw.into()).iter().zip(names).filter(|(s, _)| s.weakness.is_some()).map(|(_, n)| n).collect()
+    }
+
+    #[test]
+    fn each_setting_that_loses_acknowledged_commits_is_flagged_alone() {
+        assert!(weak("on", "on", "on").is_empty());
+        assert!(weak("on", "remote_apply", "on").is_empty());
+        assert_eq!(weak("off", "on", "on"), ["fsync"]);
+        assert_eq!(weak("on", "off", "on"), ["synchronous_commit"]);
+        assert_eq!(weak("on", "on", "off"), ["full_page_writes"]);
+    }
 }

@@ -284,3 +284,92 @@ pub(crate) async fn notify(tx: &Transaction<'_>, statements: &mut Statements, ch
     tx.execute(&statement, &[&channel, &ids]).await.map_err(from_pg)?;
     Ok(())
 }
+
+fn to_info(row: &tokio_postgres::Row) -> StoreResult<durable_mcp_store::StreamInfo> {
+    let corrupt = |e: durable_mcp_store::IdError| StoreError::Corrupt(format!("stream row: {e}"));
+    let id: &str = row.try_get(0).map_err(from_pg)?;
+    let principal: String = row.try_get(1).map_err(from_pg)?;
+    let session: Option<&str> = row.try_get(2).map_err(from_pg)?;
+    let first: i64 = row.try_get(3).map_err(from_pg)?;
+    let last: i64 = row.try_get(4).map_err(from_pg)?;
+    Ok(durable_mcp_store::StreamInfo {
+        id: id.parse().map_err(corrupt)?,
+        owner: StreamOwner { principal: Principal::new(principal), session: session.map(str::parse).transpose().map_err(corrupt)? },
+        first_seq: u64::try_from(first).unwrap_or(0),
+        last_seq: u64::try_from(last).unwrap_or(0),
+        closed: row.try_get(5).map_err(from_pg)?,
+    })
+}
+
+/// Streams in id order after `after`, at most `limit` (ids compare bytewise).
+pub(crate) async fn list(conn: &mut Conn, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+    const LIST: &str = "SELECT id, principal, session, first_seq, last_seq, closed FROM streams
+        WHERE id COLLATE \"C\" > $1 ORDER BY id COLLATE \"C\" LIMIT $2";
+    let statement = conn.statements.get(&conn.client, LIST).await?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = conn.client.query(&statement, &[&after.map_or("", |a| a.as_str()), &limit]).await.map_err(from_pg)?;
+    rows.iter().map(to_info).collect()
+}
+
+/// One stream's summary.
+pub(crate) async fn info(conn: &mut Conn, stream: &StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+    const ONE: &str = "SELECT id, principal, session, first_seq, last_seq, closed FROM streams WHERE id = $1";
+    let statement = conn.statements.get(&conn.client, ONE).await?;
+    let row = conn.client.query_opt(&statement, &[&stream.as_str()]).await.map_err(from_pg)?;
+    to_info(&row.ok_or(StoreError::not_found("stream"))?)
+}
+
+/// `Store::import_events` in one transaction: the stream's row is locked (or created), the
+/// events it already holds are skipped by sequence, the rest must continue it (an empty
+/// stream may start at the first retained event of its source), and its tails are
+/// notified at commit. Returns how many events were inserted.
+pub(crate) async fn import(
+    conn: &mut Conn,
+    channel: &str,
+    stream: &StreamId,
+    owner: &StreamOwner,
+    events: &[StoredEvent],
+    close: bool,
+) -> StoreResult<u64> {
+    const LOCK: &str = "SELECT last_seq, closed FROM streams WHERE id = $1 FOR UPDATE";
+    const INSERT_EVENTS: &str = "INSERT INTO events (stream, seq, data) SELECT $1, seq, data FROM unnest($2::BIGINT[], $3::TEXT[]) AS t(seq, data)";
+    const UPDATE: &str = "UPDATE streams SET last_seq = $2, closed = $3, last_event_ms = $4,
+        first_seq = CASE WHEN $5 THEN $6 ELSE first_seq END WHERE id = $1";
+    let Conn { client, statements, .. } = conn;
+    let tx = client.transaction().await.map_err(from_pg)?;
+    let lock = statements.get(&tx, LOCK).await?;
+    let (last, closed) = match tx.query_opt(&lock, &[&stream.as_str()]).await.map_err(from_pg)? {
+        Some(row) => (row.try_get::<_, i64>(0).map_err(from_pg)?, row.try_get::<_, bool>(1).map_err(from_pg)?),
+        None => {
+            insert(&tx, statements, stream, owner).await?;
+            (0, false)
+        }
+    };
+    let last = u64::try_from(last).unwrap_or(0);
+    let fresh: Vec<&StoredEvent> = events.iter().filter(|e| e.id.seq > last).collect();
+    let Some(first) = fresh.first() else {
+        tx.commit().await.map_err(from_pg)?;
+        return Ok(0);
+    };
+    if closed {
+        return Err(StoreError::StreamClosed { stream: stream.to_string() });
+    }
+    let start = if last == 0 { first.id.seq } else { last + 1 };
+    for (i, event) in fresh.iter().enumerate() {
+        if event.id.seq != start + i as u64 {
+            return Err(durable_mcp_store::import_gap(stream, start + i as u64, event.id.seq));
+        }
+    }
+    let seqs: Vec<i64> = fresh.iter().map(|e| to_i64(e.id.seq)).collect();
+    let data: Vec<&str> = fresh.iter().map(|e| e.data.as_str()).collect();
+    let statement = statements.get(&tx, INSERT_EVENTS).await?;
+    tx.execute(&statement, &[&stream.as_str(), &seqs, &data]).await.map_err(from_pg)?;
+    let new_last = to_i64(start + fresh.len() as u64 - 1);
+    let statement = statements.get(&tx, UPDATE).await?;
+    let params: [&(dyn ToSql + Sync); 6] =
+        [&stream.as_str(), &new_last, &close, &to_i64(durable_mcp_store::now_ms()), &(last == 0), &to_i64(start)];
+    tx.execute(&statement, &params).await.map_err(from_pg)?;
+    notify(&tx, statements, channel, std::slice::from_ref(stream)).await?;
+    tx.commit().await.map_err(from_pg)?;
+    Ok(fresh.len() as u64)
+}

@@ -354,6 +354,18 @@ impl Store for RedisStore {
         batch::commit(&self.shared, batch).await
     }
 
+    async fn list_streams(&self, after: Option<&durable_mcp_store::StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+        streams::list(&self.shared, after, limit).await
+    }
+
+    async fn stream_info(&self, stream: &durable_mcp_store::StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+        streams::info(&self.shared, stream).await
+    }
+
+    async fn status(&self) -> StoreResult<durable_mcp_store::StoreStatus> {
+        streams::status(&self.shared).await
+    }
+
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         Ok(self.shared.watchers.watch(stream, self.shared.options.wake_tick))
     }

@@ -316,6 +316,20 @@ return { s.principal, s.session }
     ))
 });
 
+/// ARGV: stream id. Returns `{principal, session or '', first_seq, last_seq, closed}`, or
+/// `{}` if not found.
+pub(crate) static STREAM_INFO: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        prelude!(),
+        r#"
+local s = find(ARGV[3])
+if not s then return {} end
+local state = redis.call('HMGET', s.meta, 'first_seq', 'last_seq', 'closed')
+return { s.principal, s.session, state[1], state[2], state[3] }
+"#
+    ))
+});
+
 /// ARGV: stream id, cutoff ms. Deletes the stream if it is closed and its final event is
 /// older than the cutoff; returns 1 if deleted. Always takes the id out of the finished
 /// index unless it is still too young (then its score is corrected).

@@ -157,3 +157,138 @@ pub(crate) async fn prune_finished(shared: &Shared, cutoff: u64) -> StoreResult<
         }
     }
 }
+
+/// One stream's summary.
+pub(crate) async fn info(shared: &Shared, stream: &StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+    let mut call = shared.script(&scripts::STREAM_INFO);
+    call.arg(stream.as_str());
+    let reply: Vec<String> = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let [principal, session, first, last, closed] = reply.as_slice() else {
+        return match reply.as_slice() {
+            [] => Err(StoreError::not_found("stream")),
+            _ => Err(StoreError::Corrupt(format!("unexpected reply to stream_info: {reply:?}"))),
+        };
+    };
+    let corrupt = |what: &str| StoreError::Corrupt(format!("stream {stream}: bad {what}"));
+    let session = match session.as_str() {
+        "" => None,
+        s => Some(s.parse().map_err(|_| corrupt("session"))?),
+    };
+    Ok(durable_mcp_store::StreamInfo {
+        id: stream.clone(),
+        owner: StreamOwner { principal: Principal::new(principal.clone()), session },
+        first_seq: first.parse().map_err(|_| corrupt("first_seq"))?,
+        last_seq: last.parse().map_err(|_| corrupt("last_seq"))?,
+        closed: closed == "1",
+    })
+}
+
+/// Streams in id order after `after`, at most `limit`. Redis keeps no ordered index of
+/// every stream, so this scans the meta keys of the prefix (`SCAN`, in pages) and sorts:
+/// O(streams) per call, for operator commands only.
+pub(crate) async fn list(shared: &Shared, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+    let glob: String = shared.keys.prefix().chars().flat_map(|c| match c {
+        '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+        c => vec![c],
+    }).collect();
+    let pattern = format!("{glob}:{{*}}:stream:*");
+    let mut conn = shared.conn();
+    let mut cursor: u64 = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query_async(&mut conn).await.map_err(from_redis)?;
+        for key in keys {
+            if let Some((_, id)) = key.rsplit_once(":stream:")
+                && let Ok(id) = id.parse::<StreamId>()
+                && after.is_none_or(|after| id.as_str() > after.as_str())
+            {
+                ids.insert(id);
+            }
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let mut out = Vec::new();
+    for id in ids.into_iter().take(limit) {
+        match info(shared, &id).await {
+            Ok(info) => out.push(info),
+            // Ended or pruned between the scan and the read.
+            Err(StoreError::NotFound { .. }) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(out)
+}
+
+/// The server's clock, its persistence settings and, for `doctor`, what they risk.
+pub(crate) async fn status(shared: &Shared) -> StoreResult<durable_mcp_store::StoreStatus> {
+    let mut conn = shared.conn();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.map_err(from_redis)?;
+    let server_time_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
+    // CONFIG may be renamed or forbidden (managed services): then the setting is unknown.
+    let config = |name: &'static str| {
+        let mut conn = shared.conn();
+        async move {
+            let reply: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg(name).query_async(&mut conn).await;
+            match reply.as_deref() {
+                Ok([_, value]) => Some(value.clone()),
+                _ => None,
+            }
+        }
+    };
+    let appendonly = config("appendonly").await;
+    let appendfsync = if appendonly.as_deref() == Some("yes") { config("appendfsync").await } else { None };
+    let settings = judge_persistence(appendonly.as_deref(), appendfsync.as_deref());
+    Ok(durable_mcp_store::StoreStatus { schema: None, server_time_ms: Some(server_time_ms), settings })
+}
+
+/// Redis's persistence settings, judged: without the append-only file a restart loses
+/// everything since the last snapshot; with `appendfsync no` the last seconds. `None`:
+/// unknown (`CONFIG GET` refused).
+pub(crate) fn judge_persistence(appendonly: Option<&str>, appendfsync: Option<&str>) -> Vec<durable_mcp_store::Setting> {
+    use durable_mcp_store::Setting;
+    let unknown = "unknown (CONFIG GET refused)";
+    match appendonly {
+        None => vec![Setting::fine("appendonly", unknown)],
+        Some("yes") => vec![
+            Setting::fine("appendonly", "yes"),
+            match appendfsync {
+                Some("no") => Setting::weak(
+                    "appendfsync",
+                    "no",
+                    "the append-only file is flushed when the operating system decides: a crash can lose the last seconds of events",
+                    "CONFIG SET appendfsync everysec (or always), and keep it in redis.conf",
+                ),
+                Some(value) => Setting::fine("appendfsync", value),
+                None => Setting::fine("appendfsync", unknown),
+            },
+        ],
+        Some(value) => vec![Setting::weak(
+            "appendonly",
+            value,
+            "without the append-only file, Redis keeps at most its last snapshot: a restart loses every session, event and journaled request since",
+            "CONFIG SET appendonly yes, and set `appendonly yes` in redis.conf",
+        )],
+    }
+}
+
+#[cfg(test)]
+mod judged {
+    use super::judge_persistence;
+
+    fn weak(appendonly: Option<&str>, appendfsync: Option<&str>) -> Vec<String> {
+        judge_persistence(appendonly, appendfsync).into_iter().filter(|s| s.weakness.is_some()).map(|s| s.name).collect()
+    }
+
+    #[test]
+    fn no_aof_and_an_aof_the_os_flushes_are_flagged() {
+        assert_eq!(weak(Some("no"), None), ["appendonly"]);
+        assert_eq!(weak(Some("yes"), Some("no")), ["appendfsync"]);
+        assert!(weak(Some("yes"), Some("everysec")).is_empty());
+        assert!(weak(Some("yes"), Some("always")).is_empty());
+        assert!(weak(None, None).is_empty(), "unknown is not claimed weak");
+    }
+}

@@ -122,6 +122,15 @@ impl Store for Scoped {
     async fn commit(&self, batch: durable_mcp_store::WriteBatch) -> StoreResult<durable_mcp_store::BatchOutcome> {
         self.store.commit(batch).await
     }
+    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+        self.store.list_streams(after, limit).await
+    }
+    async fn stream_info(&self, stream: &StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+        self.store.stream_info(stream).await
+    }
+    async fn status(&self) -> StoreResult<durable_mcp_store::StoreStatus> {
+        self.store.status().await
+    }
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         self.store.watch(stream).await
     }

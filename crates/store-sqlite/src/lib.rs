@@ -31,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use durable_mcp_store::{
     BatchOutcome, EventId, WriteBatch, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
-    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
+    SchemaVersion, Setting, StoreError, StoreResult, StoreStatus, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, now_ms,
 };
 use rusqlite::{Connection, OpenFlags};
 
@@ -313,8 +313,92 @@ impl Store for SqliteStore {
         }
     }
 
+    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<StreamInfo>> {
+        let after = after.cloned();
+        self.read(move |conn| streams::list(conn, after.as_ref(), limit)).await
+    }
+
+    async fn stream_info(&self, stream: &StreamId) -> StoreResult<StreamInfo> {
+        let stream = stream.clone();
+        self.read(move |conn| streams::info(conn, &stream)).await
+    }
+
+    async fn status(&self) -> StoreResult<StoreStatus> {
+        self.read(|conn| {
+            let pragma = |name: &str| conn.query_row(&format!("PRAGMA {name}"), [], |row| row.get::<_, rusqlite::types::Value>(0)).map_err(error::from_sqlite);
+            let found = match pragma("user_version")? {
+                rusqlite::types::Value::Integer(v) => v,
+                other => return Err(StoreError::Corrupt(format!("PRAGMA user_version: {other:?}"))),
+            };
+            let synchronous = match pragma("synchronous")? {
+                rusqlite::types::Value::Integer(0) => "OFF",
+                rusqlite::types::Value::Integer(1) => "NORMAL",
+                rusqlite::types::Value::Integer(2) => "FULL",
+                rusqlite::types::Value::Integer(3) => "EXTRA",
+                _ => "unknown",
+            };
+            let journal = match pragma("journal_mode")? {
+                rusqlite::types::Value::Text(mode) => mode,
+                other => format!("{other:?}"),
+            };
+            Ok(StoreStatus { schema: Some(SchemaVersion { found, expected: SCHEMA_VERSION }), server_time_ms: None, settings: judge_settings(synchronous, journal) })
+        })
+        .await
+    }
+
+    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[durable_mcp_store::StoredEvent], close: bool) -> StoreResult<u64> {
+        let op = writer::Op::Import { stream: stream.clone(), owner: owner.clone(), events: events.to_vec(), close };
+        match self.writer.submit(op).await? {
+            writer::Reply::Count(appended) => Ok(appended),
+            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        }
+    }
+
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         Ok(self.shared.watchers.watch(stream, self.shared.options.poll_interval))
+    }
+}
+
+/// The settings that decide whether a commit survives a crash, judged: `synchronous`
+/// below FULL loses acknowledged commits on a power loss, a journal mode other than WAL
+/// (a file system without shared memory) blocks readers behind the writer.
+fn judge_settings(synchronous: &str, journal: String) -> Vec<Setting> {
+    let synchronous = match synchronous {
+        "OFF" => Setting::weak(
+            "synchronous",
+            synchronous,
+            "commits are not flushed to disk: an operating system crash or power loss can lose acknowledged events and corrupt the database",
+            "remove `synchronous=off` from the sqlite: URL (FULL is the default)",
+        ),
+        "NORMAL" => Setting::weak(
+            "synchronous",
+            synchronous,
+            "in WAL mode the last commits before a power loss or operating system crash can be lost (a process crash loses nothing)",
+            "remove `synchronous=normal` from the sqlite: URL (FULL is the default)",
+        ),
+        _ => Setting::fine("synchronous", synchronous),
+    };
+    let journal = if journal.eq_ignore_ascii_case("wal") {
+        Setting::fine("journal_mode", journal)
+    } else {
+        Setting::weak("journal_mode", journal, "readers block the writer and group commit is lost", "let durable-mcp open the file (it sets WAL)")
+    };
+    vec![synchronous, journal]
+}
+
+#[cfg(test)]
+mod judged {
+    fn weak(synchronous: &str, journal: &str) -> Vec<String> {
+        super::judge_settings(synchronous, journal.into()).into_iter().filter(|s| s.weakness.is_some()).map(|s| s.name).collect()
+    }
+
+    #[test]
+    fn synchronous_below_full_and_a_journal_other_than_wal_are_flagged() {
+        assert!(weak("FULL", "wal").is_empty());
+        assert!(weak("EXTRA", "wal").is_empty());
+        assert_eq!(weak("NORMAL", "wal"), ["synchronous"]);
+        assert_eq!(weak("OFF", "wal"), ["synchronous"]);
+        assert_eq!(weak("FULL", "delete"), ["journal_mode"]);
     }
 }
 

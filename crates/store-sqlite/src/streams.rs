@@ -132,3 +132,83 @@ pub(crate) fn prune_finished(conn: &Connection, cutoff_ms: u64) -> Result<Vec<St
     }
     Ok(ids.into_iter().filter_map(|id| id.parse().ok()).collect())
 }
+
+const INFO_COLUMNS: &str = "SELECT id, principal, session, first_seq, last_seq, closed FROM streams";
+
+fn info_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, Option<String>, i64, i64, bool)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
+}
+
+fn to_info((id, principal, session, first, last, closed): (String, String, Option<String>, i64, i64, bool)) -> Result<durable_mcp_store::StreamInfo, StoreError> {
+    let corrupt = |e: durable_mcp_store::IdError| StoreError::Corrupt(format!("stream row: {e}"));
+    let session = session.map(|s| s.parse()).transpose().map_err(corrupt)?;
+    Ok(durable_mcp_store::StreamInfo {
+        id: id.parse().map_err(corrupt)?,
+        owner: StreamOwner { principal: Principal::new(principal), session },
+        first_seq: u64::try_from(first).unwrap_or(0),
+        last_seq: u64::try_from(last).unwrap_or(0),
+        closed,
+    })
+}
+
+/// Streams in id order after `after`, at most `limit`.
+pub(crate) fn list(conn: &Connection, after: Option<&StreamId>, limit: usize) -> Result<Vec<durable_mcp_store::StreamInfo>, StoreError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let sql = format!("{INFO_COLUMNS} WHERE id > ?1 ORDER BY id LIMIT ?2");
+    let rows = conn
+        .prepare_cached(&sql)
+        .and_then(|mut stmt| stmt.query_map(params![after.map_or("", |a| a.as_str()), limit], info_row)?.collect::<Result<Vec<_>, _>>())
+        .map_err(from_sqlite)?;
+    rows.into_iter().map(to_info).collect()
+}
+
+/// One stream's summary.
+pub(crate) fn info(conn: &Connection, stream: &StreamId) -> Result<durable_mcp_store::StreamInfo, StoreError> {
+    let sql = format!("{INFO_COLUMNS} WHERE id = ?1");
+    let row = conn
+        .prepare_cached(&sql)
+        .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], info_row).optional())
+        .map_err(from_sqlite)?;
+    to_info(row.ok_or(StoreError::not_found("stream"))?)
+}
+
+/// `Store::import_events` inside the writer's savepoint: events the stream already holds
+/// are skipped by sequence; the rest must continue it (an empty stream may start at the
+/// first retained event of its source); returns how many were inserted.
+pub(crate) fn import(conn: &Connection, stream: &StreamId, events: &[StoredEvent], close: bool) -> Result<u64, StoreError> {
+    let (last, closed): (i64, bool) = conn
+        .prepare_cached("SELECT last_seq, closed FROM streams WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], |row| Ok((row.get(0)?, row.get(1)?))))
+        .map_err(from_sqlite)?;
+    let last = u64::try_from(last).unwrap_or(0);
+    let fresh: Vec<&StoredEvent> = events.iter().filter(|e| e.id.seq > last).collect();
+    let Some(first) = fresh.first() else { return Ok(0) };
+    if closed {
+        return Err(StoreError::StreamClosed { stream: stream.to_string() });
+    }
+    let start = if last == 0 { first.id.seq } else { last + 1 };
+    for (i, event) in fresh.iter().enumerate() {
+        let expected = start + i as u64;
+        if event.id.seq != expected {
+            return Err(durable_mcp_store::import_gap(stream, expected, event.id.seq));
+        }
+        conn.prepare_cached("INSERT INTO events (stream, seq, data) VALUES (?1, ?2, ?3)")
+            .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq_i64(expected), event.data]))
+            .map_err(from_sqlite)?;
+    }
+    let new_last = start + fresh.len() as u64 - 1;
+    conn.prepare_cached("UPDATE streams SET last_seq = ?2, closed = ?3, last_event_ms = ?4 WHERE id = ?1")
+        .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq_i64(new_last), close, now_ms() as i64]))
+        .map_err(from_sqlite)?;
+    if last == 0 {
+        conn.prepare_cached("UPDATE streams SET first_seq = ?2 WHERE id = ?1")
+            .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq_i64(start)]))
+            .map_err(from_sqlite)?;
+    }
+    Ok(fresh.len() as u64)
+}
+
+/// A sequence as SQLite stores it (sequences never come near `i64::MAX`).
+fn seq_i64(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}

@@ -35,6 +35,8 @@ pub(crate) enum Op {
     /// next group's transaction: it reads what was committed, on the connection whose page
     /// cache is the freshest, without a reader connection or a thread of the blocking pool.
     LoadSession { principal: Principal, id: SessionId },
+    /// `Store::import_events`: one job, so all of the events or none.
+    Import { stream: StreamId, owner: StreamOwner, events: Vec<durable_mcp_store::StoredEvent>, close: bool },
 }
 
 impl Op {
@@ -229,6 +231,21 @@ fn apply(
         }
         Op::DeleteRecords { kind, prefix } => records::delete(tx, *kind, prefix, now_ms()).map(Reply::Count),
         Op::LoadSession { .. } => read(tx, op),
+        Op::Import { stream, owner, events, close } => {
+            if !streams::exists(tx, stream)? {
+                if let Some(session) = &owner.session
+                    && !sessions::exists(tx, session)?
+                {
+                    return Err(StoreError::not_found("session"));
+                }
+                streams::insert(tx, stream, owner)?;
+            }
+            let appended = streams::import(tx, stream, events, *close)?;
+            if appended > 0 {
+                touched.insert(stream.clone());
+            }
+            Ok(Reply::Count(appended))
+        }
         Op::Batch(batch) => {
             // The job's savepoint makes the batch all or nothing: a refused op returns an
             // error and `run` rolls back to the savepoint, undoing the ops before it.

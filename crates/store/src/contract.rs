@@ -9,12 +9,14 @@ use std::time::Duration;
 use futures::StreamExt;
 
 mod batch;
+mod ops;
 
 pub use batch::{
     d1_batch_commits_every_op_and_returns_ids_and_versions, d3_batch_is_visible_to_readers_all_at_once,
     d3_batch_wakes_tails_after_commit, d8_first_batch_wins_across_workers, d15_concurrent_batches_stand_or_fall_alone,
     d15_grouped_refusals_of_every_kind_fail_only_their_batch, d15_refused_batch_op_leaves_nothing_of_the_batch,
 };
+pub use ops::{d3_import_keeps_event_ids_and_resumes_exactly, d14_import_of_a_trimmed_stream_keeps_its_start_or_is_refused, ops_list_streams_pages_in_id_order, ops_status_reports_current_schema_and_clock};
 use crate::testing::incompressible;
 
 use crate::{
@@ -713,6 +715,10 @@ macro_rules! store_contract_tests {
             d15_concurrent_batches_stand_or_fall_alone,
             d15_grouped_refusals_of_every_kind_fail_only_their_batch,
             bounded_keys_of_any_input_are_stored,
+            ops_list_streams_pages_in_id_order,
+            d3_import_keeps_event_ids_and_resumes_exactly,
+            ops_status_reports_current_schema_and_clock,
+            d14_import_of_a_trimmed_stream_keeps_its_start_or_is_refused,
         );
         mod contract_wake {
             #[allow(unused_imports)]

@@ -6,6 +6,7 @@
 //! Several writes that must land together go in one [`WriteBatch`], committed all or nothing
 //! by [`Store::commit`].
 
+mod admin;
 mod batch;
 mod ci;
 mod error;
@@ -25,6 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+pub use admin::{SchemaVersion, Setting, StoreStatus, StreamInfo, Weakness};
 pub use batch::{BatchOp, BatchOutcome, OpOutcome, WriteBatch, op_failed};
 pub use ci::in_ci;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
@@ -207,7 +209,79 @@ pub trait Store: Send + Sync + 'static {
     /// and writes nothing.
     async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome>;
 
+    // ----- operators ----------------------------------------------------------------------
+
+    /// Streams in id order, after `after` (exclusive) when given, at most `limit`: every
+    /// stream the store holds (of live sessions, and sessionless ones), for `dump`, `copy`
+    /// and `stats`.
+    ///
+    /// # Durability
+    /// A snapshot of committed streams; each summary is whole.
+    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<StreamInfo>>;
+
+    /// One stream's summary; unknown streams are [`StoreError::NotFound`].
+    ///
+    /// # Durability
+    /// The last committed state of the stream.
+    async fn stream_info(&self, stream: &StreamId) -> StoreResult<StreamInfo>;
+
+    /// The store's schema version, its server clock and the settings that matter for
+    /// durability (for `/readyz` and `durable-mcp doctor`). One cheap round trip or a few;
+    /// a store that does not answer is [`StoreError::Unavailable`].
+    ///
+    /// # Durability
+    /// Reads only.
+    async fn status(&self) -> StoreResult<StoreStatus>;
+
+    /// Import events of `stream` with their ids, as `dump`/`load` and `copy` move them
+    /// between stores: creates the stream for `owner` if it does not exist, skips the
+    /// events it already holds (sequence at most its last one), appends the rest, and
+    /// closes the stream with the last of them if `close`. Returns how many were appended.
+    ///
+    /// # Durability
+    /// In plain words: the ids a client saw before a move name the same events after it,
+    /// so a resume with `Last-Event-ID` gets exactly the rest (D3). Stated more precisely:
+    /// each appended event is committed with the sequence it carries; the new events must
+    /// continue the stream without a gap (the first one `last_seq + 1`), or the call is
+    /// [`StoreError::Refused`] and appends nothing more. Interrupted and called again with
+    /// the same events, it appends only the missing ones (a resumable copy loses and
+    /// duplicates nothing). A stream that holds no event yet may start at any sequence (the
+    /// first retained event of a trimmed source; reads before it are then
+    /// [`StoreError::Pruned`]) on backends that override this (SQLite, PostgreSQL, memory:
+    /// one transaction per call); the provided implementation appends one event at a time
+    /// and refuses such a stream.
+    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[StoredEvent], close: bool) -> StoreResult<u64> {
+        let info = match self.stream_info(stream).await {
+            Ok(info) => info,
+            Err(StoreError::NotFound { .. }) => {
+                self.create_stream(stream, owner).await?;
+                self.stream_info(stream).await?
+            }
+            Err(error) => return Err(error),
+        };
+        let fresh: Vec<&StoredEvent> = events.iter().filter(|event| event.id.seq > info.last_seq).collect();
+        let mut appended = 0;
+        for (i, event) in fresh.iter().enumerate() {
+            let expected = info.last_seq + 1 + appended;
+            if event.id.seq != expected {
+                return Err(import_gap(stream, expected, event.id.seq));
+            }
+            let last = i + 1 == fresh.len();
+            let id = self.append(stream, event.data.clone(), close && last).await?;
+            if id.seq != event.id.seq {
+                return Err(StoreError::Corrupt(format!("imported event {} landed as {id}", event.id)));
+            }
+            appended += 1;
+        }
+        Ok(appended)
+    }
+
     /// Subscribe to wake-ups for `stream`. Subscribe *before* reading, then read after each
     /// wake-up: an append committed after the subscription wakes it (from any worker).
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps>;
+}
+
+/// The refusal of [`Store::import_events`] when the events do not continue the stream.
+pub fn import_gap(stream: &StreamId, expected: u64, got: u64) -> StoreError {
+    StoreError::Refused(format!("importing stream {stream}: event {got} does not continue the stream (expected {expected})").into())
 }

@@ -361,6 +361,19 @@ impl<H: Hook> Store for Wrapped<H> {
         self.hook.before(Op::DeleteRecords).await?;
         self.inner.delete_records(kind, prefix).await
     }
+    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<crate::StreamInfo>> {
+        self.inner.list_streams(after, limit).await
+    }
+    async fn stream_info(&self, stream: &StreamId) -> StoreResult<crate::StreamInfo> {
+        self.inner.stream_info(stream).await
+    }
+    async fn status(&self) -> StoreResult<crate::StoreStatus> {
+        self.inner.status().await
+    }
+    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[crate::StoredEvent], close: bool) -> StoreResult<u64> {
+        self.hook.before(Op::Append).await?;
+        self.inner.import_events(stream, owner, events, close).await
+    }
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         self.hook.before(Op::Watch).await?;
         self.inner.watch(stream).await
@@ -369,6 +382,19 @@ impl<H: Hook> Store for Wrapped<H> {
         self.hook.before(Op::Commit).await?;
         self.inner.commit(batch).await
     }
+}
+
+/// `len` printable bytes that do not compress. PostgreSQL compresses long index entries, so
+/// a repetitive key would fit its index where a client's real id of the same length does
+/// not: tests of long client input use this.
+pub fn incompressible(len: usize) -> String {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            char::from(b'!' + ((state >> 33) % 94) as u8)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -411,17 +437,4 @@ mod tests {
         gate.before(Op::PutRecord).await.expect("only once");
         assert_eq!(gate.failed(Op::PutRecord), 1);
     }
-}
-
-/// `len` printable bytes that do not compress. PostgreSQL compresses long index entries, so
-/// a repetitive key would fit its index where a client's real id of the same length does
-/// not: tests of long client input use this.
-pub fn incompressible(len: usize) -> String {
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            char::from(b'!' + ((state >> 33) % 94) as u8)
-        })
-        .collect()
 }

@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ pub struct Proxy {
     pub addr: SocketAddr,
     down: Arc<AtomicBool>,
     hung: Arc<AtomicBool>,
+    delay_ms: Arc<AtomicU64>,
     open: Arc<Mutex<Vec<TcpStream>>>,
 }
 
@@ -23,7 +24,8 @@ impl Proxy {
         let down = Arc::new(AtomicBool::new(false));
         let hung = Arc::new(AtomicBool::new(false));
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (d, h, o) = (down.clone(), hung.clone(), open.clone());
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let (d, h, o, slow) = (down.clone(), hung.clone(), open.clone(), delay_ms.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -47,11 +49,11 @@ impl Proxy {
                     open.push(client.try_clone().unwrap());
                     open.push(upstream.try_clone().unwrap());
                 }
-                pipe(client.try_clone().unwrap(), upstream.try_clone().unwrap(), h.clone());
-                pipe(upstream, client, h.clone());
+                pipe(client.try_clone().unwrap(), upstream.try_clone().unwrap(), h.clone(), slow.clone());
+                pipe(upstream, client, h.clone(), slow.clone());
             }
         });
-        Proxy { addr, down, hung, open }
+        Proxy { addr, down, hung, delay_ms, open }
     }
 
     /// Stop answering: open connections forward nothing (until `restore`), new ones are
@@ -68,6 +70,11 @@ impl Proxy {
         }
     }
 
+    /// Hold every chunk this long before forwarding it (a slow network or store).
+    pub fn slow(&self, delay: Duration) {
+        self.delay_ms.store(u64::try_from(delay.as_millis()).unwrap(), Ordering::SeqCst);
+    }
+
     /// Let connections through again.
     pub fn restore(&self) {
         self.down.store(false, Ordering::SeqCst);
@@ -75,7 +82,7 @@ impl Proxy {
     }
 }
 
-fn pipe(mut from: TcpStream, mut to: TcpStream, hung: Arc<AtomicBool>) {
+fn pipe(mut from: TcpStream, mut to: TcpStream, hung: Arc<AtomicBool>, delay_ms: Arc<AtomicU64>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -84,6 +91,10 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, hung: Arc<AtomicBool>) {
                 Ok(n) => {
                     while hung.load(Ordering::SeqCst) {
                         std::thread::sleep(Duration::from_millis(10));
+                    }
+                    let delay = delay_ms.load(Ordering::SeqCst);
+                    if delay > 0 {
+                        std::thread::sleep(Duration::from_millis(delay));
                     }
                     if to.write_all(&buf[..n]).is_err() {
                         break;
