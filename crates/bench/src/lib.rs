@@ -481,7 +481,18 @@ async fn measure_server(
                 tool: TOOL.to_owned(),
             };
             let name = format!("load {label} {era} {connections}");
-            let outcome = launcher.load(&server, &args, &name).await;
+            let cpu_before = server.cpu_time().ok();
+            let outcome = launcher.load(&server, &args, &name).await.map(|mut result| {
+                // Every call the server answered: the timed ones and each connection's warm-up.
+                let made = result.calls + connections * args.warmup_calls;
+                if let (Some(before), Ok(after)) = (cpu_before, server.cpu_time())
+                    && let Ok(made) = u32::try_from(made)
+                    && made > 0
+                {
+                    result.server_cpu_per_call = Some(after.saturating_sub(before) / made);
+                }
+                result
+            });
             let row = http.row(label, kind, era, connections);
             match outcome {
                 Ok(result) => row.runs.push(result),

@@ -44,6 +44,11 @@ pub struct LoadResult {
     pub p50: Duration,
     /// 99th-percentile round-trip time.
     pub p99: Duration,
+    /// The server's CPU time per call (user and system, all its threads) over the whole
+    /// load, warm-up included, divided by every call made; set by the parent, which sees
+    /// the server process (`None` where it could not be read).
+    #[serde(default)]
+    pub server_cpu_per_call: Option<Duration>,
 }
 
 impl LoadResult {
@@ -138,6 +143,7 @@ pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<L
         elapsed,
         p50: quantile(&latencies, 0.50),
         p99: quantile(&latencies, 0.99),
+        server_cpu_per_call: None,
     })
 }
 
@@ -162,6 +168,7 @@ mod tests {
             elapsed: Duration::from_micros(5_000_123),
             p50: Duration::from_micros(321),
             p99: Duration::from_micros(4_567),
+            server_cpu_per_call: None,
         };
         let line = serde_json::to_string(&result).expect("encode");
         assert_eq!(serde_json::from_str::<LoadResult>(&line).expect("decode"), result);

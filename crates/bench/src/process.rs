@@ -223,6 +223,14 @@ impl ChildProcess {
             .ok_or_else(|| self.failure(format!("no VmRSS in {path}")))
     }
 
+    /// The CPU time the process has used so far, user and system, all its threads
+    /// (`utime + stime` of `/proc/PID/stat`, in the kernel's 100 Hz clock ticks).
+    pub(crate) fn cpu_time(&self) -> Result<Duration, BenchError> {
+        let path = format!("/proc/{}/stat", self.pid);
+        let stat = std::fs::read_to_string(&path).map_err(|e| self.failure(format!("reading {path}: {e}")))?;
+        cpu_ticks(&stat).map(|ticks| Duration::from_millis(ticks * 10)).ok_or_else(|| self.failure(format!("no utime/stime in {path}")))
+    }
+
     /// End the child: close its stdin (servers and load generators stop on that), wait
     /// up to 10 s, then kill it. Waits for the exit either way, so that no process is
     /// left behind.
@@ -265,6 +273,17 @@ impl Drop for ChildProcess {
 }
 
 /// The last lines of `log` (empty when there is none).
+/// `utime + stime` of a `/proc/PID/stat` line: the 14th and 15th fields, counted after the
+/// command name, which is in parentheses and may hold spaces.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // `rest` starts with field 3 (the state).
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
 fn log_tail(log: &Path) -> String {
     let Ok(text) = std::fs::read_to_string(log) else { return String::new() };
     let lines: Vec<&str> = text.lines().collect();
@@ -283,6 +302,13 @@ pub fn process_running(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_ticks_are_read_after_the_command_name() {
+        let stat = "4242 (bench server) S 1 4242 4242 0 -1 4194304 1200 0 0 0 731 268 0 0 20 0 6 0 1000 1 1 1";
+        assert_eq!(cpu_ticks(stat), Some(731 + 268));
+        assert_eq!(cpu_ticks("4242 (x) S 1"), None);
+    }
 
     #[test]
     fn cpu_lists_parse() {

@@ -65,6 +65,12 @@ impl HttpRow {
     pub fn p99(&self) -> Duration {
         Duration::from_secs_f64(median(self.runs.iter().map(|r| secs(r.p99)).collect()))
     }
+
+    /// The median over the runs of the server's CPU time per call, if every run has it.
+    pub fn server_cpu_per_call(&self) -> Option<Duration> {
+        let values: Option<Vec<f64>> = self.runs.iter().map(|r| r.server_cpu_per_call.map(secs)).collect();
+        values.filter(|v| !v.is_empty()).map(|v| Duration::from_secs_f64(median(v)))
+    }
 }
 
 /// The median of `values` (the mean of the middle two for an even count; 0 when empty).
@@ -288,23 +294,31 @@ impl Report {
             return;
         }
         let _ = writeln!(out, "\n**`tools/call` over HTTP** (calls per second, higher is better; latency in milliseconds, lower is better; medians of the runs)\n");
-        let _ = writeln!(out, "| server | era | connections | calls/s | vs rmcp | vs Python | p50 | vs rmcp | p99 | vs rmcp |");
-        let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(out, "| server | era | connections | calls/s | vs rmcp | vs Python | p50 | vs rmcp | p99 | vs rmcp | server CPU µs/call | vs rmcp |");
+        let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
         for (era, connections) in self.cells() {
             let base = self.rmcp_for(era, connections);
             let python = self.python_for(Era::Legacy, connections).filter(|_| era == Era::Legacy);
             for row in self.http.iter().filter(|r| r.era == era && r.connections == connections) {
                 if row.runs.is_empty() {
-                    let _ = writeln!(out, "| {} | {era} | {connections} | failed | – | – | – | – | – | – |", row.server);
+                    let _ = writeln!(out, "| {} | {era} | {connections} | failed | – | – | – | – | – | – | – | – |", row.server);
                     continue;
                 }
                 let mark = if base.is_some_and(|(_, legacy)| legacy) { " ‡" } else { "" };
                 let vs = |value: f64, pick: fn(&HttpRow) -> f64| base.map_or_else(|| "–".to_owned(), |(b, _)| format!("{}{mark}", ratio(value, pick(b))));
                 let vs_python = python.map_or_else(|| "–".to_owned(), |p| ratio(row.per_second(), p.per_second()));
                 let runs = if row.runs.len() < self.config.runs { format!(" ({} of {} runs)", row.runs.len(), self.config.runs) } else { String::new() };
+                // CPU per call: how many times the baseline's work a call costs (lower is
+                // cheaper), the figure least disturbed by whatever else the machine runs.
+                let cpu = row.server_cpu_per_call();
+                let cpu_cell = cpu.map_or_else(|| "–".to_owned(), |c| format!("{:.0}", c.as_secs_f64() * 1e6));
+                let cpu_vs = match (cpu, base.and_then(|(b, _)| b.server_cpu_per_call())) {
+                    (Some(c), Some(b)) => format!("{}{mark}", ratio(secs(c), secs(b))),
+                    _ => "–".to_owned(),
+                };
                 let _ = writeln!(
                     out,
-                    "| {} | {era} | {connections} | {}{runs} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {era} | {connections} | {}{runs} | {} | {} | {} | {} | {} | {} | {cpu_cell} | {cpu_vs} |",
                     row.server,
                     count(row.per_second()),
                     vs(row.per_second(), HttpRow::per_second),
@@ -479,6 +493,7 @@ mod tests {
             elapsed: Duration::from_secs(1),
             p50: Duration::from_micros(p50_us),
             p99: Duration::from_micros(p50_us * 2),
+            server_cpu_per_call: Some(Duration::from_micros(p50_us / 4)),
         }
     }
 
@@ -509,6 +524,9 @@ mod tests {
         assert_eq!(r.per_second(), 200.0);
         assert_eq!(r.p50(), Duration::from_micros(20));
         assert_eq!(r.p99(), Duration::from_micros(40));
+        assert_eq!(r.server_cpu_per_call(), Some(Duration::from_micros(5)));
+        let partial = row("x", ServerKind::Durable, Era::Legacy, 1, vec![load(1, 300, 30), LoadResult { server_cpu_per_call: None, ..load(1, 100, 10) }]);
+        assert_eq!(partial.server_cpu_per_call(), None, "a run without the figure leaves the median out");
     }
 
     #[test]
@@ -524,6 +542,9 @@ mod tests {
         assert!(markdown.contains("| modern | 8 | – (legacy: 1,000) ‡ | 2.00× | – |"), "{markdown}");
         assert!(markdown.contains("| durable-mcp, memory | legacy | 8 | 500 | 0.50× | 5.00× |"), "{markdown}");
         assert!(markdown.contains("| durable-mcp, memory | modern | 8 | 2,000 | 2.00× ‡ | – |"), "{markdown}");
+        // Server CPU per call (a quarter of p50 in these rows) and its ratio to rmcp's.
+        assert!(markdown.lines().any(|l| l.starts_with("| durable-mcp, memory | legacy | 8 |") && l.ends_with("| 50 | 2.00× |")), "{markdown}");
+        assert!(markdown.lines().any(|l| l.starts_with("| durable-mcp, memory | modern | 8 |") && l.ends_with("| 12 | 0.48× ‡ |")), "{markdown}");
         assert!(markdown.contains("‡ stock rmcp did not answer a 2026-07-28 `tools/call` (status 400)"), "{markdown}");
     }
 

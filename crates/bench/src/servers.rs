@@ -97,6 +97,11 @@ impl RunningServer {
         self.process.rss_kib()
     }
 
+    /// The CPU time it has used so far (all threads, user and system).
+    pub(crate) fn cpu_time(&self) -> Result<Duration, BenchError> {
+        self.process.cpu_time()
+    }
+
     /// Stop it and wait for it to exit.
     ///
     /// # Errors
