@@ -33,8 +33,15 @@ pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig, Tran
 pub use durable_mcp_protocol::{
     Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
     TaskSupport, rmcp,
-    task_support,
+    task_support, AuthInfo, required_scopes, merge_meta,
 };
+/// Authentication (see `docs/security.md`): set one with [`DurableMcp::auth`].
+pub mod auth {
+    pub use durable_mcp_auth::{
+        ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, IntrospectionConfig, OAuth, OAuthConfig, TrustedProxy,
+        oauth_principal,
+    };
+}
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
 pub use durable_mcp_store_memory::MemoryStore;
 pub use durable_mcp_store_postgres::{PgOptions, PgStore};
@@ -175,6 +182,22 @@ impl DurableMcp {
         self
     }
 
+    /// Authenticate every HTTP request with `auth` (default: none, every request is
+    /// anonymous). See `docs/security.md` for the modes and what each protects against.
+    ///
+    /// ```no_run
+    /// # fn f(handler: impl durable_mcp::rmcp::ServerHandler + Clone) -> Result<(), durable_mcp::auth::ConfigError> {
+    /// use durable_mcp::auth::{Authenticator, OAuthConfig};
+    /// let mut oauth = OAuthConfig::new("https://auth.example.com", "https://mcp.example.com/mcp", "http://auth.internal/jwks");
+    /// oauth.scopes = vec!["mcp".into()];
+    /// let server = durable_mcp::DurableMcp::new(handler).auth(Authenticator::oauth(oauth)?);
+    /// # Ok(()) }
+    /// ```
+    pub fn auth(mut self, auth: durable_mcp_auth::Authenticator) -> Self {
+        self.http.auth = auth;
+        self
+    }
+
     /// Replace the engine options.
     pub fn engine_options(mut self, options: EngineOptions) -> Self {
         self.engine = options;
@@ -289,7 +312,11 @@ impl DurableMcp {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
-        tracing::info!(addr = %listener.local_addr()?, path = %self.http.path, "durable-mcp serving");
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, path = %self.http.path, "durable-mcp serving");
+        if !addr.ip().is_loopback() && !self.http.auth.is_enabled() {
+            tracing::warn!(%addr, "serving on a non-loopback address without authentication: anyone who reaches it is the same anonymous principal (see docs/security.md)");
+        }
         let http = self.http.clone();
         let served = self.embed(shutdown, |router, closing| async move { durable_mcp_http::serve_router(listener, router, &http, closing).await }).await?;
         Ok(served?)
