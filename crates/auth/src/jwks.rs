@@ -15,7 +15,7 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use tokio::time::Instant;
 
 use crate::AuthError;
-use crate::fetch::{self, FetchError};
+use crate::fetch::{FetchError, Fetcher};
 
 /// The signature algorithms accepted for access tokens: asymmetric only. An HMAC algorithm
 /// would let anyone holding the (public) JWKS forge tokens, and `none` is not an algorithm
@@ -40,6 +40,7 @@ struct Cached {
 
 /// A cached JWKS.
 pub(crate) struct KeySet {
+    fetcher: Fetcher,
     uri: Uri,
     refetch_interval: Duration,
     max_age: Duration,
@@ -51,8 +52,9 @@ pub(crate) struct KeySet {
 }
 
 impl KeySet {
-    pub(crate) fn new(uri: Uri, refetch_interval: Duration, max_age: Duration, timeout: Duration) -> Self {
+    pub(crate) fn new(fetcher: Fetcher, uri: Uri, refetch_interval: Duration, max_age: Duration, timeout: Duration) -> Self {
         Self {
+            fetcher,
             uri,
             refetch_interval,
             max_age,
@@ -131,7 +133,7 @@ impl KeySet {
     async fn fetch(&self) -> Result<Vec<Arc<Jwk>>, FetchError> {
         let mut headers = HeaderMap::new();
         headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json"));
-        let body = fetch::send(Method::GET, &self.uri, headers, Bytes::new(), self.timeout).await?;
+        let body = self.fetcher.send(Method::GET, &self.uri, headers, Bytes::new(), self.timeout).await?;
         let set: JwkSet = serde_json::from_slice(&body).map_err(|e| FetchError::Io { url: self.uri.to_string(), source: e.into() })?;
         // Keys for other uses (encryption) or of unsupported types are left out.
         let keys: Vec<Arc<Jwk>> = set

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use crate::fetch::{self, form_encode};
+use crate::fetch::{Fetcher, form_encode};
 use crate::jwks::{ACCEPTED_ALGORITHMS, KeySet};
 use crate::{AuthError, Authenticated, ConfigError};
 
@@ -48,6 +48,9 @@ pub struct OAuthConfig {
     pub jwks_max_age: Duration,
     /// Deadline of one request to the authorization server.
     pub fetch_timeout: Duration,
+    /// More trust anchors (PEM certificates) for https:// endpoints, besides the built-in
+    /// Mozilla roots: for an authorization server with a private CA.
+    pub tls_roots_pem: Option<String>,
 }
 
 impl OAuthConfig {
@@ -66,6 +69,7 @@ impl OAuthConfig {
             jwks_refetch_interval: Duration::from_secs(10),
             jwks_max_age: Duration::from_secs(600),
             fetch_timeout: Duration::from_secs(5),
+            tls_roots_pem: None,
         }
     }
 }
@@ -101,6 +105,7 @@ pub struct OAuth {
     pub(crate) config: OAuthConfig,
     keys: Option<KeySet>,
     introspection: Option<(Uri, IntrospectionConfig)>,
+    fetcher: Fetcher,
     /// Introspected tokens by their SHA-256 (the token itself is never kept).
     cache: Mutex<HashMap<[u8; 32], (Authenticated, Instant)>>,
 }
@@ -121,18 +126,19 @@ impl OAuth {
         if audience.scheme().is_none() || audience.host().is_none() {
             return Err(ConfigError::Invalid(format!("the audience {} is not an absolute URL", config.audience)));
         }
+        let fetcher = Fetcher::new(config.tls_roots_pem.as_deref())?;
         let keys = match &config.jwks_url {
-            Some(url) => Some(KeySet::new(fetch::check_url(url)?, config.jwks_refetch_interval, config.jwks_max_age, config.fetch_timeout)),
+            Some(url) => Some(KeySet::new(fetcher.clone(), fetcher.check_url(url)?, config.jwks_refetch_interval, config.jwks_max_age, config.fetch_timeout)),
             None => None,
         };
         let introspection = match &config.introspection {
-            Some(intro) => Some((fetch::check_url(&intro.url)?, intro.clone())),
+            Some(intro) => Some((fetcher.check_url(&intro.url)?, intro.clone())),
             None => None,
         };
         if keys.is_none() && introspection.is_none() {
             return Err(ConfigError::Invalid("OAuth needs a JWKS URL or an introspection endpoint".into()));
         }
-        Ok(Self { config, keys, introspection, cache: Mutex::new(HashMap::new()) })
+        Ok(Self { config, keys, introspection, fetcher, cache: Mutex::new(HashMap::new()) })
     }
 
     /// How many times the JWKS was fetched (for tests and metrics).
@@ -194,7 +200,7 @@ impl OAuth {
             headers.insert(http::header::AUTHORIZATION, value);
         }
         let body = Bytes::from(format!("token={}&token_type_hint=access_token", form_encode(token)));
-        let answer = fetch::send(Method::POST, uri, headers, body, self.config.fetch_timeout)
+        let answer = self.fetcher.send(Method::POST, uri, headers, body, self.config.fetch_timeout)
             .await
             .map_err(|e| AuthError::Unavailable(format!("introspection failed: {e}")))?;
         let claims: Map<String, Value> =

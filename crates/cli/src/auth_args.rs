@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use durable_mcp::auth::{ApiKeys, Authenticator, IntrospectionConfig, OAuthConfig, TrustedProxy};
@@ -40,6 +39,10 @@ pub struct AuthArgs {
     /// OAuth: this server's client secret at the introspection endpoint.
     #[arg(long, env = "DURABLE_MCP_AUTH_CLIENT_SECRET", hide_env_values = true, requires = "auth_introspection_url")]
     pub auth_client_secret: Option<String>,
+    /// OAuth: a PEM file of more trust anchors for https:// JWKS and introspection
+    /// endpoints (a private CA), besides the built-in Mozilla roots.
+    #[arg(long, value_name = "FILE", requires = "auth_issuer")]
+    pub auth_tls_roots: Option<PathBuf>,
     /// API keys: a file with one key a line, `<id> <key or sha256:HEX> [scope,...]`.
     #[arg(long, value_name = "FILE", env = "DURABLE_MCP_API_KEYS_FILE", conflicts_with = "auth_issuer")]
     pub auth_api_keys: Option<PathBuf>,
@@ -73,7 +76,9 @@ impl AuthArgs {
                 client_id: self.auth_client_id,
                 client_secret: self.auth_client_secret,
             });
-            config.jwks_refetch_interval = Duration::from_secs(10);
+            if let Some(path) = &self.auth_tls_roots {
+                config.tls_roots_pem = Some(std::fs::read_to_string(path).with_context(|| format!("--auth-tls-roots {}", path.display()))?);
+            }
             return Authenticator::oauth(config).context("--auth-issuer");
         }
         if let Some(path) = self.auth_api_keys {
