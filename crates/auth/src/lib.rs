@@ -25,6 +25,7 @@ mod fetch;
 mod jwks;
 mod oauth;
 mod proxy;
+mod rules;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -36,6 +37,7 @@ pub use fetch::FetchError;
 pub use jwks::ACCEPTED_ALGORITHMS;
 pub use oauth::{IntrospectionConfig, OAuth, OAuthConfig, oauth_principal};
 pub use proxy::{Cidr, TrustedProxy};
+pub use rules::ScopeRules;
 
 use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};

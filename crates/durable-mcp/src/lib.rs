@@ -38,8 +38,8 @@ pub use durable_mcp_protocol::{
 /// Authentication (see `docs/security.md`): set one with [`DurableMcp::auth`].
 pub mod auth {
     pub use durable_mcp_auth::{
-        ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, IntrospectionConfig, OAuth, OAuthConfig, TrustedProxy,
-        oauth_principal,
+        ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, IntrospectionConfig, OAuth, OAuthConfig, ScopeRules,
+        TrustedProxy, oauth_principal,
     };
 }
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
@@ -195,6 +195,20 @@ impl DurableMcp {
     /// ```
     pub fn auth(mut self, auth: durable_mcp_auth::Authenticator) -> Self {
         self.http.auth = auth;
+        self
+    }
+
+    /// With authentication on, `prompts/get` of prompt `name` needs `scopes` (tools declare
+    /// theirs with [`required_scopes`]); a caller without them is answered 403.
+    pub fn prompt_scopes(mut self, name: &str, scopes: &[&str]) -> Self {
+        self.http.scope_rules = std::mem::take(&mut self.http.scope_rules).prompt(name, scopes);
+        self
+    }
+
+    /// With authentication on, reading or subscribing to a resource whose URI starts with
+    /// `uri_prefix` needs `scopes`; a caller without them is answered 403.
+    pub fn resource_scopes(mut self, uri_prefix: &str, scopes: &[&str]) -> Self {
+        self.http.scope_rules = std::mem::take(&mut self.http.scope_rules).resource(uri_prefix, scopes);
         self
     }
 

@@ -36,22 +36,24 @@ impl Transport {
         Rejection::Auth { error, challenge }
     }
 
-    /// Check that the caller holds the scopes the operation needs: for `tools/call`, the
-    /// endpoint's and those the tool declares (`required_scopes`). Called before the
-    /// request runs, so a refused call journals nothing.
+    /// Check that the caller holds the scopes the operation needs: the endpoint's, and for
+    /// `tools/call` those the tool declares (`required_scopes`), for `prompts/get` and
+    /// `resources/read|subscribe|unsubscribe` those of [`HttpConfig::scope_rules`](crate::HttpConfig::scope_rules).
+    /// Called before the request runs, so a refused call journals nothing.
     pub(crate) fn check_operation(&self, who: &Authenticated, inbound: &Inbound) -> Result<(), Rejection> {
         let auth = &self.config.auth;
         if !auth.is_enabled() {
             return Ok(());
         }
         let Inbound::Request { method, message, .. } = inbound else { return Ok(()) };
-        if method != "tools/call" {
-            return Ok(());
-        }
-        let Some(name) = message.get("params").and_then(|p| p.get("name")).and_then(Value::as_str) else {
-            return Ok(());
+        let param = |key: &str| message.get("params").and_then(|p| p.get(key)).and_then(Value::as_str);
+        let rules = &self.config.scope_rules;
+        let needed = match (method.as_str(), param("name"), param("uri")) {
+            ("tools/call", Some(name), _) => self.engine.handler().tool_required_scopes(name),
+            ("prompts/get", Some(name), _) => rules.for_prompt(name),
+            ("resources/read" | "resources/subscribe" | "resources/unsubscribe", _, Some(uri)) => rules.for_resource(uri),
+            _ => return Ok(()),
         };
-        let needed = self.engine.handler().tool_required_scopes(name);
         if needed.is_empty() {
             return Ok(());
         }

@@ -50,6 +50,9 @@ pub struct HttpConfig {
     /// see `docs/security.md`). A refused request is answered 401/403 before anything of
     /// it touches the store.
     pub auth: durable_mcp_auth::Authenticator,
+    /// The scopes prompts and resources need (tools declare theirs with
+    /// `required_scopes`). Checked only with authentication on.
+    pub scope_rules: durable_mcp_auth::ScopeRules,
 }
 
 /// The default of [`HttpConfig::max_get_streams_per_session`]: real clients keep one or
@@ -71,6 +74,7 @@ impl Default for HttpConfig {
             idle_timeout: Duration::from_secs(75),
             max_connections: 512,
             auth: durable_mcp_auth::Authenticator::None,
+            scope_rules: durable_mcp_auth::ScopeRules::default(),
         }
     }
 }

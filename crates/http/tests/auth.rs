@@ -106,9 +106,13 @@ struct Server {
 }
 
 fn server(auth: Authenticator) -> Server {
+    server_with(HttpConfig { auth, ..HttpConfig::default() })
+}
+
+fn server_with(config: HttpConfig) -> Server {
     let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
     let engine = Engine::new(store.clone() as Arc<dyn Store>, McpHandler::new(Scoped::new()), EngineOptions::default());
-    let router = Transport::new(engine, HttpConfig { auth, ..HttpConfig::default() }).router();
+    let router = Transport::new(engine, config).router();
     Server { router, store }
 }
 
@@ -341,6 +345,31 @@ async fn a_tool_whose_scope_is_missing_is_403_listing_every_scope_it_needs() {
     let reply = modern_call(&s.router, &writer, "write").await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.json().await["result"]["content"][0]["text"], "written");
+}
+
+/// Prompts and resources have their scopes from the server's rules: checked before the
+/// request runs (403 naming the complete set), passed to the handler with them.
+#[tokio::test]
+async fn prompt_and_resource_scopes_are_checked_before_the_handler() {
+    let jwks = jwks_server(json!({"keys": [jwk("rsa1")]})).await;
+    let rules = durable_mcp_auth::ScopeRules::default().prompt("audit", &["audit:read"]).resource("file:///private/", &["files:read"]);
+    let s = server_with(HttpConfig { auth: Authenticator::oauth(oauth_config(&jwks)).unwrap(), scope_rules: rules, ..HttpConfig::default() });
+    let reader = rsa(&claims("alice", "mcp"));
+    let session = initialize(&s.router, &reader).await;
+    let prompt = json!({"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {"name": "audit"}});
+    let reply = post(&s.router, Some(&reader), Some(&session), prompt.clone()).await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(challenge(&reply).contains(r#"scope="mcp audit:read""#), "{}", challenge(&reply));
+    let read = |uri: &str| json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": uri}});
+    let reply = post(&s.router, Some(&reader), Some(&session), read("file:///private/a")).await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(challenge(&reply).contains(r#"scope="mcp files:read""#), "{}", challenge(&reply));
+    // Another resource, and the same requests with the scopes: passed on to the handler.
+    assert_eq!(post(&s.router, Some(&reader), Some(&session), read("file:///public/a")).await.status, StatusCode::OK);
+    let auditor = rsa(&claims("alice", "mcp audit:read files:read"));
+    let session = initialize(&s.router, &auditor).await;
+    assert_eq!(post(&s.router, Some(&auditor), Some(&session), prompt).await.status, StatusCode::OK);
+    assert_eq!(post(&s.router, Some(&auditor), Some(&session), read("file:///private/a")).await.status, StatusCode::OK);
 }
 
 /// The authorization server rotates its key: a token with the new `kid` is accepted without
