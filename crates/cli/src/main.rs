@@ -241,7 +241,7 @@ struct ServeArgs {
     #[command(flatten)]
     retention: RetentionArgs,
     #[command(flatten)]
-    auth: auth_args::AuthArgs,
+    auth: Box<auth_args::AuthArgs>,
     /// Apply retention every this many seconds.
     #[arg(long, default_value_t = 60)]
     prune_interval_secs: u64,
@@ -458,7 +458,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_connections: args.max_connections.max(1),
         ..HttpConfig::default()
     };
-    http.auth = args.auth.authenticator()?;
+    http.auth = (*args.auth).authenticator()?;
     if args.stdio && http.auth.is_enabled() {
         anyhow::bail!("--stdio serves the one local client that started it: the --auth-* flags are for HTTP");
     }
