@@ -204,6 +204,46 @@ fn d7_redis_a_rerun_after_a_crash_runs_as_its_recorded_principal() {
     reruns_keep_their_principal(Backend::Redis, "auth-rerun-redis");
 }
 
+/// Serving a non-loopback address without authentication works (CI's nginx runs use
+/// loopback, so nothing is refused) but logs a WARN saying so.
+#[test]
+fn serving_a_non_loopback_address_without_auth_warns() {
+    use std::io::{BufRead, BufReader};
+    let port = free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
+        .args(["serve", "--store", "memory:", "--listen", &format!("0.0.0.0:{port}")])
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut warned = false;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("WARN") && line.contains("without authentication") => {
+                warned = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "no WARN about serving a non-loopback address without authentication");
+}
+
 /// The flags: OAuth needs its audience; a key file must parse; modes exclude each other.
 #[test]
 fn auth_flags_are_checked_at_start() {

@@ -115,6 +115,11 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 /// - **path**: default `/mcp`.
 /// - **HTTP options** ([`HttpConfig`]): allowed hosts/origins (DNS-rebinding protection),
 ///   body limit, JSON responses, SSE keep-alive and polling.
+/// - **authentication**: none by default (every request is anonymous; a WARN is logged
+///   when serving a non-loopback address so); OAuth 2.1, API keys or a trusted proxy with
+///   [`auth`](Self::auth), scopes of prompts and resources with
+///   [`prompt_scopes`](Self::prompt_scopes) and [`resource_scopes`](Self::resource_scopes)
+///   (`docs/security.md`).
 ///
 /// [`serve`](Self::serve) runs until Ctrl-C or SIGTERM and then shuts down gracefully.
 /// [`embed`](Self::embed) mounts the endpoint in your own axum app, and
