@@ -77,17 +77,26 @@ fn get_as(addr: SocketAddr, token: &str, session: &str, last_event_id: Option<&s
 }
 
 fn modern_as(addr: SocketAddr, token: &str, id: u64, params: Value) -> Value {
+    modern_request_as(addr, token, id, "tools/call", params, false)
+}
+
+/// A 2026-07-28 request with `token`; `tasks`: the client declares the tasks extension.
+fn modern_request_as(addr: SocketAddr, token: &str, id: u64, method: &str, params: Value, tasks: bool) -> Value {
     let mut params = params;
+    let capabilities = if tasks { json!({"elicitation": {}, "extensions": {TASKS_EXTENSION: {}}}) } else { json!({"elicitation": {}}) };
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "auth-test", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
     });
-    let name = params["name"].as_str().unwrap().to_owned();
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    let name = params.get("name").or_else(|| params.get("taskId")).and_then(Value::as_str).map(str::to_owned);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let mut bearer = String::new();
     let mut headers = with_token(token, &mut bearer, &POST);
-    headers.extend([("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", name.as_str())]);
+    headers.extend([("mcp-protocol-version", "2026-07-28"), ("mcp-method", method)]);
+    if let Some(name) = &name {
+        headers.push(("mcp-name", name.as_str()));
+    }
     last_message(request(addr, "POST", &headers, Some(&body.to_string())))
 }
 
@@ -132,6 +141,20 @@ fn another_principals_ids_are_unknown(a: SocketAddr, b: SocketAddr) {
     let mine = call_as(b, ALICE, &other_session_of_a, 7, "tasks/get", json!({"taskId": task}));
     assert_eq!(mine["result"]["status"], "working", "A sees its task from another session and worker: {mine}");
     let _ = call_as(a, ALICE, &session_a, 8, "tasks/cancel", json!({"taskId": task}));
+
+    // A 2026-07-28 task (no session): A's, and unknown to B.
+    let created = modern_request_as(a, ALICE, 12, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 30}}), true);
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let modern_task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let unknown = modern_request_as(b, BOB, 13, "tasks/get", json!({"taskId": "0123456789abcdef0123456789abcdef"}), true)["error"].clone();
+    assert!(unknown.is_object(), "{unknown}");
+    for method in ["tasks/get", "tasks/cancel"] {
+        let answer = modern_request_as(b, BOB, 14, method, json!({"taskId": modern_task}), true);
+        assert_eq!(answer["error"], unknown, "{method} of another principal's 2026-07-28 task: {answer}");
+    }
+    let mine = modern_request_as(b, ALICE, 15, "tasks/get", json!({"taskId": modern_task}), true);
+    assert_eq!(mine["result"]["status"], "working", "A reaches its task on the other worker: {mine}");
+    let _ = modern_request_as(a, ALICE, 16, "tasks/cancel", json!({"taskId": modern_task}), true);
 
     // requestState: sealed for A, refused for B (as a tampered one is).
     let round1 = modern_as(a, ALICE, 9, json!({"name": "ask", "arguments": {"question": "name?"}}));
