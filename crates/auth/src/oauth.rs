@@ -99,6 +99,12 @@ impl std::fmt::Debug for IntrospectionConfig {
 const INTROSPECTION_CACHE: usize = 10_000;
 /// How long an introspection answer without `exp` is kept.
 const INTROSPECTION_DEFAULT_TTL: Duration = Duration::from_secs(60);
+/// How long a refusal (inactive, another resource's, expired) is kept: a client retrying a
+/// bad token does not make this server ask the authorization server at its pace.
+const INTROSPECTION_REFUSAL_TTL: Duration = Duration::from_secs(10);
+
+/// An introspection answer as cached: the caller, or why the token is refused.
+type Introspected = Result<Authenticated, AuthError>;
 
 /// A configured OAuth resource server.
 pub struct OAuth {
@@ -107,7 +113,7 @@ pub struct OAuth {
     introspection: Option<(Uri, IntrospectionConfig)>,
     fetcher: Fetcher,
     /// Introspected tokens by their SHA-256 (the token itself is never kept).
-    cache: Mutex<HashMap<[u8; 32], (Authenticated, Instant)>>,
+    cache: Mutex<HashMap<[u8; 32], (Introspected, Instant)>>,
 }
 
 impl std::fmt::Debug for OAuth {
@@ -184,10 +190,10 @@ impl OAuth {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         {
             let cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some((auth, until)) = cache.get(&digest)
+            if let Some((answer, until)) = cache.get(&digest)
                 && Instant::now() < *until
             {
-                return Ok(auth.clone());
+                return answer.clone();
             }
         }
         let mut headers = HeaderMap::new();
@@ -205,7 +211,11 @@ impl OAuth {
             .map_err(|e| AuthError::Unavailable(format!("introspection failed: {e}")))?;
         let claims: Map<String, Value> =
             serde_json::from_slice(&answer).map_err(|e| AuthError::Unavailable(format!("introspection answered no JSON object: {e}")))?;
-        let (auth, ttl) = self.check_introspected(claims)?;
+        // A refusal is cached briefly; an unreachable server (above) is not cached at all.
+        let (answer, ttl) = match self.check_introspected(claims) {
+            Ok((auth, ttl)) => (Ok(auth), ttl),
+            Err(refused) => (Err(refused), INTROSPECTION_REFUSAL_TTL),
+        };
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         if cache.len() >= INTROSPECTION_CACHE {
@@ -214,8 +224,8 @@ impl OAuth {
                 cache.clear();
             }
         }
-        cache.insert(digest, (auth.clone(), now + ttl));
-        Ok(auth)
+        cache.insert(digest, (answer.clone(), now + ttl));
+        answer
     }
 
     /// Check an introspection answer: active, ours (`aud`, fail closed), from our issuer,

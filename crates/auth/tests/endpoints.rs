@@ -176,6 +176,8 @@ async fn opaque_tokens_are_introspected_and_cached_until_they_expire() {
     assert_eq!(oauth.verify("opaque-good").await.unwrap(), who);
     assert_eq!(seen.requests.load(Ordering::SeqCst), 1, "cached");
     assert!(matches!(oauth.verify("opaque-inactive").await, Err(AuthError::InvalidToken(_))));
+    assert!(matches!(oauth.verify("opaque-inactive").await, Err(AuthError::InvalidToken(_))));
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 2, "a refusal is cached too (briefly)");
     assert!(matches!(oauth.verify("opaque-elsewhere").await, Err(AuthError::InvalidToken(_))), "another resource's token");
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     assert!(matches!(oauth.verify("opaque-good").await, Err(AuthError::InvalidToken(_))), "expired: asked again, refused");
