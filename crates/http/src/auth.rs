@@ -76,6 +76,20 @@ impl Transport {
         }
         router
     }
+
+    /// What the handler sees of the caller (never the token); `None` without
+    /// authentication (the engine then gives handlers the principal alone, at no cost on
+    /// the request path).
+    pub(crate) fn auth_info(&self, who: &Authenticated) -> Option<Arc<AuthInfo>> {
+        self.config.auth.is_enabled().then(|| {
+            Arc::new(AuthInfo {
+                principal: who.principal.as_str().to_owned(),
+                scopes: who.scopes.iter().cloned().collect(),
+                claims: Arc::new(who.claims.clone()),
+                recovered: false,
+            })
+        })
+    }
 }
 
 fn metadata_response(document: &Value) -> Response {
@@ -84,14 +98,4 @@ fn metadata_response(document: &Value) -> Response {
     response.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
     response
-}
-
-/// What the handler sees of the caller (never the token).
-pub(crate) fn auth_info(who: &Authenticated) -> Arc<AuthInfo> {
-    Arc::new(AuthInfo {
-        principal: who.principal.as_str().to_owned(),
-        scopes: who.scopes.iter().cloned().collect(),
-        claims: Arc::new(who.claims.clone()),
-        recovered: false,
-    })
 }

@@ -2,9 +2,9 @@
 //! session). Both are legacy-era only: modern traffic gets 405.
 
 use axum::response::{IntoResponse, Response};
+use durable_mcp_auth::Authenticated;
 use durable_mcp_engine::{EngineError, GetStream, GetStreamSettings};
 use durable_mcp_protocol::McpVersion;
-use durable_mcp_auth::Authenticated;
 use durable_mcp_store::{EventId, Principal, SessionId, StoreError};
 use http::{HeaderMap, StatusCode};
 

@@ -2,10 +2,10 @@
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
+use durable_mcp_auth::Authenticated;
 use durable_mcp_engine::{Caller, Era};
 use durable_mcp_protocol::McpVersion;
 use durable_mcp_protocol::jsonrpc::{self, Inbound};
-use durable_mcp_auth::Authenticated;
 use durable_mcp_store::{Principal, SessionRecord};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -89,7 +89,7 @@ impl Transport {
         // modern. What is left is a legacy version (or none).
         let session = self.legacy_session(headers, &principal).await?;
         let mut caller = Caller::legacy(principal, session)?;
-        caller.auth = Some(crate::auth::auth_info(who));
+        caller.auth = self.auth_info(who);
         match inbound {
             Inbound::Request { id, message, .. } => {
                 // Boxed: the request path's future is large, and every future around it
@@ -209,7 +209,7 @@ impl Transport {
             session: None,
             protocol_version: version,
             log_level,
-            auth: Some(crate::auth::auth_info(who)),
+            auth: self.auth_info(who),
         };
         let mut accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
         // The status must be known before an SSE stream opens: wait for the first event.

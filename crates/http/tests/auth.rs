@@ -224,6 +224,16 @@ async fn valid_tokens_of_each_algorithm_are_served_as_their_principal() {
     assert_eq!(jwks.hits.load(Ordering::SeqCst), 1, "the JWKS is fetched once and cached");
 }
 
+/// Without authentication every request is served as `anonymous`, and handlers still find
+/// their caller in the extensions.
+#[tokio::test]
+async fn without_authentication_handlers_see_the_anonymous_principal() {
+    let s = server(Authenticator::None);
+    let me = whoami(&s.router, "ignored").await;
+    assert_eq!(me["principal"], "anonymous");
+    assert_eq!(me["scopes"], json!([]));
+}
+
 #[tokio::test]
 async fn refused_tokens_are_401_with_a_challenge_and_write_nothing() {
     let jwks = jwks_server(json!({"keys": [jwk("rsa1"), jwk("ec")]})).await;
