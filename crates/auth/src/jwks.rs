@@ -32,9 +32,16 @@ pub const ACCEPTED_ALGORITHMS: [Algorithm; 9] = [
     Algorithm::EdDSA,
 ];
 
+/// A signing key of the set, ready to verify with.
+pub(crate) struct Key {
+    jwk: Jwk,
+    /// The key, decoded once when the set is fetched.
+    pub(crate) decoding: DecodingKey,
+}
+
 #[derive(Default)]
 struct Cached {
-    keys: Vec<Arc<Jwk>>,
+    keys: Vec<Arc<Key>>,
     fetched: Option<Instant>,
 }
 
@@ -73,16 +80,16 @@ impl KeySet {
     /// The key that verifies a token whose header says `kid` and `alg`: it must be a
     /// signing key of the algorithm's type (and curve), and name the same algorithm if it
     /// names one (no algorithm confusion).
-    pub(crate) async fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Result<DecodingKey, AuthError> {
+    pub(crate) async fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Result<Arc<Key>, AuthError> {
         if let Some(jwk) = self.lookup(kid, alg, false)? {
-            return decoding_key(&jwk);
+            return Ok(jwk);
         }
         // Unknown kid, or a stale cache: fetch again, unless someone did so very recently.
         {
             let mut last = self.fetching.lock().await;
             // Someone else may have fetched while we waited for the lock.
             if let Some(jwk) = self.lookup(kid, alg, false)? {
-                return decoding_key(&jwk);
+                return Ok(jwk);
             }
             let recent = last.is_some_and(|at| at.elapsed() < self.refetch_interval);
             if !recent {
@@ -101,7 +108,7 @@ impl KeySet {
         // After a fetch (or within the rate limit), a stale cache still serves: better than
         // refusing every token while the authorization server is briefly unreachable.
         match self.lookup(kid, alg, true)? {
-            Some(jwk) => decoding_key(&jwk),
+            Some(jwk) => Ok(jwk),
             None if self.is_empty() => Err(AuthError::Unavailable("the authorization server's keys could not be fetched".into())),
             None => Err(AuthError::InvalidToken("the token's signing key is unknown".into())),
         }
@@ -112,36 +119,43 @@ impl KeySet {
     }
 
     /// A cached key for the token; `None` also when the cache is stale (unless `stale_ok`).
-    fn lookup(&self, kid: Option<&str>, alg: Algorithm, stale_ok: bool) -> Result<Option<Arc<Jwk>>, AuthError> {
+    fn lookup(&self, kid: Option<&str>, alg: Algorithm, stale_ok: bool) -> Result<Option<Arc<Key>>, AuthError> {
         let cached = self.cached.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let fresh = cached.fetched.is_some_and(|at| at.elapsed() < self.max_age);
         if !fresh && !stale_ok {
             return Ok(None);
         }
-        let mut candidates = cached.keys.iter().filter(|jwk| match kid {
-            Some(kid) => jwk.common.key_id.as_deref() == Some(kid),
+        let mut candidates = cached.keys.iter().filter(|key| match kid {
+            Some(kid) => key.jwk.common.key_id.as_deref() == Some(kid),
             None => true,
         });
         let Some(jwk) = candidates.next() else { return Ok(None) };
         if kid.is_none() && candidates.next().is_some() {
             return Err(AuthError::InvalidToken("the token names no key (kid) and the authorization server has several".into()));
         }
-        check_key_fits(jwk, alg)?;
+        check_key_fits(&jwk.jwk, alg)?;
         Ok(Some(jwk.clone()))
     }
 
-    async fn fetch(&self) -> Result<Vec<Arc<Jwk>>, FetchError> {
+    async fn fetch(&self) -> Result<Vec<Arc<Key>>, FetchError> {
         let mut headers = HeaderMap::new();
         headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json"));
         let body = self.fetcher.send(Method::GET, &self.uri, headers, Bytes::new(), self.timeout).await?;
         let set: JwkSet = serde_json::from_slice(&body).map_err(|e| FetchError::Io { url: self.uri.to_string(), source: e.into() })?;
-        // Keys for other uses (encryption) or of unsupported types are left out.
-        let keys: Vec<Arc<Jwk>> = set
+        // Keys for other uses (encryption), of unsupported types or that do not decode are
+        // left out.
+        let keys: Vec<Arc<Key>> = set
             .keys
             .into_iter()
             .filter(|jwk| !matches!(jwk.common.public_key_use, Some(ref u) if *u != PublicKeyUse::Signature))
             .filter(|jwk| !matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_) | AlgorithmParameters::Other(_)))
-            .map(Arc::new)
+            .filter_map(|jwk| match DecodingKey::from_jwk(&jwk) {
+                Ok(decoding) => Some(Arc::new(Key { jwk, decoding })),
+                Err(error) => {
+                    tracing::warn!(%error, kid = ?jwk.common.key_id, "skipping a JWKS key that cannot be used");
+                    None
+                }
+            })
             .collect();
         tracing::debug!(keys = keys.len(), url = %self.uri, "fetched the authorization server's JWKS");
         Ok(keys)
@@ -184,9 +198,6 @@ fn key_algorithm(alg: Algorithm) -> Option<KeyAlgorithm> {
     })
 }
 
-fn decoding_key(jwk: &Jwk) -> Result<DecodingKey, AuthError> {
-    DecodingKey::from_jwk(jwk).map_err(|e| AuthError::InvalidToken(format!("the signing key cannot be used: {e}")))
-}
 
 #[cfg(test)]
 mod tests {

@@ -177,7 +177,7 @@ impl OAuth {
         validation.set_issuer(&[&self.config.issuer]);
         validation.set_audience(&[&self.config.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        let data = decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| AuthError::InvalidToken(jwt_reason(&e)))?;
+        let data = decode::<Map<String, Value>>(token, &key.decoding, &validation).map_err(|e| AuthError::InvalidToken(jwt_reason(&e)))?;
         let claims = data.claims;
         let sub = claims.get("sub").and_then(Value::as_str).ok_or_else(|| AuthError::InvalidToken("sub is not a string".into()))?;
         Ok(Authenticated { principal: oauth_principal(&self.config.issuer, sub), scopes: scopes_of(&claims), claims })
