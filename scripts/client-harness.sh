@@ -58,13 +58,13 @@ build_cli() {
 }
 
 # start_server STORE LOG: starts the example server on a free port (three attempts); sets
-# server_pid and port.
+# server_pid and port. The array SERVER_EXTRA, if set, holds more `serve` flags.
 start_server() {
   local store="$1" logfile="$2" attempt
   for attempt in 1 2 3; do
     port="$(free_port)"
     NO_COLOR=1 "$BIN" serve --example everything --listen "127.0.0.1:$port" --store "$store" \
-      >"$logfile" 2>&1 </dev/null &
+      ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} >"$logfile" 2>&1 </dev/null &
     server_pid=$!
     for _ in $(seq 1 150); do
       alive "$server_pid" || break

@@ -18,6 +18,10 @@
 # inputResponses / requestState, by hand and through the SDK's callbacks), and stdio
 # (list changes and resource updates reach the client).
 #
+# 4. Authorization: a server with `--auth-api-keys` (a key file made here), the HTTP tests
+#    run again with the key as the SDK's bearer token, and the SDK is refused without it
+#    or with a wrong one (`--token`, see test_client.py).
+#
 # -k SUBSTRING runs only the tests whose name contains it.
 #
 # Environment:
@@ -115,8 +119,12 @@ run_store() {
     total_failed=$((total_failed + 1))
     return 0
   fi
-  "$VENV_PY" "$TEST_FILE" --url "http://127.0.0.1:$port/mcp" --stdio-command "$BIN" --stdio-store "$stdio_store" \
-    --label "$label" "${SELECTOR[@]}" \
+  local stdio_args=()
+  if [ -n "$stdio_store" ]; then
+    stdio_args=(--stdio-command "$BIN" --stdio-store "$stdio_store")
+  fi
+  "$VENV_PY" "$TEST_FILE" --url "http://127.0.0.1:$port/mcp" ${stdio_args[@]+"${stdio_args[@]}"} \
+    --label "$label" ${CLIENT_EXTRA[@]+"${CLIENT_EXTRA[@]}"} "${SELECTOR[@]}" \
     </dev/null 2>&1 | tee "$out" || rc=$?
   if ! alive "$server_pid"; then
     echo "FAIL [$label] server_alive: the server exited during the tests"
@@ -145,6 +153,15 @@ run_store() {
 
 run_store memory "memory:" "memory:"
 run_store sqlite "sqlite:$work/python-client.db" "sqlite:$work/python-stdio.db"
+
+# Authorization (API keys): the same HTTP tests with a bearer token, and refusals without it.
+api_key="k-python-$RANDOM$RANDOM$RANDOM"
+printf 'python %s\n' "$api_key" >"$work/api-keys"
+SERVER_EXTRA=(--auth-api-keys "$work/api-keys")
+CLIENT_EXTRA=(--token "$api_key")
+run_store auth "sqlite:$work/python-auth.db" ""
+SERVER_EXTRA=()
+CLIENT_EXTRA=()
 
 summary_printed=1
 echo "$total_passed passed, $total_failed failed"

@@ -18,6 +18,11 @@ call a tool, and SEP-2322 `input_required` results, both driven by hand
 `inputResponses` and the echoed `requestState`) and automatically by `Client`
 through its elicitation / sampling / roots callbacks.
 
+With `--token TOKEN` (a server started with `--auth-api-keys`), every HTTP test runs with
+`Authorization: Bearer TOKEN` through the SDK's own HTTP client, and the authorization
+tests check that the server refuses a client without a token, or with a wrong one (401
+with a `WWW-Authenticate: Bearer` challenge, and the SDK's session fails).
+
 stdio (`--stdio-command`, the `durable-mcp` binary, started by the SDK's `stdio_client`
 as `BIN serve --stdio --store STORE_URL`): list changes and resource updates, which the
 server routes to the session's standalone stream, reach the client.
@@ -42,6 +47,7 @@ import mcp_types as types
 from mcp.client import Client, ClientRequestContext, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 LEGACY_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"
@@ -59,6 +65,9 @@ FORM_ANSWERS: dict[str, Any] = {
 
 TestFn = Callable[[str], Awaitable[None]]
 TESTS: list[tuple[str, TestFn]] = []
+AUTH_TESTS: list[tuple[str, TestFn]] = []
+# The bearer token every HTTP connection carries (`--token`); None: no Authorization header.
+TOKEN: str | None = None
 StdioTestFn = Callable[[StdioServerParameters], Awaitable[None]]
 STDIO_TESTS: list[tuple[str, StdioTestFn]] = []
 
@@ -67,6 +76,21 @@ def test(fn: TestFn) -> TestFn:
     """Register a test; its name is the function name without the `test_` prefix."""
     TESTS.append((fn.__name__.removeprefix("test_"), fn))
     return fn
+
+
+def auth_test(fn: TestFn) -> TestFn:
+    """Register a test of an authenticating server (run with `--token` only)."""
+    AUTH_TESTS.append((fn.__name__.removeprefix("test_"), fn))
+    return fn
+
+
+def connect(url: str, token: str | None = None) -> Any:
+    """The SDK's streamable HTTP transport to `url`, with `token` (default: `--token`) as its
+    bearer token, set on the SDK's own HTTP client."""
+    token = TOKEN if token is None else token
+    if not token:
+        return streamable_http_client(url)
+    return streamable_http_client(url, http_client=create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}))
 
 
 def stdio_test(fn: StdioTestFn) -> StdioTestFn:
@@ -143,7 +167,7 @@ async def unexpected_elicitation(
 @asynccontextmanager
 async def legacy_session(url: str, **callbacks: Any) -> AsyncIterator[tuple[ClientSession, types.InitializeResult]]:
     """A 2025-11-25 session: the SDK's streamable HTTP transport + ClientSession + initialize."""
-    async with streamable_http_client(url) as (read_stream, write_stream):
+    async with connect(url) as (read_stream, write_stream):
         async with ClientSession(read_stream, write_stream, **callbacks) as session:
             result = await session.initialize()
             yield session, result
@@ -152,7 +176,7 @@ async def legacy_session(url: str, **callbacks: Any) -> AsyncIterator[tuple[Clie
 @asynccontextmanager
 async def modern_session(url: str, **callbacks: Any) -> AsyncIterator[tuple[ClientSession, types.DiscoverResult]]:
     """A 2026-07-28 connection: the SDK's streamable HTTP transport + ClientSession + server/discover."""
-    async with streamable_http_client(url) as (read_stream, write_stream):
+    async with connect(url) as (read_stream, write_stream):
         async with ClientSession(read_stream, write_stream, **callbacks) as session:
             result = await session.discover()
             yield session, result
@@ -300,7 +324,7 @@ async def test_modern_discover(url: str) -> None:
 @test
 async def test_modern_auto_negotiation(url: str) -> None:
     # Client(mode="auto") probes server/discover and must pick the modern era here.
-    async with Client(url, mode="auto") as client:
+    async with Client(connect(url), mode="auto") as client:
         check(client.protocol_version == MODERN_VERSION, f"auto mode negotiated {client.protocol_version!r}")
         text = only_text(await client.call_tool("test_simple_text", {}))
         check(text == SIMPLE_TEXT, f"unexpected text {text!r}")
@@ -361,7 +385,7 @@ async def test_modern_input_required_manual_retry(url: str) -> None:
 @test
 async def test_modern_input_required_via_callback(url: str) -> None:
     recorder = ElicitationRecorder()
-    async with Client(url, mode=MODERN_VERSION, elicitation_callback=recorder) as client:
+    async with Client(connect(url), mode=MODERN_VERSION, elicitation_callback=recorder) as client:
         result = await client.call_tool("test_input_required_result_elicitation", {})
         text = only_text(result)
     check(len(recorder.calls) == 1, f"elicitation callback called {len(recorder.calls)} times")
@@ -372,7 +396,7 @@ async def test_modern_input_required_via_callback(url: str) -> None:
 async def test_modern_elicitation_via_callback(url: str) -> None:
     # test_elicitation returns input_required in 2026-07-28; Client answers through the callback.
     recorder = ElicitationRecorder()
-    async with Client(url, mode="auto", elicitation_callback=recorder) as client:
+    async with Client(connect(url), mode="auto", elicitation_callback=recorder) as client:
         check(client.protocol_version == MODERN_VERSION, f"negotiated {client.protocol_version!r}")
         message = "Please provide your user info (modern era)"
         text = only_text(await client.call_tool("test_elicitation", {"message": message}))
@@ -387,7 +411,7 @@ async def test_modern_elicitation_via_callback(url: str) -> None:
 async def test_modern_multi_round_request_state(url: str) -> None:
     # Two input_required rounds, each with a new sealed requestState, then the result.
     recorder = ElicitationRecorder()
-    async with Client(url, mode=MODERN_VERSION, elicitation_callback=recorder) as client:
+    async with Client(connect(url), mode=MODERN_VERSION, elicitation_callback=recorder) as client:
         text = only_text(await client.call_tool("test_input_required_result_multi_round", {}))
     check(len(recorder.calls) == 2, f"expected 2 elicitation rounds, got {len(recorder.calls)}")
     expected = f"Multi-round flow complete: {FORM_ANSWERS['name']}'s favorite color is {FORM_ANSWERS['color']}"
@@ -401,7 +425,7 @@ async def test_modern_multiple_inputs(url: str) -> None:
     sample = SamplingRecorder("Bonjour from the python SDK")
     roots = RootsRecorder(["file:///tmp/python-sdk-root"])
     async with Client(
-        url,
+        connect(url),
         mode=MODERN_VERSION,
         elicitation_callback=elicit,
         sampling_callback=sample,
@@ -481,6 +505,61 @@ async def test_stdio_list_changed_and_resource_updated(server: StdioServerParame
             )
 
 
+# ----------------------------------------------------------- authorization --
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": LEGACY_VERSION, "capabilities": {}, "clientInfo": {"name": "auth-test", "version": "1"}},
+}
+
+
+async def challenge_of(url: str, token: str | None) -> tuple[int, str]:
+    """The status and WWW-Authenticate of an `initialize` POST with `token` (or none)."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    async with create_mcp_http_client(headers=headers) as client:
+        response = await client.post(url, json=INITIALIZE)
+        return response.status_code, response.headers.get("www-authenticate", "")
+
+
+async def session_fails(url: str, token: str) -> None:
+    """The SDK's session with `token` ("" for none) cannot initialize."""
+    try:
+        async with connect(url, token) as (read_stream, write_stream):
+            async with ClientSession(read_stream, write_stream) as session:
+                with anyio.fail_after(10):
+                    await session.initialize()
+    except Exception:  # noqa: BLE001 - any failure to connect is the refusal we expect
+        return
+    raise Check("the SDK's session initialized without valid credentials")
+
+
+@auth_test
+async def test_auth_refused_without_token(url: str) -> None:
+    status, challenge = await challenge_of(url, None)
+    check(status == 401, f"expected 401 without a token, got {status}")
+    check(challenge.startswith("Bearer"), f"expected a Bearer challenge, got {challenge!r}")
+    await session_fails(url, "")
+
+
+@auth_test
+async def test_auth_refused_with_a_wrong_token(url: str) -> None:
+    status, challenge = await challenge_of(url, "not-a-key")
+    check(status == 401, f"expected 401 with a wrong token, got {status}")
+    check('error="invalid_token"' in challenge, f"expected error=invalid_token, got {challenge!r}")
+    await session_fails(url, "not-a-key")
+
+
+@auth_test
+async def test_auth_served_with_the_token(url: str) -> None:
+    status, _ = await challenge_of(url, TOKEN)
+    check(status == 200, f"expected 200 with the token, got {status}")
+
+
 # ------------------------------------------------------------------ runner --
 
 
@@ -503,6 +582,8 @@ async def run(
     selected: list[tuple[str, Callable[[], Awaitable[None]]]] = []
     if url is not None:
         selected += [(name, lambda fn=fn: fn(url)) for name, fn in TESTS]
+        if TOKEN:
+            selected += [(name, lambda fn=fn: fn(url)) for name, fn in AUTH_TESTS]
     if stdio is not None:
         selected += [(name, lambda fn=fn: fn(stdio)) for name, fn in STDIO_TESTS]
     for name, call in selected:
@@ -532,8 +613,11 @@ def main() -> int:
     parser.add_argument("--stdio-store", default="memory:", help="the store of the stdio server (default memory:)")
     parser.add_argument("--label", default="", help="prefix for the test names (e.g. the store)")
     parser.add_argument("-k", dest="selector", help="run only tests whose name contains this")
+    parser.add_argument("--token", help="the bearer token of every HTTP connection (a server with --auth-api-keys)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of check failures too")
     args = parser.parse_args()
+    global TOKEN
+    TOKEN = args.token
     if args.url is None and args.stdio_command is None:
         parser.error("give --url, --stdio-command, or both")
     stdio = None

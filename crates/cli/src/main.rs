@@ -12,6 +12,8 @@ use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use durable_mcp::{DurableMcp, EngineOptions, HttpConfig};
 
+mod auth_args;
+
 /// durable-mcp: MCP servers that never lose a request.
 #[derive(Parser, Debug)]
 #[command(version, about)]
@@ -385,6 +387,8 @@ struct ServeArgs {
     store: StoreArgs,
     #[command(flatten)]
     retention: RetentionArgs,
+    #[command(flatten)]
+    auth: Box<auth_args::AuthArgs>,
     /// Apply retention every this many seconds.
     #[arg(long, default_value_t = 60)]
     prune_interval_secs: u64,
@@ -694,6 +698,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_connections: args.max_connections.max(1),
         ..HttpConfig::default()
     };
+    http.auth = (*args.auth).authenticator()?;
+    if args.stdio && http.auth.is_enabled() {
+        anyhow::bail!("--stdio serves the one local client that started it: the --auth-* flags are for HTTP");
+    }
     if args.no_host_check {
         http.allowed_hosts = None;
     } else if !args.allow_hosts.is_empty() {

@@ -33,8 +33,15 @@ pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig, Tran
 pub use durable_mcp_protocol::{
     Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
     TaskSupport, rmcp,
-    task_support,
+    task_support, AuthInfo, required_scopes, merge_meta,
 };
+/// Authentication (see `docs/security.md`): set one with [`DurableMcp::auth`].
+pub mod auth {
+    pub use durable_mcp_auth::{
+        ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, IntrospectionConfig, OAuth, OAuthConfig, ScopeRules,
+        TrustedProxy, oauth_principal,
+    };
+}
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
 pub use durable_mcp_store_memory::MemoryStore;
 pub use durable_mcp_store_postgres::{PgOptions, PgStore};
@@ -108,6 +115,11 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 /// - **path**: default `/mcp`.
 /// - **HTTP options** ([`HttpConfig`]): allowed hosts/origins (DNS-rebinding protection),
 ///   body limit, JSON responses, SSE keep-alive and polling.
+/// - **authentication**: none by default (every request is anonymous; a WARN is logged
+///   when serving a non-loopback address so); OAuth 2.1, API keys or a trusted proxy with
+///   [`auth`](Self::auth), scopes of prompts and resources with
+///   [`prompt_scopes`](Self::prompt_scopes) and [`resource_scopes`](Self::resource_scopes)
+///   (`docs/security.md`).
 ///
 /// [`serve`](Self::serve) runs until Ctrl-C or SIGTERM and then shuts down gracefully.
 /// [`embed`](Self::embed) mounts the endpoint in your own axum app, and
@@ -172,6 +184,36 @@ impl DurableMcp {
     /// Replace the HTTP options (the path set by [`path`](Self::path) is part of them).
     pub fn http_config(mut self, config: HttpConfig) -> Self {
         self.http = config;
+        self
+    }
+
+    /// Authenticate every HTTP request with `auth` (default: none, every request is
+    /// anonymous). See `docs/security.md` for the modes and what each protects against.
+    ///
+    /// ```no_run
+    /// # fn f(handler: impl durable_mcp::rmcp::ServerHandler + Clone) -> Result<(), durable_mcp::auth::ConfigError> {
+    /// use durable_mcp::auth::{Authenticator, OAuthConfig};
+    /// let mut oauth = OAuthConfig::new("https://auth.example.com", "https://mcp.example.com/mcp", "http://auth.internal/jwks");
+    /// oauth.scopes = vec!["mcp".into()];
+    /// let server = durable_mcp::DurableMcp::new(handler).auth(Authenticator::oauth(oauth)?);
+    /// # Ok(()) }
+    /// ```
+    pub fn auth(mut self, auth: durable_mcp_auth::Authenticator) -> Self {
+        self.http.auth = auth;
+        self
+    }
+
+    /// With authentication on, `prompts/get` of prompt `name` needs `scopes` (tools declare
+    /// theirs with [`required_scopes`]); a caller without them is answered 403.
+    pub fn prompt_scopes(mut self, name: &str, scopes: &[&str]) -> Self {
+        self.http.scope_rules = std::mem::take(&mut self.http.scope_rules).prompt(name, scopes);
+        self
+    }
+
+    /// With authentication on, reading or subscribing to a resource whose URI starts with
+    /// `uri_prefix` needs `scopes`; a caller without them is answered 403.
+    pub fn resource_scopes(mut self, uri_prefix: &str, scopes: &[&str]) -> Self {
+        self.http.scope_rules = std::mem::take(&mut self.http.scope_rules).resource(uri_prefix, scopes);
         self
     }
 
@@ -289,7 +331,11 @@ impl DurableMcp {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
-        tracing::info!(addr = %listener.local_addr()?, path = %self.http.path, "durable-mcp serving");
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, path = %self.http.path, "durable-mcp serving");
+        if !addr.ip().is_loopback() && !self.http.auth.is_enabled() {
+            tracing::warn!(%addr, "serving on a non-loopback address without authentication: anyone who reaches it is the same anonymous principal (see docs/security.md)");
+        }
         let http = self.http.clone();
         let served = self.embed(shutdown, |router, closing| async move { durable_mcp_http::serve_router(listener, router, &http, closing).await }).await?;
         Ok(served?)

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use durable_mcp_protocol::{McpVersion, PeerContext};
+use durable_mcp_protocol::{AuthInfo, McpVersion, PeerContext};
 use durable_mcp_store::{Principal, SessionId, SessionRecord, StreamOwner};
 
 use crate::records::Era;
@@ -24,13 +24,16 @@ pub struct Caller {
     pub protocol_version: McpVersion,
     /// Modern era: the log level the request's `_meta` asked for, if any.
     pub log_level: Option<String>,
+    /// What the handler sees of the caller's credentials (scopes, claims); `None`: the
+    /// principal alone.
+    pub auth: Option<Arc<AuthInfo>>,
 }
 
 impl Caller {
     /// The caller of a legacy-era request in `session`, at the session's negotiated version.
     pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
         let protocol_version = session.protocol_version.parse()?;
-        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(Arc::new(session)), log_level: None })
+        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(Arc::new(session)), log_level: None, auth: None })
     }
 
     pub(crate) fn session_id(&self) -> Option<&SessionId> {
@@ -54,6 +57,10 @@ impl Caller {
             server_state: Some(engine.server_state()),
             durable: None,
             state_keys: None,
+            auth: Some(match &self.auth {
+                Some(auth) => AuthInfo::clone(auth),
+                None => AuthInfo::principal_only(self.principal.as_str()),
+            }),
         }
     }
 

@@ -149,7 +149,11 @@ impl Engine {
             }
             return self.closed_or_retry(&stream, &id, false).await;
         }
+        // The re-run runs as the principal recorded with it; no token (nor its claims) is
+        // recorded, so the handler sees the principal alone.
+        let auth = durable_mcp_protocol::AuthInfo { recovered: true, ..durable_mcp_protocol::AuthInfo::principal_only(principal.as_str()) };
         let caller = Caller {
+            auth: Some(Arc::new(auth)),
             principal,
             era: record.era,
             session: session.map(std::sync::Arc::new),

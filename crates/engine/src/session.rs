@@ -17,7 +17,7 @@ impl Engine {
     pub async fn initialize(&self, principal: &Principal, request: Map<String, Value>) -> Result<(Option<SessionRecord>, Value), EngineError> {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
-        let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, server_state: Some(self.server_state()), durable: None, state_keys: None };
+        let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, server_state: Some(self.server_state()), durable: None, state_keys: None, auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())) };
         let mut response = self.run_to_outcome(request, &peer).await?;
         let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_owned) else {
             return Ok((None, response));

@@ -46,6 +46,13 @@ pub struct HttpConfig {
     /// the process's file descriptors and lock every other client out. Keep it below the
     /// open-file limit (`ulimit -n`) minus what the store needs. At least 1.
     pub max_connections: usize,
+    /// How requests are authenticated (default: not at all, every request is anonymous;
+    /// see `docs/security.md`). A refused request is answered 401/403 before anything of
+    /// it touches the store.
+    pub auth: durable_mcp_auth::Authenticator,
+    /// The scopes prompts and resources need (tools declare theirs with
+    /// `required_scopes`). Checked only with authentication on.
+    pub scope_rules: durable_mcp_auth::ScopeRules,
 }
 
 /// The default of [`HttpConfig::max_get_streams_per_session`]: real clients keep one or
@@ -66,6 +73,8 @@ impl Default for HttpConfig {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(75),
             max_connections: 512,
+            auth: durable_mcp_auth::Authenticator::None,
+            scope_rules: durable_mcp_auth::ScopeRules::default(),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! session). Both are legacy-era only: modern traffic gets 405.
 
 use axum::response::{IntoResponse, Response};
+use durable_mcp_auth::Authenticated;
 use durable_mcp_engine::{EngineError, GetStream, GetStreamSettings};
 use durable_mcp_protocol::McpVersion;
 use durable_mcp_store::{EventId, Principal, SessionId, StoreError};
@@ -16,12 +17,12 @@ fn modern(headers: &HeaderMap) -> Result<bool, Rejection> {
 }
 
 impl Transport {
-    pub(crate) async fn get(&self, headers: &HeaderMap) -> Result<Response, Rejection> {
+    pub(crate) async fn get(&self, headers: &HeaderMap, who: &Authenticated) -> Result<Response, Rejection> {
         if modern(headers)? {
             return Err(Rejection::MethodNotAllowed);
         }
         headers::check_get_accept(headers)?;
-        let principal = Principal::anonymous();
+        let principal = who.principal.clone();
         let session = self.legacy_session(headers, &principal).await?;
         let store = self.engine.store();
         let settings = GetStreamSettings { tick: self.config.keep_alive, max_per_session: self.config.max_get_streams_per_session };
@@ -73,11 +74,11 @@ impl Transport {
         Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
     }
 
-    pub(crate) async fn delete(&self, headers: &HeaderMap) -> Result<Response, Rejection> {
+    pub(crate) async fn delete(&self, headers: &HeaderMap, who: &Authenticated) -> Result<Response, Rejection> {
         if modern(headers)? {
             return Err(Rejection::MethodNotAllowed);
         }
-        let principal = Principal::anonymous();
+        let principal = who.principal.clone();
         let session = self.legacy_session(headers, &principal).await?;
         if self.engine.end_session(&principal, &session.id).await? {
             Ok(StatusCode::OK.into_response())

@@ -8,6 +8,7 @@
 //! [`HttpConfig::max_get_streams_per_session`] per session on one worker.
 //! Modern era (2026-07-28): stateless requests validated against their standard headers.
 
+mod auth;
 mod config;
 mod get;
 mod headers;
@@ -54,13 +55,14 @@ impl Transport {
     /// one of them).
     pub fn router(self) -> Router {
         let path = self.config.path.clone();
+        let metadata = self.clone();
         let mut router = Router::new().route(&path, any(endpoint));
         for (health, handler) in [(health::HEALTHZ, axum::routing::get(health::healthz)), (health::READYZ, axum::routing::get(health::readyz))] {
             if path != health {
                 router = router.route(health, handler);
             }
         }
-        router.with_state(self)
+        metadata.metadata_routes(router.with_state(self))
     }
 }
 
@@ -69,11 +71,14 @@ async fn endpoint(State(transport): State<Transport>, request: Request<Body>) ->
     tracing::debug!(method = %parts.method, headers = ?parts.headers, "request");
     let result: Result<Response, rejection::Refusal> = match headers::check_host_and_origin(&parts.headers, &transport.config) {
         Err(rejection) => Err(rejection.into()),
-        Ok(()) => match parts.method {
-            Method::POST => transport.post(&parts.headers, body).await,
-            Method::GET => transport.get(&parts.headers).await.map_err(Into::into),
-            Method::DELETE => transport.delete(&parts.headers).await.map_err(Into::into),
-            _ => Err(Rejection::MethodNotAllowed.into()),
+        Ok(()) => match transport.authenticate(&parts).await {
+            Err(rejection) => Err(rejection.into()),
+            Ok(who) => match parts.method {
+                Method::POST => transport.post(&parts.headers, body, &who).await,
+                Method::GET => transport.get(&parts.headers, &who).await.map_err(Into::into),
+                Method::DELETE => transport.delete(&parts.headers, &who).await.map_err(Into::into),
+                _ => Err(Rejection::MethodNotAllowed.into()),
+            },
         },
     };
     result.unwrap_or_else(|refusal| {

@@ -2,6 +2,7 @@
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
+use durable_mcp_auth::Authenticated;
 use durable_mcp_engine::{Caller, Era};
 use durable_mcp_protocol::McpVersion;
 use durable_mcp_protocol::jsonrpc::{self, Inbound};
@@ -40,16 +41,16 @@ fn era_of(method: Option<&str>, message: &Map<String, Value>, header_version: Op
 
 impl Transport {
     /// A POST. Every refusal of a body whose request id can be read carries that id.
-    pub(crate) async fn post(&self, headers: &HeaderMap, body: Body) -> Result<Response, Refusal> {
+    pub(crate) async fn post(&self, headers: &HeaderMap, body: Body, who: &Authenticated) -> Result<Response, Refusal> {
         let bytes = axum::body::to_bytes(body, self.config.max_body_bytes)
             .await
             .map_err(|_| Rejection::PayloadTooLarge(self.config.max_body_bytes))?;
         let value = serde_json::from_slice::<Value>(&bytes);
         let id = value.as_ref().ok().and_then(jsonrpc::request_id);
-        self.post_message(headers, value).await.map_err(|rejection| Refusal { rejection, id })
+        self.post_message(headers, value, who).await.map_err(|rejection| Refusal { rejection, id })
     }
 
-    async fn post_message(&self, headers: &HeaderMap, value: serde_json::Result<Value>) -> Result<Response, Rejection> {
+    async fn post_message(&self, headers: &HeaderMap, value: serde_json::Result<Value>, who: &Authenticated) -> Result<Response, Rejection> {
         headers::check_post_accept(headers)?;
         headers::check_content_type(headers)?;
         let value = value.map_err(|e| Rejection::ParseError(e.to_string()))?;
@@ -59,19 +60,20 @@ impl Transport {
         }
         let inbound = jsonrpc::classify(value)
             .map_err(|r| Rejection::InvalidRequest { message: r.message, id: r.id })?;
+        self.check_operation(who, &inbound)?;
         let header_version = headers::protocol_version(headers)?;
         let (method, message) = match &inbound {
             Inbound::Request { method, message, .. } | Inbound::Notification { method, message } => (Some(method.as_str()), message),
             Inbound::Response { message, .. } => (None, message),
         };
         match era_of(method, message, header_version) {
-            Era::Legacy => self.post_legacy(headers, inbound).await,
-            Era::Modern => self.post_modern(headers, header_version, inbound).await,
+            Era::Legacy => self.post_legacy(headers, inbound, who).await,
+            Era::Modern => self.post_modern(headers, header_version, inbound, who).await,
         }
     }
 
-    async fn post_legacy(&self, headers: &HeaderMap, inbound: Inbound) -> Result<Response, Rejection> {
-        let principal = Principal::anonymous();
+    async fn post_legacy(&self, headers: &HeaderMap, inbound: Inbound, who: &Authenticated) -> Result<Response, Rejection> {
+        let principal = who.principal.clone();
         if let Inbound::Request { method, message, .. } = &inbound
             && method == "initialize"
         {
@@ -86,7 +88,8 @@ impl Transport {
         // An unknown header version was refused already; a modern one made the request
         // modern. What is left is a legacy version (or none).
         let session = self.legacy_session(headers, &principal).await?;
-        let caller = Caller::legacy(principal, session)?;
+        let mut caller = Caller::legacy(principal, session)?;
+        caller.auth = self.auth_info(who);
         match inbound {
             Inbound::Request { id, message, .. } => {
                 // Boxed: the request path's future is large, and every future around it
@@ -142,7 +145,7 @@ impl Transport {
         Ok(self.engine.session(principal, &id).await?)
     }
 
-    async fn post_modern(&self, headers: &HeaderMap, header_version: Option<McpVersion>, inbound: Inbound) -> Result<Response, Rejection> {
+    async fn post_modern(&self, headers: &HeaderMap, header_version: Option<McpVersion>, inbound: Inbound, who: &Authenticated) -> Result<Response, Rejection> {
         let (id, method, message) = match inbound {
             Inbound::Request { id, method, message } => (id, method, message),
             Inbound::Notification { .. } => return Ok(StatusCode::ACCEPTED.into_response()),
@@ -201,11 +204,12 @@ impl Transport {
             return Err(Rejection::MethodNotFound { method, id: Some(id) });
         }
         let caller = Caller {
-            principal: Principal::anonymous(),
+            principal: who.principal.clone(),
             era: Era::Modern,
             session: None,
             protocol_version: version,
             log_level,
+            auth: self.auth_info(who),
         };
         let mut accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
         // The status must be known before an SSE stream opens: wait for the first event.

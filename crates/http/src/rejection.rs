@@ -100,12 +100,22 @@ pub enum Rejection {
     /// Anything else that went wrong on our side.
     #[error("Internal error: {0}")]
     Internal(String),
+    /// The request's credentials are missing or invalid (401), lack a scope (403), or
+    /// could not be checked (503); `challenge` is its `WWW-Authenticate` value.
+    #[error("{error}")]
+    Auth {
+        /// Why.
+        error: durable_mcp_auth::AuthError,
+        /// The `WWW-Authenticate` value.
+        challenge: Option<String>,
+    },
 }
 
 impl Rejection {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
+            Rejection::Auth { error, .. } => error.status(),
             Rejection::OriginForbidden | Rejection::HostForbidden => StatusCode::FORBIDDEN,
             Rejection::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Rejection::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
@@ -174,6 +184,14 @@ impl Rejection {
         let mut response = (status, axum::Json(self.body_for(request))).into_response();
         if status == StatusCode::METHOD_NOT_ALLOWED {
             response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        }
+        if let Rejection::Auth { challenge: Some(challenge), .. } = self {
+            match HeaderValue::from_str(challenge) {
+                Ok(value) => {
+                    response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+                }
+                Err(error) => tracing::error!(%error, "a WWW-Authenticate challenge is not a header value"),
+            }
         }
         response
     }

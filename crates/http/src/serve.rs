@@ -80,8 +80,8 @@ pub async fn serve_router(
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
-        let tcp = match accepted {
-            Ok((tcp, _peer)) => tcp,
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 accept_failed(error).await;
                 continue;
@@ -100,7 +100,7 @@ pub async fn serve_router(
             refused = 0;
         }
         prepare(&tcp);
-        tokio::spawn(connection(tcp, router.clone(), limits, stop.clone(), slot));
+        tokio::spawn(connection(tcp, peer, router.clone(), limits, stop.clone(), slot));
     }
     stop.cancel();
     // Every connection holds a slot until it ends: all of them back means all are done.
@@ -196,12 +196,15 @@ async fn accept_failed(error: io::Error) {
 
 /// Serve one connection until it ends, its deadline passes, or the server stops (then
 /// finish its requests in flight and close).
-async fn connection(tcp: TcpStream, router: Router, limits: Limits, stop: CancellationToken, _slot: OwnedSemaphorePermit) {
+async fn connection(tcp: TcpStream, peer: std::net::SocketAddr, router: Router, limits: Limits, stop: CancellationToken, _slot: OwnedSemaphorePermit) {
     let activity = Arc::new(Activity::new(limits));
     let io = TokioIo::new(Watched { io: tcp, activity: activity.clone() });
     let requests = activity.clone();
-    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         let in_flight = InFlight::start(requests.clone());
+        // The peer, as axum's `serve` with connect info gives it (the trusted-proxy mode
+        // believes its header only from configured peers).
+        request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
         let mut router = router.clone();
         async move {
             let response: Response<Body> = match router.call(request).await {

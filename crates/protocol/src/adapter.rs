@@ -58,6 +58,8 @@ pub struct PeerContext {
     pub durable: Option<crate::Durable>,
     /// The server's `requestState` keys, inserted into the request's extensions.
     pub state_keys: Option<crate::StateKeys>,
+    /// The authenticated caller, inserted into the request's extensions.
+    pub auth: Option<crate::AuthInfo>,
 }
 
 /// A request running in its handler.
@@ -96,6 +98,7 @@ trait ErasedHandler: Send + Sync + 'static {
     fn summary(&self) -> ServerSummary;
     fn tool_input_schema(&self, name: &str) -> Option<Value>;
     fn tool_task_support(&self, name: &str) -> crate::TaskSupport;
+    fn tool_required_scopes(&self, name: &str) -> Vec<String>;
 }
 
 impl<H> ErasedHandler for H
@@ -125,6 +128,10 @@ where
 
     fn tool_task_support(&self, name: &str) -> crate::TaskSupport {
         rmcp::ServerHandler::get_tool(self, name).map_or(crate::TaskSupport::Forbidden, |tool| crate::tasks::declared(tool.meta.as_ref()))
+    }
+
+    fn tool_required_scopes(&self, name: &str) -> Vec<String> {
+        rmcp::ServerHandler::get_tool(self, name).map(|tool| crate::auth::declared(tool.meta.as_ref())).unwrap_or_default()
     }
 }
 
@@ -188,6 +195,12 @@ impl McpHandler {
         self.inner.tool_task_support(name)
     }
 
+    /// The scopes tool `name` declares it needs (see [`crate::auth`]); none for an
+    /// unknown tool.
+    pub fn tool_required_scopes(&self, name: &str) -> Vec<String> {
+        self.inner.tool_required_scopes(name)
+    }
+
     /// Start running one request (a whole JSON-RPC request object). Rejects a request whose
     /// params do not fit its method with `-32602`.
     pub fn start(&self, request: Map<String, Value>, peer: &PeerContext) -> Result<Run, Rejection> {
@@ -216,6 +229,9 @@ impl McpHandler {
             }
             if let Some(keys) = &peer.state_keys {
                 request.request.extensions_mut().insert(keys.clone());
+            }
+            if let Some(auth) = &peer.auth {
+                request.request.extensions_mut().insert(auth.clone());
             }
         }
         let (out_tx, outbound) = mpsc::channel(64);

@@ -2,6 +2,7 @@
 //! [`rmcp`]. A future rmcp major version touches this crate alone.
 
 mod adapter;
+pub mod auth;
 pub mod context;
 pub mod durable;
 #[cfg(feature = "rmcp-baseline")]
@@ -18,6 +19,7 @@ pub use baseline::{RMCP_BASELINE_PATH, serve_rmcp_baseline};
 pub use context::{ServerState, SessionState, StateBackend, StateError};
 pub use durable::{Durable, DurableBackend, DurableError, Retry, SealError, ServerChange, StateSealer, StepKey};
 pub use state_keys::{KeyRing, RingKey, StateKeyError, StateKeys};
+pub use auth::{AuthInfo, REQUIRED_SCOPES_META, merge_meta, required_scopes};
 pub use tasks::{TaskSupport, task_support};
 pub use adapter::{Closed, McpHandler, NOTIFY_WINDOW, Outbound, PeerContext, Run, ServerSummary};
 pub use version::{McpVersion, UnknownVersion};
