@@ -12,9 +12,6 @@ pub enum EngineError {
     /// The session id is unknown, ended, expired or another principal's (404).
     #[error("session not found")]
     SessionNotFound,
-    /// A `Last-Event-ID` that cannot be resumed: malformed, unknown, or another session's.
-    #[error("unknown event id: {0}")]
-    UnknownEvent(String),
     /// A `Last-Event-ID` whose successors were pruned by retention (D14): the store's
     /// [`StoreErrorKind::Pruned`] error.
     #[error(transparent)]

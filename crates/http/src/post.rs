@@ -4,7 +4,7 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use durable_mcp_auth::Authenticated;
 use durable_mcp_engine::{Caller, Era};
-use durable_mcp_protocol::McpVersion;
+use durable_mcp_protocol::{McpVersion, methods};
 use durable_mcp_protocol::jsonrpc::{self, Inbound};
 use durable_mcp_store::{Principal, SessionRecord};
 use futures::StreamExt;
@@ -32,8 +32,8 @@ fn era_of(method: Option<&str>, message: &Map<String, Value>, header_version: Op
     match method {
         // `initialize` opens a legacy session, unless the request says it is 2026-07-28,
         // where `initialize` no longer exists (404, -32601).
-        Some("initialize") if !(modern_header && modern_meta) => Era::Legacy,
-        Some("server/discover") => Era::Modern,
+        Some(methods::INITIALIZE) if !(modern_header && modern_meta) => Era::Legacy,
+        Some(methods::SERVER_DISCOVER) => Era::Modern,
         _ if modern_meta || modern_header => Era::Modern,
         _ => Era::Legacy,
     }
@@ -75,7 +75,7 @@ impl Transport {
     async fn post_legacy(&self, headers: &HeaderMap, inbound: Inbound, who: &Authenticated) -> Result<Response, Rejection> {
         let principal = who.principal.clone();
         if let Inbound::Request { method, message, .. } = &inbound
-            && method == "initialize"
+            && method == methods::INITIALIZE
         {
             let (session, response) = self.engine.initialize(&principal, message.clone()).await?;
             let mut response = axum::Json(response).into_response();
@@ -122,7 +122,7 @@ impl Transport {
                 Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
             }
             Inbound::Notification { method, message } => {
-                if method == "notifications/cancelled" {
+                if method == methods::NOTIFICATION_CANCELLED {
                     if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId")) {
                         self.engine.cancel(&caller, request_id).await?;
                     }
@@ -200,7 +200,7 @@ impl Transport {
                 return Err(Rejection::MalformedMeta { message: format!("invalid logLevel {other}"), id: Some(id) });
             }
         };
-        if matches!(method.as_str(), "logging/setLevel" | "initialize") {
+        if matches!(method.as_str(), methods::LOGGING_SET_LEVEL | methods::INITIALIZE) {
             return Err(Rejection::MethodNotFound { method, id: Some(id) });
         }
         let caller = Caller {

@@ -228,7 +228,6 @@ impl From<durable_mcp_engine::EngineError> for Rejection {
         use durable_mcp_store::StoreErrorKind;
         match error {
             E::SessionNotFound => Rejection::SessionNotFound,
-            E::UnknownEvent(id) => Rejection::UnknownEvent(id),
             E::EventPruned(pruned) => Rejection::EventPruned(pruned.to_string()),
             E::Rejected(r) => Rejection::InvalidRequest { message: r.message, id: r.id },
             E::Store(e) if e.kind() == StoreErrorKind::Unavailable => {

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use durable_mcp_engine::{Caller, Engine};
 use durable_mcp_protocol::jsonrpc::{self, Inbound, code, error_response};
+use durable_mcp_protocol::methods;
 use durable_mcp_store::{Principal, SessionId, StoreError, StreamId};
 use futures::StreamExt;
 use serde_json::Value;
@@ -137,7 +138,7 @@ impl Connection {
         let principal = Principal::anonymous();
         let engine = &self.engine;
         match inbound {
-            Inbound::Request { id, method, message } if method == "initialize" => match engine.initialize(&principal, message).await {
+            Inbound::Request { id, method, message } if method == methods::INITIALIZE => match engine.initialize(&principal, message).await {
                 Ok((session, response)) => {
                     if let Some(session) = session {
                         let (id_of, stream) = (session.id.clone(), session.standalone_stream.clone());
@@ -167,7 +168,7 @@ impl Connection {
             }
             Inbound::Notification { method, message } => {
                 let caller = self.caller.as_ref()?;
-                if method == "notifications/cancelled" {
+                if method == methods::NOTIFICATION_CANCELLED {
                     if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId"))
                         && let Err(error) = engine.cancel(caller, request_id).await
                     {
