@@ -299,6 +299,8 @@ pub fn replayed_event() {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
     use super::*;
 
     #[test]
@@ -309,6 +311,22 @@ mod tests {
         assert_eq!(error_type(&tool).as_deref(), Some(TOOL_ERROR));
         let ok = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [], "isError": false}});
         assert_eq!(error_type(&ok), None);
+    }
+
+    /// Off (no test of this crate enables metrics), a request is not timed: nothing is
+    /// read from it, and the tool lookup (and its label string) never happens.
+    #[test]
+    fn with_metrics_off_nothing_is_built() {
+        assert!(!enabled());
+        let request = serde_json::json!({"method": "tools/call", "params": {"name": "echo"}});
+        let looked_up = std::cell::Cell::new(false);
+        let operation = Operation::start("tools/call", request.as_object().unwrap(), |_| {
+            looked_up.set(true);
+            true
+        });
+        assert!(operation.is_none());
+        assert!(!looked_up.get(), "no tool lookup with metrics off");
+        assert!(sse_stream_opened().is_none());
     }
 
     #[test]
