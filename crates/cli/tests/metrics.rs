@@ -130,7 +130,8 @@ const OPERATION: &str = "mcp_server_operation_duration_seconds";
 /// resume and a `DELETE`, the scrape holds exactly those counts: the operation histogram
 /// per method and tool (the failing one with `error_type`), with the buckets of the
 /// semantic conventions; the sessions gauge up then down and the session duration
-/// recorded at the end; store latency by backend `sqlite`; the resume and its event.
+/// recorded at the end; store latency by backend `sqlite`; the resume and its event; a
+/// task's status transitions.
 #[test]
 fn a_scrape_after_known_traffic_has_exact_counts_and_buckets() {
     const N: u64 = 5;
@@ -166,6 +167,17 @@ fn a_scrape_after_known_traffic_has_exact_counts_and_buckets() {
     assert_eq!(failed.last().unwrap().1["result"]["isError"], json!(true));
     let unknown = post(addr, Some(&session), &call(101, "no_such_tool")).messages();
     assert_eq!(unknown.last().unwrap().1["error"]["code"], json!(-32602));
+
+    // A task-augmented call (2025-11-25): answered by its create result, then the task
+    // runs to `completed`.
+    let task_call = json!({"jsonrpc": "2.0", "id": 200, "method": "tools/call", "params": {
+        "name": "steps", "arguments": {"count": 1, "step_ms": 10}, "task": {}}});
+    let created = post(addr, Some(&session), &task_call).messages();
+    let task_id = created.last().unwrap().1["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let tasks = "durable_mcp_tasks_transitions_total";
+    let scraped = scrape_until(metrics, "the task to complete", |s| s.exact(tasks, &[("status", "completed")]) == Some(1.0));
+    assert_eq!(scraped.value(tasks, &[("status", "working")]), 1.0, "task {task_id} was created working");
+    assert_eq!(scraped.value(&format!("{OPERATION}_count"), &[("mcp_method_name", "tools/call"), ("gen_ai_tool_name", "steps")]), 1.0);
 
     let delete = request(addr, "DELETE", &[("mcp-session-id", &session)], None);
     assert_eq!(delete.status, 200);

@@ -113,9 +113,10 @@ impl Engine {
     /// With metrics on, the session is read first, for `mcp.server.session.duration`.
     pub async fn end_session(&self, principal: &Principal, id: &SessionId) -> Result<bool, EngineError> {
         self.cancel_session(id);
-        let created_at_ms = match crate::metrics::enabled() {
-            true => self.store().load_session(principal, id).await.ok().map(|record| record.created_at_ms),
-            false => None,
+        let created_at_ms = if crate::metrics::enabled() {
+            self.store().load_session(principal, id).await.ok().map(|record| record.created_at_ms)
+        } else {
+            None
         };
         let ended = self.store().end_session(principal, id).await?;
         if ended && let Some(created_at_ms) = created_at_ms {
