@@ -47,6 +47,11 @@ pub enum ServedBy {
         /// Address to listen on (port 0: any free port; the bound one is printed).
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
+        /// Serve Prometheus metrics on this address (as `durable-mcp serve --metrics-listen`);
+        /// from the environment, so that `DURABLE_MCP_METRICS_LISTEN=127.0.0.1:0 durable-mcp
+        /// bench` measures every durable-mcp server with metrics on.
+        #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
+        metrics_listen: Option<SocketAddr>,
     },
 }
 
@@ -115,8 +120,11 @@ impl LoadArgs {
 pub async fn serve(args: ServerArgs) -> Result<(), BenchError> {
     match args.server {
         ServedBy::Rmcp { listen } => serve_rmcp(listen).await,
-        ServedBy::Durable { store, listen } => {
-            let server = durable_mcp::DurableMcp::new(durable_mcp_examples::Everything::default()).store_url(&store).await?;
+        ServedBy::Durable { store, listen, metrics_listen } => {
+            let mut server = durable_mcp::DurableMcp::new(durable_mcp_examples::Everything::default()).store_url(&store).await?;
+            if let Some(addr) = metrics_listen {
+                server = server.metrics_listen(addr);
+            }
             let listener = bind(listen).await?;
             server.serve_on(listener, stopped()).await?;
             Ok(())

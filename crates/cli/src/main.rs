@@ -383,6 +383,10 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "DURABLE_MCP_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Serve Prometheus metrics at http://ADDR/metrics, on this address of its own (off
+    /// unless given). docs/metrics.md lists the series.
+    #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     store: StoreArgs,
     #[command(flatten)]
@@ -723,6 +727,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ..EngineOptions::default()
         })
         .shutdown_grace(Duration::from_secs(args.shutdown_grace_secs));
+    let server = match args.metrics_listen {
+        Some(addr) => server.metrics_listen(addr),
+        None => server,
+    };
     if args.stdio {
         server.serve_stdio().await?;
     } else {

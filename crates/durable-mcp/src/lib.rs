@@ -19,6 +19,8 @@
 #[doc = include_str!("../../../docs/guarantees.md")]
 pub mod guarantees {}
 
+pub mod metrics;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -67,6 +69,9 @@ pub enum Error {
     /// The engine could not start: the `requestState` keys could not be read or created.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The metrics recorder could not be installed ([`DurableMcp::metrics_listen`]).
+    #[error(transparent)]
+    Metrics(#[from] metrics::MetricsError),
 }
 
 /// Open the store named by `url`: the one place a backend is chosen by URL scheme.
@@ -121,6 +126,9 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///   [`prompt_scopes`](Self::prompt_scopes) and [`resource_scopes`](Self::resource_scopes)
 ///   (`docs/security.md`).
 ///
+/// - **metrics**: off; [`metrics_listen`](Self::metrics_listen) serves Prometheus metrics
+///   at `/metrics` on an address of its own (see [`metrics`]).
+///
 /// [`serve`](Self::serve) runs until Ctrl-C or SIGTERM and then shuts down gracefully.
 /// [`embed`](Self::embed) mounts the endpoint in your own axum app, and
 /// [`serve_stdio`](Self::serve_stdio) serves one client on stdin/stdout; each of them runs
@@ -132,6 +140,7 @@ pub struct DurableMcp {
     http: HttpConfig,
     engine: EngineOptions,
     shutdown_grace: std::time::Duration,
+    metrics_listen: Option<SocketAddr>,
 }
 
 impl DurableMcp {
@@ -147,7 +156,17 @@ impl DurableMcp {
             http: HttpConfig::default(),
             engine: EngineOptions::default(),
             shutdown_grace: std::time::Duration::from_secs(10),
+            metrics_listen: None,
         }
+    }
+
+    /// Serve Prometheus metrics at `http://ADDR/metrics`, on a listener of its own, while the
+    /// server runs (off by default). Installs the process's recorder ([`metrics::install`])
+    /// when the server starts; with [`embed`](Self::embed) you may instead call
+    /// [`metrics::install`] yourself and mount [`metrics::MetricsHandle::router`].
+    pub fn metrics_listen(mut self, addr: SocketAddr) -> Self {
+        self.metrics_listen = Some(addr);
+        self
     }
 
     /// On shutdown, wait this long for journaled requests in flight to finish before
@@ -306,6 +325,20 @@ impl DurableMcp {
         F: FnOnce(Engine) -> Fut,
         Fut: Future<Output = T>,
     {
+        // Metrics first: the engine times its store only if they are on when it is created.
+        let metrics = match self.metrics_listen {
+            Some(addr) => {
+                let handle = metrics::install()?;
+                let listener = tokio::net::TcpListener::bind(addr).await?;
+                let render = handle.renderer();
+                Some(AbortOnDrop(tokio::spawn(async move {
+                    if let Err(error) = durable_mcp_http::serve_metrics(listener, render, std::future::pending()).await {
+                        tracing::error!(%error, "the metrics listener failed");
+                    }
+                })))
+            }
+            None => None,
+        };
         let engine = self.engine().await?;
         // Aborted when the transport ends, or when this future is dropped before that.
         let pruner = AbortOnDrop(engine.spawn_pruner());
@@ -315,6 +348,7 @@ impl DurableMcp {
         let output = transport(engine.clone()).await;
         drop((recovery, pruner));
         engine.drain(self.shutdown_grace).await;
+        drop(metrics);
         Ok(output)
     }
 

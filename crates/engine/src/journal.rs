@@ -339,12 +339,14 @@ async fn renew(engine: &Engine, beat: &Beat, lease: Duration) {
         Ok(_) => {}
         Err(EngineError::Store(StoreError::Conflict { .. })) => {
             tracing::warn!(run = %run_id, "lease lost: another worker took this run over; stopping it here");
+            crate::metrics::lease_lost("taken_over");
             beat.stopped.store(true, Ordering::SeqCst);
             beat.lost.cancel();
             return;
         }
         Err(error) if now_ms() >= beat.valid_until_ms.load(Ordering::SeqCst) => {
             tracing::warn!(%error, run = %run_id, "lease expired without renewal; stopping the run here");
+            crate::metrics::lease_lost("expired");
             beat.stopped.store(true, Ordering::SeqCst);
             beat.lost.cancel();
             return;
@@ -499,6 +501,7 @@ impl Engine {
             Err(error) => return Err(error.into()),
         };
         tracing::info!(run = %record.key, %previous_owner, attempt = run.attempt, "taking over a run");
+        crate::metrics::taken_over(if ours_from_before { "own" } else { "expired" });
         Ok(Some(Held::start(self, record.key, run, version)))
     }
 

@@ -12,6 +12,8 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("records", 0, include_str!("records/subscription.rs")),
     ("records", 0, include_str!("records/tests.rs")),
     ("error", 0, include_str!("error.rs")),
+    ("metrics", 0, include_str!("metrics.rs")),
+    ("metrics_store", 0, include_str!("metrics_store.rs")),
     ("caller", 1, include_str!("caller.rs")),
     ("state", 1, include_str!("state.rs")),
     ("keys", 1, include_str!("keys.rs")),

@@ -18,7 +18,7 @@
 //!
 //! | layer | modules | what it owns |
 //! |---|---|---|
-//! | 0 records | `records` (`records::key`), `error` | every record, its key and its encoding; status, era and flavor enums; the errors |
+//! | 0 records | `records` (`records::key`), `error`, `metrics` (`metrics_store`) | every record, its key and its encoding; status, era and flavor enums; the errors; the metrics' names and the store latency decorator |
 //! | 1 context | `caller`, `state`, `keys`, `rerun` | who sent a request; durable state handles; the `requestState` key ring; what a re-run already sent |
 //! | 2 journal | `journal` | run records, leases, heartbeats, claiming runs whose lease ran out, cancellation marks, sealed run state |
 //! | 3 tasks | `tasks` | task records, owners, status changes and their notifications, `tasks/*` answers |
@@ -38,6 +38,8 @@ mod journal;
 pub mod keys;
 #[cfg(test)]
 mod layers;
+pub mod metrics;
+mod metrics_store;
 mod notify;
 mod opening;
 mod pump;
@@ -140,7 +142,11 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// An engine serving `handler` on `store`.
+    ///
+    /// With metrics on ([`metrics::enable`]), the engine times its store: `store` is
+    /// wrapped in a [`metrics::MeteredStore`].
     pub fn new(store: Arc<dyn Store>, handler: McpHandler, options: EngineOptions) -> Self {
+        let store: Arc<dyn Store> = if crate::metrics::enabled() { Arc::new(crate::metrics::MeteredStore::new(store)) } else { store };
         let summary = handler.summary();
         let keys = keys::Keys::new(options.state_key.as_deref());
         let started_at_ms = durable_mcp_store::now_ms();
@@ -234,6 +240,7 @@ impl Engine {
     /// Apply retention once now (the on-demand prune).
     pub async fn prune(&self) -> Result<durable_mcp_store::PruneReport, EngineError> {
         let report = self.store().prune(&self.inner.options.retention, durable_mcp_store::now_ms()).await?;
+        crate::metrics::pruned(&report);
         if report != durable_mcp_store::PruneReport::default() {
             tracing::info!(sessions_ended = report.sessions_ended, streams_deleted = report.streams_deleted, "pruned");
         }

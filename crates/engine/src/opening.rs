@@ -33,6 +33,9 @@ pub(crate) struct NewStream {
     /// so that it gets every event from memory (see `tail.rs`); taken by
     /// [`NewStream::accepted`].
     follow: Option<Follow>,
+    /// The request's timing (metrics on): recorded by [`NewStream::answer`] when the engine
+    /// answers the request itself, or taken by the request's run.
+    pub operation: Option<crate::metrics::Operation>,
 }
 
 impl NewStream {
@@ -41,7 +44,7 @@ impl NewStream {
     pub fn new(engine: &Engine, caller: &Caller) -> Self {
         let id = StreamId::random();
         let follow = Some(engine.hub().follow(&id));
-        Self { id, owner: caller.stream_owner(), primes: caller.primes_streams(), opened: None, follow }
+        Self { id, owner: caller.stream_owner(), primes: caller.primes_streams(), opened: None, follow, operation: None }
     }
 
     /// The ops that create the stream (and append its priming event), first in the batch;
@@ -75,7 +78,9 @@ impl NewStream {
     /// Commit `response` as the stream's last event: with the stream's creation in one
     /// commit when it is not committed yet.
     pub async fn answer(&mut self, engine: &Engine, response: &Value) -> Result<(), EngineError> {
-        Ok(self.commit_first(engine, response.to_string(), true).await.map(drop)?)
+        self.commit_first(engine, response.to_string(), true).await?;
+        crate::metrics::finish(self.operation.take(), response);
+        Ok(())
     }
 
     /// Whether the stream is committed.

@@ -59,6 +59,8 @@ pub(crate) struct Pump {
     pub registration: Option<u64>,
     /// The `requestState` keys that seal its `input_required` state.
     pub keys: StateKeys,
+    /// The request's timing for `mcp.server.operation.duration` (metrics on, a new request).
+    pub operation: Option<crate::metrics::Operation>,
 }
 
 /// Why a run's pump left `Running`.
@@ -242,7 +244,7 @@ impl Engine {
     /// Pump one run: commit its handler's messages until it stops, then end it (see the
     /// module's state machine).
     pub(crate) async fn pump(self, pump: Pump) {
-        let Pump { mut run, caller, id, stream, opening, close_connection, mut held, durable, mut detach_requests, subscription, registration, keys } = pump;
+        let Pump { mut run, caller, id, stream, opening, close_connection, mut held, durable, mut detach_requests, subscription, registration, keys, operation } = pump;
         let mut state = Running { stream, opening, feed: None, inbox: None, subscription, task_watch: None };
         if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
             state.task_watch = Some(self.watch_task(&key, &run.cancel));
@@ -287,6 +289,11 @@ impl Engine {
         };
         if let Some(watch) = session_watch {
             watch.abort();
+        }
+        match (&stop, operation) {
+            (Stop::Answered(outcome), operation) => crate::metrics::finish(operation, outcome),
+            (Stop::Suspended, Some(operation)) => operation.succeeded(),
+            _ => {}
         }
         let Running { stream, mut opening, mut feed, inbox, task_watch, .. } = state;
         stop_feed(&mut feed).await;

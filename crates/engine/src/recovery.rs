@@ -57,6 +57,7 @@ impl Engine {
             Ok(Resume::Launch(caller, id, stream, already_sent)) => {
                 let request = held.record.request.clone();
                 held.already_sent = Some(Arc::new(already_sent));
+                crate::metrics::recovered("rerun");
                 if let Err(mut rejection) = self.launch(*caller, id.clone(), request, stream.clone(), Some(held)).await {
                     rejection.id = Some(id);
                     self.commit(&stream, &rejection.to_response(), true).await?;
@@ -64,6 +65,7 @@ impl Engine {
                 Ok(true)
             }
             Ok(Resume::Relay) => {
+                crate::metrics::recovered("relay");
                 tokio::spawn(self.clone().run_relay(held));
                 Ok(true)
             }

@@ -46,6 +46,9 @@ struct Extra<'a> {
     /// Its response stream, if not committed yet: taken by the pump, which creates it with
     /// its first commit; left here if the run could not start.
     opening: &'a mut Option<NewStream>,
+    /// The request's timing (metrics on): taken by the pump, which records it with the
+    /// outcome; left here if the run could not start.
+    operation: &'a mut Option<crate::metrics::Operation>,
 }
 
 /// What [`Engine::launch`] started.
@@ -131,6 +134,7 @@ impl Engine {
         let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
         let journaled = JOURNALED_METHODS.contains(&method.as_str());
         let mut opening = NewStream::new(self, caller);
+        opening.operation = crate::metrics::Operation::start(&method, &request, |tool| self.handler().tool_input_schema(tool).is_some());
         let stream = opening.id.clone();
         if caller.era == Era::Legacy {
             self.apply_session_effects(caller, &method, &request).await?;
@@ -204,7 +208,13 @@ impl Engine {
                 }
             }
             if let Some((flavor, ttl)) = task_mode {
-                return self.accept_task(caller, id, request, opening, flavor, ttl).await;
+                // A task's request is answered by its create result.
+                let operation = opening.operation.take();
+                let accepted = self.accept_task(caller, id, request, opening, flavor, ttl).await?;
+                if let Some(operation) = operation {
+                    operation.succeeded();
+                }
+                return Ok(accepted);
             }
             match self.journal(caller, &id, &request, &mut opening, run_id).await? {
                 Journaled::Held(held) => Some(*held),
@@ -224,8 +234,10 @@ impl Engine {
         // transport's tail was registered with the stream's local hub before (see
         // `Accepted::follow`), so it waits for that commit instead of reading a stream
         // that does not exist yet.
+        let mut operation = opening.operation.take();
         let mut pending = (!opening.is_open()).then_some(opening);
-        match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, Extra { subscription, opening: &mut pending }).await {
+        let extra = Extra { subscription, opening: &mut pending, operation: &mut operation };
+        match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, extra).await {
             Ok(launched) => {
                 accepted.cancel = Some(launched.cancel);
                 accepted.close_connection = launched.close_connection;
@@ -237,6 +249,7 @@ impl Engine {
                     Some(opening) => opening.answer(self, &response).await?,
                     None => self.commit(&stream, &response, true).await.map(drop)?,
                 }
+                crate::metrics::finish(operation, &response);
             }
         }
         Ok(accepted)
@@ -279,7 +292,7 @@ impl Engine {
         stream: StreamId,
         held: Option<Held>,
     ) -> Result<Launched, Rejection> {
-        self.launch_with(caller, id, request, stream, held, Extra { subscription: None, opening: &mut None }).await
+        self.launch_with(caller, id, request, stream, held, Extra { subscription: None, opening: &mut None, operation: &mut None }).await
     }
 
     /// [`Engine::launch`], for a `subscriptions/listen` request that follows tasks.
@@ -292,7 +305,7 @@ impl Engine {
         held: Option<Held>,
         extra: Extra<'_>,
     ) -> Result<Launched, Rejection> {
-        let Extra { subscription, opening } = extra;
+        let Extra { subscription, opening, operation } = extra;
         // A run whose lease is lost is cancelled here (without ending its stream).
         let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
         // Every sealer of the handler's requests uses the store's keys (D9, D12).
@@ -335,6 +348,7 @@ impl Engine {
         let registration = held.as_ref().map(|held| self.register_journaled(&held.run_id, run.cancel.clone()));
         let engine = self.clone();
         self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
+        crate::metrics::in_flight(1.0);
         // This worker writes the stream until the pump ends: its local tails need no store.
         let writer = self.hub().writer(&stream);
         let pump = Pump {
@@ -350,12 +364,14 @@ impl Engine {
             subscription,
             registration,
             keys,
+            operation: operation.take(),
         };
         // Boxed before it is spawned: the pump's future is large, and a spawn moves it.
         tokio::spawn(Box::pin(async move {
             engine.clone().pump(pump).await;
             drop(writer);
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
+            crate::metrics::in_flight(-1.0);
         }));
         Ok(launched)
     }

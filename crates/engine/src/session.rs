@@ -18,8 +18,10 @@ impl Engine {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
         let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, server_state: Some(self.server_state()), durable: None, state_keys: None, auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())) };
+        let operation = crate::metrics::Operation::start(durable_mcp_protocol::methods::INITIALIZE, &request, |_| false);
         let mut response = self.run_to_outcome(request, &peer).await?;
         let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_owned) else {
+            crate::metrics::finish(operation, &response);
             return Ok((None, response));
         };
         // The session serves only a legacy version of the closed set: a version the
@@ -59,6 +61,8 @@ impl Engine {
             delivery: Some(durable_mcp_store::Delivery::default()),
         };
         self.store().create_session(record.clone()).await?;
+        crate::metrics::finish(operation, &response);
+        crate::metrics::session_opened();
         Ok((Some(record), response))
     }
 
@@ -105,9 +109,20 @@ impl Engine {
     }
 
     /// End a session everywhere (D5): its runs here are cancelled and its streams close.
+    ///
+    /// With metrics on, the session is read first, for `mcp.server.session.duration`.
     pub async fn end_session(&self, principal: &Principal, id: &SessionId) -> Result<bool, EngineError> {
         self.cancel_session(id);
-        Ok(self.store().end_session(principal, id).await?)
+        let created_at_ms = if crate::metrics::enabled() {
+            self.store().load_session(principal, id).await.ok().map(|record| record.created_at_ms)
+        } else {
+            None
+        };
+        let ended = self.store().end_session(principal, id).await?;
+        if ended && let Some(created_at_ms) = created_at_ms {
+            crate::metrics::session_ended(created_at_ms);
+        }
+        Ok(ended)
     }
 }
 

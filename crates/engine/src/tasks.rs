@@ -224,6 +224,7 @@ impl Engine {
         self.store()
             .put_record(RecordKind::Task, &key, task.encode()?, Some(task.expires_at()), Expect::Absent)
             .await?;
+        crate::metrics::task_status(task.status.as_str());
         Ok((task, key))
     }
 
@@ -239,6 +240,9 @@ impl Engine {
     async fn task_written(&self, key: &str, status_before: TaskStatus, task: &TaskRecord) {
         // No receiver is the common case, not an error.
         let _ = self.task_changes().send(key.to_owned());
+        if task.status != status_before {
+            crate::metrics::task_status(task.status.as_str());
+        }
         if task.flavor != Flavor::V2025 || task.status == status_before {
             return;
         }

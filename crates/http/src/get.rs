@@ -3,9 +3,10 @@
 
 use axum::response::{IntoResponse, Response};
 use durable_mcp_auth::Authenticated;
-use durable_mcp_engine::{EngineError, GetStream, GetStreamSettings};
+use durable_mcp_engine::{EngineError, GetStream, GetStreamSettings, metrics};
 use durable_mcp_protocol::McpVersion;
 use durable_mcp_store::{EventId, Principal, SessionId, StoreError};
+use futures::StreamExt;
 use http::{HeaderMap, StatusCode};
 
 use crate::headers::{self, LAST_EVENT_ID};
@@ -47,11 +48,13 @@ impl Transport {
                         return Err(Rejection::UnknownEvent(raw));
                     }
                 }
-                if id.stream == session.standalone_stream {
+                let resumed = if id.stream == session.standalone_stream {
                     // Resuming a GET stream: it takes the delivery over (see below).
                     let get = self.engine.open_get_stream(&session, Some(id.seq), settings).await?;
+                    metrics::replayed("standalone");
                     get_source(get, &principal, &session.id)
                 } else {
+                    metrics::replayed("request");
                     SseSource {
                         events: sse::tail_of(&self.engine, id.stream, id.seq),
                         priming: None,
@@ -61,7 +64,8 @@ impl Transport {
                         close_on: None,
                         keep_session: None,
                     }
-                }
+                };
+                replay_counted(resumed)
             }
             None => {
                 // The standalone stream, from where delivery to the session's GET streams
@@ -86,6 +90,22 @@ impl Transport {
             Err(Rejection::SessionNotFound)
         }
     }
+}
+
+/// A resumed stream's source, its events counted in `durable_mcp.sse.replayed_events`
+/// (metrics on).
+fn replay_counted(mut source: SseSource) -> SseSource {
+    if metrics::enabled() {
+        source.events = source
+            .events
+            .inspect(|event| {
+                if event.is_ok() {
+                    metrics::replayed_event();
+                }
+            })
+            .boxed();
+    }
+    source
 }
 
 /// The SSE source of a GET stream; it keeps its session alive like any live GET (D14).

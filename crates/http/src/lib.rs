@@ -28,7 +28,7 @@ use http::{Method, Request};
 
 pub use config::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig};
 pub use rejection::Rejection;
-pub use serve::{serve, serve_router};
+pub use serve::{MetricsRender, metrics_router, serve, serve_metrics, serve_router};
 
 /// The HTTP transport: an engine and its HTTP settings.
 #[derive(Clone, Debug)]

@@ -147,6 +147,30 @@ async fn draining_connection(tcp: TcpStream, limits: Limits, _slot: OwnedSemapho
     }
 }
 
+/// What renders the Prometheus text exposition of the metrics (the recorder's handle).
+pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// The content type of the Prometheus text exposition format.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A router answering `GET /metrics` with what `render` renders; anything else is 404 (and
+/// another method on `/metrics` 405). Mount it on a listener of its own: it has no Host
+/// check and no authentication, like most Prometheus endpoints.
+pub fn metrics_router(render: MetricsRender) -> Router {
+    let scrape = move || {
+        let render = render.clone();
+        async move { ([(http::header::CONTENT_TYPE, PROMETHEUS_TEXT)], render()) }
+    };
+    Router::new().route("/metrics", axum::routing::get(scrape))
+}
+
+/// Serve [`metrics_router`] on `listener` (its own address, `serve --metrics-listen`) with
+/// the default connection limits of [`HttpConfig`], until `shutdown` resolves.
+pub async fn serve_metrics(listener: TcpListener, render: MetricsRender, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
+    tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
+    serve_router(listener, metrics_router(render), &HttpConfig::default(), shutdown).await
+}
+
 /// Set up an accepted connection before it is served: `TCP_NODELAY` (see [`serve_router`]).
 fn prepare(tcp: &TcpStream) {
     if let Err(error) = tcp.set_nodelay(true) {

@@ -59,6 +59,12 @@ pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration, shutdo
     let mut close_on: Vec<CancellationToken> = vec![shutdown.clone()];
     close_on.extend(source.close_on);
     let body = body_stream(events, priming, source.prefix, guard, keep_alive, source.close_after, close_on, keep_session);
+    // Counted open (metrics on) until hyper drops the body: the end of the connection's stream.
+    let open = durable_mcp_engine::metrics::sse_stream_opened();
+    let body = body.map(move |frame| {
+        let _open = &open;
+        frame
+    });
     let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();

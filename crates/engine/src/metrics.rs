@@ -1,0 +1,337 @@
+//! Metrics: what a worker records through the [`metrics`] facade, under the names of the
+//! OpenTelemetry MCP semantic conventions (`mcp.server.*`) and durable-mcp's own
+//! (`durable_mcp.*`). Every name, its type, labels and meaning is in `docs/metrics.md`.
+//!
+//! Off by default: nothing is recorded, no label is built and no clock is read until
+//! [`enable`] is called (the facade's `metrics::install` does, after installing the
+//! Prometheus recorder). Each recording function checks [`enabled`] first, one relaxed
+//! atomic load, so that with metrics off the request path does not even build the label
+//! strings the facade would hand a no-op recorder.
+//!
+//! The store latency is recorded by a decorator ([`MeteredStore`]) that the engine puts
+//! around its store when metrics are on ([`crate::Engine::new`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use durable_mcp_protocol::methods;
+use ::metrics::{Label, SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use serde_json::Value;
+
+pub use crate::metrics_store::MeteredStore;
+
+/// `mcp.server.operation.duration` (histogram, seconds): one request, from its acceptance
+/// to the commit of its outcome.
+pub const OPERATION_DURATION: &str = "mcp.server.operation.duration";
+/// `mcp.server.session.duration` (histogram, seconds): a legacy session, from its
+/// `initialize` to its end by `DELETE`.
+pub const SESSION_DURATION: &str = "mcp.server.session.duration";
+/// Store call latency (histogram, seconds), by `backend` and `operation`.
+pub const STORE_OPERATION_DURATION: &str = "durable_mcp.store.operation.duration";
+/// Store batch commits (counter), by `backend`.
+pub const STORE_COMMITS: &str = "durable_mcp.store.commits";
+/// Ops per committed batch (histogram), by `backend`.
+pub const STORE_BATCH_OPS: &str = "durable_mcp.store.batch.ops";
+/// Handler runs in flight on this worker (gauge).
+pub const REQUESTS_IN_FLIGHT: &str = "durable_mcp.requests.in_flight";
+/// Journaled runs this worker resumed after claiming them (counter), by `kind`.
+pub const JOURNAL_RECOVERIES: &str = "durable_mcp.journal.recoveries";
+/// Journaled runs this worker claimed (counter), by `from`.
+pub const JOURNAL_TAKEOVERS: &str = "durable_mcp.journal.takeovers";
+/// Leases this worker lost while running a run (counter), by `reason`.
+pub const JOURNAL_LEASES_LOST: &str = "durable_mcp.journal.leases_lost";
+/// SSE responses open on this worker (gauge).
+pub const SSE_STREAMS_OPEN: &str = "durable_mcp.sse.streams.open";
+/// `Last-Event-ID` resumes served (counter), by `stream`.
+pub const SSE_REPLAYS: &str = "durable_mcp.sse.replays";
+/// Events written on resumed (`Last-Event-ID`) connections (counter).
+pub const SSE_REPLAYED_EVENTS: &str = "durable_mcp.sse.replayed_events";
+/// Live legacy sessions as this worker counts them (gauge).
+pub const SESSIONS_LIVE: &str = "durable_mcp.sessions.live";
+/// Task status changes (counter), by `status` (the new status).
+pub const TASK_TRANSITIONS: &str = "durable_mcp.tasks.transitions";
+/// What retention removed (counter), by `kind`.
+pub const RETENTION_REMOVED: &str = "durable_mcp.retention.removed";
+
+/// `error.type` of a tool result with `isError: true` (as the semantic conventions say).
+pub const TOOL_ERROR: &str = "tool_error";
+/// `mcp.method.name` of a method outside the protocol's set (bounded cardinality).
+pub const OTHER: &str = "_OTHER";
+
+/// The bucket bounds of the MCP semantic conventions for `mcp.server.*.duration`.
+pub const MCP_DURATION_BUCKETS: &[f64] = &[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+/// The bucket bounds of [`STORE_OPERATION_DURATION`]: 50 µs to 2.5 s.
+pub const STORE_DURATION_BUCKETS: &[f64] =
+    &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+/// The bucket bounds of [`STORE_BATCH_OPS`].
+pub const BATCH_OPS_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0];
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Turn recording on for the process, and describe every metric (type, unit, help) to the
+/// recorder installed now. Call it after installing a recorder; engines created afterwards
+/// time their store ([`MeteredStore`]).
+pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
+    describe();
+}
+
+/// Whether [`enable`] was called.
+#[inline]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+fn describe() {
+    describe_histogram!(OPERATION_DURATION, Unit::Seconds, "MCP requests, from their acceptance to the commit of their outcome.");
+    describe_histogram!(SESSION_DURATION, Unit::Seconds, "Legacy sessions, from initialize to their end by DELETE.");
+    describe_histogram!(STORE_OPERATION_DURATION, Unit::Seconds, "Store calls, by backend and operation.");
+    describe_counter!(STORE_COMMITS, Unit::Count, "Batches committed to the store, by backend.");
+    describe_histogram!(STORE_BATCH_OPS, Unit::Count, "Ops per committed batch, by backend.");
+    describe_gauge!(REQUESTS_IN_FLIGHT, Unit::Count, "Handler runs in flight on this worker.");
+    describe_counter!(JOURNAL_RECOVERIES, Unit::Count, "Journaled runs this worker resumed after claiming them.");
+    describe_counter!(JOURNAL_TAKEOVERS, Unit::Count, "Journaled runs this worker claimed: its own from before a restart, or expired leases.");
+    describe_counter!(JOURNAL_LEASES_LOST, Unit::Count, "Leases this worker lost while running a run.");
+    describe_gauge!(SSE_STREAMS_OPEN, Unit::Count, "SSE responses open on this worker.");
+    describe_counter!(SSE_REPLAYS, Unit::Count, "Streams resumed with Last-Event-ID.");
+    describe_counter!(SSE_REPLAYED_EVENTS, Unit::Count, "Events written on connections resumed with Last-Event-ID.");
+    describe_gauge!(SESSIONS_LIVE, Unit::Count, "Live sessions: opened here minus ended or pruned here.");
+    describe_counter!(TASK_TRANSITIONS, Unit::Count, "Task status changes, by new status.");
+    describe_counter!(RETENTION_REMOVED, Unit::Count, "What retention removed, by kind.");
+}
+
+/// `mcp.method.name` of `method`: the method itself for one of the protocol, [`OTHER`]
+/// otherwise (a client's made-up method names must not mint series).
+fn method_label(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        methods::INITIALIZE,
+        methods::SERVER_DISCOVER,
+        methods::TOOLS_CALL,
+        methods::TOOLS_LIST,
+        methods::PROMPTS_GET,
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        methods::RESOURCES_READ,
+        methods::RESOURCES_SUBSCRIBE,
+        methods::RESOURCES_UNSUBSCRIBE,
+        methods::COMPLETION_COMPLETE,
+        methods::LOGGING_SET_LEVEL,
+        methods::SUBSCRIPTIONS_LISTEN,
+        methods::TASKS_GET,
+        methods::TASKS_LIST,
+        methods::TASKS_RESULT,
+        methods::TASKS_CANCEL,
+        methods::TASKS_UPDATE,
+        "ping",
+    ];
+    KNOWN.iter().find(|known| **known == method).copied().unwrap_or(OTHER)
+}
+
+/// One request being served: started at its acceptance ([`Operation::start`], `None` with
+/// metrics off), recorded once with its outcome ([`Operation::finish`]). An operation
+/// dropped unfinished (its outcome was never committed on this worker: cancelled, handed
+/// over, the store failed) records nothing.
+#[derive(Debug)]
+pub(crate) struct Operation {
+    started: Instant,
+    method: &'static str,
+    tool: Option<String>,
+}
+
+impl Operation {
+    /// Start timing `request` (a JSON-RPC request object); `None` when metrics are off.
+    /// The tool name of a `tools/call` is its label only if `known(name)` (the handler has
+    /// the tool), [`OTHER`] otherwise: a client's made-up names must not mint series.
+    pub fn start(method: &str, request: &serde_json::Map<String, Value>, known: impl FnOnce(&str) -> bool) -> Option<Self> {
+        if !enabled() {
+            return None;
+        }
+        let method = method_label(method);
+        let tool = (method == methods::TOOLS_CALL).then(|| {
+            match request.get("params").and_then(|p| p.get("name")).and_then(Value::as_str) {
+                Some(name) if known(name) => name.to_owned(),
+                _ => OTHER.to_owned(),
+            }
+        });
+        Some(Self { started: Instant::now(), method, tool })
+    }
+
+    /// Record the operation with its outcome (a JSON-RPC response).
+    pub fn finish(self, outcome: &Value) {
+        self.record(error_type(outcome));
+    }
+
+    /// Record the operation as answered without an error.
+    pub fn succeeded(self) {
+        self.record(None);
+    }
+
+    fn record(self, error: Option<SharedString>) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let mut labels = Vec::with_capacity(3);
+        labels.push(Label::new("mcp.method.name", self.method));
+        if let Some(tool) = self.tool {
+            labels.push(Label::new("gen_ai.tool.name", tool));
+        }
+        if let Some(error) = error {
+            labels.push(Label::new("error.type", error));
+        }
+        histogram!(OPERATION_DURATION, labels).record(seconds);
+    }
+}
+
+/// `error.type` of an outcome: the JSON-RPC error code of an error response, [`TOOL_ERROR`]
+/// for a tool result with `isError`, none for a success.
+fn error_type(outcome: &Value) -> Option<SharedString> {
+    if let Some(error) = outcome.get("error") {
+        return Some(match error.get("code").and_then(Value::as_i64) {
+            Some(code) => code.to_string().into(),
+            None => OTHER.into(),
+        });
+    }
+    (outcome.pointer("/result/isError") == Some(&Value::Bool(true))).then(|| TOOL_ERROR.into())
+}
+
+/// Finish `operation`, if timed, with `outcome`.
+pub(crate) fn finish(operation: Option<Operation>, outcome: &Value) {
+    if let Some(operation) = operation {
+        operation.finish(outcome);
+    }
+}
+
+/// A legacy session ended after `seconds`.
+pub(crate) fn session_ended(created_at_ms: u64) {
+    if enabled() {
+        let seconds = durable_mcp_store::now_ms().saturating_sub(created_at_ms) as f64 / 1000.0;
+        histogram!(SESSION_DURATION).record(seconds);
+        gauge!(SESSIONS_LIVE).decrement(1.0);
+    }
+}
+
+/// A legacy session was opened here.
+pub(crate) fn session_opened() {
+    if enabled() {
+        gauge!(SESSIONS_LIVE).increment(1.0);
+    }
+}
+
+/// A handler run started (`+1`) or ended (`-1`) on this worker.
+pub(crate) fn in_flight(delta: f64) {
+    if enabled() {
+        gauge!(REQUESTS_IN_FLIGHT).increment(delta);
+    }
+}
+
+/// A claimed run was resumed: run again (`rerun`) or its task result relayed (`relay`).
+pub(crate) fn recovered(kind: &'static str) {
+    if enabled() {
+        counter!(JOURNAL_RECOVERIES, "kind" => kind).increment(1);
+    }
+}
+
+/// A run was claimed: this worker's own from before a restart (`own`) or one whose lease
+/// expired (`expired`).
+pub(crate) fn taken_over(from: &'static str) {
+    if enabled() {
+        counter!(JOURNAL_TAKEOVERS, "from" => from).increment(1);
+    }
+}
+
+/// A lease was lost: another worker took the run over (`taken_over`), or it could not be
+/// renewed for a whole lease (`expired`).
+pub(crate) fn lease_lost(reason: &'static str) {
+    if enabled() {
+        counter!(JOURNAL_LEASES_LOST, "reason" => reason).increment(1);
+    }
+}
+
+/// A task moved to `status`.
+pub(crate) fn task_status(status: &'static str) {
+    if enabled() {
+        counter!(TASK_TRANSITIONS, "status" => status).increment(1);
+    }
+}
+
+/// Retention removed what `report` says.
+pub(crate) fn pruned(report: &durable_mcp_store::PruneReport) {
+    if enabled() {
+        counter!(RETENTION_REMOVED, "kind" => "sessions").increment(report.sessions_ended);
+        counter!(RETENTION_REMOVED, "kind" => "streams").increment(report.streams_deleted);
+        counter!(RETENTION_REMOVED, "kind" => "records").increment(report.records_expired);
+        // Pruned sessions are no longer live (counted by the worker that pruned them).
+        gauge!(SESSIONS_LIVE).decrement(report.sessions_ended as f64);
+    }
+}
+
+/// An SSE response opened on this worker; the gauge goes down when the guard drops.
+pub fn sse_stream_opened() -> Option<SseStreamOpen> {
+    enabled().then(|| {
+        gauge!(SSE_STREAMS_OPEN).increment(1.0);
+        SseStreamOpen(())
+    })
+}
+
+/// Holds one SSE response in [`SSE_STREAMS_OPEN`] until dropped.
+#[derive(Debug)]
+pub struct SseStreamOpen(());
+
+impl Drop for SseStreamOpen {
+    fn drop(&mut self) {
+        gauge!(SSE_STREAMS_OPEN).decrement(1.0);
+    }
+}
+
+/// A stream was resumed with `Last-Event-ID`: `standalone` for a session's GET stream,
+/// `request` for a request's stream.
+pub fn replayed(stream: &'static str) {
+    if enabled() {
+        counter!(SSE_REPLAYS, "stream" => stream).increment(1);
+    }
+}
+
+/// One event was written on a resumed connection.
+pub fn replayed_event() {
+    if enabled() {
+        counter!(SSE_REPLAYED_EVENTS).increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+    use super::*;
+
+    #[test]
+    fn error_type_is_the_code_or_tool_error_or_none() {
+        let error = serde_json::json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "bad"}});
+        assert_eq!(error_type(&error).as_deref(), Some("-32602"));
+        let tool = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [], "isError": true}});
+        assert_eq!(error_type(&tool).as_deref(), Some(TOOL_ERROR));
+        let ok = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [], "isError": false}});
+        assert_eq!(error_type(&ok), None);
+    }
+
+    /// Off (no test of this crate enables metrics), a request is not timed: nothing is
+    /// read from it, and the tool lookup (and its label string) never happens.
+    #[test]
+    fn with_metrics_off_nothing_is_built() {
+        assert!(!enabled());
+        let request = serde_json::json!({"method": "tools/call", "params": {"name": "echo"}});
+        let looked_up = std::cell::Cell::new(false);
+        let operation = Operation::start("tools/call", request.as_object().unwrap(), |_| {
+            looked_up.set(true);
+            true
+        });
+        assert!(operation.is_none());
+        assert!(!looked_up.get(), "no tool lookup with metrics off");
+        assert!(sse_stream_opened().is_none());
+    }
+
+    #[test]
+    fn unknown_methods_share_one_label() {
+        assert_eq!(method_label("tools/call"), "tools/call");
+        assert_eq!(method_label("made/up/42"), OTHER);
+    }
+}
