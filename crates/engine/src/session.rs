@@ -1,9 +1,10 @@
 //! Legacy-era sessions: created by `initialize`, served from the store by any worker.
 
 use durable_mcp_protocol::{McpVersion, PeerContext};
-use durable_mcp_store::{Principal, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms};
+use durable_mcp_store::{Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms};
 use serde_json::{Map, Value};
 
+use crate::records::key;
 use crate::{Engine, EngineError};
 
 impl Engine {
@@ -119,8 +120,16 @@ impl Engine {
             None
         };
         let ended = self.store().end_session(principal, id).await?;
-        if ended && let Some(created_at_ms) = created_at_ms {
-            crate::metrics::session_ended(created_at_ms);
+        if ended {
+            if let Some(created_at_ms) = created_at_ms {
+                crate::metrics::session_ended(created_at_ms);
+            }
+            // No request can come on the session any more, so nothing reads the aliases
+            // of its request ids: remove them now rather than leave one per request for
+            // retention. A failure only leaves them to expire (the session has ended).
+            if let Err(error) = self.store().delete_records(RecordKind::Alias, &key::session_aliases(id)).await {
+                tracing::warn!(%error, "the aliases of an ended session were not removed; they expire with retention");
+            }
         }
         Ok(ended)
     }
@@ -170,5 +179,35 @@ mod tests {
         assert_eq!(engine.inner.get_streams.sessions(), 0);
         assert!(crate::run::lock(&engine.inner.runs.runs).is_empty());
         assert_eq!(engine.inner.changes.followed(), (0, 0));
+    }
+
+    /// Ending a session (a client's `DELETE`) removes the aliases of its request ids with
+    /// it: no request can come on the session any more, so nothing would read them, and
+    /// they would otherwise stay a day (one per request) for retention to remove.
+    #[tokio::test]
+    async fn ending_a_session_removes_its_request_aliases() {
+        use durable_mcp_store::{RecordKind, Store};
+        let store = Arc::new(MemoryStore::new());
+        let engine = Engine::new(store.clone(), McpHandler::new(Quiet), EngineOptions::default());
+        let principal = Principal::anonymous();
+        let request = object(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+        let (session, _) = engine.initialize(&principal, request).await.unwrap();
+        let session = session.expect("a session");
+        let caller = Caller::legacy(principal.clone(), session.clone()).unwrap();
+        for id in 1..=3 {
+            let call = object(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "missing", "arguments": {}}}));
+            engine.accept(&caller, Value::from(id), call).await.unwrap();
+        }
+        for _ in 0..500 {
+            if engine.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let prefix = format!("{}/", session.id);
+        assert_eq!(store.list_records(RecordKind::Alias, &prefix, 10).await.unwrap().len(), 3, "each call left its alias");
+        assert!(engine.end_session(&principal, &session.id).await.unwrap());
+        assert!(store.list_records(RecordKind::Alias, &prefix, 10).await.unwrap().is_empty(), "aliases outlived their session");
     }
 }
