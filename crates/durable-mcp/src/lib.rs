@@ -20,6 +20,8 @@
 pub mod guarantees {}
 
 pub mod metrics;
+#[cfg(feature = "otlp")]
+pub mod traces;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
