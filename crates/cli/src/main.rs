@@ -562,7 +562,19 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Inspect(args) => inspect(args).await,
         Command::Bench(args) => bench(args).await,
-        Command::BenchServer(args) => Ok(durable_mcp_bench::child::serve(args).await?),
+        Command::BenchServer(args) => {
+            // Traces as `serve` has them from the environment (an OTLP endpoint variable),
+            // so that `durable-mcp bench` can measure their cost.
+            let traces = match &args.server {
+                durable_mcp_bench::child::ServedBy::Durable { .. } => start_traces(false)?,
+                durable_mcp_bench::child::ServedBy::Rmcp { .. } => None,
+            };
+            let served = durable_mcp_bench::child::serve(args).await;
+            if let Some(traces) = traces {
+                stop_traces(traces).await;
+            }
+            Ok(served?)
+        }
         Command::BenchLoad(args) => {
             println!("{}", durable_mcp_bench::child::load(&args).await?);
             Ok(())
