@@ -277,6 +277,27 @@ fn a_tools_call_with_meta_traceparent_makes_a_server_span_in_that_trace() {
     assert!(root.span.parent_span_id.is_empty(), "no parent from an invalid traceparent");
     assert_ne!(root.trace(), TRACE);
 
+    // 2026-07-28 (no session): the same span, with that version and no session id.
+    let body = json!({"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "traces-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "traceparent": traceparent}}});
+    let headers = [
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "test_simple_text"),
+    ];
+    let answer = last_message(request(server.addr, "POST", &headers, Some(&body.to_string())));
+    assert!(answer["result"].is_object(), "{answer}");
+    let modern = receiver.wait_for("the span of call 12", |s| s.attr("jsonrpc.request.id").as_deref() == Some("12"));
+    assert_eq!((modern.trace(), hex(&modern.span.parent_span_id)), (TRACE.to_owned(), PARENT.to_owned()));
+    assert_eq!(modern.span.name, "tools/call test_simple_text");
+    assert_eq!(modern.attr("mcp.protocol.version").as_deref(), Some("2026-07-28"));
+    assert_eq!(modern.attr("mcp.session.id"), None, "no session in 2026-07-28");
+
     // initialize has its span too (no session yet).
     let init = receiver.wait_for("the initialize span", |s| s.span.name == "initialize");
     assert_eq!(init.attr("mcp.method.name").as_deref(), Some("initialize"));

@@ -84,7 +84,7 @@ impl TraceContext {
             return None;
         }
         let tracestate = tracestate.and_then(bound_tracestate);
-        Some(Self { traceparent: traceparent.trim().to_ascii_lowercase(), tracestate })
+        Some(Self { traceparent: traceparent.trim().to_owned(), tracestate })
     }
 
     /// The context in a request's `params._meta`, if it has a valid one.
@@ -120,14 +120,15 @@ fn truncated(value: &str) -> &str {
     &value[..end]
 }
 
-/// `00-{32 hex}-{16 hex}-{2 hex}` with non-zero ids (version 00; a higher version is read
+/// `00-{32 hex}-{16 hex}-{2 hex}` (lowercase) with non-zero ids (version 00; a higher version is read
 /// by its first four fields, as W3C asks, and `ff` is invalid).
 fn parse_traceparent(value: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
     let value = value.trim();
     let mut parts = value.split('-');
     let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-    if !hex(version, 2) || version.eq_ignore_ascii_case("ff") || !hex(trace, 32) || !hex(span, 16) || !hex(flags, 2) {
+    // W3C: lowercase hex only.
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !hex(version, 2) || version == "ff" || !hex(trace, 32) || !hex(span, 16) || !hex(flags, 2) {
         return None;
     }
     if version == "00" && parts.next().is_some() {
@@ -388,6 +389,7 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
             "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
         ] {
             assert_eq!(TraceContext::parse(invalid, None), None, "{invalid:?} is invalid");
         }
