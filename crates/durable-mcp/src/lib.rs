@@ -131,6 +131,10 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 /// - **metrics**: off; [`metrics_listen`](Self::metrics_listen) serves Prometheus metrics
 ///   at `/metrics` on an address of its own (see [`metrics`]).
 ///
+/// - **traces**: off; with the `otlp` feature, `traces::install` before `serve` exports
+///   OpenTelemetry spans over OTLP/HTTP, configured by the `OTEL_*` variables
+///   (`docs/tracing.md`).
+///
 /// [`serve`](Self::serve) runs until Ctrl-C or SIGTERM and then shuts down gracefully.
 /// [`embed`](Self::embed) mounts the endpoint in your own axum app, and
 /// [`serve_stdio`](Self::serve_stdio) serves one client on stdin/stdout; each of them runs
