@@ -241,7 +241,8 @@ impl ServerSpan {
         let param = |name: &str| params.and_then(|p| p.get(name)).and_then(Value::as_str);
         attributes.push(KeyValue::new("mcp.method.name", method.to_owned()));
         attributes.push(KeyValue::new("mcp.protocol.version", request.protocol_version.to_owned()));
-        attributes.push(KeyValue::new("network.transport", "tcp"));
+        // No `network.transport`: the engine serves HTTP (`tcp`) and stdio (`pipe`) alike
+        // and does not know which one a request came by.
         if let Some(session) = request.session {
             attributes.push(KeyValue::new("mcp.session.id", session.to_owned()));
         }
