@@ -387,6 +387,12 @@ struct ServeArgs {
     /// unless given). docs/metrics.md lists the series.
     #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Export OpenTelemetry traces over OTLP/HTTP (protobuf), configured by the OTEL_*
+    /// environment variables (endpoint default http://localhost:4318). Also on when
+    /// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; never with
+    /// OTEL_SDK_DISABLED=true. docs/tracing.md lists the spans.
+    #[arg(long, env = "DURABLE_MCP_OTEL")]
+    otel: bool,
     #[command(flatten)]
     store: StoreArgs,
     #[command(flatten)]
@@ -556,7 +562,19 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Inspect(args) => inspect(args).await,
         Command::Bench(args) => bench(args).await,
-        Command::BenchServer(args) => Ok(durable_mcp_bench::child::serve(args).await?),
+        Command::BenchServer(args) => {
+            // Traces as `serve` has them from the environment (an OTLP endpoint variable),
+            // so that `durable-mcp bench` can measure their cost.
+            let traces = match &args.server {
+                durable_mcp_bench::child::ServedBy::Durable { .. } => start_traces(false)?,
+                durable_mcp_bench::child::ServedBy::Rmcp { .. } => None,
+            };
+            let served = durable_mcp_bench::child::serve(args).await;
+            if let Some(traces) = traces {
+                stop_traces(traces).await;
+            }
+            Ok(served?)
+        }
         Command::BenchLoad(args) => {
             println!("{}", durable_mcp_bench::child::load(&args).await?);
             Ok(())
@@ -681,6 +699,49 @@ fn millis(duration: Duration) -> u64 {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Before the engine is built: it traces its store only if traces are on by then.
+    let traces = start_traces(args.otel)?;
+    let served = serve_with(args).await;
+    if let Some(traces) = traces {
+        stop_traces(traces).await;
+    }
+    served
+}
+
+/// The OTLP exporter, if traces are asked for (`--otel`, an OTLP endpoint variable).
+#[cfg(feature = "otel")]
+fn start_traces(flag: bool) -> anyhow::Result<Option<durable_mcp::traces::TracesGuard>> {
+    if !durable_mcp::traces::wanted(flag) {
+        return Ok(None);
+    }
+    let guard = durable_mcp::traces::install().context("starting the trace exporter")?;
+    tracing::info!("exporting traces over OTLP/HTTP");
+    Ok(Some(guard))
+}
+
+/// Flush the spans not sent yet (a blocking call, off the runtime's threads).
+#[cfg(feature = "otel")]
+async fn stop_traces(traces: durable_mcp::traces::TracesGuard) {
+    if tokio::task::spawn_blocking(move || traces.shutdown()).await.is_err() {
+        tracing::warn!("the trace exporter's shutdown panicked");
+    }
+}
+
+/// Without the `otel` feature: asking for traces is an error, not a silent no-op.
+#[cfg(not(feature = "otel"))]
+fn start_traces(flag: bool) -> anyhow::Result<Option<std::convert::Infallible>> {
+    if flag {
+        anyhow::bail!("--otel: this durable-mcp was built without the `otel` feature");
+    }
+    Ok(None)
+}
+
+#[cfg(not(feature = "otel"))]
+async fn stop_traces(traces: std::convert::Infallible) {
+    match traces {}
+}
+
+async fn serve_with(args: ServeArgs) -> anyhow::Result<()> {
     if args.state_key.as_ref().is_some_and(|k| k.len() < 32) {
         anyhow::bail!("--state-key must be at least 32 bytes");
     }

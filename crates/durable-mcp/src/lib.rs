@@ -20,6 +20,8 @@
 pub mod guarantees {}
 
 pub mod metrics;
+#[cfg(feature = "otlp")]
+pub mod traces;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -128,6 +130,10 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///
 /// - **metrics**: off; [`metrics_listen`](Self::metrics_listen) serves Prometheus metrics
 ///   at `/metrics` on an address of its own (see [`metrics`]).
+///
+/// - **traces**: off; with the `otlp` feature, `traces::install` before `serve` exports
+///   OpenTelemetry spans over OTLP/HTTP, configured by the `OTEL_*` variables
+///   (`docs/tracing.md`).
 ///
 /// [`serve`](Self::serve) runs until Ctrl-C or SIGTERM and then shuts down gracefully.
 /// [`embed`](Self::embed) mounts the endpoint in your own axum app, and

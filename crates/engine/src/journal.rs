@@ -42,7 +42,10 @@ pub(crate) fn ms(d: Duration) -> u64 {
 impl RunRecord {
     /// The journal entry of `caller`'s `request`, answered on `stream`, leased to this
     /// worker.
+    /// Its trace context is the current span's (the request's server span, traces on),
+    /// else the client's ([`crate::traces`]).
     pub(crate) fn new(engine: &Engine, caller: &Caller, request: Map<String, Value>, stream: &StreamId) -> Self {
+        let trace = crate::traces::to_store(&request, caller.trace.as_ref());
         Self {
             principal: caller.principal.as_str().to_owned(),
             session: caller.session.as_ref().map(|s| s.id.to_string()),
@@ -60,6 +63,7 @@ impl RunRecord {
             failures: 0,
             reply: None,
             relay: None,
+            trace,
         }
     }
 }

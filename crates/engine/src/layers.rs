@@ -14,6 +14,7 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("error", 0, include_str!("error.rs")),
     ("metrics", 0, include_str!("metrics.rs")),
     ("metrics_store", 0, include_str!("metrics_store.rs")),
+    ("traces", 0, include_str!("traces.rs")),
     ("caller", 1, include_str!("caller.rs")),
     ("state", 1, include_str!("state.rs")),
     ("keys", 1, include_str!("keys.rs")),

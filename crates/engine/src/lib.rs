@@ -18,7 +18,7 @@
 //!
 //! | layer | modules | what it owns |
 //! |---|---|---|
-//! | 0 records | `records` (`records::key`), `error`, `metrics` (`metrics_store`) | every record, its key and its encoding; status, era and flavor enums; the errors; the metrics' names and the store latency decorator |
+//! | 0 records | `records` (`records::key`), `error`, `metrics` (`metrics_store`), `traces` | every record, its key and its encoding; status, era and flavor enums; the errors; the metrics' names and the store latency decorator; spans and trace contexts |
 //! | 1 context | `caller`, `state`, `keys`, `rerun` | who sent a request; durable state handles; the `requestState` key ring; what a re-run already sent |
 //! | 2 journal | `journal` | run records, leases, heartbeats, claiming runs whose lease ran out, cancellation marks, sealed run state |
 //! | 3 tasks | `tasks` | task records, owners, status changes and their notifications, `tasks/*` answers |
@@ -53,6 +53,7 @@ mod state;
 mod subscriptions;
 mod tail;
 mod tasks;
+pub mod traces;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,10 +144,12 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// An engine serving `handler` on `store`.
     ///
-    /// With metrics on ([`metrics::enable`]), the engine times its store: `store` is
-    /// wrapped in a [`metrics::MeteredStore`].
+    /// With metrics on ([`metrics::enable`]), the engine times its store, and with traces
+    /// on ([`traces::enable`]) it traces its calls: `store` is wrapped in a
+    /// [`metrics::MeteredStore`].
     pub fn new(store: Arc<dyn Store>, handler: McpHandler, options: EngineOptions) -> Self {
-        let store: Arc<dyn Store> = if crate::metrics::enabled() { Arc::new(crate::metrics::MeteredStore::new(store)) } else { store };
+        let (metered, traced) = (crate::metrics::enabled(), crate::traces::enabled());
+        let store: Arc<dyn Store> = if metered || traced { Arc::new(crate::metrics::MeteredStore::observing(store, metered, traced)) } else { store };
         let summary = handler.summary();
         let keys = keys::Keys::new(options.state_key.as_deref());
         let started_at_ms = durable_mcp_store::now_ms();

@@ -19,7 +19,26 @@ impl Engine {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
         let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, server_state: Some(self.server_state()), durable: None, state_keys: None, auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())) };
-        let operation = crate::metrics::Operation::start(durable_mcp_protocol::methods::INITIALIZE, &request, |_| false);
+        let span = crate::traces::Request {
+            method: durable_mcp_protocol::methods::INITIALIZE,
+            request: &request,
+            session: None,
+            protocol_version: peer.protocol_version.as_deref().unwrap_or_default(),
+            header: None,
+        };
+        let operation = crate::metrics::Operation::start(&span, |_| false);
+        let context = operation.as_ref().and_then(crate::metrics::Operation::context);
+        crate::traces::in_context(context, self.initialize_in(principal, request, peer, operation)).await
+    }
+
+    async fn initialize_in(
+        &self,
+        principal: &Principal,
+        request: Map<String, Value>,
+        peer: PeerContext,
+        operation: Option<crate::metrics::Operation>,
+    ) -> Result<(Option<SessionRecord>, Value), EngineError> {
+        let params = request.get("params").cloned().unwrap_or(Value::Null);
         let mut response = self.run_to_outcome(request, &peer).await?;
         let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_owned) else {
             crate::metrics::finish(operation, &response);
