@@ -13,6 +13,7 @@ mod config;
 mod get;
 mod headers;
 pub mod health;
+mod limits;
 mod post;
 mod rejection;
 mod serve;
@@ -73,11 +74,17 @@ async fn endpoint(State(transport): State<Transport>, request: Request<Body>) ->
         Err(rejection) => Err(rejection.into()),
         Ok(()) => match transport.authenticate(&parts).await {
             Err(rejection) => Err(rejection.into()),
-            Ok(who) => match parts.method {
-                Method::POST => transport.post(&parts.headers, body, &who).await,
-                Method::GET => transport.get(&parts.headers, &who).await.map_err(Into::into),
-                Method::DELETE => transport.delete(&parts.headers, &who).await.map_err(Into::into),
-                _ => Err(Rejection::MethodNotAllowed.into()),
+            Ok(who) => match transport.check_rate(&who.principal) {
+                Err(rejection) => Err(rejection.into()),
+                Ok(()) => match parts.method {
+                    Method::POST => match transport.permit(&who.principal, durable_mcp_engine::limits::Limit::InFlight) {
+                        Err(rejection) => Err(rejection.into()),
+                        Ok(permit) => transport.post(&parts.headers, body, &who).await.map(|r| limits::hold(r, permit)),
+                    },
+                    Method::GET => transport.get(&parts.headers, &who).await.map_err(Into::into),
+                    Method::DELETE => transport.delete(&parts.headers, &who).await.map_err(Into::into),
+                    _ => Err(Rejection::MethodNotAllowed.into()),
+                },
             },
         },
     };
