@@ -116,7 +116,7 @@ impl std::fmt::Display for Limit {
 
 /// A request refused by a limit.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("too many {limit} for this principal (at most {max})")]
+#[error("the {limit} limit of this principal is reached (at most {max})")]
 pub struct Refused {
     /// The limit.
     pub limit: Limit,
