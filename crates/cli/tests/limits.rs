@@ -111,17 +111,29 @@ fn the_rate_refuses_a_principal_past_its_burst_with_retry_after() {
     assert_eq!(post_as(addr, BOB, Some(&session_b), &ping(1)).status, 200);
 }
 
+/// A refusal is counted in `durable_mcp.limits.refused{limit}`.
+fn refused_count(metrics: SocketAddr, limit: &str) -> u64 {
+    let text = request_at(metrics, "GET", "/metrics", &[], None).body();
+    let series = format!("durable_mcp_limits_refused_total{{limit=\"{limit}\"}} ");
+    text.lines().find_map(|line| line.strip_prefix(series.as_str())).map_or(0, |n| n.trim().parse().unwrap())
+}
+
 #[test]
 fn a_principal_at_its_session_limit_is_refused_and_nothing_is_written() {
-    let (server, store) = server("limits-sessions", &["--limit-sessions", "2"]);
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let metrics_flag = metrics.to_string();
+    let (server, store) = server("limits-sessions", &["--limit-sessions", "2", "--metrics-listen", &metrics_flag]);
     let addr = server.addr;
     let first = initialize_as(addr, ALICE);
     let _second = initialize_as(addr, ALICE);
     let before = counts(&store);
+    assert_eq!(refused_count(metrics, "sessions"), 0);
     assert_refused(post_as(addr, ALICE, None, &initialize_body()), "sessions", 2, false);
     assert_eq!(counts(&store), before, "a refused initialize writes nothing");
+    assert_eq!(refused_count(metrics, "sessions"), 1);
     // B is unaffected.
     let session_b = initialize_as(addr, BOB);
+    assert_ne!(counts(&store), before, "the counts see a session's writes");
     assert_eq!(post_as(addr, BOB, Some(&session_b), &ping(1)).status, 200);
     // Ending a session frees its slot.
     let bearer = format!("Bearer {ALICE}");
@@ -198,6 +210,7 @@ fn a_principal_at_its_task_limit_is_refused_and_nothing_is_written() {
     let session_b = initialize_as(addr, BOB);
     let created_b = post_as(addr, BOB, Some(&session_b), &task(1, 0)).messages();
     assert_eq!(created_b.last().unwrap().1["result"]["task"]["status"], "working", "{created_b:?}");
+    assert!(counts(&store)["task"] > before["task"], "the counts see a task's writes");
     // B's task ends at once: its unit comes back, so B creates another.
     eventually("a finished task frees its unit", || {
         post_as(addr, BOB, Some(&session_b), &task(2, 0)).status == 200

@@ -153,22 +153,26 @@ impl Drop for Permit {
 pub struct SessionSlot {
     limiter: Arc<Limiter>,
     principal: Principal,
+    /// Set by [`SessionSlot::created`]: the reservation became a session.
+    used: bool,
 }
 
 impl SessionSlot {
     /// The session was created: it counts until it ends.
-    pub fn created(self, id: SessionId) {
+    pub fn created(mut self, id: SessionId) {
         self.limiter.update(&self.principal, |usage| {
             usage.pending = usage.pending.saturating_sub(1);
             usage.sessions.insert(id);
         });
-        std::mem::forget(self);
+        self.used = true;
     }
 }
 
 impl Drop for SessionSlot {
     fn drop(&mut self) {
-        self.limiter.update(&self.principal, |usage| usage.pending = usage.pending.saturating_sub(1));
+        if !self.used {
+            self.limiter.update(&self.principal, |usage| usage.pending = usage.pending.saturating_sub(1));
+        }
     }
 }
 
@@ -340,7 +344,7 @@ impl Limiter {
             let held = u32::try_from(usage.sessions.len()).unwrap_or(u32::MAX).saturating_add(usage.pending);
             if held < max {
                 usage.pending += 1;
-                return SessionAdmission::Admitted(Some(SessionSlot { limiter: self.clone(), principal: principal.clone() }));
+                return SessionAdmission::Admitted(Some(SessionSlot { limiter: self.clone(), principal: principal.clone(), used: false }));
             }
             if usage.checked.is_some_and(|at| now.saturating_duration_since(at) < SESSION_CHECK_INTERVAL) || usage.sessions.is_empty() {
                 return SessionAdmission::Refused(refused(Refused { limit: Limit::Sessions, max, retry_after: None }));
