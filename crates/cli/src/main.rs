@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use durable_mcp::limits::{Limits, Rate};
 use durable_mcp::{DurableMcp, EngineOptions, HttpConfig};
 
 mod auth_args;
@@ -399,6 +400,8 @@ struct ServeArgs {
     retention: RetentionArgs,
     #[command(flatten)]
     auth: Box<auth_args::AuthArgs>,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Apply retention every this many seconds.
     #[arg(long, default_value_t = 60)]
     prune_interval_secs: u64,
@@ -462,6 +465,56 @@ struct ServeArgs {
     /// On shutdown, wait this long for requests in flight before handing them over.
     #[arg(long, default_value_t = 10)]
     shutdown_grace_secs: u64,
+}
+
+/// Limits per principal on each worker (docs/security.md); 0 turns a limit off. The
+/// anonymous principal (no authentication) is exempt unless `--limit-anonymous`.
+#[derive(clap::Args, Debug)]
+struct LimitArgs {
+    /// Live sessions one principal may hold, created on this worker.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_SESSIONS", default_value_t = limit_default(Limits::default().sessions))]
+    limit_sessions: u32,
+    /// GET (SSE) streams one principal may keep open on this worker.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_SSE_STREAMS", default_value_t = limit_default(Limits::default().sse_streams))]
+    limit_sse_streams: u32,
+    /// POST requests of one principal in flight on this worker (until their response ends).
+    #[arg(long, env = "DURABLE_MCP_LIMIT_IN_FLIGHT", default_value_t = limit_default(Limits::default().in_flight))]
+    limit_in_flight: u32,
+    /// Tasks of one principal running on this worker.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_TASKS", default_value_t = limit_default(Limits::default().tasks))]
+    limit_tasks: u32,
+    /// Requests per second one principal may send to this worker (sustained); beyond it,
+    /// 429 with Retry-After.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_RATE", default_value_t = Limits::default().rate.map_or(0.0, |r| r.per_second))]
+    limit_rate: f64,
+    /// Requests one principal may send at once after a quiet spell (the rate's burst).
+    #[arg(long, env = "DURABLE_MCP_LIMIT_BURST", default_value_t = Limits::default().rate.map_or(1, |r| r.burst))]
+    limit_burst: u32,
+    /// Apply the limits to the anonymous principal too (every client, without authentication).
+    #[arg(long)]
+    limit_anonymous: bool,
+}
+
+fn limit_default(limit: Option<u32>) -> u32 {
+    limit.unwrap_or(0)
+}
+
+impl LimitArgs {
+    fn limits(&self) -> anyhow::Result<Limits> {
+        let count = |n: u32| (n > 0).then_some(n);
+        if !(self.limit_rate >= 0.0 && self.limit_rate.is_finite()) {
+            anyhow::bail!("--limit-rate must be a number of requests per second, 0 for no limit");
+        }
+        let rate = (self.limit_rate > 0.0).then_some(Rate { per_second: self.limit_rate, burst: self.limit_burst.max(1) });
+        Ok(Limits {
+            sessions: count(self.limit_sessions),
+            sse_streams: count(self.limit_sse_streams),
+            in_flight: count(self.limit_in_flight),
+            tasks: count(self.limit_tasks),
+            rate,
+            anonymous: self.limit_anonymous,
+        })
+    }
 }
 
 /// A request makes a few hundred short-lived allocations (JSON values, futures of spawned
@@ -785,6 +838,7 @@ async fn serve_with(args: ServeArgs) -> anyhow::Result<()> {
             worker_id: args.worker_id.unwrap_or_else(|| default_worker_id((!args.stdio).then_some(args.listen))),
             lease: Duration::from_millis(args.lease_ms.max(300)),
             state_key: args.state_key.map(String::into_bytes),
+            limits: args.limits.limits()?,
             ..EngineOptions::default()
         })
         .shutdown_grace(Duration::from_secs(args.shutdown_grace_secs));

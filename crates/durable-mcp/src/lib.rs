@@ -33,6 +33,8 @@ pub use axum;
 /// `Engine::new` leaves its background duties (recovery, retention, drain) to you.
 pub use durable_mcp_engine::Engine;
 pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
+/// Limits per principal: [`limits::Limits`], given to [`DurableMcp::limits`].
+pub use durable_mcp_engine::limits;
 pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
     Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
@@ -127,6 +129,11 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///   [`auth`](Self::auth), scopes of prompts and resources with
 ///   [`prompt_scopes`](Self::prompt_scopes) and [`resource_scopes`](Self::resource_scopes)
 ///   (`docs/security.md`).
+///
+/// - **limits per principal** ([`limits::Limits`]): live sessions, GET streams, requests
+///   in flight, tasks and a request rate, with defaults safe for a public server; set them
+///   with [`limits`](Self::limits) (the anonymous principal, authentication off, is exempt
+///   unless they say otherwise).
 ///
 /// - **metrics**: off; [`metrics_listen`](Self::metrics_listen) serves Prometheus metrics
 ///   at `/metrics` on an address of its own (see [`metrics`]).
@@ -242,7 +249,24 @@ impl DurableMcp {
         self
     }
 
-    /// Replace the engine options.
+    /// Limit what one principal may use of each worker (default [`limits::Limits::default`];
+    /// see `docs/security.md`). Refused requests are answered 429 before anything of them
+    /// is written.
+    ///
+    /// ```no_run
+    /// # fn f(handler: impl durable_mcp::rmcp::ServerHandler + Clone) {
+    /// use durable_mcp::limits::{Limits, Rate};
+    /// let limits = Limits { sessions: Some(8), rate: Some(Rate { per_second: 5.0, burst: 20 }), ..Limits::default() };
+    /// let server = durable_mcp::DurableMcp::new(handler).limits(limits);
+    /// # }
+    /// ```
+    pub fn limits(mut self, limits: durable_mcp_engine::limits::Limits) -> Self {
+        self.engine.limits = limits;
+        self
+    }
+
+    /// Replace the engine options (the limits set by [`limits`](Self::limits) are part of
+    /// them).
     pub fn engine_options(mut self, options: EngineOptions) -> Self {
         self.engine = options;
         self

@@ -52,6 +52,8 @@ pub const SESSIONS_LIVE: &str = "durable_mcp.sessions.live";
 pub const TASK_TRANSITIONS: &str = "durable_mcp.tasks.transitions";
 /// What retention removed (counter), by `kind`.
 pub const RETENTION_REMOVED: &str = "durable_mcp.retention.removed";
+/// Requests refused by a limit per principal (counter), by `limit` (see [`crate::limits`]).
+pub const LIMITS_REFUSED: &str = "durable_mcp.limits.refused";
 
 /// `error.type` of a tool result with `isError: true` (as the semantic conventions say).
 pub const TOOL_ERROR: &str = "tool_error";
@@ -98,6 +100,7 @@ fn describe() {
     describe_gauge!(SESSIONS_LIVE, Unit::Count, "Live sessions: opened here minus ended or pruned here.");
     describe_counter!(TASK_TRANSITIONS, Unit::Count, "Task status changes, by new status.");
     describe_counter!(RETENTION_REMOVED, Unit::Count, "What retention removed, by kind.");
+    describe_counter!(LIMITS_REFUSED, Unit::Count, "Requests refused by a limit per principal, by limit.");
 }
 
 /// `mcp.method.name` of `method`: the method itself for one of the protocol, [`OTHER`]
@@ -323,6 +326,13 @@ impl Drop for SseStreamOpen {
 pub fn replayed(stream: &'static str) {
     if enabled() {
         counter!(SSE_REPLAYS, "stream" => stream).increment(1);
+    }
+}
+
+/// A request was refused by the limit per principal named `limit`.
+pub fn limit_refused(limit: &'static str) {
+    if enabled() {
+        counter!(LIMITS_REFUSED, "limit" => limit).increment(1);
     }
 }
 

@@ -207,6 +207,12 @@ impl Engine {
             },
             _ => None,
         };
+        // A task holds a unit of the principal's task limit while its run lasts here:
+        // refused before anything of the request is written.
+        let task_permit = match task_mode {
+            Some(_) => self.limiter().acquire(&caller.principal, crate::limits::Limit::Tasks)?,
+            None => None,
+        };
         let held = if journaled {
             let mut run_id = stream.to_string();
             if caller.era == Era::Modern
@@ -234,7 +240,7 @@ impl Engine {
             if let Some((flavor, ttl)) = task_mode {
                 // A task's request is answered by its create result.
                 let operation = opening.operation.take();
-                let accepted = self.accept_task(caller, id, request, opening, flavor, ttl).await?;
+                let accepted = self.accept_task(caller, id, request, opening, (flavor, ttl), task_permit).await?;
                 if let Some(operation) = operation {
                     operation.succeeded();
                 }
@@ -499,8 +505,8 @@ impl Engine {
         id: RequestId,
         request: Map<String, Value>,
         stream: &StreamId,
-        flavor: Flavor,
-        ttl: Option<u64>,
+        (flavor, ttl): (Flavor, Option<u64>),
+        task_permit: Option<crate::limits::Permit>,
     ) -> Result<(), EngineError> {
         let store = self.store();
         let run_stream = StreamId::random();
@@ -516,7 +522,8 @@ impl Engine {
         let version = store.put_record(RecordKind::Run, &run_id, record.encode()?, None, Expect::Absent).await?;
         self.commit(stream, &serde_json::json!({"jsonrpc": "2.0", "id": id, "result": task.created()}), true).await?;
         tracing::debug!(task = %task.task_id, "task created");
-        let held = Held::start(self, run_id, record, version);
+        let mut held = Held::start(self, run_id, record, version);
+        held.task_permit = task_permit;
         if let Err(mut rejection) = self.launch(caller.clone(), id.clone(), request, run_stream.clone(), Some(held)).await {
             rejection.id = Some(id);
             let response = rejection.to_response();

@@ -15,7 +15,11 @@ impl Engine {
     ///
     /// # Durability
     /// The session is committed before the response is returned (D4).
+    ///
+    /// A principal at its session limit ([`crate::limits::Limits::sessions`]) is refused
+    /// with [`EngineError::Limited`] before the handler runs or anything is written.
     pub async fn initialize(&self, principal: &Principal, request: Map<String, Value>) -> Result<(Option<SessionRecord>, Value), EngineError> {
+        let slot = self.session_slot(principal).await?;
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
         let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, server_state: Some(self.server_state()), durable: None, state_keys: None, auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())) };
@@ -28,7 +32,7 @@ impl Engine {
         };
         let operation = crate::metrics::Operation::start(&span, |_| false);
         let context = operation.as_ref().and_then(crate::metrics::Operation::context);
-        crate::traces::in_context(context, self.initialize_in(principal, request, peer, operation)).await
+        crate::traces::in_context(context, self.initialize_in(principal, request, peer, operation, slot)).await
     }
 
     async fn initialize_in(
@@ -37,6 +41,7 @@ impl Engine {
         request: Map<String, Value>,
         peer: PeerContext,
         operation: Option<crate::metrics::Operation>,
+        slot: Option<crate::limits::SessionSlot>,
     ) -> Result<(Option<SessionRecord>, Value), EngineError> {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let mut response = self.run_to_outcome(request, &peer).await?;
@@ -81,9 +86,46 @@ impl Engine {
             delivery: Some(durable_mcp_store::Delivery::default()),
         };
         self.store().create_session(record.clone()).await?;
+        if let Some(slot) = slot {
+            slot.created(record.id.clone());
+        }
         crate::metrics::finish(operation, &response);
         crate::metrics::session_opened();
         Ok((Some(record), response))
+    }
+
+    /// A session slot of `principal` under its limit: at the limit, the sessions this
+    /// worker remembers are read back and those that ended elsewhere are forgotten.
+    async fn session_slot(&self, principal: &Principal) -> Result<Option<crate::limits::SessionSlot>, EngineError> {
+        use crate::limits::SessionAdmission;
+        let limiter = self.limiter();
+        let remembered = match limiter.reserve_session(principal) {
+            SessionAdmission::Admitted(slot) => return Ok(slot),
+            SessionAdmission::Refused(refused) => return Err(EngineError::Limited(refused)),
+            SessionAdmission::Check(remembered) => remembered,
+        };
+        let ttl = self.options().retention.session_idle_ttl_ms;
+        let now = now_ms();
+        let mut gone = Vec::new();
+        for id in remembered {
+            match self.store().load_session(principal, &id).await {
+                Ok(record) if ttl.is_some_and(|ttl| now.saturating_sub(record.last_seen_ms) > ttl) => gone.push(id),
+                Ok(_) => {}
+                Err(StoreError::NotFound { .. }) => gone.push(id),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        limiter.sessions_gone(principal, &gone);
+        match limiter.reserve_session(principal) {
+            SessionAdmission::Admitted(slot) => Ok(slot),
+            SessionAdmission::Refused(refused) => Err(EngineError::Limited(refused)),
+            // Checked just now: refused until the next check.
+            SessionAdmission::Check(_) => Err(EngineError::Limited(crate::limits::Refused {
+                limit: crate::limits::Limit::Sessions,
+                max: limiter.limits().sessions.unwrap_or(0),
+                retry_after: None,
+            })),
+        }
     }
 
     /// Load the session named by a client's `Mcp-Session-Id`, and record its use.
@@ -139,6 +181,7 @@ impl Engine {
             None
         };
         let ended = self.store().end_session(principal, id).await?;
+        self.limiter().sessions_gone(principal, std::slice::from_ref(id));
         if ended {
             if let Some(created_at_ms) = created_at_ms {
                 crate::metrics::session_ended(created_at_ms);
