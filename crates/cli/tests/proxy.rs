@@ -233,3 +233,68 @@ fn d7_proxy_killed_during_a_slow_tool_resumes_with_the_missing_progress_once_and
     assert_eq!(outcomes[0]["error"]["code"], INTERRUPTED, "{}", outcomes[0]);
     assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "start\n", "the call ran once");
 }
+
+/// Whether process `pid` still runs (and is not a zombie waiting for its parent).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// The running (not zombie) child processes of `parent`.
+fn children_of(parent: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+                fields.first() != Some(&"Z") && fields.get(1) == Some(&parent.to_string().as_str())
+            })
+        })
+        .count()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An idle child is stopped (no process left behind, however the session's client
+/// behaves), and the session's next request starts a fresh one, initialized from the
+/// stored session: the client sends no new `initialize`.
+#[test]
+fn idle_children_are_stopped_and_started_again_on_demand() {
+    let Some(python) = python() else { return };
+    let server = start_proxy(&python, "memory:", free_port(), &["--idle-stop-secs", "1"]);
+    let addr = server.addr;
+    let session = initialize(addr);
+    let (_, first) = count_of(text(&outcome(post(addr, Some(&session), &call(1, "count", json!({}))), 1)));
+    assert!(alive(first));
+    wait_until("the idle child was not stopped", || !alive(first));
+    let (n, second) = count_of(text(&outcome(post(addr, Some(&session), &call(2, "count", json!({}))), 2)));
+    assert_eq!(n, 1, "a fresh child (the old one's state is gone)");
+    assert_ne!(second, first);
+}
+
+/// At most `--max-children` processes on a worker: a new session's child replaces the
+/// longest idle one, and every session is still served.
+#[test]
+fn the_worker_runs_at_most_max_children_upstream_processes() {
+    let Some(python) = python() else { return };
+    let server = start_proxy(&python, "memory:", free_port(), &["--max-children", "2", "--pool-size", "1"]);
+    let addr = server.addr;
+    let proxy_pid = server.child.id();
+    for id in 1..=4 {
+        let session = initialize(addr);
+        let (n, pid) = count_of(text(&outcome(post(addr, Some(&session), &call(id, "count", json!({}))), id)));
+        assert_eq!(n, 1);
+        assert!(alive(pid));
+        assert!(children_of(proxy_pid) >= 1, "the upstream processes are the proxy's children");
+        // A stopped child exits shortly after the new one started.
+        wait_until("more than --max-children upstream processes", || children_of(proxy_pid) <= 2);
+    }
+    let got = modern(addr, 9, "tools/call", json!({"name": "lookup", "arguments": {"key": "m"}}), false);
+    assert_eq!(text(&got), "value of m", "{got}");
+}
