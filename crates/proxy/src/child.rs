@@ -368,3 +368,36 @@ impl Drop for InFlight<'_> {
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(token: u64, value: u64) -> Value {
+        json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": value, "total": 5}})
+    }
+
+    /// D7 within one run: a call sent again to a fresh child reports progress from 1 again;
+    /// the client gets only what goes beyond what it had, with its own token.
+    #[test]
+    fn d7_progress_already_forwarded_is_not_forwarded_again_and_carries_the_clients_token() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let sink = Sink::new(tx, Some(json!("client-token")));
+        for value in [1, 2, 3] {
+            sink.forward(progress(7, value));
+        }
+        // The fresh child (another child-local token) starts again.
+        for value in [1, 2, 3, 4, 5] {
+            sink.clone().forward(progress(9, value));
+        }
+        sink.forward(json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}));
+        let mut got = Vec::new();
+        while let Ok(message) = rx.try_recv() {
+            got.push(message);
+        }
+        let values: Vec<u64> = got.iter().filter_map(|m| m.pointer("/params/progress").and_then(Value::as_u64)).collect();
+        assert_eq!(values, [1, 2, 3, 4, 5]);
+        assert!(got.iter().filter(|m| m["method"] == "notifications/progress").all(|m| m["params"]["progressToken"] == "client-token"));
+        assert_eq!(got.last().map(|m| &m["method"]), Some(&json!("notifications/message")), "other notifications pass");
+    }
+}

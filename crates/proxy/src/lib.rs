@@ -163,7 +163,7 @@ impl Proxy {
             loop {
                 ticker.tick().await;
                 let Some(proxy) = weak.upgrade() else { return };
-                proxy.supervisor.stop_idle().await;
+                proxy.supervisor.stop_idle();
             }
         });
         *crate::lock(&proxy.reaper) = Some(reaper);
@@ -236,9 +236,7 @@ impl Shared {
             };
             match outcome {
                 Ok(result) => {
-                    if resends > 0 {
-                        self.supervisor.record(&key, false).await;
-                    }
+                    self.supervisor.record(&key, false);
                     if method == "tools/list" {
                         self.learn_tools(&result);
                     }
@@ -250,7 +248,7 @@ impl Shared {
                 }
                 Err(CallError::Gone) => {
                     tracing::warn!(?key, pid = ?child.pid(), %method, ?resend, "the upstream process exited before it answered");
-                    self.supervisor.record(&key, true).await;
+                    self.supervisor.record(&key, true);
                     if !resend.allowed() || resends >= self.config.max_resends {
                         return Err(interrupted(&method, tool_name.as_deref(), "its upstream process exited before it answered"));
                     }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -21,20 +21,21 @@ pub(crate) enum Key {
     Pool(usize),
 }
 
-/// One key's child and its restart history.
+/// One key's child.
 #[derive(Default)]
 struct SlotState {
     child: Option<Arc<Child>>,
-    /// Children of this key that died or failed to start in a row: the next start waits
-    /// `backoff(failures)`.
-    failures: u32,
     /// When the last child of this key was started.
     started: Option<Instant>,
 }
 
+/// One key's child (locked while it starts) and its restart history.
 #[derive(Default)]
 struct Slot {
     state: tokio::sync::Mutex<SlotState>,
+    /// Children of this key that died or failed to start in a row: the next start waits
+    /// `backoff(failures)`.
+    failures: AtomicU32,
 }
 
 /// The first restart waits this long, each further one twice as long, up to [`MAX_BACKOFF`].
@@ -88,12 +89,12 @@ impl Supervisor {
             }
             crate::lock(&self.live).remove(key);
             state.child = None;
-            // A child that exited by itself soon after it started counts as a failure; one
-            // stopped for being idle does not (the reaper reset its failures).
+            // Deaths under a request were counted (`record`); an idle stop reset the count.
         }
-        let wait = backoff(state.failures);
+        let failures = slot.failures.load(Ordering::SeqCst);
+        let wait = backoff(failures);
         if !wait.is_zero() {
-            tracing::info!(?key, failures = state.failures, ?wait, "restarting the upstream after a backoff");
+            tracing::info!(?key, failures, ?wait, "restarting the upstream after a backoff");
             tokio::time::sleep(wait).await;
         }
         self.make_room(key)?;
@@ -106,20 +107,19 @@ impl Supervisor {
                 Ok(child)
             }
             Err(error) => {
-                state.failures = state.failures.saturating_add(1);
+                slot.failures.fetch_add(1, Ordering::SeqCst);
                 Err(error)
             }
         }
     }
 
-    /// A child of `key` died under a request (or answered one after it restarted).
-    pub(crate) async fn record(&self, key: &Key, died: bool) {
+    /// A child of `key` died under a request (`died`), or answered one.
+    pub(crate) fn record(&self, key: &Key, died: bool) {
         let Some(slot) = crate::lock(&self.slots).get(key).cloned() else { return };
-        let mut state = slot.state.lock().await;
         if died {
-            state.failures = state.failures.saturating_add(1);
-        } else {
-            state.failures = 0;
+            slot.failures.fetch_add(1, Ordering::SeqCst);
+        } else if slot.failures.load(Ordering::Relaxed) != 0 {
+            slot.failures.store(0, Ordering::SeqCst);
         }
     }
 
@@ -148,7 +148,7 @@ impl Supervisor {
 
     /// Stop children idle for longer than the configured time. Their keys start afresh
     /// (no backoff) when next needed.
-    pub(crate) async fn stop_idle(&self) {
+    pub(crate) fn stop_idle(&self) {
         let idle: Vec<(Key, Arc<Child>)> = crate::lock(&self.live)
             .iter()
             .filter(|(_, c)| c.in_flight() == 0 && c.idle_for() >= self.config.idle_stop)
@@ -158,14 +158,14 @@ impl Supervisor {
             tracing::info!(?key, pid = ?child.pid(), "stopping an idle upstream");
             crate::lock(&self.live).remove(&key);
             child.stop();
-            self.record(&key, false).await;
+            self.record(&key, false);
         }
         // Slots of keys with no child left are dropped (a session's entry must not outlive
         // it), except while in use or keeping a recent restart's backoff.
         let live = crate::lock(&self.live);
         crate::lock(&self.slots).retain(|key, slot| {
             live.contains_key(key)
-                || slot.state.try_lock().map_or(true, |s| s.failures > 0 && s.started.is_some_and(|t| t.elapsed() < RECENT))
+                || slot.state.try_lock().map_or(true, |s| slot.failures.load(Ordering::Relaxed) > 0 && s.started.is_some_and(|t| t.elapsed() < RECENT))
         });
     }
 
