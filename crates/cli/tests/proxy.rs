@@ -198,23 +198,73 @@ fn slow_call(id: u64, tool: &str, mut arguments: Value, steps: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": {"progressToken": "p"}}})
 }
 
-#[test]
-fn d7_proxy_killed_during_a_slow_tool_resumes_with_the_missing_progress_once_and_one_outcome() {
-    let Some(python) = python() else { return };
-    let dir = temp_dir("proxy-crash");
-    let store = format!("sqlite:{}", dir.join("proxy.db").display());
-    let lease = ["--lease-ms", "1500"];
-    let port = free_port();
-    let mut server = start_proxy(&python, &store, port, &lease);
-    let session = initialize(server.addr);
+/// Where the client resumes after the proxy running its call is SIGKILLed.
+enum Target {
+    /// SQLite: the same worker, restarted on the same file and port.
+    Restart,
+    /// A shared store: a second worker takes the run over when its lease ends.
+    Takeover(support::backend::Backend),
+}
 
-    // Read-only: after the restart the call is sent to a fresh child; the client gets the
-    // progress it had not seen, once each, in order, and the one result.
+/// Proxy workers on one store: `a` serves the calls; `b` (shared stores) takes over.
+struct Workers {
+    python: PathBuf,
+    store: String,
+    a: Server,
+    a_port: u16,
+    b: Option<Server>,
+}
+
+const LEASE: [&str; 2] = ["--lease-ms", "1500"];
+
+impl Workers {
+    fn new(target: &Target, dir: &Path) -> Option<Workers> {
+        let python = python()?;
+        let store = match target {
+            Target::Restart => format!("sqlite:{}", dir.join("proxy.db").display()),
+            Target::Takeover(backend) => {
+                if !backend.available() {
+                    return None;
+                }
+                backend.store_url(None)
+            }
+        };
+        let a_port = free_port();
+        let a = start_proxy(&python, &store, a_port, &LEASE);
+        let b = matches!(target, Target::Takeover(_)).then(|| start_proxy(&python, &store, free_port(), &LEASE));
+        Some(Workers { python, store, a, a_port, b })
+    }
+
+    /// SIGKILL `a`; SQLite: start it again on the same file and port; shared store: `b`
+    /// becomes `a` and a fresh worker `b`. Returns where to resume.
+    fn crash(&mut self) -> SocketAddr {
+        self.a.kill();
+        match self.b.take() {
+            None => self.a = start_proxy(&self.python, &self.store, self.a_port, &LEASE),
+            Some(b) => {
+                self.a_port = b.addr.port();
+                self.a = b;
+                self.b = Some(start_proxy(&self.python, &self.store, free_port(), &LEASE));
+            }
+        }
+        self.a.addr
+    }
+}
+
+/// D7 through the proxy: SIGKILL of the worker during a slow tool with progress. The
+/// client resumes with `Last-Event-ID` (on the restarted worker, or on the one that took
+/// the run over, which starts the session's child itself from the stored session).
+fn proxy_killed_during_a_slow_tool(target: Target) {
+    let dir = temp_dir("proxy-crash");
+    let Some(mut workers) = Workers::new(&target, &dir) else { return };
+    let session = initialize(workers.a.addr);
+
+    // Read-only: the call is sent to a fresh child; the client gets the progress it had not
+    // seen, once each, in order, and the one result.
     const STEPS: u64 = 6;
-    let (last, seen) = read_some(server.addr, &session, &slow_call(1, "slow", json!({}), STEPS), 2);
-    server.kill();
-    let server_b = start_proxy(&python, &store, port, &lease);
-    let rest: Vec<Value> = resume(server_b.addr, &session, &last).within(RECOVERY_WITHIN).messages().into_iter().map(|(_, m)| m).collect();
+    let (last, seen) = read_some(workers.a.addr, &session, &slow_call(1, "slow", json!({}), STEPS), 2);
+    let addr = workers.crash();
+    let rest: Vec<Value> = resume(addr, &session, &last).within(RECOVERY_WITHIN).messages().into_iter().map(|(_, m)| m).collect();
     let highest_seen = progress_of(&seen).last().copied().unwrap_or(0);
     assert!(highest_seen < STEPS, "the client saw the whole call before the crash");
     assert_eq!(progress_of(&rest), (highest_seen + 1..=STEPS).collect::<Vec<_>>(), "the missing progress, once each, in order: {rest:?}");
@@ -222,20 +272,36 @@ fn d7_proxy_killed_during_a_slow_tool_resumes_with_the_missing_progress_once_and
     assert_eq!(outcomes.len(), 1, "one outcome: {outcomes:?}");
     assert_eq!(text(outcomes[0]), format!("done {STEPS}"));
     assert_eq!(rest.last().map(|m| &m["id"]), Some(&json!(1)), "the outcome comes last");
-    drop(server_b);
 
-    // Not idempotent: after the restart the call is not sent again; the client gets the
-    // clear error as its one outcome, and the upstream's effect happened once.
-    let mut server = start_proxy(&python, &store, port, &lease);
+    // Not idempotent: the call is not sent again; the client gets the clear error as its
+    // one outcome, and the upstream's effect happened once.
     let ledger = dir.join("ledger");
-    let (last, seen) = read_some(server.addr, &session, &slow_call(2, "slow_append", json!({"path": ledger.to_str().unwrap()}), STEPS), 2);
-    server.kill();
-    let server_b = start_proxy(&python, &store, port, &lease);
-    let rest: Vec<Value> = resume(server_b.addr, &session, &last).within(RECOVERY_WITHIN).messages().into_iter().map(|(_, m)| m).collect();
+    let (last, seen) = read_some(workers.a.addr, &session, &slow_call(2, "slow_append", json!({"path": ledger.to_str().unwrap()}), STEPS), 2);
+    let addr = workers.crash();
+    let rest: Vec<Value> = resume(addr, &session, &last).within(RECOVERY_WITHIN).messages().into_iter().map(|(_, m)| m).collect();
     let outcomes: Vec<&Value> = seen.iter().chain(&rest).filter(|m| m["id"] == 2).collect();
     assert_eq!(outcomes.len(), 1, "one outcome: {seen:?} {rest:?}");
     assert_eq!(outcomes[0]["error"]["code"], INTERRUPTED, "{}", outcomes[0]);
     assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "start\n", "the call ran once");
+
+    // The session goes on, on the worker serving it now.
+    let got = outcome(post(addr, Some(&session), &call(3, "lookup", json!({"key": "after"}))), 3);
+    assert_eq!(text(&got), "value of after");
+}
+
+#[test]
+fn d7_proxy_killed_during_a_slow_tool_resumes_with_the_missing_progress_once_and_one_outcome() {
+    proxy_killed_during_a_slow_tool(Target::Restart);
+}
+
+#[test]
+fn d7_postgres_proxy_worker_killed_during_a_slow_tool_another_worker_takes_over() {
+    proxy_killed_during_a_slow_tool(Target::Takeover(support::backend::Backend::Postgres));
+}
+
+#[test]
+fn d7_redis_proxy_worker_killed_during_a_slow_tool_another_worker_takes_over() {
+    proxy_killed_during_a_slow_tool(Target::Takeover(support::backend::Backend::Redis));
 }
 
 /// Whether process `pid` still runs (and is not a zombie waiting for its parent).
