@@ -26,7 +26,11 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve an example server over Streamable HTTP (or stdio).
-    Serve(ServeArgs),
+    Serve(ServeCommand),
+    /// Put durable Streamable HTTP in front of any MCP server that speaks stdio:
+    /// `durable-mcp proxy [serve's options] -- COMMAND ARGS...` runs COMMAND as child
+    /// processes (one per session, a pool for 2026-07-28 requests). docs/proxy.md.
+    Proxy(ProxyArgs),
     /// Apply retention once (the background pruner does the same every interval).
     Prune(PruneArgs),
     /// List what a store holds: live sessions, journaled requests not yet finished, or tasks.
@@ -369,6 +373,51 @@ enum Example {
     Provisioning,
 }
 
+/// `serve`: an example server with the shared server options.
+#[derive(Parser, Debug)]
+struct ServeCommand {
+    /// Which example server to run.
+    #[arg(long, value_enum, default_value = "everything")]
+    example: Example,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// `proxy`: the shared server options, the upstream's lifecycle, and its command line.
+#[derive(Parser, Debug)]
+struct ProxyArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Stop an upstream process that has served no request for this many seconds (it is
+    /// started again on demand, re-initialized with its session's parameters).
+    #[arg(long, default_value_t = 300)]
+    idle_stop_secs: u64,
+    /// At most this many upstream processes on this worker (one per session plus the
+    /// pool); at the limit the longest idle one is stopped, and if every one is busy the
+    /// request is refused at once.
+    #[arg(long, default_value_t = 64)]
+    max_children: usize,
+    /// Upstream processes serving 2026-07-28 (stateless) requests.
+    #[arg(long, default_value_t = 2)]
+    pool_size: usize,
+    /// Send a call of this tool again to a fresh process after an interruption, although
+    /// it is not annotated readOnlyHint or idempotentHint (repeat the flag). Only for
+    /// tools that are safe to run twice.
+    #[arg(long = "retryable-tool")]
+    retryable_tools: Vec<String>,
+    /// Answer a request with an error if the upstream has not answered it within this
+    /// many seconds (0: no limit; a process that exits is noticed at once either way).
+    #[arg(long, default_value_t = 0)]
+    request_timeout_secs: u64,
+    /// How long an upstream process has to answer `initialize`, in seconds.
+    #[arg(long, default_value_t = 30)]
+    init_timeout_secs: u64,
+    /// The upstream: a program speaking MCP on stdin/stdout, and its arguments (after `--`).
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// The options every server command takes (`serve`, `proxy`; `doctor` and `config` read them).
 #[derive(Parser, Debug)]
 struct ServeArgs {
     /// A TOML file with these flags under their long names (`lease-ms = 5000`,
@@ -378,9 +427,6 @@ struct ServeArgs {
     /// Log lines as text or as JSON objects.
     #[arg(long, value_enum, env = "DURABLE_MCP_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
-    /// Which example server to run.
-    #[arg(long, value_enum, default_value = "everything")]
-    example: Example,
     /// Address to listen on.
     #[arg(long, env = "DURABLE_MCP_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -537,7 +583,9 @@ async fn main() -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match &cli.command {
-        Command::Serve(args) if args.log_format == LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        Command::Serve(ServeCommand { serve: args, .. }) | Command::Proxy(ProxyArgs { serve: args, .. }) if args.log_format == LogFormat::Json => {
+            builder.json().flatten_event(true).with_current_span(false).init();
+        }
         _ => builder.init(),
     }
     match cli.command {
@@ -603,7 +651,15 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(ServeCommand { example, serve: args }) => {
+            // The example seals with the engine's keys (the ring, or --state-key).
+            let server = match example {
+                Example::Everything => DurableMcp::new(durable_mcp_examples::Everything::default()),
+                Example::Provisioning => DurableMcp::new(durable_mcp_examples::Provisioning::default()),
+            };
+            serve(args, server).await
+        }
+        Command::Proxy(args) => proxy(args).await,
         Command::Prune(args) => {
             let store = durable_mcp::open_store(&args.store.store).await?;
             let report = store.prune(&args.retention.retention(), durable_mcp::now_ms()).await?;
@@ -751,10 +807,30 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// `proxy`: start the upstream (its first process answers `initialize` before anything
+/// listens), then serve it as `serve` serves an example.
+async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    let (program, rest) = args.command.split_first().context("proxy needs the upstream's command after `--`")?;
+    let config = durable_mcp_proxy::ProxyConfig {
+        idle_stop: Duration::from_secs(args.idle_stop_secs.max(1)),
+        max_children: args.max_children.max(1),
+        pool_size: args.pool_size.max(1),
+        retryable_tools: args.retryable_tools,
+        init_timeout: Duration::from_secs(args.init_timeout_secs.max(1)),
+        request_timeout: (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs)),
+        ..durable_mcp_proxy::ProxyConfig::new(program.clone(), rest.to_vec())
+    };
+    let upstream = durable_mcp_proxy::Proxy::start(config).await.with_context(|| format!("starting the upstream {program:?}"))?;
+    let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream.clone())).context("reading the upstream's initialize result")?;
+    let outcome = serve(args.serve, DurableMcp::new(handler)).await;
+    upstream.stop();
+    outcome
+}
+
+async fn serve(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     // Before the engine is built: it traces its store only if traces are on by then.
     let traces = start_traces(args.otel)?;
-    let served = serve_with(args).await;
+    let served = serve_with(args, server).await;
     if let Some(traces) = traces {
         stop_traces(traces).await;
     }
@@ -794,15 +870,10 @@ async fn stop_traces(traces: std::convert::Infallible) {
     match traces {}
 }
 
-async fn serve_with(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     if args.state_key.as_ref().is_some_and(|k| k.len() < 32) {
         anyhow::bail!("--state-key must be at least 32 bytes");
     }
-    let server = match args.example {
-        // The example seals with the engine's keys (the ring, or --state-key).
-        Example::Everything => DurableMcp::new(durable_mcp_examples::Everything::default()),
-        Example::Provisioning => DurableMcp::new(durable_mcp_examples::Provisioning::default()),
-    };
     if args.max_get_streams == 0 {
         anyhow::bail!("--max-get-streams must be at least 1");
     }

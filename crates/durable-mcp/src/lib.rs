@@ -39,7 +39,7 @@ pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig, Tran
 pub use durable_mcp_protocol::{
     Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
     TaskSupport, rmcp,
-    task_support, AuthInfo, required_scopes, merge_meta,
+    task_support, AuthInfo, required_scopes, merge_meta, Forward, Upstream, UpstreamError, UpstreamRequest,
 };
 /// Authentication (see `docs/security.md`): set one with [`DurableMcp::auth`].
 pub mod auth {
