@@ -18,23 +18,6 @@ fn random_hex<const N: usize>() -> String {
     out
 }
 
-/// 16 bytes, hex-encoded: the wall clock in milliseconds since the Unix epoch (6 bytes,
-/// big-endian), then 10 bytes of CSPRNG randomness.
-///
-/// Ids made later sort after ids made earlier (to the millisecond), so the indexes that
-/// every backend keeps on stream ids (streams, events, run records) grow at one end: the
-/// requests committed together touch the same few pages instead of one random page each.
-/// 80 random bits per millisecond still cannot be guessed, and an id is only ever used
-/// under its owner's principal and session (D13).
-fn time_ordered_hex() -> String {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let mut out = format!("{:012x}", ms & 0xffff_ffff_ffff);
-    out.push_str(&random_hex::<10>());
-    out
-}
-
 /// An id was malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("malformed {kind}: {reason}")]
@@ -50,16 +33,17 @@ fn is_lower_hex(s: &str) -> bool {
 }
 
 macro_rules! random_id {
-    ($(#[$doc:meta])* $name:ident, $kind:literal, $bytes:literal, $make:expr) => {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $bytes:literal) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(try_from = "String", into = "String")]
         pub struct $name(String);
 
         impl $name {
-            /// A fresh id (see the type's documentation for what it is made of).
+            /// A fresh id with 
+            #[doc = concat!(stringify!($bytes), " bytes of CSPRNG randomness, hex-encoded.")]
             pub fn random() -> Self {
-                Self($make)
+                Self(random_hex::<$bytes>())
             }
 
             /// The id as it goes on the wire and into stores.
@@ -106,19 +90,13 @@ random_id!(
     /// A legacy-era session (`Mcp-Session-Id`): 32 random bytes, so it cannot be guessed.
     SessionId,
     "session id",
-    32,
-    random_hex::<32>()
+    32
 );
 random_id!(
     /// One SSE stream: the response stream of one request, or a session's standalone GET stream.
-    ///
-    /// 16 bytes, hex-encoded: a millisecond timestamp and 80 random bits, so that ids sort
-    /// by creation time and stores index them at one end (ids made by earlier versions,
-    /// 16 random bytes, parse the same).
     StreamId,
     "stream id",
-    16,
-    time_ordered_hex()
+    16
 );
 
 /// Who owns a record (D13). Every lookup is made under a principal; another principal's
@@ -221,19 +199,6 @@ mod tests {
         assert_ne!(SessionId::random(), SessionId::random());
         assert_ne!(StreamId::random(), StreamId::random());
         assert_eq!(SessionId::random().as_str().len(), 64);
-    }
-
-    #[test]
-    fn stream_ids_sort_by_creation_time() {
-        let earlier = StreamId::random();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let later = StreamId::random();
-        assert!(earlier < later, "{earlier} then {later}");
-        assert_eq!(later.as_str().len(), 32);
-        assert_eq!(later.as_str().parse::<StreamId>().unwrap(), later);
-        // the random part differs within one millisecond
-        let (a, b) = (StreamId::random(), StreamId::random());
-        assert_ne!(a.as_str()[12..], b.as_str()[12..]);
     }
 
     #[test]
