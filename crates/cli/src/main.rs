@@ -387,6 +387,18 @@ struct ServeArgs {
     /// unless given). docs/metrics.md lists the series.
     #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve the read-only operator dashboard at http://ADDR/, on this address of its own
+    /// (off unless given; loopback only unless --dashboard-allow-remote). docs/dashboard.md.
+    #[arg(long, env = "DURABLE_MCP_DASHBOARD_LISTEN")]
+    dashboard_listen: Option<SocketAddr>,
+    /// Let the dashboard listen on a non-loopback address. It has no authentication: put it
+    /// behind a proxy that authenticates.
+    #[arg(long)]
+    dashboard_allow_remote: bool,
+    /// Show payloads on the dashboard (request arguments, session state values, the
+    /// client's initialize params); redacted by default.
+    #[arg(long)]
+    dashboard_show_payloads: bool,
     #[command(flatten)]
     store: StoreArgs,
     #[command(flatten)]
@@ -729,6 +741,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .shutdown_grace(Duration::from_secs(args.shutdown_grace_secs));
     let server = match args.metrics_listen {
         Some(addr) => server.metrics_listen(addr),
+        None => server,
+    };
+    let server = match args.dashboard_listen {
+        Some(addr) => server.dashboard_listen(
+            addr,
+            durable_mcp::DashboardOptions::default().allow_remote(args.dashboard_allow_remote).show_payloads(args.dashboard_show_payloads),
+        ),
         None => server,
     };
     if args.stdio {

@@ -31,7 +31,7 @@ pub use axum;
 /// `Engine::new` leaves its background duties (recovery, retention, drain) to you.
 pub use durable_mcp_engine::Engine;
 pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
-pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig, Transport as HttpTransport};
+pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
     Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
     TaskSupport, rmcp,
@@ -72,6 +72,9 @@ pub enum Error {
     /// The metrics recorder could not be installed ([`DurableMcp::metrics_listen`]).
     #[error(transparent)]
     Metrics(#[from] metrics::MetricsError),
+    /// The dashboard was refused its address ([`DurableMcp::dashboard_listen`]).
+    #[error(transparent)]
+    Dashboard(#[from] DashboardError),
 }
 
 /// Open the store named by `url`: the one place a backend is chosen by URL scheme.
@@ -128,6 +131,9 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///
 /// - **metrics**: off; [`metrics_listen`](Self::metrics_listen) serves Prometheus metrics
 ///   at `/metrics` on an address of its own (see [`metrics`]).
+/// - **dashboard**: off; [`dashboard_listen`](Self::dashboard_listen) serves a read-only
+///   page of the workers' sessions, streams, requests and tasks on an address of its own
+///   (loopback only unless [`DashboardOptions::allow_remote`]; no authentication).
 ///
 /// [`serve`](Self::serve) runs until Ctrl-C or SIGTERM and then shuts down gracefully.
 /// [`embed`](Self::embed) mounts the endpoint in your own axum app, and
@@ -141,6 +147,7 @@ pub struct DurableMcp {
     engine: EngineOptions,
     shutdown_grace: std::time::Duration,
     metrics_listen: Option<SocketAddr>,
+    dashboard: Option<(SocketAddr, DashboardOptions)>,
 }
 
 impl DurableMcp {
@@ -157,6 +164,7 @@ impl DurableMcp {
             engine: EngineOptions::default(),
             shutdown_grace: std::time::Duration::from_secs(10),
             metrics_listen: None,
+            dashboard: None,
         }
     }
 
@@ -166,6 +174,17 @@ impl DurableMcp {
     /// [`metrics::install`] yourself and mount [`metrics::MetricsHandle::router`].
     pub fn metrics_listen(mut self, addr: SocketAddr) -> Self {
         self.metrics_listen = Some(addr);
+        self
+    }
+
+    /// Serve the operator dashboard at `http://ADDR/`, on a listener of its own, while the
+    /// server runs (off by default): a read-only page of what every worker on the store is
+    /// doing, updating every second. It has no authentication: a non-loopback `addr` is
+    /// refused at start unless `options` [allow it](DashboardOptions::allow_remote), a
+    /// request whose `Host` is not `addr` or a loopback name is answered 403, and payloads
+    /// are left out unless [shown](DashboardOptions::show_payloads).
+    pub fn dashboard_listen(mut self, addr: SocketAddr, options: DashboardOptions) -> Self {
+        self.dashboard = Some((addr, options));
         self
     }
 
@@ -325,12 +344,22 @@ impl DurableMcp {
         F: FnOnce(Engine) -> Fut,
         Fut: Future<Output = T>,
     {
+        // Refused before anything starts.
+        let dashboard = match self.dashboard {
+            Some((addr, options)) => {
+                durable_mcp_http::dashboard::check_addr(addr, options)?;
+                Some((tokio::net::TcpListener::bind(addr).await?, options))
+            }
+            None => None,
+        };
+        let mut metrics_render = None;
         // Metrics first: the engine times its store only if they are on when it is created.
         let metrics = match self.metrics_listen {
             Some(addr) => {
                 let handle = metrics::install()?;
                 let listener = tokio::net::TcpListener::bind(addr).await?;
                 let render = handle.renderer();
+                metrics_render = Some(render.clone());
                 Some(AbortOnDrop(tokio::spawn(async move {
                     if let Err(error) = durable_mcp_http::serve_metrics(listener, render, std::future::pending()).await {
                         tracing::error!(%error, "the metrics listener failed");
@@ -340,6 +369,14 @@ impl DurableMcp {
             None => None,
         };
         let engine = self.engine().await?;
+        let dashboard = dashboard.map(|(listener, options)| {
+            let engine = engine.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                if let Err(error) = durable_mcp_http::serve_dashboard(listener, engine, options, metrics_render, std::future::pending()).await {
+                    tracing::error!(%error, "the dashboard listener failed");
+                }
+            }))
+        });
         // Aborted when the transport ends, or when this future is dropped before that.
         let pruner = AbortOnDrop(engine.spawn_pruner());
         // Resumes this worker's own unfinished requests at once, then takes over those
@@ -348,7 +385,7 @@ impl DurableMcp {
         let output = transport(engine.clone()).await;
         drop((recovery, pruner));
         engine.drain(self.shutdown_grace).await;
-        drop(metrics);
+        drop((metrics, dashboard));
         Ok(output)
     }
 
