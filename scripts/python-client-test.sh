@@ -4,7 +4,7 @@
 #   scripts/python-client-test.sh [-k SUBSTRING]
 #
 # 1. Creates <repo>/.tools/venv (git-ignored) with the machine's python3 and installs the
-#    pinned SDK into it (skipped when that version is already there).
+#    pinned SDK into it (scripts/setup-python.sh; skipped when that version is there).
 # 2. Builds the durable-mcp binary (cargo build -p durable-mcp-cli, under flock).
 # 3. For each store, `memory:` then `sqlite:<fresh temp file>`: starts
 #      durable-mcp serve --example everything --listen 127.0.0.1:<free port> --store <store>
@@ -68,35 +68,9 @@ on_exit() {
 trap on_exit EXIT
 
 # ------------------------------------------------------------------ venv --
-if ! command -v "$PYTHON" >/dev/null 2>&1; then
-  log "ERROR: $PYTHON not found"
-  exit 1
-fi
-if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
-  log "ERROR: $PYTHON is $("$PYTHON" --version 2>&1); the MCP SDK needs Python >= 3.10"
-  exit 1
-fi
-
-sdk_version() {
-  "$VENV_PY" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true
-}
-
-if [ ! -x "$VENV_PY" ] || ! "$VENV_PY" -c 'import sys' >/dev/null 2>&1; then
-  log "creating $VENV with $("$PYTHON" --version 2>&1)"
-  rm -rf "$VENV"
-  mkdir -p "$(dirname "$VENV")"
-  "$PYTHON" -m venv "$VENV"
-fi
-if [ "$(sdk_version)" != "$MCP_SDK_VERSION" ]; then
-  log "installing mcp==$MCP_SDK_VERSION into $VENV"
-  "$VENV_PY" -m pip install --quiet --disable-pip-version-check --no-input "mcp==$MCP_SDK_VERSION" </dev/null >&2
-fi
-installed="$(sdk_version)"
-if [ "$installed" != "$MCP_SDK_VERSION" ]; then
-  log "ERROR: expected mcp $MCP_SDK_VERSION in $VENV, found '${installed:-none}'"
-  exit 1
-fi
-log "python $("$VENV_PY" -c 'import platform; print(platform.python_version())'), mcp $installed"
+# scripts/setup-python.sh creates the venv and installs the pinned SDK (PYTHON and
+# MCP_SDK_VERSION pass through to it).
+PYTHON="$PYTHON" MCP_SDK_VERSION="$MCP_SDK_VERSION" "$SCRIPT_DIR/setup-python.sh" >/dev/null
 
 # ----------------------------------------------------------------- build --
 build_cli

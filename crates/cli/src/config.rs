@@ -13,7 +13,7 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory};
 
 /// The subcommands that take `serve`'s flags (and so its configuration file).
-pub const WITH_SERVE_FLAGS: [&str; 3] = ["serve", "config", "doctor"];
+pub const WITH_SERVE_FLAGS: [&str; 4] = ["serve", "proxy", "config", "doctor"];
 
 /// Flags of `serve` that are not configuration.
 const NOT_SETTINGS: [&str; 3] = ["help", "config", "json"];
@@ -31,7 +31,9 @@ pub fn with_file(cli: clap::Command, argv: Vec<OsString>) -> anyhow::Result<(Vec
     let command = cli.find_subcommand(name).context("the subcommand parsed")?;
     let (extra, from_file) = file_flags(command, sub, path)?;
     let mut argv = argv;
-    argv.extend(extra);
+    // Before a `--` (proxy's upstream command line follows it), else at the end.
+    let at = argv.iter().position(|arg| arg == "--").unwrap_or(argv.len());
+    argv.splice(at..at, extra);
     Ok((argv, from_file))
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use durable_mcp::limits::{Limits, Rate};
 use durable_mcp::{DurableMcp, EngineOptions, HttpConfig};
 
 mod auth_args;
@@ -25,7 +26,11 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve an example server over Streamable HTTP (or stdio).
-    Serve(ServeArgs),
+    Serve(ServeCommand),
+    /// Put durable Streamable HTTP in front of any MCP server that speaks stdio:
+    /// `durable-mcp proxy [serve's options] -- COMMAND ARGS...` runs COMMAND as child
+    /// processes (one per session, a pool for 2026-07-28 requests). docs/proxy.md.
+    Proxy(ProxyArgs),
     /// Apply retention once (the background pruner does the same every interval).
     Prune(PruneArgs),
     /// List what a store holds: live sessions, journaled requests not yet finished, or tasks.
@@ -368,6 +373,51 @@ enum Example {
     Provisioning,
 }
 
+/// `serve`: an example server with the shared server options.
+#[derive(Parser, Debug)]
+struct ServeCommand {
+    /// Which example server to run.
+    #[arg(long, value_enum, default_value = "everything")]
+    example: Example,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// `proxy`: the shared server options, the upstream's lifecycle, and its command line.
+#[derive(Parser, Debug)]
+struct ProxyArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Stop an upstream process that has served no request for this many seconds (it is
+    /// started again on demand, re-initialized with its session's parameters).
+    #[arg(long, default_value_t = 300)]
+    idle_stop_secs: u64,
+    /// At most this many upstream processes on this worker (one per session plus the
+    /// pool); at the limit the longest idle one is stopped, and if every one is busy the
+    /// request is refused at once.
+    #[arg(long, default_value_t = 64)]
+    max_children: usize,
+    /// Upstream processes serving 2026-07-28 (stateless) requests.
+    #[arg(long, default_value_t = 2)]
+    pool_size: usize,
+    /// Send a call of this tool again to a fresh process after an interruption, although
+    /// it is not annotated readOnlyHint or idempotentHint (repeat the flag). Only for
+    /// tools that are safe to run twice.
+    #[arg(long = "retryable-tool")]
+    retryable_tools: Vec<String>,
+    /// Answer a request with an error if the upstream has not answered it within this
+    /// many seconds (0: no limit; a process that exits is noticed at once either way).
+    #[arg(long, default_value_t = 0)]
+    request_timeout_secs: u64,
+    /// How long an upstream process has to answer `initialize`, in seconds.
+    #[arg(long, default_value_t = 30)]
+    init_timeout_secs: u64,
+    /// The upstream: a program speaking MCP on stdin/stdout, and its arguments (after `--`).
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// The options every server command takes (`serve`, `proxy`; `doctor` and `config` read them).
 #[derive(Parser, Debug)]
 struct ServeArgs {
     /// A TOML file with these flags under their long names (`lease-ms = 5000`,
@@ -377,9 +427,6 @@ struct ServeArgs {
     /// Log lines as text or as JSON objects.
     #[arg(long, value_enum, env = "DURABLE_MCP_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
-    /// Which example server to run.
-    #[arg(long, value_enum, default_value = "everything")]
-    example: Example,
     /// Address to listen on.
     #[arg(long, env = "DURABLE_MCP_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -399,12 +446,20 @@ struct ServeArgs {
     /// client's initialize params); redacted by default.
     #[arg(long)]
     dashboard_show_payloads: bool,
+    /// Export OpenTelemetry traces over OTLP/HTTP (protobuf), configured by the OTEL_*
+    /// environment variables (endpoint default http://localhost:4318). Also on when
+    /// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; never with
+    /// OTEL_SDK_DISABLED=true. docs/tracing.md lists the spans.
+    #[arg(long, env = "DURABLE_MCP_OTEL")]
+    otel: bool,
     #[command(flatten)]
     store: StoreArgs,
     #[command(flatten)]
     retention: RetentionArgs,
     #[command(flatten)]
     auth: Box<auth_args::AuthArgs>,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Apply retention every this many seconds.
     #[arg(long, default_value_t = 60)]
     prune_interval_secs: u64,
@@ -470,6 +525,56 @@ struct ServeArgs {
     shutdown_grace_secs: u64,
 }
 
+/// Limits per principal on each worker (docs/security.md); 0 turns a limit off. The
+/// anonymous principal (no authentication) is exempt unless `--limit-anonymous`.
+#[derive(clap::Args, Debug)]
+struct LimitArgs {
+    /// Live sessions one principal may hold, created on this worker.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_SESSIONS", default_value_t = limit_default(Limits::default().sessions))]
+    limit_sessions: u32,
+    /// GET (SSE) streams one principal may keep open on this worker.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_SSE_STREAMS", default_value_t = limit_default(Limits::default().sse_streams))]
+    limit_sse_streams: u32,
+    /// POST requests of one principal in flight on this worker (until their response ends).
+    #[arg(long, env = "DURABLE_MCP_LIMIT_IN_FLIGHT", default_value_t = limit_default(Limits::default().in_flight))]
+    limit_in_flight: u32,
+    /// Tasks of one principal running on this worker.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_TASKS", default_value_t = limit_default(Limits::default().tasks))]
+    limit_tasks: u32,
+    /// Requests per second one principal may send to this worker (sustained); beyond it,
+    /// 429 with Retry-After.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_RATE", default_value_t = Limits::default().rate.map_or(0.0, |r| r.per_second))]
+    limit_rate: f64,
+    /// Requests one principal may send at once after a quiet spell (the rate's burst).
+    #[arg(long, env = "DURABLE_MCP_LIMIT_BURST", default_value_t = Limits::default().rate.map_or(1, |r| r.burst))]
+    limit_burst: u32,
+    /// Apply the limits to the anonymous principal too (every client, without authentication).
+    #[arg(long)]
+    limit_anonymous: bool,
+}
+
+fn limit_default(limit: Option<u32>) -> u32 {
+    limit.unwrap_or(0)
+}
+
+impl LimitArgs {
+    fn limits(&self) -> anyhow::Result<Limits> {
+        let count = |n: u32| (n > 0).then_some(n);
+        if !(self.limit_rate >= 0.0 && self.limit_rate.is_finite()) {
+            anyhow::bail!("--limit-rate must be a number of requests per second, 0 for no limit");
+        }
+        let rate = (self.limit_rate > 0.0).then_some(Rate { per_second: self.limit_rate, burst: self.limit_burst.max(1) });
+        Ok(Limits {
+            sessions: count(self.limit_sessions),
+            sse_streams: count(self.limit_sse_streams),
+            in_flight: count(self.limit_in_flight),
+            tasks: count(self.limit_tasks),
+            rate,
+            anonymous: self.limit_anonymous,
+        })
+    }
+}
+
 /// A request makes a few hundred short-lived allocations (JSON values, futures of spawned
 /// tasks, store rows): with mimalloc instead of the system allocator a durable `tools/call`
 /// costs 15-22 % less server CPU (memory, SQLite and Redis stores, 8 connections; stock rmcp
@@ -490,7 +595,9 @@ async fn main() -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match &cli.command {
-        Command::Serve(args) if args.log_format == LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        Command::Serve(ServeCommand { serve: args, .. }) | Command::Proxy(ProxyArgs { serve: args, .. }) if args.log_format == LogFormat::Json => {
+            builder.json().flatten_event(true).with_current_span(false).init();
+        }
         _ => builder.init(),
     }
     match cli.command {
@@ -556,7 +663,15 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(ServeCommand { example, serve: args }) => {
+            // The example seals with the engine's keys (the ring, or --state-key).
+            let server = match example {
+                Example::Everything => DurableMcp::new(durable_mcp_examples::Everything::default()),
+                Example::Provisioning => DurableMcp::new(durable_mcp_examples::Provisioning::default()),
+            };
+            serve(args, server).await
+        }
+        Command::Proxy(args) => proxy(args).await,
         Command::Prune(args) => {
             let store = durable_mcp::open_store(&args.store.store).await?;
             let report = store.prune(&args.retention.retention(), durable_mcp::now_ms()).await?;
@@ -568,7 +683,19 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Inspect(args) => inspect(args).await,
         Command::Bench(args) => bench(args).await,
-        Command::BenchServer(args) => Ok(durable_mcp_bench::child::serve(args).await?),
+        Command::BenchServer(args) => {
+            // Traces as `serve` has them from the environment (an OTLP endpoint variable),
+            // so that `durable-mcp bench` can measure their cost.
+            let traces = match &args.server {
+                durable_mcp_bench::child::ServedBy::Durable { .. } => start_traces(false)?,
+                durable_mcp_bench::child::ServedBy::Rmcp { .. } => None,
+            };
+            let served = durable_mcp_bench::child::serve(args).await;
+            if let Some(traces) = traces {
+                stop_traces(traces).await;
+            }
+            Ok(served?)
+        }
         Command::BenchLoad(args) => {
             println!("{}", durable_mcp_bench::child::load(&args).await?);
             Ok(())
@@ -692,15 +819,73 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// `proxy`: start the upstream (its first process answers `initialize` before anything
+/// listens), then serve it as `serve` serves an example.
+async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    let (program, rest) = args.command.split_first().context("proxy needs the upstream's command after `--`")?;
+    let config = durable_mcp_proxy::ProxyConfig {
+        idle_stop: Duration::from_secs(args.idle_stop_secs.max(1)),
+        max_children: args.max_children.max(1),
+        pool_size: args.pool_size.max(1),
+        retryable_tools: args.retryable_tools,
+        init_timeout: Duration::from_secs(args.init_timeout_secs.max(1)),
+        request_timeout: (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs)),
+        ..durable_mcp_proxy::ProxyConfig::new(program.clone(), rest.to_vec())
+    };
+    let upstream = durable_mcp_proxy::Proxy::start(config).await.with_context(|| format!("starting the upstream {program:?}"))?;
+    let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream.clone())).context("reading the upstream's initialize result")?;
+    let outcome = serve(args.serve, DurableMcp::new(handler)).await;
+    upstream.stop();
+    outcome
+}
+
+async fn serve(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
+    // Before the engine is built: it traces its store only if traces are on by then.
+    let traces = start_traces(args.otel)?;
+    let served = serve_with(args, server).await;
+    if let Some(traces) = traces {
+        stop_traces(traces).await;
+    }
+    served
+}
+
+/// The OTLP exporter, if traces are asked for (`--otel`, an OTLP endpoint variable).
+#[cfg(feature = "otel")]
+fn start_traces(flag: bool) -> anyhow::Result<Option<durable_mcp::traces::TracesGuard>> {
+    if !durable_mcp::traces::wanted(flag) {
+        return Ok(None);
+    }
+    let guard = durable_mcp::traces::install().context("starting the trace exporter")?;
+    tracing::info!("exporting traces over OTLP/HTTP");
+    Ok(Some(guard))
+}
+
+/// Flush the spans not sent yet (a blocking call, off the runtime's threads).
+#[cfg(feature = "otel")]
+async fn stop_traces(traces: durable_mcp::traces::TracesGuard) {
+    if tokio::task::spawn_blocking(move || traces.shutdown()).await.is_err() {
+        tracing::warn!("the trace exporter's shutdown panicked");
+    }
+}
+
+/// Without the `otel` feature: asking for traces is an error, not a silent no-op.
+#[cfg(not(feature = "otel"))]
+fn start_traces(flag: bool) -> anyhow::Result<Option<std::convert::Infallible>> {
+    if flag {
+        anyhow::bail!("--otel: this durable-mcp was built without the `otel` feature");
+    }
+    Ok(None)
+}
+
+#[cfg(not(feature = "otel"))]
+async fn stop_traces(traces: std::convert::Infallible) {
+    match traces {}
+}
+
+async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     if args.state_key.as_ref().is_some_and(|k| k.len() < 32) {
         anyhow::bail!("--state-key must be at least 32 bytes");
     }
-    let server = match args.example {
-        // The example seals with the engine's keys (the ring, or --state-key).
-        Example::Everything => DurableMcp::new(durable_mcp_examples::Everything::default()),
-        Example::Provisioning => DurableMcp::new(durable_mcp_examples::Provisioning::default()),
-    };
     if args.max_get_streams == 0 {
         anyhow::bail!("--max-get-streams must be at least 1");
     }
@@ -736,6 +921,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             worker_id: args.worker_id.unwrap_or_else(|| default_worker_id((!args.stdio).then_some(args.listen))),
             lease: Duration::from_millis(args.lease_ms.max(300)),
             state_key: args.state_key.map(String::into_bytes),
+            limits: args.limits.limits()?,
             ..EngineOptions::default()
         })
         .shutdown_grace(Duration::from_secs(args.shutdown_grace_secs));

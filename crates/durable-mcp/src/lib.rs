@@ -20,6 +20,8 @@
 pub mod guarantees {}
 
 pub mod metrics;
+#[cfg(feature = "otlp")]
+pub mod traces;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,11 +33,13 @@ pub use axum;
 /// `Engine::new` leaves its background duties (recovery, retention, drain) to you.
 pub use durable_mcp_engine::Engine;
 pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
+/// Limits per principal: [`limits::Limits`], given to [`DurableMcp::limits`].
+pub use durable_mcp_engine::limits;
 pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
     Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
     TaskSupport, rmcp,
-    task_support, AuthInfo, required_scopes, merge_meta,
+    task_support, AuthInfo, required_scopes, merge_meta, Forward, Upstream, UpstreamError, UpstreamRequest,
 };
 /// Authentication (see `docs/security.md`): set one with [`DurableMcp::auth`].
 pub mod auth {
@@ -129,11 +133,20 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///   [`prompt_scopes`](Self::prompt_scopes) and [`resource_scopes`](Self::resource_scopes)
 ///   (`docs/security.md`).
 ///
+/// - **limits per principal** ([`limits::Limits`]): live sessions, GET streams, requests
+///   in flight, tasks and a request rate, with defaults safe for a public server; set them
+///   with [`limits`](Self::limits) (the anonymous principal, authentication off, is exempt
+///   unless they say otherwise).
+///
 /// - **metrics**: off; [`metrics_listen`](Self::metrics_listen) serves Prometheus metrics
 ///   at `/metrics` on an address of its own (see [`metrics`]).
 /// - **dashboard**: off; [`dashboard_listen`](Self::dashboard_listen) serves a read-only
 ///   page of the workers' sessions, streams, requests and tasks on an address of its own
 ///   (loopback only unless [`DashboardOptions::allow_remote`]; no authentication).
+///
+/// - **traces**: off; with the `otlp` feature, `traces::install` before `serve` exports
+///   OpenTelemetry spans over OTLP/HTTP, configured by the `OTEL_*` variables
+///   (`docs/tracing.md`).
 ///
 /// [`serve`](Self::serve) runs until Ctrl-C or SIGTERM and then shuts down gracefully.
 /// [`embed`](Self::embed) mounts the endpoint in your own axum app, and
@@ -255,7 +268,24 @@ impl DurableMcp {
         self
     }
 
-    /// Replace the engine options.
+    /// Limit what one principal may use of each worker (default [`limits::Limits::default`];
+    /// see `docs/security.md`). Refused requests are answered 429 before anything of them
+    /// is written.
+    ///
+    /// ```no_run
+    /// # fn f(handler: impl durable_mcp::rmcp::ServerHandler + Clone) {
+    /// use durable_mcp::limits::{Limits, Rate};
+    /// let limits = Limits { sessions: Some(8), rate: Some(Rate { per_second: 5.0, burst: 20 }), ..Limits::default() };
+    /// let server = durable_mcp::DurableMcp::new(handler).limits(limits);
+    /// # }
+    /// ```
+    pub fn limits(mut self, limits: durable_mcp_engine::limits::Limits) -> Self {
+        self.engine.limits = limits;
+        self
+    }
+
+    /// Replace the engine options (the limits set by [`limits`](Self::limits) are part of
+    /// them).
     pub fn engine_options(mut self, options: EngineOptions) -> Self {
         self.engine = options;
         self

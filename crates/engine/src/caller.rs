@@ -27,13 +27,17 @@ pub struct Caller {
     /// What the handler sees of the caller's credentials (scopes, claims); `None`: the
     /// principal alone.
     pub auth: Option<Arc<AuthInfo>>,
+    /// The W3C trace context of the transport's request (HTTP `traceparent` and
+    /// `tracestate` headers), read by the transport when traces are on: the parent of the
+    /// request's server span unless its `params._meta` has one (see [`crate::traces`]).
+    pub trace: Option<crate::traces::TraceContext>,
 }
 
 impl Caller {
     /// The caller of a legacy-era request in `session`, at the session's negotiated version.
     pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
         let protocol_version = session.protocol_version.parse()?;
-        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(Arc::new(session)), log_level: None, auth: None })
+        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(Arc::new(session)), log_level: None, auth: None, trace: None })
     }
 
     pub(crate) fn session_id(&self) -> Option<&SessionId> {

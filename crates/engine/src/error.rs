@@ -39,6 +39,10 @@ pub enum EngineError {
     /// A run ended while its durable context still waited on it (to become a task).
     #[error("the run has ended")]
     RunEnded,
+    /// A limit per principal refused the request (429), before anything of it was
+    /// written.
+    #[error(transparent)]
+    Limited(#[from] crate::limits::Refused),
     /// A run's stream could not be closed (the store refused it, repeatedly): the run
     /// stays journaled and a later recovery pass closes it.
     #[error("could not close the stream {0} of a run")]

@@ -42,7 +42,10 @@ pub(crate) fn ms(d: Duration) -> u64 {
 impl RunRecord {
     /// The journal entry of `caller`'s `request`, answered on `stream`, leased to this
     /// worker.
+    /// Its trace context is the current span's (the request's server span, traces on),
+    /// else the client's ([`crate::traces`]).
     pub(crate) fn new(engine: &Engine, caller: &Caller, request: Map<String, Value>, stream: &StreamId) -> Self {
+        let trace = crate::traces::to_store(&request, caller.trace.as_ref());
         Self {
             principal: caller.principal.as_str().to_owned(),
             session: caller.session.as_ref().map(|s| s.id.to_string()),
@@ -60,6 +63,7 @@ impl RunRecord {
             failures: 0,
             reply: None,
             relay: None,
+            trace,
         }
     }
 }
@@ -88,6 +92,8 @@ pub(crate) struct Held {
     slot: u64,
     /// Set once the run's record went with its outcome ([`Held::commit_outcome`]).
     ended: bool,
+    /// The task limit's unit of a task created on this worker, released with the run.
+    pub(crate) task_permit: Option<crate::limits::Permit>,
 }
 
 impl Drop for Held {
@@ -115,7 +121,7 @@ impl Held {
         let heartbeats = engine.inner.heartbeats.clone();
         let slot = heartbeats.add(engine, beat.clone());
         let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(record.attempt > 1 || record.era == crate::records::Era::Modern));
-        Self { run_id, record, beat, lost, cancelled, steps_written, already_sent: None, heartbeats, slot, ended: false }
+        Self { run_id, record, beat, lost, cancelled, steps_written, already_sent: None, heartbeats, slot, ended: false, task_permit: None }
     }
 
     /// Whether the lease is still surely ours (fencing: a worker that could not renew it

@@ -14,10 +14,12 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("error", 0, include_str!("error.rs")),
     ("metrics", 0, include_str!("metrics.rs")),
     ("metrics_store", 0, include_str!("metrics_store.rs")),
+    ("traces", 0, include_str!("traces.rs")),
     ("caller", 1, include_str!("caller.rs")),
     ("state", 1, include_str!("state.rs")),
     ("keys", 1, include_str!("keys.rs")),
     ("rerun", 1, include_str!("rerun.rs")),
+    ("limits", 0, include_str!("limits.rs")),
     ("journal", 2, include_str!("journal.rs")),
     // The journal's tests drive recovery (`Engine::recover`), which sits above it.
     ("journal tests", 4, include_str!("journal_tests.rs")),

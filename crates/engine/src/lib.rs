@@ -18,7 +18,7 @@
 //!
 //! | layer | modules | what it owns |
 //! |---|---|---|
-//! | 0 records | `records` (`records::key`), `error`, `metrics` (`metrics_store`) | every record, its key and its encoding; status, era and flavor enums; the errors; the metrics' names and the store latency decorator |
+//! | 0 records | `records` (`records::key`), `error`, `metrics` (`metrics_store`), `traces`, `limits` | every record, its key and its encoding; status, era and flavor enums; the errors; the metrics' names and the store latency decorator; spans and trace contexts; the limits per principal and what each principal uses of the worker |
 //! | 1 context | `caller`, `state`, `keys`, `rerun` | who sent a request; durable state handles; the `requestState` key ring; what a re-run already sent |
 //! | 2 journal | `journal` | run records, leases, heartbeats, claiming runs whose lease ran out, cancellation marks, sealed run state |
 //! | 3 tasks | `tasks` | task records, owners, status changes and their notifications, `tasks/*` answers |
@@ -36,6 +36,7 @@ mod inbox;
 pub mod inspect;
 mod journal;
 pub mod keys;
+pub mod limits;
 #[cfg(test)]
 mod layers;
 pub mod metrics;
@@ -53,6 +54,7 @@ mod state;
 mod subscriptions;
 mod tail;
 mod tasks;
+pub mod traces;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,6 +93,8 @@ pub struct EngineOptions {
     /// the same on every worker, kept out of the store. `None` (the default): the key ring
     /// in the store, created on first start and shared by every worker (see [`keys`]).
     pub state_key: Option<Vec<u8>>,
+    /// Limits per principal on this worker (see [`limits`]).
+    pub limits: limits::Limits,
 }
 
 impl Default for EngineOptions {
@@ -103,6 +107,7 @@ impl Default for EngineOptions {
             lease: Duration::from_secs(5),
             max_attempts: 10,
             state_key: None,
+            limits: limits::Limits::default(),
         }
     }
 }
@@ -132,6 +137,8 @@ struct Inner {
     get_streams: getstream::Local,
     /// What this worker commits, handed to its own tails in memory (write-through).
     hub: Arc<tail::Hub>,
+    /// What each principal uses of this worker, against [`EngineOptions::limits`].
+    limiter: Arc<limits::Limiter>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -143,13 +150,16 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// An engine serving `handler` on `store`.
     ///
-    /// With metrics on ([`metrics::enable`]), the engine times its store: `store` is
-    /// wrapped in a [`metrics::MeteredStore`].
+    /// With metrics on ([`metrics::enable`]), the engine times its store, and with traces
+    /// on ([`traces::enable`]) it traces its calls: `store` is wrapped in a
+    /// [`metrics::MeteredStore`].
     pub fn new(store: Arc<dyn Store>, handler: McpHandler, options: EngineOptions) -> Self {
-        let store: Arc<dyn Store> = if crate::metrics::enabled() { Arc::new(crate::metrics::MeteredStore::new(store)) } else { store };
+        let (metered, traced) = (crate::metrics::enabled(), crate::traces::enabled());
+        let store: Arc<dyn Store> = if metered || traced { Arc::new(crate::metrics::MeteredStore::observing(store, metered, traced)) } else { store };
         let summary = handler.summary();
         let keys = keys::Keys::new(options.state_key.as_deref());
         let started_at_ms = durable_mcp_store::now_ms();
+        let limiter = limits::Limiter::new(options.limits.clone());
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -164,6 +174,7 @@ impl Engine {
                 changes: changes::Changes::default(),
                 get_streams: getstream::Local::default(),
                 hub: Arc::default(),
+                limiter,
             }),
         }
     }
@@ -195,6 +206,12 @@ impl Engine {
             captured.published(&outcome);
         }
         Ok(outcome)
+    }
+
+    /// The limits per principal of this worker and what each principal uses: the
+    /// transports take their units (rate, requests in flight, GET streams) from it.
+    pub fn limiter(&self) -> &Arc<limits::Limiter> {
+        &self.inner.limiter
     }
 
     /// The store.

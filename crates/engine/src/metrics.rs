@@ -52,6 +52,8 @@ pub const SESSIONS_LIVE: &str = "durable_mcp.sessions.live";
 pub const TASK_TRANSITIONS: &str = "durable_mcp.tasks.transitions";
 /// What retention removed (counter), by `kind`.
 pub const RETENTION_REMOVED: &str = "durable_mcp.retention.removed";
+/// Requests refused by a limit per principal (counter), by `limit` (see [`crate::limits`]).
+pub const LIMITS_REFUSED: &str = "durable_mcp.limits.refused";
 
 /// `error.type` of a tool result with `isError: true` (as the semantic conventions say).
 pub const TOOL_ERROR: &str = "tool_error";
@@ -98,6 +100,7 @@ fn describe() {
     describe_gauge!(SESSIONS_LIVE, Unit::Count, "Live sessions: opened here minus ended or pruned here.");
     describe_counter!(TASK_TRANSITIONS, Unit::Count, "Task status changes, by new status.");
     describe_counter!(RETENTION_REMOVED, Unit::Count, "What retention removed, by kind.");
+    describe_counter!(LIMITS_REFUSED, Unit::Count, "Requests refused by a limit per principal, by limit.");
 }
 
 /// `mcp.method.name` of `method`: the method itself for one of the protocol, [`OTHER`]
@@ -128,45 +131,81 @@ fn method_label(method: &str) -> &'static str {
     KNOWN.iter().find(|known| **known == method).copied().unwrap_or(OTHER)
 }
 
-/// One request being served: started at its acceptance ([`Operation::start`], `None` with
-/// metrics off), recorded once with its outcome ([`Operation::finish`]). An operation
-/// dropped unfinished (its outcome was never committed on this worker: cancelled, handed
-/// over, the store failed) records nothing.
+/// One request being served, as metrics and traces see it: started at its acceptance
+/// ([`Operation::start`], `None` with metrics and traces off), recorded once with its
+/// outcome ([`Operation::finish`]): its `mcp.server.operation.duration` (metrics on) and
+/// its server span (traces on, see [`crate::traces`]). An operation dropped unfinished (its
+/// outcome was never committed on this worker: cancelled, handed over, the store failed)
+/// records no duration, and ends its span without an outcome.
 #[derive(Debug)]
 pub(crate) struct Operation {
+    timing: Option<Timing>,
+    span: Option<crate::traces::ServerSpan>,
+}
+
+#[derive(Debug)]
+struct Timing {
     started: Instant,
     method: &'static str,
     tool: Option<String>,
 }
 
 impl Operation {
-    /// Start timing `request` (a JSON-RPC request object); `None` when metrics are off.
-    /// The tool name of a `tools/call` is its label only if `known(name)` (the handler has
-    /// the tool), [`OTHER`] otherwise: a client's made-up names must not mint series.
-    pub fn start(method: &str, request: &serde_json::Map<String, Value>, known: impl FnOnce(&str) -> bool) -> Option<Self> {
-        if !enabled() {
-            return None;
-        }
-        let method = method_label(method);
-        let tool = (method == methods::TOOLS_CALL).then(|| {
-            match request.get("params").and_then(|p| p.get("name")).and_then(Value::as_str) {
-                Some(name) if known(name) => name.to_owned(),
-                _ => OTHER.to_owned(),
-            }
+    /// Start timing and tracing `request` (a JSON-RPC request object); `None` when metrics
+    /// and traces are off. The tool name of a `tools/call` is its metrics label only if
+    /// `known(name)` (the handler has the tool), [`OTHER`] otherwise: a client's made-up
+    /// names must not mint series.
+    pub fn start(span: &crate::traces::Request<'_>, known: impl FnOnce(&str) -> bool) -> Option<Self> {
+        let timing = enabled().then(|| {
+            let method = method_label(span.method);
+            let tool = (method == methods::TOOLS_CALL).then(|| {
+                match span.request.get("params").and_then(|p| p.get("name")).and_then(Value::as_str) {
+                    Some(name) if known(name) => name.to_owned(),
+                    _ => OTHER.to_owned(),
+                }
+            });
+            Timing { started: Instant::now(), method, tool }
         });
-        Some(Self { started: Instant::now(), method, tool })
+        Self::of(timing, crate::traces::ServerSpan::start(span))
+    }
+
+    /// A re-run's operation: its server span alone (re-runs are counted by
+    /// `durable_mcp.journal.recoveries`, not timed); `None` when traces are off.
+    pub fn rerun(span: Option<crate::traces::ServerSpan>) -> Option<Self> {
+        Self::of(None, span)
+    }
+
+    fn of(timing: Option<Timing>, span: Option<crate::traces::ServerSpan>) -> Option<Self> {
+        (timing.is_some() || span.is_some()).then_some(Self { timing, span })
+    }
+
+    /// The trace context to run the request's work in (traces on).
+    pub fn context(&self) -> Option<opentelemetry::Context> {
+        self.span.as_ref().map(|span| span.context().clone())
     }
 
     /// Record the operation with its outcome (a JSON-RPC response).
     pub fn finish(self, outcome: &Value) {
-        self.record(error_type(outcome));
+        if let Some(span) = self.span {
+            span.finish(outcome);
+        }
+        if let Some(timing) = self.timing {
+            timing.record(error_type(outcome));
+        }
     }
 
     /// Record the operation as answered without an error.
     pub fn succeeded(self) {
-        self.record(None);
+        if let Some(span) = self.span {
+            span.succeeded();
+        }
+        if let Some(timing) = self.timing {
+            timing.record(None);
+        }
     }
+}
 
+impl Timing {
     fn record(self, error: Option<SharedString>) {
         let seconds = self.started.elapsed().as_secs_f64();
         let mut labels = Vec::with_capacity(3);
@@ -290,6 +329,13 @@ pub fn replayed(stream: &'static str) {
     }
 }
 
+/// A request was refused by the limit per principal named `limit`.
+pub fn limit_refused(limit: &'static str) {
+    if enabled() {
+        counter!(LIMITS_REFUSED, "limit" => limit).increment(1);
+    }
+}
+
 /// One event was written on a resumed connection.
 pub fn replayed_event() {
     if enabled() {
@@ -320,7 +366,8 @@ mod tests {
         assert!(!enabled());
         let request = serde_json::json!({"method": "tools/call", "params": {"name": "echo"}});
         let looked_up = std::cell::Cell::new(false);
-        let operation = Operation::start("tools/call", request.as_object().unwrap(), |_| {
+        let request = crate::traces::Request { method: "tools/call", request: request.as_object().unwrap(), session: None, protocol_version: "2025-11-25", header: None };
+        let operation = Operation::start(&request, |_| {
             looked_up.set(true);
             true
         });

@@ -16,18 +16,28 @@ use crate::metrics::{STORE_BATCH_OPS, STORE_COMMITS, STORE_OPERATION_DURATION};
 /// name), and for [`Store::commit`] also `durable_mcp.store.commits` and the batch's op
 /// count in `durable_mcp.store.batch.ops`. Failed calls are timed like successful ones.
 ///
+/// With traces on ([`MeteredStore::observing`]), each call made while a request's server
+/// span is current gets a child span `store {operation}` (see [`crate::traces`]).
+///
 /// It changes nothing else: every call goes to the wrapped store with its arguments, and
 /// its result comes back as it was, so every guarantee of the wrapped store holds.
 pub struct MeteredStore {
     inner: Arc<dyn Store>,
     backend: &'static str,
+    metered: bool,
+    traced: bool,
 }
 
 impl MeteredStore {
     /// Time the calls of `inner`.
     pub fn new(inner: Arc<dyn Store>) -> Self {
+        Self::observing(inner, true, false)
+    }
+
+    /// Time the calls of `inner` (`metered`), trace them (`traced`), or both.
+    pub fn observing(inner: Arc<dyn Store>, metered: bool, traced: bool) -> Self {
         let backend = inner.backend();
-        Self { inner, backend }
+        Self { inner, backend, metered, traced }
     }
 
     /// The wrapped store.
@@ -35,10 +45,14 @@ impl MeteredStore {
         &self.inner
     }
 
-    async fn timed<T>(&self, operation: &'static str, call: impl Future<Output = T>) -> T {
-        let started = Instant::now();
+    async fn timed<T>(&self, operation: &'static str, call: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        let span = if self.traced { crate::traces::store_span(self.backend, operation) } else { None };
+        let started = self.metered.then(Instant::now);
         let result = call.await;
-        ::metrics::histogram!(STORE_OPERATION_DURATION, "backend" => self.backend, "operation" => operation).record(started.elapsed().as_secs_f64());
+        if let Some(started) = started {
+            ::metrics::histogram!(STORE_OPERATION_DURATION, "backend" => self.backend, "operation" => operation).record(started.elapsed().as_secs_f64());
+        }
+        crate::traces::end_store_span(span, &result);
         result
     }
 }
@@ -114,7 +128,7 @@ impl Store for MeteredStore {
     async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
         let ops = batch.len();
         let outcome = self.timed("commit", self.inner.commit(batch)).await;
-        if outcome.is_ok() {
+        if outcome.is_ok() && self.metered {
             ::metrics::counter!(STORE_COMMITS, "backend" => self.backend).increment(1);
             ::metrics::histogram!(STORE_BATCH_OPS, "backend" => self.backend).record(ops as f64);
         }

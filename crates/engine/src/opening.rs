@@ -189,8 +189,8 @@ impl Engine {
         id: RequestId,
         request: Map<String, Value>,
         mut opening: NewStream,
-        flavor: Flavor,
-        ttl: Option<u64>,
+        (flavor, ttl): (Flavor, Option<u64>),
+        task_permit: Option<crate::limits::Permit>,
     ) -> Result<Accepted, EngineError> {
         opening.open(self).await?;
         let stream = opening.id.clone();
@@ -210,7 +210,7 @@ impl Engine {
                 Err(error) => return Err(error.into()),
             }
         }
-        self.start_task(caller, id, request, &stream, flavor, ttl).await?;
+        self.start_task(caller, id, request, &stream, (flavor, ttl), task_permit).await?;
         Ok(opening.accepted())
     }
 }

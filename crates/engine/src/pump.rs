@@ -491,7 +491,7 @@ mod tests {
     impl ServerHandler for NoTools {}
 
     fn modern() -> Caller {
-        Caller { principal: Principal::anonymous(), era: Era::Modern, session: None, protocol_version: McpVersion::MODERN, log_level: None, auth: None }
+        Caller { principal: Principal::anonymous(), era: Era::Modern, session: None, protocol_version: McpVersion::MODERN, log_level: None, auth: None, trace: None }
     }
 
     async fn idle(engine: &Engine) {

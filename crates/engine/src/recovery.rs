@@ -58,7 +58,7 @@ impl Engine {
                 let request = held.record.request.clone();
                 held.already_sent = Some(Arc::new(already_sent));
                 crate::metrics::recovered("rerun");
-                if let Err(mut rejection) = self.launch(*caller, id.clone(), request, stream.clone(), Some(held)).await {
+                if let Err(mut rejection) = self.launch_rerun(*caller, id.clone(), request, stream.clone(), held).await {
                     rejection.id = Some(id);
                     self.commit(&stream, &rejection.to_response(), true).await?;
                 }
@@ -161,6 +161,7 @@ impl Engine {
             session: session.map(std::sync::Arc::new),
             protocol_version: record.protocol_version,
             log_level: record.log_level.clone(),
+            trace: None,
         };
         // Read once, here: the re-run's notifications are then checked in memory.
         let already_sent = AlreadySent::read(self, &stream).await?;

@@ -130,11 +130,35 @@ impl Engine {
     /// (`Expect::Absent`) and the run record are one [`durable_mcp_store::WriteBatch`], so
     /// a re-sent request id (the alias conflicts) leaves nothing of its own visible and is
     /// attached to the existing run; nothing is read before those writes (D1, D6).
+    ///
+    /// With traces on, the request's server span is current while it is accepted and while
+    /// its handler's messages are committed (see [`crate::traces`]).
     pub async fn accept(&self, caller: &Caller, id: RequestId, request: Map<String, Value>) -> Result<Accepted, EngineError> {
         let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let span = crate::traces::Request {
+            method: &method,
+            request: &request,
+            session: caller.session_id().map(|s| s.as_str()),
+            protocol_version: caller.protocol_version.as_str(),
+            header: caller.trace.as_ref(),
+        };
+        let operation = crate::metrics::Operation::start(&span, |tool| self.handler().tool_input_schema(tool).is_some());
+        let context = operation.as_ref().and_then(crate::metrics::Operation::context);
+        crate::traces::in_context(context, self.accept_in(caller, id, request, method, operation)).await
+    }
+
+    /// [`Engine::accept`], in the request's trace context.
+    async fn accept_in(
+        &self,
+        caller: &Caller,
+        id: RequestId,
+        request: Map<String, Value>,
+        method: String,
+        operation: Option<crate::metrics::Operation>,
+    ) -> Result<Accepted, EngineError> {
         let journaled = JOURNALED_METHODS.contains(&method.as_str());
         let mut opening = NewStream::new(self, caller);
-        opening.operation = crate::metrics::Operation::start(&method, &request, |tool| self.handler().tool_input_schema(tool).is_some());
+        opening.operation = operation;
         let stream = opening.id.clone();
         if caller.era == Era::Legacy {
             self.apply_session_effects(caller, &method, &request).await?;
@@ -183,6 +207,12 @@ impl Engine {
             },
             _ => None,
         };
+        // A task holds a unit of the principal's task limit while its run lasts here:
+        // refused before anything of the request is written.
+        let task_permit = match task_mode {
+            Some(_) => self.limiter().acquire(&caller.principal, crate::limits::Limit::Tasks)?,
+            None => None,
+        };
         let held = if journaled {
             let mut run_id = stream.to_string();
             if caller.era == Era::Modern
@@ -210,7 +240,7 @@ impl Engine {
             if let Some((flavor, ttl)) = task_mode {
                 // A task's request is answered by its create result.
                 let operation = opening.operation.take();
-                let accepted = self.accept_task(caller, id, request, opening, flavor, ttl).await?;
+                let accepted = self.accept_task(caller, id, request, opening, (flavor, ttl), task_permit).await?;
                 if let Some(operation) = operation {
                     operation.succeeded();
                 }
@@ -295,6 +325,28 @@ impl Engine {
         self.launch_with(caller, id, request, stream, held, Extra { subscription: None, opening: &mut None, operation: &mut None }).await
     }
 
+    /// [`Engine::launch`] of a run taken over by recovery: with traces on, its server span
+    /// is a new trace's, linked to the span of the context stored with the run.
+    pub(crate) async fn launch_rerun(&self, caller: Caller, id: RequestId, request: Map<String, Value>, stream: StreamId, held: Held) -> Result<Launched, Rejection> {
+        let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
+        let span = crate::traces::Request {
+            method,
+            request: &request,
+            session: caller.session_id().map(|s| s.as_str()),
+            protocol_version: caller.protocol_version.as_str(),
+            header: None,
+        };
+        let span = crate::traces::ServerSpan::rerun(&span, held.record.trace.as_ref(), held.record.attempt);
+        let mut operation = crate::metrics::Operation::rerun(span);
+        let context = operation.as_ref().and_then(crate::metrics::Operation::context);
+        let extra = Extra { subscription: None, opening: &mut None, operation: &mut operation };
+        let launched = crate::traces::in_context(context, self.launch_with(caller, id.clone(), request, stream, Some(held), extra)).await;
+        if let (Err(rejection), Some(operation)) = (&launched, operation) {
+            operation.finish(&Rejection { id: Some(id), ..rejection.clone() }.to_response());
+        }
+        launched
+    }
+
     /// [`Engine::launch`], for a `subscriptions/listen` request that follows tasks.
     async fn launch_with(
         &self,
@@ -351,6 +403,7 @@ impl Engine {
         crate::metrics::in_flight(1.0);
         // This worker writes the stream until the pump ends: its local tails need no store.
         let writer = self.hub().writer(&stream);
+        let context = operation.as_ref().and_then(crate::metrics::Operation::context);
         let pump = Pump {
             run,
             caller,
@@ -368,7 +421,7 @@ impl Engine {
         };
         // Boxed before it is spawned: the pump's future is large, and a spawn moves it.
         tokio::spawn(Box::pin(async move {
-            engine.clone().pump(pump).await;
+            crate::traces::in_context(context, engine.clone().pump(pump)).await;
             drop(writer);
             engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
             crate::metrics::in_flight(-1.0);
@@ -452,8 +505,8 @@ impl Engine {
         id: RequestId,
         request: Map<String, Value>,
         stream: &StreamId,
-        flavor: Flavor,
-        ttl: Option<u64>,
+        (flavor, ttl): (Flavor, Option<u64>),
+        task_permit: Option<crate::limits::Permit>,
     ) -> Result<(), EngineError> {
         let store = self.store();
         let run_stream = StreamId::random();
@@ -469,7 +522,8 @@ impl Engine {
         let version = store.put_record(RecordKind::Run, &run_id, record.encode()?, None, Expect::Absent).await?;
         self.commit(stream, &serde_json::json!({"jsonrpc": "2.0", "id": id, "result": task.created()}), true).await?;
         tracing::debug!(task = %task.task_id, "task created");
-        let held = Held::start(self, run_id, record, version);
+        let mut held = Held::start(self, run_id, record, version);
+        held.task_permit = task_permit;
         if let Err(mut rejection) = self.launch(caller.clone(), id.clone(), request, run_stream.clone(), Some(held)).await {
             rejection.id = Some(id);
             let response = rejection.to_response();

@@ -1,9 +1,10 @@
 //! Legacy-era sessions: created by `initialize`, served from the store by any worker.
 
 use durable_mcp_protocol::{McpVersion, PeerContext};
-use durable_mcp_store::{Principal, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms};
+use durable_mcp_store::{Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms};
 use serde_json::{Map, Value};
 
+use crate::records::key;
 use crate::{Engine, EngineError};
 
 impl Engine {
@@ -14,11 +15,35 @@ impl Engine {
     ///
     /// # Durability
     /// The session is committed before the response is returned (D4).
+    ///
+    /// A principal at its session limit ([`crate::limits::Limits::sessions`]) is refused
+    /// with [`EngineError::Limited`] before the handler runs or anything is written.
     pub async fn initialize(&self, principal: &Principal, request: Map<String, Value>) -> Result<(Option<SessionRecord>, Value), EngineError> {
+        let slot = self.session_slot(principal).await?;
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
         let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, server_state: Some(self.server_state()), durable: None, state_keys: None, auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())) };
-        let operation = crate::metrics::Operation::start(durable_mcp_protocol::methods::INITIALIZE, &request, |_| false);
+        let span = crate::traces::Request {
+            method: durable_mcp_protocol::methods::INITIALIZE,
+            request: &request,
+            session: None,
+            protocol_version: peer.protocol_version.as_deref().unwrap_or_default(),
+            header: None,
+        };
+        let operation = crate::metrics::Operation::start(&span, |_| false);
+        let context = operation.as_ref().and_then(crate::metrics::Operation::context);
+        crate::traces::in_context(context, self.initialize_in(principal, request, peer, operation, slot)).await
+    }
+
+    async fn initialize_in(
+        &self,
+        principal: &Principal,
+        request: Map<String, Value>,
+        peer: PeerContext,
+        operation: Option<crate::metrics::Operation>,
+        slot: Option<crate::limits::SessionSlot>,
+    ) -> Result<(Option<SessionRecord>, Value), EngineError> {
+        let params = request.get("params").cloned().unwrap_or(Value::Null);
         let mut response = self.run_to_outcome(request, &peer).await?;
         let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_owned) else {
             crate::metrics::finish(operation, &response);
@@ -61,9 +86,46 @@ impl Engine {
             delivery: Some(durable_mcp_store::Delivery::default()),
         };
         self.store().create_session(record.clone()).await?;
+        if let Some(slot) = slot {
+            slot.created(record.id.clone());
+        }
         crate::metrics::finish(operation, &response);
         crate::metrics::session_opened();
         Ok((Some(record), response))
+    }
+
+    /// A session slot of `principal` under its limit: at the limit, the sessions this
+    /// worker remembers are read back and those that ended elsewhere are forgotten.
+    async fn session_slot(&self, principal: &Principal) -> Result<Option<crate::limits::SessionSlot>, EngineError> {
+        use crate::limits::SessionAdmission;
+        let limiter = self.limiter();
+        let remembered = match limiter.reserve_session(principal) {
+            SessionAdmission::Admitted(slot) => return Ok(slot),
+            SessionAdmission::Refused(refused) => return Err(EngineError::Limited(refused)),
+            SessionAdmission::Check(remembered) => remembered,
+        };
+        let ttl = self.options().retention.session_idle_ttl_ms;
+        let now = now_ms();
+        let mut gone = Vec::new();
+        for id in remembered {
+            match self.store().load_session(principal, &id).await {
+                Ok(record) if ttl.is_some_and(|ttl| now.saturating_sub(record.last_seen_ms) > ttl) => gone.push(id),
+                Ok(_) => {}
+                Err(StoreError::NotFound { .. }) => gone.push(id),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        limiter.sessions_gone(principal, &gone);
+        match limiter.reserve_session(principal) {
+            SessionAdmission::Admitted(slot) => Ok(slot),
+            SessionAdmission::Refused(refused) => Err(EngineError::Limited(refused)),
+            // Checked just now: refused until the next check.
+            SessionAdmission::Check(_) => Err(EngineError::Limited(crate::limits::Refused {
+                limit: crate::limits::Limit::Sessions,
+                max: limiter.limits().sessions.unwrap_or(0),
+                retry_after: None,
+            })),
+        }
     }
 
     /// Load the session named by a client's `Mcp-Session-Id`, and record its use.
@@ -119,8 +181,17 @@ impl Engine {
             None
         };
         let ended = self.store().end_session(principal, id).await?;
-        if ended && let Some(created_at_ms) = created_at_ms {
-            crate::metrics::session_ended(created_at_ms);
+        self.limiter().sessions_gone(principal, std::slice::from_ref(id));
+        if ended {
+            if let Some(created_at_ms) = created_at_ms {
+                crate::metrics::session_ended(created_at_ms);
+            }
+            // No request can come on the session any more, so nothing reads the aliases
+            // of its request ids: remove them now rather than leave one per request for
+            // retention. A failure only leaves them to expire (the session has ended).
+            if let Err(error) = self.store().delete_records(RecordKind::Alias, &key::session_aliases(id)).await {
+                tracing::warn!(%error, "the aliases of an ended session were not removed; they expire with retention");
+            }
         }
         Ok(ended)
     }
@@ -170,5 +241,35 @@ mod tests {
         assert_eq!(engine.inner.get_streams.sessions(), 0);
         assert!(crate::run::lock(&engine.inner.runs.runs).is_empty());
         assert_eq!(engine.inner.changes.followed(), (0, 0));
+    }
+
+    /// Ending a session (a client's `DELETE`) removes the aliases of its request ids with
+    /// it: no request can come on the session any more, so nothing would read them, and
+    /// they would otherwise stay a day (one per request) for retention to remove.
+    #[tokio::test]
+    async fn ending_a_session_removes_its_request_aliases() {
+        use durable_mcp_store::{RecordKind, Store};
+        let store = Arc::new(MemoryStore::new());
+        let engine = Engine::new(store.clone(), McpHandler::new(Quiet), EngineOptions::default());
+        let principal = Principal::anonymous();
+        let request = object(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+        let (session, _) = engine.initialize(&principal, request).await.unwrap();
+        let session = session.expect("a session");
+        let caller = Caller::legacy(principal.clone(), session.clone()).unwrap();
+        for id in 1..=3 {
+            let call = object(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "missing", "arguments": {}}}));
+            engine.accept(&caller, Value::from(id), call).await.unwrap();
+        }
+        for _ in 0..500 {
+            if engine.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let prefix = format!("{}/", session.id);
+        assert_eq!(store.list_records(RecordKind::Alias, &prefix, 10).await.unwrap().len(), 3, "each call left its alias");
+        assert!(engine.end_session(&principal, &session.id).await.unwrap());
+        assert!(store.list_records(RecordKind::Alias, &prefix, 10).await.unwrap().is_empty(), "aliases outlived their session");
     }
 }

@@ -505,7 +505,7 @@ mod tests {
             last_seen_ms: 0,
             delivery: None,
         });
-        Caller { principal, era, session: session.map(std::sync::Arc::new), protocol_version: durable_mcp_protocol::McpVersion::V2025_11_25, log_level: None, auth: None }
+        Caller { principal, era, session: session.map(std::sync::Arc::new), protocol_version: durable_mcp_protocol::McpVersion::V2025_11_25, log_level: None, auth: None, trace: None }
     }
 
     fn record(caller: &Caller) -> TaskRecord {

@@ -24,6 +24,8 @@ impl Transport {
         }
         headers::check_get_accept(headers)?;
         let principal = who.principal.clone();
+        // Before the session is read (and touched): a refused stream writes nothing.
+        let permit = self.permit(&principal, durable_mcp_engine::limits::Limit::SseStreams)?;
         let session = self.legacy_session(headers, &principal).await?;
         let store = self.engine.store();
         let settings = GetStreamSettings { tick: self.config.keep_alive, max_per_session: self.config.max_get_streams_per_session };
@@ -75,7 +77,7 @@ impl Transport {
                 get_source(get, &principal, &session.id)
             }
         };
-        Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
+        Ok(crate::limits::hold(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown), permit))
     }
 
     pub(crate) async fn delete(&self, headers: &HeaderMap, who: &Authenticated) -> Result<Response, Rejection> {

@@ -14,6 +14,7 @@ pub mod dashboard;
 mod get;
 mod headers;
 pub mod health;
+mod limits;
 mod post;
 mod rejection;
 mod serve;
@@ -75,11 +76,17 @@ async fn endpoint(State(transport): State<Transport>, request: Request<Body>) ->
         Err(rejection) => Err(rejection.into()),
         Ok(()) => match transport.authenticate(&parts).await {
             Err(rejection) => Err(rejection.into()),
-            Ok(who) => match parts.method {
-                Method::POST => transport.post(&parts.headers, body, &who).await,
-                Method::GET => transport.get(&parts.headers, &who).await.map_err(Into::into),
-                Method::DELETE => transport.delete(&parts.headers, &who).await.map_err(Into::into),
-                _ => Err(Rejection::MethodNotAllowed.into()),
+            Ok(who) => match transport.check_rate(&who.principal) {
+                Err(rejection) => Err(rejection.into()),
+                Ok(()) => match parts.method {
+                    Method::POST => match transport.permit(&who.principal, durable_mcp_engine::limits::Limit::InFlight) {
+                        Err(rejection) => Err(rejection.into()),
+                        Ok(permit) => transport.post(&parts.headers, body, &who).await.map(|r| limits::hold(r, permit)),
+                    },
+                    Method::GET => transport.get(&parts.headers, &who).await.map_err(Into::into),
+                    Method::DELETE => transport.delete(&parts.headers, &who).await.map_err(Into::into),
+                    _ => Err(Rejection::MethodNotAllowed.into()),
+                },
             },
         },
     };
@@ -87,4 +94,49 @@ async fn endpoint(State(transport): State<Transport>, request: Request<Body>) ->
         tracing::debug!(rejection = %refusal.rejection, "request rejected");
         refusal.into_response()
     })
+}
+
+/// What the fuzz targets of the repository's `fuzz/` crate drive: the transport's header
+/// parsing and SSE framing, which are private. Not an API (no stability promise).
+#[doc(hidden)]
+pub mod fuzzing {
+    use bytes::Bytes;
+    use durable_mcp_store::{EventId, StoredEvent};
+    use http::HeaderMap;
+    use serde_json::{Map, Value};
+
+    use crate::{HttpConfig, Rejection, headers};
+
+    /// Every header check a request meets before it runs, on `headers`, for a body of
+    /// `method` with `params` (the 2026-07-28 standard headers; `tool_schema` is a tool's
+    /// input schema, for `x-mcp-header`). The first refusal of each check, in order.
+    pub fn check_headers(
+        headers: &HeaderMap,
+        config: &HttpConfig,
+        method: &str,
+        params: Option<&Map<String, Value>>,
+        tool_schema: Option<&Value>,
+    ) -> Vec<Result<(), Rejection>> {
+        let session = headers::single(headers, headers::SESSION_ID).map(drop);
+        let last_event = headers::single(headers, headers::LAST_EVENT_ID)
+            .and_then(|raw| match raw.map(|raw| raw.parse::<EventId>().map_err(|_| Rejection::UnknownEvent(raw))) {
+                Some(Err(rejection)) => Err(rejection),
+                _ => Ok(()),
+            });
+        vec![
+            headers::check_host_and_origin(headers, config),
+            headers::check_post_accept(headers),
+            headers::check_get_accept(headers),
+            headers::check_content_type(headers),
+            session,
+            headers::protocol_version(headers).map(drop),
+            last_event,
+            headers::check_standard_headers(headers, &Value::from(1), method, params, |_| tool_schema.cloned()),
+        ]
+    }
+
+    /// The SSE frame of a committed event, as the transport writes it.
+    pub fn sse_frame(event: &StoredEvent) -> Bytes {
+        crate::sse::frame(event)
+    }
 }

@@ -90,6 +90,7 @@ impl Transport {
         let session = self.legacy_session(headers, &principal).await?;
         let mut caller = Caller::legacy(principal, session)?;
         caller.auth = self.auth_info(who);
+        caller.trace = trace_context(headers);
         match inbound {
             Inbound::Request { id, message, .. } => {
                 // Boxed: the request path's future is large, and every future around it
@@ -210,6 +211,7 @@ impl Transport {
             protocol_version: version,
             log_level,
             auth: self.auth_info(who),
+            trace: trace_context(headers),
         };
         let mut accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
         // The status must be known before an SSE stream opens: wait for the first event.
@@ -267,4 +269,17 @@ fn modern_status(message: &Value) -> StatusCode {
         Some(jsonrpc::code::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
         _ => StatusCode::OK,
     }
+}
+
+/// The W3C trace context of the HTTP request (`traceparent`, `tracestate` headers), read
+/// only with traces on; an invalid `traceparent` is ignored (with a DEBUG log). Several
+/// `tracestate` fields are one list, joined in order (W3C trace context).
+fn trace_context(headers: &HeaderMap) -> Option<durable_mcp_engine::traces::TraceContext> {
+    if !durable_mcp_engine::traces::enabled() {
+        return None;
+    }
+    let traceparent = headers.get("traceparent")?.to_str().ok()?;
+    let states: Vec<&str> = headers.get_all("tracestate").iter().filter_map(|v| v.to_str().ok()).collect();
+    let tracestate = (!states.is_empty()).then(|| states.join(","));
+    durable_mcp_engine::traces::TraceContext::parse(traceparent, tracestate.as_deref())
 }

@@ -100,6 +100,10 @@ pub enum Rejection {
     /// Anything else that went wrong on our side.
     #[error("Internal error: {0}")]
     Internal(String),
+    /// A limit per principal refused the request (429; with `Retry-After` where retrying
+    /// soon can succeed: the rate, requests in flight, SSE streams).
+    #[error("Too Many Requests: {0}")]
+    Limited(durable_mcp_engine::limits::Refused),
     /// The request's credentials are missing or invalid (401), lack a scope (403), or
     /// could not be checked (503); `challenge` is its `WWW-Authenticate` value.
     #[error("{error}")]
@@ -116,6 +120,7 @@ impl Rejection {
     pub fn status(&self) -> StatusCode {
         match self {
             Rejection::Auth { error, .. } => error.status(),
+            Rejection::Limited(_) => StatusCode::TOO_MANY_REQUESTS,
             Rejection::OriginForbidden | Rejection::HostForbidden => StatusCode::FORBIDDEN,
             Rejection::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Rejection::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
@@ -145,7 +150,7 @@ impl Rejection {
             Rejection::MalformedMeta { .. } => code::INVALID_PARAMS,
             Rejection::MethodNotFound { .. } => code::METHOD_NOT_FOUND,
             Rejection::Internal(_) => code::INTERNAL_ERROR,
-            Rejection::SessionRequired | Rejection::SessionNotFound | Rejection::StoreUnavailable => code::SERVER_ERROR,
+            Rejection::SessionRequired | Rejection::SessionNotFound | Rejection::StoreUnavailable | Rejection::Limited(_) => code::SERVER_ERROR,
             _ => code::INVALID_REQUEST,
         }
     }
@@ -173,6 +178,11 @@ impl Rejection {
             Rejection::UnsupportedVersion { requested, supported, .. } => {
                 Some(serde_json::json!({ "requested": requested, "supported": supported }))
             }
+            Rejection::Limited(refused) => Some(serde_json::json!({
+                "limit": refused.limit.as_str(),
+                "max": refused.max,
+                "retryAfterSeconds": refused.retry_after.map(retry_after_secs),
+            })),
             _ => None,
         };
         let id = self.id().or(request).cloned().unwrap_or(Value::Null);
@@ -185,6 +195,11 @@ impl Rejection {
         if status == StatusCode::METHOD_NOT_ALLOWED {
             response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
         }
+        if let Rejection::Limited(refused) = self
+            && let Some(wait) = refused.retry_after
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(wait)));
+        }
         if let Rejection::Auth { challenge: Some(challenge), .. } = self {
             match HeaderValue::from_str(challenge) {
                 Ok(value) => {
@@ -195,6 +210,11 @@ impl Rejection {
         }
         response
     }
+}
+
+/// Whole seconds to wait (rounded up, at least 1), as `Retry-After` counts them.
+fn retry_after_secs(wait: std::time::Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
 impl IntoResponse for Rejection {
@@ -228,6 +248,7 @@ impl From<durable_mcp_engine::EngineError> for Rejection {
         use durable_mcp_store::StoreErrorKind;
         match error {
             E::SessionNotFound => Rejection::SessionNotFound,
+            E::Limited(refused) => Rejection::Limited(refused),
             E::EventPruned(pruned) => Rejection::EventPruned(pruned.to_string()),
             E::Rejected(r) => Rejection::InvalidRequest { message: r.message, id: r.id },
             E::Store(e) if e.kind() == StoreErrorKind::Unavailable => {

@@ -26,6 +26,13 @@ pub mod code {
     pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
     /// The requested protocol version is not supported (2026-07-28).
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+    /// A forwarded request was interrupted (its upstream process or the worker died before
+    /// its outcome) and was not sent again, because sending it again is not known to be
+    /// safe (`durable-mcp proxy`).
+    pub const UPSTREAM_INTERRUPTED: i64 = -32030;
+    /// The upstream could not serve the request: it could not be started or initialized,
+    /// or this worker has no room for another upstream process (`durable-mcp proxy`).
+    pub const UPSTREAM_UNAVAILABLE: i64 = -32031;
 }
 
 /// A JSON-RPC id: a string or a number (null is not an id of a request).

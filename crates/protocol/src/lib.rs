@@ -5,6 +5,7 @@ mod adapter;
 pub mod auth;
 pub mod context;
 pub mod durable;
+pub mod forward;
 #[cfg(feature = "rmcp-baseline")]
 mod baseline;
 pub mod jsonrpc;
@@ -23,6 +24,7 @@ pub use auth::{AuthInfo, REQUIRED_SCOPES_META, merge_meta, required_scopes};
 pub use tasks::{TaskSupport, task_support};
 pub use adapter::{Closed, McpHandler, NOTIFY_WINDOW, Outbound, PeerContext, Run, ServerSummary};
 pub use version::{McpVersion, UnknownVersion};
+pub use forward::{Forward, Upstream, UpstreamError, UpstreamRequest};
 /// A notification a handler sends (through its rmcp peer) to ask the transport to close the
 /// current SSE connection of its request without ending the stream: the client resumes with
 /// `GET` + `Last-Event-ID` (SSE polling, 2025-11-25). It is never forwarded to the client.

@@ -85,6 +85,11 @@ pub(crate) fn alias(session: &SessionId, id: &RequestId) -> String {
     format!("{session}/{}", key_part(&id.to_string()))
 }
 
+/// The prefix of every alias of one session's request ids.
+pub(crate) fn session_aliases(session: &SessionId) -> String {
+    format!("{session}/")
+}
+
 /// The prefix of every task key of one owner (D13): its principal (bounded by
 /// [`key_part`]) and, for a session-bound task, its session.
 pub(crate) fn task_owner(principal: &Principal, session: Option<&SessionId>) -> String {

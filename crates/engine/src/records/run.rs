@@ -66,6 +66,11 @@ pub(crate) struct RunRecord {
     /// run has no handler: recovery restarts the relay where it stopped.
     #[serde(default)]
     pub relay: Option<Relay>,
+    /// The W3C trace context of the request's first run (its server span's, or the
+    /// client's with traces off): a re-run's server span links to it. Absent in records
+    /// written before traces existed, and for requests that carried none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::traces::TraceContext>,
 }
 
 /// What a journaled `tasks/result` relays.

@@ -183,3 +183,22 @@ fn iso8601_formats_utc() {
     assert_eq!(iso8601(1_764_505_800_123), "2025-11-30T12:30:00.123Z");
     assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
 }
+
+/// A run record keeps the trace context of its request's first run (re-runs link to it);
+/// records without one (older workers, requests without a context) decode with none, and
+/// a record without one is stored as it was (no `trace` key).
+#[test]
+fn run_records_keep_their_trace_context() {
+    let mut stored = stored_run();
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    stored["trace"] = json!({"traceparent": traceparent, "tracestate": "rojo=1"});
+    let run = RunRecord::decode(RUN, &stored.to_string()).unwrap();
+    let trace = run.trace.as_ref().unwrap();
+    assert_eq!((trace.traceparent.as_str(), trace.tracestate.as_deref()), (traceparent, Some("rojo=1")));
+    let encoded: Value = serde_json::from_str(&run.encode().unwrap()).unwrap();
+    assert_eq!(encoded, stored, "encoded as it was stored");
+    let without = RunRecord::decode(RUN, &stored_run().to_string()).unwrap();
+    assert!(without.trace.is_none());
+    let encoded: Value = serde_json::from_str(&without.encode().unwrap()).unwrap();
+    assert!(encoded.get("trace").is_none(), "no trace key without a context");
+}

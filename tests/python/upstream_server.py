@@ -1,0 +1,87 @@
+"""A small stdio MCP server on the official Python SDK (`mcp`, MCPServer, formerly FastMCP):
+the upstream that crates/cli/tests/proxy.rs puts behind `durable-mcp proxy`.
+
+Tools:
+  lookup(key, delay_ms, marker)   read-only: "value of KEY" (after delay_ms)
+  append(path, line, delay_ms, marker)
+                                  not idempotent: appends LINE to the file PATH (the test's
+                                  ledger of effects), then answers "appended"
+  slow(steps, interval_ms)        read-only: one progress notification per step, then "done STEPS"
+  slow_append(path, steps, interval_ms)
+                                  not idempotent: appends "start" to PATH, then as slow
+  count()                         not idempotent: this process's own call counter (state that
+                                  lives in one child process: a session's child keeps it)
+
+`marker`: when given, the tool first writes this process's pid to that file (so a test
+can SIGKILL the child while the call runs). Run with `python upstream_server.py`.
+"""
+
+import asyncio
+import os
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+server = MCPServer("proxy-upstream")
+calls = 0
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True)
+EFFECT = ToolAnnotations(readOnlyHint=False, idempotentHint=False, destructiveHint=False)
+
+
+def mark(marker: str) -> None:
+    if marker:
+        tmp = marker + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(tmp, marker)
+
+
+@server.tool(annotations=READ_ONLY)
+async def lookup(key: str, delay_ms: int = 0, marker: str = "") -> str:
+    """Look a key up (read-only)."""
+    mark(marker)
+    await asyncio.sleep(delay_ms / 1000)
+    return f"value of {key}"
+
+
+@server.tool(annotations=EFFECT)
+async def append(path: str, line: str, delay_ms: int = 0, marker: str = "") -> str:
+    """Append a line to a file (an effect: not idempotent)."""
+    with open(path, "a") as f:
+        f.write(line + "\n")
+    mark(marker)
+    await asyncio.sleep(delay_ms / 1000)
+    return "appended"
+
+
+@server.tool(annotations=READ_ONLY)
+async def slow(steps: int, interval_ms: int, ctx: Context) -> str:
+    """Report progress steps/steps, one per interval (read-only)."""
+    for step in range(1, steps + 1):
+        await asyncio.sleep(interval_ms / 1000)
+        await ctx.report_progress(step, steps)
+    return f"done {steps}"
+
+
+@server.tool(annotations=EFFECT)
+async def slow_append(path: str, steps: int, interval_ms: int, ctx: Context) -> str:
+    """Append "start" to a file, then report progress as `slow` (not idempotent)."""
+    with open(path, "a") as f:
+        f.write("start\n")
+    for step in range(1, steps + 1):
+        await asyncio.sleep(interval_ms / 1000)
+        await ctx.report_progress(step, steps)
+    return f"done {steps}"
+
+
+@server.tool(annotations=EFFECT)
+def count() -> str:
+    """This process's call counter."""
+    global calls
+    calls += 1
+    return f"{calls} in {os.getpid()}"
+
+
+if __name__ == "__main__":
+    server.run("stdio")
