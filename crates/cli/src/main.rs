@@ -434,6 +434,18 @@ struct ServeArgs {
     /// unless given). docs/metrics.md lists the series.
     #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve the read-only operator dashboard at http://ADDR/, on this address of its own
+    /// (off unless given; loopback only unless --dashboard-allow-remote). docs/dashboard.md.
+    #[arg(long, env = "DURABLE_MCP_DASHBOARD_LISTEN")]
+    dashboard_listen: Option<SocketAddr>,
+    /// Let the dashboard listen on a non-loopback address. It has no authentication: put it
+    /// behind a proxy that authenticates.
+    #[arg(long)]
+    dashboard_allow_remote: bool,
+    /// Show payloads on the dashboard (request arguments, session state values, the
+    /// client's initialize params); redacted by default.
+    #[arg(long)]
+    dashboard_show_payloads: bool,
     /// Export OpenTelemetry traces over OTLP/HTTP (protobuf), configured by the OTEL_*
     /// environment variables (endpoint default http://localhost:4318). Also on when
     /// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; never with
@@ -915,6 +927,13 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
         .shutdown_grace(Duration::from_secs(args.shutdown_grace_secs));
     let server = match args.metrics_listen {
         Some(addr) => server.metrics_listen(addr),
+        None => server,
+    };
+    let server = match args.dashboard_listen {
+        Some(addr) => server.dashboard_listen(
+            addr,
+            durable_mcp::DashboardOptions::default().allow_remote(args.dashboard_allow_remote).show_payloads(args.dashboard_show_payloads),
+        ),
         None => server,
     };
     if args.stdio {

@@ -35,7 +35,7 @@ pub use durable_mcp_engine::Engine;
 pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
 /// Limits per principal: [`limits::Limits`], given to [`DurableMcp::limits`].
 pub use durable_mcp_engine::limits;
-pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig, Transport as HttpTransport};
+pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
     Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
     TaskSupport, rmcp,
@@ -76,6 +76,9 @@ pub enum Error {
     /// The metrics recorder could not be installed ([`DurableMcp::metrics_listen`]).
     #[error(transparent)]
     Metrics(#[from] metrics::MetricsError),
+    /// The dashboard was refused its address ([`DurableMcp::dashboard_listen`]).
+    #[error(transparent)]
+    Dashboard(#[from] DashboardError),
 }
 
 /// Open the store named by `url`: the one place a backend is chosen by URL scheme.
@@ -137,6 +140,9 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///
 /// - **metrics**: off; [`metrics_listen`](Self::metrics_listen) serves Prometheus metrics
 ///   at `/metrics` on an address of its own (see [`metrics`]).
+/// - **dashboard**: off; [`dashboard_listen`](Self::dashboard_listen) serves a read-only
+///   page of the workers' sessions, streams, requests and tasks on an address of its own
+///   (loopback only unless [`DashboardOptions::allow_remote`]; no authentication).
 ///
 /// - **traces**: off; with the `otlp` feature, `traces::install` before `serve` exports
 ///   OpenTelemetry spans over OTLP/HTTP, configured by the `OTEL_*` variables
@@ -154,6 +160,7 @@ pub struct DurableMcp {
     engine: EngineOptions,
     shutdown_grace: std::time::Duration,
     metrics_listen: Option<SocketAddr>,
+    dashboard: Option<(SocketAddr, DashboardOptions)>,
 }
 
 impl DurableMcp {
@@ -170,6 +177,7 @@ impl DurableMcp {
             engine: EngineOptions::default(),
             shutdown_grace: std::time::Duration::from_secs(10),
             metrics_listen: None,
+            dashboard: None,
         }
     }
 
@@ -179,6 +187,17 @@ impl DurableMcp {
     /// [`metrics::install`] yourself and mount [`metrics::MetricsHandle::router`].
     pub fn metrics_listen(mut self, addr: SocketAddr) -> Self {
         self.metrics_listen = Some(addr);
+        self
+    }
+
+    /// Serve the operator dashboard at `http://ADDR/`, on a listener of its own, while the
+    /// server runs (off by default): a read-only page of what every worker on the store is
+    /// doing, updating every second. It has no authentication: a non-loopback `addr` is
+    /// refused at start unless `options` [allow it](DashboardOptions::allow_remote), a
+    /// request whose `Host` is not `addr` or a loopback name is answered 403, and payloads
+    /// are left out unless [shown](DashboardOptions::show_payloads).
+    pub fn dashboard_listen(mut self, addr: SocketAddr, options: DashboardOptions) -> Self {
+        self.dashboard = Some((addr, options));
         self
     }
 
@@ -355,12 +374,22 @@ impl DurableMcp {
         F: FnOnce(Engine) -> Fut,
         Fut: Future<Output = T>,
     {
+        // Refused before anything starts.
+        let dashboard = match self.dashboard {
+            Some((addr, options)) => {
+                durable_mcp_http::dashboard::check_addr(addr, options)?;
+                Some((tokio::net::TcpListener::bind(addr).await?, options))
+            }
+            None => None,
+        };
+        let mut metrics_render = None;
         // Metrics first: the engine times its store only if they are on when it is created.
         let metrics = match self.metrics_listen {
             Some(addr) => {
                 let handle = metrics::install()?;
                 let listener = tokio::net::TcpListener::bind(addr).await?;
                 let render = handle.renderer();
+                metrics_render = Some(render.clone());
                 Some(AbortOnDrop(tokio::spawn(async move {
                     if let Err(error) = durable_mcp_http::serve_metrics(listener, render, std::future::pending()).await {
                         tracing::error!(%error, "the metrics listener failed");
@@ -370,6 +399,14 @@ impl DurableMcp {
             None => None,
         };
         let engine = self.engine().await?;
+        let dashboard = dashboard.map(|(listener, options)| {
+            let engine = engine.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                if let Err(error) = durable_mcp_http::serve_dashboard(listener, engine, options, metrics_render, std::future::pending()).await {
+                    tracing::error!(%error, "the dashboard listener failed");
+                }
+            }))
+        });
         // Aborted when the transport ends, or when this future is dropped before that.
         let pruner = AbortOnDrop(engine.spawn_pruner());
         // Resumes this worker's own unfinished requests at once, then takes over those
@@ -378,7 +415,7 @@ impl DurableMcp {
         let output = transport(engine.clone()).await;
         drop((recovery, pruner));
         engine.drain(self.shutdown_grace).await;
-        drop(metrics);
+        drop((metrics, dashboard));
         Ok(output)
     }
 

@@ -38,6 +38,10 @@ pub struct RunSummary {
     pub failures: u32,
     /// The task it works for, if any.
     pub task_id: Option<String>,
+    /// The request's `params.arguments` (a payload: left out of the serialized summary, so
+    /// `inspect runs --json` does not print it; the dashboard shows it only when asked).
+    #[serde(skip)]
+    pub arguments: Option<Value>,
 }
 
 impl RunSummary {
@@ -97,6 +101,7 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
             attempt: run.attempt,
             failures: run.failures,
             task_id: run.task.as_deref().map(|task| key::task_id(task).to_owned()),
+            arguments: params.and_then(|p| p.get("arguments")).cloned(),
             run_id: key,
         });
     }
