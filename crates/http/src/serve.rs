@@ -235,7 +235,7 @@ async fn connection(tcp: TcpStream, peer: std::net::SocketAddr, router: Router, 
                 Ok(response) => response,
                 Err(never) => match never {},
             };
-            Ok::<_, Infallible>(response.map(|body| Body::new(Tracked { body, _in_flight: in_flight })))
+            Ok::<_, Infallible>(Holding::response(response, in_flight))
         }
     });
     // The header read timeout is ours (hyper's would start at the end of every response,
@@ -357,13 +357,21 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that keeps its request in flight until hyper is done with it.
-struct Tracked {
+/// A response body that keeps `guard` (a request's in-flight mark, a limit's unit) until
+/// hyper is done with the body: written to the end, or dropped.
+pub(crate) struct Holding<G> {
     body: Body,
-    _in_flight: InFlight,
+    _guard: G,
 }
 
-impl http_body::Body for Tracked {
+impl<G: Send + Unpin + 'static> Holding<G> {
+    /// `response`, its body holding `guard`.
+    pub(crate) fn response(response: Response<Body>, guard: G) -> Response<Body> {
+        response.map(|body| Body::new(Holding { body, _guard: guard }))
+    }
+}
+
+impl<G: Unpin> http_body::Body for Holding<G> {
     type Data = Bytes;
     type Error = axum::Error;
 
