@@ -91,10 +91,15 @@ fn readyz_is_503_while_the_schema_is_not_current() {
 fn readyz_is_503_while_the_worker_drains() {
     let dir = temp_dir("ops-drain");
     let mut server = Server::start(&sqlite(&dir, ""), free_port(), &[]);
-    // A request in flight: its head sent, its body not yet.
+    // A request in flight: its head sent, its body not yet. The server's `100 Continue`
+    // says it has started reading the body: the request is in flight before the SIGTERM.
     let mut slow = TcpStream::connect(server.addr).unwrap();
-    write!(slow, "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: 500\r\n\r\n{{").unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    write!(slow, "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nexpect: 100-continue\r\ncontent-length: 500\r\n\r\n").unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut continued = String::new();
+    std::io::BufReader::new(&slow).read_line(&mut continued).unwrap();
+    assert!(continued.starts_with("HTTP/1.1 100"), "{continued:?}");
+    write!(slow, "{{").unwrap();
     let term = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
     assert!(term.success());
     let deadline = Instant::now() + Duration::from_secs(10);

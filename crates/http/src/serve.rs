@@ -52,7 +52,8 @@ pub async fn serve(
 
 /// Serve `router` (a transport's router, possibly inside a larger application) on
 /// `listener` with the connection limits of `config`, until `shutdown` resolves; then
-/// finish the requests in flight.
+/// finish the requests in flight. A connection still waiting for a request head then (a
+/// client that connected just before the stop) has up to 2 s to send it, and is served.
 ///
 /// Accepted connections get `TCP_NODELAY`: SSE responses are several small writes, and with
 /// Nagle's algorithm a keep-alive client waits ~40 ms on each request. At most
@@ -242,10 +243,26 @@ async fn connection(tcp: TcpStream, peer: std::net::SocketAddr, router: Router, 
     // and so also close idle connections after it).
     let conn = hyper::server::conn::http1::Builder::new().header_read_timeout(None).serve_connection(io, service);
     let mut conn = pin!(conn);
-    let mut stopping = false;
+    // When the server stops: a connection that is idle or busy shuts down gracefully at
+    // once (hyper finishes its requests in flight, then closes). One still waiting for a
+    // request head (just accepted, or a head half read) gets until the end of its grace
+    // to send it: it is then served, and the connection closes after it. Closing it at
+    // once would drop a request the client has already sent, with no response at all.
+    let mut grace: Option<Instant> = None;
+    let mut shut = false;
     loop {
+        if let Some(grace_end) = grace
+            && !shut
+            && (!activity.awaiting_head() || Instant::now() >= grace_end)
+        {
+            conn.as_mut().graceful_shutdown();
+            shut = true;
+        }
         let changed = activity.changed.notified();
-        let deadline = activity.deadline();
+        let deadline = match (activity.deadline(), grace.filter(|_| !shut)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(error) = result {
@@ -258,13 +275,16 @@ async fn connection(tcp: TcpStream, peer: std::net::SocketAddr, router: Router, 
                 return;
             },
             () = changed => {}
-            () = stop.cancelled(), if !stopping => {
-                stopping = true;
-                conn.as_mut().graceful_shutdown();
+            () = stop.cancelled(), if grace.is_none() => {
+                grace = Some(Instant::now() + HEAD_GRACE_ON_STOP);
             }
         }
     }
 }
+
+/// How long a connection still waiting for a request head when the server stops may take
+/// to send it (it is served, then closed); also bounded by the header read timeout.
+const HEAD_GRACE_ON_STOP: Duration = Duration::from_secs(2);
 
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -310,6 +330,12 @@ impl Activity {
             Phase::Head(deadline) | Phase::Idle(deadline) => deadline,
             Phase::Busy(_) => None,
         }
+    }
+
+    /// No request in flight and none finished since the last bytes arrived: the
+    /// connection is waiting for (the rest of) a request head.
+    fn awaiting_head(&self) -> bool {
+        matches!(*self.phase.lock().unwrap_or_else(PoisonError::into_inner), Phase::Head(_))
     }
 
     /// The phase whose deadline has passed, if it has.
@@ -456,18 +482,53 @@ mod tests {
             serve_router(listener, Router::new(), &HttpConfig::default(), std::future::pending()).await
         });
         let client = TcpStream::connect(addr).await.unwrap();
+        let nodelay = accepted(&client).await;
+        server.abort();
+        assert!(nodelay, "the server's socket of an accepted connection has TCP_NODELAY");
+    }
+
+    /// Wait until the accept loop has taken `client`'s connection; its `TCP_NODELAY`.
+    async fn accepted(client: &TcpStream) -> bool {
         let me = client.local_addr().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
-        let nodelay = loop {
+        loop {
             let found = PREPARED.lock().unwrap().iter().find(|(peer, _)| *peer == me).map(|(_, nodelay)| *nodelay);
             if let Some(nodelay) = found {
-                break nodelay;
+                return nodelay;
             }
             assert!(Instant::now() < deadline, "the accept loop never prepared the connection");
             tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        server.abort();
-        assert!(nodelay, "the server's socket of an accepted connection has TCP_NODELAY");
+        }
+    }
+
+    /// A connection accepted just before the server stops, whose request head arrives just
+    /// after, is served (then closed), not dropped without a response; one that never sends
+    /// anything is closed after its grace, and the server returns.
+    #[tokio::test]
+    async fn a_connection_accepted_before_the_stop_gets_its_request_served() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/fast", axum::routing::get(|| async { "served" }));
+        let shutdown = Arc::new(Notify::new());
+        let server = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { serve_router(listener, router, &HttpConfig::default(), async move { shutdown.notified().await }).await }
+        });
+        let mut late = TcpStream::connect(addr).await.unwrap();
+        accepted(&late).await;
+        let silent = TcpStream::connect(addr).await.unwrap();
+        accepted(&silent).await;
+        let stopped = Instant::now();
+        shutdown.notify_one();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        late.write_all(b"GET /fast HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(10), late.read_to_string(&mut out)).await.unwrap().unwrap();
+        assert!(out.starts_with("HTTP/1.1 200") && out.ends_with("served"), "{out:?}");
+        tokio::time::timeout(Duration::from_secs(10), server).await.expect("the server ends once the silent connection's grace is over").unwrap().unwrap();
+        assert!(stopped.elapsed() >= HEAD_GRACE_ON_STOP, "the silent connection had its grace: {:?}", stopped.elapsed());
+        drop(silent);
     }
 
     /// Send `request` on a new connection to `addr` and return the response's status line
