@@ -12,12 +12,13 @@
 # 3. Starts `durable-mcp serve --example everything --store sqlite:<temp> --dashboard-listen
 #    127.0.0.1:<free port>`, runs the Node script against it (the page loads, shows a
 #    session the script created, and lists a tools/call started after it loaded without a
-#    reload), and writes the screenshot to docs/dashboard.png.
+#    reload), and writes the screenshot to target/dashboard.png (a test run leaves the
+#    checkout clean; `SCREENSHOT=docs/dashboard.png` refreshes the one in the docs).
 #
 # Environment:
 #   CARGO_LOCK   lock file for flock around cargo (default /tmp/cargo.lock)
 #   SKIP_BUILD=1 use the existing binary (target/debug/durable-mcp, or CARGO_TARGET_DIR's)
-#   SCREENSHOT   where to write the screenshot (default docs/dashboard.png)
+#   SCREENSHOT   where to write the screenshot (default target/dashboard.png)
 #
 # Prints the Node script's PASS/FAIL lines and "N passed, M failed"; exits non-zero if a
 # check failed.
@@ -27,8 +28,8 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 cd "$REPO_ROOT"
 CARGO_LOCK="${CARGO_LOCK:-/tmp/cargo.lock}"
-SCREENSHOT="${SCREENSHOT:-$REPO_ROOT/docs/dashboard.png}"
 TARGET="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+SCREENSHOT="${SCREENSHOT:-$TARGET/dashboard.png}"
 
 log() { echo "[dashboard-test] $*" >&2; }
 

@@ -34,26 +34,10 @@ export CI="${CI:-true}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 export PIP_NO_INPUT=1
 
-if ! command -v "$PYTHON" >/dev/null 2>&1; then
-  log "ERROR: $PYTHON not found (set PYTHON to a Python >= 3.10)"
-  exit 1
-fi
-if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
-  log "ERROR: $PYTHON is $("$PYTHON" --version 2>&1); the MCP SDK needs Python >= 3.10"
-  exit 1
-fi
-
+source "$SCRIPT_DIR/python-venv.sh"
+ensure_venv "$VENV"
 # version PACKAGE: the version installed in the venv, or nothing.
-version() {
-  "$VENV_PY" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$1" 2>/dev/null || true
-}
-
-if [ ! -x "$VENV_PY" ] || ! "$VENV_PY" -c 'import sys' >/dev/null 2>&1; then
-  log "creating $VENV with $("$PYTHON" --version 2>&1)"
-  rm -rf "$VENV"
-  mkdir -p "$(dirname "$VENV")"
-  "$PYTHON" -m venv "$VENV"
-fi
+version() { venv_version "$VENV_PY" "$1"; }
 
 if [ "$(version mcp)" != "$MCP_SDK_VERSION" ] || [ "$(version mcp-persist)" != "$MCP_PERSIST_VERSION" ] \
   || [ -z "$(version aiosqlite)" ] || [ -z "$(version uvicorn)" ]; then

@@ -23,25 +23,10 @@ VENV_PY="$VENV/bin/python"
 
 log() { echo "[setup-python] $*" >&2; }
 
-if ! command -v "$PYTHON" >/dev/null 2>&1; then
-  log "ERROR: $PYTHON not found"
-  exit 1
-fi
-if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
-  log "ERROR: $PYTHON is $("$PYTHON" --version 2>&1); the MCP SDK needs Python >= 3.10"
-  exit 1
-fi
+source "$SCRIPT_DIR/python-venv.sh"
+ensure_venv "$VENV"
+sdk_version() { venv_version "$VENV_PY" mcp; }
 
-sdk_version() {
-  "$VENV_PY" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true
-}
-
-if [ ! -x "$VENV_PY" ] || ! "$VENV_PY" -c 'import sys' >/dev/null 2>&1; then
-  log "creating $VENV with $("$PYTHON" --version 2>&1)"
-  rm -rf "$VENV"
-  mkdir -p "$(dirname "$VENV")"
-  "$PYTHON" -m venv "$VENV"
-fi
 if [ "$(sdk_version)" != "$MCP_SDK_VERSION" ]; then
   log "installing mcp==$MCP_SDK_VERSION into $VENV"
   "$VENV_PY" -m pip install --quiet --disable-pip-version-check --no-input "mcp==$MCP_SDK_VERSION" </dev/null >&2
