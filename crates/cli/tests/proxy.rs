@@ -120,6 +120,7 @@ fn proxy_serves_tools_call_in_both_eras_with_a_child_per_session() {
     assert_eq!(lookup["annotations"]["readOnlyHint"], true);
     let got = outcome(post(addr, Some(&a), &call(2, "lookup", json!({"key": "k"}))), 2);
     assert_eq!(text(&got), "value of k");
+    assert!(got["result"].get("resultType").is_none(), "a session-era result has no resultType: {got}");
 
     // Each session has a process of its own: its state (a counter) is the session's.
     let (n1, pid_a) = count_of(text(&outcome(post(addr, Some(&a), &call(3, "count", json!({}))), 3)));
@@ -136,8 +137,11 @@ fn proxy_serves_tools_call_in_both_eras_with_a_child_per_session() {
     assert!(discovered["result"]["capabilities"]["tools"].is_object(), "the upstream's capabilities: {discovered}");
     let got = modern(addr, 2, "tools/call", json!({"name": "lookup", "arguments": {"key": "m"}}), false);
     assert_eq!(text(&got), "value of m", "{got}");
+    // A 2026-07-28 result says what kind it is, though the upstream's (2025-era) did not.
+    assert_eq!(got["result"]["resultType"], "complete", "{got}");
     let got = modern(addr, 3, "tools/list", json!({}), false);
     assert!(got["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "slow"), "{got}");
+    assert_eq!(got["result"]["resultType"], "complete", "{got}");
 }
 
 #[test]

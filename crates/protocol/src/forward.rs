@@ -114,7 +114,13 @@ impl Forward {
         context: RequestContext<RoleServer>,
     ) -> Result<R, ErrorData> {
         let params = params.map(|p| serde_json::to_value(p)).transpose().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let value = self.forward_value(method, params, context).await?;
+        let mut value = self.forward_value(method, params, context).await?;
+        // A session-era upstream's result has no `resultType`, which a 2026-07-28 client must
+        // get: say "complete" (the only kind an upstream result is here). rmcp takes it out
+        // again for a client of an older version.
+        if let Value::Object(result) = &mut value {
+            result.entry("resultType").or_insert_with(|| Value::String("complete".to_owned()));
+        }
         serde_json::from_value(value).map_err(|e| ErrorData::internal_error(format!("the upstream's {method} result does not parse: {e}"), None))
     }
 
