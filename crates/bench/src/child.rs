@@ -53,7 +53,29 @@ pub enum ServedBy {
         #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
         metrics_listen: Option<SocketAddr>,
     },
+    /// `durable-mcp proxy` on a store, in front of the `everything` example served by
+    /// durable-mcp over stdio on the memory store (`bench-server stdio`, this executable):
+    /// the proxy's cost is the difference to `durable --store memory:`, the same upstream
+    /// served directly over HTTP.
+    Proxy {
+        /// The proxy's store URL.
+        #[arg(long)]
+        store: String,
+        /// Address to listen on (port 0: any free port; the bound one is printed).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+    },
+    /// The `everything` example served by durable-mcp over stdio (the proxy's upstream).
+    Stdio {
+        /// The store URL.
+        #[arg(long, default_value = "memory:")]
+        store: String,
+    },
 }
+
+/// The store of the proxy's upstream (`bench-server stdio`): the cheapest, so that what is
+/// measured is the proxy.
+const UPSTREAM_STORE: &str = "memory:";
 
 /// A closed-loop `tools/call` load generator: `bench-load --addr ... --era ...`.
 #[derive(Debug, Clone, clap::Args)]
@@ -129,7 +151,32 @@ pub async fn serve(args: ServerArgs) -> Result<(), BenchError> {
             server.serve_on(listener, stopped()).await?;
             Ok(())
         }
+        ServedBy::Proxy { store, listen } => serve_proxy(&store, listen).await,
+        ServedBy::Stdio { store } => {
+            durable_mcp::DurableMcp::new(durable_mcp_examples::Everything::default()).store_url(&store).await?.serve_stdio().await?;
+            Ok(())
+        }
     }
+}
+
+/// `bench-server proxy`: the proxy's upstream is this executable's `bench-server stdio`
+/// (its children run on the proxy's CPU: they inherit its pinning).
+async fn serve_proxy(store: &str, listen: SocketAddr) -> Result<(), BenchError> {
+    let executable = std::env::current_exe()?;
+    let args = ["bench-server", "stdio", "--store", UPSTREAM_STORE].map(String::from).to_vec();
+    let config = durable_mcp_proxy::ProxyConfig::new(executable.to_string_lossy().into_owned(), args);
+    let upstream = durable_mcp_proxy::Proxy::start(config).await?;
+    let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream.clone())).map_err(BenchError::UpstreamInfo)?;
+    let server = durable_mcp::DurableMcp::new(handler).store_url(store).await;
+    let served = match server {
+        Ok(server) => match bind(listen).await {
+            Ok(listener) => server.serve_on(listener, stopped()).await.map_err(BenchError::from),
+            Err(error) => Err(error),
+        },
+        Err(error) => Err(error.into()),
+    };
+    upstream.stop();
+    served
 }
 
 #[cfg(feature = "rmcp-baseline")]

@@ -97,6 +97,12 @@ pub enum BenchError {
     /// The configuration cannot be run.
     #[error("configuration: {0}")]
     Config(String),
+    /// The proxy's upstream could not be started.
+    #[error("the proxy's upstream: {0}")]
+    Upstream(#[from] durable_mcp_proxy::ProxyError),
+    /// The proxy's upstream answered `initialize` with something that does not parse.
+    #[error("the proxy's upstream's initialize result: {0}")]
+    UpstreamInfo(#[source] serde_json::Error),
 }
 
 /// Whether the run includes the Python SDK + mcp-persist baseline.
@@ -122,6 +128,10 @@ pub struct BenchConfig {
     /// always measured, first, as the baseline. Empty: `memory:` plus two temporary SQLite
     /// files, with `synchronous=FULL` (the default) and `synchronous=NORMAL`.
     pub stores: Vec<String>,
+    /// Store URLs of `durable-mcp proxy` runs (none by default): the proxy on that store in
+    /// front of the `durable-mcp, memory` server's handler over stdio, so its cost is the
+    /// difference to that row.
+    pub proxy_stores: Vec<String>,
     /// One `tools/call` measurement per entry, with this many connections.
     pub connections: Vec<usize>,
     /// The protocol eras measured.
@@ -162,6 +172,7 @@ impl BenchConfig {
             executable,
             command_line: None,
             stores: Vec::new(),
+            proxy_stores: Vec::new(),
             connections: vec![1, 8],
             eras: Era::ALL.to_vec(),
             runs: 3,
@@ -366,6 +377,9 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
     for url in &urls {
         servers.push((format!("durable-mcp, {}", store_label(url)), ServerKind::Durable, ServerSpec::Durable { url: url.clone() }));
     }
+    for url in &config.proxy_stores {
+        servers.push((format!("durable-mcp proxy, {}", store_label(url)), ServerKind::Proxy, ServerSpec::Proxy { url: url.clone() }));
+    }
     let mut launcher = Launcher::new(config.executable.clone(), pinning.clone(), scratch.path());
     let mut http = Http { rows: Vec::new(), failures: Vec::new(), rmcp_modern: None };
     for round in 0..config.runs.max(1) {
@@ -375,7 +389,7 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
     }
     let mut growth = Vec::new();
     if !config.growth_sessions.is_empty() {
-        for (label, _, spec) in servers.iter().filter(|(_, kind, _)| *kind != ServerKind::Python) {
+        for (label, _, spec) in servers.iter().filter(|(_, kind, _)| !matches!(kind, ServerKind::Python | ServerKind::Proxy)) {
             progress(&format!("memory with idle sessions: {label}"));
             match measure_growth(config, &mut launcher, label, spec).await {
                 Ok(row) => growth.push(row),

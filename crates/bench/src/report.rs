@@ -33,6 +33,9 @@ pub enum ServerKind {
     Python,
     /// durable-mcp on one store.
     Durable,
+    /// `durable-mcp proxy` on one store, in front of the handler of `durable-mcp, memory`
+    /// over stdio (not measured for memory growth: each idle session would be a process).
+    Proxy,
 }
 
 /// The `tools/call` measurements of one server in one era with one connection count.

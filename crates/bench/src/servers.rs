@@ -47,6 +47,12 @@ pub enum ServerSpec {
         /// The store URL.
         url: String,
     },
+    /// `durable-mcp proxy` on the store named by `url`, in front of the same handler as
+    /// [`ServerSpec::Durable`] served over stdio on the memory store.
+    Proxy {
+        /// The proxy's store URL.
+        url: String,
+    },
 }
 
 impl ServerSpec {
@@ -162,6 +168,10 @@ impl Launcher {
             ServerSpec::Durable { url } => (
                 self.executable.clone(),
                 vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), listen],
+            ),
+            ServerSpec::Proxy { url } => (
+                self.executable.clone(),
+                vec!["bench-server".into(), "proxy".into(), "--store".into(), url.into(), "--listen".into(), listen],
             ),
             ServerSpec::Python { python } => {
                 let script = self.python_script()?;

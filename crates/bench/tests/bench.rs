@@ -83,6 +83,59 @@ async fn a_tiny_run_reports_every_row_and_leaves_no_child_process_behind() {
     println!("{markdown}");
 }
 
+/// Processes running this crate's child binary as the proxy's stdio upstream.
+fn stdio_upstreams() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.first().is_some_and(|a| a.ends_with(b"durable-mcp-bench-child")) && args.windows(2).any(|w| w == [&b"bench-server"[..], &b"stdio"[..]])
+        })
+        .collect()
+}
+
+/// `durable-mcp proxy` rows: the proxy on a store in front of the example over stdio, in
+/// both eras; neither the proxy nor its upstream processes outlive the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_run_reports_its_rows_and_stops_its_upstreams() {
+    // A proxy server child starts its first upstream before it listens; dropped (killed),
+    // it takes its upstreams with it (their stdin ends).
+    let dir = std::env::temp_dir().join(format!("durable-mcp-bench-proxy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut launcher = Launcher::new(child_executable(), Pinning::none("test"), &dir);
+    let server = launcher.server(&ServerSpec::Proxy { url: "memory:".into() }, "proxy").await.expect("start");
+    assert!(!stdio_upstreams().is_empty(), "the proxy listens with an upstream running");
+    drop(server);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stdio_upstreams().is_empty() {
+        assert!(Instant::now() < deadline, "a killed proxy's upstreams still run: {:?}", stdio_upstreams());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let config = BenchConfig { proxy_stores: vec!["memory:".into()], rmcp_baseline: false, growth_sessions: Vec::new(), ..tiny() };
+    let report = run(&config, |_| {}).await.expect("run");
+    let markdown = report.to_markdown();
+    assert!(report.failures.is_empty(), "{:?}\n{markdown}", report.failures);
+    for era in [Era::Legacy, Era::Modern] {
+        let row = report.http.iter().find(|r| r.kind == ServerKind::Proxy && r.era == era).unwrap_or_else(|| panic!("no proxy {era} row: {markdown}"));
+        assert_eq!(row.runs.len(), 1);
+        assert_eq!(row.runs[0].calls, 5, "{row:?}");
+    }
+    assert!(markdown.contains("| durable-mcp proxy, memory | legacy | 1 |"), "{markdown}");
+    assert!(report.growth.is_empty(), "no growth asked for: {:?}", report.growth);
+    for &pid in &report.child_pids {
+        assert!(gone(pid).await, "child {pid} still runs after the run");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stdio_upstreams().is_empty() {
+        assert!(Instant::now() < deadline, "the proxy's upstreams outlived the run: {:?}", stdio_upstreams());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_server_child_is_killed() {
     let dir = std::env::temp_dir().join(format!("durable-mcp-bench-drop-{}", std::process::id()));

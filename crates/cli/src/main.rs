@@ -310,6 +310,11 @@ struct BenchArgs {
     /// and synchronous=NORMAL.
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
+    /// Also measure `durable-mcp proxy` on these stores (comma-separated or repeated), in
+    /// front of the example server over stdio; its cost is the difference to the
+    /// `durable-mcp, memory` row (the same server, served directly over HTTP).
+    #[arg(long, value_delimiter = ',')]
+    proxy_stores: Vec<String>,
     /// Concurrent keep-alive connections: one tools/call measurement per value.
     #[arg(long, value_delimiter = ',', default_value = "1,8")]
     connections: Vec<usize>,
@@ -687,8 +692,8 @@ async fn main() -> anyhow::Result<()> {
             // Traces as `serve` has them from the environment (an OTLP endpoint variable),
             // so that `durable-mcp bench` can measure their cost.
             let traces = match &args.server {
-                durable_mcp_bench::child::ServedBy::Durable { .. } => start_traces(false)?,
-                durable_mcp_bench::child::ServedBy::Rmcp { .. } => None,
+                durable_mcp_bench::child::ServedBy::Durable { .. } | durable_mcp_bench::child::ServedBy::Proxy { .. } => start_traces(false)?,
+                durable_mcp_bench::child::ServedBy::Rmcp { .. } | durable_mcp_bench::child::ServedBy::Stdio { .. } => None,
             };
             let served = durable_mcp_bench::child::serve(args).await;
             if let Some(traces) = traces {
@@ -1011,6 +1016,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let config = durable_mcp_bench::BenchConfig {
         command_line: Some(command_line(std::env::args())),
         stores: args.stores,
+        proxy_stores: args.proxy_stores,
         connections: args.connections,
         eras: args.eras,
         runs: args.runs.max(1),
