@@ -200,7 +200,7 @@ impl Shared {
     }
 
     async fn forward(self: Arc<Self>, request: UpstreamRequest) -> Result<Value, UpstreamError> {
-        let UpstreamRequest { method, params, session, client, attempt, cancel, notifications } = request;
+        let UpstreamRequest { method, params, session, client, attempt, cancel, notifications, questions } = request;
         let tool_name = (method == "tools/call").then(|| params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned());
         let resend = {
             let tool = tool_name.as_deref().and_then(|name| self.tool(name));
@@ -215,9 +215,13 @@ impl Shared {
             None => self.supervisor.pool_key(),
         };
         let token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
-        let sink = Sink::new(notifications, token);
+        let sink = Sink::new(notifications, token, questions.clone());
         let mut resends = 0;
         loop {
+            if let Some(questions) = &questions {
+                // A fresh process asks from its first question again.
+                questions.restart().await;
+            }
             let child = self.supervisor.child(&key, client.as_ref()).await.map_err(|error| unavailable(&error))?;
             let call = child.call(&method, params.clone(), Some(sink.clone()), &cancel);
             let outcome = match self.config.request_timeout {
