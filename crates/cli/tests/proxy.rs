@@ -9,7 +9,10 @@
 //! the non-idempotent one the clear "interrupted, not retried" error, and the session goes
 //! on); SIGKILL of the proxy during a slow tool with progress, restarted on the same SQLite
 //! file: the client resumes with `Last-Event-ID` and gets the missing progress once and one
-//! outcome (D7).
+//! outcome (D7). The upstream's questions (`ctx.elicit`) reach a 2025 session on its stream
+//! and a 2026-07-28 client as `input_required`, and are asked once even when the call is
+//! sent to a fresh child (D9); any upstream tool runs as a durable task held by the proxy,
+//! created on one worker and answered by another (D10).
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 

@@ -141,7 +141,9 @@ impl Questions {
             return refusal(crate::jsonrpc::code::METHOD_NOT_FOUND, format!("durable-mcp proxy does not relay {method} to its clients"));
         };
         if self.0.capabilities.get(capability).is_none() {
-            return refusal(crate::jsonrpc::code::MISSING_CLIENT_CAPABILITY, format!("the client did not declare the {capability} capability"));
+            let mut missing = refusal(crate::jsonrpc::code::MISSING_CLIENT_CAPABILITY, format!("the client did not declare the {capability} capability"));
+            missing["error"]["data"] = serde_json::json!({"requiredCapabilities": {capability: {}}});
+            return missing;
         }
         let index = match self.place(method, &params).await {
             Ok(index) => index,
@@ -225,6 +227,9 @@ pub trait Upstream: Send + Sync + 'static {
 pub struct Forward {
     upstream: Arc<dyn Upstream>,
     info: Arc<ServerConfig>,
+    /// The upstream declares tasks (`capabilities.tasks.requests.tools.call`): its tools'
+    /// own task support is then meaningful, and mirrored (see [`offered`]).
+    knows_tasks: bool,
 }
 
 impl std::fmt::Debug for Forward {
@@ -236,15 +241,16 @@ impl std::fmt::Debug for Forward {
 impl Forward {
     /// A handler forwarding to `upstream`. The upstream's `initialize` result is read once,
     /// here: a malformed one is an error. Its `tasks` capability is left out (upstream
-    /// tasks are not forwarded: the engine holds tasks itself, for every upstream tool, and
-    /// declares its own task capabilities).
+    /// tasks are not forwarded: the engine holds tasks itself, for the tools [`offered`]
+    /// says, and declares its own task capabilities).
     pub fn new(upstream: Arc<dyn Upstream>) -> Result<Self, serde_json::Error> {
         let mut info = upstream.info();
+        let knows_tasks = info.pointer("/capabilities/tasks/requests/tools/call").is_some();
         if let Some(capabilities) = info.get_mut("capabilities").and_then(Value::as_object_mut) {
             capabilities.remove("tasks");
         }
         let info: ServerConfig = serde_json::from_value(info)?;
-        Ok(Self { upstream, info: Arc::new(info) })
+        Ok(Self { upstream, info: Arc::new(info), knows_tasks })
     }
 
     /// Forward `method` with `params`, sending the upstream's notifications for it to the
@@ -256,13 +262,9 @@ impl Forward {
         context: RequestContext<RoleServer>,
     ) -> Result<R, ErrorData> {
         let params = params.map(|p| serde_json::to_value(p)).transpose().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let mut value = self.forward_value(method, params, context).await?;
         // A session-era upstream's result has no `resultType`, which a 2026-07-28 client must
-        // get: say "complete" (the only kind an upstream result is here). rmcp takes it out
-        // again for a client of an older version.
-        if let Value::Object(result) = &mut value {
-            result.entry("resultType").or_insert_with(|| Value::String("complete".to_owned()));
-        }
+        // get (see `complete`).
+        let value = complete(self.forward_value(method, params, context).await?);
         serde_json::from_value(value).map_err(|e| ErrorData::internal_error(format!("the upstream's {method} result does not parse: {e}"), None))
     }
 
@@ -314,19 +316,38 @@ impl Forward {
     }
 }
 
-/// An upstream's tool as the proxy offers it: callable as a durable task held by the proxy
-/// (task support `optional`: a client that can use tasks may ask for one, others call it
-/// directly), whatever the upstream itself says of tasks (its `execution` is left out: the
-/// proxy never forwards a task to the upstream).
-fn offered(mut tool: Value) -> Value {
+/// An upstream's tool as the proxy offers it, with the task support the engine gives it
+/// (the engine holds the task; the upstream gets a plain `tools/call`: the proxy never
+/// forwards a task to the upstream, so the tool's own `execution` is left out):
+///
+/// - an upstream that has never heard of tasks (no `tasks` capability): every tool is
+///   `optional`, so a client that can use tasks gets one for any tool;
+/// - an upstream that declares tasks (`knows_tasks`): its own statement is mirrored, a
+///   tool without `execution.taskSupport` being `forbidden` (as in 2025-11-25), so a tool
+///   it runs synchronously stays synchronous.
+fn offered(mut tool: Value, knows_tasks: bool) -> Value {
     if let Some(tool) = tool.as_object_mut() {
-        tool.remove("execution");
+        let own = tool.remove("execution").and_then(|e| e.get("taskSupport").and_then(Value::as_str).map(str::to_owned));
+        let support = match (knows_tasks, own.as_deref()) {
+            (false, _) | (true, Some("optional")) => crate::TaskSupport::Optional,
+            (true, Some("required")) => crate::TaskSupport::Required,
+            (true, _) => crate::TaskSupport::Forbidden,
+        };
         let meta = tool.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
         if let Some(meta) = meta.as_object_mut() {
-            meta.insert(crate::tasks::TASK_SUPPORT_META.into(), Value::String(crate::TaskSupport::Optional.as_str().into()));
+            meta.insert(crate::tasks::TASK_SUPPORT_META.into(), Value::String(support.as_str().into()));
         }
     }
     tool
+}
+
+/// An upstream's result with `resultType: "complete"` if it has none (an upstream speaking
+/// a version before 2026-07-28 sends none; rmcp leaves it out again for legacy clients).
+fn complete(mut result: Value) -> Value {
+    if let Some(result) = result.as_object_mut() {
+        result.entry("resultType").or_insert_with(|| Value::String("complete".into()));
+    }
+    result
 }
 
 /// Send one upstream notification to the client; one rmcp cannot read is dropped (logged).
@@ -374,7 +395,7 @@ impl ServerHandler for Forward {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.upstream.tool(name).and_then(|tool| serde_json::from_value(offered(tool)).ok())
+        self.upstream.tool(name).and_then(|tool| serde_json::from_value(offered(tool, self.knows_tasks)).ok())
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
@@ -384,10 +405,10 @@ impl ServerHandler for Forward {
 
     async fn list_tools(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, ErrorData> {
         let params = request.map(serde_json::to_value).transpose().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let mut result = self.forward_value(crate::methods::TOOLS_LIST, params, context).await?;
+        let mut result = complete(self.forward_value(crate::methods::TOOLS_LIST, params, context).await?);
         if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
             for tool in tools {
-                *tool = offered(std::mem::take(tool));
+                *tool = offered(std::mem::take(tool), self.knows_tasks);
             }
         }
         serde_json::from_value(result).map_err(|e| ErrorData::internal_error(format!("the upstream's tools/list result does not parse: {e}"), None))
@@ -437,6 +458,11 @@ impl ServerHandler for Forward {
 
     async fn on_custom_request(&self, request: CustomRequest, context: RequestContext<RoleServer>) -> Result<CustomResult, ErrorData> {
         let CustomRequest { method, params, .. } = request;
+        if method.starts_with(crate::methods::TASKS_PREFIX) {
+            // Tasks are the engine's (it answered what it serves); the upstream's own are
+            // never reached through the proxy.
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("method not found: {method}"), None));
+        }
         self.forward_value(&method, params, context).await.map(CustomResult)
     }
 
@@ -450,10 +476,24 @@ mod tests {
 
     #[test]
     fn every_upstream_tool_is_offered_as_an_optional_task_and_its_own_execution_is_dropped() {
-        let tool = offered(json!({"name": "t", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}, "_meta": {"x": 1}}));
+        let tool = offered(json!({"name": "t", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}, "_meta": {"x": 1}}), false);
         assert_eq!(tool, json!({"name": "t", "inputSchema": {"type": "object"}, "_meta": {"x": 1, "io.durable-mcp/taskSupport": "optional"}}));
-        let parsed: Tool = serde_json::from_value(offered(json!({"name": "u", "inputSchema": {"type": "object"}}))).unwrap();
+        let parsed: Tool = serde_json::from_value(offered(json!({"name": "u", "inputSchema": {"type": "object"}}), false)).unwrap();
         assert_eq!(crate::tasks::declared(parsed.meta.as_ref()), crate::TaskSupport::Optional);
+        // An upstream that knows tasks: its own support, absent meaning forbidden.
+        let support = |execution: Value| {
+            let tool = offered(json!({"name": "t", "inputSchema": {"type": "object"}, "execution": execution}), true);
+            tool["_meta"]["io.durable-mcp/taskSupport"].clone()
+        };
+        assert_eq!(support(json!({})), "forbidden");
+        assert_eq!(support(json!({"taskSupport": "optional"})), "optional");
+        assert_eq!(support(json!({"taskSupport": "required"})), "required");
+    }
+
+    #[test]
+    fn an_upstream_result_without_a_result_type_is_complete() {
+        assert_eq!(complete(json!({"content": []})), json!({"content": [], "resultType": "complete"}));
+        assert_eq!(complete(json!({"resultType": "input_required"}))["resultType"], "input_required");
     }
 
     #[test]
