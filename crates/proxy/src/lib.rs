@@ -20,6 +20,10 @@
 //!   `readOnlyHint` or `idempotentHint`, tools the operator marked retryable); otherwise it
 //!   is answered with [`code::UPSTREAM_INTERRUPTED`]. A journaled request the engine runs
 //!   again after the worker died (attempt 2 and later) follows the same rule.
+//! - **questions**: a child's `elicitation/create`, `sampling/createMessage` or `roots/list`
+//!   is relayed for the oldest journaled request in flight on it, through that request's
+//!   [`durable_mcp_protocol::Questions`] (asked once, the answer committed first); each
+//!   send of a request to a fresh child matches its questions from the first again.
 //!
 //! # Durability
 //! In plain words: the client gets exactly one outcome of each request, and never waits
