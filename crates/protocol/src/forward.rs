@@ -241,7 +241,7 @@ impl std::fmt::Debug for Forward {
 impl Forward {
     /// A handler forwarding to `upstream`. The upstream's `initialize` result is read once,
     /// here: a malformed one is an error. Its `tasks` capability is left out (upstream
-    /// tasks are not forwarded: the engine holds tasks itself, for the tools [`offered`]
+    /// tasks are not forwarded: the engine holds tasks itself, for the tools `offered`
     /// says, and declares its own task capabilities).
     pub fn new(upstream: Arc<dyn Upstream>) -> Result<Self, serde_json::Error> {
         let mut info = upstream.info();
