@@ -11,6 +11,9 @@ Tools:
                                   not idempotent: appends "start" to PATH, then as slow
   count()                         not idempotent: this process's own call counter (state that
                                   lives in one child process: a session's child keeps it)
+  confirm(key, marker, delay_ms)  read-only: asks the client (elicitation/create) "Look KEY
+                                  up?" with a `note` field, then (after marker and delay_ms)
+                                  answers "confirmed KEY: NOTE" or "declined KEY"
 
 `marker`: when given, the tool first writes this process's pid to that file (so a test
 can SIGKILL the child while the call runs). Run with `python upstream_server.py`.
@@ -21,6 +24,7 @@ import os
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel
 
 server = MCPServer("proxy-upstream")
 calls = 0
@@ -81,6 +85,21 @@ def count() -> str:
     global calls
     calls += 1
     return f"{calls} in {os.getpid()}"
+
+
+class Confirmation(BaseModel):
+    note: str
+
+
+@server.tool(annotations=READ_ONLY)
+async def confirm(key: str, ctx: Context, marker: str = "", delay_ms: int = 0) -> str:
+    """Ask the client to confirm a lookup, then answer with its note (read-only)."""
+    answer = await ctx.elicit(f"Look {key} up?", Confirmation)
+    mark(marker)
+    await asyncio.sleep(delay_ms / 1000)
+    if answer.action == "accept":
+        return f"confirmed {key}: {answer.data.note}"
+    return f"{answer.action} {key}"
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@
 //! the non-idempotent one the clear "interrupted, not retried" error, and the session goes
 //! on); SIGKILL of the proxy during a slow tool with progress, restarted on the same SQLite
 //! file: the client resumes with `Last-Event-ID` and gets the missing progress once and one
-//! outcome (D7).
+//! outcome (D7). The upstream's questions (`ctx.elicit`) reach a 2025 session on its stream
+//! and a 2026-07-28 client as `input_required`, and are asked once even when the call is
+//! sent to a fresh child (D9); any upstream tool runs as a durable task held by the proxy,
+//! created on one worker and answered by another (D10).
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -183,6 +186,185 @@ fn upstream_killed_mid_call_read_only_is_resent_non_idempotent_gets_the_clear_er
     assert_eq!(n, 1, "a fresh child");
     assert_ne!(pid, first_pid);
     assert_ne!(pid, killed);
+}
+
+/// Read a legacy POST's events until the upstream's question; returns (its event id, the
+/// question).
+fn read_question(response: &mut Response) -> (String, Value) {
+    loop {
+        let (id, data) = response.next_event().expect("the question");
+        if data.is_empty() {
+            continue;
+        }
+        let message: Value = serde_json::from_str(&data).unwrap();
+        assert!(message.get("id") != Some(&json!(1)) || message.get("method").is_some(), "an outcome before the question: {message}");
+        if message["method"] == "elicitation/create" {
+            return (id.unwrap(), message);
+        }
+    }
+}
+
+/// The client's answer to question `wire` (a 2025 session POSTs it).
+fn answer(addr: SocketAddr, session: &str, wire: &Value, note: &str) {
+    let reply = json!({"jsonrpc": "2.0", "id": wire, "result": {"action": "accept", "content": {"note": note}}});
+    assert_eq!(post(addr, Some(session), &reply).status, 202);
+}
+
+/// Issue 14 item 4: the upstream's `ctx.elicit` reaches the client in both eras: on the
+/// request's stream for a 2025 session (answered by the client's POST), as
+/// `input_required` for a 2026-07-28 client (answered by its retry); the upstream gets
+/// the client's answer.
+#[test]
+fn the_upstreams_questions_reach_a_legacy_client_on_its_stream_and_a_modern_one_as_input_required() {
+    let Some(python) = python() else { return };
+    let server = start_proxy(&python, "memory:", free_port(), &[]);
+    let addr = server.addr;
+
+    let session = initialize(addr);
+    let mut response = post(addr, Some(&session), &call(1, "confirm", json!({"key": "k"})));
+    assert_eq!(response.status, 200);
+    let (_, question) = read_question(&mut response);
+    assert_eq!(question["params"]["message"], "Look k up?", "{question}");
+    assert!(question["params"]["requestedSchema"]["properties"]["note"].is_object(), "the upstream's schema: {question}");
+    answer(addr, &session, &question["id"], "fine");
+    let rest: Vec<Value> = response.within(Duration::from_secs(60)).messages().into_iter().map(|(_, m)| m).collect();
+    let outcomes: Vec<&Value> = rest.iter().filter(|m| m["id"] == 1).collect();
+    assert_eq!(outcomes.len(), 1, "{rest:?}");
+    assert_eq!(text(outcomes[0]), "confirmed k: fine");
+
+    // A session whose client cannot answer: the upstream is told, the client is not asked.
+    let plain = post(addr, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "no-elicitation", "version": "1"}}}));
+    let plain_session = plain.header("mcp-session-id").unwrap().to_owned();
+    let _ = plain.body();
+    assert_eq!(post(addr, Some(&plain_session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).status, 202);
+    let messages: Vec<Value> =
+        post(addr, Some(&plain_session), &call(1, "confirm", json!({"key": "k"}))).within(Duration::from_secs(60)).messages().into_iter().map(|(_, m)| m).collect();
+    assert!(!messages.iter().any(|m| m["method"] == "elicitation/create"), "{messages:?}");
+    assert_eq!(messages.iter().filter(|m| m["id"] == 1).count(), 1, "one outcome: {messages:?}");
+
+    // 2026-07-28: `input_required`, then the retry with the answer.
+    let first = modern(addr, 1, "tools/call", json!({"name": "confirm", "arguments": {"key": "m"}}), false);
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{first}");
+    let (key, question) = requests.iter().next().unwrap();
+    assert_eq!(question["method"], "elicitation/create", "{first}");
+    assert_eq!(question["params"]["message"], "Look m up?", "{first}");
+    let state = result["requestState"].as_str().unwrap();
+    let retry = modern(addr, 2, "tools/call", json!({"name": "confirm", "arguments": {"key": "m"},
+        "inputResponses": {key.as_str(): {"action": "accept", "content": {"note": "ok"}}}, "requestState": state}), false);
+    assert_eq!(text(&retry), "confirmed m: ok", "{retry}");
+}
+
+/// Issue 14 item 4, asked once: the child is SIGKILLed after the client answered; the
+/// (read-only) call is sent again to a fresh child, which asks the same question again,
+/// and gets the committed answer: the client is asked once.
+#[test]
+fn d9_a_question_answered_before_the_child_died_is_not_asked_again() {
+    let Some(python) = python() else { return };
+    let dir = temp_dir("proxy-question-kill");
+    let server = start_proxy(&python, "memory:", free_port(), &[]);
+    let addr = server.addr;
+    let session = initialize(addr);
+    let marker = dir.join("pid-confirm");
+    let mut response = post(addr, Some(&session), &call(1, "confirm", json!({"key": "k", "delay_ms": 5000, "marker": marker.to_str().unwrap()})));
+    assert_eq!(response.status, 200);
+    let (_, question) = read_question(&mut response);
+    answer(addr, &session, &question["id"], "once");
+    // The child writes its marker after it got the answer.
+    let killed = kill_upstream_at(&marker);
+    let rest: Vec<Value> = response.within(Duration::from_secs(60)).messages().into_iter().map(|(_, m)| m).collect();
+    assert!(!rest.iter().any(|m| m["method"] == "elicitation/create"), "D9: not asked again: {rest:?}");
+    let outcomes: Vec<&Value> = rest.iter().filter(|m| m["id"] == 1).collect();
+    assert_eq!(outcomes.len(), 1, "{rest:?}");
+    assert_eq!(text(outcomes[0]), "confirmed k: once", "the fresh child got the committed answer");
+    // It was a fresh child that answered (the one killed is gone).
+    assert!(marker.exists(), "the call was sent again and reached its mark");
+    let pid: u32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    assert_ne!(pid, killed);
+}
+
+/// Issue 14 item 5: any upstream tool, called as a durable task held by the proxy, over
+/// two proxy workers on a shared store: created on `a`, answered by `b` (`tasks/get`,
+/// `tasks/update` with the answer to the upstream's question, `tasks/result`), for a
+/// 2026-07-28 client with the Tasks extension and a 2025-11-25 client with `params.task`.
+fn tasks_for_any_upstream_tool(backend: support::backend::Backend) {
+    let Some(python) = python() else { return };
+    if !backend.available() {
+        return;
+    }
+    let store = backend.store_url(None);
+    let a = start_proxy(&python, &store, free_port(), &[]);
+    let b = start_proxy(&python, &store, free_port(), &[]);
+
+    // 2026-07-28, the extension declared: a task; any worker reads it.
+    let created = modern(a.addr, 1, "tools/call", json!({"name": "slow", "arguments": {"steps": 3, "interval_ms": 200}}), true);
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let done = wait_terminal(b.addr, &task_id, Duration::from_secs(30));
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "done 3", "{done}");
+    // Kept: read again later, on the other worker.
+    assert_eq!(task_get(a.addr, &task_id)["result"]["result"]["content"][0]["text"], "done 3");
+    // Without the extension the same tool answers directly.
+    let direct = modern(a.addr, 2, "tools/call", json!({"name": "lookup", "arguments": {"key": "d"}}), false);
+    assert_eq!(text(&direct), "value of d", "{direct}");
+
+    // A task whose upstream asks: the question is the task's `inputRequests` on any
+    // worker; `tasks/update` on `b` answers the child running on `a`.
+    let created = modern(a.addr, 3, "tools/call", json!({"name": "confirm", "arguments": {"key": "t"}}), true);
+    let asking = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let key = loop {
+        let got = task_get(b.addr, &asking)["result"].clone();
+        if let Some((key, question)) = got["inputRequests"].as_object().and_then(|r| r.iter().next()) {
+            assert_eq!(got["status"], "input_required", "{got}");
+            assert_eq!(question["params"]["message"], "Look t up?", "{got}");
+            break key.clone();
+        }
+        assert!(Instant::now() < deadline, "no question: {got}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ack = modern(b.addr, 4, "tasks/update", json!({"taskId": asking, "inputResponses": {key.as_str(): {"action": "accept", "content": {"note": "via b"}}}}), true);
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    let done = wait_terminal(b.addr, &asking, Duration::from_secs(30));
+    assert_eq!(done["result"]["content"][0]["text"], "confirmed t: via b", "{done}");
+
+    // 2025-11-25: every upstream tool is offered as an optional task; `params.task`.
+    let session = initialize(a.addr);
+    let listed = outcome(post(a.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})), 1);
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert!(tools.iter().all(|t| t["execution"]["taskSupport"] == "optional"), "{listed}");
+    let request = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "lookup",
+        "arguments": {"key": "legacy", "delay_ms": 300}, "task": {"ttl": 60_000}}});
+    let created = outcome(post(a.addr, Some(&session), &request), 2);
+    let task = &created["result"]["task"];
+    assert_eq!(task["ttl"], 60_000, "{created}");
+    let task_id = task["taskId"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = outcome(post(b.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": task_id}})), 3);
+        if got["result"]["status"] == "completed" {
+            break;
+        }
+        assert_eq!(got["result"]["status"], "working", "{got}");
+        assert!(Instant::now() < deadline, "{got}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let result = outcome(post(b.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/result", "params": {"taskId": task_id}})), 4);
+    assert_eq!(text(&result), "value of legacy", "{result}");
+}
+
+#[test]
+fn d10_postgres_any_upstream_tool_as_a_task_over_two_proxy_workers() {
+    tasks_for_any_upstream_tool(support::backend::Backend::Postgres);
+}
+
+#[test]
+fn d10_redis_any_upstream_tool_as_a_task_over_two_proxy_workers() {
+    tasks_for_any_upstream_tool(support::backend::Backend::Redis);
 }
 
 /// Post `call` (progress token "p"), read the priming event and `k` messages, drop the

@@ -363,6 +363,15 @@ impl Durable {
         Ok(response.get("result").cloned().unwrap_or(Value::Null))
     }
 
+    /// Ask question number `index` (1, 2, ...) as it is, once (D9), and return the client's
+    /// whole JSON-RPC response (`{"result": ...}` or `{"error": ...}`): for a relay that
+    /// numbers the questions it passes on itself (the proxy's [`crate::forward::Questions`]).
+    /// The typed [`Durable::elicit`], [`Durable::sample`] and [`Durable::list_roots`] number
+    /// theirs in the order they are made; do not use both kinds in one request.
+    pub async fn ask_at(&self, index: u64, method: &str, params: Value) -> Result<Value, DurableError> {
+        self.backend.ask(index, method, params).await
+    }
+
     /// Ask the client for input (`elicitation/create`), once (D9): the answer is committed
     /// when it arrives, at any worker; a re-run gets it without asking again. A question
     /// still unanswered when the worker died is asked again, with the same request id.

@@ -53,7 +53,150 @@ pub struct UpstreamRequest {
     /// notification messages): they go to the client on the request's stream, in order,
     /// before the outcome.
     pub notifications: mpsc::UnboundedSender<Value>,
+    /// Where the upstream's questions for this request go (`elicitation/create`,
+    /// `sampling/createMessage`, `roots/list`): `None` for a request that is not journaled
+    /// (a list, `ping`), which cannot ask.
+    pub questions: Option<Questions>,
 }
+
+/// The questions an upstream asks while it serves one journaled request, relayed to the
+/// client through the request's durable context: asked once, their answers committed in
+/// the journal before the upstream gets them (D9).
+///
+/// In plain words: when a request is sent again to an upstream (its process died, the
+/// worker died, or a 2026-07-28 client retried with its answers) and the upstream asks the
+/// same question again, it gets the answer the client already gave, and the client is not
+/// asked twice. Stated more precisely: each question an upstream asks is compared, in the
+/// order asked, with the questions committed for the request so far (its method and params,
+/// without `_meta`); the first committed one at or after the place of the previous match
+/// that is equal is the same question, and its committed answer (or, if it has none yet,
+/// the client's answer when it comes) is the upstream's. A question equal to none is a new
+/// one, committed at the end and asked. Call [`Questions::restart`] before each send.
+///
+/// How the client is asked is the engine's: on the request's stream (2025 sessions, the
+/// client POSTs its response), as the task's `inputRequests` (2026-07-28 task), or as an
+/// `input_required` result (2026-07-28 without a task: the request ends, see
+/// [`Questions::suspended`], and the client's retry carries the answers).
+#[derive(Clone)]
+pub struct Questions(Arc<QuestionsInner>);
+
+struct QuestionsInner {
+    durable: crate::Durable,
+    /// The capabilities the client declared (a question it cannot answer is refused).
+    capabilities: Value,
+    /// The place of the last committed question matched in the current send.
+    place: tokio::sync::Mutex<u64>,
+    /// Fired when the client must answer before the request can go on (2026-07-28, no task).
+    suspended: CancellationToken,
+}
+
+impl std::fmt::Debug for Questions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Questions").field("durable", &self.0.durable).finish_non_exhaustive()
+    }
+}
+
+/// How many committed questions of one request a question is compared with at most.
+const MAX_QUESTIONS: u64 = 1_000;
+
+/// The client capability a question needs, by method; `None`: not a question relayed.
+fn needed_capability(method: &str) -> Option<&'static str> {
+    match method {
+        "elicitation/create" => Some("elicitation"),
+        "sampling/createMessage" => Some("sampling"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+/// A JSON-RPC response body (`{"error": ...}`) for an upstream's question.
+fn refusal(code: i64, message: impl Into<String>) -> Value {
+    serde_json::json!({"error": {"code": code, "message": message.into()}})
+}
+
+impl Questions {
+    /// The questions of the request whose durable context is `durable`, for a client that
+    /// declared `capabilities`.
+    pub fn new(durable: crate::Durable, capabilities: Value) -> Self {
+        Self(Arc::new(QuestionsInner { durable, capabilities, place: tokio::sync::Mutex::new(0), suspended: CancellationToken::new() }))
+    }
+
+    /// A new send of the request begins (to a fresh process): its questions are matched
+    /// from the first committed one again.
+    pub async fn restart(&self) {
+        *self.0.place.lock().await = 0;
+    }
+
+    /// Fired when a question must be answered by the client's retry (2026-07-28 without a
+    /// task): the request ends `input_required` ([`DurableError::InputRequired`](crate::DurableError::InputRequired)).
+    pub fn suspended(&self) -> CancellationToken {
+        self.0.suspended.clone()
+    }
+
+    /// Ask `method` with `params` for the upstream: the body of the JSON-RPC response to
+    /// give it (`{"result": ...}` or `{"error": ...}`), once the client's answer is
+    /// committed (or at once, if it was before).
+    pub async fn ask(&self, method: &str, params: Value) -> Value {
+        let Some(capability) = needed_capability(method) else {
+            return refusal(crate::jsonrpc::code::METHOD_NOT_FOUND, format!("durable-mcp proxy does not relay {method} to its clients"));
+        };
+        if self.0.capabilities.get(capability).is_none() {
+            let mut missing = refusal(crate::jsonrpc::code::MISSING_CLIENT_CAPABILITY, format!("the client did not declare the {capability} capability"));
+            missing["error"]["data"] = serde_json::json!({"requiredCapabilities": {capability: {}}});
+            return missing;
+        }
+        let index = match self.place(method, &params).await {
+            Ok(index) => index,
+            Err(error) => return self.failed(method, error),
+        };
+        match self.0.durable.ask_at(index, method, params).await {
+            Ok(response) => match (response.get("result"), response.get("error")) {
+                (Some(result), _) => serde_json::json!({"result": result}),
+                (None, Some(error)) => serde_json::json!({"error": error}),
+                (None, None) => refusal(crate::jsonrpc::code::INTERNAL_ERROR, "the client's response had neither result nor error"),
+            },
+            Err(error) => self.failed(method, error),
+        }
+    }
+
+    /// The upstream's answer when asking failed.
+    fn failed(&self, method: &str, error: crate::DurableError) -> Value {
+        match error {
+            crate::DurableError::InputRequired => {
+                self.0.suspended.cancel();
+                refusal(REQUEST_CANCELLED, "the request waits for the client's input (it will be sent again with the answer)")
+            }
+            crate::DurableError::Cancelled => refusal(REQUEST_CANCELLED, "the request was cancelled"),
+            other => {
+                tracing::warn!(error = %other, %method, "an upstream's question could not be relayed");
+                refusal(crate::jsonrpc::code::INTERNAL_ERROR, format!("the question could not be relayed: {other}"))
+            }
+        }
+    }
+
+    /// The index of the committed question `method` `params` is (committing it as a new
+    /// one if it is equal to none after the current place), and the place moved there.
+    async fn place(&self, method: &str, params: &Value) -> Result<u64, crate::DurableError> {
+        let mut question = serde_json::json!({"method": method, "params": params});
+        if let Some(params) = question.get_mut("params").and_then(Value::as_object_mut) {
+            params.remove("_meta");
+        }
+        let mut place = self.0.place.lock().await;
+        for index in *place + 1..=*place + MAX_QUESTIONS {
+            let mine = question.clone();
+            let committed: Value = self.0.durable.step(&format!("proxy:question:{index}"), |_| async move { mine }).await?;
+            if committed == question {
+                *place = index;
+                return Ok(index);
+            }
+        }
+        Err(crate::DurableError::Journal(format!("more than {MAX_QUESTIONS} questions in one request").into()))
+    }
+}
+
+/// `notifications/cancelled`'s JSON-RPC code in answers to a question that will not be
+/// answered (the request was cancelled, or goes on in a retry).
+const REQUEST_CANCELLED: i64 = -32_800;
 
 /// A JSON-RPC error the upstream answered with, or one made for it (the call was
 /// interrupted, the upstream could not be started).
@@ -84,6 +227,9 @@ pub trait Upstream: Send + Sync + 'static {
 pub struct Forward {
     upstream: Arc<dyn Upstream>,
     info: Arc<ServerConfig>,
+    /// The upstream declares tasks (`capabilities.tasks.requests.tools.call`): its tools'
+    /// own task support is then meaningful, and mirrored (see [`offered`]).
+    knows_tasks: bool,
 }
 
 impl std::fmt::Debug for Forward {
@@ -95,14 +241,16 @@ impl std::fmt::Debug for Forward {
 impl Forward {
     /// A handler forwarding to `upstream`. The upstream's `initialize` result is read once,
     /// here: a malformed one is an error. Its `tasks` capability is left out (upstream
-    /// tasks are not forwarded).
+    /// tasks are not forwarded: the engine holds tasks itself, for the tools `offered`
+    /// says, and declares its own task capabilities).
     pub fn new(upstream: Arc<dyn Upstream>) -> Result<Self, serde_json::Error> {
         let mut info = upstream.info();
+        let knows_tasks = info.pointer("/capabilities/tasks/requests/tools/call").is_some();
         if let Some(capabilities) = info.get_mut("capabilities").and_then(Value::as_object_mut) {
             capabilities.remove("tasks");
         }
         let info: ServerConfig = serde_json::from_value(info)?;
-        Ok(Self { upstream, info: Arc::new(info) })
+        Ok(Self { upstream, info: Arc::new(info), knows_tasks })
     }
 
     /// Forward `method` with `params`, sending the upstream's notifications for it to the
@@ -114,13 +262,9 @@ impl Forward {
         context: RequestContext<RoleServer>,
     ) -> Result<R, ErrorData> {
         let params = params.map(|p| serde_json::to_value(p)).transpose().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let mut value = self.forward_value(method, params, context).await?;
         // A session-era upstream's result has no `resultType`, which a 2026-07-28 client must
-        // get: say "complete" (the only kind an upstream result is here). rmcp takes it out
-        // again for a client of an older version.
-        if let Value::Object(result) = &mut value {
-            result.entry("resultType").or_insert_with(|| Value::String("complete".to_owned()));
-        }
+        // get (see `complete`).
+        let value = complete(self.forward_value(method, params, context).await?);
         serde_json::from_value(value).map_err(|e| ErrorData::internal_error(format!("the upstream's {method} result does not parse: {e}"), None))
     }
 
@@ -129,23 +273,81 @@ impl Forward {
         let session = context.extensions.get::<crate::SessionState>().map(|s| s.session_id().to_owned());
         let attempt = context.extensions.get::<crate::Durable>().map_or(1, crate::Durable::attempt);
         let client = if session.is_some() { context.peer.peer_info().and_then(|p| serde_json::to_value(&*p).ok()) } else { None };
+        // The client's capabilities: a session's from its `initialize`, a 2026-07-28
+        // request's from its own `_meta`.
+        let capabilities = match &client {
+            Some(client) => client.get("capabilities").cloned(),
+            None => context.meta.0.0.get(crate::meta::CLIENT_CAPABILITIES).cloned(),
+        };
+        let questions = context.extensions.get::<crate::Durable>().map(|durable| Questions::new(durable.clone(), capabilities.unwrap_or(Value::Null)));
+        let suspended = questions.as_ref().map_or_else(CancellationToken::new, Questions::suspended);
+        // Cancelled with the client's request, or here when the request must wait for the
+        // client's answers (the upstream is told; a retry sends it again).
+        let cancel = context.ct.child_token();
         let (notifications, mut incoming) = mpsc::unbounded_channel();
-        let request = UpstreamRequest { method: method.to_owned(), params, session, client, attempt, cancel: context.ct.clone(), notifications };
+        let request =
+            UpstreamRequest { method: method.to_owned(), params, session, client, attempt, cancel: cancel.clone(), notifications, questions };
         let outcome = self.upstream.request(request);
         tokio::pin!(outcome);
         let outcome = loop {
             tokio::select! {
                 biased;
                 Some(message) = incoming.recv() => send(&context, message).await,
-                outcome = &mut outcome => break outcome,
+                outcome = &mut outcome => break Some(outcome),
+                () = suspended.cancelled() => {
+                    cancel.cancel();
+                    let _ = (&mut outcome).await;
+                    break None;
+                }
             }
         };
         // What the upstream sent before its outcome goes first.
         while let Ok(message) = incoming.try_recv() {
             send(&context, message).await;
         }
+        let outcome = match outcome {
+            Some(outcome) if !suspended.is_cancelled() => outcome,
+            // 2026-07-28 without a task: the engine answers `input_required` with the
+            // questions asked; the client's retry continues the run (and the upstream is
+            // sent the request again: its questions are then answered from the retry).
+            _ => return Err(crate::DurableError::InputRequired.into()),
+        };
         outcome.map_err(|e| ErrorData::new(ErrorCode(i32::try_from(e.code).unwrap_or(crate::jsonrpc::code::INTERNAL_ERROR as i32)), e.message, e.data))
     }
+}
+
+/// An upstream's tool as the proxy offers it, with the task support the engine gives it
+/// (the engine holds the task; the upstream gets a plain `tools/call`: the proxy never
+/// forwards a task to the upstream, so the tool's own `execution` is left out):
+///
+/// - an upstream that has never heard of tasks (no `tasks` capability): every tool is
+///   `optional`, so a client that can use tasks gets one for any tool;
+/// - an upstream that declares tasks (`knows_tasks`): its own statement is mirrored, a
+///   tool without `execution.taskSupport` being `forbidden` (as in 2025-11-25), so a tool
+///   it runs synchronously stays synchronous.
+fn offered(mut tool: Value, knows_tasks: bool) -> Value {
+    if let Some(tool) = tool.as_object_mut() {
+        let own = tool.remove("execution").and_then(|e| e.get("taskSupport").and_then(Value::as_str).map(str::to_owned));
+        let support = match (knows_tasks, own.as_deref()) {
+            (false, _) | (true, Some("optional")) => crate::TaskSupport::Optional,
+            (true, Some("required")) => crate::TaskSupport::Required,
+            (true, _) => crate::TaskSupport::Forbidden,
+        };
+        let meta = tool.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(crate::tasks::TASK_SUPPORT_META.into(), Value::String(support.as_str().into()));
+        }
+    }
+    tool
+}
+
+/// An upstream's result with `resultType: "complete"` if it has none (an upstream speaking
+/// a version before 2026-07-28 sends none; rmcp leaves it out again for legacy clients).
+fn complete(mut result: Value) -> Value {
+    if let Some(result) = result.as_object_mut() {
+        result.entry("resultType").or_insert_with(|| Value::String("complete".into()));
+    }
+    result
 }
 
 /// Send one upstream notification to the client; one rmcp cannot read is dropped (logged).
@@ -193,7 +395,7 @@ impl ServerHandler for Forward {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.upstream.tool(name).and_then(|tool| serde_json::from_value(tool).ok())
+        self.upstream.tool(name).and_then(|tool| serde_json::from_value(offered(tool, self.knows_tasks)).ok())
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
@@ -202,7 +404,14 @@ impl ServerHandler for Forward {
     }
 
     async fn list_tools(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, ErrorData> {
-        self.forward(crate::methods::TOOLS_LIST, request, context).await
+        let params = request.map(serde_json::to_value).transpose().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let mut result = complete(self.forward_value(crate::methods::TOOLS_LIST, params, context).await?);
+        if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
+            for tool in tools {
+                *tool = offered(std::mem::take(tool), self.knows_tasks);
+            }
+        }
+        serde_json::from_value(result).map_err(|e| ErrorData::internal_error(format!("the upstream's tools/list result does not parse: {e}"), None))
     }
 
     async fn get_prompt(&self, request: GetPromptRequestParams, context: RequestContext<RoleServer>) -> Result<GetPromptResponse, ErrorData> {
@@ -249,6 +458,11 @@ impl ServerHandler for Forward {
 
     async fn on_custom_request(&self, request: CustomRequest, context: RequestContext<RoleServer>) -> Result<CustomResult, ErrorData> {
         let CustomRequest { method, params, .. } = request;
+        if method.starts_with(crate::methods::TASKS_PREFIX) {
+            // Tasks are the engine's (it answered what it serves); the upstream's own are
+            // never reached through the proxy.
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("method not found: {method}"), None));
+        }
         self.forward_value(&method, params, context).await.map(CustomResult)
     }
 
@@ -259,6 +473,28 @@ impl ServerHandler for Forward {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn every_upstream_tool_is_offered_as_an_optional_task_and_its_own_execution_is_dropped() {
+        let tool = offered(json!({"name": "t", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}, "_meta": {"x": 1}}), false);
+        assert_eq!(tool, json!({"name": "t", "inputSchema": {"type": "object"}, "_meta": {"x": 1, "io.durable-mcp/taskSupport": "optional"}}));
+        let parsed: Tool = serde_json::from_value(offered(json!({"name": "u", "inputSchema": {"type": "object"}}), false)).unwrap();
+        assert_eq!(crate::tasks::declared(parsed.meta.as_ref()), crate::TaskSupport::Optional);
+        // An upstream that knows tasks: its own support, absent meaning forbidden.
+        let support = |execution: Value| {
+            let tool = offered(json!({"name": "t", "inputSchema": {"type": "object"}, "execution": execution}), true);
+            tool["_meta"]["io.durable-mcp/taskSupport"].clone()
+        };
+        assert_eq!(support(json!({})), "forbidden");
+        assert_eq!(support(json!({"taskSupport": "optional"})), "optional");
+        assert_eq!(support(json!({"taskSupport": "required"})), "required");
+    }
+
+    #[test]
+    fn an_upstream_result_without_a_result_type_is_complete() {
+        assert_eq!(complete(json!({"content": []})), json!({"content": [], "resultType": "complete"}));
+        assert_eq!(complete(json!({"resultType": "input_required"}))["resultType"], "input_required");
+    }
 
     #[test]
     fn the_progress_token_is_forwarded_and_the_lifecycle_meta_is_not() {

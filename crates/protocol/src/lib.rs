@@ -24,7 +24,7 @@ pub use auth::{AuthInfo, REQUIRED_SCOPES_META, merge_meta, required_scopes};
 pub use tasks::{TaskSupport, task_support};
 pub use adapter::{Closed, McpHandler, NOTIFY_WINDOW, Outbound, PeerContext, Run, ServerSummary};
 pub use version::{McpVersion, UnknownVersion};
-pub use forward::{Forward, Upstream, UpstreamError, UpstreamRequest};
+pub use forward::{Forward, Questions, Upstream, UpstreamError, UpstreamRequest};
 /// A notification a handler sends (through its rmcp peer) to ask the transport to close the
 /// current SSE connection of its request without ending the stream: the client resumes with
 /// `GET` + `Last-Event-ID` (SSE polling, 2025-11-25). It is never forwarded to the client.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use durable_mcp_protocol::UpstreamError;
+use durable_mcp_protocol::{Questions, UpstreamError};
 use durable_mcp_protocol::jsonrpc::code;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -37,11 +37,13 @@ pub(crate) struct Sink {
     /// The client's progress token, restored in the notifications forwarded.
     token: Option<Value>,
     sent_progress: Arc<Mutex<Option<f64>>>,
+    /// Where the upstream's questions for the request go (journaled requests only).
+    questions: Option<Questions>,
 }
 
 impl Sink {
-    pub(crate) fn new(tx: mpsc::UnboundedSender<Value>, token: Option<Value>) -> Self {
-        Self { tx, token, sent_progress: Arc::default() }
+    pub(crate) fn new(tx: mpsc::UnboundedSender<Value>, token: Option<Value>, questions: Option<Questions>) -> Self {
+        Self { tx, token, sent_progress: Arc::default(), questions }
     }
 
     fn forward(&self, mut message: Value) {
@@ -77,6 +79,9 @@ pub(crate) enum CallError {
 struct Pending {
     reply: oneshot::Sender<Result<Value, UpstreamError>>,
     sink: Option<Sink>,
+    /// Cancelled when the call ends, however it ends (a question relayed for it stops
+    /// waiting then).
+    ended: CancellationToken,
 }
 
 #[derive(Default)]
@@ -244,12 +249,14 @@ impl Child {
             meta.insert("progressToken".into(), Value::from(id));
         }
         let (reply, answer) = oneshot::channel();
+        let ended = CancellationToken::new();
+        let _ended = ended.clone().drop_guard();
         {
             let mut state = crate::lock(&self.state);
             if state.exited {
                 return Err(CallError::Gone);
             }
-            state.pending.insert(id, Pending { reply, sink });
+            state.pending.insert(id, Pending { reply, sink, ended });
         }
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let _done = InFlight(self);
@@ -308,20 +315,45 @@ impl Child {
                 };
                 let _ = pending.reply.send(outcome);
             }
-            (Some(method), Some(id)) => {
-                // Server-to-client requests: `ping` is answered here; questions (sampling,
-                // elicitation, roots) are not relayed to the client yet.
-                let reply = if method == "ping" {
-                    json!({"jsonrpc": "2.0", "id": id, "result": {}})
-                } else {
-                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code::METHOD_NOT_FOUND,
-                        "message": format!("durable-mcp proxy does not relay {method} to its clients")}})
-                };
-                let _ = self.writer.send(reply.to_string());
-            }
+            (Some(method), Some(id)) => self.question(method, id, message.get("params").cloned()),
             (Some(method), None) => self.route_notification(&method, message),
             (None, None) => {}
         }
+    }
+
+    /// A request of the upstream to its client: `ping` is answered here; a question
+    /// (elicitation, sampling, roots) is relayed for the oldest journaled request in flight
+    /// (stdio does not say which request a question belongs to), and answered when the
+    /// client's answer is committed. With no such request it is refused.
+    fn question(&self, method: String, id: Value, params: Option<Value>) {
+        if method == "ping" {
+            let _ = self.writer.send(json!({"jsonrpc": "2.0", "id": id, "result": {}}).to_string());
+            return;
+        }
+        let target = crate::lock(&self.state)
+            .pending
+            .values()
+            .find_map(|p| p.sink.as_ref().and_then(|s| s.questions.clone()).map(|q| (q, p.ended.clone())));
+        let Some((questions, ended)) = target else {
+            tracing::debug!(pid = ?self.pid, %method, "an upstream question with no journaled request in flight is refused");
+            let refusal = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code::METHOD_NOT_FOUND,
+                "message": format!("durable-mcp proxy relays {method} only while it serves a tools/call, prompts/get, resources/read or completion/complete")}});
+            let _ = self.writer.send(refusal.to_string());
+            return;
+        };
+        let (writer, gone) = (self.writer.clone(), self.gone.clone());
+        tokio::spawn(async move {
+            let body = tokio::select! {
+                body = questions.ask(&method, params.unwrap_or_else(|| json!({}))) => body,
+                () = gone.cancelled() => return,
+                () = ended.cancelled() => return,
+            };
+            let mut reply = json!({"jsonrpc": "2.0", "id": id});
+            if let (Some(reply), Value::Object(body)) = (reply.as_object_mut(), body) {
+                reply.extend(body);
+            }
+            let _ = writer.send(reply.to_string());
+        });
     }
 
     /// Progress goes to the request whose token it carries; a log message to the oldest
@@ -382,7 +414,7 @@ mod tests {
     #[test]
     fn d7_progress_already_forwarded_is_not_forwarded_again_and_carries_the_clients_token() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let sink = Sink::new(tx, Some(json!("client-token")));
+        let sink = Sink::new(tx, Some(json!("client-token")), None);
         for value in [1, 2, 3] {
             sink.forward(progress(7, value));
         }

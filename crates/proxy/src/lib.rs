@@ -20,6 +20,10 @@
 //!   `readOnlyHint` or `idempotentHint`, tools the operator marked retryable); otherwise it
 //!   is answered with [`code::UPSTREAM_INTERRUPTED`]. A journaled request the engine runs
 //!   again after the worker died (attempt 2 and later) follows the same rule.
+//! - **questions**: a child's `elicitation/create`, `sampling/createMessage` or `roots/list`
+//!   is relayed for the oldest journaled request in flight on it, through that request's
+//!   [`durable_mcp_protocol::Questions`] (asked once, the answer committed first); each
+//!   send of a request to a fresh child matches its questions from the first again.
 //!
 //! # Durability
 //! In plain words: the client gets exactly one outcome of each request, and never waits
@@ -200,7 +204,7 @@ impl Shared {
     }
 
     async fn forward(self: Arc<Self>, request: UpstreamRequest) -> Result<Value, UpstreamError> {
-        let UpstreamRequest { method, params, session, client, attempt, cancel, notifications } = request;
+        let UpstreamRequest { method, params, session, client, attempt, cancel, notifications, questions } = request;
         let tool_name = (method == "tools/call").then(|| params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned());
         let resend = {
             let tool = tool_name.as_deref().and_then(|name| self.tool(name));
@@ -215,9 +219,13 @@ impl Shared {
             None => self.supervisor.pool_key(),
         };
         let token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
-        let sink = Sink::new(notifications, token);
+        let sink = Sink::new(notifications, token, questions.clone());
         let mut resends = 0;
         loop {
+            if let Some(questions) = &questions {
+                // A fresh process asks from its first question again.
+                questions.restart().await;
+            }
             let child = self.supervisor.child(&key, client.as_ref()).await.map_err(|error| unavailable(&error))?;
             let call = child.call(&method, params.clone(), Some(sink.clone()), &cancel);
             let outcome = match self.config.request_timeout {

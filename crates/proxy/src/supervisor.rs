@@ -182,16 +182,26 @@ impl Supervisor {
     }
 }
 
+/// The questions a child may ask its client, which the proxy relays: the client
+/// capabilities a child declares.
+const RELAYED: [&str; 3] = ["elicitation", "sampling", "roots"];
+
 /// The `initialize` params a child is started with: the session's own (its protocol
-/// version and client info), with no client capabilities (the proxy does not relay the
-/// upstream's questions to the client yet), or the proxy's own for a pool child.
+/// version, client info, and of its capabilities those the proxy relays questions for), or
+/// the proxy's own for a pool child, which declares every relayed capability (each
+/// 2026-07-28 request says what its client can answer; a question the client cannot
+/// answer is refused to the child).
 fn initialize_params(client: Option<&Value>) -> Value {
     let version = client.and_then(|c| c.get("protocolVersion")).cloned().unwrap_or_else(|| json!("2025-11-25"));
     let info = client
         .and_then(|c| c.get("clientInfo"))
         .cloned()
         .unwrap_or_else(|| json!({"name": "durable-mcp-proxy", "version": env!("CARGO_PKG_VERSION")}));
-    json!({"protocolVersion": version, "capabilities": {}, "clientInfo": info})
+    let capabilities: serde_json::Map<String, Value> = match client {
+        Some(client) => RELAYED.iter().filter_map(|&c| client.pointer(&format!("/capabilities/{c}")).map(|v| (c.to_owned(), v.clone()))).collect(),
+        None => RELAYED.iter().map(|&c| (c.to_owned(), json!({}))).collect(),
+    };
+    json!({"protocolVersion": version, "capabilities": capabilities, "clientInfo": info})
 }
 
 #[cfg(test)]
@@ -209,12 +219,15 @@ mod tests {
     }
 
     #[test]
-    fn a_child_starts_with_the_sessions_version_and_client_info_and_no_capabilities() {
-        let client = json!({"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}}, "clientInfo": {"name": "c", "version": "2"}});
+    fn a_child_starts_with_the_sessions_version_client_info_and_relayed_capabilities() {
+        let client = json!({"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}, "experimental": {"x": {}}, "elicitation": {"form": {}}},
+            "clientInfo": {"name": "c", "version": "2"}});
         assert_eq!(
             initialize_params(Some(&client)),
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c", "version": "2"}})
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}, "elicitation": {"form": {}}}, "clientInfo": {"name": "c", "version": "2"}})
         );
-        assert_eq!(initialize_params(None)["clientInfo"]["name"], "durable-mcp-proxy");
+        let pool = initialize_params(None);
+        assert_eq!(pool["clientInfo"]["name"], "durable-mcp-proxy");
+        assert_eq!(pool["capabilities"], json!({"elicitation": {}, "sampling": {}, "roots": {}}));
     }
 }
