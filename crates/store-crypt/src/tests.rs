@@ -241,7 +241,7 @@ fn a_bad_key_file_is_refused_with_the_reason() {
     };
     let cases = [
         ("{}".to_owned(), "not a key file"),
-        (format!(r#"{{"version": 2, "keys": []}}"#), "version 2"),
+        (r#"{"version": 2, "keys": []}"#.to_owned(), "version 2"),
         (format!(r#"{{"version": 1, "keys": [{{"id": "{id}", "created_ms": 1, "key": "{}"}}]}}"#, key(16)), "16 bytes, AES-256 needs 32"),
         (format!(r#"{{"version": 1, "keys": [{{"id": "a:b", "created_ms": 1, "key": "{}"}}]}}"#, key(32)), "key id \"a:b\""),
         (
