@@ -143,7 +143,7 @@ pub async fn serve(args: ServerArgs) -> Result<(), BenchError> {
     match args.server {
         ServedBy::Rmcp { listen } => serve_rmcp(listen).await,
         ServedBy::Durable { store, listen, metrics_listen } => {
-            let mut server = durable_mcp::DurableMcp::new(durable_mcp_examples::Everything::default()).store_url(&store).await?;
+            let mut server = durable_mcp::DurableMcp::new(durable_mcp_examples::Everything::default()).store(crate::open_store(&store).await?);
             if let Some(addr) = metrics_listen {
                 server = server.metrics_listen(addr);
             }

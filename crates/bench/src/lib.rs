@@ -244,8 +244,29 @@ fn store_urls(configured: &[String], scratch: Option<&ScratchDir>) -> Vec<String
     urls
 }
 
+/// The prefix of a store URL measured behind encryption at rest: `encrypted+sqlite:PATH`
+/// is `sqlite:PATH` wrapped in a `CryptStore` with a fresh key of its own (one per opened
+/// store: a scratch store is made for the run and is never read by another key).
+pub const ENCRYPTED: &str = "encrypted+";
+
+/// Open a store URL of the bench: as [`durable_mcp::open_store`], or behind encryption at
+/// rest with an [`ENCRYPTED`] prefix.
+///
+/// # Errors
+/// The store did not open, or no key could be made (the system random source failed).
+pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, BenchError> {
+    let Some(inner) = url.strip_prefix(ENCRYPTED) else { return Ok(durable_mcp::open_store(url).await?) };
+    let mut keys = durable_mcp_store_crypt::KeyFile::default();
+    keys.rotate(durable_mcp::now_ms()).map_err(|e| BenchError::Store(durable_mcp_store::StoreError::Unavailable(Box::new(e))))?;
+    let ring = keys.ring("the bench's key").map_err(|e| BenchError::Store(durable_mcp_store::StoreError::Unavailable(Box::new(e))))?;
+    Ok(Arc::new(durable_mcp_store_crypt::CryptStore::new(durable_mcp::open_store(inner).await?, Arc::new(ring))))
+}
+
 /// A short, credential-free name for a store URL.
 pub fn store_label(url: &str) -> String {
+    if let Some(inner) = url.strip_prefix(ENCRYPTED) {
+        return format!("{} encrypted", store_label(inner));
+    }
     let (scheme, rest) = url.split_once(':').unwrap_or((url, ""));
     match scheme {
         "memory" => "memory".to_owned(),
@@ -429,7 +450,7 @@ async fn measure_stores(config: &BenchConfig, urls: &[String], progress: &mut dy
     };
     let mut stores: Vec<(String, Arc<dyn Store>)> = Vec::with_capacity(urls.len());
     for url in urls {
-        stores.push((store_label(url), durable_mcp::open_store(url).await?));
+        stores.push((store_label(url), open_store(url).await?));
     }
     let mut rows = Vec::with_capacity(urls.len());
     for (label, store) in stores {

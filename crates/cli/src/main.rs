@@ -81,6 +81,41 @@ struct StoreArgs {
     /// `memory:`.
     #[arg(long, env = "DURABLE_MCP_STORE", default_value = durable_mcp::DEFAULT_STORE_URL)]
     store: String,
+    /// Encrypt event payloads, journal records and session state at rest with the keys of
+    /// this file (AES-256-GCM; create it with `durable-mcp keys encryption rotate`). Every
+    /// command that reads the store needs it then. Off by default. docs/security.md.
+    #[arg(long, env = "DURABLE_MCP_ENCRYPTION_KEY_FILE")]
+    encryption_key_file: Option<std::path::PathBuf>,
+    /// The key file's JSON itself, for keys handed over in the environment (set
+    /// DURABLE_MCP_ENCRYPTION_KEYS rather than the flag: command lines are visible to
+    /// other users).
+    #[arg(long, env = "DURABLE_MCP_ENCRYPTION_KEYS", hide_env_values = true, conflicts_with = "encryption_key_file")]
+    encryption_keys: Option<String>,
+}
+
+impl StoreArgs {
+    /// The key ring of `--encryption-key-file` / `DURABLE_MCP_ENCRYPTION_KEYS`, if given.
+    fn key_ring(&self) -> anyhow::Result<Option<std::sync::Arc<durable_mcp_store_crypt::KeyRing>>> {
+        let file = match (&self.encryption_key_file, &self.encryption_keys) {
+            (Some(path), _) => (durable_mcp_store_crypt::KeyFile::read(path)?, path.display().to_string()),
+            (None, Some(text)) => (durable_mcp_store_crypt::KeyFile::parse(text, "DURABLE_MCP_ENCRYPTION_KEYS")?, "DURABLE_MCP_ENCRYPTION_KEYS".to_owned()),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(std::sync::Arc::new(file.0.ring(&file.1)?)))
+    }
+
+    /// Open the store, behind encryption when a key file is given.
+    async fn open(&self) -> anyhow::Result<std::sync::Arc<dyn durable_mcp::Store>> {
+        let ring = self.key_ring()?;
+        let store = durable_mcp::open_store(&self.store).await.with_context(|| format!("opening store {}", config::redact_url(&self.store)))?;
+        Ok(match ring {
+            Some(ring) => {
+                tracing::debug!(primary = ring.primary_id(), "encryption at rest is on");
+                std::sync::Arc::new(durable_mcp_store_crypt::CryptStore::new(store, ring))
+            }
+            None => store,
+        })
+    }
 }
 
 /// Retention (D14).
@@ -173,6 +208,48 @@ enum KeysAction {
         /// 0 drops them at once (a leaked key): their states are refused.
         #[arg(long, default_value_t = durable_mcp::keys::DEFAULT_KEEP_OLD.as_secs())]
         keep_old_secs: u64,
+    },
+    /// The key file of encryption at rest (`--encryption-key-file`): rotate, list, retire.
+    /// Unlike the `requestState` ring, it is kept outside the store.
+    Encryption {
+        #[command(subcommand)]
+        action: EncryptionAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum EncryptionAction {
+    /// Add a new random key and make it the primary one (it seals every new value); the
+    /// previous keys stay and still open what they sealed. Creates the file if it does
+    /// not exist. The file is replaced atomically, readable by its owner only. Workers
+    /// read the file at start: restart them (all of them) to seal with the new key.
+    Rotate {
+        /// The key file.
+        #[arg(long)]
+        key_file: std::path::PathBuf,
+    },
+    /// One line per key: its id, when it was created, whether it is primary (never the key).
+    /// With `--store`, also how many stored values each key sealed.
+    List {
+        /// The key file.
+        #[arg(long)]
+        key_file: std::path::PathBuf,
+        /// Count the values of this store by key (a full scan).
+        #[arg(long)]
+        store: Option<String>,
+    },
+    /// Remove a key from the file, after a scan of the store shows no value sealed with it
+    /// any more (values expire with retention, or are rewritten under the primary key).
+    /// Refused while any value uses it, and for the primary key.
+    Retire {
+        /// The key file.
+        #[arg(long)]
+        key_file: std::path::PathBuf,
+        /// The store whose values are scanned.
+        #[arg(long, env = "DURABLE_MCP_STORE", default_value = durable_mcp::DEFAULT_STORE_URL)]
+        store: String,
+        /// The id of the key to retire.
+        id: String,
     },
 }
 
@@ -608,14 +685,14 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Sessions(args) => match args.action {
             SessionsAction::List { store, principal, limit, json } => {
-                let store = durable_mcp::open_store(&store.store).await?;
+                let store = store.open().await?;
                 ops::sessions_list(store.as_ref(), principal.as_deref(), limit, json).await
             }
-            SessionsAction::Show { store, id, json } => ops::sessions_show(durable_mcp::open_store(&store.store).await?.as_ref(), &id, json).await,
-            SessionsAction::End { store, id, json } => ops::sessions_end(durable_mcp::open_store(&store.store).await?, &id, json).await,
+            SessionsAction::Show { store, id, json } => ops::sessions_show(store.open().await?.as_ref(), &id, json).await,
+            SessionsAction::End { store, id, json } => ops::sessions_end(store.open().await?, &id, json).await,
         },
         Command::Dump(args) => {
-            let store = durable_mcp::open_store(&args.store.store).await?;
+            let store = args.store.open().await?;
             let counts = match args.output {
                 Some(path) => transfer::dump(store.as_ref(), std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?).await?,
                 None => transfer::dump(store.as_ref(), std::io::stdout().lock()).await?,
@@ -624,7 +701,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Load(args) => {
-            let store = durable_mcp::open_store(&args.store.store).await?;
+            let store = args.store.open().await?;
             let done = match args.input {
                 Some(path) => {
                     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
@@ -640,7 +717,7 @@ async fn main() -> anyhow::Result<()> {
             let done = transfer::copy(from.as_ref(), to.as_ref()).await?;
             print_imported(&done, args.json)
         }
-        Command::Stats(args) => ops::stats(durable_mcp::open_store(&args.store.store).await?.as_ref(), args.json).await,
+        Command::Stats(args) => ops::stats(args.store.open().await?.as_ref(), args.json).await,
         Command::Doctor(args) => {
             let settings = ops::ServeSettings {
                 store_url: args.serve.store.store.clone(),
@@ -678,7 +755,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Proxy(args) => proxy(args).await,
         Command::Prune(args) => {
-            let store = durable_mcp::open_store(&args.store.store).await?;
+            let store = args.store.open().await?;
             let report = store.prune(&args.retention.retention(), durable_mcp::now_ms()).await?;
             println!(
                 "sessions ended: {}, streams deleted: {}, journal records expired: {}",
@@ -716,7 +793,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Replay(args) => {
-            let store = durable_mcp::open_store(&args.store.store).await?;
+            let store = args.store.open().await?;
             let id: durable_mcp::EventId = args.event_id.parse().context("malformed event id")?;
             let mut after = id.seq;
             loop {
@@ -755,7 +832,7 @@ fn print_imported(done: &transfer::Imported, json: bool) -> anyhow::Result<()> {
 }
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
-    let store = durable_mcp::open_store(&args.store.store).await?;
+    let store = args.store.open().await?;
     match args.what {
         Inspected::Sessions => {
             for session in store.list_sessions(None, args.limit).await? {
@@ -914,9 +991,7 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
         http.allowed_hosts = Some(args.allow_hosts);
     }
     let server = server
-        .store_url(&args.store.store)
-        .await
-        .with_context(|| format!("opening store {}", args.store.store))?
+        .store(args.store.open().await?)
         .bind(args.listen)
         .http_config(http)
         .engine_options(EngineOptions {
@@ -968,10 +1043,61 @@ fn default_worker_id(listen: Option<SocketAddr>) -> String {
 }
 
 
+/// `keys encryption`: the key file of encryption at rest.
+async fn encryption_keys(action: EncryptionAction) -> anyhow::Result<()> {
+    use durable_mcp_store_crypt::{KeyFile, key_usage};
+    match action {
+        EncryptionAction::Rotate { key_file } => {
+            let mut file = KeyFile::read_or_new(&key_file)?;
+            let new = file.rotate(durable_mcp::now_ms())?;
+            file.write(&key_file)?;
+            println!(
+                "added key {} as primary in {}; {} older key(s) still open their values; restart the workers to seal with it",
+                new.id,
+                key_file.display(),
+                file.keys().len() - 1
+            );
+            Ok(())
+        }
+        EncryptionAction::List { key_file, store } => {
+            let file = KeyFile::read(&key_file)?;
+            let usage = match store {
+                Some(url) => Some(key_usage(durable_mcp::open_store(&url).await?.as_ref()).await?),
+                None => None,
+            };
+            for key in file.keys() {
+                let values = usage.as_ref().map_or_else(String::new, |u| format!("  values={}", u.of(&key.id)));
+                println!("{}  created_ms={}{}{}", key.id, key.created_ms, values, if key.primary { "  (primary)" } else { "" });
+            }
+            if let Some(usage) = usage {
+                let unknown: u64 = usage.by_key.iter().filter(|(id, _)| !file.keys().iter().any(|k| &&k.id == id)).map(|(_, n)| n).sum();
+                println!("plaintext values: {}; values of keys not in the file: {unknown}", usage.plaintext);
+            }
+            Ok(())
+        }
+        EncryptionAction::Retire { key_file, store, id } => {
+            let mut file = KeyFile::read(&key_file)?;
+            if !file.keys().iter().any(|k| k.id == id) {
+                anyhow::bail!("no key {id:?} in {}", key_file.display());
+            }
+            let usage = key_usage(durable_mcp::open_store(&store).await?.as_ref()).await?;
+            let used = usage.of(&id);
+            if used > 0 {
+                anyhow::bail!("key {id} still seals {used} stored value(s): retire it once they have expired (retention) or were rewritten");
+            }
+            file.retire(&id)?;
+            file.write(&key_file)?;
+            println!("retired key {id}: no value of {} uses it", config::redact_url(&store));
+            Ok(())
+        }
+    }
+}
+
 async fn keys(args: KeysArgs) -> anyhow::Result<()> {
     match args.action {
+        KeysAction::Encryption { action } => encryption_keys(action).await,
         KeysAction::List { store } => {
-            let opened = durable_mcp::open_store(&store.store).await?;
+            let opened = store.open().await?;
             let Some((ring, _)) = durable_mcp::keys::read(opened.as_ref()).await? else {
                 eprintln!("no key ring yet: the first worker (or `keys rotate`) creates it");
                 return Ok(());
@@ -990,7 +1116,7 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
             Ok(())
         }
         KeysAction::Rotate { store, activate_in_secs, keep_old_secs } => {
-            let opened = durable_mcp::open_store(&store.store).await?;
+            let opened = store.open().await?;
             let ring = durable_mcp::keys::rotate(opened.as_ref(), Duration::from_secs(activate_in_secs), Duration::from_secs(keep_old_secs))
                 .await
                 .context("rotating the requestState key ring")?;
