@@ -6,8 +6,11 @@
 #
 # cargo fuzz needs nightly-only rustc flags (-Zsanitizer, sancov options): on the stable
 # toolchain they are allowed with RUSTC_BOOTSTRAP=1, as cargo-fuzz documents. Builds go to
-# fuzz/target, or $CARGO_TARGET_DIR when it is set. cargo-fuzz itself comes from
-# scripts/setup-fuzz.sh (into .tools/cargo).
+# $CARGO_TARGET_DIR when it is set, else to the machine's build cache
+# ($DURABLE_MCP_CACHE, default ${XDG_CACHE_HOME:-~/.cache}/durable-mcp: <cache>/fuzz-target),
+# outside the checkout: a fresh clone on the same machine (CI's) rebuilds only the
+# project's own crates, not every dependency with the sanitizer's flags. cargo-fuzz itself
+# comes from scripts/setup-fuzz.sh (into the same cache).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,7 +21,8 @@ TARGETS=(jsonrpc sse headers request_state token)
 bin="$("$SCRIPT_DIR/setup-fuzz.sh" | tail -n 1)"
 export PATH="${bin#CARGO_FUZZ_BIN=}:$PATH"
 export RUSTC_BOOTSTRAP=1
-target_dir="${CARGO_TARGET_DIR:-$REPO_ROOT/fuzz/target}"
+cache="${DURABLE_MCP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/durable-mcp}"
+target_dir="${CARGO_TARGET_DIR:-$cache/fuzz-target}"
 # cargo fuzz builds for the host triple with its own flags: a CARGO_TARGET_DIR shared with
 # ordinary builds would be rebuilt back and forth, so keep fuzz builds in their own folder.
 unset CARGO_TARGET_DIR

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs cargo-fuzz (the libFuzzer driver of the fuzz/ crate) into <repo>/.tools/cargo
-# (git-ignored): .tools/cargo/bin/cargo-fuzz. Idempotent: skips an install of the same
-# version. Needs the crates registry and a C++ compiler (libfuzzer-sys builds libFuzzer).
+# Installs cargo-fuzz (the libFuzzer driver of the fuzz/ crate) into the machine's build
+# cache, $DURABLE_MCP_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/durable-mcp), outside the
+# checkout: <cache>/cargo/bin/cargo-fuzz. A fresh clone on the same machine (CI's) reuses
+# it instead of compiling it again; a new machine installs it. Idempotent: skips an install
+# of the same version. Needs the crates registry and a C++ compiler (libfuzzer-sys builds libFuzzer).
 # Prints the bin directory on stdout's last line as "CARGO_FUZZ_BIN=<dir>".
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
-ROOT="$REPO_ROOT/.tools/cargo"
+CACHE="${DURABLE_MCP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/durable-mcp}"
+ROOT="$CACHE/cargo"
 VERSION="0.13.2"
 
 log() { echo "[setup-fuzz] $*" >&2; }
