@@ -396,16 +396,26 @@ enum Target {
     Takeover(support::backend::Backend),
 }
 
-/// Proxy workers on one store: `a` serves the calls; `b` (shared stores) takes over.
+/// Proxy workers on one store: `a` serves the calls; `b` (shared stores) takes over. Each
+/// serves metrics (`a_metrics`, `b_metrics`).
 struct Workers {
     python: PathBuf,
     store: String,
     a: Server,
     a_port: u16,
-    b: Option<Server>,
+    a_metrics: SocketAddr,
+    b: Option<(Server, SocketAddr)>,
 }
 
 const LEASE: [&str; 2] = ["--lease-ms", "1500"];
+
+/// A proxy worker with `LEASE` and metrics on a free address.
+fn proxy_worker(python: &Path, store: &str, port: u16) -> (Server, SocketAddr) {
+    let (metrics, args) = with_metrics(&LEASE);
+    let server = start_proxy(python, store, port, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for_listener(metrics);
+    (server, metrics)
+}
 
 impl Workers {
     fn new(target: &Target, dir: &Path) -> Option<Workers> {
@@ -420,30 +430,42 @@ impl Workers {
             }
         };
         let a_port = free_port();
-        let a = start_proxy(&python, &store, a_port, &LEASE);
-        let b = matches!(target, Target::Takeover(_)).then(|| start_proxy(&python, &store, free_port(), &LEASE));
-        Some(Workers { python, store, a, a_port, b })
+        let (a, a_metrics) = proxy_worker(&python, &store, a_port);
+        let b = matches!(target, Target::Takeover(_)).then(|| proxy_worker(&python, &store, free_port()));
+        Some(Workers { python, store, a, a_port, a_metrics, b })
     }
 
     /// SIGKILL `a`; SQLite: start it again on the same file and port; shared store: `b`
     /// becomes `a` and a fresh worker `b`. Returns where to resume.
     fn crash(&mut self) -> SocketAddr {
         self.a.kill();
-        match self.b.take() {
-            None => self.a = start_proxy(&self.python, &self.store, self.a_port, &LEASE),
+        let (a, a_metrics) = match self.b.take() {
+            None => proxy_worker(&self.python, &self.store, self.a_port),
             Some(b) => {
-                self.a_port = b.addr.port();
-                self.a = b;
-                self.b = Some(start_proxy(&self.python, &self.store, free_port(), &LEASE));
+                self.b = Some(proxy_worker(&self.python, &self.store, free_port()));
+                b
             }
-        }
+        };
+        self.a_port = a.addr.port();
+        self.a = a;
+        self.a_metrics = a_metrics;
         self.a.addr
+    }
+
+    /// The sum of series `name` with exactly `labels` over the live workers (either may have
+    /// taken a run over).
+    fn total(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let mut scrapes = vec![scrape(self.a_metrics)];
+        scrapes.extend(self.b.as_ref().map(|(_, metrics)| scrape(*metrics)));
+        scrapes.iter().map(|s| s.exact(name, labels).unwrap_or(0.0)).sum()
     }
 }
 
 /// D7 through the proxy: SIGKILL of the worker during a slow tool with progress. The
 /// client resumes with `Last-Event-ID` (on the restarted worker, or on the one that took
 /// the run over, which starts the session's child itself from the stored session).
+/// Metrics: the read-only call counted as sent again after the worker stopped, the other
+/// as interrupted for that cause.
 fn proxy_killed_during_a_slow_tool(target: Target) {
     let dir = temp_dir("proxy-crash");
     let Some(mut workers) = Workers::new(&target, &dir) else { return };
@@ -462,6 +484,8 @@ fn proxy_killed_during_a_slow_tool(target: Target) {
     assert_eq!(outcomes.len(), 1, "one outcome: {outcomes:?}");
     assert_eq!(text(outcomes[0]), format!("done {STEPS}"));
     assert_eq!(rest.last().map(|m| &m["id"]), Some(&json!(1)), "the outcome comes last");
+    let resent = "durable_mcp_proxy_requests_resent_total";
+    assert_eq!(workers.total(resent, &[("after", "worker_stopped"), ("policy", "read_only_tool")]), 1.0, "sent again after the worker died");
 
     // Not idempotent: the call is not sent again; the client gets the clear error as its
     // one outcome, and the upstream's effect happened once.
@@ -473,6 +497,7 @@ fn proxy_killed_during_a_slow_tool(target: Target) {
     assert_eq!(outcomes.len(), 1, "one outcome: {seen:?} {rest:?}");
     assert_eq!(outcomes[0]["error"]["code"], INTERRUPTED, "{}", outcomes[0]);
     assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "start\n", "the call ran once");
+    assert_eq!(workers.total("durable_mcp_proxy_requests_interrupted_total", &[("cause", "worker_stopped")]), 1.0);
 
     // The session goes on, on the worker serving it now.
     let got = outcome(post(addr, Some(&session), &call(3, "lookup", json!({"key": "after"}))), 3);
