@@ -264,7 +264,9 @@ impl Shared {
                     tracing::warn!(?key, pid = ?child.pid(), %method, ?resend, "the upstream process exited before it answered");
                     self.supervisor.record(&key, true);
                     if !resend.allowed() || resends >= self.config.max_resends {
-                        crate::metrics::interrupted(Interruption::ChildExited, resend.allowed());
+                        // Allowed, yet not sent again: `--max-resends` is reached.
+                        let exhausted = resend.allowed();
+                        crate::metrics::interrupted(Interruption::ChildExited, exhausted);
                         return Err(interrupted(&method, tool_name.as_deref(), "its upstream process exited before it answered"));
                     }
                     crate::metrics::resent(Interruption::ChildExited, resend);
