@@ -11,7 +11,7 @@ use durable_mcp_store::Principal;
 use serde_json::Map;
 use sha2::{Digest, Sha256};
 
-use crate::{AuthError, Authenticated, ConfigError};
+use crate::{AuthError, AuthMethod, Authenticated, ConfigError};
 
 /// One accepted key.
 #[derive(Clone)]
@@ -102,7 +102,7 @@ impl ApiKeys {
             }
         }
         let key = found.ok_or_else(|| AuthError::InvalidToken("unknown API key".into()))?;
-        Ok(Authenticated { principal: Principal::new(format!("key:{}", key.id)), scopes: key.scopes.clone(), claims: Map::new() })
+        Ok(Authenticated { principal: Principal::new(format!("key:{}", key.id)), scopes: key.scopes.clone(), claims: Map::new(), method: AuthMethod::ApiKey })
     }
 }
 

@@ -56,6 +56,8 @@ pub(crate) struct KeySet {
     /// Held while fetching (one fetch at a time); the time of the last attempt.
     fetching: tokio::sync::Mutex<Option<Instant>>,
     fetches: AtomicU64,
+    /// Fetches that failed, since last taken ([`crate::OAuth::take_fetch_failures`]).
+    failures: AtomicU64,
 }
 
 impl KeySet {
@@ -69,12 +71,18 @@ impl KeySet {
             cached: RwLock::new(Cached::default()),
             fetching: tokio::sync::Mutex::new(None),
             fetches: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
         }
     }
 
     /// How many times the JWKS was fetched (attempts, successful or not).
     pub(crate) fn fetches(&self) -> u64 {
         self.fetches.load(Ordering::Relaxed)
+    }
+
+    /// The count of failed fetches not taken yet.
+    pub(crate) fn failures(&self) -> &AtomicU64 {
+        &self.failures
     }
 
     /// The key that verifies a token whose header says `kid` and `alg`: it must be a
@@ -101,7 +109,10 @@ impl KeySet {
                         cached.keys = keys;
                         cached.fetched = Some(Instant::now());
                     }
-                    Err(error) => tracing::warn!(%error, "could not fetch the authorization server's JWKS"),
+                    Err(error) => {
+                        self.failures.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%error, "could not fetch the authorization server's JWKS");
+                    }
                 }
             }
         }

@@ -35,7 +35,7 @@ pub use apikeys::{ApiKey, ApiKeys, constant_time_eq};
 pub use durable_mcp_store::Principal;
 pub use fetch::FetchError;
 pub use jwks::ACCEPTED_ALGORITHMS;
-pub use oauth::{IntrospectionConfig, OAuth, OAuthConfig, oauth_principal};
+pub use oauth::{FetchFailures, IntrospectionConfig, OAuth, OAuthConfig, oauth_principal};
 pub use proxy::{Cidr, TrustedProxy};
 pub use rules::ScopeRules;
 
@@ -55,12 +55,44 @@ pub struct Authenticated {
     /// The token's claims (JWT payload or introspection answer); empty for API keys and
     /// proxies. Never the token itself.
     pub claims: Map<String, Value>,
+    /// How the credentials were checked.
+    pub method: AuthMethod,
 }
 
 impl Authenticated {
     /// The caller of every request when no authentication is configured.
     pub fn anonymous() -> Self {
-        Self { principal: Principal::anonymous(), scopes: BTreeSet::new(), claims: Map::new() }
+        Self { principal: Principal::anonymous(), scopes: BTreeSet::new(), claims: Map::new(), method: AuthMethod::Anonymous }
+    }
+}
+
+/// How a caller's credentials were checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuthMethod {
+    /// None: no authentication is configured.
+    Anonymous,
+    /// A static API key.
+    ApiKey,
+    /// A JWT verified against the authorization server's keys.
+    Jwt,
+    /// An opaque token introspected (RFC 7662), or its cached introspection.
+    Introspection,
+    /// A trusted proxy's header.
+    TrustedProxy,
+}
+
+impl AuthMethod {
+    /// Its name in metrics and logs: `anonymous`, `api_key`, `jwt`, `introspection`,
+    /// `trusted_proxy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthMethod::Anonymous => "anonymous",
+            AuthMethod::ApiKey => "api_key",
+            AuthMethod::Jwt => "jwt",
+            AuthMethod::Introspection => "introspection",
+            AuthMethod::TrustedProxy => "trusted_proxy",
+        }
     }
 }
 
@@ -75,6 +107,10 @@ pub enum AuthError {
     /// and sent as `error_description`; it never contains the token.
     #[error("Unauthorized: invalid token: {0}")]
     InvalidToken(String),
+    /// A token past its `exp` (and the leeway): 401, `error="invalid_token"`, as
+    /// [`AuthError::InvalidToken`], told apart for metrics and logs.
+    #[error("Unauthorized: invalid token: {}", EXPIRED)]
+    Expired,
     /// The `Authorization` header is malformed (400, `error="invalid_request"`).
     #[error("Bad Request: {0}")]
     InvalidRequest(String),
@@ -94,13 +130,30 @@ impl AuthError {
     /// The HTTP status of the refusal.
     pub fn status(&self) -> StatusCode {
         match self {
-            AuthError::Missing | AuthError::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            AuthError::Missing | AuthError::InvalidToken(_) | AuthError::Expired => StatusCode::UNAUTHORIZED,
             AuthError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             AuthError::InsufficientScope { .. } => StatusCode::FORBIDDEN,
             AuthError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
+
+    /// Why, as a label from a small fixed set (metrics): `missing`, `invalid_token`,
+    /// `expired`, `malformed` (the `Authorization` header), `insufficient_scope`,
+    /// `unavailable` (the authorization server could not be asked).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "missing",
+            AuthError::InvalidToken(_) => "invalid_token",
+            AuthError::Expired => "expired",
+            AuthError::InvalidRequest(_) => "malformed",
+            AuthError::InsufficientScope { .. } => "insufficient_scope",
+            AuthError::Unavailable(_) => "unavailable",
+        }
+    }
 }
+
+/// The description of [`AuthError::Expired`].
+const EXPIRED: &str = "the token has expired";
 
 /// A configuration that cannot work.
 #[derive(Debug, thiserror::Error)]
@@ -209,6 +262,10 @@ impl Authenticator {
             AuthError::InvalidToken(reason) => {
                 params.push(("error", "invalid_token".into()));
                 params.push(("error_description", reason.clone()));
+            }
+            AuthError::Expired => {
+                params.push(("error", "invalid_token".into()));
+                params.push(("error_description", EXPIRED.into()));
             }
             AuthError::InvalidRequest(reason) => {
                 params.push(("error", "invalid_request".into()));

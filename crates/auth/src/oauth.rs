@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -16,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::fetch::{Fetcher, form_encode};
 use crate::jwks::{ACCEPTED_ALGORITHMS, KeySet};
-use crate::{AuthError, Authenticated, ConfigError};
+use crate::{AuthError, AuthMethod, Authenticated, ConfigError};
 
 /// How an OAuth 2.1 resource server checks its access tokens.
 #[derive(Clone, Debug)]
@@ -114,6 +115,18 @@ pub struct OAuth {
     fetcher: Fetcher,
     /// Introspected tokens by their SHA-256 (the token itself is never kept).
     cache: Mutex<HashMap<[u8; 32], (Introspected, Instant)>>,
+    /// Introspection requests that failed, since last taken ([`OAuth::take_fetch_failures`]).
+    introspection_failures: AtomicU64,
+}
+
+/// Requests to the authorization server that failed (could not connect, timed out, a
+/// status other than 2xx, an answer that does not parse).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetchFailures {
+    /// Fetches of the JWKS.
+    pub jwks: u64,
+    /// Introspection requests.
+    pub introspection: u64,
 }
 
 impl std::fmt::Debug for OAuth {
@@ -144,12 +157,21 @@ impl OAuth {
         if keys.is_none() && introspection.is_none() {
             return Err(ConfigError::Invalid("OAuth needs a JWKS URL or an introspection endpoint".into()));
         }
-        Ok(Self { config, keys, introspection, fetcher, cache: Mutex::new(HashMap::new()) })
+        Ok(Self { config, keys, introspection, fetcher, cache: Mutex::new(HashMap::new()), introspection_failures: AtomicU64::new(0) })
     }
 
     /// How many times the JWKS was fetched (for tests and metrics).
     pub fn jwks_fetches(&self) -> u64 {
         self.keys.as_ref().map_or(0, KeySet::fetches)
+    }
+
+    /// The requests to the authorization server that failed since the last call (each
+    /// failure is returned once: the caller reports them, as metrics do). A JWKS fetch
+    /// that fails while cached keys still verify the token refuses nothing, so this is
+    /// the only sign of it besides the log.
+    pub fn take_fetch_failures(&self) -> FetchFailures {
+        let take = |count: &AtomicU64| if count.load(Ordering::Relaxed) == 0 { 0 } else { count.swap(0, Ordering::Relaxed) };
+        FetchFailures { jwks: self.keys.as_ref().map_or(0, |keys| take(keys.failures())), introspection: take(&self.introspection_failures) }
     }
 
     /// Verify an access token: a JWT against the JWKS, anything else by introspection.
@@ -177,10 +199,10 @@ impl OAuth {
         validation.set_issuer(&[&self.config.issuer]);
         validation.set_audience(&[&self.config.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        let data = decode::<Map<String, Value>>(token, &key.decoding, &validation).map_err(|e| AuthError::InvalidToken(jwt_reason(&e)))?;
+        let data = decode::<Map<String, Value>>(token, &key.decoding, &validation).map_err(|e| jwt_error(&e))?;
         let claims = data.claims;
         let sub = claims.get("sub").and_then(Value::as_str).ok_or_else(|| AuthError::InvalidToken("sub is not a string".into()))?;
-        Ok(Authenticated { principal: oauth_principal(&self.config.issuer, sub), scopes: scopes_of(&claims), claims })
+        Ok(Authenticated { principal: oauth_principal(&self.config.issuer, sub), scopes: scopes_of(&claims), claims, method: AuthMethod::Jwt })
     }
 
     async fn introspect(&self, token: &str) -> Result<Authenticated, AuthError> {
@@ -206,11 +228,15 @@ impl OAuth {
             headers.insert(http::header::AUTHORIZATION, value);
         }
         let body = Bytes::from(format!("token={}&token_type_hint=access_token", form_encode(token)));
+        let failed = |error: String| {
+            self.introspection_failures.fetch_add(1, Ordering::Relaxed);
+            AuthError::Unavailable(error)
+        };
         let answer = self.fetcher.send(Method::POST, uri, headers, body, self.config.fetch_timeout)
             .await
-            .map_err(|e| AuthError::Unavailable(format!("introspection failed: {e}")))?;
+            .map_err(|e| failed(format!("introspection failed: {e}")))?;
         let claims: Map<String, Value> =
-            serde_json::from_slice(&answer).map_err(|e| AuthError::Unavailable(format!("introspection answered no JSON object: {e}")))?;
+            serde_json::from_slice(&answer).map_err(|e| failed(format!("introspection answered no JSON object: {e}")))?;
         // A refusal is cached briefly; an unreachable server (above) is not cached at all.
         let (answer, ttl) = match self.check_introspected(claims) {
             Ok((auth, ttl)) => (Ok(auth), ttl),
@@ -250,7 +276,7 @@ impl OAuth {
         let now = unix_now();
         let leeway = self.config.leeway.as_secs();
         let ttl = match claims.get("exp").and_then(Value::as_u64) {
-            Some(exp) if exp + leeway <= now => return Err(AuthError::InvalidToken("the token has expired".into())),
+            Some(exp) if exp + leeway <= now => return Err(AuthError::Expired),
             Some(exp) => Duration::from_secs(exp + leeway - now),
             None => INTROSPECTION_DEFAULT_TTL,
         };
@@ -264,7 +290,7 @@ impl OAuth {
             (None, Some(client)) => format!("client:{client}"),
             (None, None) => return Err(AuthError::InvalidToken("the token names no subject".into())),
         };
-        let auth = Authenticated { principal: oauth_principal(&self.config.issuer, &subject), scopes: scopes_of(&claims), claims };
+        let auth = Authenticated { principal: oauth_principal(&self.config.issuer, &subject), scopes: scopes_of(&claims), claims, method: AuthMethod::Introspection };
         Ok((auth, ttl))
     }
 }
@@ -283,10 +309,10 @@ fn scopes_of(claims: &Map<String, Value>) -> BTreeSet<String> {
     }
 }
 
-fn jwt_reason(error: &jsonwebtoken::errors::Error) -> String {
+fn jwt_error(error: &jsonwebtoken::errors::Error) -> AuthError {
     use jsonwebtoken::errors::ErrorKind as K;
-    match error.kind() {
-        K::ExpiredSignature => "the token has expired".into(),
+    let reason = match error.kind() {
+        K::ExpiredSignature => return AuthError::Expired,
         K::ImmatureSignature => "the token is not valid yet".into(),
         K::InvalidIssuer => "the token's issuer is not the configured one".into(),
         K::InvalidAudience => "the token is not meant for this resource (aud)".into(),
@@ -294,7 +320,8 @@ fn jwt_reason(error: &jsonwebtoken::errors::Error) -> String {
         K::MissingRequiredClaim(claim) => format!("the token has no {claim} claim"),
         K::InvalidAlgorithm => "the token's algorithm does not match its key".into(),
         other => format!("the token is invalid: {other:?}"),
-    }
+    };
+    AuthError::InvalidToken(reason)
 }
 
 fn unix_now() -> u64 {
@@ -336,7 +363,7 @@ mod tests {
         assert!(o.check_introspected(other_aud).is_err());
         let mut expired = ok.clone();
         expired.insert("exp".into(), Value::from(unix_now() - 120));
-        assert!(o.check_introspected(expired).is_err());
+        assert_eq!(o.check_introspected(expired).err(), Some(AuthError::Expired));
         let mut other_iss = ok;
         other_iss.insert("iss".into(), Value::from("https://evil.example"));
         assert!(o.check_introspected(other_iss).is_err());

@@ -9,7 +9,7 @@ use durable_mcp_store::Principal;
 use http::{HeaderMap, HeaderName};
 use serde_json::Map;
 
-use crate::{AuthError, Authenticated, ConfigError};
+use crate::{AuthError, AuthMethod, Authenticated, ConfigError};
 
 /// An address range (`10.0.0.0/8`, `::1/128`, or a plain address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,7 +106,7 @@ impl TrustedProxy {
             Some(h) => headers.get(h).and_then(|v| v.to_str().ok()).map(|s| s.split_whitespace().map(str::to_owned).collect()).unwrap_or_default(),
             None => BTreeSet::new(),
         };
-        Ok(Authenticated { principal: Principal::new(format!("proxy:{name}")), scopes, claims: Map::new() })
+        Ok(Authenticated { principal: Principal::new(format!("proxy:{name}")), scopes, claims: Map::new(), method: AuthMethod::TrustedProxy })
     }
 }
 

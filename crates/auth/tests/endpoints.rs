@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use durable_mcp_auth::{AuthError, IntrospectionConfig, OAuth, OAuthConfig};
+use durable_mcp_auth::{AuthError, AuthMethod, FetchFailures, IntrospectionConfig, OAuth, OAuthConfig};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -108,9 +108,13 @@ async fn endpoint(tls: bool, answer: Answer) -> (String, Arc<Seen>) {
 }
 
 fn token() -> String {
+    token_until(now() + 600)
+}
+
+fn token_until(exp: u64) -> String {
     let mut header = Header::new(Algorithm::EdDSA);
     header.kid = Some("ed-1".into());
-    let claims = json!({"iss": ISSUER, "aud": RESOURCE, "sub": "alice", "exp": now() + 600, "scope": "mcp"});
+    let claims = json!({"iss": ISSUER, "aud": RESOURCE, "sub": "alice", "exp": exp, "scope": "mcp"});
     jsonwebtoken::encode(&header, &claims, &EncodingKey::from_ed_pem(fixture("ed.pem").as_bytes()).unwrap()).unwrap()
 }
 
@@ -120,7 +124,8 @@ fn jwks() -> Answer {
 }
 
 /// The MCP spec requires HTTPS for authorization server endpoints: a JWKS served over TLS
-/// is fetched and verified against the configured extra root.
+/// is fetched and verified against the configured extra root. A token past its `exp` (and
+/// the leeway) is refused as expired.
 #[tokio::test]
 async fn https_jwks_is_fetched_with_the_configured_root() {
     let (base, seen) = endpoint(true, jwks()).await;
@@ -129,12 +134,15 @@ async fn https_jwks_is_fetched_with_the_configured_root() {
     let oauth = OAuth::new(config).unwrap();
     let who = oauth.verify(&token()).await.unwrap();
     assert_eq!(who.principal.as_str(), "oauth:https://auth.test#alice");
+    assert_eq!(who.method, AuthMethod::Jwt);
     assert_eq!(seen.requests.load(Ordering::SeqCst), 1);
     assert!(seen.last.lock().unwrap().starts_with("GET /jwks HTTP/1.1"));
+    assert_eq!(oauth.verify(&token_until(now() - 120)).await, Err(AuthError::Expired));
+    assert_eq!(oauth.take_fetch_failures(), FetchFailures::default(), "no fetch failed");
 }
 
 /// A certificate no trusted root signed: nothing is fetched, every token is refused (503,
-/// never let through).
+/// never let through), and the failed fetch is counted once.
 #[tokio::test]
 async fn https_jwks_with_an_untrusted_certificate_is_refused() {
     let (base, seen) = endpoint(true, jwks()).await;
@@ -142,6 +150,8 @@ async fn https_jwks_with_an_untrusted_certificate_is_refused() {
     let refused = oauth.verify(&token()).await;
     assert!(matches!(refused, Err(AuthError::Unavailable(_))), "{refused:?}");
     assert_eq!(seen.requests.load(Ordering::SeqCst), 0, "the TLS handshake failed before any request");
+    assert_eq!(oauth.take_fetch_failures(), FetchFailures { jwks: 1, introspection: 0 });
+    assert_eq!(oauth.take_fetch_failures(), FetchFailures::default(), "each failure is taken once");
 }
 
 /// RFC 7662: an opaque token is introspected (form-encoded, with the client's Basic
@@ -167,6 +177,7 @@ async fn opaque_tokens_are_introspected_and_cached_until_they_expire() {
     let oauth = OAuth::new(config).unwrap();
     let who = oauth.verify("opaque-good").await.unwrap();
     assert_eq!(who.principal.as_str(), "oauth:https://auth.test#bob");
+    assert_eq!(who.method, AuthMethod::Introspection);
     assert!(who.scopes.contains("files:read"));
     let request = seen.last.lock().unwrap().clone();
     assert!(request.starts_with("POST /introspect HTTP/1.1"), "{request}");
@@ -180,6 +191,6 @@ async fn opaque_tokens_are_introspected_and_cached_until_they_expire() {
     assert_eq!(seen.requests.load(Ordering::SeqCst), 2, "a refusal is cached too (briefly)");
     assert!(matches!(oauth.verify("opaque-elsewhere").await, Err(AuthError::InvalidToken(_))), "another resource's token");
     tokio::time::sleep(Duration::from_millis(2_100)).await;
-    assert!(matches!(oauth.verify("opaque-good").await, Err(AuthError::InvalidToken(_))), "expired: asked again, refused");
+    assert_eq!(oauth.verify("opaque-good").await, Err(AuthError::Expired), "expired: asked again, refused");
     assert_eq!(seen.requests.load(Ordering::SeqCst), 4, "the cache ended with the token");
 }

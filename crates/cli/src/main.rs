@@ -914,6 +914,12 @@ async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         request_timeout: (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs)),
         ..durable_mcp_proxy::ProxyConfig::new(program.clone(), rest.to_vec())
     };
+    if args.serve.metrics_listen.is_some() {
+        // Before the first child starts, so that it is counted (`serve` finds the recorder
+        // installed and serves it).
+        durable_mcp::metrics::install().context("installing the metrics recorder")?;
+        durable_mcp_proxy::metrics::enable();
+    }
     let upstream = durable_mcp_proxy::Proxy::start(config).await.with_context(|| format!("starting the upstream {program:?}"))?;
     let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream.clone())).context("reading the upstream's initialize result")?;
     let outcome = serve(args.serve, DurableMcp::new(handler)).await;

@@ -1,122 +1,31 @@
 //! Prometheus metrics end to end with the real binary (`serve --metrics-listen ADDR`, a
 //! SQLite store in a temp dir): known traffic, then a scrape of `/metrics` over HTTP whose
 //! counts and histogram buckets must be exactly what the traffic implies; no `/metrics`
-//! unless configured; a crash-recovered run counted as a recovery.
+//! unless configured; a crash-recovered run counted as a recovery; authentication refusals
+//! counted by reason. The proxy's metrics are checked in `proxy.rs`.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::scrape::*;
 use support::*;
 
 /// The bucket bounds of the MCP semantic conventions, as the exposition writes them.
 const MCP_BUCKETS: [&str; 15] = ["0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1", "2", "5", "10", "30", "60", "120", "300", "+Inf"];
 
-/// One sample of the exposition: its name, labels and value.
-#[derive(Debug, Clone)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
-}
-
-/// Parse the Prometheus text exposition (the label values here have no `,`, `"` or `}`).
-fn parse(text: &str) -> Vec<Sample> {
-    text.lines()
-        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
-        .map(|line| {
-            let (series, value) = line.rsplit_once(' ').unwrap();
-            let (name, labels) = match series.split_once('{') {
-                Some((name, rest)) => {
-                    let inner = rest.strip_suffix('}').unwrap();
-                    let labels = inner
-                        .split(',')
-                        .filter(|pair| !pair.is_empty())
-                        .map(|pair| {
-                            let (k, v) = pair.split_once('=').unwrap();
-                            (k.to_owned(), v.trim_matches('"').to_owned())
-                        })
-                        .collect();
-                    (name.to_owned(), labels)
-                }
-                None => (series.to_owned(), BTreeMap::new()),
-            };
-            Sample { name, labels, value: value.parse().unwrap() }
-        })
-        .collect()
-}
-
-struct Scrape(Vec<Sample>, String);
-
-impl Scrape {
-    /// The samples named `name` whose labels are exactly `labels`.
-    fn exact(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let want: BTreeMap<String, String> = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        self.0.iter().find(|s| s.name == name && s.labels == want).map(|s| s.value)
-    }
-
-    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.exact(name, labels).unwrap_or_else(|| panic!("no {name}{labels:?} in\n{}", self.1))
-    }
-
-    /// The `_bucket` samples of histogram `name` with `labels` (besides `le`), by bound.
-    fn buckets(&self, name: &str, labels: &[(&str, &str)]) -> Vec<(String, f64)> {
-        let want: BTreeMap<String, String> = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        self.0
-            .iter()
-            .filter(|s| s.name == format!("{name}_bucket"))
-            .filter(|s| {
-                let mut rest = s.labels.clone();
-                rest.remove("le");
-                rest == want
-            })
-            .map(|s| (s.labels["le"].clone(), s.value))
-            .collect()
-    }
-
-    fn names(&self) -> Vec<&str> {
-        self.0.iter().map(|s| s.name.as_str()).collect()
-    }
-}
-
-fn scrape(metrics: SocketAddr) -> Scrape {
-    let response = request_at(metrics, "GET", "/metrics", &[], None);
-    assert_eq!(response.status, 200);
-    assert!(response.header("content-type").unwrap().starts_with("text/plain"), "the text exposition format");
-    let text = response.body();
-    Scrape(parse(&text), text)
-}
-
-/// Scrape until `ok` holds (a gauge that goes down when a connection's task ends).
-fn scrape_until(metrics: SocketAddr, what: &str, ok: impl Fn(&Scrape) -> bool) -> Scrape {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let scraped = scrape(metrics);
-        if ok(&scraped) {
-            return scraped;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}:\n{}", scraped.1);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Start a server with metrics on; returns it and the metrics address, once it answers.
 fn start(store: &str, port: u16, extra: &[&str]) -> (Server, SocketAddr) {
-    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let metrics = metrics_addr();
     let mut args = vec!["--metrics-listen".to_owned(), metrics.to_string()];
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Server::start(store, port, &args);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(metrics).is_err() {
-        assert!(Instant::now() < deadline, "the metrics listener never came up on {metrics}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_listener(metrics);
     (server, metrics)
 }
 
@@ -267,4 +176,51 @@ fn a_crash_recovered_run_is_counted() {
     assert_eq!(scraped.value("durable_mcp_journal_takeovers_total", &[("from", "own")]), 1.0);
     assert_eq!(scraped.value("durable_mcp_journal_recoveries_total", &[("kind", "rerun")]), 1.0);
     assert_eq!(scraped.exact("durable_mcp_journal_takeovers_total", &[("from", "expired")]), None);
+}
+
+/// With API keys and an endpoint scope (`--auth-scopes mcp`): requests without
+/// credentials, with an unknown key, with a malformed `Authorization` header and with a key
+/// lacking the scope are each counted once by reason; the accepted ones by method. No key
+/// or principal appears in the exposition.
+#[test]
+fn auth_refusals_are_counted_by_reason_and_accepted_credentials_by_method() {
+    let dir = temp_dir("metrics-auth");
+    let keys = dir.join("keys");
+    std::fs::write(&keys, "alice k-alice-0123456789 mcp\nbob k-bob-9876543210\n").unwrap();
+    let (server, metrics) = start("memory:", free_port(), &["--auth-api-keys", keys.to_str().unwrap(), "--auth-scopes", "mcp"]);
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "metrics-test", "version": "1"}}})
+    .to_string();
+    let post_with = |authorization: Option<&str>| {
+        let mut headers = vec![("accept", "application/json, text/event-stream"), ("content-type", "application/json")];
+        if let Some(value) = authorization {
+            headers.push(("authorization", value));
+        }
+        let response = request(server.addr, "POST", &headers, Some(&initialize));
+        let status = response.status;
+        let _ = response.body();
+        status
+    };
+    assert_eq!(post_with(None), 401);
+    assert_eq!(post_with(Some("Bearer k-nobody")), 401);
+    assert_eq!(post_with(Some("Bearer k-alice-0123456789x")), 401);
+    assert_eq!(post_with(Some("Bearer a b")), 400);
+    assert_eq!(post_with(Some("Bearer k-bob-9876543210")), 403, "bob's key lacks the endpoint's scope");
+    assert_eq!(post_with(Some("Bearer k-alice-0123456789")), 200);
+    assert_eq!(post_with(Some("Bearer k-alice-0123456789")), 200);
+
+    let scraped = scrape(metrics);
+    let refused = "durable_mcp_auth_refused_total";
+    assert_eq!(scraped.value(refused, &[("reason", "missing")]), 1.0);
+    assert_eq!(scraped.value(refused, &[("reason", "invalid_token")]), 2.0);
+    assert_eq!(scraped.value(refused, &[("reason", "malformed")]), 1.0);
+    assert_eq!(scraped.value(refused, &[("reason", "insufficient_scope")]), 1.0);
+    for reason in ["expired", "unavailable"] {
+        assert_eq!(scraped.exact(refused, &[("reason", reason)]), None, "no {reason} refusal happened");
+    }
+    assert_eq!(scraped.value("durable_mcp_auth_authenticated_total", &[("method", "api_key")]), 2.0);
+    assert_eq!(scraped.exact("durable_mcp_auth_fetch_failures_total", &[("endpoint", "jwks")]), None, "no authorization server here");
+    for secret in ["k-alice", "k-bob", "k-nobody", "key:alice"] {
+        assert!(!scraped.1.contains(secret), "no credential or principal in the exposition: {secret}");
+    }
 }

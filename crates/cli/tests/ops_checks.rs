@@ -196,14 +196,27 @@ fn doctor_flags_sqlite_synchronous_normal() {
     assert_eq!(checks["setting synchronous"]["status"], "warn", "{checks}");
 }
 
+/// No shared requestState key (a store without a key ring, no `--state-key`): flagged,
+/// with the command that fixes it; after that command, not flagged.
+#[test]
+fn doctor_flags_no_shared_request_state_key() {
+    let dir = temp_dir("ops-doc-state-key");
+    let store = sqlite(&dir, "");
+    let (ok, checks) = doctor(&["--store", &store]);
+    assert!(!ok);
+    assert_eq!(checks["requestState key"]["status"], "warn", "no key ring yet: {checks}");
+    assert!(checks["requestState key"]["fix"].as_str().unwrap().contains("keys rotate"), "{checks}");
+    run(&["keys", "rotate", "--store", &store, "--activate-in-secs", "0"]);
+    let (_, checks) = doctor(&["--store", &store]);
+    assert_eq!(checks["requestState key"]["status"], "ok", "{checks}");
+}
+
 /// A healthy SQLite store with its key ring: every check is ok (so each warning in the
 /// other tests comes from the setting they change), and doctor succeeds.
 #[test]
 fn doctor_passes_a_sqlite_store_with_full_sync_and_a_key_ring() {
     let dir = temp_dir("ops-doc-full");
     let store = sqlite(&dir, "");
-    let (_, checks) = doctor(&["--store", &store]);
-    assert_eq!(checks["requestState key"]["status"], "warn", "no key ring yet: {checks}");
     run(&["keys", "rotate", "--store", &store, "--activate-in-secs", "0"]);
     let (ok, checks) = doctor(&["--store", &store]);
     assert!(ok, "{checks}");

@@ -12,7 +12,9 @@
 //! outcome (D7). The upstream's questions (`ctx.elicit`) reach a 2025 session on its stream
 //! and a 2026-07-28 client as `input_required`, and are asked once even when the call is
 //! sent to a fresh child (D9); any upstream tool runs as a durable task held by the proxy,
-//! created on one worker and answered by another (D10).
+//! created on one worker and answered by another (D10). With `--metrics-listen`, the
+//! children started and stopped (idle, limit, killed), the re-sent and interrupted calls and
+//! the questions answered from the journal are counted exactly.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -24,6 +26,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::scrape::*;
 use support::*;
 
 /// The interrupted-and-not-retried error code (`jsonrpc::code::UPSTREAM_INTERRUPTED`).
@@ -393,16 +396,26 @@ enum Target {
     Takeover(support::backend::Backend),
 }
 
-/// Proxy workers on one store: `a` serves the calls; `b` (shared stores) takes over.
+/// Proxy workers on one store: `a` serves the calls; `b` (shared stores) takes over. Each
+/// serves metrics (`a_metrics`, `b_metrics`).
 struct Workers {
     python: PathBuf,
     store: String,
     a: Server,
     a_port: u16,
-    b: Option<Server>,
+    a_metrics: SocketAddr,
+    b: Option<(Server, SocketAddr)>,
 }
 
 const LEASE: [&str; 2] = ["--lease-ms", "1500"];
+
+/// A proxy worker with `LEASE` and metrics on a free address.
+fn proxy_worker(python: &Path, store: &str, port: u16) -> (Server, SocketAddr) {
+    let (metrics, args) = with_metrics(&LEASE);
+    let server = start_proxy(python, store, port, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for_listener(metrics);
+    (server, metrics)
+}
 
 impl Workers {
     fn new(target: &Target, dir: &Path) -> Option<Workers> {
@@ -417,30 +430,42 @@ impl Workers {
             }
         };
         let a_port = free_port();
-        let a = start_proxy(&python, &store, a_port, &LEASE);
-        let b = matches!(target, Target::Takeover(_)).then(|| start_proxy(&python, &store, free_port(), &LEASE));
-        Some(Workers { python, store, a, a_port, b })
+        let (a, a_metrics) = proxy_worker(&python, &store, a_port);
+        let b = matches!(target, Target::Takeover(_)).then(|| proxy_worker(&python, &store, free_port()));
+        Some(Workers { python, store, a, a_port, a_metrics, b })
     }
 
     /// SIGKILL `a`; SQLite: start it again on the same file and port; shared store: `b`
     /// becomes `a` and a fresh worker `b`. Returns where to resume.
     fn crash(&mut self) -> SocketAddr {
         self.a.kill();
-        match self.b.take() {
-            None => self.a = start_proxy(&self.python, &self.store, self.a_port, &LEASE),
+        let (a, a_metrics) = match self.b.take() {
+            None => proxy_worker(&self.python, &self.store, self.a_port),
             Some(b) => {
-                self.a_port = b.addr.port();
-                self.a = b;
-                self.b = Some(start_proxy(&self.python, &self.store, free_port(), &LEASE));
+                self.b = Some(proxy_worker(&self.python, &self.store, free_port()));
+                b
             }
-        }
+        };
+        self.a_port = a.addr.port();
+        self.a = a;
+        self.a_metrics = a_metrics;
         self.a.addr
+    }
+
+    /// The sum of series `name` with exactly `labels` over the live workers (either may have
+    /// taken a run over).
+    fn total(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let mut scrapes = vec![scrape(self.a_metrics)];
+        scrapes.extend(self.b.as_ref().map(|(_, metrics)| scrape(*metrics)));
+        scrapes.iter().map(|s| s.exact(name, labels).unwrap_or(0.0)).sum()
     }
 }
 
 /// D7 through the proxy: SIGKILL of the worker during a slow tool with progress. The
 /// client resumes with `Last-Event-ID` (on the restarted worker, or on the one that took
 /// the run over, which starts the session's child itself from the stored session).
+/// Metrics: the read-only call counted as sent again after the worker stopped, the other
+/// as interrupted for that cause.
 fn proxy_killed_during_a_slow_tool(target: Target) {
     let dir = temp_dir("proxy-crash");
     let Some(mut workers) = Workers::new(&target, &dir) else { return };
@@ -459,6 +484,8 @@ fn proxy_killed_during_a_slow_tool(target: Target) {
     assert_eq!(outcomes.len(), 1, "one outcome: {outcomes:?}");
     assert_eq!(text(outcomes[0]), format!("done {STEPS}"));
     assert_eq!(rest.last().map(|m| &m["id"]), Some(&json!(1)), "the outcome comes last");
+    let resent = "durable_mcp_proxy_requests_resent_total";
+    assert_eq!(workers.total(resent, &[("after", "worker_stopped"), ("policy", "read_only_tool")]), 1.0, "sent again after the worker died");
 
     // Not idempotent: the call is not sent again; the client gets the clear error as its
     // one outcome, and the upstream's effect happened once.
@@ -470,6 +497,7 @@ fn proxy_killed_during_a_slow_tool(target: Target) {
     assert_eq!(outcomes.len(), 1, "one outcome: {seen:?} {rest:?}");
     assert_eq!(outcomes[0]["error"]["code"], INTERRUPTED, "{}", outcomes[0]);
     assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "start\n", "the call ran once");
+    assert_eq!(workers.total("durable_mcp_proxy_requests_interrupted_total", &[("cause", "worker_stopped")]), 1.0);
 
     // The session goes on, on the worker serving it now.
     let got = outcome(post(addr, Some(&session), &call(3, "lookup", json!({"key": "after"}))), 3);
@@ -518,29 +546,52 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+const STARTED: &str = "durable_mcp_proxy_children_started_total";
+const STOPPED: &str = "durable_mcp_proxy_children_stopped_total";
+const LIVE: &str = "durable_mcp_proxy_children_live";
+
+/// `durable-mcp proxy` with `--metrics-listen`: a free address, and `extra` with it.
+fn with_metrics(extra: &[&str]) -> (SocketAddr, Vec<String>) {
+    let metrics = metrics_addr();
+    let mut args = vec!["--metrics-listen".to_owned(), metrics.to_string()];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    (metrics, args)
+}
+
 /// An idle child is stopped (no process left behind, however the session's client
 /// behaves), and the session's next request starts a fresh one, initialized from the
-/// stored session: the client sends no new `initialize`.
+/// stored session: the client sends no new `initialize`. Metrics: both idle children (the
+/// pool's and the session's) counted as stopped for `idle`, the fresh one started as `new`.
 #[test]
 fn idle_children_are_stopped_and_started_again_on_demand() {
     let Some(python) = python() else { return };
-    let server = start_proxy(&python, "memory:", free_port(), &["--idle-stop-secs", "1"]);
+    let (metrics, args) = with_metrics(&["--idle-stop-secs", "1"]);
+    let server = start_proxy(&python, "memory:", free_port(), &args.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for_listener(metrics);
     let addr = server.addr;
     let session = initialize(addr);
     let (_, first) = count_of(text(&outcome(post(addr, Some(&session), &call(1, "count", json!({}))), 1)));
     assert!(alive(first));
     wait_until("the idle child was not stopped", || !alive(first));
+    let scraped = scrape_until(metrics, "both idle children to be counted", |s| s.exact(STOPPED, &[("cause", "idle")]) == Some(2.0));
+    assert_eq!(scraped.value(LIVE, &[]), 0.0, "{}", scraped.1);
     let (n, second) = count_of(text(&outcome(post(addr, Some(&session), &call(2, "count", json!({}))), 2)));
     assert_eq!(n, 1, "a fresh child (the old one's state is gone)");
     assert_ne!(second, first);
+    let scraped = scrape(metrics);
+    assert_eq!(scraped.value(STARTED, &[("reason", "new")]), 3.0, "the pool's, the session's, and the session's again after its idle stop");
+    assert_eq!(scraped.exact(STARTED, &[("reason", "restart")]), None, "a child the proxy stopped is not restarted: {}", scraped.1);
 }
 
 /// At most `--max-children` processes on a worker: a new session's child replaces the
-/// longest idle one, and every session is still served.
+/// longest idle one, and every session is still served. Metrics: each replaced child
+/// counted as stopped for `limit`, and at most 2 live.
 #[test]
 fn the_worker_runs_at_most_max_children_upstream_processes() {
     let Some(python) = python() else { return };
-    let server = start_proxy(&python, "memory:", free_port(), &["--max-children", "2", "--pool-size", "1"]);
+    let (metrics, args) = with_metrics(&["--max-children", "2", "--pool-size", "1"]);
+    let server = start_proxy(&python, "memory:", free_port(), &args.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for_listener(metrics);
     let addr = server.addr;
     let proxy_pid = server.child.id();
     for id in 1..=4 {
@@ -554,6 +605,63 @@ fn the_worker_runs_at_most_max_children_upstream_processes() {
     }
     let got = modern(addr, 9, "tools/call", json!({"name": "lookup", "arguments": {"key": "m"}}), false);
     assert_eq!(text(&got), "value of m", "{got}");
+    // The pool's child made room for the second session; each later start replaced the
+    // longest idle session's child, the pool's again included.
+    let scraped = scrape_until(metrics, "4 children stopped for the limit", |s| s.exact(STOPPED, &[("cause", "limit")]) == Some(4.0));
+    assert_eq!(scraped.value(STARTED, &[("reason", "new")]), 6.0, "{}", scraped.1);
+    assert_eq!(scraped.value(LIVE, &[]), 2.0);
+}
+
+/// Metrics through the proxy (`--metrics-listen`): the pool's child started before
+/// serving; a read-only call whose child is SIGKILLed after the client answered its
+/// question is sent again (`resent`, `after="child_exited"`, `policy="read_only_tool"`) to
+/// a restarted child, whose same question is answered from the journal; a non-idempotent
+/// call whose child is SIGKILLed is answered with the interrupted error (`interrupted`);
+/// both children counted as `killed`, and the live gauge back to the pool's one.
+#[test]
+fn proxy_metrics_count_children_resends_interruptions_and_answers_from_the_journal() {
+    let Some(python) = python() else { return };
+    let dir = temp_dir("proxy-metrics");
+    let (metrics, args) = with_metrics(&[]);
+    let server = start_proxy(&python, "memory:", free_port(), &args.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for_listener(metrics);
+    let addr = server.addr;
+    let scraped = scrape(metrics);
+    assert_eq!(scraped.value(LIVE, &[]), 1.0, "the pool's first child, started before serving");
+    assert_eq!(scraped.value(STARTED, &[("reason", "new")]), 1.0);
+
+    let session = initialize(addr);
+    let _ = outcome(post(addr, Some(&session), &call(1, "count", json!({}))), 1);
+    let marker = dir.join("pid-confirm");
+    let mut response = post(addr, Some(&session), &call(2, "confirm", json!({"key": "k", "delay_ms": 5000, "marker": marker.to_str().unwrap()})));
+    assert_eq!(response.status, 200);
+    let (_, question) = read_question(&mut response);
+    answer(addr, &session, &question["id"], "once");
+    kill_upstream_at(&marker);
+    let rest: Vec<Value> = response.within(Duration::from_secs(60)).messages().into_iter().map(|(_, m)| m).collect();
+    let confirmed: Vec<&Value> = rest.iter().filter(|m| m["id"] == 2).collect();
+    assert_eq!(confirmed.len(), 1, "{rest:?}");
+    assert_eq!(text(confirmed[0]), "confirmed k: once");
+
+    let marker = dir.join("pid-append");
+    let ledger = dir.join("ledger");
+    let response = post(
+        addr,
+        Some(&session),
+        &call(3, "append", json!({"path": ledger.to_str().unwrap(), "line": "x", "delay_ms": 5000, "marker": marker.to_str().unwrap()})),
+    );
+    kill_upstream_at(&marker);
+    assert_eq!(outcome(response, 3)["error"]["code"], INTERRUPTED);
+
+    let scraped = scrape_until(metrics, "both killed children to be counted", |s| s.exact(STOPPED, &[("cause", "killed")]) == Some(2.0));
+    assert_eq!(scraped.value(STARTED, &[("reason", "new")]), 2.0, "the pool's and the session's first");
+    assert_eq!(scraped.value(STARTED, &[("reason", "restart")]), 1.0, "the fresh child the confirm call was sent again to");
+    assert_eq!(scraped.value(LIVE, &[]), 1.0, "the pool's; the session has none until its next request");
+    assert_eq!(scraped.value("durable_mcp_proxy_requests_resent_total", &[("after", "child_exited"), ("policy", "read_only_tool")]), 1.0);
+    assert_eq!(scraped.value("durable_mcp_proxy_requests_interrupted_total", &[("cause", "child_exited")]), 1.0);
+    assert_eq!(scraped.value("durable_mcp_journal_answers_reused_total", &[("method", "elicitation/create")]), 1.0, "asked once");
+    assert_eq!(scraped.exact("durable_mcp_proxy_children_failed_starts_total", &[]), None);
+    assert_eq!(scraped.exact(STOPPED, &[("cause", "exited")]), None, "{}", scraped.1);
 }
 
 /// Node 22 and `@modelcontextprotocol/server-everything` as `scripts/setup-tools.sh`

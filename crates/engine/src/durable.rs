@@ -291,6 +291,7 @@ impl DurableBackend for DurableRun {
         Box::pin(async move {
             let answer_key = key::answer(&self.run_id, index);
             if let Some(stored) = self.stored(&answer_key).await? {
+                crate::metrics::answer_reused(method);
                 return Ok(stored);
             }
             match (&self.task(), self.caller.era) {

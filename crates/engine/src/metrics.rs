@@ -54,6 +54,16 @@ pub const TASK_TRANSITIONS: &str = "durable_mcp.tasks.transitions";
 pub const RETENTION_REMOVED: &str = "durable_mcp.retention.removed";
 /// Requests refused by a limit per principal (counter), by `limit` (see [`crate::limits`]).
 pub const LIMITS_REFUSED: &str = "durable_mcp.limits.refused";
+/// Questions to the client answered from the journal instead of asked again (counter), by
+/// `method` (D9).
+pub const JOURNAL_ANSWERS_REUSED: &str = "durable_mcp.journal.answers_reused";
+/// Requests refused by authentication (counter), by `reason` (see [`auth_refused`]).
+pub const AUTH_REFUSED: &str = "durable_mcp.auth.refused";
+/// Requests whose credentials were accepted (counter), by `method` (see [`authenticated`]).
+pub const AUTH_AUTHENTICATED: &str = "durable_mcp.auth.authenticated";
+/// Failed requests to the authorization server (counter), by `endpoint` (`jwks`,
+/// `introspection`).
+pub const AUTH_FETCH_FAILURES: &str = "durable_mcp.auth.fetch_failures";
 
 /// `error.type` of a tool result with `isError: true` (as the semantic conventions say).
 pub const TOOL_ERROR: &str = "tool_error";
@@ -101,6 +111,10 @@ fn describe() {
     describe_counter!(TASK_TRANSITIONS, Unit::Count, "Task status changes, by new status.");
     describe_counter!(RETENTION_REMOVED, Unit::Count, "What retention removed, by kind.");
     describe_counter!(LIMITS_REFUSED, Unit::Count, "Requests refused by a limit per principal, by limit.");
+    describe_counter!(JOURNAL_ANSWERS_REUSED, Unit::Count, "Questions to the client answered from the journal instead of asked again, by method.");
+    describe_counter!(AUTH_REFUSED, Unit::Count, "Requests refused by authentication, by reason.");
+    describe_counter!(AUTH_AUTHENTICATED, Unit::Count, "Requests whose credentials were accepted, by method.");
+    describe_counter!(AUTH_FETCH_FAILURES, Unit::Count, "Failed requests to the authorization server, by endpoint.");
 }
 
 /// `mcp.method.name` of `method`: the method itself for one of the protocol, [`OTHER`]
@@ -333,6 +347,43 @@ pub fn replayed(stream: &'static str) {
 pub fn limit_refused(limit: &'static str) {
     if enabled() {
         counter!(LIMITS_REFUSED, "limit" => limit).increment(1);
+    }
+}
+
+/// Question `method` was answered from the journal (committed before, by an earlier run or
+/// send of the request) instead of asked again.
+pub(crate) fn answer_reused(method: &str) {
+    if enabled() {
+        let method = match method {
+            "elicitation/create" => "elicitation/create",
+            "sampling/createMessage" => "sampling/createMessage",
+            "roots/list" => "roots/list",
+            _ => OTHER,
+        };
+        counter!(JOURNAL_ANSWERS_REUSED, "method" => method).increment(1);
+    }
+}
+
+/// A request was refused by authentication for `reason` (a bounded set: the auth crate's
+/// `AuthError::reason`).
+pub fn auth_refused(reason: &'static str) {
+    if enabled() {
+        counter!(AUTH_REFUSED, "reason" => reason).increment(1);
+    }
+}
+
+/// A request's credentials were accepted by `method` (`api_key`, `jwt`, `introspection`,
+/// `trusted_proxy`).
+pub fn authenticated(method: &'static str) {
+    if enabled() {
+        counter!(AUTH_AUTHENTICATED, "method" => method).increment(1);
+    }
+}
+
+/// `count` more requests to the authorization server's `endpoint` failed.
+pub fn auth_fetch_failed(endpoint: &'static str, count: u64) {
+    if enabled() {
+        counter!(AUTH_FETCH_FAILURES, "endpoint" => endpoint).increment(count);
     }
 }
 

@@ -171,6 +171,9 @@ impl Engine {
             opening.answer(self, &response).await?;
             return Ok(opening.accepted());
         }
+        // The branches most requests do not take (tasks, `subscriptions/listen`, a re-sent
+        // id) await boxed futures: inline, each would make this request's future, which
+        // every request moves and boxes, as large as the largest of them.
         let tasks_flavor = match caller.era {
             Era::Modern => Some(Flavor::Extension),
             Era::Legacy if caller.protocol_version >= McpVersion::V2025_11_25 => Some(Flavor::V2025),
@@ -178,7 +181,7 @@ impl Engine {
         };
         if let Some(flavor) = tasks_flavor
             && method.starts_with(methods::TASKS_PREFIX)
-            && let Some(answer) = self.tasks_method(caller, flavor, &id, &method, &request, &mut opening).await?
+            && let Some(answer) = Box::pin(self.tasks_method(caller, flavor, &id, &method, &request, &mut opening)).await?
         {
             if let Some(response) = answer {
                 opening.answer(self, &response).await?;
@@ -186,7 +189,7 @@ impl Engine {
             return Ok(opening.accepted());
         }
         let subscription = if caller.era == Era::Modern && method == methods::SUBSCRIPTIONS_LISTEN {
-            match self.listen_subscription(caller, &id, &request).await? {
+            match Box::pin(self.listen_subscription(caller, &id, &request)).await? {
                 Ok(subscription) => Some(subscription),
                 Err(refusal) => {
                     opening.answer(self, &refusal).await?;
@@ -240,7 +243,7 @@ impl Engine {
             if let Some((flavor, ttl)) = task_mode {
                 // A task's request is answered by its create result.
                 let operation = opening.operation.take();
-                let accepted = self.accept_task(caller, id, request, opening, (flavor, ttl), task_permit).await?;
+                let accepted = Box::pin(self.accept_task(caller, id, request, opening, (flavor, ttl), task_permit)).await?;
                 if let Some(operation) = operation {
                     operation.succeeded();
                 }
@@ -248,7 +251,7 @@ impl Engine {
             }
             match self.journal(caller, &id, &request, &mut opening, run_id).await? {
                 Journaled::Held(held) => Some(*held),
-                Journaled::Attach(existing) => return self.attach(caller, id, request, existing).await,
+                Journaled::Attach(existing) => return Box::pin(self.attach(caller, id, request, existing)).await,
                 Journaled::AlreadyRunning => {
                     let refusal = error_response(id, code::INVALID_PARAMS, "this request is already running (a retry with the same requestState)", None);
                     opening.answer(self, &refusal).await?;

@@ -349,11 +349,16 @@ fn db_system(backend: &'static str) -> &'static str {
 
 /// Run `future` in `context` (its store spans become the context's children), or as is
 /// without one.
-pub(crate) async fn in_context<F: Future>(context: Option<Context>, future: F) -> F::Output {
+///
+/// Not an `async fn`: an async wrapper would hold `future` twice (as its argument, and
+/// again inside the `WithContext` it builds), doubling the size of every request future
+/// it wraps; this returns the one future that runs, so the result is `future` plus the
+/// context.
+pub(crate) fn in_context<F: Future>(context: Option<Context>, future: F) -> futures::future::Either<opentelemetry::context::WithContext<F>, F> {
     use opentelemetry::context::FutureExt as _;
     match context {
-        Some(context) => future.with_context(context).await,
-        None => future.await,
+        Some(context) => futures::future::Either::Left(future.with_context(context)),
+        None => futures::future::Either::Right(future),
     }
 }
 

@@ -9,7 +9,8 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use durable_mcp_auth::{AuthError, Authenticated};
+use durable_mcp_auth::{AuthError, AuthMethod, Authenticated, Authenticator};
+use durable_mcp_engine::metrics;
 use durable_mcp_protocol::AuthInfo;
 use durable_mcp_protocol::jsonrpc::Inbound;
 use http::request::Parts;
@@ -24,11 +25,16 @@ impl Transport {
     pub(crate) async fn authenticate(&self, parts: &Parts) -> Result<Authenticated, Rejection> {
         let auth = &self.config.auth;
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
-        auth.authenticate(&parts.headers, peer).await.map_err(|error| self.refusal(error))
+        let outcome = auth.authenticate(&parts.headers, peer).await;
+        if metrics::enabled() {
+            record(auth, outcome.as_ref().ok());
+        }
+        outcome.map_err(|error| self.refusal(error))
     }
 
     /// The rejection answering `error`, with its challenge.
     pub(crate) fn refusal(&self, error: AuthError) -> Rejection {
+        metrics::auth_refused(error.reason());
         let challenge = self.config.auth.challenge(&error);
         if let AuthError::Unavailable(reason) = &error {
             tracing::warn!(%reason, "could not check a request's credentials");
@@ -89,6 +95,25 @@ impl Transport {
                 recovered: false,
             })
         })
+    }
+}
+
+/// Metrics of one authentication: the method of accepted credentials (refusals are counted
+/// by [`Transport::refusal`]), and the requests to the authorization server that failed on
+/// the way (a JWKS fetch may fail while cached keys still verify).
+fn record(auth: &Authenticator, accepted: Option<&Authenticated>) {
+    if let Some(who) = accepted
+        && who.method != AuthMethod::Anonymous
+    {
+        metrics::authenticated(who.method.as_str());
+    }
+    if let Authenticator::OAuth(oauth) = auth {
+        let failed = oauth.take_fetch_failures();
+        for (endpoint, count) in [("jwks", failed.jwks), ("introspection", failed.introspection)] {
+            if count > 0 {
+                metrics::auth_fetch_failed(endpoint, count);
+            }
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::ProxyError;
+use crate::metrics::{LiveChild, Start, Stop};
 
 /// How long a stopped child has to exit after its stdin closed, before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -101,6 +102,10 @@ pub struct Child {
     gone: CancellationToken,
     /// Cancel to stop the process (stdin closed, then SIGKILL after a grace period).
     stop: CancellationToken,
+    /// Why the proxy stopped it, if it did.
+    stop_cause: Mutex<Option<Stop>>,
+    /// Holds it in the live-children gauge from its start until it ends (metrics on).
+    live: Mutex<Option<LiveChild>>,
     last_used: Mutex<Instant>,
     in_flight: AtomicU64,
     /// The upstream's `initialize` result.
@@ -114,8 +119,9 @@ impl std::fmt::Debug for Child {
 }
 
 impl Child {
-    /// Spawn the process and initialize it with `initialize` params, within `timeout`.
-    pub(crate) async fn start(command: &Command, params: Value, timeout: Duration) -> Result<Arc<Child>, ProxyError> {
+    /// Spawn the process and initialize it with `initialize` params, within `timeout`;
+    /// counted as started for `reason` once initialized.
+    pub(crate) async fn start(command: &Command, params: Value, timeout: Duration, reason: Start) -> Result<Arc<Child>, ProxyError> {
         let mut process = tokio::process::Command::new(&command.program)
             .args(&command.args)
             .stdin(Stdio::piped())
@@ -135,6 +141,8 @@ impl Child {
             next_id: AtomicU64::new(1),
             gone: CancellationToken::new(),
             stop: CancellationToken::new(),
+            stop_cause: Mutex::new(None),
+            live: Mutex::new(None),
             last_used: Mutex::new(Instant::now()),
             in_flight: AtomicU64::new(0),
             initialized: Mutex::new(Value::Null),
@@ -172,16 +180,25 @@ impl Child {
         });
         let waiter = Arc::clone(&child);
         tokio::spawn(async move {
-            tokio::select! {
-                status = process.wait() => tracing::info!(pid = ?waiter.pid, ?status, "upstream process exited"),
-                () = waiter.stop.cancelled() => {
-                    if tokio::time::timeout(STOP_GRACE, process.wait()).await.is_err() {
-                        let _ = process.kill().await;
-                    }
-                    tracing::debug!(pid = ?waiter.pid, "upstream process stopped");
+            let status = tokio::select! {
+                status = process.wait() => {
+                    tracing::info!(pid = ?waiter.pid, ?status, "upstream process exited");
+                    status.ok()
                 }
-            }
+                () = waiter.stop.cancelled() => {
+                    let status = match tokio::time::timeout(STOP_GRACE, process.wait()).await {
+                        Ok(status) => status.ok(),
+                        Err(_) => {
+                            let _ = process.kill().await;
+                            None
+                        }
+                    };
+                    tracing::debug!(pid = ?waiter.pid, "upstream process stopped");
+                    status
+                }
+            };
             waiter.exited();
+            waiter.ended(status);
         });
         let initialize = async {
             let result = child.call("initialize", Some(params), None, &CancellationToken::new()).await;
@@ -198,16 +215,24 @@ impl Child {
         let result = match tokio::time::timeout(timeout, initialize).await {
             Ok(Ok(result)) => result,
             Ok(Err(error)) => {
-                child.stop();
+                child.stop.cancel();
                 return Err(error);
             }
             Err(_) => {
-                child.stop();
+                child.stop.cancel();
                 return Err(ProxyError::Initialize(format!("no answer to `initialize` within {timeout:?}")));
             }
         };
         tracing::info!(pid = ?child.pid, "upstream process started");
         *crate::lock(&child.initialized) = result;
+        {
+            // Checked under the lock `ended` takes after `gone` is set: a child that is
+            // already gone is never put in the gauge.
+            let mut live = crate::lock(&child.live);
+            if !child.is_gone() {
+                *live = crate::metrics::started(reason);
+            }
+        }
         Ok(child)
     }
 
@@ -231,10 +256,26 @@ impl Child {
         crate::lock(&self.last_used).elapsed()
     }
 
-    /// Stop the process: close its stdin, and kill it if it has not exited after a grace
-    /// period. Requests in flight on it fail as [`CallError::Gone`].
-    pub(crate) fn stop(&self) {
+    /// Stop the process for `cause`: close its stdin, and kill it if it has not exited
+    /// after a grace period. Requests in flight on it fail as [`CallError::Gone`].
+    pub(crate) fn stop(&self, cause: Stop) {
+        if !self.is_gone() {
+            crate::lock(&self.stop_cause).get_or_insert(cause);
+        }
         self.stop.cancel();
+    }
+
+    /// Whether the proxy stopped it (rather than it exiting by itself or being killed).
+    pub(crate) fn stopped_by_proxy(&self) -> bool {
+        crate::lock(&self.stop_cause).is_some()
+    }
+
+    /// The process ended with `status` (`None`: unknown, or killed after the grace period):
+    /// counted as stopped, by the proxy's cause or by how it ended.
+    fn ended(&self, status: Option<std::process::ExitStatus>) {
+        let Some(live) = crate::lock(&self.live).take() else { return };
+        let cause = crate::lock(&self.stop_cause).unwrap_or_else(|| if killed_by_signal(status) { Stop::Killed } else { Stop::Exited });
+        crate::metrics::stopped(live, cause);
     }
 
     /// Send one request and wait for its answer, forwarding the notifications that belong
@@ -388,6 +429,20 @@ impl Child {
         drop(pending);
         self.gone.cancel();
         self.stop.cancel();
+    }
+}
+
+/// Whether a signal ended the process.
+fn killed_by_signal(status: Option<std::process::ExitStatus>) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        status.is_some_and(|s| s.signal().is_some())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = status;
+        false
     }
 }
 

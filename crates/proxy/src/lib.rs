@@ -38,6 +38,7 @@
 //! has is not sent twice (D7).
 
 pub mod child;
+pub mod metrics;
 pub mod policy;
 mod supervisor;
 
@@ -51,6 +52,7 @@ use durable_mcp_protocol::{Upstream, UpstreamError, UpstreamRequest};
 use serde_json::{Value, json};
 
 use crate::child::{CallError, Sink};
+use crate::metrics::Interruption;
 use crate::supervisor::{Key, Supervisor};
 
 /// Errors of starting the proxy or one of its children.
@@ -210,9 +212,13 @@ impl Shared {
             let tool = tool_name.as_deref().and_then(|name| self.tool(name));
             policy::resend(&method, params.as_ref(), tool.as_ref(), &self.config.retryable_tools)
         };
-        if attempt > 1 && !resend.allowed() {
-            // The worker that ran it died: its child may have acted on it.
-            return Err(interrupted(&method, tool_name.as_deref(), "the worker forwarding it stopped before the upstream answered"));
+        if attempt > 1 {
+            if !resend.allowed() {
+                // The worker that ran it died: its child may have acted on it.
+                crate::metrics::interrupted(Interruption::WorkerStopped, false);
+                return Err(interrupted(&method, tool_name.as_deref(), "the worker forwarding it stopped before the upstream answered"));
+            }
+            crate::metrics::resent(Interruption::WorkerStopped, resend);
         }
         let key = match session {
             Some(session) => Key::Session(session),
@@ -258,8 +264,12 @@ impl Shared {
                     tracing::warn!(?key, pid = ?child.pid(), %method, ?resend, "the upstream process exited before it answered");
                     self.supervisor.record(&key, true);
                     if !resend.allowed() || resends >= self.config.max_resends {
+                        // Allowed, yet not sent again: `--max-resends` is reached.
+                        let exhausted = resend.allowed();
+                        crate::metrics::interrupted(Interruption::ChildExited, exhausted);
                         return Err(interrupted(&method, tool_name.as_deref(), "its upstream process exited before it answered"));
                     }
+                    crate::metrics::resent(Interruption::ChildExited, resend);
                     resends += 1;
                 }
             }

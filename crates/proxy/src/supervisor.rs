@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::child::{Child, Command};
+use crate::metrics::{Start, Stop};
 use crate::{ProxyConfig, ProxyError};
 
 /// Whose child it is.
@@ -83,9 +84,13 @@ impl Supervisor {
     pub(crate) async fn child(&self, key: &Key, client: Option<&Value>) -> Result<Arc<Child>, ProxyError> {
         let slot = Arc::clone(crate::lock(&self.slots).entry(key.clone()).or_default());
         let mut state = slot.state.lock().await;
+        let mut reason = Start::New;
         if let Some(child) = &state.child {
             if !child.is_gone() {
                 return Ok(Arc::clone(child));
+            }
+            if !child.stopped_by_proxy() {
+                reason = Start::Restart;
             }
             crate::lock(&self.live).remove(key);
             state.child = None;
@@ -100,7 +105,7 @@ impl Supervisor {
         self.make_room(key)?;
         let params = initialize_params(client);
         state.started = Some(Instant::now());
-        match Child::start(&self.command, params, self.config.init_timeout).await {
+        match Child::start(&self.command, params, self.config.init_timeout, reason).await {
             Ok(child) => {
                 crate::lock(&self.live).insert(key.clone(), Arc::clone(&child));
                 state.child = Some(Arc::clone(&child));
@@ -108,6 +113,7 @@ impl Supervisor {
             }
             Err(error) => {
                 slot.failures.fetch_add(1, Ordering::SeqCst);
+                crate::metrics::failed_start();
                 Err(error)
             }
         }
@@ -139,7 +145,7 @@ impl Supervisor {
         match victim.and_then(|k| live.remove(&k).map(|c| (k, c))) {
             Some((victim, child)) => {
                 tracing::info!(?victim, pid = ?child.pid(), "stopping the longest idle upstream: the worker is at --max-children");
-                child.stop();
+                child.stop(Stop::Limit);
                 Ok(())
             }
             None => Err(ProxyError::TooManyChildren(self.config.max_children)),
@@ -157,7 +163,7 @@ impl Supervisor {
         for (key, child) in idle {
             tracing::info!(?key, pid = ?child.pid(), "stopping an idle upstream");
             crate::lock(&self.live).remove(&key);
-            child.stop();
+            child.stop(Stop::Idle);
             self.record(&key, false);
         }
         // Slots of keys with no child left are dropped (a session's entry must not outlive
@@ -177,7 +183,7 @@ impl Supervisor {
     /// Stop every child (shutdown).
     pub(crate) fn stop_all(&self) {
         for child in crate::lock(&self.live).drain().map(|(_, c)| c) {
-            child.stop();
+            child.stop(Stop::Shutdown);
         }
     }
 }

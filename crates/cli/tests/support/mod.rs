@@ -4,6 +4,7 @@
 
 pub mod nginx;
 pub mod proxy;
+pub mod scrape;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
