@@ -386,29 +386,34 @@ async fn prompt_and_resource_scopes_are_checked_before_the_handler() {
 /// a restart (one refetch), and unknown kids refetch at most once per interval.
 #[tokio::test]
 async fn key_rotation_is_picked_up_and_refetches_are_rate_limited() {
+    // Every token is signed before the clock matters: an RSA signature in a debug build
+    // on a loaded machine takes long enough to let the refetch interval run out between
+    // requests that must fall inside it.
+    let first = rsa(&claims("a", "mcp"));
+    let rotated = mint(Algorithm::RS256, "rsa-2", "rsa2", &claims("a", "mcp"));
+    let unknowns: Vec<String> = (0..5).map(|i| mint(Algorithm::RS256, &format!("nobody-{i}"), "rsa1", &claims("a", "mcp"))).collect();
+    let unknown_later = mint(Algorithm::RS256, "nobody", "rsa1", &claims("a", "mcp"));
+    let interval = Duration::from_millis(1_000);
     let jwks = jwks_server(json!({"keys": [jwk("rsa1")]})).await;
     let mut config = oauth_config(&jwks);
-    config.jwks_refetch_interval = Duration::from_millis(500);
+    config.jwks_refetch_interval = interval;
     let s = server(Authenticator::oauth(config).unwrap());
-    assert_eq!(post(&s.router, Some(&rsa(&claims("a", "mcp"))), None, initialize_body()).await.status, StatusCode::OK);
+    assert_eq!(post(&s.router, Some(&first), None, initialize_body()).await.status, StatusCode::OK);
     assert_eq!(jwks.hits.load(Ordering::SeqCst), 1);
     *jwks.keys.lock().unwrap() = json!({"keys": [jwk("rsa2")]});
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let rotated = mint(Algorithm::RS256, "rsa-2", "rsa2", &claims("a", "mcp"));
+    tokio::time::sleep(interval + Duration::from_millis(100)).await;
     assert_eq!(post(&s.router, Some(&rotated), None, initialize_body()).await.status, StatusCode::OK, "the new key is fetched");
     assert_eq!(jwks.hits.load(Ordering::SeqCst), 2);
     // Unknown kids within the interval: refused, no fetch.
-    for i in 0..5 {
-        let unknown = mint(Algorithm::RS256, &format!("nobody-{i}"), "rsa1", &claims("a", "mcp"));
-        assert_eq!(post(&s.router, Some(&unknown), None, initialize_body()).await.status, StatusCode::UNAUTHORIZED);
+    for unknown in &unknowns {
+        assert_eq!(post(&s.router, Some(unknown), None, initialize_body()).await.status, StatusCode::UNAUTHORIZED);
     }
     assert_eq!(jwks.hits.load(Ordering::SeqCst), 2, "refetches are rate limited");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let unknown = mint(Algorithm::RS256, "nobody", "rsa1", &claims("a", "mcp"));
-    assert_eq!(post(&s.router, Some(&unknown), None, initialize_body()).await.status, StatusCode::UNAUTHORIZED);
+    tokio::time::sleep(interval + Duration::from_millis(100)).await;
+    assert_eq!(post(&s.router, Some(&unknown_later), None, initialize_body()).await.status, StatusCode::UNAUTHORIZED);
     assert_eq!(jwks.hits.load(Ordering::SeqCst), 3, "after the interval an unknown kid fetches again");
     // The removed key no longer verifies once the set is refetched.
-    assert_eq!(post(&s.router, Some(&rsa(&claims("a", "mcp"))), None, initialize_body()).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(post(&s.router, Some(&first), None, initialize_body()).await.status, StatusCode::UNAUTHORIZED);
 }
 
 #[tokio::test]
