@@ -58,12 +58,16 @@ build_cli() {
 }
 
 # start_server STORE LOG: starts the example server on a free port (three attempts); sets
-# server_pid and port. The array SERVER_EXTRA, if set, holds more `serve` flags.
+# server_pid and port. The array SERVER_EXTRA, if set, holds more `serve` flags; the array
+# SERVED, if set, replaces `serve --example everything` (e.g. `proxy`, with the upstream's
+# command line after `--` in SERVER_EXTRA).
 start_server() {
   local store="$1" logfile="$2" attempt
+  local served=(serve --example everything)
+  if [ -n "${SERVED+x}" ]; then served=("${SERVED[@]}"); fi
   for attempt in 1 2 3; do
     port="$(free_port)"
-    NO_COLOR=1 "$BIN" serve --example everything --listen "127.0.0.1:$port" --store "$store" \
+    NO_COLOR=1 "$BIN" "${served[@]}" --listen "127.0.0.1:$port" --store "$store" \
       ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} >"$logfile" 2>&1 </dev/null &
     server_pid=$!
     for _ in $(seq 1 150); do

@@ -14,6 +14,10 @@
 #      durable-mcp serve --example everything --listen 127.0.0.1:<free port> --store <store>
 #    runs both client files against http://127.0.0.1:<port>/mcp, stops the server. Tests
 #    that kill and restart a server start their own (on a SQLite file of their own).
+# 4. Through the proxy: starts
+#      durable-mcp proxy --listen 127.0.0.1:<free port> --store sqlite:<fresh temp file> -- \
+#        node .tools/server-everything/.../dist/index.js stdio
+#    and runs tests/typescript/proxy_clients.mjs (both SDK clients, both eras) against it.
 #
 # -k SUBSTRING runs only the tests whose name contains it.
 #
@@ -137,6 +141,19 @@ run_store() {
 
 run_store memory "memory:"
 run_store sqlite "sqlite:$work/typescript-client.db"
+
+# The official server-everything (stdio) behind `durable-mcp proxy`: both clients, both eras.
+everything="$REPO_ROOT/.tools/server-everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+if [ ! -f "$everything" ]; then
+  log "ERROR: setup-tools.sh did not install server-everything at $everything"
+  exit 1
+fi
+PROXY_UPSTREAM="$(node -e 'console.log(JSON.stringify(process.argv.slice(1)))' "$(command -v node)" "$everything" stdio)"
+export PROXY_UPSTREAM
+SERVED=(proxy)
+SERVER_EXTRA=(-- "$(command -v node)" "$everything" stdio)
+CLIENTS=(proxy_clients)
+run_store proxy "sqlite:$work/typescript-proxy.db"
 
 summary_printed=1
 echo "$total_passed passed, $total_failed failed, $total_skipped skipped"

@@ -15,6 +15,13 @@ Tools:
                                   up?" with a `note` field, then (after marker and delay_ms)
                                   answers "confirmed KEY: NOTE" or "declined KEY"
 
+  change_tools()                  sends notifications/tools/list_changed (a list change this
+                                  process reports while it serves the call), answers its pid
+  watch(path)                     from now on, until it exits, this process reports
+                                  notifications/tools/list_changed each time the content of
+                                  the file PATH changes (a change of state shared by every
+                                  process: each one that watches reports it); answers its pid
+
 `marker`: when given, the tool first writes this process's pid to that file (so a test
 can SIGKILL the child while the call runs). Run with `python upstream_server.py`.
 """
@@ -102,5 +109,53 @@ async def confirm(key: str, ctx: Context, marker: str = "", delay_ms: int = 0) -
     return f"{answer.action} {key}"
 
 
+@server.tool(annotations=EFFECT)
+async def change_tools(ctx: Context) -> str:
+    """Report that the tool list changed."""
+    await ctx.session.send_tool_list_changed()
+    return str(os.getpid())
+
+
+watching: set[str] = set()
+
+
+async def watch_file(path: str, session) -> None:
+    def content() -> str:
+        try:
+            with open(path) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    seen = content()
+    while True:
+        await asyncio.sleep(0.05)
+        now = content()
+        if now != seen:
+            seen = now
+            await session.send_tool_list_changed()
+
+
+@server.tool(annotations=EFFECT)
+async def watch(path: str, ctx: Context) -> str:
+    """Report a tool list change whenever the file PATH changes."""
+    if path not in watching:
+        watching.add(path)
+        asyncio.get_running_loop().create_task(watch_file(path, ctx.session))
+    return str(os.getpid())
+
+
+async def main() -> None:
+    # `server.run("stdio")` with `tools.listChanged: true` declared (MCPServer declares it
+    # false and has no option for it; the low-level server takes NotificationOptions).
+    from mcp.server.lowlevel.server import NotificationOptions
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = server._lowlevel_server
+    options = lowlevel.create_initialization_options(NotificationOptions(tools_changed=True))
+    async with stdio_server() as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, options)
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    asyncio.run(main())

@@ -128,12 +128,15 @@ function portOpen(port) {
 /**
  * A `durable-mcp serve --example everything` process of the test's own, on `port` with
  * `store`, its output appended to `<work>/<name>.log`. Resolves once the port accepts.
+ * With `upstream` (a command line), a `durable-mcp proxy` in front of it instead.
  */
-export async function startServer({ bin, work, name, port, store }) {
+export async function startServer({ bin, work, name, port, store, upstream }) {
     mkdirSync(work, { recursive: true });
     const logFile = path.join(work, `${name}.log`);
     const out = openSync(logFile, 'a');
-    const child = spawn(bin, ['serve', '--example', 'everything', '--listen', `127.0.0.1:${port}`, '--store', store], {
+    const served = upstream ? ['proxy'] : ['serve', '--example', 'everything'];
+    const after = upstream ? ['--', ...upstream] : [];
+    const child = spawn(bin, [...served, '--listen', `127.0.0.1:${port}`, '--store', store, ...after], {
         stdio: ['ignore', out, out],
         env: { ...process.env, NO_COLOR: '1' }
     });

@@ -12,13 +12,17 @@
 //! outcome (D7). The upstream's questions (`ctx.elicit`) reach a 2025 session on its stream
 //! and a 2026-07-28 client as `input_required`, and are asked once even when the call is
 //! sent to a fresh child (D9); any upstream tool runs as a durable task held by the proxy,
-//! created on one worker and answered by another (D10). With `--metrics-listen`, the
-//! children started and stopped (idle, limit, killed), the re-sent and interrupted calls and
-//! the questions answered from the journal are counted exactly.
+//! created on one worker and answered by another (D10). List changes and resource updates
+//! of the upstream reach the clients subscribed to them, once (`changes`). With
+//! `--metrics-listen`, the children started and stopped (idle, limit, killed), the re-sent
+//! and interrupted calls and the questions answered from the journal are counted exactly.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
+
+#[path = "proxy/changes.rs"]
+mod changes;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

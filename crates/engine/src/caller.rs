@@ -65,6 +65,8 @@ impl Caller {
                 Some(auth) => AuthInfo::clone(auth),
                 None => AuthInfo::principal_only(self.principal.as_str()),
             }),
+            // The request path (layer 4) adds it.
+            outbox: None,
         }
     }
 

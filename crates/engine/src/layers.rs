@@ -37,6 +37,7 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("getstream", 4, include_str!("getstream.rs")),
     ("session", 4, include_str!("session.rs")),
     ("subscriptions", 4, include_str!("subscriptions.rs")),
+    ("outbox", 4, include_str!("outbox.rs")),
     ("inspect", 4, include_str!("inspect.rs")),
 ];
 

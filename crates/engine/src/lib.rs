@@ -22,7 +22,7 @@
 //! | 1 context | `caller`, `state`, `keys`, `rerun` | who sent a request; durable state handles; the `requestState` key ring; what a re-run already sent |
 //! | 2 journal | `journal` | run records, leases, heartbeats, claiming runs whose lease ran out, cancellation marks, sealed run state |
 //! | 3 tasks | `tasks` | task records, owners, status changes and their notifications, `tasks/*` answers |
-//! | 4 request path | `run`, `pump`, `opening`, `tail`, `durable`, `recovery`, `relay`, `inbox`, `notify`, `changes`, `getstream`, `session`, `subscriptions`, `inspect` | accepting, committing and routing requests; the durable context; re-running claimed runs |
+//! | 4 request path | `run`, `pump`, `opening`, `tail`, `durable`, `recovery`, `relay`, `inbox`, `notify`, `changes`, `getstream`, `session`, `subscriptions`, `outbox`, `inspect` | accepting, committing and routing requests; the durable context; re-running claimed runs |
 //!
 //! The crate root ([`Engine`], [`EngineOptions`]) is the handle every layer's `impl Engine`
 //! works through: it holds the store and the options.
@@ -43,6 +43,7 @@ pub mod metrics;
 mod metrics_store;
 mod notify;
 mod opening;
+mod outbox;
 mod pump;
 mod records;
 mod recovery;

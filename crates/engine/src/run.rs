@@ -375,6 +375,7 @@ impl Engine {
         };
         let mut peer = caller.peer(self);
         peer.state_keys = Some(keys.clone());
+        peer.outbox = Some(self.outbox(&caller));
         let (detach, detach_requests) = tokio::sync::mpsc::channel(1);
         let durable = held.as_ref().map(|held| Arc::new(DurableRun::new(self, held, caller.clone(), cancel.clone(), detach)));
         if let Some(durable) = &durable {

@@ -22,7 +22,7 @@ impl Engine {
         let slot = self.session_slot(principal).await?;
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
-        let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, server_state: Some(self.server_state()), durable: None, state_keys: None, auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())) };
+        let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, server_state: Some(self.server_state()), durable: None, state_keys: None, auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())), outbox: None };
         let span = crate::traces::Request {
             method: durable_mcp_protocol::methods::INITIALIZE,
             request: &request,

@@ -60,6 +60,9 @@ pub struct PeerContext {
     pub state_keys: Option<crate::StateKeys>,
     /// The authenticated caller, inserted into the request's extensions.
     pub auth: Option<crate::AuthInfo>,
+    /// Where the handler sends messages outside the request, inserted into the request's
+    /// extensions.
+    pub outbox: Option<crate::Outbox>,
 }
 
 /// A request running in its handler.
@@ -232,6 +235,9 @@ impl McpHandler {
             }
             if let Some(auth) = &peer.auth {
                 request.request.extensions_mut().insert(auth.clone());
+            }
+            if let Some(outbox) = &peer.outbox {
+                request.request.extensions_mut().insert(outbox.clone());
             }
         }
         let (out_tx, outbound) = mpsc::channel(64);

@@ -15,9 +15,9 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, CustomRequest, CustomResult,
     ErrorCode, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ServerConfig, ServerNotification, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    ServerConfig, ServerNotification, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -57,6 +57,10 @@ pub struct UpstreamRequest {
     /// `sampling/createMessage`, `roots/list`): `None` for a request that is not journaled
     /// (a list, `ping`), which cannot ask.
     pub questions: Option<Questions>,
+    /// Where the upstream sends what it reports outside this request (list changes,
+    /// resource updates): bound to the request's caller and session. `None` when the
+    /// request was not served by durable-mcp's engine.
+    pub outbox: Option<crate::Outbox>,
 }
 
 /// The questions an upstream asks while it serves one journaled request, relayed to the
@@ -220,6 +224,13 @@ pub trait Upstream: Send + Sync + 'static {
     fn tool(&self, name: &str) -> Option<Value>;
     /// Forward one request; its result (the JSON-RPC `result`) or error.
     fn request(&self, request: UpstreamRequest) -> BoxFuture<'static, Result<Value, UpstreamError>>;
+    /// A 2026-07-28 `subscriptions/listen` stream follows the resources `uris` while the
+    /// returned guard lives: the upstream should report their updates through `outbox`'s
+    /// [`announce`](crate::Outbox::announce). The default follows nothing.
+    fn follow(&self, uris: Vec<String>, outbox: Option<crate::Outbox>) -> Box<dyn Send> {
+        let _ = (uris, outbox);
+        Box::new(())
+    }
 }
 
 /// An rmcp server handler that forwards to an [`Upstream`].
@@ -285,8 +296,9 @@ impl Forward {
         // client's answers (the upstream is told; a retry sends it again).
         let cancel = context.ct.child_token();
         let (notifications, mut incoming) = mpsc::unbounded_channel();
+        let outbox = context.extensions.get::<crate::Outbox>().cloned();
         let request =
-            UpstreamRequest { method: method.to_owned(), params, session, client, attempt, cancel: cancel.clone(), notifications, questions };
+            UpstreamRequest { method: method.to_owned(), params, session, client, attempt, cancel: cancel.clone(), notifications, questions, outbox };
         let outcome = self.upstream.request(request);
         tokio::pin!(outcome);
         let outcome = loop {
@@ -453,6 +465,22 @@ impl ServerHandler for Forward {
     #[allow(deprecated)]
     async fn unsubscribe(&self, request: UnsubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
         let _: Value = self.forward(crate::methods::RESOURCES_UNSUBSCRIBE, Some(request), context).await?;
+        Ok(())
+    }
+
+    /// Every kind the client asks for (rmcp keeps only those the upstream's capabilities
+    /// declare): the proxy tells the listen streams of what the upstream reports.
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    /// The engine delivers what the upstream reports (announced through the [`Outbox`](crate::Outbox))
+    /// to the listen stream; the upstream follows the stream's resources while it is open.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+        let outbox = context.request_context().extensions.get::<crate::Outbox>().cloned();
+        let _following = self.upstream.follow(uris, outbox);
+        context.cancelled().await;
         Ok(())
     }
 

@@ -11,6 +11,7 @@ mod baseline;
 pub mod jsonrpc;
 pub mod meta;
 pub mod methods;
+pub mod outbox;
 pub mod state_keys;
 pub mod tasks;
 mod version;
@@ -25,6 +26,7 @@ pub use tasks::{TaskSupport, task_support};
 pub use adapter::{Closed, McpHandler, NOTIFY_WINDOW, Outbound, PeerContext, Run, ServerSummary};
 pub use version::{McpVersion, UnknownVersion};
 pub use forward::{Forward, Questions, Upstream, UpstreamError, UpstreamRequest};
+pub use outbox::{Outbox, OutboxBackend, OutboxError};
 /// A notification a handler sends (through its rmcp peer) to ask the transport to close the
 /// current SSE connection of its request without ending the stream: the client resumes with
 /// `GET` + `Last-Event-ID` (SSE polling, 2025-11-25). It is never forwarded to the client.

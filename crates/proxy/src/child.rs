@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use durable_mcp_protocol::{Questions, UpstreamError};
 use durable_mcp_protocol::jsonrpc::code;
+use durable_mcp_protocol::methods;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ProxyError;
 use crate::metrics::{LiveChild, Start, Stop};
+use crate::reports::Reports;
 
 /// How long a stopped child has to exit after its stdin closed, before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -110,7 +112,16 @@ pub struct Child {
     in_flight: AtomicU64,
     /// The upstream's `initialize` result.
     pub(crate) initialized: Mutex<Value>,
+    /// Unique among the processes this worker started.
+    pub(crate) serial: u64,
+    /// Where its list changes and resource updates go (see `reports`); `None`: dropped.
+    reports: Arc<Mutex<Option<Reports>>>,
+    /// Its reports, delivered one after another in the order it sent them.
+    report_tx: mpsc::UnboundedSender<Value>,
 }
+
+/// Numbers the processes of this worker.
+static SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl std::fmt::Debug for Child {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -134,6 +145,19 @@ impl Child {
             return Err(ProxyError::Protocol("the child's stdio was not piped".into()));
         };
         let (writer, mut lines) = mpsc::unbounded_channel::<String>();
+        let (report_tx, mut report_rx) = mpsc::unbounded_channel::<Value>();
+        let reports: Arc<Mutex<Option<Reports>>> = Arc::default();
+        let deliver = Arc::clone(&reports);
+        tokio::spawn(async move {
+            // Ends when the child is dropped (its sender with it).
+            while let Some(message) = report_rx.recv().await {
+                let target = crate::lock(&deliver).clone();
+                match target {
+                    Some(target) => target.deliver(message).await,
+                    None => tracing::debug!(method = ?message.get("method"), "an upstream report with nowhere to go is dropped"),
+                }
+            }
+        });
         let child = Arc::new(Child {
             pid: process.id(),
             writer,
@@ -146,6 +170,9 @@ impl Child {
             last_used: Mutex::new(Instant::now()),
             in_flight: AtomicU64::new(0),
             initialized: Mutex::new(Value::Null),
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+            reports,
+            report_tx,
         });
         let stop = child.stop.clone();
         tokio::spawn(async move {
@@ -254,6 +281,11 @@ impl Child {
     /// How long since it last served a request.
     pub(crate) fn idle_for(&self) -> Duration {
         crate::lock(&self.last_used).elapsed()
+    }
+
+    /// Where its list changes and resource updates go from now on.
+    pub(crate) fn set_reports(&self, reports: Reports) {
+        *crate::lock(&self.reports) = Some(reports);
     }
 
     /// Stop the process for `cause`: close its stdin, and kill it if it has not exited
@@ -398,9 +430,14 @@ impl Child {
     }
 
     /// Progress goes to the request whose token it carries; a log message to the oldest
-    /// request in flight (stdio has no other link between the two). Other notifications
-    /// (list changes, resource updates) are not forwarded yet.
+    /// request in flight (stdio has no other link between the two); list changes and
+    /// resource updates are reports, not tied to a request (see `reports`). Other
+    /// notifications are not forwarded.
     fn route_notification(&self, method: &str, message: Value) {
+        if REPORTS.contains(&method) {
+            let _ = self.report_tx.send(message);
+            return;
+        }
         let state = crate::lock(&self.state);
         let sink = match method {
             "notifications/progress" => message
@@ -445,6 +482,14 @@ fn killed_by_signal(status: Option<std::process::ExitStatus>) -> bool {
         false
     }
 }
+
+/// The notifications a child reports outside requests.
+const REPORTS: [&str; 4] = [
+    methods::NOTIFICATION_TOOLS_LIST_CHANGED,
+    methods::NOTIFICATION_PROMPTS_LIST_CHANGED,
+    methods::NOTIFICATION_RESOURCES_LIST_CHANGED,
+    methods::NOTIFICATION_RESOURCES_UPDATED,
+];
 
 /// Counts a request in flight on a child, and marks the child used when it ends.
 struct InFlight<'a>(&'a Child);

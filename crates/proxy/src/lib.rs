@@ -24,6 +24,13 @@
 //!   is relayed for the oldest journaled request in flight on it, through that request's
 //!   [`durable_mcp_protocol::Questions`] (asked once, the answer committed first); each
 //!   send of a request to a fresh child matches its questions from the first again.
+//! - **changes** (`reports.rs`): list changes and resource updates a child reports, in or
+//!   outside a request, go through the engine's [`durable_mcp_protocol::Outbox`]: a
+//!   session's child's to that session's standalone stream (the GET stream), a pool
+//!   child's announced once to the `subscriptions/listen` streams (several pool children
+//!   reporting one change within [`ProxyConfig::change_window`] are that one change). A
+//!   fresh child takes over the resource subscriptions of its session, a pool child those
+//!   the listen streams follow.
 //!
 //! # Durability
 //! In plain words: the client gets exactly one outcome of each request, and never waits
@@ -40,6 +47,7 @@
 pub mod child;
 pub mod metrics;
 pub mod policy;
+mod reports;
 mod supervisor;
 
 use std::collections::HashMap;
@@ -48,7 +56,7 @@ use std::time::Duration;
 
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::jsonrpc::code;
-use durable_mcp_protocol::{Upstream, UpstreamError, UpstreamRequest};
+use durable_mcp_protocol::{Outbox, Upstream, UpstreamError, UpstreamRequest};
 use serde_json::{Value, json};
 
 use crate::child::{CallError, Sink};
@@ -102,6 +110,10 @@ pub struct ProxyConfig {
     /// Answer a request with an error if its upstream has not answered it within this
     /// time (default: never; a child that exits is noticed at once either way).
     pub request_timeout: Option<Duration>,
+    /// Reports of one change (a list change of one kind, an update of one resource) by
+    /// several pool children within this time of the first are that one change, announced
+    /// once (default 1 s; see "Changes" in `docs/proxy.md`).
+    pub change_window: Duration,
 }
 
 impl ProxyConfig {
@@ -117,6 +129,7 @@ impl ProxyConfig {
             init_timeout: Duration::from_secs(30),
             max_resends: 2,
             request_timeout: None,
+            change_window: Duration::from_secs(1),
         }
     }
 }
@@ -150,7 +163,7 @@ impl Proxy {
     /// that a command that cannot run fails here rather than at the first request.
     pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         let supervisor = Supervisor::new(config.clone());
-        let first = supervisor.child(&Key::Pool(0), None).await?;
+        let first = supervisor.child(&Key::Pool(0), None, None).await?;
         let info = crate::lock(&first.initialized).clone();
         if !info.is_object() {
             return Err(ProxyError::Protocol(format!("its initialize result is not an object: {info}")));
@@ -206,7 +219,11 @@ impl Shared {
     }
 
     async fn forward(self: Arc<Self>, request: UpstreamRequest) -> Result<Value, UpstreamError> {
-        let UpstreamRequest { method, params, session, client, attempt, cancel, notifications, questions } = request;
+        let UpstreamRequest { method, params, session, client, attempt, cancel, notifications, questions, outbox } = request;
+        if let Some(outbox) = &outbox {
+            // Announcing a pool child's report needs no caller: any request's outbox does.
+            let _ = self.supervisor.pool.outbox.set(outbox.clone());
+        }
         let tool_name = (method == "tools/call").then(|| params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned());
         let resend = {
             let tool = tool_name.as_deref().and_then(|name| self.tool(name));
@@ -232,7 +249,7 @@ impl Shared {
                 // A fresh process asks from its first question again.
                 questions.restart().await;
             }
-            let child = self.supervisor.child(&key, client.as_ref()).await.map_err(|error| unavailable(&error))?;
+            let child = self.supervisor.child(&key, client.as_ref(), outbox.as_ref()).await.map_err(|error| unavailable(&error))?;
             let call = child.call(&method, params.clone(), Some(sink.clone()), &cancel);
             let outcome = match self.config.request_timeout {
                 Some(limit) => match tokio::time::timeout(limit, call).await {
@@ -294,6 +311,41 @@ impl Upstream for Proxy {
 
     fn request(&self, request: UpstreamRequest) -> BoxFuture<'static, Result<Value, UpstreamError>> {
         Box::pin(Arc::clone(&self.0).forward(request))
+    }
+
+    /// The pool's children subscribe to `uris` while the listen stream lives (every live
+    /// one now, each one that starts later); a pool child is started if none runs.
+    fn follow(&self, uris: Vec<String>, outbox: Option<Outbox>) -> Box<dyn Send> {
+        let shared = &self.0;
+        if let Some(outbox) = outbox {
+            let _ = shared.supervisor.pool.outbox.set(outbox);
+        }
+        let new = shared.supervisor.pool.follow(&uris);
+        if !uris.is_empty() && !shared.supervisor.pool_running() {
+            // It subscribes to every followed URI as it starts.
+            let proxy = Arc::clone(shared);
+            tokio::spawn(async move {
+                if let Err(error) = proxy.supervisor.child(&Key::Pool(0), None, None).await {
+                    tracing::warn!(%error, "could not start a pool process for a listen stream's resources");
+                }
+            });
+        }
+        shared.supervisor.pool_subscriptions("resources/subscribe", new);
+        Box::new(Following { proxy: Arc::downgrade(shared), uris })
+    }
+}
+
+/// A listen stream's following of resources: dropped when the stream ends.
+struct Following {
+    proxy: std::sync::Weak<Shared>,
+    uris: Vec<String>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let Some(proxy) = self.proxy.upgrade() else { return };
+        let gone = proxy.supervisor.pool.unfollow(&self.uris);
+        proxy.supervisor.pool_subscriptions("resources/unsubscribe", gone);
     }
 }
 

@@ -9,8 +9,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use durable_mcp_protocol::Outbox;
+use tokio_util::sync::CancellationToken;
+
 use crate::child::{Child, Command};
 use crate::metrics::{Start, Stop};
+use crate::reports::{PoolReports, Reports};
 use crate::{ProxyConfig, ProxyError};
 
 /// Whose child it is.
@@ -43,6 +47,8 @@ struct Slot {
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait before a restart.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a child has to answer `resources/subscribe` or `resources/unsubscribe`.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a key without a child keeps its restart history.
 const RECENT: Duration = Duration::from_secs(60);
 
@@ -61,12 +67,15 @@ pub(crate) struct Supervisor {
     /// Live children by key (for limits, idle stops and eviction).
     live: std::sync::Mutex<HashMap<Key, Arc<Child>>>,
     next_pool: AtomicUsize,
+    /// The pool's reports and the resources listen streams follow.
+    pub(crate) pool: Arc<PoolReports>,
 }
 
 impl Supervisor {
     pub(crate) fn new(config: ProxyConfig) -> Self {
         let command = Command { program: config.program.clone(), args: config.args.clone() };
-        Self { command, config, slots: Default::default(), live: Default::default(), next_pool: AtomicUsize::new(0) }
+        let pool = Arc::new(PoolReports::new(config.change_window));
+        Self { command, config, slots: Default::default(), live: Default::default(), next_pool: AtomicUsize::new(0), pool }
     }
 
     /// The pool child a stateless request goes to: the least busy, round robin among equals.
@@ -80,8 +89,10 @@ impl Supervisor {
     }
 
     /// The live child of `key`, started (and initialized with `client`'s `initialize`
-    /// params, or the proxy's own for the pool) if it has none.
-    pub(crate) async fn child(&self, key: &Key, client: Option<&Value>) -> Result<Arc<Child>, ProxyError> {
+    /// params, or the proxy's own for the pool) if it has none. A session's child reports
+    /// to `outbox` (the session's) and is subscribed, when it starts, to the resources the
+    /// session subscribed to; a pool child to the resources listen streams follow.
+    pub(crate) async fn child(&self, key: &Key, client: Option<&Value>, outbox: Option<&Outbox>) -> Result<Arc<Child>, ProxyError> {
         let slot = Arc::clone(crate::lock(&self.slots).entry(key.clone()).or_default());
         let mut state = slot.state.lock().await;
         let mut reason = Start::New;
@@ -107,6 +118,7 @@ impl Supervisor {
         state.started = Some(Instant::now());
         match Child::start(&self.command, params, self.config.init_timeout, reason).await {
             Ok(child) => {
+                self.prepare(key, &child, outbox).await;
                 crate::lock(&self.live).insert(key.clone(), Arc::clone(&child));
                 state.child = Some(Arc::clone(&child));
                 Ok(child)
@@ -117,6 +129,51 @@ impl Supervisor {
                 Err(error)
             }
         }
+    }
+
+    /// Where a fresh child's reports go, and the subscriptions it takes over.
+    async fn prepare(&self, key: &Key, child: &Child, outbox: Option<&Outbox>) {
+        let uris = match (key, outbox) {
+            (Key::Pool(_), _) => {
+                child.set_reports(Reports::Pool { child: child.serial, pool: Arc::clone(&self.pool) });
+                self.pool.followed()
+            }
+            (Key::Session(_), Some(outbox)) => {
+                child.set_reports(Reports::Session(outbox.clone()));
+                match outbox.session_subscriptions().await {
+                    Ok(uris) => uris,
+                    Err(error) => {
+                        tracing::warn!(%error, ?key, "could not read the session's subscriptions: the fresh process is not subscribed");
+                        Vec::new()
+                    }
+                }
+            }
+            (Key::Session(_), None) => Vec::new(),
+        };
+        for uri in uris {
+            subscribe(child, "resources/subscribe", &uri).await;
+        }
+    }
+
+    /// Subscribe the live pool children to `uris` (`method` `resources/subscribe`), or
+    /// unsubscribe them (`resources/unsubscribe`).
+    pub(crate) fn pool_subscriptions(&self, method: &'static str, uris: Vec<String>) {
+        if uris.is_empty() {
+            return;
+        }
+        let children: Vec<Arc<Child>> = crate::lock(&self.live).iter().filter(|(k, _)| matches!(k, Key::Pool(_))).map(|(_, c)| Arc::clone(c)).collect();
+        tokio::spawn(async move {
+            for child in children {
+                for uri in &uris {
+                    subscribe(&child, method, uri).await;
+                }
+            }
+        });
+    }
+
+    /// Whether a pool child is running.
+    pub(crate) fn pool_running(&self) -> bool {
+        crate::lock(&self.live).iter().any(|(k, c)| matches!(k, Key::Pool(_)) && !c.is_gone())
     }
 
     /// A child of `key` died under a request (`died`), or answered one.
@@ -155,9 +212,11 @@ impl Supervisor {
     /// Stop children idle for longer than the configured time. Their keys start afresh
     /// (no backoff) when next needed.
     pub(crate) fn stop_idle(&self) {
+        // Pool children hold the listen streams' resource subscriptions while there are any.
+        let keep_pool = !self.pool.followed().is_empty();
         let idle: Vec<(Key, Arc<Child>)> = crate::lock(&self.live)
             .iter()
-            .filter(|(_, c)| c.in_flight() == 0 && c.idle_for() >= self.config.idle_stop)
+            .filter(|(k, c)| c.in_flight() == 0 && c.idle_for() >= self.config.idle_stop && !(keep_pool && matches!(k, Key::Pool(_))))
             .map(|(k, c)| (k.clone(), Arc::clone(c)))
             .collect();
         for (key, child) in idle {
@@ -185,6 +244,16 @@ impl Supervisor {
         for child in crate::lock(&self.live).drain().map(|(_, c)| c) {
             child.stop(Stop::Shutdown);
         }
+    }
+}
+
+/// Send `method` (`resources/subscribe` or `resources/unsubscribe`) for `uri` to `child`.
+async fn subscribe(child: &Child, method: &str, uri: &str) {
+    let params = json!({"uri": uri});
+    match tokio::time::timeout(SUBSCRIBE_TIMEOUT, child.call(method, Some(params), None, &CancellationToken::new())).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => tracing::debug!(?error, pid = ?child.pid(), %method, %uri, "the upstream did not take a subscription change"),
+        Err(_) => tracing::warn!(pid = ?child.pid(), %method, %uri, "the upstream did not answer a subscription change in time"),
     }
 }
 

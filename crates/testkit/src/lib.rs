@@ -13,8 +13,24 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// A port nothing listens on now, for a server to come, below Linux's default ephemeral
+/// range (32768-60999). Not a port the kernel hands out (`bind(0)`): [`Server::launch`]
+/// probes the port with `connect` until the server listens, and a connect to a port in the
+/// ephemeral range that nobody listens on yet can take that very port as its own source
+/// port (a TCP simultaneous open, connected to itself): the probe then takes it for the
+/// server, and the server, starting later, cannot bind it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 16_000;
+    const SPAN: u32 = 16_000;
+    let seed = std::process::id().wrapping_mul(7_919).wrapping_add(u32::try_from(rand_suffix() % u128::from(SPAN)).unwrap());
+    loop {
+        let port = u16::try_from(LOW + seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(97)) % SPAN).unwrap();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 pub fn temp_dir(name: &str) -> PathBuf {
