@@ -103,12 +103,14 @@ impl Server {
     }
 }
 
-/// Whether `child` listens on `addr`: on Linux, a listening socket on `addr` in
-/// `/proc/net/tcp` is one of the child's open files; elsewhere, a connection is accepted.
+/// Whether `child` listens on `addr`'s port: on Linux, a listening socket on that port in
+/// `/proc/net/tcp` or `tcp6` (a server may listen on every address, or on IPv6 and IPv4 at
+/// once) is one of the child's open files; elsewhere, a connection is accepted.
 fn listens(child: &Child, addr: SocketAddr) -> bool {
-    let Ok(table) = std::fs::read_to_string(if addr.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" }) else {
+    let Ok(v4) = std::fs::read_to_string("/proc/net/tcp") else {
         return TcpStream::connect(addr).is_ok();
     };
+    let table = v4 + &std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default();
     let port = format!(":{:04X}", addr.port());
     // Columns: sl local_address rem_address st ... inode (the tenth); st 0A is LISTEN.
     let inodes: Vec<String> = table
