@@ -38,8 +38,12 @@
 //! has is not sent twice (D7).
 
 pub mod child;
+mod http;
 pub mod policy;
+pub mod remote;
 mod supervisor;
+
+pub use remote::{HttpProxy, HttpProxyConfig};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -194,13 +198,7 @@ impl Shared {
     }
 
     fn learn_tools(&self, result: &Value) {
-        let Some(tools) = result.get("tools").and_then(Value::as_array) else { return };
-        let mut known = self.tools.write().unwrap_or_else(|p| p.into_inner());
-        for tool in tools {
-            if let Some(name) = tool.get("name").and_then(Value::as_str) {
-                known.insert(name.to_owned(), tool.clone());
-            }
-        }
+        learn_tools(&self.tools, result);
     }
 
     async fn forward(self: Arc<Self>, request: UpstreamRequest) -> Result<Value, UpstreamError> {
@@ -289,8 +287,24 @@ impl Upstream for Proxy {
 
 impl Shared {
     fn tool(&self, name: &str) -> Option<Value> {
-        self.tools.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        tool(&self.tools, name)
     }
+}
+
+/// Remember the tools of a `tools/list` result (their annotations decide re-sends).
+fn learn_tools(known: &RwLock<HashMap<String, Value>>, result: &Value) {
+    let Some(tools) = result.get("tools").and_then(Value::as_array) else { return };
+    let mut known = known.write().unwrap_or_else(|p| p.into_inner());
+    for tool in tools {
+        if let Some(name) = tool.get("name").and_then(Value::as_str) {
+            known.insert(name.to_owned(), tool.clone());
+        }
+    }
+}
+
+/// The tool `name` as last listed.
+fn tool(known: &RwLock<HashMap<String, Value>>, name: &str) -> Option<Value> {
+    known.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
 }
 
 /// The error of a request that was interrupted and not sent again.
