@@ -29,7 +29,8 @@ enum Command {
     Serve(ServeCommand),
     /// Put durable Streamable HTTP in front of any MCP server that speaks stdio:
     /// `durable-mcp proxy [serve's options] -- COMMAND ARGS...` runs COMMAND as child
-    /// processes (one per session, a pool for 2026-07-28 requests). docs/proxy.md.
+    /// processes (one per session, a pool for 2026-07-28 requests); `--upstream URL`
+    /// forwards to a Streamable HTTP server instead. docs/proxy.md.
     Proxy(ProxyArgs),
     /// Apply retention once (the background pruner does the same every interval).
     Prune(PruneArgs),

@@ -1,5 +1,6 @@
 //! The upstream side of `durable-mcp proxy`: any MCP server that speaks stdio, run as child
-//! processes of the worker, behind the durable Streamable HTTP endpoint.
+//! processes of the worker, behind the durable Streamable HTTP endpoint; or a Streamable
+//! HTTP server ([`HttpProxy`], [`remote`]), a session of its own per client session.
 //!
 //! [`Proxy`] implements [`durable_mcp_protocol::Upstream`]; wrapped in a
 //! [`durable_mcp_protocol::Forward`] it is an ordinary handler of the engine, which gives
