@@ -20,10 +20,16 @@ use support::*;
 
 /// `durable-mcp proxy --upstream URL` on `port`.
 fn start_http_proxy(upstream: SocketAddr, store: &str, port: u16) -> Server {
+    start_http_proxy_with(upstream, store, port, &[])
+}
+
+/// [`start_http_proxy`] with `extra` flags.
+fn start_http_proxy_with(upstream: SocketAddr, store: &str, port: u16, extra: &[&str]) -> Server {
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
     command
         .args(["proxy", "--listen", &addr.to_string(), "--store", store, "--upstream", &format!("http://{upstream}/mcp")])
+        .args(extra)
         .env("RUST_LOG", std::env::var("DMCP_TEST_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
@@ -195,4 +201,22 @@ fn http_upstream_questions_are_relayed_and_a_stream_it_closes_is_resumed() {
 
     let (_, reconnected) = answered(post(addr, Some(&session), &call(4, "test_reconnection", json!({}))), 4);
     assert!(reconnected.get("result").is_some(), "the result after the upstream closed the stream: {reconnected}");
+}
+
+/// `--request-timeout-secs` bounds an upstream's SSE answer that does not end: the client
+/// gets the error, and the session goes on.
+#[test]
+fn http_upstream_request_timeout_ends_a_call_the_upstream_does_not_answer() {
+    let Some(upstream) = server_everything_http() else { return };
+    let proxy = start_http_proxy_with(upstream.addr, "memory:", free_port(), &["--request-timeout-secs", "1"]);
+    let addr = proxy.addr;
+    let session = initialize(addr);
+    let long = call(1, "trigger-long-running-operation", json!({"duration": 30, "steps": 3}));
+    let started = std::time::Instant::now();
+    let (_, outcome) = answered(post(addr, Some(&session), &long), 1);
+    assert_eq!(outcome["error"]["code"], -32031, "{outcome}");
+    assert!(outcome["error"]["message"].as_str().unwrap().contains("did not answer"), "{outcome}");
+    assert!(started.elapsed() < Duration::from_secs(20), "the timeout ended it, not the upstream");
+    let (_, echoed) = answered(post(addr, Some(&session), &call(2, "echo", json!({"message": "next"}))), 2);
+    assert!(first_text(&echoed).contains("next"), "{echoed}");
 }

@@ -295,17 +295,20 @@ impl Remote {
                 }
             }
         };
-        tokio::select! {
-            outcome = exchange => outcome,
-            () = cancel.cancelled() => {
-                let notice = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "cancelled by the client"}});
-                let (endpoint, link) = (self.endpoint.clone(), link.clone());
-                tokio::spawn(async move {
-                    let _ = endpoint.post(&notice, link.session.as_deref(), Some(&link.version), Duration::from_secs(5)).await;
-                });
-                Err(CallError::Cancelled)
+        let (outcome, why) = tokio::select! {
+            outcome = exchange => return outcome,
+            () = cancel.cancelled() => (Err(CallError::Cancelled), "cancelled by the client"),
+            () = tokio::time::sleep(deadline) => {
+                let timeout = UpstreamError { code: code::UPSTREAM_UNAVAILABLE, message: format!("the upstream did not answer {method} within {deadline:?}"), data: None };
+                (Err(CallError::Upstream(timeout)), "the proxy's --request-timeout-secs")
             }
-        }
+        };
+        let notice = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": why}});
+        let (endpoint, link) = (self.endpoint.clone(), link.clone());
+        tokio::spawn(async move {
+            let _ = endpoint.post(&notice, link.session.as_deref(), Some(&link.version), Duration::from_secs(5)).await;
+        });
+        outcome
     }
 
     /// A message on a request's stream that is not its answer: its progress or log message
@@ -314,7 +317,13 @@ impl Remote {
         let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
         match (method, message.get("id").cloned()) {
             (Some(method), None) => {
-                let mine = method != "notifications/progress" || message.pointer("/params/progressToken") == Some(id);
+                // Its progress and its log messages; other notifications (list changes,
+                // resource updates) are not forwarded, as from a stdio upstream.
+                let mine = match method.as_str() {
+                    "notifications/progress" => message.pointer("/params/progressToken") == Some(id),
+                    "notifications/message" => true,
+                    _ => false,
+                };
                 if let (true, Some(sink)) = (mine, sink) {
                     sink.forward(message);
                 }
