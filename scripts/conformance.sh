@@ -16,6 +16,10 @@
 #                              <run>.log       full console output of the suite
 #                              <run>-results/  the suite's checks.json per scenario (-o)
 #   CONFORMANCE_RUN_TIMEOUT  seconds one whole run may take before it is killed (default 1800)
+#   CONFORMANCE_BASELINE     a folder of expected-failures files, one per run (<run>.yml, the
+#                            suite's format: "server:" then "- scenario" or "- scenario:check-id"
+#                            entries). Each run is passed --expected-failures with its file and
+#                            judged by it instead of by the README (see "Exit status" below).
 #
 # EXTRA_ARGS are passed to every run. A single scenario:
 #   scripts/conformance.sh URL --scenario tools-call-image
@@ -37,6 +41,13 @@
 #     event, retry field and disconnect-resume checks all SUCCESS, as the README claims.
 # No expected-failures baseline is used. Non-zero if any run failed, timed out, or printed
 # no summary.
+# With CONFORMANCE_BASELINE: 0 only if every selected run ran, passed at least one check, the
+# suite's own baseline verdict was a pass (exit code 0: no failure or warning outside the
+# baseline, no stale entry), and the same file, by the same rules, passes every scenario
+# that ran: with --requirements the suite judges only the scored scenarios, so a failure in
+# a not-scored one (extension, pending) is caught here, and an entry for one that now passes
+# is stale here too. The README's counts, the warnings rule and the server-sse-polling rule
+# do not apply (the baseline says which failures and warnings are known).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -60,6 +71,10 @@ EXTRA=("$@")
 RUNS="${CONFORMANCE_RUNS:-0.1.16 2025-11-25 2026-07-28}"
 OUT="${CONFORMANCE_OUT:-$TOOLS/conformance-logs}"
 RUN_TIMEOUT="${CONFORMANCE_RUN_TIMEOUT:-1800}"
+BASELINE="${CONFORMANCE_BASELINE:-}"
+if [ -n "$BASELINE" ]; then
+  BASELINE="$(cd "$BASELINE" && pwd)"
+fi
 
 for r in $RUNS; do
   case "$r" in
@@ -161,6 +176,49 @@ report_warnings() { # $1 = results dir
   ' $files
 }
 
+# The baseline $1 applied to every scenario in results folder $2 by the suite's rules: a
+# FAILURE or WARNING check fails its scenario unless the scenario, or that check
+# ("scenario:check-id"), is listed; a listed scenario with no failing check, or a listed
+# check whose (most severe) status is SUCCESS, is a stale entry. Prints the verdict;
+# non-zero on an unexpected failure or a stale entry.
+check_baseline() { # $1 = baseline file, $2 = results dir
+  local files
+  files="$(find "$2" -name checks.json 2>/dev/null | sort || true)"
+  # shellcheck disable=SC2086
+  node -e '
+    const [file, yamlDir, ...files] = process.argv.slice(1);
+    const path = require("path");
+    const doc = require(yamlDir).parse(require("fs").readFileSync(file, "utf8")) || {};
+    const entries = (doc.server || []).map(String);
+    const whole = new Set(entries.filter((e) => !e.includes(":")));
+    const perCheck = new Map();
+    for (const e of entries.filter((e) => e.includes(":"))) {
+      const [scen, id] = [e.slice(0, e.indexOf(":")), e.slice(e.indexOf(":") + 1)];
+      perCheck.set(scen, (perCheck.get(scen) || new Set()).add(id));
+    }
+    const failing = (s) => s === "FAILURE" || s === "WARNING";
+    const rank = (s) => ({ FAILURE: 3, WARNING: 2, SUCCESS: 1 })[s] || 0;
+    const unexpected = [], stale = [], expected = [];
+    for (const f of files) {
+      const scen = path.basename(path.dirname(f)).replace(/^server-/, "").replace(/-\d{4}-\d\d-\d\dT.*$/, "");
+      const checks = require(f);
+      if (whole.has(scen)) {
+        (checks.some((c) => failing(c.status)) ? expected : stale).push(scen);
+        continue;
+      }
+      const worst = new Map();
+      for (const c of checks) if (c.status !== "INFO" && rank(c.status) >= rank(worst.get(c.id) || "")) worst.set(c.id, c.status);
+      const listed = perCheck.get(scen) || new Set();
+      for (const [id, status] of worst) if (failing(status)) (listed.has(id) ? expected : unexpected).push(`${scen}:${id}`);
+      for (const id of listed) if (worst.get(id) === "SUCCESS") stale.push(`${scen}:${id}`);
+    }
+    console.log(`  baseline (every scenario): ${expected.length} expected, ${unexpected.length} unexpected, ${stale.length} stale`);
+    for (const e of unexpected) console.log(`    UNEXPECTED ${e}`);
+    for (const e of stale) console.log(`    STALE      ${e} (passes now: remove it from ${path.basename(file)})`);
+    process.exit(unexpected.length || stale.length ? 1 : 0);
+  ' "$1" "$TOOLS/conformance-0.2.0-alpha.12/node_modules/yaml" $files
+}
+
 # ------------------------------------------------------------------- runs --
 overall=0
 ran_any=0
@@ -188,6 +246,15 @@ for run in $RUNS; do
       list_args=(list --server --requirements "$run")
       ;;
   esac
+  if [ -n "$BASELINE" ]; then
+    if [ ! -f "$BASELINE/$run.yml" ]; then
+      echo "conformance.sh: no baseline $BASELINE/$run.yml for run $run" >&2
+      overall=1
+      SUMMARY_LINES+=("$run: [FAILED (no baseline file)]")
+      continue
+    fi
+    args+=(--expected-failures "$BASELINE/$run.yml")
+  fi
   cli="$TOOLS/conformance-$ver/node_modules/.bin/conformance"
   log="$OUT/$run.log"
   results="$OUT/$run-results"
@@ -219,10 +286,10 @@ for run in $RUNS; do
     status="TIMED OUT after ${RUN_TIMEOUT}s"
   elif [ -n "$total" ]; then
     failed="$(printf '%s\n' "$total" | sed -E 's/^Total: [0-9]+ passed, ([0-9]+) failed.*/\1/')"
-    [ "$failed" = 0 ] || status="FAILED"
+    [ "$failed" = 0 ] || [ -n "$BASELINE" ] || status="FAILED"
   elif [ -n "$single" ]; then
     failed="$(printf '%s\n' "$single" | sed -E 's/^Passed: [0-9]+\/[0-9]+, ([0-9]+) failed.*/\1/')"
-    [ "$failed" = 0 ] || status="FAILED"
+    [ "$failed" = 0 ] || [ -n "$BASELINE" ] || status="FAILED"
     total="$single"
   elif printf '%s\n' "$clean" | grep -q '^SKIPPED: '; then
     status="FAILED (scenario skipped by the suite)"
@@ -247,6 +314,19 @@ for run in $RUNS; do
   passed="$(printf '%s\n' "$total" | sed -nE 's/^(Total|Passed): ([0-9]+)[ ,/].*/\2/p')"
   if [ "$status" = ok ] && [ "${passed:-0}" -eq 0 ]; then
     status="FAILED (no check passed)"
+  fi
+  if [ -n "$BASELINE" ]; then
+    # The suite's verdict on the baseline, then the same file on every scenario.
+    printf '%s\n' "$clean" | sed -n '/^Expected failures (in baseline)/,$p' | sed 's/^/  /' || true
+    verdict="$(check_baseline "$BASELINE/$run.yml" "$results")" && baseline_ok=1 || baseline_ok=0
+    printf '%s\n' "$verdict"
+    if [ "$status" = ok ] && [ "$baseline_ok" = 0 ]; then
+      status="FAILED (baseline $run.yml: unexpected failure or stale entry)"
+    fi
+    echo "  result: $status   (log: $log)"
+    SUMMARY_LINES+=("$run: ${total:-<no summary line>}  [$status]")
+    [ "$status" = ok ] || overall=1
+    continue
   fi
   if [ "$status" = ok ] && [ -z "$SCENARIO" ]; then
     expected="$(readme_expected "$run")"

@@ -29,7 +29,8 @@ enum Command {
     Serve(ServeCommand),
     /// Put durable Streamable HTTP in front of any MCP server that speaks stdio:
     /// `durable-mcp proxy [serve's options] -- COMMAND ARGS...` runs COMMAND as child
-    /// processes (one per session, a pool for 2026-07-28 requests). docs/proxy.md.
+    /// processes (one per session, a pool for 2026-07-28 requests); `--upstream URL`
+    /// forwards to a Streamable HTTP server instead. docs/proxy.md.
     Proxy(ProxyArgs),
     /// Apply retention once (the background pruner does the same every interval).
     Prune(PruneArgs),
@@ -494,8 +495,13 @@ struct ProxyArgs {
     /// How long an upstream process has to answer `initialize`, in seconds.
     #[arg(long, default_value_t = 30)]
     init_timeout_secs: u64,
+    /// A Streamable HTTP upstream (`http://host:port/path`) instead of a command: a server
+    /// speaking 2025-03-26 .. 2025-11-25, each client session mapped to an upstream session
+    /// of its own (ended after --idle-stop-secs idle).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["command", "max_children", "pool_size"])]
+    upstream: Option<String>,
     /// The upstream: a program speaking MCP on stdin/stdout, and its arguments (after `--`).
-    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    #[arg(last = true, required_unless_present = "upstream", num_args = 1.., value_name = "COMMAND")]
     command: Vec<String>,
 }
 
@@ -904,6 +910,18 @@ fn millis(duration: Duration) -> u64 {
 /// `proxy`: start the upstream (its first process answers `initialize` before anything
 /// listens), then serve it as `serve` serves an example.
 async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    if let Some(url) = args.upstream {
+        let config = durable_mcp_proxy::HttpProxyConfig {
+            idle_stop: Duration::from_secs(args.idle_stop_secs.max(1)),
+            retryable_tools: args.retryable_tools,
+            init_timeout: Duration::from_secs(args.init_timeout_secs.max(1)),
+            request_timeout: (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs)),
+            ..durable_mcp_proxy::HttpProxyConfig::new(url.clone())
+        };
+        let upstream = durable_mcp_proxy::HttpProxy::start(config).await.with_context(|| format!("starting the upstream {url}"))?;
+        let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream)).context("reading the upstream's initialize result")?;
+        return serve(args.serve, DurableMcp::new(handler)).await;
+    }
     let (program, rest) = args.command.split_first().context("proxy needs the upstream's command after `--`")?;
     let config = durable_mcp_proxy::ProxyConfig {
         idle_stop: Duration::from_secs(args.idle_stop_secs.max(1)),

@@ -370,7 +370,6 @@ fn d10_postgres_any_upstream_tool_as_a_task_over_two_proxy_workers() {
 }
 
 #[test]
-#[ignore = "failed once in three full runs with a refused connection to a proxy worker (under load); to be investigated before it runs in CI again"]
 fn d10_redis_any_upstream_tool_as_a_task_over_two_proxy_workers() {
     tasks_for_any_upstream_tool(support::backend::Backend::Redis);
 }

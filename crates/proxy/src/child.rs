@@ -49,7 +49,17 @@ impl Sink {
         Self { tx, token, sent_progress: Arc::default(), questions }
     }
 
-    fn forward(&self, mut message: Value) {
+    /// Whether the client gave the request a progress token.
+    pub(crate) fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Where the request's questions go (journaled requests only).
+    pub(crate) fn questions(&self) -> Option<Questions> {
+        self.questions.clone()
+    }
+
+    pub(crate) fn forward(&self, mut message: Value) {
         if message.get("method").and_then(Value::as_str) == Some("notifications/progress") {
             let Some(progress) = message.pointer("/params/progress").and_then(Value::as_f64) else { return };
             let mut sent = crate::lock(&self.sent_progress);
@@ -377,16 +387,7 @@ impl Child {
         match (method, message.get("id").cloned()) {
             (None, Some(id)) => {
                 let Some(pending) = id.as_u64().and_then(|id| crate::lock(&self.state).pending.remove(&id)) else { return };
-                let outcome = match (message.get("result"), message.get("error")) {
-                    (Some(result), _) => Ok(result.clone()),
-                    (None, Some(error)) => Err(UpstreamError {
-                        code: error.get("code").and_then(Value::as_i64).unwrap_or(code::INTERNAL_ERROR),
-                        message: error.get("message").and_then(Value::as_str).unwrap_or("upstream error").to_owned(),
-                        data: error.get("data").cloned(),
-                    }),
-                    (None, None) => Err(UpstreamError { code: code::INTERNAL_ERROR, message: "the upstream's response had neither result nor error".into(), data: None }),
-                };
-                let _ = pending.reply.send(outcome);
+                let _ = pending.reply.send(outcome(&message));
             }
             (Some(method), Some(id)) => self.question(method, id, message.get("params").cloned()),
             (Some(method), None) => self.route_notification(&method, message),
@@ -409,9 +410,11 @@ impl Child {
             .find_map(|p| p.sink.as_ref().and_then(|s| s.questions.clone()).map(|q| (q, p.ended.clone())));
         let Some((questions, ended)) = target else {
             tracing::debug!(pid = ?self.pid, %method, "an upstream question with no journaled request in flight is refused");
-            let refusal = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code::METHOD_NOT_FOUND,
-                "message": format!("durable-mcp proxy relays {method} only while it serves a tools/call, prompts/get, resources/read or completion/complete")}});
-            let _ = self.writer.send(refusal.to_string());
+            let mut reply = json!({"jsonrpc": "2.0", "id": id});
+            if let (Some(reply), Value::Object(body)) = (reply.as_object_mut(), refusal(&method)) {
+                reply.extend(body);
+            }
+            let _ = self.writer.send(reply.to_string());
             return;
         };
         let (writer, gone) = (self.writer.clone(), self.gone.clone());
@@ -490,6 +493,26 @@ const REPORTS: [&str; 4] = [
     methods::NOTIFICATION_RESOURCES_LIST_CHANGED,
     methods::NOTIFICATION_RESOURCES_UPDATED,
 ];
+
+/// The outcome in a JSON-RPC response: its result, or its error.
+pub(crate) fn outcome(message: &Value) -> Result<Value, UpstreamError> {
+    match (message.get("result"), message.get("error")) {
+        (Some(result), _) => Ok(result.clone()),
+        (None, Some(error)) => Err(UpstreamError {
+            code: error.get("code").and_then(Value::as_i64).unwrap_or(code::INTERNAL_ERROR),
+            message: error.get("message").and_then(Value::as_str).unwrap_or("upstream error").to_owned(),
+            data: error.get("data").cloned(),
+        }),
+        (None, None) => Err(UpstreamError { code: code::INTERNAL_ERROR, message: "the upstream's response had neither result nor error".into(), data: None }),
+    }
+}
+
+/// The answer body to an upstream's question asked while no journaled request is in
+/// flight (none can relay it).
+pub(crate) fn refusal(method: &str) -> Value {
+    json!({"error": {"code": code::METHOD_NOT_FOUND,
+        "message": format!("durable-mcp proxy relays {method} only while it serves a tools/call, prompts/get, resources/read or completion/complete")}})
+}
 
 /// Counts a request in flight on a child, and marks the child used when it ends.
 struct InFlight<'a>(&'a Child);

@@ -1,5 +1,6 @@
 //! The upstream side of `durable-mcp proxy`: any MCP server that speaks stdio, run as child
-//! processes of the worker, behind the durable Streamable HTTP endpoint.
+//! processes of the worker, behind the durable Streamable HTTP endpoint; or a Streamable
+//! HTTP server ([`HttpProxy`], [`remote`]), a session of its own per client session.
 //!
 //! [`Proxy`] implements [`durable_mcp_protocol::Upstream`]; wrapped in a
 //! [`durable_mcp_protocol::Forward`] it is an ordinary handler of the engine, which gives
@@ -45,10 +46,14 @@
 //! has is not sent twice (D7).
 
 pub mod child;
+mod http;
 pub mod metrics;
 pub mod policy;
+pub mod remote;
 mod reports;
 mod supervisor;
+
+pub use remote::{HttpProxy, HttpProxyConfig};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -209,13 +214,7 @@ impl Shared {
     }
 
     fn learn_tools(&self, result: &Value) {
-        let Some(tools) = result.get("tools").and_then(Value::as_array) else { return };
-        let mut known = self.tools.write().unwrap_or_else(|p| p.into_inner());
-        for tool in tools {
-            if let Some(name) = tool.get("name").and_then(Value::as_str) {
-                known.insert(name.to_owned(), tool.clone());
-            }
-        }
+        learn_tools(&self.tools, result);
     }
 
     async fn forward(self: Arc<Self>, request: UpstreamRequest) -> Result<Value, UpstreamError> {
@@ -351,8 +350,24 @@ impl Drop for Following {
 
 impl Shared {
     fn tool(&self, name: &str) -> Option<Value> {
-        self.tools.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        tool(&self.tools, name)
     }
+}
+
+/// Remember the tools of a `tools/list` result (their annotations decide re-sends).
+fn learn_tools(known: &RwLock<HashMap<String, Value>>, result: &Value) {
+    let Some(tools) = result.get("tools").and_then(Value::as_array) else { return };
+    let mut known = known.write().unwrap_or_else(|p| p.into_inner());
+    for tool in tools {
+        if let Some(name) = tool.get("name").and_then(Value::as_str) {
+            known.insert(name.to_owned(), tool.clone());
+        }
+    }
+}
+
+/// The tool `name` as last listed.
+fn tool(known: &RwLock<HashMap<String, Value>>, name: &str) -> Option<Value> {
+    known.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
 }
 
 /// The error of a request that was interrupted and not sent again.

@@ -266,7 +266,7 @@ const RELAYED: [&str; 3] = ["elicitation", "sampling", "roots"];
 /// the proxy's own for a pool child, which declares every relayed capability (each
 /// 2026-07-28 request says what its client can answer; a question the client cannot
 /// answer is refused to the child).
-fn initialize_params(client: Option<&Value>) -> Value {
+pub(crate) fn initialize_params(client: Option<&Value>) -> Value {
     let version = client.and_then(|c| c.get("protocolVersion")).cloned().unwrap_or_else(|| json!("2025-11-25"));
     let info = client
         .and_then(|c| c.get("clientInfo"))

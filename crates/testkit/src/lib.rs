@@ -13,24 +13,53 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-/// A port nothing listens on now, for a server to come, below Linux's default ephemeral
-/// range (32768-60999). Not a port the kernel hands out (`bind(0)`): [`Server::launch`]
-/// probes the port with `connect` until the server listens, and a connect to a port in the
-/// ephemeral range that nobody listens on yet can take that very port as its own source
-/// port (a TCP simultaneous open, connected to itself): the probe then takes it for the
-/// server, and the server, starting later, cannot bind it.
+/// A port on 127.0.0.1 for a server a test is about to start, that nothing else takes
+/// before the server binds it.
+///
+/// A port the kernel picks (`bind` to port 0) is free again when this returns, and any
+/// process may get it from the kernel in turn (another test binary, another worktree's
+/// tests) while the server starts: the proxy starts its upstream before it binds, seconds
+/// under load. Then the test talks to the other process's server, or to nothing once that
+/// one ends (`d10_redis_any_upstream_tool_as_a_task_over_two_proxy_workers`: connection
+/// refused). So the port is taken from below the kernel's ephemeral range, which `bind` to
+/// port 0 and `connect` never use, and claimed across processes with a file in
+/// `$TMPDIR/durable-mcp-ports` (reclaimed after [`PORT_CLAIM`]).
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    const LOW: u32 = 16_000;
-    const SPAN: u32 = 16_000;
-    let seed = std::process::id().wrapping_mul(7_919).wrapping_add(u32::try_from(rand_suffix() % u128::from(SPAN)).unwrap());
-    loop {
-        let port = u16::try_from(LOW + seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(97)) % SPAN).unwrap();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+    let low = ephemeral_low();
+    let span = u32::from(low.saturating_sub(PORTS_FROM).max(1));
+    let dir = std::env::temp_dir().join("durable-mcp-ports");
+    std::fs::create_dir_all(&dir).unwrap();
+    let start = (rand_suffix() as u32) ^ std::process::id().rotate_left(16);
+    for i in 0..span {
+        let port = PORTS_FROM + ((start.wrapping_add(i) % span) as u16);
+        if claim(&dir.join(port.to_string())) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
+    panic!("no free port in {PORTS_FROM}..{low} (claims in {})", dir.display());
+}
+
+/// The lowest port [`free_port`] hands out.
+const PORTS_FROM: u16 = 20_000;
+/// How long a port handed out by [`free_port`] stays claimed (longer than any test).
+const PORT_CLAIM: Duration = Duration::from_secs(3600);
+
+/// The first port of the kernel's ephemeral range (Linux; 32768 elsewhere).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// Claim a port's file: create it, or take it over when its claim is older than [`PORT_CLAIM`].
+fn claim(file: &std::path::Path) -> bool {
+    let create = || std::fs::OpenOptions::new().write(true).create_new(true).open(file).is_ok();
+    if create() {
+        return true;
+    }
+    let expired = std::fs::metadata(file).and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age > PORT_CLAIM));
+    expired && std::fs::remove_file(file).is_ok() && create()
 }
 
 pub fn temp_dir(name: &str) -> PathBuf {
@@ -54,18 +83,15 @@ impl Server {
     pub fn launch(mut command: Command, addr: SocketAddr) -> Server {
         let mut child = command.spawn().expect("spawn the server");
         let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(addr).is_err() {
+        // Something answering on the port is not enough: another process may hold it (the
+        // server then fails to bind and exits, maybe seconds later). Wait until the
+        // listener is this child's own, where that can be seen.
+        while !listens(&child, addr) {
             assert!(Instant::now() < deadline, "server did not start listening on {addr}");
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("server on {addr} exited at start ({status}): port taken?");
             }
             std::thread::sleep(Duration::from_millis(20));
-        }
-        // Something answered on the port: make sure it is this server, not a process that
-        // held the port before it (the server then fails to bind and exits).
-        std::thread::sleep(Duration::from_millis(30));
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("server on {addr} exited at start ({status}): port taken by another process?");
         }
         Server { child, addr }
     }
@@ -75,6 +101,30 @@ impl Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether `child` listens on `addr`'s port: on Linux, a listening socket on that port in
+/// `/proc/net/tcp` or `tcp6` (a server may listen on every address, or on IPv6 and IPv4 at
+/// once) is one of the child's open files; elsewhere, a connection is accepted.
+fn listens(child: &Child, addr: SocketAddr) -> bool {
+    let Ok(v4) = std::fs::read_to_string("/proc/net/tcp") else {
+        return TcpStream::connect(addr).is_ok();
+    };
+    let table = v4 + &std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default();
+    let port = format!(":{:04X}", addr.port());
+    // Columns: sl local_address rem_address st ... inode (the tenth); st 0A is LISTEN.
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|cols| cols.len() > 9 && cols[1].ends_with(&port) && cols[3] == "0A")
+        .map(|cols| format!("socket:[{}]", cols[9]))
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", child.id())) else { return false };
+    fds.filter_map(Result::ok).filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|link| inodes.iter().any(|i| link.as_os_str() == i.as_str()))
 }
 
 impl Drop for Server {
