@@ -11,6 +11,8 @@ Tools:
                                   not idempotent: appends "start" to PATH, then as slow
   count()                         not idempotent: this process's own call counter (state that
                                   lives in one child process: a session's child keeps it)
+  client()                        read-only: "NAME VERSION", the client name and protocol
+                                  version this process was initialized with
   confirm(key, marker, delay_ms)  read-only: asks the client (elicitation/create) "Look KEY
                                   up?" with a `note` field, then (after marker and delay_ms)
                                   answers "confirmed KEY: NOTE" or "declined KEY"
@@ -92,6 +94,13 @@ def count() -> str:
     global calls
     calls += 1
     return f"{calls} in {os.getpid()}"
+
+
+@server.tool(annotations=READ_ONLY)
+async def client(ctx: Context) -> str:
+    """The client info and protocol version this process was initialized with."""
+    params = ctx.session.client_params
+    return f"{params.client_info.name} {params.protocol_version}"
 
 
 class Confirmation(BaseModel):

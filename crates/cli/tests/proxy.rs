@@ -23,6 +23,8 @@ mod support;
 
 #[path = "proxy/changes.rs"]
 mod changes;
+#[path = "proxy/gateways.rs"]
+mod gateways;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -61,6 +63,11 @@ fn start_proxy(python: &Path, store: &str, port: u16, extra: &[&str]) -> Server 
 
 /// `durable-mcp proxy` in front of the command line `upstream`.
 fn start_proxy_of(upstream: &[PathBuf], store: &str, port: u16, extra: &[&str]) -> Server {
+    launch_proxy(upstream, store, port, extra, Stdio::inherit())
+}
+
+/// [`start_proxy_of`], its log (stderr) going to `stderr`.
+fn launch_proxy(upstream: &[PathBuf], store: &str, port: u16, extra: &[&str], stderr: Stdio) -> Server {
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
     command
@@ -70,7 +77,7 @@ fn start_proxy_of(upstream: &[PathBuf], store: &str, port: u16, extra: &[&str]) 
         .args(upstream)
         .env("RUST_LOG", std::env::var("DMCP_TEST_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
+        .stderr(stderr);
     Server::launch(command, addr)
 }
 
@@ -140,6 +147,8 @@ fn proxy_serves_tools_call_in_both_eras_with_a_child_per_session() {
     let (n, pid_b) = count_of(text(&outcome(post(addr, Some(&b), &call(1, "count", json!({}))), 1)));
     assert_eq!(n, 1, "another session has its own child");
     assert_ne!(pid_a, pid_b);
+    let (n, pid) = count_of(text(&outcome(post(addr, Some(&a), &call(5, "count", json!({}))), 5)));
+    assert_eq!((n, pid), (3, pid_a), "the other session's calls did not reach this session's child");
 
     // Modern (2026-07-28, stateless): discovery and a call, served by the pool.
     let discovered = modern(addr, 1, "server/discover", json!({}), false);
@@ -193,6 +202,8 @@ fn upstream_killed_mid_call_read_only_is_resent_non_idempotent_gets_the_clear_er
     assert_eq!(n, 1, "a fresh child");
     assert_ne!(pid, first_pid);
     assert_ne!(pid, killed);
+    let got = outcome(post(addr, Some(&session), &call(5, "client", json!({}))), 5);
+    assert_eq!(text(&got), "cli-test 2025-11-25", "the fresh child was initialized with the session's stored initialize");
 }
 
 /// Read a legacy POST's events until the upstream's question; returns (its event id, the
@@ -502,9 +513,11 @@ fn proxy_killed_during_a_slow_tool(target: Target) {
     assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "start\n", "the call ran once");
     assert_eq!(workers.total("durable_mcp_proxy_requests_interrupted_total", &[("cause", "worker_stopped")]), 1.0);
 
-    // The session goes on, on the worker serving it now.
-    let got = outcome(post(addr, Some(&session), &call(3, "lookup", json!({"key": "after"}))), 3);
-    assert_eq!(text(&got), "value of after");
+    // The session goes on, on the worker serving it now: its id is still good (no 404, no
+    // new `initialize`), and its fresh child was initialized from the stored session.
+    let response = post(addr, Some(&session), &call(3, "client", json!({})));
+    assert_eq!(response.status, 200, "the session outlived the worker");
+    assert_eq!(text(&outcome(response, 3)), "cli-test 2025-11-25");
 }
 
 #[test]
@@ -562,8 +575,9 @@ fn with_metrics(extra: &[&str]) -> (SocketAddr, Vec<String>) {
 }
 
 /// An idle child is stopped (no process left behind, however the session's client
-/// behaves), and the session's next request starts a fresh one, initialized from the
-/// stored session: the client sends no new `initialize`. Metrics: both idle children (the
+/// behaves: here it holds a GET stream open and never reads it, as a client that vanished
+/// without closing its connection), and the session's next request starts a fresh one,
+/// initialized from the stored session: the client sends no new `initialize`. Metrics: both idle children (the
 /// pool's and the session's) counted as stopped for `idle`, the fresh one started as `new`.
 #[test]
 fn idle_children_are_stopped_and_started_again_on_demand() {
@@ -572,10 +586,13 @@ fn idle_children_are_stopped_and_started_again_on_demand() {
     let server = start_proxy(&python, "memory:", free_port(), &args.iter().map(String::as_str).collect::<Vec<_>>());
     wait_for_listener(metrics);
     let addr = server.addr;
+    let proxy_pid = server.child.id();
     let session = initialize(addr);
     let (_, first) = count_of(text(&outcome(post(addr, Some(&session), &call(1, "count", json!({}))), 1)));
+    let _held = changes::get_stream(addr, &session);
     assert!(alive(first));
     wait_until("the idle child was not stopped", || !alive(first));
+    wait_until("an upstream process was left behind", || children_of(proxy_pid) == 0);
     let scraped = scrape_until(metrics, "both idle children to be counted", |s| s.exact(STOPPED, &[("cause", "idle")]) == Some(2.0));
     assert_eq!(scraped.value(LIVE, &[]), 0.0, "{}", scraped.1);
     let (n, second) = count_of(text(&outcome(post(addr, Some(&session), &call(2, "count", json!({}))), 2)));

@@ -7,17 +7,17 @@
 
 use super::*;
 
-const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
+pub(super) const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
 const UPDATED: &str = "notifications/resources/updated";
 /// Keep-alive comments every this many milliseconds (a stream says it is quiet).
-const KEEP_ALIVE_MS: &str = "200";
+pub(super) const KEEP_ALIVE_MS: &str = "200";
 /// A stream that carried nothing for this long has nothing more to carry.
-const QUIET: Duration = Duration::from_millis(1_500);
+pub(super) const QUIET: Duration = Duration::from_millis(1_500);
 /// How long a stream may take to carry what a fresh upstream process reports.
 const SLOW: Duration = Duration::from_secs(10);
 
 /// A session's GET stream.
-fn get_stream(addr: SocketAddr, session: &str) -> Response {
+pub(super) fn get_stream(addr: SocketAddr, session: &str) -> Response {
     let stream = request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", session)], None);
     assert_eq!(stream.status, 200);
     stream
@@ -26,7 +26,7 @@ fn get_stream(addr: SocketAddr, session: &str) -> Response {
 /// The messages with `method` a stream carries (with their event ids) until it has carried
 /// `want`, or nothing for `quiet` (seen at a keep-alive: keep-alives already buffered while
 /// the test did something else are read at once and do not count).
-fn carried(stream: &mut Response, method: &str, want: usize, quiet: Duration) -> Vec<(String, Value)> {
+pub(super) fn carried(stream: &mut Response, method: &str, want: usize, quiet: Duration) -> Vec<(String, Value)> {
     let mut seen = Vec::new();
     let mut since = Instant::now();
     while seen.len() < want {
