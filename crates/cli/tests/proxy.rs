@@ -13,7 +13,9 @@
 //! and a 2026-07-28 client as `input_required`, and are asked once even when the call is
 //! sent to a fresh child (D9); any upstream tool runs as a durable task held by the proxy,
 //! created on one worker and answered by another (D10). List changes and resource updates
-//! of the upstream reach the clients subscribed to them, once (`changes`). With
+//! of the upstream reach the clients subscribed to them, once (`changes`). What users of
+//! other stdio gateways hit does not happen here: a reconnecting client keeps its child,
+//! several SSE clients at once are served (`gateways`; docs/proxy.md has the table). With
 //! `--metrics-listen`, the children started and stopped (idle, limit, killed), the re-sent
 //! and interrupted calls and the questions answered from the journal are counted exactly.
 
