@@ -223,19 +223,7 @@ impl Shared {
             // Announcing a pool child's report needs no caller: any request's outbox does.
             let _ = self.supervisor.pool.outbox.set(outbox.clone());
         }
-        let tool_name = (method == "tools/call").then(|| params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned());
-        let resend = {
-            let tool = tool_name.as_deref().and_then(|name| self.tool(name));
-            policy::resend(&method, params.as_ref(), tool.as_ref(), &self.config.retryable_tools)
-        };
-        if attempt > 1 {
-            if !resend.allowed() {
-                // The worker that ran it died: its child may have acted on it.
-                crate::metrics::interrupted(Interruption::WorkerStopped, false);
-                return Err(interrupted(&method, tool_name.as_deref(), "the worker forwarding it stopped before the upstream answered"));
-            }
-            crate::metrics::resent(Interruption::WorkerStopped, resend);
-        }
+        let resending = Resending::of(&method, params.as_ref(), &self.tools, &self.config.retryable_tools, attempt)?;
         let key = match session {
             Some(session) => Key::Session(session),
             None => self.supervisor.pool_key(),
@@ -277,15 +265,9 @@ impl Shared {
                     return Err(UpstreamError { code: code::SERVER_ERROR, message: "request cancelled".into(), data: None });
                 }
                 Err(CallError::Gone) => {
-                    tracing::warn!(?key, pid = ?child.pid(), %method, ?resend, "the upstream process exited before it answered");
+                    tracing::warn!(?key, pid = ?child.pid(), %method, resend = ?resending.rule, "the upstream process exited before it answered");
                     self.supervisor.record(&key, true);
-                    if !resend.allowed() || resends >= self.config.max_resends {
-                        // Allowed, yet not sent again: `--max-resends` is reached.
-                        let exhausted = resend.allowed();
-                        crate::metrics::interrupted(Interruption::ChildExited, exhausted);
-                        return Err(interrupted(&method, tool_name.as_deref(), "its upstream process exited before it answered"));
-                    }
-                    crate::metrics::resent(Interruption::ChildExited, resend);
+                    resending.after_lost(resends, self.config.max_resends, Interruption::ChildExited, "its upstream process exited before it answered")?;
                     resends += 1;
                 }
             }
@@ -368,6 +350,50 @@ fn learn_tools(known: &RwLock<HashMap<String, Value>>, result: &Value) {
 /// The tool `name` as last listed.
 fn tool(known: &RwLock<HashMap<String, Value>>, name: &str) -> Option<Value> {
     known.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+}
+
+/// A forwarded request's re-send rule (by its method, its tool's annotations and
+/// `--retryable-tool`), the same for every kind of upstream.
+struct Resending<'a> {
+    method: &'a str,
+    /// The tool of a `tools/call`, named in the interrupted error.
+    tool: Option<String>,
+    rule: policy::Resend,
+}
+
+impl<'a> Resending<'a> {
+    /// The rule of `method` with `params`. A re-run after the worker that forwarded the
+    /// request died (`attempt` 2 and later) reaches the upstream only when the rule allows a
+    /// re-send: the upstream may have acted on it already. Otherwise it is the interrupted
+    /// error (D7).
+    fn of(
+        method: &'a str,
+        params: Option<&Value>,
+        tools: &RwLock<HashMap<String, Value>>,
+        retryable: &[String],
+        attempt: u32,
+    ) -> Result<Self, UpstreamError> {
+        let tool_name = (method == "tools/call").then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned());
+        let annotated = tool_name.as_deref().and_then(|name| tool(tools, name));
+        let resending = Resending { method, rule: policy::resend(method, params, annotated.as_ref(), retryable), tool: tool_name };
+        if attempt > 1 {
+            resending.after_lost(0, u32::MAX, Interruption::WorkerStopped, "the worker forwarding it stopped before the upstream answered")?;
+        }
+        Ok(resending)
+    }
+
+    /// After the upstream's answer was lost (`cause`): `Ok` to send the request again
+    /// (counted), the interrupted error when the rule forbids it or `max` re-sends are
+    /// spent.
+    fn after_lost(&self, resends: u32, max: u32, cause: Interruption, why: &str) -> Result<(), UpstreamError> {
+        if !self.rule.allowed() || resends >= max {
+            // Allowed, yet not sent again: `--max-resends` is reached.
+            crate::metrics::interrupted(cause, self.rule.allowed());
+            return Err(interrupted(self.method, self.tool.as_deref(), why));
+        }
+        crate::metrics::resent(cause, self.rule);
+        Ok(())
+    }
 }
 
 /// The error of a request that was interrupted and not sent again.

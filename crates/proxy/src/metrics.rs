@@ -93,6 +93,8 @@ pub(crate) enum Interruption {
     ChildExited,
     /// The worker forwarding it stopped (the engine runs it again on a worker, attempt 2+).
     WorkerStopped,
+    /// An HTTP upstream's answer did not come (the connection or its stream broke).
+    AnswerLost,
 }
 
 impl Interruption {
@@ -100,6 +102,7 @@ impl Interruption {
         match self {
             Interruption::ChildExited => "child_exited",
             Interruption::WorkerStopped => "worker_stopped",
+            Interruption::AnswerLost => "answer_lost",
         }
     }
 }

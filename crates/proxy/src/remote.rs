@@ -35,7 +35,8 @@ use tokio_util::sync::CancellationToken;
 use crate::child::Sink;
 use crate::http::{Body, Endpoint, HttpError, Reply};
 use crate::supervisor::{Key, initialize_params};
-use crate::{ProxyError, interrupted, policy, unavailable};
+use crate::metrics::Interruption;
+use crate::{ProxyError, Resending, unavailable};
 
 /// How `durable-mcp proxy --upstream URL` speaks to its upstream.
 #[derive(Debug, Clone)]
@@ -356,14 +357,7 @@ impl Remote {
 
     async fn forward(self: Arc<Self>, request: UpstreamRequest) -> Result<Value, UpstreamError> {
         let UpstreamRequest { method, params, session, client, attempt, cancel, notifications, questions, outbox: _ } = request;
-        let tool_name = (method == "tools/call").then(|| params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned());
-        let resend = {
-            let tool = tool_name.as_deref().and_then(|name| crate::tool(&self.tools, name));
-            policy::resend(&method, params.as_ref(), tool.as_ref(), &self.config.retryable_tools)
-        };
-        if attempt > 1 && !resend.allowed() {
-            return Err(interrupted(&method, tool_name.as_deref(), "the worker forwarding it stopped before the upstream answered"));
-        }
+        let resending = Resending::of(&method, params.as_ref(), &self.tools, &self.config.retryable_tools, attempt)?;
         let key = session.map_or(Key::Pool(0), Key::Session);
         let slot = self.slot(&key);
         slot.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -397,10 +391,8 @@ impl Remote {
                     }
                 }
                 Err(CallError::Gone(why)) => {
-                    tracing::warn!(?key, %method, ?resend, %why, "the upstream's answer did not come");
-                    if !resend.allowed() || resends >= self.config.max_resends {
-                        return Err(interrupted(&method, tool_name.as_deref(), &format!("its answer did not come ({why})")));
-                    }
+                    tracing::warn!(?key, %method, resend = ?resending.rule, %why, "the upstream's answer did not come");
+                    resending.after_lost(resends, self.config.max_resends, Interruption::AnswerLost, &format!("its answer did not come ({why})"))?;
                     resends += 1;
                     tokio::time::sleep(crate::supervisor::backoff(resends)).await;
                 }
