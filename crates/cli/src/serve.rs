@@ -1,0 +1,418 @@
+//! `durable-mcp serve` and `durable-mcp proxy`: the options every server command takes,
+//! and how they become a running server.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use durable_mcp::limits::{Limits, Rate};
+use durable_mcp::{DurableMcp, EngineOptions, HttpConfig};
+
+use crate::{RetentionArgs, StoreArgs, auth_args};
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (for log collectors).
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum Example {
+    /// Every fixture of the official MCP conformance suite, plus the durability fixtures
+    /// (`steps`, `ask`, `emit_events`, ...).
+    Everything,
+    /// A durable provisioning workflow: reserve, confirm, charge, boot, notify.
+    Provisioning,
+}
+
+/// `serve`: an example server with the shared server options.
+#[derive(Parser, Debug)]
+pub(crate) struct ServeCommand {
+    /// Which example server to run.
+    #[arg(long, value_enum, default_value = "everything")]
+    pub(crate) example: Example,
+    #[command(flatten)]
+    pub(crate) serve: ServeArgs,
+}
+
+/// `proxy`: the shared server options, the upstream's lifecycle, and its command line.
+#[derive(Parser, Debug)]
+pub(crate) struct ProxyArgs {
+    #[command(flatten)]
+    pub(crate) serve: ServeArgs,
+    /// Stop an upstream process that has served no request for this many seconds (it is
+    /// started again on demand, re-initialized with its session's parameters).
+    #[arg(long, default_value_t = 300)]
+    pub(crate) idle_stop_secs: u64,
+    /// At most this many upstream processes on this worker (one per session plus the
+    /// pool); at the limit the longest idle one is stopped, and if every one is busy the
+    /// request is refused at once.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) max_children: usize,
+    /// Upstream processes serving 2026-07-28 (stateless) requests.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) pool_size: usize,
+    /// Send a call of this tool again to a fresh process after an interruption, although
+    /// it is not annotated readOnlyHint or idempotentHint (repeat the flag). Only for
+    /// tools that are safe to run twice.
+    #[arg(long = "retryable-tool")]
+    pub(crate) retryable_tools: Vec<String>,
+    /// Answer a request with an error if the upstream has not answered it within this
+    /// many seconds (0: no limit; a process that exits is noticed at once either way).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) request_timeout_secs: u64,
+    /// How long an upstream process has to answer `initialize`, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) init_timeout_secs: u64,
+    /// A Streamable HTTP upstream (`http://host:port/path`) instead of a command: a server
+    /// speaking 2025-03-26 .. 2025-11-25, each client session mapped to an upstream session
+    /// of its own (ended after --idle-stop-secs idle).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["command", "max_children", "pool_size"])]
+    pub(crate) upstream: Option<String>,
+    /// The upstream: a program speaking MCP on stdin/stdout, and its arguments (after `--`).
+    #[arg(last = true, required_unless_present = "upstream", num_args = 1.., value_name = "COMMAND")]
+    pub(crate) command: Vec<String>,
+}
+
+/// The options every server command takes (`serve`, `proxy`; `doctor` and `config` read them).
+#[derive(Parser, Debug)]
+pub(crate) struct ServeArgs {
+    /// A TOML file with these flags under their long names (`lease-ms = 5000`,
+    /// `allow-host = ["a", "b"]`); environment variables override it, flags override both.
+    #[arg(long, env = "DURABLE_MCP_CONFIG")]
+    pub(crate) config: Option<std::path::PathBuf>,
+    /// Log lines as text or as JSON objects.
+    #[arg(long, value_enum, env = "DURABLE_MCP_LOG_FORMAT", default_value = "text")]
+    pub(crate) log_format: LogFormat,
+    /// Address to listen on.
+    #[arg(long, env = "DURABLE_MCP_LISTEN", default_value = "127.0.0.1:8080")]
+    pub(crate) listen: SocketAddr,
+    /// Serve Prometheus metrics at http://ADDR/metrics, on this address of its own (off
+    /// unless given). docs/metrics.md lists the series.
+    #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
+    pub(crate) metrics_listen: Option<SocketAddr>,
+    /// Serve the read-only operator dashboard at http://ADDR/, on this address of its own
+    /// (off unless given; loopback only unless --dashboard-allow-remote). docs/dashboard.md.
+    #[arg(long, env = "DURABLE_MCP_DASHBOARD_LISTEN")]
+    pub(crate) dashboard_listen: Option<SocketAddr>,
+    /// Let the dashboard listen on a non-loopback address. It has no authentication: put it
+    /// behind a proxy that authenticates.
+    #[arg(long)]
+    pub(crate) dashboard_allow_remote: bool,
+    /// Show payloads on the dashboard (request arguments, session state values, the
+    /// client's initialize params); redacted by default.
+    #[arg(long)]
+    pub(crate) dashboard_show_payloads: bool,
+    /// Export OpenTelemetry traces over OTLP/HTTP (protobuf), configured by the OTEL_*
+    /// environment variables (endpoint default http://localhost:4318). Also on when
+    /// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; never with
+    /// OTEL_SDK_DISABLED=true. docs/tracing.md lists the spans.
+    #[arg(long, env = "DURABLE_MCP_OTEL")]
+    pub(crate) otel: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    #[command(flatten)]
+    pub(crate) retention: RetentionArgs,
+    #[command(flatten)]
+    pub(crate) auth: Box<auth_args::AuthArgs>,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+    /// Apply retention every this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) prune_interval_secs: u64,
+    /// Endpoint path.
+    #[arg(long, default_value = "/mcp")]
+    pub(crate) path: String,
+    /// Accepted Host header values (repeat the flag); default: loopback names.
+    #[arg(long = "allow-host")]
+    pub(crate) allow_hosts: Vec<String>,
+    /// Disable Host/Origin checks (only behind a proxy that enforces them).
+    #[arg(long)]
+    pub(crate) no_host_check: bool,
+    /// Close request SSE connections of 2025-11-25 sessions after this many milliseconds,
+    /// so clients resume with Last-Event-ID (SSE polling).
+    #[arg(long)]
+    pub(crate) poll_after_ms: Option<u64>,
+    /// Close a connection that has not sent a complete request head this many milliseconds
+    /// after it opened (or after the first byte of a later request).
+    #[arg(long, default_value_t = millis(HttpConfig::default().header_read_timeout))]
+    pub(crate) header_read_timeout_ms: u64,
+    /// Close a keep-alive connection with no request in flight for this many milliseconds
+    /// (open SSE streams are never idle).
+    #[arg(long, default_value_t = millis(HttpConfig::default().idle_timeout))]
+    pub(crate) idle_timeout_ms: u64,
+    /// Serve at most this many connections at once; more are answered 503 and closed. Keep
+    /// it below the open-file limit (`ulimit -n`).
+    #[arg(long, default_value_t = HttpConfig::default().max_connections)]
+    pub(crate) max_connections: usize,
+    /// SSE `retry` hint in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) sse_retry_ms: u64,
+    /// An idle SSE stream carries a keep-alive comment this often (milliseconds); a GET
+    /// stream also checks in with the store at this pace.
+    #[arg(long, default_value_t = 15_000)]
+    pub(crate) sse_keep_alive_ms: u64,
+    /// GET streams of one session kept open on this worker; opening one more closes the
+    /// session's oldest (each message goes on exactly one GET stream, so the oldest holds
+    /// nothing undelivered; its client may resume it with Last-Event-ID).
+    #[arg(long, default_value_t = durable_mcp::DEFAULT_MAX_GET_STREAMS_PER_SESSION)]
+    pub(crate) max_get_streams: usize,
+    /// One fixed key sealing multi-round-trip `requestState` (at least 32 bytes), the same
+    /// on every worker, kept outside the store. Unset: the key ring in the store, shared
+    /// by every worker (see `durable-mcp keys`).
+    #[arg(long, env = "DURABLE_MCP_STATE_KEY", hide_env_values = true)]
+    pub(crate) state_key: Option<String>,
+    /// Serve over stdin/stdout instead of HTTP.
+    #[arg(long)]
+    pub(crate) stdio: bool,
+    /// This worker's name in the leases of journaled requests. Keep it stable across
+    /// restarts (a restarted worker resumes its own unfinished requests at once) and
+    /// distinct per worker. Default: the host name and the listen address; with `--stdio`,
+    /// the host name and the process id (a stdio process listens nowhere, and two of them
+    /// on one store must not share an id; its unfinished requests are taken over when
+    /// their leases expire).
+    #[arg(long, env = "DURABLE_MCP_WORKER_ID")]
+    pub(crate) worker_id: Option<String>,
+    /// Lease of a running request, in milliseconds: after a worker dies, another takes
+    /// its requests over within this time.
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) lease_ms: u64,
+    /// On shutdown, wait this long for requests in flight before handing them over.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) shutdown_grace_secs: u64,
+}
+
+/// Limits per principal on each worker (docs/security.md); 0 turns a limit off. The
+/// anonymous principal (no authentication) is exempt unless `--limit-anonymous`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct LimitArgs {
+    /// Live sessions one principal may hold, created on this worker.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_SESSIONS", default_value_t = limit_default(Limits::default().sessions))]
+    pub(crate) limit_sessions: u32,
+    /// GET (SSE) streams one principal may keep open on this worker.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_SSE_STREAMS", default_value_t = limit_default(Limits::default().sse_streams))]
+    pub(crate) limit_sse_streams: u32,
+    /// POST requests of one principal in flight on this worker (until their response ends).
+    #[arg(long, env = "DURABLE_MCP_LIMIT_IN_FLIGHT", default_value_t = limit_default(Limits::default().in_flight))]
+    pub(crate) limit_in_flight: u32,
+    /// Tasks of one principal running on this worker.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_TASKS", default_value_t = limit_default(Limits::default().tasks))]
+    pub(crate) limit_tasks: u32,
+    /// Requests per second one principal may send to this worker (sustained); beyond it,
+    /// 429 with Retry-After.
+    #[arg(long, env = "DURABLE_MCP_LIMIT_RATE", default_value_t = Limits::default().rate.map_or(0.0, |r| r.per_second))]
+    pub(crate) limit_rate: f64,
+    /// Requests one principal may send at once after a quiet spell (the rate's burst).
+    #[arg(long, env = "DURABLE_MCP_LIMIT_BURST", default_value_t = Limits::default().rate.map_or(1, |r| r.burst))]
+    pub(crate) limit_burst: u32,
+    /// Apply the limits to the anonymous principal too (every client, without authentication).
+    #[arg(long)]
+    pub(crate) limit_anonymous: bool,
+}
+
+fn limit_default(limit: Option<u32>) -> u32 {
+    limit.unwrap_or(0)
+}
+
+impl LimitArgs {
+    fn limits(&self) -> anyhow::Result<Limits> {
+        let count = |n: u32| (n > 0).then_some(n);
+        if !(self.limit_rate >= 0.0 && self.limit_rate.is_finite()) {
+            anyhow::bail!("--limit-rate must be a number of requests per second, 0 for no limit");
+        }
+        let rate = (self.limit_rate > 0.0).then_some(Rate { per_second: self.limit_rate, burst: self.limit_burst.max(1) });
+        Ok(Limits {
+            sessions: count(self.limit_sessions),
+            sse_streams: count(self.limit_sse_streams),
+            in_flight: count(self.limit_in_flight),
+            tasks: count(self.limit_tasks),
+            rate,
+            anonymous: self.limit_anonymous,
+        })
+    }
+}
+
+/// A default duration of the library as a flag's default, in milliseconds.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `proxy`: start the upstream (its first process answers `initialize` before anything
+/// listens), then serve it as `serve` serves an example.
+pub(crate) async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    if let Some(url) = args.upstream {
+        let config = durable_mcp_proxy::HttpProxyConfig {
+            idle_stop: Duration::from_secs(args.idle_stop_secs.max(1)),
+            retryable_tools: args.retryable_tools,
+            init_timeout: Duration::from_secs(args.init_timeout_secs.max(1)),
+            request_timeout: (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs)),
+            ..durable_mcp_proxy::HttpProxyConfig::new(url.clone())
+        };
+        let upstream = durable_mcp_proxy::HttpProxy::start(config).await.with_context(|| format!("starting the upstream {url}"))?;
+        let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream)).context("reading the upstream's initialize result")?;
+        return serve(args.serve, DurableMcp::new(handler)).await;
+    }
+    let (program, rest) = args.command.split_first().context("proxy needs the upstream's command after `--`")?;
+    let config = durable_mcp_proxy::ProxyConfig {
+        idle_stop: Duration::from_secs(args.idle_stop_secs.max(1)),
+        max_children: args.max_children.max(1),
+        pool_size: args.pool_size.max(1),
+        retryable_tools: args.retryable_tools,
+        init_timeout: Duration::from_secs(args.init_timeout_secs.max(1)),
+        request_timeout: (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs)),
+        ..durable_mcp_proxy::ProxyConfig::new(program.clone(), rest.to_vec())
+    };
+    if args.serve.metrics_listen.is_some() {
+        // Before the first child starts, so that it is counted (`serve` finds the recorder
+        // installed and serves it).
+        durable_mcp::metrics::install().context("installing the metrics recorder")?;
+        durable_mcp_proxy::metrics::enable();
+    }
+    let upstream = durable_mcp_proxy::Proxy::start(config).await.with_context(|| format!("starting the upstream {program:?}"))?;
+    let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream.clone())).context("reading the upstream's initialize result")?;
+    let outcome = serve(args.serve, DurableMcp::new(handler)).await;
+    upstream.stop();
+    outcome
+}
+
+/// Serve `server` with these options (traces on while it runs, if asked for).
+pub(crate) async fn serve(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
+    // Before the engine is built: it traces its store only if traces are on by then.
+    let traces = start_traces(args.otel)?;
+    let served = serve_with(args, server).await;
+    if let Some(traces) = traces {
+        stop_traces(traces).await;
+    }
+    served
+}
+
+/// The OTLP exporter, if traces are asked for (`--otel`, an OTLP endpoint variable).
+#[cfg(feature = "otel")]
+pub(crate) fn start_traces(flag: bool) -> anyhow::Result<Option<durable_mcp::traces::TracesGuard>> {
+    if !durable_mcp::traces::wanted(flag) {
+        return Ok(None);
+    }
+    let guard = durable_mcp::traces::install().context("starting the trace exporter")?;
+    tracing::info!("exporting traces over OTLP/HTTP");
+    Ok(Some(guard))
+}
+
+/// Flush the spans not sent yet (a blocking call, off the runtime's threads).
+#[cfg(feature = "otel")]
+pub(crate) async fn stop_traces(traces: durable_mcp::traces::TracesGuard) {
+    if tokio::task::spawn_blocking(move || traces.shutdown()).await.is_err() {
+        tracing::warn!("the trace exporter's shutdown panicked");
+    }
+}
+
+/// Without the `otel` feature: asking for traces is an error, not a silent no-op.
+#[cfg(not(feature = "otel"))]
+pub(crate) fn start_traces(flag: bool) -> anyhow::Result<Option<std::convert::Infallible>> {
+    if flag {
+        anyhow::bail!("--otel: this durable-mcp was built without the `otel` feature");
+    }
+    Ok(None)
+}
+
+#[cfg(not(feature = "otel"))]
+pub(crate) async fn stop_traces(traces: std::convert::Infallible) {
+    match traces {}
+}
+
+async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
+    if args.state_key.as_ref().is_some_and(|k| k.len() < 32) {
+        anyhow::bail!("--state-key must be at least 32 bytes");
+    }
+    if args.max_get_streams == 0 {
+        anyhow::bail!("--max-get-streams must be at least 1");
+    }
+    let mut http = HttpConfig {
+        path: args.path,
+        poll_after: args.poll_after_ms.map(Duration::from_millis),
+        keep_alive: Duration::from_millis(args.sse_keep_alive_ms.max(10)),
+        max_get_streams_per_session: args.max_get_streams,
+        header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+        max_connections: args.max_connections.max(1),
+        ..HttpConfig::default()
+    };
+    http.auth = (*args.auth).authenticator()?;
+    if args.stdio && http.auth.is_enabled() {
+        anyhow::bail!("--stdio serves the one local client that started it: the --auth-* flags are for HTTP");
+    }
+    if args.no_host_check {
+        http.allowed_hosts = None;
+    } else if !args.allow_hosts.is_empty() {
+        http.allowed_hosts = Some(args.allow_hosts);
+    }
+    let server = server
+        .store(args.store.open().await?)
+        .bind(args.listen)
+        .http_config(http)
+        .engine_options(EngineOptions {
+            sse_retry: Duration::from_millis(args.sse_retry_ms),
+            retention: args.retention.retention(),
+            prune_interval: Duration::from_secs(args.prune_interval_secs.max(1)),
+            worker_id: args.worker_id.unwrap_or_else(|| default_worker_id((!args.stdio).then_some(args.listen))),
+            lease: Duration::from_millis(args.lease_ms.max(300)),
+            state_key: args.state_key.map(String::into_bytes),
+            limits: args.limits.limits()?,
+            ..EngineOptions::default()
+        })
+        .shutdown_grace(Duration::from_secs(args.shutdown_grace_secs));
+    let server = match args.metrics_listen {
+        Some(addr) => server.metrics_listen(addr),
+        None => server,
+    };
+    let server = match args.dashboard_listen {
+        Some(addr) => server.dashboard_listen(
+            addr,
+            durable_mcp::DashboardOptions::default().allow_remote(args.dashboard_allow_remote).show_payloads(args.dashboard_show_payloads),
+        ),
+        None => server,
+    };
+    if args.stdio {
+        server.serve_stdio().await?;
+    } else {
+        server.serve().await.context("serving")?;
+    }
+    Ok(())
+}
+
+/// The host name and the listen address: stable across restarts of one worker, distinct
+/// between workers of one host.
+/// The worker id when none is given: the host and the HTTP listen address, or for a stdio
+/// process (`listen` is `None`) the host and the process id, so that it never shares an id
+/// with an HTTP worker on the default port or with another stdio process.
+fn default_worker_id(listen: Option<SocketAddr>) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    match listen {
+        Some(listen) => format!("{host}/{listen}"),
+        None => format!("{host}/stdio/{}", std::process::id()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stdio process and an HTTP worker on the default address of the same host get
+    /// different default worker ids (a shared id would make each resume the other's runs).
+    #[test]
+    fn stdio_and_http_workers_never_share_a_default_worker_id() {
+        let default_listen: SocketAddr = "127.0.0.1:8080".parse().expect("address");
+        let http = default_worker_id(Some(default_listen));
+        let stdio = default_worker_id(None);
+        assert!(http.ends_with("/127.0.0.1:8080"), "{http}");
+        assert_ne!(http, stdio);
+        assert!(stdio.ends_with(&format!("/stdio/{}", std::process::id())), "{stdio}");
+    }
+}
