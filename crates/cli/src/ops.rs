@@ -314,6 +314,27 @@ pub struct ServeSettings {
 /// Largest clock difference with the store's server before `doctor` warns.
 const MAX_SKEW_MS: f64 = 1_000.0;
 
+/// The "clock skew" check: the store's server read its clock (`server`) between this
+/// host's `before` and `after` (milliseconds since the epoch). Warns past [`MAX_SKEW_MS`],
+/// or a tenth of the lease when that is longer. Returns the check and the skew (store minus
+/// host, in ms).
+fn clock_skew(before: u64, after: u64, server: u64, lease_ms: u64) -> (Check, f64) {
+    let midpoint = (before as f64 + after as f64) / 2.0;
+    let skew_ms = server as f64 - midpoint;
+    let uncertainty = after.saturating_sub(before) as f64 / 2.0;
+    let detail = format!("the store's clock is {skew_ms:+.0} ms from this host's (± {uncertainty:.0} ms)");
+    let check = if skew_ms.abs() > MAX_SKEW_MS.max(lease_ms as f64 / 10.0) {
+        Check::warn(
+            "clock skew",
+            format!("{detail}: leases are judged by each worker's clock, so a worker with a clock ahead takes requests over early"),
+            "run NTP (chrony, systemd-timesyncd) on every worker and on the store's host",
+        )
+    } else {
+        Check::ok("clock skew", detail)
+    };
+    (check, skew_ms)
+}
+
 /// Every check of `doctor`.
 pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
     let mut checks = Vec::new();
@@ -354,26 +375,17 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
         )),
         None => checks.push(Check::ok("schema", format!("{} keeps no schema version", store.backend()))),
     }
-    let mut skew_ms = 0.0;
-    match status.server_time_ms {
+    let skew_ms = match status.server_time_ms {
         Some(server) => {
-            // The server read its clock between `before` and `after`.
-            let midpoint = (before as f64 + after as f64) / 2.0;
-            skew_ms = server as f64 - midpoint;
-            let uncertainty = (after - before) as f64 / 2.0;
-            let detail = format!("the store's clock is {skew_ms:+.0} ms from this host's (± {uncertainty:.0} ms)");
-            if skew_ms.abs() > MAX_SKEW_MS.max(settings.lease_ms as f64 / 10.0) {
-                checks.push(Check::warn(
-                    "clock skew",
-                    format!("{detail}: leases are judged by each worker's clock, so a worker with a clock ahead takes requests over early"),
-                    "run NTP (chrony, systemd-timesyncd) on every worker and on the store's host",
-                ));
-            } else {
-                checks.push(Check::ok("clock skew", detail));
-            }
+            let (check, skew_ms) = clock_skew(before, after, server, settings.lease_ms);
+            checks.push(check);
+            skew_ms
         }
-        None => checks.push(Check::ok("clock skew", format!("{} runs in this process: one clock", store.backend()))),
-    }
+        None => {
+            checks.push(Check::ok("clock skew", format!("{} runs in this process: one clock", store.backend())));
+            0.0
+        }
+    };
     for setting in &status.settings {
         match &setting.weakness {
             Some(weakness) => checks.push(Check::warn(&format!("setting {}", setting.name), format!("{} = {}: {}", setting.name, setting.value, weakness.risk), weakness.fix.clone())),
@@ -489,4 +501,41 @@ pub async fn doctor(settings: &ServeSettings, json: bool) -> anyhow::Result<()> 
         bail!("{problems} problem(s) found");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_800_000_000_000;
+
+    #[test]
+    fn a_store_clock_within_a_second_of_this_host_passes() {
+        let (check, skew) = clock_skew(T0, T0 + 4, T0 + 2 + 900, 30_000);
+        assert_eq!((check.status, skew), ("ok", 900.0));
+        assert!(check.detail.contains("+900 ms") && check.detail.contains("± 2 ms"), "{}", check.detail);
+    }
+
+    #[test]
+    fn a_store_clock_ahead_or_behind_past_the_limit_warns_with_the_fix() {
+        for offset in [5_000_i64, -5_000] {
+            let server = (T0 as i64 + 1 + offset) as u64;
+            let (check, skew) = clock_skew(T0, T0 + 2, server, 30_000);
+            assert_eq!((check.status, skew), ("warn", offset as f64), "{offset}");
+            assert!(check.fix.as_deref().is_some_and(|f| f.contains("NTP")), "{check:?}");
+        }
+    }
+
+    #[test]
+    fn a_long_lease_tolerates_a_tenth_of_itself() {
+        // A 60 s lease: 5 s of skew is under its tenth (6 s), 7 s is not.
+        assert_eq!(clock_skew(T0, T0, T0 + 5_000, 60_000).0.status, "ok");
+        assert_eq!(clock_skew(T0, T0, T0 + 7_000, 60_000).0.status, "warn");
+    }
+
+    #[test]
+    fn a_host_clock_stepping_back_mid_check_does_not_panic() {
+        let (check, _) = clock_skew(T0 + 10, T0, T0, 30_000);
+        assert_eq!(check.status, "ok");
+    }
 }
