@@ -605,6 +605,32 @@ fn idle_children_are_stopped_and_started_again_on_demand() {
     assert_eq!(scraped.exact(STARTED, &[("reason", "restart")]), None, "a child the proxy stopped is not restarted: {}", scraped.1);
 }
 
+/// A child that dies by itself while idle is not an idle stop: once the idle reaper has
+/// passed (here 2 s after the death, with `--idle-stop-secs 1`), the session's next request
+/// starts its child again, counted as a `restart`; the death is counted as `killed`.
+#[test]
+fn a_child_that_dies_while_idle_is_restarted_not_started_new() {
+    let Some(python) = python() else { return };
+    let (metrics, args) = with_metrics(&["--idle-stop-secs", "1"]);
+    let server = start_proxy(&python, "memory:", free_port(), &args.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for_listener(metrics);
+    let addr = server.addr;
+    let session = initialize(addr);
+    let (_, first) = count_of(text(&outcome(post(addr, Some(&session), &call(1, "count", json!({}))), 1)));
+    let status = Command::new("kill").args(["-9", &first.to_string()]).status().unwrap();
+    assert!(status.success());
+    wait_until("the killed child is gone", || !alive(first));
+    std::thread::sleep(Duration::from_secs(2));
+    let scraped = scrape_until(metrics, "the death to be counted", |s| s.exact(STOPPED, &[("cause", "killed")]) == Some(1.0));
+    assert_eq!(scraped.exact(STARTED, &[("reason", "restart")]), None, "{}", scraped.1);
+    let (n, second) = count_of(text(&outcome(post(addr, Some(&session), &call(2, "count", json!({}))), 2)));
+    assert_eq!(n, 1, "a fresh child");
+    assert_ne!(second, first);
+    let scraped = scrape(metrics);
+    assert_eq!(scraped.value(STARTED, &[("reason", "restart")]), 1.0, "the session's child after its death: {}", scraped.1);
+    assert_eq!(scraped.value(STARTED, &[("reason", "new")]), 2.0, "the pool's and the session's first: {}", scraped.1);
+}
+
 /// At most `--max-children` processes on a worker: a new session's child replaces the
 /// longest idle one, and every session is still served. Metrics: each replaced child
 /// counted as stopped for `limit`, and at most 2 live.

@@ -119,6 +119,8 @@ pub struct Child {
     /// Holds it in the live-children gauge from its start until it ends (metrics on).
     live: Mutex<Option<LiveChild>>,
     last_used: Mutex<Instant>,
+    /// When the process was found gone.
+    gone_at: Mutex<Option<Instant>>,
     in_flight: AtomicU64,
     /// The upstream's `initialize` result.
     pub(crate) initialized: Mutex<Value>,
@@ -178,6 +180,7 @@ impl Child {
             stop_cause: Mutex::new(None),
             live: Mutex::new(None),
             last_used: Mutex::new(Instant::now()),
+            gone_at: Mutex::new(None),
             in_flight: AtomicU64::new(0),
             initialized: Mutex::new(Value::Null),
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
@@ -310,6 +313,11 @@ impl Child {
     /// Whether the proxy stopped it (rather than it exiting by itself or being killed).
     pub(crate) fn stopped_by_proxy(&self) -> bool {
         crate::lock(&self.stop_cause).is_some()
+    }
+
+    /// Whether it exited by itself (or was killed by someone else) less than `within` ago.
+    pub(crate) fn died_within(&self, within: Duration) -> bool {
+        !self.stopped_by_proxy() && crate::lock(&self.gone_at).is_some_and(|at| at.elapsed() < within)
     }
 
     /// The process ended with `status` (`None`: unknown, or killed after the grace period):
@@ -467,6 +475,7 @@ impl Child {
             std::mem::take(&mut state.pending)
         };
         drop(pending);
+        crate::lock(&self.gone_at).get_or_insert_with(Instant::now);
         self.gone.cancel();
         self.stop.cancel();
     }

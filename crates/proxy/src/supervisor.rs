@@ -214,11 +214,16 @@ impl Supervisor {
     pub(crate) fn stop_idle(&self) {
         // Pool children hold the listen streams' resource subscriptions while there are any.
         let keep_pool = !self.pool.followed().is_empty();
-        let idle: Vec<(Key, Arc<Child>)> = crate::lock(&self.live)
-            .iter()
-            .filter(|(k, c)| c.in_flight() == 0 && c.idle_for() >= self.config.idle_stop && !(keep_pool && matches!(k, Key::Pool(_))))
-            .map(|(k, c)| (k.clone(), Arc::clone(c)))
-            .collect();
+        let idle: Vec<(Key, Arc<Child>)> = {
+            let mut live = crate::lock(&self.live);
+            // A child that died by itself is not stopped: its slot keeps it, so the key's
+            // next child is counted as a restart.
+            live.retain(|_, c| !c.is_gone());
+            live.iter()
+                .filter(|(k, c)| c.in_flight() == 0 && c.idle_for() >= self.config.idle_stop && !(keep_pool && matches!(k, Key::Pool(_))))
+                .map(|(k, c)| (k.clone(), Arc::clone(c)))
+                .collect()
+        };
         for (key, child) in idle {
             tracing::info!(?key, pid = ?child.pid(), "stopping an idle upstream");
             crate::lock(&self.live).remove(&key);
@@ -226,11 +231,15 @@ impl Supervisor {
             self.record(&key, false);
         }
         // Slots of keys with no child left are dropped (a session's entry must not outlive
-        // it), except while in use or keeping a recent restart's backoff.
+        // it), except while in use, keeping a recent restart's backoff, or holding a child
+        // that died by itself lately (its next child is a restart).
         let live = crate::lock(&self.live);
         crate::lock(&self.slots).retain(|key, slot| {
             live.contains_key(key)
-                || slot.state.try_lock().map_or(true, |s| slot.failures.load(Ordering::Relaxed) > 0 && s.started.is_some_and(|t| t.elapsed() < RECENT))
+                || slot.state.try_lock().map_or(true, |s| {
+                    let backing_off = slot.failures.load(Ordering::Relaxed) > 0 && s.started.is_some_and(|t| t.elapsed() < RECENT);
+                    backing_off || s.child.as_ref().is_some_and(|c| c.died_within(RECENT.max(self.config.idle_stop)))
+                })
         });
     }
 
