@@ -2,7 +2,8 @@
 //! SQLite store in a temp dir): known traffic, then a scrape of `/metrics` over HTTP whose
 //! counts and histogram buckets must be exactly what the traffic implies; no `/metrics`
 //! unless configured; a crash-recovered run counted as a recovery; authentication refusals
-//! counted by reason. The proxy's metrics are checked in `proxy.rs`.
+//! counted by reason; a durable handler's answer taken from the journal counted. The proxy's
+//! metrics are checked in `proxy.rs`.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -176,6 +177,38 @@ fn a_crash_recovered_run_is_counted() {
     assert_eq!(scraped.value("durable_mcp_journal_takeovers_total", &[("from", "own")]), 1.0);
     assert_eq!(scraped.value("durable_mcp_journal_recoveries_total", &[("kind", "rerun")]), 1.0);
     assert_eq!(scraped.exact("durable_mcp_journal_takeovers_total", &[("from", "expired")]), None);
+}
+
+/// Any durable handler's question answered from the journal is counted (not only the
+/// proxy's): the `multi_input` fixture asks two questions; a 2026-07-28 retry answers the
+/// first (journaled), the next retry the second, and the handler's re-run takes the first
+/// answer from the journal instead of asking it again.
+#[test]
+fn a_durable_handlers_answer_taken_from_the_journal_is_counted() {
+    const REUSED: &str = "durable_mcp_journal_answers_reused_total";
+    let dir = temp_dir("metrics-answers");
+    let store = format!("sqlite:{}", dir.join("answers.db").display());
+    let (server, metrics) = start(&store, free_port(), &[]);
+    let round = |id: u64, responses: Option<(&str, &str, &str)>| {
+        let mut params = json!({"name": "multi_input", "arguments": {}});
+        if let Some((key, answer, state)) = responses {
+            params["inputResponses"] = json!({key: {"action": "accept", "content": {"name": answer}}});
+            params["requestState"] = json!(state);
+        }
+        modern(server.addr, id, "tools/call", params, false)
+    };
+    let first = round(1, None);
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    let mut keys: Vec<String> = first["result"]["inputRequests"].as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    assert_eq!(keys.len(), 2, "{first}");
+    let second = round(2, Some((&keys[0], "A", first["result"]["requestState"].as_str().unwrap())));
+    assert_eq!(second["result"]["resultType"], "input_required", "the second question is still open: {second}");
+    assert_eq!(scrape(metrics).exact(REUSED, &[("method", "elicitation/create")]), None, "nothing taken from the journal yet");
+    let third = round(3, Some((&keys[1], "B", second["result"]["requestState"].as_str().unwrap())));
+    assert_eq!(third["result"]["content"][0]["text"], "multi_input: a=A, b=B", "{third}");
+    let scraped = scrape(metrics);
+    assert_eq!(scraped.value(REUSED, &[("method", "elicitation/create")]), 1.0, "the first answer, from the journal: {}", scraped.1);
 }
 
 /// With API keys and an endpoint scope (`--auth-scopes mcp`): requests without
