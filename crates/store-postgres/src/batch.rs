@@ -91,14 +91,20 @@ pub(crate) enum Work {
 /// One op of a [`Work`].
 #[derive(Clone, Copy)]
 enum Step<'a> {
-    Op(&'a BatchOp),
+    /// An op of a batch, and whether its stream's tails are woken at commit (not for a
+    /// stream the batch creates: nobody can be waiting on it, see
+    /// [`WriteBatch::woken_streams`]).
+    Op(&'a BatchOp, bool),
     Append { stream: &'a StreamId, data: &'a str, close: bool },
 }
 
 impl Work {
     fn steps(&self) -> Vec<Step<'_>> {
         match self {
-            Work::Batch(batch) => batch.ops().iter().map(Step::Op).collect(),
+            Work::Batch(batch) => {
+                let woken = batch.woken_streams();
+                batch.ops().iter().map(|op| Step::Op(op, op.woken_stream().is_some_and(|s| woken.contains(s)))).collect()
+            }
             Work::Append { stream, data, close } => vec![Step::Append { stream, data, close: *close }],
         }
     }
@@ -275,12 +281,12 @@ fn is_refusal(error: &StoreError) -> bool {
 /// The statement that runs `step`.
 fn sql(step: Step<'_>) -> &'static str {
     match step {
-        Step::Append { .. } | Step::Op(BatchOp::Append { .. }) => streams::APPEND,
-        Step::Op(BatchOp::CreateStream { .. }) => streams::CREATE,
-        Step::Op(BatchOp::Close { .. }) => streams::CLOSE,
-        Step::Op(BatchOp::PutRecord { expect, .. }) => records::put_sql(*expect),
-        Step::Op(BatchOp::DeleteRecord { .. }) => records::DELETE_ONE,
-        Step::Op(BatchOp::DeleteRecords { prefix, .. }) => records::delete_sql(prefix),
+        Step::Append { .. } | Step::Op(BatchOp::Append { .. }, _) => streams::APPEND,
+        Step::Op(BatchOp::CreateStream { .. }, _) => streams::CREATE,
+        Step::Op(BatchOp::Close { .. }, _) => streams::CLOSE,
+        Step::Op(BatchOp::PutRecord { expect, .. }, _) => records::put_sql(*expect),
+        Step::Op(BatchOp::DeleteRecord { .. }, _) => records::DELETE_ONE,
+        Step::Op(BatchOp::DeleteRecords { prefix, .. }, _) => records::delete_sql(prefix),
     }
 }
 
@@ -291,20 +297,20 @@ async fn run_step(client: &Client, statement: Statement, step: Step<'_>, shared:
     let max = shared.options.max_events_per_stream;
     match step {
         Step::Append { stream, data, close } => {
-            streams::append_step(client, &statement, stream, data, close, max, channel).await.map(OpOutcome::Appended)
+            streams::append_step(client, &statement, stream, data, close, max, Some(channel)).await.map(OpOutcome::Appended)
         }
-        Step::Op(BatchOp::Append { stream, data }) => {
-            streams::append_step(client, &statement, stream, data, false, max, channel).await.map(OpOutcome::Appended)
+        Step::Op(BatchOp::Append { stream, data }, wake) => {
+            streams::append_step(client, &statement, stream, data, false, max, wake.then_some(channel)).await.map(OpOutcome::Appended)
         }
-        Step::Op(BatchOp::CreateStream { id, owner }) => streams::create_step(client, &statement, id, owner).await.map(|()| OpOutcome::Created),
-        Step::Op(BatchOp::Close { stream }) => streams::close_step(client, &statement, stream, channel).await.map(|()| OpOutcome::Closed),
-        Step::Op(BatchOp::PutRecord { kind, key, value, expires_at_ms, expect }) => {
+        Step::Op(BatchOp::CreateStream { id, owner }, _) => streams::create_step(client, &statement, id, owner).await.map(|()| OpOutcome::Created),
+        Step::Op(BatchOp::Close { stream }, wake) => streams::close_step(client, &statement, stream, wake.then_some(channel)).await.map(|()| OpOutcome::Closed),
+        Step::Op(BatchOp::PutRecord { kind, key, value, expires_at_ms, expect }, _) => {
             records::put_step(client, &statement, *kind, key, value, *expires_at_ms, *expect).await.map(OpOutcome::Put)
         }
-        Step::Op(BatchOp::DeleteRecord { kind, key, version }) => {
+        Step::Op(BatchOp::DeleteRecord { kind, key, version }, _) => {
             records::delete_version_step(client, &statement, *kind, key, *version, now_ms()).await.map(|()| OpOutcome::Deleted(1))
         }
-        Step::Op(BatchOp::DeleteRecords { kind, prefix }) => {
+        Step::Op(BatchOp::DeleteRecords { kind, prefix }, _) => {
             records::delete_step(client, &statement, *kind, prefix, now_ms()).await.map(OpOutcome::Deleted)
         }
     }
@@ -430,7 +436,7 @@ fn is_one_append(steps: &[Step<'_>]) -> bool {
 fn one_append<'a>(steps: &[Step<'a>]) -> Option<(&'a StreamId, &'a str, bool)> {
     match steps {
         [Step::Append { stream, data, close }] => Some((stream, data, *close)),
-        [Step::Op(BatchOp::Append { stream, data })] => Some((stream, data.as_str(), false)),
+        [Step::Op(BatchOp::Append { stream, data }, _)] => Some((stream, data.as_str(), false)),
         _ => None,
     }
 }

@@ -17,7 +17,8 @@ const INSERT: &str = "INSERT INTO streams (id, principal, session, last_event_ms
 
 /// The whole append in one statement (one round trip, atomic): bump the sequence under
 /// the row lock, insert the event, trim events beyond `$5` per stream (`NULL`: keep all),
-/// and notify the stream's tails on channel `$6` when this commits. One row: the new
+/// and notify the stream's tails on channel `$6` when this commits (`NULL`: nobody can be
+/// waiting, the stream is created in the same transaction). One row: the new
 /// sequence (`NULL`: nothing appended) and, as the statement found the stream, whether it
 /// was closed (`NULL`: no such stream), so a refusal needs no second round trip.
 pub(crate) const APPEND: &str = "WITH bumped AS (
@@ -33,7 +34,7 @@ pub(crate) const APPEND: &str = "WITH bumped AS (
     ), trimmed AS (
         DELETE FROM events e USING bumped b WHERE $5::BIGINT IS NOT NULL AND e.stream = b.id AND e.seq < b.first_seq
     ), notified AS (
-        SELECT pg_notify($6, id) FROM bumped
+        SELECT pg_notify($6, id) FROM bumped WHERE $6::TEXT IS NOT NULL
     )
     SELECT (SELECT last_seq FROM bumped), (SELECT closed FROM streams WHERE id = $1), (SELECT count(*) FROM notified)";
 /// Many appends in one statement, to any streams, in the order given (`$1` stream ids,
@@ -80,14 +81,14 @@ pub(crate) const APPEND_MANY: &str = "WITH input AS (
 /// transaction it runs in goes on). A missing session still fails the foreign key.
 pub(crate) const CREATE: &str = "INSERT INTO streams (id, principal, session, last_event_ms) VALUES ($1, $2, $3, $4)
     ON CONFLICT (id) DO NOTHING RETURNING TRUE";
-/// Close the stream if open (notifying on `$3` at commit); says whether it did, and
+/// Close the stream if open (notifying on `$3` at commit, unless `NULL`); says whether it did, and
 /// whether the row existed at all (`NULL`: no such stream).
 pub(crate) const CLOSE: &str = "WITH closed AS (
         UPDATE streams SET closed = TRUE, last_event_ms = $2 WHERE id = $1 AND NOT closed RETURNING id
     ), notified AS (
-        SELECT pg_notify($3, id) FROM closed
+        SELECT pg_notify($3, id) FROM closed WHERE $3::TEXT IS NOT NULL
     )
-    SELECT (SELECT count(*) FROM notified) > 0, (SELECT TRUE FROM streams WHERE id = $1)";
+    SELECT (SELECT count(*) FROM closed) > 0, (SELECT TRUE FROM streams WHERE id = $1), (SELECT count(*) FROM notified)";
 const OWNER: &str = "SELECT principal, session FROM streams WHERE id = $1";
 
 /// The stream row and the events after `$2`, from one snapshot. No events: one row with
@@ -136,7 +137,7 @@ pub(crate) async fn append_step<C: GenericClient + Sync>(
     data: &str,
     close: bool,
     max_events: Option<u64>,
-    channel: &str,
+    channel: Option<&str>,
 ) -> Result<EventId, StepError> {
     let max = max_events.map(to_i64);
     let params: [&(dyn ToSql + Sync); 6] =
@@ -209,7 +210,7 @@ pub(crate) async fn create_step<C: GenericClient + Sync>(
 
 /// Close an open stream without an event with a prepared [`CLOSE`], notifying its tails
 /// when this commits: refused as `NotFound` if unknown, `StreamClosed` if already closed.
-pub(crate) async fn close_step<C: GenericClient + Sync>(client: &C, statement: &Statement, stream: &StreamId, channel: &str) -> Result<(), StepError> {
+pub(crate) async fn close_step<C: GenericClient + Sync>(client: &C, statement: &Statement, stream: &StreamId, channel: Option<&str>) -> Result<(), StepError> {
     let params: [&(dyn ToSql + Sync); 3] = [&stream.as_str(), &to_i64(durable_mcp_store::now_ms()), &channel];
     let row = client.query_one(statement, &params).await.map_err(StepError::statement)?;
     let (closed, existed): (bool, Option<bool>) = (row.try_get(0).map_err(StepError::decoding)?, row.try_get(1).map_err(StepError::decoding)?);

@@ -89,14 +89,15 @@ local function close_stream(s, id, now, sweep)
 end
 
 -- After writing to stream s: it lives another idle TTL, or the closed TTL if it is a
--- closed sessionless stream; its tails everywhere are woken.
-local function touch_stream(s, id, idle_ttl, closed_ttl)
+-- closed sessionless stream; its tails everywhere are woken, unless `quiet` (a stream the
+-- same script created: nobody can be waiting on it).
+local function touch_stream(s, id, idle_ttl, closed_ttl, quiet)
   local ttl = idle_ttl
   if s.session == '' and redis.call('HGET', s.meta, 'closed') == '1' then ttl = closed_ttl end
   redis.call('PEXPIRE', s.meta, ttl)
   redis.call('PEXPIRE', s.events, ttl)
   if s.session ~= '' then redis.call('PEXPIRE', index_key(id), ttl) end
-  redis.call('PUBLISH', CHANNEL, 'a:' .. id)
+  if not quiet then redis.call('PUBLISH', CHANNEL, 'a:' .. id) end
 end
 
 -- The version of the unexpired record, or false.
@@ -539,12 +540,13 @@ for i = 0, count - 1 do
 end
 
 -- Apply: nothing can be refused any more.
-local out, touched, order = { 0 }, {}, {}
+local out, touched, order, created = { 0 }, {}, {}, {}
 for i = 0, count - 1 do
   local code, a, b, c = arg(i, 0), arg(i, 1), arg(i, 2), arg(i, 3)
   local result = 0
   if code == 'c' then
     create_stream(a, b, c, now, idle_ttl)
+    created[a] = true
   elseif code == 'a' or code == 'x' then
     local s = streams[a].s
     if code == 'a' then result = append_event(s, b, now, max) else close_stream(s, a, now, sweep) end
@@ -565,7 +567,7 @@ for i = 0, count - 1 do
   end
   out[#out + 1] = result
 end
-for _, id in ipairs(order) do touch_stream(touched[id], id, idle_ttl, closed_ttl) end
+for _, id in ipairs(order) do touch_stream(touched[id], id, idle_ttl, closed_ttl, created[id]) end
 return out
 "#
     ))

@@ -192,11 +192,16 @@ impl WriteBatch {
     }
 
     /// The distinct streams the batch appends to or closes, in first-touch order: a
-    /// backend wakes each one once after the commit.
+    /// backend wakes each one once after the commit. A stream the batch creates is not
+    /// among them: it did not exist before the commit (creating one that exists refuses the
+    /// batch), and reading a stream that does not exist is `NotFound`, so no tail can be
+    /// waiting on it (a request's first commit wakes nobody, nor does its `NOTIFY` or
+    /// `PUBLISH` cost anything).
     pub fn woken_streams(&self) -> Vec<StreamId> {
         let mut out: Vec<StreamId> = Vec::new();
+        let created = |stream: &StreamId| self.ops.iter().any(|op| matches!(op, BatchOp::CreateStream { id, .. } if id == stream));
         for stream in self.ops.iter().filter_map(BatchOp::woken_stream) {
-            if !out.contains(stream) {
+            if !out.contains(stream) && !created(stream) {
                 out.push(stream.clone());
             }
         }
@@ -263,7 +268,7 @@ mod tests {
     use crate::{Principal, StoreErrorKind};
 
     #[test]
-    fn woken_streams_are_distinct_in_first_touch_order() {
+    fn woken_streams_are_distinct_in_first_touch_order_and_exclude_streams_created_with_them() {
         let (a, b) = (StreamId::random(), StreamId::random());
         let owner = StreamOwner { principal: Principal::anonymous(), session: None };
         let batch = WriteBatch::new()
@@ -273,7 +278,9 @@ mod tests {
             .append(a.clone(), "3")
             .close(a.clone())
             .put_record(RecordKind::Run, "k", "v", None, Expect::Absent);
-        assert_eq!(batch.woken_streams(), vec![a, b], "one wake-up per stream, creation alone wakes nothing");
+        assert_eq!(batch.woken_streams(), vec![a.clone()], "one wake-up per stream; a stream the batch creates wakes nothing");
+        let later = WriteBatch::new().append(b.clone(), "4").close(b.clone());
+        assert_eq!(later.woken_streams(), vec![b], "the next batch to write to it wakes its tails");
     }
 
     #[test]
