@@ -106,9 +106,7 @@ impl Fetcher {
         let authority = uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_else(|| host.to_owned());
         let mut request = Request::builder().method(method).uri(path).body(Full::new(body)).map_err(|e| io(e.into()))?;
         *request.headers_mut() = headers;
-        request
-            .headers_mut()
-            .insert(http::header::HOST, authority.parse().map_err(|e: http::header::InvalidHeaderValue| io(e.into()))?);
+        request.headers_mut().insert(http::header::HOST, authority.parse().map_err(|e: http::header::InvalidHeaderValue| io(e.into()))?);
         if https {
             #[cfg(feature = "https")]
             if let Some(tls) = &self.tls {

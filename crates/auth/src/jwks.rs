@@ -187,11 +187,7 @@ pub(crate) fn check_key_fits(jwk: &Jwk, alg: Algorithm) -> Result<(), AuthError>
         None => true,
         Some(named) => key_algorithm(alg) == Some(named),
     };
-    if fits && named {
-        Ok(())
-    } else {
-        Err(AuthError::InvalidToken(format!("the token's algorithm {alg:?} does not match its signing key")))
-    }
+    if fits && named { Ok(()) } else { Err(AuthError::InvalidToken(format!("the token's algorithm {alg:?} does not match its signing key"))) }
 }
 
 fn key_algorithm(alg: Algorithm) -> Option<KeyAlgorithm> {
@@ -208,7 +204,6 @@ fn key_algorithm(alg: Algorithm) -> Option<KeyAlgorithm> {
         _ => return None,
     })
 }
-
 
 #[cfg(test)]
 mod tests {

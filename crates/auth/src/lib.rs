@@ -246,11 +246,7 @@ impl Authenticator {
                 required.push(scope.clone());
             }
         }
-        if required.iter().all(|s| who.scopes.contains(s)) {
-            Ok(())
-        } else {
-            Err(AuthError::InsufficientScope { required })
-        }
+        if required.iter().all(|s| who.scopes.contains(s)) { Ok(()) } else { Err(AuthError::InsufficientScope { required }) }
     }
 
     /// The `WWW-Authenticate` value answering `error` (`None` for refusals that are not
@@ -417,10 +413,7 @@ mod tests {
         let mut who = Authenticated::anonymous();
         who.scopes.insert("mcp".into());
         assert!(auth.check_scopes(&who, &[]).is_ok());
-        assert_eq!(
-            auth.check_scopes(&who, &["files:write".into()]),
-            Err(AuthError::InsufficientScope { required: vec!["mcp".into(), "files:write".into()] })
-        );
+        assert_eq!(auth.check_scopes(&who, &["files:write".into()]), Err(AuthError::InsufficientScope { required: vec!["mcp".into(), "files:write".into()] }));
         assert!(Authenticator::None.check_scopes(&Authenticated::anonymous(), &["x".into()]).is_ok());
     }
 

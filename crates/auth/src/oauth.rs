@@ -232,11 +232,9 @@ impl OAuth {
             self.introspection_failures.fetch_add(1, Ordering::Relaxed);
             AuthError::Unavailable(error)
         };
-        let answer = self.fetcher.send(Method::POST, uri, headers, body, self.config.fetch_timeout)
-            .await
-            .map_err(|e| failed(format!("introspection failed: {e}")))?;
-        let claims: Map<String, Value> =
-            serde_json::from_slice(&answer).map_err(|e| failed(format!("introspection answered no JSON object: {e}")))?;
+        let answer =
+            self.fetcher.send(Method::POST, uri, headers, body, self.config.fetch_timeout).await.map_err(|e| failed(format!("introspection failed: {e}")))?;
+        let claims: Map<String, Value> = serde_json::from_slice(&answer).map_err(|e| failed(format!("introspection answered no JSON object: {e}")))?;
         // A refusal is cached briefly; an unreachable server (above) is not cached at all.
         let (answer, ttl) = match self.check_introspected(claims) {
             Ok((auth, ttl)) => (Ok(auth), ttl),
@@ -290,7 +288,8 @@ impl OAuth {
             (None, Some(client)) => format!("client:{client}"),
             (None, None) => return Err(AuthError::InvalidToken("the token names no subject".into())),
         };
-        let auth = Authenticated { principal: oauth_principal(&self.config.issuer, &subject), scopes: scopes_of(&claims), claims, method: AuthMethod::Introspection };
+        let auth =
+            Authenticated { principal: oauth_principal(&self.config.issuer, &subject), scopes: scopes_of(&claims), claims, method: AuthMethod::Introspection };
         Ok((auth, ttl))
     }
 }
@@ -347,7 +346,8 @@ mod tests {
     fn introspection_answers_are_checked_fail_closed() {
         let o = oauth();
         let exp = unix_now() + 300;
-        let ok = answer(serde_json::json!({"active": true, "sub": "u1", "aud": "https://rs.example/mcp", "iss": "https://as.example", "exp": exp, "scope": "a b"}));
+        let ok =
+            answer(serde_json::json!({"active": true, "sub": "u1", "aud": "https://rs.example/mcp", "iss": "https://as.example", "exp": exp, "scope": "a b"}));
         let (auth, ttl) = o.check_introspected(ok.clone()).unwrap();
         assert_eq!(auth.principal.as_str(), "oauth:https://as.example#u1");
         assert!(auth.scopes.contains("a") && auth.scopes.contains("b"));

@@ -52,7 +52,10 @@ mod tests {
 
     #[test]
     fn prompts_and_resource_prefixes_name_their_scopes() {
-        let rules = ScopeRules::default().prompt("audit", &["audit:read"]).resource("file:///private/", &["files:read"]).resource("file:///private/keys/", &["keys:read"]);
+        let rules = ScopeRules::default()
+            .prompt("audit", &["audit:read"])
+            .resource("file:///private/", &["files:read"])
+            .resource("file:///private/keys/", &["keys:read"]);
         assert_eq!(rules.for_prompt("audit"), ["audit:read"]);
         assert!(rules.for_prompt("other").is_empty());
         assert_eq!(rules.for_resource("file:///private/keys/a"), ["files:read", "keys:read"]);

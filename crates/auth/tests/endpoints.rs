@@ -74,8 +74,7 @@ async fn endpoint(tls: bool, answer: Answer) -> (String, Arc<Seen>) {
         use tokio_rustls::rustls;
         use tokio_rustls::rustls::pki_types::pem::PemObject;
         use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(fixture("tls-server.pem").as_bytes()).map(Result::unwrap).collect();
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(fixture("tls-server.pem").as_bytes()).map(Result::unwrap).collect();
         let key = PrivateKeyDer::from_pem_slice(fixture("tls-server.key").as_bytes()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
@@ -172,8 +171,7 @@ async fn opaque_tokens_are_introspected_and_cached_until_they_expire() {
     let mut config = OAuthConfig::new(ISSUER, RESOURCE, "http://127.0.0.1:9/unused");
     config.jwks_url = None;
     config.leeway = Duration::ZERO;
-    config.introspection =
-        Some(IntrospectionConfig { url: format!("{base}/introspect"), client_id: Some("rs".into()), client_secret: Some("s3cret".into()) });
+    config.introspection = Some(IntrospectionConfig { url: format!("{base}/introspect"), client_id: Some("rs".into()), client_secret: Some("s3cret".into()) });
     let oauth = OAuth::new(config).unwrap();
     let who = oauth.verify("opaque-good").await.unwrap();
     assert_eq!(who.principal.as_str(), "oauth:https://auth.test#bob");

@@ -119,15 +119,7 @@ impl McpClient {
     /// # Errors
     /// The connection failed.
     pub async fn connect(addr: SocketAddr, path: &str, era: Era) -> Result<Self, BenchError> {
-        let mut client = Self {
-            addr,
-            path: path.to_owned(),
-            era,
-            conn: None,
-            session: None,
-            protocol_version: era.version().as_str().to_owned(),
-            next_id: 1,
-        };
+        let mut client = Self { addr, path: path.to_owned(), era, conn: None, session: None, protocol_version: era.version().as_str().to_owned(), next_id: 1 };
         client.reconnect().await?;
         Ok(client)
     }
@@ -236,13 +228,7 @@ impl McpClient {
 
     /// One request and its whole response, within [`EXCHANGE_TIMEOUT`]. `modern` is the
     /// JSON-RPC method and name a 2026-07-28 request repeats in its headers.
-    async fn exchange(
-        &mut self,
-        method: &str,
-        body: Option<&Value>,
-        id: Option<u64>,
-        modern: Option<(&str, &str)>,
-    ) -> Result<Exchange, BenchError> {
+    async fn exchange(&mut self, method: &str, body: Option<&Value>, id: Option<u64>, modern: Option<(&str, &str)>) -> Result<Exchange, BenchError> {
         match tokio::time::timeout(EXCHANGE_TIMEOUT, self.exchange_inner(method, body, id, modern)).await {
             Ok(result) => result,
             Err(_) => {
@@ -252,13 +238,7 @@ impl McpClient {
         }
     }
 
-    async fn exchange_inner(
-        &mut self,
-        method: &str,
-        body: Option<&Value>,
-        id: Option<u64>,
-        modern: Option<(&str, &str)>,
-    ) -> Result<Exchange, BenchError> {
+    async fn exchange_inner(&mut self, method: &str, body: Option<&Value>, id: Option<u64>, modern: Option<(&str, &str)>) -> Result<Exchange, BenchError> {
         if self.conn.is_none() {
             self.reconnect().await?;
         }

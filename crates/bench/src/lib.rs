@@ -375,9 +375,7 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
         PythonBaseline::At(python) if python.is_file() => Ok(python.clone()),
         PythonBaseline::At(python) => Err(PythonStatus::Missing(format!("{} does not exist; scripts/setup-bench.sh installs it", python.display()))),
         PythonBaseline::Auto => find_python_baseline(&config.executable).ok_or_else(|| {
-            PythonStatus::Missing(format!(
-                "no {PYTHON_VENV_PYTHON} here; install it with `scripts/setup-bench.sh`, or pass `--python-baseline PATH`"
-            ))
+            PythonStatus::Missing(format!("no {PYTHON_VENV_PYTHON} here; install it with `scripts/setup-bench.sh`, or pass `--python-baseline PATH`"))
         }),
     };
     if let Err(PythonStatus::Missing(why)) = &python {

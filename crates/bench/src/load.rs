@@ -137,14 +137,7 @@ pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<L
         (Some(first), Some(last)) => last.saturating_duration_since(first),
         _ => Duration::ZERO,
     };
-    Ok(LoadResult {
-        connections,
-        calls: latencies.len(),
-        elapsed,
-        p50: quantile(&latencies, 0.50),
-        p99: quantile(&latencies, 0.99),
-        server_cpu_per_call: None,
-    })
+    Ok(LoadResult { connections, calls: latencies.len(), elapsed, p50: quantile(&latencies, 0.50), p99: quantile(&latencies, 0.99), server_cpu_per_call: None })
 }
 
 #[cfg(test)]

@@ -58,9 +58,7 @@ impl Pinning {
     /// One sentence for the report.
     pub fn describe(&self) -> String {
         match &self.cpus {
-            Ok((server, load)) => format!(
-                "each server pinned to CPU {server} and the load generator to CPU {load} (`taskset -c`), each in its own process"
-            ),
+            Ok((server, load)) => format!("each server pinned to CPU {server} and the load generator to CPU {load} (`taskset -c`), each in its own process"),
             Err(reason) => format!("server and load generator in separate processes, NOT pinned to CPUs: {reason}"),
         }
     }
@@ -88,9 +86,9 @@ impl Pinning {
 /// The CPUs this process may run on (`Cpus_allowed_list` of `/proc/self/status`), or as
 /// many as the standard library counts, numbered from 0.
 fn allowed_cpus() -> Vec<usize> {
-    let listed = std::fs::read_to_string("/proc/self/status").ok().and_then(|status| {
-        status.lines().find_map(|line| line.strip_prefix("Cpus_allowed_list:").map(|list| parse_cpu_list(list.trim())))
-    });
+    let listed = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| status.lines().find_map(|line| line.strip_prefix("Cpus_allowed_list:").map(|list| parse_cpu_list(list.trim()))));
     match listed {
         Some(Some(cpus)) if !cpus.is_empty() => cpus,
         _ => (0..std::thread::available_parallelism().map_or(1, std::num::NonZero::get)).collect(),
@@ -141,14 +139,7 @@ impl fmt::Debug for ChildProcess {
 impl ChildProcess {
     /// Start `program args` as a child of `role` named `name`: stdin and stdout piped,
     /// stderr appended to `log`.
-    pub(crate) fn spawn(
-        name: &str,
-        pinning: &Pinning,
-        role: Role,
-        program: &Path,
-        args: &[OsString],
-        log: &Path,
-    ) -> Result<Self, BenchError> {
+    pub(crate) fn spawn(name: &str, pinning: &Pinning, role: Role, program: &Path, args: &[OsString], log: &Path) -> Result<Self, BenchError> {
         let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
         let mut child = pinning
             .command(role, program, args)

@@ -183,10 +183,7 @@ impl Report {
         let Some(base) = self.stores.first() else { return };
         let writers = self.config.writers;
         let _ = writeln!(out, "**Appends** (events committed per second; higher is better)\n");
-        let _ = writeln!(
-            out,
-            "| backend | 1 writer | vs memory | {writers} writers | vs memory | {writers} writers, one-append batches | vs memory |"
-        );
+        let _ = writeln!(out, "| backend | 1 writer | vs memory | {writers} writers | vs memory | {writers} writers, one-append batches | vs memory |");
         let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|");
         for row in &self.stores {
             let (one, many, batched) = (&row.result.one_writer, &row.result.many_writers, &row.result.many_writers_batched);
@@ -264,7 +261,8 @@ impl Report {
         }
         // The Python baseline last, as in the table.
         others.sort_by_key(|(_, kind)| *kind == ServerKind::Python);
-        let _ = writeln!(out, "\n**`tools/call` over HTTP, summary** (calls per second of stock rmcp; every other server as a ratio to it, higher is better)\n");
+        let _ =
+            writeln!(out, "\n**`tools/call` over HTTP, summary** (calls per second of stock rmcp; every other server as a ratio to it, higher is better)\n");
         let mut head = String::from("| era | connections | stock rmcp |");
         let mut rule = String::from("|---|--:|--:|");
         for (name, _) in &others {
@@ -296,7 +294,8 @@ impl Report {
         if self.http.is_empty() {
             return;
         }
-        let _ = writeln!(out, "\n**`tools/call` over HTTP** (calls per second, higher is better; latency in milliseconds, lower is better; medians of the runs)\n");
+        let _ =
+            writeln!(out, "\n**`tools/call` over HTTP** (calls per second, higher is better; latency in milliseconds, lower is better; medians of the runs)\n");
         let _ = writeln!(out, "| server | era | connections | calls/s | vs rmcp | vs Python | p50 | vs rmcp | p99 | vs rmcp | server CPU µs/call | vs rmcp |");
         let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
         for (era, connections) in self.cells() {
@@ -337,7 +336,10 @@ impl Report {
 
     fn growth(&self, out: &mut String) {
         let Some(first) = self.growth.first() else { return };
-        let _ = writeln!(out, "\n**Worker memory with idle sessions** (`VmRSS` of the server process in MiB; sessions started with `initialize`, then left alone)\n");
+        let _ = writeln!(
+            out,
+            "\n**Worker memory with idle sessions** (`VmRSS` of the server process in MiB; sessions started with `initialize`, then left alone)\n"
+        );
         let mut head = String::from("| server |");
         let mut rule = String::from("|---|");
         for (sessions, _) in &first.rss_kib {

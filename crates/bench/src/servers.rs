@@ -165,14 +165,12 @@ impl Launcher {
         let listen: OsString = "127.0.0.1:0".into();
         let (program, args): (PathBuf, Vec<OsString>) = match spec {
             ServerSpec::Rmcp => (self.executable.clone(), vec!["bench-server".into(), "rmcp".into(), "--listen".into(), listen]),
-            ServerSpec::Durable { url } => (
-                self.executable.clone(),
-                vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), listen],
-            ),
-            ServerSpec::Proxy { url } => (
-                self.executable.clone(),
-                vec!["bench-server".into(), "proxy".into(), "--store".into(), url.into(), "--listen".into(), listen],
-            ),
+            ServerSpec::Durable { url } => {
+                (self.executable.clone(), vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), listen])
+            }
+            ServerSpec::Proxy { url } => {
+                (self.executable.clone(), vec!["bench-server".into(), "proxy".into(), "--store".into(), url.into(), "--listen".into(), listen])
+            }
             ServerSpec::Python { python } => {
                 let script = self.python_script()?;
                 let db = self.dir.join("python-mcp-persist.db");

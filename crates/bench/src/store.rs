@@ -180,8 +180,7 @@ async fn append_rate(store: Arc<dyn Store>, writers: usize, spec: &StoreSpec, co
 async fn replay_time(store: &dyn Store, events: usize, runs: usize, time_limit: Duration) -> Result<ReplayResult, BenchError> {
     let stream = new_stream(store).await?;
     let stream = &stream;
-    let batches: Vec<std::ops::Range<usize>> =
-        (1..events).step_by(FILL_BATCH).map(|start| start..(start + FILL_BATCH).min(events)).collect();
+    let batches: Vec<std::ops::Range<usize>> = (1..events).step_by(FILL_BATCH).map(|start| start..(start + FILL_BATCH).min(events)).collect();
     futures::stream::iter(batches)
         .map(|range| async move {
             let batch = range.fold(WriteBatch::new(), |batch, seq| batch.append(stream.clone(), payload(seq)));
@@ -226,13 +225,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn memory_store_is_measured_end_to_end() {
         let store: Arc<dyn Store> = Arc::new(durable_mcp::MemoryStore::new());
-        let spec = StoreSpec {
-            events_per_writer: 50,
-            writers: 4,
-            replay_sizes: vec![1, 300],
-            replay_runs: 3,
-            time_limit: Duration::from_secs(10),
-        };
+        let spec = StoreSpec { events_per_writer: 50, writers: 4, replay_sizes: vec![1, 300], replay_runs: 3, time_limit: Duration::from_secs(10) };
         let result = bench_store(store, &spec).await.expect("bench");
         assert_eq!(result.one_writer.events, 50);
         assert_eq!(result.many_writers.events, 200);

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use durable_mcp_bench::{
-    BenchConfig, Era, Launcher, LoadSpec, Pinning, PythonBaseline, PythonStatus, ServerKind, ServerSpec, find_python_baseline,
-    process_running, run, run_load,
+    BenchConfig, Era, Launcher, LoadSpec, Pinning, PythonBaseline, PythonStatus, ServerKind, ServerSpec, find_python_baseline, process_running, run, run_load,
 };
 
 fn child_executable() -> PathBuf {
@@ -180,12 +179,7 @@ async fn the_python_baseline_is_measured_in_the_legacy_era_when_installed() {
         println!("skipped: no Python baseline installed (scripts/setup-bench.sh)");
         return;
     };
-    let config = BenchConfig {
-        rmcp_baseline: false,
-        growth_sessions: Vec::new(),
-        python_baseline: PythonBaseline::At(python.clone()),
-        ..tiny()
-    };
+    let config = BenchConfig { rmcp_baseline: false, growth_sessions: Vec::new(), python_baseline: PythonBaseline::At(python.clone()), ..tiny() };
     let report = run(&config, |_| {}).await.expect("run");
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     assert_eq!(report.python, PythonStatus::Measured(python.display().to_string()));

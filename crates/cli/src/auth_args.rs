@@ -71,11 +71,8 @@ impl AuthArgs {
             config.jwks_url = self.auth_jwks_url;
             config.scopes = self.auth_scopes;
             config.scopes_supported = self.auth_scopes_supported;
-            config.introspection = self.auth_introspection_url.map(|url| IntrospectionConfig {
-                url,
-                client_id: self.auth_client_id,
-                client_secret: self.auth_client_secret,
-            });
+            config.introspection =
+                self.auth_introspection_url.map(|url| IntrospectionConfig { url, client_id: self.auth_client_id, client_secret: self.auth_client_secret });
             if let Some(path) = &self.auth_tls_roots {
                 config.tls_roots_pem = Some(std::fs::read_to_string(path).with_context(|| format!("--auth-tls-roots {}", path.display()))?);
             }

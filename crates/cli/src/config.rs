@@ -107,10 +107,7 @@ pub fn effective(command: &clap::Command, matches: &ArgMatches, from_file: &BTre
             continue;
         }
         let id = arg.get_id().as_str();
-        let values: Vec<String> = matches
-            .get_raw(id)
-            .map(|raw| raw.map(|v| redact(long, &v.to_string_lossy())).collect())
-            .unwrap_or_default();
+        let values: Vec<String> = matches.get_raw(id).map(|raw| raw.map(|v| redact(long, &v.to_string_lossy())).collect()).unwrap_or_default();
         let source = match matches.value_source(id) {
             _ if values.is_empty() => "unset",
             _ if from_file.contains(id) => "file",
@@ -131,7 +128,8 @@ pub fn to_toml(settings: &[Effective]) -> String {
     let mut out = String::new();
     for s in settings {
         let quote = |v: &String| if s.bare { v.clone() } else { serde_json::Value::String(v.clone()).to_string() };
-        let value = if s.many { format!("[{}]", s.values.iter().map(quote).collect::<Vec<_>>().join(", ")) } else { s.values.first().map(quote).unwrap_or_default() };
+        let value =
+            if s.many { format!("[{}]", s.values.iter().map(quote).collect::<Vec<_>>().join(", ")) } else { s.values.first().map(quote).unwrap_or_default() };
         if s.values.is_empty() {
             out.push_str(&format!("# {} (unset)\n", s.name));
         } else {

@@ -521,14 +521,7 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
                 }
                 println!(
                     "{}  {}  design={}  questions={}  created={}  updated={}  ttl_ms={}  principal={}",
-                    task.task_id,
-                    task.status,
-                    task.design,
-                    task.open_questions,
-                    task.created_at,
-                    task.last_updated_at,
-                    task.ttl_ms,
-                    task.principal
+                    task.task_id, task.status, task.design, task.open_questions, task.created_at, task.last_updated_at, task.ttl_ms, task.principal
                 );
             }
         }

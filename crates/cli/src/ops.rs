@@ -26,12 +26,7 @@ pub async fn all_streams(store: &dyn Store, bar: &indicatif::ProgressBar) -> any
 /// The live session `id`, whatever its principal.
 pub async fn find_session(store: &dyn Store, id: &str) -> anyhow::Result<SessionRecord> {
     let id: SessionId = id.parse().context("malformed session id")?;
-    store
-        .list_sessions(None, usize::MAX)
-        .await?
-        .into_iter()
-        .find(|s| s.id == id)
-        .with_context(|| format!("no live session {id}"))
+    store.list_sessions(None, usize::MAX).await?.into_iter().find(|s| s.id == id).with_context(|| format!("no live session {id}"))
 }
 
 /// `sessions list`.
@@ -75,13 +70,7 @@ pub async fn sessions_show(store: &dyn Store, id: &str, json: bool) -> anyhow::R
     println!("  state keys        {}", session.state.keys().cloned().collect::<Vec<_>>().join(", "));
     println!("  standalone stream {}", session.standalone_stream);
     for stream in streams {
-        println!(
-            "  stream {}  events {}..={}  {}",
-            stream.id,
-            stream.first_seq,
-            stream.last_seq,
-            if stream.closed { "closed" } else { "open" }
-        );
+        println!("  stream {}  events {}..={}  {}", stream.id, stream.first_seq, stream.last_seq, if stream.closed { "closed" } else { "open" });
     }
     Ok(())
 }
@@ -388,7 +377,11 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
     };
     for setting in &status.settings {
         match &setting.weakness {
-            Some(weakness) => checks.push(Check::warn(&format!("setting {}", setting.name), format!("{} = {}: {}", setting.name, setting.value, weakness.risk), weakness.fix.clone())),
+            Some(weakness) => checks.push(Check::warn(
+                &format!("setting {}", setting.name),
+                format!("{} = {}: {}", setting.name, setting.value, weakness.risk),
+                weakness.fix.clone(),
+            )),
             None => checks.push(Check::ok(&format!("setting {}", setting.name), format!("{} = {}", setting.name, setting.value))),
         }
     }
@@ -410,7 +403,9 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
                 "no shared requestState key in the store: until one exists, a requestState sealed by one worker may not open on another",
                 format!("durable-mcp keys rotate --store {url} (or start one worker first), or give every worker the same --state-key"),
             )),
-            Err(error) => checks.push(Check::fail("requestState key", format!("the key ring cannot be read: {error}"), "durable-mcp keys list, and check the store")),
+            Err(error) => {
+                checks.push(Check::fail("requestState key", format!("the key ring cannot be read: {error}"), "durable-mcp keys list, and check the store"))
+            }
         }
     }
     // Heartbeats renew leases every third of the lease (EngineOptions::lease); serve

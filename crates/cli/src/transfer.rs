@@ -26,7 +26,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Context, bail};
-use durable_mcp_store::{Expect, RecordKind, SessionRecord, Store, StoreError, StoredEvent, StreamId, StreamInfo, EventId};
+use durable_mcp_store::{EventId, Expect, RecordKind, SessionRecord, Store, StoreError, StoredEvent, StreamId, StreamInfo};
 use serde::{Deserialize, Serialize};
 
 /// The dump format's name, in its header.
@@ -73,7 +73,10 @@ pub struct Counts {
 pub fn progress(message: &'static str) -> indicatif::ProgressBar {
     if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(0);
-        bar.set_style(indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} items ({elapsed})").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} items ({elapsed})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
         bar.set_message(message);
         bar
     } else {

@@ -52,8 +52,13 @@ fn post_as(addr: SocketAddr, token: &str, session: Option<&str>, body: &Value) -
 }
 
 fn initialize_as(addr: SocketAddr, token: &str) -> String {
-    let response = post_as(addr, token, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "auth-test", "version": "1"}}}));
+    let response = post_as(
+        addr,
+        token,
+        None,
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "auth-test", "version": "1"}}}),
+    );
     assert_eq!(response.status, 200);
     let session = response.header("mcp-session-id").expect("session id").to_owned();
     let _ = response.body();
@@ -117,7 +122,12 @@ fn another_principals_ids_are_unknown(a: SocketAddr, b: SocketAddr) {
     assert_eq!(request(b, "DELETE", &delete, None).status, 404, "DELETE of another principal's session");
 
     // Stream and Last-Event-ID: A's events cannot be resumed by B, in B's session or A's.
-    let mut stream = post_as(a, ALICE, Some(&session_a), &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {}}}));
+    let mut stream = post_as(
+        a,
+        ALICE,
+        Some(&session_a),
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {}}}),
+    );
     assert_eq!(stream.status, 200);
     let (event, _) = stream.next_event().expect("an event");
     let event = event.expect("an event id");
@@ -162,8 +172,13 @@ fn another_principals_ids_are_unknown(a: SocketAddr, b: SocketAddr) {
     let state = round1["result"]["requestState"].as_str().unwrap().to_owned();
     let key = round1["result"]["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
     let retry = |token: &str, id: u64| {
-        modern_as(b, token, id, json!({"name": "ask", "arguments": {"question": "name?"},
-            "inputResponses": {key.as_str(): {"action": "accept", "content": {"answer": "Ada"}}}, "requestState": state}))
+        modern_as(
+            b,
+            token,
+            id,
+            json!({"name": "ask", "arguments": {"question": "name?"},
+            "inputResponses": {key.as_str(): {"action": "accept", "content": {"answer": "Ada"}}}, "requestState": state}),
+        )
     };
     let stolen = retry(BOB, 10);
     assert_eq!(stolen["error"]["code"], -32602, "another principal's requestState is invalid: {stolen}");

@@ -101,11 +101,7 @@ struct Call {
 }
 
 fn try_post(addr: SocketAddr, session: &str, body: &Value) -> Option<Response> {
-    let headers = [
-        ("accept", "application/json, text/event-stream"),
-        ("content-type", "application/json"),
-        ("mcp-session-id", session),
-    ];
+    let headers = [("accept", "application/json, text/event-stream"), ("content-type", "application/json"), ("mcp-session-id", session)];
     try_request(addr, "POST", &headers, Some(&body.to_string())).ok()
 }
 
@@ -270,10 +266,7 @@ fn check(call: &Call, verdict: &mut Verdict) {
     // Ledger: in step order (a committed step re-run would appear after a later step), one
     // key per step, every step.
     let text = std::fs::read_to_string(&call.ledger).unwrap_or_default();
-    let lines: Vec<(u64, String)> = text
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(i, k)| (i.parse().unwrap_or(0), k.to_owned())))
-        .collect();
+    let lines: Vec<(u64, String)> = text.lines().filter_map(|l| l.split_once(' ').map(|(i, k)| (i.parse().unwrap_or(0), k.to_owned()))).collect();
     if lines.windows(2).any(|w| w[1].0 < w[0].0) {
         fail(format!("a committed step ran again: {lines:?}"));
     }
@@ -295,13 +288,11 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn chaos(name: &str, store: String, workers: usize) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let secs: u64 = std::env::var("CHAOS_SECS")
+    let secs: u64 = std::env::var("CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(if durable_mcp_store::in_ci() { 45 } else { 15 });
+    let seed: u64 = std::env::var("CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(if durable_mcp_store::in_ci() { 45 } else { 15 });
-    let seed: u64 = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-    });
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
     eprintln!("chaos {name}: {secs} s, {workers} worker(s), {CLIENTS} clients, CHAOS_SEED={seed}");
     let dir = temp_dir(&format!("chaos-{name}"));
     let fleet = Fleet::start(store, workers);

@@ -34,10 +34,7 @@ fn inspect_replay_and_prune_a_sqlite_store() {
     std::thread::sleep(std::time::Duration::from_millis(1_100));
     let report = run(&["prune", "--store", &store, "--session-ttl-secs", "0", "--max-stream-age-secs", "1"]);
     assert_eq!(report.trim(), "sessions ended: 0, streams deleted: 1, journal records expired: 0");
-    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
-        .args(["replay", "--store", &store, &format!("{stream}_0")])
-        .output()
-        .expect("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(["replay", "--store", &store, &format!("{stream}_0")]).output().expect("run");
     assert!(!out.status.success(), "the pruned stream is gone: replay fails with a clear error");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not found"), "{}", String::from_utf8_lossy(&out.stderr));
     let listing = run(&["inspect", "--store", &store]);

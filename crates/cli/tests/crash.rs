@@ -144,8 +144,12 @@ fn four_steps_killed_during_step_three(target: Target) {
 }
 
 fn ask(addr: SocketAddr, session: &str, id: u64, question: &str, then_ms: u64) -> Response {
-    post(addr, Some(session), &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "ask", "arguments": {"question": question, "then_ms": then_ms}}}))
+    post(
+        addr,
+        Some(session),
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "ask", "arguments": {"question": question, "then_ms": then_ms}}}),
+    )
 }
 
 fn answer(addr: SocketAddr, session: &str, wire_id: &Value, text: &str) {

@@ -165,9 +165,8 @@ fn payloads_are_shown_only_when_asked() {
     let ledger = dir.join("shown.ledger").display().to_string();
     let mut running = post(server.addr, Some(&session), &slow_call(3, &ledger));
     running.next_event().expect("priming event");
-    let (snap, _) = snapshot_until(dashboard, "the running call", |snap| {
-        snap["in_flight"].as_array().is_some_and(|runs| runs.iter().any(|r| r["target"] == "steps"))
-    });
+    let (snap, _) =
+        snapshot_until(dashboard, "the running call", |snap| snap["in_flight"].as_array().is_some_and(|runs| runs.iter().any(|r| r["target"] == "steps")));
     assert_eq!(snap["show_payloads"], true);
     let run = rows(&snap, "in_flight").iter().find(|r| r["target"] == "steps").unwrap();
     assert_eq!(run["arguments"]["ledger"], ledger.as_str(), "{run}");

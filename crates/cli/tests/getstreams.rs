@@ -68,9 +68,6 @@ fn d14_many_get_streams_on_sqlite_are_bounded_and_give_their_handles_back() {
     drop(gets);
     let limit = baseline + READER_HANDLES;
     let after = fds_settle_to(pid, limit);
-    eprintln!(
-        "300 GETs opened in {took:?}; handles: baseline {baseline}, open {open}, after close {after}; RSS {rss_before} kB -> {} kB",
-        rss_kb(pid)
-    );
+    eprintln!("300 GETs opened in {took:?}; handles: baseline {baseline}, open {open}, after close {after}; RSS {rss_before} kB -> {} kB", rss_kb(pid));
     assert!(after <= limit, "after closing: {after} file handles (baseline {baseline}, limit {limit})");
 }

@@ -98,7 +98,6 @@ fn stream_of(event_id: &str) -> &str {
     event_id.split_once('_').map_or(event_id, |(stream, _)| stream)
 }
 
-
 /// A `tools/call` with a string id of `len` bytes is answered, with that id; sent again,
 /// it attaches to the same run (its events are the same stream's).
 fn long_request_id_is_served(addr: SocketAddr, len: usize) {

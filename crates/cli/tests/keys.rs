@@ -45,8 +45,14 @@ fn ask_round1(addr: SocketAddr, question: &str) -> (String, String) {
 
 /// The retry of [`ask_round1`] with the answer `answer`.
 fn ask_retry(addr: SocketAddr, question: &str, key: &str, state: &str, answer: &str) -> Value {
-    modern(addr, 2, "tools/call", json!({"name": "ask", "arguments": {"question": question},
-        "inputResponses": {key: {"action": "accept", "content": {"answer": answer}}}, "requestState": state}), false)
+    modern(
+        addr,
+        2,
+        "tools/call",
+        json!({"name": "ask", "arguments": {"question": question},
+        "inputResponses": {key: {"action": "accept", "content": {"answer": answer}}}, "requestState": state}),
+        false,
+    )
 }
 
 /// Round 1 of the example's multi-round flow: its sealed state.
@@ -58,8 +64,14 @@ fn multi_round1(addr: SocketAddr) -> String {
 
 /// Round 2 of the example's multi-round flow (the name answered with the state of round 1).
 fn multi_round2(addr: SocketAddr, state: &str) -> Value {
-    modern(addr, 11, "tools/call", json!({"name": MULTI_ROUND, "arguments": {},
-        "inputResponses": {"step1": {"action": "accept", "content": {"name": "Ada"}}}, "requestState": state}), false)
+    modern(
+        addr,
+        11,
+        "tools/call",
+        json!({"name": MULTI_ROUND, "arguments": {},
+        "inputResponses": {"step1": {"action": "accept", "content": {"name": "Ada"}}}, "requestState": state}),
+        false,
+    )
 }
 
 fn assert_round2(round2: &Value) {

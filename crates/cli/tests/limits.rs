@@ -212,9 +212,7 @@ fn a_principal_at_its_task_limit_is_refused_and_nothing_is_written() {
     assert_eq!(created_b.last().unwrap().1["result"]["task"]["status"], "working", "{created_b:?}");
     assert!(counts(&store)["task"] > before["task"], "the counts see a task's writes");
     // B's task ends at once: its unit comes back, so B creates another.
-    eventually("a finished task frees its unit", || {
-        post_as(addr, BOB, Some(&session_b), &task(2, 0)).status == 200
-    });
+    eventually("a finished task frees its unit", || post_as(addr, BOB, Some(&session_b), &task(2, 0)).status == 200);
 }
 
 #[test]

@@ -52,11 +52,7 @@ fn live_delivery_and_answers_cross_workers(backend: Backend) {
         let _ = sent.messages();
     }
     latencies.sort();
-    eprintln!(
-        "{backend:?}: cross-worker delivery median {:?}, p99 {:?} (40 samples)",
-        latencies[latencies.len() / 2],
-        latencies[latencies.len() * 99 / 100]
-    );
+    eprintln!("{backend:?}: cross-worker delivery median {:?}, p99 {:?} (40 samples)", latencies[latencies.len() / 2], latencies[latencies.len() * 99 / 100]);
 
     // An elicitation asked on A is answered through B.
     let call = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "test_elicitation", "arguments": {"message": "name?"}}});

@@ -273,7 +273,8 @@ fn doctor_flags_a_worker_whose_leases_run_ahead_of_this_clock() {
     let server = Server::start(&store, free_port(), &["--worker-id", "w-ahead", "--lease-ms", "5000"]);
     let session = initialize(server.addr);
     let ledger = dir.join("clock.ledger").display().to_string();
-    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "steps", "arguments": {"count": 3, "step_ms": 1_500, "ledger": ledger}}});
+    let call =
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "steps", "arguments": {"count": 3, "step_ms": 1_500, "ledger": ledger}}});
     let mut running = post(server.addr, Some(&session), &call);
     running.next_event().expect("priming event: the run is journaled and held");
     let (_, checks) = doctor(&["--store", &store, "--lease-ms", "1000"]);
@@ -322,7 +323,10 @@ fn serve_reads_a_toml_file_under_environment_and_flags() {
     let file = dir.join("serve.toml");
     std::fs::write(
         &file,
-        format!("listen = \"127.0.0.1:{file_port}\"\npath = \"/from-file\"\nstore = \"{}\"\nlease-ms = 7000\nallow-host = [\"127.0.0.1\", \"localhost\"]\n", sqlite(&dir, "")),
+        format!(
+            "listen = \"127.0.0.1:{file_port}\"\npath = \"/from-file\"\nstore = \"{}\"\nlease-ms = 7000\nallow-host = [\"127.0.0.1\", \"localhost\"]\n",
+            sqlite(&dir, "")
+        ),
     )
     .unwrap();
     let launch = |env_listen: Option<u16>, port: u16| {
@@ -388,11 +392,7 @@ fn serve_logs_json_lines() {
         .stderr(Stdio::piped());
     let mut server = Server::launch(command, format!("127.0.0.1:{port}").parse().unwrap());
     let stderr = std::io::BufReader::new(server.child.stderr.take().unwrap());
-    let serving = stderr
-        .lines()
-        .map(|line| line.unwrap())
-        .find(|line| line.contains("durable-mcp serving"))
-        .expect("the start-up line");
+    let serving = stderr.lines().map(|line| line.unwrap()).find(|line| line.contains("durable-mcp serving")).expect("the start-up line");
     let line: Value = serde_json::from_str(&serving).unwrap_or_else(|e| panic!("{e}: {serving}"));
     assert_eq!(line["level"], "INFO", "{line}");
     assert_eq!(line["message"], "durable-mcp serving", "{line}");

@@ -43,7 +43,13 @@ fn dump_then_load_into_another_backend_resumes_with_last_event_id_exactly() {
     let all = post(server.addr, Some(&session), &emit_call(1, 6, 10)).messages();
     assert_eq!(all.last().unwrap().1["id"], 1, "the call's outcome: {all:?}");
     let ledger = dir.join("task.ledger").display().to_string();
-    let created = rpc(server.addr, &session, 2, "tools/call", json!({"name": "steps", "arguments": {"count": 1, "step_ms": 10, "ledger": ledger}, "task": {"ttl": 600_000}}));
+    let created = rpc(
+        server.addr,
+        &session,
+        2,
+        "tools/call",
+        json!({"name": "steps", "arguments": {"count": 1, "step_ms": 10, "ledger": ledger}, "task": {"ttl": 600_000}}),
+    );
     let task_id = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("a task: {created}")).to_owned();
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
@@ -79,7 +85,11 @@ fn dump_then_load_into_another_backend_resumes_with_last_event_id_exactly() {
         assert_eq!(got["result"]["status"], status.as_str(), "{label}: the task id resolves after the move: {got}");
         // Loading again changes nothing (a resumed load duplicates nothing).
         let again: Value = serde_json::from_str(&run(&["load", "--store", &target, "--input", dump.to_str().unwrap(), "--json"])).unwrap();
-        assert_eq!((again["sessions_created"].as_u64(), again["events_appended"].as_u64(), again["records_written"].as_u64()), (Some(0), Some(0), Some(0)), "{label}: {again}");
+        assert_eq!(
+            (again["sessions_created"].as_u64(), again["events_appended"].as_u64(), again["records_written"].as_u64()),
+            (Some(0), Some(0), Some(0)),
+            "{label}: {again}"
+        );
     }
 }
 
@@ -196,6 +206,9 @@ fn copy_killed_mid_way_and_run_again_loses_and_duplicates_nothing() {
         assert_eq!(stats["principals"]["p0"]["streams"], streams / 3, "{label}: {stats}");
         assert_eq!(stats["principals"]["alice"]["sessions"], 2, "{label}: {stats}");
         assert_eq!(stats["longest_stream"]["events"], events, "{label}: {stats}");
-        assert!(stats["latency"].as_array().unwrap().iter().all(|l| l["samples"] == 5 && l["max_ms"].as_f64().unwrap() >= l["min_ms"].as_f64().unwrap()), "{label}: {stats}");
+        assert!(
+            stats["latency"].as_array().unwrap().iter().all(|l| l["samples"] == 5 && l["max_ms"].as_f64().unwrap() >= l["min_ms"].as_f64().unwrap()),
+            "{label}: {stats}"
+        );
     }
 }

@@ -10,8 +10,12 @@ use serde_json::{Value, json};
 use support::*;
 
 fn provision(addr: std::net::SocketAddr, session: &str, id: u64) -> Response {
-    post(addr, Some(session), &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "provision_server", "arguments": {"region": "eu-west", "size": "medium"}, "_meta": {"progressToken": id}}}))
+    post(
+        addr,
+        Some(session),
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "provision_server", "arguments": {"region": "eu-west", "size": "medium"}, "_meta": {"progressToken": id}}}),
+    )
 }
 
 #[test]
@@ -58,8 +62,13 @@ fn provisioning_survives_a_crash_after_the_charge() {
     assert!(outcome["receipt"].as_str().unwrap().starts_with("rcpt-2000-"));
     // The restarted worker's (in-memory, simulated) payment system saw the charge step
     // replayed from the journal, not run again: no new charge.
-    let report = post(server.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "billing_report", "arguments": {}}})).messages();
+    let report = post(
+        server.addr,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "billing_report", "arguments": {}}}),
+    )
+    .messages();
     assert_eq!(report.last().unwrap().1["result"]["structuredContent"]["charges"], 0);
 }
 
@@ -83,7 +92,12 @@ fn provisioning_declined_releases_the_reservation() {
     assert_eq!(post(server.addr, Some(&session), &no).status, 202);
     let outcome = response.messages().into_iter().map(|(_, m)| m).find(|m| m["id"] == 1).unwrap();
     assert_eq!(outcome["result"]["structuredContent"]["state"], "declined");
-    let report = post(server.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "billing_report", "arguments": {}}})).messages();
+    let report = post(
+        server.addr,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "billing_report", "arguments": {}}}),
+    )
+    .messages();
     assert_eq!(report.last().unwrap().1["result"]["structuredContent"], json!({"reservations": 2, "charges": 0}));
 }

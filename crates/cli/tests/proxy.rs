@@ -253,13 +253,21 @@ fn the_upstreams_questions_reach_a_legacy_client_on_its_stream_and_a_modern_one_
     assert_eq!(text(outcomes[0]), "confirmed k: fine");
 
     // A session whose client cannot answer: the upstream is told, the client is not asked.
-    let plain = post(addr, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "no-elicitation", "version": "1"}}}));
+    let plain = post(
+        addr,
+        None,
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "no-elicitation", "version": "1"}}}),
+    );
     let plain_session = plain.header("mcp-session-id").unwrap().to_owned();
     let _ = plain.body();
     assert_eq!(post(addr, Some(&plain_session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).status, 202);
-    let messages: Vec<Value> =
-        post(addr, Some(&plain_session), &call(1, "confirm", json!({"key": "k"}))).within(Duration::from_secs(60)).messages().into_iter().map(|(_, m)| m).collect();
+    let messages: Vec<Value> = post(addr, Some(&plain_session), &call(1, "confirm", json!({"key": "k"})))
+        .within(Duration::from_secs(60))
+        .messages()
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
     assert!(!messages.iter().any(|m| m["method"] == "elicitation/create"), "{messages:?}");
     assert_eq!(messages.iter().filter(|m| m["id"] == 1).count(), 1, "one outcome: {messages:?}");
 
@@ -273,8 +281,14 @@ fn the_upstreams_questions_reach_a_legacy_client_on_its_stream_and_a_modern_one_
     assert_eq!(question["method"], "elicitation/create", "{first}");
     assert_eq!(question["params"]["message"], "Look m up?", "{first}");
     let state = result["requestState"].as_str().unwrap();
-    let retry = modern(addr, 2, "tools/call", json!({"name": "confirm", "arguments": {"key": "m"},
-        "inputResponses": {key.as_str(): {"action": "accept", "content": {"note": "ok"}}}, "requestState": state}), false);
+    let retry = modern(
+        addr,
+        2,
+        "tools/call",
+        json!({"name": "confirm", "arguments": {"key": "m"},
+        "inputResponses": {key.as_str(): {"action": "accept", "content": {"note": "ok"}}}, "requestState": state}),
+        false,
+    );
     assert_eq!(text(&retry), "confirmed m: ok", "{retry}");
 }
 
@@ -347,7 +361,13 @@ fn tasks_for_any_upstream_tool(backend: support::backend::Backend) {
         assert!(Instant::now() < deadline, "no question: {got}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let ack = modern(b.addr, 4, "tasks/update", json!({"taskId": asking, "inputResponses": {key.as_str(): {"action": "accept", "content": {"note": "via b"}}}}), true);
+    let ack = modern(
+        b.addr,
+        4,
+        "tasks/update",
+        json!({"taskId": asking, "inputResponses": {key.as_str(): {"action": "accept", "content": {"note": "via b"}}}}),
+        true,
+    );
     assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
     let done = wait_terminal(b.addr, &asking, Duration::from_secs(30));
     assert_eq!(done["result"]["content"][0]["text"], "confirmed t: via b", "{done}");

@@ -194,9 +194,15 @@ fn http_upstream_questions_are_relayed_and_a_stream_it_closes_is_resumed() {
     let first = modern(addr, 2, "tools/call", json!({"name": "test_elicitation", "arguments": {"message": "Who?"}}), false);
     assert_eq!(first["result"]["resultType"], "input_required", "{first}");
     let (key, _) = first["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
-    let retry = modern(addr, 3, "tools/call", json!({"name": "test_elicitation", "arguments": {"message": "Who?"},
+    let retry = modern(
+        addr,
+        3,
+        "tools/call",
+        json!({"name": "test_elicitation", "arguments": {"message": "Who?"},
         "inputResponses": {key.as_str(): {"action": "accept", "content": {"username": "bob", "email": "bob@example.com"}}},
-        "requestState": first["result"]["requestState"]}), false);
+        "requestState": first["result"]["requestState"]}),
+        false,
+    );
     assert!(first_text(&retry).contains("bob"), "{retry}");
 
     let (_, reconnected) = answered(post(addr, Some(&session), &call(4, "test_reconnection", json!({}))), 4);

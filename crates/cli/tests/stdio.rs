@@ -162,9 +162,8 @@ fn stdio_client_gets_list_changes_and_resource_updates() {
         "arguments": {"count": 1, "step_ms": 10}, "task": {"ttl": 60_000}}}));
     let created = server.recv();
     let task_id = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
-    let completed = |v: &Value| {
-        v["method"] == "notifications/tasks/status" && v["params"]["taskId"] == task_id.as_str() && v["params"]["status"] == "completed"
-    };
+    let completed =
+        |v: &Value| v["method"] == "notifications/tasks/status" && v["params"]["taskId"] == task_id.as_str() && v["params"]["status"] == "completed";
     server.recv_until(|m| has(m, completed));
 
     server.close();

@@ -107,8 +107,14 @@ fn d10_question_then_task() {
     assert!(round1["result"].get("taskId").is_none());
     let key = round1["result"]["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
     let state = round1["result"]["requestState"].clone();
-    let round2 = modern(addr, 2, "tools/call", json!({"name": "test_tool_with_task", "arguments": {},
-        "inputResponses": {key: {"action": "accept", "content": {"name": "Alice"}}}, "requestState": state}), true);
+    let round2 = modern(
+        addr,
+        2,
+        "tools/call",
+        json!({"name": "test_tool_with_task", "arguments": {},
+        "inputResponses": {key: {"action": "accept", "content": {"name": "Alice"}}}, "requestState": state}),
+        true,
+    );
     let created = &round2["result"];
     assert_eq!(created["resultType"], "task", "{round2}");
     assert!(created.get("requestState").is_none() && created.get("inputRequests").is_none());
@@ -132,14 +138,32 @@ fn d12_stateless_questions_continue_the_same_run() {
     let mut forged = state.clone();
     forged.pop();
     forged.push(if state.ends_with('A') { 'B' } else { 'A' });
-    let tampered = modern(addr, 2, "tools/call", json!({"name": "ask", "arguments": {"question": "name?"},
-        "inputResponses": responses, "requestState": forged}), false);
+    let tampered = modern(
+        addr,
+        2,
+        "tools/call",
+        json!({"name": "ask", "arguments": {"question": "name?"},
+        "inputResponses": responses, "requestState": forged}),
+        false,
+    );
     assert_eq!(tampered["error"]["code"], -32602, "{tampered}");
-    let other_params = modern(addr, 3, "tools/call", json!({"name": "ask", "arguments": {"question": "other?"},
-        "inputResponses": responses, "requestState": state}), false);
+    let other_params = modern(
+        addr,
+        3,
+        "tools/call",
+        json!({"name": "ask", "arguments": {"question": "other?"},
+        "inputResponses": responses, "requestState": state}),
+        false,
+    );
     assert_eq!(other_params["error"]["code"], -32602, "bound to the parameters: {other_params}");
-    let second = modern(addr, 4, "tools/call", json!({"name": "ask", "arguments": {"question": "name?"},
-        "inputResponses": responses, "requestState": state}), false);
+    let second = modern(
+        addr,
+        4,
+        "tools/call",
+        json!({"name": "ask", "arguments": {"question": "name?"},
+        "inputResponses": responses, "requestState": state}),
+        false,
+    );
     assert_eq!(second["result"]["content"][0]["text"], "Ada", "{second}");
 }
 
@@ -162,8 +186,14 @@ fn task_survives_its_worker(backend: Option<Backend>) {
     };
     let dir = temp_dir("task-crash");
     let path = dir.join("task.ledger");
-    let created = modern(a.addr, 1, "tools/call", json!({"name": "steps",
-        "arguments": {"count": 4, "step_ms": 700, "ledger": path.display().to_string()}}), true);
+    let created = modern(
+        a.addr,
+        1,
+        "tools/call",
+        json!({"name": "steps",
+        "arguments": {"count": 4, "step_ms": 700, "ledger": path.display().to_string()}}),
+        true,
+    );
     let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
     if backend.is_some() {
         assert_eq!(task_get(b.addr, &task_id)["result"]["status"], "working", "any worker answers for any task");
@@ -188,8 +218,7 @@ fn task_survives_its_worker(backend: Option<Backend>) {
     let count = |i: &str| lines.iter().filter(|l| l.starts_with(&format!("{i} "))).count();
     assert_eq!((count("1"), count("2"), count("4")), (1, 1, 1), "{lines:?}");
     assert!((1..=2).contains(&count("3")), "{lines:?}");
-    let keys: std::collections::BTreeSet<&str> =
-        lines.iter().filter(|l| l.starts_with("3 ")).map(|l| l.split_once(' ').unwrap().1).collect();
+    let keys: std::collections::BTreeSet<&str> = lines.iter().filter(|l| l.starts_with("3 ")).map(|l| l.split_once(' ').unwrap().1).collect();
     assert_eq!(keys.len(), 1, "same idempotency key: {lines:?}");
 }
 

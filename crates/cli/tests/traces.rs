@@ -329,9 +329,8 @@ fn a_rerun_after_sigkill_on_another_worker_is_linked_to_the_original_trace() {
     let (priming, _) = response.next_event().expect("priming event");
     drop(response);
     // The run record was committed under the server span: that store span names it.
-    let journaled = receiver.wait_for("a store span of worker A in the call's trace", |s| {
-        s.service == "worker-a" && s.trace() == TRACE && s.span.name.starts_with("store ")
-    });
+    let journaled = receiver
+        .wait_for("a store span of worker A in the call's trace", |s| s.service == "worker-a" && s.trace() == TRACE && s.span.name.starts_with("store "));
     let original = hex(&journaled.span.parent_span_id);
     assert_ne!(original, PARENT, "the store span's parent is A's server span, not the client's");
     let deadline = Instant::now() + Duration::from_secs(10);

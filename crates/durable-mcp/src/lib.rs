@@ -32,20 +32,19 @@ pub use axum;
 /// The engine, for [`DurableMcp::run_with_engine`]. Serving one built by hand with
 /// `Engine::new` leaves its background duties (recovery, retention, drain) to you.
 pub use durable_mcp_engine::Engine;
-pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
 /// Limits per principal: [`limits::Limits`], given to [`DurableMcp::limits`].
 pub use durable_mcp_engine::limits;
+pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
 pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport};
 pub use durable_mcp_protocol::{
-    Durable, DurableError, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
-    TaskSupport, rmcp,
-    task_support, AuthInfo, required_scopes, merge_meta, Forward, Upstream, UpstreamError, UpstreamRequest,
+    AuthInfo, Durable, DurableError, Forward, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
+    TaskSupport, Upstream, UpstreamError, UpstreamRequest, merge_meta, required_scopes, rmcp, task_support,
 };
 /// Authentication (see `docs/security.md`): set one with [`DurableMcp::auth`].
 pub mod auth {
     pub use durable_mcp_auth::{
-        ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, IntrospectionConfig, OAuth, OAuthConfig, ScopeRules,
-        TrustedProxy, oauth_principal,
+        ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, IntrospectionConfig, OAuth, OAuthConfig, ScopeRules, TrustedProxy,
+        oauth_principal,
     };
 }
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
@@ -427,11 +426,7 @@ impl DurableMcp {
 
     /// Serve on an already-bound listener until `shutdown` resolves (with the background
     /// duties of [`embed`](Self::embed)).
-    pub async fn serve_on(
-        self,
-        listener: tokio::net::TcpListener,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), Error> {
+    pub async fn serve_on(self, listener: tokio::net::TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
         let addr = listener.local_addr()?;
         tracing::info!(%addr, path = %self.http.path, "durable-mcp serving");
         if !addr.ip().is_loopback() && !self.http.auth.is_enabled() {
@@ -448,11 +443,7 @@ impl DurableMcp {
     /// [`shutdown_grace`](Self::shutdown_grace) to finish and write their messages.
     pub async fn serve_stdio(self) -> Result<(), Error> {
         let grace = self.shutdown_grace;
-        let served = self
-            .run_with_engine(|engine| {
-                durable_mcp_stdio::serve(engine, tokio::io::stdin(), tokio::io::stdout(), shutdown_signal(), grace)
-            })
-            .await?;
+        let served = self.run_with_engine(|engine| durable_mcp_stdio::serve(engine, tokio::io::stdin(), tokio::io::stdout(), shutdown_signal(), grace)).await?;
         Ok(served?)
     }
 }

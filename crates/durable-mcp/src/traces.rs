@@ -101,19 +101,14 @@ pub fn install() -> Result<TracesGuard, TracesError> {
     if let Some(endpoint) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"))
         && !endpoint.trim().to_ascii_lowercase().starts_with("http://")
     {
-        return Err(TracesError::Unsupported(format!(
-            "endpoint {endpoint}: this build sends to http:// endpoints (a collector on the host or its network)"
-        )));
+        return Err(TracesError::Unsupported(format!("endpoint {endpoint}: this build sends to http:// endpoints (a collector on the host or its network)")));
     }
     let timeout = var("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
         .or_else(|| var("OTEL_EXPORTER_OTLP_TIMEOUT"))
         .and_then(|ms| ms.trim().parse::<u64>().ok())
         .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_http_client(Client { runtime, timeout })
-        .build()
-        .map_err(TracesError::Exporter)?;
+    let exporter =
+        opentelemetry_otlp::SpanExporter::builder().with_http().with_http_client(Client { runtime, timeout }).build().map_err(TracesError::Exporter)?;
     let mut resource = Resource::builder();
     let named = var("OTEL_SERVICE_NAME").is_some() || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
     if !named {

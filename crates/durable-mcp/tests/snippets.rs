@@ -18,9 +18,7 @@ fn workspace_root() -> PathBuf {
 fn region(path: &Path, anchor: &str) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let lines: Vec<&str> = text.lines().collect();
-    let find = |marker: String| {
-        lines.iter().position(|l| l.trim() == marker).unwrap_or_else(|| panic!("{}: no line {marker:?}", path.display()))
-    };
+    let find = |marker: String| lines.iter().position(|l| l.trim() == marker).unwrap_or_else(|| panic!("{}: no line {marker:?}", path.display()));
     let (start, end) = (find(format!("// ANCHOR: {anchor}")), find(format!("// ANCHOR_END: {anchor}")));
     let body = &lines[start + 1..end];
     let indent = body.iter().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);

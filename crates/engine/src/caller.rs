@@ -54,10 +54,7 @@ impl Caller {
         PeerContext {
             protocol_version: Some(self.protocol_version.as_str().to_owned()),
             client: self.session.as_ref().map(|s| s.client.clone()),
-            session_state: self
-                .session
-                .as_ref()
-                .map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
+            session_state: self.session.as_ref().map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
             server_state: Some(engine.server_state()),
             durable: None,
             state_keys: None,

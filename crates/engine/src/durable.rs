@@ -60,13 +60,7 @@ pub(crate) struct DurableRun {
 }
 
 impl DurableRun {
-    pub(crate) fn new(
-        engine: &Engine,
-        held: &Held,
-        caller: Caller,
-        cancel: CancellationToken,
-        detach: tokio::sync::mpsc::Sender<Detach>,
-    ) -> Self {
+    pub(crate) fn new(engine: &Engine, held: &Held, caller: Caller, cancel: CancellationToken, detach: tokio::sync::mpsc::Sender<Detach>) -> Self {
         let (run_id, record) = (&held.run_id, &held.record);
         Self {
             engine: engine.clone(),
@@ -109,9 +103,7 @@ impl DurableRun {
         let store = self.engine.store();
         match store.stream_owner(&self.inbox).await {
             Ok(_) => Ok(()),
-            Err(StoreError::NotFound { .. }) => {
-                store.create_stream(&self.inbox, &self.caller.stream_owner()).await.map_err(journal_error)
-            }
+            Err(StoreError::NotFound { .. }) => store.create_stream(&self.inbox, &self.caller.stream_owner()).await.map_err(journal_error),
             Err(error) => Err(journal_error(error)),
         }
     }
@@ -213,10 +205,7 @@ impl DurableRun {
             let task = self
                 .engine
                 .update_task(key, |task| {
-                    if task.status.is_terminal()
-                        || task.input_responses.contains_key(&question)
-                        || task.input_requests.contains_key(&question)
-                    {
+                    if task.status.is_terminal() || task.input_responses.contains_key(&question) || task.input_requests.contains_key(&question) {
                         return false;
                     }
                     task.input_requests.insert(question.clone(), json!({"method": method, "params": params}));
@@ -229,10 +218,7 @@ impl DurableRun {
             let Some(task) = task else { return Err(DurableError::Cancelled) };
             if let Some(response) = task.input_responses.get(&question) {
                 let answer = self.commit_value(&key::answer(&self.run_id, index), json!({"result": response})).await?;
-                self.engine
-                    .update_task(key, |task| task.input_responses.remove(&question).is_some())
-                    .await
-                    .map_err(journal_error)?;
+                self.engine.update_task(key, |task| task.input_responses.remove(&question).is_some()).await.map_err(journal_error)?;
                 return Ok(answer);
             }
             if task.status.is_terminal() {
@@ -278,9 +264,7 @@ impl DurableBackend for DurableRun {
     }
 
     fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>, DurableError>> {
-        Box::pin(async move {
-            self.stored(&key::step(&self.run_id, key::StepKind::Step, name)).await
-        })
+        Box::pin(async move { self.stored(&key::step(&self.run_id, key::StepKind::Step, name)).await })
     }
 
     fn commit_step<'a>(&'a self, name: &'a str, value: Value) -> BoxFuture<'a, Result<Value, DurableError>> {
@@ -320,10 +304,7 @@ impl DurableBackend for DurableRun {
                 Err(error) => return Err(journal_error(error)),
             }
             let message = json!({"jsonrpc": "2.0", "method": method, "params": params});
-            self.engine
-                .route_notification(&self.caller, &self.stream(), method, message, self.already_sent.as_deref())
-                .await
-                .map_err(journal_error)
+            self.engine.route_notification(&self.caller, &self.stream(), method, message, self.already_sent.as_deref()).await.map_err(journal_error)
         })
     }
 

@@ -183,10 +183,8 @@ impl Held {
     pub(crate) async fn commit_outcome(&mut self, engine: &Engine, stream: &StreamId, outcome: &Value) -> Result<(), EngineError> {
         // Held while committing: no heartbeat moves the version in between.
         let guard = self.beat.shared.lock().await;
-        let mut batch = WriteBatch::new()
-            .append(stream.clone(), outcome.to_string())
-            .close(stream.clone())
-            .delete_record(RecordKind::Run, self.run_id.clone(), guard.1);
+        let mut batch =
+            WriteBatch::new().append(stream.clone(), outcome.to_string()).close(stream.clone()).delete_record(RecordKind::Run, self.run_id.clone(), guard.1);
         if !self.record.stateless() && self.steps_written.load(Ordering::SeqCst) {
             batch = batch.delete_records(RecordKind::Step, key::steps(&self.run_id));
         }
@@ -425,11 +423,7 @@ impl Engine {
     pub(crate) async fn refresh_steps(&self, run_id: &str, expires_at_ms: Option<u64>) -> Result<(), EngineError> {
         const MAX_STEPS: usize = 10_000;
         for record in self.store().list_records(RecordKind::Step, &key::steps(run_id), MAX_STEPS).await? {
-            match self
-                .store()
-                .put_record(RecordKind::Step, &record.key, record.value, expires_at_ms, Expect::Version(record.version))
-                .await
-            {
+            match self.store().put_record(RecordKind::Step, &record.key, record.value, expires_at_ms, Expect::Version(record.version)).await {
                 Ok(_) | Err(StoreError::Conflict { .. }) => {}
                 Err(error) => return Err(error.into()),
             }

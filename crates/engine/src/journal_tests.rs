@@ -194,10 +194,7 @@ async fn d7_a_run_that_failed_max_attempts_times_is_ended_not_rerun() {
 }
 
 fn tools_call(arguments: Value) -> serde_json::Map<String, Value> {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": arguments}})
-        .as_object()
-        .cloned()
-        .unwrap()
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": arguments}}).as_object().cloned().unwrap()
 }
 
 /// D12: a sealed `requestState` opens only for the principal, method and parameters it was

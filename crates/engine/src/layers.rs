@@ -133,9 +133,7 @@ fn violations(module: &str, layer_of_module: u8, source: &str) -> Vec<String> {
         };
         match layer(target) {
             Some(target_layer) if target_layer <= layer_of_module => {}
-            Some(target_layer) => {
-                bad.push(format!("{module} (layer {layer_of_module}) uses crate::{name} ({target}, layer {target_layer})"))
-            }
+            Some(target_layer) => bad.push(format!("{module} (layer {layer_of_module}) uses crate::{name} ({target}, layer {target_layer})")),
             None => bad.push(format!("{module} uses crate::{name}, which the layer table does not know")),
         }
     }
@@ -218,7 +216,10 @@ fn every_stream_write_goes_through_the_door_out() {
         .flat_map(|(module, _, source)| bypassing_writes(module, source))
         .collect();
     assert!(bad.is_empty(), "write through Engine::append / Engine::commit_batch:\n{}", bad.join("\n"));
-    assert_eq!(bypassing_writes("durable", "self.engine.store().append(&stream, data, false)"), vec!["durable: self.engine.store().append(&stream, data, false)"]);
+    assert_eq!(
+        bypassing_writes("durable", "self.engine.store().append(&stream, data, false)"),
+        vec!["durable: self.engine.store().append(&stream, data, false)"]
+    );
 }
 
 #[test]
@@ -244,6 +245,9 @@ fn an_upward_use_is_caught() {
     let modules = [("run", 4, "//! run\nimpl Engine {\n    pub(crate) async fn commit(&self) {}\n}\n"), ("tasks", 3, "")];
     let before = "self.commit(target, &message, true).await?;\nself.store().commit(batch).await?;";
     assert_eq!(upward_calls(&modules, "tasks", 3, before), ["tasks (layer 3) calls Engine::commit of run (layer 4)".to_owned()]);
-    assert!(engine_methods("impl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n").is_empty(), "a block must follow a newline");
+    assert!(
+        engine_methods("impl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n").is_empty(),
+        "a block must follow a newline"
+    );
     assert_eq!(engine_methods("\nimpl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n"), ["a", "b"]);
 }

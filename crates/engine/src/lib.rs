@@ -36,9 +36,9 @@ mod inbox;
 pub mod inspect;
 mod journal;
 pub mod keys;
-pub mod limits;
 #[cfg(test)]
 mod layers;
+pub mod limits;
 pub mod metrics;
 mod metrics_store;
 mod notify;
@@ -185,7 +185,12 @@ impl Engine {
     // every event it commits (write-through, see `tail.rs`).
 
     /// [`Engine::commit`] of data already serialized.
-    pub(crate) async fn append(&self, stream: &durable_mcp_store::StreamId, data: String, close: bool) -> Result<durable_mcp_store::EventId, durable_mcp_store::StoreError> {
+    pub(crate) async fn append(
+        &self,
+        stream: &durable_mcp_store::StreamId,
+        data: String,
+        close: bool,
+    ) -> Result<durable_mcp_store::EventId, durable_mcp_store::StoreError> {
         let captured = crate::tail::Captured::one(&self.inner.hub, stream, &data, close);
         let id = self.store().append(stream, data, close).await?;
         if !captured.is_empty() {

@@ -14,8 +14,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use durable_mcp_protocol::methods;
 use ::metrics::{Label, SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use durable_mcp_protocol::methods;
 use serde_json::Value;
 
 pub use crate::metrics_store::MeteredStore;
@@ -73,8 +73,7 @@ pub const OTHER: &str = "_OTHER";
 /// The bucket bounds of the MCP semantic conventions for `mcp.server.*.duration`.
 pub const MCP_DURATION_BUCKETS: &[f64] = &[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 /// The bucket bounds of [`STORE_OPERATION_DURATION`]: 50 µs to 2.5 s.
-pub const STORE_DURATION_BUCKETS: &[f64] =
-    &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+pub const STORE_DURATION_BUCKETS: &[f64] = &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 /// The bucket bounds of [`STORE_BATCH_OPS`].
 pub const BATCH_OPS_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0];
 
@@ -172,11 +171,9 @@ impl Operation {
     pub fn start(span: &crate::traces::Request<'_>, known: impl FnOnce(&str) -> bool) -> Option<Self> {
         let timing = enabled().then(|| {
             let method = method_label(span.method);
-            let tool = (method == methods::TOOLS_CALL).then(|| {
-                match span.request.get("params").and_then(|p| p.get("name")).and_then(Value::as_str) {
-                    Some(name) if known(name) => name.to_owned(),
-                    _ => OTHER.to_owned(),
-                }
+            let tool = (method == methods::TOOLS_CALL).then(|| match span.request.get("params").and_then(|p| p.get("name")).and_then(Value::as_str) {
+                Some(name) if known(name) => name.to_owned(),
+                _ => OTHER.to_owned(),
             });
             Timing { started: Instant::now(), method, tool }
         });
@@ -417,7 +414,8 @@ mod tests {
         assert!(!enabled());
         let request = serde_json::json!({"method": "tools/call", "params": {"name": "echo"}});
         let looked_up = std::cell::Cell::new(false);
-        let request = crate::traces::Request { method: "tools/call", request: request.as_object().unwrap(), session: None, protocol_version: "2025-11-25", header: None };
+        let request =
+            crate::traces::Request { method: "tools/call", request: request.as_object().unwrap(), session: None, protocol_version: "2025-11-25", header: None };
         let operation = Operation::start(&request, |_| {
             looked_up.set(true);
             true

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
-    StoreResult, StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreResult,
+    StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch,
 };
 
 use crate::metrics::{STORE_BATCH_OPS, STORE_COMMITS, STORE_OPERATION_DURATION};

@@ -30,15 +30,15 @@ use durable_mcp_store::{RecordKind, StreamId, now_ms};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::Engine;
 use crate::caller::Caller;
 use crate::durable::DurableRun;
 use crate::inbox::Inbox;
 use crate::journal::Held;
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::opening::NewStream;
-use crate::run::{RETRY_AFTER_FAILURE_MS, SESSION_WATCH_AFTER, lock, run_key};
 use crate::records::{Era, TaskStatus};
-use crate::Engine;
+use crate::run::{RETRY_AFTER_FAILURE_MS, SESSION_WATCH_AFTER, lock, run_key};
 
 /// Everything the pump of one run works with.
 pub(crate) struct Pump {
@@ -184,9 +184,8 @@ fn is_suspension(outcome: &Value) -> bool {
 fn declare_task_support(outcome: &mut Value) {
     let Some(tools) = outcome.pointer_mut("/result/tools").and_then(Value::as_array_mut) else { return };
     for tool in tools {
-        let support = tool.pointer(&format!("/_meta/{}", durable_mcp_protocol::tasks::TASK_SUPPORT_META.replace('/', "~1")))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let support =
+            tool.pointer(&format!("/_meta/{}", durable_mcp_protocol::tasks::TASK_SUPPORT_META.replace('/', "~1"))).and_then(Value::as_str).map(str::to_owned);
         if let (Some(support), Some(tool)) = (support, tool.as_object_mut()) {
             tool.insert("execution".into(), serde_json::json!({"taskSupport": support}));
         }
@@ -244,7 +243,21 @@ impl Engine {
     /// Pump one run: commit its handler's messages until it stops, then end it (see the
     /// module's state machine).
     pub(crate) async fn pump(self, pump: Pump) {
-        let Pump { mut run, caller, id, stream, opening, close_connection, mut held, durable, mut detach_requests, subscription, registration, keys, operation } = pump;
+        let Pump {
+            mut run,
+            caller,
+            id,
+            stream,
+            opening,
+            close_connection,
+            mut held,
+            durable,
+            mut detach_requests,
+            subscription,
+            registration,
+            keys,
+            operation,
+        } = pump;
         let mut state = Running { stream, opening, feed: None, inbox: None, subscription, task_watch: None };
         if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
             state.task_watch = Some(self.watch_task(&key, &run.cancel));
@@ -282,7 +295,15 @@ impl Engine {
                     continue;
                 }
             };
-            let fixed = Fixed { cancel: &run.cancel, replies: &run.replies, caller: &caller, id: &id, durable: durable.as_ref(), keys: &keys, close_connection: &close_connection };
+            let fixed = Fixed {
+                cancel: &run.cancel,
+                replies: &run.replies,
+                caller: &caller,
+                id: &id,
+                durable: durable.as_ref(),
+                keys: &keys,
+                close_connection: &close_connection,
+            };
             if let Step::Stop(stop) = self.step(&fixed, &mut state, &mut held, message).await {
                 break stop;
             }
@@ -404,18 +425,20 @@ impl Engine {
                 let already_sent = held.as_ref().and_then(|h| h.already_sent.as_deref());
                 self.route_notification_into(caller, &state.stream, &mut state.opening, &method, message, already_sent).await
             }
-            Outbound::Request { id: original_id, mut message, .. } => async {
-                let inbox = match &mut state.inbox {
-                    Some(inbox) => inbox,
-                    None => state.inbox.insert(Inbox::open(self, caller, replies.clone()).await?),
-                };
-                let wire_id = inbox.wire_id(original_id);
-                if let Some(obj) = message.as_object_mut() {
-                    obj.insert("id".into(), Value::String(wire_id));
+            Outbound::Request { id: original_id, mut message, .. } => {
+                async {
+                    let inbox = match &mut state.inbox {
+                        Some(inbox) => inbox,
+                        None => state.inbox.insert(Inbox::open(self, caller, replies.clone()).await?),
+                    };
+                    let wire_id = inbox.wire_id(original_id);
+                    if let Some(obj) = message.as_object_mut() {
+                        obj.insert("id".into(), Value::String(wire_id));
+                    }
+                    self.commit_first(&mut state.opening, &state.stream, &message, false).await.map(drop)
                 }
-                self.commit_first(&mut state.opening, &state.stream, &message, false).await.map(drop)
+                .await
             }
-            .await,
         };
         match result {
             Ok(()) => Step::Next,
@@ -478,8 +501,8 @@ mod tests {
 
     use durable_mcp_protocol::McpHandler;
     use durable_mcp_protocol::rmcp::ServerHandler;
-    use durable_mcp_store::testing::{CountingStore, Op};
     use durable_mcp_store::Principal;
+    use durable_mcp_store::testing::{CountingStore, Op};
     use durable_mcp_store_memory::MemoryStore;
 
     use super::*;
@@ -491,7 +514,15 @@ mod tests {
     impl ServerHandler for NoTools {}
 
     fn modern() -> Caller {
-        Caller { principal: Principal::anonymous(), era: Era::Modern, session: None, protocol_version: McpVersion::MODERN, log_level: None, auth: None, trace: None }
+        Caller {
+            principal: Principal::anonymous(),
+            era: Era::Modern,
+            session: None,
+            protocol_version: McpVersion::MODERN,
+            log_level: None,
+            auth: None,
+            trace: None,
+        }
     }
 
     async fn idle(engine: &Engine) {

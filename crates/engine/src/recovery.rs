@@ -171,13 +171,8 @@ impl Engine {
     /// Close a run's stream without an outcome; if the store does not let us, the run is
     /// released and a later recovery pass tries again (the client is never left waiting).
     async fn closed_or_retry(&self, stream: &StreamId, id: &RequestId, cancelled: bool) -> Result<Resume, EngineError> {
-        if self.close_unanswered(stream, id, cancelled).await {
-            Ok(Resume::Done)
-        } else {
-            Err(EngineError::StreamNotClosed(stream.clone()))
-        }
+        if self.close_unanswered(stream, id, cancelled).await { Ok(Resume::Done) } else { Err(EngineError::StreamNotClosed(stream.clone())) }
     }
-
 
     /// Run [`Engine::recover`] now and then every second (every half lease if that is
     /// shorter), until the handle is aborted: a released lease is picked up within a second.

@@ -7,37 +7,32 @@ use std::sync::atomic::Ordering;
 
 use std::sync::Arc;
 
-use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
+use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
 use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext, methods};
-use durable_mcp_store::{
-    BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms,
-};
+use durable_mcp_store::{BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
 use crate::durable::DurableRun;
-use crate::tail::Follow;
-use crate::opening::{Journaled, NewStream};
-use crate::notify::ListenSubscription;
-use crate::rerun::AlreadySent;
 use crate::journal::{Held, JOURNALED_METHODS};
+use crate::notify::ListenSubscription;
+use crate::opening::{Journaled, NewStream};
+use crate::pump::Pump;
 use crate::records::{Era, Flavor, RecordError, Relay, RunRecord};
+use crate::rerun::AlreadySent;
+use crate::tail::Follow;
 use crate::tasks::{declares_extension, missing_extension};
+use crate::{Engine, EngineError};
 use durable_mcp_protocol::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
-use crate::pump::Pump;
-use crate::{Engine, EngineError};
 
 /// How long a run that failed without an outcome waits before it is retried.
 pub(crate) const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
 
 /// How long a legacy run goes before it watches for the end of its session (D5).
 pub(crate) const SESSION_WATCH_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
-
-
-
 
 /// What a run of a new request starts with besides its request ([`Engine::launch_with`]).
 struct Extra<'a> {
@@ -92,7 +87,6 @@ pub(crate) struct Registry {
 pub(crate) fn run_key(session: &SessionId, id: &RequestId) -> String {
     format!("{session}/{id}")
 }
-
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -330,7 +324,14 @@ impl Engine {
 
     /// [`Engine::launch`] of a run taken over by recovery: with traces on, its server span
     /// is a new trace's, linked to the span of the context stored with the run.
-    pub(crate) async fn launch_rerun(&self, caller: Caller, id: RequestId, request: Map<String, Value>, stream: StreamId, held: Held) -> Result<Launched, Rejection> {
+    pub(crate) async fn launch_rerun(
+        &self,
+        caller: Caller,
+        id: RequestId,
+        request: Map<String, Value>,
+        stream: StreamId,
+        held: Held,
+    ) -> Result<Launched, Rejection> {
         let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
         let span = crate::traces::Request {
             method,
@@ -391,10 +392,7 @@ impl Engine {
             }
         };
         let close = CancellationToken::new();
-        let launched = Launched {
-            cancel: run.cancel.clone(),
-            close_connection: (caller.era == Era::Legacy).then(|| close.clone()),
-        };
+        let launched = Launched { cancel: run.cancel.clone(), close_connection: (caller.era == Era::Legacy).then(|| close.clone()) };
         let task = held.as_ref().and_then(|h| h.record.task.clone());
         if let Some(session) = caller.session_id()
             && task.is_none()
@@ -481,18 +479,12 @@ impl Engine {
                 let task = params.and_then(|p| p.remove("task"));
                 let requested = task.as_ref().is_some_and(Value::is_object);
                 match support {
-                    TaskSupport::Forbidden if requested => Err(error_response(
-                        id.clone(),
-                        code::METHOD_NOT_FOUND,
-                        &format!("tool {name} does not support task-augmented calls"),
-                        None,
-                    )),
-                    TaskSupport::Required if !requested => Err(error_response(
-                        id.clone(),
-                        code::METHOD_NOT_FOUND,
-                        &format!("tool {name} must be called as a task (params.task)"),
-                        None,
-                    )),
+                    TaskSupport::Forbidden if requested => {
+                        Err(error_response(id.clone(), code::METHOD_NOT_FOUND, &format!("tool {name} does not support task-augmented calls"), None))
+                    }
+                    TaskSupport::Required if !requested => {
+                        Err(error_response(id.clone(), code::METHOD_NOT_FOUND, &format!("tool {name} must be called as a task (params.task)"), None))
+                    }
                     _ if requested => Ok(Some((flavor, task.as_ref().and_then(|t| t.get("ttl")).and_then(Value::as_u64)))),
                     _ => Ok(None),
                 }
@@ -539,7 +531,13 @@ impl Engine {
 
     /// 2025-11-25 `tasks/result`: the task's questions as they come, then its outcome,
     /// relayed from the task's stream (committed events only) to this request's stream.
-    async fn task_result(&self, caller: &Caller, id: &RequestId, params: Option<&Value>, opening: &mut NewStream) -> Result<Option<Option<Value>>, EngineError> {
+    async fn task_result(
+        &self,
+        caller: &Caller,
+        id: &RequestId,
+        params: Option<&Value>,
+        opening: &mut NewStream,
+    ) -> Result<Option<Option<Value>>, EngineError> {
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
             return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None))));
         };
@@ -718,7 +716,6 @@ impl Engine {
         Ok((key, task_stream))
     }
 
-
     /// End the stream of a request that has no committed outcome, so that no client waits
     /// on it forever. After a client's cancellation the protocol wants no response; after a
     /// failure (the store refused the outcome, the handler vanished) the client gets an
@@ -807,7 +804,10 @@ impl Engine {
                 let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).unwrap_or_default();
                 return self.fan_out_resource_update(uri, &message).await;
             }
-            (Era::Legacy, methods::NOTIFICATION_TOOLS_LIST_CHANGED | methods::NOTIFICATION_PROMPTS_LIST_CHANGED | methods::NOTIFICATION_RESOURCES_LIST_CHANGED) => {
+            (
+                Era::Legacy,
+                methods::NOTIFICATION_TOOLS_LIST_CHANGED | methods::NOTIFICATION_PROMPTS_LIST_CHANGED | methods::NOTIFICATION_RESOURCES_LIST_CHANGED,
+            ) => {
                 let Some(session) = &caller.session else { return Ok(()) };
                 return self.commit(&session.standalone_stream, &message, false).await.map(drop);
             }
@@ -960,7 +960,6 @@ impl Engine {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -972,4 +971,3 @@ mod tests {
         assert!(passes(Some("info"), "info"));
     }
 }
-

@@ -22,7 +22,16 @@ impl Engine {
         let slot = self.session_slot(principal).await?;
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
-        let peer = PeerContext { protocol_version: requested, client: Some(params.clone()), session_state: None, server_state: Some(self.server_state()), durable: None, state_keys: None, auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())), outbox: None };
+        let peer = PeerContext {
+            protocol_version: requested,
+            client: Some(params.clone()),
+            session_state: None,
+            server_state: Some(self.server_state()),
+            durable: None,
+            state_keys: None,
+            auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())),
+            outbox: None,
+        };
         let span = crate::traces::Request {
             method: durable_mcp_protocol::methods::INITIALIZE,
             request: &request,
@@ -65,10 +74,7 @@ impl Engine {
             && let Some(capabilities) = response.pointer_mut("/result/capabilities").and_then(Value::as_object_mut)
         {
             // 2025-11-25 tasks: durable-mcp runs them (for tools that declare support).
-            capabilities.insert(
-                "tasks".into(),
-                serde_json::json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
-            );
+            capabilities.insert("tasks".into(), serde_json::json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}));
         }
         let now = now_ms();
         let record = SessionRecord {
@@ -175,11 +181,8 @@ impl Engine {
     /// With metrics on, the session is read first, for `mcp.server.session.duration`.
     pub async fn end_session(&self, principal: &Principal, id: &SessionId) -> Result<bool, EngineError> {
         self.cancel_session(id);
-        let created_at_ms = if crate::metrics::enabled() {
-            self.store().load_session(principal, id).await.ok().map(|record| record.created_at_ms)
-        } else {
-            None
-        };
+        let created_at_ms =
+            if crate::metrics::enabled() { self.store().load_session(principal, id).await.ok().map(|record| record.created_at_ms) } else { None };
         let ended = self.store().end_session(principal, id).await?;
         self.limiter().sessions_gone(principal, std::slice::from_ref(id));
         if ended {

@@ -43,12 +43,7 @@ impl StateBackend for StoreState {
         })
     }
 
-    fn compare_and_set<'a>(
-        &'a self,
-        key: &'a str,
-        expected: Option<Value>,
-        value: Option<Value>,
-    ) -> BoxFuture<'a, Result<bool, StateError>> {
+    fn compare_and_set<'a>(&'a self, key: &'a str, expected: Option<Value>, value: Option<Value>) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(async move {
             let change = SessionChange::CompareAndSetState { key: key.to_owned(), expected, value };
             written(self.store.update_session(&self.principal, &self.session, change).await)
@@ -80,12 +75,7 @@ impl StateBackend for ServerRecords {
         })
     }
 
-    fn compare_and_set<'a>(
-        &'a self,
-        key: &'a str,
-        expected: Option<Value>,
-        value: Option<Value>,
-    ) -> BoxFuture<'a, Result<bool, StateError>> {
+    fn compare_and_set<'a>(&'a self, key: &'a str, expected: Option<Value>, value: Option<Value>) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(async move {
             let record_key = crate::records::key::state(key);
             let record = self.store.get_record(RecordKind::State, &record_key).await.map_err(classify)?;

@@ -37,11 +37,7 @@ const MAX_RECENT_BYTES: usize = 1 << 20;
 /// Events of `stream` after sequence `after`, in order, ending when the stream is finished
 /// (its final event delivered) or gone, read from the store. Every item was committed
 /// before it is yielded (D1).
-pub fn tail(
-    store: Arc<dyn Store>,
-    stream: StreamId,
-    after: u64,
-) -> impl Stream<Item = Result<StoredEvent, StoreError>> + Send + 'static {
+pub fn tail(store: Arc<dyn Store>, stream: StreamId, after: u64) -> impl Stream<Item = Result<StoredEvent, StoreError>> + Send + 'static {
     follow(store, stream, after, None)
 }
 

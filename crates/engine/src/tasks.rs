@@ -85,8 +85,7 @@ impl TaskOwner {
     /// Whether `task` is this owner's (a record found under its key always is; checked
     /// anyway, so that a key layout mistake can never expose another owner's task).
     pub(crate) fn owns(&self, task: &TaskRecord) -> bool {
-        task.principal == self.principal.as_str()
-            && self.session.as_ref().is_none_or(|session| task.session.as_deref() == Some(session.as_str()))
+        task.principal == self.principal.as_str() && self.session.as_ref().is_none_or(|session| task.session.as_deref() == Some(session.as_str()))
     }
 }
 
@@ -221,9 +220,7 @@ impl Engine {
             notify: session.filter(|_| flavor == Flavor::V2025).map(|s| s.standalone_stream.to_string()),
         };
         let key = TaskOwner::of(caller, flavor).key(&task.task_id);
-        self.store()
-            .put_record(RecordKind::Task, &key, task.encode()?, Some(task.expires_at()), Expect::Absent)
-            .await?;
+        self.store().put_record(RecordKind::Task, &key, task.encode()?, Some(task.expires_at()), Expect::Absent).await?;
         crate::metrics::task_status(task.status.as_str());
         Ok((task, key))
     }
@@ -263,11 +260,7 @@ impl Engine {
 
     /// Change a task by compare-and-set: `change` returns whether it changed anything.
     /// Returns the task as stored afterwards, or `None` if it does not exist.
-    pub(crate) async fn update_task(
-        &self,
-        key: &str,
-        mut change: impl FnMut(&mut TaskRecord) -> bool,
-    ) -> Result<Option<TaskRecord>, EngineError> {
+    pub(crate) async fn update_task(&self, key: &str, mut change: impl FnMut(&mut TaskRecord) -> bool) -> Result<Option<TaskRecord>, EngineError> {
         loop {
             let Some((mut task, version)) = self.load_task(key).await? else { return Ok(None) };
             let status_before = task.status;
@@ -275,11 +268,7 @@ impl Engine {
                 return Ok(Some(task));
             }
             task.updated_at_ms = now_ms().max(task.updated_at_ms);
-            match self
-                .store()
-                .put_record(RecordKind::Task, key, task.encode()?, Some(task.expires_at()), Expect::Version(version))
-                .await
-            {
+            match self.store().put_record(RecordKind::Task, key, task.encode()?, Some(task.expires_at()), Expect::Version(version)).await {
                 Ok(_) => {
                     self.task_written(key, status_before, &task).await;
                     return Ok(Some(task));
@@ -406,12 +395,9 @@ impl Engine {
                 // once: `watch_task_cancellation` wakes on the write).
                 match (flavor, was_terminal, task) {
                     (Flavor::Extension, _, _) => ok(json!({"resultType": "complete"})),
-                    (Flavor::V2025, Some(status), _) => error_response(
-                        id.clone(),
-                        code::INVALID_PARAMS,
-                        &format!("Cannot cancel task: already in terminal status '{status}'"),
-                        None,
-                    ),
+                    (Flavor::V2025, Some(status), _) => {
+                        error_response(id.clone(), code::INVALID_PARAMS, &format!("Cannot cancel task: already in terminal status '{status}'"), None)
+                    }
                     (Flavor::V2025, None, Some(task)) => ok(Value::Object(task.wire())),
                     (Flavor::V2025, None, None) => task_not_found(id.clone()),
                 }
@@ -505,7 +491,15 @@ mod tests {
             last_seen_ms: 0,
             delivery: None,
         });
-        Caller { principal, era, session: session.map(std::sync::Arc::new), protocol_version: durable_mcp_protocol::McpVersion::V2025_11_25, log_level: None, auth: None, trace: None }
+        Caller {
+            principal,
+            era,
+            session: session.map(std::sync::Arc::new),
+            protocol_version: durable_mcp_protocol::McpVersion::V2025_11_25,
+            log_level: None,
+            auth: None,
+            trace: None,
+        }
     }
 
     fn record(caller: &Caller) -> TaskRecord {

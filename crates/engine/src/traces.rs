@@ -24,9 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use durable_mcp_protocol::methods;
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
-use opentelemetry::trace::{
-    Link, Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId, TraceState, Tracer as _,
-};
+use opentelemetry::trace::{Link, Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId, TraceState, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -271,12 +269,8 @@ impl ServerSpan {
             Some(target) => format!("{method} {target}"),
             None => method.to_owned(),
         };
-        let span: BoxedSpan = tracer()
-            .span_builder(name)
-            .with_kind(SpanKind::Server)
-            .with_attributes(attributes)
-            .with_links(links)
-            .start_with_context(tracer(), parent);
+        let span: BoxedSpan =
+            tracer().span_builder(name).with_kind(SpanKind::Server).with_attributes(attributes).with_links(links).start_with_context(tracer(), parent);
         Self { context: parent.with_span(span) }
     }
 

@@ -206,12 +206,11 @@ use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams,
-    CompleteResult, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    RequestStateCodec, RequestStateError, ServerCapabilities, ServerConfig, SetLevelRequestMethod,
-    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
-    };
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, RequestStateCodec, RequestStateError, ServerCapabilities, ServerConfig, SetLevelRequestMethod, SetLevelRequestParams,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+};
 use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSendError};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 use tokio::sync::broadcast;
@@ -293,9 +292,7 @@ pub struct Everything {
 
 impl std::fmt::Debug for Everything {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Everything")
-            .field("reconnection_delay", &self.reconnection_delay)
-            .finish_non_exhaustive()
+        f.debug_struct("Everything").field("reconnection_delay", &self.reconnection_delay).finish_non_exhaustive()
     }
 }
 
@@ -466,11 +463,7 @@ impl ServerHandler for Everything {
         .with_instructions(INSTRUCTIONS)
     }
 
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
+    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         if request.name == tools::DYNAMIC_TOOL && !self.dynamic_tool_visible(&context).await {
             return Err(McpError::invalid_params("tool not found", None));
         }
@@ -478,45 +471,24 @@ impl ServerHandler for Everything {
         self.tool_router.call(call).await
     }
 
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
+    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
         let show_dynamic = self.dynamic_tool_visible(&context).await;
-        let mut listed: Vec<_> = self
-            .tool_router
-            .list_all()
-            .into_iter()
-            .filter(|tool| show_dynamic || tool.name != tools::DYNAMIC_TOOL)
-            .collect();
+        let mut listed: Vec<_> = self.tool_router.list_all().into_iter().filter(|tool| show_dynamic || tool.name != tools::DYNAMIC_TOOL).collect();
         // `http-header-validation` calls the first listed tool with empty arguments and
         // no tasks extension, and expects it to succeed: list `test_simple_text` first.
         listed.sort_by_key(|tool| (tool.name != tools::FIRST_TOOL, tool.name.clone()));
         Ok(ListToolsResult::with_all_items(listed))
     }
 
-    async fn list_prompts(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, McpError> {
+    async fn list_prompts(&self, _request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
         Ok(ListPromptsResult::with_all_items(self.prompt_list(&context).await))
     }
 
-    async fn get_prompt(
-        &self,
-        request: GetPromptRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<GetPromptResponse, McpError> {
+    async fn get_prompt(&self, request: GetPromptRequestParams, context: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
         self.prompt(request, context).await
     }
 
-    async fn list_resources(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, McpError> {
+    async fn list_resources(&self, _request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
         Ok(ListResourcesResult::with_all_items(resources::list()))
     }
 
@@ -525,46 +497,25 @@ impl ServerHandler for Everything {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        Ok(ListResourceTemplatesResult::with_all_items(
-            resources::templates(),
-        ))
+        Ok(ListResourceTemplatesResult::with_all_items(resources::templates()))
     }
 
-    async fn read_resource(
-        &self,
-        request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, McpError> {
+    async fn read_resource(&self, request: ReadResourceRequestParams, _context: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
         resources::read(&request.uri).map(ReadResourceResponse::from)
     }
 
-    async fn subscribe(
-        &self,
-        request: SubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
+    async fn subscribe(&self, request: SubscribeRequestParams, _context: RequestContext<RoleServer>) -> Result<(), McpError> {
         resources::check_known(&request.uri)
     }
 
-    async fn unsubscribe(
-        &self,
-        request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
+    async fn unsubscribe(&self, request: UnsubscribeRequestParams, _context: RequestContext<RoleServer>) -> Result<(), McpError> {
         resources::check_known(&request.uri)
     }
 
-    fn accepted_subscription_filter(
-        &self,
-        requested: &SubscriptionFilter,
-    ) -> Option<SubscriptionFilter> {
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         let mut accepted = requested.clone();
-        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
-            uris.iter()
-                .filter(|uri| resources::check_known(uri).is_ok())
-                .cloned()
-                .collect()
-        });
+        accepted.resource_subscriptions =
+            requested.resource_subscriptions.as_ref().map(|uris| uris.iter().filter(|uri| resources::check_known(uri).is_ok()).cloned().collect());
         Some(accepted)
     }
 
@@ -573,19 +524,11 @@ impl ServerHandler for Everything {
         Ok(())
     }
 
-    async fn complete(
-        &self,
-        request: CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, McpError> {
+    async fn complete(&self, request: CompleteRequestParams, _context: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {
         resources::complete(&request)
     }
 
-    async fn set_level(
-        &self,
-        _request: SetLevelRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
+    async fn set_level(&self, _request: SetLevelRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         if input::is_stateless(&context) {
             // logging/setLevel was removed in 2026-07-28 (per-request `_meta` logLevel).
             return Err(McpError::method_not_found::<SetLevelRequestMethod>());

@@ -25,10 +25,7 @@ use durable_mcp_protocol::{Durable, TaskSupport, task_support};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{
-    CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema, Implementation,
-    ServerCapabilities, ServerConfig,
-};
+use rmcp::model::{CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -117,25 +114,18 @@ impl Provisioning {
         description = "Provision a server: reserve capacity, confirm the price with the user, charge, boot, notify. Durable: each effect happens once even if the worker dies.",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn provision_server(
-        &self,
-        Extension(durable): Extension<Durable>,
-        Parameters(args): Parameters<ProvisionArgs>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn provision_server(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<ProvisionArgs>) -> Result<CallToolResult, McpError> {
         let Some(cents) = PRICES.iter().find(|(s, _)| *s == args.size).map(|(_, c)| *c) else {
             return Err(McpError::invalid_params(format!("unknown size {:?}: small, medium or large", args.size), None));
         };
         let inventory = self.inventory.clone();
-        let reservation: String = durable
-            .step("reserve", |key| async move {
-                inventory.once(key.idempotency_key(), || format!("rsv-{}", &key.idempotency_key()[..8]))
-            })
-            .await?;
+        let reservation: String =
+            durable.step("reserve", |key| async move { inventory.once(key.idempotency_key(), || format!("rsv-{}", &key.idempotency_key()[..8])) }).await?;
         durable.progress(1.0, Some(4.0), Some("capacity reserved")).await?;
 
         let answer = durable.elicit(confirmation(&args.region, &args.size, cents)?).await?;
-        let confirmed = answer.action == ElicitationAction::Accept
-            && answer.content.as_ref().and_then(|c| c.get("confirm")).and_then(|c| c.as_bool()) == Some(true);
+        let confirmed =
+            answer.action == ElicitationAction::Accept && answer.content.as_ref().and_then(|c| c.get("confirm")).and_then(|c| c.as_bool()) == Some(true);
         if !confirmed {
             let inventory = self.inventory.clone();
             durable.step("release", |key| async move { inventory.once(key.idempotency_key(), || "released".into()) }).await?;
@@ -145,9 +135,7 @@ impl Provisioning {
 
         let payments = self.payments.clone();
         let receipt: String = durable
-            .step("charge", |key| async move {
-                payments.once(key.idempotency_key(), || format!("rcpt-{cents}-{}", &key.idempotency_key()[..8]))
-            })
+            .step("charge", |key| async move { payments.once(key.idempotency_key(), || format!("rcpt-{cents}-{}", &key.idempotency_key()[..8])) })
             .await?;
         durable.progress(2.0, Some(4.0), Some("payment taken")).await?;
 

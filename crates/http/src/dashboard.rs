@@ -85,7 +85,9 @@ impl DashboardOptions {
 #[non_exhaustive]
 pub enum DashboardError {
     /// A non-loopback address without [`DashboardOptions::allow_remote`].
-    #[error("the dashboard has no authentication: refusing to listen on non-loopback {0} without --dashboard-allow-remote (put it behind a proxy that authenticates)")]
+    #[error(
+        "the dashboard has no authentication: refusing to listen on non-loopback {0} without --dashboard-allow-remote (put it behind a proxy that authenticates)"
+    )]
     Remote(SocketAddr),
     /// Binding or serving failed.
     #[error("dashboard listener: {0}")]
@@ -98,11 +100,7 @@ pub enum DashboardError {
 /// # Errors
 /// [`DashboardError::Remote`].
 pub fn check_addr(addr: SocketAddr, options: DashboardOptions) -> Result<(), DashboardError> {
-    if addr.ip().is_loopback() || options.allow_remote {
-        Ok(())
-    } else {
-        Err(DashboardError::Remote(addr))
-    }
+    if addr.ip().is_loopback() || options.allow_remote { Ok(()) } else { Err(DashboardError::Remote(addr)) }
 }
 
 /// What the dashboard's handlers share.
@@ -169,7 +167,10 @@ async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) 
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::REFERRER_POLICY, "no-referrer"),
-        (header::CONTENT_SECURITY_POLICY, "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        ),
     ] {
         headers.insert(name, HeaderValue::from_static(value));
     }

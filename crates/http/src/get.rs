@@ -86,11 +86,7 @@ impl Transport {
         }
         let principal = who.principal.clone();
         let session = self.legacy_session(headers, &principal).await?;
-        if self.engine.end_session(&principal, &session.id).await? {
-            Ok(StatusCode::OK.into_response())
-        } else {
-            Err(Rejection::SessionNotFound)
-        }
+        if self.engine.end_session(&principal, &session.id).await? { Ok(StatusCode::OK.into_response()) } else { Err(Rejection::SessionNotFound) }
     }
 }
 

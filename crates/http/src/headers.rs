@@ -100,11 +100,7 @@ pub fn check_post_accept(headers: &HeaderMap) -> Result<(), Rejection> {
 
 /// GET needs `Accept` with `text/event-stream`.
 pub fn check_get_accept(headers: &HeaderMap) -> Result<(), Rejection> {
-    if accepts(headers, "text/event-stream") {
-        Ok(())
-    } else {
-        Err(Rejection::NotAcceptable("Accept must include text/event-stream"))
-    }
+    if accepts(headers, "text/event-stream") { Ok(()) } else { Err(Rejection::NotAcceptable("Accept must include text/event-stream")) }
 }
 
 /// POST bodies must be `application/json`.
@@ -181,8 +177,7 @@ pub fn check_standard_headers(
                 (None, _) => {}
                 (Some(_), None) => return Err(mismatch(format!("required header Mcp-Param-{header_name} is missing"), id)),
                 (Some(expected), Some(raw)) => {
-                    let decoded = decode_sentinel(&raw)
-                        .ok_or_else(|| mismatch(format!("Mcp-Param-{header_name} has an invalid base64 value"), id))?;
+                    let decoded = decode_sentinel(&raw).ok_or_else(|| mismatch(format!("Mcp-Param-{header_name} has an invalid base64 value"), id))?;
                     if !param_matches(expected, &decoded) {
                         return Err(mismatch(format!("Mcp-Param-{header_name} header value '{decoded}' does not match the argument"), id));
                     }

@@ -48,7 +48,10 @@ pub(crate) async fn readyz(State(transport): State<Transport>) -> Response {
         }
         Ok(Err(error)) => {
             tracing::warn!(%error, "readyz: the store failed");
-            (json!({"ok": false, "backend": transport.engine.store().backend(), "error": error.to_string()}), json!({"ok": false, "error": "store unavailable"}))
+            (
+                json!({"ok": false, "backend": transport.engine.store().backend(), "error": error.to_string()}),
+                json!({"ok": false, "error": "store unavailable"}),
+            )
         }
         Err(_) => {
             tracing::warn!(timeout_ms = READY_TIMEOUT.as_millis() as u64, "readyz: the store did not answer in time");

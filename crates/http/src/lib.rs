@@ -118,11 +118,12 @@ pub mod fuzzing {
         tool_schema: Option<&Value>,
     ) -> Vec<Result<(), Rejection>> {
         let session = headers::single(headers, headers::SESSION_ID).map(drop);
-        let last_event = headers::single(headers, headers::LAST_EVENT_ID)
-            .and_then(|raw| match raw.map(|raw| raw.parse::<EventId>().map_err(|_| Rejection::UnknownEvent(raw))) {
+        let last_event = headers::single(headers, headers::LAST_EVENT_ID).and_then(|raw| {
+            match raw.map(|raw| raw.parse::<EventId>().map_err(|_| Rejection::UnknownEvent(raw))) {
                 Some(Err(rejection)) => Err(rejection),
                 _ => Ok(()),
-            });
+            }
+        });
         vec![
             headers::check_host_and_origin(headers, config),
             headers::check_post_accept(headers),

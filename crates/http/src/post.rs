@@ -4,8 +4,8 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use durable_mcp_auth::Authenticated;
 use durable_mcp_engine::{Caller, Era};
-use durable_mcp_protocol::{McpVersion, methods};
 use durable_mcp_protocol::jsonrpc::{self, Inbound};
+use durable_mcp_protocol::{McpVersion, methods};
 use durable_mcp_store::{Principal, SessionRecord};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -42,9 +42,7 @@ fn era_of(method: Option<&str>, message: &Map<String, Value>, header_version: Op
 impl Transport {
     /// A POST. Every refusal of a body whose request id can be read carries that id.
     pub(crate) async fn post(&self, headers: &HeaderMap, body: Body, who: &Authenticated) -> Result<Response, Refusal> {
-        let bytes = axum::body::to_bytes(body, self.config.max_body_bytes)
-            .await
-            .map_err(|_| Rejection::PayloadTooLarge(self.config.max_body_bytes))?;
+        let bytes = axum::body::to_bytes(body, self.config.max_body_bytes).await.map_err(|_| Rejection::PayloadTooLarge(self.config.max_body_bytes))?;
         let value = serde_json::from_slice::<Value>(&bytes);
         let id = value.as_ref().ok().and_then(jsonrpc::request_id);
         self.post_message(headers, value, who).await.map_err(|rejection| Refusal { rejection, id })
@@ -58,8 +56,7 @@ impl Transport {
         if value.is_array() {
             return Err(Rejection::InvalidRequest { message: "JSON-RPC batches are not supported".into(), id: None });
         }
-        let inbound = jsonrpc::classify(value)
-            .map_err(|r| Rejection::InvalidRequest { message: r.message, id: r.id })?;
+        let inbound = jsonrpc::classify(value).map_err(|r| Rejection::InvalidRequest { message: r.message, id: r.id })?;
         self.check_operation(who, &inbound)?;
         let header_version = headers::protocol_version(headers)?;
         let (method, message) = match &inbound {

@@ -175,9 +175,7 @@ impl Rejection {
     /// has one, else `request`, else `null`.
     pub fn body_for(&self, request: Option<&RequestId>) -> Value {
         let data = match self {
-            Rejection::UnsupportedVersion { requested, supported, .. } => {
-                Some(serde_json::json!({ "requested": requested, "supported": supported }))
-            }
+            Rejection::UnsupportedVersion { requested, supported, .. } => Some(serde_json::json!({ "requested": requested, "supported": supported })),
             Rejection::Limited(refused) => Some(serde_json::json!({
                 "limit": refused.limit.as_str(),
                 "max": refused.max,

@@ -35,11 +35,7 @@ const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r
 
 /// Serve `transport` on `listener` until `shutdown` resolves, then end its SSE connections
 /// and finish the requests in flight (see [`serve_router`]).
-pub async fn serve(
-    listener: TcpListener,
-    transport: Transport,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> io::Result<()> {
+pub async fn serve(listener: TcpListener, transport: Transport, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
     let config = transport.config.clone();
     let sse = transport.shutdown_token();
     let router = transport.router();
@@ -65,12 +61,7 @@ pub async fn serve(
 /// Open SSE connections end only when the transport's
 /// [`shutdown_token`](Transport::shutdown_token) is cancelled: `shutdown` should resolve
 /// after that, or the graceful shutdown waits on long-lived GET streams.
-pub async fn serve_router(
-    listener: TcpListener,
-    router: Router,
-    config: &HttpConfig,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> io::Result<()> {
+pub async fn serve_router(listener: TcpListener, router: Router, config: &HttpConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
     let limits = Limits::of(config);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let stop = CancellationToken::new();
@@ -137,9 +128,7 @@ const DRAINING_CONNECTIONS: usize = 64;
 /// Answer one request of a connection accepted while draining ([`health::draining`]),
 /// within the header read timeout, and close it.
 async fn draining_connection(tcp: TcpStream, limits: Limits, _slot: OwnedSemaphorePermit) {
-    let service = hyper::service::service_fn(|request: Request<Incoming>| async move {
-        Ok::<_, Infallible>(crate::health::draining(request.uri().path()))
-    });
+    let service = hyper::service::service_fn(|request: Request<Incoming>| async move { Ok::<_, Infallible>(crate::health::draining(request.uri().path())) });
     let conn = hyper::server::conn::http1::Builder::new().keep_alive(false).serve_connection(TokioIo::new(tcp), service);
     match tokio::time::timeout(limits.header_read.max(Duration::from_secs(1)), conn).await {
         Ok(Err(error)) => tracing::debug!(%error, "draining connection ended with an error"),
@@ -478,9 +467,7 @@ mod tests {
     async fn accepted_connections_have_tcp_nodelay() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            serve_router(listener, Router::new(), &HttpConfig::default(), std::future::pending()).await
-        });
+        let server = tokio::spawn(async move { serve_router(listener, Router::new(), &HttpConfig::default(), std::future::pending()).await });
         let client = TcpStream::connect(addr).await.unwrap();
         let nodelay = accepted(&client).await;
         server.abort();

@@ -496,7 +496,8 @@ async fn another_principal_sees_none_of_a_sessions_ids() {
     let bearer = format!("Bearer {bob}");
     let get = [("accept", "text/event-stream"), ("mcp-session-id", session.as_str()), ("authorization", bearer.as_str())];
     assert_eq!(request(&s.router, "GET", "/mcp", &get, None).await.status, StatusCode::NOT_FOUND);
-    let resume = [("accept", "text/event-stream"), ("mcp-session-id", session.as_str()), ("last-event-id", event_id.as_str()), ("authorization", bearer.as_str())];
+    let resume =
+        [("accept", "text/event-stream"), ("mcp-session-id", session.as_str()), ("last-event-id", event_id.as_str()), ("authorization", bearer.as_str())];
     assert_eq!(request(&s.router, "GET", "/mcp", &resume, None).await.status, StatusCode::NOT_FOUND);
     let delete = [("mcp-session-id", session.as_str()), ("authorization", bearer.as_str())];
     assert_eq!(request(&s.router, "DELETE", "/mcp", &delete, None).await.status, StatusCode::NOT_FOUND);

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use durable_mcp_engine::EngineOptions;
 use durable_mcp_http::HttpConfig;
-use durable_mcp_store::testing::{GatedStore, Op};
 use durable_mcp_store::EventId;
+use durable_mcp_store::testing::{GatedStore, Op};
 use durable_mcp_store_memory::MemoryStore;
 use serde_json::{Value, json};
 use support::{Harness, call, harness_on, initialize, parse_sse};

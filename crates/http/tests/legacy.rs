@@ -23,8 +23,13 @@ async fn initialize_creates_a_random_visible_ascii_session() {
 #[tokio::test]
 async fn unsupported_initialize_version_negotiates_latest_legacy() {
     let h = harness();
-    let reply = post(&h.router, None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "1999-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await;
+    let reply = post(
+        &h.router,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "1999-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.json().await["result"]["protocolVersion"], "2025-11-25");
 }
@@ -309,7 +314,8 @@ async fn d14_on_demand_prune_removes_old_finished_streams_only() {
     let open_id: durable_mcp_store::EventId = first[0].0.clone().unwrap().parse().unwrap();
     assert!(h.store.read_after(&finished_id.stream, 0, 10).await.is_err());
     assert!(h.store.read_after(&open_id.stream, 0, 10).await.is_ok(), "a running request's stream is kept");
-    let resumed = send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session), ("last-event-id", done[0].0.as_ref().unwrap())], None).await;
+    let resumed =
+        send(&h.router, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session), ("last-event-id", done[0].0.as_ref().unwrap())], None).await;
     assert_eq!(resumed.status, StatusCode::NOT_FOUND, "resuming a pruned stream is a clear 4xx");
 }
 
@@ -439,8 +445,13 @@ async fn unknown_protocol_version_headers_are_400_not_the_nearest_known_version(
 #[tokio::test]
 async fn initialize_with_a_version_durable_mcp_does_not_serve_negotiates_the_latest_legacy() {
     let h = harness();
-    let reply = post(&h.router, None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})).await;
+    let reply = post(
+        &h.router,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.json().await["result"]["protocolVersion"], "2025-11-25");
 }
@@ -479,8 +490,8 @@ async fn subscription(h: &Harness, session: &str, method: &str, uri: &str) {
 #[tokio::test]
 async fn resource_update_reaches_exactly_the_subscribed_sessions_without_listing_sessions() {
     use durable_mcp_engine::EngineOptions;
-    use durable_mcp_store::{Principal, SessionId, Store};
     use durable_mcp_store::testing::{CountingStore, Op};
+    use durable_mcp_store::{Principal, SessionId, Store};
     let store = std::sync::Arc::new(CountingStore::counting(std::sync::Arc::new(durable_mcp_store_memory::MemoryStore::new())));
     let a = harness_on(store.clone(), Default::default(), EngineOptions::default());
     let b = harness_on(store.clone(), Default::default(), EngineOptions::default());

@@ -44,7 +44,8 @@ async fn wait_closed(conn: &mut TcpStream, within: Duration) -> Vec<u8> {
     }
 }
 
-const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+const INIT: &str =
+    r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
 /// One `initialize` on a new connection (`connection: close`): the status line, or `None`
 /// if the server closed or reset the connection without one.
@@ -95,9 +96,8 @@ async fn sse_stream_outlives_the_idle_timeout() {
     let (h, addr) = start(config(Duration::from_secs(5), Duration::from_millis(300), 16)).await;
     let session = initialize(&h.router, "2025-11-25").await;
     let mut get = TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "GET /mcp HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\nmcp-protocol-version: 2025-11-25\r\n\r\n"
-    );
+    let request =
+        format!("GET /mcp HTTP/1.1\r\nhost: localhost\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\nmcp-protocol-version: 2025-11-25\r\n\r\n");
     get.write_all(request.as_bytes()).await.unwrap();
     let mut seen = String::new();
     let mut buf = [0u8; 4096];

@@ -30,10 +30,7 @@ async fn trap_keep_alive_round_trips_are_not_delayed_by_nagle() {
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     let (headers, _) = round_trip(&mut conn, &init.to_string(), None).await;
-    let session = headers
-        .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("mcp-session-id: ").map(|s| s.trim().to_owned()))
-        .expect("session id");
+    let session = headers.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("mcp-session-id: ").map(|s| s.trim().to_owned())).expect("session id");
     let mut times = Vec::new();
     for i in 1..=60 {
         let call = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}});

@@ -22,9 +22,14 @@ async fn assert_rejected(reply: Reply, status: StatusCode, code: Option<i64>) {
 async fn dns_rebinding_host_and_origin_are_403() {
     let h = harness();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
-    let request = http::Request::builder().method("POST").uri("/mcp").header("host", "evil.example:80")
-        .header("accept", "application/json, text/event-stream").header("content-type", "application/json")
-        .body(axum::body::Body::from(body.clone())).unwrap();
+    let request = http::Request::builder()
+        .method("POST")
+        .uri("/mcp")
+        .header("host", "evil.example:80")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.clone()))
+        .unwrap();
     let response = tower::ServiceExt::oneshot(h.router.clone(), request).await.unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     let mut headers = POST_HEADERS.to_vec();
@@ -32,8 +37,17 @@ async fn dns_rebinding_host_and_origin_are_403() {
     assert_rejected(send(&h.router, "POST", &headers, Some(body.clone())).await, StatusCode::FORBIDDEN, None).await;
     headers.pop();
     headers.push(("origin", "http://localhost:3000"));
-    let reply = send(&h.router, "POST", &headers, Some(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string())).await;
+    let reply = send(
+        &h.router,
+        "POST",
+        &headers,
+        Some(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+            .to_string(),
+        ),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK, "a loopback origin is allowed");
 }
 
@@ -65,9 +79,14 @@ async fn malformed_json_is_parse_error() {
         assert_rejected(send(&h.router, "POST", &POST_HEADERS, Some(bad.to_owned())).await, StatusCode::BAD_REQUEST, Some(-32700)).await;
     }
     let invalid_utf8 = axum::body::Body::from(vec![b'{', 0xff, 0xfe, b'}']);
-    let request = http::Request::builder().method("POST").uri("/mcp").header("host", "localhost")
-        .header("accept", "application/json, text/event-stream").header("content-type", "application/json")
-        .body(invalid_utf8).unwrap();
+    let request = http::Request::builder()
+        .method("POST")
+        .uri("/mcp")
+        .header("host", "localhost")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(invalid_utf8)
+        .unwrap();
     let response = tower::ServiceExt::oneshot(h.router.clone(), request).await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
 }
@@ -102,10 +121,15 @@ async fn unknown_methods_are_method_not_found() {
 async fn invalid_header_bytes_are_400_not_a_panic() {
     let h = harness();
     let value = http::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap();
-    let request = http::Request::builder().method("POST").uri("/mcp").header("host", "localhost")
-        .header("accept", "application/json, text/event-stream").header("content-type", "application/json")
+    let request = http::Request::builder()
+        .method("POST")
+        .uri("/mcp")
+        .header("host", "localhost")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
         .header("mcp-session-id", value)
-        .body(axum::body::Body::from(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string())).unwrap();
+        .body(axum::body::Body::from(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string()))
+        .unwrap();
     let response = tower::ServiceExt::oneshot(h.router.clone(), request).await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
 }

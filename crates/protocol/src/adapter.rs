@@ -7,10 +7,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, GetExtensions, InitializeRequestParams, ProtocolVersion,
-    ServerJsonRpcMessage,
-};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, GetExtensions, InitializeRequestParams, ProtocolVersion, ServerJsonRpcMessage};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage, serve_directly_with_ct};
 use rmcp::transport::Transport;
 use serde::Deserialize;
@@ -118,10 +115,7 @@ where
         ServerSummary {
             server_info: serde_json::to_value(&info.server_info).unwrap_or(Value::Null),
             capabilities: serde_json::to_value(&info.capabilities).unwrap_or(Value::Null),
-            supported_versions: rmcp::ServerHandler::supported_protocol_versions(self)
-                .iter()
-                .map(|v| v.as_str().to_owned())
-                .collect(),
+            supported_versions: rmcp::ServerHandler::supported_protocol_versions(self).iter().map(|v| v.as_str().to_owned()).collect(),
         }
     }
 
@@ -212,12 +206,7 @@ impl McpHandler {
 
     /// [`McpHandler::start`] with the caller's own cancellation token (cancelling it
     /// cancels the handler; the run's [`Run::cancel`] is this token).
-    pub fn start_with_cancel(
-        &self,
-        request: Map<String, Value>,
-        peer: &PeerContext,
-        cancel: CancellationToken,
-    ) -> Result<Run, Rejection> {
+    pub fn start_with_cancel(&self, request: Map<String, Value>, peer: &PeerContext, cancel: CancellationToken) -> Result<Run, Rejection> {
         let id = request.get("id").cloned();
         let mut message = parse_request(request).map_err(|e| Rejection { code: code::INVALID_PARAMS, message: format!("invalid params: {e}"), id })?;
         if let ClientJsonRpcMessage::Request(request) = &mut message {

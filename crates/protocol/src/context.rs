@@ -51,12 +51,7 @@ pub trait StateBackend: Send + Sync + 'static {
     /// The current value of `key`.
     fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>>;
     /// Store `value` under `key` if it still holds `expected`; `Ok(false)` on a conflict.
-    fn compare_and_set<'a>(
-        &'a self,
-        key: &'a str,
-        expected: Option<Value>,
-        value: Option<Value>,
-    ) -> BoxFuture<'a, Result<bool, StateError>>;
+    fn compare_and_set<'a>(&'a self, key: &'a str, expected: Option<Value>, value: Option<Value>) -> BoxFuture<'a, Result<bool, StateError>>;
 }
 
 /// Durable per-session application state, shared by every worker serving the session and
@@ -190,9 +185,7 @@ impl StateCore {
             let raw = self.backend.load(key).await?;
             let current = match &raw {
                 None => None,
-                Some(value) => {
-                    Some(serde_json::from_value(value.clone()).map_err(|source| StateError::Decode { key: key.to_owned(), source })?)
-                }
+                Some(value) => Some(serde_json::from_value(value.clone()).map_err(|source| StateError::Decode { key: key.to_owned(), source })?),
             };
             let next = f(current);
             let encoded = serde_json::to_value(&next).map_err(|source| StateError::Encode { key: key.to_owned(), source })?;

@@ -66,9 +66,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rmcp::model::{
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, ListRootsResult, LoggingLevel,
-};
+use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, ListRootsResult, LoggingLevel};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -129,11 +127,9 @@ pub enum DurableError {
 impl From<DurableError> for rmcp::ErrorData {
     fn from(error: DurableError) -> Self {
         match error {
-            DurableError::InputRequired => rmcp::ErrorData::new(
-                rmcp::model::ErrorCode(SUSPENDED_CODE),
-                "waiting for the client's input",
-                Some(json!({crate::meta::SUSPENDED: true})),
-            ),
+            DurableError::InputRequired => {
+                rmcp::ErrorData::new(rmcp::model::ErrorCode(SUSPENDED_CODE), "waiting for the client's input", Some(json!({crate::meta::SUSPENDED: true})))
+            }
             DurableError::Cancelled => rmcp::ErrorData::new(rmcp::model::ErrorCode(-32_800), error.to_string(), None),
             other => rmcp::ErrorData::internal_error(other.to_string(), None),
         }
@@ -331,17 +327,12 @@ impl Durable {
     pub async fn sleep(&self, name: &str, duration: Duration) -> Result<(), DurableError> {
         let wake_at_ms: u64 = self
             .step(&format!("sleep:{name}"), |_| async move {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-                    .unwrap_or(0);
+                let now =
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
                 now.saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
             })
             .await?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
         let rest = Duration::from_millis(wake_at_ms.saturating_sub(now));
         let cancel = self.backend.cancellation();
         tokio::select! {
@@ -577,10 +568,8 @@ mod tests {
         assert_eq!(tries.load(Ordering::SeqCst), 3, "two failures retried, then the success");
         assert_eq!(*keys.lock().unwrap(), vec!["run-1:charge"; 3], "one idempotency key for every try");
 
-        let again: Result<String, String> = Durable::new(backend)
-            .retry_step("charge", QUICK, |_| async { Ok::<_, String>("a second charge".to_owned()) })
-            .await
-            .unwrap();
+        let again: Result<String, String> =
+            Durable::new(backend).retry_step("charge", QUICK, |_| async { Ok::<_, String>("a second charge".to_owned()) }).await.unwrap();
         assert_eq!(again, Ok("receipt after 3".to_owned()), "a re-run returns the committed success");
     }
 

@@ -12,10 +12,10 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, CustomRequest, CustomResult,
-    ErrorCode, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ServerConfig, ServerNotification, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, CustomRequest, CustomResult, ErrorCode,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerConfig, ServerNotification, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -266,12 +266,7 @@ impl Forward {
 
     /// Forward `method` with `params`, sending the upstream's notifications for it to the
     /// client as they come, and read its result as `R`.
-    async fn forward<P: Serialize, R: DeserializeOwned>(
-        &self,
-        method: &str,
-        params: Option<P>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<R, ErrorData> {
+    async fn forward<P: Serialize, R: DeserializeOwned>(&self, method: &str, params: Option<P>, context: RequestContext<RoleServer>) -> Result<R, ErrorData> {
         let params = params.map(|p| serde_json::to_value(p)).transpose().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         // A session-era upstream's result has no `resultType`, which a 2026-07-28 client must
         // get (see `complete`).
@@ -297,8 +292,7 @@ impl Forward {
         let cancel = context.ct.child_token();
         let (notifications, mut incoming) = mpsc::unbounded_channel();
         let outbox = context.extensions.get::<crate::Outbox>().cloned();
-        let request =
-            UpstreamRequest { method: method.to_owned(), params, session, client, attempt, cancel: cancel.clone(), notifications, questions, outbox };
+        let request = UpstreamRequest { method: method.to_owned(), params, session, client, attempt, cancel: cancel.clone(), notifications, questions, outbox };
         let outcome = self.upstream.request(request);
         tokio::pin!(outcome);
         let outcome = loop {

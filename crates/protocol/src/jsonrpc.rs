@@ -117,11 +117,7 @@ pub fn classify(value: Value) -> Result<Inbound, Rejection> {
         return Err(Rejection::new(code::INVALID_REQUEST, "a JSON-RPC message must be an object"));
     };
     let id = message.get("id").cloned();
-    let reject = |reason: &str| Rejection {
-        code: code::INVALID_REQUEST,
-        message: reason.to_owned(),
-        id: id.clone().filter(valid_id),
-    };
+    let reject = |reason: &str| Rejection { code: code::INVALID_REQUEST, message: reason.to_owned(), id: id.clone().filter(valid_id) };
     if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(reject("\"jsonrpc\" must be \"2.0\""));
     }
@@ -179,17 +175,8 @@ mod tests {
 
     #[test]
     fn messages_are_classified() {
-        assert!(matches!(
-            classify(json!({"jsonrpc": "2.0", "id": "a", "method": "ping"})),
-            Ok(Inbound::Request { .. })
-        ));
-        assert!(matches!(
-            classify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
-            Ok(Inbound::Notification { .. })
-        ));
-        assert!(matches!(
-            classify(json!({"jsonrpc": "2.0", "id": 3, "result": {}})),
-            Ok(Inbound::Response { .. })
-        ));
+        assert!(matches!(classify(json!({"jsonrpc": "2.0", "id": "a", "method": "ping"})), Ok(Inbound::Request { .. })));
+        assert!(matches!(classify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})), Ok(Inbound::Notification { .. })));
+        assert!(matches!(classify(json!({"jsonrpc": "2.0", "id": 3, "result": {}})), Ok(Inbound::Response { .. })));
     }
 }

@@ -3,11 +3,11 @@
 
 mod adapter;
 pub mod auth;
+#[cfg(feature = "rmcp-baseline")]
+mod baseline;
 pub mod context;
 pub mod durable;
 pub mod forward;
-#[cfg(feature = "rmcp-baseline")]
-mod baseline;
 pub mod jsonrpc;
 pub mod meta;
 pub mod methods;
@@ -16,17 +16,17 @@ pub mod state_keys;
 pub mod tasks;
 mod version;
 
+pub use adapter::{Closed, McpHandler, NOTIFY_WINDOW, Outbound, PeerContext, Run, ServerSummary};
+pub use auth::{AuthInfo, REQUIRED_SCOPES_META, merge_meta, required_scopes};
 #[cfg(feature = "rmcp-baseline")]
 pub use baseline::{RMCP_BASELINE_PATH, serve_rmcp_baseline};
 pub use context::{ServerState, SessionState, StateBackend, StateError};
 pub use durable::{Durable, DurableBackend, DurableError, Retry, SealError, ServerChange, StateSealer, StepKey};
-pub use state_keys::{KeyRing, RingKey, StateKeyError, StateKeys};
-pub use auth::{AuthInfo, REQUIRED_SCOPES_META, merge_meta, required_scopes};
-pub use tasks::{TaskSupport, task_support};
-pub use adapter::{Closed, McpHandler, NOTIFY_WINDOW, Outbound, PeerContext, Run, ServerSummary};
-pub use version::{McpVersion, UnknownVersion};
 pub use forward::{Forward, Questions, Upstream, UpstreamError, UpstreamRequest};
 pub use outbox::{Outbox, OutboxBackend, OutboxError};
+pub use state_keys::{KeyRing, RingKey, StateKeyError, StateKeys};
+pub use tasks::{TaskSupport, task_support};
+pub use version::{McpVersion, UnknownVersion};
 /// A notification a handler sends (through its rmcp peer) to ask the transport to close the
 /// current SSE connection of its request without ending the stream: the client resumes with
 /// `GET` + `Last-Event-ID` (SSE polling, 2025-11-25). It is never forwarded to the client.

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use durable_mcp_protocol::{Questions, UpstreamError};
 use durable_mcp_protocol::jsonrpc::code;
 use durable_mcp_protocol::methods;
+use durable_mcp_protocol::{Questions, UpstreamError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -412,10 +412,7 @@ impl Child {
             let _ = self.writer.send(json!({"jsonrpc": "2.0", "id": id, "result": {}}).to_string());
             return;
         }
-        let target = crate::lock(&self.state)
-            .pending
-            .values()
-            .find_map(|p| p.sink.as_ref().and_then(|s| s.questions.clone()).map(|q| (q, p.ended.clone())));
+        let target = crate::lock(&self.state).pending.values().find_map(|p| p.sink.as_ref().and_then(|s| s.questions.clone()).map(|q| (q, p.ended.clone())));
         let Some((questions, ended)) = target else {
             tracing::debug!(pid = ?self.pid, %method, "an upstream question with no journaled request in flight is refused");
             let mut reply = json!({"jsonrpc": "2.0", "id": id});
@@ -451,11 +448,9 @@ impl Child {
         }
         let state = crate::lock(&self.state);
         let sink = match method {
-            "notifications/progress" => message
-                .pointer("/params/progressToken")
-                .and_then(Value::as_u64)
-                .and_then(|id| state.pending.get(&id))
-                .and_then(|p| p.sink.as_ref()),
+            "notifications/progress" => {
+                message.pointer("/params/progressToken").and_then(Value::as_u64).and_then(|id| state.pending.get(&id)).and_then(|p| p.sink.as_ref())
+            }
             "notifications/message" => state.pending.values().find_map(|p| p.sink.as_ref()),
             _ => {
                 tracing::debug!(pid = ?self.pid, %method, "upstream notification not forwarded");

@@ -131,7 +131,8 @@ impl Endpoint {
             sender.send_request(request).await.map_err(|e| io(&e))
         };
         // The deadline bounds getting the response's head; a stream is read as long as it lasts.
-        let response = tokio::time::timeout(deadline, connect).await.map_err(|_| HttpError::Io(format!("{} did not answer within {deadline:?}", self.uri)))??;
+        let response =
+            tokio::time::timeout(deadline, connect).await.map_err(|_| HttpError::Io(format!("{} did not answer within {deadline:?}", self.uri)))??;
         let status = response.status();
         let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let session_id = header(SESSION_HEADER);

@@ -366,13 +366,7 @@ impl<'a> Resending<'a> {
     /// request died (`attempt` 2 and later) reaches the upstream only when the rule allows a
     /// re-send: the upstream may have acted on it already. Otherwise it is the interrupted
     /// error (D7).
-    fn of(
-        method: &'a str,
-        params: Option<&Value>,
-        tools: &RwLock<HashMap<String, Value>>,
-        retryable: &[String],
-        attempt: u32,
-    ) -> Result<Self, UpstreamError> {
+    fn of(method: &'a str, params: Option<&Value>, tools: &RwLock<HashMap<String, Value>>, retryable: &[String], attempt: u32) -> Result<Self, UpstreamError> {
         let tool_name = (method == "tools/call").then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned());
         let annotated = tool_name.as_deref().and_then(|name| tool(tools, name));
         let resending = Resending { method, rule: policy::resend(method, params, annotated.as_ref(), retryable), tool: tool_name };

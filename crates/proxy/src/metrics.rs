@@ -39,7 +39,11 @@ pub fn enable() {
     describe_counter!(CHILDREN_STARTED, Unit::Count, "Upstream processes started and initialized, by reason.");
     describe_counter!(CHILDREN_FAILED_STARTS, Unit::Count, "Upstream processes that could not be started or did not initialize.");
     describe_counter!(CHILDREN_STOPPED, Unit::Count, "Upstream processes that ended, by cause.");
-    describe_counter!(REQUESTS_RESENT, Unit::Count, "Requests sent again to a fresh upstream process, by what interrupted them and the policy that allowed it.");
+    describe_counter!(
+        REQUESTS_RESENT,
+        Unit::Count,
+        "Requests sent again to a fresh upstream process, by what interrupted them and the policy that allowed it."
+    );
     describe_counter!(REQUESTS_INTERRUPTED, Unit::Count, "Requests answered with the interrupted-not-retried error (-32030), by cause.");
 }
 

@@ -4,16 +4,8 @@
 use serde_json::Value;
 
 /// Methods that only read: sending one again cannot repeat an effect.
-pub const READ_METHODS: [&str; 8] = [
-    "ping",
-    "tools/list",
-    "prompts/list",
-    "prompts/get",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "completion/complete",
-];
+pub const READ_METHODS: [&str; 8] =
+    ["ping", "tools/list", "prompts/list", "prompts/get", "resources/list", "resources/read", "resources/templates/list", "completion/complete"];
 
 /// Why a request may, or may not, be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

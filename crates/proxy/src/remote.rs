@@ -34,8 +34,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::child::Sink;
 use crate::http::{Body, Endpoint, HttpError, Reply};
-use crate::supervisor::{Key, initialize_params};
 use crate::metrics::Interruption;
+use crate::supervisor::{Key, initialize_params};
 use crate::{ProxyError, Resending, unavailable};
 
 /// How `durable-mcp proxy --upstream URL` speaks to its upstream.
@@ -135,14 +135,7 @@ impl HttpProxy {
     /// the proxy's), so that an upstream that cannot be reached fails here.
     pub async fn start(config: HttpProxyConfig) -> Result<HttpProxy, ProxyError> {
         let endpoint = Endpoint::parse(&config.url)?;
-        let mut remote = Remote {
-            endpoint,
-            config,
-            info: Value::Null,
-            tools: RwLock::default(),
-            slots: Mutex::default(),
-            next_id: AtomicU64::new(1),
-        };
+        let mut remote = Remote { endpoint, config, info: Value::Null, tools: RwLock::default(), slots: Mutex::default(), next_id: AtomicU64::new(1) };
         let (link, info) = remote.initialize(None).await?;
         if !info.is_object() {
             return Err(ProxyError::Protocol(format!("its initialize result is not an object: {info}")));
@@ -387,7 +380,11 @@ impl Remote {
                     self.expire(&slot, &link).await;
                     sessions += 1;
                     if sessions > 2 {
-                        return Err(UpstreamError { code: code::UPSTREAM_UNAVAILABLE, message: "the upstream keeps forgetting its sessions".into(), data: None });
+                        return Err(UpstreamError {
+                            code: code::UPSTREAM_UNAVAILABLE,
+                            message: "the upstream keeps forgetting its sessions".into(),
+                            data: None,
+                        });
                     }
                 }
                 Err(CallError::Gone(why)) => {

@@ -194,11 +194,7 @@ impl Supervisor {
         if live.len() < self.config.max_children.max(1) {
             return Ok(());
         }
-        let victim = live
-            .iter()
-            .filter(|(k, c)| *k != key && c.in_flight() == 0)
-            .max_by_key(|(_, c)| c.idle_for())
-            .map(|(k, _)| k.clone());
+        let victim = live.iter().filter(|(k, c)| *k != key && c.in_flight() == 0).max_by_key(|(_, c)| c.idle_for()).map(|(k, _)| k.clone());
         match victim.and_then(|k| live.remove(&k).map(|c| (k, c))) {
             Some((victim, child)) => {
                 tracing::info!(?victim, pid = ?child.pid(), "stopping the longest idle upstream: the worker is at --max-children");
@@ -277,10 +273,7 @@ const RELAYED: [&str; 3] = ["elicitation", "sampling", "roots"];
 /// answer is refused to the child).
 pub(crate) fn initialize_params(client: Option<&Value>) -> Value {
     let version = client.and_then(|c| c.get("protocolVersion")).cloned().unwrap_or_else(|| json!("2025-11-25"));
-    let info = client
-        .and_then(|c| c.get("clientInfo"))
-        .cloned()
-        .unwrap_or_else(|| json!({"name": "durable-mcp-proxy", "version": env!("CARGO_PKG_VERSION")}));
+    let info = client.and_then(|c| c.get("clientInfo")).cloned().unwrap_or_else(|| json!({"name": "durable-mcp-proxy", "version": env!("CARGO_PKG_VERSION")}));
     let capabilities: serde_json::Map<String, Value> = match client {
         Some(client) => RELAYED.iter().filter_map(|&c| client.pointer(&format!("/capabilities/{c}")).map(|v| (c.to_owned(), v.clone()))).collect(),
         None => RELAYED.iter().map(|&c| (c.to_owned(), json!({}))).collect(),

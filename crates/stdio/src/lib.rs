@@ -37,13 +37,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// are still written; the engine is [drained](Engine::drain) meanwhile, so that those still
 /// running after `grace` give their leases back (D7). Returns once everything that
 /// finished was written.
-pub async fn serve<R, W>(
-    engine: Engine,
-    input: R,
-    mut output: W,
-    shutdown: impl Future<Output = ()>,
-    grace: Duration,
-) -> std::io::Result<()>
+pub async fn serve<R, W>(engine: Engine, input: R, mut output: W, shutdown: impl Future<Output = ()>, grace: Duration) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -67,9 +61,7 @@ where
     let Connection { tx, mut standalone, mut requests, .. } = connection;
     standalone.shutdown().await;
     drop(tx);
-    let written = async {
-        while requests.join_next().await.is_some() {}
-    };
+    let written = async { while requests.join_next().await.is_some() {} };
     let (_, waited) = tokio::join!(engine.drain(grace), tokio::time::timeout(grace, written));
     if waited.is_err() {
         tracing::info!(requests = requests.len(), "requests still unfinished after the grace period; their messages are not written");

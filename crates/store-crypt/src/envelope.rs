@@ -85,10 +85,8 @@ pub(crate) fn parse(envelope: &str) -> Result<(&str, Vec<u8>), OpenError> {
 pub(crate) fn open(id: &str, key: &LessSafeKey, aad: &[u8], mut bytes: Vec<u8>) -> Result<String, OpenError> {
     let mut nonce = [0u8; NONCE_LEN];
     nonce.copy_from_slice(&bytes[..NONCE_LEN]);
-    let plain_len = key
-        .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut bytes[NONCE_LEN..])
-        .map_err(|_| OpenError::Forged(id.to_owned()))?
-        .len();
+    let plain_len =
+        key.open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut bytes[NONCE_LEN..]).map_err(|_| OpenError::Forged(id.to_owned()))?.len();
     bytes.drain(..NONCE_LEN);
     bytes.truncate(plain_len);
     // The tag verified, so these are the bytes that were sealed: a `&str`'s.

@@ -223,8 +223,8 @@ impl KeyFile {
         }
         let mut keys = Vec::with_capacity(self.keys.len());
         for stored in &self.keys {
-            let bytes = decode_key(&stored.key)
-                .map_err(|reason| KeyError::Invalid { origin: origin.to_owned(), reason: format!("key {:?}: {reason}", stored.id) })?;
+            let bytes =
+                decode_key(&stored.key).map_err(|reason| KeyError::Invalid { origin: origin.to_owned(), reason: format!("key {:?}: {reason}", stored.id) })?;
             let unbound = UnboundKey::new(&AES_256_GCM, &bytes)
                 .map_err(|_| KeyError::Invalid { origin: origin.to_owned(), reason: format!("key {:?} refused by AES-256-GCM", stored.id) })?;
             keys.push((stored.id.clone(), LessSafeKey::new(unbound)));
@@ -291,7 +291,8 @@ impl KeyRing {
     /// Open an envelope sealed for the place `aad` names, with the key it names.
     pub fn open(&self, aad: &[u8], value: &str) -> Result<String, OpenError> {
         let (id, bytes) = envelope::parse(value)?;
-        let key = std::iter::once(&self.primary).chain(&self.older).find(|(k, _)| k == id).map(|(_, key)| key).ok_or_else(|| OpenError::UnknownKey(id.to_owned()))?;
+        let key =
+            std::iter::once(&self.primary).chain(&self.older).find(|(k, _)| k == id).map(|(_, key)| key).ok_or_else(|| OpenError::UnknownKey(id.to_owned()))?;
         envelope::open(id, key, aad, bytes)
     }
 }

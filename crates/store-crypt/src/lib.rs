@@ -43,9 +43,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOp, BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId,
-    SessionRecord, Setting, Store, StoreError, StoreResult, StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead,
-    WakeUps, WriteBatch,
+    BatchOp, BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Setting, Store,
+    StoreError, StoreResult, StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch,
 };
 
 pub use envelope::{OpenError, SealError};

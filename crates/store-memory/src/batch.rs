@@ -6,8 +6,7 @@
 use std::collections::VecDeque;
 
 use durable_mcp_store::{
-    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, Record, RecordKind, StoreError, StoreResult, StreamId, WriteBatch,
-    now_ms, op_failed,
+    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, Record, RecordKind, StoreError, StoreResult, StreamId, WriteBatch, now_ms, op_failed,
 };
 
 use crate::{Inner, insert_stream};
@@ -76,14 +75,7 @@ fn apply(inner: &mut Inner, op: &BatchOp, max: usize, undo: &mut Vec<Undo>) -> S
             }
             state.last_event_ms = now;
             let seq = state.last_seq();
-            undo.push(Undo::Stream {
-                id: stream.clone(),
-                trimmed,
-                appended: true,
-                first_seq: before.0,
-                closed: before.1,
-                last_event_ms: before.2,
-            });
+            undo.push(Undo::Stream { id: stream.clone(), trimmed, appended: true, first_seq: before.0, closed: before.1, last_event_ms: before.2 });
             Ok(OpOutcome::Appended(EventId::new(stream.clone(), seq)))
         }
         BatchOp::Close { stream } => {

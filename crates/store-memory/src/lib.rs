@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult,
-    Setting, StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch, import_gap, now_ms,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Setting, Store, StoreError,
+    StoreResult, StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch, import_gap, now_ms,
 };
 use tokio::sync::watch;
 
@@ -98,12 +98,7 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn update_session(
-        &self,
-        principal: &Principal,
-        id: &SessionId,
-        change: SessionChange,
-    ) -> StoreResult<SessionRecord> {
+    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
         let mut inner = self.lock();
         match inner.sessions.get_mut(id) {
             Some(record) if &record.principal == principal => {
@@ -125,8 +120,7 @@ impl Store for MemoryStore {
 
     async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
         let inner = self.lock();
-        let mut sessions: Vec<SessionRecord> =
-            inner.sessions.values().filter(|s| principal.is_none_or(|p| &s.principal == p)).cloned().collect();
+        let mut sessions: Vec<SessionRecord> = inner.sessions.values().filter(|s| principal.is_none_or(|p| &s.principal == p)).cloned().collect();
         sessions.sort_by_key(|s| (s.created_at_ms, s.id.clone()));
         sessions.truncate(limit);
         Ok(sessions)
@@ -136,27 +130,21 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         let mut report = PruneReport::default();
         if let Some(ttl) = retention.session_idle_ttl_ms {
-            let idle: Vec<SessionId> =
-                inner.sessions.values().filter(|s| s.last_seen_ms.saturating_add(ttl) < now_ms).map(|s| s.id.clone()).collect();
+            let idle: Vec<SessionId> = inner.sessions.values().filter(|s| s.last_seen_ms.saturating_add(ttl) < now_ms).map(|s| s.id.clone()).collect();
             for id in idle {
                 remove_session(&mut inner, &id);
                 report.sessions_ended += 1;
             }
         }
         if let Some(age) = retention.max_stream_age_ms {
-            let old: Vec<StreamId> = inner
-                .streams
-                .iter()
-                .filter(|(_, s)| s.closed && s.last_event_ms.saturating_add(age) < now_ms)
-                .map(|(id, _)| id.clone())
-                .collect();
+            let old: Vec<StreamId> =
+                inner.streams.iter().filter(|(_, s)| s.closed && s.last_event_ms.saturating_add(age) < now_ms).map(|(id, _)| id.clone()).collect();
             for id in old {
                 inner.streams.remove(&id);
                 report.streams_deleted += 1;
             }
         }
-        let expired: Vec<(RecordKind, String)> =
-            inner.records.iter().filter(|(_, r)| r.expired(now_ms)).map(|(k, _)| k.clone()).collect();
+        let expired: Vec<(RecordKind, String)> = inner.records.iter().filter(|(_, r)| r.expired(now_ms)).map(|(k, _)| k.clone()).collect();
         for key in expired {
             inner.records.remove(&key);
             report.records_expired += 1;
@@ -164,14 +152,7 @@ impl Store for MemoryStore {
         Ok(report)
     }
 
-    async fn put_record(
-        &self,
-        kind: RecordKind,
-        key: &str,
-        value: String,
-        expires_at_ms: Option<u64>,
-        expect: Expect,
-    ) -> StoreResult<u64> {
+    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
         let now = now_ms();
         let mut inner = self.lock();
         let slot = (kind, key.to_owned());
@@ -257,10 +238,7 @@ impl Store for MemoryStore {
         let state = inner.streams.get(stream).ok_or(StoreError::not_found("stream"))?;
         // Events 1..first_seq were pruned. Reading after `first_seq - 1` or later is exact.
         if after + 1 < state.first_seq {
-            return Err(StoreError::Pruned {
-                event: EventId::new(stream.clone(), after).to_string(),
-                oldest_retained: state.first_seq,
-            });
+            return Err(StoreError::Pruned { event: EventId::new(stream.clone(), after).to_string(), oldest_retained: state.first_seq });
         }
         let skip = usize::try_from(after + 1 - state.first_seq).unwrap_or(usize::MAX);
         let events: Vec<StoredEvent> = state
@@ -269,10 +247,7 @@ impl Store for MemoryStore {
             .enumerate()
             .skip(skip)
             .take(limit)
-            .map(|(i, data)| StoredEvent {
-                id: EventId::new(stream.clone(), state.first_seq + i as u64),
-                data: data.clone(),
-            })
+            .map(|(i, data)| StoredEvent { id: EventId::new(stream.clone(), state.first_seq + i as u64), data: data.clone() })
             .collect();
         let reached = events.last().map_or(after, |e| e.id.seq);
         let last = if state.events.is_empty() { 0 } else { state.last_seq() };
@@ -347,9 +322,7 @@ impl Store for MemoryStore {
         let inner = self.lock();
         let state = inner.streams.get(stream).ok_or(StoreError::not_found("stream"))?;
         let rx = state.notify.subscribe();
-        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
-            rx.changed().await.ok().map(|()| ((), rx))
-        })))
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })))
     }
 }
 
@@ -362,12 +335,7 @@ fn info(inner: &Inner, id: &StreamId) -> Option<StreamInfo> {
 
 /// The keys of `kind` starting with `prefix` (expired ones included), in key order.
 fn keys_with_prefix(inner: &Inner, kind: RecordKind, prefix: &str) -> Vec<(RecordKind, String)> {
-    inner
-        .records
-        .range((kind, prefix.to_owned())..)
-        .take_while(|((k, key), _)| *k == kind && key.starts_with(prefix))
-        .map(|(k, _)| k.clone())
-        .collect()
+    inner.records.range((kind, prefix.to_owned())..).take_while(|((k, key), _)| *k == kind && key.starts_with(prefix)).map(|(k, _)| k.clone()).collect()
 }
 
 fn remove_session(inner: &mut Inner, id: &SessionId) {
@@ -380,10 +348,9 @@ fn remove_session(inner: &mut Inner, id: &SessionId) {
 
 fn insert_stream(inner: &mut Inner, id: &StreamId, owner: &StreamOwner) {
     let (notify, _) = watch::channel(0);
-    inner.streams.insert(
-        id.clone(),
-        StreamState { owner: owner.clone(), events: VecDeque::new(), first_seq: 1, closed: false, last_event_ms: now_ms(), notify },
-    );
+    inner
+        .streams
+        .insert(id.clone(), StreamState { owner: owner.clone(), events: VecDeque::new(), first_seq: 1, closed: false, last_event_ms: now_ms(), notify });
     if let Some(session) = &owner.session {
         inner.session_streams.entry(session.clone()).or_default().push(id.clone());
     }

@@ -95,7 +95,11 @@ enum Step<'a> {
     /// stream the batch creates: nobody can be waiting on it, see
     /// [`WriteBatch::woken_streams`]).
     Op(&'a BatchOp, bool),
-    Append { stream: &'a StreamId, data: &'a str, close: bool },
+    Append {
+        stream: &'a StreamId,
+        data: &'a str,
+        close: bool,
+    },
 }
 
 impl Work {
@@ -310,9 +314,7 @@ async fn run_step(client: &Client, statement: Statement, step: Step<'_>, shared:
         Step::Op(BatchOp::DeleteRecord { kind, key, version }, _) => {
             records::delete_version_step(client, &statement, *kind, key, *version, now_ms()).await.map(|()| OpOutcome::Deleted(1))
         }
-        Step::Op(BatchOp::DeleteRecords { kind, prefix }, _) => {
-            records::delete_step(client, &statement, *kind, prefix, now_ms()).await.map(OpOutcome::Deleted)
-        }
+        Step::Op(BatchOp::DeleteRecords { kind, prefix }, _) => records::delete_step(client, &statement, *kind, prefix, now_ms()).await.map(OpOutcome::Deleted),
     }
 }
 
@@ -447,14 +449,7 @@ fn prepared(conn: &Conn, step: Step<'_>) -> StoreResult<Statement> {
 }
 
 /// One transaction running `jobs` (indices into `works`) in order, in pipelined rounds.
-async fn transaction(
-    conn: &mut Conn,
-    shared: &Shared,
-    works: &[&Work],
-    steps: &[Vec<Step<'_>>],
-    jobs: &[usize],
-    commit_sent: &mut bool,
-) -> StoreResult<Pass> {
+async fn transaction(conn: &mut Conn, shared: &Shared, works: &[&Work], steps: &[Vec<Step<'_>>], jobs: &[usize], commit_sent: &mut bool) -> StoreResult<Pass> {
     let alone = jobs.len() == 1;
     let has_savepoint = |job: usize| !alone && steps[job].len() > 1;
     let mut decided: Vec<(usize, StoreResult<BatchOutcome>)> = Vec::with_capacity(jobs.len());
@@ -479,9 +474,7 @@ async fn transaction(
         if !appends.is_empty() {
             let statement = conn.statements.prepared(streams::APPEND_MANY).cloned().ok_or_else(|| unavailable("a batch statement was not prepared"))?;
             let (max, channel) = (shared.options.max_events_per_stream, shared.channel.as_str());
-            requests.push(Box::pin(async move {
-                streams::append_many_step(client, &statement, &appends, max, channel).await.map(Reply::Appends)
-            }));
+            requests.push(Box::pin(async move { streams::append_many_step(client, &statement, &appends, max, channel).await.map(Reply::Appends) }));
         }
         for &job in &queue {
             if has_savepoint(job) {
@@ -509,10 +502,13 @@ async fn transaction(
                 return Err(unavailable("many appends got the wrong number of answers"));
             }
             for (job, result) in many.drain(..).zip(results) {
-                decided.push((job, match result {
-                    Ok(id) => Ok(BatchOutcome { ops: vec![OpOutcome::Appended(id)] }),
-                    Err(refusal) => Err(works[job].refused(0, refusal)),
-                }));
+                decided.push((
+                    job,
+                    match result {
+                        Ok(id) => Ok(BatchOutcome { ops: vec![OpOutcome::Appended(id)] }),
+                        Err(refusal) => Err(works[job].refused(0, refusal)),
+                    },
+                ));
             }
         }
         // The jobs of this round, in order, until one must be sent again with those after it.

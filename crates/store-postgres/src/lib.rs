@@ -64,8 +64,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, WriteBatch, Expect, Principal, StoreError, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
-    StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
+    StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch, now_ms,
 };
 
 pub use error::PgFailure;
@@ -81,9 +81,7 @@ pub(crate) fn to_i64(value: u64) -> i64 {
 
 /// Run `operation`, failing it as unavailable after `timeout` (D15: fail fast).
 async fn timed<T>(timeout: Duration, operation: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-    tokio::time::timeout(timeout, operation)
-        .await
-        .unwrap_or_else(|_| Err(unavailable(format!("PostgreSQL did not answer within {timeout:?}"))))
+    tokio::time::timeout(timeout, operation).await.unwrap_or_else(|_| Err(unavailable(format!("PostgreSQL did not answer within {timeout:?}"))))
 }
 
 struct Shared {
@@ -106,10 +104,7 @@ pub struct PgStore {
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore")
-            .field("target", &self.shared.options.target())
-            .field("schema", &self.shared.options.schema)
-            .finish_non_exhaustive()
+        f.debug_struct("PgStore").field("target", &self.shared.options.target()).field("schema", &self.shared.options.schema).finish_non_exhaustive()
     }
 }
 
@@ -268,14 +263,7 @@ impl Store for PgStore {
     /// One statement whose condition is part of it: of writers racing on one key exactly one
     /// commits (D8), a version moves on only from the version the writer read (D7), and a
     /// failed condition writes nothing and is `StoreError::Conflict`.
-    async fn put_record(
-        &self,
-        kind: RecordKind,
-        key: &str,
-        value: String,
-        expires_at_ms: Option<u64>,
-        expect: Expect,
-    ) -> StoreResult<u64> {
+    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
         op!(self, conn => records::put(conn, kind, key, &value, expires_at_ms, expect))
     }
 

@@ -59,12 +59,7 @@ pub(crate) async fn start(options: PgOptions, watchers: Watchers) -> StoreResult
     }
 }
 
-async fn run(
-    options: PgOptions,
-    watchers: Watchers,
-    ready: oneshot::Sender<StoreResult<()>>,
-    mut stop: oneshot::Receiver<()>,
-) {
+async fn run(options: PgOptions, watchers: Watchers, ready: oneshot::Sender<StoreResult<()>>, mut stop: oneshot::Receiver<()>) {
     let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -102,12 +97,7 @@ impl Drop for AbortOnDrop {
 /// One listening connection: connect, LISTEN, wake everyone, then forward notifications
 /// until the connection fails; returns why it ended. Sets `listened` once LISTEN is in
 /// effect.
-async fn session(
-    options: &PgOptions,
-    watchers: &Watchers,
-    ready: &mut Option<oneshot::Sender<StoreResult<()>>>,
-    listened: &mut bool,
-) -> StoreError {
+async fn session(options: &PgOptions, watchers: &Watchers, ready: &mut Option<oneshot::Sender<StoreResult<()>>>, listened: &mut bool) -> StoreError {
     match listen(options, watchers, ready, listened).await {
         Ok(never) => match never {},
         Err(error) => error,

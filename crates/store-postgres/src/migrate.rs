@@ -10,8 +10,8 @@ use durable_mcp_store::{StoreError, StoreResult};
 use tokio_postgres::Client;
 
 use crate::error::from_pg;
-use crate::pool::Conn;
 use crate::options::quote_ident;
+use crate::pool::Conn;
 
 /// Each entry migrates from version `index` to `index + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -68,9 +68,7 @@ const LOCK_CLASS: i32 = 0x646d_6370;
 /// [`StoreError::Incompatible`].
 pub(crate) async fn migrate(client: &mut Client, schema: Option<&str>) -> StoreResult<i64> {
     let tx = client.transaction().await.map_err(from_pg)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&LOCK_CLASS, &schema.unwrap_or("")])
-        .await
-        .map_err(from_pg)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&LOCK_CLASS, &schema.unwrap_or("")]).await.map_err(from_pg)?;
     if let Some(schema) = schema {
         tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema))).await.map_err(from_pg)?;
     }
@@ -82,11 +80,7 @@ pub(crate) async fn migrate(client: &mut Client, schema: Option<&str>) -> StoreR
     )
     .await
     .map_err(from_pg)?;
-    let current: i64 = tx
-        .query_one("SELECT COALESCE(MAX(version), 0) FROM durable_mcp_schema", &[])
-        .await
-        .and_then(|row| row.try_get(0))
-        .map_err(from_pg)?;
+    let current: i64 = tx.query_one("SELECT COALESCE(MAX(version), 0) FROM durable_mcp_schema", &[]).await.and_then(|row| row.try_get(0)).map_err(from_pg)?;
     if current > LATEST {
         return Err(StoreError::Incompatible(format!(
             "the PostgreSQL schema{} is at version {current}, but this durable-mcp understands up to {LATEST}: upgrade durable-mcp",
@@ -118,11 +112,7 @@ pub(crate) async fn status(conn: &mut Conn) -> StoreResult<durable_mcp_store::St
     let synchronous_commit: String = row.try_get(3).map_err(from_pg)?;
     let full_page_writes: String = row.try_get(4).map_err(from_pg)?;
     let settings = judge_settings(fsync, synchronous_commit, full_page_writes);
-    Ok(durable_mcp_store::StoreStatus {
-        schema: Some(SchemaVersion { found, expected: LATEST }),
-        server_time_ms: u64::try_from(now).ok(),
-        settings,
-    })
+    Ok(durable_mcp_store::StoreStatus { schema: Some(SchemaVersion { found, expected: LATEST }), server_time_ms: u64::try_from(now).ok(), settings })
 }
 
 /// The server settings that decide whether an acknowledged commit survives a crash, each
@@ -130,7 +120,12 @@ pub(crate) async fn status(conn: &mut Conn) -> StoreResult<durable_mcp_store::St
 pub(crate) fn judge_settings(fsync: String, synchronous_commit: String, full_page_writes: String) -> Vec<durable_mcp_store::Setting> {
     use durable_mcp_store::Setting;
     let fsync = if fsync == "off" {
-        Setting::weak("fsync", fsync, "commits are not flushed to disk: a server crash can lose acknowledged events and corrupt the cluster", "set `fsync = on` in postgresql.conf")
+        Setting::weak(
+            "fsync",
+            fsync,
+            "commits are not flushed to disk: a server crash can lose acknowledged events and corrupt the cluster",
+            "set `fsync = on` in postgresql.conf",
+        )
     } else {
         Setting::fine("fsync", fsync)
     };

@@ -102,8 +102,7 @@ impl PgOptions {
         }
         let url = if passthrough.is_empty() { base.to_owned() } else { format!("{base}?{}", passthrough.join("&")) };
         // The error's text never contains the URL, so no password reaches a log.
-        let mut config = tokio_postgres::Config::from_str(&url)
-            .map_err(|e| StoreError::Incompatible(format!("bad postgres URL: {}", describe(&e))))?;
+        let mut config = tokio_postgres::Config::from_str(&url).map_err(|e| StoreError::Incompatible(format!("bad postgres URL: {}", describe(&e))))?;
         let connect_timeout = config.get_connect_timeout().copied().unwrap_or(Duration::from_secs(5));
         if config.get_application_name().is_none() {
             config.application_name("durable-mcp");
@@ -153,9 +152,7 @@ impl PgOptions {
             || self.check_timeout.is_zero()
             || self.acquire_timeout.is_zero()
         {
-            return Err(StoreError::Incompatible(
-                "poll_ms, op_timeout_ms, connect_timeout, check_timeout_ms and acquire_timeout_ms must be positive".into(),
-            ));
+            return Err(StoreError::Incompatible("poll_ms, op_timeout_ms, connect_timeout, check_timeout_ms and acquire_timeout_ms must be positive".into()));
         }
         Ok(())
     }

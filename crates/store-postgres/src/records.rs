@@ -11,7 +11,7 @@
 //! `key >= prefix AND key < end` selects exactly the keys with the prefix through the
 //! primary key's index.
 
-use durable_mcp_store::{Expect, Record, RecordKind, prefix_end, StoreError, StoreResult};
+use durable_mcp_store::{Expect, Record, RecordKind, StoreError, StoreResult, prefix_end};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Row, Statement, Transaction};
 
@@ -56,12 +56,7 @@ const PRUNE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (
 
 /// Decode a `(key, version, value, expires_at)` row.
 fn decode(row: &Row) -> StoreResult<Record> {
-    Record::from_columns(
-        row.try_get(0).map_err(from_pg)?,
-        row.try_get(1).map_err(from_pg)?,
-        row.try_get(2).map_err(from_pg)?,
-        row.try_get(3).map_err(from_pg)?,
-    )
+    Record::from_columns(row.try_get(0).map_err(from_pg)?, row.try_get(1).map_err(from_pg)?, row.try_get(2).map_err(from_pg)?, row.try_get(3).map_err(from_pg)?)
 }
 
 /// The statement [`put_step`] runs for `expect`.
@@ -106,14 +101,7 @@ pub(crate) async fn put_step<C: GenericClient + Sync>(
 }
 
 /// [`put_step`] on its own (one statement, committed when it returns).
-pub(crate) async fn put(
-    conn: &mut Conn,
-    kind: RecordKind,
-    key: &str,
-    value: &str,
-    expires_at_ms: Option<u64>,
-    expect: Expect,
-) -> StoreResult<u64> {
+pub(crate) async fn put(conn: &mut Conn, kind: RecordKind, key: &str, value: &str, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
     let statement = conn.statements.get(&conn.client, put_sql(expect)).await?;
     put_step(&conn.client, &statement, kind, key, value, expires_at_ms, expect).await.map_err(StepError::into_error)
 }

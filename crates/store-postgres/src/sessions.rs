@@ -19,8 +19,7 @@ const TOUCH: &str = "UPDATE sessions SET last_seen_ms = GREATEST(last_seen_ms, $
 const DELETE_STREAMS: &str = "DELETE FROM streams WHERE session = $1 RETURNING id";
 const DELETE: &str = "DELETE FROM sessions WHERE id = $1";
 const LIST_ALL: &str = "SELECT record, last_seen_ms FROM sessions ORDER BY created_at_ms, id LIMIT $1";
-const LIST_MINE: &str =
-    "SELECT record, last_seen_ms FROM sessions WHERE principal = $2 ORDER BY created_at_ms, id LIMIT $1";
+const LIST_MINE: &str = "SELECT record, last_seen_ms FROM sessions WHERE principal = $2 ORDER BY created_at_ms, id LIMIT $1";
 const IDLE: &str = "SELECT id FROM sessions WHERE last_seen_ms < $1 ORDER BY id FOR UPDATE SKIP LOCKED";
 const DELETE_STREAMS_OF: &str = "DELETE FROM streams WHERE session = ANY($1) RETURNING id";
 const DELETE_MANY: &str = "DELETE FROM sessions WHERE id = ANY($1)";
@@ -29,8 +28,7 @@ const DELETE_MANY: &str = "DELETE FROM sessions WHERE id = ANY($1)";
 fn decode(row: &Row) -> StoreResult<SessionRecord> {
     let text: &str = row.try_get(0).map_err(from_pg)?;
     let last_seen: i64 = row.try_get(1).map_err(from_pg)?;
-    let mut record: SessionRecord =
-        serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("session record: {e}")))?;
+    let mut record: SessionRecord = serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("session record: {e}")))?;
     record.last_seen_ms = u64::try_from(last_seen).unwrap_or(0);
     Ok(record)
 }
@@ -55,13 +53,8 @@ pub(crate) async fn create(conn: &mut Conn, record: &SessionRecord) -> StoreResu
     let Conn { client, statements, .. } = conn;
     let tx = client.transaction().await.map_err(from_pg)?;
     let insert = statements.get(&tx, INSERT).await?;
-    let params: [&(dyn ToSql + Sync); 5] = [
-        &record.id.as_str(),
-        &record.principal.as_str(),
-        &text,
-        &to_i64(record.created_at_ms),
-        &to_i64(record.last_seen_ms),
-    ];
+    let params: [&(dyn ToSql + Sync); 5] =
+        [&record.id.as_str(), &record.principal.as_str(), &text, &to_i64(record.created_at_ms), &to_i64(record.last_seen_ms)];
     tx.execute(&insert, &params).await.map_err(from_pg)?;
     let owner = StreamOwner { principal: record.principal.clone(), session: Some(record.id.clone()) };
     streams::insert(&tx, statements, &record.standalone_stream, &owner).await?;
@@ -78,13 +71,7 @@ pub(crate) async fn load(conn: &mut Conn, principal: &Principal, id: &SessionId)
 /// Apply `change` to `principal`'s session `id`. A touch is one `UPDATE`; any other
 /// change reads the row `FOR UPDATE`, applies the change and writes it back in one
 /// transaction, so concurrent changes from any worker serialize and none is lost (D4).
-pub(crate) async fn update(
-    conn: &mut Conn,
-    principal: &Principal,
-    id: &SessionId,
-    change: &SessionChange,
-    now_ms: u64,
-) -> StoreResult<SessionRecord> {
+pub(crate) async fn update(conn: &mut Conn, principal: &Principal, id: &SessionId, change: &SessionChange, now_ms: u64) -> StoreResult<SessionRecord> {
     let Conn { client, statements, .. } = conn;
     let now = to_i64(now_ms);
     if matches!(change, SessionChange::Touch) {
@@ -111,12 +98,7 @@ pub(crate) async fn update(
 ///
 /// The session row is locked first, so a concurrent `create_stream` for it either commits
 /// before (and its stream is deleted and notified here) or fails its foreign key after.
-pub(crate) async fn end(
-    conn: &mut Conn,
-    principal: &Principal,
-    id: &SessionId,
-    channel: &str,
-) -> StoreResult<(bool, Vec<StreamId>)> {
+pub(crate) async fn end(conn: &mut Conn, principal: &Principal, id: &SessionId, channel: &str) -> StoreResult<(bool, Vec<StreamId>)> {
     let Conn { client, statements, .. } = conn;
     let tx = client.transaction().await.map_err(from_pg)?;
     let lock = statements.get(&tx, LOCK).await?;
@@ -158,11 +140,7 @@ pub(crate) async fn prune_idle(
     cutoff_ms: u64,
 ) -> StoreResult<(u64, Vec<StreamId>)> {
     let idle = statements.get(tx, IDLE).await?;
-    let ids: Vec<String> = tx
-        .query(&idle, &[&to_i64(cutoff_ms)])
-        .await
-        .and_then(|rows| rows.iter().map(|row| row.try_get(0)).collect())
-        .map_err(from_pg)?;
+    let ids: Vec<String> = tx.query(&idle, &[&to_i64(cutoff_ms)]).await.and_then(|rows| rows.iter().map(|row| row.try_get(0)).collect()).map_err(from_pg)?;
     if ids.is_empty() {
         return Ok((0, Vec::new()));
     }

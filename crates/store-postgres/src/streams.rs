@@ -108,19 +108,10 @@ const NOTIFY: &str = "SELECT pg_notify($1, id) FROM unnest($2::TEXT[]) AS id";
 
 /// Insert an empty stream. A stream of a session that does not exist (or ended meanwhile)
 /// is `NotFound`.
-pub(crate) async fn insert<C: GenericClient + Sync>(
-    client: &C,
-    statements: &mut Statements,
-    id: &StreamId,
-    owner: &StreamOwner,
-) -> StoreResult<()> {
+pub(crate) async fn insert<C: GenericClient + Sync>(client: &C, statements: &mut Statements, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
     let statement = statements.get(client, INSERT).await?;
-    let params: [&(dyn ToSql + Sync); 4] = [
-        &id.as_str(),
-        &owner.principal.as_str(),
-        &owner.session.as_ref().map(|s| s.as_str()),
-        &to_i64(durable_mcp_store::now_ms()),
-    ];
+    let params: [&(dyn ToSql + Sync); 4] =
+        [&id.as_str(), &owner.principal.as_str(), &owner.session.as_ref().map(|s| s.as_str()), &to_i64(durable_mcp_store::now_ms())];
     match client.execute(&statement, &params).await {
         Ok(_) => Ok(()),
         Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => Err(StoreError::not_found("session")),
@@ -140,8 +131,7 @@ pub(crate) async fn append_step<C: GenericClient + Sync>(
     channel: Option<&str>,
 ) -> Result<EventId, StepError> {
     let max = max_events.map(to_i64);
-    let params: [&(dyn ToSql + Sync); 6] =
-        [&stream.as_str(), &data, &close, &to_i64(durable_mcp_store::now_ms()), &max, &channel];
+    let params: [&(dyn ToSql + Sync); 6] = [&stream.as_str(), &data, &close, &to_i64(durable_mcp_store::now_ms()), &max, &channel];
     let row = client.query_one(statement, &params).await.map_err(StepError::statement)?;
     let (seq, closed): (Option<i64>, Option<bool>) = (row.try_get(0).map_err(StepError::decoding)?, row.try_get(1).map_err(StepError::decoding)?);
     match (seq, closed) {
@@ -188,18 +178,9 @@ pub(crate) async fn append_many_step<C: GenericClient + Sync>(
 
 /// Create an empty stream with a prepared [`CREATE`]: refused as a conflict if it exists,
 /// and as not found if its session does not (that one fails the statement).
-pub(crate) async fn create_step<C: GenericClient + Sync>(
-    client: &C,
-    statement: &Statement,
-    id: &StreamId,
-    owner: &StreamOwner,
-) -> Result<(), StepError> {
-    let params: [&(dyn ToSql + Sync); 4] = [
-        &id.as_str(),
-        &owner.principal.as_str(),
-        &owner.session.as_ref().map(|s| s.as_str()),
-        &to_i64(durable_mcp_store::now_ms()),
-    ];
+pub(crate) async fn create_step<C: GenericClient + Sync>(client: &C, statement: &Statement, id: &StreamId, owner: &StreamOwner) -> Result<(), StepError> {
+    let params: [&(dyn ToSql + Sync); 4] =
+        [&id.as_str(), &owner.principal.as_str(), &owner.session.as_ref().map(|s| s.as_str()), &to_i64(durable_mcp_store::now_ms())];
     match client.query_opt(statement, &params).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(StepError::Refused(StoreError::Conflict { what: "stream" })),
@@ -245,10 +226,7 @@ pub(crate) async fn read_after(conn: &mut Conn, stream: &StreamId, after: u64, l
     let last: i64 = head.try_get(1).map_err(from_pg)?;
     let closed: bool = head.try_get(2).map_err(from_pg)?;
     if after_i.saturating_add(1) < first {
-        return Err(StoreError::Pruned {
-            event: EventId::new(stream.clone(), after).to_string(),
-            oldest_retained: u64::try_from(first).unwrap_or(0),
-        });
+        return Err(StoreError::Pruned { event: EventId::new(stream.clone(), after).to_string(), oldest_retained: u64::try_from(first).unwrap_or(0) });
     }
     let mut events = Vec::with_capacity(rows.len());
     let mut expected = after_i.saturating_add(1);
@@ -324,14 +302,7 @@ pub(crate) async fn info(conn: &mut Conn, stream: &StreamId) -> StoreResult<dura
 /// events it already holds are skipped by sequence, the rest must continue it (an empty
 /// stream may start at the first retained event of its source), and its tails are
 /// notified at commit. Returns how many events were inserted.
-pub(crate) async fn import(
-    conn: &mut Conn,
-    channel: &str,
-    stream: &StreamId,
-    owner: &StreamOwner,
-    events: &[StoredEvent],
-    close: bool,
-) -> StoreResult<u64> {
+pub(crate) async fn import(conn: &mut Conn, channel: &str, stream: &StreamId, owner: &StreamOwner, events: &[StoredEvent], close: bool) -> StoreResult<u64> {
     const LOCK: &str = "SELECT last_seq, closed FROM streams WHERE id = $1 FOR UPDATE";
     const INSERT_EVENTS: &str = "INSERT INTO events (stream, seq, data) SELECT $1, seq, data FROM unnest($2::BIGINT[], $3::TEXT[]) AS t(seq, data)";
     const UPDATE: &str = "UPDATE streams SET last_seq = $2, closed = $3, last_event_ms = $4,
@@ -367,8 +338,7 @@ pub(crate) async fn import(
     tx.execute(&statement, &[&stream.as_str(), &seqs, &data]).await.map_err(from_pg)?;
     let new_last = to_i64(start + fresh.len() as u64 - 1);
     let statement = statements.get(&tx, UPDATE).await?;
-    let params: [&(dyn ToSql + Sync); 6] =
-        [&stream.as_str(), &new_last, &close, &to_i64(durable_mcp_store::now_ms()), &(last == 0), &to_i64(start)];
+    let params: [&(dyn ToSql + Sync); 6] = [&stream.as_str(), &new_last, &close, &to_i64(durable_mcp_store::now_ms()), &(last == 0), &to_i64(start)];
     tx.execute(&statement, &params).await.map_err(from_pg)?;
     notify(&tx, statements, channel, std::slice::from_ref(stream)).await?;
     tx.commit().await.map_err(from_pg)?;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionChange, Store, StoreError, StreamId, StreamOwner, in_ci};
 use durable_mcp_store::contract::{WAKE_WINDOW, events_after_wake};
+use durable_mcp_store::{Expect, Principal, RecordKind, SessionChange, Store, StoreError, StreamId, StreamOwner, in_ci};
 use futures::StreamExt;
 
 use super::*;
@@ -68,10 +68,7 @@ async fn drop_stale_schemas(options: &PgOptions) {
         return;
     }
     let client = admin(options).await;
-    let rows = client
-        .query("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", &[&SCHEMA_PREFIX])
-        .await
-        .expect("list test schemas");
+    let rows = client.query("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", &[&SCHEMA_PREFIX]).await.expect("list test schemas");
     for row in rows {
         let name: String = row.get(0);
         let pid = name[SCHEMA_PREFIX.len()..].split('_').next().unwrap_or("");
@@ -228,8 +225,7 @@ async fn d2_appenders_on_two_workers_give_one_gap_free_log() {
     let read = b.read_after(&stream, 0, usize::MAX).await.unwrap();
     assert_eq!(read.events.iter().map(|e| e.id.seq).collect::<Vec<_>>(), (1..=total).collect::<Vec<_>>());
     for w in 0..4 {
-        let mine: Vec<&str> =
-            read.events.iter().map(|e| e.data.as_str()).filter(|d| d.starts_with(&format!("w{w}-"))).collect();
+        let mine: Vec<&str> = read.events.iter().map(|e| e.data.as_str()).filter(|d| d.starts_with(&format!("w{w}-"))).collect();
         assert_eq!(mine.len(), PER_TASK, "writer {w}");
     }
 }
@@ -321,7 +317,6 @@ async fn d15_pool_replaces_killed_connections() {
     assert!(store.load_session(&who, &record.id).await.is_ok());
 }
 
-
 #[tokio::test]
 async fn a_version_1_schema_migrates_forward_keeping_its_data() {
     let Some(options) = fresh_options(&[]).await else { return };
@@ -334,10 +329,7 @@ async fn a_version_1_schema_migrates_forward_keeping_its_data() {
     // Back to version 1: no journal records yet.
     let client = admin(&options).await;
     let schema = options::quote_ident(options.schema.as_deref().unwrap());
-    client
-        .batch_execute(&format!("DROP TABLE {schema}.records; DELETE FROM {schema}.durable_mcp_schema WHERE version > 1"))
-        .await
-        .unwrap();
+    client.batch_execute(&format!("DROP TABLE {schema}.records; DELETE FROM {schema}.durable_mcp_schema WHERE version > 1")).await.unwrap();
     let store = PgStore::open(options).await.unwrap();
     assert_eq!(store.read_after(&stream, 0, 10).await.unwrap().events[0].data, "kept");
     assert_eq!(store.put_record(RecordKind::Run, "r", "{}".into(), None, Expect::Absent).await.unwrap(), 1);

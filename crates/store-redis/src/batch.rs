@@ -13,9 +13,7 @@
 //! (outside batches, `delete_records` works in slices of 256). Each stream the batch
 //! appends to or closes is woken once, by one `PUBLISH` in the script and locally after it.
 
-use durable_mcp_store::{
-    BatchOp, BatchOutcome, EventId, OpOutcome, StoreError, StoreResult, WriteBatch, now_ms, op_failed,
-};
+use durable_mcp_store::{BatchOp, BatchOutcome, EventId, OpOutcome, StoreError, StoreResult, WriteBatch, now_ms, op_failed};
 
 use crate::error::{bad_reply, from_redis, int};
 use crate::records::{lex_range, script_args};
@@ -30,10 +28,9 @@ pub(crate) async fn commit(shared: &Shared, batch: WriteBatch) -> StoreResult<Ba
     call.arg(now).arg(idle).arg(closed).arg(shared.options.max_events_per_stream.unwrap_or(0)).arg(sweep);
     for op in batch.ops() {
         let fields: [Vec<u8>; 6] = match op {
-            BatchOp::CreateStream { id, owner } => fields(
-                "c",
-                [id.as_str(), owner.principal.as_str(), owner.session.as_ref().map_or("", |s| s.as_str()), "", ""],
-            ),
+            BatchOp::CreateStream { id, owner } => {
+                fields("c", [id.as_str(), owner.principal.as_str(), owner.session.as_ref().map_or("", |s| s.as_str()), "", ""])
+            }
             BatchOp::Append { stream, data } => fields("a", [stream.as_str(), data, "", "", ""]),
             BatchOp::Close { stream } => fields("x", [stream.as_str(), "", "", "", ""]),
             BatchOp::PutRecord { kind, key, value, expires_at_ms, expect } => {

@@ -18,9 +18,7 @@ pub(crate) fn from_redis(error: RedisError) -> StoreError {
     match error.kind() {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::Corrupt(error.to_string()),
         ErrorKind::InvalidClientConfig => StoreError::Incompatible(error.to_string()),
-        _ if error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE") => {
-            StoreError::Corrupt(error.to_string())
-        }
+        _ if error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE") => StoreError::Corrupt(error.to_string()),
         _ if error.code() == Some("ERR") && error.detail().is_some_and(refuses_value) => StoreError::Refused(Box::new(error)),
         _ => StoreError::Unavailable(Box::new(error)),
     }

@@ -1,9 +1,9 @@
 //! Key names. The crate docs describe the layout; the Lua prelude in `scripts.rs` builds
 //! the same names (a test checks the two agree).
 
-use durable_mcp_store::{RecordKind, SessionId};
 #[cfg(test)]
 use durable_mcp_store::StreamId;
+use durable_mcp_store::{RecordKind, SessionId};
 
 /// The key names of one store (one prefix).
 #[derive(Debug, Clone)]

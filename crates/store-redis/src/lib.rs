@@ -111,8 +111,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, WriteBatch, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
-    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, now_ms,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
+    StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch, now_ms,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -170,10 +170,7 @@ pub struct RedisStore {
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStore")
-            .field("url", &redact(&self.shared.options.url))
-            .field("prefix", &self.shared.options.prefix)
-            .finish_non_exhaustive()
+        f.debug_struct("RedisStore").field("url", &redact(&self.shared.options.url)).field("prefix", &self.shared.options.prefix).finish_non_exhaustive()
     }
 }
 
@@ -238,9 +235,7 @@ async fn check_server(conn: &ConnectionManager) -> Result<(), StoreError> {
         }
         Err(error) => return Err(from_redis(error)),
     };
-    let field = |name: &str| {
-        info.lines().find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(':'))).map(str::trim)
-    };
+    let field = |name: &str| info.lines().find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(':'))).map(str::trim);
     if let Some(version) = field("redis_version") {
         let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
         let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
@@ -321,14 +316,7 @@ impl Store for RedisStore {
         Ok(report)
     }
 
-    async fn put_record(
-        &self,
-        kind: RecordKind,
-        key: &str,
-        value: String,
-        expires_at_ms: Option<u64>,
-        expect: Expect,
-    ) -> StoreResult<u64> {
+    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
         records::put(&self.shared, kind, key, value, expires_at_ms, expect, now_ms()).await
     }
 

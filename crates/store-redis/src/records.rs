@@ -84,12 +84,7 @@ pub(crate) async fn get(shared: &Shared, kind: RecordKind, key: &str, now_ms: u6
         .map_err(from_redis)?;
     let Some(stored) = stored else { return Ok(None) };
     let value = value.ok_or_else(|| StoreError::Corrupt(format!("record {key:?} has no value")))?;
-    let record = Record {
-        key: key.to_owned(),
-        version: version(key, &stored)?,
-        value,
-        expires_at_ms: expiry(key, expires_at.as_deref().unwrap_or(""))?,
-    };
+    let record = Record { key: key.to_owned(), version: version(key, &stored)?, value, expires_at_ms: expiry(key, expires_at.as_deref().unwrap_or(""))? };
     // Redis may not have dropped it yet (its clock is not ours).
     Ok(Some(record).filter(|r| !r.expired(now_ms)))
 }
@@ -114,8 +109,7 @@ pub(crate) async fn list(shared: &Shared, kind: RecordKind, prefix: &str, limit:
         }
         for entry in items[2..].chunks(4) {
             let [key, stored, value, expires_at] = entry else { return Err(bad_reply("list_records", &reply)) };
-            let (Some(key), Some(stored), Some(value), Some(expires_at)) = (text(key), text(stored), text(value), text(expires_at))
-            else {
+            let (Some(key), Some(stored), Some(value), Some(expires_at)) = (text(key), text(stored), text(value), text(expires_at)) else {
                 return Err(bad_reply("list_records", &reply));
             };
             let record = Record { version: version(&key, &stored)?, expires_at_ms: expiry(&key, &expires_at)?, key, value };

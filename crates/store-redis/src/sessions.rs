@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use durable_mcp_store::{Principal, SessionChange, SessionId, SessionRecord, StoreError, StoreResult, StreamId, now_ms};
 use crate::error::{bad_reply, from_redis, int, text};
 use crate::options::millis;
 use crate::{Shared, scripts};
+use durable_mcp_store::{Principal, SessionChange, SessionId, SessionRecord, StoreError, StoreResult, StreamId, now_ms};
 
 /// Give up an update after this many lost races (each race means another worker's update
 /// committed, so the system as a whole progresses).
@@ -48,12 +48,7 @@ pub(crate) async fn create(shared: &Shared, record: SessionRecord) -> StoreResul
 /// The version and record of a live session of `principal`.
 async fn fetch(shared: &Shared, principal: &Principal, id: &SessionId) -> StoreResult<(String, SessionRecord)> {
     let (owner, record, version): (Option<String>, Option<String>, Option<String>) =
-        redis::cmd("HMGET")
-            .arg(shared.keys.session(id))
-            .arg(&["principal", "record", "version"])
-            .query_async(&mut shared.conn())
-            .await
-            .map_err(from_redis)?;
+        redis::cmd("HMGET").arg(shared.keys.session(id)).arg(&["principal", "record", "version"]).query_async(&mut shared.conn()).await.map_err(from_redis)?;
     match (owner, record, version) {
         (Some(owner), Some(record), Some(version)) if owner == principal.as_str() => Ok((version, decode(&record)?)),
         _ => Err(StoreError::not_found("session")),
@@ -73,13 +68,7 @@ pub(crate) async fn update(shared: &Shared, principal: &Principal, id: &SessionI
         let (version, mut record) = fetch(shared, principal, id).await?;
         record.apply(&change, now_ms())?;
         let mut call = shared.script(&scripts::UPDATE_SESSION);
-        call.key(shared.keys.session(id))
-            .arg(id.as_str())
-            .arg(principal.as_str())
-            .arg(&version)
-            .arg(encode(&record)?)
-            .arg(record.last_seen_ms)
-            .arg(ttl);
+        call.key(shared.keys.session(id)).arg(id.as_str()).arg(principal.as_str()).arg(&version).arg(encode(&record)?).arg(record.last_seen_ms).arg(ttl);
         let outcome: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
         match outcome {
             1 => return Ok(record),
@@ -97,10 +86,7 @@ pub(crate) async fn update(shared: &Shared, principal: &Principal, id: &SessionI
 /// Run the end script; returns the deleted streams if the session was ended.
 async fn end_script(shared: &Shared, id: &SessionId, principal: Option<&Principal>, idle_before: Option<u64>) -> StoreResult<Option<Vec<StreamId>>> {
     let mut call = shared.script(&scripts::END_SESSION);
-    call.key(shared.keys.session(id))
-        .arg(id.as_str())
-        .arg(principal.map_or("", |p| p.as_str()))
-        .arg(idle_before.map(|c| c.to_string()).unwrap_or_default());
+    call.key(shared.keys.session(id)).arg(id.as_str()).arg(principal.map_or("", |p| p.as_str())).arg(idle_before.map(|c| c.to_string()).unwrap_or_default());
     let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
     let redis::Value::Array(items) = &reply else { return Err(bad_reply("end_session", &reply)) };
     match items.first().and_then(int) {
@@ -123,8 +109,7 @@ pub(crate) async fn end(shared: &Shared, principal: &Principal, id: &SessionId) 
 }
 
 pub(crate) async fn list(shared: &Shared, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
-    let ids: Vec<String> =
-        redis::cmd("ZRANGE").arg(shared.keys.sessions()).arg(0).arg(-1).query_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let ids: Vec<String> = redis::cmd("ZRANGE").arg(shared.keys.sessions()).arg(0).arg(-1).query_async(&mut shared.conn()).await.map_err(from_redis)?;
     let mut sessions = Vec::new();
     for chunk in ids.chunks(BATCH) {
         let mut pipe = redis::pipe();
@@ -157,12 +142,7 @@ pub(crate) async fn prune_idle(shared: &Shared, cutoff: u64) -> StoreResult<u64>
         }
         for raw in batch {
             let Ok(id) = raw.parse::<SessionId>() else {
-                let _: i64 = redis::cmd("ZREM")
-                    .arg(shared.keys.sessions())
-                    .arg(&raw)
-                    .query_async(&mut shared.conn())
-                    .await
-                    .map_err(from_redis)?;
+                let _: i64 = redis::cmd("ZREM").arg(shared.keys.sessions()).arg(&raw).query_async(&mut shared.conn()).await.map_err(from_redis)?;
                 continue;
             };
             if end_script(shared, &id, None, Some(cutoff)).await?.is_some() {

@@ -1,9 +1,7 @@
 //! Streams: a meta hash and a Redis stream of events per stream, found from the stream id
 //! alone (through `P:streamidx:<id>` for session streams).
 
-use durable_mcp_store::{
-    EventId, Principal, StoreError, StoreResult, StoredEvent, StreamId, StreamOwner, StreamRead, now_ms,
-};
+use durable_mcp_store::{EventId, Principal, StoreError, StoreResult, StoredEvent, StreamId, StreamOwner, StreamRead, now_ms};
 
 use crate::error::{bad_reply, from_redis, int, text};
 use crate::options::millis;
@@ -187,10 +185,15 @@ pub(crate) async fn info(shared: &Shared, stream: &StreamId) -> StoreResult<dura
 /// every stream, so this scans the meta keys of the prefix (`SCAN`, in pages) and sorts:
 /// O(streams) per call, for operator commands only.
 pub(crate) async fn list(shared: &Shared, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
-    let glob: String = shared.keys.prefix().chars().flat_map(|c| match c {
-        '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
-        c => vec![c],
-    }).collect();
+    let glob: String = shared
+        .keys
+        .prefix()
+        .chars()
+        .flat_map(|c| match c {
+            '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect();
     let pattern = format!("{glob}:{{*}}:stream:*");
     let mut conn = shared.conn();
     let mut cursor: u64 = 0;

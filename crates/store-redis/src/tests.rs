@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use durable_mcp_store::{
-    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
-    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps,
-};
 use durable_mcp_store::contract::{WAKE_WINDOW, events_after_wake};
+use durable_mcp_store::{
+    EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult, StreamId,
+    StreamOwner, StreamRead, WakeUps,
+};
 use futures::StreamExt;
 
 use super::*;
@@ -412,8 +412,7 @@ async fn workers_on(server: &PrivateServer) -> (RedisStore, RedisStore) {
 async fn d15_wake_up_subscription_reconnects_by_itself() {
     let Some(server) = PrivateServer::start() else { return };
     let (a, b) = workers_on(&server).await;
-    let killed: u64 =
-        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut server.admin().await).await.unwrap();
+    let killed: u64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut server.admin().await).await.unwrap();
     assert_eq!(killed, 2, "both listeners' connections killed");
     server.wait_for_subscribers(2).await;
     let stream = StreamId::random();
@@ -530,11 +529,9 @@ async fn prune_sweeps_records_redis_expired_by_itself() {
     let keys = keys_of(&prefix).await;
     assert!(keys.contains(&rust.record(RecordKind::Task, "t3")));
     let mut conn = store.store.shared.conn();
-    let listed: Vec<String> =
-        redis::cmd("ZRANGE").arg(rust.records_index(RecordKind::Task)).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    let listed: Vec<String> = redis::cmd("ZRANGE").arg(rust.records_index(RecordKind::Task)).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
     assert_eq!(listed, ["t2", "t3"]);
-    let expiring: Vec<String> =
-        redis::cmd("ZRANGE").arg(rust.records_expiring(RecordKind::Task)).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    let expiring: Vec<String> = redis::cmd("ZRANGE").arg(rust.records_expiring(RecordKind::Task)).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
     assert_eq!(expiring, ["t2"]);
 }
 

@@ -59,12 +59,7 @@ pub(crate) struct Timeouts {
 }
 
 /// Start the listener; returns once its first subscription is confirmed (or failed).
-pub(crate) async fn listen(
-    client: redis::Client,
-    channel: String,
-    watchers: Watchers,
-    timeouts: Timeouts,
-) -> Result<Listener, StoreError> {
+pub(crate) async fn listen(client: redis::Client, channel: String, watchers: Watchers, timeouts: Timeouts) -> Result<Listener, StoreError> {
     let (ready_tx, ready_rx) = oneshot::channel();
     let listener = Listener(tokio::spawn(run(client, channel, watchers, timeouts, ready_tx)));
     match ready_rx.await {
@@ -86,13 +81,7 @@ async fn subscribe(client: &redis::Client, channel: &str, timeout: Duration) -> 
     }
 }
 
-async fn run(
-    client: redis::Client,
-    channel: String,
-    watchers: Watchers,
-    timeouts: Timeouts,
-    ready: oneshot::Sender<Result<(), StoreError>>,
-) {
+async fn run(client: redis::Client, channel: String, watchers: Watchers, timeouts: Timeouts, ready: oneshot::Sender<Result<(), StoreError>>) {
     let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(100);
     loop {

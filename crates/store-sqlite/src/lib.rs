@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, WriteBatch, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
-    SchemaVersion, Setting, StoreError, StoreResult, StoreStatus, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, now_ms,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SchemaVersion, SessionChange, SessionId, SessionRecord, Setting,
+    Store, StoreError, StoreResult, StoreStatus, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch, now_ms,
 };
 use rusqlite::{Connection, OpenFlags};
 
@@ -246,14 +246,7 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn put_record(
-        &self,
-        kind: RecordKind,
-        key: &str,
-        value: String,
-        expires_at_ms: Option<u64>,
-        expect: Expect,
-    ) -> StoreResult<u64> {
+    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
         let op = writer::Op::PutRecord { kind, key: key.to_owned(), value, expires_at_ms, expect };
         match self.writer.submit(op).await? {
             writer::Reply::Count(version) => Ok(version),
@@ -341,7 +334,11 @@ impl Store for SqliteStore {
                 rusqlite::types::Value::Text(mode) => mode,
                 other => format!("{other:?}"),
             };
-            Ok(StoreStatus { schema: Some(SchemaVersion { found, expected: SCHEMA_VERSION }), server_time_ms: None, settings: judge_settings(synchronous, journal) })
+            Ok(StoreStatus {
+                schema: Some(SchemaVersion { found, expected: SCHEMA_VERSION }),
+                server_time_ms: None,
+                settings: judge_settings(synchronous, journal),
+            })
         })
         .await
     }

@@ -49,9 +49,7 @@ pub const LATEST: i64 = MIGRATIONS.len() as i64;
 
 /// Bring the schema up to [`LATEST`], refusing newer databases.
 pub fn migrate(conn: &mut Connection) -> Result<i64, StoreError> {
-    let current: i64 = conn
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(crate::error::from_sqlite)?;
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(crate::error::from_sqlite)?;
     if current > LATEST {
         return Err(StoreError::Incompatible(format!(
             "the database has schema version {current}, but this durable-mcp understands up to {LATEST}: upgrade durable-mcp"

@@ -4,7 +4,7 @@
 //! the first commit wins); reads run on reader connections. A row whose `expires_at` has
 //! passed counts as absent everywhere, and `prune` deletes it.
 
-use durable_mcp_store::{Expect, Record, RecordKind, prefix_end, StoreError};
+use durable_mcp_store::{Expect, Record, RecordKind, StoreError, prefix_end};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::from_sqlite;
@@ -86,10 +86,8 @@ pub(crate) fn delete_version(conn: &Connection, kind: RecordKind, key: &str, ver
 
 /// The unexpired record `key` of `kind`, if any.
 pub(crate) fn get(conn: &Connection, kind: RecordKind, key: &str, now_ms: u64) -> Result<Option<Record>, StoreError> {
-    let row = conn
-        .prepare_cached(GET)
-        .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), key, to_i64(now_ms)], decode).optional())
-        .map_err(from_sqlite)?;
+    let row =
+        conn.prepare_cached(GET).and_then(|mut stmt| stmt.query_row(params![kind.as_str(), key, to_i64(now_ms)], decode).optional()).map_err(from_sqlite)?;
     row.map(record).transpose()
 }
 
@@ -97,12 +95,8 @@ pub(crate) fn get(conn: &Connection, kind: RecordKind, key: &str, now_ms: u64) -
 pub(crate) fn list(conn: &Connection, kind: RecordKind, prefix: &str, limit: usize, now_ms: u64) -> Result<Vec<Record>, StoreError> {
     let (now, limit) = (to_i64(now_ms), i64::try_from(limit).unwrap_or(i64::MAX));
     let rows: Vec<(String, i64, String, Option<i64>)> = match prefix_end(prefix) {
-        Some(end) => conn
-            .prepare_cached(LIST_RANGE)
-            .and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, end, now, limit], decode)?.collect()),
-        None => conn
-            .prepare_cached(LIST_FROM)
-            .and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, now, limit], decode)?.collect()),
+        Some(end) => conn.prepare_cached(LIST_RANGE).and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, end, now, limit], decode)?.collect()),
+        None => conn.prepare_cached(LIST_FROM).and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, now, limit], decode)?.collect()),
     }
     .map_err(from_sqlite)?;
     rows.into_iter().map(record).collect()
@@ -118,9 +112,7 @@ pub(crate) fn delete(conn: &Connection, kind: RecordKind, prefix: &str, now_ms: 
                 .prepare_cached(COUNT_LIVE_RANGE)
                 .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), prefix, end, now], |row| row.get(0)))
                 .map_err(from_sqlite)?;
-            conn.prepare_cached(DELETE_RANGE)
-                .and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix, end]))
-                .map_err(from_sqlite)?;
+            conn.prepare_cached(DELETE_RANGE).and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix, end])).map_err(from_sqlite)?;
             live
         }
         None => {
@@ -128,9 +120,7 @@ pub(crate) fn delete(conn: &Connection, kind: RecordKind, prefix: &str, now_ms: 
                 .prepare_cached(COUNT_LIVE_FROM)
                 .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), prefix, now], |row| row.get(0)))
                 .map_err(from_sqlite)?;
-            conn.prepare_cached(DELETE_FROM)
-                .and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix]))
-                .map_err(from_sqlite)?;
+            conn.prepare_cached(DELETE_FROM).and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix])).map_err(from_sqlite)?;
             live
         }
     };
@@ -139,9 +129,6 @@ pub(crate) fn delete(conn: &Connection, kind: RecordKind, prefix: &str, now_ms: 
 
 /// On the writer: delete the records whose expiry is at or before `now_ms`; returns how many.
 pub(crate) fn prune_expired(conn: &Connection, now_ms: u64) -> Result<u64, StoreError> {
-    let deleted = conn
-        .prepare_cached(DELETE_EXPIRED)
-        .and_then(|mut stmt| stmt.execute(params![to_i64(now_ms)]))
-        .map_err(from_sqlite)?;
+    let deleted = conn.prepare_cached(DELETE_EXPIRED).and_then(|mut stmt| stmt.execute(params![to_i64(now_ms)])).map_err(from_sqlite)?;
     Ok(deleted as u64)
 }

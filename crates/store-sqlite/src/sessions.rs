@@ -53,13 +53,8 @@ pub(crate) fn end(conn: &Connection, principal: &Principal, id: &SessionId) -> R
         return Ok((false, Vec::new()));
     }
     let mut stmt = conn.prepare_cached("SELECT id FROM streams WHERE session = ?1").map_err(from_sqlite)?;
-    let streams: Vec<String> = stmt
-        .query_map(params![id.as_str()], |row| row.get(0))
-        .map_err(from_sqlite)?
-        .collect::<Result<_, _>>()
-        .map_err(from_sqlite)?;
-    conn.execute("DELETE FROM events WHERE stream IN (SELECT id FROM streams WHERE session = ?1)", params![id.as_str()])
-        .map_err(from_sqlite)?;
+    let streams: Vec<String> = stmt.query_map(params![id.as_str()], |row| row.get(0)).map_err(from_sqlite)?.collect::<Result<_, _>>().map_err(from_sqlite)?;
+    conn.execute("DELETE FROM events WHERE stream IN (SELECT id FROM streams WHERE session = ?1)", params![id.as_str()]).map_err(from_sqlite)?;
     conn.execute("DELETE FROM streams WHERE session = ?1", params![id.as_str()]).map_err(from_sqlite)?;
     let streams = streams.into_iter().filter_map(|s| s.parse().ok()).collect();
     Ok((true, streams))

@@ -7,18 +7,14 @@ use crate::error::from_sqlite;
 
 pub(crate) fn insert(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> Result<(), StoreError> {
     conn.prepare_cached("INSERT INTO streams (id, principal, session, last_event_ms) VALUES (?1, ?2, ?3, ?4)")
-        .and_then(|mut stmt| {
-            stmt.execute(params![id.as_str(), owner.principal.as_str(), owner.session.as_ref().map(|s| s.as_str()), now_ms() as i64])
-        })
+        .and_then(|mut stmt| stmt.execute(params![id.as_str(), owner.principal.as_str(), owner.session.as_ref().map(|s| s.as_str()), now_ms() as i64]))
         .map_err(from_sqlite)?;
     Ok(())
 }
 
 /// Whether a stream row `id` exists.
 pub(crate) fn exists(conn: &Connection, id: &StreamId) -> Result<bool, StoreError> {
-    conn.prepare_cached("SELECT 1 FROM streams WHERE id = ?1")
-        .and_then(|mut stmt| stmt.exists(params![id.as_str()]))
-        .map_err(from_sqlite)
+    conn.prepare_cached("SELECT 1 FROM streams WHERE id = ?1").and_then(|mut stmt| stmt.exists(params![id.as_str()])).map_err(from_sqlite)
 }
 
 /// Close an open stream without an event: `NotFound` if unknown, `StreamClosed` if closed.
@@ -86,16 +82,11 @@ pub(crate) fn read_after(conn: &mut Connection, stream: &StreamId, after: u64, l
     let (first, last, closed) = row.ok_or(StoreError::not_found("stream"))?;
     let after_i = i64::try_from(after).unwrap_or(i64::MAX);
     if after_i.saturating_add(1) < first {
-        return Err(StoreError::Pruned {
-            event: EventId::new(stream.clone(), after).to_string(),
-            oldest_retained: u64::try_from(first).unwrap_or(0),
-        });
+        return Err(StoreError::Pruned { event: EventId::new(stream.clone(), after).to_string(), oldest_retained: u64::try_from(first).unwrap_or(0) });
     }
     let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
     let events: Vec<StoredEvent> = {
-        let mut stmt = tx
-            .prepare_cached("SELECT seq, data FROM events WHERE stream = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3")
-            .map_err(from_sqlite)?;
+        let mut stmt = tx.prepare_cached("SELECT seq, data FROM events WHERE stream = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3").map_err(from_sqlite)?;
         let rows = stmt
             .query_map(params![stream.as_str(), after_i, limit_i], |row| {
                 let seq: i64 = row.get(0)?;
@@ -123,12 +114,8 @@ pub(crate) fn prune_finished(conn: &Connection, cutoff_ms: u64) -> Result<Vec<St
         .and_then(|mut stmt| stmt.query_map(params![cutoff], |row| row.get(0))?.collect())
         .map_err(from_sqlite)?;
     for id in &ids {
-        conn.prepare_cached("DELETE FROM events WHERE stream = ?1")
-            .and_then(|mut stmt| stmt.execute(params![id]))
-            .map_err(from_sqlite)?;
-        conn.prepare_cached("DELETE FROM streams WHERE id = ?1")
-            .and_then(|mut stmt| stmt.execute(params![id]))
-            .map_err(from_sqlite)?;
+        conn.prepare_cached("DELETE FROM events WHERE stream = ?1").and_then(|mut stmt| stmt.execute(params![id])).map_err(from_sqlite)?;
+        conn.prepare_cached("DELETE FROM streams WHERE id = ?1").and_then(|mut stmt| stmt.execute(params![id])).map_err(from_sqlite)?;
     }
     Ok(ids.into_iter().filter_map(|id| id.parse().ok()).collect())
 }
@@ -139,7 +126,9 @@ fn info_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, Option
     Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
 }
 
-fn to_info((id, principal, session, first, last, closed): (String, String, Option<String>, i64, i64, bool)) -> Result<durable_mcp_store::StreamInfo, StoreError> {
+fn to_info(
+    (id, principal, session, first, last, closed): (String, String, Option<String>, i64, i64, bool),
+) -> Result<durable_mcp_store::StreamInfo, StoreError> {
     let corrupt = |e: durable_mcp_store::IdError| StoreError::Corrupt(format!("stream row: {e}"));
     let session = session.map(|s| s.parse()).transpose().map_err(corrupt)?;
     Ok(durable_mcp_store::StreamInfo {
@@ -165,10 +154,7 @@ pub(crate) fn list(conn: &Connection, after: Option<&StreamId>, limit: usize) ->
 /// One stream's summary.
 pub(crate) fn info(conn: &Connection, stream: &StreamId) -> Result<durable_mcp_store::StreamInfo, StoreError> {
     let sql = format!("{INFO_COLUMNS} WHERE id = ?1");
-    let row = conn
-        .prepare_cached(&sql)
-        .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], info_row).optional())
-        .map_err(from_sqlite)?;
+    let row = conn.prepare_cached(&sql).and_then(|mut stmt| stmt.query_row(params![stream.as_str()], info_row).optional()).map_err(from_sqlite)?;
     to_info(row.ok_or(StoreError::not_found("stream"))?)
 }
 

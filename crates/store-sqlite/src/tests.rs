@@ -18,11 +18,7 @@ async fn fresh() -> Option<Arc<dyn Store>> {
 /// The writer wakes the tails of its own handle; other processes' commits are only seen by
 /// the poll, set far beyond the wake-up window, so the same handle serves both roles.
 async fn pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
-    let options = SqliteOptions {
-        synchronous: Synchronous::Normal,
-        poll_interval: Duration::from_secs(600),
-        ..SqliteOptions::new(temp_path("pair.db"))
-    };
+    let options = SqliteOptions { synchronous: Synchronous::Normal, poll_interval: Duration::from_secs(600), ..SqliteOptions::new(temp_path("pair.db")) };
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(options).await.expect("open"));
     Some((store.clone(), store))
 }
@@ -123,17 +119,11 @@ async fn record_prefixes_are_literal_and_ordered_bytewise() {
     assert_eq!(keys(store.list_records(RecordKind::Alias, "a_", 10).await.unwrap()), ["a_1"]);
     assert_eq!(keys(store.list_records(RecordKind::Alias, "a%", 10).await.unwrap()), ["a%", "a%x"]);
     assert_eq!(keys(store.list_records(RecordKind::Alias, "a\u{10FFFF}", 10).await.unwrap()), ["a\u{10FFFF}"]);
-    assert_eq!(
-        keys(store.list_records(RecordKind::Alias, "", 10).await.unwrap()),
-        ["B", "a", "a%", "a%x", "a_1", "ab1", "a\u{10FFFF}", "é"]
-    );
+    assert_eq!(keys(store.list_records(RecordKind::Alias, "", 10).await.unwrap()), ["B", "a", "a%", "a%x", "a_1", "ab1", "a\u{10FFFF}", "é"]);
     assert_eq!(store.delete_records(RecordKind::Alias, "a_").await.unwrap(), 1);
     assert_eq!(store.delete_records(RecordKind::Alias, "a").await.unwrap(), 5);
     assert_eq!(store.delete_records(RecordKind::Alias, "").await.unwrap(), 2);
-    assert!(matches!(
-        store.put_record(RecordKind::Alias, "B", "x".into(), None, Expect::Version(u64::MAX)).await,
-        Err(StoreError::Conflict { .. })
-    ));
+    assert!(matches!(store.put_record(RecordKind::Alias, "B", "x".into(), None, Expect::Version(u64::MAX)).await, Err(StoreError::Conflict { .. })));
 }
 
 /// Regression: every read beyond the pooled connections opened a fresh connection, and
@@ -154,10 +144,7 @@ async fn regression_concurrent_reads_keep_at_most_max_readers_connections() {
         read.unwrap().unwrap();
     }
     // Handles on this test's database file (other tests run in this process too).
-    let handles = std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-        .filter(|target| *target == path)
-        .count();
+    let handles =
+        std::fs::read_dir("/proc/self/fd").unwrap().filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok()).filter(|target| *target == path).count();
     assert!(handles <= MAX_READERS + 1, "{handles} handles on the database file: readers and the writer only");
 }

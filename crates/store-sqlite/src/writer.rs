@@ -9,8 +9,8 @@
 use std::collections::HashSet;
 
 use durable_mcp_store::{
-    BatchOp, BatchOutcome, EventId, OpOutcome, WriteBatch, op_failed, Expect, Principal, PruneReport, RecordKind, Retention, SessionChange, SessionId, SessionRecord, StoreError,
-    StreamId, StreamOwner, now_ms,
+    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, Principal, PruneReport, RecordKind, Retention, SessionChange, SessionId, SessionRecord, StoreError,
+    StreamId, StreamOwner, WriteBatch, now_ms, op_failed,
 };
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
@@ -22,21 +22,55 @@ const MAX_BATCH: usize = 1024;
 /// A write.
 pub(crate) enum Op {
     CreateSession(SessionRecord),
-    UpdateSession { principal: Principal, id: SessionId, change: SessionChange },
-    EndSession { principal: Principal, id: SessionId },
-    CreateStream { id: StreamId, owner: StreamOwner },
-    Append { stream: StreamId, data: String, close: bool },
-    Prune { retention: Retention, now_ms: u64 },
-    PutRecord { kind: RecordKind, key: String, value: String, expires_at_ms: Option<u64>, expect: Expect },
-    DeleteRecords { kind: RecordKind, prefix: String },
+    UpdateSession {
+        principal: Principal,
+        id: SessionId,
+        change: SessionChange,
+    },
+    EndSession {
+        principal: Principal,
+        id: SessionId,
+    },
+    CreateStream {
+        id: StreamId,
+        owner: StreamOwner,
+    },
+    Append {
+        stream: StreamId,
+        data: String,
+        close: bool,
+    },
+    Prune {
+        retention: Retention,
+        now_ms: u64,
+    },
+    PutRecord {
+        kind: RecordKind,
+        key: String,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    },
+    DeleteRecords {
+        kind: RecordKind,
+        prefix: String,
+    },
     /// A [`WriteBatch`]: one job, so one savepoint: all of it or nothing.
     Batch(WriteBatch),
     /// A point read of the hot path (the session a request names), answered before the
     /// next group's transaction: it reads what was committed, on the connection whose page
     /// cache is the freshest, without a reader connection or a thread of the blocking pool.
-    LoadSession { principal: Principal, id: SessionId },
+    LoadSession {
+        principal: Principal,
+        id: SessionId,
+    },
     /// `Store::import_events`: one job, so all of the events or none.
-    Import { stream: StreamId, owner: StreamOwner, events: Vec<durable_mcp_store::StoredEvent>, close: bool },
+    Import {
+        stream: StreamId,
+        owner: StreamOwner,
+        events: Vec<durable_mcp_store::StoredEvent>,
+        close: bool,
+    },
 }
 
 impl Op {
@@ -174,13 +208,7 @@ fn read(conn: &Connection, op: &Op) -> Result<Reply, StoreError> {
     }
 }
 
-fn apply(
-    tx: &Connection,
-    op: &Op,
-    max_events: Option<u64>,
-    touched: &mut HashSet<StreamId>,
-    gone: &mut Vec<StreamId>,
-) -> Result<Reply, StoreError> {
+fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSet<StreamId>, gone: &mut Vec<StreamId>) -> Result<Reply, StoreError> {
     match op {
         Op::CreateSession(record) => {
             sessions::insert(tx, record)?;
@@ -226,9 +254,7 @@ fn apply(
         }
         // Expiry is judged at the write itself: the writer orders every write, so the
         // first commit on a key wins (D8) and a version moves on only once (D7).
-        Op::PutRecord { kind, key, value, expires_at_ms, expect } => {
-            records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(Reply::Count)
-        }
+        Op::PutRecord { kind, key, value, expires_at_ms, expect } => records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(Reply::Count),
         Op::DeleteRecords { kind, prefix } => records::delete(tx, *kind, prefix, now_ms()).map(Reply::Count),
         Op::LoadSession { .. } => read(tx, op),
         Op::Import { stream, owner, events, close } => {
@@ -281,9 +307,7 @@ fn apply_batch_op(tx: &Connection, op: &BatchOp, max_events: Option<u64>) -> Res
         BatchOp::PutRecord { kind, key, value, expires_at_ms, expect } => {
             records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(OpOutcome::Put)
         }
-        BatchOp::DeleteRecord { kind, key, version } => {
-            records::delete_version(tx, *kind, key, *version, now_ms()).map(|()| OpOutcome::Deleted(1))
-        }
+        BatchOp::DeleteRecord { kind, key, version } => records::delete_version(tx, *kind, key, *version, now_ms()).map(|()| OpOutcome::Deleted(1)),
         BatchOp::DeleteRecords { kind, prefix } => records::delete(tx, *kind, prefix, now_ms()).map(OpOutcome::Deleted),
     }
 }

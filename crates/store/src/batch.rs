@@ -147,14 +147,7 @@ impl WriteBatch {
     }
 
     /// Add [`BatchOp::PutRecord`].
-    pub fn put_record(
-        mut self,
-        kind: RecordKind,
-        key: impl Into<String>,
-        value: impl Into<String>,
-        expires_at_ms: Option<u64>,
-        expect: Expect,
-    ) -> Self {
+    pub fn put_record(mut self, kind: RecordKind, key: impl Into<String>, value: impl Into<String>, expires_at_ms: Option<u64>, expect: Expect) -> Self {
         self.ops.push(BatchOp::PutRecord { kind, key: key.into(), value: value.into(), expires_at_ms, expect });
         self
     }

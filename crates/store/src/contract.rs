@@ -11,17 +11,20 @@ use futures::StreamExt;
 mod batch;
 mod ops;
 
-pub use batch::{
-    d1_batch_commits_every_op_and_returns_ids_and_versions, d3_batch_is_visible_to_readers_all_at_once,
-    d3_batch_wakes_tails_after_commit, d8_first_batch_wins_across_workers, d15_concurrent_batches_stand_or_fall_alone,
-    d15_grouped_refusals_of_every_kind_fail_only_their_batch, d15_refused_batch_op_leaves_nothing_of_the_batch,
-};
-pub use ops::{d3_import_keeps_event_ids_and_resumes_exactly, d14_import_of_a_trimmed_stream_keeps_its_start_or_is_refused, ops_list_streams_pages_in_id_order, ops_status_reports_current_schema_and_clock};
 use crate::testing::incompressible;
+pub use batch::{
+    d1_batch_commits_every_op_and_returns_ids_and_versions, d3_batch_is_visible_to_readers_all_at_once, d3_batch_wakes_tails_after_commit,
+    d8_first_batch_wins_across_workers, d15_concurrent_batches_stand_or_fall_alone, d15_grouped_refusals_of_every_kind_fail_only_their_batch,
+    d15_refused_batch_op_leaves_nothing_of_the_batch,
+};
+pub use ops::{
+    d3_import_keeps_event_ids_and_resumes_exactly, d14_import_of_a_trimmed_stream_keeps_its_start_or_is_refused, ops_list_streams_pages_in_id_order,
+    ops_status_reports_current_schema_and_clock,
+};
 
 use crate::{
-    EventId, Expect, Principal, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
-    StoredEvent, StreamId, StreamOwner, WakeUps, now_ms,
+    EventId, Expect, Principal, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoredEvent, StreamId, StreamOwner, WakeUps,
+    now_ms,
 };
 
 /// A new session record for `principal`.
@@ -106,13 +109,7 @@ pub const WAKE_WINDOW: Duration = Duration::from_secs(5);
 /// # Panics
 /// If the wake-ups end, or no wake-up within `within` is followed by a read with events:
 /// this is a test helper and the panic is the test's failure.
-pub async fn events_after_wake(
-    wake: &mut WakeUps,
-    store: &dyn Store,
-    stream: &StreamId,
-    after: u64,
-    within: Duration,
-) -> Vec<StoredEvent> {
+pub async fn events_after_wake(wake: &mut WakeUps, store: &dyn Store, stream: &StreamId, after: u64, within: Duration) -> Vec<StoredEvent> {
     let deadline = tokio::time::Instant::now() + within;
     let mut wake_ups = 0;
     loop {
@@ -176,12 +173,7 @@ pub async fn d2_concurrent_appenders_many_streams(store: Arc<dyn Store>) {
         assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
         // Each writer's own events are in its order.
         for w in 0..4 {
-            let mine: Vec<&str> = read
-                .events
-                .iter()
-                .map(|e| e.data.as_str())
-                .filter(|d| d.starts_with(&format!("w{w}-")))
-                .collect();
+            let mine: Vec<&str> = read.events.iter().map(|e| e.data.as_str()).filter(|d| d.starts_with(&format!("w{w}-"))).collect();
             let want: Vec<String> = (0..25).map(|i| format!("w{w}-{i}")).collect();
             assert_eq!(mine, want);
         }
@@ -209,10 +201,7 @@ pub async fn d5_session_lifecycle_and_principal_isolation(store: Arc<dyn Store>)
     assert_eq!(owner.session.as_ref(), Some(&record.id));
     assert!(store.end_session(&alice, &record.id).await.expect("end"));
     assert!(matches!(store.load_session(&alice, &record.id).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(
-        store.update_session(&alice, &record.id, SessionChange::Touch).await,
-        Err(StoreError::NotFound { .. })
-    ));
+    assert!(matches!(store.update_session(&alice, &record.id, SessionChange::Touch).await, Err(StoreError::NotFound { .. })));
     assert!(!store.end_session(&alice, &record.id).await.expect("end twice"));
 }
 
@@ -222,10 +211,7 @@ pub async fn d5_session_end_closes_its_streams(store: Arc<dyn Store>) {
     let record = session(&who);
     store.create_session(record.clone()).await.expect("create");
     let stream = StreamId::random();
-    store
-        .create_stream(&stream, &StreamOwner { principal: who.clone(), session: Some(record.id.clone()) })
-        .await
-        .expect("stream");
+    store.create_stream(&stream, &StreamOwner { principal: who.clone(), session: Some(record.id.clone()) }).await.expect("stream");
     store.append(&stream, "a".into(), false).await.expect("append");
     let mut wake = store.watch(&stream).await.expect("watch");
     store.end_session(&who, &record.id).await.expect("end");
@@ -261,20 +247,14 @@ pub async fn d14_prune_respects_open_streams_and_idle_ttl(store: Arc<dyn Store>)
     store.append(&finished, "done".into(), true).await.expect("close");
     let now = now_ms();
     // Now: only the session idle since the epoch's first second ends.
-    let report = store
-        .prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, now)
-        .await
-        .expect("prune");
+    let report = store.prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, now).await.expect("prune");
     assert_eq!(report, crate::PruneReport { sessions_ended: 1, streams_deleted: 0, records_expired: 0 });
     assert!(matches!(store.load_session(&who, &idle.id).await, Err(StoreError::NotFound { .. })));
     assert!(store.load_session(&who, &live.id).await.is_ok());
     // Two hours later: the other session ends too, the finished stream goes, the open one
     // stays.
     let later = now + 2 * 3_600_000;
-    let report = store
-        .prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, later)
-        .await
-        .expect("prune");
+    let report = store.prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, later).await.expect("prune");
     assert!(report.sessions_ended >= 1, "{report:?}");
     assert!(report.streams_deleted >= 1, "{report:?}");
     assert!(matches!(store.load_session(&who, &live.id).await, Err(StoreError::NotFound { .. })));
@@ -410,15 +390,9 @@ pub async fn d8_first_commit_wins_across_workers(a: &dyn Store, b: &dyn Store) {
 /// no update; a stale version, or a version on a missing record, is a conflict.
 pub async fn d7_compare_and_set_versions(store: Arc<dyn Store>) {
     let key = StreamId::random().to_string();
-    assert!(matches!(
-        store.put_record(RecordKind::Run, &key, "0".into(), None, Expect::Version(1)).await,
-        Err(StoreError::Conflict { .. })
-    ));
+    assert!(matches!(store.put_record(RecordKind::Run, &key, "0".into(), None, Expect::Version(1)).await, Err(StoreError::Conflict { .. })));
     assert_eq!(store.put_record(RecordKind::Run, &key, "0".into(), None, Expect::Absent).await.expect("create"), 1);
-    assert!(matches!(
-        store.put_record(RecordKind::Run, &key, "x".into(), None, Expect::Absent).await,
-        Err(StoreError::Conflict { .. })
-    ));
+    assert!(matches!(store.put_record(RecordKind::Run, &key, "x".into(), None, Expect::Absent).await, Err(StoreError::Conflict { .. })));
     let mut tasks = Vec::new();
     for _ in 0..6 {
         let (store, key) = (store.clone(), key.clone());
@@ -445,10 +419,7 @@ pub async fn d7_compare_and_set_versions(store: Arc<dyn Store>) {
     let last = store.get_record(RecordKind::Run, &key).await.expect("get").expect("present");
     assert_eq!(last.value, "60", "60 increments, none lost");
     assert_eq!(last.version, 61);
-    assert!(matches!(
-        store.put_record(RecordKind::Run, &key, "stale".into(), None, Expect::Version(3)).await,
-        Err(StoreError::Conflict { .. })
-    ));
+    assert!(matches!(store.put_record(RecordKind::Run, &key, "stale".into(), None, Expect::Version(3)).await, Err(StoreError::Conflict { .. })));
 }
 
 /// Kinds are separate tables; listing is by prefix and in key order; deleting by prefix
@@ -472,7 +443,6 @@ pub async fn d8_list_and_delete_by_prefix(store: Arc<dyn Store>) {
     assert!(store.get_record(RecordKind::Task, &format!("{run}/a")).await.expect("get").is_some(), "other kind kept");
     assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 0);
 }
-
 
 /// Keys built with [`crate::key_part`] from input of any length are stored, read and listed
 /// by prefix on every backend; a raw key a backend cannot index is refused as a value

@@ -40,7 +40,7 @@ macro_rules! random_id {
         pub struct $name(String);
 
         impl $name {
-            /// A fresh id with 
+            /// A fresh id with
             #[doc = concat!(stringify!($bytes), " bytes of CSPRNG randomness, hex-encoded.")]
             pub fn random() -> Self {
                 Self(random_hex::<$bytes>())
@@ -162,21 +162,12 @@ impl fmt::Display for EventId {
 impl FromStr for EventId {
     type Err = IdError;
     fn from_str(s: &str) -> Result<Self, IdError> {
-        let (stream, seq) = s.split_once('_').ok_or(IdError {
-            kind: "event id",
-            reason: "missing separator",
-        })?;
-        let stream = stream.parse().map_err(|_| IdError {
-            kind: "event id",
-            reason: "bad stream part",
-        })?;
+        let (stream, seq) = s.split_once('_').ok_or(IdError { kind: "event id", reason: "missing separator" })?;
+        let stream = stream.parse().map_err(|_| IdError { kind: "event id", reason: "bad stream part" })?;
         if seq.is_empty() || seq.len() > 20 || !seq.bytes().all(|b| b.is_ascii_digit()) {
             return Err(IdError { kind: "event id", reason: "bad sequence part" });
         }
-        let seq = seq.parse().map_err(|_| IdError {
-            kind: "event id",
-            reason: "sequence out of range",
-        })?;
+        let seq = seq.parse().map_err(|_| IdError { kind: "event id", reason: "sequence out of range" })?;
         Ok(Self { stream, seq })
     }
 }
@@ -203,9 +194,16 @@ mod tests {
 
     #[test]
     fn malformed_ids_are_rejected() {
-        for bad in ["", "0", "_1", "abc_1", &format!("{}_", StreamId::random()),
-                    &format!("{}_x", StreamId::random()), &format!("{}_-1", StreamId::random()),
-                    &format!("{}_99999999999999999999999", StreamId::random())] {
+        for bad in [
+            "",
+            "0",
+            "_1",
+            "abc_1",
+            &format!("{}_", StreamId::random()),
+            &format!("{}_x", StreamId::random()),
+            &format!("{}_-1", StreamId::random()),
+            &format!("{}_99999999999999999999999", StreamId::random()),
+        ] {
             assert!(bad.parse::<EventId>().is_err(), "{bad:?} parsed");
         }
         assert!("ZZ".repeat(32).parse::<SessionId>().is_err());

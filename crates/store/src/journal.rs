@@ -83,10 +83,8 @@ impl Record {
     /// `StoreError::Corrupt`.
     pub fn from_columns(key: String, version: i64, value: String, expires_at: Option<i64>) -> Result<Self, crate::StoreError> {
         let version = u64::try_from(version).map_err(|_| crate::StoreError::Corrupt(format!("record {key:?} has version {version}")))?;
-        let expires_at_ms = expires_at
-            .map(u64::try_from)
-            .transpose()
-            .map_err(|_| crate::StoreError::Corrupt(format!("record {key:?} has a negative expiry")))?;
+        let expires_at_ms =
+            expires_at.map(u64::try_from).transpose().map_err(|_| crate::StoreError::Corrupt(format!("record {key:?} has a negative expiry")))?;
         Ok(Self { key, version, value, expires_at_ms })
     }
 

@@ -32,16 +32,11 @@ pub use ci::in_ci;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
 pub use journal::{Expect, MAX_PLAIN_KEY_PART, Record, RecordKind, key_part, prefix_end};
-pub use record::{
-    DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead,
-};
+pub use record::{DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
 pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
 /// A stream of wake-ups: each item means "the watched stream may have new events or may
@@ -72,20 +67,14 @@ pub trait Store: Send + Sync + 'static {
     /// # Durability
     /// Returns the last committed state. Sessions that ended, expired or belong to another
     /// principal are [`StoreError::NotFound`] (D5, D13).
-    async fn load_session(&self, principal: &Principal, id: &SessionId)
-    -> StoreResult<SessionRecord>;
+    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord>;
 
     /// Apply one change to a session and return the new record.
     ///
     /// # Durability
     /// The change is atomic with respect to concurrent changes from any worker: no update
     /// is lost (D4). Ended sessions are [`StoreError::NotFound`].
-    async fn update_session(
-        &self,
-        principal: &Principal,
-        id: &SessionId,
-        change: SessionChange,
-    ) -> StoreResult<SessionRecord>;
+    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord>;
 
     /// End a session; returns whether it was live.
     ///
@@ -131,8 +120,7 @@ pub trait Store: Send + Sync + 'static {
     /// Returns an exact, gap-free, duplicate-free prefix of the suffix after `after` (D3).
     /// If events after `after` were pruned, this is [`StoreError::Pruned`], never a
     /// silently shortened stream (D14).
-    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize)
-    -> StoreResult<StreamRead>;
+    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead>;
 
     /// Apply retention (D14): end sessions idle past the TTL (with their streams), and
     /// delete finished streams older than the maximum age. `now_ms` is the clock to judge by.
@@ -157,14 +145,7 @@ pub trait Store: Send + Sync + 'static {
     /// task moves on only from the state it was read in, D7, D10). A failed condition is
     /// [`StoreError::Conflict`] (for `Version`, also when the record is gone). Expired
     /// records count as absent.
-    async fn put_record(
-        &self,
-        kind: RecordKind,
-        key: &str,
-        value: String,
-        expires_at_ms: Option<u64>,
-        expect: Expect,
-    ) -> StoreResult<u64>;
+    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64>;
 
     /// Read one record; `None` if it does not exist or has expired.
     ///

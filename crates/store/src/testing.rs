@@ -27,8 +27,8 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::{
-    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store,
-    StoreError, StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
+    StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch,
 };
 
 /// One kind of [`Store`] operation: one variant per trait method.
@@ -78,15 +78,7 @@ impl Op {
     pub fn is_write(self) -> bool {
         matches!(
             self,
-            Op::CreateSession
-                | Op::UpdateSession
-                | Op::EndSession
-                | Op::CreateStream
-                | Op::Append
-                | Op::Prune
-                | Op::PutRecord
-                | Op::DeleteRecords
-                | Op::Commit
+            Op::CreateSession | Op::UpdateSession | Op::EndSession | Op::CreateStream | Op::Append | Op::Prune | Op::PutRecord | Op::DeleteRecords | Op::Commit
         )
     }
 }

@@ -69,4 +69,3 @@ fn authority_host_port(url: &str) -> String {
     let authority = rest.split(['/', '?']).next().unwrap();
     authority.rsplit_once('@').map_or(authority, |(_, h)| h).to_owned()
 }
-

@@ -46,10 +46,7 @@ const PORT_CLAIM: Duration = Duration::from_secs(3600);
 
 /// The first port of the kernel's ephemeral range (Linux; 32768 elsewhere).
 fn ephemeral_low() -> u16 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok().and_then(|range| range.split_whitespace().next()?.parse().ok()).unwrap_or(32_768)
 }
 
 /// Claim a port's file: create it, or take it over when its claim is older than [`PORT_CLAIM`].
@@ -308,8 +305,12 @@ pub fn post(addr: SocketAddr, session: Option<&str>, body: &Value) -> Response {
 }
 
 pub fn initialize(addr: SocketAddr) -> String {
-    let response = post(addr, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "cli-test", "version": "1"}}}));
+    let response = post(
+        addr,
+        None,
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "cli-test", "version": "1"}}}),
+    );
     assert_eq!(response.status, 200);
     let session = response.header("mcp-session-id").expect("session id").to_owned();
     let _ = response.body();
@@ -333,11 +334,7 @@ pub fn emit_call(id: u64, count: u64, interval_ms: u64) -> Value {
 /// (`count` as text), last; and no event id twice.
 pub fn check_recovered_rest(id: u64, count: u64, seen: &[(String, Value)], rest: &[(String, Value)]) {
     let progress_of = |messages: &[(String, Value)]| -> Vec<u64> {
-        messages
-            .iter()
-            .filter(|(_, m)| m["method"] == "notifications/progress")
-            .map(|(_, m)| m["params"]["progress"].as_f64().unwrap() as u64)
-            .collect()
+        messages.iter().filter(|(_, m)| m["method"] == "notifications/progress").map(|(_, m)| m["params"]["progress"].as_f64().unwrap() as u64).collect()
     };
     let highest_seen = progress_of(seen).last().copied().unwrap_or(0);
     assert!(highest_seen < count, "the client saw the whole call: nothing was recovered");
@@ -368,7 +365,6 @@ pub fn read_part(addr: SocketAddr, session: &str, call: &Value, k: usize) -> (St
     }
     (last, seen)
 }
-
 
 pub fn resume(addr: SocketAddr, session: &str, last_event_id: &str) -> Response {
     request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", session), ("last-event-id", last_event_id)], None)
@@ -406,12 +402,8 @@ pub fn modern(addr: SocketAddr, id: u64, method: &str, mut params: Value, ext: b
     });
     let name = params.get("name").or_else(|| params.get("taskId")).and_then(Value::as_str).map(str::to_owned);
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    let mut headers = vec![
-        ("accept", "application/json, text/event-stream"),
-        ("content-type", "application/json"),
-        ("mcp-protocol-version", V),
-        ("mcp-method", method),
-    ];
+    let mut headers =
+        vec![("accept", "application/json, text/event-stream"), ("content-type", "application/json"), ("mcp-protocol-version", V), ("mcp-method", method)];
     if let Some(name) = &name {
         headers.push(("mcp-name", name));
     }
@@ -420,11 +412,7 @@ pub fn modern(addr: SocketAddr, id: u64, method: &str, mut params: Value, ext: b
 
 /// The final JSON-RPC message of a response: its JSON body or its SSE stream's last.
 pub fn last_message(response: Response) -> Value {
-    if response.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) {
-        response.messages().pop().unwrap().1
-    } else {
-        response.json()
-    }
+    if response.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) { response.messages().pop().unwrap().1 } else { response.json() }
 }
 
 /// A task's `tasks/get` (2026-07-28, the Tasks extension declared).
@@ -450,12 +438,12 @@ pub fn wait_terminal(addr: SocketAddr, task_id: &str, timeout: Duration) -> Valu
 pub fn listen(addr: SocketAddr, notifications: Value, ext: bool) -> Response {
     let caps = if ext { json!({"extensions": {EXT: {}}}) } else { json!({}) };
     let body = json!({"jsonrpc": "2.0", "id": 77, "method": "subscriptions/listen", "params": {
-        "notifications": notifications,
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": V,
-            "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": caps,
-        }}});
+    "notifications": notifications,
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    }}});
     let headers = [
         ("accept", "application/json, text/event-stream"),
         ("content-type", "application/json"),
@@ -488,11 +476,8 @@ pub fn assert_events_sent_once(messages: &[&Value], token: &str, count: u64) {
     assert!(progress.windows(2).all(|w| w[0] < w[1]), "D7: progress never goes backwards across the re-run: {progress:?}");
     let expected: Vec<f64> = (1..=count).map(|n| n as f64).collect();
     assert_eq!(progress, expected, "each progress value exactly once");
-    let mut logs: Vec<u64> = messages
-        .iter()
-        .filter(|m| m["method"] == "notifications/message")
-        .map(|m| m["params"]["data"]["event"].as_u64().unwrap())
-        .collect();
+    let mut logs: Vec<u64> =
+        messages.iter().filter(|m| m["method"] == "notifications/message").map(|m| m["params"]["data"]["event"].as_u64().unwrap()).collect();
     let sent = logs.len();
     logs.sort_unstable();
     logs.dedup();

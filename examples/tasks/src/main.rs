@@ -30,16 +30,10 @@ struct RenderArgs {
 impl Renderer {
     // ANCHOR: render
     #[tool(description = "Render a scene, frame by frame", meta = task_support(TaskSupport::Optional))]
-    async fn render(
-        &self,
-        Extension(durable): Extension<Durable>,
-        Parameters(args): Parameters<RenderArgs>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn render(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<RenderArgs>) -> Result<CallToolResult, McpError> {
         for frame in 1..=args.frames {
             // Each frame is a step: after a crash, the frames already rendered are not redone.
-            durable
-                .step(&format!("frame-{frame}"), |_| tokio::time::sleep(Duration::from_millis(100)))
-                .await?;
+            durable.step(&format!("frame-{frame}"), |_| tokio::time::sleep(Duration::from_millis(100))).await?;
             durable.progress(f64::from(frame), Some(f64::from(args.frames)), None).await?;
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(format!("{}: {} frames", args.scene, args.frames))]))

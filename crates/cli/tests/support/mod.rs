@@ -53,4 +53,3 @@ pub fn two_workers(backend: backend::Backend, args: &[&str]) -> Option<(Server, 
     let store = backend.store_url(None);
     Some((Server::start(&store, free_port(), args), Server::start(&store, free_port(), args)))
 }
-

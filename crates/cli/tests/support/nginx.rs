@@ -23,10 +23,7 @@ pub const TEMPLATE: &str = include_str!("../../../../scripts/nginx.conf.template
 /// `TEMPLATE` filled in: scratch folder `dir`, `listen` address, one `server` per worker.
 pub fn config(dir: &Path, listen: SocketAddr, workers: &[SocketAddr]) -> String {
     let servers: Vec<String> = workers.iter().map(|w| format!("        server {w};")).collect();
-    TEMPLATE
-        .replace("@DIR@", &dir.display().to_string())
-        .replace("@LISTEN@", &listen.to_string())
-        .replace("@SERVERS@", &servers.join("\n"))
+    TEMPLATE.replace("@DIR@", &dir.display().to_string()).replace("@LISTEN@", &listen.to_string()).replace("@SERVERS@", &servers.join("\n"))
 }
 
 /// The directives of the block that opens with `opening` (e.g. `location /mcp {`) in an

@@ -20,11 +20,11 @@ use durable_mcp_store::RecordKind;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use durable_mcp_protocol::tasks::TaskStatus;
 pub use run::Era;
 pub(crate) use run::{Relay, RunRecord};
 pub(crate) use subscription::SubscriptionEntry;
 pub(crate) use task::{Flavor, TaskRecord, iso8601};
-pub use durable_mcp_protocol::tasks::TaskStatus;
 
 /// A record value the engine cannot use.
 #[derive(Debug, thiserror::Error)]
@@ -91,8 +91,7 @@ pub(crate) fn canonical(value: &serde_json::Value) -> String {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort();
-            let fields: Vec<String> =
-                keys.into_iter().map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k]))).collect();
+            let fields: Vec<String> = keys.into_iter().map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k]))).collect();
             format!("{{{}}}", fields.join(","))
         }
         Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),

@@ -70,11 +70,7 @@ impl Everything {
         description = "Durability fixture: runs count durable steps; each appends '<index> <idempotency key>' to the ledger file (name ending in .ledger), then sleeps step_ms. Returns the step indexes.",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn steps(
-        &self,
-        Extension(durable): Extension<Durable>,
-        Parameters(args): Parameters<StepsArgs>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn steps(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<StepsArgs>) -> Result<CallToolResult, McpError> {
         if args.count > 1000 {
             return Err(McpError::invalid_params("count must be at most 1000", None));
         }
@@ -109,11 +105,7 @@ impl Everything {
         description = "Durability fixture: asks the user the question once (durable elicitation), records the answer in a durable step, waits then_ms (durable sleep) and returns it.",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn ask(
-        &self,
-        Extension(durable): Extension<Durable>,
-        Parameters(args): Parameters<AskArgs>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn ask(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<AskArgs>) -> Result<CallToolResult, McpError> {
         let params = ElicitRequestParams::FormElicitationParams {
             meta: None,
             message: args.question.clone(),
@@ -123,13 +115,7 @@ impl Everything {
         let recorded: String = durable
             .step("record", |_| async move {
                 match answer.action {
-                    ElicitationAction::Accept => answer
-                        .content
-                        .as_ref()
-                        .and_then(|c| c.get("answer"))
-                        .and_then(|a| a.as_str())
-                        .unwrap_or_default()
-                        .to_owned(),
+                    ElicitationAction::Accept => answer.content.as_ref().and_then(|c| c.get("answer")).and_then(|a| a.as_str()).unwrap_or_default().to_owned(),
                     ElicitationAction::Decline => "(declined)".to_owned(),
                     _ => "(cancelled)".to_owned(),
                 }
@@ -146,11 +132,7 @@ impl Everything {
         meta = task_support(TaskSupport::Optional)
     )]
     #[allow(deprecated)] // sampling and roots are deprecated upstream (SEP-2577), still served
-    async fn consult(
-        &self,
-        Extension(durable): Extension<Durable>,
-        Parameters(args): Parameters<ConsultArgs>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn consult(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<ConsultArgs>) -> Result<CallToolResult, McpError> {
         let roots = durable.list_roots().await?;
         let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(args.prompt)], 100);
         let answer = durable.sample(params).await?;

@@ -16,9 +16,7 @@ use std::time::Duration;
 use durable_mcp_protocol::{Durable, TaskSupport, task_support};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{
-    CallToolResult, ClientCapabilities, ContentBlock, ElicitRequestParams, ElicitResult,
-};
+use rmcp::model::{CallToolResult, ClientCapabilities, ContentBlock, ElicitRequestParams, ElicitResult};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
@@ -34,9 +32,7 @@ fn text(text: impl Into<String>) -> CallToolResult {
 
 /// Whether this request's client declared the tasks extension.
 fn client_supports_tasks(context: &RequestContext<RoleServer>) -> bool {
-    context
-        .client_capabilities()
-        .is_some_and(|capabilities| capabilities.supports_tasks())
+    context.client_capabilities().is_some_and(|capabilities| capabilities.supports_tasks())
 }
 
 /// -32021 for a tool that can only answer with a task.
@@ -44,19 +40,13 @@ fn tasks_required(context: &RequestContext<RoleServer>) -> Result<(), McpError> 
     if client_supports_tasks(context) {
         Ok(())
     } else {
-        Err(McpError::missing_required_client_capability(
-            ClientCapabilities::builder().enable_tasks().build(),
-        ))
+        Err(McpError::missing_required_client_capability(ClientCapabilities::builder().enable_tasks().build()))
     }
 }
 
 /// A form elicitation with one field.
 fn elicitation(message: &str, field: &str, kind: &str) -> ElicitRequestParams {
-    ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: message.to_owned(),
-        requested_schema: single_field_schema(field, kind),
-    }
+    ElicitRequestParams::FormElicitationParams { meta: None, message: message.to_owned(), requested_schema: single_field_schema(field, kind) }
 }
 
 /// The `content.<field>` of an accepted elicitation, as text.
@@ -107,11 +97,7 @@ impl Everything {
         description = "Tasks fixture: a durable task when the client can use tasks, else synchronous; sleeps `seconds` (durable timer) then returns; stops on tasks/cancel",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn slow_compute(
-        &self,
-        Extension(durable): Extension<Durable>,
-        Parameters(args): Parameters<SlowComputeArgs>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn slow_compute(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<SlowComputeArgs>) -> Result<CallToolResult, McpError> {
         let seconds = args.seconds.unwrap_or(1.0).clamp(0.0, 3600.0);
         let label = args.label.unwrap_or_else(|| "compute".to_owned());
         durable.sleep("compute", Duration::from_secs_f64(seconds)).await?;
@@ -155,10 +141,8 @@ impl Everything {
         meta = task_support(TaskSupport::Optional)
     )]
     async fn multi_input(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
-        let (first, second) = tokio::join!(
-            durable.elicit(elicitation("Provide value A", "name", "string")),
-            durable.elicit(elicitation("Provide value B", "name", "string")),
-        );
+        let (first, second) =
+            tokio::join!(durable.elicit(elicitation("Provide value A", "name", "string")), durable.elicit(elicitation("Provide value B", "name", "string")),);
         let (first, second) = (first?, second?);
         Ok(text(format!("multi_input: a={}, b={}", elicited(&first, "name"), elicited(&second, "name"))))
     }
@@ -166,11 +150,7 @@ impl Everything {
     #[tool(
         description = "Tasks fixture: task-required; round 1 asks the user's name (a synchronous input_required), round 2 becomes a durable task that greets"
     )]
-    async fn test_tool_with_task(
-        &self,
-        context: RequestContext<RoleServer>,
-        Extension(durable): Extension<Durable>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn test_tool_with_task(&self, context: RequestContext<RoleServer>, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
         tasks_required(&context)?;
         let answer = durable.elicit(elicitation("What is your name?", "name", "string")).await?;
         let name = match elicited(&answer, "name") {

@@ -70,10 +70,7 @@ impl TestServer {
             if let Some(token) = ctx.meta.get_progress_token() {
                 let _ = ctx.peer.notify_progress(ProgressNotificationParam::new(token, f64::from(i + 1))).await;
             }
-            let _ = ctx
-                .peer
-                .notify_logging_message(LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(format!("step {i}"))))
-                .await;
+            let _ = ctx.peer.notify_logging_message(LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(format!("step {i}")))).await;
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(args.count.to_string())]))
     }
@@ -157,10 +154,7 @@ pub struct Reply {
 
 impl Reply {
     pub async fn text(self) -> String {
-        let bytes = tokio::time::timeout(Duration::from_secs(10), axum::body::to_bytes(self.body, usize::MAX))
-            .await
-            .expect("body within 10s")
-            .expect("body");
+        let bytes = tokio::time::timeout(Duration::from_secs(10), axum::body::to_bytes(self.body, usize::MAX)).await.expect("body within 10s").expect("body");
         String::from_utf8(bytes.to_vec()).expect("utf-8")
     }
 

@@ -56,8 +56,7 @@ impl PrivateServer {
         let channel = format!("{DEFAULT_PREFIX}:wake");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let (_, subscribed): (String, u64) =
-                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut admin).await.unwrap();
+            let (_, subscribed): (String, u64) = redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut admin).await.unwrap();
             if subscribed >= n {
                 return;
             }

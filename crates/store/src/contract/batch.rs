@@ -6,10 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::{
-    BatchOp, Expect, OpOutcome, Principal, RecordKind, SessionId, Store, StoreError, StoreErrorKind, StreamId, StreamOwner,
-    WriteBatch,
-};
+use crate::{BatchOp, Expect, OpOutcome, Principal, RecordKind, SessionId, Store, StoreError, StoreErrorKind, StreamId, StreamOwner, WriteBatch};
 
 fn anonymous() -> StreamOwner {
     StreamOwner { principal: Principal::anonymous(), session: None }
@@ -68,8 +65,14 @@ pub async fn d15_refused_batch_op_leaves_nothing_of_the_batch(store: Arc<dyn Sto
     store.put_record(RecordKind::Step, &doomed, "kept".into(), None, Expect::Absent).await.expect("put");
     let missing_session = StreamOwner { principal: Principal::anonymous(), session: Some(SessionId::random()) };
     let refusals: Vec<(BatchOp, StoreErrorKind)> = vec![
-        (BatchOp::PutRecord { kind: RecordKind::Alias, key: taken.clone(), value: "second".into(), expires_at_ms: None, expect: Expect::Absent }, StoreErrorKind::Conflict),
-        (BatchOp::PutRecord { kind: RecordKind::Alias, key: taken.clone(), value: "second".into(), expires_at_ms: None, expect: Expect::Version(7) }, StoreErrorKind::Conflict),
+        (
+            BatchOp::PutRecord { kind: RecordKind::Alias, key: taken.clone(), value: "second".into(), expires_at_ms: None, expect: Expect::Absent },
+            StoreErrorKind::Conflict,
+        ),
+        (
+            BatchOp::PutRecord { kind: RecordKind::Alias, key: taken.clone(), value: "second".into(), expires_at_ms: None, expect: Expect::Version(7) },
+            StoreErrorKind::Conflict,
+        ),
         (BatchOp::DeleteRecord { kind: RecordKind::Alias, key: taken.clone(), version: 2 }, StoreErrorKind::Conflict),
         (BatchOp::Append { stream: closed.clone(), data: "late".into() }, StoreErrorKind::StreamClosed),
         (BatchOp::Close { stream: closed.clone() }, StoreErrorKind::StreamClosed),
@@ -183,10 +186,13 @@ pub async fn d15_concurrent_batches_stand_or_fall_alone(store: Arc<dyn Store>) {
         let (store, taken) = (store.clone(), taken.clone());
         tasks.push(tokio::spawn(async move {
             let (stream, key) = (StreamId::random(), format!("run/{}", StreamId::random()));
-            let mut batch = WriteBatch::new()
-                .create_stream(stream.clone(), anonymous())
-                .append(stream.clone(), format!("{i}"))
-                .put_record(RecordKind::Run, &key, "run", None, Expect::Absent);
+            let mut batch = WriteBatch::new().create_stream(stream.clone(), anonymous()).append(stream.clone(), format!("{i}")).put_record(
+                RecordKind::Run,
+                &key,
+                "run",
+                None,
+                Expect::Absent,
+            );
             if i % 2 == 1 {
                 batch = batch.put_record(RecordKind::Alias, &taken, "mine", None, Expect::Absent);
             }
@@ -217,10 +223,13 @@ pub async fn d15_concurrent_batches_stand_or_fall_alone(store: Arc<dyn Store>) {
 /// exist, and both workers read the winner's alias. For the backends workers share.
 pub async fn d8_first_batch_wins_across_workers(a: &dyn Store, b: &dyn Store) {
     let claim = |alias: &str, stream: &StreamId| {
-        WriteBatch::new()
-            .create_stream(stream.clone(), anonymous())
-            .append(stream.clone(), "")
-            .put_record(RecordKind::Alias, alias, stream.to_string(), None, Expect::Absent)
+        WriteBatch::new().create_stream(stream.clone(), anonymous()).append(stream.clone(), "").put_record(
+            RecordKind::Alias,
+            alias,
+            stream.to_string(),
+            None,
+            Expect::Absent,
+        )
     };
     for round in 0..20 {
         let alias = format!("race/{round}/{}", StreamId::random());
@@ -264,10 +273,13 @@ pub async fn d15_grouped_refusals_of_every_kind_fail_only_their_batch(store: Arc
         let mut cases: Vec<Case> = Vec::new();
         for variant in 0..8usize {
             let (stream, key) = (StreamId::random(), format!("run/{}", StreamId::random()));
-            let full = WriteBatch::new()
-                .create_stream(stream.clone(), anonymous())
-                .append(stream.clone(), "")
-                .put_record(RecordKind::Run, &key, "run", None, Expect::Absent);
+            let full = WriteBatch::new().create_stream(stream.clone(), anonymous()).append(stream.clone(), "").put_record(
+                RecordKind::Run,
+                &key,
+                "run",
+                None,
+                Expect::Absent,
+            );
             let (batch, refused) = match variant {
                 0 => (full, None),
                 1 => (WriteBatch::new().append(open.clone(), "grouped"), None),
