@@ -41,7 +41,8 @@ impl Shop {
             return Ok(CallToolResult::success(vec![ContentBlock::text("no order")]));
         }
         let size = answer.content.as_ref().and_then(|c| c.get("size")).and_then(|s| s.as_str()).unwrap_or("medium").to_owned();
-        let receipt: String = durable.step("charge", |key| async move { charge_card(&size, key.idempotency_key()).await }).await?; // runs once; a re-run returns the committed receipt
+        // Runs once; a re-run returns the committed receipt.
+        let receipt: String = durable.step("charge", |key| async move { charge_card(&size, key.idempotency_key()).await }).await?;
         durable.sleep("bake", Duration::from_millis(300)).await?; // a durable timer
         Ok(CallToolResult::success(vec![ContentBlock::text(receipt)]))
     }
