@@ -136,6 +136,11 @@ pub(crate) struct ServeArgs {
     /// so clients resume with Last-Event-ID (SSE polling).
     #[arg(long)]
     pub(crate) poll_after_ms: Option<u64>,
+    /// How long the SSE response of a journaled 2025-11-25 request waits for its handler's
+    /// first message before it sends the priming event, in milliseconds: a quick answer then
+    /// leaves with it in one write. 0 sends the priming event at once.
+    #[arg(long, default_value_t = millis(HttpConfig::default().first_event_wait))]
+    pub(crate) first_event_wait_ms: u64,
     /// Close a connection that has not sent a complete request head this many milliseconds
     /// after it opened (or after the first byte of a later request).
     #[arg(long, default_value_t = millis(HttpConfig::default().header_read_timeout))]
@@ -332,6 +337,7 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     let mut http = HttpConfig {
         path: args.path,
         poll_after: args.poll_after_ms.map(Duration::from_millis),
+        first_event_wait: Duration::from_millis(args.first_event_wait_ms),
         keep_alive: Duration::from_millis(args.sse_keep_alive_ms.max(10)),
         max_get_streams_per_session: args.max_get_streams,
         header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),

@@ -35,7 +35,9 @@ pub use durable_mcp_engine::Engine;
 /// Limits per principal: [`limits::Limits`], given to [`DurableMcp::limits`].
 pub use durable_mcp_engine::limits;
 pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
-pub use durable_mcp_http::{DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport};
+pub use durable_mcp_http::{
+    DEFAULT_FIRST_EVENT_WAIT, DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport,
+};
 pub use durable_mcp_protocol::{
     AuthInfo, Durable, DurableError, Forward, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
     TaskSupport, Upstream, UpstreamError, UpstreamRequest, merge_meta, required_scopes, rmcp, task_support,

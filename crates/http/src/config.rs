@@ -25,6 +25,13 @@ pub struct HttpConfig {
     /// For 2025-11-25 sessions: close a request's SSE connection after this long, so the
     /// client resumes with `GET` + `Last-Event-ID` (SSE polling). `None` keeps it open.
     pub poll_after: Option<Duration>,
+    /// How long the SSE response of a 2025-11-25 request journaled ahead of its handler
+    /// waits for the handler's first message before it sends its head and priming event.
+    /// A quick answer then goes out together with them, in one write that wakes the client
+    /// once instead of twice (a priming event written alone is a write and a wake-up of
+    /// its own); a slow handler's client gets its priming event this much later. Never
+    /// longer than `poll_after`. Zero sends the priming event at once.
+    pub first_event_wait: Duration,
     /// GET streams of one session kept open on this worker (at least 1). Each message of
     /// the session's standalone stream goes on exactly one of them (the newest, unless it
     /// closed); opening one more closes the session's oldest GET stream here, which holds
@@ -55,6 +62,10 @@ pub struct HttpConfig {
     pub scope_rules: durable_mcp_auth::ScopeRules,
 }
 
+/// The default of [`HttpConfig::first_event_wait`]: longer than a quick tool takes with any
+/// store under load here (a few milliseconds), short enough that no client notices it.
+pub const DEFAULT_FIRST_EVENT_WAIT: Duration = Duration::from_millis(10);
+
 /// The default of [`HttpConfig::max_get_streams_per_session`]: real clients keep one or
 /// two GET streams per session; a few more leave room for reconnects that overlap.
 pub const DEFAULT_MAX_GET_STREAMS_PER_SESSION: usize = 8;
@@ -69,6 +80,7 @@ impl Default for HttpConfig {
             json_response: false,
             keep_alive: Duration::from_secs(15),
             poll_after: None,
+            first_event_wait: DEFAULT_FIRST_EVENT_WAIT,
             max_get_streams_per_session: DEFAULT_MAX_GET_STREAMS_PER_SESSION,
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(75),

@@ -108,15 +108,11 @@ impl Transport {
                     None if caller.primes_streams() => Some(durable_mcp_store::EventId::new(accepted.stream.clone(), 1)),
                     _ => None,
                 };
-                let source = SseSource {
-                    events: self.engine.tail(accepted.stream, after, accepted.follow).boxed(),
-                    priming,
-                    prefix,
-                    cancel_on_drop: None,
-                    close_after,
-                    close_on: accepted.close_connection,
-                    keep_session: None,
-                };
+                let mut events = self.engine.tail(accepted.stream, after, accepted.follow).boxed();
+                if !prefix.is_empty() {
+                    events = self.first_event_with_priming(events, close_after).await;
+                }
+                let source = SseSource { events, priming, prefix, cancel_on_drop: None, close_after, close_on: accepted.close_connection, keep_session: None };
                 Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
             }
             Inbound::Notification { method, message } => {
@@ -133,6 +129,24 @@ impl Transport {
                 self.engine.reply(&caller, &id, message).await?;
                 Ok(StatusCode::ACCEPTED.into_response())
             }
+        }
+    }
+
+    /// Wait up to [`crate::HttpConfig::first_event_wait`] (never past `close_after`) for the
+    /// first event after the priming one, so that a quick answer leaves with the response's
+    /// head and priming event in one write; the events, that first one included, in order.
+    /// Only when the event is ready does the response start: nothing is written earlier than
+    /// it would be anyway, and nothing that is not committed (D1).
+    async fn first_event_with_priming(&self, mut events: sse::Events, close_after: Option<std::time::Duration>) -> sse::Events {
+        let wait = close_after.map_or(self.config.first_event_wait, |c| c.min(self.config.first_event_wait));
+        if wait.is_zero() {
+            return events;
+        }
+        match tokio::time::timeout(wait, events.next()).await {
+            Ok(Some(first)) => futures::stream::once(std::future::ready(first)).chain(events).boxed(),
+            // Ended without an event: polling it again is not allowed.
+            Ok(None) => futures::stream::empty().boxed(),
+            Err(_) => events,
         }
     }
 

@@ -521,3 +521,50 @@ async fn resource_update_reaches_exactly_the_subscribed_sessions_without_listing
         }
     }
 }
+
+/// The frames of `reply`'s body that are ready now, and whether the body ended among them.
+fn ready_frames(reply: Reply) -> (Vec<String>, bool) {
+    use futures::{FutureExt, StreamExt};
+    let mut stream = reply.body.into_data_stream();
+    let mut frames = Vec::new();
+    loop {
+        match stream.next().now_or_never() {
+            Some(Some(chunk)) => frames.push(String::from_utf8_lossy(&chunk.expect("a body chunk")).into_owned()),
+            Some(None) => return (frames, true),
+            None => return (frames, false),
+        }
+    }
+}
+
+/// `HttpConfig::first_event_wait`: a quick answer is ready with the priming event when the
+/// response starts (so on a socket it leaves in the same write: one wake-up of the client);
+/// a slow handler's client gets its priming event after the wait, long before the answer;
+/// with no wait the response starts before the handler answers.
+#[tokio::test]
+async fn a_quick_answer_leaves_with_its_priming_event_and_a_slow_one_is_not_waited_for() {
+    use std::time::{Duration, Instant};
+    let config = durable_mcp_http::HttpConfig { first_event_wait: Duration::from_millis(300), ..Default::default() };
+    let h = harness_with(config);
+    let session = initialize(&h.router, "2025-11-25").await;
+    let (frames, ended) = ready_frames(post(&h.router, Some(&session), call(1, "echo", json!({"text": "hi"}))).await);
+    assert!(ended, "the whole body is ready when the response starts: {frames:?}");
+    let text = frames.concat();
+    assert!(text.contains("\nretry: ") && text.contains("\"text\":\"hi\""), "{text}");
+    assert_eq!(messages(&parse_sse(&text)).len(), 1, "{text}");
+
+    let started = Instant::now();
+    let reply = post(&h.router, Some(&session), call(2, "slow", json!({"ms": 3000}))).await;
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_millis(2500), "the priming event waited {waited:?}");
+    let (frames, ended) = ready_frames(reply);
+    assert!(!ended, "the answer is not there yet: {frames:?}");
+    assert!(frames.concat().contains("\nretry: "), "the priming event is: {frames:?}");
+
+    let h = harness_with(durable_mcp_http::HttpConfig { first_event_wait: Duration::ZERO, ..Default::default() });
+    let session = initialize(&h.router, "2025-11-25").await;
+    let started = Instant::now();
+    let reply = post(&h.router, Some(&session), call(3, "slow", json!({"ms": 3000}))).await;
+    assert!(started.elapsed() < Duration::from_millis(2500), "no wait: the response starts at once");
+    let (frames, ended) = ready_frames(reply);
+    assert!(!ended && frames.concat().contains("\nretry: "), "{frames:?}");
+}
