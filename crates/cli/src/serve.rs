@@ -136,9 +136,10 @@ pub(crate) struct ServeArgs {
     /// so clients resume with Last-Event-ID (SSE polling).
     #[arg(long)]
     pub(crate) poll_after_ms: Option<u64>,
-    /// How long the SSE response of a journaled 2025-11-25 request waits for its handler's
-    /// first message before it sends the priming event, in milliseconds: a quick answer then
-    /// leaves with it in one write. 0 sends the priming event at once.
+    /// While other requests run on the worker, how long the SSE response of a journaled
+    /// 2025-11-25 request waits for its handler's first message before it sends the priming
+    /// event, in milliseconds: a quick answer then leaves with it in one write. 0 sends the
+    /// priming event at once.
     #[arg(long, default_value_t = millis(HttpConfig::default().first_event_wait))]
     pub(crate) first_event_wait_ms: u64,
     /// Close a connection that has not sent a complete request head this many milliseconds

@@ -25,12 +25,14 @@ pub struct HttpConfig {
     /// For 2025-11-25 sessions: close a request's SSE connection after this long, so the
     /// client resumes with `GET` + `Last-Event-ID` (SSE polling). `None` keeps it open.
     pub poll_after: Option<Duration>,
-    /// How long the SSE response of a 2025-11-25 request journaled ahead of its handler
-    /// waits for the handler's first message before it sends its head and priming event.
-    /// A quick answer then goes out together with them, in one write that wakes the client
-    /// once instead of twice (a priming event written alone is a write and a wake-up of
-    /// its own); a slow handler's client gets its priming event this much later. Never
-    /// longer than `poll_after`. Zero sends the priming event at once.
+    /// While other requests run on the worker, how long the SSE response of a 2025-11-25
+    /// request journaled ahead of its handler waits for the handler's first message before
+    /// it sends its head and priming event. A quick answer then goes out together with them,
+    /// in one write that wakes the client once instead of twice (a priming event written
+    /// alone is a write and a wake-up of its own: on a busy worker, CPU taken from every
+    /// other request); a slow handler's client gets its priming event this much later. A
+    /// worker with no other request running sends the priming event at once. Never longer
+    /// than `poll_after`. Zero always sends the priming event at once.
     pub first_event_wait: Duration,
     /// GET streams of one session kept open on this worker (at least 1). Each message of
     /// the session's standalone stream goes on exactly one of them (the newest, unless it

@@ -132,14 +132,18 @@ impl Transport {
         }
     }
 
-    /// Wait up to [`crate::HttpConfig::first_event_wait`] (never past `close_after`) for the
-    /// first event after the priming one, so that a quick answer leaves with the response's
-    /// head and priming event in one write; the events, that first one included, in order.
-    /// Only when the event is ready does the response start: nothing is written earlier than
-    /// it would be anyway, and nothing that is not committed (D1).
+    /// While other requests run on this worker, wait up to
+    /// [`crate::HttpConfig::first_event_wait`] (never past `close_after`) for the first event
+    /// after the priming one, so that a quick answer leaves with the response's head and
+    /// priming event in one write; the events, that first one included, in order. A worker
+    /// with nothing else to do writes the priming event at once: its CPU is free, and the
+    /// early write wakes the client while the handler runs. Only when the event is ready does
+    /// the response start: nothing is written earlier than it would be anyway, and nothing
+    /// that is not committed (D1).
     async fn first_event_with_priming(&self, mut events: sse::Events, close_after: Option<std::time::Duration>) -> sse::Events {
         let wait = close_after.map_or(self.config.first_event_wait, |c| c.min(self.config.first_event_wait));
-        if wait.is_zero() {
+        // This request's own run counts as one.
+        if wait.is_zero() || self.engine.in_flight() <= 1 {
             return events;
         }
         match tokio::time::timeout(wait, events.next()).await {

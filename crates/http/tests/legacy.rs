@@ -536,34 +536,44 @@ fn ready_frames(reply: Reply) -> (Vec<String>, bool) {
     }
 }
 
-/// `HttpConfig::first_event_wait`: a quick answer is ready with the priming event when the
-/// response starts (so on a socket it leaves in the same write: one wake-up of the client);
-/// a slow handler's client gets its priming event after the wait, long before the answer;
-/// with no wait the response starts before the handler answers.
+/// `HttpConfig::first_event_wait`: while another request runs on the worker, a quick answer is
+/// ready with the priming event when the response starts (so on a socket it leaves in the
+/// same write: one wake-up of the client), and a slow handler's client gets its priming event
+/// after the wait, long before the answer; a worker with nothing else to do, or no wait,
+/// starts the response before the handler answers.
 #[tokio::test]
-async fn a_quick_answer_leaves_with_its_priming_event_and_a_slow_one_is_not_waited_for() {
+async fn a_quick_answer_leaves_with_its_priming_event_while_the_worker_is_busy() {
     use std::time::{Duration, Instant};
     let config = durable_mcp_http::HttpConfig { first_event_wait: Duration::from_millis(300), ..Default::default() };
     let h = harness_with(config);
     let session = initialize(&h.router, "2025-11-25").await;
-    let (frames, ended) = ready_frames(post(&h.router, Some(&session), call(1, "echo", json!({"text": "hi"}))).await);
-    assert!(ended, "the whole body is ready when the response starts: {frames:?}");
+    let (frames, ended) = ready_frames(post(&h.router, Some(&session), call(1, "echo", json!({"text": "alone"}))).await);
+    assert!(!ended && frames.concat().contains("\nretry: "), "alone: the priming event at once, the answer after: {frames:?}");
+
+    eventually("the first call to end", async || h.engine.in_flight() == 0).await;
+    // A slow call keeps the worker busy (it started alone: its response started at once).
+    let started = Instant::now();
+    let busy = post(&h.router, Some(&session), call(2, "slow", json!({"ms": 5000}))).await;
+    assert!(started.elapsed() < Duration::from_millis(250), "alone, the slow call was not held");
+    let (frames, ended) = ready_frames(post(&h.router, Some(&session), call(3, "echo", json!({"text": "hi"}))).await);
+    assert!(ended, "busy: the whole body is ready when the response starts: {frames:?}");
     let text = frames.concat();
     assert!(text.contains("\nretry: ") && text.contains("\"text\":\"hi\""), "{text}");
     assert_eq!(messages(&parse_sse(&text)).len(), 1, "{text}");
 
     let started = Instant::now();
-    let reply = post(&h.router, Some(&session), call(2, "slow", json!({"ms": 3000}))).await;
+    let reply = post(&h.router, Some(&session), call(4, "slow", json!({"ms": 3000}))).await;
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(250) && waited < Duration::from_millis(2500), "the priming event waited {waited:?}");
     let (frames, ended) = ready_frames(reply);
-    assert!(!ended, "the answer is not there yet: {frames:?}");
-    assert!(frames.concat().contains("\nretry: "), "the priming event is: {frames:?}");
+    assert!(!ended && frames.concat().contains("\nretry: "), "the priming event, not the answer: {frames:?}");
+    drop(busy);
 
     let h = harness_with(durable_mcp_http::HttpConfig { first_event_wait: Duration::ZERO, ..Default::default() });
     let session = initialize(&h.router, "2025-11-25").await;
+    let _busy = post(&h.router, Some(&session), call(5, "slow", json!({"ms": 5000}))).await;
     let started = Instant::now();
-    let reply = post(&h.router, Some(&session), call(3, "slow", json!({"ms": 3000}))).await;
+    let reply = post(&h.router, Some(&session), call(6, "slow", json!({"ms": 3000}))).await;
     assert!(started.elapsed() < Duration::from_millis(2500), "no wait: the response starts at once");
     let (frames, ended) = ready_frames(reply);
     assert!(!ended && frames.concat().contains("\nretry: "), "{frames:?}");
