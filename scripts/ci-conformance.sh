@@ -5,7 +5,7 @@
 # Exits non-zero on any failure. CONFORMANCE_PORT picks the port (default: a free one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source scripts/ports.sh
 port="${CONFORMANCE_PORT:-$(free_port)}"
 work="$(mktemp -d)"
 trap 'kill "$server_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -14,12 +14,7 @@ cargo build --quiet -p durable-mcp-cli
 ./target/debug/durable-mcp serve --example everything --listen "127.0.0.1:$port" \
   --store "sqlite:$work/conformance.db" >"$work/server.log" 2>&1 &
 server_pid=$!
-up=0
-for _ in $(seq 1 100); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then up=1; break; fi
-  sleep 0.1
-done
-if [ "$up" = 0 ]; then
+if ! wait_listening "$port" 10; then
   echo "the example server did not listen on port $port; its log:"
   cat "$work/server.log"
   exit 1

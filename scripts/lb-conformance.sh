@@ -16,8 +16,8 @@ backends=("$@")
 scripts/setup-nginx.sh
 cargo build --quiet -p durable-mcp-cli
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 did not open" >&2; return 1; }
+source scripts/ports.sh
+wait_port() { wait_listening "$1" 10 || { echo "port $1 did not open" >&2; return 1; }; }
 
 # check_workers WORK PORT...: every worker served requests (nginx's access log records the
 # upstream of each) and no worker log has a panic.

@@ -7,7 +7,7 @@
 # build is a no-op then). PROXY_CONFORMANCE_PORT picks the port (default: a free one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source scripts/ports.sh
 port="${PROXY_CONFORMANCE_PORT:-$(free_port)}"
 work="$(mktemp -d)"
 proxy_pid=""
@@ -23,12 +23,7 @@ bin="$PWD/target/debug/durable-mcp"
 "$bin" proxy --listen "127.0.0.1:$port" --store "sqlite:$work/proxy.db" --pool-size 1 -- \
   "$bin" serve --stdio --example everything --store memory: >"$work/proxy.log" 2>&1 &
 proxy_pid=$!
-up=0
-for _ in $(seq 1 300); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then up=1; break; fi
-  sleep 0.1
-done
-if [ "$up" = 0 ]; then
+if ! wait_listening "$port" 30; then
   echo "the proxy did not listen on port $port; its log:"
   cat "$work/proxy.log"
   exit 1

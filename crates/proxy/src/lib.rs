@@ -180,16 +180,7 @@ impl Proxy {
                 Err(error) => tracing::warn!(?error, "the upstream did not list its tools: no tool is sent again after an interruption"),
             }
         }
-        let weak = Arc::downgrade(&proxy);
-        let every = (proxy.config.idle_stop / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
-        let reaper = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(every);
-            loop {
-                ticker.tick().await;
-                let Some(proxy) = weak.upgrade() else { return };
-                proxy.supervisor.stop_idle();
-            }
-        });
+        let reaper = reap_idle(&proxy, proxy.config.idle_stop, |proxy| async move { proxy.supervisor.stop_idle() });
         *crate::lock(&proxy.reaper) = Some(reaper);
         Ok(Proxy(proxy))
     }
@@ -337,6 +328,26 @@ impl Shared {
 }
 
 /// Remember the tools of a `tools/list` result (their annotations decide re-sends).
+/// Run `reap` on `owner` every quarter of `idle_stop` (between 100 ms and 30 s), until
+/// `owner` is dropped: the idle stop of both upstreams (children, HTTP sessions).
+fn reap_idle<T, F, Fut>(owner: &Arc<T>, idle_stop: Duration, reap: F) -> tokio::task::JoinHandle<()>
+where
+    T: Send + Sync + 'static,
+    F: Fn(Arc<T>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let weak = Arc::downgrade(owner);
+    let every = (idle_stop / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(every);
+        loop {
+            ticker.tick().await;
+            let Some(owner) = weak.upgrade() else { return };
+            reap(owner).await;
+        }
+    })
+}
+
 fn learn_tools(known: &RwLock<HashMap<String, Value>>, result: &Value) {
     let Some(tools) = result.get("tools").and_then(Value::as_array) else { return };
     let mut known = known.write().unwrap_or_else(|p| p.into_inner());

@@ -151,16 +151,8 @@ impl HttpProxy {
                 Err(_) => tracing::warn!("the upstream did not list its tools: no tool is sent again after an interruption"),
             }
         }
-        let weak = Arc::downgrade(&remote);
-        let every = (remote.config.idle_stop / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(every);
-            loop {
-                ticker.tick().await;
-                let Some(remote) = weak.upgrade() else { return };
-                remote.end_idle().await;
-            }
-        });
+        // Ends with the last clone (it holds the upstream weakly).
+        crate::reap_idle(&remote, remote.config.idle_stop, |remote| async move { remote.end_idle().await });
         Ok(HttpProxy(remote))
     }
 
@@ -252,6 +244,7 @@ impl Remote {
         if let Some(params) = params {
             message["params"] = params;
         }
+        // Without --request-timeout-secs, a day bounds only the wait for the answer's head.
         let deadline = self.config.request_timeout.unwrap_or(Duration::from_secs(86_400));
         let ended = CancellationToken::new();
         let _ended = ended.clone().drop_guard();
@@ -292,7 +285,7 @@ impl Remote {
         let (outcome, why) = tokio::select! {
             outcome = exchange => return outcome,
             () = cancel.cancelled() => (Err(CallError::Cancelled), "cancelled by the client"),
-            () = tokio::time::sleep(deadline) => {
+            () = elapsed(self.config.request_timeout) => {
                 let timeout = UpstreamError { code: code::UPSTREAM_UNAVAILABLE, message: format!("the upstream did not answer {method} within {deadline:?}"), data: None };
                 (Err(CallError::Upstream(timeout)), "the proxy's --request-timeout-secs")
             }
@@ -395,6 +388,14 @@ impl Remote {
                 }
             }
         }
+    }
+}
+
+/// Fires after `limit`; never without one (no timer is set).
+async fn elapsed(limit: Option<Duration>) {
+    match limit {
+        Some(limit) => tokio::time::sleep(limit).await,
+        None => std::future::pending().await,
     }
 }
 
