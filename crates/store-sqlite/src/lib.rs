@@ -146,6 +146,10 @@ pub(crate) fn open_connection(path: &Path, synchronous: Synchronous) -> Result<C
     conn.pragma_update(None, "journal_mode", "WAL").map_err(error::from_sqlite)?;
     conn.pragma_update(None, "synchronous", synchronous.pragma()).map_err(error::from_sqlite)?;
     conn.pragma_update(None, "foreign_keys", "ON").map_err(error::from_sqlite)?;
+    // Statement journals (a statement that may fail half-way inside a savepoint, as every
+    // write of a group commit is) in memory, not a temporary file created and removed on
+    // every commit; they never outlive their transaction, so nothing durable is lost.
+    conn.pragma_update(None, "temp_store", "MEMORY").map_err(error::from_sqlite)?;
     Ok(conn)
 }
 
