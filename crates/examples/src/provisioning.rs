@@ -41,10 +41,13 @@ struct Ledger {
 }
 
 impl Ledger {
-    /// Record `value` under `key` once; a repeated key returns the first value.
-    fn once(&self, key: &str, value: impl FnOnce() -> String) -> String {
+    /// Record an entry under `key` once, numbered by the ledger (`<label>-<number>`); a
+    /// repeated key returns the first entry. The whole key is the identity: a prefix of an
+    /// idempotency key is not unique (it begins with the run's creation time).
+    fn once(&self, key: &str, label: &str) -> String {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.entry(key.to_owned()).or_insert_with(value).clone()
+        let number = entries.len() + 1;
+        entries.entry(key.to_owned()).or_insert_with(|| format!("{label}-{number}")).clone()
     }
 
     fn len(&self) -> usize {
@@ -119,8 +122,7 @@ impl Provisioning {
             return Err(McpError::invalid_params(format!("unknown size {:?}: small, medium or large", args.size), None));
         };
         let inventory = self.inventory.clone();
-        let reservation: String =
-            durable.step("reserve", |key| async move { inventory.once(key.idempotency_key(), || format!("rsv-{}", &key.idempotency_key()[..8])) }).await?;
+        let reservation: String = durable.step("reserve", |key| async move { inventory.once(key.idempotency_key(), "rsv") }).await?;
         durable.progress(1.0, Some(4.0), Some("capacity reserved")).await?;
 
         let answer = durable.elicit(confirmation(&args.region, &args.size, cents)?).await?;
@@ -128,19 +130,18 @@ impl Provisioning {
             answer.action == ElicitationAction::Accept && answer.content.as_ref().and_then(|c| c.get("confirm")).and_then(|c| c.as_bool()) == Some(true);
         if !confirmed {
             let inventory = self.inventory.clone();
-            durable.step("release", |key| async move { inventory.once(key.idempotency_key(), || "released".into()) }).await?;
+            durable.step("release", |key| async move { inventory.once(key.idempotency_key(), "released") }).await?;
             let result = Provisioned { server_id: String::new(), reservation, receipt: None, state: "declined".into() };
             return Ok(structured(&result));
         }
 
         let payments = self.payments.clone();
-        let receipt: String = durable
-            .step("charge", |key| async move { payments.once(key.idempotency_key(), || format!("rcpt-{cents}-{}", &key.idempotency_key()[..8])) })
-            .await?;
+        let receipt: String = durable.step("charge", |key| async move { payments.once(key.idempotency_key(), &format!("rcpt-{cents}")) }).await?;
         durable.progress(2.0, Some(4.0), Some("payment taken")).await?;
 
         durable.sleep("boot", self.boot_time).await?;
-        let server_id: String = durable.step("assign-id", |key| async move { format!("srv-{}", &key.idempotency_key()[..12]) }).await?;
+        // A step's result is journaled: the random id drawn here is the same on a re-run.
+        let server_id: String = durable.step("assign-id", |_| async { format!("srv-{:012x}", rand::random::<u64>() >> 16) }).await?;
         durable.progress(3.0, Some(4.0), Some("server running")).await?;
 
         let notified = server_id.clone();

@@ -206,6 +206,9 @@ pub struct StepKey {
 impl StepKey {
     /// A key that is the same every time this step of this request runs, and different for
     /// every other step and request: pass it to external systems that deduplicate.
+    ///
+    /// Pass the whole key: it is `<run id>:<step name>`, and a run id begins with the time
+    /// its request was journaled, so a prefix of the key is shared by other runs.
     pub fn idempotency_key(&self) -> &str {
         &self.key
     }

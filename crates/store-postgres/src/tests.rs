@@ -44,7 +44,8 @@ async fn fresh_options(extra: &[(&str, &str)]) -> Option<PgOptions> {
         url = with_param(&url, key, value);
     }
     let mut options = PgOptions::from_url(&url).expect("DATABASE_URL parses");
-    let random = StreamId::random();
+    // A session id is random throughout (a stream id begins with its creation time).
+    let random = SessionId::random();
     options.schema = Some(format!("{SCHEMA_PREFIX}{}_{}", std::process::id(), &random.as_str()[..16]));
     options.pool_size = 4;
     match pool::connect(&without_schema(&options)).await {
@@ -280,7 +281,7 @@ async fn kill_backends(options: &PgOptions, app: &str, query_prefix: &str) -> u6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d3_listener_reconnects_by_itself() {
-    let app = format!("dmcp_listener_{}", &StreamId::random().as_str()[..12]);
+    let app = format!("dmcp_listener_{}", &SessionId::random().as_str()[..12]);
     let Some(options) = fresh_options(&[("poll_ms", "600000"), ("application_name", &app)]).await else { return };
     let (a, b) = (PgStore::open(options.clone()).await.unwrap(), PgStore::open(options.clone()).await.unwrap());
     let stream = StreamId::random();
@@ -297,7 +298,7 @@ async fn d3_listener_reconnects_by_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d15_pool_replaces_killed_connections() {
-    let app = format!("dmcp_pool_{}", &StreamId::random().as_str()[..12]);
+    let app = format!("dmcp_pool_{}", &SessionId::random().as_str()[..12]);
     let Some(options) = fresh_options(&[("application_name", &app)]).await else { return };
     let store = PgStore::open(options.clone()).await.unwrap();
     let who = Principal::anonymous();

@@ -24,7 +24,7 @@ fn redis_url() -> String {
 }
 
 fn fresh_prefix() -> String {
-    format!("dmcptest-{}", &StreamId::random().as_str()[..12])
+    format!("dmcptest-{}", &SessionId::random().as_str()[..12])
 }
 
 /// Open a store on `prefix`, or skip (outside CI) when Redis is not reachable.

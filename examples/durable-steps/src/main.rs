@@ -23,7 +23,8 @@ struct Shop;
 
 /// A stand-in for a payment service that deduplicates charges by idempotency key.
 async fn charge_card(size: &str, idempotency_key: &str) -> String {
-    format!("receipt-{size}-{}", &idempotency_key[..8])
+    // The whole key: it begins with the run's creation time, so a prefix is not unique.
+    format!("receipt-{size}-{idempotency_key}")
 }
 
 fn size_question() -> Result<ElicitRequestParams, McpError> {
