@@ -139,6 +139,9 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE: usize = 128;
+
 pub(crate) fn open_connection(path: &Path, synchronous: Synchronous) -> Result<Connection, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(error::from_sqlite)?;
@@ -150,6 +153,10 @@ pub(crate) fn open_connection(path: &Path, synchronous: Synchronous) -> Result<C
     // write of a group commit is) in memory, not a temporary file created and removed on
     // every commit; they never outlive their transaction, so nothing durable is lost.
     conn.pragma_update(None, "temp_store", "MEMORY").map_err(error::from_sqlite)?;
+    // Room for every statement the store prepares (about 40): rusqlite keeps 16 by default,
+    // and the writer, which runs most of them in every group commit, re-parsed the ones
+    // evicted each time.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
 

@@ -154,25 +154,26 @@ fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: O
         let mut touched = HashSet::new();
         let mut gone = Vec::new();
         let outcome = (|| {
-            let mut tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(from_sqlite)?;
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(from_sqlite)?;
             let mut results = Vec::with_capacity(batch.len());
             for job in &batch {
                 // Each job in its own savepoint: a job that fails half-way leaves nothing
                 // behind, and the others still commit (D15: nothing half-written).
                 let mut job_touched = HashSet::new();
                 let mut job_gone = Vec::new();
-                let savepoint = tx.savepoint().map_err(from_sqlite)?;
-                let result = apply(&savepoint, &job.op, max_events, &mut job_touched, &mut job_gone);
-                if result.is_ok() {
-                    savepoint.commit().map_err(from_sqlite)?;
-                    touched.extend(job_touched);
-                    gone.extend(job_gone);
-                } else {
-                    drop(savepoint); // rolls back to the savepoint
-                }
+                run_cached(&tx, "SAVEPOINT job")?;
+                let result = apply(&tx, &job.op, max_events, &mut job_touched, &mut job_gone);
                 if tx.is_autocommit() {
                     // SQLite aborted the whole transaction (disk full, I/O error): fail the batch.
                     return Err(StoreError::Unavailable("sqlite rolled the batch back".into()));
+                }
+                if result.is_ok() {
+                    run_cached(&tx, "RELEASE job")?;
+                    touched.extend(job_touched);
+                    gone.extend(job_gone);
+                } else {
+                    run_cached(&tx, "ROLLBACK TO job")?;
+                    run_cached(&tx, "RELEASE job")?;
                 }
                 results.push(result);
             }
@@ -206,6 +207,12 @@ fn read(conn: &Connection, op: &Op) -> Result<Reply, StoreError> {
         Op::LoadSession { principal, id } => sessions::load(conn, principal, id).map(|r| Reply::Session(Box::new(r))),
         _ => Err(StoreError::Corrupt("not a read".into())),
     }
+}
+
+/// Run a statement without parameters from the connection's statement cache (a savepoint
+/// command of every job: parsed once, not once per job).
+fn run_cached(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql).and_then(|mut statement| statement.execute([])).map(drop).map_err(from_sqlite)
 }
 
 fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSet<StreamId>, gone: &mut Vec<StreamId>) -> Result<Reply, StoreError> {
