@@ -114,6 +114,9 @@ random_id!(
 );
 random_id!(
     /// One SSE stream: the response stream of one request, or a session's standalone GET stream.
+    ///
+    /// Its id begins with the millisecond it was made in (see [`StreamId::random`]): a prefix
+    /// of it is shared with other streams, so use the whole id as a name, never a prefix.
     StreamId,
     "stream id",
     16,
@@ -157,8 +160,8 @@ impl fmt::Display for Principal {
 
 /// The id of one event in one stream's log (D2).
 ///
-/// On the wire it is `<stream id>_<sequence>`: unique across all streams (the stream id is
-/// random), never reused (sequences only grow), and it names its stream, so a resume can
+/// On the wire it is `<stream id>_<sequence>`: unique across all streams (the stream id has
+/// 80 random bits), never reused (sequences only grow), and it names its stream, so a resume can
 /// find the stream from the id alone. Sequences start at 1; 0 means "before the first".
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventId {
