@@ -30,16 +30,18 @@ local function record_key(kind, key) return P .. ':record:' .. kind .. ':' .. ke
 local function records_index(kind) return P .. ':records:' .. kind end
 local function records_expiring(kind) return P .. ':records:' .. kind .. ':expiring' end
 
--- A live stream: its tag, keys, owner. nil if unknown, or if its session has ended.
+-- A live stream: its tag, keys, owner, and whether it is closed. nil if unknown, or if its
+-- session has ended.
 local function find(id)
   local tag = redis.call('GET', index_key(id))
   if not tag then tag = 't:' .. id end
   local meta = tagged(tag, 'stream', id)
-  local owner = redis.call('HMGET', meta, 'principal', 'session')
+  local owner = redis.call('HMGET', meta, 'principal', 'session', 'closed')
   if not owner[1] then return nil end
   local session = owner[2] or ''
   if session ~= '' and redis.call('EXISTS', session_key(session)) == 0 then return nil end
-  return { tag = tag, meta = meta, events = tagged(tag, 'events', id), principal = owner[1], session = session }
+  return { tag = tag, meta = meta, events = tagged(tag, 'events', id), principal = owner[1], session = session,
+    closed = owner[3] == '1' }
 end
 
 local function stream_tag(id, session)
@@ -88,16 +90,19 @@ local function close_stream(s, id, now, sweep)
   redis.call('ZREMRANGEBYSCORE', P .. ':finished', '-inf', '(' .. sweep)
 end
 
--- After writing to stream s: it lives another idle TTL, or the closed TTL if it is a
--- closed sessionless stream; its tails everywhere are woken, unless `quiet` (a stream the
--- same script created: nobody can be waiting on it).
-local function touch_stream(s, id, idle_ttl, closed_ttl, quiet)
+-- After writing to stream s (`closed`: whether it is closed now): it lives another idle
+-- TTL, or the closed TTL if it is a closed sessionless stream; its tails everywhere are
+-- woken. A stream the same script `created` wakes nobody (nobody can be waiting on it), and
+-- its hash and index entry already carry the idle TTL from `create_stream`, at the same `now`.
+local function touch_stream(s, id, idle_ttl, closed_ttl, created, closed)
   local ttl = idle_ttl
-  if s.session == '' and redis.call('HGET', s.meta, 'closed') == '1' then ttl = closed_ttl end
-  redis.call('PEXPIRE', s.meta, ttl)
+  if s.session == '' and closed then ttl = closed_ttl end
+  if not created or ttl ~= idle_ttl then
+    redis.call('PEXPIRE', s.meta, ttl)
+    if s.session ~= '' then redis.call('PEXPIRE', index_key(id), ttl) end
+  end
   redis.call('PEXPIRE', s.events, ttl)
-  if s.session ~= '' then redis.call('PEXPIRE', index_key(id), ttl) end
-  if not quiet then redis.call('PUBLISH', CHANNEL, 'a:' .. id) end
+  if not created then redis.call('PUBLISH', CHANNEL, 'a:' .. id) end
 end
 
 -- The version of the unexpired record, or false.
@@ -118,17 +123,24 @@ local function put_record(kind, key, value, expires_at, expected, now)
     if live then return 0 end
     -- An expired record Redis has not dropped yet is replaced whole.
     if present then redis.call('DEL', rkey) end
-    redis.call('HSET', rkey, 'version', 1, 'value', value)
+    if expires_at ~= '' then
+      redis.call('HSET', rkey, 'version', 1, 'value', value, 'expires_at', expires_at)
+    else
+      redis.call('HSET', rkey, 'version', 1, 'value', value)
+    end
     version = 1
   else
     if live ~= expected then return 0 end
     version = redis.call('HINCRBY', rkey, 'version', 1)
-    redis.call('HSET', rkey, 'value', value)
-    redis.call('HDEL', rkey, 'expires_at')
+    if expires_at ~= '' then
+      redis.call('HSET', rkey, 'value', value, 'expires_at', expires_at)
+    else
+      redis.call('HSET', rkey, 'value', value)
+      redis.call('HDEL', rkey, 'expires_at')
+    end
   end
   redis.call('ZADD', records_index(kind), 0, key)
   if expires_at ~= '' then
-    redis.call('HSET', rkey, 'expires_at', expires_at)
     redis.call('ZADD', records_expiring(kind), expires_at, key)
     -- Redis drops the record by itself (at once if the time has passed); prune sweeps the
     -- index entries.
@@ -274,10 +286,10 @@ pub(crate) static APPEND: LazyLock<Script> = LazyLock::new(|| {
 local id, now = ARGV[3], ARGV[6]
 local s = find(id)
 if not s then return { -1 } end
-if redis.call('HGET', s.meta, 'closed') == '1' then return { -2 } end
+if s.closed then return { -2 } end
 local seq = append_event(s, ARGV[4], now, tonumber(ARGV[9]))
 if ARGV[5] == '1' then close_stream(s, id, now, ARGV[10]) end
-touch_stream(s, id, ARGV[7], ARGV[8])
+touch_stream(s, id, ARGV[7], ARGV[8], false, ARGV[5] == '1')
 return { seq }
 "#
     ))
@@ -487,7 +499,7 @@ local streams, records, cleared = {}, {}, {}
 local function stream_state(id)
   if streams[id] == nil then
     local s = find(id)
-    if s then streams[id] = { open = redis.call('HGET', s.meta, 'closed') ~= '1', s = s } else streams[id] = false end
+    if s then streams[id] = { open = not s.closed, s = s } else streams[id] = false end
   end
   return streams[id]
 end
@@ -567,7 +579,7 @@ for i = 0, count - 1 do
   end
   out[#out + 1] = result
 end
-for _, id in ipairs(order) do touch_stream(touched[id], id, idle_ttl, closed_ttl, created[id]) end
+for _, id in ipairs(order) do touch_stream(touched[id], id, idle_ttl, closed_ttl, created[id], not streams[id].open) end
 return out
 "#
     ))

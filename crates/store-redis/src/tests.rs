@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use durable_mcp_store::contract::{WAKE_WINDOW, events_after_wake};
 use durable_mcp_store::{
     EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult, StreamId,
-    StreamOwner, StreamRead, WakeUps,
+    StreamOwner, StreamRead, WakeUps, WriteBatch,
 };
 use futures::StreamExt;
 
@@ -285,6 +285,74 @@ async fn keys_of(prefix: &str) -> Vec<String> {
     let client = redis::Client::open(redis_url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.unwrap()
+}
+
+/// The milliseconds key `key` has left to live (`-1`: no expiry, `-2`: no such key).
+async fn pttl(key: &str) -> i64 {
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("PTTL").arg(key).query_async(&mut conn).await.unwrap()
+}
+
+/// D14: every key of a stream written by the request path's batches (created with its first
+/// event, then answered and closed) expires: a session's stream after the idle TTL, a closed
+/// sessionless stream after the closed-stream TTL, whichever batch set it.
+#[tokio::test]
+async fn d14_every_key_of_a_batch_written_stream_expires() {
+    let prefix = fresh_prefix();
+    let (idle, closed) = (Duration::from_secs(600), Duration::from_secs(30));
+    let Some(store) = open_with(&prefix, |o| {
+        o.session_idle_ttl = idle;
+        o.closed_stream_ttl = closed;
+    })
+    .await
+    else {
+        return;
+    };
+    let store = Scoped { store };
+    let who = Principal::anonymous();
+    let record = durable_mcp_store::contract::session(&who);
+    store.create_session(record.clone()).await.unwrap();
+    let in_session = StreamId::random();
+    let sessionless = StreamId::random();
+    let owned = StreamOwner { principal: who.clone(), session: Some(record.id.clone()) };
+    let opened = |id: &StreamId, owner: StreamOwner| WriteBatch::new().create_stream(id.clone(), owner).append(id.clone(), "priming");
+    store.commit(opened(&in_session, owned)).await.unwrap();
+    store.commit(opened(&sessionless, anonymous())).await.unwrap();
+    let keys = &store.store.shared.keys;
+    let session_tag = Keys::session_tag(&record.id);
+    let sessionless_tag = Keys::stream_tag(&sessionless);
+    let mut all = vec![
+        keys.stream_meta(&session_tag, &in_session),
+        keys.stream_events(&session_tag, &in_session),
+        keys.stream_index(&in_session),
+        keys.stream_meta(&sessionless_tag, &sessionless),
+        keys.stream_events(&sessionless_tag, &sessionless),
+    ];
+    for key in &all {
+        let left = pttl(key).await;
+        assert!(left > idle.as_millis() as i64 - 60_000 && left <= idle.as_millis() as i64, "{key} after the first batch: {left} ms");
+    }
+    for id in [&in_session, &sessionless] {
+        store.commit(WriteBatch::new().append(id.clone(), "answer").close(id.clone())).await.unwrap();
+    }
+    for key in &all[..3] {
+        let left = pttl(key).await;
+        assert!(left > idle.as_millis() as i64 - 60_000 && left <= idle.as_millis() as i64, "{key} closed in its session: {left} ms");
+    }
+    for key in &all[3..] {
+        let left = pttl(key).await;
+        assert!(left > 0 && left <= closed.as_millis() as i64, "{key} closed without a session: {left} ms");
+    }
+    // Created and closed in one batch: the closed-stream TTL at once.
+    let quick = StreamId::random();
+    store.commit(opened(&quick, anonymous()).close(quick.clone())).await.unwrap();
+    let quick_tag = Keys::stream_tag(&quick);
+    all = vec![keys.stream_meta(&quick_tag, &quick), keys.stream_events(&quick_tag, &quick)];
+    for key in &all {
+        let left = pttl(key).await;
+        assert!(left > 0 && left <= closed.as_millis() as i64, "{key} created and closed in one batch: {left} ms");
+    }
 }
 
 #[tokio::test]
