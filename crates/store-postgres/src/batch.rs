@@ -60,16 +60,13 @@ use crate::{Shared, records, streams, timed};
 /// keeps up to 64 subtransactions of a transaction in shared memory before it spills them).
 pub(crate) const MAX_GROUP: usize = 64;
 
-/// Groups committing at once, each on its own pooled connection, when a group has a job of
-/// several ops. Such a group is two round trips (its `COMMIT` waits for its ops' answers)
-/// and PostgreSQL runs its statements one after another on one backend: a second group
-/// runs its statements meanwhile on another (a legacy `tools/call` on 8 connections: 1,300
-/// calls/s with one group in flight, 1,560 with two). A group of one-op jobs only (appends
-/// above all) is one round trip whose time is mostly its commit, and PostgreSQL serializes
-/// the commits of transactions that `NOTIFY` (each holds a database-wide lock from its
-/// commit's start to its end, WAL flush included): it takes every slot, so it runs alone
-/// (measured with 32 writers: about 23,000 appends/s alone, 18,000 beside another group).
-const GROUPS_IN_FLIGHT: u32 = 2;
+/// Groups committing at once, each on its own pooled connection. One: PostgreSQL
+/// serializes the commits of transactions that `NOTIFY` (each holds a database-wide lock
+/// from its commit's start to its end, WAL flush included), so a second group in flight
+/// only waits for that lock, and the first group takes fewer callers (measured with 32
+/// writers: about 23,000 appends/s with one group in flight, 19,500 with two, 2,600 with
+/// four, whose groups averaged 6 jobs).
+const GROUPS_IN_FLIGHT: usize = 1;
 
 /// How many times the task that answered a group yields before the next group is taken
 /// (at most one per caller answered).
@@ -120,14 +117,6 @@ impl Work {
         match self {
             Work::Batch(batch) => batch.woken_streams(),
             Work::Append { stream, .. } => vec![stream.clone()],
-        }
-    }
-
-    /// Whether the work is one op (its group's `COMMIT` can go with it).
-    fn is_one_op(&self) -> bool {
-        match self {
-            Work::Append { .. } => true,
-            Work::Batch(batch) => batch.len() == 1,
         }
     }
 
@@ -189,9 +178,9 @@ pub(crate) fn spawn(shared: Weak<Shared>) -> Writer {
 
 async fn run(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
     // While a group commits, the next gathers what arrives meanwhile.
-    let slots = Arc::new(Semaphore::new(GROUPS_IN_FLIGHT as usize));
+    let slots = Arc::new(Semaphore::new(GROUPS_IN_FLIGHT));
     loop {
-        let Ok(mut slot) = slots.clone().acquire_owned().await else { break };
+        let Ok(slot) = slots.clone().acquire_owned().await else { break };
         let Some(first) = rx.recv().await else { break };
         let mut group = Vec::with_capacity(MAX_GROUP);
         group.push(first);
@@ -200,11 +189,6 @@ async fn run(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
                 Ok(job) => group.push(job),
                 Err(_) => break,
             }
-        }
-        if group.iter().all(|job| job.work.is_one_op()) {
-            // A group of one round trip runs alone (see GROUPS_IN_FLIGHT).
-            let Ok(rest) = slots.clone().acquire_many_owned(GROUPS_IN_FLIGHT - 1).await else { break };
-            slot.merge(rest);
         }
         let Some(shared) = shared.upgrade() else { break };
         tokio::spawn(async move {
