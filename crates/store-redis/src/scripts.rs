@@ -118,26 +118,21 @@ end
 local function put_record(kind, key, value, expires_at, expected, now)
   local rkey = record_key(kind, key)
   local live, present = record_version(kind, key, now)
+  -- The value, and the expiry if there is one, in one HSET.
+  local fields = { 'value', value }
+  if expires_at ~= '' then fields[3], fields[4] = 'expires_at', expires_at end
   local version
   if expected == '' then
     if live then return 0 end
     -- An expired record Redis has not dropped yet is replaced whole.
     if present then redis.call('DEL', rkey) end
-    if expires_at ~= '' then
-      redis.call('HSET', rkey, 'version', 1, 'value', value, 'expires_at', expires_at)
-    else
-      redis.call('HSET', rkey, 'version', 1, 'value', value)
-    end
+    redis.call('HSET', rkey, 'version', 1, unpack(fields))
     version = 1
   else
     if live ~= expected then return 0 end
     version = redis.call('HINCRBY', rkey, 'version', 1)
-    if expires_at ~= '' then
-      redis.call('HSET', rkey, 'value', value, 'expires_at', expires_at)
-    else
-      redis.call('HSET', rkey, 'value', value)
-      redis.call('HDEL', rkey, 'expires_at')
-    end
+    redis.call('HSET', rkey, unpack(fields))
+    if expires_at == '' then redis.call('HDEL', rkey, 'expires_at') end
   end
   redis.call('ZADD', records_index(kind), 0, key)
   if expires_at ~= '' then
