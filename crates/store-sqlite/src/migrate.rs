@@ -42,6 +42,10 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, key)
     ) WITHOUT ROWID;
     CREATE INDEX records_by_expiry ON records(expires_at) WHERE expires_at IS NOT NULL;",
+    // 3 -> 4: retention looks for finished streams only, so only they are indexed by age: an
+    // append to an open stream (every event) no longer moves an index entry.
+    "DROP INDEX streams_closed_by_age;
+    CREATE INDEX streams_finished_by_age ON streams(last_event_ms) WHERE closed = 1;",
 ];
 
 /// The schema version this build writes.
@@ -85,19 +89,41 @@ mod tests {
     }
 
     #[test]
+    fn a_version_3_database_indexes_only_finished_streams_by_age() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..3] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 3).unwrap();
+        conn.execute("INSERT INTO streams (id, principal, closed, last_event_ms) VALUES ('open', 'p', 0, 5), ('done', 'p', 1, 5)", []).unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        let plan: String = conn.query_row("EXPLAIN QUERY PLAN SELECT id FROM streams WHERE closed = 1 AND last_event_ms < 10", [], |r| r.get(3)).unwrap();
+        assert!(plan.contains("streams_finished_by_age"), "retention's query uses the partial index: {plan}");
+        let found: Vec<String> = conn
+            .prepare("SELECT id FROM streams WHERE closed = 1 AND last_event_ms < 10")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(found, ["done"]);
+        let old: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema WHERE name = 'streams_closed_by_age'", [], |r| r.get(0)).unwrap();
+        assert_eq!(old, 0, "the old index is gone");
+    }
+
+    #[test]
     fn a_version_2_database_gains_the_records_table() {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(MIGRATIONS[0]).unwrap();
         conn.execute_batch(MIGRATIONS[1]).unwrap();
         conn.pragma_update(None, "user_version", 2).unwrap();
         conn.execute("INSERT INTO sessions (id, principal, record, last_seen_ms) VALUES ('x', 'p', '{}', 7)", []).unwrap();
-        assert_eq!(LATEST, 3);
-        assert_eq!(migrate(&mut conn).unwrap(), 3);
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(version, 3);
+        assert_eq!(version, LATEST);
         conn.execute("INSERT INTO records (kind, key, version, value) VALUES ('run', 'k', 1, '{}')", []).unwrap();
         let seen: i64 = conn.query_row("SELECT last_seen_ms FROM sessions WHERE id = 'x'", [], |r| r.get(0)).unwrap();
         assert_eq!(seen, 7, "existing data kept");
-        assert_eq!(migrate(&mut conn).unwrap(), 3, "migrating again is a no-op");
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST, "migrating again is a no-op");
     }
 }

@@ -9,9 +9,14 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::from_sqlite;
 
-const CURRENT: &str = "SELECT version, expires_at FROM records WHERE kind = ?1 AND key = ?2";
-const UPSERT: &str = "INSERT INTO records (kind, key, version, value, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)
-    ON CONFLICT (kind, key) DO UPDATE SET version = excluded.version, value = excluded.value, expires_at = excluded.expires_at";
+/// A new record, or one in place of an expired one (`Expect::Absent`): nothing changes, and
+/// no row returns, when the key holds an unexpired record.
+const INSERT_ABSENT: &str = "INSERT INTO records (kind, key, version, value, expires_at) VALUES (?1, ?2, 1, ?3, ?4)
+    ON CONFLICT (kind, key) DO UPDATE SET version = 1, value = excluded.value, expires_at = excluded.expires_at
+    WHERE records.expires_at IS NOT NULL AND records.expires_at <= ?5";
+/// The next version of an unexpired record at exactly `?3` (`Expect::Version`).
+const UPDATE_VERSION: &str = "UPDATE records SET version = version + 1, value = ?4, expires_at = ?5
+    WHERE kind = ?1 AND key = ?2 AND version = ?3 AND (expires_at IS NULL OR expires_at > ?6) RETURNING version";
 const GET: &str = "SELECT key, version, value, expires_at FROM records
     WHERE kind = ?1 AND key = ?2 AND (expires_at IS NULL OR expires_at > ?3)";
 const LIST_RANGE: &str = "SELECT key, version, value, expires_at FROM records
@@ -42,7 +47,8 @@ fn record((key, version, value, expires_at): (String, i64, String, Option<i64>))
 }
 
 /// On the writer: write `value` under `expect` and return the new version, or
-/// `StoreError::Conflict` if the condition does not hold. `now_ms` judges expiry.
+/// `StoreError::Conflict` if the condition does not hold. `now_ms` judges expiry. One
+/// statement either way: the condition is part of the write, not a read before it.
 pub(crate) fn put(
     conn: &Connection,
     kind: RecordKind,
@@ -52,23 +58,31 @@ pub(crate) fn put(
     expect: Expect,
     now_ms: u64,
 ) -> Result<u64, StoreError> {
-    let row: Option<(i64, Option<i64>)> = conn
-        .prepare_cached(CURRENT)
-        .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), key], |row| Ok((row.get(0)?, row.get(1)?))).optional())
-        .map_err(from_sqlite)?;
-    let now = to_i64(now_ms);
-    let live = row.filter(|(_, expires_at)| expires_at.is_none_or(|at| at > now)).map(|(version, _)| version);
-    let version: i64 = match (expect, live) {
-        (Expect::Absent, None) => 1,
-        (Expect::Version(expected), Some(found)) if i64::try_from(expected) == Ok(found) => {
-            found.checked_add(1).ok_or_else(|| StoreError::Corrupt(format!("record {key:?} is at the largest version")))?
+    let (now, expires_at) = (to_i64(now_ms), expires_at_ms.map(to_i64));
+    match expect {
+        Expect::Absent => {
+            let written = conn
+                .prepare_cached(INSERT_ABSENT)
+                .and_then(|mut stmt| stmt.execute(params![kind.as_str(), key, value, expires_at, now]))
+                .map_err(from_sqlite)?;
+            if written == 0 {
+                return Err(StoreError::Conflict { what: "record" });
+            }
+            Ok(1)
         }
-        _ => return Err(StoreError::Conflict { what: "record" }),
-    };
-    conn.prepare_cached(UPSERT)
-        .and_then(|mut stmt| stmt.execute(params![kind.as_str(), key, version, value, expires_at_ms.map(to_i64)]))
-        .map_err(from_sqlite)?;
-    Ok(version.unsigned_abs())
+        Expect::Version(expected) => {
+            // A version beyond SQLite's integers is never stored: no record is at it.
+            let Ok(expected) = i64::try_from(expected) else { return Err(StoreError::Conflict { what: "record" }) };
+            if expected == i64::MAX {
+                return Err(StoreError::Corrupt(format!("record {key:?} is at the largest version")));
+            }
+            let version: Option<i64> = conn
+                .prepare_cached(UPDATE_VERSION)
+                .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), key, expected, value, expires_at, now], |row| row.get(0)).optional())
+                .map_err(from_sqlite)?;
+            version.map(i64::unsigned_abs).ok_or(StoreError::Conflict { what: "record" })
+        }
+    }
 }
 
 /// On the writer: delete record `key` only if it is unexpired at exactly `version`;

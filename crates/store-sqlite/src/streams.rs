@@ -6,10 +6,17 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::error::from_sqlite;
 
 pub(crate) fn insert(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> Result<(), StoreError> {
-    conn.prepare_cached("INSERT INTO streams (id, principal, session, last_event_ms) VALUES (?1, ?2, ?3, ?4)")
+    if insert_new(conn, id, owner)? { Ok(()) } else { Err(StoreError::Conflict { what: "stream" }) }
+}
+
+/// Insert stream row `id` unless one exists; whether it was inserted (one statement, no
+/// read before it).
+pub(crate) fn insert_new(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> Result<bool, StoreError> {
+    let inserted = conn
+        .prepare_cached("INSERT INTO streams (id, principal, session, last_event_ms) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING")
         .and_then(|mut stmt| stmt.execute(params![id.as_str(), owner.principal.as_str(), owner.session.as_ref().map(|s| s.as_str()), now_ms() as i64]))
         .map_err(from_sqlite)?;
-    Ok(())
+    Ok(inserted == 1)
 }
 
 /// Whether a stream row `id` exists.
@@ -31,22 +38,19 @@ pub(crate) fn close(conn: &Connection, stream: &StreamId) -> Result<(), StoreErr
 }
 
 /// Append one event: the sequence comes from the stream row, so ids are gap-free and the
-/// single writer orders them.
+/// single writer orders them. Two statements: the row moves on and returns its new last
+/// sequence (an open stream only), then the event goes in under it.
 pub(crate) fn append(conn: &Connection, stream: &StreamId, data: &str, close: bool, max_events: Option<u64>) -> Result<EventId, StoreError> {
-    let row: Option<(i64, bool)> = conn
-        .prepare_cached("SELECT last_seq, closed FROM streams WHERE id = ?1")
-        .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], |row| Ok((row.get(0)?, row.get(1)?))).optional())
+    let seq: Option<i64> = conn
+        .prepare_cached("UPDATE streams SET last_seq = last_seq + 1, closed = ?2, last_event_ms = ?3 WHERE id = ?1 AND closed = 0 RETURNING last_seq")
+        .and_then(|mut stmt| stmt.query_row(params![stream.as_str(), close, now_ms() as i64], |row| row.get(0)).optional())
         .map_err(from_sqlite)?;
-    let (last, closed) = row.ok_or(StoreError::not_found("stream"))?;
-    if closed {
-        return Err(StoreError::StreamClosed { stream: stream.to_string() });
-    }
-    let seq = last + 1;
+    let Some(seq) = seq else {
+        // Refused: say why (the stream is unknown, or closed).
+        return Err(if exists(conn, stream)? { StoreError::StreamClosed { stream: stream.to_string() } } else { StoreError::not_found("stream") });
+    };
     conn.prepare_cached("INSERT INTO events (stream, seq, data) VALUES (?1, ?2, ?3)")
         .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq, data]))
-        .map_err(from_sqlite)?;
-    conn.prepare_cached("UPDATE streams SET last_seq = ?2, closed = ?3, last_event_ms = ?4 WHERE id = ?1")
-        .and_then(|mut stmt| stmt.execute(params![stream.as_str(), seq, close, now_ms() as i64]))
         .map_err(from_sqlite)?;
     if let Some(max) = max_events {
         let keep_from = seq - i64::try_from(max).unwrap_or(i64::MAX) + 1;

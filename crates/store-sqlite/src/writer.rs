@@ -271,7 +271,7 @@ fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSe
                 {
                     return Err(StoreError::not_found("session"));
                 }
-                streams::insert(tx, stream, owner)?;
+                streams::insert_new(tx, stream, owner)?;
             }
             let appended = streams::import(tx, stream, events, *close)?;
             if appended > 0 {
@@ -303,9 +303,6 @@ fn apply_batch_op(tx: &Connection, op: &BatchOp, max_events: Option<u64>) -> Res
                 && !sessions::exists(tx, session)?
             {
                 return Err(StoreError::not_found("session"));
-            }
-            if streams::exists(tx, id)? {
-                return Err(StoreError::Conflict { what: "stream" });
             }
             streams::insert(tx, id, owner).map(|()| OpOutcome::Created)
         }
