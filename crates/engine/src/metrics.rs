@@ -240,7 +240,13 @@ fn error_type(outcome: &Value) -> Option<SharedString> {
             None => OTHER.into(),
         });
     }
-    (outcome.pointer("/result/isError") == Some(&Value::Bool(true))).then(|| TOOL_ERROR.into())
+    is_tool_error(outcome).then(|| TOOL_ERROR.into())
+}
+
+/// Whether `outcome` is a tool result with `isError: true` (a plain lookup: every answer
+/// passes here).
+pub(crate) fn is_tool_error(outcome: &Value) -> bool {
+    outcome.get("result").and_then(|result| result.get("isError")) == Some(&Value::Bool(true))
 }
 
 /// Finish `operation`, if timed, with `outcome`.

@@ -176,16 +176,18 @@ enum Step {
 }
 /// Whether a handler's outcome is the durable context's "waiting for input" error.
 fn is_suspension(outcome: &Value) -> bool {
-    outcome.pointer("/error/data").and_then(|data| data.get(durable_mcp_protocol::meta::SUSPENDED)).and_then(Value::as_bool) == Some(true)
+    outcome.get("error").and_then(|error| error.get("data")).and_then(|data| data.get(durable_mcp_protocol::meta::SUSPENDED)).and_then(Value::as_bool)
+        == Some(true)
 }
 
 /// 2025-11-25 `tools/list`: each tool's `execution.taskSupport`, from the support it
 /// declares in its `_meta` (absent means forbidden).
 fn declare_task_support(outcome: &mut Value) {
-    let Some(tools) = outcome.pointer_mut("/result/tools").and_then(Value::as_array_mut) else { return };
+    // Every answer of a 2025-11-25 session passes here: plain lookups, not JSON pointers
+    // (which allocate each segment they parse).
+    let Some(tools) = outcome.get_mut("result").and_then(|result| result.get_mut("tools")).and_then(Value::as_array_mut) else { return };
     for tool in tools {
-        let support =
-            tool.pointer(&format!("/_meta/{}", durable_mcp_protocol::tasks::TASK_SUPPORT_META.replace('/', "~1"))).and_then(Value::as_str).map(str::to_owned);
+        let support = tool.get("_meta").and_then(|meta| meta.get(durable_mcp_protocol::tasks::TASK_SUPPORT_META)).and_then(Value::as_str).map(str::to_owned);
         if let (Some(support), Some(tool)) = (support, tool.as_object_mut()) {
             tool.insert("execution".into(), serde_json::json!({"taskSupport": support}));
         }

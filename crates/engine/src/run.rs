@@ -85,7 +85,13 @@ pub(crate) struct Registry {
 }
 
 pub(crate) fn run_key(session: &SessionId, id: &RequestId) -> String {
-    format!("{session}/{id}")
+    use std::fmt::Write as _;
+    let mut key = String::with_capacity(session.as_str().len() + 24);
+    key.push_str(session.as_str());
+    key.push('/');
+    // Writing into a String cannot fail.
+    let _ = write!(key, "{id}");
+    key
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

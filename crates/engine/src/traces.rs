@@ -289,7 +289,7 @@ impl ServerSpan {
             span.set_attribute(KeyValue::new("error.type", code));
             let message = error.get("message").and_then(Value::as_str).unwrap_or_default().to_owned();
             span.set_status(Status::error(message));
-        } else if outcome.pointer("/result/isError") == Some(&Value::Bool(true)) {
+        } else if crate::metrics::is_tool_error(outcome) {
             span.set_attribute(KeyValue::new("error.type", crate::metrics::TOOL_ERROR));
             span.set_status(Status::error(crate::metrics::TOOL_ERROR));
         }

@@ -15,7 +15,14 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 /// One SSE event carrying a committed message (or nothing, for priming/closing events).
 pub fn frame(event: &StoredEvent) -> Bytes {
-    Bytes::from(format!("id: {}\ndata: {}\n\n", event.id, event.data))
+    use std::fmt::Write as _;
+    // Sized once: the data is most of it (`format!` would grow the buffer as it goes).
+    let mut frame = String::with_capacity(event.data.len() + 64);
+    // Writing into a String cannot fail.
+    let _ = write!(frame, "id: {}\ndata: ", event.id);
+    frame.push_str(&event.data);
+    frame.push_str("\n\n");
+    Bytes::from(frame)
 }
 
 /// The priming event of 2025-11-25 streams: its id, a `retry` hint, and empty data.
