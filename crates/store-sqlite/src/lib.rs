@@ -14,11 +14,18 @@
 //!   group's commit, and a refused op rolls back its batch alone.
 //! - A versioned schema with forward migrations; a newer database is refused.
 //!
-//! Live tails in this process are woken by the writer after each commit; other processes
-//! sharing the file are seen by a periodic re-read (`poll_interval`).
+//! - **Commit and fsync overlapped** (FULL, Linux): while a store is the file's one user, a
+//!   group's `fsync` runs on a thread of its own while the writer runs the next group; the
+//!   group is answered, its tails woken and its data returned to readers only after its
+//!   `fsync`, so durability is FULL's. Stores sharing a file take turns through an
+//!   open-file-description lock on `<db>-durable-mcp.lock` (see `pipeline.rs`).
+//!
+//! Live tails in this process are woken by the writer after each commit (after its `fsync`);
+//! other processes sharing the file are seen by a periodic re-read (`poll_interval`).
 
 mod error;
 mod migrate;
+mod pipeline;
 mod records;
 mod sessions;
 mod streams;
@@ -124,6 +131,8 @@ pub(crate) struct Shared {
     /// One permit per reader connection that may exist ([`MAX_READERS`]).
     reader_slots: Arc<tokio::sync::Semaphore>,
     watchers: writer::Watchers,
+    /// How far commits are synced: a read returns once what it saw is on disk.
+    synced: Arc<pipeline::Synced>,
 }
 
 /// The SQLite store. Cheap to clone; all clones share one writer thread.
@@ -164,17 +173,22 @@ impl SqliteStore {
     /// Open (creating and migrating if needed) the database described by `options`.
     pub async fn open(options: SqliteOptions) -> Result<Self, StoreError> {
         let opts = options.clone();
-        let conn = tokio::task::spawn_blocking(move || {
+        let watchers = writer::Watchers::default();
+        let synced = Arc::new(pipeline::Synced::default());
+        let (for_pipeline, watched) = (Arc::clone(&synced), watchers.clone());
+        let (conn, pipeline) = tokio::task::spawn_blocking(move || {
             let mut conn = open_connection(&opts.path, opts.synchronous)?;
             migrate::migrate(&mut conn)?;
-            Ok::<_, StoreError>(conn)
+            // Waits (at most `pipeline::HOLD`) for a store overlapping its fsyncs on this file
+            // to give it back.
+            let pipeline = pipeline::Pipeline::open(&opts.path, opts.synchronous == Synchronous::Full, for_pipeline, watched);
+            Ok::<_, StoreError>((conn, pipeline))
         })
         .await
         .map_err(|e| StoreError::Unavailable(Box::new(e)))??;
-        let watchers = writer::Watchers::default();
-        let writer = writer::spawn(conn, options.max_events_per_stream, watchers.clone())?;
+        let writer = writer::spawn(conn, options.max_events_per_stream, watchers.clone(), pipeline)?;
         let reader_slots = Arc::new(tokio::sync::Semaphore::new(MAX_READERS));
-        let shared = Arc::new(Shared { options, readers: Mutex::new(Vec::new()), reader_slots, watchers });
+        let shared = Arc::new(Shared { options, readers: Mutex::new(Vec::new()), reader_slots, watchers, synced });
         Ok(Self { shared, writer })
     }
 
@@ -183,9 +197,15 @@ impl SqliteStore {
         Self::open(SqliteOptions::from_url(url)?).await
     }
 
+    /// Whether this store's last group commit overlapped its `fsync` with the next group's
+    /// work (`synchronous=FULL`, and no other store has the file open; see the crate docs).
+    pub fn fsync_overlapped(&self) -> bool {
+        self.shared.synced.overlapping()
+    }
+
     /// Run `f` on a reader connection (a snapshot of the last commit; never waits for the
     /// writer). At most [`MAX_READERS`] run at once, each on a pooled connection (opened on
-    /// first use and kept).
+    /// first use and kept). It returns once every commit it may have seen is on disk.
     pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -193,7 +213,8 @@ impl SqliteStore {
     {
         let shared = self.shared.clone();
         let slot = shared.reader_slots.clone().acquire_owned().await.map_err(|e| StoreError::Unavailable(Box::new(e)))?;
-        tokio::task::spawn_blocking(move || {
+        let synced = Arc::clone(&shared.synced);
+        let result = tokio::task::spawn_blocking(move || {
             let _slot = slot;
             let pooled = shared.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
             let mut conn = match pooled {
@@ -207,7 +228,10 @@ impl SqliteStore {
             result
         })
         .await
-        .map_err(|e| StoreError::Unavailable(Box::new(e)))?
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))??;
+        // What it read may include a commit whose fsync is still running (pipeline.rs).
+        synced.settle().await?;
+        Ok(result)
     }
 }
 

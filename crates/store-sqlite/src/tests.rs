@@ -25,6 +25,62 @@ async fn pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
 
 durable_mcp_store::store_contract_tests!(fresh(), pair = pair());
 
+/// The same contract with `synchronous=FULL` (the default), where a store alone on its file
+/// overlaps each group's fsync with the next group (`pipeline.rs`): answers, wake-ups and
+/// reads wait for the fsync instead of the writer.
+mod overlapped {
+    use super::*;
+
+    async fn fresh() -> Option<Arc<dyn Store>> {
+        Some(Arc::new(SqliteStore::open(SqliteOptions::new(temp_path("contract-full.db"))).await.expect("open")))
+    }
+
+    async fn pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
+        let options = SqliteOptions { poll_interval: Duration::from_secs(600), ..SqliteOptions::new(temp_path("pair-full.db")) };
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(options).await.expect("open"));
+        Some((store.clone(), store))
+    }
+
+    durable_mcp_store::store_contract_tests!(fresh(), pair = pair());
+}
+
+/// Another store on the file (as another process would be) must never read a commit before
+/// its fsync, so a store overlaps only while it is alone: the second waits for the first to
+/// give the file back, then neither overlaps until the second has gone. A store with a
+/// weaker `synchronous` (the second here) counts as one too.
+#[tokio::test]
+async fn a_store_overlaps_its_fsyncs_only_while_it_is_alone_on_the_file() {
+    let path = temp_path("alone.db");
+    let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+    let stream = StreamId::random();
+    let first = SqliteStore::open(SqliteOptions::new(&path)).await.unwrap();
+    first.create_stream(&stream, &owner).await.unwrap();
+    first.append(&stream, "1".into(), false).await.unwrap();
+    assert!(first.fsync_overlapped(), "alone on the file, a FULL store overlaps");
+
+    let started = std::time::Instant::now();
+    let second = SqliteStore::open(SqliteOptions { synchronous: Synchronous::Normal, ..SqliteOptions::new(&path) }).await.unwrap();
+    assert!(started.elapsed() < pipeline::HOLD * 8, "the second store waited {:?} for the file", started.elapsed());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.append(&stream, "2".into(), false).await.unwrap();
+    second.append(&stream, "3".into(), false).await.unwrap();
+    assert!(!first.fsync_overlapped(), "the first store overlaps while another has the file open");
+    assert!(!second.fsync_overlapped());
+    let seen: Vec<String> = second.read_after(&stream, 0, 10).await.unwrap().events.into_iter().map(|e| e.data).collect();
+    assert_eq!(seen, ["1", "2", "3"]);
+
+    drop(second);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut n = 4;
+    while !first.fsync_overlapped() {
+        assert!(std::time::Instant::now() < deadline, "the first store did not take the file back after the second closed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        first.append(&stream, n.to_string(), false).await.unwrap();
+        n += 1;
+    }
+    assert_eq!(first.read_after(&stream, 0, 100).await.unwrap().events.len(), n - 1);
+}
+
 #[tokio::test]
 async fn d1_committed_events_survive_reopen() {
     let path = temp_path("reopen.db");

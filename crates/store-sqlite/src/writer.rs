@@ -4,7 +4,9 @@
 //! meanwhile (up to `MAX_BATCH`), runs them all in one `BEGIN IMMEDIATE` transaction, commits
 //! once, and only then answers each job and wakes the tails of the streams it touched. A job
 //! is therefore answered only after its data is committed (D1), and N concurrent appenders
-//! cost one commit, not N.
+//! cost one commit, not N. With `synchronous=FULL`, a group's `fsync` overlaps the next
+//! group's work where the file allows it (see `pipeline.rs`): the group is then answered by
+//! the syncing thread, after its `fsync`.
 
 use std::collections::HashSet;
 
@@ -13,8 +15,10 @@ use durable_mcp_store::{
     StreamId, StreamOwner, WriteBatch, now_ms, op_failed,
 };
 use rusqlite::Connection;
-use tokio::sync::{mpsc, oneshot};
+use std::sync::mpsc;
+use tokio::sync::oneshot;
 
+use crate::pipeline::{Item, Pipeline};
 use crate::{error::from_sqlite, records, sessions, streams};
 
 const MAX_BATCH: usize = 1024;
@@ -99,7 +103,7 @@ struct Job {
 /// Sends jobs to the writer thread.
 #[derive(Clone)]
 pub(crate) struct WriterHandle {
-    tx: mpsc::UnboundedSender<Job>,
+    tx: mpsc::Sender<Job>,
 }
 
 impl WriterHandle {
@@ -112,19 +116,36 @@ impl WriterHandle {
 
 pub(crate) use durable_mcp_store::wake::Watchers;
 
-pub(crate) fn spawn(conn: Connection, max_events: Option<u64>, watchers: Watchers) -> Result<WriterHandle, StoreError> {
-    let (tx, rx) = mpsc::unbounded_channel();
+/// Start the writer thread on `conn`; `pipeline` overlaps each group's `fsync` with the
+/// next group (FULL only).
+pub(crate) fn spawn(conn: Connection, max_events: Option<u64>, watchers: Watchers, pipeline: Option<Pipeline<Reply>>) -> Result<WriterHandle, StoreError> {
+    let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("durable-mcp-sqlite-writer".into())
-        .spawn(move || run(conn, rx, max_events, watchers))
+        .spawn(move || run(conn, &rx, max_events, &watchers, pipeline))
         .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
     Ok(WriterHandle { tx })
 }
 
-fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: Option<u64>, watchers: Watchers) {
+/// The next job; `None` once every handle is gone. A writer that holds the file to itself
+/// and has nothing to do gives it back after [`crate::pipeline::HOLD`].
+fn next_job(rx: &mpsc::Receiver<Job>, conn: &Connection, pipeline: &mut Option<Pipeline<Reply>>) -> Option<Job> {
+    if let Some(pipeline) = pipeline.as_mut()
+        && let Some(wait) = pipeline.idle_for()
+    {
+        match rx.recv_timeout(wait) {
+            Ok(job) => return Some(job),
+            Err(mpsc::RecvTimeoutError::Timeout) => pipeline.give_back(conn),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+    rx.recv().ok()
+}
+
+fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, watchers: &Watchers, mut pipeline: Option<Pipeline<Reply>>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut writes = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = rx.blocking_recv() {
+    while let Some(first) = next_job(rx, &conn, &mut pipeline) {
         batch.push(first);
         // The job that woke this thread is rarely alone: the task that sent it is usually
         // in the middle of a burst of requests, and on a busy core the wake-up preempts it
@@ -137,12 +158,28 @@ fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: O
                 Err(_) => break,
             }
         }
+        if let Some(Err(error)) = pipeline.as_ref().map(Pipeline::broken) {
+            let message = error.to_string();
+            for job in batch.drain(..) {
+                let _ = job.reply.send(Err(StoreError::Unavailable(message.clone().into())));
+            }
+            continue;
+        }
+        let overlap = pipeline.as_mut().is_some_and(|pipeline| pipeline.before_group(&conn));
+        let syncer = pipeline.as_ref().filter(|_| overlap);
         // Reads first, outside the transaction: they see every group committed before
-        // them, and none of this one (which a reader may not see before it commits).
+        // them, and none of this one (which a reader may not see before it commits). While
+        // groups overlap their fsync, a read may have seen one not yet synced: it is
+        // answered after that fsync.
         for job in batch.drain(..) {
             if job.op.is_read() {
                 let result = read(&conn, &job.op);
-                let _ = job.reply.send(result);
+                match syncer {
+                    Some(syncer) => syncer.hand_over(Item::Read((job.reply, result))),
+                    None => {
+                        let _ = job.reply.send(result);
+                    }
+                }
             } else {
                 writes.push(job);
             }
@@ -153,6 +190,7 @@ fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: O
         }
         let mut touched = HashSet::new();
         let mut gone = Vec::new();
+        let seq = syncer.map(Pipeline::begin_commit);
         let outcome = (|| {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(from_sqlite)?;
             let mut results = Vec::with_capacity(batch.len());
@@ -180,8 +218,13 @@ fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: O
             tx.commit().map_err(from_sqlite)?;
             Ok::<_, StoreError>(results)
         })();
-        match outcome {
-            Ok(results) => {
+        match (outcome, syncer.zip(seq)) {
+            (Ok(results), Some((syncer, seq))) => {
+                // Answered, and its tails woken, once its fsync is done.
+                let answers = batch.drain(..).map(|job| job.reply).zip(results).collect();
+                syncer.hand_over(Item::Group { seq, answers, touched, gone });
+            }
+            (Ok(results), None) => {
                 for stream in &touched {
                     watchers.wake(stream);
                 }
@@ -190,12 +233,16 @@ fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Job>, max_events: O
                     let _ = job.reply.send(result);
                 }
             }
-            Err(error) => {
+            (Err(error), numbered) => {
                 // Nothing of this batch was committed: every job fails, none half-done (D15).
                 tracing::warn!(%error, jobs = batch.len(), "sqlite group commit failed");
                 let message = error.to_string();
                 for job in batch.drain(..) {
                     let _ = job.reply.send(Err(StoreError::Unavailable(message.clone().into())));
+                }
+                if let Some((syncer, seq)) = numbered {
+                    // Its number was taken: let the synced count pass it.
+                    syncer.hand_over(Item::Group { seq, answers: Vec::new(), touched: HashSet::new(), gone: Vec::new() });
                 }
             }
         }
