@@ -5,8 +5,9 @@
 //! - **Group commit**: one writer thread takes every write queued while the previous
 //!   transaction committed and commits them together, so concurrent appenders share one
 //!   fsync instead of queueing behind each other's.
-//! - **Readers never block behind the writer**: reads use their own connections and see
-//!   the last committed snapshot (WAL).
+//! - **Readers never block behind the writer's transactions**: reads use their own
+//!   connections and see the last committed snapshot (WAL); while commits overlap their
+//!   fsync, a read returns once what it saw is on disk.
 //! - **Journal records** (`put_record` and friends) are writer jobs like every other write,
 //!   so two conditional writes on one key are ordered and only the first can win; an
 //!   expired row counts as absent and `prune` deletes it.
@@ -177,11 +178,13 @@ impl SqliteStore {
         let synced = Arc::new(pipeline::Synced::default());
         let (for_pipeline, watched) = (Arc::clone(&synced), watchers.clone());
         let (conn, pipeline) = tokio::task::spawn_blocking(move || {
+            let real = pipeline::real_path(&opts.path).map_err(|e| StoreError::Unavailable(format!("sqlite: {}: {e}", opts.path.display()).into()))?;
+            // Before anything is read: waits (within `pipeline::HOLD`, unless the holder is
+            // stuck) for a store overlapping its fsyncs on this file to give it back.
+            let joined = pipeline::Joined::join(&real)?;
             let mut conn = open_connection(&opts.path, opts.synchronous)?;
             migrate::migrate(&mut conn)?;
-            // Waits (at most `pipeline::HOLD`) for a store overlapping its fsyncs on this file
-            // to give it back.
-            let pipeline = pipeline::Pipeline::open(&opts.path, opts.synchronous == Synchronous::Full, for_pipeline, watched);
+            let pipeline = pipeline::Pipeline::start(joined, &real, opts.synchronous == Synchronous::Full, for_pipeline, watched)?;
             Ok::<_, StoreError>((conn, pipeline))
         })
         .await
@@ -204,7 +207,8 @@ impl SqliteStore {
     }
 
     /// Run `f` on a reader connection (a snapshot of the last commit; never waits for the
-    /// writer). At most [`MAX_READERS`] run at once, each on a pooled connection (opened on
+    /// writer's transaction, only, while commits overlap their fsync, for the fsync of what
+    /// it saw). At most [`MAX_READERS`] run at once, each on a pooled connection (opened on
     /// first use and kept). It returns once every commit it may have seen is on disk.
     pub(crate) async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
@@ -228,10 +232,11 @@ impl SqliteStore {
             result
         })
         .await
-        .map_err(|e| StoreError::Unavailable(Box::new(e)))??;
-        // What it read may include a commit whose fsync is still running (pipeline.rs).
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        // What it read, or what its error says (a stream pruned, a session ended), may come
+        // from a commit whose fsync is still running (pipeline.rs).
         synced.settle().await?;
-        Ok(result)
+        result
     }
 }
 

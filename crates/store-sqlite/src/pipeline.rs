@@ -14,15 +14,24 @@
 //!   The writer's own reads between groups are answered by the syncing thread, in order.
 //! - **Other processes on the file** would see a commit before its `fsync`, so a writer
 //!   overlaps only while it is the file's one user. Every store holds a shared
-//!   open-file-description lock on `<db>-durable-mcp.lock` and converts it to exclusive to
-//!   overlap (such a conversion is atomic, and a refused one keeps the shared lock, unlike
-//!   `flock`'s). It gives the lock back at least every [`HOLD`], busy or idle, after every
-//!   commit is synced, so a store opening the file meanwhile (which waits for its shared
-//!   lock) gets in; from then on neither overlaps until one of them closes. Programs other
+//!   open-file-description lock on byte 0 of `<db>-durable-mcp.lock` (named from the
+//!   database's real path, symlinks resolved) and converts it to exclusive to overlap (such
+//!   a conversion is atomic, and a refused one keeps the shared lock, unlike `flock`'s). It
+//!   gives the lock back at least every [`HOLD`], busy or idle, after every commit is
+//!   synced. A store opening the file first "knocks" (a shared lock on byte 1), then waits
+//!   for its shared lock on byte 0; a holder does not take the file again while someone
+//!   knocks, so the newcomer gets in; from then on neither overlaps until one of them
+//!   closes. A store that cannot take its lock (on Linux) does not open. Programs other
 //!   than durable-mcp (the `sqlite3` shell) take no such lock: they may see a commit up to
 //!   one `fsync` before it is on disk.
-//! - **A failed `fsync`** stops the store: every request fails until the process restarts.
-//!   Retrying would be wrong, since the kernel may have dropped the pages it could not write.
+//! - **Opening** the file, a store `fdatasync`s its WAL (and the directory) before serving
+//!   anything: a process killed while overlapping may have left commits that were written but
+//!   not yet synced, which any reader of the file would otherwise see.
+//! - **A failed `fsync`**, or a syncing thread gone, stops the store: every request fails
+//!   until the process restarts, and the store keeps the file to itself until then, so that
+//!   no other store serves the commits whose `fsync` failed (they are in the page cache, and
+//!   may or may not reach the disk: a restart may find them or not). Retrying would be
+//!   wrong, since the kernel may have dropped the pages it could not write.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -38,6 +47,9 @@ use tokio::sync::{oneshot, watch};
 /// The longest a store keeps the file to itself before giving other stores a chance to
 /// open it (a store opening the file waits up to this long).
 pub(crate) const HOLD: Duration = Duration::from_millis(250);
+/// The longest a store waits to open a file another store keeps to itself (a holder gives
+/// it back within [`HOLD`] unless it is stuck or broken).
+const OPEN_WAIT: Duration = Duration::from_secs(30);
 /// After giving the lock back, how long before trying to take it again: a store waiting for
 /// its shared lock is woken at once, and takes it well within this.
 const REJOIN: Duration = Duration::from_millis(20);
@@ -50,8 +62,9 @@ const BROKEN: &str = "an fsync of the sqlite WAL failed: the store refuses every
 /// the readers.
 #[derive(Debug)]
 pub(crate) struct Synced {
-    /// Groups whose `COMMIT` has begun (raised before it, so a reader that sees a group's
-    /// data sees its number).
+    /// Groups numbered for an overlapped commit: raised before the group's `BEGIN`, so a
+    /// reader that sees a group's data sees its number (a group that then fails to commit
+    /// counts too, and is passed when its turn comes).
     committed: AtomicU64,
     /// Groups on disk.
     synced: watch::Sender<u64>,
@@ -83,6 +96,12 @@ impl Synced {
         if self.broken.load(Ordering::SeqCst) { Err(StoreError::Unavailable(BROKEN.into())) } else { Ok(()) }
     }
 
+    /// Stop: every request fails from now on, and every reader waiting is released to say so.
+    fn break_down(&self) {
+        self.broken.store(true, Ordering::SeqCst);
+        self.synced.send_replace(u64::MAX);
+    }
+
     /// Whether the last group committed overlapped its `fsync`.
     pub(crate) fn overlapping(&self) -> bool {
         self.overlapping.load(Ordering::SeqCst)
@@ -102,9 +121,47 @@ pub(crate) enum Item<R> {
     Drain(mpsc::SyncSender<()>),
 }
 
+/// The real path of the database at `path` (symlinks resolved, as SQLite resolves them), so
+/// that every store of one file names the same lock and WAL.
+pub(crate) fn real_path(path: &Path) -> std::io::Result<PathBuf> {
+    match std::fs::canonicalize(path) {
+        Ok(real) => Ok(real),
+        // Not created yet: its directory's real path, and its name.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let name = path.file_name().ok_or(error)?;
+            Ok(std::fs::canonicalize(parent)?.join(name))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// A store's place among the stores of one file: its shared lock, taken before it opens the
+/// database. `None` where there are no such locks (not Linux): no store of the file overlaps.
+pub(crate) struct Joined(Option<lock::Lock>);
+
+impl Joined {
+    /// Knock, then wait (at most [`OPEN_WAIT`]) for the shared lock of the database whose
+    /// real path is `db`.
+    pub(crate) fn join(db: &Path) -> Result<Self, StoreError> {
+        match lock::Lock::open(&beside(db, "-durable-mcp.lock"), OPEN_WAIT) {
+            Ok(lock) => Ok(Self(Some(lock))),
+            Err(error) if error.kind() == std::io::ErrorKind::Unsupported => {
+                tracing::debug!(%error, "sqlite: commits wait for their own fsync");
+                Ok(Self(None))
+            }
+            Err(error) => Err(StoreError::Unavailable(format!("cannot lock {}: {error}", beside(db, "-durable-mcp.lock").display()).into())),
+        }
+    }
+}
+
 /// The writer's side of the overlap: the file lock and the syncing thread.
 pub(crate) struct Pipeline<R> {
-    lock: lock::Lock,
+    /// Taken only by a broken store's `Drop`, which keeps the lock for the process's life.
+    lock: Option<lock::Lock>,
+    /// The WAL, for the `fdatasync`s the writer makes itself (on giving the file back or
+    /// closing) should the syncing thread be gone.
+    wal: Option<std::fs::File>,
     /// FULL: this store may overlap. Stores with a weaker `synchronous` never do, but hold
     /// the shared lock all the same, so that no other store overlaps while they read.
     may_overlap: bool,
@@ -116,37 +173,34 @@ pub(crate) struct Pipeline<R> {
 }
 
 impl<R: Send + 'static> Pipeline<R> {
-    /// Join the stores of the database at `db` (its WAL already exists), waiting for the
-    /// shared lock; with `may_overlap` (FULL), set up the overlap. `None`, with the reason
-    /// logged, where the lock cannot be had: commits then wait for their own `fsync`, as
-    /// SQLite does.
-    pub(crate) fn open(db: &Path, may_overlap: bool, synced: Arc<Synced>, watchers: Watchers) -> Option<Self> {
-        match Self::try_open(db, may_overlap, synced, watchers) {
-            Ok(pipeline) => Some(pipeline),
-            Err(error) => {
-                tracing::warn!(%error, db = %db.display(), "sqlite: commits will wait for their own fsync (no overlap)");
-                None
-            }
+    /// Start the pipeline of the database at `db` (its real path; the connection is open, so
+    /// its WAL exists): the WAL and the directory are synced first (commits a killed process
+    /// left unsynced), then, with `may_overlap` (FULL), the syncing thread starts. `None`
+    /// where the store joined no lock.
+    pub(crate) fn start(joined: Joined, db: &Path, may_overlap: bool, synced: Arc<Synced>, watchers: Watchers) -> Result<Option<Self>, StoreError> {
+        let Joined(Some(lock)) = joined else { return Ok(None) };
+        let unavailable = |what: &str, error: std::io::Error| StoreError::Unavailable(format!("sqlite: {what}: {error}").into());
+        let wal = std::fs::File::options().read(true).write(true).open(beside(db, "-wal")).map_err(|e| unavailable("cannot open the WAL", e))?;
+        wal.sync_data().map_err(|e| unavailable("cannot sync the WAL", e))?;
+        if let Some(dir) = db.parent() {
+            std::fs::File::open(dir).and_then(|dir| dir.sync_all()).map_err(|e| unavailable("cannot sync the database's directory", e))?;
         }
-    }
-
-    fn try_open(db: &Path, may_overlap: bool, synced: Arc<Synced>, watchers: Watchers) -> std::io::Result<Self> {
-        let lock = lock::Lock::open(&beside(db, "-durable-mcp.lock"))?;
         let (to_sync, queue) = mpsc::channel();
-        // Without its syncing thread a store keeps the shared lock (others must not overlap
-        // while it reads) and waits for its own fsyncs.
+        let mut kept = None;
         let may_overlap = may_overlap && {
-            let wal = std::fs::File::options().read(true).write(true).open(beside(db, "-wal"));
             let for_thread = Arc::clone(&synced);
-            let started = wal.and_then(|wal| {
+            let started = wal.try_clone().and_then(|own| {
+                kept = Some(own);
                 std::thread::Builder::new().name("durable-mcp-sqlite-sync".into()).spawn(move || sync_loop(&wal, &queue, &for_thread, &watchers))
             });
             if let Err(error) = &started {
+                // It keeps the shared lock (others must not overlap while it reads) and
+                // waits for its own fsyncs.
                 tracing::warn!(%error, db = %db.display(), "sqlite: commits will wait for their own fsync (no overlap)");
             }
             started.is_ok()
         };
-        Ok(Self { lock, may_overlap, exclusive: false, at: Instant::now(), to_sync, synced })
+        Ok(Some(Self { lock: Some(lock), wal: kept, may_overlap, exclusive: false, at: Instant::now(), to_sync, synced }))
     }
 
     /// Before a group: take the file to this store or give it back, and set the writer
@@ -157,7 +211,7 @@ impl<R: Send + 'static> Pipeline<R> {
             self.give_back(conn);
         } else if self.may_overlap && !self.exclusive && now >= self.at {
             self.at = now + RETRY;
-            match self.lock.try_exclusive() {
+            match self.lock.as_ref().map_or(Ok(false), lock::Lock::try_exclusive) {
                 Ok(true) => match conn.pragma_update(None, "synchronous", "NORMAL") {
                     Ok(()) => {
                         self.exclusive = true;
@@ -182,11 +236,12 @@ impl<R: Send + 'static> Pipeline<R> {
     }
 
     /// Give the file back: every commit synced, `synchronous=FULL` again, the lock shared.
+    /// A broken store keeps it: no other store may serve the commits whose fsync failed.
     pub(crate) fn give_back(&mut self, conn: &Connection) {
-        if !self.exclusive {
+        if !self.exclusive || self.drain().is_err() {
+            self.at = Instant::now();
             return;
         }
-        self.drain();
         if let Err(error) = conn.pragma_update(None, "synchronous", "FULL") {
             // Keep the file: another store reading it must not see unsynced commits.
             tracing::warn!(%error, "sqlite: could not set synchronous=FULL; keeping the file to this store");
@@ -201,7 +256,7 @@ impl<R: Send + 'static> Pipeline<R> {
 
     fn share(&self) {
         // A conversion down never conflicts; if it fails anyway the lock stays as it was.
-        if let Err(error) = self.lock.shared() {
+        if let Some(Err(error)) = self.lock.as_ref().map(lock::Lock::shared) {
             tracing::warn!(%error, "sqlite: could not share the store's lock file");
         }
     }
@@ -217,28 +272,51 @@ impl<R: Send + 'static> Pipeline<R> {
         self.synced.check()
     }
 
-    /// Queue `item` for the syncing thread.
+    /// Queue `item` for the syncing thread; with the thread gone, the store stops.
     pub(crate) fn hand_over(&self, item: Item<R>) {
         if let Err(mpsc::SendError(item)) = self.to_sync.send(item) {
+            self.synced.break_down();
             fail(item, "the sqlite sync thread has stopped");
         }
     }
 
-    /// Wait until every group handed over is synced.
-    fn drain(&self) {
+    /// Wait until every group handed over is synced; an error if the store has stopped.
+    fn drain(&self) -> Result<(), StoreError> {
         let (done, wait) = mpsc::sync_channel(1);
         self.hand_over(Item::Drain(done));
         let _ = wait.recv();
+        self.synced.check()
     }
 }
 
 impl<R> Drop for Pipeline<R> {
     fn drop(&mut self) {
-        // The lock goes with this value: wait until nothing unsynced is left, so that no
-        // other store can read a commit before its fsync.
+        // The lock goes with this value: nothing unsynced may be left for another store to
+        // read. The syncing thread syncs what it was handed; the writer's own `fdatasync`
+        // covers a group it never handed over (a writer that panicked mid-group).
         let (done, wait) = mpsc::sync_channel(1);
         if self.to_sync.send(Item::Drain(done)).is_ok() {
             let _ = wait.recv();
+        }
+        if self.exclusive
+            && let Some(wal) = &self.wal
+        {
+            match wal.sync_data() {
+                Ok(()) if !self.synced.broken.load(Ordering::SeqCst) => {
+                    self.synced.synced.send_replace(self.synced.committed.load(Ordering::SeqCst));
+                }
+                Ok(()) => {}
+                Err(error) => {
+                    tracing::error!(%error, "fsync of the sqlite WAL failed on close");
+                    self.synced.break_down();
+                }
+            }
+        }
+        if self.synced.broken.load(Ordering::SeqCst) {
+            // Keep the lock until the process ends: see the module docs.
+            if let Some(lock) = self.lock.take() {
+                std::mem::forget(lock);
+            }
         }
     }
 }
@@ -266,9 +344,21 @@ fn fail<R>(item: Item<R>, why: &'static str) {
     }
 }
 
-/// The syncing thread: one `fdatasync` for everything queued since the last, then the
-/// answers and wake-ups, in order.
+/// Stops the store if the syncing thread ends while the writer still needs it (a panic).
+struct StopOnExit<'a>(&'a Synced);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.break_down();
+        }
+    }
+}
+
+/// The syncing thread: one `fdatasync` for everything queued since the last, then the synced
+/// count, then the answers and wake-ups, in order.
 fn sync_loop<R>(wal: &std::fs::File, queue: &mpsc::Receiver<Item<R>>, synced: &Synced, watchers: &Watchers) {
+    let _stop = StopOnExit(synced);
     let mut items = Vec::new();
     while let Ok(first) = queue.recv() {
         items.push(first);
@@ -279,9 +369,13 @@ fn sync_loop<R>(wal: &std::fs::File, queue: &mpsc::Receiver<Item<R>>, synced: &S
             && let Err(error) = wal.sync_data()
         {
             tracing::error!(%error, "fsync of the sqlite WAL failed: the store stops until the process restarts");
-            synced.broken.store(true, Ordering::SeqCst);
+            synced.break_down();
         }
         let broken = synced.broken.load(Ordering::SeqCst);
+        if let (Some(last), false) = (last, broken) {
+            // First the count, so that a tail woken below reads without waiting again.
+            synced.synced.send_replace(last);
+        }
         for item in items.drain(..) {
             match item {
                 Item::Group { answers, touched, gone, .. } if !broken => {
@@ -299,10 +393,6 @@ fn sync_loop<R>(wal: &std::fs::File, queue: &mpsc::Receiver<Item<R>>, synced: &S
                 item => fail(item, BROKEN),
             }
         }
-        if let Some(last) = last {
-            // Broken: release every reader waiting (each then reports the failure).
-            synced.synced.send_replace(if broken { u64::MAX } else { last });
-        }
     }
 }
 
@@ -310,52 +400,98 @@ fn sync_loop<R>(wal: &std::fs::File, queue: &mpsc::Receiver<Item<R>>, synced: &S
 mod lock {
     use std::fs::File;
     use std::io;
-    use std::path::Path;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::{Path, PathBuf};
+    use std::time::{Duration, Instant};
 
     use nix::errno::Errno;
     use nix::fcntl::{FcntlArg, fcntl};
 
-    /// An open-file-description lock on a whole file (`F_OFD_SETLK`): owned by this open
-    /// file, so two stores in one process exclude each other as two processes do, and
-    /// converted between shared and exclusive atomically.
-    pub(super) struct Lock(File);
+    /// The byte every store holds shared (exclusive: the holder overlaps).
+    const FILE: i64 = 0;
+    /// The byte a store opening the file holds shared while it waits for [`FILE`].
+    const KNOCK: i64 = 1;
+
+    /// Open-file-description locks (`F_OFD_SETLK`) on the store's lock file: owned by this
+    /// open file, so two stores in one process exclude each other as two processes do, and
+    /// converted between shared and exclusive atomically (a refused conversion keeps the
+    /// lock as it was).
+    pub(super) struct Lock {
+        file: File,
+        path: PathBuf,
+    }
 
     impl Lock {
-        /// Open (creating) `path` and take the shared lock, waiting for a store that holds
-        /// it exclusively to give it back.
-        pub(super) fn open(path: &Path) -> io::Result<Self> {
-            let lock = Self(File::options().read(true).write(true).create(true).truncate(false).open(path)?);
-            lock.shared()?;
-            Ok(lock)
+        /// Open (creating) `path`, knock, and take the shared lock, polling until `wait` has
+        /// passed (a holder gives the file back within `HOLD` and does not take it again
+        /// while someone knocks).
+        pub(super) fn open(path: &Path, wait: Duration) -> io::Result<Self> {
+            let deadline = Instant::now() + wait;
+            loop {
+                // Read-only where the file exists but is not writable: a shared lock needs
+                // only read access (such a store never overlaps: its exclusive lock fails).
+                let file = match File::options().read(true).write(true).create(true).truncate(false).open(path) {
+                    Err(error) if error.kind() == io::ErrorKind::PermissionDenied => File::open(path)?,
+                    opened => opened?,
+                };
+                let lock = Self { file, path: path.to_owned() };
+                lock.set(libc::F_RDLCK, KNOCK, true)?;
+                while !lock.set_now(libc::F_RDLCK, FILE)? {
+                    if Instant::now() >= deadline {
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("another store has kept the file to itself for {wait:?}")));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                lock.set(libc::F_UNLCK, KNOCK, true)?;
+                // A lock file removed and created again meanwhile would lock nothing: start
+                // over on the one the path names now.
+                if lock.current()? {
+                    return Ok(lock);
+                }
+            }
         }
 
         pub(super) fn shared(&self) -> io::Result<()> {
-            self.set(libc::F_RDLCK, true)
+            self.set(libc::F_RDLCK, FILE, true)
         }
 
-        /// Convert to exclusive if no other store holds the lock; the shared lock stays
-        /// otherwise.
+        /// Convert to exclusive if no other store holds or waits for the file and the lock
+        /// file is still the one the path names; the shared lock stays otherwise.
         pub(super) fn try_exclusive(&self) -> io::Result<bool> {
-            match self.set(libc::F_WRLCK, false) {
+            if !self.current()? || !self.set_now(libc::F_WRLCK, KNOCK)? {
+                return Ok(false);
+            }
+            self.set(libc::F_UNLCK, KNOCK, true)?;
+            self.set_now(libc::F_WRLCK, FILE)
+        }
+
+        /// Whether the path still names this open file.
+        fn current(&self) -> io::Result<bool> {
+            let (held, named) = (self.file.metadata()?, std::fs::metadata(&self.path));
+            Ok(named.is_ok_and(|named| named.dev() == held.dev() && named.ino() == held.ino()))
+        }
+
+        /// Take `kind` on `byte` without waiting: whether it was granted.
+        fn set_now(&self, kind: libc::c_int, byte: i64) -> io::Result<bool> {
+            match self.set(kind, byte, false) {
                 Ok(()) => Ok(true),
-                Err(error) if matches!(Errno::from_raw(error.raw_os_error().unwrap_or(0)), Errno::EAGAIN | Errno::EACCES) => Ok(false),
+                Err(error) if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
                 Err(error) => Err(error),
             }
         }
 
-        fn set(&self, kind: libc::c_int, wait: bool) -> io::Result<()> {
+        fn set(&self, kind: libc::c_int, byte: i64, wait: bool) -> io::Result<()> {
             let request = libc::flock {
                 l_type: kind as libc::c_short,
                 l_whence: libc::SEEK_SET as libc::c_short,
-                l_start: 0,
-                // Zero: the whole file, however long.
-                l_len: 0,
+                l_start: byte,
+                l_len: 1,
                 // Must be zero for open-file-description locks.
                 l_pid: 0,
             };
             loop {
                 let arg = if wait { FcntlArg::F_OFD_SETLKW(&request) } else { FcntlArg::F_OFD_SETLK(&request) };
-                match fcntl(&self.0, arg) {
+                match fcntl(&self.file, arg) {
                     Ok(_) => return Ok(()),
                     Err(Errno::EINTR) => {}
                     Err(errno) => return Err(io::Error::from(errno)),
@@ -369,13 +505,14 @@ mod lock {
 mod lock {
     use std::io;
     use std::path::Path;
+    use std::time::Duration;
 
     /// Without open-file-description locks, stores cannot tell whether they share the file:
     /// no overlap.
     pub(super) struct Lock;
 
     impl Lock {
-        pub(super) fn open(_: &Path) -> io::Result<Self> {
+        pub(super) fn open(_: &Path, _: Duration) -> io::Result<Self> {
             Err(io::Error::new(io::ErrorKind::Unsupported, "overlapping commit and fsync needs open-file-description locks (Linux)"))
         }
 
