@@ -10,7 +10,8 @@
 //!
 //! - **Writes** are answered by the syncing thread, after the `fsync` that covers them (D1).
 //! - **Reads in this process** wait, after themselves, until every commit they could have
-//!   seen is synced ([`Synced::settle`]): the writer raises a counter before each `COMMIT`.
+//!   seen is synced ([`Synced::settle`]): the writer raises a counter just before each
+//!   `COMMIT`.
 //!   The writer's own reads between groups are answered by the syncing thread, in order.
 //! - **Other processes on the file** would see a commit before its `fsync`, so a writer
 //!   overlaps only while it is the file's one user. Every store holds a shared
@@ -62,9 +63,9 @@ const BROKEN: &str = "an fsync of the sqlite WAL failed: the store refuses every
 /// the readers.
 #[derive(Debug)]
 pub(crate) struct Synced {
-    /// Groups numbered for an overlapped commit: raised before the group's `BEGIN`, so a
-    /// reader that sees a group's data sees its number (a group that then fails to commit
-    /// counts too, and is passed when its turn comes).
+    /// Groups numbered for an overlapped commit: raised just before the group's `COMMIT`,
+    /// so a reader that sees a group's data sees its number (a group whose `COMMIT` then
+    /// fails counts too, and is passed when its turn comes).
     committed: AtomicU64,
     /// Groups on disk.
     synced: watch::Sender<u64>,
@@ -179,11 +180,27 @@ impl<R: Send + 'static> Pipeline<R> {
     /// where the store joined no lock.
     pub(crate) fn start(joined: Joined, db: &Path, may_overlap: bool, synced: Arc<Synced>, watchers: Watchers) -> Result<Option<Self>, StoreError> {
         let Joined(Some(lock)) = joined else { return Ok(None) };
-        let unavailable = |what: &str, error: std::io::Error| StoreError::Unavailable(format!("sqlite: {what}: {error}").into());
-        let wal = std::fs::File::options().read(true).write(true).open(beside(db, "-wal")).map_err(|e| unavailable("cannot open the WAL", e))?;
-        wal.sync_data().map_err(|e| unavailable("cannot sync the WAL", e))?;
-        if let Some(dir) = db.parent() {
-            std::fs::File::open(dir).and_then(|dir| dir.sync_all()).map_err(|e| unavailable("cannot sync the database's directory", e))?;
+        let wal = match std::fs::File::options().read(true).write(true).open(beside(db, "-wal")) {
+            Ok(wal) => wal,
+            Err(error) => {
+                // No WAL (a journal mode other than WAL: `status` flags it): nothing to
+                // overlap, but the store keeps its shared lock.
+                tracing::warn!(%error, db = %db.display(), "sqlite: no WAL beside the database; commits wait for their own fsync");
+                return Ok(Some(Self {
+                    lock: Some(lock),
+                    wal: None,
+                    may_overlap: false,
+                    exclusive: false,
+                    at: Instant::now(),
+                    to_sync: mpsc::channel().0,
+                    synced,
+                }));
+            }
+        };
+        wal.sync_data().map_err(|e| StoreError::Unavailable(format!("sqlite: cannot sync the WAL: {e}").into()))?;
+        if let Some(Err(error)) = db.parent().map(|dir| std::fs::File::open(dir).and_then(|dir| dir.sync_all())) {
+            // As SQLite does with its own directory syncs: noted, not fatal.
+            tracing::debug!(%error, "sqlite: could not sync the database's directory");
         }
         let (to_sync, queue) = mpsc::channel();
         let mut kept = None;
@@ -219,7 +236,10 @@ impl<R: Send + 'static> Pipeline<R> {
                     }
                     Err(error) => {
                         tracing::warn!(%error, "sqlite: could not set synchronous=NORMAL; commits wait for their own fsync");
-                        self.share();
+                        // Nothing was committed with NORMAL; should the conversion down fail,
+                        // the store overlaps after all (its commits are synced either way).
+                        self.exclusive = !self.share();
+                        self.at = now;
                     }
                 },
                 Ok(false) => {}
@@ -232,7 +252,8 @@ impl<R: Send + 'static> Pipeline<R> {
 
     /// The writer is idle: how long it may wait for a job before giving the file back.
     pub(crate) fn idle_for(&self) -> Option<Duration> {
-        self.exclusive.then(|| HOLD.saturating_sub(self.at.elapsed()))
+        // A broken store keeps the file: nothing to wait for.
+        (self.exclusive && self.synced.check().is_ok()).then(|| HOLD.saturating_sub(self.at.elapsed()))
     }
 
     /// Give the file back: every commit synced, `synchronous=FULL` again, the lock shared.
@@ -248,21 +269,30 @@ impl<R: Send + 'static> Pipeline<R> {
             self.at = Instant::now();
             return;
         }
-        self.share();
+        if !self.share() {
+            // Still exclusive (nothing unsynced is left): try again later.
+            self.at = Instant::now();
+            return;
+        }
         self.exclusive = false;
         self.at = Instant::now() + REJOIN;
         self.synced.overlapping.store(false, Ordering::SeqCst);
     }
 
-    fn share(&self) {
-        // A conversion down never conflicts; if it fails anyway the lock stays as it was.
-        if let Some(Err(error)) = self.lock.as_ref().map(lock::Lock::shared) {
-            tracing::warn!(%error, "sqlite: could not share the store's lock file");
+    /// Convert the lock down to shared: whether it is (a conversion down never conflicts;
+    /// if it fails anyway the lock stays as it was).
+    fn share(&self) -> bool {
+        match self.lock.as_ref().map(lock::Lock::shared) {
+            Some(Err(error)) => {
+                tracing::warn!(%error, "sqlite: could not share the store's lock file");
+                false
+            }
+            _ => true,
         }
     }
 
-    /// Number the group about to commit: before its `COMMIT`, so a reader that sees its
-    /// data waits for its `fsync`.
+    /// Number the group about to commit: just before its `COMMIT`, so a reader that sees
+    /// its data waits for its `fsync` (and not for the rest of its transaction).
     pub(crate) fn begin_commit(&self) -> u64 {
         self.synced.committed.fetch_add(1, Ordering::SeqCst) + 1
     }
@@ -291,6 +321,11 @@ impl<R: Send + 'static> Pipeline<R> {
 
 impl<R> Drop for Pipeline<R> {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The writer is gone but the store's readers are not: stop them too, and keep
+            // the file (below), so that no other store overlaps while they could read.
+            self.synced.break_down();
+        }
         // The lock goes with this value: nothing unsynced may be left for another store to
         // read. The syncing thread syncs what it was handed; the writer's own `fdatasync`
         // covers a group it never handed over (a writer that panicked mid-group).
@@ -419,35 +454,48 @@ mod lock {
     pub(super) struct Lock {
         file: File,
         path: PathBuf,
+        /// Opened read-only (the file is not writable here): shared only, never exclusive.
+        writable: bool,
     }
 
     impl Lock {
         /// Open (creating) `path`, knock, and take the shared lock, polling until `wait` has
         /// passed (a holder gives the file back within `HOLD` and does not take it again
-        /// while someone knocks).
+        /// while someone knocks). Filesystems without open-file-description locks answer
+        /// `Unsupported`.
         pub(super) fn open(path: &Path, wait: Duration) -> io::Result<Self> {
             let deadline = Instant::now() + wait;
+            let give_up = || io::Error::new(io::ErrorKind::TimedOut, format!("another store has kept the file to itself for {wait:?}"));
             loop {
                 // Read-only where the file exists but is not writable: a shared lock needs
-                // only read access (such a store never overlaps: its exclusive lock fails).
-                let file = match File::options().read(true).write(true).create(true).truncate(false).open(path) {
-                    Err(error) if error.kind() == io::ErrorKind::PermissionDenied => File::open(path)?,
-                    opened => opened?,
+                // only read access (such a store never overlaps).
+                let (file, writable) = match File::options().read(true).write(true).create(true).truncate(false).open(path) {
+                    Err(error) if error.kind() == io::ErrorKind::PermissionDenied => (File::open(path)?, false),
+                    opened => (opened?, true),
                 };
-                let lock = Self { file, path: path.to_owned() };
-                lock.set(libc::F_RDLCK, KNOCK, true)?;
+                let lock = Self { file, path: path.to_owned(), writable };
+                while !lock.set_now(libc::F_RDLCK, KNOCK)? {
+                    if Instant::now() >= deadline {
+                        return Err(give_up());
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 while !lock.set_now(libc::F_RDLCK, FILE)? {
                     if Instant::now() >= deadline {
-                        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("another store has kept the file to itself for {wait:?}")));
+                        return Err(give_up());
                     }
                     std::thread::sleep(Duration::from_millis(2));
                 }
                 lock.set(libc::F_UNLCK, KNOCK, true)?;
                 // A lock file removed and created again meanwhile would lock nothing: start
-                // over on the one the path names now.
+                // over on the one the path names now (dropping this one releases its locks).
                 if lock.current()? {
                     return Ok(lock);
                 }
+                if Instant::now() >= deadline {
+                    return Err(give_up());
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
 
@@ -458,11 +506,22 @@ mod lock {
         /// Convert to exclusive if no other store holds or waits for the file and the lock
         /// file is still the one the path names; the shared lock stays otherwise.
         pub(super) fn try_exclusive(&self) -> io::Result<bool> {
-            if !self.current()? || !self.set_now(libc::F_WRLCK, KNOCK)? {
+            if !self.writable || !self.current()? || !self.set_now(libc::F_WRLCK, KNOCK)? {
                 return Ok(false);
             }
-            self.set(libc::F_UNLCK, KNOCK, true)?;
-            self.set_now(libc::F_WRLCK, FILE)
+            let taken = self.set_now(libc::F_WRLCK, FILE);
+            // Whatever came of it, the knock byte is free again (or a newcomer would wait
+            // for its whole deadline).
+            let freed = self.set(libc::F_UNLCK, KNOCK, true);
+            let taken = taken?;
+            if let Err(error) = freed {
+                if taken {
+                    // Not exclusive after all: back to shared, as before.
+                    self.shared()?;
+                }
+                return Err(error);
+            }
+            Ok(taken)
         }
 
         /// Whether the path still names this open file.
@@ -494,6 +553,11 @@ mod lock {
                 match fcntl(&self.file, arg) {
                     Ok(_) => return Ok(()),
                     Err(Errno::EINTR) => {}
+                    // A file system (or kernel) without open-file-description locks: the same
+                    // for every store of the file, so none overlaps.
+                    Err(errno @ (Errno::EINVAL | Errno::ENOLCK | Errno::EOPNOTSUPP)) => {
+                        return Err(io::Error::new(io::ErrorKind::Unsupported, format!("no open-file-description locks here: {errno}")));
+                    }
                     Err(errno) => return Err(io::Error::from(errno)),
                 }
             }
@@ -546,6 +610,53 @@ mod tests {
         assert!(!waiting.is_finished(), "settled before group 3 was synced");
         synced.synced.send_replace(3);
         assert!(waiting.await.unwrap().is_ok());
+    }
+
+    #[cfg(target_os = "linux")]
+    fn lock_path() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("durable-mcp-lock-{}-{}", std::process::id(), StreamId::random()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("db-durable-mcp.lock")
+    }
+
+    /// A store waiting to open the file knocks; the holder must not take the file again
+    /// while it does, or a busy holder could keep it out for ever.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_knock_keeps_the_holder_from_taking_the_file_again() {
+        let path = lock_path();
+        let holder = lock::Lock::open(&path, Duration::from_secs(1)).unwrap();
+        assert!(holder.try_exclusive().unwrap(), "alone, the holder takes the file");
+        let waiting = std::thread::spawn({
+            let path = path.clone();
+            move || lock::Lock::open(&path, Duration::from_secs(5))
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiting.is_finished(), "the newcomer got in while the file was kept");
+        holder.shared().unwrap();
+        assert!(!holder.try_exclusive().unwrap(), "the holder took the file again from a knocking newcomer");
+        let newcomer = waiting.join().unwrap().unwrap();
+        assert!(!holder.try_exclusive().unwrap(), "exclusive while another store has the file open");
+        assert!(!newcomer.try_exclusive().unwrap());
+        drop(newcomer);
+        assert!(holder.try_exclusive().unwrap(), "alone again, the holder takes the file");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_open_gives_up_when_the_file_is_kept_past_its_wait() {
+        let path = lock_path();
+        let holder = lock::Lock::open(&path, Duration::from_secs(1)).unwrap();
+        assert!(holder.try_exclusive().unwrap());
+        let started = Instant::now();
+        let refused = lock::Lock::open(&path, Duration::from_millis(200)).err().expect("the open gave up");
+        assert_eq!(refused.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // A lock file replaced under a holder locks nothing: it does not take the new one.
+        holder.shared().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        assert!(!holder.try_exclusive().unwrap(), "exclusive on a lock file the path no longer names");
     }
 
     #[tokio::test]

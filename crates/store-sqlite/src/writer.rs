@@ -190,7 +190,7 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
         }
         let mut touched = HashSet::new();
         let mut gone = Vec::new();
-        let seq = syncer.map(Pipeline::begin_commit);
+        let mut seq = None;
         let outcome = (|| {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(from_sqlite)?;
             let mut results = Vec::with_capacity(batch.len());
@@ -215,6 +215,7 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
                 }
                 results.push(result);
             }
+            seq = syncer.map(Pipeline::begin_commit);
             tx.commit().map_err(from_sqlite)?;
             Ok::<_, StoreError>(results)
         })();
