@@ -103,6 +103,18 @@ impl Synced {
         self.synced.send_replace(u64::MAX);
     }
 
+    /// Tests: number a commit that is not synced yet, as the writer does before a `COMMIT`.
+    #[cfg(test)]
+    pub(crate) fn hold_back(&self) -> u64 {
+        self.committed.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Tests: the commits up to `seq` are synced.
+    #[cfg(test)]
+    pub(crate) fn release(&self, seq: u64) {
+        self.synced.send_replace(seq);
+    }
+
     /// Whether the last group committed overlapped its `fsync`.
     pub(crate) fn overlapping(&self) -> bool {
         self.overlapping.load(Ordering::SeqCst)

@@ -44,6 +44,29 @@ mod overlapped {
     durable_mcp_store::store_contract_tests!(fresh(), pair = pair());
 }
 
+/// A read's answer may come from a commit whose fsync is still running, and so may its
+/// error (a stream pruned or a session ended by that commit): both wait for the fsync.
+#[tokio::test]
+async fn a_read_answers_and_fails_only_once_what_it_saw_is_synced() {
+    let store = SqliteStore::open(SqliteOptions::new(temp_path("settle.db"))).await.unwrap();
+    let stream = StreamId::random();
+    store.create_stream(&stream, &StreamOwner { principal: Principal::anonymous(), session: None }).await.unwrap();
+    let synced = Arc::clone(&store.shared.synced);
+    let held = synced.hold_back();
+    let reads = [stream, StreamId::random()].map(|stream| {
+        let store = store.clone();
+        tokio::spawn(async move { store.read_after(&stream, 0, 10).await })
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(reads.iter().all(|read| !read.is_finished()), "a read returned before the commit it may have seen was synced");
+    synced.release(held);
+    let [found, missing] = reads;
+    let found = tokio::time::timeout(Duration::from_secs(5), found).await.unwrap().unwrap();
+    assert!(found.unwrap().events.is_empty());
+    let missing = tokio::time::timeout(Duration::from_secs(5), missing).await.unwrap().unwrap();
+    assert!(matches!(missing, Err(StoreError::NotFound { .. })), "{missing:?}");
+}
+
 /// Another store on the file (as another process would be) must never read a commit before
 /// its fsync, so a store overlaps only while it is alone: the second waits for the first to
 /// give the file back, then neither overlaps until the second has gone. A store with a
