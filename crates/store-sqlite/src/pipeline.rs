@@ -157,13 +157,14 @@ impl Joined {
     /// Knock, then wait (at most [`OPEN_WAIT`]) for the shared lock of the database whose
     /// real path is `db`.
     pub(crate) fn join(db: &Path) -> Result<Self, StoreError> {
-        match lock::Lock::open(&beside(db, "-durable-mcp.lock"), OPEN_WAIT) {
+        let path = beside(db, "-durable-mcp.lock");
+        match lock::Lock::open(&path, OPEN_WAIT) {
             Ok(lock) => Ok(Self(Some(lock))),
             Err(error) if error.kind() == std::io::ErrorKind::Unsupported => {
                 tracing::debug!(%error, "sqlite: commits wait for their own fsync");
                 Ok(Self(None))
             }
-            Err(error) => Err(StoreError::Unavailable(format!("cannot lock {}: {error}", beside(db, "-durable-mcp.lock").display()).into())),
+            Err(error) => Err(StoreError::Unavailable(format!("cannot lock {}: {error}", path.display()).into())),
         }
     }
 }
@@ -172,16 +173,16 @@ impl Joined {
 pub(crate) struct Pipeline<R> {
     /// Taken only by a broken store's `Drop`, which keeps the lock for the process's life.
     lock: Option<lock::Lock>,
-    /// The WAL, for the `fdatasync`s the writer makes itself (on giving the file back or
-    /// closing) should the syncing thread be gone.
+    /// The WAL, for the `fdatasync` the writer makes itself on closing (a group it never
+    /// handed over).
     wal: Option<std::fs::File>,
-    /// FULL: this store may overlap. Stores with a weaker `synchronous` never do, but hold
-    /// the shared lock all the same, so that no other store overlaps while they read.
-    may_overlap: bool,
     exclusive: bool,
     /// When the lock became exclusive; while shared, when to try again.
     at: Instant,
-    to_sync: mpsc::Sender<Item<R>>,
+    /// The syncing thread: only a FULL store that could start one may overlap. Stores with
+    /// a weaker `synchronous` never do, but hold the shared lock all the same, so that no
+    /// other store overlaps while they read.
+    to_sync: Option<mpsc::Sender<Item<R>>>,
     synced: Arc<Synced>,
 }
 
@@ -192,21 +193,14 @@ impl<R: Send + 'static> Pipeline<R> {
     /// where the store joined no lock.
     pub(crate) fn start(joined: Joined, db: &Path, may_overlap: bool, synced: Arc<Synced>, watchers: Watchers) -> Result<Option<Self>, StoreError> {
         let Joined(Some(lock)) = joined else { return Ok(None) };
+        let mut pipeline = Self { lock: Some(lock), wal: None, exclusive: false, at: Instant::now(), to_sync: None, synced };
         let wal = match std::fs::File::options().read(true).write(true).open(beside(db, "-wal")) {
             Ok(wal) => wal,
             Err(error) => {
                 // No WAL (a journal mode other than WAL: `status` flags it): nothing to
                 // overlap, but the store keeps its shared lock.
                 tracing::warn!(%error, db = %db.display(), "sqlite: no WAL beside the database; commits wait for their own fsync");
-                return Ok(Some(Self {
-                    lock: Some(lock),
-                    wal: None,
-                    may_overlap: false,
-                    exclusive: false,
-                    at: Instant::now(),
-                    to_sync: mpsc::channel().0,
-                    synced,
-                }));
+                return Ok(Some(pipeline));
             }
         };
         wal.sync_data().map_err(|e| StoreError::Unavailable(format!("sqlite: cannot sync the WAL: {e}").into()))?;
@@ -214,31 +208,32 @@ impl<R: Send + 'static> Pipeline<R> {
             // As SQLite does with its own directory syncs: noted, not fatal.
             tracing::debug!(%error, "sqlite: could not sync the database's directory");
         }
-        let (to_sync, queue) = mpsc::channel();
-        let mut kept = None;
-        let may_overlap = may_overlap && {
-            let for_thread = Arc::clone(&synced);
+        if may_overlap {
+            let (to_sync, queue) = mpsc::channel();
+            let for_thread = Arc::clone(&pipeline.synced);
             let started = wal.try_clone().and_then(|own| {
-                kept = Some(own);
+                pipeline.wal = Some(own);
                 std::thread::Builder::new().name("durable-mcp-sqlite-sync".into()).spawn(move || sync_loop(&wal, &queue, &for_thread, &watchers))
             });
-            if let Err(error) = &started {
-                // It keeps the shared lock (others must not overlap while it reads) and
-                // waits for its own fsyncs.
-                tracing::warn!(%error, db = %db.display(), "sqlite: commits will wait for their own fsync (no overlap)");
+            match started {
+                Ok(_) => pipeline.to_sync = Some(to_sync),
+                // It keeps the shared lock (others must not overlap while it reads) and waits
+                // for its own fsyncs.
+                Err(error) => tracing::warn!(%error, db = %db.display(), "sqlite: commits will wait for their own fsync (no overlap)"),
             }
-            started.is_ok()
-        };
-        Ok(Some(Self { lock: Some(lock), wal: kept, may_overlap, exclusive: false, at: Instant::now(), to_sync, synced }))
+        }
+        Ok(Some(pipeline))
     }
+}
 
+impl<R> Pipeline<R> {
     /// Before a group: take the file to this store or give it back, and set the writer
     /// connection's `synchronous` to match. Whether this group overlaps its `fsync`.
     pub(crate) fn before_group(&mut self, conn: &Connection) -> bool {
         let now = Instant::now();
         if self.exclusive && now.duration_since(self.at) >= HOLD {
             self.give_back(conn);
-        } else if self.may_overlap && !self.exclusive && now >= self.at {
+        } else if self.to_sync.is_some() && !self.exclusive && now >= self.at {
             self.at = now + RETRY;
             match self.lock.as_ref().map_or(Ok(false), lock::Lock::try_exclusive) {
                 Ok(true) => match conn.pragma_update(None, "synchronous", "NORMAL") {
@@ -316,7 +311,11 @@ impl<R: Send + 'static> Pipeline<R> {
 
     /// Queue `item` for the syncing thread; with the thread gone, the store stops.
     pub(crate) fn hand_over(&self, item: Item<R>) {
-        if let Err(mpsc::SendError(item)) = self.to_sync.send(item) {
+        let Some(to_sync) = &self.to_sync else {
+            // Not reached: only an overlapping store hands over, and it has the thread.
+            return fail(item, "the sqlite sync thread has stopped");
+        };
+        if let Err(mpsc::SendError(item)) = to_sync.send(item) {
             self.synced.break_down();
             fail(item, "the sqlite sync thread has stopped");
         }
@@ -341,9 +340,9 @@ impl<R> Drop for Pipeline<R> {
         // The lock goes with this value: nothing unsynced may be left for another store to
         // read. The syncing thread syncs what it was handed; the writer's own `fdatasync`
         // covers a group it never handed over (a writer that panicked mid-group).
-        let (done, wait) = mpsc::sync_channel(1);
-        if self.to_sync.send(Item::Drain(done)).is_ok() {
-            let _ = wait.recv();
+        if self.exclusive {
+            // Broken or not, the checks below decide what happens to the lock.
+            let _ = self.drain();
         }
         if self.exclusive
             && let Some(wal) = &self.wal
@@ -373,6 +372,18 @@ fn beside(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
+}
+
+/// A committed (and, with FULL, synced) group's effects, in order: its tails woken, the
+/// streams it removed forgotten, its jobs answered.
+pub(crate) fn deliver<R>(watchers: &Watchers, touched: &HashSet<StreamId>, gone: &[StreamId], answers: impl IntoIterator<Item = Answer<R>>) {
+    for stream in touched {
+        watchers.wake(stream);
+    }
+    watchers.forget(gone);
+    for (reply, result) in answers {
+        let _ = reply.send(result);
+    }
 }
 
 fn fail<R>(item: Item<R>, why: &'static str) {
@@ -425,15 +436,7 @@ fn sync_loop<R>(wal: &std::fs::File, queue: &mpsc::Receiver<Item<R>>, synced: &S
         }
         for item in items.drain(..) {
             match item {
-                Item::Group { answers, touched, gone, .. } if !broken => {
-                    for stream in &touched {
-                        watchers.wake(stream);
-                    }
-                    watchers.forget(&gone);
-                    for (reply, result) in answers {
-                        let _ = reply.send(result);
-                    }
-                }
+                Item::Group { answers, touched, gone, .. } if !broken => deliver(watchers, &touched, &gone, answers),
                 Item::Read((reply, result)) if !broken => {
                     let _ = reply.send(result);
                 }

@@ -5,18 +5,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::from_sqlite;
 
+/// Insert stream row `id`: `Conflict` if one exists (one statement, no read before it).
 pub(crate) fn insert(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> Result<(), StoreError> {
-    if insert_new(conn, id, owner)? { Ok(()) } else { Err(StoreError::Conflict { what: "stream" }) }
-}
-
-/// Insert stream row `id` unless one exists; whether it was inserted (one statement, no
-/// read before it).
-pub(crate) fn insert_new(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> Result<bool, StoreError> {
     let inserted = conn
         .prepare_cached("INSERT INTO streams (id, principal, session, last_event_ms) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING")
         .and_then(|mut stmt| stmt.execute(params![id.as_str(), owner.principal.as_str(), owner.session.as_ref().map(|s| s.as_str()), now_ms() as i64]))
         .map_err(from_sqlite)?;
-    Ok(inserted == 1)
+    if inserted == 1 { Ok(()) } else { Err(StoreError::Conflict { what: "stream" }) }
 }
 
 /// Whether a stream row `id` exists.

@@ -18,7 +18,7 @@ use rusqlite::Connection;
 use std::sync::mpsc;
 use tokio::sync::oneshot;
 
-use crate::pipeline::{Item, Pipeline};
+use crate::pipeline::{Item, Pipeline, deliver};
 use crate::{error::from_sqlite, records, sessions, streams};
 
 const MAX_BATCH: usize = 1024;
@@ -159,10 +159,7 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
             }
         }
         if let Some(Err(error)) = pipeline.as_ref().map(Pipeline::broken) {
-            let message = error.to_string();
-            for job in batch.drain(..) {
-                let _ = job.reply.send(Err(StoreError::Unavailable(message.clone().into())));
-            }
+            fail_all(&mut batch, &error);
             continue;
         }
         let overlap = pipeline.as_mut().is_some_and(|pipeline| pipeline.before_group(&conn));
@@ -225,28 +222,25 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
                 let answers = batch.drain(..).map(|job| job.reply).zip(results).collect();
                 syncer.hand_over(Item::Group { seq, answers, touched, gone });
             }
-            (Ok(results), None) => {
-                for stream in &touched {
-                    watchers.wake(stream);
-                }
-                watchers.forget(&gone);
-                for (job, result) in batch.drain(..).zip(results) {
-                    let _ = job.reply.send(result);
-                }
-            }
+            (Ok(results), None) => deliver(watchers, &touched, &gone, batch.drain(..).map(|job| job.reply).zip(results)),
             (Err(error), numbered) => {
                 // Nothing of this batch was committed: every job fails, none half-done (D15).
                 tracing::warn!(%error, jobs = batch.len(), "sqlite group commit failed");
-                let message = error.to_string();
-                for job in batch.drain(..) {
-                    let _ = job.reply.send(Err(StoreError::Unavailable(message.clone().into())));
-                }
+                fail_all(&mut batch, &error);
                 if let Some((syncer, seq)) = numbered {
                     // Its number was taken: let the synced count pass it.
                     syncer.hand_over(Item::Group { seq, answers: Vec::new(), touched: HashSet::new(), gone: Vec::new() });
                 }
             }
         }
+    }
+}
+
+/// Answer every job of `batch` with `error` (as `Unavailable`: none of it was done).
+fn fail_all(batch: &mut Vec<Job>, error: &StoreError) {
+    let message = error.to_string();
+    for job in batch.drain(..) {
+        let _ = job.reply.send(Err(StoreError::Unavailable(message.clone().into())));
     }
 }
 
@@ -319,7 +313,7 @@ fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSe
                 {
                     return Err(StoreError::not_found("session"));
                 }
-                streams::insert_new(tx, stream, owner)?;
+                streams::insert(tx, stream, owner)?;
             }
             let appended = streams::import(tx, stream, events, *close)?;
             if appended > 0 {
