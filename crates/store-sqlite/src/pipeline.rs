@@ -97,6 +97,21 @@ impl Synced {
         if self.broken.load(Ordering::SeqCst) { Err(StoreError::Unavailable(BROKEN.into())) } else { Ok(()) }
     }
 
+    /// The groups up to `seq` are on disk. Never lowers the count: the writer's own `fsync`
+    /// ([`Pipeline::sync_here`]) may have passed the syncing thread's.
+    fn advance(&self, seq: u64) {
+        self.synced.send_if_modified(|synced| {
+            let raised = seq > *synced;
+            *synced = (*synced).max(seq);
+            raised
+        });
+    }
+
+    /// Whether every group numbered so far is on disk.
+    fn caught_up(&self) -> bool {
+        *self.synced.borrow() >= self.committed.load(Ordering::SeqCst)
+    }
+
     /// Stop: every request fails from now on, and every reader waiting is released to say so.
     fn break_down(&self) {
         self.broken.store(true, Ordering::SeqCst);
@@ -309,6 +324,44 @@ impl<R> Pipeline<R> {
         self.synced.check()
     }
 
+    /// Answer a read the writer made between groups: at once if every group it may have
+    /// seen is synced, else through the syncing thread, after their `fsync`.
+    pub(crate) fn answer_read(&self, answer: Answer<R>) {
+        if self.synced.caught_up() && self.synced.check().is_ok() {
+            let (reply, result) = answer;
+            let _ = reply.send(result);
+        } else {
+            self.hand_over(Item::Read(answer));
+        }
+    }
+
+    /// Whether the writer should `fsync` group `seq` itself ([`Self::sync_here`]) rather than
+    /// hand it over: when nothing waits for it (`idle`: no job is queued) and the syncing
+    /// thread has synced every group before it, handing over would only add two thread
+    /// switches (to the syncing thread and back) to the group's wait, and overlap nothing.
+    pub(crate) fn sync_here_for(&self, seq: u64, idle: bool) -> bool {
+        idle && self.wal.is_some() && *self.synced.synced.borrow() + 1 == seq
+    }
+
+    /// Make group `seq` durable on the writer's own thread, then deliver it: the
+    /// `fdatasync` covers every group before it too. A failure stops the store as the
+    /// syncing thread's does.
+    pub(crate) fn sync_here(&self, seq: u64, watchers: &Watchers, touched: &HashSet<StreamId>, gone: &[StreamId], answers: Vec<Answer<R>>) {
+        let synced = match (&self.wal, self.synced.check()) {
+            (Some(wal), Ok(())) => wal.sync_data().map_err(|error| {
+                tracing::error!(%error, "fsync of the sqlite WAL failed: the store stops until the process restarts");
+                self.synced.break_down();
+            }),
+            _ => Err(()),
+        };
+        if synced.is_ok() {
+            self.synced.advance(seq);
+            deliver(watchers, touched, gone, answers);
+        } else {
+            fail(Item::Group { seq, answers, touched: HashSet::new(), gone: Vec::new() }, BROKEN);
+        }
+    }
+
     /// Queue `item` for the syncing thread; with the thread gone, the store stops.
     pub(crate) fn hand_over(&self, item: Item<R>) {
         let Some(to_sync) = &self.to_sync else {
@@ -349,7 +402,7 @@ impl<R> Drop for Pipeline<R> {
         {
             match wal.sync_data() {
                 Ok(()) if !self.synced.broken.load(Ordering::SeqCst) => {
-                    self.synced.synced.send_replace(self.synced.committed.load(Ordering::SeqCst));
+                    self.synced.advance(self.synced.committed.load(Ordering::SeqCst));
                 }
                 Ok(()) => {}
                 Err(error) => {
@@ -432,7 +485,7 @@ fn sync_loop<R>(wal: &std::fs::File, queue: &mpsc::Receiver<Item<R>>, synced: &S
         let broken = synced.broken.load(Ordering::SeqCst);
         if let (Some(last), false) = (last, broken) {
             // First the count, so that a tail woken below reads without waiting again.
-            synced.synced.send_replace(last);
+            synced.advance(last);
         }
         for item in items.drain(..) {
             match item {

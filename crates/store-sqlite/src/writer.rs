@@ -145,7 +145,9 @@ fn next_job(rx: &mpsc::Receiver<Job>, conn: &Connection, pipeline: &mut Option<P
 fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, watchers: &Watchers, mut pipeline: Option<Pipeline<Reply>>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut writes = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = next_job(rx, &conn, &mut pipeline) {
+    // A job taken off the queue to see whether any was waiting (after an overlapped commit).
+    let mut waiting = None;
+    while let Some(first) = waiting.take().or_else(|| next_job(rx, &conn, &mut pipeline)) {
         batch.push(first);
         // The job that woke this thread is rarely alone: the task that sent it is usually
         // in the middle of a burst of requests, and on a busy core the wake-up preempts it
@@ -172,7 +174,7 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
             if job.op.is_read() {
                 let result = read(&conn, &job.op);
                 match syncer {
-                    Some(syncer) => syncer.hand_over(Item::Read((job.reply, result))),
+                    Some(syncer) => syncer.answer_read((job.reply, result)),
                     None => {
                         let _ = job.reply.send(result);
                     }
@@ -218,9 +220,16 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
         })();
         match (outcome, syncer.zip(seq)) {
             (Ok(results), Some((syncer, seq))) => {
-                // Answered, and its tails woken, once its fsync is done.
+                // Answered, and its tails woken, once its fsync is done: by the syncing
+                // thread while the writer goes on with the next group, or here when there
+                // is none to go on with.
                 let answers = batch.drain(..).map(|job| job.reply).zip(results).collect();
-                syncer.hand_over(Item::Group { seq, answers, touched, gone });
+                waiting = rx.try_recv().ok();
+                if syncer.sync_here_for(seq, waiting.is_none()) {
+                    syncer.sync_here(seq, watchers, &touched, &gone, answers);
+                } else {
+                    syncer.hand_over(Item::Group { seq, answers, touched, gone });
+                }
             }
             (Ok(results), None) => deliver(watchers, &touched, &gone, batch.drain(..).map(|job| job.reply).zip(results)),
             (Err(error), numbered) => {
