@@ -30,109 +30,119 @@ local function record_key(kind, key) return P .. ':record:' .. kind .. ':' .. ke
 local function records_index(kind) return P .. ':records:' .. kind end
 local function records_expiring(kind) return P .. ':records:' .. kind .. ':expiring' end
 
--- A live stream: its tag, keys, owner, and whether it is closed. nil if unknown, or if its
--- session has ended.
-local function find(id)
-  local tag = redis.call('GET', index_key(id))
-  if not tag then tag = 't:' .. id end
-  local meta = tagged(tag, 'stream', id)
-  local owner = redis.call('HMGET', meta, 'principal', 'session', 'closed')
-  if not owner[1] then return nil end
-  local session = owner[2] or ''
-  if session ~= '' and redis.call('EXISTS', session_key(session)) == 0 then return nil end
-  return { tag = tag, meta = meta, events = tagged(tag, 'events', id), principal = owner[1], session = session,
-    closed = owner[3] == '1' }
-end
-
+-- A stream as a script works on it: its id, tag, keys, owner and state. The state fields
+-- change in the script's memory (`append_event`, `close_stream`) and reach Redis in one
+-- write at the end (`save_stream`).
 local function stream_tag(id, session)
   if session ~= '' then return 's:' .. session end
   return 't:' .. id
 end
 
--- Write a new stream (the caller checked it does not exist).
-local function create_stream(id, principal, session, now, ttl)
-  local tag = stream_tag(id, session)
+local function stream(id, tag, principal, session)
+  return { id = id, tag = tag, meta = tagged(tag, 'stream', id), events = tagged(tag, 'events', id),
+    principal = principal, session = session }
+end
+
+-- A live stream, nil if unknown or if its session has ended.
+local function find(id)
+  local tag = redis.call('GET', index_key(id))
+  if not tag then tag = 't:' .. id end
   local meta = tagged(tag, 'stream', id)
-  redis.call('HSET', meta, 'principal', principal, 'session', session, 'first_seq', 1, 'last_seq', 0,
-    'closed', 0, 'last_event_ms', now)
-  redis.call('PEXPIRE', meta, ttl)
-  if session ~= '' then
-    redis.call('SET', index_key(id), tag, 'PX', ttl)
-    for _, kind in ipairs({ 'streams', 'open' }) do
-      redis.call('SADD', session_set(session, kind), id)
-      redis.call('PEXPIRE', session_set(session, kind), ttl)
-    end
-  end
+  local f = redis.call('HMGET', meta, 'principal', 'session', 'closed', 'first_seq', 'last_seq')
+  if not f[1] then return nil end
+  local session = f[2] or ''
+  if session ~= '' and redis.call('EXISTS', session_key(session)) == 0 then return nil end
+  local s = stream(id, tag, f[1], session)
+  s.closed, s.first_seq, s.last_seq = f[3] == '1', tonumber(f[4]), tonumber(f[5])
+  return s
+end
+
+-- A stream this script creates (the caller checked no stream has its id): nothing is
+-- written before `save_stream`.
+local function new_stream(id, principal, session)
+  local s = stream(id, stream_tag(id, session), principal, session)
+  s.new, s.closed, s.first_seq, s.last_seq = true, false, 1, 0
+  return s
 end
 
 -- Append one event to live stream s (the caller checked it is open); trims the log to
 -- `max` events (0: unbounded). Returns the event's sequence.
-local function append_event(s, data, now, max)
-  local seq = redis.call('HINCRBY', s.meta, 'last_seq', 1)
+local function append_event(s, data, max)
+  local seq = s.last_seq + 1
+  s.last_seq = seq
   redis.call('XADD', s.events, string.format('%d-0', seq), 'd', data)
-  if max > 0 and seq - max + 1 > tonumber(redis.call('HGET', s.meta, 'first_seq')) then
-    local first = seq - max + 1
-    redis.call('XTRIM', s.events, 'MINID', string.format('%d-0', first))
-    redis.call('HSET', s.meta, 'first_seq', string.format('%d', first), 'last_event_ms', now)
-  else
-    -- Unbounded (or not full yet): `first_seq` stays as it is.
-    redis.call('HSET', s.meta, 'last_event_ms', now)
+  if max > 0 and seq - max + 1 > s.first_seq then
+    s.first_seq = seq - max + 1
+    redis.call('XTRIM', s.events, 'MINID', string.format('%d-0', s.first_seq))
   end
   return seq
 end
 
 -- Close live stream s (the caller checked it is open) and index it as finished; entries
 -- of the finished index older than `sweep` go.
-local function close_stream(s, id, now, sweep)
-  redis.call('HSET', s.meta, 'closed', 1, 'last_event_ms', now)
-  if s.session ~= '' then redis.call('SREM', session_set(s.session, 'open'), id) end
-  redis.call('ZADD', P .. ':finished', now, id)
+local function close_stream(s, now, sweep)
+  s.closed = true
+  -- A new stream is never put in its session's open set.
+  if s.session ~= '' and not s.new then redis.call('SREM', session_set(s.session, 'open'), s.id) end
+  redis.call('ZADD', P .. ':finished', now, s.id)
   redis.call('ZREMRANGEBYSCORE', P .. ':finished', '-inf', '(' .. sweep)
 end
 
--- After writing to stream s (`closed`: whether it is closed now): it lives another idle
--- TTL, or the closed TTL if it is a closed sessionless stream; its tails everywhere are
--- woken. A stream the same script `created` wakes nobody (nobody can be waiting on it), and
--- its hash and index entry already carry the idle TTL from `create_stream`, at the same `now`.
-local function touch_stream(s, id, idle_ttl, closed_ttl, created, closed)
+-- Write stream s once this script is done with it: its state, in one HSET, and its
+-- expiry: another idle TTL, or the closed TTL if it is a closed sessionless stream. A new
+-- stream is indexed under its session; any other one has its tails woken everywhere (nobody
+-- can be waiting on a stream this script created).
+local function save_stream(s, now, idle_ttl, closed_ttl)
   local ttl = idle_ttl
-  if s.session == '' and closed then ttl = closed_ttl end
-  if not created or ttl ~= idle_ttl then
-    redis.call('PEXPIRE', s.meta, ttl)
-    if s.session ~= '' then redis.call('PEXPIRE', index_key(id), ttl) end
+  if s.session == '' and s.closed then ttl = closed_ttl end
+  local state = { 'first_seq', string.format('%d', s.first_seq), 'last_seq', string.format('%d', s.last_seq),
+    'closed', s.closed and '1' or '0', 'last_event_ms', now }
+  if s.new then
+    redis.call('HSET', s.meta, 'principal', s.principal, 'session', s.session, unpack(state))
+  else
+    redis.call('HSET', s.meta, unpack(state))
   end
-  redis.call('PEXPIRE', s.events, ttl)
-  if not created then redis.call('PUBLISH', CHANNEL, 'a:' .. id) end
+  redis.call('PEXPIRE', s.meta, ttl)
+  if s.session ~= '' then
+    if s.new then
+      redis.call('SET', index_key(s.id), s.tag, 'PX', ttl)
+      redis.call('SADD', session_set(s.session, 'streams'), s.id)
+      redis.call('PEXPIRE', session_set(s.session, 'streams'), ttl)
+      if not s.closed then
+        redis.call('SADD', session_set(s.session, 'open'), s.id)
+        redis.call('PEXPIRE', session_set(s.session, 'open'), ttl)
+      end
+    else
+      redis.call('PEXPIRE', index_key(s.id), ttl)
+    end
+  end
+  if s.last_seq > 0 then redis.call('PEXPIRE', s.events, ttl) end
+  if not s.new then redis.call('PUBLISH', CHANNEL, 'a:' .. s.id) end
 end
 
--- The version of the unexpired record, or false.
+-- Whether a stream with this id exists, live or not, under any tag it could have.
+local function stream_exists(id, session)
+  return redis.call('EXISTS', index_key(id), tagged('t:' .. id, 'stream', id), tagged(stream_tag(id, session), 'stream', id)) > 0
+end
+
+-- The version of the unexpired record, or false; then whether a record (expired or not)
+-- is there, and whether it has an expiry.
 local function record_version(kind, key, now)
   local current = redis.call('HMGET', record_key(kind, key), 'version', 'expires_at')
-  if current[1] and (not current[2] or tonumber(current[2]) > tonumber(now)) then return current[1], true end
-  return false, current[1] ~= false
+  local present, expiring = current[1] ~= false, current[2] ~= false
+  if present and (not expiring or tonumber(current[2]) > tonumber(now)) then return current[1], true, expiring end
+  return false, present, expiring
 end
 
--- Write a record if `expected` (`''`: absent) holds against its unexpired state (an
--- expired record counts as absent and is replaced at version 1), index it, and set its
--- Redis expiry. Returns the new version, or 0 if the condition does not hold.
-local function put_record(kind, key, value, expires_at, expected, now)
+-- Write record `version` of a key whose hash, as the script last left it, is `present` and
+-- `expiring` (has an expiry), index it, and set its Redis expiry.
+local function write_record(kind, key, value, expires_at, version, present, expiring)
   local rkey = record_key(kind, key)
-  local live, present = record_version(kind, key, now)
-  -- The value, and the expiry if there is one, in one HSET.
-  local fields = { 'value', value }
-  if expires_at ~= '' then fields[3], fields[4] = 'expires_at', expires_at end
-  local version
-  if expected == '' then
-    if live then return 0 end
-    -- An expired record Redis has not dropped yet is replaced whole.
-    if present then redis.call('DEL', rkey) end
-    redis.call('HSET', rkey, 'version', 1, unpack(fields))
-    version = 1
+  if expires_at ~= '' then
+    redis.call('HSET', rkey, 'version', version, 'value', value, 'expires_at', expires_at)
   else
-    if live ~= expected then return 0 end
-    version = redis.call('HINCRBY', rkey, 'version', 1)
-    redis.call('HSET', rkey, unpack(fields))
-    if expires_at == '' then redis.call('HDEL', rkey, 'expires_at') end
+    redis.call('HSET', rkey, 'version', version, 'value', value)
+    if expiring then redis.call('HDEL', rkey, 'expires_at') end
   end
   redis.call('ZADD', records_index(kind), 0, key)
   if expires_at ~= '' then
@@ -140,20 +150,43 @@ local function put_record(kind, key, value, expires_at, expected, now)
     -- Redis drops the record by itself (at once if the time has passed); prune sweeps the
     -- index entries.
     redis.call('PEXPIREAT', rkey, expires_at)
-  else
+  elseif expiring then
     redis.call('ZREM', records_expiring(kind), key)
-    -- Only a record that was there can have an expiry to drop.
-    if present then redis.call('PERSIST', rkey) end
+    redis.call('PERSIST', rkey)
   end
-  -- As a string, as `HGET` would give it.
-  return tostring(version)
+  -- A key without an expiry that is left in the expiry index (its earlier record expired
+  -- and Redis dropped it) is taken out by prune, which finds the record without one.
 end
 
--- Delete one record and its index entries.
-local function delete_record(kind, key)
+-- The version a write expecting `expected` (`''`: absent) makes of a record whose
+-- unexpired version is `live` (false: none; an expired record counts as absent and is
+-- replaced at version 1), or false if the expectation does not hold.
+local function next_version(live, expected)
+  if expected == '' then
+    if live then return false end
+    return '1'
+  end
+  if live ~= expected then return false end
+  return string.format('%d', tonumber(live) + 1)
+end
+
+-- Write a record if `expected` holds against its unexpired state (see `next_version`).
+-- Returns the new version (a string, as `HGET` would give it), or 0 if the condition does
+-- not hold.
+local function put_record(kind, key, value, expires_at, expected, now)
+  local live, present, expiring = record_version(kind, key, now)
+  local version = next_version(live, expected)
+  if not version then return 0 end
+  write_record(kind, key, value, expires_at, version, present, expiring)
+  return version
+end
+
+-- Delete one record and its index entries (`expiring`: whether it may be in the expiry
+-- index; one that is there without an expiry of its own is prune's, as in `write_record`).
+local function delete_record(kind, key, expiring)
   redis.call('DEL', record_key(kind, key))
   redis.call('ZREM', records_index(kind), key)
-  redis.call('ZREM', records_expiring(kind), key)
+  if expiring ~= false then redis.call('ZREM', records_expiring(kind), key) end
 end
 
 -- Delete a stream's keys and every reference to it.
@@ -184,7 +217,7 @@ end
 redis.call('HSET', key, 'principal', principal, 'record', ARGV[5], 'version', 0)
 redis.call('PEXPIRE', key, ttl)
 redis.call('ZADD', P .. ':sessions', ARGV[6], sid)
-create_stream(ARGV[7], principal, sid, ARGV[8], ttl)
+save_stream(new_stream(ARGV[7], principal, sid), ARGV[8], ttl, ttl)
 -- Index hygiene: a few entries idle past the TTL whose session Redis has expired.
 for _, old in ipairs(redis.call('ZRANGEBYSCORE', P .. ':sessions', '-inf', '(' .. ARGV[10], 'LIMIT', 0, 8)) do
   if redis.call('EXISTS', session_key(old)) == 0 then redis.call('ZREM', P .. ':sessions', old) end
@@ -265,7 +298,7 @@ pub(crate) static CREATE_STREAM: LazyLock<Script> = LazyLock::new(|| {
 local id, session = ARGV[3], ARGV[5]
 if session ~= '' and redis.call('HGET', session_key(session), 'principal') ~= ARGV[4] then return -1 end
 if redis.call('EXISTS', tagged(stream_tag(id, session), 'stream', id)) == 1 then return 0 end
-create_stream(id, ARGV[4], session, ARGV[6], ARGV[7])
+save_stream(new_stream(id, ARGV[4], session), ARGV[6], ARGV[7], ARGV[7])
 return 1
 "#
     ))
@@ -282,9 +315,9 @@ local id, now = ARGV[3], ARGV[6]
 local s = find(id)
 if not s then return { -1 } end
 if s.closed then return { -2 } end
-local seq = append_event(s, ARGV[4], now, tonumber(ARGV[9]))
-if ARGV[5] == '1' then close_stream(s, id, now, ARGV[10]) end
-touch_stream(s, id, ARGV[7], ARGV[8], false, ARGV[5] == '1')
+local seq = append_event(s, ARGV[4], tonumber(ARGV[9]))
+if ARGV[5] == '1' then close_stream(s, now, ARGV[10]) end
+save_stream(s, now, ARGV[7], ARGV[8])
 return { seq }
 "#
     ))
@@ -299,9 +332,8 @@ pub(crate) static READ_AFTER: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local s = find(ARGV[3])
 if not s then return { -1 } end
-local state = redis.call('HMGET', s.meta, 'first_seq', 'last_seq', 'closed')
-local out = { 0, state[1], state[2], state[3] }
-if tonumber(ARGV[4]) >= tonumber(state[1]) then
+local out = { 0, string.format('%d', s.first_seq), string.format('%d', s.last_seq), s.closed and '1' or '0' }
+if tonumber(ARGV[4]) >= s.first_seq then
   for _, entry in ipairs(redis.call('XRANGE', s.events, ARGV[4], '+', 'COUNT', ARGV[5])) do
     out[#out + 1] = entry[1]
     out[#out + 1] = entry[2][2]
@@ -332,8 +364,7 @@ pub(crate) static STREAM_INFO: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local s = find(ARGV[3])
 if not s then return {} end
-local state = redis.call('HMGET', s.meta, 'first_seq', 'last_seq', 'closed')
-return { s.principal, s.session, state[1], state[2], state[3] }
+return { s.principal, s.session, string.format('%d', s.first_seq), string.format('%d', s.last_seq), s.closed and '1' or '0' }
 "#
     ))
 });
@@ -498,10 +529,14 @@ local function stream_state(id)
   end
   return streams[id]
 end
+-- What the check read of each record's hash, for the writes (`write_record`) to need no
+-- second read: whether it is there and has an expiry. Kept up to date by the writes.
+local hashes, versions = {}, {}
 local function record_state(kind, key)
   local slot = kind .. '/' .. key
   if records[slot] == nil then
-    local version = record_version(kind, key, now)
+    local version, present, expiring = record_version(kind, key, now)
+    hashes[slot] = { present = present, expiring = expiring }
     for _, range in ipairs(cleared) do
       if range[1] == kind and has_prefix(key, range[2]) then version = false end
     end
@@ -513,26 +548,18 @@ for i = 0, count - 1 do
   local code, a, b, c = arg(i, 0), arg(i, 1), arg(i, 2), arg(i, 3)
   if code == 'c' then
     if c ~= '' and redis.call('HGET', session_key(c), 'principal') ~= b then return { 1, i, 'session' } end
-    if stream_state(a) or redis.call('EXISTS', tagged(stream_tag(a, c), 'stream', a)) == 1 then
-      return { 1, i, 'exists' }
-    end
-    local tag = stream_tag(a, c)
-    streams[a] = { open = true, s = { tag = tag, meta = tagged(tag, 'stream', a), events = tagged(tag, 'events', a), principal = b, session = c } }
+    if streams[a] or (streams[a] == nil and stream_exists(a, c)) then return { 1, i, 'exists' } end
+    streams[a] = { open = true, s = new_stream(a, b, c) }
   elseif code == 'a' or code == 'x' then
     local st = stream_state(a)
     if not st then return { 1, i, 'stream' } end
     if not st.open then return { 1, i, 'closed' } end
     if code == 'x' then st.open = false end
   elseif code == 'p' then
-    local live = record_state(a, b)
-    local expected = arg(i, 5)
-    if expected == '' then
-      if live then return { 1, i, 'conflict' } end
-      records[a .. '/' .. b] = '1'
-    else
-      if live ~= expected then return { 1, i, 'conflict' } end
-      records[a .. '/' .. b] = tostring(tonumber(live) + 1)
-    end
+    local version = next_version(record_state(a, b), arg(i, 5))
+    if not version then return { 1, i, 'conflict' } end
+    records[a .. '/' .. b] = version
+    versions[i] = version
   elseif code == 'd' then
     if record_state(a, b) ~= c then return { 1, i, 'conflict' } end
     records[a .. '/' .. b] = false
@@ -546,35 +573,39 @@ for i = 0, count - 1 do
   end
 end
 
--- Apply: nothing can be refused any more.
-local out, touched, order, created = { 0 }, {}, {}, {}
+-- Apply: nothing can be refused any more. Each stream is written once, at the end.
+local out, saved, order = { 0 }, {}, {}
 for i = 0, count - 1 do
   local code, a, b, c = arg(i, 0), arg(i, 1), arg(i, 2), arg(i, 3)
   local result = 0
-  if code == 'c' then
-    create_stream(a, b, c, now, idle_ttl)
-    created[a] = true
-  elseif code == 'a' or code == 'x' then
+  if code == 'c' or code == 'a' or code == 'x' then
     local s = streams[a].s
-    if code == 'a' then result = append_event(s, b, now, max) else close_stream(s, a, now, sweep) end
-    if not touched[a] then
-      touched[a] = s
-      order[#order + 1] = a
+    if code == 'a' then result = append_event(s, b, max) elseif code == 'x' then close_stream(s, now, sweep) end
+    if not saved[a] then
+      saved[a] = true
+      order[#order + 1] = s
     end
   elseif code == 'p' then
-    result = put_record(a, b, c, arg(i, 4), arg(i, 5), now)
+    local slot = a .. '/' .. b
+    local hash = hashes[slot]
+    result = versions[i]
+    write_record(a, b, c, arg(i, 4), result, hash.present, hash.expiring)
+    hashes[slot] = { present = true, expiring = arg(i, 4) ~= '' }
   elseif code == 'd' then
-    delete_record(a, b)
+    local slot = a .. '/' .. b
+    delete_record(a, b, hashes[slot].expiring)
+    hashes[slot] = { present = false, expiring = false }
     result = 1
   else
     for _, key in ipairs(redis.call('ZRANGEBYLEX', records_index(a), c, arg(i, 4))) do
       if record_version(a, key, now) then result = result + 1 end
       delete_record(a, key)
+      hashes[a .. '/' .. key] = { present = false, expiring = false }
     end
   end
   out[#out + 1] = result
 end
-for _, id in ipairs(order) do touch_stream(touched[id], id, idle_ttl, closed_ttl, created[id], not streams[id].open) end
+for _, s in ipairs(order) do save_stream(s, now, idle_ttl, closed_ttl) end
 return out
 "#
     ))

@@ -631,3 +631,57 @@ fn urls_parse() {
     let secret = format!("{:?}", RedisOptions::from_url("redis://user:hunter2@h:1").unwrap());
     assert!(!secret.contains("hunter2"), "{secret}");
 }
+
+/// A batch writes a record from what its check read of the record's hash (no second read):
+/// each move between "with an expiry" and "without" leaves the hash, its Redis expiry and
+/// both indexes as a write outside a batch would, including for a key the batch writes
+/// twice and for a record Redis has not dropped yet after it expired.
+#[tokio::test]
+async fn batch_record_writes_keep_expiry_and_indexes_exact() {
+    let prefix = fresh_prefix();
+    let Some(store) = open_with(&prefix, |_| {}).await else { return };
+    let keys = &store.shared.keys;
+    let mut conn = store.shared.conn();
+    let later = durable_mcp_store::now_ms() + 3_600_000;
+    let kind = RecordKind::Task;
+    // a: expiring, renewed without an expiry; b: plain, given one; c: expiring, deleted;
+    // d: written twice in one batch (with, then without an expiry); e: expired but not yet
+    // dropped by Redis, replaced as new; f: expired and dropped by Redis, its index entries
+    // not swept yet, written again without an expiry.
+    store.put_record(kind, "a", "1".into(), Some(later), Expect::Absent).await.unwrap();
+    store.put_record(kind, "b", "1".into(), None, Expect::Absent).await.unwrap();
+    store.put_record(kind, "c", "1".into(), Some(later), Expect::Absent).await.unwrap();
+    let _: () = redis::cmd("HSET").arg(keys.record(kind, "e")).arg("version").arg(7).arg("value").arg("old").arg("expires_at").arg(1).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("ZADD").arg(keys.records_index(kind)).arg(0).arg("e").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("ZADD").arg(keys.records_expiring(kind)).arg(1).arg("e").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("ZADD").arg(keys.records_index(kind)).arg(0).arg("f").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("ZADD").arg(keys.records_expiring(kind)).arg(1).arg("f").query_async(&mut conn).await.unwrap();
+    let batch = WriteBatch::new()
+        .put_record(kind, "a", "2", None, Expect::Version(1))
+        .put_record(kind, "b", "2", Some(later), Expect::Version(1))
+        .delete_record(kind, "c", 1)
+        .put_record(kind, "d", "1", Some(later), Expect::Absent)
+        .put_record(kind, "d", "2", None, Expect::Version(1))
+        .put_record(kind, "e", "new", None, Expect::Absent)
+        .put_record(kind, "f", "new", None, Expect::Absent);
+    let outcome = store.commit(batch).await.unwrap();
+    let versions: Vec<_> = outcome.ops.iter().map(|op| format!("{op:?}")).collect();
+    assert_eq!(versions, ["Put(2)", "Put(2)", "Deleted(1)", "Put(1)", "Put(2)", "Put(1)", "Put(1)"]);
+    for (key, value, version, expiry) in [("a", "2", 2, None), ("b", "2", 2, Some(later)), ("d", "2", 2, None), ("e", "new", 1, None), ("f", "new", 1, None)] {
+        let record = store.get_record(kind, key).await.unwrap().unwrap_or_else(|| panic!("{key} is there"));
+        assert_eq!((record.value.as_str(), record.version, record.expires_at_ms), (value, version, expiry), "{key}");
+        let ttl: i64 = redis::cmd("PTTL").arg(keys.record(kind, key)).query_async(&mut conn).await.unwrap();
+        assert_eq!(ttl > 0, expiry.is_some(), "{key}: Redis expiry {ttl}");
+    }
+    assert!(store.get_record(kind, "c").await.unwrap().is_none());
+    let listed: Vec<String> = redis::cmd("ZRANGE").arg(keys.records_index(kind)).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    assert_eq!(listed, ["a", "b", "d", "e", "f"]);
+    let expiring: Vec<String> = redis::cmd("ZRANGE").arg(keys.records_expiring(kind)).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    // `f`'s stale entry is prune's to sweep (it finds the record without an expiry).
+    assert_eq!(expiring, ["f", "b"]);
+    let report = store.prune(&Retention::default(), durable_mcp_store::now_ms()).await.unwrap();
+    assert_eq!(report.records_expired, 0, "a renewed record is not counted as expired");
+    let expiring: Vec<String> = redis::cmd("ZRANGE").arg(keys.records_expiring(kind)).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    assert_eq!(expiring, ["b"]);
+    assert!(store.get_record(kind, "f").await.unwrap().is_some(), "prune left the renewed record");
+}
