@@ -6,13 +6,18 @@
 //! the time. Here the writer commits with `synchronous=NORMAL` (the frames are written, not
 //! yet synced) and hands the group to a syncing thread, which `fdatasync`s the WAL file and
 //! only then answers the group's jobs and wakes its tails, while the writer runs the next
-//! group. Durability is FULL's: nothing is acknowledged, sent or read before its `fsync`.
+//! group. When there is no next group (no job queued) and every earlier group is synced,
+//! the writer `fdatasync`s and answers the group itself: handing it over would overlap
+//! nothing and only add two thread switches to its wait. Durability is FULL's: nothing is
+//! acknowledged, sent or read before its `fsync`.
 //!
-//! - **Writes** are answered by the syncing thread, after the `fsync` that covers them (D1).
+//! - **Writes** are answered after the `fsync` that covers them (D1), by whichever thread
+//!   made it.
 //! - **Reads in this process** wait, after themselves, until every commit they could have
 //!   seen is synced ([`Synced::settle`]): the writer raises a counter just before each
 //!   `COMMIT`.
-//!   The writer's own reads between groups are answered by the syncing thread, in order.
+//!   The writer's own reads between groups are answered at once when every group is synced,
+//!   else by the syncing thread, in order.
 //! - **Other processes on the file** would see a commit before its `fsync`, so a writer
 //!   overlaps only while it is the file's one user. Every store holds a shared
 //!   open-file-description lock on byte 0 of `<db>-durable-mcp.lock` (named from the
@@ -107,6 +112,12 @@ impl Synced {
         });
     }
 
+    /// Whether every group before `seq` is on disk, and no later one: `seq` is next. Never
+    /// for a broken store (its count is `u64::MAX`).
+    fn synced_before(&self, seq: u64) -> bool {
+        self.synced.borrow().checked_add(1) == Some(seq)
+    }
+
     /// Whether every group numbered so far is on disk.
     fn caught_up(&self) -> bool {
         *self.synced.borrow() >= self.committed.load(Ordering::SeqCst)
@@ -188,8 +199,8 @@ impl Joined {
 pub(crate) struct Pipeline<R> {
     /// Taken only by a broken store's `Drop`, which keeps the lock for the process's life.
     lock: Option<lock::Lock>,
-    /// The WAL, for the `fdatasync` the writer makes itself on closing (a group it never
-    /// handed over).
+    /// The WAL, for the `fdatasync`s the writer makes itself: of a group nothing waits
+    /// behind ([`Self::sync_here`]), and on closing (a group it never handed over).
     wal: Option<std::fs::File>,
     exclusive: bool,
     /// When the lock became exclusive; while shared, when to try again.
@@ -340,7 +351,7 @@ impl<R> Pipeline<R> {
     /// thread has synced every group before it, handing over would only add two thread
     /// switches (to the syncing thread and back) to the group's wait, and overlap nothing.
     pub(crate) fn sync_here_for(&self, seq: u64, idle: bool) -> bool {
-        idle && self.wal.is_some() && *self.synced.synced.borrow() + 1 == seq
+        idle && self.wal.is_some() && self.synced.synced_before(seq)
     }
 
     /// Make group `seq` durable on the writer's own thread, then deliver it: the
@@ -678,6 +689,25 @@ mod tests {
         assert!(!waiting.is_finished(), "settled before group 3 was synced");
         synced.synced.send_replace(3);
         assert!(waiting.await.unwrap().is_ok());
+    }
+
+    /// The writer syncs a group itself only when it is the next one to sync, and never once
+    /// the store broke (whose count is at its maximum: no overflow, no panic).
+    #[test]
+    fn the_writer_syncs_only_the_next_group_of_a_store_that_is_not_broken() {
+        let synced = Synced::default();
+        synced.advance(4);
+        assert!(synced.synced_before(5));
+        assert!(!synced.synced_before(6), "group 5 is not synced yet");
+        assert!(!synced.synced_before(4));
+        synced.advance(3);
+        assert_eq!(*synced.synced.borrow(), 4, "the count never goes back");
+        synced.break_down();
+        assert!(!synced.synced_before(5));
+        assert!(!synced.synced_before(u64::MAX));
+        assert!(!synced.synced_before(0));
+        synced.advance(9);
+        assert_eq!(*synced.synced.borrow(), u64::MAX, "a broken store stays broken");
     }
 
     #[cfg(target_os = "linux")]

@@ -5,8 +5,8 @@
 //! once, and only then answers each job and wakes the tails of the streams it touched. A job
 //! is therefore answered only after its data is committed (D1), and N concurrent appenders
 //! cost one commit, not N. With `synchronous=FULL`, a group's `fsync` overlaps the next
-//! group's work where the file allows it (see `pipeline.rs`): the group is then answered by
-//! the syncing thread, after its `fsync`.
+//! group's work where the file allows it (see `pipeline.rs`): the group is then answered
+//! after its `fsync`, by the syncing thread or, when no next group waits, by the writer.
 
 use std::collections::HashSet;
 
