@@ -48,12 +48,12 @@ local function find(id)
   local tag = redis.call('GET', index_key(id))
   if not tag then tag = 't:' .. id end
   local meta = tagged(tag, 'stream', id)
-  local f = redis.call('HMGET', meta, 'principal', 'session', 'closed', 'first_seq', 'last_seq')
+  local f = redis.call('HMGET', meta, 'principal', 'session', 'closed', 'first_seq', 'last_seq', 'last_event_ms')
   if not f[1] then return nil end
   local session = f[2] or ''
   if session ~= '' and redis.call('EXISTS', session_key(session)) == 0 then return nil end
   local s = stream(id, tag, f[1], session)
-  s.closed, s.first_seq, s.last_seq = f[3] == '1', tonumber(f[4]), tonumber(f[5])
+  s.closed, s.first_seq, s.last_seq, s.last_event_ms = f[3] == '1', tonumber(f[4]), tonumber(f[5]), f[6]
   return s
 end
 
@@ -134,9 +134,11 @@ local function record_version(kind, key, now)
   return false, present, expiring
 end
 
--- Write record `version` of a key whose hash, as the script last left it, is `present` and
--- `expiring` (has an expiry), index it, and set its Redis expiry.
-local function write_record(kind, key, value, expires_at, version, present, expiring)
+-- Write record `version` of a key whose hash, as the script last left it, is `expiring`
+-- (has an expiry), index it, and set its Redis expiry. The hash holds only `version`,
+-- `value` and `expires_at`, so an earlier record's hash (expired, not dropped yet) needs no
+-- delete first.
+local function write_record(kind, key, value, expires_at, version, expiring)
   local rkey = record_key(kind, key)
   if expires_at ~= '' then
     redis.call('HSET', rkey, 'version', version, 'value', value, 'expires_at', expires_at)
@@ -174,10 +176,10 @@ end
 -- Returns the new version (a string, as `HGET` would give it), or 0 if the condition does
 -- not hold.
 local function put_record(kind, key, value, expires_at, expected, now)
-  local live, present, expiring = record_version(kind, key, now)
+  local live, _, expiring = record_version(kind, key, now)
   local version = next_version(live, expected)
   if not version then return 0 end
-  write_record(kind, key, value, expires_at, version, present, expiring)
+  write_record(kind, key, value, expires_at, version, expiring)
   return version
 end
 
@@ -382,13 +384,12 @@ if not s then
   redis.call('ZREM', P .. ':finished', id)
   return 0
 end
-local state = redis.call('HMGET', s.meta, 'closed', 'last_event_ms')
-if state[1] ~= '1' then
+if not s.closed then
   redis.call('ZREM', P .. ':finished', id)
   return 0
 end
-if tonumber(state[2]) >= tonumber(ARGV[4]) then
-  redis.call('ZADD', P .. ':finished', state[2], id)
+if tonumber(s.last_event_ms) >= tonumber(ARGV[4]) then
+  redis.call('ZADD', P .. ':finished', s.last_event_ms, id)
   return 0
 end
 delete_stream(s.tag, id, s.session)
@@ -530,13 +531,13 @@ local function stream_state(id)
   return streams[id]
 end
 -- What the check read of each record's hash, for the writes (`write_record`) to need no
--- second read: whether it is there and has an expiry. Kept up to date by the writes.
+-- second read: whether it has an expiry. Kept up to date by the writes.
 local hashes, versions = {}, {}
 local function record_state(kind, key)
   local slot = kind .. '/' .. key
   if records[slot] == nil then
-    local version, present, expiring = record_version(kind, key, now)
-    hashes[slot] = { present = present, expiring = expiring }
+    local version, _, expiring = record_version(kind, key, now)
+    hashes[slot] = { expiring = expiring }
     for _, range in ipairs(cleared) do
       if range[1] == kind and has_prefix(key, range[2]) then version = false end
     end
@@ -589,18 +590,18 @@ for i = 0, count - 1 do
     local slot = a .. '/' .. b
     local hash = hashes[slot]
     result = versions[i]
-    write_record(a, b, c, arg(i, 4), result, hash.present, hash.expiring)
-    hashes[slot] = { present = true, expiring = arg(i, 4) ~= '' }
+    write_record(a, b, c, arg(i, 4), result, hash.expiring)
+    hashes[slot] = { expiring = arg(i, 4) ~= '' }
   elseif code == 'd' then
     local slot = a .. '/' .. b
     delete_record(a, b, hashes[slot].expiring)
-    hashes[slot] = { present = false, expiring = false }
+    hashes[slot] = { expiring = false }
     result = 1
   else
     for _, key in ipairs(redis.call('ZRANGEBYLEX', records_index(a), c, arg(i, 4))) do
       if record_version(a, key, now) then result = result + 1 end
       delete_record(a, key)
-      hashes[a .. '/' .. key] = { present = false, expiring = false }
+      hashes[a .. '/' .. key] = { expiring = false }
     end
   end
   out[#out + 1] = result

@@ -651,7 +651,17 @@ async fn batch_record_writes_keep_expiry_and_indexes_exact() {
     store.put_record(kind, "a", "1".into(), Some(later), Expect::Absent).await.unwrap();
     store.put_record(kind, "b", "1".into(), None, Expect::Absent).await.unwrap();
     store.put_record(kind, "c", "1".into(), Some(later), Expect::Absent).await.unwrap();
-    let _: () = redis::cmd("HSET").arg(keys.record(kind, "e")).arg("version").arg(7).arg("value").arg("old").arg("expires_at").arg(1).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(keys.record(kind, "e"))
+        .arg("version")
+        .arg(7)
+        .arg("value")
+        .arg("old")
+        .arg("expires_at")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let _: () = redis::cmd("ZADD").arg(keys.records_index(kind)).arg(0).arg("e").query_async(&mut conn).await.unwrap();
     let _: () = redis::cmd("ZADD").arg(keys.records_expiring(kind)).arg(1).arg("e").query_async(&mut conn).await.unwrap();
     let _: () = redis::cmd("ZADD").arg(keys.records_index(kind)).arg(0).arg("f").query_async(&mut conn).await.unwrap();
