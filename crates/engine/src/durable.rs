@@ -155,7 +155,7 @@ impl DurableRun {
                         }
                     }
                     let message = json!({"jsonrpc": "2.0", "id": wire, "method": method, "params": params});
-                    self.engine.append(&self.stream(), message.to_string(), false).await.map_err(journal_error)?;
+                    self.engine.append(&self.stream(), durable_mcp_protocol::jsonrpc::to_text(&message), false).await.map_err(journal_error)?;
                 }
                 loop {
                     tokio::select! {

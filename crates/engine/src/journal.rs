@@ -183,8 +183,11 @@ impl Held {
     pub(crate) async fn commit_outcome(&mut self, engine: &Engine, stream: &StreamId, outcome: &Value) -> Result<(), EngineError> {
         // Held while committing: no heartbeat moves the version in between.
         let guard = self.beat.shared.lock().await;
-        let mut batch =
-            WriteBatch::new().append(stream.clone(), outcome.to_string()).close(stream.clone()).delete_record(RecordKind::Run, self.run_id.clone(), guard.1);
+        let mut batch = WriteBatch::new().append(stream.clone(), durable_mcp_protocol::jsonrpc::to_text(outcome)).close(stream.clone()).delete_record(
+            RecordKind::Run,
+            self.run_id.clone(),
+            guard.1,
+        );
         if !self.record.stateless() && self.steps_written.load(Ordering::SeqCst) {
             batch = batch.delete_records(RecordKind::Step, key::steps(&self.run_id));
         }

@@ -78,7 +78,7 @@ impl NewStream {
     /// Commit `response` as the stream's last event: with the stream's creation in one
     /// commit when it is not committed yet.
     pub async fn answer(&mut self, engine: &Engine, response: &Value) -> Result<(), EngineError> {
-        self.commit_first(engine, response.to_string(), true).await?;
+        self.commit_first(engine, durable_mcp_protocol::jsonrpc::to_text(response), true).await?;
         crate::metrics::finish(self.operation.take(), response);
         Ok(())
     }

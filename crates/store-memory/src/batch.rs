@@ -9,7 +9,7 @@ use durable_mcp_store::{
     BatchOp, BatchOutcome, EventId, Expect, OpOutcome, Record, RecordKind, StoreError, StoreResult, StreamId, WriteBatch, now_ms, op_failed,
 };
 
-use crate::{Inner, insert_stream};
+use crate::{Inner, insert_stream_owned};
 
 /// How to revert one applied op.
 enum Undo {
@@ -22,21 +22,25 @@ enum Undo {
 }
 
 /// Apply `batch` to `inner`, all or nothing. `max` bounds each stream's retained events.
-pub(crate) fn commit(inner: &mut Inner, batch: &WriteBatch, max: usize) -> StoreResult<BatchOutcome> {
+/// The batch's ids, events and values move into the store: nothing of it is copied.
+pub(crate) fn commit(inner: &mut Inner, batch: WriteBatch, max: usize) -> StoreResult<BatchOutcome> {
+    let woken = batch.woken_streams();
     let mut undo = Vec::with_capacity(batch.len());
     let mut outcome = BatchOutcome { ops: Vec::with_capacity(batch.len()) };
-    for (index, op) in batch.ops().iter().enumerate() {
-        match apply(inner, op, max, &mut undo) {
+    // One clock reading for the whole batch: it commits at one instant.
+    let now = now_ms();
+    for (index, op) in batch.into_ops().into_iter().enumerate() {
+        match apply(inner, index, op, max, now, &mut undo) {
             Ok(result) => outcome.ops.push(result),
             Err(error) => {
                 while let Some(step) = undo.pop() {
                     revert(inner, step);
                 }
-                return Err(op_failed(index, op, error));
+                return Err(error);
             }
         }
     }
-    for stream in batch.woken_streams() {
+    for stream in woken {
         if let Some(state) = inner.streams.get(&stream) {
             let last = state.last_seq();
             state.notify.send_replace(last);
@@ -45,29 +49,32 @@ pub(crate) fn commit(inner: &mut Inner, batch: &WriteBatch, max: usize) -> Store
     Ok(outcome)
 }
 
-fn apply(inner: &mut Inner, op: &BatchOp, max: usize, undo: &mut Vec<Undo>) -> StoreResult<OpOutcome> {
-    let now = now_ms();
+/// Apply op `index` at `now`; a refused op changes nothing, and its error names it.
+fn apply(inner: &mut Inner, index: usize, op: BatchOp, max: usize, now: u64, undo: &mut Vec<Undo>) -> StoreResult<OpOutcome> {
     match op {
         BatchOp::CreateStream { id, owner } => {
             if let Some(session) = &owner.session
                 && !inner.sessions.contains_key(session)
             {
-                return Err(StoreError::not_found("session"));
+                return Err(op_failed(index, &BatchOp::CreateStream { id, owner }, StoreError::not_found("session")));
             }
-            if inner.streams.contains_key(id) {
-                return Err(StoreError::Conflict { what: "stream" });
+            if inner.streams.contains_key(&id) {
+                return Err(op_failed(index, &BatchOp::CreateStream { id, owner }, StoreError::Conflict { what: "stream" }));
             }
-            insert_stream(inner, id, owner);
             undo.push(Undo::Created(id.clone()));
+            insert_stream_owned(inner, id, owner, now);
             Ok(OpOutcome::Created)
         }
         BatchOp::Append { stream, data } => {
-            let state = inner.streams.get_mut(stream).ok_or(StoreError::not_found("stream"))?;
+            let Some(state) = inner.streams.get_mut(&stream) else {
+                return Err(op_failed(index, &BatchOp::Append { stream, data }, StoreError::not_found("stream")));
+            };
             if state.closed {
-                return Err(StoreError::StreamClosed { stream: stream.to_string() });
+                let closed = StoreError::StreamClosed { stream: stream.to_string() };
+                return Err(op_failed(index, &BatchOp::Append { stream, data }, closed));
             }
             let before = (state.first_seq, state.closed, state.last_event_ms);
-            state.events.push_back(data.clone());
+            state.events.push_back(data);
             let mut trimmed = VecDeque::new();
             while state.events.len() > max {
                 trimmed.extend(state.events.pop_front());
@@ -76,50 +83,53 @@ fn apply(inner: &mut Inner, op: &BatchOp, max: usize, undo: &mut Vec<Undo>) -> S
             state.last_event_ms = now;
             let seq = state.last_seq();
             undo.push(Undo::Stream { id: stream.clone(), trimmed, appended: true, first_seq: before.0, closed: before.1, last_event_ms: before.2 });
-            Ok(OpOutcome::Appended(EventId::new(stream.clone(), seq)))
+            Ok(OpOutcome::Appended(EventId::new(stream, seq)))
         }
         BatchOp::Close { stream } => {
-            let state = inner.streams.get_mut(stream).ok_or(StoreError::not_found("stream"))?;
+            let Some(state) = inner.streams.get_mut(&stream) else {
+                return Err(op_failed(index, &BatchOp::Close { stream }, StoreError::not_found("stream")));
+            };
             if state.closed {
-                return Err(StoreError::StreamClosed { stream: stream.to_string() });
+                let closed = StoreError::StreamClosed { stream: stream.to_string() };
+                return Err(op_failed(index, &BatchOp::Close { stream }, closed));
             }
-            undo.push(Undo::Stream {
-                id: stream.clone(),
-                trimmed: VecDeque::new(),
-                appended: false,
-                first_seq: state.first_seq,
-                closed: false,
-                last_event_ms: state.last_event_ms,
-            });
+            let (first_seq, last_event_ms) = (state.first_seq, state.last_event_ms);
             state.closed = true;
             state.last_event_ms = now;
+            undo.push(Undo::Stream { id: stream, trimmed: VecDeque::new(), appended: false, first_seq, closed: false, last_event_ms });
             Ok(OpOutcome::Closed)
         }
         BatchOp::PutRecord { kind, key, value, expires_at_ms, expect } => {
-            let slot = (*kind, key.clone());
-            let previous = inner.records.get(&slot).cloned();
-            let current = previous.as_ref().filter(|r| !r.expired(now)).map(|r| r.version);
+            let slot = (kind, key);
+            let current = inner.records.get(&slot).filter(|r| !r.expired(now)).map(|r| r.version);
             let version = match (expect, current) {
                 (Expect::Absent, None) => 1,
-                (Expect::Version(expected), Some(found)) if *expected == found => found + 1,
-                _ => return Err(StoreError::Conflict { what: "record" }),
+                (Expect::Version(expected), Some(found)) if expected == found => found + 1,
+                _ => {
+                    let (kind, key) = slot;
+                    return Err(op_failed(index, &BatchOp::PutRecord { kind, key, value, expires_at_ms, expect }, StoreError::Conflict { what: "record" }));
+                }
             };
-            inner.records.insert(slot.clone(), Record { key: key.clone(), version, value: value.clone(), expires_at_ms: *expires_at_ms });
+            let record = Record { key: slot.1.clone(), version, value, expires_at_ms };
+            let previous = inner.records.insert(slot.clone(), record);
             undo.push(Undo::Record(slot, previous));
             Ok(OpOutcome::Put(version))
         }
         BatchOp::DeleteRecord { kind, key, version } => {
-            let slot = (*kind, key.clone());
+            let slot = (kind, key);
             match inner.records.get(&slot) {
-                Some(record) if !record.expired(now) && record.version == *version => {}
-                _ => return Err(StoreError::Conflict { what: "record" }),
+                Some(record) if !record.expired(now) && record.version == version => {}
+                _ => {
+                    let (kind, key) = slot;
+                    return Err(op_failed(index, &BatchOp::DeleteRecord { kind, key, version }, StoreError::Conflict { what: "record" }));
+                }
             }
             let previous = inner.records.remove(&slot);
             undo.push(Undo::Record(slot, previous));
             Ok(OpOutcome::Deleted(1))
         }
         BatchOp::DeleteRecords { kind, prefix } => {
-            let keys = crate::keys_with_prefix(inner, *kind, prefix);
+            let keys = crate::keys_with_prefix(inner, kind, &prefix);
             let mut deleted = 0;
             for slot in keys {
                 let previous = inner.records.remove(&slot);

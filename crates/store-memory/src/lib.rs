@@ -256,7 +256,7 @@ impl Store for MemoryStore {
 
     async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
         let max = self.options.max_events_per_stream.max(1);
-        batch::commit(&mut self.lock(), &batch, max)
+        batch::commit(&mut self.lock(), batch, max)
     }
 
     async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<StreamInfo>> {
@@ -347,13 +347,21 @@ fn remove_session(inner: &mut Inner, id: &SessionId) {
 }
 
 fn insert_stream(inner: &mut Inner, id: &StreamId, owner: &StreamOwner) {
+    insert_stream_owned(inner, id.clone(), owner.clone(), now_ms());
+}
+
+/// [`insert_stream`] of an id and owner the caller gives away (a batch's), at `now`.
+fn insert_stream_owned(inner: &mut Inner, id: StreamId, owner: StreamOwner, now: u64) {
     let (notify, _) = watch::channel(0);
-    inner
-        .streams
-        .insert(id.clone(), StreamState { owner: owner.clone(), events: VecDeque::new(), first_seq: 1, closed: false, last_event_ms: now_ms(), notify });
     if let Some(session) = &owner.session {
-        inner.session_streams.entry(session.clone()).or_default().push(id.clone());
+        match inner.session_streams.get_mut(session) {
+            Some(list) => list.push(id.clone()),
+            None => {
+                inner.session_streams.insert(session.clone(), vec![id.clone()]);
+            }
+        }
     }
+    inner.streams.insert(id, StreamState { owner, events: VecDeque::new(), first_seq: 1, closed: false, last_event_ms: now, notify });
 }
 
 #[cfg(test)]
