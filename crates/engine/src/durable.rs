@@ -41,7 +41,10 @@ pub(crate) struct DurableRun {
     /// The stream the run's messages go to (the task's own stream once it is a task).
     stream: Mutex<StreamId>,
     pub inbox: StreamId,
-    pub params: Value,
+    /// The request's `params._meta` and `params.inputResponses`, the parts of its params a
+    /// durable context reads (not the arguments: a copy of those per call could be large).
+    meta: Option<Value>,
+    input_responses: Option<Value>,
     pub cancel: CancellationToken,
     /// The task this run works for: its record key and design.
     task: Mutex<Option<(String, Flavor)>>,
@@ -69,7 +72,8 @@ impl DurableRun {
             caller,
             stream: Mutex::new(record.stream.parse().unwrap_or_else(|_| StreamId::random())),
             inbox: record.inbox.parse().unwrap_or_else(|_| StreamId::random()),
-            params: record.request.get("params").cloned().unwrap_or(Value::Null),
+            meta: record.request.get("params").and_then(|p| p.get("_meta")).cloned(),
+            input_responses: record.request.get("params").and_then(|p| p.get("inputResponses")).cloned(),
             cancel,
             task: Mutex::new(record.task.clone().zip(record.task_flavor)),
             detach,
@@ -234,7 +238,7 @@ impl DurableRun {
     fn ask_stateless(&self, index: u64) -> Result<Value, DurableError> {
         // 2026-07-28 without a task: the answer arrives in a retry's `inputResponses`.
         let key = key::question(index);
-        match self.params.get("inputResponses").and_then(|r| r.get(&key)) {
+        match self.input_responses.as_ref().and_then(|r| r.get(&key)) {
             Some(response) => Ok(json!({"result": response})),
             None => Err(DurableError::InputRequired),
         }
@@ -313,7 +317,7 @@ impl DurableBackend for DurableRun {
             if self.task().is_some() {
                 return Ok(true);
             }
-            let declared = self.params.get("_meta").is_some_and(|meta| {
+            let declared = self.meta.as_ref().is_some_and(|meta| {
                 let mut request = Map::new();
                 request.insert("params".into(), json!({"_meta": meta}));
                 crate::tasks::declares_extension(&request)
@@ -337,7 +341,7 @@ impl DurableBackend for DurableRun {
     }
 
     fn progress_token(&self) -> Option<Value> {
-        self.params.get("_meta").and_then(|m| m.get("progressToken")).cloned()
+        self.meta.as_ref().and_then(|m| m.get("progressToken")).cloned()
     }
 
     fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>> {
