@@ -103,7 +103,7 @@ impl Synced {
     }
 
     /// The groups up to `seq` are on disk. Never lowers the count: the writer's own `fsync`
-    /// ([`Pipeline::sync_here`]) may have passed the syncing thread's.
+    /// ([`Pipeline::finish`]) may have passed the syncing thread's.
     fn advance(&self, seq: u64) {
         self.synced.send_if_modified(|synced| {
             let raised = seq > *synced;
@@ -116,6 +116,22 @@ impl Synced {
     /// for a broken store (its count is `u64::MAX`).
     fn synced_before(&self, seq: u64) -> bool {
         self.synced.borrow().checked_add(1) == Some(seq)
+    }
+
+    /// `fdatasync` the WAL, unless the store has stopped; a failure stops it. Whether the
+    /// WAL is synced.
+    fn sync(&self, wal: &std::fs::File) -> bool {
+        if self.check().is_err() {
+            return false;
+        }
+        match wal.sync_data() {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(%error, "fsync of the sqlite WAL failed: the store stops until the process restarts");
+                self.break_down();
+                false
+            }
+        }
     }
 
     /// Whether every group numbered so far is on disk.
@@ -200,7 +216,7 @@ pub(crate) struct Pipeline<R> {
     /// Taken only by a broken store's `Drop`, which keeps the lock for the process's life.
     lock: Option<lock::Lock>,
     /// The WAL, for the `fdatasync`s the writer makes itself: of a group nothing waits
-    /// behind ([`Self::sync_here`]), and on closing (a group it never handed over).
+    /// behind ([`Self::finish`]), and on closing (a group it never handed over).
     wal: Option<std::fs::File>,
     exclusive: bool,
     /// When the lock became exclusive; while shared, when to try again.
@@ -346,30 +362,20 @@ impl<R> Pipeline<R> {
         }
     }
 
-    /// Whether the writer should `fsync` group `seq` itself ([`Self::sync_here`]) rather than
-    /// hand it over: when nothing waits for it (`idle`: no job is queued) and the syncing
-    /// thread has synced every group before it, handing over would only add two thread
-    /// switches (to the syncing thread and back) to the group's wait, and overlap nothing.
-    pub(crate) fn sync_here_for(&self, seq: u64, idle: bool) -> bool {
-        idle && self.wal.is_some() && self.synced.synced_before(seq)
-    }
-
-    /// Make group `seq` durable on the writer's own thread, then deliver it: the
-    /// `fdatasync` covers every group before it too. A failure stops the store as the
-    /// syncing thread's does.
-    pub(crate) fn sync_here(&self, seq: u64, watchers: &Watchers, touched: &HashSet<StreamId>, gone: &[StreamId], answers: Vec<Answer<R>>) {
-        let synced = match (&self.wal, self.synced.check()) {
-            (Some(wal), Ok(())) => wal.sync_data().map_err(|error| {
-                tracing::error!(%error, "fsync of the sqlite WAL failed: the store stops until the process restarts");
-                self.synced.break_down();
-            }),
-            _ => Err(()),
-        };
-        if synced.is_ok() {
-            self.synced.advance(seq);
-            deliver(watchers, touched, gone, answers);
-        } else {
-            fail(Item::Group { seq, answers, touched: HashSet::new(), gone: Vec::new() }, BROKEN);
+    /// Deliver overlapped group `seq` once its `fsync` is done. When nothing waits behind it
+    /// (`idle`: no job is queued) and every group before it is synced, the writer syncs it
+    /// itself (the `fdatasync` covers the groups before it too): handing it over would only
+    /// add two thread switches (to the syncing thread and back) to its wait, and overlap
+    /// nothing. Otherwise the syncing thread does, while the writer goes on.
+    pub(crate) fn finish(&self, seq: u64, idle: bool, watchers: &Watchers, touched: HashSet<StreamId>, gone: Vec<StreamId>, answers: Vec<Answer<R>>) {
+        let here = self.wal.as_ref().filter(|_| idle && self.synced.synced_before(seq));
+        match here {
+            Some(wal) if self.synced.sync(wal) => {
+                self.synced.advance(seq);
+                deliver(watchers, &touched, &gone, answers);
+            }
+            Some(_) => fail(Item::Group { seq, answers, touched, gone }, BROKEN),
+            None => self.hand_over(Item::Group { seq, answers, touched, gone }),
         }
     }
 
@@ -486,12 +492,8 @@ fn sync_loop<R>(wal: &std::fs::File, queue: &mpsc::Receiver<Item<R>>, synced: &S
         items.push(first);
         items.extend(queue.try_iter());
         let last = items.iter().filter_map(|item| if let Item::Group { seq, .. } = item { Some(*seq) } else { None }).max();
-        if last.is_some()
-            && !synced.broken.load(Ordering::SeqCst)
-            && let Err(error) = wal.sync_data()
-        {
-            tracing::error!(%error, "fsync of the sqlite WAL failed: the store stops until the process restarts");
-            synced.break_down();
+        if last.is_some() {
+            synced.sync(wal);
         }
         let broken = synced.broken.load(Ordering::SeqCst);
         if let (Some(last), false) = (last, broken) {
@@ -553,18 +555,17 @@ mod lock {
                     opened => (opened?, true),
                 };
                 let lock = Self { file, path: path.to_owned(), writable };
-                while !lock.set_now(libc::F_RDLCK, KNOCK)? {
-                    if Instant::now() >= deadline {
-                        return Err(give_up());
+                let shared = |byte, pause| -> io::Result<()> {
+                    while !lock.set_now(libc::F_RDLCK, byte)? {
+                        if Instant::now() >= deadline {
+                            return Err(give_up());
+                        }
+                        std::thread::sleep(pause);
                     }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                while !lock.set_now(libc::F_RDLCK, FILE)? {
-                    if Instant::now() >= deadline {
-                        return Err(give_up());
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
+                    Ok(())
+                };
+                shared(KNOCK, Duration::from_millis(1))?;
+                shared(FILE, Duration::from_millis(2))?;
                 lock.set(libc::F_UNLCK, KNOCK, true)?;
                 // A lock file removed and created again meanwhile would lock nothing: start
                 // over on the one the path names now (dropping this one releases its locks).

@@ -225,11 +225,7 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
                 // is none to go on with.
                 let answers = batch.drain(..).map(|job| job.reply).zip(results).collect();
                 waiting = rx.try_recv().ok();
-                if syncer.sync_here_for(seq, waiting.is_none()) {
-                    syncer.sync_here(seq, watchers, &touched, &gone, answers);
-                } else {
-                    syncer.hand_over(Item::Group { seq, answers, touched, gone });
-                }
+                syncer.finish(seq, waiting.is_none(), watchers, touched, gone, answers);
             }
             (Ok(results), None) => deliver(watchers, &touched, &gone, batch.drain(..).map(|job| job.reply).zip(results)),
             (Err(error), numbered) => {
