@@ -125,13 +125,13 @@ local function stream_exists(id, session)
   return redis.call('EXISTS', index_key(id), tagged('t:' .. id, 'stream', id), tagged(stream_tag(id, session), 'stream', id)) > 0
 end
 
--- The version of the unexpired record, or false; then whether a record (expired or not)
--- is there, and whether it has an expiry.
+-- The version of the unexpired record, or false; then whether its hash (expired or not)
+-- has an expiry.
 local function record_version(kind, key, now)
   local current = redis.call('HMGET', record_key(kind, key), 'version', 'expires_at')
-  local present, expiring = current[1] ~= false, current[2] ~= false
-  if present and (not expiring or tonumber(current[2]) > tonumber(now)) then return current[1], true, expiring end
-  return false, present, expiring
+  local expiring = current[2] ~= false
+  if current[1] and (not expiring or tonumber(current[2]) > tonumber(now)) then return current[1], expiring end
+  return false, expiring
 end
 
 -- Write record `version` of a key whose hash, as the script last left it, is `expiring`
@@ -176,7 +176,7 @@ end
 -- Returns the new version (a string, as `HGET` would give it), or 0 if the condition does
 -- not hold.
 local function put_record(kind, key, value, expires_at, expected, now)
-  local live, _, expiring = record_version(kind, key, now)
+  local live, expiring = record_version(kind, key, now)
   local version = next_version(live, expected)
   if not version then return 0 end
   write_record(kind, key, value, expires_at, version, expiring)
@@ -530,14 +530,15 @@ local function stream_state(id)
   end
   return streams[id]
 end
--- What the check read of each record's hash, for the writes (`write_record`) to need no
--- second read: whether it has an expiry. Kept up to date by the writes.
-local hashes, versions = {}, {}
+-- Whether each record's hash has an expiry, as the check read it, for the writes
+-- (`write_record`) to need no second read; kept up to date by the writes. And the version
+-- each put op writes, as the check worked it out.
+local expiring, versions = {}, {}
 local function record_state(kind, key)
   local slot = kind .. '/' .. key
   if records[slot] == nil then
-    local version, _, expiring = record_version(kind, key, now)
-    hashes[slot] = { expiring = expiring }
+    local version, has_expiry = record_version(kind, key, now)
+    expiring[slot] = has_expiry
     for _, range in ipairs(cleared) do
       if range[1] == kind and has_prefix(key, range[2]) then version = false end
     end
@@ -588,20 +589,19 @@ for i = 0, count - 1 do
     end
   elseif code == 'p' then
     local slot = a .. '/' .. b
-    local hash = hashes[slot]
     result = versions[i]
-    write_record(a, b, c, arg(i, 4), result, hash.expiring)
-    hashes[slot] = { expiring = arg(i, 4) ~= '' }
+    write_record(a, b, c, arg(i, 4), result, expiring[slot])
+    expiring[slot] = arg(i, 4) ~= ''
   elseif code == 'd' then
     local slot = a .. '/' .. b
-    delete_record(a, b, hashes[slot].expiring)
-    hashes[slot] = { expiring = false }
+    delete_record(a, b, expiring[slot])
+    expiring[slot] = false
     result = 1
   else
     for _, key in ipairs(redis.call('ZRANGEBYLEX', records_index(a), c, arg(i, 4))) do
       if record_version(a, key, now) then result = result + 1 end
       delete_record(a, key)
-      hashes[a .. '/' .. key] = { expiring = false }
+      expiring[a .. '/' .. key] = false
     end
   end
   out[#out + 1] = result
