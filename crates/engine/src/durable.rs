@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use durable_mcp_protocol::context::BoxFuture;
+use durable_mcp_protocol::jsonrpc::to_text;
 use durable_mcp_protocol::meta::RELATED_TASK;
 use durable_mcp_protocol::tasks::TaskStatus;
 use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange};
@@ -159,7 +160,7 @@ impl DurableRun {
                         }
                     }
                     let message = json!({"jsonrpc": "2.0", "id": wire, "method": method, "params": params});
-                    self.engine.append(&self.stream(), durable_mcp_protocol::jsonrpc::to_text(&message), false).await.map_err(journal_error)?;
+                    self.engine.append(&self.stream(), to_text(&message), false).await.map_err(journal_error)?;
                 }
                 loop {
                     tokio::select! {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use durable_mcp_protocol::jsonrpc::RequestId;
+use durable_mcp_protocol::jsonrpc::{RequestId, to_text};
 use durable_mcp_protocol::methods;
 use durable_mcp_protocol::{SealError, StateKeys, StateSealer};
 use durable_mcp_store::{Expect, Principal, Record, RecordKind, SessionId, StoreError, StreamId, WriteBatch, now_ms};
@@ -183,11 +183,8 @@ impl Held {
     pub(crate) async fn commit_outcome(&mut self, engine: &Engine, stream: &StreamId, outcome: &Value) -> Result<(), EngineError> {
         // Held while committing: no heartbeat moves the version in between.
         let guard = self.beat.shared.lock().await;
-        let mut batch = WriteBatch::new().append(stream.clone(), durable_mcp_protocol::jsonrpc::to_text(outcome)).close(stream.clone()).delete_record(
-            RecordKind::Run,
-            self.run_id.clone(),
-            guard.1,
-        );
+        let mut batch =
+            WriteBatch::new().append(stream.clone(), to_text(outcome)).close(stream.clone()).delete_record(RecordKind::Run, self.run_id.clone(), guard.1);
         if !self.record.stateless() && self.steps_written.load(Ordering::SeqCst) {
             batch = batch.delete_records(RecordKind::Step, key::steps(&self.run_id));
         }

@@ -4,7 +4,7 @@
 //! itself; the alias and run record of a journaled one, [`crate::Engine::journal`]), so
 //! that a request pays one commit where it used to pay several.
 
-use durable_mcp_protocol::jsonrpc::RequestId;
+use durable_mcp_protocol::jsonrpc::{RequestId, to_text};
 use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, RecordKind, StoreError, StreamId, StreamOwner, WriteBatch, now_ms};
 use serde_json::{Map, Value};
 
@@ -78,7 +78,7 @@ impl NewStream {
     /// Commit `response` as the stream's last event: with the stream's creation in one
     /// commit when it is not committed yet.
     pub async fn answer(&mut self, engine: &Engine, response: &Value) -> Result<(), EngineError> {
-        self.commit_first(engine, durable_mcp_protocol::jsonrpc::to_text(response), true).await?;
+        self.commit_first(engine, to_text(response), true).await?;
         crate::metrics::finish(self.operation.take(), response);
         Ok(())
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::jsonrpc::{Rejection, RequestId};
+use durable_mcp_protocol::jsonrpc::{Rejection, RequestId, to_text};
 use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext, methods};
 use durable_mcp_store::{BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms};
 use serde_json::{Map, Value};
@@ -669,7 +669,7 @@ impl Engine {
     /// The event reaches this worker's tails of `stream` (in memory, see `tail.rs`) only
     /// once the store returned its id: after its commit (D1).
     pub(crate) async fn commit(&self, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
-        Ok(self.append(stream, durable_mcp_protocol::jsonrpc::to_text(message), close).await?)
+        Ok(self.append(stream, to_text(message), close).await?)
     }
 
     /// The events of `stream` after sequence `after`, as a transport writes them: from
@@ -830,7 +830,7 @@ impl Engine {
     /// holds it uncommitted.
     pub(crate) async fn commit_first(&self, opening: &mut Option<NewStream>, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
         match opening.as_mut().filter(|o| !o.is_open()) {
-            Some(opening) => Ok(opening.commit_first(self, durable_mcp_protocol::jsonrpc::to_text(message), close).await?),
+            Some(opening) => Ok(opening.commit_first(self, to_text(message), close).await?),
             None => self.commit(stream, message, close).await,
         }
     }
@@ -877,7 +877,7 @@ impl Engine {
     /// cost grows with the number of subscribers of `uri`, not with the live sessions.
     async fn fan_out_resource_update(&self, uri: &str, message: &Value) -> Result<(), EngineError> {
         for session in self.subscribers(uri).await? {
-            match self.append(&session.standalone_stream, durable_mcp_protocol::jsonrpc::to_text(message), false).await {
+            match self.append(&session.standalone_stream, to_text(message), false).await {
                 Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }

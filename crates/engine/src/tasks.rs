@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response};
+use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response, to_text};
 use durable_mcp_protocol::meta::CLIENT_CAPABILITIES;
 use durable_mcp_protocol::methods;
 use durable_mcp_protocol::tasks::{TASKS_EXTENSION, TaskStatus};
@@ -253,7 +253,7 @@ impl Engine {
         }
         // The notification carries the task id itself, not `related-task` (2025-11-25).
         let message = json!({"jsonrpc": "2.0", "method": methods::NOTIFICATION_TASKS_STATUS, "params": task.wire()});
-        if let Err(error) = self.append(&stream, durable_mcp_protocol::jsonrpc::to_text(&message), false).await {
+        if let Err(error) = self.append(&stream, to_text(&message), false).await {
             tracing::debug!(%error, task = %task.task_id, "task status notification not sent (the session may have ended)");
         }
     }
