@@ -9,55 +9,53 @@
 //! paying one each. One group commits at a time while the next gathers; the callers just
 //! answered get to join the next one (see [`YIELDS`]).
 //!
-//! Every op is one statement that answers what it did (a refusal included), so a group's
-//! statements are sent together without waiting for each other's answers (tokio-postgres
-//! pipelines requests issued concurrently on one connection): `BEGIN`, every op of every
-//! job, and, when no job has more than one op, the `COMMIT` too. The jobs that are one
-//! append each go first, all in one statement ([`streams::APPEND_MANY`]): a group of them
-//! is one round trip and one statement, whatever its size. A job of several ops gets a savepoint before its ops (when it is not
-//! alone), and the `COMMIT` follows once their answers are in.
+//! A group is one statement, so one round trip and one transaction of its own (no
+//! `BEGIN`, no `COMMIT`):
+//! - one op alone is its own statement ([`sql`]);
+//! - jobs that are one append each are all one statement ([`streams::APPEND_MANY`]),
+//!   whatever their number;
+//! - anything else is one call of the schema's `dmcp_commit` function ([`COMMIT`], created
+//!   by migration 3), which runs every op of every job in order, each through `dmcp_op`.
 //!
 //! # Durability
 //! In plain words: a batch is all or nothing, it stands or falls alone whatever it is
 //! grouped with, and it is answered only once committed.
 //!
-//! Stated more precisely: the transaction applies the group's jobs in order, and its commit
+//! Stated more precisely: the statement applies the group's jobs in order, and its commit
 //! holds exactly the jobs answered with success. A refused op (a failed
-//! [`Expect`](durable_mcp_store::Expect), an append to a closed or unknown stream, ...)
-//! refuses its job with [`StoreError::BatchOp`] (a single append: with the refusal itself)
-//! and takes nothing of it into the commit:
-//! - a refused op of a one-op job wrote nothing, so the other jobs of the transaction go on;
-//! - a job of several ops is rolled back to its savepoint, which also undoes the jobs sent
-//!   after it (they may have seen its writes); those are sent again;
-//! - an op whose statement failed on the server (a missing session, a value the server
-//!   refuses) aborts the transaction: if its job has no savepoint, the transaction is rolled
-//!   back and the group's other jobs are run again in a new one, without it.
+//! [`Expect`](durable_mcp_store::Expect), an append to a closed or unknown stream, a
+//! session that does not exist, ...) refuses its job with [`StoreError::BatchOp`] (a
+//! single append: with the refusal itself) and takes nothing of it into the commit:
+//! - every op checks before it writes, so a refused op wrote nothing, and a job of one op
+//!   that is refused leaves nothing behind while the other jobs go on;
+//! - the ops of a job of several run in a block of their own (a subtransaction): the first
+//!   refusal, or a value the server refuses (SQLSTATE classes 22 and 54), rolls the block
+//!   back, which undoes that job alone; the jobs after it run on without its writes.
 //!
-//! So every job's answer comes from the transaction that commits, in the order of the
-//! group, or from a refusal that holds whatever else commits. Any other failure (the
-//! connection broke, the server refused the transaction, the timeout passed) fails the
-//! group: if its `COMMIT` was not sent, nothing of it was written and each job is retried
-//! alone, so one cannot fail the others; if it was, the outcome is unknown and every caller
-//! gets [`StoreError::Unavailable`] (D15). The group's transaction holds the row locks of
-//! the streams it appends to until it commits, so appends to one stream still commit in
-//! sequence order and readers never see a gap (D3, see the crate docs). Notifications to
-//! other workers' tails are sent by PostgreSQL at commit, folded to one per stream per
-//! transaction; callers are answered after the commit returned (D1).
+//! Any other failure (the connection broke, a deadlock, the timeout passed) fails the
+//! group: if the server answered with it, the statement was rolled back, nothing of it was
+//! written and each job is retried alone, so one cannot fail the others; if not, the
+//! outcome is unknown and every caller gets [`StoreError::Unavailable`] (D15). The
+//! statement holds the row locks of the streams it appends to until it commits, so appends
+//! to one stream still commit in sequence order and readers never see a gap (D3, see the
+//! crate docs). A stream created for a session locks the session's row (`FOR KEY SHARE`,
+//! as its foreign key does), so the session cannot end before the stream is committed.
+//! Notifications to other workers' tails are sent by PostgreSQL at commit, folded to one
+//! per stream per transaction; callers are answered after the commit returned (D1).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
-use durable_mcp_store::{BatchOp, BatchOutcome, OpOutcome, StoreError, StoreResult, StreamId, WriteBatch, now_ms, op_failed};
+use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, OpOutcome, StoreError, StoreResult, StreamId, WriteBatch, now_ms, op_failed, prefix_end};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
-use crate::error::{StepError, from_pg, unavailable};
+use crate::error::{StepError, from_pg, from_sqlstate, unavailable};
 use crate::pool::Conn;
-use crate::{Shared, records, streams, timed};
+use crate::{Shared, records, streams, timed, to_i64};
 
-/// Most jobs one group commit takes (a job of several ops takes a savepoint: PostgreSQL
-/// keeps up to 64 subtransactions of a transaction in shared memory before it spills them).
+/// Most jobs one group commit takes (a job of several ops runs in a subtransaction:
+/// PostgreSQL keeps up to 64 of a transaction in shared memory before it spills them).
 pub(crate) const MAX_GROUP: usize = 64;
 
 /// Groups committing at once, each on its own pooled connection. One: PostgreSQL
@@ -209,10 +207,10 @@ async fn run(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
     }
 }
 
-/// Commit `group` and answer its callers. A group that failed as a whole before its
-/// `COMMIT` was sent (a deadlock with another group, a statement error) wrote nothing, so
-/// each of its jobs is retried alone and one job cannot fail the others; if the `COMMIT`
-/// was sent, its outcome is unknown and every caller gets the error.
+/// Commit `group` and answer its callers. A group that failed as a whole with an error the
+/// server answered (a deadlock with another group, a value it refuses in a job of one op)
+/// was rolled back, so each of its jobs is retried alone and one job cannot fail the
+/// others; after any other failure its outcome is unknown and every caller gets the error.
 async fn finish(shared: &Arc<Shared>, mut group: Vec<Job>) {
     // Rows in one order in every group (of this worker and of others), so that groups in
     // flight at once never wait for each other in a cycle (a deadlock PostgreSQL breaks
@@ -224,13 +222,16 @@ async fn finish(shared: &Arc<Shared>, mut group: Vec<Job>) {
         Ok(results) => results,
         Err(failure) if !failure.commit_sent && works.len() > 1 => {
             tracing::warn!(error = %failure.error, jobs = works.len(), "postgres group commit failed; retrying each job alone");
-            let alone = works.iter().map(|work| async move {
-                match commit_group(shared, std::slice::from_ref(work)).await {
+            // One after another, in the group's order: appends to one stream keep their
+            // queue order.
+            let mut results = Vec::with_capacity(works.len());
+            for work in &works {
+                results.push(match commit_group(shared, std::slice::from_ref(work)).await {
                     Ok(mut results) => results.pop().unwrap_or_else(|| Err(unavailable("a job got no result"))),
                     Err(failure) => Err(failure.error),
-                }
-            });
-            futures::future::join_all(alone).await
+                });
+            }
+            results
         }
         Err(failure) => {
             tracing::warn!(error = %failure.error, jobs = works.len(), "postgres group commit failed");
@@ -251,21 +252,21 @@ async fn finish(shared: &Arc<Shared>, mut group: Vec<Job>) {
     }
 }
 
-/// A group's transaction failed as a whole: nothing of it was committed, unless
+/// A group's statement failed as a whole: nothing of it was committed, unless
 /// `commit_sent` (then nobody knows).
 struct GroupFailure {
     error: StoreError,
     commit_sent: bool,
 }
 
-/// Commit `works` in one transaction on a pooled connection; per job, its outcome or
+/// Commit `works` in one statement on a pooled connection; per job, its outcome or
 /// refusal. `Err` when the group as a whole failed.
 async fn commit_group(shared: &Shared, works: &[&Work]) -> Result<Vec<StoreResult<BatchOutcome>>, GroupFailure> {
     let mut guard = shared.pool.get().await.map_err(|error| GroupFailure { error, commit_sent: false })?;
     let mut commit_sent = false;
     let result = timed(shared.options.op_timeout, run_group(guard.conn(), shared, works, &mut commit_sent)).await;
-    // A failure leaves the connection inside the transaction: `settle` closes it, as every
-    // group failure is `Unavailable`, and the server rolls the transaction back.
+    // A failure may leave the connection behind an unanswered statement: `settle` closes
+    // it, as every group failure is `Unavailable`.
     guard.settle(result.map_err(fatal)).map_err(|error| GroupFailure { error, commit_sent })
 }
 
@@ -294,8 +295,8 @@ fn sql(step: Step<'_>) -> &'static str {
     }
 }
 
-/// Run `step` with its prepared `statement`. The request goes out when the future is
-/// first polled (nothing is awaited before it), which is what lets a group pipeline.
+/// Run `step`, alone in its group, with its prepared `statement`: one statement, so one
+/// transaction of its own.
 async fn run_step(client: &Client, statement: Statement, step: Step<'_>, shared: &Shared) -> Result<OpOutcome, StepError> {
     let channel = shared.channel.as_str();
     let max = shared.options.max_events_per_stream;
@@ -318,120 +319,293 @@ async fn run_step(client: &Client, statement: Statement, step: Step<'_>, shared:
     }
 }
 
-/// What a request of a pipelined round answered.
-enum Reply {
-    /// A transaction-control command ran.
-    Done,
-    /// An op ran.
-    Op(OpOutcome),
-    /// A statement of many appends ran: per append, its id or refusal.
-    Appends(Vec<StoreResult<durable_mcp_store::EventId>>),
+/// A group of jobs as one statement (see the `dmcp_commit` function of the schema's
+/// migration 3): per op, in order, the job it belongs to, what it does and its arguments.
+const COMMIT: &str = "SELECT result, failure FROM dmcp_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+/// The ops `dmcp_op` knows, as numbered there.
+#[derive(Clone, Copy)]
+#[repr(i16)]
+enum OpCode {
+    CreateStream = 1,
+    Append = 2,
+    Close = 3,
+    PutAbsent = 4,
+    PutVersion = 5,
+    DeleteRecord = 6,
+    DeleteRecords = 7,
 }
 
-/// A request's answer.
-type Answer = Result<Reply, StepError>;
+/// How `dmcp_op` refuses an op (having written nothing), as numbered there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    StreamExists = -1,
+    NoStream = -2,
+    StreamClosed = -3,
+    /// The append found its stream open but did not write: retryable.
+    AppendRaced = -4,
+    NoSession = -5,
+    RecordConflict = -6,
+}
 
-/// A request of a pipelined round, answered in the order sent.
-type Request<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
+impl Refusal {
+    fn from_code(code: i64) -> Option<Self> {
+        [Self::StreamExists, Self::NoStream, Self::StreamClosed, Self::AppendRaced, Self::NoSession, Self::RecordConflict]
+            .into_iter()
+            .find(|refusal| *refusal as i64 == code)
+    }
 
-/// Send `requests` in order, each as soon as the one before it is sent (not answered),
-/// and wait for every answer; the answers come back in the same order.
-async fn pipeline(requests: Vec<Request<'_>>) -> Vec<Answer> {
-    // Polled in order, every time: a request goes out on its future's first poll.
-    let mut requests: Vec<_> = requests.into_iter().map(futures::future::maybe_done).collect();
-    futures::future::poll_fn(|cx| {
-        let mut done = true;
-        for request in &mut requests {
-            done &= Pin::new(request).poll(cx).is_ready();
+    fn into_error(self, step: Step<'_>) -> StoreError {
+        match self {
+            Self::StreamExists => StoreError::Conflict { what: "stream" },
+            Self::NoStream => StoreError::not_found("stream"),
+            Self::StreamClosed => StoreError::StreamClosed { stream: step.stream().map(ToString::to_string).unwrap_or_default() },
+            Self::AppendRaced => unavailable("append found its stream open but did not write; retry"),
+            Self::NoSession => StoreError::not_found("session"),
+            Self::RecordConflict => StoreError::Conflict { what: "record" },
         }
-        if done { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
-    })
-    .await;
-    requests
-        .iter_mut()
-        .map(|request| Pin::new(request).take_output().unwrap_or_else(|| Err(StepError::Broken(unavailable("a pipelined request got no answer")))))
+    }
+}
+
+impl Step<'_> {
+    /// The stream the step writes to, if it writes to one.
+    fn stream(&self) -> Option<&StreamId> {
+        match *self {
+            Step::Append { stream, .. } => Some(stream),
+            Step::Op(BatchOp::CreateStream { id, .. }, _) => Some(id),
+            Step::Op(BatchOp::Append { stream, .. } | BatchOp::Close { stream }, _) => Some(stream),
+            Step::Op(..) => None,
+        }
+    }
+
+    /// Whether a text the step writes holds a NUL, which PostgreSQL's text cannot.
+    fn holds_nul(&self) -> bool {
+        let texts: [&str; 3] = match *self {
+            Step::Append { stream, data, .. } => [stream.as_str(), data, ""],
+            Step::Op(BatchOp::Append { stream, data }, _) => [stream.as_str(), data, ""],
+            Step::Op(BatchOp::CreateStream { id, owner }, _) => [id.as_str(), owner.principal.as_str(), owner.session.as_ref().map_or("", |s| s.as_str())],
+            Step::Op(BatchOp::Close { stream }, _) => [stream.as_str(), "", ""],
+            Step::Op(BatchOp::PutRecord { key, value, .. }, _) => [key, value, ""],
+            Step::Op(BatchOp::DeleteRecord { key, .. }, _) => [key, "", ""],
+            Step::Op(BatchOp::DeleteRecords { prefix, .. }, _) => [prefix, "", ""],
+        };
+        texts.iter().any(|text| text.contains('\0'))
+    }
+
+    /// What the step did, from `dmcp_op`'s result `value` (>= 0).
+    fn outcome(&self, value: i64) -> OpOutcome {
+        let count = value.unsigned_abs();
+        match *self {
+            Step::Append { stream, .. } | Step::Op(BatchOp::Append { stream, .. }, _) => OpOutcome::Appended(EventId::new(stream.clone(), count)),
+            Step::Op(BatchOp::CreateStream { .. }, _) => OpOutcome::Created,
+            Step::Op(BatchOp::Close { .. }, _) => OpOutcome::Closed,
+            Step::Op(BatchOp::PutRecord { .. }, _) => OpOutcome::Put(count),
+            Step::Op(BatchOp::DeleteRecord { .. }, _) => OpOutcome::Deleted(1),
+            Step::Op(BatchOp::DeleteRecords { .. }, _) => OpOutcome::Deleted(count),
+        }
+    }
+}
+
+/// The arguments of [`COMMIT`], one entry per op (see `dmcp_op` for what each column
+/// holds for each op).
+#[derive(Default)]
+struct Columns<'a> {
+    job: Vec<i32>,
+    op: Vec<i16>,
+    a: Vec<&'a str>,
+    b: Vec<&'a str>,
+    c: Vec<Option<&'a str>>,
+    n: Vec<Option<i64>>,
+    m: Vec<Option<i64>>,
+    f: Vec<bool>,
+    w: Vec<bool>,
+}
+
+impl<'a> Columns<'a> {
+    /// The columns of every op of `steps`; `ends` holds the end of each
+    /// [`BatchOp::DeleteRecords`]' prefix range (made by [`prefix_ends`]).
+    fn new(steps: &[Vec<Step<'a>>], ends: &'a [Option<String>]) -> Result<Self, StoreError> {
+        let ops = steps.iter().map(Vec::len).sum();
+        let mut columns = Self {
+            job: Vec::with_capacity(ops),
+            op: Vec::with_capacity(ops),
+            a: Vec::with_capacity(ops),
+            b: Vec::with_capacity(ops),
+            c: Vec::with_capacity(ops),
+            n: Vec::with_capacity(ops),
+            m: Vec::with_capacity(ops),
+            f: Vec::with_capacity(ops),
+            w: Vec::with_capacity(ops),
+        };
+        let mut ends = ends.iter();
+        for (job, steps) in steps.iter().enumerate() {
+            let job = i32::try_from(job).map_err(|_| unavailable("too many jobs in one group"))?;
+            for step in steps {
+                let end = ends.next().ok_or_else(|| unavailable("a batch op has no prefix end"))?;
+                let args = match *step {
+                    Step::Append { stream, data, close } => OpArgs { b: data, f: close, w: true, ..OpArgs::new(OpCode::Append, stream.as_str()) },
+                    Step::Op(BatchOp::Append { stream, data }, wake) => OpArgs { b: data, w: wake, ..OpArgs::new(OpCode::Append, stream.as_str()) },
+                    Step::Op(BatchOp::CreateStream { id, owner }, _) => {
+                        OpArgs { b: owner.principal.as_str(), c: owner.session.as_ref().map(|s| s.as_str()), ..OpArgs::new(OpCode::CreateStream, id.as_str()) }
+                    }
+                    Step::Op(BatchOp::Close { stream }, wake) => OpArgs { w: wake, ..OpArgs::new(OpCode::Close, stream.as_str()) },
+                    Step::Op(BatchOp::PutRecord { kind, key, value, expires_at_ms, expect }, _) => {
+                        let (op, expected) = match expect {
+                            Expect::Absent => (OpCode::PutAbsent, None),
+                            // No stored version is above `i64::MAX`: `NULL` matches none.
+                            Expect::Version(version) => (OpCode::PutVersion, i64::try_from(*version).ok()),
+                        };
+                        OpArgs { b: key, c: Some(value), n: expires_at_ms.map(to_i64), m: expected, ..OpArgs::new(op, kind.as_str()) }
+                    }
+                    Step::Op(BatchOp::DeleteRecord { kind, key, version }, _) => {
+                        OpArgs { b: key, m: i64::try_from(*version).ok(), ..OpArgs::new(OpCode::DeleteRecord, kind.as_str()) }
+                    }
+                    Step::Op(BatchOp::DeleteRecords { kind, prefix }, _) => {
+                        OpArgs { b: prefix, c: end.as_deref(), ..OpArgs::new(OpCode::DeleteRecords, kind.as_str()) }
+                    }
+                };
+                columns.push(job, args);
+            }
+        }
+        Ok(columns)
+    }
+
+    /// One more op, of job `job`.
+    fn push(&mut self, job: i32, args: OpArgs<'a>) {
+        self.job.push(job);
+        self.op.push(args.op as i16);
+        self.a.push(args.a);
+        self.b.push(args.b);
+        self.c.push(args.c);
+        self.n.push(args.n);
+        self.m.push(args.m);
+        self.f.push(args.f);
+        self.w.push(args.w);
+    }
+}
+
+/// The arguments of one op: one entry of each of [`Columns`]' columns.
+struct OpArgs<'a> {
+    op: OpCode,
+    a: &'a str,
+    b: &'a str,
+    c: Option<&'a str>,
+    n: Option<i64>,
+    m: Option<i64>,
+    f: bool,
+    w: bool,
+}
+
+impl<'a> OpArgs<'a> {
+    /// Op `op` on `a` (a stream id or a record kind), every other argument empty.
+    fn new(op: OpCode, a: &'a str) -> Self {
+        Self { op, a, b: "", c: None, n: None, m: None, f: false, w: false }
+    }
+}
+
+/// Per op of `steps`, in order: the end of its prefix range if it deletes records by prefix.
+fn prefix_ends(steps: &[Vec<Step<'_>>]) -> Vec<Option<String>> {
+    steps
+        .iter()
+        .flatten()
+        .map(|step| match step {
+            Step::Op(BatchOp::DeleteRecords { prefix, .. }, _) => prefix_end(prefix),
+            _ => None,
+        })
         .collect()
 }
 
-/// A transaction-control command as a pipelined request.
-fn command<'a>(client: &'a Client, sql: String) -> Request<'a> {
-    Box::pin(async move { client.batch_execute(&sql).await.map(|()| Reply::Done).map_err(StepError::statement) })
-}
-
-/// The savepoint before job `job`'s ops.
-fn savepoint_name(job: usize) -> String {
-    format!("job_{job}")
-}
-
-/// How a job of a round came out.
-enum JobResult {
-    /// Every op ran: the outcomes, if the transaction commits.
-    Done(BatchOutcome),
-    /// Op `index` was refused by what it found; nothing of the job remains (a one-op job
-    /// wrote nothing, a longer one is rolled back to its savepoint).
-    Refused(usize, StoreError),
-    /// Op `index`'s statement failed with a refusal: the transaction is aborted.
-    Aborted(usize, StoreError),
-}
-
-/// The per-job answers of a group: `None` until decided.
-type Answers = Vec<Option<StoreResult<BatchOutcome>>>;
-
 /// Commit `works` on `conn`; see the module's `# Durability`. `Err` fails the group
-/// (classified; `commit_sent` says whether the `COMMIT` may have run).
+/// (classified; `commit_sent` says whether the group may have committed).
 async fn run_group(conn: &mut Conn, shared: &Shared, works: &[&Work], commit_sent: &mut bool) -> StoreResult<Vec<StoreResult<BatchOutcome>>> {
     let steps: Vec<Vec<Step<'_>>> = works.iter().map(|work| work.steps()).collect();
-    let mut sqls: Vec<&'static str> = steps.iter().flatten().map(|step| sql(*step)).collect();
-    if steps.iter().filter(|steps| is_one_append(steps)).count() >= 2 {
-        sqls.push(streams::APPEND_MANY);
-    }
-    conn.statements.prepare_all(&conn.client, &sqls).await?;
-    let mut answers: Answers = works.iter().map(|_| None).collect();
+    let appends: Option<Vec<(&StreamId, &str, bool)>> = steps.iter().map(|steps| one_append(steps)).collect();
+    let sql = match (steps.as_slice(), &appends) {
+        ([only], _) if only.len() == 1 => sql(only[0]),
+        (_, Some(_)) => streams::APPEND_MANY,
+        _ => COMMIT,
+    };
+    conn.statements.prepare_all(&conn.client, &[sql]).await?;
+    let statement = conn.statements.prepared(sql).cloned().ok_or_else(|| unavailable("a batch statement was not prepared"))?;
+    // Whatever runs below is one statement, so one transaction of its own: a failure the
+    // server answered with rolled it back; any other leaves its outcome unknown.
+    *commit_sent = true;
     if let [only] = steps.as_slice()
         && let [step] = only.as_slice()
     {
-        // One op alone is one atomic statement: no transaction, one round trip.
-        *commit_sent = true;
-        let statement = prepared(conn, *step)?;
         return Ok(vec![match run_step(&conn.client, statement, *step, shared).await {
             Ok(outcome) => Ok(BatchOutcome { ops: vec![outcome] }),
             Err(StepError::Refused(refusal)) => Err(works[0].refused(0, refusal)),
             Err(StepError::Failed(error)) if is_refusal(&error) => Err(works[0].refused(0, error)),
-            Err(failed) => return Err(failed.into_error()),
+            Err(failed) => return Err(failure(failed, commit_sent)),
         }]);
     }
-    // Jobs not refused for good yet, in the group's order. Each pass is one transaction;
-    // a pass ends early only when a job without a savepoint aborts it, and that job is
-    // then refused for good (its statement failed on its own value, whatever else ran).
-    let mut pending: Vec<usize> = (0..works.len()).collect();
-    while !pending.is_empty() {
-        match transaction(conn, shared, works, &steps, &pending, commit_sent).await? {
-            Pass::Ended(decided) => {
-                for (job, answer) in decided {
-                    answers[job] = Some(answer);
-                }
-                break;
-            }
-            Pass::Aborted(job, refusal) => {
-                answers[job] = Some(Err(refusal));
-                pending.retain(|&other| other != job);
-            }
-        }
+    let (max, channel) = (shared.options.max_events_per_stream, shared.channel.as_str());
+    if let Some(appends) = appends {
+        // Jobs that are one append each: one statement that numbers them all.
+        let results = streams::append_many_step(&conn.client, &statement, &appends, max, channel).await.map_err(|error| failure(error, commit_sent))?;
+        return Ok(works
+            .iter()
+            .zip(results)
+            .map(|(work, result)| result.map(|id| BatchOutcome { ops: vec![OpOutcome::Appended(id)] }).map_err(|refusal| work.refused(0, refusal)))
+            .collect());
     }
-    Ok(answers.into_iter().map(|answer| answer.unwrap_or_else(|| Err(unavailable("a job got no result")))).collect())
-}
-
-/// How one transaction of a group ended.
-enum Pass {
-    /// Ended (committed, unless it ran one job and refused it): the answer of every job.
-    Ended(Vec<(usize, StoreResult<BatchOutcome>)>),
-    /// Rolled back because job `.0`, which had no savepoint, failed with refusal `.1`.
-    Aborted(usize, StoreError),
-}
-
-/// Whether a job of `steps` is one append.
-fn is_one_append(steps: &[Step<'_>]) -> bool {
-    one_append(steps).is_some()
+    let ends = prefix_ends(&steps);
+    let columns = Columns::new(&steps, &ends)?;
+    let params: [&(dyn ToSql + Sync); 12] = [
+        &columns.job,
+        &columns.op,
+        &columns.a,
+        &columns.b,
+        &columns.c,
+        &columns.n,
+        &columns.m,
+        &columns.f,
+        &columns.w,
+        &to_i64(now_ms()),
+        &max.map(to_i64),
+        &channel,
+    ];
+    let rows = match conn.client.query(&statement, &params).await.map_err(StepError::statement) {
+        Ok(rows) => rows,
+        // A value the server refuses before the function runs (a NUL in a text): a job
+        // alone is refused at its op that holds it; in a group, each job is retried alone.
+        Err(StepError::Failed(error)) if is_refusal(&error) && works.len() == 1 => {
+            let index = steps[0].iter().position(Step::holds_nul).unwrap_or(0);
+            return Ok(vec![Err(works[0].refused(index, error))]);
+        }
+        Err(error) => return Err(failure(error, commit_sent)),
+    };
+    if rows.len() != columns.op.len() {
+        return Err(unavailable(format!("{} ops answered with {} rows", columns.op.len(), rows.len())));
+    }
+    let mut rows = rows.iter();
+    let mut results = Vec::with_capacity(works.len());
+    for (work, steps) in works.iter().zip(&steps) {
+        let mut outcome = Ok(BatchOutcome { ops: Vec::with_capacity(steps.len()) });
+        for (index, (step, row)) in steps.iter().zip(rows.by_ref()).enumerate() {
+            let Ok(done) = outcome.as_mut() else { continue };
+            let value: Option<i64> = row.try_get(0).map_err(from_pg)?;
+            let refusal = match value {
+                Some(value) if value >= 0 => {
+                    done.ops.push(step.outcome(value));
+                    continue;
+                }
+                Some(code) => {
+                    Refusal::from_code(code).map(|refusal| refusal.into_error(*step)).unwrap_or_else(|| unavailable(format!("unknown refusal {code}")))
+                }
+                None => {
+                    let failure: Option<String> = row.try_get(1).map_err(from_pg)?;
+                    let failure = failure.ok_or_else(|| unavailable("an op answered with neither a result nor a failure"))?;
+                    let (code, message) = failure.split_once(' ').unwrap_or((failure.as_str(), ""));
+                    from_sqlstate(code, message.to_owned())
+                }
+            };
+            outcome = Err(work.refused(index, refusal));
+        }
+        results.push(outcome);
+    }
+    Ok(results)
 }
 
 /// The append a job of `steps` consists of, if it is one append: stream, event, close.
@@ -443,161 +617,11 @@ fn one_append<'a>(steps: &[Step<'a>]) -> Option<(&'a StreamId, &'a str, bool)> {
     }
 }
 
-/// The prepared statement of `step` on `conn` (prepared by `run_group`).
-fn prepared(conn: &Conn, step: Step<'_>) -> StoreResult<Statement> {
-    conn.statements.prepared(sql(step)).cloned().ok_or_else(|| unavailable("a batch statement was not prepared"))
-}
-
-/// One transaction running `jobs` (indices into `works`) in order, in pipelined rounds.
-async fn transaction(conn: &mut Conn, shared: &Shared, works: &[&Work], steps: &[Vec<Step<'_>>], jobs: &[usize], commit_sent: &mut bool) -> StoreResult<Pass> {
-    let alone = jobs.len() == 1;
-    let has_savepoint = |job: usize| !alone && steps[job].len() > 1;
-    let mut decided: Vec<(usize, StoreResult<BatchOutcome>)> = Vec::with_capacity(jobs.len());
-    // Jobs that are one append each go first, all in one statement (they are concurrent
-    // callers' jobs: any order is theirs); they are decided by the first round.
-    let (mut many, mut queue): (Vec<usize>, Vec<usize>) = jobs.iter().partition(|&&job| is_one_append(&steps[job]));
-    if many.len() < 2 {
-        queue = jobs.to_vec();
-        many.clear();
-    }
-    let mut lead: Vec<String> = vec!["BEGIN".into()];
-    conn.in_raw_transaction = true;
-    *commit_sent = false;
-    loop {
-        // Nothing to undo once sent (every job one op, refused ops write nothing): the
-        // COMMIT goes with the statements.
-        let commit_with = queue.iter().all(|&job| steps[job].len() == 1);
-        let client = &conn.client;
-        let mut requests: Vec<Request<'_>> = lead.drain(..).map(|sql| command(client, sql)).collect();
-        let leading = requests.len();
-        let appends: Vec<(&StreamId, &str, bool)> = many.iter().filter_map(|&job| one_append(&steps[job])).collect();
-        if !appends.is_empty() {
-            let statement = conn.statements.prepared(streams::APPEND_MANY).cloned().ok_or_else(|| unavailable("a batch statement was not prepared"))?;
-            let (max, channel) = (shared.options.max_events_per_stream, shared.channel.as_str());
-            requests.push(Box::pin(async move { streams::append_many_step(client, &statement, &appends, max, channel).await.map(Reply::Appends) }));
-        }
-        for &job in &queue {
-            if has_savepoint(job) {
-                requests.push(command(client, format!("SAVEPOINT {}", savepoint_name(job))));
-            }
-            for step in &steps[job] {
-                let statement = prepared(conn, *step)?;
-                let step = *step;
-                requests.push(Box::pin(async move { run_step(client, statement, step, shared).await.map(Reply::Op) }));
-            }
-        }
-        if commit_with {
-            requests.push(command(client, "COMMIT".into()));
-            *commit_sent = true;
-        }
-        let mut answers = pipeline(requests).await.into_iter();
-        for answer in answers.by_ref().take(leading) {
-            answer.map_err(|error| failure(error, commit_sent))?;
-        }
-        if !many.is_empty() {
-            let Reply::Appends(results) = answers.next().unwrap_or(Ok(Reply::Done)).map_err(|error| failure(error, commit_sent))? else {
-                return Err(unavailable("many appends answered like a command"));
-            };
-            if results.len() != many.len() {
-                return Err(unavailable("many appends got the wrong number of answers"));
-            }
-            for (job, result) in many.drain(..).zip(results) {
-                decided.push((
-                    job,
-                    match result {
-                        Ok(id) => Ok(BatchOutcome { ops: vec![OpOutcome::Appended(id)] }),
-                        Err(refusal) => Err(works[job].refused(0, refusal)),
-                    },
-                ));
-            }
-        }
-        // The jobs of this round, in order, until one must be sent again with those after it.
-        let mut resend: Option<(usize, Vec<usize>)> = None;
-        let mut aborted: Option<(usize, StoreError)> = None;
-        for (position, &job) in queue.iter().enumerate() {
-            if resend.is_some() || aborted.is_some() {
-                // Sent after a job that is undone (or into an aborted transaction): the
-                // answers are discarded, the job is sent again.
-                answers.by_ref().take(steps[job].len() + usize::from(has_savepoint(job))).for_each(drop);
-                continue;
-            }
-            if has_savepoint(job) {
-                answers.next().unwrap_or(Ok(Reply::Done)).map_err(|error| failure(error, commit_sent))?;
-            }
-            match job_result(steps[job].len(), &mut answers).map_err(|error| failure(error, commit_sent))? {
-                JobResult::Done(outcome) => decided.push((job, Ok(outcome))),
-                JobResult::Refused(index, refusal) if !has_savepoint(job) && steps[job].len() == 1 => {
-                    decided.push((job, Err(works[job].refused(index, refusal))));
-                }
-                JobResult::Refused(index, refusal) | JobResult::Aborted(index, refusal) if has_savepoint(job) => {
-                    decided.push((job, Err(works[job].refused(index, refusal))));
-                    resend = Some((job, queue[position + 1..].to_vec()));
-                }
-                JobResult::Refused(index, refusal) => {
-                    // A job of several ops alone: its transaction is rolled back.
-                    aborted = Some((job, works[job].refused(index, refusal)));
-                }
-                JobResult::Aborted(index, refusal) => aborted = Some((job, works[job].refused(index, refusal))),
-            }
-        }
-        let commit_answer = if commit_with { Some(answers.next().unwrap_or(Ok(Reply::Done))) } else { None };
-        if let Some((job, refusal)) = aborted {
-            match commit_answer {
-                // The COMMIT of an aborted transaction rolls it back.
-                Some(answer) => answer.map(drop).map_err(|error| failure(error, commit_sent))?,
-                None => conn.client.batch_execute("ROLLBACK").await.map_err(from_pg)?,
-            }
-            conn.in_raw_transaction = false;
-            *commit_sent = false;
-            if alone {
-                return Ok(Pass::Ended(vec![(job, Err(refusal))]));
-            }
-            return Ok(Pass::Aborted(job, refusal));
-        }
-        if let Some((job, rest)) = resend {
-            lead.push(format!("ROLLBACK TO SAVEPOINT {}", savepoint_name(job)));
-            queue = rest;
-            continue;
-        }
-        match commit_answer {
-            Some(answer) => answer.map(drop).map_err(|error| failure(error, commit_sent))?,
-            None => {
-                *commit_sent = true;
-                conn.client.batch_execute("COMMIT").await.map_err(|error| failure(StepError::statement(error), commit_sent))?;
-            }
-        }
-        conn.in_raw_transaction = false;
-        return Ok(Pass::Ended(decided));
-    }
-}
-
-/// A failure of the group's transaction: one the server answered with (a deadlock, say)
-/// aborted the transaction, so its `COMMIT` cannot have committed anything.
+/// A failure of the group's statement: one the server answered with rolled it back, so
+/// nothing of it was committed.
 fn failure(error: StepError, commit_sent: &mut bool) -> StoreError {
     if matches!(error, StepError::Failed(_)) {
         *commit_sent = false;
     }
     error.into_error()
-}
-
-/// Read the answers of a job's `ops` ops from `answers`: every one is consumed, the first
-/// that did not happen decides.
-/// `Err` is a failure of the group.
-fn job_result(ops: usize, answers: &mut impl Iterator<Item = Answer>) -> Result<JobResult, StepError> {
-    let mut outcomes = Vec::with_capacity(ops);
-    let mut first: Option<JobResult> = None;
-    for index in 0..ops {
-        let answer = answers.next().unwrap_or_else(|| Err(StepError::Broken(unavailable("a pipelined request got no answer"))));
-        if first.is_some() {
-            continue;
-        }
-        match answer {
-            Ok(Reply::Op(outcome)) => outcomes.push(outcome),
-            Ok(_) => return Err(StepError::Broken(unavailable("a batch op answered like a command"))),
-            Err(StepError::Refused(refusal)) => first = Some(JobResult::Refused(index, refusal)),
-            Err(StepError::Failed(error)) if is_refusal(&error) => first = Some(JobResult::Aborted(index, error)),
-            Err(failure) => return Err(failure),
-        }
-    }
-    Ok(first.unwrap_or(JobResult::Done(BatchOutcome { ops: outcomes })))
 }

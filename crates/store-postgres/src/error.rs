@@ -79,6 +79,12 @@ fn classify_error(error: &tokio_postgres::Error, message: String) -> StoreError 
     classify(code, message)
 }
 
+/// Classify a failure the server reported as SQLSTATE `code` with `message`, outside a
+/// statement's own error (a refusal `dmcp_commit` caught for one job).
+pub(crate) fn from_sqlstate(code: &str, message: String) -> StoreError {
+    classify(&SqlState::from_code(code), message)
+}
+
 fn classify(code: &SqlState, message: String) -> StoreError {
     let class = code.code().get(..2).unwrap_or("");
     match class {

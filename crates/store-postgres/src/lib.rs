@@ -11,8 +11,8 @@
 //!   operation is bounded by a timeout, a broken connection is replaced on next use, and
 //!   connection failures are [`Unavailable`](durable_mcp_store::StoreError::Unavailable).
 //! - **Writes are group-committed** (`Store::commit`, `Store::append`): a writer task runs
-//!   what concurrent callers commit in one transaction, its statements pipelined, so they
-//!   share one commit and, for appends alone, one round trip.
+//!   what concurrent callers commit as one statement (a function of the schema runs their
+//!   ops), so they share one commit and one round trip.
 //! - A versioned schema with forward migrations under an advisory lock; a database written
 //!   by a newer durable-mcp is refused ([`Incompatible`](durable_mcp_store::StoreError::Incompatible)).
 //!

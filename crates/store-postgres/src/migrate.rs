@@ -55,6 +55,141 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, key)
     );
     CREATE INDEX records_by_expiry ON records (expires_at) WHERE expires_at IS NOT NULL;",
+    // 2 -> 3: a write batch (or a group of them) as one statement. `dmcp_op` runs one op
+    // and answers what it did: a result (>= 0) or, having written nothing, a refusal (< 0;
+    // see `batch::Refusal`). `dmcp_commit` runs a group's ops in order, the ops of a job
+    // of several in a block of their own: a refused op there (or a value the server
+    // refuses) undoes its job alone, and the group's other jobs go on. A job of one op
+    // needs no block (a refused op wrote nothing); a value refused there fails the whole
+    // statement. One row per op, in order: its result, or, when its value was refused, the
+    // SQLSTATE and message (`NULL` result). The ops of a refused job before the one refused
+    // keep the results of their undone writes: the job is answered by its refusal.
+    "CREATE FUNCTION dmcp_op(p_op SMALLINT, p_a TEXT, p_b TEXT, p_c TEXT, p_n BIGINT, p_m BIGINT, p_f BOOLEAN, p_w BOOLEAN,
+        p_now BIGINT, p_max BIGINT, p_channel TEXT) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_seq BIGINT;
+        v_first BIGINT;
+        v_closed BOOLEAN;
+        v_count BIGINT;
+    BEGIN
+        CASE p_op
+        WHEN 1 THEN
+            -- Create stream p_a of principal p_b and session p_c. The session's row is
+            -- locked as its foreign key would, so it cannot end before this commits.
+            IF p_c IS NOT NULL THEN
+                PERFORM 1 FROM sessions WHERE id = p_c FOR KEY SHARE;
+                IF NOT FOUND THEN
+                    -- A stream that exists is refused as such first, as a lone create is.
+                    PERFORM 1 FROM streams WHERE id = p_a;
+                    IF FOUND THEN RETURN -1; END IF;
+                    RETURN -5;
+                END IF;
+            END IF;
+            INSERT INTO streams (id, principal, session, last_event_ms) VALUES (p_a, p_b, p_c, p_now) ON CONFLICT (id) DO NOTHING;
+            IF NOT FOUND THEN RETURN -1; END IF;
+            RETURN 0;
+        WHEN 2 THEN
+            -- Append p_b to stream p_a, closing it if p_f, waking its tails if p_w, keeping
+            -- at most p_max events (NULL: all).
+            UPDATE streams SET last_seq = last_seq + 1, closed = p_f, last_event_ms = p_now,
+                first_seq = GREATEST(first_seq, last_seq + 2 - p_max)
+            WHERE id = p_a AND NOT closed RETURNING last_seq, first_seq INTO v_seq, v_first;
+            IF NOT FOUND THEN
+                SELECT closed INTO v_closed FROM streams WHERE id = p_a;
+                IF NOT FOUND THEN RETURN -2; END IF;
+                IF v_closed THEN RETURN -3; END IF;
+                RETURN -4;
+            END IF;
+            INSERT INTO events (stream, seq, data) VALUES (p_a, v_seq, p_b);
+            IF p_max IS NOT NULL THEN
+                DELETE FROM events WHERE stream = p_a AND seq < v_first;
+            END IF;
+            IF p_w THEN PERFORM pg_notify(p_channel, p_a); END IF;
+            RETURN v_seq;
+        WHEN 3 THEN
+            -- Close stream p_a, waking its tails if p_w.
+            UPDATE streams SET closed = TRUE, last_event_ms = p_now WHERE id = p_a AND NOT closed;
+            IF NOT FOUND THEN
+                PERFORM 1 FROM streams WHERE id = p_a;
+                IF NOT FOUND THEN RETURN -2; END IF;
+                RETURN -3;
+            END IF;
+            IF p_w THEN PERFORM pg_notify(p_channel, p_a); END IF;
+            RETURN 0;
+        WHEN 4 THEN
+            -- Put record (kind p_a, key p_b) = p_c expiring at p_n, if absent or expired.
+            INSERT INTO records (kind, key, version, value, expires_at) VALUES (p_a, p_b, 1, p_c, p_n)
+            ON CONFLICT (kind, key) DO UPDATE SET version = 1, value = EXCLUDED.value, expires_at = EXCLUDED.expires_at
+            WHERE records.expires_at IS NOT NULL AND records.expires_at <= p_now;
+            IF NOT FOUND THEN RETURN -6; END IF;
+            RETURN 1;
+        WHEN 5 THEN
+            -- Put it if unexpired at version p_m.
+            UPDATE records SET version = version + 1, value = p_c, expires_at = p_n
+            WHERE kind = p_a AND key = p_b AND version = p_m AND (expires_at IS NULL OR expires_at > p_now)
+            RETURNING version INTO v_count;
+            IF NOT FOUND THEN RETURN -6; END IF;
+            RETURN v_count;
+        WHEN 6 THEN
+            -- Delete it if unexpired at version p_m.
+            DELETE FROM records WHERE kind = p_a AND key = p_b AND version = p_m AND (expires_at IS NULL OR expires_at > p_now);
+            IF NOT FOUND THEN RETURN -6; END IF;
+            RETURN 1;
+        WHEN 7 THEN
+            -- Delete the records of kind p_a whose key starts with p_b (p_c: the first key
+            -- after them, NULL: none); count those unexpired.
+            IF p_c IS NULL THEN
+                WITH deleted AS (DELETE FROM records WHERE kind = p_a AND key >= p_b RETURNING expires_at)
+                SELECT count(*) INTO v_count FROM deleted WHERE expires_at IS NULL OR expires_at > p_now;
+            ELSE
+                WITH deleted AS (DELETE FROM records WHERE kind = p_a AND key >= p_b AND key < p_c RETURNING expires_at)
+                SELECT count(*) INTO v_count FROM deleted WHERE expires_at IS NULL OR expires_at > p_now;
+            END IF;
+            RETURN v_count;
+        END CASE;
+    END $fn$;
+    CREATE FUNCTION dmcp_commit(p_job INT[], p_op SMALLINT[], p_a TEXT[], p_b TEXT[], p_c TEXT[], p_n BIGINT[], p_m BIGINT[],
+        p_f BOOLEAN[], p_w BOOLEAN[], p_now BIGINT, p_max BIGINT, p_channel TEXT)
+        RETURNS TABLE (result BIGINT, failure TEXT) LANGUAGE plpgsql AS $fn$
+    DECLARE
+        v_total INT := coalesce(array_length(p_op, 1), 0);
+        v_results BIGINT[] := array_fill(NULL::BIGINT, ARRAY[v_total]);
+        v_failures TEXT[] := array_fill(NULL::TEXT, ARRAY[v_total]);
+        v_start INT := 1;
+        v_end INT;
+        v_i INT;
+    BEGIN
+        WHILE v_start <= v_total LOOP
+            v_end := v_start;
+            WHILE v_end < v_total AND p_job[v_end + 1] = p_job[v_start] LOOP
+                v_end := v_end + 1;
+            END LOOP;
+            IF v_start = v_end THEN
+                -- One op: refused, it wrote nothing.
+                v_results[v_start] := dmcp_op(p_op[v_start], p_a[v_start], p_b[v_start], p_c[v_start], p_n[v_start], p_m[v_start],
+                    p_f[v_start], p_w[v_start], p_now, p_max, p_channel);
+            ELSE
+                v_i := v_start;
+                BEGIN
+                    WHILE v_i <= v_end LOOP
+                        v_results[v_i] := dmcp_op(p_op[v_i], p_a[v_i], p_b[v_i], p_c[v_i], p_n[v_i], p_m[v_i], p_f[v_i], p_w[v_i],
+                            p_now, p_max, p_channel);
+                        IF v_results[v_i] < 0 THEN
+                            RAISE EXCEPTION USING ERRCODE = 'DM001';
+                        END IF;
+                        v_i := v_i + 1;
+                    END LOOP;
+                EXCEPTION
+                    WHEN SQLSTATE 'DM001' THEN NULL;
+                    WHEN data_exception OR program_limit_exceeded THEN
+                        v_results[v_i] := NULL;
+                        v_failures[v_i] := SQLSTATE || ' ' || SQLERRM;
+                END;
+            END IF;
+            v_start := v_end + 1;
+        END LOOP;
+        RETURN QUERY SELECT r, f FROM unnest(v_results, v_failures) WITH ORDINALITY AS t(r, f, i) ORDER BY i;
+    END $fn$;",
 ];
 
 /// The schema version this build writes.

@@ -99,11 +99,6 @@ pub(crate) struct Conn {
     pub(crate) client: Client,
     /// Its prepared statements.
     pub(crate) statements: Statements,
-    /// Set while the connection may be inside a transaction that no
-    /// [`tokio_postgres::Transaction`] would roll back if its operation were abandoned (one
-    /// begun with a plain `BEGIN`): such a connection is closed, never reused, if its
-    /// operation does not finish.
-    pub(crate) in_raw_transaction: bool,
     /// When it was last given back to the pool.
     idle_since: Instant,
     /// Its last operation was abandoned: check it before the next one.
@@ -164,7 +159,7 @@ impl Pool {
         if guard.conn.is_none() {
             let client = connect(&self.options).await?;
             self.opened.fetch_add(1, Ordering::Relaxed);
-            guard.conn = Some(Conn { client, statements: Statements::default(), in_raw_transaction: false, idle_since: Instant::now(), unchecked: false });
+            guard.conn = Some(Conn { client, statements: Statements::default(), idle_since: Instant::now(), unchecked: false });
         }
         Ok(guard)
     }
@@ -195,9 +190,7 @@ impl Pool {
 ///
 /// A guard dropped without `settle` (the caller's future was cancelled mid-operation)
 /// gives its connection back as unchecked: the next operation checks it first, which also
-/// waits until what the cancelled one left in flight is done (see the module docs). One
-/// that may be inside a plain `BEGIN` ([`Conn::in_raw_transaction`]) is closed instead;
-/// the server rolls that transaction back.
+/// waits until what the cancelled one left in flight is done (see the module docs).
 pub(crate) struct PoolGuard<'a> {
     pool: &'a Pool,
     /// Always `Some` until `settle` or `drop` takes it.
@@ -220,7 +213,7 @@ impl PoolGuard<'_> {
     /// query, so it is closed and the next operation opens a fresh one.
     pub(crate) fn settle<T>(mut self, result: StoreResult<T>) -> StoreResult<T> {
         if let Some(conn) = self.conn.take() {
-            let broken = matches!(result, Err(StoreError::Unavailable(_))) || conn.in_raw_transaction;
+            let broken = matches!(result, Err(StoreError::Unavailable(_)));
             self.pool.give_back(conn, broken, false);
         }
         result
@@ -230,8 +223,7 @@ impl PoolGuard<'_> {
 impl Drop for PoolGuard<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            let broken = conn.in_raw_transaction;
-            self.pool.give_back(conn, broken, true);
+            self.pool.give_back(conn, false, true);
         }
     }
 }

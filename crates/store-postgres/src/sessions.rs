@@ -97,7 +97,8 @@ pub(crate) async fn update(conn: &mut Conn, principal: &Principal, id: &SessionI
 /// streams went with it.
 ///
 /// The session row is locked first, so a concurrent `create_stream` for it either commits
-/// before (and its stream is deleted and notified here) or fails its foreign key after.
+/// before (and its stream is deleted and notified here) or finds no session after (its
+/// foreign key, or in a batch the `FOR KEY SHARE` check of `dmcp_op`).
 pub(crate) async fn end(conn: &mut Conn, principal: &Principal, id: &SessionId, channel: &str) -> StoreResult<(bool, Vec<StreamId>)> {
     let Conn { client, statements, .. } = conn;
     let tx = client.transaction().await.map_err(from_pg)?;

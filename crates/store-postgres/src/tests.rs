@@ -327,14 +327,22 @@ async fn a_version_1_schema_migrates_forward_keeping_its_data() {
         store.create_stream(&stream, &anonymous_owner()).await.unwrap();
         store.append(&stream, "kept".into(), false).await.unwrap();
     }
-    // Back to version 1: no journal records yet.
+    // Back to version 1: no journal records yet, no batch functions.
     let client = admin(&options).await;
     let schema = options::quote_ident(options.schema.as_deref().unwrap());
-    client.batch_execute(&format!("DROP TABLE {schema}.records; DELETE FROM {schema}.durable_mcp_schema WHERE version > 1")).await.unwrap();
+    client
+        .batch_execute(&format!(
+            "DROP TABLE {schema}.records; DROP FUNCTION {schema}.dmcp_commit; DROP FUNCTION {schema}.dmcp_op;
+            DELETE FROM {schema}.durable_mcp_schema WHERE version > 1"
+        ))
+        .await
+        .unwrap();
     let store = PgStore::open(options).await.unwrap();
     assert_eq!(store.read_after(&stream, 0, 10).await.unwrap().events[0].data, "kept");
     assert_eq!(store.put_record(RecordKind::Run, "r", "{}".into(), None, Expect::Absent).await.unwrap(), 1);
-    assert_eq!(SCHEMA_VERSION, 2);
+    let batch = WriteBatch::new().append(stream.clone(), "batched").put_record(RecordKind::Run, "s", "{}", None, Expect::Absent);
+    assert_eq!(store.commit(batch).await.unwrap().ops.len(), 2, "a batch of several ops runs through the functions migration 3 made");
+    assert_eq!(SCHEMA_VERSION, 3);
 }
 
 #[tokio::test]
@@ -429,4 +437,43 @@ async fn d14_appends_committed_together_keep_at_most_max_events_and_stop_at_a_cl
     let table = format!("{}.events", options::quote_ident(options.schema.as_deref().unwrap()));
     let rows: i64 = admin(&options).await.query_one(&format!("SELECT count(*) FROM {table} WHERE stream = $1"), &[&stream.as_str()]).await.unwrap().get(0);
     assert_eq!(rows, 3, "no row older than the limit is kept");
+}
+
+/// A NUL, which PostgreSQL's text cannot hold, is refused at its op, in a batch committed
+/// alone and in one grouped with others (the group is retried job by job): the batch
+/// leaves nothing, the others commit.
+#[tokio::test]
+async fn a_nul_refuses_its_batch_alone_at_its_op() {
+    use durable_mcp_store::StoreErrorKind;
+    let Some(options) = fresh_options(&[]).await else { return };
+    let store = Arc::new(PgStore::open(options).await.unwrap());
+    let batch = |key: &str, value: &str| {
+        WriteBatch::new().put_record(RecordKind::Run, key, "{}", None, Expect::Absent).put_record(
+            RecordKind::Run,
+            format!("{key}/2"),
+            value,
+            None,
+            Expect::Absent,
+        )
+    };
+    let refused_at_second_op = |error: StoreError| {
+        assert!(matches!(error, StoreError::BatchOp { index: 1, .. }), "{error:?}");
+        assert_eq!(error.kind(), StoreErrorKind::Refused, "{error:?}");
+    };
+    refused_at_second_op(store.commit(batch("alone", "a\0b")).await.unwrap_err());
+    let commits = (0..8).map(|n| {
+        let store = Arc::clone(&store);
+        async move { store.commit(batch(&format!("grouped{n}"), if n == 3 { "a\0b" } else { "{}" })).await }
+    });
+    for (n, result) in futures::future::join_all(commits).await.into_iter().enumerate() {
+        if n == 3 {
+            refused_at_second_op(result.unwrap_err());
+        } else {
+            assert_eq!(result.unwrap().ops.len(), 2, "batch {n}");
+        }
+    }
+    for key in ["alone", "grouped3"] {
+        assert!(store.get_record(RecordKind::Run, key).await.unwrap().is_none(), "{key} was undone with its batch");
+    }
+    assert!(store.get_record(RecordKind::Run, "grouped2/2").await.unwrap().is_some());
 }
