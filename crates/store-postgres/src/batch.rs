@@ -334,6 +334,8 @@ enum OpCode {
     PutVersion = 5,
     DeleteRecord = 6,
     DeleteRecords = 7,
+    /// A close the append before it did (see [`Columns::push`]).
+    ClosedByAppend = 8,
 }
 
 /// How `dmcp_op` refuses an op (having written nothing), as numbered there.
@@ -470,8 +472,20 @@ impl<'a> Columns<'a> {
         Ok(columns)
     }
 
-    /// One more op, of job `job`.
-    fn push(&mut self, job: i32, args: OpArgs<'a>) {
+    /// One more op, of job `job`. A close right after an append to its stream, in one job
+    /// (every call's response is appended, then its stream closed), is done by that
+    /// append: one `UPDATE` of the stream's row instead of two.
+    fn push(&mut self, job: i32, mut args: OpArgs<'a>) {
+        let last = self.op.len().wrapping_sub(1);
+        if matches!(args.op, OpCode::Close)
+            && self.job.last() == Some(&job)
+            && self.op.get(last) == Some(&(OpCode::Append as i16))
+            && self.a.get(last) == Some(&args.a)
+        {
+            self.f[last] = true;
+            self.w[last] |= args.w;
+            args.op = OpCode::ClosedByAppend;
+        }
         self.job.push(job);
         self.op.push(args.op as i16);
         self.a.push(args.a);

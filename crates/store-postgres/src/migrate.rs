@@ -55,7 +55,12 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, key)
     );
     CREATE INDEX records_by_expiry ON records (expires_at) WHERE expires_at IS NOT NULL;",
-    // 2 -> 3: a write batch (or a group of them) as one statement. `dmcp_op` runs one op
+    // 2 -> 3: an event no longer checks its stream's row by foreign key: an append finds
+    // and locks that row itself before it inserts, and whatever deletes streams deletes
+    // their events in the same transaction (after, in a statement of its own, so it sees
+    // every event committed before the streams' rows were locked).
+    //
+    // A write batch (or a group of them) as one statement. `dmcp_op` runs one op
     // and answers what it did: a result (>= 0) or, having written nothing, a refusal (< 0;
     // see `batch::Refusal`). `dmcp_commit` runs a group's ops in order, the ops of a job
     // of several in a block of their own: a refused op there (or a value the server
@@ -64,7 +69,8 @@ const MIGRATIONS: &[&str] = &[
     // statement. One row per op, in order: its result, or, when its value was refused, the
     // SQLSTATE and message (`NULL` result). The ops of a refused job before the one refused
     // keep the results of their undone writes: the job is answered by its refusal.
-    "CREATE FUNCTION dmcp_op(p_op SMALLINT, p_a TEXT, p_b TEXT, p_c TEXT, p_n BIGINT, p_m BIGINT, p_f BOOLEAN, p_w BOOLEAN,
+    "ALTER TABLE events DROP CONSTRAINT events_stream_fkey;
+    CREATE FUNCTION dmcp_op(p_op SMALLINT, p_a TEXT, p_b TEXT, p_c TEXT, p_n BIGINT, p_m BIGINT, p_f BOOLEAN, p_w BOOLEAN,
         p_now BIGINT, p_max BIGINT, p_channel TEXT) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
     DECLARE
         v_seq BIGINT;
@@ -146,6 +152,9 @@ const MIGRATIONS: &[&str] = &[
                 SELECT count(*) INTO v_count FROM deleted WHERE expires_at IS NULL OR expires_at > p_now;
             END IF;
             RETURN v_count;
+        WHEN 8 THEN
+            -- Close a stream the op before closed with its append.
+            RETURN 0;
         END CASE;
     END $fn$;
     CREATE FUNCTION dmcp_commit(p_job INT[], p_op SMALLINT[], p_a TEXT[], p_b TEXT[], p_c TEXT[], p_n BIGINT[], p_m BIGINT[],

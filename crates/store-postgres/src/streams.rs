@@ -105,6 +105,7 @@ const PRUNE_FINISHED: &str = "DELETE FROM streams WHERE id IN (
         SELECT id FROM streams WHERE closed AND last_event_ms < $1 ORDER BY id FOR UPDATE SKIP LOCKED
     ) RETURNING id";
 const NOTIFY: &str = "SELECT pg_notify($1, id) FROM unnest($2::TEXT[]) AS id";
+const DELETE_EVENTS: &str = "DELETE FROM events WHERE stream = ANY($1)";
 
 /// Insert an empty stream. A stream of a session that does not exist (or ended meanwhile)
 /// is `NotFound`.
@@ -251,6 +252,19 @@ pub(crate) async fn read_after(conn: &mut Conn, stream: &StreamId, after: u64, l
 pub(crate) async fn prune_finished(tx: &Transaction<'_>, statements: &mut Statements, cutoff_ms: u64) -> StoreResult<Vec<StreamId>> {
     let statement = statements.get(tx, PRUNE_FINISHED).await?;
     stream_ids(&tx.query(&statement, &[&to_i64(cutoff_ms)]).await.map_err(from_pg)?)
+}
+
+/// Inside the transaction that deleted `streams`' rows, after: delete their events (no
+/// foreign key does, see migration 3). A statement of its own, so it sees every event
+/// committed before the rows were locked; none can come after.
+pub(crate) async fn delete_events(tx: &Transaction<'_>, statements: &mut Statements, streams: &[StreamId]) -> StoreResult<()> {
+    if streams.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = streams.iter().map(StreamId::as_str).collect();
+    let statement = statements.get(tx, DELETE_EVENTS).await?;
+    tx.execute(&statement, &[&ids]).await.map_err(from_pg)?;
+    Ok(())
 }
 
 /// Inside a transaction: notify the tails of `streams` on `channel` when it commits.

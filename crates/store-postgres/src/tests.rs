@@ -327,12 +327,13 @@ async fn a_version_1_schema_migrates_forward_keeping_its_data() {
         store.create_stream(&stream, &anonymous_owner()).await.unwrap();
         store.append(&stream, "kept".into(), false).await.unwrap();
     }
-    // Back to version 1: no journal records yet, no batch functions.
+    // Back to version 1: no journal records yet, no batch functions, events' foreign key.
     let client = admin(&options).await;
     let schema = options::quote_ident(options.schema.as_deref().unwrap());
     client
         .batch_execute(&format!(
             "DROP TABLE {schema}.records; DROP FUNCTION {schema}.dmcp_commit; DROP FUNCTION {schema}.dmcp_op;
+            ALTER TABLE {schema}.events ADD CONSTRAINT events_stream_fkey FOREIGN KEY (stream) REFERENCES {schema}.streams (id) ON DELETE CASCADE;
             DELETE FROM {schema}.durable_mcp_schema WHERE version > 1"
         ))
         .await
@@ -476,4 +477,39 @@ async fn a_nul_refuses_its_batch_alone_at_its_op() {
         assert!(store.get_record(RecordKind::Run, key).await.unwrap().is_none(), "{key} was undone with its batch");
     }
     assert!(store.get_record(RecordKind::Run, "grouped2/2").await.unwrap().is_some());
+}
+
+/// Events have no foreign key to their stream (migration 3): ending a session, pruning an
+/// idle one and pruning a finished stream delete their events' rows too (D5).
+#[tokio::test]
+async fn d5_ended_sessions_and_pruned_streams_leave_no_event_rows() {
+    let Some(options) = fresh_options(&[]).await else { return };
+    let store = PgStore::open(options.clone()).await.unwrap();
+    let client = admin(&options).await;
+    let count = format!("SELECT count(*) FROM {}.events WHERE stream = $1", options::quote_ident(options.schema.as_deref().unwrap()));
+    let rows = |stream: StreamId| {
+        let (client, count) = (&client, &count);
+        async move { client.query_one(count.as_str(), &[&stream.as_str()]).await.unwrap().get::<_, i64>(0) }
+    };
+    let who = Principal::anonymous();
+    let (ended, idle) = (durable_mcp_store::contract::session(&who), durable_mcp_store::contract::session(&who));
+    let (of_ended, of_idle, finished) = (StreamId::random(), StreamId::random(), StreamId::random());
+    for (session, stream) in [(&ended, &of_ended), (&idle, &of_idle)] {
+        store.create_session(session.clone()).await.unwrap();
+        store.create_stream(stream, &StreamOwner { principal: who.clone(), session: Some(session.id.clone()) }).await.unwrap();
+        store.append(stream, "event".into(), false).await.unwrap();
+    }
+    store.create_stream(&finished, &anonymous_owner()).await.unwrap();
+    store.append(&finished, "last".into(), true).await.unwrap();
+    assert_eq!((rows(of_ended.clone()).await, rows(of_idle.clone()).await, rows(finished.clone()).await), (1, 1, 1));
+
+    assert!(store.end_session(&who, &ended.id).await.unwrap());
+    assert_eq!(rows(of_ended).await, 0, "ending a session deletes its streams' events");
+    assert_eq!((rows(of_idle.clone()).await, rows(finished.clone()).await), (1, 1));
+
+    let retention = durable_mcp_store::Retention { session_idle_ttl_ms: Some(0), max_stream_age_ms: Some(0) };
+    let report = store.prune(&retention, durable_mcp_store::now_ms() + 60_000).await.unwrap();
+    assert!(report.sessions_ended >= 1 && report.streams_deleted >= 1, "{report:?}");
+    assert_eq!(rows(of_idle).await, 0, "pruning an idle session deletes its streams' events");
+    assert_eq!(rows(finished).await, 0, "pruning a finished stream deletes its events");
 }
