@@ -250,7 +250,7 @@ pub(crate) struct Heartbeats {
 #[derive(Default)]
 struct Beats {
     next: u64,
-    held: std::collections::HashMap<u64, Arc<Beat>>,
+    held: foldhash::HashMap<u64, Arc<Beat>>,
     ticking: bool,
 }
 

@@ -1,7 +1,7 @@
 //! The request path: the door in ([`Engine::accept`]) and the door out ([`commit`]), and
 //! the routing of every message a handler sends while it runs.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 

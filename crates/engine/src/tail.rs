@@ -17,7 +17,9 @@
 //! gave it; a tail yields sequences `after + 1, after + 2, ...` with no gap, taking what
 //! the hub does not hold from the store.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use durable_mcp_store::{BatchOp, BatchOutcome, Store, StoreError, StoredEvent, StreamId, WakeUps};

@@ -3,7 +3,7 @@
 //! worker's through its notification channel), [`Watchers::wake_all`] after its channel
 //! was interrupted, and [`Watchers::forget`] when streams are deleted.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
