@@ -80,13 +80,24 @@ impl Hub {
 
     fn register(&self, stream: &StreamId, change: impl FnOnce(&mut LocalState)) -> Arc<Local> {
         let local = self.lock().entry(stream.clone()).or_insert_with(|| Arc::new(Local { state: watch::channel(LocalState::default()).0 })).clone();
-        local.state.send_modify(change);
+        // One more writer or tail changes nothing a waiting tail decides on (see `next`):
+        // nobody is woken (a wake-up of a watch costs its eight waiter lists a look).
+        local.state.send_if_modified(|state| {
+            change(state);
+            false
+        });
         local
     }
 
     fn unregister(&self, stream: &StreamId, local: &Arc<Local>, change: impl FnOnce(&mut LocalState)) {
         let mut map = self.lock();
-        local.state.send_modify(change);
+        // A tail waits while a writer of this worker holds the stream (see `next`): it is
+        // woken when the last writer lets go, and by nothing else here.
+        local.state.send_if_modified(|state| {
+            let held = state.writers > 0;
+            change(state);
+            held && state.writers == 0
+        });
         let unused = {
             let state = local.state.borrow();
             state.writers == 0 && state.tails == 0
@@ -523,5 +534,25 @@ mod tests {
         assert_eq!(next(&mut events).await.unwrap().data, "elsewhere");
         assert!(next(&mut events).await.is_none());
         assert!(hub.follow_if_written(&stream).is_none(), "no writer, no local follow");
+    }
+
+    /// A tail waiting on the hub is woken when the last local writer lets go (and by
+    /// nothing else there): the store takes over.
+    #[tokio::test]
+    async fn a_waiting_tail_is_woken_when_the_last_local_writer_lets_go() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let hub = Arc::new(Hub::default());
+        let stream = StreamId::random();
+        store.create_stream(&stream, &owner()).await.unwrap();
+        let (first, second) = (hub.writer(&stream), hub.writer(&stream));
+        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp))));
+        let quiet = Duration::from_millis(50);
+        assert!(tokio::time::timeout(quiet, events.next()).await.is_err(), "nothing committed yet");
+        drop(first);
+        assert!(tokio::time::timeout(quiet, events.next()).await.is_err(), "a writer still holds the stream");
+        drop(second);
+        store.append(&stream, "elsewhere".into(), true).await.unwrap();
+        assert_eq!(next(&mut events).await.unwrap().data, "elsewhere");
+        assert!(next(&mut events).await.is_none());
     }
 }
