@@ -79,19 +79,24 @@ impl Hub {
     }
 
     fn register(&self, stream: &StreamId, change: impl FnOnce(&mut LocalState)) -> Arc<Local> {
-        let local = self.lock().entry(stream.clone()).or_insert_with(|| Arc::new(Local { state: watch::channel(LocalState::default()).0 })).clone();
-        // One more writer or tail changes nothing a waiting tail decides on (see `next`):
-        // nobody is woken (a wake-up of a watch costs its eight waiter lists a look).
+        // The count changes under the map's lock, as in `unregister`: a last unregister
+        // cannot remove the entry between this one's lookup and its count.
+        let mut map = self.lock();
+        let local = map.entry(stream.clone()).or_insert_with(|| Arc::new(Local { state: watch::channel(LocalState::default()).0 })).clone();
+        // One more writer or tail changes nothing a waiting tail decides on (see
+        // `local_at`): nobody is woken (a wake-up of a watch costs its eight waiter lists a
+        // look).
         local.state.send_if_modified(|state| {
             change(state);
             false
         });
+        drop(map);
         local
     }
 
     fn unregister(&self, stream: &StreamId, local: &Arc<Local>, change: impl FnOnce(&mut LocalState)) {
         let mut map = self.lock();
-        // A tail waits while a writer of this worker holds the stream (see `next`): it is
+        // A tail waits while a writer of this worker holds the stream (see `local_at`): it is
         // woken when the last writer lets go, and by nothing else here.
         local.state.send_if_modified(|state| {
             let held = state.writers > 0;
@@ -276,7 +281,11 @@ impl std::fmt::Debug for Follow {
 
 impl Clone for Follow {
     fn clone(&self) -> Self {
-        self.local.state.send_modify(|s| s.tails += 1);
+        // Like `Hub::register`: one more tail wakes nobody.
+        self.local.state.send_if_modified(|s| {
+            s.tails += 1;
+            false
+        });
         Self { hub: self.hub.clone(), stream: self.stream.clone(), local: self.local.clone() }
     }
 }

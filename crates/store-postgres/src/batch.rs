@@ -410,7 +410,6 @@ impl Step<'_> {
 
 /// The arguments of [`COMMIT`], one entry per op (see `dmcp_op` for what each column
 /// holds for each op).
-#[derive(Default)]
 struct Columns<'a> {
     job: Vec<i32>,
     op: Vec<i16>,

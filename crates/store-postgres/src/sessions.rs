@@ -108,6 +108,8 @@ pub(crate) async fn end(conn: &mut Conn, principal: &Principal, id: &SessionId, 
     }
     let delete_streams = statements.get(&tx, DELETE_STREAMS).await?;
     let gone = stream_ids(&tx.query(&delete_streams, &[&id.as_str()]).await.map_err(from_pg)?)?;
+    // Every stream of the session is in `gone` (its row is locked: none can be created
+    // meanwhile), so the session's own delete below cascades to none, and no event is left.
     streams::delete_events(&tx, statements, &gone).await?;
     let delete = statements.get(&tx, DELETE).await?;
     tx.execute(&delete, &[&id.as_str()]).await.map_err(from_pg)?;
