@@ -1,16 +1,15 @@
 //! The request path: the door in ([`Engine::accept`]) and the door out ([`commit`]), and
 //! the routing of every message a handler sends while it runs.
 
-use foldhash::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-
-use std::sync::Arc;
 
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId, to_text};
 use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext, methods};
 use durable_mcp_store::{BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms};
+use foldhash::HashMap;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 

@@ -18,11 +18,10 @@
 //! the hub does not hold from the store.
 
 use std::collections::VecDeque;
-
-use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use durable_mcp_store::{BatchOp, BatchOutcome, Store, StoreError, StoredEvent, StreamId, WakeUps};
+use foldhash::HashMap;
 use futures::{Stream, StreamExt};
 use tokio::sync::watch;
 
@@ -55,6 +54,18 @@ struct Local {
     state: watch::Sender<LocalState>,
 }
 
+impl Local {
+    /// One more writer or tail: that changes nothing a waiting tail decides on (see
+    /// `local_at`), so nobody is woken (a wake-up of a watch costs its eight waiter lists a
+    /// look).
+    fn join(&self, change: impl FnOnce(&mut LocalState)) {
+        self.state.send_if_modified(|state| {
+            change(state);
+            false
+        });
+    }
+}
+
 #[derive(Default)]
 struct LocalState {
     /// Writers of this worker holding the stream ([`Writer`]).
@@ -83,13 +94,7 @@ impl Hub {
         // cannot remove the entry between this one's lookup and its count.
         let mut map = self.lock();
         let local = map.entry(stream.clone()).or_insert_with(|| Arc::new(Local { state: watch::channel(LocalState::default()).0 })).clone();
-        // One more writer or tail changes nothing a waiting tail decides on (see
-        // `local_at`): nobody is woken (a wake-up of a watch costs its eight waiter lists a
-        // look).
-        local.state.send_if_modified(|state| {
-            change(state);
-            false
-        });
+        local.join(change);
         drop(map);
         local
     }
@@ -281,11 +286,7 @@ impl std::fmt::Debug for Follow {
 
 impl Clone for Follow {
     fn clone(&self) -> Self {
-        // Like `Hub::register`: one more tail wakes nobody.
-        self.local.state.send_if_modified(|s| {
-            s.tails += 1;
-            false
-        });
+        self.local.join(|s| s.tails += 1);
         Self { hub: self.hub.clone(), stream: self.stream.clone(), local: self.local.clone() }
     }
 }

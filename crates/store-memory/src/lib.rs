@@ -4,8 +4,6 @@
 mod batch;
 
 use std::collections::{BTreeMap, VecDeque};
-
-use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -13,6 +11,7 @@ use durable_mcp_store::{
     BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Setting, Store, StoreError,
     StoreResult, StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch, import_gap, now_ms,
 };
+use foldhash::HashMap;
 use tokio::sync::watch;
 
 /// Retention settings of the in-memory store.

@@ -43,6 +43,7 @@
 //! Notifications to other workers' tails are sent by PostgreSQL at commit, folded to one
 //! per stream per transaction; callers are answered after the commit returned (D1).
 
+use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 
 use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, OpOutcome, StoreError, StoreResult, StreamId, WriteBatch, now_ms, op_failed, prefix_end};
@@ -380,20 +381,6 @@ impl Step<'_> {
         }
     }
 
-    /// Whether a text the step writes holds a NUL, which PostgreSQL's text cannot.
-    fn holds_nul(&self) -> bool {
-        let texts: [&str; 3] = match *self {
-            Step::Append { stream, data, .. } => [stream.as_str(), data, ""],
-            Step::Op(BatchOp::Append { stream, data }, _) => [stream.as_str(), data, ""],
-            Step::Op(BatchOp::CreateStream { id, owner }, _) => [id.as_str(), owner.principal.as_str(), owner.session.as_ref().map_or("", |s| s.as_str())],
-            Step::Op(BatchOp::Close { stream }, _) => [stream.as_str(), "", ""],
-            Step::Op(BatchOp::PutRecord { key, value, .. }, _) => [key, value, ""],
-            Step::Op(BatchOp::DeleteRecord { key, .. }, _) => [key, "", ""],
-            Step::Op(BatchOp::DeleteRecords { prefix, .. }, _) => [prefix, "", ""],
-        };
-        texts.iter().any(|text| text.contains('\0'))
-    }
-
     /// What the step did, from `dmcp_op`'s result `value` (>= 0).
     fn outcome(&self, value: i64) -> OpOutcome {
         let count = value.unsigned_abs();
@@ -415,7 +402,7 @@ struct Columns<'a> {
     op: Vec<i16>,
     a: Vec<&'a str>,
     b: Vec<&'a str>,
-    c: Vec<Option<&'a str>>,
+    c: Vec<Option<Cow<'a, str>>>,
     n: Vec<Option<i64>>,
     m: Vec<Option<i64>>,
     f: Vec<bool>,
@@ -423,9 +410,8 @@ struct Columns<'a> {
 }
 
 impl<'a> Columns<'a> {
-    /// The columns of every op of `steps`; `ends` holds the end of each
-    /// [`BatchOp::DeleteRecords`]' prefix range (made by [`prefix_ends`]).
-    fn new(steps: &[Vec<Step<'a>>], ends: &'a [Option<String>]) -> Result<Self, StoreError> {
+    /// The columns of every op of `steps`.
+    fn new(steps: &[Vec<Step<'a>>]) -> Result<Self, StoreError> {
         let ops = steps.iter().map(Vec::len).sum();
         let mut columns = Self {
             job: Vec::with_capacity(ops),
@@ -438,17 +424,17 @@ impl<'a> Columns<'a> {
             f: Vec::with_capacity(ops),
             w: Vec::with_capacity(ops),
         };
-        let mut ends = ends.iter();
         for (job, steps) in steps.iter().enumerate() {
             let job = i32::try_from(job).map_err(|_| unavailable("too many jobs in one group"))?;
             for step in steps {
-                let end = ends.next().ok_or_else(|| unavailable("a batch op has no prefix end"))?;
                 let args = match *step {
                     Step::Append { stream, data, close } => OpArgs { b: data, f: close, w: true, ..OpArgs::new(OpCode::Append, stream.as_str()) },
                     Step::Op(BatchOp::Append { stream, data }, wake) => OpArgs { b: data, w: wake, ..OpArgs::new(OpCode::Append, stream.as_str()) },
-                    Step::Op(BatchOp::CreateStream { id, owner }, _) => {
-                        OpArgs { b: owner.principal.as_str(), c: owner.session.as_ref().map(|s| s.as_str()), ..OpArgs::new(OpCode::CreateStream, id.as_str()) }
-                    }
+                    Step::Op(BatchOp::CreateStream { id, owner }, _) => OpArgs {
+                        b: owner.principal.as_str(),
+                        c: owner.session.as_ref().map(|s| Cow::Borrowed(s.as_str())),
+                        ..OpArgs::new(OpCode::CreateStream, id.as_str())
+                    },
                     Step::Op(BatchOp::Close { stream }, wake) => OpArgs { w: wake, ..OpArgs::new(OpCode::Close, stream.as_str()) },
                     Step::Op(BatchOp::PutRecord { kind, key, value, expires_at_ms, expect }, _) => {
                         let (op, expected) = match expect {
@@ -456,19 +442,25 @@ impl<'a> Columns<'a> {
                             // No stored version is above `i64::MAX`: `NULL` matches none.
                             Expect::Version(version) => (OpCode::PutVersion, i64::try_from(*version).ok()),
                         };
-                        OpArgs { b: key, c: Some(value), n: expires_at_ms.map(to_i64), m: expected, ..OpArgs::new(op, kind.as_str()) }
+                        OpArgs { b: key, c: Some(Cow::Borrowed(value)), n: expires_at_ms.map(to_i64), m: expected, ..OpArgs::new(op, kind.as_str()) }
                     }
                     Step::Op(BatchOp::DeleteRecord { kind, key, version }, _) => {
                         OpArgs { b: key, m: i64::try_from(*version).ok(), ..OpArgs::new(OpCode::DeleteRecord, kind.as_str()) }
                     }
                     Step::Op(BatchOp::DeleteRecords { kind, prefix }, _) => {
-                        OpArgs { b: prefix, c: end.as_deref(), ..OpArgs::new(OpCode::DeleteRecords, kind.as_str()) }
+                        OpArgs { b: prefix, c: prefix_end(prefix).map(Cow::Owned), ..OpArgs::new(OpCode::DeleteRecords, kind.as_str()) }
                     }
                 };
                 columns.push(job, args);
             }
         }
         Ok(columns)
+    }
+
+    /// The first op with a text that holds a NUL, which PostgreSQL's text cannot.
+    fn first_nul(&self) -> Option<usize> {
+        let nul = |text: &str| text.contains('\0');
+        (0..self.op.len()).find(|&i| nul(self.a[i]) || nul(self.b[i]) || self.c[i].as_deref().is_some_and(nul))
     }
 
     /// One more op, of job `job`. A close right after an append to its stream, in one job
@@ -502,7 +494,7 @@ struct OpArgs<'a> {
     op: OpCode,
     a: &'a str,
     b: &'a str,
-    c: Option<&'a str>,
+    c: Option<Cow<'a, str>>,
     n: Option<i64>,
     m: Option<i64>,
     f: bool,
@@ -514,18 +506,6 @@ impl<'a> OpArgs<'a> {
     fn new(op: OpCode, a: &'a str) -> Self {
         Self { op, a, b: "", c: None, n: None, m: None, f: false, w: false }
     }
-}
-
-/// Per op of `steps`, in order: the end of its prefix range if it deletes records by prefix.
-fn prefix_ends(steps: &[Vec<Step<'_>>]) -> Vec<Option<String>> {
-    steps
-        .iter()
-        .flatten()
-        .map(|step| match step {
-            Step::Op(BatchOp::DeleteRecords { prefix, .. }, _) => prefix_end(prefix),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Commit `works` on `conn`; see the module's `# Durability`. `Err` fails the group
@@ -563,8 +543,7 @@ async fn run_group(conn: &mut Conn, shared: &Shared, works: &[&Work], commit_sen
             .map(|(work, result)| result.map(|id| BatchOutcome { ops: vec![OpOutcome::Appended(id)] }).map_err(|refusal| work.refused(0, refusal)))
             .collect());
     }
-    let ends = prefix_ends(&steps);
-    let columns = Columns::new(&steps, &ends)?;
+    let columns = Columns::new(&steps)?;
     let params: [&(dyn ToSql + Sync); 12] = [
         &columns.job,
         &columns.op,
@@ -584,7 +563,8 @@ async fn run_group(conn: &mut Conn, shared: &Shared, works: &[&Work], commit_sen
         // A value the server refuses before the function runs (a NUL in a text): a job
         // alone is refused at its op that holds it; in a group, each job is retried alone.
         Err(StepError::Failed(error)) if is_refusal(&error) && works.len() == 1 => {
-            let index = steps[0].iter().position(Step::holds_nul).unwrap_or(0);
+            // One job: its ops are the columns' ops, in order.
+            let index = columns.first_nul().unwrap_or(0);
             return Ok(vec![Err(works[0].refused(index, error))]);
         }
         Err(error) => return Err(failure(error, commit_sent)),

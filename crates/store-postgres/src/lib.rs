@@ -250,9 +250,8 @@ impl Store for PgStore {
                 report.streams_deleted = deleted.len() as u64;
                 gone.extend(deleted);
             }
-            streams::delete_events(&tx, statements, &gone).await?;
+            streams::removed(&tx, statements, channel, &gone).await?;
             report.records_expired = records::prune_expired(&tx, statements, now_ms).await?;
-            streams::notify(&tx, statements, channel, &gone).await?;
             tx.commit().await.map_err(from_pg)?;
             Ok((report, gone))
         })?;

@@ -110,10 +110,9 @@ pub(crate) async fn end(conn: &mut Conn, principal: &Principal, id: &SessionId, 
     let gone = stream_ids(&tx.query(&delete_streams, &[&id.as_str()]).await.map_err(from_pg)?)?;
     // Every stream of the session is in `gone` (its row is locked: none can be created
     // meanwhile), so the session's own delete below cascades to none, and no event is left.
-    streams::delete_events(&tx, statements, &gone).await?;
+    streams::removed(&tx, statements, channel, &gone).await?;
     let delete = statements.get(&tx, DELETE).await?;
     tx.execute(&delete, &[&id.as_str()]).await.map_err(from_pg)?;
-    streams::notify(&tx, statements, channel, &gone).await?;
     tx.commit().await.map_err(from_pg)?;
     Ok((true, gone))
 }

@@ -105,7 +105,10 @@ const PRUNE_FINISHED: &str = "DELETE FROM streams WHERE id IN (
         SELECT id FROM streams WHERE closed AND last_event_ms < $1 ORDER BY id FOR UPDATE SKIP LOCKED
     ) RETURNING id";
 const NOTIFY: &str = "SELECT pg_notify($1, id) FROM unnest($2::TEXT[]) AS id";
-const DELETE_EVENTS: &str = "DELETE FROM events WHERE stream = ANY($1)";
+/// Delete the events of streams `$2`, whose rows this transaction deleted, and notify their
+/// tails on channel `$1` when it commits.
+const REMOVED: &str = "WITH deleted AS (DELETE FROM events WHERE stream = ANY($2))
+    SELECT pg_notify($1, id) FROM unnest($2::TEXT[]) AS id";
 
 /// Insert an empty stream. A stream of a session that does not exist (or ended meanwhile)
 /// is `NotFound`.
@@ -255,25 +258,25 @@ pub(crate) async fn prune_finished(tx: &Transaction<'_>, statements: &mut Statem
 }
 
 /// Inside the transaction that deleted `streams`' rows, after: delete their events (no
-/// foreign key does, see migration 3). A statement of its own, so it sees every event
-/// committed before the rows were locked; none can come after.
-pub(crate) async fn delete_events(tx: &Transaction<'_>, statements: &mut Statements, streams: &[StreamId]) -> StoreResult<()> {
-    if streams.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<&str> = streams.iter().map(StreamId::as_str).collect();
-    let statement = statements.get(tx, DELETE_EVENTS).await?;
-    tx.execute(&statement, &[&ids]).await.map_err(from_pg)?;
-    Ok(())
+/// foreign key does, see migration 3) and notify their tails on `channel` when it commits.
+/// A statement after the rows' delete, so it sees every event committed before the rows
+/// were locked; none can come after.
+pub(crate) async fn removed(tx: &Transaction<'_>, statements: &mut Statements, channel: &str, streams: &[StreamId]) -> StoreResult<()> {
+    per_stream(tx, statements, REMOVED, channel, streams).await
 }
 
 /// Inside a transaction: notify the tails of `streams` on `channel` when it commits.
 pub(crate) async fn notify(tx: &Transaction<'_>, statements: &mut Statements, channel: &str, streams: &[StreamId]) -> StoreResult<()> {
+    per_stream(tx, statements, NOTIFY, channel, streams).await
+}
+
+/// Run `sql` (taking `$1` the channel, `$2` the stream ids) for `streams`, if any.
+async fn per_stream(tx: &Transaction<'_>, statements: &mut Statements, sql: &'static str, channel: &str, streams: &[StreamId]) -> StoreResult<()> {
     if streams.is_empty() {
         return Ok(());
     }
     let ids: Vec<&str> = streams.iter().map(StreamId::as_str).collect();
-    let statement = statements.get(tx, NOTIFY).await?;
+    let statement = statements.get(tx, sql).await?;
     tx.execute(&statement, &[&channel, &ids]).await.map_err(from_pg)?;
     Ok(())
 }

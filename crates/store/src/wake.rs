@@ -3,10 +3,10 @@
 //! worker's through its notification channel), [`Watchers::wake_all`] after its channel
 //! was interrupted, and [`Watchers::forget`] when streams are deleted.
 
-use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use foldhash::HashMap;
 use tokio::sync::watch;
 
 use crate::{StreamId, WakeUps};
