@@ -70,7 +70,6 @@ impl Keys {
         format!("{}:record:{kind}:{key}", self.prefix)
     }
 
-    #[cfg(test)] // built in Lua by the scripts; tests check the two agree
     /// `P:records:<kind>`: every key of a kind at score 0, listed with `ZRANGEBYLEX`.
     pub(crate) fn records_index(&self, kind: RecordKind) -> String {
         format!("{}:records:{kind}", self.prefix)
@@ -80,6 +79,11 @@ impl Keys {
     /// `P:records:<kind>:expiring`: the keys of a kind that have an expiry, scored by it.
     pub(crate) fn records_expiring(&self, kind: RecordKind) -> String {
         format!("{}:records:{kind}:expiring", self.prefix)
+    }
+
+    /// `P:layout`: the version of the key layout the prefix holds (`layout.rs`).
+    pub(crate) fn layout(&self) -> String {
+        format!("{}:layout", self.prefix)
     }
 
     /// `P:wake`: the pub/sub channel of wake-ups.

@@ -12,12 +12,16 @@
 //!   exactly one commits (D7, D8). Deleting records by prefix deletes 256 per script. A
 //!   write batch (`Store::commit`) is one script too: it checks every op, then applies
 //!   them all.
-//! - **Event logs are Redis streams.** Event `n` of a stream is entry `n-0` of its events
-//!   key. `XRANGE key <after+1> + COUNT <limit>` is exactly the suffix after a sequence, in
-//!   order, in O(log N + limit); `XADD` refuses an id not above the last, a server-side
-//!   guard against reuse; `XTRIM MINID` drops an exact prefix. (A sorted set would need
-//!   members made unique, since two equal payloads would collide, and costs a skiplist and
-//!   a dict per event; a hash plus a list needs two structures kept in step.)
+//! - **A stream's events live in its meta hash** (key layout 2): event `n` is field `n`
+//!   beside the meta fields (which are not numbers). An append is part of the one `HSET`
+//!   that saves the stream's state, so it costs no command of its own; a read after `a` is
+//!   one `HMGET` of the fields `a+1 ..= min(last, a+limit)`, in order, and a missing field
+//!   is an error, never a gap (D3); trimming to `max_events` deletes the exact prefix. The
+//!   meta hash knows `first_seq` and `last_seq`, so nothing else is needed. A request's
+//!   retained stream costs about 1.2 KB of Redis memory this way. Streams created under
+//!   layout 1 keep their events in a Redis stream of their own (`XADD`, `XRANGE`, `XTRIM
+//!   MINID`), which Redis gives a 4 KiB listpack up front, about 4.9 KB per retained request;
+//!   this release reads and appends to both. See *Layout versions* below.
 //! - **Wake-ups over pub/sub.** Appends `PUBLISH` on `<prefix>:wake`; each store handle
 //!   keeps one subscribed connection and a periodic tick as a fallback (see `wake_tick`).
 //! - **Reconnects by itself.** Commands go through a multiplexed connection that reconnects
@@ -35,8 +39,8 @@
 //! | `P:{s:<session>}:session` | hash | `principal`, `record` (the [`SessionRecord`] as JSON), `version` (bumped by every update) |
 //! | `P:{s:<session>}:streams` | set | every stream of the session (deleted with it) |
 //! | `P:{s:<session>}:open` | set | its open streams (their TTL is refreshed when the session is used) |
-//! | `P:{s:<session>}:stream:<id>` | hash | stream meta: `principal`, `session`, `first_seq`, `last_seq`, `closed`, `last_event_ms` |
-//! | `P:{s:<session>}:events:<id>` | stream | its events: entry `<seq>-0`, field `d` |
+//! | `P:{s:<session>}:stream:<id>` | hash | stream meta: `principal`, `session`, `first_seq`, `last_seq`, `closed`, `last_event_ms`, `inline` (`1`: layout 2); under layout 2 also its events, field `<seq>` |
+//! | `P:{s:<session>}:events:<id>` | stream | the events of a stream created under layout 1: entry `<seq>-0`, field `d` |
 //! | `P:{t:<id>}:stream:<id>`, `P:{t:<id>}:events:<id>` | hash, stream | the same for a sessionless stream |
 //! | `P:streamidx:<id>` | string | the tag of a session stream (`s:<session>`); a resume has only the event id. Sessionless streams need no entry: their tag is `t:<id>` |
 //! | `P:sessions` | sorted set | session ids by `last_seen_ms` (prune, listing) |
@@ -44,6 +48,7 @@
 //! | `P:record:<kind>:<key>` | hash | a journal record: `version`, `value`, `expires_at` (absent: never) |
 //! | `P:records:<kind>` | sorted set | every key of the kind at score 0 (`ZRANGEBYLEX` lists a prefix in key order) |
 //! | `P:records:<kind>:expiring` | sorted set | the keys of the kind that have an expiry, scored by it (prune) |
+//! | `P:layout` | string | the key layout's version (see below); no expiry |
 //! | `P:wake` | channel | `a:<stream>` after an append, `g:<id>,<id>...` when streams are deleted |
 //!
 //! **Cluster.** The client here is not cluster-aware, and the scripts touch the three global
@@ -51,6 +56,20 @@
 //! together with its kind's indexes, deriving names from the prefix: they need all keys on one primary (standalone Redis, or a Sentinel-managed
 //! primary). The hash tags keep the per-session data shardable; a cluster port would move the
 //! global-index updates out of the scripts.
+//!
+//! # Layout versions
+//!
+//! `P:layout` says where new streams keep their events: `1` in a Redis stream each (every
+//! release before this key existed), `2` in their meta hash. This release reads and appends
+//! to both kinds; the layout decides only where a *new* stream's events go. The first worker
+//! that opens a prefix with no data sets it to 2. A prefix that holds data but no layout key
+//! was written by an earlier release, whose workers cannot read layout-2 streams: it is set
+//! to 1, so a rolling upgrade loses nothing, and each worker logs a warning at start. Once
+//! every worker of the prefix runs this release, `SET <prefix>:layout 2` moves it on;
+//! running workers see it within 30 s (a move back to 1, before a downgrade, as well). A
+//! prefix with no key but a subscriber on its channel also gets 1 (this release sets the key
+//! before it subscribes). A worker refuses to open a prefix whose layout is newer than it
+//! knows ([`StoreError::Incompatible`]).
 //!
 //! # Retention
 //!
@@ -99,6 +118,7 @@
 mod batch;
 mod error;
 mod keys;
+mod layout;
 mod options;
 mod records;
 mod scripts;
@@ -142,6 +162,8 @@ pub(crate) struct Shared {
     keys: Keys,
     channel: String,
     conn: ConnectionManager,
+    /// Where new streams keep their events.
+    layout: layout::Layout,
     watchers: wake::Watchers,
     /// Stops the pub/sub listener when the last handle is dropped.
     _listener: wake::Listener,
@@ -217,11 +239,12 @@ impl RedisStore {
         let conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(from_redis)?;
         check_server(&conn).await?;
         let keys = Keys::new(&options.prefix);
+        let layout = layout::open(&conn, &keys).await?;
         let channel = keys.channel();
         let watchers = wake::Watchers::default();
         let timeouts = wake::Timeouts { connect: options.connect_timeout, response: options.response_timeout };
         let listener = wake::listen(client, channel.clone(), watchers.clone(), timeouts).await?;
-        Ok(Self { shared: Arc::new(Shared { options, keys, channel, conn, watchers, _listener: listener }) })
+        Ok(Self { shared: Arc::new(Shared { options, keys, channel, conn, layout, watchers, _listener: listener }) })
     }
 }
 

@@ -33,6 +33,10 @@ local function records_expiring(kind) return P .. ':records:' .. kind .. ':expir
 -- A stream as a script works on it: its id, tag, keys, owner and state. The state fields
 -- change in the script's memory (`append_event`, `close_stream`) and reach Redis in one
 -- write at the end (`save_stream`).
+--
+-- Where its events are: a stream created under layout 2 (`inline`) keeps them in its meta
+-- hash, event `n` as field `n`, so an append is part of the one `HSET` that saves the
+-- stream; an older stream keeps them in a Redis stream (`events`), entry `n-0`, field `d`.
 local function stream_tag(id, session)
   if session ~= '' then return 's:' .. session end
   return 't:' .. id
@@ -40,7 +44,14 @@ end
 
 local function stream(id, tag, principal, session)
   return { id = id, tag = tag, meta = tagged(tag, 'stream', id), events = tagged(tag, 'events', id),
-    principal = principal, session = session }
+    principal = principal, session = session, pending = {}, dropped = {}, stored_last = 0 }
+end
+
+-- Fields of hash `key` set, or deleted, a thousand at a time (Lua's `unpack` has a limit).
+local function hash_chunks(command, key, fields)
+  for i = 1, #fields, 1000 do
+    redis.call(command, key, unpack(fields, i, math.min(i + 999, #fields)))
+  end
 end
 
 -- A live stream, nil if unknown or if its session has ended.
@@ -48,32 +59,46 @@ local function find(id)
   local tag = redis.call('GET', index_key(id))
   if not tag then tag = 't:' .. id end
   local meta = tagged(tag, 'stream', id)
-  local f = redis.call('HMGET', meta, 'principal', 'session', 'closed', 'first_seq', 'last_seq', 'last_event_ms')
+  local f = redis.call('HMGET', meta, 'principal', 'session', 'closed', 'first_seq', 'last_seq', 'last_event_ms', 'inline')
   if not f[1] then return nil end
   local session = f[2] or ''
   if session ~= '' and redis.call('EXISTS', session_key(session)) == 0 then return nil end
   local s = stream(id, tag, f[1], session)
   s.closed, s.first_seq, s.last_seq, s.last_event_ms = f[3] == '1', tonumber(f[4]), tonumber(f[5]), f[6]
+  s.inline, s.stored_last = f[7] == '1', s.last_seq
   return s
 end
 
 -- A stream this script creates (the caller checked no stream has its id): nothing is
--- written before `save_stream`.
-local function new_stream(id, principal, session)
+-- written before `save_stream`. `inline` (`'1'`): its events go in its meta hash.
+local function new_stream(id, principal, session, inline)
   local s = stream(id, stream_tag(id, session), principal, session)
-  s.new, s.closed, s.first_seq, s.last_seq = true, false, 1, 0
+  s.new, s.closed, s.first_seq, s.last_seq, s.inline = true, false, 1, 0, inline == '1'
   return s
 end
 
 -- Append one event to live stream s (the caller checked it is open); trims the log to
--- `max` events (0: unbounded). Returns the event's sequence.
+-- `max` events (0: unbounded). Returns the event's sequence. An inline stream's event and
+-- the fields its trim drops are written by `save_stream`.
 local function append_event(s, data, max)
   local seq = s.last_seq + 1
   s.last_seq = seq
-  redis.call('XADD', s.events, string.format('%d-0', seq), 'd', data)
+  if s.inline then
+    s.pending[#s.pending + 1] = { seq, data }
+  else
+    redis.call('XADD', s.events, string.format('%d-0', seq), 'd', data)
+  end
   if max > 0 and seq - max + 1 > s.first_seq then
-    s.first_seq = seq - max + 1
-    redis.call('XTRIM', s.events, 'MINID', string.format('%d-0', s.first_seq))
+    local first = seq - max + 1
+    if s.inline then
+      -- Only fields already in Redis are deleted; pending ones below `first` are skipped.
+      -- At most 10,000 per append, the newest, so that a `max` lowered under a long stream
+      -- cannot hold the server for long: older ones stay, unread, until the stream goes.
+      local last_dropped = math.min(first - 1, s.stored_last)
+      for q = math.max(s.first_seq, last_dropped - 9999), last_dropped do s.dropped[#s.dropped + 1] = string.format('%d', q) end
+    end
+    s.first_seq = first
+    if not s.inline then redis.call('XTRIM', s.events, 'MINID', string.format('%d-0', s.first_seq)) end
   end
   return seq
 end
@@ -98,10 +123,20 @@ local function save_stream(s, now, idle_ttl, closed_ttl)
   local state = { 'first_seq', string.format('%d', s.first_seq), 'last_seq', string.format('%d', s.last_seq),
     'closed', s.closed and '1' or '0', 'last_event_ms', now }
   if s.new then
-    redis.call('HSET', s.meta, 'principal', s.principal, 'session', s.session, unpack(state))
-  else
-    redis.call('HSET', s.meta, unpack(state))
+    for _, field in ipairs({ 'principal', s.principal, 'session', s.session }) do state[#state + 1] = field end
+    if s.inline then
+      state[#state + 1] = 'inline'
+      state[#state + 1] = '1'
+    end
   end
+  for _, event in ipairs(s.pending) do
+    if event[1] >= s.first_seq then
+      state[#state + 1] = string.format('%d', event[1])
+      state[#state + 1] = event[2]
+    end
+  end
+  hash_chunks('HSET', s.meta, state)
+  if #s.dropped > 0 then hash_chunks('HDEL', s.meta, s.dropped) end
   redis.call('PEXPIRE', s.meta, ttl)
   if s.session ~= '' then
     if s.new then
@@ -116,7 +151,7 @@ local function save_stream(s, now, idle_ttl, closed_ttl)
       redis.call('PEXPIRE', index_key(s.id), ttl)
     end
   end
-  if s.last_seq > 0 then redis.call('PEXPIRE', s.events, ttl) end
+  if s.last_seq > 0 and not s.inline then redis.call('PEXPIRE', s.events, ttl) end
   if not s.new then redis.call('PUBLISH', CHANNEL, 'a:' .. s.id) end
 end
 
@@ -205,8 +240,30 @@ end
     };
 }
 
+/// KEYS: the layout key, then the indexes that any data of the prefix leaves (sessions,
+/// finished streams, each record kind's). ARGV: the layout a prefix without data gets, and
+/// the number of subscribers of the prefix's wake-up channel. Returns the prefix's layout
+/// (`layout.rs`), setting it first if there is none: the given one if none of the indexes
+/// exists and nobody listens, else `1` (an earlier release wrote data, or is running:
+/// this release sets the key before it subscribes).
+pub(crate) static LAYOUT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local found = redis.call('GET', KEYS[1])
+if found then return found end
+local used = tonumber(ARGV[2])
+for i = 2, #KEYS do used = used + redis.call('EXISTS', KEYS[i]) end
+local version = ARGV[1]
+if used > 0 then version = '1' end
+redis.call('SET', KEYS[1], version)
+return version
+"#,
+    )
+});
+
 /// ARGV: sid, principal, record JSON, last_seen_ms, standalone stream, now_ms, ttl_ms,
-/// sweep cutoff. Returns 1, or 0 if the session or its stream already exists.
+/// sweep cutoff, inline (`1`: new streams keep their events in their meta hash). Returns 1,
+/// or 0 if the session or its stream already exists.
 pub(crate) static CREATE_SESSION: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         prelude!(),
@@ -219,7 +276,7 @@ end
 redis.call('HSET', key, 'principal', principal, 'record', ARGV[5], 'version', 0)
 redis.call('PEXPIRE', key, ttl)
 redis.call('ZADD', P .. ':sessions', ARGV[6], sid)
-save_stream(new_stream(ARGV[7], principal, sid), ARGV[8], ttl, ttl)
+save_stream(new_stream(ARGV[7], principal, sid, ARGV[11]), ARGV[8], ttl, ttl)
 -- Index hygiene: a few entries idle past the TTL whose session Redis has expired.
 for _, old in ipairs(redis.call('ZRANGEBYSCORE', P .. ':sessions', '-inf', '(' .. ARGV[10], 'LIMIT', 0, 8)) do
   if redis.call('EXISTS', session_key(old)) == 0 then redis.call('ZREM', P .. ':sessions', old) end
@@ -291,8 +348,8 @@ return out
     ))
 });
 
-/// ARGV: stream id, principal, session (`''` for none), now_ms, ttl_ms. Returns 1 created,
-/// 0 already exists, -1 the session does not exist (for this principal: D13).
+/// ARGV: stream id, principal, session (`''` for none), now_ms, ttl_ms, inline. Returns 1
+/// created, 0 already exists, -1 the session does not exist (for this principal: D13).
 pub(crate) static CREATE_STREAM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         prelude!(),
@@ -300,7 +357,7 @@ pub(crate) static CREATE_STREAM: LazyLock<Script> = LazyLock::new(|| {
 local id, session = ARGV[3], ARGV[5]
 if session ~= '' and redis.call('HGET', session_key(session), 'principal') ~= ARGV[4] then return -1 end
 if redis.call('EXISTS', tagged(stream_tag(id, session), 'stream', id)) == 1 then return 0 end
-save_stream(new_stream(id, ARGV[4], session), ARGV[6], ARGV[7], ARGV[7])
+save_stream(new_stream(id, ARGV[4], session, ARGV[8]), ARGV[6], ARGV[7], ARGV[7])
 return 1
 "#
     ))
@@ -325,7 +382,8 @@ return { seq }
     ))
 });
 
-/// ARGV: stream id, first wanted sequence (after + 1), limit. Returns `{-1}` not found, or
+/// ARGV: stream id, first wanted sequence (after + 1), limit. Returns `{-1}` not found,
+/// `{-3, seq}` if event `seq` of an inline stream is missing (corrupt), or
 /// `{0, first_seq, last_seq, closed, id, data, id, data, ...}` from one snapshot (entries
 /// only if the first wanted sequence is retained).
 pub(crate) static READ_AFTER: LazyLock<Script> = LazyLock::new(|| {
@@ -335,10 +393,25 @@ pub(crate) static READ_AFTER: LazyLock<Script> = LazyLock::new(|| {
 local s = find(ARGV[3])
 if not s then return { -1 } end
 local out = { 0, string.format('%d', s.first_seq), string.format('%d', s.last_seq), s.closed and '1' or '0' }
-if tonumber(ARGV[4]) >= s.first_seq then
+local from = tonumber(ARGV[4])
+if from < s.first_seq then return out end
+if not s.inline then
   for _, entry in ipairs(redis.call('XRANGE', s.events, ARGV[4], '+', 'COUNT', ARGV[5])) do
     out[#out + 1] = entry[1]
     out[#out + 1] = entry[2][2]
+  end
+  return out
+end
+local to = math.min(s.last_seq, from + tonumber(ARGV[5]) - 1)
+for first = from, to, 1000 do
+  local fields = {}
+  for q = first, math.min(first + 999, to) do fields[#fields + 1] = string.format('%d', q) end
+  local values = redis.call('HMGET', s.meta, unpack(fields))
+  for i = 1, #fields do
+    -- The log is gap-free by construction: a missing event is never skipped (D3).
+    if not values[i] then return { -3, fields[i] } end
+    out[#out + 1] = fields[i] .. '-0'
+    out[#out + 1] = values[i]
   end
 end
 return out
@@ -496,8 +569,8 @@ return { expired, #due }
 });
 
 /// A write batch, all or nothing. ARGV: now_ms, idle ttl_ms, closed ttl_ms, max events
-/// (`0`: unbounded), finished-index sweep cutoff, then six fields per op: its code and
-/// five arguments (`''` where unused):
+/// (`0`: unbounded), finished-index sweep cutoff, inline (for the streams it creates), then
+/// six fields per op: its code and five arguments (`''` where unused):
 /// - `c` create stream: id, principal, session (`''`: none)
 /// - `a` append: stream id, data
 /// - `x` close: stream id
@@ -514,8 +587,8 @@ pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         prelude!(),
         r#"
-local now, idle_ttl, closed_ttl, max, sweep = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local base = 8
+local now, idle_ttl, closed_ttl, max, sweep, inline = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local base = 9
 local count = math.floor((#ARGV - base + 1) / 6)
 local function arg(i, n) return ARGV[base + i * 6 + n] end
 local function has_prefix(key, prefix) return string.sub(key, 1, #prefix) == prefix end
@@ -551,7 +624,7 @@ for i = 0, count - 1 do
   if code == 'c' then
     if c ~= '' and redis.call('HGET', session_key(c), 'principal') ~= b then return { 1, i, 'session' } end
     if streams[a] or (streams[a] == nil and stream_exists(a, c)) then return { 1, i, 'exists' } end
-    streams[a] = { open = true, s = new_stream(a, b, c) }
+    streams[a] = { open = true, s = new_stream(a, b, c, inline) }
   elseif code == 'a' or code == 'x' then
     local st = stream_state(a)
     if not st then return { 1, i, 'stream' } end

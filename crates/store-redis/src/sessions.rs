@@ -36,7 +36,8 @@ pub(crate) async fn create(shared: &Shared, record: SessionRecord) -> StoreResul
         .arg(record.standalone_stream.as_str())
         .arg(now)
         .arg(ttl)
-        .arg(sweep_cutoff);
+        .arg(sweep_cutoff)
+        .arg(crate::layout::Layout::inline_arg(shared).await);
     let created: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
     if created != 1 {
         return Err(StoreError::Corrupt(format!("session {} or its stream already exists", record.id)));

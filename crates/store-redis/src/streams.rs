@@ -21,7 +21,8 @@ pub(crate) async fn create(shared: &Shared, id: &StreamId, owner: &StreamOwner) 
         .arg(owner.principal.as_str())
         .arg(owner.session.as_ref().map_or("", |s| s.as_str()))
         .arg(now_ms())
-        .arg(millis(shared.options.session_idle_ttl));
+        .arg(millis(shared.options.session_idle_ttl))
+        .arg(crate::layout::Layout::inline_arg(shared).await);
     let created: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
     match created {
         1 => Ok(()),
@@ -107,6 +108,10 @@ async fn read(shared: &Shared, stream: &StreamId, after: u64, start: u64, limit:
     let redis::Value::Array(items) = &reply else { return Err(bad_reply("read_after", &reply)) };
     match items.first().and_then(int) {
         Some(-1) => return Err(StoreError::not_found("stream")),
+        Some(-3) => {
+            let seq = items.get(1).and_then(text).unwrap_or_default();
+            return Err(StoreError::Corrupt(format!("stream {stream}: event {seq} is missing")));
+        }
         Some(0) if items.len() >= 4 && items.len() % 2 == 0 => {}
         _ => return Err(bad_reply("read_after", &reply)),
     }
@@ -244,7 +249,15 @@ pub(crate) async fn status(shared: &Shared) -> StoreResult<durable_mcp_store::St
     };
     let appendonly = config("appendonly").await;
     let appendfsync = if appendonly.as_deref() == Some("yes") { config("appendfsync").await } else { None };
-    let settings = judge_persistence(appendonly.as_deref(), appendfsync.as_deref());
+    let mut settings = judge_persistence(appendonly.as_deref(), appendfsync.as_deref());
+    let layout: Option<String> = redis::cmd("GET").arg(shared.keys.layout()).query_async(&mut conn).await.map_err(from_redis)?;
+    let layout = match layout.as_deref() {
+        Some("1") => format!("1 (new streams' events in Redis streams of their own; `SET {} 2` once no older worker is left)", shared.keys.layout()),
+        Some("2") => "2 (new streams' events in their meta hash)".to_owned(),
+        Some(other) => other.to_owned(),
+        None => "none".to_owned(),
+    };
+    settings.push(durable_mcp_store::Setting::fine("key layout", layout));
     Ok(durable_mcp_store::StoreStatus { schema: None, server_time_ms: Some(server_time_ms), settings })
 }
 
