@@ -290,6 +290,32 @@ pub fn store_label(url: &str) -> String {
     }
 }
 
+/// The labels of `urls`, in order: [`store_label`], and where two would read alike (the
+/// same backend on two prefixes, say), the URL's `prefix`, `schema` or `synchronous`
+/// setting after it, then a number: each row of the report must name one store.
+pub fn store_labels(urls: &[String]) -> Vec<String> {
+    let base: Vec<String> = urls.iter().map(|url| store_label(url)).collect();
+    let mut labels: Vec<String> = base
+        .iter()
+        .zip(urls)
+        .map(|(label, url)| {
+            if base.iter().filter(|other| *other == label).count() < 2 {
+                return label.clone();
+            }
+            let query = url.split_once('?').map(|(_, query)| query).unwrap_or_default();
+            let named: Vec<&str> = query.split('&').filter(|pair| ["prefix=", "schema="].iter().any(|key| pair.starts_with(key))).collect();
+            if named.is_empty() { label.clone() } else { format!("{label} ({})", named.join(", ")) }
+        })
+        .collect();
+    for i in 0..labels.len() {
+        let same = labels[..i].iter().filter(|earlier| **earlier == labels[i]).count();
+        if same > 0 {
+            labels[i] = format!("{} #{}", labels[i], same + 1);
+        }
+    }
+    labels
+}
+
 /// Find the Python baseline's interpreter: [`PYTHON_VENV_PYTHON`] under the working
 /// directory, the executable's directory, or one of their parents.
 pub fn find_python_baseline(executable: &Path) -> Option<PathBuf> {
@@ -393,11 +419,11 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
     if let Ok(python) = &python {
         servers.push((report::PYTHON_LABEL.to_owned(), ServerKind::Python, ServerSpec::Python { python: python.clone() }));
     }
-    for url in &urls {
-        servers.push((format!("durable-mcp, {}", store_label(url)), ServerKind::Durable, ServerSpec::Durable { url: url.clone() }));
+    for (url, label) in urls.iter().zip(store_labels(&urls)) {
+        servers.push((format!("durable-mcp, {label}"), ServerKind::Durable, ServerSpec::Durable { url: url.clone() }));
     }
-    for url in &config.proxy_stores {
-        servers.push((format!("durable-mcp proxy, {}", store_label(url)), ServerKind::Proxy, ServerSpec::Proxy { url: url.clone() }));
+    for (url, label) in config.proxy_stores.iter().zip(store_labels(&config.proxy_stores)) {
+        servers.push((format!("durable-mcp proxy, {label}"), ServerKind::Proxy, ServerSpec::Proxy { url: url.clone() }));
     }
     let mut launcher = Launcher::new(config.executable.clone(), pinning.clone(), scratch.path());
     let mut http = Http { rows: Vec::new(), failures: Vec::new(), rmcp_modern: None };
@@ -447,8 +473,8 @@ async fn measure_stores(config: &BenchConfig, urls: &[String], progress: &mut dy
         time_limit: config.time_limit,
     };
     let mut stores: Vec<(String, Arc<dyn Store>)> = Vec::with_capacity(urls.len());
-    for url in urls {
-        stores.push((store_label(url), open_store(url).await?));
+    for (url, label) in urls.iter().zip(store_labels(urls)) {
+        stores.push((label, open_store(url).await?));
     }
     let mut rows = Vec::with_capacity(urls.len());
     for (label, store) in stores {
@@ -578,6 +604,31 @@ mod tests {
         assert_eq!(store_label("sqlite:/tmp/x.db?synchronous=normal"), "sqlite synchronous=NORMAL");
         assert_eq!(store_label("postgres://bob:secret@db:5432/mcp?sslmode=disable"), "postgres://db:5432/mcp");
         assert_eq!(store_label("redis://:pw@localhost:6379/0"), "redis://localhost:6379/0");
+    }
+
+    #[test]
+    fn stores_that_would_read_alike_get_labels_of_their_own() {
+        let urls: Vec<String> = [
+            "memory:",
+            "redis://:pw@localhost:6379/0?prefix=a",
+            "redis://localhost:6379/0?prefix=b&wake_tick=1",
+            "postgres://db/mcp?schema=x",
+            "sqlite:/tmp/a.db",
+            "sqlite:/tmp/b.db",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            store_labels(&urls),
+            [
+                "memory",
+                "redis://localhost:6379/0 (prefix=a)",
+                "redis://localhost:6379/0 (prefix=b)",
+                "postgres://db/mcp",
+                "sqlite synchronous=FULL",
+                "sqlite synchronous=FULL #2",
+            ]
+        );
     }
 
     #[test]
