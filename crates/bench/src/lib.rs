@@ -291,8 +291,8 @@ pub fn store_label(url: &str) -> String {
 }
 
 /// The labels of `urls`, in order: [`store_label`], and where two would read alike (the
-/// same backend on two prefixes, say), the URL's `prefix`, `schema` or `synchronous`
-/// setting after it, then a number: each row of the report must name one store.
+/// same backend on two prefixes, say), the URL's `prefix` or `schema` setting after it,
+/// then a number: each row of the report must name one store.
 pub fn store_labels(urls: &[String]) -> Vec<String> {
     let base: Vec<String> = urls.iter().map(|url| store_label(url)).collect();
     let mut labels: Vec<String> = base

@@ -25,7 +25,7 @@ pub(crate) async fn commit(shared: &Shared, batch: WriteBatch) -> StoreResult<Ba
     let now = now_ms();
     let (idle, closed, sweep) = append_ttls(shared, now);
     let mut call = shared.script(&scripts::BATCH);
-    let inline = crate::layout::Layout::inline_arg(shared).await;
+    let inline = crate::layout::Layout::inline_arg(shared, now).await;
     call.arg(now).arg(idle).arg(closed).arg(shared.options.max_events_per_stream.unwrap_or(0)).arg(sweep).arg(inline);
     for op in batch.ops() {
         let fields: [Vec<u8>; 6] = match op {

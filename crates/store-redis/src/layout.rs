@@ -49,9 +49,8 @@ impl Layout {
     /// their meta hash (layout 2), `"0"` otherwise. The prefix's key is read again every
     /// [`RECHECK_EVERY_MS`], so an operator's move (on, or back to 1 before a downgrade)
     /// reaches running workers; a failed read keeps what was known until the next one.
-    pub(crate) async fn inline_arg(shared: &Shared) -> &'static str {
+    pub(crate) async fn inline_arg(shared: &Shared, now: u64) -> &'static str {
         let layout = &shared.layout;
-        let now = now_ms();
         let due = layout.next_check_ms.load(Ordering::Relaxed);
         if now >= due && layout.next_check_ms.compare_exchange(due, now.saturating_add(RECHECK_EVERY_MS), Ordering::Relaxed, Ordering::Relaxed).is_ok() {
             let found: Result<Option<String>, _> = redis::cmd("GET").arg(shared.keys.layout()).query_async(&mut shared.conn()).await;

@@ -37,7 +37,7 @@ pub(crate) async fn create(shared: &Shared, record: SessionRecord) -> StoreResul
         .arg(now)
         .arg(ttl)
         .arg(sweep_cutoff)
-        .arg(crate::layout::Layout::inline_arg(shared).await);
+        .arg(crate::layout::Layout::inline_arg(shared, now).await);
     let created: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
     if created != 1 {
         return Err(StoreError::Corrupt(format!("session {} or its stream already exists", record.id)));

@@ -17,12 +17,13 @@ const SKEW_MARGIN_MS: u64 = 60_000;
 
 pub(crate) async fn create(shared: &Shared, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
     let mut call = shared.script(&scripts::CREATE_STREAM);
+    let now = now_ms();
     call.arg(id.as_str())
         .arg(owner.principal.as_str())
         .arg(owner.session.as_ref().map_or("", |s| s.as_str()))
-        .arg(now_ms())
+        .arg(now)
         .arg(millis(shared.options.session_idle_ttl))
-        .arg(crate::layout::Layout::inline_arg(shared).await);
+        .arg(crate::layout::Layout::inline_arg(shared, now).await);
     let created: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
     match created {
         1 => Ok(()),
