@@ -540,16 +540,13 @@ async fn measure_server(
                 tool: TOOL.to_owned(),
             };
             let name = format!("load {label} {era} {connections}");
-            let cpu_before = server.cpu_time().ok();
+            let (cpu_before, machine_before) = (server.cpu_time().ok(), process::machine_busy());
             let outcome = launcher.load(&server, &args, &name).await.map(|mut result| {
                 // Every call the server answered: the timed ones and each connection's warm-up.
-                let made = result.calls + connections * args.warmup_calls;
-                if let (Some(before), Ok(after)) = (cpu_before, server.cpu_time())
-                    && let Ok(made) = u32::try_from(made)
-                    && made > 0
-                {
-                    result.server_cpu_per_call = Some(after.saturating_sub(before) / made);
-                }
+                let made = u32::try_from(result.calls + connections * args.warmup_calls).ok().filter(|&made| made > 0);
+                let per_call = |before: Option<Duration>, after: Option<Duration>| Some(after?.saturating_sub(before?) / made?);
+                result.server_cpu_per_call = per_call(cpu_before, server.cpu_time().ok());
+                result.machine_cpu_per_call = per_call(machine_before, process::machine_busy());
                 result
             });
             let row = http.row(label, kind, era, connections);

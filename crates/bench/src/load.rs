@@ -49,6 +49,12 @@ pub struct LoadResult {
     /// the server process (`None` where it could not be read).
     #[serde(default)]
     pub server_cpu_per_call: Option<Duration>,
+    /// The whole machine's busy CPU time per call over the same span (every process:
+    /// the server, the load generator, a store's server on this machine), divided the
+    /// same way; set by the parent. With `n` CPUs, no server can answer more than
+    /// `n / machine_cpu_per_call` calls per second on this machine.
+    #[serde(default)]
+    pub machine_cpu_per_call: Option<Duration>,
 }
 
 impl LoadResult {
@@ -137,7 +143,15 @@ pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<L
         (Some(first), Some(last)) => last.saturating_duration_since(first),
         _ => Duration::ZERO,
     };
-    Ok(LoadResult { connections, calls: latencies.len(), elapsed, p50: quantile(&latencies, 0.50), p99: quantile(&latencies, 0.99), server_cpu_per_call: None })
+    Ok(LoadResult {
+        connections,
+        calls: latencies.len(),
+        elapsed,
+        p50: quantile(&latencies, 0.50),
+        p99: quantile(&latencies, 0.99),
+        server_cpu_per_call: None,
+        machine_cpu_per_call: None,
+    })
 }
 
 #[cfg(test)]
@@ -162,6 +176,7 @@ mod tests {
             p50: Duration::from_micros(321),
             p99: Duration::from_micros(4_567),
             server_cpu_per_call: None,
+            machine_cpu_per_call: Some(Duration::from_micros(250)),
         };
         let line = serde_json::to_string(&result).expect("encode");
         assert_eq!(serde_json::from_str::<LoadResult>(&line).expect("decode"), result);

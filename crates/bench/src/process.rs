@@ -264,6 +264,24 @@ impl Drop for ChildProcess {
 }
 
 /// The last lines of `log` (empty when there is none).
+/// The CPU time the whole machine has spent busy so far, all CPUs together: `user + nice +
+/// system + irq + softirq` of the `cpu` line of `/proc/stat` (idle, I/O wait and time stolen
+/// by a hypervisor are not work done here), in the kernel's 100 Hz clock ticks. Beside one
+/// server's own CPU it counts everything a call costs the machine: the load generator, and
+/// a store's server (Redis, PostgreSQL) running on the same machine.
+pub(crate) fn machine_busy() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    busy_ticks(stat.lines().next()?).map(|ticks| Duration::from_millis(ticks * 10))
+}
+
+/// The busy ticks of the aggregate `cpu` line of `/proc/stat`.
+fn busy_ticks(line: &str) -> Option<u64> {
+    let mut fields = line.strip_prefix("cpu ")?.split_whitespace().map(str::parse::<u64>);
+    let mut next = || fields.next()?.ok();
+    let (user, nice, system, _idle, _iowait, irq, softirq) = (next()?, next()?, next()?, next()?, next()?, next()?, next()?);
+    Some(user + nice + system + irq + softirq)
+}
+
 /// `utime + stime` of a `/proc/PID/stat` line: the 14th and 15th fields, counted after the
 /// command name, which is in parentheses and may hold spaces.
 fn cpu_ticks(stat: &str) -> Option<u64> {
@@ -299,6 +317,15 @@ mod tests {
         let stat = "4242 (bench server) S 1 4242 4242 0 -1 4194304 1200 0 0 0 731 268 0 0 20 0 6 0 1000 1 1 1";
         assert_eq!(cpu_ticks(stat), Some(731 + 268));
         assert_eq!(cpu_ticks("4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn machine_busy_ticks_leave_idle_wait_and_steal_out() {
+        let line = "cpu  1000 20 300 50000 400 7 8 900 0 0";
+        assert_eq!(busy_ticks(line), Some(1000 + 20 + 300 + 7 + 8));
+        assert_eq!(busy_ticks("cpu0 1 2 3 4 5 6 7"), None, "one CPU's line is not the aggregate");
+        assert_eq!(busy_ticks("cpu  1 2 3"), None);
+        assert!(machine_busy().is_some(), "this machine has a /proc/stat");
     }
 
     #[test]

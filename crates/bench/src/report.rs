@@ -71,7 +71,17 @@ impl HttpRow {
 
     /// The median over the runs of the server's CPU time per call, if every run has it.
     pub fn server_cpu_per_call(&self) -> Option<Duration> {
-        let values: Option<Vec<f64>> = self.runs.iter().map(|r| r.server_cpu_per_call.map(secs)).collect();
+        self.median_of(|r| r.server_cpu_per_call)
+    }
+
+    /// The median over the runs of the whole machine's busy CPU time per call, if every run
+    /// has it.
+    pub fn machine_cpu_per_call(&self) -> Option<Duration> {
+        self.median_of(|r| r.machine_cpu_per_call)
+    }
+
+    fn median_of(&self, figure: fn(&LoadResult) -> Option<Duration>) -> Option<Duration> {
+        let values: Option<Vec<f64>> = self.runs.iter().map(|r| figure(r).map(secs)).collect();
         values.filter(|v| !v.is_empty()).map(|v| Duration::from_secs_f64(median(v)))
     }
 }
@@ -296,14 +306,17 @@ impl Report {
         }
         let _ =
             writeln!(out, "\n**`tools/call` over HTTP** (calls per second, higher is better; latency in milliseconds, lower is better; medians of the runs)\n");
-        let _ = writeln!(out, "| server | era | connections | calls/s | vs rmcp | vs Python | p50 | vs rmcp | p99 | vs rmcp | server CPU µs/call | vs rmcp |");
-        let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(
+            out,
+            "| server | era | connections | calls/s | vs rmcp | vs Python | p50 | vs rmcp | p99 | vs rmcp | server CPU µs/call | vs rmcp | machine CPU µs/call | vs rmcp |"
+        );
+        let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
         for (era, connections) in self.cells() {
             let base = self.rmcp_for(era, connections);
             let python = self.python_for(Era::Legacy, connections).filter(|_| era == Era::Legacy);
             for row in self.http.iter().filter(|r| r.era == era && r.connections == connections) {
                 if row.runs.is_empty() {
-                    let _ = writeln!(out, "| {} | {era} | {connections} | failed | – | – | – | – | – | – | – | – |", row.server);
+                    let _ = writeln!(out, "| {} | {era} | {connections} | failed | – | – | – | – | – | – | – | – | – | – |", row.server);
                     continue;
                 }
                 let mark = if base.is_some_and(|(_, legacy)| legacy) { " ‡" } else { "" };
@@ -311,16 +324,19 @@ impl Report {
                 let vs_python = python.map_or_else(|| "–".to_owned(), |p| ratio(row.per_second(), p.per_second()));
                 let runs = if row.runs.len() < self.config.runs { format!(" ({} of {} runs)", row.runs.len(), self.config.runs) } else { String::new() };
                 // CPU per call: how many times the baseline's work a call costs (lower is
-                // cheaper), the figure least disturbed by whatever else the machine runs.
-                let cpu = row.server_cpu_per_call();
-                let cpu_cell = cpu.map_or_else(|| "–".to_owned(), |c| format!("{:.0}", c.as_secs_f64() * 1e6));
-                let cpu_vs = match (cpu, base.and_then(|(b, _)| b.server_cpu_per_call())) {
-                    (Some(c), Some(b)) => format!("{}{mark}", ratio(secs(c), secs(b))),
-                    _ => "–".to_owned(),
+                // cheaper), the figure least disturbed by whatever else the machine runs;
+                // the server's own, then the whole machine's (a store's server included).
+                let cpu = |pick: fn(&HttpRow) -> Option<Duration>| {
+                    let cell = pick(row).map_or_else(|| "–".to_owned(), |c| format!("{:.0}", c.as_secs_f64() * 1e6));
+                    let vs = match (pick(row), base.and_then(|(b, _)| pick(b))) {
+                        (Some(c), Some(b)) => format!("{}{mark}", ratio(secs(c), secs(b))),
+                        _ => "–".to_owned(),
+                    };
+                    format!("{cell} | {vs}")
                 };
                 let _ = writeln!(
                     out,
-                    "| {} | {era} | {connections} | {}{runs} | {} | {} | {} | {} | {} | {} | {cpu_cell} | {cpu_vs} |",
+                    "| {} | {era} | {connections} | {}{runs} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     row.server,
                     count(row.per_second()),
                     vs(row.per_second(), HttpRow::per_second),
@@ -329,6 +345,8 @@ impl Report {
                     vs(secs(row.p50()), |b| secs(b.p50())),
                     millis(row.p99()),
                     vs(secs(row.p99()), |b| secs(b.p99())),
+                    cpu(HttpRow::server_cpu_per_call),
+                    cpu(HttpRow::machine_cpu_per_call),
                 );
             }
         }
@@ -378,6 +396,13 @@ impl Report {
             )),
             PythonStatus::Missing(why) => notes.push(format!("{PYTHON_LABEL} not measured: {why}.")),
             PythonStatus::Off => {}
+        }
+        if self.http.iter().any(|row| row.machine_cpu_per_call().is_some()) {
+            let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+            notes.push(format!(
+                "Machine CPU per call: the busy time of all {cpus} CPUs (`/proc/stat`) while the load ran, divided by the calls made: the server's, \
+                 the load generator's and a store server's on this machine. No server here can answer more than {cpus} s ÷ that figure calls per second."
+            ));
         }
         if self.growth.iter().any(|row| row.server.ends_with(", memory")) {
             notes.push("The memory store keeps its sessions in the worker's own memory: its growth is the store's, not the transport's.".to_owned());
@@ -499,6 +524,7 @@ mod tests {
             p50: Duration::from_micros(p50_us),
             p99: Duration::from_micros(p50_us * 2),
             server_cpu_per_call: Some(Duration::from_micros(p50_us / 4)),
+            machine_cpu_per_call: Some(Duration::from_micros(p50_us / 2)),
         }
     }
 
@@ -532,6 +558,9 @@ mod tests {
         assert_eq!(r.server_cpu_per_call(), Some(Duration::from_micros(5)));
         let partial = row("x", ServerKind::Durable, Era::Legacy, 1, vec![load(1, 300, 30), LoadResult { server_cpu_per_call: None, ..load(1, 100, 10) }]);
         assert_eq!(partial.server_cpu_per_call(), None, "a run without the figure leaves the median out");
+        assert_eq!(r.machine_cpu_per_call(), Some(Duration::from_micros(10)));
+        let partial = row("x", ServerKind::Durable, Era::Legacy, 1, vec![load(1, 300, 30), LoadResult { machine_cpu_per_call: None, ..load(1, 100, 10) }]);
+        assert_eq!(partial.machine_cpu_per_call(), None);
     }
 
     #[test]
@@ -548,8 +577,13 @@ mod tests {
         assert!(markdown.contains("| durable-mcp, memory | legacy | 8 | 500 | 0.50× | 5.00× |"), "{markdown}");
         assert!(markdown.contains("| durable-mcp, memory | modern | 8 | 2,000 | 2.00× ‡ | – |"), "{markdown}");
         // Server CPU per call (a quarter of p50 in these rows) and its ratio to rmcp's.
-        assert!(markdown.lines().any(|l| l.starts_with("| durable-mcp, memory | legacy | 8 |") && l.ends_with("| 50 | 2.00× |")), "{markdown}");
-        assert!(markdown.lines().any(|l| l.starts_with("| durable-mcp, memory | modern | 8 |") && l.ends_with("| 12 | 0.48× ‡ |")), "{markdown}");
+        // Then the machine's (half of p50).
+        assert!(markdown.lines().any(|l| l.starts_with("| durable-mcp, memory | legacy | 8 |") && l.ends_with("| 50 | 2.00× | 100 | 2.00× |")), "{markdown}");
+        assert!(
+            markdown.lines().any(|l| l.starts_with("| durable-mcp, memory | modern | 8 |") && l.ends_with("| 12 | 0.48× ‡ | 25 | 0.50× ‡ |")),
+            "{markdown}"
+        );
+        assert!(markdown.contains("Machine CPU per call: the busy time of all"), "{markdown}");
         assert!(markdown.contains("‡ stock rmcp did not answer a 2026-07-28 `tools/call` (status 400)"), "{markdown}");
     }
 
