@@ -69,6 +69,13 @@ impl Layout {
         }
         if layout.inline.load(Ordering::Relaxed) { "1" } else { "0" }
     }
+
+    /// Make the next [`Self::inline_arg`] read the prefix's key again (tests, instead of
+    /// waiting [`RECHECK_EVERY_MS`]).
+    #[cfg(test)]
+    pub(crate) fn check_at_next_use(&self) {
+        self.next_check_ms.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Read the prefix's layout, setting it first if the prefix has none (2 if it holds no

@@ -835,6 +835,39 @@ async fn a_prefix_with_earlier_data_stays_on_layout_1_until_moved_on_and_both_la
     }
 }
 
+/// A worker that is already running follows the operator's move of its prefix, on and
+/// back, at its next check of the layout key, and not before.
+#[tokio::test]
+async fn a_running_worker_follows_a_layout_move_both_ways_at_its_next_check() {
+    let prefix = fresh_prefix();
+    let Some(worker) = open_on_layout(&prefix, 1, |_| {}).await else { return };
+    let worker = Scoped { store: worker };
+    let shared = &worker.store.shared;
+    // Whether a new stream of this worker keeps its events inline (layout 2) or in a Redis
+    // stream of their own (layout 1).
+    let inline = async || {
+        let stream = StreamId::random();
+        worker.commit(WriteBatch::new().create_stream(stream.clone(), anonymous()).append(stream.clone(), "e")).await.unwrap();
+        let tag = Keys::stream_tag(&stream);
+        let fields: i64 = raw(redis::cmd("HEXISTS").arg(shared.keys.stream_meta(&tag, &stream)).arg("1")).await;
+        let entries: i64 = raw(redis::cmd("XLEN").arg(shared.keys.stream_events(&tag, &stream))).await;
+        assert_eq!(fields + entries, 1, "event 1 is in exactly one place");
+        fields == 1
+    };
+    assert!(!inline().await, "opened on layout 1");
+    let () = raw(redis::cmd("SET").arg(format!("{prefix}:layout")).arg(2)).await;
+    assert!(!inline().await, "the move reaches a running worker at its next check, not at once");
+    shared.layout.check_at_next_use();
+    assert!(inline().await, "moved on to layout 2");
+    let () = raw(redis::cmd("SET").arg(format!("{prefix}:layout")).arg(1)).await;
+    shared.layout.check_at_next_use();
+    assert!(!inline().await, "moved back to layout 1 (before a downgrade)");
+    // An unknown value keeps what the worker had (and the next check reads it again).
+    let () = raw(redis::cmd("SET").arg(format!("{prefix}:layout")).arg("bogus")).await;
+    shared.layout.check_at_next_use();
+    assert!(!inline().await);
+}
+
 #[tokio::test]
 async fn a_layout_newer_than_this_release_is_refused_at_open() {
     let prefix = fresh_prefix();
