@@ -633,6 +633,7 @@ fn urls_parse() {
 async fn batch_record_writes_keep_expiry_and_indexes_exact() {
     let prefix = fresh_prefix();
     let Some(store) = open_with(&prefix, |_| {}).await else { return };
+    let _guard = Scoped { store: store.clone() };
     let keys = &store.shared.keys;
     let mut conn = store.shared.conn();
     let later = durable_mcp_store::now_ms() + 3_600_000;

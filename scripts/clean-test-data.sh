@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Removes what the process-level tests and the load-balancer conformance run leave in the
+# shared PostgreSQL and Redis: the schemas `dmcp_t<digits>` / `dmcp_lb<digits>` and the key
+# prefixes `dmcp-t<digits>` / `dmcp-lb<digits>` (crates/testkit, scripts/lb-conformance.sh),
+# and the role the doctor test creates. Each test gets a store of its own and leaves it for
+# retention; on a machine that runs the suite again and again they pile up (hundreds of
+# thousands of Redis keys slow every Redis call: docs/benchmarks.md, "Noise").
+# Reads DATABASE_URL / REDIS_URL like the tests; skips, saying so, what it cannot reach.
+# .ci/run calls it before and after the suites; run it by hand after `cargo test`.
+set -uo pipefail
+db="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+redis="${REDIS_URL:-redis://127.0.0.1:6379}"
+
+if command -v psql >/dev/null 2>&1 && psql "$db" -qAtc 'SELECT 1' >/dev/null 2>&1; then
+  schemas=$(psql "$db" -qAtc "SELECT nspname FROM pg_namespace WHERE nspname ~ '^dmcp_(t|lb)[0-9]+\$'")
+  n=0
+  for schema in $schemas; do
+    psql "$db" -qc "DROP SCHEMA IF EXISTS \"$schema\" CASCADE" >/dev/null 2>&1 && n=$((n + 1))
+  done
+  role=dmcp_doctor_nosync
+  if [ "$(psql "$db" -qAtc "SELECT 1 FROM pg_roles WHERE rolname = '$role'")" = 1 ]; then
+    psql "$db" -qc "DROP OWNED BY $role CASCADE; DROP ROLE IF EXISTS $role" >/dev/null 2>&1 || echo "clean-test-data: could not drop role $role" >&2
+  fi
+  echo "clean-test-data: dropped $n test schema(s) in $db"
+else
+  echo "clean-test-data: PostgreSQL not reachable at $db (or no psql); skipped"
+fi
+
+if command -v redis-cli >/dev/null 2>&1 && redis-cli -u "$redis" PING >/dev/null 2>&1; then
+  n=0
+  for pattern in 'dmcp-t[0-9]*' 'dmcp-lb[0-9]*'; do
+    count=$(redis-cli -u "$redis" --scan --pattern "$pattern" | tee >(xargs -d '\n' -r -n 500 redis-cli -u "$redis" DEL >/dev/null) | wc -l)
+    n=$((n + count))
+  done
+  echo "clean-test-data: deleted $n test key(s) in $redis"
+else
+  echo "clean-test-data: Redis not reachable at $redis (or no redis-cli); skipped"
+fi
+exit 0
