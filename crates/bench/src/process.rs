@@ -263,7 +263,6 @@ impl Drop for ChildProcess {
     }
 }
 
-/// The last lines of `log` (empty when there is none).
 /// The CPU time the whole machine has spent busy so far, all CPUs together: `user + nice +
 /// system + irq + softirq` of the `cpu` line of `/proc/stat` (idle, I/O wait and time stolen
 /// by a hypervisor are not work done here), in the kernel's 100 Hz clock ticks. Beside one
@@ -293,6 +292,7 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// The last lines of `log` (empty when there is none).
 fn log_tail(log: &Path) -> String {
     let Ok(text) = std::fs::read_to_string(log) else { return String::new() };
     let lines: Vec<&str> = text.lines().collect();
