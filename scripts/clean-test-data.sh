@@ -2,7 +2,8 @@
 # Removes what the process-level tests and the load-balancer conformance run leave in the
 # shared PostgreSQL and Redis: the schemas `dmcp_t<digits>` / `dmcp_lb<digits>` and the key
 # prefixes `dmcp-t<digits>` / `dmcp-lb<digits>` (crates/testkit, scripts/lb-conformance.sh),
-# and the role the doctor test creates. Each test gets a store of its own and leaves it for
+# the schemas `dmcp_test_<pid>_<id>` of store-postgres test processes that are gone, and the
+# role the doctor test creates. Each test gets a store of its own and leaves it for
 # retention; on a machine that runs the suite again and again they pile up (hundreds of
 # thousands of Redis keys slow every Redis call: docs/benchmarks.md, "Noise").
 # Reads DATABASE_URL / REDIS_URL like the tests; skips, saying so, what it cannot reach.
@@ -13,6 +14,13 @@ redis="${REDIS_URL:-redis://127.0.0.1:6379}"
 
 if command -v psql >/dev/null 2>&1 && psql "$db" -qAtc 'SELECT 1' >/dev/null 2>&1; then
   schemas=$(psql "$db" -qAtc "SELECT nspname FROM pg_namespace WHERE nspname ~ '^dmcp_(t|lb)[0-9]+\$'")
+  # The store-postgres tests' own `dmcp_test_<pid>_<id>`: those of test processes that are
+  # gone (the tests drop them too, at their next run).
+  for schema in $(psql "$db" -qAtc "SELECT nspname FROM pg_namespace WHERE nspname ~ '^dmcp_test_[0-9]+_'"); do
+    pid=${schema#dmcp_test_}
+    pid=${pid%%_*}
+    [ -d "/proc/$pid" ] || schemas="$schemas $schema"
+  done
   n=0
   for schema in $schemas; do
     psql "$db" -qc "DROP SCHEMA IF EXISTS \"$schema\" CASCADE" >/dev/null 2>&1 && n=$((n + 1))
