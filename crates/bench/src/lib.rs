@@ -44,7 +44,7 @@ pub use client::{Era, McpClient, PROTOCOL_VERSION, UnknownEra};
 pub use growth::GrowthRow;
 pub use load::{LoadResult, LoadSpec, run_load};
 pub use process::{ChildProcess, Pinning, process_running};
-pub use report::{HttpRow, PythonStatus, Report, ServerKind, StoreRow};
+pub use report::{Cpus, HttpRow, Limit, PythonStatus, Report, ServerKind, StoreRow};
 pub use servers::{Launcher, MCP_PATH, PYTHON_MCP_PATH, PYTHON_SERVER, RunningServer, ServerSpec};
 pub use store::{AppendResult, REPLAY_BATCH, ReplayResult, StoreResult, StoreSpec, bench_store};
 
@@ -449,6 +449,7 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
         finished_ms: durable_mcp::now_ms(),
         commit,
         pinning: pinning.describe(),
+        cpus: Cpus::detect(pinning.is_pinned()),
         stores: store_rows,
         http: http.rows,
         growth,

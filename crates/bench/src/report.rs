@@ -1,6 +1,6 @@
 //! The report of a run, as markdown ready for `docs/benchmarks.md`.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 use crate::client::Era;
@@ -121,6 +121,9 @@ pub struct Report {
     pub commit: Option<(String, bool)>,
     /// How the children were pinned to CPUs (a sentence).
     pub pinning: String,
+    /// The machine's CPUs (as this process may use them) and whether each server was pinned
+    /// to one of them: what the CPU-per-call figures are bounds against.
+    pub cpus: Cpus,
     /// Store figures, the in-memory backend first.
     pub stores: Vec<StoreRow>,
     /// `tools/call` figures.
@@ -138,6 +141,66 @@ pub struct Report {
     pub child_pids: Vec<u32>,
 }
 
+/// The CPUs a run's servers had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cpus {
+    /// CPUs on the machine (this process's `available_parallelism`).
+    pub machine: usize,
+    /// Whether every server under test was pinned to one CPU.
+    pub server_pinned: bool,
+}
+
+impl Cpus {
+    /// The CPUs of this machine, servers pinned as `pinning` says.
+    pub fn detect(server_pinned: bool) -> Self {
+        Self { machine: std::thread::available_parallelism().map_or(1, std::num::NonZero::get), server_pinned }
+    }
+
+    /// The most calls per second the CPUs allow `row`'s server at its measured CPU per
+    /// call, and what limits it: one connection makes one call at a time, so all of a
+    /// call's work (the server's, the load generator's, a store server's) is on its path:
+    /// 1 s ÷ the machine's CPU per call; with more connections, the lower of the server's
+    /// CPUs ÷ its own CPU per call and the machine's CPUs ÷ the machine's CPU per call.
+    /// `None` without the figures.
+    pub fn bound(&self, row: &HttpRow) -> Option<(f64, Limit)> {
+        let machine = secs(row.machine_cpu_per_call()?);
+        if machine <= 0.0 {
+            return None;
+        }
+        if row.connections <= 1 {
+            return Some((1.0 / machine, Limit::OneAtATime));
+        }
+        let by_machine = self.machine as f64 / machine;
+        let server_cpus = if self.server_pinned { 1.0 } else { self.machine as f64 };
+        match row.server_cpu_per_call().map(secs).filter(|&s| s > 0.0) {
+            Some(server) if server_cpus / server < by_machine => Some((server_cpus / server, Limit::ServerCpu)),
+            _ => Some((by_machine, Limit::Machine)),
+        }
+    }
+}
+
+/// What bounds a server's calls per second ([`Cpus::bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// One connection: every call's whole work, one call after another.
+    OneAtATime,
+    /// The server's own CPU (one, when pinned).
+    ServerCpu,
+    /// All of the machine's CPUs, shared by the server, the load generator and a store's
+    /// server.
+    Machine,
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Limit::OneAtATime => "one call at a time",
+            Limit::ServerCpu => "the server's CPU",
+            Limit::Machine => "the machine's CPUs",
+        })
+    }
+}
+
 impl Report {
     /// The report as markdown: a paragraph saying when, what and how, then the tables
     /// (appends, replays, `tools/call` in summary and in detail, memory with idle
@@ -152,6 +215,7 @@ impl Report {
         self.replays(&mut out);
         self.summary(&mut out);
         self.calls(&mut out);
+        self.bounds(&mut out);
         self.growth(&mut out);
         self.notes(&mut out, truncated);
         out
@@ -159,7 +223,7 @@ impl Report {
 
     fn preamble(&self, out: &mut String) {
         let c = &self.config;
-        let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+        let cpus = self.cpus.machine;
         let model = cpu_model().map(|m| format!(" ({m})")).unwrap_or_default();
         let build = if cfg!(debug_assertions) { "DEBUG build (figures meaningless)" } else { "release build" };
         if let Some(command) = &c.command_line {
@@ -352,6 +416,46 @@ impl Report {
         }
     }
 
+    /// Each server's calls per second against what its CPU per call allows on this machine
+    /// ([`Cpus::bound`]), and that bound as a ratio to stock rmcp's calls per second: the
+    /// best ratio the server could reach here without costing less CPU per call.
+    fn bounds(&self, out: &mut String) {
+        if !self.http.iter().any(|row| self.cpus.bound(row).is_some()) {
+            return;
+        }
+        let n = self.cpus.machine;
+        let server = if self.cpus.server_pinned {
+            "1 s ÷ the server's CPU per call (pinned to one CPU)".to_owned()
+        } else {
+            format!("{n} s ÷ the server's CPU per call")
+        };
+        let _ = writeln!(
+            out,
+            "\n**What the CPUs allow** (the most calls per second each server's CPU per call allows on these {n} CPUs: at 1 connection, \
+             one call at a time, 1 s ÷ the machine CPU per call; with more, the lower of {server} and {n} s ÷ the machine CPU per call. \
+             \"used\": the measured rate's share of that; \"at most, vs rmcp\": that bound divided by stock rmcp's measured rate, the best ratio \
+             the server could reach on this machine without costing less CPU per call)\n"
+        );
+        let _ = writeln!(out, "| server | era | connections | calls/s | at most | limited by | used | at most, vs rmcp |");
+        let _ = writeln!(out, "|---|---|--:|--:|--:|---|--:|--:|");
+        for (era, connections) in self.cells() {
+            let base = self.rmcp_for(era, connections);
+            for row in self.http.iter().filter(|r| r.era == era && r.connections == connections && !r.runs.is_empty()) {
+                let Some((bound, limit)) = self.cpus.bound(row) else { continue };
+                let mark = if base.is_some_and(|(_, legacy)| legacy) { " ‡" } else { "" };
+                let vs = base.map_or_else(|| "–".to_owned(), |(b, _)| format!("{}{mark}", ratio(bound, b.per_second())));
+                let _ = writeln!(
+                    out,
+                    "| {} | {era} | {connections} | {} | {} | {limit} | {:.0} % | {vs} |",
+                    row.server,
+                    count(row.per_second()),
+                    count(bound),
+                    100.0 * row.per_second() / bound,
+                );
+            }
+        }
+    }
+
     fn growth(&self, out: &mut String) {
         let Some(first) = self.growth.first() else { return };
         let _ = writeln!(
@@ -398,7 +502,7 @@ impl Report {
             PythonStatus::Off => {}
         }
         if self.http.iter().any(|row| row.machine_cpu_per_call().is_some()) {
-            let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+            let cpus = self.cpus.machine;
             notes.push(format!(
                 "Machine CPU per call: the busy time of all {cpus} CPUs (`/proc/stat`) while the load ran, divided by the calls made: the server's, \
                  the load generator's and a store server's on this machine. No server here can answer more than {cpus} s ÷ that figure calls per second."
@@ -539,6 +643,7 @@ mod tests {
             finished_ms: 0,
             commit: Some(("abc".into(), false)),
             pinning: "not pinned".into(),
+            cpus: Cpus { machine: 2, server_pinned: true },
             stores: Vec::new(),
             http,
             growth: Vec::new(),
@@ -585,6 +690,50 @@ mod tests {
         );
         assert!(markdown.contains("Machine CPU per call: the busy time of all"), "{markdown}");
         assert!(markdown.contains("‡ stock rmcp did not answer a 2026-07-28 `tools/call` (status 400)"), "{markdown}");
+    }
+
+    /// A run with the given CPU figures (µs per call) and `calls` in 1 s.
+    fn measured(connections: usize, calls: usize, server_us: u64, machine_us: Option<u64>) -> LoadResult {
+        LoadResult {
+            server_cpu_per_call: Some(Duration::from_micros(server_us)),
+            machine_cpu_per_call: machine_us.map(Duration::from_micros),
+            ..load(connections, calls, 100)
+        }
+    }
+
+    #[test]
+    fn bounds_come_from_the_cpu_per_call_of_the_server_and_of_the_machine() {
+        let pinned = Cpus { machine: 2, server_pinned: true };
+        // Rounded to whole calls per second (the figures are in seconds, as floats).
+        let bound = |cpus: &Cpus, connections, server_us, machine_us| {
+            cpus.bound(&row("x", ServerKind::Durable, Era::Legacy, connections, vec![measured(connections, 1000, server_us, machine_us)]))
+                .map(|(calls, limit)| (calls.round(), limit))
+        };
+        // One connection: one call after another, every process's work on its path.
+        assert_eq!(bound(&pinned, 1, 50, Some(200)), Some((5_000.0, Limit::OneAtATime)));
+        // More: the server's one CPU (1 / 50 µs) against both CPUs (2 / 80 µs).
+        assert_eq!(bound(&pinned, 8, 50, Some(80)), Some((20_000.0, Limit::ServerCpu)));
+        assert_eq!(bound(&pinned, 8, 50, Some(200)), Some((10_000.0, Limit::Machine)));
+        // Not pinned: the server may use both CPUs (2 / 50 µs), so the machine limits first.
+        assert_eq!(bound(&Cpus { machine: 2, server_pinned: false }, 8, 50, Some(80)), Some((25_000.0, Limit::Machine)));
+        assert_eq!(bound(&pinned, 8, 50, None), None, "no machine figure, no bound");
+    }
+
+    #[test]
+    fn the_bounds_table_shows_the_share_used_and_the_bound_against_rmcp() {
+        let http = vec![
+            row(RMCP_LABEL, ServerKind::Rmcp, Era::Legacy, 8, vec![measured(8, 20_000, 40, Some(50))]),
+            row("durable-mcp, redis", ServerKind::Durable, Era::Legacy, 8, vec![measured(8, 4_000, 100, Some(400))]),
+            row("durable-mcp, no figures", ServerKind::Durable, Era::Legacy, 8, vec![measured(8, 4_000, 100, None)]),
+        ];
+        let markdown = report(http, Some(Ok(()))).to_markdown();
+        let (_, table) = markdown.split_once("**What the CPUs allow**").expect("the table is there");
+        let table = table.split("\n\n").nth(1).unwrap_or_default();
+        // rmcp: min(1 / 40 µs, 2 / 50 µs) = 25,000 by its CPU, 80 % used.
+        assert!(table.contains("| stock rmcp (StreamableHttpService) | legacy | 8 | 20,000 | 25,000 | the server's CPU | 80 % | 1.25× |"), "{table}");
+        // Redis: min(1 / 100 µs, 2 / 400 µs) = 5,000 by the machine: 0.25× of rmcp's 20,000.
+        assert!(table.contains("| durable-mcp, redis | legacy | 8 | 4,000 | 5,000 | the machine's CPUs | 80 % | 0.25× |"), "{table}");
+        assert!(!table.contains("no figures"), "a row without the machine figure has no bound: {table}");
     }
 
     #[test]
