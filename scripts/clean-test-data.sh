@@ -2,8 +2,8 @@
 # Removes what the process-level tests and the load-balancer conformance run leave in the
 # shared PostgreSQL and Redis: the schemas `dmcp_t<digits>` / `dmcp_lb<digits>` and the key
 # prefixes `dmcp-t<digits>` / `dmcp-lb<digits>` (crates/testkit, scripts/lb-conformance.sh),
-# the schemas `dmcp_test_<pid>_<id>` of store-postgres test processes that are gone, and the
-# role the doctor test creates. Each test gets a store of its own and leaves it for
+# the schemas `dmcp_test_<pid>_<id>` of store-postgres test processes that are gone, the
+# role the doctor test creates, and the scratch directories of test processes that are gone. Each test gets a store of its own and leaves it for
 # retention; on a machine that runs the suite again and again they pile up (hundreds of
 # thousands of Redis keys slow every Redis call: docs/benchmarks.md, "Noise").
 # Reads DATABASE_URL / REDIS_URL like the tests; skips, saying so, what it cannot reach.
@@ -44,4 +44,20 @@ if command -v redis-cli >/dev/null 2>&1 && redis-cli -u "$redis" PING >/dev/null
 else
   echo "clean-test-data: Redis not reachable at $redis (or no redis-cli); skipped"
 fi
+# The tests' scratch directories under the temporary directory, `durable-mcp-<name>-<pid>-<id>`
+# (crates/testkit `temp_dir`, the SQLite and encryption store tests; about 50 MB a run), of
+# test processes that are gone. `durable-mcp-ports` (live port claims) does not match.
+tmp="${TMPDIR:-/tmp}"
+n=0
+for dir in "$tmp"/durable-mcp-*-*-*; do
+  [ -d "$dir" ] || continue
+  name=${dir##*/}
+  rest=${name%-*}
+  id=${name##*-}
+  pid=${rest##*-}
+  case "$pid" in '' | *[!0-9]*) continue ;; esac
+  case "$id" in '' | *[!0-9a-f]*) continue ;; esac
+  [ -d "/proc/$pid" ] || { rm -rf "$dir" && n=$((n + 1)); }
+done
+echo "clean-test-data: removed $n test scratch director(y/ies) in $tmp"
 exit 0
