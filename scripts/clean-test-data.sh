@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Removes what the process-level tests and the load-balancer conformance run leave in the
-# shared PostgreSQL and Redis: the schemas `dmcp_t<digits>` / `dmcp_lb<digits>` and the key
-# prefixes `dmcp-t<digits>` / `dmcp-lb<digits>` (crates/testkit, scripts/lb-conformance.sh),
-# the schemas `dmcp_test_<pid>_<id>` of store-postgres test processes that are gone, the
-# role the doctor test creates, and the scratch directories of test processes that are gone. Each test gets a store of its own and leaves it for
-# retention; on a machine that runs the suite again and again they pile up (hundreds of
-# thousands of Redis keys slow every Redis call: docs/benchmarks.md, "Noise").
+# Removes what the tests and the load-balancer conformance run leave on this machine, of test
+# processes that are gone:
+# - in the shared PostgreSQL, the schemas `dmcp_t<digits>` / `dmcp_lb<digits>`
+#   (crates/testkit, scripts/lb-conformance.sh) and `dmcp_test_<pid>_<id>` (the store-postgres
+#   tests, which drop those of dead processes themselves only at their next run), and the
+#   role the doctor test creates;
+# - in the shared Redis, the key prefixes `dmcp-t<digits>` / `dmcp-lb<digits>`;
+# - the scratch directories `durable-mcp-<name>-<pid>-<id>` under the temporary directory.
+# Each test gets a store of its own and leaves it for retention; on a machine that runs the
+# suite again and again they pile up (hundreds of thousands of Redis keys slow every Redis
+# call: docs/benchmarks.md, "Noise").
 # Reads DATABASE_URL / REDIS_URL like the tests; skips, saying so, what it cannot reach.
 # .ci/run calls it before and after the suites; run it by hand after `cargo test`.
 set -uo pipefail
@@ -35,18 +39,14 @@ else
 fi
 
 if command -v redis-cli >/dev/null 2>&1 && redis-cli -u "$redis" PING >/dev/null 2>&1; then
-  n=0
-  for pattern in 'dmcp-t[0-9]*' 'dmcp-lb[0-9]*'; do
-    count=$(redis-cli -u "$redis" --scan --pattern "$pattern" | tee >(xargs -d '\n' -r -n 500 redis-cli -u "$redis" DEL >/dev/null) | wc -l)
-    n=$((n + count))
-  done
-  echo "clean-test-data: deleted $n test key(s) in $redis"
+  keys=$(for pattern in 'dmcp-t[0-9]*' 'dmcp-lb[0-9]*'; do redis-cli -u "$redis" --scan --pattern "$pattern"; done)
+  [ -z "$keys" ] || printf '%s\n' "$keys" | xargs -d '\n' -n 500 redis-cli -u "$redis" DEL >/dev/null
+  echo "clean-test-data: deleted $(printf '%s' "$keys" | grep -c '') test key(s) in $redis"
 else
   echo "clean-test-data: Redis not reachable at $redis (or no redis-cli); skipped"
 fi
-# The tests' scratch directories under the temporary directory, `durable-mcp-<name>-<pid>-<id>`
-# (crates/testkit `temp_dir`, the SQLite and encryption store tests; about 50 MB a run), of
-# test processes that are gone. `durable-mcp-ports` (live port claims) does not match.
+# Scratch directories: crates/testkit `temp_dir`, the SQLite and encryption store tests (about
+# 50 MB a run). `durable-mcp-ports` (live port claims) does not match.
 tmp="${TMPDIR:-/tmp}"
 n=0
 for dir in "$tmp"/durable-mcp-*-*-*; do
