@@ -505,7 +505,7 @@ impl Report {
             let cpus = self.cpus.machine;
             notes.push(format!(
                 "Machine CPU per call: the busy time of all {cpus} CPUs (`/proc/stat`) while the load ran, divided by the calls made: the server's, \
-                 the load generator's and a store server's on this machine. No server here can answer more than {cpus} s ÷ that figure calls per second."
+                 the load generator's and a store server's on this machine (\"What the CPUs allow\" turns it into a bound)."
             ));
         }
         if self.growth.iter().any(|row| row.server.ends_with(", memory")) {
