@@ -139,46 +139,18 @@ pub fn to_toml(settings: &[Effective]) -> String {
     out
 }
 
+use durable_mcp_store::is_secret_name as is_secret;
 /// Names of settings that hold secrets.
-fn is_secret(name: &str) -> bool {
-    ["key", "secret", "token", "password"].iter().any(|word| name.contains(word))
-}
+pub use durable_mcp_store::redact_url;
 
 /// `value` of the setting `name` with its secrets replaced by `<redacted>`: secret
 /// settings entirely, and passwords in URLs (`scheme://user:password@host`,
-/// `?password=...`).
+/// `?password=...`, `password=...` in a key=value string).
 pub fn redact(name: &str, value: &str) -> String {
     if is_secret(name) {
         return "<redacted>".into();
     }
     redact_url(value)
-}
-
-/// A URL with its password (user info and query parameters) redacted.
-pub fn redact_url(value: &str) -> String {
-    let mut out = value.to_owned();
-    if let Some((scheme, rest)) = value.split_once("://") {
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(authority_end);
-        if let Some((userinfo, host)) = authority.rsplit_once('@') {
-            let userinfo = match userinfo.split_once(':') {
-                Some((user, _password)) => format!("{user}:<redacted>"),
-                None => userinfo.to_owned(),
-            };
-            out = format!("{scheme}://{userinfo}@{host}{tail}");
-        }
-    }
-    if let Some((base, query)) = out.clone().split_once('?') {
-        let query: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((k, _)) if is_secret(&k.to_ascii_lowercase()) => format!("{k}=<redacted>"),
-                _ => pair.to_owned(),
-            })
-            .collect();
-        out = format!("{base}?{}", query.join("&"));
-    }
-    out
 }
 
 /// The parsed command line of `argv` (after [`with_file`]), for [`effective`].

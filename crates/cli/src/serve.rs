@@ -154,6 +154,12 @@ pub(crate) struct ServeArgs {
     /// it below the open-file limit (`ulimit -n`).
     #[arg(long, default_value_t = HttpConfig::default().max_connections)]
     pub(crate) max_connections: usize,
+    /// Log each request's JSON body at trace level (`RUST_LOG=durable_mcp_http=trace`), and
+    /// let rmcp log whole messages at debug and trace. Off by default: bodies may carry
+    /// secrets (a tool's arguments); rmcp then logs at info at most. Credentials in headers
+    /// are never logged.
+    #[arg(long)]
+    pub(crate) log_bodies: bool,
     /// SSE `retry` hint in milliseconds.
     #[arg(long, default_value_t = 500)]
     pub(crate) sse_retry_ms: u64,
@@ -344,6 +350,7 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
         header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
         max_connections: args.max_connections.max(1),
+        log_bodies: args.log_bodies,
         ..HttpConfig::default()
     };
     http.auth = (*args.auth).authenticator()?;

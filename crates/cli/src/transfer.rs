@@ -354,3 +354,21 @@ pub async fn copy(from: &dyn Store, to: &dyn Store) -> anyhow::Result<Imported> 
     bar.finish_and_clear();
     importer.finish().await
 }
+
+/// A new file for a dump, readable by its owner only (mode 0600 on Unix, whatever the
+/// umask): a dump holds the key ring and every session. An existing file is truncated and
+/// gets the same mode.
+pub fn create_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        options.mode(0o600);
+        let file = options.open(path)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        Ok(file)
+    }
+    #[cfg(not(unix))]
+    options.open(path)
+}

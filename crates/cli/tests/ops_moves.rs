@@ -64,6 +64,12 @@ fn dump_then_load_into_another_backend_resumes_with_last_event_id_exactly() {
     drop(server);
     let dump = dir.join("store.jsonl");
     run(&["dump", "--store", &source, "--output", dump.to_str().unwrap()]);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dump).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a dump holds the key ring: its owner's only, not {mode:o}");
+    }
     let text = std::fs::read_to_string(&dump).unwrap();
     let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!((header["header"]["format"].as_str(), header["header"]["version"].as_u64()), (Some("durable-mcp-dump"), Some(1)), "{header}");

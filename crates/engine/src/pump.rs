@@ -355,7 +355,7 @@ impl Engine {
     /// One step of `Running`: commit one message of the handler (or act on it).
     async fn step(&self, fixed: &Fixed<'_>, state: &mut Running, held: &mut Option<Held>, message: Outbound) -> Step {
         let Fixed { cancel, replies, caller, id, durable, keys, close_connection } = *fixed;
-        tracing::debug!(stream = %state.stream, ?message, "handler message");
+        tracing::debug!(stream = %state.stream, kind = message.kind(), "handler message");
         let result = match message {
             Outbound::Outcome(mut outcome) => {
                 stop_feed(&mut state.feed).await;

@@ -59,6 +59,9 @@ pub struct HttpConfig {
     /// see `docs/security.md`). A refused request is answered 401/403 before anything of
     /// it touches the store.
     pub auth: durable_mcp_auth::Authenticator,
+    /// Log each request's JSON body at `trace` level (default off: a body may carry
+    /// secrets, such as a tool's arguments). Credentials in headers are never logged.
+    pub log_bodies: bool,
     /// The scopes prompts and resources need (tools declare theirs with
     /// `required_scopes`). Checked only with authentication on.
     pub scope_rules: durable_mcp_auth::ScopeRules,
@@ -88,6 +91,7 @@ impl Default for HttpConfig {
             idle_timeout: Duration::from_secs(75),
             max_connections: 512,
             auth: durable_mcp_auth::Authenticator::None,
+            log_bodies: false,
             scope_rules: durable_mcp_auth::ScopeRules::default(),
         }
     }

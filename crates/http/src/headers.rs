@@ -20,6 +20,31 @@ pub const MCP_METHOD: &str = "mcp-method";
 /// `Mcp-Name`.
 pub const MCP_NAME: &str = "mcp-name";
 
+/// Request headers as they may be logged: the values of credentials (`Authorization`,
+/// `Proxy-Authorization`, `Cookie`, values marked sensitive, and any header whose name says
+/// key, token, secret, password or auth) are replaced by `<redacted>`.
+pub(crate) struct Loggable<'a>(pub(crate) &'a HeaderMap);
+
+impl std::fmt::Debug for Loggable<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut map = f.debug_map();
+        for (name, value) in self.0 {
+            if is_credential(name) || value.is_sensitive() {
+                map.entry(&name.as_str(), &"<redacted>");
+            } else {
+                map.entry(&name.as_str(), &value);
+            }
+        }
+        map.finish()
+    }
+}
+
+/// Whether a header named `name` carries a credential.
+fn is_credential(name: &HeaderName) -> bool {
+    matches!(*name, header::AUTHORIZATION | header::PROXY_AUTHORIZATION | header::COOKIE | header::SET_COOKIE)
+        || ["key", "token", "secret", "password", "auth"].iter().any(|word| name.as_str().contains(word))
+}
+
 /// The value of a header that may appear at most once, as visible ASCII.
 pub fn single(headers: &HeaderMap, name: &str) -> Result<Option<String>, Rejection> {
     let mut values = headers.get_all(name).iter();

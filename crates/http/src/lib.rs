@@ -71,7 +71,7 @@ impl Transport {
 
 async fn endpoint(State(transport): State<Transport>, request: Request<Body>) -> Response {
     let (parts, body) = request.into_parts();
-    tracing::debug!(method = %parts.method, headers = ?parts.headers, "request");
+    tracing::debug!(method = %parts.method, headers = ?headers::Loggable(&parts.headers), "request");
     let result: Result<Response, rejection::Refusal> = match headers::check_host_and_origin(&parts.headers, &transport.config) {
         Err(rejection) => Err(rejection.into()),
         Ok(()) => match transport.authenticate(&parts).await {

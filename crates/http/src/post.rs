@@ -52,7 +52,9 @@ impl Transport {
         headers::check_post_accept(headers)?;
         headers::check_content_type(headers)?;
         let value = value.map_err(|e| Rejection::ParseError(e.to_string()))?;
-        tracing::debug!(body = %value, "message");
+        if self.config.log_bodies {
+            tracing::trace!(body = %value, "message");
+        }
         if value.is_array() {
             return Err(Rejection::InvalidRequest { message: "JSON-RPC batches are not supported".into(), id: None });
         }

@@ -40,6 +40,16 @@ pub enum Outbound {
     Outcome(Value),
 }
 
+impl Outbound {
+    /// What it is, for logs that must not show its content: its method, or `outcome`.
+    pub fn kind(&self) -> &str {
+        match self {
+            Self::Notification { method, .. } | Self::Request { method, .. } => method,
+            Self::Outcome(_) => "outcome",
+        }
+    }
+}
+
 /// What the handler knows of the client for one request.
 #[derive(Debug, Clone, Default)]
 pub struct PeerContext {
