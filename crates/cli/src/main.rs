@@ -314,7 +314,14 @@ async fn main() -> anyhow::Result<()> {
         Command::BenchServer(_) | Command::BenchLoad(_) => "warn",
         _ => "info,rmcp=warn",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
+    // rmcp logs whole messages (a tool's arguments, its results) at debug and trace: only
+    // with `--log-bodies`, whatever RUST_LOG says.
+    let log_bodies =
+        matches!(&cli.command, Command::Serve(ServeCommand { serve: args, .. }) | Command::Proxy(ProxyArgs { serve: args, .. }) if args.log_bodies);
+    if !log_bodies {
+        filter = filter.add_directive("rmcp=info".parse()?);
+    }
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match &cli.command {
         Command::Serve(ServeCommand { serve: args, .. }) | Command::Proxy(ProxyArgs { serve: args, .. }) if args.log_format == LogFormat::Json => {
@@ -334,7 +341,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Dump(args) => {
             let store = args.store.open().await?;
             let counts = match args.output {
-                Some(path) => transfer::dump(store.as_ref(), std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?).await?,
+                Some(path) => transfer::dump(store.as_ref(), transfer::create_private(&path).with_context(|| format!("creating {}", path.display()))?).await?,
                 None => transfer::dump(store.as_ref(), std::io::stdout().lock()).await?,
             };
             eprintln!("dumped {} sessions, {} records, {} streams, {} events", counts.sessions, counts.records, counts.streams, counts.events);
@@ -425,7 +432,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Keys(args) => keys::keys(args).await,
         Command::Migrate(args) => {
             let url = &args.store.store;
-            let version = durable_mcp::migrate_store(url).await.with_context(|| format!("migrating {url}"))?;
+            let version = durable_mcp::migrate_store(url).await.with_context(|| format!("migrating {}", config::redact_url(url)))?;
             match version {
                 Some(version) => println!("schema version {version}"),
                 None => println!("{url}: this backend has no schema to migrate"),

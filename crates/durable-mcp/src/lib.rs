@@ -62,8 +62,10 @@ pub const DEFAULT_STORE_URL: &str = "sqlite:./durable-mcp.db";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The store URL is not one durable-mcp knows.
-    #[error("unsupported store URL {0:?} (expected memory:, sqlite:PATH, postgres://... or redis://...)")]
+    /// The store URL is not one durable-mcp knows (shown with its password redacted).
+    #[error(
+        "unsupported store URL {0:?} (expected memory:, sqlite:PATH, postgres://..., a PostgreSQL key=value string, redis://..., rediss://..., valkey://... or valkeys://...)"
+    )]
     UnsupportedStore(String),
     /// Binding or serving failed.
     #[error("I/O error: {0}")]
@@ -86,15 +88,39 @@ pub enum Error {
 ///
 /// - `memory:` — in-process, lost on exit (tests, development).
 /// - `sqlite:PATH[?synchronous=full|normal|off&max_events=N]` — the embedded default.
-/// - `postgres://USER@HOST:PORT/DB[?schema=NAME&...]` — shared by many workers.
-/// - `redis://HOST:PORT[/DB][?prefix=NAME&...]` — shared by many workers.
+/// - `postgres://USER@HOST:PORT/DB[?schema=NAME&sslmode=verify-full&...]`, or a libpq
+///   `key=value` string (`host=... dbname=... sslmode=...`) — shared by many workers
+///   ([`PgOptions`]).
+/// - `redis://HOST:PORT[/DB][?prefix=NAME&...]`, `rediss://` over TLS, and `valkey://`,
+///   `valkeys://` — shared by many workers ([`RedisOptions`]).
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, Error> {
+    match backend(url)? {
+        Backend::Memory => Ok(Arc::new(MemoryStore::new())),
+        Backend::Sqlite => Ok(Arc::new(SqliteStore::open_url(url).await?)),
+        Backend::Postgres => Ok(Arc::new(PgStore::open_url(url).await?)),
+        Backend::Redis => Ok(Arc::new(RedisStore::open_url(url).await?)),
+    }
+}
+
+/// The backends a store URL can name.
+enum Backend {
+    Memory,
+    Sqlite,
+    Postgres,
+    Redis,
+}
+
+/// The backend `url` names, by its scheme (a libpq `key=value` string is PostgreSQL).
+fn backend(url: &str) -> Result<Backend, Error> {
+    if durable_mcp_store_postgres::is_key_value(url) {
+        return Ok(Backend::Postgres);
+    }
     match url.split_once(':').map(|(scheme, _)| scheme) {
-        Some("memory") => Ok(Arc::new(MemoryStore::new())),
-        Some("sqlite") => Ok(Arc::new(SqliteStore::open_url(url).await?)),
-        Some("postgres" | "postgresql") => Ok(Arc::new(PgStore::open_url(url).await?)),
-        Some("redis") => Ok(Arc::new(RedisStore::open_url(url).await?)),
-        _ => Err(Error::UnsupportedStore(url.to_owned())),
+        Some("memory") => Ok(Backend::Memory),
+        Some("sqlite") => Ok(Backend::Sqlite),
+        Some("postgres" | "postgresql") => Ok(Backend::Postgres),
+        Some("redis" | "rediss" | "valkey" | "valkeys") => Ok(Backend::Redis),
+        _ => Err(Error::UnsupportedStore(durable_mcp_store::redact_url(url))),
     }
 }
 
@@ -102,17 +128,16 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, Error> {
 /// for backends without a schema (memory, Redis). Opening a store migrates it too; this is
 /// for running the migration once, before starting workers.
 pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
-    match url.split_once(':').map(|(scheme, _)| scheme) {
-        Some("sqlite") => {
+    match backend(url)? {
+        Backend::Sqlite => {
             SqliteStore::open_url(url).await?;
             Ok(Some(durable_mcp_store_sqlite::SCHEMA_VERSION))
         }
-        Some("postgres" | "postgresql") => Ok(Some(PgStore::open_url(url).await?.migrate().await?)),
-        Some("memory" | "redis") => {
+        Backend::Postgres => Ok(Some(PgStore::open_url(url).await?.migrate().await?)),
+        Backend::Memory | Backend::Redis => {
             open_store(url).await?;
             Ok(None)
         }
-        _ => Err(Error::UnsupportedStore(url.to_owned())),
     }
 }
 

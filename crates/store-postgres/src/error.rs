@@ -55,10 +55,28 @@ pub(crate) fn from_pg(error: tokio_postgres::Error) -> StoreError {
 /// (a rejected login, a missing database).
 pub(crate) fn from_connect(target: &str, error: tokio_postgres::Error) -> StoreError {
     let cause = describe(&error);
+    if let Some(tls) = tls_failure(&error) {
+        return match tls.permanent {
+            true => StoreError::Incompatible(format!("TLS to PostgreSQL at {target} failed: {tls}")),
+            false => unavailable(format!("PostgreSQL not reachable at {target}: {tls}")),
+        };
+    }
     match classify_error(&error, String::new()) {
         StoreError::Unavailable(_) => unavailable(format!("PostgreSQL not reachable at {target}: {cause}")),
         _ => StoreError::Incompatible(format!("PostgreSQL at {target} refused the connection: {cause}")),
     }
+}
+
+/// The TLS failure behind `error`, if a handshake failed.
+fn tls_failure(error: &tokio_postgres::Error) -> Option<&crate::tls::TlsFailure> {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(tls) = cause.downcast_ref::<crate::tls::TlsFailure>() {
+            return Some(tls);
+        }
+        source = cause.source();
+    }
+    None
 }
 
 fn classify_error(error: &tokio_postgres::Error, message: String) -> StoreError {

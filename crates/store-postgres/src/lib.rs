@@ -57,6 +57,7 @@ mod pool;
 mod records;
 mod sessions;
 mod streams;
+mod tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -70,7 +71,8 @@ use durable_mcp_store::{
 
 pub use error::PgFailure;
 pub use migrate::LATEST as SCHEMA_VERSION;
-pub use options::{DEFAULT_CHANNEL, PgOptions};
+pub use options::{DEFAULT_CHANNEL, PgOptions, is_key_value};
+pub use tls::SslMode;
 
 use crate::error::{from_pg, unavailable};
 

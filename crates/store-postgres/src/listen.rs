@@ -85,6 +85,35 @@ async fn run(options: PgOptions, watchers: Watchers, ready: oneshot::Sender<Stor
     }
 }
 
+/// Longest the first listener waits for its own probe notification.
+const PROBE_WAIT: Duration = Duration::from_secs(2);
+
+/// Send a notification from another connection and wait for it here: a pooler in
+/// transaction mode (PgBouncer's `pool_mode=transaction`, Supabase's port 6543, Neon's
+/// `-pooler` endpoint) hands the LISTEN's server connection to other clients between
+/// transactions, so it never delivers one, and it would also lose each connection's
+/// session settings (`search_path`) and prepared statements. Refuse it at open, naming the
+/// cause and the fix, rather than run with tails that only the poll wakes.
+async fn check_delivery(options: &PgOptions, notifications: &mut mpsc::UnboundedReceiver<String>, watchers: &Watchers) -> StoreResult<()> {
+    let probe = format!("probe:{}", StreamId::random());
+    let sender = crate::pool::connect(options).await?;
+    sender.execute("SELECT pg_notify($1, $2)", &[&options.channel(), &probe]).await.map_err(from_pg)?;
+    let deadline = tokio::time::Instant::now() + PROBE_WAIT.min(options.op_timeout);
+    loop {
+        match tokio::time::timeout_at(deadline, notifications.recv()).await {
+            Ok(Some(payload)) if payload == probe => return Ok(()),
+            Ok(Some(payload)) => wake_payload(watchers, &payload),
+            Ok(None) => return Err(unavailable("the listener connection closed")),
+            Err(_) => {
+                return Err(StoreError::Incompatible(format!(
+                    "PostgreSQL at {} did not deliver a notification to this store's LISTEN connection within {PROBE_WAIT:?}: a connection pooler in transaction mode (PgBouncer pool_mode=transaction, Supabase's port 6543, Neon's -pooler host) breaks LISTEN and session settings. Connect to the database directly or to a session-mode pooler endpoint",
+                    options.target()
+                )));
+            }
+        }
+    }
+}
+
 /// Aborts the connection's driver task when the session ends.
 struct AbortOnDrop(tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>);
 
@@ -132,6 +161,9 @@ async fn listen(
         .await
         .map_err(|_| unavailable("LISTEN was not answered in time"))?
         .map_err(from_pg)?;
+    if ready.is_some() {
+        check_delivery(options, &mut notifications, watchers).await?;
+    }
     tracing::debug!(channel = options.channel(), "postgres listener ready");
     *listened = true;
     if let Some(ready) = ready.take() {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use durable_mcp_store::StoreError;
 
 use crate::error::describe;
+use crate::tls::{SslMode, Tls, TlsParams};
 
 /// The LISTEN/NOTIFY channel when no schema is configured.
 pub const DEFAULT_CHANNEL: &str = "durable_mcp_events";
@@ -17,10 +18,13 @@ const MAX_SCHEMA_LEN: usize = 63 - DEFAULT_CHANNEL.len() - 1;
 
 /// Settings of the PostgreSQL store.
 ///
-/// Built by [`PgOptions::from_url`] from
-/// `postgres://user[:password]@host[:port]/database[?param=value&...]`. Besides the
-/// parameters libpq and tokio-postgres understand (`connect_timeout`, `application_name`,
-/// `sslmode`, ...), the query string may carry the store's own:
+/// Built by [`PgOptions::from_url`] from a URL,
+/// `postgres://user[:password]@host[:port]/database[?param=value&...]` (parts
+/// percent-encoded: a password `p@ss/w%rd` is written `p%40ss%2Fw%25rd`), or from a libpq
+/// `key=value` string, `host=db.example user=app password='...' dbname=app sslmode=verify-full`.
+/// Besides the parameters tokio-postgres understands (`connect_timeout`,
+/// `application_name`, `options`, `target_session_attrs`, ...), either form may carry the
+/// store's own:
 ///
 /// | parameter | field | default |
 /// | --- | --- | --- |
@@ -33,9 +37,22 @@ const MAX_SCHEMA_LEN: usize = 63 - DEFAULT_CHANNEL.len() - 1;
 /// | `check_after_ms` | [`check_after`](Self::check_after) | 1000 |
 /// | `check_timeout_ms` | [`check_timeout`](Self::check_timeout) | 2000 |
 /// | `acquire_timeout_ms` | [`acquire_timeout`](Self::acquire_timeout) | 5000 |
+///
+/// and TLS, with libpq's meanings ([`SslMode`]):
+///
+/// | parameter | meaning | default |
+/// | --- | --- | --- |
+/// | `sslmode` | `disable`, `prefer` (TLS if offered; a fallback is logged), `require` (always TLS), `verify-ca` (and a trusted CA signed the server's certificate), `verify-full` (and it names the host) | `prefer` |
+/// | `sslrootcert` | PEM file of the CA certificates to trust, or `system` (the platform's trust store; implies `verify-full`) | `~/.postgresql/root.crt` if it exists |
+/// | `sslcert`, `sslkey` | PEM client certificate chain and key, for `cert` logins | none |
+///
+/// `require` and `prefer` check the server's certificate only when a CA is given (then as
+/// `verify-ca`), as libpq does. A TLS parameter the string leaves out is read from
+/// `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT` or `PGSSLKEY`.
 #[derive(Debug, Clone)]
 pub struct PgOptions {
     config: tokio_postgres::Config,
+    tls: Tls,
     /// Keep every table in this schema (created if missing) instead of the server's default
     /// `search_path`. Several deployments, or tests, can then share one database. Lowercase
     /// ASCII letters, digits and `_`, not starting with a digit, at most 44 bytes.
@@ -70,13 +87,21 @@ pub struct PgOptions {
 }
 
 impl PgOptions {
-    /// Parse a `postgres://` (or `postgresql://`) URL; see the table above for the store's
-    /// own parameters. Malformed URLs are [`StoreError::Incompatible`].
+    /// Parse a connection string: a `postgres://` (or `postgresql://`) URL, or a libpq
+    /// `key=value` string (`host=db.example user=app sslmode=verify-full ...`, values
+    /// optionally single-quoted). See the table above for the store's own parameters and
+    /// [`crate::tls`] for the TLS ones; a TLS parameter the string leaves out is taken from
+    /// libpq's environment variable (`PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`).
+    /// The certificate files are read here. Malformed strings, unknown parameters and
+    /// unreadable certificates are [`StoreError::Incompatible`], with a message that never
+    /// contains the password.
     pub fn from_url(url: &str) -> Result<Self, StoreError> {
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(StoreError::Incompatible("not a postgres:// URL".into()));
+        let url = url.trim();
+        let dsn = is_key_value(url);
+        if !(dsn || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(StoreError::Incompatible("not a postgres:// URL or a key=value connection string".into()));
         }
-        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let (base, pairs) = if dsn { ("", key_value_pairs(url)?) } else { url_pairs(url)? };
         let mut schema = None;
         let mut pool_size = 8;
         let mut max_events = None;
@@ -85,30 +110,39 @@ impl PgOptions {
         let mut check_after_ms = 1_000;
         let mut check_timeout_ms = 2_000;
         let mut acquire_timeout_ms = 5_000;
+        let mut tls = TlsParams::default();
         let mut passthrough = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match key {
-                "schema" => schema = Some(value.to_owned()),
-                "pool_size" => pool_size = number(key, value)?,
-                "max_events" => max_events = Some(number(key, value)?),
-                "poll_ms" => poll_ms = number(key, value)?,
-                "op_timeout_ms" => op_timeout_ms = number(key, value)?,
-                "check_after_ms" => check_after_ms = number(key, value)?,
-                "check_timeout_ms" => check_timeout_ms = number(key, value)?,
-                "acquire_timeout_ms" => acquire_timeout_ms = number(key, value)?,
-                _ => passthrough.push(pair),
+        for (key, value, raw) in pairs {
+            match key.as_str() {
+                "schema" => schema = Some(value),
+                "pool_size" => pool_size = number(&key, &value)?,
+                "max_events" => max_events = Some(number(&key, &value)?),
+                "poll_ms" => poll_ms = number(&key, &value)?,
+                "op_timeout_ms" => op_timeout_ms = number(&key, &value)?,
+                "check_after_ms" => check_after_ms = number(&key, &value)?,
+                "check_timeout_ms" => check_timeout_ms = number(&key, &value)?,
+                "acquire_timeout_ms" => acquire_timeout_ms = number(&key, &value)?,
+                _ if tls.take(&key, &value) => {}
+                _ => passthrough.push(raw),
             }
         }
-        let url = if passthrough.is_empty() { base.to_owned() } else { format!("{base}?{}", passthrough.join("&")) };
-        // The error's text never contains the URL, so no password reaches a log.
-        let mut config = tokio_postgres::Config::from_str(&url).map_err(|e| StoreError::Incompatible(format!("bad postgres URL: {}", describe(&e))))?;
+        let driver = match (dsn, passthrough.is_empty()) {
+            (true, _) => passthrough.join(" "),
+            (false, true) => base.to_owned(),
+            (false, false) => format!("{base}?{}", passthrough.join("&")),
+        };
+        // The error's text never contains the string, so no password reaches a log.
+        let mut config =
+            tokio_postgres::Config::from_str(&driver).map_err(|e| StoreError::Incompatible(format!("bad postgres connection string: {}", describe(&e))))?;
+        let tls = tls.with_env().build()?;
+        config.ssl_mode(tls.driver_mode());
         let connect_timeout = config.get_connect_timeout().copied().unwrap_or(Duration::from_secs(5));
         if config.get_application_name().is_none() {
             config.application_name("durable-mcp");
         }
         let options = Self {
             config,
+            tls,
             schema,
             pool_size: usize::try_from(pool_size).unwrap_or(usize::MAX),
             max_events_per_stream: max_events,
@@ -121,6 +155,11 @@ impl PgOptions {
         };
         options.validate()?;
         Ok(options)
+    }
+
+    /// How connections use TLS (`sslmode`).
+    pub fn ssl_mode(&self) -> SslMode {
+        self.tls.mode()
     }
 
     /// These options with every table kept in `schema` (see [`Self::schema`]).
@@ -185,6 +224,86 @@ impl PgOptions {
         config.connect_timeout(self.connect_timeout);
         config
     }
+
+    /// The TLS side of connecting.
+    pub(crate) fn tls(&self) -> &Tls {
+        &self.tls
+    }
+}
+
+/// Whether `s` is a libpq `key=value` connection string rather than a URL: it starts with
+/// a keyword and `=` (`host=...`, `dbname = app`).
+pub fn is_key_value(s: &str) -> bool {
+    let s = s.trim_start();
+    let keyword = s.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
+    keyword > 0 && s[keyword..].trim_start().starts_with('=')
+}
+
+/// One parameter: its key, its decoded value, and its text as written (to pass on).
+type Pair = (String, String, String);
+
+/// The part before `?`, and the query's parameters, percent-decoded.
+fn url_pairs(url: &str) -> Result<(&str, Vec<Pair>), StoreError> {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut pairs = Vec::new();
+    for raw in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = raw.split_once('=').unwrap_or((raw, ""));
+        pairs.push((percent_decode(key)?, percent_decode(value)?, raw.to_owned()));
+    }
+    Ok((base, pairs))
+}
+
+fn percent_decode(s: &str) -> Result<String, StoreError> {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| StoreError::Incompatible("bad postgres URL: a parameter is not UTF-8 once percent-decoded".into()))
+}
+
+/// The parameters of a libpq `key=value` string: whitespace between pairs, optional
+/// whitespace around `=`, values bare or single-quoted, `\` escaping the next character.
+/// Each is passed on re-quoted, so values with spaces or quotes survive.
+fn key_value_pairs(s: &str) -> Result<Vec<Pair>, StoreError> {
+    let bad = |why: &str| StoreError::Incompatible(format!("bad postgres connection string: {why}"));
+    let mut pairs = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            return Ok(pairs);
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| c.is_ascii_alphanumeric() || *c == '_') {
+            key.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if key.is_empty() || chars.next() != Some('=') {
+            return Err(bad("expected keyword=value"));
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            loop {
+                match chars.next() {
+                    Some('\'') => break,
+                    Some('\\') => value.push(chars.next().ok_or_else(|| bad("a value ends in a backslash"))?),
+                    Some(c) => value.push(c),
+                    None => return Err(bad(&format!("the value of {key} has no closing quote"))),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                if c == '\\' {
+                    value.push(chars.next().ok_or_else(|| bad("a value ends in a backslash"))?);
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        let quoted = value.replace('\\', "\\\\").replace('\'', "\\'");
+        let raw = format!("{key}='{quoted}'");
+        pairs.push((key, value, raw));
+    }
 }
 
 fn number(key: &str, value: &str) -> Result<u64, StoreError> {
@@ -236,6 +355,54 @@ mod tests {
         }
         assert!(PgOptions::from_url(&format!("postgres://h/db?schema={}", "s".repeat(MAX_SCHEMA_LEN))).is_ok());
         assert!(PgOptions::from_url(&format!("postgres://h/db?schema={}", "s".repeat(MAX_SCHEMA_LEN + 1))).is_err());
+    }
+
+    #[test]
+    fn key_value_strings_parse_like_urls() {
+        let o = PgOptions::from_url("host=db.example port = 6543 dbname=app user=u password='it''s \\' secret' schema=tenant_1 pool_size=3 sslmode=disable")
+            .unwrap_err();
+        assert!(matches!(o, StoreError::Incompatible(_)), "an unbalanced quote is refused: {o}");
+        let o = PgOptions::from_url(r"host=db.example port = 6543 dbname=app user=u password='it\'s \\ secret' schema=tenant_1 pool_size=3 sslmode=disable")
+            .unwrap();
+        assert_eq!((o.target().as_str(), o.schema.as_deref(), o.pool_size), ("db.example:6543/app", Some("tenant_1"), 3));
+        assert_eq!(o.config.get_password(), Some(&b"it's \\ secret"[..]));
+        assert_eq!(o.ssl_mode(), SslMode::Disable);
+        assert!(!format!("{o:?}").contains("secret"), "the password never reaches Debug");
+        assert!(is_key_value(" host=x") && is_key_value("dbname = y") && !is_key_value("postgres://h/db") && !is_key_value("sqlite:./a.db?x=1"));
+        for bad in ["host=x bogus=1", "host", "host=x =y", "host='x"] {
+            assert!(matches!(PgOptions::from_url(bad), Err(StoreError::Incompatible(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn url_parts_are_percent_decoded() {
+        let o = PgOptions::from_url("postgres://app:p%40ss%2Fw%25rd%3A1@db.example/my%20db?schema=s&sslmode=disable").unwrap();
+        assert_eq!(o.config.get_password(), Some(&b"p@ss/w%rd:1"[..]));
+        assert_eq!(o.config.get_dbname(), Some("my db"));
+    }
+
+    #[test]
+    fn ssl_modes_follow_libpq() {
+        let mode = |url: &str| PgOptions::from_url(url).map(|o| o.ssl_mode());
+        // Whatever the environment says, the URL's own sslmode wins.
+        assert_eq!(mode("postgres://h/db?sslmode=require").unwrap(), SslMode::Require);
+        assert_eq!(mode("postgres://h/db?sslmode=disable").unwrap(), SslMode::Disable);
+        let message = |url: &str| mode(url).unwrap_err().to_string();
+        assert!(message("postgres://h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt").contains("sslrootcert /nonexistent/ca.crt"));
+        assert!(message("postgres://h/db?sslmode=allow").contains("sslmode=allow is not supported"));
+        assert!(message("postgres://h/db?sslmode=bogus").contains("bad sslmode"));
+        assert!(message("postgres://h/db?sslmode=require&sslrootcert=system").contains("use verify-full"));
+        assert!(message("postgres://h/db?sslmode=require&sslcert=/a.crt").contains("sslcert and sslkey go together"));
+        if std::env::var_os("PGSSLROOTCERT").is_none() && super::super::tls::default_root_cert().is_none() {
+            assert!(message("postgres://h/db?sslmode=verify-full").contains("needs the server's CA certificate"));
+        }
+        // A CA file of something else than certificates is refused, naming it.
+        let dir = std::env::temp_dir().join(format!("dmcp-pg-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        assert!(message(&format!("postgres://h/db?sslmode=verify-ca&sslrootcert={}", empty.display())).contains("no usable PEM certificate"));
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

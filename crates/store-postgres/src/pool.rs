@@ -18,21 +18,26 @@ use std::time::Instant;
 
 use durable_mcp_store::{StoreError, StoreResult};
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tokio_postgres::tls::NoTlsStream;
-use tokio_postgres::{Client, Connection, GenericClient, NoTls, Socket, Statement};
+use tokio_postgres::{Client, Connection, GenericClient, Socket, Statement};
 
 use crate::error::{describe, from_connect, from_pg, unavailable};
 use crate::options::{PgOptions, quote_ident};
+use crate::tls::RustlsStream;
 
-/// A raw connection, before anything drives it: the whole attempt is bounded by the
-/// connect timeout (tokio-postgres' own covers only the TCP connect, not the startup
-/// exchange), and failures say where the store tried to connect.
-pub(crate) async fn connect_raw(options: &PgOptions) -> StoreResult<(Client, Connection<Socket, NoTlsStream>)> {
+/// A raw connection, before anything drives it: the whole attempt (TCP, TLS handshake,
+/// login) is bounded by the connect timeout (tokio-postgres' own covers only the TCP
+/// connect), and failures say where the store tried to connect.
+pub(crate) async fn connect_raw(options: &PgOptions) -> StoreResult<(Client, Connection<Socket, RustlsStream>)> {
     let target = options.target();
-    tokio::time::timeout(options.connect_timeout, options.connect_config().connect(NoTls))
+    let (tls, encrypted) = options.tls().connector();
+    let connected = tokio::time::timeout(options.connect_timeout, options.connect_config().connect(tls))
         .await
         .map_err(|_| unavailable(format!("PostgreSQL not reachable at {target}: no answer within {:?}", options.connect_timeout)))?
-        .map_err(|e| from_connect(&target, e))
+        .map_err(|e| from_connect(&target, e))?;
+    if !encrypted.load(std::sync::atomic::Ordering::Relaxed) {
+        options.tls().note_plaintext(&target);
+    }
+    Ok(connected)
 }
 
 /// Open one connection for queries: its I/O driven by a spawned task, its `search_path`

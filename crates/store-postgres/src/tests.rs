@@ -39,7 +39,11 @@ async fn admin(options: &PgOptions) -> tokio_postgres::Client {
 /// Options for a new, empty schema `dmcp_test_<pid>_<random>` (with `extra` URL
 /// parameters); `None` if the server is unreachable outside CI.
 async fn fresh_options(extra: &[(&str, &str)]) -> Option<PgOptions> {
-    let mut url = database_url();
+    fresh_options_at(database_url(), extra).await
+}
+
+/// [`fresh_options`] on the server at `url`.
+async fn fresh_options_at(mut url: String, extra: &[(&str, &str)]) -> Option<PgOptions> {
     for (key, value) in extra {
         url = with_param(&url, key, value);
     }
@@ -95,6 +99,13 @@ async fn pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
 }
 
 durable_mcp_store::store_contract_tests!(fresh(), pair = pair());
+
+/// The same contract over TLS, and what each `sslmode` does, against the private server of
+/// `scripts/tls-services.sh` (`hostssl` lines only in its `pg_hba.conf`).
+mod tls;
+
+/// Through PgBouncer, in session mode (works) and transaction mode (refused at open).
+mod pooler;
 
 fn anonymous_owner() -> StreamOwner {
     StreamOwner { principal: Principal::anonymous(), session: None }

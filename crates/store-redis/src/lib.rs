@@ -136,7 +136,7 @@ use durable_mcp_store::{
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-pub use options::{DEFAULT_PREFIX, RedisOptions};
+pub use options::{DEFAULT_PREFIX, RedisOptions, RedisTls};
 
 use crate::error::from_redis;
 use crate::keys::Keys;
@@ -218,7 +218,7 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// Open the store named by a `redis://` URL (see [`RedisOptions::from_url`]).
+    /// Open the store named by a `redis://` or `rediss://` URL (see [`RedisOptions::from_url`]).
     pub async fn open_url(url: &str) -> Result<Self, StoreError> {
         Self::open(RedisOptions::from_url(url)?).await
     }
@@ -229,7 +229,7 @@ impl RedisStore {
     }
 
     async fn connect(options: RedisOptions) -> Result<Self, StoreError> {
-        let client = redis::Client::open(options.url.as_str()).map_err(from_redis)?;
+        let client = client(&options)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.response_timeout))
@@ -246,6 +246,15 @@ impl RedisStore {
         let listener = wake::listen(client, channel.clone(), watchers.clone(), timeouts).await?;
         Ok(Self { shared: Arc::new(Shared { options, keys, channel, conn, layout, watchers, _listener: listener }) })
     }
+}
+
+/// The driver's client for `options`: the URL, with the TLS files read.
+pub(crate) fn client(options: &RedisOptions) -> Result<redis::Client, StoreError> {
+    match options.tls.certificates()? {
+        None => redis::Client::open(options.url.as_str()),
+        Some(certificates) => redis::Client::build_with_tls(options.url.as_str(), certificates),
+    }
+    .map_err(from_redis)
 }
 
 /// Refuse servers without `XTRIM MINID`; warn about settings that weaken the contract.

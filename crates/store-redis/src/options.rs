@@ -1,5 +1,6 @@
 //! Settings of the Redis store and the `redis://` URL that carries them.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use durable_mcp_store::StoreError;
@@ -15,9 +16,13 @@ pub const DEFAULT_PREFIX: &str = "dmcp";
 /// engine's retention settings, or Redis expires what retention would still keep.
 #[derive(Clone)]
 pub struct RedisOptions {
-    /// The connection URL handed to the Redis client: `redis://[user:password@]host[:port][/db]`,
-    /// optionally with `?protocol=resp3`. Our own options are not part of it.
+    /// The connection URL handed to the Redis client: `redis://[user:password@]host[:port][/db]`
+    /// (`rediss://` for TLS; `valkey://` and `valkeys://` are the same), optionally with
+    /// `?protocol=resp3`. Our own options are not part of it.
     pub url: String,
+    /// TLS files (`rediss://` only): without them the platform's roots are trusted and no
+    /// client certificate is sent.
+    pub tls: RedisTls,
     /// Prefix of every key and of the wake-up channel (default `dmcp`). Letters, digits and
     /// `_ - . :` only; in particular no braces, which would change the hash slots.
     pub prefix: String,
@@ -49,6 +54,7 @@ impl std::fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisOptions")
             .field("url", &redact(&self.url))
+            .field("tls", &self.tls)
             .field("prefix", &self.prefix)
             .field("session_idle_ttl", &self.session_idle_ttl)
             .field("closed_stream_ttl", &self.closed_stream_ttl)
@@ -61,11 +67,31 @@ impl std::fmt::Debug for RedisOptions {
     }
 }
 
-/// The URL with its password (if any) replaced, for logs and errors.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
-        _ => url.to_owned(),
+pub(crate) use durable_mcp_store::redact_url as redact;
+
+/// The TLS files of a `rediss://` connection, read when the store opens.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisTls {
+    /// PEM file of the CA certificates to trust instead of the platform's (`tls_ca`).
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate chain (`tls_cert`), for servers that ask for one; with
+    /// [`key`](Self::key).
+    pub cert: Option<PathBuf>,
+    /// PEM private key of the client certificate (`tls_key`).
+    pub key: Option<PathBuf>,
+}
+
+impl RedisTls {
+    /// The driver's form, files read; `None` when nothing is set.
+    pub(crate) fn certificates(&self) -> Result<Option<redis::TlsCertificates>, StoreError> {
+        let read = |option: &str, path: &PathBuf| std::fs::read(path).map_err(|e| bad(format!("{option} {}: {e}", path.display())));
+        let client_tls = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig { client_cert: read("tls_cert", cert)?, client_key: read("tls_key", key)? }),
+            (None, None) => None,
+            _ => return Err(bad("tls_cert and tls_key go together: give both or neither".into())),
+        };
+        let root_cert = self.ca.as_ref().map(|ca| read("tls_ca", ca)).transpose()?;
+        Ok((client_tls.is_some() || root_cert.is_some()).then_some(redis::TlsCertificates { client_tls, root_cert }))
     }
 }
 
@@ -82,6 +108,7 @@ impl RedisOptions {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            tls: RedisTls::default(),
             prefix: DEFAULT_PREFIX.to_owned(),
             session_idle_ttl: Duration::from_secs(24 * 3600),
             closed_stream_ttl: Duration::from_secs(3600),
@@ -93,15 +120,21 @@ impl RedisOptions {
         }
     }
 
-    /// Parse `redis://[user:password@]host[:port][/db][?option=value&...]`.
+    /// Parse `redis://[user:password@]host[:port][/db][?option=value&...]`; `rediss://`
+    /// connects over TLS, and `valkey://`, `valkeys://` are the same as `redis://`,
+    /// `rediss://`. User and password are percent-decoded (`p%40ss` for `p@ss`).
     ///
     /// Options: `prefix` (key prefix), `idle_ttl` and `closed_ttl` (seconds),
-    /// `max_events` (events kept per stream), and `protocol` (`resp2`/`resp3`, passed to
-    /// the Redis client). Unknown options are refused, so a typo does not go unnoticed.
+    /// `max_events` (events kept per stream), `protocol` (`resp2`/`resp3`, passed to
+    /// the Redis client), and with TLS `tls_ca`, `tls_cert`, `tls_key` (PEM files, see
+    /// [`RedisTls`]). Unknown options are refused, so a typo does not go unnoticed.
     pub fn from_url(url: &str) -> Result<Self, StoreError> {
-        if !url.starts_with("redis://") {
-            return Err(bad(format!("not a redis:// URL: {}", redact(url))));
-        }
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        let tls = match scheme {
+            Some("redis" | "valkey") => false,
+            Some("rediss" | "valkeys") => true,
+            _ => return Err(bad(format!("not a redis://, rediss://, valkey:// or valkeys:// URL: {}", redact(url)))),
+        };
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut passed = Vec::new();
         let mut options = Self::new(base);
@@ -115,6 +148,17 @@ impl RedisOptions {
                     options.max_events_per_stream = Some(max.ok_or_else(|| bad(format!("bad max_events {v:?}")))?);
                 }
                 Some(("protocol", _)) => passed.push(pair),
+                Some((option @ ("tls_ca" | "tls_cert" | "tls_key"), v)) => {
+                    if !tls {
+                        return Err(bad(format!("{option} needs a rediss:// or valkeys:// URL")));
+                    }
+                    let path = Some(PathBuf::from(percent_decode(v)?));
+                    match option {
+                        "tls_ca" => options.tls.ca = path,
+                        "tls_cert" => options.tls.cert = path,
+                        _ => options.tls.key = path,
+                    }
+                }
                 _ => return Err(bad(format!("unknown redis URL option {pair:?}"))),
             }
         }
@@ -139,6 +183,13 @@ impl RedisOptions {
         }
         Ok(())
     }
+}
+
+fn percent_decode(value: &str) -> Result<String, StoreError> {
+    percent_encoding::percent_decode_str(value)
+        .decode_utf8()
+        .map(|v| v.into_owned())
+        .map_err(|_| bad("a redis URL option is not UTF-8 once percent-decoded".into()))
 }
 
 /// Milliseconds of a duration, as Redis' `PEXPIRE` wants them (at least 1).

@@ -19,6 +19,9 @@ use super::*;
 mod private_server;
 use private_server::PrivateServer;
 
+/// The same contract over TLS, against the private server of `scripts/tls-services.sh`.
+mod tls;
+
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
@@ -29,8 +32,13 @@ fn fresh_prefix() -> String {
 
 /// Open a store on `prefix`, or skip (outside CI) when Redis is not reachable.
 async fn open_with(prefix: &str, tweak: impl FnOnce(&mut RedisOptions)) -> Option<RedisStore> {
-    let url = redis_url();
-    let mut options = RedisOptions::from_url(&url).expect("REDIS_URL parses");
+    open_at(&redis_url(), prefix, tweak).await
+}
+
+/// [`open_with`] on the server at `url`.
+async fn open_at(url: &str, prefix: &str, tweak: impl FnOnce(&mut RedisOptions)) -> Option<RedisStore> {
+    let mut options = RedisOptions::from_url(url).expect("the test's Redis URL parses");
+    let url = redact(url);
     options.prefix = prefix.to_owned();
     tweak(&mut options);
     match RedisStore::open(options).await {
@@ -52,15 +60,22 @@ struct Scoped {
 
 impl Drop for Scoped {
     fn drop(&mut self) {
-        cleanup(&self.store.shared.options.prefix);
+        cleanup_at(&self.store.shared.options);
     }
 }
 
-/// Delete the keys of one test prefix (blocking; test teardown only).
+/// Delete the keys of one test prefix on `REDIS_URL` (blocking; test teardown only).
 fn cleanup(prefix: &str) {
-    let prefix = prefix.to_owned();
+    let mut options = RedisOptions::from_url(&redis_url()).expect("REDIS_URL parses");
+    options.prefix = prefix.to_owned();
+    cleanup_at(&options);
+}
+
+/// Delete the keys of the prefix of `options` on its server.
+fn cleanup_at(options: &RedisOptions) {
+    let (prefix, options) = (options.prefix.clone(), options.clone());
     let run = move || -> redis::RedisResult<()> {
-        let client = redis::Client::open(redis_url())?;
+        let Ok(client) = crate::client(&options) else { return Ok(()) };
         let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
         let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query(&mut conn)?;
         for chunk in keys.chunks(500) {
