@@ -24,11 +24,6 @@ use crate::records::{Era, Flavor, key};
 use crate::rerun::AlreadySent;
 use crate::{Engine, EngineError};
 
-/// A durable operation failed in the engine: the error, kept as the source.
-fn journal_error(error: impl Into<EngineError>) -> DurableError {
-    DurableError::Journal(Box::new(error.into()))
-}
-
 /// A request from the durable context to its pump: become a task, then reply with the
 /// task's record key and stream (or why not).
 pub(crate) type Detach = tokio::sync::oneshot::Sender<Result<(String, StreamId), EngineError>>;
@@ -61,6 +56,10 @@ pub(crate) struct DurableRun {
     steps_written: Arc<std::sync::atomic::AtomicBool>,
     /// A re-run: what earlier runs already sent on the stream (shared with the pump).
     already_sent: Option<Arc<AlreadySent>>,
+    /// A durable operation of this run failed because the store was unavailable: its
+    /// outcome (which the handler built knowing only that) is not final, and the pump
+    /// leaves the run to recovery instead of committing it.
+    store_failed: std::sync::atomic::AtomicBool,
 }
 
 impl DurableRun {
@@ -83,7 +82,25 @@ impl DurableRun {
             step_expiry: Mutex::new(record.stateless().then(|| now_ms() + ms(STATE_TTL) * 2)),
             steps_written: held.steps_written.clone(),
             already_sent: held.already_sent.clone(),
+            store_failed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// A durable operation failed in the engine: the error, kept as the source. A store
+    /// that is unavailable (a full disk, a failover) marks the run (see [`Self::store_failed`]).
+    fn journal_error(&self, error: impl Into<EngineError>) -> DurableError {
+        let error = error.into();
+        if matches!(&error, EngineError::Store(store) if store.kind() == durable_mcp_store::StoreErrorKind::Unavailable) {
+            self.store_failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        DurableError::Journal(Box::new(error))
+    }
+
+    /// Whether a durable operation of this run failed on an unavailable store: then a
+    /// transient failure, not the handler, decided its outcome, and a later attempt (from
+    /// the journal, with the same step keys) must decide it instead.
+    pub(crate) fn store_failed(&self) -> bool {
+        self.store_failed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn stream(&self) -> StreamId {
@@ -100,16 +117,16 @@ impl DurableRun {
 
     /// The committed value of step record `key`, if any.
     async fn stored(&self, key: &str) -> Result<Option<Value>, DurableError> {
-        let record = self.engine.store().get_record(RecordKind::Step, key).await.map_err(journal_error)?;
-        record.map(|r| crate::records::decode(RecordKind::Step, key, &r.value).map_err(journal_error)).transpose()
+        let record = self.engine.store().get_record(RecordKind::Step, key).await.map_err(|e| self.journal_error(e))?;
+        record.map(|r| crate::records::decode(RecordKind::Step, key, &r.value).map_err(|e| self.journal_error(e))).transpose()
     }
 
     async fn ensure_inbox(&self) -> Result<(), DurableError> {
         let store = self.engine.store();
         match store.stream_owner(&self.inbox).await {
             Ok(_) => Ok(()),
-            Err(StoreError::NotFound { .. }) => store.create_stream(&self.inbox, &self.caller.stream_owner()).await.map_err(journal_error),
-            Err(error) => Err(journal_error(error)),
+            Err(StoreError::NotFound { .. }) => store.create_stream(&self.inbox, &self.caller.stream_owner()).await.map_err(|e| self.journal_error(e)),
+            Err(error) => Err(self.journal_error(error)),
         }
     }
 
@@ -117,7 +134,7 @@ impl DurableRun {
     /// sequence read up to.
     async fn find_answer(&self, wire: &str, mut after: u64) -> Result<(Option<Value>, u64), DurableError> {
         loop {
-            let read = self.engine.store().read_after(&self.inbox, after, 256).await.map_err(journal_error)?;
+            let read = self.engine.store().read_after(&self.inbox, after, 256).await.map_err(|e| self.journal_error(e))?;
             let n = read.events.len();
             for event in read.events {
                 after = event.id.seq;
@@ -139,7 +156,7 @@ impl DurableRun {
         let wire = key::inbox_question(&self.inbox, index);
         let store = self.engine.store().clone();
         // Subscribe first, then read: an answer committed in between still wakes us.
-        let mut wake = store.watch(&self.inbox).await.map_err(journal_error)?;
+        let mut wake = store.watch(&self.inbox).await.map_err(|e| self.journal_error(e))?;
         let (found, mut after) = self.find_answer(&wire, 0).await?;
         let answer = match found {
             Some(answer) => answer,
@@ -160,7 +177,7 @@ impl DurableRun {
                         }
                     }
                     let message = json!({"jsonrpc": "2.0", "id": wire, "method": method, "params": params});
-                    self.engine.append(&self.stream(), to_text(&message), false).await.map_err(journal_error)?;
+                    self.engine.append(&self.stream(), to_text(&message), false).await.map_err(|e| self.journal_error(e))?;
                 }
                 loop {
                     tokio::select! {
@@ -168,7 +185,7 @@ impl DurableRun {
                             // The watch ended (the stream is gone, or the store reconnects):
                             // subscribe again after a pause.
                             tokio::time::sleep(Duration::from_millis(200)).await;
-                            wake = store.watch(&self.inbox).await.map_err(journal_error)?;
+                            wake = store.watch(&self.inbox).await.map_err(|e| self.journal_error(e))?;
                         },
                         () = self.cancel.cancelled() => return Err(DurableError::Cancelled),
                         () = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -198,7 +215,7 @@ impl DurableRun {
                 true
             })
             .await
-            .map_err(journal_error)?;
+            .map_err(|e| self.journal_error(e))?;
         Ok(())
     }
 
@@ -219,11 +236,11 @@ impl DurableRun {
                     true
                 })
                 .await
-                .map_err(journal_error)?;
+                .map_err(|e| self.journal_error(e))?;
             let Some(task) = task else { return Err(DurableError::Cancelled) };
             if let Some(response) = task.input_responses.get(&question) {
                 let answer = self.commit_value(&key::answer(&self.run_id, index), json!({"result": response})).await?;
-                self.engine.update_task(key, |task| task.input_responses.remove(&question).is_some()).await.map_err(journal_error)?;
+                self.engine.update_task(key, |task| task.input_responses.remove(&question).is_some()).await.map_err(|e| self.journal_error(e))?;
                 return Ok(answer);
             }
             if task.status.is_terminal() {
@@ -252,9 +269,9 @@ impl DurableRun {
             Ok(_) => Ok(value),
             Err(StoreError::Conflict { .. }) => {
                 // Another run committed it first: its value stands.
-                self.stored(key).await?.ok_or_else(|| journal_error(crate::records::RecordError::Missing { kind: RecordKind::Step, key: key.to_owned() }))
+                self.stored(key).await?.ok_or_else(|| self.journal_error(crate::records::RecordError::Missing { kind: RecordKind::Step, key: key.to_owned() }))
             }
-            Err(error) => Err(journal_error(error)),
+            Err(error) => Err(self.journal_error(error)),
         }
     }
 }
@@ -306,10 +323,10 @@ impl DurableBackend for DurableRun {
             match self.engine.store().put_record(RecordKind::Step, &key, crate::records::MARK.into(), self.step_expiry(), Expect::Absent).await {
                 Ok(_) => {}
                 Err(StoreError::Conflict { .. }) => return Ok(()),
-                Err(error) => return Err(journal_error(error)),
+                Err(error) => return Err(self.journal_error(error)),
             }
             let message = json!({"jsonrpc": "2.0", "method": method, "params": params});
-            self.engine.route_notification(&self.caller, &self.stream(), method, message, self.already_sent.as_deref()).await.map_err(journal_error)
+            self.engine.route_notification(&self.caller, &self.stream(), method, message, self.already_sent.as_deref()).await.map_err(|e| self.journal_error(e))
         })
     }
 
@@ -327,8 +344,8 @@ impl DurableBackend for DurableRun {
                 return Ok(false);
             }
             let (reply, answer) = tokio::sync::oneshot::channel();
-            self.detach.send(reply).await.map_err(|_| journal_error(EngineError::RunEnded))?;
-            let (key, stream) = answer.await.map_err(|_| journal_error(EngineError::RunEnded))?.map_err(journal_error)?;
+            self.detach.send(reply).await.map_err(|_| self.journal_error(EngineError::RunEnded))?;
+            let (key, stream) = answer.await.map_err(|_| self.journal_error(EngineError::RunEnded))?.map_err(|e| self.journal_error(e))?;
             *self.task.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, Flavor::Extension));
             *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = stream;
             // A task's steps live as long as the task.
@@ -346,6 +363,6 @@ impl DurableBackend for DurableRun {
     }
 
     fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>> {
-        Box::pin(async move { self.engine.announce(&change).await.map_err(journal_error) })
+        Box::pin(async move { self.engine.announce(&change).await.map_err(|e| self.journal_error(e)) })
     }
 }

@@ -337,6 +337,16 @@ impl Engine {
         };
         let ending = ending(&stop, at);
         tracing::debug!(%stream, ?stop, ?ending, "run stopped");
+        if let Ending::Release { failed: false, .. } = ending
+            && caller.protocol_version >= McpVersion::V2025_11_25
+        {
+            // The lease is lost (the store stopped answering, a commit failed, another
+            // worker took over) or handed over: a client that had a priming event resumes
+            // with `Last-Event-ID` where the run goes on, rather than wait on this connection
+            // for a store that may not answer (D15). An older client, which may have no event
+            // id to resume from, keeps its connection.
+            close_connection.cancel();
+        }
         let Some(held) = held else {
             if let Ending::CloseUnanswered { cancelled_by_client } = ending {
                 let _ = self.close_unanswered_on(&stream, &mut opening, &id, cancelled_by_client).await;
@@ -369,6 +379,16 @@ impl Engine {
                         return Step::Stop(Stop::Fenced);
                     }
                     OnOutcome::Commit => {}
+                }
+                if let (Some(durable), Some(held)) = (durable, held.as_ref())
+                    && durable.store_failed()
+                {
+                    // Its outcome reflects a store outage, not the handler's work: leave the
+                    // run to recovery, as a crash would (D1, D15).
+                    tracing::warn!(run = %held.run_id, "a durable operation failed on an unavailable store; the run will be retried from its journal");
+                    cancel.cancel();
+                    held.lost.cancel();
+                    return Step::Stop(Stop::CommitFailed);
                 }
                 if caller.era == Era::Legacy && caller.protocol_version >= McpVersion::V2025_11_25 {
                     declare_task_support(&mut outcome);

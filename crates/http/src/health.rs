@@ -2,9 +2,11 @@
 //!
 //! - `GET /healthz`: 200 while the process serves HTTP (liveness);
 //! - `GET /readyz`: 200 only when this worker should get traffic (readiness): the store
-//!   answers within [`READY_TIMEOUT`], its schema is the one this build writes, and the
-//!   worker is not draining (a graceful shutdown has not begun). Otherwise 503. The JSON
-//!   body names each check and its outcome.
+//!   answers within [`READY_TIMEOUT`], its schema is the one this build writes, it commits
+//!   a write (a probe record that expires in a minute: a full disk, a read-only replica
+//!   after a failover, a store that stopped answering, all fail it), and the worker is not
+//!   draining (a graceful shutdown has not begun). Otherwise 503. The JSON body names each
+//!   check and its outcome.
 //!
 //! Neither is Host-checked (probes come with the pod's address as Host) and neither says
 //! more than the checks' outcomes.
@@ -32,11 +34,13 @@ pub(crate) async fn healthz() -> Response {
     no_cache((StatusCode::OK, Json(json!({"status": "up"}))).into_response())
 }
 
-/// `GET /readyz`: the store answers, its schema is current, the worker is not draining.
+/// `GET /readyz`: the store answers and commits, its schema is current, the worker is not
+/// draining.
 pub(crate) async fn readyz(State(transport): State<Transport>) -> Response {
     let draining = transport.shutdown.is_cancelled();
     let started = Instant::now();
-    let status = tokio::time::timeout(READY_TIMEOUT, transport.engine.store().status()).await;
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    let status = tokio::time::timeout_at(deadline, transport.engine.store().status()).await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (store, schema) = match status {
         Ok(Ok(status)) => {
@@ -59,15 +63,35 @@ pub(crate) async fn readyz(State(transport): State<Transport>) -> Response {
             (json!({"ok": false, "backend": transport.engine.store().backend(), "error": error}), json!({"ok": false, "error": "store unavailable"}))
         }
     };
-    ready_response(store, schema, json!({"ok": !draining}))
+    let writes = if store["ok"] == Value::Bool(true) { write_check(&transport, deadline).await } else { json!({"ok": false, "error": "store unavailable"}) };
+    ready_response(store, schema, writes, json!({"ok": !draining}))
 }
 
-fn ready_response(store: Value, schema: Value, draining: Value) -> Response {
-    let ok = [&store, &schema, &draining].iter().all(|check| check["ok"] == Value::Bool(true));
+/// Commit a probe record (random key, expiring in a minute, removed by retention): whether
+/// this worker can commit at all, within what is left of [`READY_TIMEOUT`].
+async fn write_check(transport: &Transport, deadline: tokio::time::Instant) -> Value {
+    use durable_mcp_store::{Expect, RecordKind, StreamId, now_ms};
+    let key = format!("durable-mcp-ready/{}", StreamId::random());
+    let write = transport.engine.store().put_record(RecordKind::Alias, &key, "{}".into(), Some(now_ms() + 60_000), Expect::Absent);
+    match tokio::time::timeout_at(deadline, write).await {
+        Ok(Ok(_)) => json!({"ok": true}),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "readyz: the store refused a write");
+            json!({"ok": false, "error": error.to_string()})
+        }
+        Err(_) => {
+            tracing::warn!(timeout_ms = READY_TIMEOUT.as_millis() as u64, "readyz: a store write did not finish in time");
+            json!({"ok": false, "error": format!("no commit within {} ms", READY_TIMEOUT.as_millis())})
+        }
+    }
+}
+
+fn ready_response(store: Value, schema: Value, writes: Value, draining: Value) -> Response {
+    let ok = [&store, &schema, &writes, &draining].iter().all(|check| check["ok"] == Value::Bool(true));
     let code = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({
         "status": if ok { "ready" } else { "not ready" },
-        "checks": {"store": store, "schema": schema, "not_draining": draining},
+        "checks": {"store": store, "schema": schema, "writes": writes, "not_draining": draining},
     });
     no_cache((code, Json(body)).into_response())
 }
@@ -78,7 +102,10 @@ fn ready_response(store: Value, schema: Value, draining: Value) -> Response {
 pub(crate) fn draining(path: &str) -> Response {
     let mut response = match path {
         HEALTHZ => (StatusCode::OK, Json(json!({"status": "up", "draining": true}))).into_response(),
-        READYZ => ready_response(json!({"ok": null, "skipped": "draining"}), json!({"ok": null, "skipped": "draining"}), json!({"ok": false})),
+        READYZ => {
+            let skipped = json!({"ok": null, "skipped": "draining"});
+            ready_response(skipped.clone(), skipped.clone(), skipped, json!({"ok": false}))
+        }
         _ => {
             let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": "this worker is shutting down; retry on another"}))).into_response();
             response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));

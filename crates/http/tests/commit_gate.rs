@@ -140,3 +140,38 @@ async fn d1_an_event_whose_commit_fails_never_reaches_the_client() {
     assert_eq!(messages[0]["error"]["message"], "the request failed before its result could be committed");
     assert_committed(&store, &events).await;
 }
+
+/// D1/D15: a step whose commit fails on an unavailable store (a full disk, a failover) does
+/// not end its run with that error: the outcome the handler built on the failure is not
+/// committed, the run is retried from its journal once the store answers, and its step
+/// body runs again with the same idempotency key. The client gets the real result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d15_a_step_commit_failure_is_retried_not_answered() {
+    let (h, store, addr, session) = gated_server().await;
+    // The worker's recovery pass, as `serve` runs it in the background.
+    let engine = h.engine.clone();
+    let recovery = tokio::spawn(async move {
+        loop {
+            let _ = engine.recover().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    // A first call creates the requestState key ring (a record of its own).
+    let (_, warm_up) = response(post_raw(addr, &session, &call(8, "echo", json!({"text": "hi"}))).await).await;
+    assert!(warm_up.iter().any(|(_, data)| data.contains("hi")), "{warm_up:?}");
+    store.hook().fail(Op::PutRecord, 1);
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "stepped", "arguments": {"tag": "d15-step"}}});
+    let rx = post_raw(addr, &session, &call).await;
+    let (status, events) = response(rx).await;
+    assert_eq!(store.hook().failed(Op::PutRecord), 1, "the step's commit was failed");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let messages: Vec<Value> = events.iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
+    let answers: Vec<&Value> = messages.iter().filter(|m| m["id"] == 9).collect();
+    assert_eq!(answers.len(), 1, "{messages:?}");
+    let runs = support::step_runs("d15-step");
+    assert_eq!(runs.len(), 2, "the step body ran again after its commit failed: {runs:?}");
+    assert_eq!(runs[0], runs[1], "with the same idempotency key");
+    assert_eq!(answers[0]["result"]["content"][0]["text"], format!("stepped {}", runs[0]), "the real result, not the store error: {messages:?}");
+    assert_committed(&store, &events).await;
+    recovery.abort();
+}

@@ -53,7 +53,7 @@ use tokio_postgres::{Client, Statement};
 
 use crate::error::{StepError, from_pg, from_sqlstate, unavailable};
 use crate::pool::Conn;
-use crate::{Shared, records, streams, timed, to_i64};
+use crate::{Shared, records, streams, timed_until, to_i64};
 
 /// Most jobs one group commit takes (a job of several ops runs in a subtransaction:
 /// PostgreSQL keeps up to 64 of a transaction in shared memory before it spills them).
@@ -263,9 +263,15 @@ struct GroupFailure {
 /// Commit `works` in one statement on a pooled connection; per job, its outcome or
 /// refusal. `Err` when the group as a whole failed.
 async fn commit_group(shared: &Shared, works: &[&Work]) -> Result<Vec<StoreResult<BatchOutcome>>, GroupFailure> {
-    let mut guard = shared.pool.get().await.map_err(|error| GroupFailure { error, commit_sent: false })?;
+    let timeout = shared.options.op_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut guard = match tokio::time::timeout_at(deadline, shared.pool.get()).await {
+        Ok(Ok(guard)) => guard,
+        Ok(Err(error)) => return Err(GroupFailure { error, commit_sent: false }),
+        Err(_) => return Err(GroupFailure { error: unavailable(format!("no PostgreSQL connection answered within {timeout:?}")), commit_sent: false }),
+    };
     let mut commit_sent = false;
-    let result = timed(shared.options.op_timeout, run_group(guard.conn(), shared, works, &mut commit_sent)).await;
+    let result = timed_until(deadline, timeout, run_group(guard.conn(), shared, works, &mut commit_sent)).await;
     // A failure may leave the connection behind an unanswered statement: `settle` closes
     // it, as every group failure is `Unavailable`.
     guard.settle(result.map_err(fatal)).map_err(|error| GroupFailure { error, commit_sent })

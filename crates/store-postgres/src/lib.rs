@@ -83,7 +83,12 @@ pub(crate) fn to_i64(value: u64) -> i64 {
 
 /// Run `operation`, failing it as unavailable after `timeout` (D15: fail fast).
 async fn timed<T>(timeout: Duration, operation: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-    tokio::time::timeout(timeout, operation).await.unwrap_or_else(|_| Err(unavailable(format!("PostgreSQL did not answer within {timeout:?}"))))
+    timed_until(tokio::time::Instant::now() + timeout, timeout, operation).await
+}
+
+/// Run `operation`, failing it as unavailable at `deadline`, the end of `timeout`.
+async fn timed_until<T>(deadline: tokio::time::Instant, timeout: Duration, operation: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    tokio::time::timeout_at(deadline, operation).await.unwrap_or_else(|_| Err(unavailable(format!("PostgreSQL did not answer within {timeout:?}"))))
 }
 
 struct Shared {
@@ -122,7 +127,7 @@ impl PgStore {
         let pool = pool::Pool::new(options.clone());
         {
             let mut guard = pool.get().await?;
-            let result = timed(options.op_timeout, migrate::migrate(&mut guard.conn().client, options.schema.as_deref())).await;
+            let result = timed(options.admin_timeout, migrate::migrate(&mut guard.conn().client, options.schema.as_deref())).await;
             guard.settle(result)?;
         }
         let watchers = listen::Watchers::default();
@@ -146,7 +151,7 @@ impl PgStore {
     pub async fn migrate(&self) -> StoreResult<i64> {
         let schema = self.shared.options.schema.as_deref();
         let mut guard = self.shared.pool.get().await?;
-        let result = timed(self.shared.options.op_timeout, migrate::migrate(&mut guard.conn().client, schema)).await;
+        let result = timed(self.shared.options.admin_timeout, migrate::migrate(&mut guard.conn().client, schema)).await;
         guard.settle(result)
     }
 
@@ -156,15 +161,27 @@ impl PgStore {
     }
 }
 
-/// Run one operation on a pooled connection under the operation timeout:
-/// `op!(self, conn => body)`, where `body` is a future using `conn: &mut pool::Conn`.
+/// Run one operation on a pooled connection within the operation timeout, waiting for
+/// the connection (and checking or opening it) included: `op!(self, conn => body)`, where
+/// `body` is a future using `conn: &mut pool::Conn`. `op!(self, admin, conn => body)` uses
+/// the maintenance timeout instead (prune, listings, imports).
 macro_rules! op {
-    ($store:expr, $conn:ident => $body:expr) => {{
+    ($store:expr, $conn:ident => $body:expr) => {
+        op!(@within $store, $store.shared.options.op_timeout, $conn => $body)
+    };
+    ($store:expr, admin, $conn:ident => $body:expr) => {
+        op!(@within $store, $store.shared.options.admin_timeout, $conn => $body)
+    };
+    (@within $store:expr, $timeout:expr, $conn:ident => $body:expr) => {{
         let shared = &$store.shared;
-        let mut guard = shared.pool.get().await?;
+        let timeout = $timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut guard = tokio::time::timeout_at(deadline, shared.pool.get())
+            .await
+            .map_err(|_| unavailable(format!("no PostgreSQL connection answered within {timeout:?}")))??;
         let result = {
             let $conn = guard.conn();
-            timed(shared.options.op_timeout, $body).await
+            timed_until(deadline, timeout, $body).await
         };
         guard.settle(result)
     }};
@@ -199,7 +216,7 @@ impl Store for PgStore {
     }
 
     async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
-        op!(self, conn => sessions::list(conn, principal, limit))
+        op!(self, admin, conn => sessions::list(conn, principal, limit))
     }
 
     async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
@@ -237,7 +254,7 @@ impl Store for PgStore {
     /// streams are woken everywhere and then read `NotFound`.
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         let channel = &self.shared.channel;
-        let (report, gone) = op!(self, conn => async {
+        let (report, gone) = op!(self, admin, conn => async {
             let pool::Conn { client, statements, .. } = conn;
             let tx = client.transaction().await.map_err(from_pg)?;
             let mut report = PruneReport::default();
@@ -274,7 +291,7 @@ impl Store for PgStore {
     }
 
     async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
-        op!(self, conn => records::list(conn, kind, prefix, limit, now_ms()))
+        op!(self, admin, conn => records::list(conn, kind, prefix, limit, now_ms()))
     }
 
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
@@ -298,7 +315,7 @@ impl Store for PgStore {
     /// an append committed after this returns always wakes the subscription, at worst one
     /// `poll_interval` late. The wake-ups end when this process ends the stream's session.
     async fn list_streams(&self, after: Option<&durable_mcp_store::StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
-        op!(self, conn => streams::list(conn, after, limit))
+        op!(self, admin, conn => streams::list(conn, after, limit))
     }
 
     async fn stream_info(&self, stream: &durable_mcp_store::StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
@@ -311,7 +328,7 @@ impl Store for PgStore {
 
     async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[durable_mcp_store::StoredEvent], close: bool) -> StoreResult<u64> {
         let channel = &self.shared.channel;
-        let appended = op!(self, conn => streams::import(conn, channel, stream, owner, events, close))?;
+        let appended = op!(self, admin, conn => streams::import(conn, channel, stream, owner, events, close))?;
         if appended > 0 {
             // Local tails need not wait for the notification's round trip.
             self.shared.watchers.wake(stream);

@@ -32,10 +32,11 @@ const MAX_SCHEMA_LEN: usize = 63 - DEFAULT_CHANNEL.len() - 1;
 /// | `pool_size` | [`pool_size`](Self::pool_size) | 8 |
 /// | `max_events` | [`max_events_per_stream`](Self::max_events_per_stream) | unbounded |
 /// | `poll_ms` | [`poll_interval`](Self::poll_interval) | 1000 |
-/// | `op_timeout_ms` | [`op_timeout`](Self::op_timeout) | 30000 |
+/// | `op_timeout_ms` | [`op_timeout`](Self::op_timeout) | 2000 |
+/// | `admin_timeout_ms` | [`admin_timeout`](Self::admin_timeout) | 30000 |
 /// | `connect_timeout` (seconds) | [`connect_timeout`](Self::connect_timeout) | 5 |
 /// | `check_after_ms` | [`check_after`](Self::check_after) | 1000 |
-/// | `check_timeout_ms` | [`check_timeout`](Self::check_timeout) | 2000 |
+/// | `check_timeout_ms` | [`check_timeout`](Self::check_timeout) | 1000 |
 /// | `acquire_timeout_ms` | [`acquire_timeout`](Self::acquire_timeout) | 5000 |
 ///
 /// and TLS, with libpq's meanings ([`SslMode`]):
@@ -68,9 +69,14 @@ pub struct PgOptions {
     /// Longest one connection attempt may take; an unreachable server fails `open` and
     /// operations within this (D15: fail fast).
     pub connect_timeout: Duration,
-    /// Longest one store operation may take, waiting for a pooled connection included,
-    /// before it fails with [`StoreError::Unavailable`] (D15).
+    /// Longest one store operation on a request's path may take, waiting for a pooled
+    /// connection (and checking or opening it) included, before it fails with
+    /// [`StoreError::Unavailable`] (D15: a request on a hung or failing-over server gets its
+    /// 503 within about this long). Statements here take milliseconds.
     pub op_timeout: Duration,
+    /// The same bound for maintenance operations, which may touch many rows: pruning,
+    /// listing sessions, records and streams, importing events, migrating.
+    pub admin_timeout: Duration,
     /// A pooled connection idle at least this long is checked (an empty query) before an
     /// operation uses it; zero checks every reuse. A server that stopped answering then
     /// fails the next operation within [`check_timeout`](Self::check_timeout) plus
@@ -106,9 +112,10 @@ impl PgOptions {
         let mut pool_size = 8;
         let mut max_events = None;
         let mut poll_ms = 1_000;
-        let mut op_timeout_ms = 30_000;
+        let mut op_timeout_ms = 2_000;
+        let mut admin_timeout_ms = 30_000;
         let mut check_after_ms = 1_000;
-        let mut check_timeout_ms = 2_000;
+        let mut check_timeout_ms = 1_000;
         let mut acquire_timeout_ms = 5_000;
         let mut tls = TlsParams::default();
         let mut passthrough = Vec::new();
@@ -119,6 +126,7 @@ impl PgOptions {
                 "max_events" => max_events = Some(number(&key, &value)?),
                 "poll_ms" => poll_ms = number(&key, &value)?,
                 "op_timeout_ms" => op_timeout_ms = number(&key, &value)?,
+                "admin_timeout_ms" => admin_timeout_ms = number(&key, &value)?,
                 "check_after_ms" => check_after_ms = number(&key, &value)?,
                 "check_timeout_ms" => check_timeout_ms = number(&key, &value)?,
                 "acquire_timeout_ms" => acquire_timeout_ms = number(&key, &value)?,
@@ -149,6 +157,7 @@ impl PgOptions {
             poll_interval: Duration::from_millis(poll_ms),
             connect_timeout,
             op_timeout: Duration::from_millis(op_timeout_ms),
+            admin_timeout: Duration::from_millis(admin_timeout_ms),
             check_after: Duration::from_millis(check_after_ms),
             check_timeout: Duration::from_millis(check_timeout_ms),
             acquire_timeout: Duration::from_millis(acquire_timeout_ms),
@@ -187,11 +196,14 @@ impl PgOptions {
         }
         if self.poll_interval.is_zero()
             || self.op_timeout.is_zero()
+            || self.admin_timeout.is_zero()
             || self.connect_timeout.is_zero()
             || self.check_timeout.is_zero()
             || self.acquire_timeout.is_zero()
         {
-            return Err(StoreError::Incompatible("poll_ms, op_timeout_ms, connect_timeout, check_timeout_ms and acquire_timeout_ms must be positive".into()));
+            return Err(StoreError::Incompatible(
+                "poll_ms, op_timeout_ms, admin_timeout_ms, connect_timeout, check_timeout_ms and acquire_timeout_ms must be positive".into(),
+            ));
         }
         Ok(())
     }
@@ -322,14 +334,14 @@ mod tests {
     #[test]
     fn urls_parse_store_and_driver_parameters() {
         let o = PgOptions::from_url(
-            "postgres://u:secret@db.example:6543/app?schema=tenant_1&pool_size=3&max_events=10&poll_ms=250&op_timeout_ms=900&connect_timeout=2&check_after_ms=0&check_timeout_ms=300&acquire_timeout_ms=700&application_name=x",
+            "postgres://u:secret@db.example:6543/app?schema=tenant_1&pool_size=3&max_events=10&poll_ms=250&op_timeout_ms=900&admin_timeout_ms=9000&connect_timeout=2&check_after_ms=0&check_timeout_ms=300&acquire_timeout_ms=700&application_name=x",
         )
         .unwrap();
         assert_eq!(o.schema.as_deref(), Some("tenant_1"));
         assert_eq!(o.pool_size, 3);
         assert_eq!(o.max_events_per_stream, Some(10));
         assert_eq!(o.poll_interval, Duration::from_millis(250));
-        assert_eq!(o.op_timeout, Duration::from_millis(900));
+        assert_eq!((o.op_timeout, o.admin_timeout), (Duration::from_millis(900), Duration::from_secs(9)));
         assert_eq!(o.connect_timeout, Duration::from_secs(2));
         assert_eq!((o.check_after, o.check_timeout), (Duration::ZERO, Duration::from_millis(300)));
         assert_eq!(o.acquire_timeout, Duration::from_millis(700));

@@ -243,7 +243,11 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
 
 /// Answer every job of `batch` with `error` (as `Unavailable`: none of it was done).
 fn fail_all(batch: &mut Vec<Job>, error: &StoreError) {
-    let message = error.to_string();
+    // The cause alone: `Unavailable` says "store unavailable" itself.
+    let message = match error {
+        StoreError::Unavailable(cause) => cause.to_string(),
+        other => other.to_string(),
+    };
     for job in batch.drain(..) {
         let _ = job.reply.send(Err(StoreError::Unavailable(message.clone().into())));
     }

@@ -40,6 +40,19 @@ pub struct SlowArgs {
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
+pub struct TagArgs {
+    pub tag: String,
+}
+
+/// The idempotency keys the `stepped` tool's step body ran with, by the call's tag.
+static STEP_RUNS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// The idempotency keys `stepped` ran its step with for `tag`, in order.
+pub fn step_runs(tag: &str) -> Vec<String> {
+    STEP_RUNS.lock().unwrap().iter().filter(|(t, _)| t == tag).map(|(_, key)| key.clone()).collect()
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
 pub struct CountArgs {
     pub count: u32,
 }
@@ -53,6 +66,24 @@ impl TestServer {
     #[tool(description = "Echo text back")]
     async fn echo(&self, Parameters(args): Parameters<EchoArgs>) -> String {
         args.text
+    }
+
+    #[tool(description = "One durable step, its body's runs recorded by tag; returns its result")]
+    async fn stepped(
+        &self,
+        Parameters(args): Parameters<TagArgs>,
+        rmcp::handler::server::tool::Extension(durable): rmcp::handler::server::tool::Extension<durable_mcp_protocol::Durable>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let tag = args.tag;
+        let result: Result<String, String> = durable
+            .step("one", |key| async move {
+                let key = key.idempotency_key().to_string();
+                STEP_RUNS.lock().unwrap().push((tag, key.clone()));
+                Ok(key)
+            })
+            .await?;
+        let key = result.map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!("stepped {key}"))]))
     }
 
     #[tool(description = "Sleep, honouring cancellation")]
