@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The official conformance suites through nginx (plain round-robin, no stickiness,
 # buffering off) in front of three durable-mcp workers sharing one store, for PostgreSQL
-# and for Redis. Usage: scripts/lb-conformance.sh [postgres|redis ...]
-# Reads DATABASE_URL / REDIS_URL (defaults on loopback). LB_CONFORMANCE_RUNS picks the runs
+# for Redis and for a Redis Cluster. Usage: scripts/lb-conformance.sh [postgres|redis|redis-cluster ...]
+# Reads DATABASE_URL / REDIS_URL (defaults on loopback) and REDIS_CLUSTER_URL (from
+# scripts/redis-cluster.sh, which redis-cluster starts when it is unset). LB_CONFORMANCE_RUNS picks the runs
 # (default: all three, "0.1.16 2025-11-25 2026-07-28"; the 2026-07-28 run includes the
 # tasks-* scenarios, so tasks are created, polled and updated across the three workers).
 # nginx runs scripts/nginx.conf.template (the configuration docs/deployment.md shows and the
@@ -47,6 +48,9 @@ for backend in "${backends[@]}"; do
   case "$backend" in
     postgres) base="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"; key=schema; value="dmcp_$tag" ;;
     redis) base="${REDIS_URL:-redis://127.0.0.1:6379}"; key=prefix; value="dmcp-$tag" ;;
+    redis-cluster)
+      if [ -z "${REDIS_CLUSTER_URL:-}" ]; then scripts/redis-cluster.sh start >/dev/null; source .tools/redis-cluster/env; fi
+      base="$REDIS_CLUSTER_URL"; key=prefix; value="dmcp-$tag" ;;
     *) echo "unknown backend $backend" >&2; exit 2 ;;
   esac
   case "$base" in *\?*) store="$base&$key=$value" ;; *) store="$base?$key=$value" ;; esac

@@ -1,13 +1,13 @@
 //! D6–D9 end to end with the real binary: a journaled tool call survives SIGKILL of the
 //! worker running it. On SQLite the worker is restarted on the same file (and resumes its
-//! own runs at once); on PostgreSQL and Redis a second worker takes the run over when the
-//! dead worker's lease expires. The client resumes with `GET` + `Last-Event-ID`.
+//! own runs at once); on PostgreSQL, Redis and a Redis Cluster a second worker takes the run
+//! over when the dead worker's lease expires. The client resumes with `GET` + `Last-Event-ID`.
 //!
 //! The `steps` fixture appends `<index> <idempotency key>` to a ledger file the test owns
 //! before sleeping in each step: the ledger is the external effect counter.
 //!
-//! PostgreSQL and Redis come from `DATABASE_URL` / `REDIS_URL`; outside CI a missing
-//! service skips with a printed reason, in CI (`durable_mcp_store::in_ci`) it fails.
+//! The stores come from `DATABASE_URL` / `REDIS_URL` / `REDIS_CLUSTER_URL`; outside CI a
+//! missing service skips with a printed reason, in CI (`durable_mcp_store::in_ci`) it fails.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -264,6 +264,11 @@ fn d8_redis_four_steps_killed_during_step_three() {
 }
 
 #[test]
+fn d8_redis_cluster_four_steps_killed_during_step_three() {
+    four_steps_killed_during_step_three(Target::Takeover(Backend::RedisCluster));
+}
+
+#[test]
 fn d9_sqlite_questions_survive_a_crash() {
     questions_survive_a_crash(sqlite_target("crash-ask-sqlite"));
 }
@@ -276,6 +281,11 @@ fn d9_postgres_questions_survive_a_crash() {
 #[test]
 fn d9_redis_questions_survive_a_crash() {
     questions_survive_a_crash(Target::Takeover(Backend::Redis));
+}
+
+#[test]
+fn d9_redis_cluster_questions_survive_a_crash() {
+    questions_survive_a_crash(Target::Takeover(Backend::RedisCluster));
 }
 
 #[test]

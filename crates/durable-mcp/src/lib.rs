@@ -92,7 +92,8 @@ pub enum Error {
 ///   `key=value` string (`host=... dbname=... sslmode=...`) — shared by many workers
 ///   ([`PgOptions`]).
 /// - `redis://HOST:PORT[/DB][?prefix=NAME&...]`, `rediss://` over TLS, and `valkey://`,
-///   `valkeys://` — shared by many workers ([`RedisOptions`]).
+///   `valkeys://`; a Redis Cluster as `redis+cluster://HOST:PORT,HOST:PORT,...` — shared by
+///   many workers ([`RedisOptions`]).
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, Error> {
     match backend(url)? {
         Backend::Memory => Ok(Arc::new(MemoryStore::new())),
@@ -119,7 +120,7 @@ fn backend(url: &str) -> Result<Backend, Error> {
         Some("memory") => Ok(Backend::Memory),
         Some("sqlite") => Ok(Backend::Sqlite),
         Some("postgres" | "postgresql") => Ok(Backend::Postgres),
-        Some("redis" | "rediss" | "valkey" | "valkeys") => Ok(Backend::Redis),
+        Some("redis" | "rediss" | "valkey" | "valkeys" | "redis+cluster" | "rediss+cluster" | "valkey+cluster" | "valkeys+cluster") => Ok(Backend::Redis),
         _ => Err(Error::UnsupportedStore(durable_mcp_store::redact_url(url))),
     }
 }

@@ -15,7 +15,7 @@
 
 use durable_mcp_store::{BatchOp, BatchOutcome, EventId, OpOutcome, StoreError, StoreResult, WriteBatch, now_ms, op_failed};
 
-use crate::error::{bad_reply, from_redis, int};
+use crate::error::{bad_reply, int};
 use crate::records::{lex_range, script_args};
 use crate::streams::append_ttls;
 use crate::{Shared, scripts};
@@ -51,7 +51,7 @@ pub(crate) async fn commit(shared: &Shared, batch: WriteBatch) -> StoreResult<Ba
             call.arg(field);
         }
     }
-    let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let reply: redis::Value = shared.write(&call).await?;
     let redis::Value::Array(items) = &reply else { return Err(bad_reply("batch", &reply)) };
     match items.first().and_then(int) {
         Some(0) if items.len() == batch.len() + 1 => {}

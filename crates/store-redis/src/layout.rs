@@ -19,6 +19,14 @@
 //! subscriber on its wake-up channel also gets 1: a worker of this release sets the key
 //! before it subscribes, so the subscriber is an earlier release. A worker refuses to open
 //! a prefix whose layout is newer than it knows ([`StoreError::Incompatible`]).
+//!
+//! Workers of this release also subscribe to a second channel ([`marker_channel`]), which
+//! earlier releases do not know: the subscribers of the wake-up channel that are not on it
+//! are earlier releases. A prefix whose key is gone while such a worker runs (a Redis
+//! without persistence restarted, a `FLUSHALL`) holds only data of this release, so its
+//! layout is decided as for an empty prefix; a running worker that finds the key gone puts
+//! back the layout it has been writing. On a cluster the prefix's keys are a namespace no
+//! earlier release wrote (`{P}:...`), so a prefix without the key gets the current layout.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -61,13 +69,31 @@ impl Layout {
                         tracing::info!(prefix = %shared.keys.prefix(), version, "redis key layout changed: new streams follow it");
                     }
                 }
+                Ok(None) => {
+                    // The key is gone (Redis lost its data, or someone deleted it): this
+                    // worker's layout is the prefix's, since it wrote what is there since.
+                    let known = if layout.inline.load(Ordering::Relaxed) { CURRENT } else { 1 };
+                    let set: Result<Option<String>, _> = redis::cmd("SET").arg(shared.keys.layout()).arg(known).arg("NX").query_async(&mut shared.conn()).await;
+                    match set {
+                        Ok(_) => {
+                            tracing::info!(prefix = %shared.keys.prefix(), version = known, "the redis key layout was gone (the server lost its data?): put back")
+                        }
+                        Err(error) => tracing::debug!(%error, "putting the redis key layout back failed; trying again at the next check"),
+                    }
+                }
                 Ok(other) => {
-                    tracing::warn!(prefix = %shared.keys.prefix(), ?other, "the redis key layout is missing or unknown; new streams keep the layout this worker had")
+                    tracing::warn!(prefix = %shared.keys.prefix(), ?other, "the redis key layout is unknown; new streams keep the layout this worker had")
                 }
                 Err(error) => tracing::debug!(%error, "reading the redis key layout failed; keeping the layout this worker had until the next check"),
             }
         }
         if layout.inline.load(Ordering::Relaxed) { "1" } else { "0" }
+    }
+
+    /// Whether new streams keep their events inline (layout 2), as this worker knows now.
+    #[cfg(test)]
+    pub(crate) fn inline_now(&self) -> bool {
+        self.inline.load(Ordering::Relaxed)
     }
 
     /// Make the next [`Self::inline_arg`] read the prefix's key again (tests, instead of
@@ -78,26 +104,27 @@ impl Layout {
     }
 }
 
+/// The channel workers of this release (and later ones) subscribe to besides the wake-up
+/// channel, so that the wake-up channel's other subscribers are known to be earlier releases.
+pub(crate) fn marker_channel(channel: &str) -> String {
+    format!("{channel}:layout-2")
+}
+
 /// Read the prefix's layout, setting it first if the prefix has none (2 if it holds no
-/// data and nobody listens on its channel, 1 if an earlier release wrote it or runs). Must
-/// run before this worker subscribes to the channel.
-pub(crate) async fn open(conn: &redis::aio::ConnectionManager, keys: &crate::keys::Keys) -> Result<Layout, StoreError> {
-    let numsub: Result<(String, u64), redis::RedisError> = redis::cmd("PUBSUB").arg("NUMSUB").arg(keys.channel()).query_async(&mut conn.clone()).await;
-    let listeners = match numsub {
-        Ok((_, n)) => n,
-        // Forbidden (a managed service's ACL): only the data can tell.
-        Err(error) if matches!(error.code(), Some("NOPERM" | "ERR")) => {
-            tracing::debug!(%error, "PUBSUB NUMSUB not allowed; the layout is chosen from the data alone");
-            0
-        }
-        Err(error) => return Err(from_redis(error)),
-    };
+/// data of an earlier release and none listens on its channel, 1 if an earlier release
+/// wrote it or runs). Must run before this worker subscribes to the channels.
+pub(crate) async fn open(conn: &crate::Conn, keys: &crate::keys::Keys, cluster: bool) -> Result<Layout, StoreError> {
+    let (earlier, this_release) = if cluster { (0, 0) } else { listeners(conn, keys).await? };
     let mut call = scripts::LAYOUT.prepare_invoke();
-    call.key(keys.layout()).key(keys.sessions()).key(keys.finished());
-    for kind in RecordKind::ALL {
-        call.key(keys.records_index(kind));
+    call.key(keys.layout());
+    if this_release == 0 {
+        // Data without the key can only be an earlier release's: count it.
+        call.key(keys.sessions()).key(keys.finished());
+        for kind in RecordKind::ALL {
+            call.key(keys.records_index(kind));
+        }
     }
-    call.arg(CURRENT).arg(listeners);
+    call.arg(CURRENT).arg(earlier);
     let found: String = call.invoke_async(&mut conn.clone()).await.map_err(from_redis)?;
     let version: u64 = found.parse().map_err(|_| StoreError::Corrupt(format!("{} holds {found:?}, not a layout version", keys.layout())))?;
     if version > CURRENT || version == 0 {
@@ -115,4 +142,25 @@ pub(crate) async fn open(conn: &redis::aio::ConnectionManager, keys: &crate::key
         );
     }
     Ok(Layout::new(version))
+}
+
+/// The subscribers of the prefix's wake-up channel: of earlier releases, and of this one
+/// (see [`marker_channel`]).
+async fn listeners(conn: &crate::Conn, keys: &crate::keys::Keys) -> Result<(u64, u64), StoreError> {
+    let channel = keys.channel();
+    let numsub: Result<Vec<(String, u64)>, redis::RedisError> =
+        conn.on_store_node(redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).arg(marker_channel(&channel)), &keys.layout()).await;
+    match numsub {
+        Ok(counts) => {
+            let count = |name: &str| counts.iter().find(|(c, _)| c == name).map_or(0, |(_, n)| *n);
+            let (all, this_release) = (count(&channel), count(&marker_channel(&channel)));
+            Ok((all.saturating_sub(this_release), this_release))
+        }
+        // Forbidden (a managed service's ACL): only the data can tell.
+        Err(error) if matches!(error.code(), Some("NOPERM" | "ERR")) => {
+            tracing::debug!(%error, "PUBSUB NUMSUB not allowed; the layout is chosen from the data alone");
+            Ok((0, 0))
+        }
+        Err(error) => Err(from_redis(error)),
+    }
 }

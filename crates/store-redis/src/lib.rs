@@ -51,11 +51,15 @@
 //! | `P:layout` | string | the key layout's version (see below); no expiry |
 //! | `P:wake` | channel | `a:<stream>` after an append, `g:<id>,<id>...` when streams are deleted |
 //!
-//! **Cluster.** The client here is not cluster-aware, and the scripts touch the three global
-//! keys (`streamidx`, `sessions`, `finished`) together with a session's keys, and a record
-//! together with its kind's indexes, deriving names from the prefix: they need all keys on one primary (standalone Redis, or a Sentinel-managed
-//! primary). The hash tags keep the per-session data shardable; a cluster port would move the
-//! global-index updates out of the scripts.
+//! **Cluster** ([`RedisOptions::cluster`]). The scripts touch the global keys (`streamidx`,
+//! `sessions`, `finished`) together with a session's keys, a record together with its kind's
+//! indexes, and a write batch any of them, deriving names from the prefix: they need every
+//! key on one primary. On a cluster the prefix itself becomes a hash tag, `{P}`, which comes
+//! first in every key name and so decides its slot: the whole store lives in the one slot of
+//! `{P}`, every script stays atomic on the primary that holds it, and a failover moves it
+//! whole. The inner tags then no longer matter. Each script invocation names `{P}:layout` as
+//! its first key, so `EVALSHA` is routed there; commands that name no key (`INFO`, `SCAN`,
+//! `TIME`, `CONFIG`, `WAIT`) are sent to that slot's primary.
 //!
 //! # Layout versions
 //!
@@ -111,7 +115,8 @@
 //!   write batch.
 //!
 //! Replication is asynchronous: a failover to a replica may lose the last acknowledged
-//! writes whatever the persistence (this crate does not call `WAIT`/`WAITAOF`). A call that
+//! writes whatever the persistence, unless [`RedisOptions::wait_replicas`] makes every write
+//! wait (`WAIT`) until that many replicas have it. A call that
 //! fails with [`StoreError::Unavailable`] after sending its script (for example a reply
 //! timeout) may or may not have been applied; it is then applied whole, never in part.
 
@@ -134,7 +139,8 @@ use durable_mcp_store::{
     BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
     StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch, now_ms,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 
 pub use options::{DEFAULT_PREFIX, RedisOptions, RedisTls};
 
@@ -157,11 +163,59 @@ pub(crate) async fn older_than(shared: &Shared, index: &str, cutoff: u64, limit:
         .map_err(error::from_redis)
 }
 
+/// The command connection: to one server (reconnecting by itself), or to a cluster (which
+/// follows the slot map, failovers included).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(&'a mut self, pipeline: &'a redis::Pipeline, offset: usize, count: usize) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    /// Run a command that names no key (`INFO`, `CONFIG GET`, `TIME`, `SCAN`, `PUBSUB`) on
+    /// the server that holds `anchor`'s slot: on a cluster, the primary holding the whole
+    /// store (every key of a prefix shares its slot).
+    pub(crate) async fn on_store_node<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, anchor: &str) -> redis::RedisResult<T> {
+        match self {
+            Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            Conn::Cluster(conn) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+                let route = Route::with_slot(Slot::for_key(anchor), SlotAddr::Master);
+                let value = conn.clone().route_command(cmd.clone(), RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route))).await?;
+                redis::from_redis_value(value.extract_error()?).map_err(Into::into)
+            }
+        }
+    }
+}
+
 pub(crate) struct Shared {
     options: RedisOptions,
     keys: Keys,
     channel: String,
-    conn: ConnectionManager,
+    conn: Conn,
     /// Where new streams keep their events.
     layout: layout::Layout,
     watchers: wake::Watchers,
@@ -170,14 +224,45 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Run a script that writes; with [`RedisOptions::wait_replicas`], then wait until that
+    /// many replicas have it.
+    pub(crate) async fn write<T: redis::FromRedisValue>(&self, call: &redis::ScriptInvocation<'_>) -> StoreResult<T> {
+        let reply = call.invoke_async(&mut self.conn()).await.map_err(from_redis)?;
+        self.replicated().await?;
+        Ok(reply)
+    }
+
+    /// Wait for [`RedisOptions::wait_replicas`] replicas to acknowledge every write sent so
+    /// far on the command connection (`WAIT`, on the primary that took them).
+    pub(crate) async fn replicated(&self) -> StoreResult<()> {
+        let wanted = self.options.wait_replicas;
+        if wanted == 0 {
+            return Ok(());
+        }
+        let ms = u64::try_from(self.options.wait_timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+        let acknowledged: u64 = self.conn.on_store_node(redis::cmd("WAIT").arg(wanted).arg(ms), &self.keys.layout()).await.map_err(from_redis)?;
+        if acknowledged < u64::from(wanted) {
+            return Err(StoreError::Unavailable(
+                format!("a write reached {acknowledged} of {wanted} replicas within {ms} ms: the primary applied it, a failover may lose it").into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// A command connection (a cheap handle to the shared multiplexed connection).
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> Conn {
         self.conn.clone()
     }
 
-    /// An invocation of `script` with the common arguments (prefix, channel) in place.
+    /// An invocation of `script` with the common arguments (prefix, channel) in place. On a
+    /// cluster its first key is the layout key, whose slot is the whole store's, so that
+    /// `EVALSHA` reaches the primary holding it (scripts read their own keys, if any, from
+    /// the end of `KEYS`).
     pub(crate) fn script(&self, script: &'static redis::Script) -> redis::ScriptInvocation<'static> {
         let mut call = script.prepare_invoke();
+        if self.options.cluster.is_some() {
+            call.key(self.keys.layout());
+        }
         call.arg(self.keys.prefix()).arg(&self.channel);
         call
     }
@@ -229,21 +314,47 @@ impl RedisStore {
     }
 
     async fn connect(options: RedisOptions) -> Result<Self, StoreError> {
-        let client = client(&options)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.response_timeout))
-            .set_number_of_retries(options.connect_retries)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(from_redis)?;
-        check_server(&conn).await?;
-        let keys = Keys::new(&options.prefix);
-        let layout = layout::open(&conn, &keys).await?;
+        // On a cluster every key of the prefix carries the hash tag `{P}`: the whole store is
+        // in one slot, so every script and batch stays atomic on the primary that holds it.
+        let keys = match options.cluster {
+            Some(_) => Keys::new(&format!("{{{}}}", options.prefix)),
+            None => Keys::new(&options.prefix),
+        };
+        let (conn, clients) = match &options.cluster {
+            None => {
+                let client = client(&options)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(options.connect_timeout))
+                    .set_response_timeout(Some(options.response_timeout))
+                    .set_number_of_retries(options.connect_retries)
+                    .set_min_delay(Duration::from_millis(50))
+                    .set_max_delay(Duration::from_secs(1));
+                let conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(from_redis)?;
+                (Conn::Single(conn), vec![client])
+            }
+            Some(nodes) => {
+                let mut builder = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    .connection_timeout(options.connect_timeout)
+                    .response_timeout(options.response_timeout)
+                    .retries(u32::try_from(options.connect_retries).unwrap_or(u32::MAX));
+                if let Some(certificates) = options.tls.certificates()? {
+                    builder = builder.certs(certificates);
+                }
+                let cluster = builder.build().map_err(from_redis)?;
+                let conn = cluster.get_async_connection().await.map_err(from_redis)?;
+                // Wake-ups: PUBLISH reaches every node of a cluster, so any node serves the
+                // subscription; the listener moves on to the next seed when one fails.
+                let clients =
+                    nodes.iter().map(|node| client(&RedisOptions { url: node.clone(), cluster: None, ..options.clone() })).collect::<Result<Vec<_>, _>>()?;
+                (Conn::Cluster(conn), clients)
+            }
+        };
+        check_server(&conn, &keys).await?;
+        let layout = layout::open(&conn, &keys, options.cluster.is_some()).await?;
         let channel = keys.channel();
         let watchers = wake::Watchers::default();
         let timeouts = wake::Timeouts { connect: options.connect_timeout, response: options.response_timeout };
-        let listener = wake::listen(client, channel.clone(), watchers.clone(), timeouts).await?;
+        let listener = wake::listen(clients, channel.clone(), watchers.clone(), timeouts).await?;
         Ok(Self { shared: Arc::new(Shared { options, keys, channel, conn, layout, watchers, _listener: listener }) })
     }
 }
@@ -258,8 +369,8 @@ pub(crate) fn client(options: &RedisOptions) -> Result<redis::Client, StoreError
 }
 
 /// Refuse servers without `XTRIM MINID`; warn about settings that weaken the contract.
-async fn check_server(conn: &ConnectionManager) -> Result<(), StoreError> {
-    let info: String = match redis::cmd("INFO").query_async(&mut conn.clone()).await {
+async fn check_server(conn: &Conn, keys: &Keys) -> Result<(), StoreError> {
+    let info: String = match conn.on_store_node(&redis::cmd("INFO"), &keys.layout()).await {
         Ok(info) => info,
         Err(error) if error.code() == Some("NOPERM") || error.code() == Some("ERR") => {
             tracing::debug!(%error, "INFO not allowed; skipping the server checks");

@@ -23,6 +23,10 @@ pub struct RedisOptions {
     /// TLS files (`rediss://` only): without them the platform's roots are trusted and no
     /// client certificate is sent.
     pub tls: RedisTls,
+    /// A Redis Cluster (or Valkey cluster): the seed nodes' URLs, of which [`url`](Self::url)
+    /// is the first. `None` for one server (with or without replicas). See the crate docs
+    /// for what the store keeps where on a cluster.
+    pub cluster: Option<Vec<String>>,
     /// Prefix of every key and of the wake-up channel (default `dmcp`). Letters, digits and
     /// `_ - . :` only; in particular no braces, which would change the hash slots.
     pub prefix: String,
@@ -42,9 +46,18 @@ pub struct RedisOptions {
     /// Bound on connecting (each attempt, and [`RedisStore::open`](crate::RedisStore::open)
     /// as a whole). Default 2 seconds.
     pub connect_timeout: Duration,
-    /// Bound on each command's reply; past it the call is [`StoreError::Unavailable`].
-    /// Default 5 seconds.
+    /// Bound on each command's reply; past it the call is [`StoreError::Unavailable`] (D15:
+    /// a request on a hung server gets its 503 within about this long). Default 2 seconds.
     pub response_timeout: Duration,
+    /// After each write, wait until this many replicas acknowledged it (`WAIT`), or fail the
+    /// write with [`StoreError::Unavailable`] after [`wait_timeout`](Self::wait_timeout):
+    /// then a failover to a replica loses no acknowledged write (with Redis'
+    /// `min-replicas-to-write` on the primary, a primary cut off from its replicas refuses
+    /// writes too). Default 0: replication is asynchronous, and a failover may lose the
+    /// writes of its last moments (the replication lag, usually milliseconds).
+    pub wait_replicas: u32,
+    /// How long a write waits for [`wait_replicas`](Self::wait_replicas). Default 1 second.
+    pub wait_timeout: Duration,
     /// Connection attempts the connection manager makes, with exponential backoff, each
     /// time it (re)connects. Default 2.
     pub connect_retries: usize,
@@ -55,6 +68,7 @@ impl std::fmt::Debug for RedisOptions {
         f.debug_struct("RedisOptions")
             .field("url", &redact(&self.url))
             .field("tls", &self.tls)
+            .field("cluster", &self.cluster.as_ref().map(|nodes| nodes.iter().map(|n| redact(n)).collect::<Vec<_>>()))
             .field("prefix", &self.prefix)
             .field("session_idle_ttl", &self.session_idle_ttl)
             .field("closed_stream_ttl", &self.closed_stream_ttl)
@@ -63,6 +77,8 @@ impl std::fmt::Debug for RedisOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("connect_retries", &self.connect_retries)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout", &self.wait_timeout)
             .finish()
     }
 }
@@ -109,14 +125,17 @@ impl RedisOptions {
         Self {
             url: url.into(),
             tls: RedisTls::default(),
+            cluster: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             session_idle_ttl: Duration::from_secs(24 * 3600),
             closed_stream_ttl: Duration::from_secs(3600),
             max_events_per_stream: None,
             wake_tick: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(2),
             connect_retries: 2,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
         }
     }
 
@@ -124,16 +143,26 @@ impl RedisOptions {
     /// connects over TLS, and `valkey://`, `valkeys://` are the same as `redis://`,
     /// `rediss://`. User and password are percent-decoded (`p%40ss` for `p@ss`).
     ///
+    /// A Redis Cluster is `redis+cluster://[user:password@]host:port,host:port,...` (any of
+    /// its nodes as seeds; `rediss+cluster://`, `valkey+cluster://`, `valkeys+cluster://`
+    /// alike), or any of the single-server forms with `?cluster=true`.
+    ///
     /// Options: `prefix` (key prefix), `idle_ttl` and `closed_ttl` (seconds),
     /// `max_events` (events kept per stream), `protocol` (`resp2`/`resp3`, passed to
-    /// the Redis client), and with TLS `tls_ca`, `tls_cert`, `tls_key` (PEM files, see
-    /// [`RedisTls`]). Unknown options are refused, so a typo does not go unnoticed.
+    /// the Redis client), `cluster` (`true`/`false`), `wait_replicas` and `wait_ms` (see
+    /// [`wait_replicas`](Self::wait_replicas)), and with TLS `tls_ca`, `tls_cert`,
+    /// `tls_key` (PEM files, see [`RedisTls`]). Unknown options are refused, so a typo does
+    /// not go unnoticed.
     pub fn from_url(url: &str) -> Result<Self, StoreError> {
         let scheme = url.split_once("://").map(|(scheme, _)| scheme);
-        let tls = match scheme {
-            Some("redis" | "valkey") => false,
-            Some("rediss" | "valkeys") => true,
-            _ => return Err(bad(format!("not a redis://, rediss://, valkey:// or valkeys:// URL: {}", redact(url)))),
+        let (tls, mut cluster) = match scheme {
+            Some("redis" | "valkey") => (false, false),
+            Some("rediss" | "valkeys") => (true, false),
+            Some("redis+cluster" | "valkey+cluster") => (false, true),
+            Some("rediss+cluster" | "valkeys+cluster") => (true, true),
+            _ => {
+                return Err(bad(format!("not a redis://, rediss://, valkey:// or valkeys:// URL (or one of them +cluster): {}", redact(url))));
+            }
         };
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut passed = Vec::new();
@@ -148,6 +177,18 @@ impl RedisOptions {
                     options.max_events_per_stream = Some(max.ok_or_else(|| bad(format!("bad max_events {v:?}")))?);
                 }
                 Some(("protocol", _)) => passed.push(pair),
+                Some(("wait_replicas", v)) => options.wait_replicas = v.parse().map_err(|_| bad(format!("bad wait_replicas {v:?}: a number")))?,
+                Some(("wait_ms", v)) => {
+                    let ms = v.parse::<u64>().ok().filter(|ms| *ms > 0);
+                    options.wait_timeout = Duration::from_millis(ms.ok_or_else(|| bad(format!("bad wait_ms {v:?}: milliseconds > 0")))?);
+                }
+                Some(("cluster", v)) => {
+                    cluster = match v {
+                        "true" | "1" | "yes" => true,
+                        "false" | "0" | "no" => cluster,
+                        _ => return Err(bad(format!("bad cluster {v:?}: true or false"))),
+                    }
+                }
                 Some((option @ ("tls_ca" | "tls_cert" | "tls_key"), v)) => {
                     if !tls {
                         return Err(bad(format!("{option} needs a rediss:// or valkeys:// URL")));
@@ -162,8 +203,12 @@ impl RedisOptions {
                 _ => return Err(bad(format!("unknown redis URL option {pair:?}"))),
             }
         }
-        if !passed.is_empty() {
-            options.url = format!("{base}?{}", passed.join("&"));
+        let query = if passed.is_empty() { String::new() } else { format!("?{}", passed.join("&")) };
+        options.url = format!("{base}{query}");
+        if cluster {
+            let nodes = cluster_nodes(base, tls)?;
+            options.url = format!("{}{query}", nodes[0]);
+            options.cluster = Some(nodes.into_iter().map(|node| format!("{node}{query}")).collect());
         }
         options.validate()?;
         Ok(options)
@@ -181,8 +226,31 @@ impl RedisOptions {
         if self.max_events_per_stream == Some(0) {
             return Err(bad("max_events_per_stream must be at least 1".into()));
         }
+        if self.wait_replicas > 0 && (self.wait_timeout.is_zero() || self.wait_timeout >= self.response_timeout) {
+            return Err(bad(format!("wait_ms must be positive and shorter than the response timeout ({:?})", self.response_timeout)));
+        }
         Ok(())
     }
+}
+
+/// The seed nodes of a cluster URL's base (`scheme://[userinfo@]h1:p1,h2:p2[/0]`), each as a
+/// plain single-node URL with the same credentials.
+fn cluster_nodes(base: &str, tls: bool) -> Result<Vec<String>, StoreError> {
+    let rest = base.split_once("://").map_or(base, |(_, rest)| rest);
+    let (userinfo, hosts_and_path) = match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = hosts_and_path.split_once('/').unwrap_or((hosts_and_path, ""));
+    if !matches!(path, "" | "0") {
+        return Err(bad(format!("a Redis Cluster has database 0 only, not /{path}")));
+    }
+    let scheme = if tls { "rediss" } else { "redis" };
+    let nodes: Vec<String> = hosts.split(',').filter(|h| !h.is_empty()).map(|host| format!("{scheme}://{userinfo}{host}")).collect();
+    if nodes.is_empty() {
+        return Err(bad("a Redis Cluster URL names no node".into()));
+    }
+    Ok(nodes)
 }
 
 fn percent_decode(value: &str) -> Result<String, StoreError> {

@@ -66,7 +66,7 @@ pub(crate) async fn put(
     let (expires_at, expected) = script_args(expires_at_ms, expect);
     let mut call = shared.script(&scripts::PUT_RECORD);
     call.arg(kind.as_str()).arg(key).arg(value).arg(expires_at).arg(expected).arg(now_ms);
-    let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let reply: redis::Value = shared.write(&call).await?;
     match int(&reply) {
         Some(0) => Err(StoreError::Conflict { what: "record" }),
         Some(version) if version > 0 => Ok(version.unsigned_abs()),
@@ -133,7 +133,7 @@ pub(crate) async fn delete(shared: &Shared, kind: RecordKind, prefix: &str, now_
     loop {
         let mut call = shared.script(&scripts::DELETE_RECORDS);
         call.arg(kind.as_str()).arg(&min).arg(&max).arg(BATCH).arg(now_ms);
-        let (live, scanned): (u64, usize) = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+        let (live, scanned): (u64, usize) = shared.write(&call).await?;
         deleted += live;
         if scanned < BATCH {
             return Ok(deleted);
@@ -150,7 +150,7 @@ pub(crate) async fn prune_expired(shared: &Shared, now_ms: u64) -> StoreResult<u
             // Each due member leaves the due range: deleted, dropped or re-scored.
             let mut call = shared.script(&scripts::PRUNE_RECORDS);
             call.arg(kind.as_str()).arg(now_ms).arg(BATCH);
-            let (removed, scanned): (u64, usize) = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+            let (removed, scanned): (u64, usize) = shared.write(&call).await?;
             expired += removed;
             if scanned < BATCH {
                 break;

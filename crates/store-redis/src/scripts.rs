@@ -293,7 +293,7 @@ pub(crate) static UPDATE_SESSION: LazyLock<Script> = LazyLock::new(|| {
         prelude!(),
         r#"
 local sid, ttl = ARGV[3], ARGV[8]
-local key = KEYS[1]
+local key = KEYS[#KEYS]
 local current = redis.call('HMGET', key, 'principal', 'version')
 if current[1] ~= ARGV[4] then return -1 end
 if current[2] ~= ARGV[5] then return 0 end
@@ -322,7 +322,7 @@ pub(crate) static END_SESSION: LazyLock<Script> = LazyLock::new(|| {
         prelude!(),
         r#"
 local sid = ARGV[3]
-local key = KEYS[1]
+local key = KEYS[#KEYS]
 local owner = redis.call('HGET', key, 'principal')
 if not owner then
   redis.call('ZREM', P .. ':sessions', sid)

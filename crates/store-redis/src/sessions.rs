@@ -38,7 +38,7 @@ pub(crate) async fn create(shared: &Shared, record: SessionRecord) -> StoreResul
         .arg(ttl)
         .arg(sweep_cutoff)
         .arg(crate::layout::Layout::inline_arg(shared, now).await);
-    let created: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let created: i64 = shared.write(&call).await?;
     if created != 1 {
         return Err(StoreError::Corrupt(format!("session {} or its stream already exists", record.id)));
     }
@@ -70,7 +70,7 @@ pub(crate) async fn update(shared: &Shared, principal: &Principal, id: &SessionI
         record.apply(&change, now_ms())?;
         let mut call = shared.script(&scripts::UPDATE_SESSION);
         call.key(shared.keys.session(id)).arg(id.as_str()).arg(principal.as_str()).arg(&version).arg(encode(&record)?).arg(record.last_seen_ms).arg(ttl);
-        let outcome: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+        let outcome: i64 = shared.write(&call).await?;
         match outcome {
             1 => return Ok(record),
             -1 => return Err(StoreError::not_found("session")),
@@ -88,7 +88,7 @@ pub(crate) async fn update(shared: &Shared, principal: &Principal, id: &SessionI
 async fn end_script(shared: &Shared, id: &SessionId, principal: Option<&Principal>, idle_before: Option<u64>) -> StoreResult<Option<Vec<StreamId>>> {
     let mut call = shared.script(&scripts::END_SESSION);
     call.key(shared.keys.session(id)).arg(id.as_str()).arg(principal.map_or("", |p| p.as_str())).arg(idle_before.map(|c| c.to_string()).unwrap_or_default());
-    let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let reply: redis::Value = shared.write(&call).await?;
     let redis::Value::Array(items) = &reply else { return Err(bad_reply("end_session", &reply)) };
     match items.first().and_then(int) {
         Some(1) => {

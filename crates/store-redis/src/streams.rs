@@ -24,7 +24,7 @@ pub(crate) async fn create(shared: &Shared, id: &StreamId, owner: &StreamOwner) 
         .arg(now)
         .arg(millis(shared.options.session_idle_ttl))
         .arg(crate::layout::Layout::inline_arg(shared, now).await);
-    let created: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let created: i64 = shared.write(&call).await?;
     match created {
         1 => Ok(()),
         -1 => Err(StoreError::not_found("session")),
@@ -54,7 +54,7 @@ pub(crate) async fn append(shared: &Shared, stream: &StreamId, data: String, clo
         .arg(closed)
         .arg(options.max_events_per_stream.unwrap_or(0))
         .arg(sweep_cutoff);
-    let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let reply: redis::Value = shared.write(&call).await?;
     let seq = match &reply {
         redis::Value::Array(items) => items.first().and_then(int),
         _ => None,
@@ -151,7 +151,7 @@ pub(crate) async fn prune_finished(shared: &Shared, cutoff: u64) -> StoreResult<
         for id in batch {
             let mut call = shared.script(&scripts::DELETE_FINISHED);
             call.arg(&id).arg(cutoff);
-            let removed: i64 = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+            let removed: i64 = shared.write(&call).await?;
             if removed == 1 {
                 deleted += 1;
                 if let Ok(stream) = id.parse::<StreamId>() {
@@ -201,12 +201,13 @@ pub(crate) async fn list(shared: &Shared, after: Option<&StreamId>, limit: usize
         })
         .collect();
     let pattern = format!("{glob}:{{*}}:stream:*");
-    let mut conn = shared.conn();
+    let conn = shared.conn();
+    let anchor = shared.keys.layout();
     let mut cursor: u64 = 0;
     let mut ids = std::collections::BTreeSet::new();
     loop {
         let (next, keys): (u64, Vec<String>) =
-            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query_async(&mut conn).await.map_err(from_redis)?;
+            conn.on_store_node(redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000), &anchor).await.map_err(from_redis)?;
         for key in keys {
             if let Some((_, id)) = key.rsplit_once(":stream:")
                 && let Ok(id) = id.parse::<StreamId>()
@@ -235,13 +236,14 @@ pub(crate) async fn list(shared: &Shared, after: Option<&StreamId>, limit: usize
 /// The server's clock, its persistence settings and, for `doctor`, what they risk.
 pub(crate) async fn status(shared: &Shared) -> StoreResult<durable_mcp_store::StoreStatus> {
     let mut conn = shared.conn();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.map_err(from_redis)?;
+    let anchor = shared.keys.layout();
+    let (secs, micros): (u64, u64) = conn.on_store_node(&redis::cmd("TIME"), &anchor).await.map_err(from_redis)?;
     let server_time_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
     // CONFIG may be renamed or forbidden (managed services): then the setting is unknown.
     let config = |name: &'static str| {
-        let mut conn = shared.conn();
+        let (conn, anchor) = (shared.conn(), anchor.clone());
         async move {
-            let reply: Result<Vec<String>, _> = redis::cmd("CONFIG").arg("GET").arg(name).query_async(&mut conn).await;
+            let reply: Result<Vec<String>, _> = conn.on_store_node(redis::cmd("CONFIG").arg("GET").arg(name), &anchor).await;
             match reply.as_deref() {
                 Ok([_, value]) => Some(value.clone()),
                 _ => None,

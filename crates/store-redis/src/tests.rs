@@ -22,6 +22,9 @@ use private_server::PrivateServer;
 /// The same contract over TLS, against the private server of `scripts/tls-services.sh`.
 mod tls;
 
+/// The same contract on a Redis Cluster, the one of `scripts/redis-cluster.sh`.
+mod cluster;
+
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
@@ -71,17 +74,29 @@ fn cleanup(prefix: &str) {
     cleanup_at(&options);
 }
 
-/// Delete the keys of the prefix of `options` on its server.
+/// Delete the keys of the prefix of `options` on its server (or cluster).
 fn cleanup_at(options: &RedisOptions) {
     let (prefix, options) = (options.prefix.clone(), options.clone());
     let run = move || -> redis::RedisResult<()> {
-        let Ok(client) = crate::client(&options) else { return Ok(()) };
-        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
-        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query(&mut conn)?;
-        for chunk in keys.chunks(500) {
-            redis::cmd("DEL").arg(chunk).exec(&mut conn)?;
+        let keys_and_delete = |conn: &mut dyn redis::ConnectionLike, pattern: String| -> redis::RedisResult<()> {
+            let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(conn)?;
+            for chunk in keys.chunks(500) {
+                redis::cmd("DEL").arg(chunk).exec(conn)?;
+            }
+            Ok(())
+        };
+        match &options.cluster {
+            // Every key of a cluster prefix is in the slot of `{prefix}`.
+            Some(nodes) => {
+                let mut conn = redis::cluster::ClusterClient::new(nodes.clone())?.get_connection()?;
+                keys_and_delete(&mut conn, format!("{{{prefix}}}:*"))
+            }
+            None => {
+                let Ok(client) = crate::client(&options) else { return Ok(()) };
+                let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+                keys_and_delete(&mut conn, format!("{prefix}:*"))
+            }
         }
-        Ok(())
     };
     // A plain thread: the blocking client must not run on a runtime worker.
     let _ = std::thread::spawn(run).join();
@@ -808,13 +823,21 @@ async fn d14_inline_events_trimmed_in_one_batch_leave_exactly_the_last_max() {
 async fn a_prefix_with_earlier_data_stays_on_layout_1_until_moved_on_and_both_layouts_read_and_append() {
     let prefix = fresh_prefix();
     let Some(first) = open_with(&prefix, |_| {}).await else { return };
-    let _guard = Scoped { store: first.clone() };
     let who = Principal::anonymous();
     let record = durable_mcp_store::contract::session(&who);
     first.create_session(record.clone()).await.unwrap();
-    // As an earlier release leaves a prefix: data, no layout key.
+    // As an earlier release leaves a prefix: data, no layout key, and no worker of this
+    // release subscribed (a running one would make it a wiped prefix of this release).
+    drop(first);
+    let marker = layout::marker_channel(&format!("{prefix}:wake"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while raw::<(String, u64)>(redis::cmd("PUBSUB").arg("NUMSUB").arg(&marker)).await.1 > 0 {
+        assert!(Instant::now() < deadline, "the first worker's subscription ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let () = raw(redis::cmd("DEL").arg(format!("{prefix}:layout"))).await;
     let old_worker = open_with(&prefix, |_| {}).await.unwrap();
+    let _guard = Scoped { store: old_worker.clone() };
     let layout: String = raw(redis::cmd("GET").arg(format!("{prefix}:layout"))).await;
     assert_eq!(layout, "1");
     let owner = StreamOwner { principal: who.clone(), session: Some(record.id.clone()) };
@@ -913,6 +936,30 @@ async fn a_prefix_an_earlier_release_listens_on_gets_layout_1() {
     let _store = Scoped { store };
     let layout: String = raw(redis::cmd("GET").arg(format!("{prefix}:layout"))).await;
     assert_eq!(layout, "1");
+}
+
+/// A Redis without persistence restarted (or flushed) under running workers: the prefix is
+/// empty, then written again by them. A new worker gets the current layout (the running
+/// ones are this release, by the marker channel), with no warning of an earlier release's
+/// data; a running worker puts the key back at its next check.
+#[tokio::test]
+async fn a_wiped_prefix_gets_the_current_layout_back() {
+    let prefix = fresh_prefix();
+    let Some(running) = open_with(&prefix, |_| {}).await else { return };
+    let running = Scoped { store: running };
+    cleanup(&prefix);
+    running.create_stream(&StreamId::random(), &anonymous()).await.unwrap();
+    running.put_record(RecordKind::Run, "r", "{}".into(), None, Expect::Absent).await.unwrap();
+    let Some(new) = open_with(&prefix, |_| {}).await else { return };
+    let layout: String = raw(redis::cmd("GET").arg(format!("{prefix}:layout"))).await;
+    assert_eq!(layout, layout::CURRENT.to_string(), "data written since the wipe is this release's");
+    assert!(new.shared.layout.inline_now());
+
+    cleanup(&prefix);
+    running.store.shared.layout.check_at_next_use();
+    running.create_stream(&StreamId::random(), &anonymous()).await.unwrap();
+    let layout: Option<String> = raw(redis::cmd("GET").arg(format!("{prefix}:layout"))).await;
+    assert_eq!(layout.as_deref(), Some("2"), "the running worker put the key back");
 }
 
 /// D3: an inline event missing from the middle of the log (damage outside this crate) is a

@@ -58,10 +58,12 @@ pub(crate) struct Timeouts {
     pub(crate) response: Duration,
 }
 
-/// Start the listener; returns once its first subscription is confirmed (or failed).
-pub(crate) async fn listen(client: redis::Client, channel: String, watchers: Watchers, timeouts: Timeouts) -> Result<Listener, StoreError> {
+/// Start the listener on the first of `clients` that subscribes (a cluster's seed nodes:
+/// `PUBLISH` reaches every node, so any one serves; a lost subscription moves on to the
+/// next); returns once its first subscription is confirmed, or every client failed.
+pub(crate) async fn listen(clients: Vec<redis::Client>, channel: String, watchers: Watchers, timeouts: Timeouts) -> Result<Listener, StoreError> {
     let (ready_tx, ready_rx) = oneshot::channel();
-    let listener = Listener(tokio::spawn(run(client, channel, watchers, timeouts, ready_tx)));
+    let listener = Listener(tokio::spawn(run(clients, channel, watchers, timeouts, ready_tx)));
     match ready_rx.await {
         Ok(Ok(())) => Ok(listener),
         Ok(Err(error)) => Err(error),
@@ -72,7 +74,9 @@ pub(crate) async fn listen(client: redis::Client, channel: String, watchers: Wat
 async fn subscribe(client: &redis::Client, channel: &str, timeout: Duration) -> Result<redis::aio::PubSub, StoreError> {
     let connect = async {
         let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe(channel).await?;
+        // The marker channel says "a worker of this release" to the layout check
+        // (`layout::marker_channel`); one SUBSCRIBE for both, one round trip.
+        pubsub.subscribe(&[channel.to_owned(), crate::layout::marker_channel(channel)]).await?;
         Ok::<_, redis::RedisError>(pubsub)
     };
     match tokio::time::timeout(timeout, connect).await {
@@ -81,11 +85,20 @@ async fn subscribe(client: &redis::Client, channel: &str, timeout: Duration) -> 
     }
 }
 
-async fn run(client: redis::Client, channel: String, watchers: Watchers, timeouts: Timeouts, ready: oneshot::Sender<Result<(), StoreError>>) {
+async fn run(clients: Vec<redis::Client>, channel: String, watchers: Watchers, timeouts: Timeouts, ready: oneshot::Sender<Result<(), StoreError>>) {
     let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(100);
+    // Which client subscribes next, and how many failed in a row.
+    let (mut next, mut failed) = (0, 0);
     loop {
-        match subscribe(&client, &channel, timeouts.connect).await {
+        let Some(client) = clients.get(next % clients.len().max(1)) else {
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(Err(StoreError::Incompatible("no redis node to subscribe to".into())));
+            }
+            return;
+        };
+        next += 1;
+        match subscribe(client, &channel, timeouts.connect).await {
             Ok(pubsub) => {
                 match ready.take() {
                     Some(ready) => {
@@ -94,6 +107,7 @@ async fn run(client: redis::Client, channel: String, watchers: Watchers, timeout
                     None => tracing::info!(%channel, "redis wake-up subscription restored"),
                 }
                 backoff = Duration::from_millis(100);
+                failed = 0;
                 // Anything published while we were not subscribed is lost: re-read everywhere.
                 watchers.wake_all();
                 let reason = receive(pubsub, &watchers, timeouts.response).await;
@@ -101,6 +115,12 @@ async fn run(client: redis::Client, channel: String, watchers: Watchers, timeout
                 watchers.wake_all();
             }
             Err(error) => {
+                failed += 1;
+                if failed < clients.len() {
+                    // Another node may answer: try it at once.
+                    continue;
+                }
+                failed = 0;
                 if let Some(ready) = ready.take() {
                     let _ = ready.send(Err(error));
                     return;

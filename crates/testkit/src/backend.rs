@@ -11,6 +11,8 @@ pub enum Backend {
     Postgres,
     /// `REDIS_URL`
     Redis,
+    /// `REDIS_CLUSTER_URL` (`redis+cluster://...`, from `scripts/redis-cluster.sh`; no default)
+    RedisCluster,
 }
 
 impl Backend {
@@ -18,6 +20,7 @@ impl Backend {
         match self {
             Backend::Postgres => std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
             Backend::Redis => std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+            Backend::RedisCluster => std::env::var("REDIS_CLUSTER_URL").unwrap_or_else(|_| "redis+cluster://127.0.0.1:7000".into()),
         }
     }
 
@@ -25,10 +28,12 @@ impl Backend {
         let base = self.base();
         let rest = base.split_once("://").unwrap().1;
         let authority = rest.split(['/', '?']).next().unwrap();
-        let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        // A cluster's first seed node.
+        let host_port = hosts.split(',').next().unwrap();
         let default = match self {
             Backend::Postgres => 5432,
-            Backend::Redis => 6379,
+            Backend::Redis | Backend::RedisCluster => 6379,
         };
         let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:{default}") };
         host_port.to_socket_addrs().unwrap().next().unwrap()
@@ -59,7 +64,7 @@ impl Backend {
         let sep = if base.contains('?') { '&' } else { '?' };
         match self {
             Backend::Postgres => format!("{base}{sep}schema=dmcp_{tag}"),
-            Backend::Redis => format!("{base}{sep}prefix=dmcp-{tag}"),
+            Backend::Redis | Backend::RedisCluster => format!("{base}{sep}prefix=dmcp-{tag}"),
         }
     }
 }
