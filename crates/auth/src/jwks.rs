@@ -152,7 +152,9 @@ impl KeySet {
         let mut headers = HeaderMap::new();
         headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json"));
         let body = self.fetcher.send(Method::GET, &self.uri, headers, Bytes::new(), self.timeout).await?;
-        let set: JwkSet = serde_json::from_slice(&body).map_err(|e| FetchError::Io { url: self.uri.to_string(), source: e.into() })?;
+        let set: JwkSet = serde_json::from_slice(&body).map_err(|e| {
+            FetchError::Outbound(durable_mcp_outbound::OutboundError::Io { url: self.uri.to_string(), reason: format!("the JWKS is not JSON: {e}") })
+        })?;
         // Keys for other uses (encryption), of unsupported types or that do not decode are
         // left out.
         let keys: Vec<Arc<Key>> = set

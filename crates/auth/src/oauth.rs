@@ -52,6 +52,16 @@ pub struct OAuthConfig {
     /// More trust anchors (PEM certificates) for https:// endpoints, besides the built-in
     /// Mozilla roots: for an authorization server with a private CA.
     pub tls_roots_pem: Option<String>,
+    /// Accept `http://` JWKS and introspection URLs of hosts other than this machine
+    /// (default `false`: refused at start, since keys and answers fetched in the clear can
+    /// be forged on the path). Loopback `http://` URLs are always accepted.
+    pub allow_insecure_http: bool,
+    /// Refuse JWT access tokens whose header `typ` is not `at+jwt` (RFC 9068, section 4),
+    /// so that an ID token or another JWT the issuer signs cannot pass as an access token.
+    /// Default `false`: many authorization servers sign access tokens with `typ: JWT` (or
+    /// none); turn it on when yours follows RFC 9068. The `aud` check (this resource) holds
+    /// either way.
+    pub require_at_jwt: bool,
 }
 
 impl OAuthConfig {
@@ -71,6 +81,8 @@ impl OAuthConfig {
             jwks_max_age: Duration::from_secs(600),
             fetch_timeout: Duration::from_secs(5),
             tls_roots_pem: None,
+            allow_insecure_http: false,
+            require_at_jwt: false,
         }
     }
 }
@@ -147,11 +159,17 @@ impl OAuth {
         }
         let fetcher = Fetcher::new(config.tls_roots_pem.as_deref())?;
         let keys = match &config.jwks_url {
-            Some(url) => Some(KeySet::new(fetcher.clone(), fetcher.check_url(url)?, config.jwks_refetch_interval, config.jwks_max_age, config.fetch_timeout)),
+            Some(url) => Some(KeySet::new(
+                fetcher.clone(),
+                fetcher.check_url(url, config.allow_insecure_http)?,
+                config.jwks_refetch_interval,
+                config.jwks_max_age,
+                config.fetch_timeout,
+            )),
             None => None,
         };
         let introspection = match &config.introspection {
-            Some(intro) => Some((fetcher.check_url(&intro.url)?, intro.clone())),
+            Some(intro) => Some((fetcher.check_url(&intro.url, config.allow_insecure_http)?, intro.clone())),
             None => None,
         };
         if keys.is_none() && introspection.is_none() {
@@ -189,6 +207,9 @@ impl OAuth {
         let header = decode_header(token).map_err(|e| AuthError::InvalidToken(format!("malformed token header: {e}")))?;
         if !ACCEPTED_ALGORITHMS.contains(&header.alg) {
             return Err(AuthError::InvalidToken(format!("algorithm {:?} is not accepted", header.alg)));
+        }
+        if self.config.require_at_jwt && !header.typ.as_deref().is_some_and(is_at_jwt) {
+            return Err(AuthError::InvalidToken("the token's typ is not at+jwt (RFC 9068)".into()));
         }
         let key = keys.key_for(header.kid.as_deref(), header.alg).await?;
         let mut validation = Validation::new(header.alg);
@@ -232,9 +253,18 @@ impl OAuth {
             self.introspection_failures.fetch_add(1, Ordering::Relaxed);
             AuthError::Unavailable(error)
         };
-        let answer =
-            self.fetcher.send(Method::POST, uri, headers, body, self.config.fetch_timeout).await.map_err(|e| failed(format!("introspection failed: {e}")))?;
-        let claims: Map<String, Value> = serde_json::from_slice(&answer).map_err(|e| failed(format!("introspection answered no JSON object: {e}")))?;
+        let claims = match self.fetcher.send(Method::POST, uri, headers, body, self.config.fetch_timeout).await {
+            Ok(answer) => serde_json::from_slice::<Map<String, Value>>(&answer).map_err(|e| failed(format!("introspection answered no JSON object: {e}")))?,
+            // Some authorization servers answer a token they do not know the type of (any
+            // JWT-shaped string, for oidc-provider) with an error instead of `active:
+            // false`: that token is not valid here, and the server is up.
+            Err(crate::fetch::FetchError::Status { status: http::StatusCode::BAD_REQUEST, body, .. }) if refuses_the_token(&body) => {
+                let mut inactive = Map::new();
+                inactive.insert("active".into(), Value::Bool(false));
+                inactive
+            }
+            Err(error) => return Err(failed(format!("introspection failed: {error}"))),
+        };
         // A refusal is cached briefly; an unreachable server (above) is not cached at all.
         let (answer, ttl) = match self.check_introspected(claims) {
             Ok((auth, ttl)) => (Ok(auth), ttl),
@@ -292,6 +322,20 @@ impl OAuth {
             Authenticated { principal: oauth_principal(&self.config.issuer, &subject), scopes: scopes_of(&claims), claims, method: AuthMethod::Introspection };
         Ok((auth, ttl))
     }
+}
+
+/// Whether a JWT header's `typ` says an access token (RFC 9068: `at+jwt`, or its media
+/// type `application/at+jwt`, compared without case).
+fn is_at_jwt(typ: &str) -> bool {
+    let typ = typ.to_ascii_lowercase();
+    typ == "at+jwt" || typ == "application/at+jwt"
+}
+
+/// Whether an introspection endpoint's 400 answer refuses the token itself (OAuth error
+/// `unsupported_token_type` or `invalid_token`) rather than our request.
+fn refuses_the_token(body: &[u8]) -> bool {
+    let error = serde_json::from_slice::<Map<String, Value>>(body).ok().and_then(|answer| answer.get("error").and_then(Value::as_str).map(str::to_owned));
+    matches!(error.as_deref(), Some("unsupported_token_type" | "invalid_token"))
 }
 
 /// The principal of an OAuth subject: issuer and subject (a subject is unique per issuer).

@@ -34,7 +34,8 @@ struct Seen {
 
 type Answer = Arc<dyn Fn(&str) -> Value + Send + Sync>;
 
-/// Serve one HTTP/1.1 exchange on `stream`: read the request (head and body), answer JSON.
+/// Serve one HTTP/1.1 exchange on `stream`: read the request (head and body), answer JSON
+/// (an answer with an `error` member as a 400, as OAuth endpoints send their errors).
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, seen: &Seen, answer: &Answer) {
     let mut request = Vec::new();
     let mut buf = [0u8; 4096];
@@ -58,8 +59,10 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, seen: &Seen,
     let text = String::from_utf8_lossy(&request).into_owned();
     seen.requests.fetch_add(1, Ordering::SeqCst);
     *seen.last.lock().unwrap() = text.clone();
-    let body = answer(&text).to_string();
-    let response = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+    let answer = answer(&text);
+    let status = if answer.get("error").is_some() { "400 Bad Request" } else { "200 OK" };
+    let body = answer.to_string();
+    let response = format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
@@ -191,4 +194,63 @@ async fn opaque_tokens_are_introspected_and_cached_until_they_expire() {
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     assert_eq!(oauth.verify("opaque-good").await, Err(AuthError::Expired), "expired: asked again, refused");
     assert_eq!(seen.requests.load(Ordering::SeqCst), 4, "the cache ended with the token");
+}
+
+/// oidc-provider answers the introspection of a token it cannot read (any JWT-shaped
+/// string) with 400 `unsupported_token_type`: an invalid token (401), not an outage (503),
+/// and cached like any refusal. Another 400 is an outage.
+#[tokio::test]
+async fn an_introspection_refusing_the_token_type_means_an_invalid_token() {
+    let answer: Answer = Arc::new(|request: &str| {
+        if request.contains("token=bad-request") {
+            json!({"error": "invalid_request"})
+        } else {
+            json!({"error": "unsupported_token_type", "error_description": "unsupported token type"})
+        }
+    });
+    let (base, seen) = endpoint(false, answer).await;
+    let mut config = OAuthConfig::new(ISSUER, RESOURCE, "http://127.0.0.1:9/unused");
+    config.jwks_url = None;
+    config.introspection = Some(IntrospectionConfig { url: format!("{base}/introspect"), client_id: None, client_secret: None });
+    let oauth = OAuth::new(config).unwrap();
+    let jwt_shaped = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln";
+    assert!(matches!(oauth.verify(jwt_shaped).await, Err(AuthError::InvalidToken(_))));
+    assert!(matches!(oauth.verify(jwt_shaped).await, Err(AuthError::InvalidToken(_))));
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 1, "the refusal is cached");
+    assert_eq!(oauth.take_fetch_failures(), FetchFailures::default(), "not a failure of the authorization server");
+    assert!(matches!(oauth.verify("bad-request").await, Err(AuthError::Unavailable(_))), "a 400 about the request itself");
+    assert_eq!(oauth.take_fetch_failures(), FetchFailures { jwks: 0, introspection: 1 });
+}
+
+/// RFC 9068: with `require_at_jwt`, a JWT whose `typ` is not `at+jwt` is refused, one
+/// whose `typ` is `at+jwt` (or `application/at+jwt`) passes; without it both pass.
+#[tokio::test]
+async fn at_jwt_typ_is_required_when_asked() {
+    let (base, _seen) = endpoint(false, jwks()).await;
+    let signed = |typ: &str| {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some("ed-1".into());
+        header.typ = Some(typ.into());
+        let claims = json!({"iss": ISSUER, "aud": RESOURCE, "sub": "alice", "exp": now() + 600});
+        jsonwebtoken::encode(&header, &claims, &EncodingKey::from_ed_pem(fixture("ed.pem").as_bytes()).unwrap()).unwrap()
+    };
+    let mut config = OAuthConfig::new(ISSUER, RESOURCE, format!("{base}/jwks"));
+    let lenient = OAuth::new(config.clone()).unwrap();
+    assert!(lenient.verify(&signed("JWT")).await.is_ok());
+    config.require_at_jwt = true;
+    let strict = OAuth::new(config).unwrap();
+    assert!(matches!(strict.verify(&signed("JWT")).await, Err(AuthError::InvalidToken(_))), "an ID-token-like typ");
+    assert!(strict.verify(&signed("at+jwt")).await.is_ok());
+    assert!(strict.verify(&signed("application/AT+JWT")).await.is_ok());
+}
+
+/// Keys and token answers fetched in the clear can be forged on the path: a plain-HTTP
+/// endpoint of another host is refused at start unless explicitly allowed.
+#[test]
+fn plain_http_endpoints_elsewhere_are_refused_unless_allowed() {
+    let mut config = OAuthConfig::new(ISSUER, RESOURCE, "http://auth.test/jwks");
+    let refused = OAuth::new(config.clone()).unwrap_err().to_string();
+    assert!(refused.contains("--auth-allow-insecure-http"), "{refused}");
+    config.allow_insecure_http = true;
+    assert!(OAuth::new(config).is_ok());
 }

@@ -43,6 +43,15 @@ pub struct AuthArgs {
     /// endpoints (a private CA), besides the built-in Mozilla roots.
     #[arg(long, value_name = "FILE", requires = "auth_issuer")]
     pub auth_tls_roots: Option<PathBuf>,
+    /// OAuth: accept http:// JWKS and introspection URLs of hosts other than this machine
+    /// (a trusted network). Without it they are refused at start: what is fetched in the
+    /// clear can be forged on the path.
+    #[arg(long, requires = "auth_issuer")]
+    pub auth_allow_insecure_http: bool,
+    /// OAuth: refuse JWT access tokens whose `typ` is not `at+jwt` (RFC 9068), for an
+    /// authorization server that marks its access tokens so.
+    #[arg(long, requires = "auth_issuer")]
+    pub auth_require_at_jwt: bool,
     /// API keys: a file with one key a line, `<id> <key or sha256:HEX> [scope,...]`.
     #[arg(long, value_name = "FILE", env = "DURABLE_MCP_API_KEYS_FILE", conflicts_with = "auth_issuer")]
     pub auth_api_keys: Option<PathBuf>,
@@ -73,6 +82,8 @@ impl AuthArgs {
             config.scopes_supported = self.auth_scopes_supported;
             config.introspection =
                 self.auth_introspection_url.map(|url| IntrospectionConfig { url, client_id: self.auth_client_id, client_secret: self.auth_client_secret });
+            config.allow_insecure_http = self.auth_allow_insecure_http;
+            config.require_at_jwt = self.auth_require_at_jwt;
             if let Some(path) = &self.auth_tls_roots {
                 config.tls_roots_pem = Some(std::fs::read_to_string(path).with_context(|| format!("--auth-tls-roots {}", path.display()))?);
             }

@@ -67,11 +67,16 @@ pub(crate) struct ProxyArgs {
     /// How long an upstream process has to answer `initialize`, in seconds.
     #[arg(long, default_value_t = 30)]
     pub(crate) init_timeout_secs: u64,
-    /// A Streamable HTTP upstream (`http://host:port/path`) instead of a command: a server
-    /// speaking 2025-03-26 .. 2025-11-25, each client session mapped to an upstream session
-    /// of its own (ended after --idle-stop-secs idle).
+    /// A Streamable HTTP upstream (`http[s]://host:port/path`) instead of a command: a
+    /// server speaking 2025-03-26 .. 2025-11-25, each client session mapped to an upstream
+    /// session of its own (ended after --idle-stop-secs idle). `HTTPS_PROXY`, `HTTP_PROXY`
+    /// and `NO_PROXY` apply.
     #[arg(long, value_name = "URL", conflicts_with_all = ["command", "max_children", "pool_size"])]
     pub(crate) upstream: Option<String>,
+    /// A PEM file of more trust anchors for an `https://` upstream (a private CA), besides
+    /// the built-in Mozilla roots.
+    #[arg(long, value_name = "FILE", requires = "upstream")]
+    pub(crate) upstream_tls_roots: Option<std::path::PathBuf>,
     /// The upstream: a program speaking MCP on stdin/stdout, and its arguments (after `--`).
     #[arg(last = true, required_unless_present = "upstream", num_args = 1.., value_name = "COMMAND")]
     pub(crate) command: Vec<String>,
@@ -261,6 +266,10 @@ pub(crate) async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
             retryable_tools: args.retryable_tools,
             init_timeout: Duration::from_secs(args.init_timeout_secs.max(1)),
             request_timeout: (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs)),
+            tls_roots_pem: match &args.upstream_tls_roots {
+                Some(path) => Some(std::fs::read_to_string(path).with_context(|| format!("--upstream-tls-roots {}", path.display()))?),
+                None => None,
+            },
             ..durable_mcp_proxy::HttpProxyConfig::new(url.clone())
         };
         let upstream = durable_mcp_proxy::HttpProxy::start(config).await.with_context(|| format!("starting the upstream {url}"))?;

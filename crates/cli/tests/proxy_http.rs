@@ -25,10 +25,15 @@ fn start_http_proxy(upstream: SocketAddr, store: &str, port: u16) -> Server {
 
 /// [`start_http_proxy`] with `extra` flags.
 fn start_http_proxy_with(upstream: SocketAddr, store: &str, port: u16, extra: &[&str]) -> Server {
+    start_proxy_to(&format!("http://{upstream}/mcp"), store, port, extra)
+}
+
+/// `durable-mcp proxy --upstream URL` on `port`, with `extra` flags.
+fn start_proxy_to(url: &str, store: &str, port: u16, extra: &[&str]) -> Server {
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
     command
-        .args(["proxy", "--listen", &addr.to_string(), "--store", store, "--upstream", &format!("http://{upstream}/mcp")])
+        .args(["proxy", "--listen", &addr.to_string(), "--store", store, "--upstream", url])
         .args(extra)
         .env("RUST_LOG", std::env::var("DMCP_TEST_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::null())
@@ -126,6 +131,29 @@ fn http_upstream_restarted_mid_session_is_initialized_again_and_the_session_goes
     assert_eq!(count(&a, 4), "2");
     let got = modern(addr, 5, "tools/call", json!({"name": "test_simple_text", "arguments": {}}), false);
     assert_eq!(first_text(&got), "This is a simple text response for testing.", "{got}");
+}
+
+/// An `https://` upstream with a private CA (`durable-mcp serve` behind a TLS front): the
+/// proxy reaches it given the CA (`--upstream-tls-roots`); without it, it refuses to start,
+/// naming the certificate.
+#[test]
+fn https_upstream_with_a_private_ca() {
+    let upstream = Server::start("memory:", free_port(), &[]);
+    let tls = tls::relay(upstream.addr);
+    let url = format!("https://localhost:{}/mcp", tls.port());
+    let refused = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
+        .args(["proxy", "--listen", &format!("127.0.0.1:{}", free_port()), "--store", "memory:", "--upstream", &url])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("certificate"), "an unknown CA is refused at start: {stderr}");
+
+    let ca = tls::ca_file();
+    let proxy = start_proxy_to(&url, "memory:", free_port(), &["--upstream-tls-roots", ca.to_str().unwrap()]);
+    let session = initialize(proxy.addr);
+    let (_, outcome) = answered(post(proxy.addr, Some(&session), &call(1, "test_simple_text", json!({}))), 1);
+    assert_eq!(first_text(&outcome), "This is a simple text response for testing.");
 }
 
 /// D7 through an HTTP upstream: the proxy is SIGKILLed during server-everything's

@@ -387,3 +387,29 @@ fn nothing_is_exported_when_traces_are_off() {
     terminate(&mut on);
     assert!(receiver.spans().iter().any(|s| s.trace() == TRACE), "the control exports at shutdown: {:#?}", receiver.spans());
 }
+
+/// An `https://` collector with a private CA: spans reach it when its CA is given
+/// (`OTEL_EXPORTER_OTLP_CERTIFICATE`); without it nothing does (the certificate is refused,
+/// the requests are still served).
+#[test]
+fn an_https_collector_with_a_private_ca_gets_the_spans() {
+    let receiver = Receiver::start();
+    let tls = tls::relay(receiver.addr);
+    let endpoint = format!("https://localhost:{}/v1/traces", tls.port());
+    let dir = temp_dir("traces-https");
+    let store = format!("sqlite:{}", dir.join("https.db").display());
+    let ca = tls::ca_file();
+
+    let mut untrusting = start(&store, free_port(), &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint)], &[]);
+    let session = initialize(untrusting.addr);
+    assert_eq!(post_with(untrusting.addr, &session, &[], &call(3, "test_simple_text", json!({}))).status, 200);
+    terminate(&mut untrusting);
+    assert_eq!(*receiver.requests.lock().unwrap(), 0, "an unknown CA is refused: {:#?}", receiver.spans());
+
+    let server =
+        start(&store, free_port(), &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint), ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.to_str().unwrap())], &[]);
+    let session = initialize(server.addr);
+    let body = call(4, "test_simple_text", json!({"traceparent": format!("00-{TRACE}-{PARENT}-01")}));
+    assert_eq!(post_with(server.addr, &session, &[], &body).status, 200);
+    receiver.wait_for("the span of call 4 over https", |s| s.attr("jsonrpc.request.id").as_deref() == Some("4"));
+}

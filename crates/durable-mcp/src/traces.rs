@@ -8,7 +8,10 @@
 //! `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_SERVICE_NAME` (default `durable-mcp`),
 //! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`, the
 //! batch processor's `OTEL_BSP_*`; `OTEL_SDK_DISABLED=true` turns traces off whatever
-//! asks for them ([`wanted`]).
+//! asks for them ([`wanted`]). An `https://` collector is verified against the Mozilla
+//! roots and the PEM file of `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` (else
+//! `OTEL_EXPORTER_OTLP_CERTIFICATE`), if set; `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` apply
+//! (the project's outbound client).
 //!
 //! The spans follow the OpenTelemetry MCP semantic conventions; the project's
 //! `docs/tracing.md` lists every span, attribute and link. Off unless installed: without
@@ -18,8 +21,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::rt::TokioIo;
+use durable_mcp_outbound::Outbound;
+use http_body_util::Full;
 use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::WithHttpConfig as _;
 use opentelemetry_sdk::Resource;
@@ -41,8 +44,8 @@ pub enum TracesError {
     /// The OTLP exporter refused its configuration (an invalid endpoint, say).
     #[error("could not build the OTLP exporter: {0}")]
     Exporter(#[source] opentelemetry_otlp::ExporterBuildError),
-    /// A setting this build does not serve: an `https://` endpoint, or a protocol other
-    /// than `http/protobuf`.
+    /// A setting this build does not serve: a protocol other than `http/protobuf`, or a
+    /// collector's CA file that cannot be read.
     #[error("unsupported trace export setting: {0}")]
     Unsupported(String),
     /// Called outside a Tokio runtime (the exporter's HTTP client runs on it).
@@ -87,8 +90,8 @@ pub fn wanted(flag: bool) -> bool {
 /// ([`enable`]): engines created from then on trace their requests and store calls.
 ///
 /// # Errors
-/// [`TracesError::Unsupported`] for an `https://` endpoint or a protocol other than
-/// `http/protobuf`, [`TracesError::Exporter`] for another invalid setting,
+/// [`TracesError::Unsupported`] for a protocol other than `http/protobuf` or an unusable
+/// certificate file, [`TracesError::Exporter`] for another invalid setting,
 /// [`TracesError::NoRuntime`] outside a Tokio runtime.
 pub fn install() -> Result<TracesGuard, TracesError> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| TracesError::NoRuntime)?;
@@ -98,17 +101,20 @@ pub fn install() -> Result<TracesGuard, TracesError> {
     {
         return Err(TracesError::Unsupported(format!("OTLP protocol {protocol} (this build sends http/protobuf)")));
     }
-    if let Some(endpoint) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"))
-        && !endpoint.trim().to_ascii_lowercase().starts_with("http://")
-    {
-        return Err(TracesError::Unsupported(format!("endpoint {endpoint}: this build sends to http:// endpoints (a collector on the host or its network)")));
-    }
+    let roots = match var("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE").or_else(|| var("OTEL_EXPORTER_OTLP_CERTIFICATE")) {
+        Some(path) => Some(std::fs::read_to_string(path.trim()).map_err(|e| TracesError::Unsupported(format!("the collector's CA file {path}: {e}")))?),
+        None => None,
+    };
+    let outbound = Outbound::new(roots.as_deref()).map_err(|e| TracesError::Unsupported(format!("the collector's CA: {e}")))?;
     let timeout = var("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
         .or_else(|| var("OTEL_EXPORTER_OTLP_TIMEOUT"))
         .and_then(|ms| ms.trim().parse::<u64>().ok())
         .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
-    let exporter =
-        opentelemetry_otlp::SpanExporter::builder().with_http().with_http_client(Client { runtime, timeout }).build().map_err(TracesError::Exporter)?;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(Client { runtime, timeout, outbound })
+        .build()
+        .map_err(TracesError::Exporter)?;
     let mut resource = Resource::builder();
     let named = var("OTEL_SERVICE_NAME").is_some() || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
     if !named {
@@ -120,50 +126,25 @@ pub fn install() -> Result<TracesGuard, TracesError> {
     Ok(TracesGuard { provider })
 }
 
-/// The exporter's HTTP/1.1 client: one connection per export (a batch every few seconds),
-/// run on the process's Tokio runtime (the SDK's batch processor exports from a thread of
-/// its own), a deadline on the whole exchange, the answer's body capped.
+/// The exporter's HTTP client: the project's pooled outbound client (HTTP or HTTPS, proxies
+/// from the environment), run on the process's Tokio runtime (the SDK's batch processor
+/// exports from a thread of its own), a deadline on the whole exchange, the answer's body
+/// capped.
 #[derive(Debug)]
 struct Client {
     runtime: tokio::runtime::Handle,
     timeout: Duration,
+    outbound: Outbound,
 }
 
 #[async_trait]
 impl HttpClient for Client {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        let timeout = self.timeout;
+        let (timeout, outbound) = (self.timeout, self.outbound.clone());
         let exchange = self.runtime.spawn(async move {
-            match tokio::time::timeout(timeout, send(request)).await {
-                Ok(result) => result,
-                Err(_) => Err(HttpError::from(format!("the OTLP export timed out after {timeout:?}"))),
-            }
+            let (parts, body) = request.into_parts();
+            outbound.send(Request::from_parts(parts, Full::new(body)), timeout, MAX_RESPONSE).await.map_err(HttpError::from)
         });
         exchange.await.map_err(|e| HttpError::from(format!("the OTLP export was stopped: {e}")))?
     }
-}
-
-async fn send(request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-    let (mut parts, body) = request.into_parts();
-    let uri = parts.uri.clone();
-    if uri.scheme_str() != Some("http") {
-        return Err(format!("cannot send to {uri}: only http:// endpoints").into());
-    }
-    let host = uri.host().ok_or_else(|| format!("no host in {uri}"))?;
-    let port = uri.port_u16().unwrap_or(80);
-    let stream = tokio::net::TcpStream::connect((host.trim_start_matches('[').trim_end_matches(']'), port)).await?;
-    stream.set_nodelay(true)?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    let connection = tokio::spawn(connection);
-    let authority = uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_else(|| host.to_owned());
-    parts.headers.insert(http::header::HOST, http::HeaderValue::from_str(&authority)?);
-    // HTTP/1.1 requests name their target in origin form.
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    parts.uri = path.parse()?;
-    let response = sender.send_request(http::Request::from_parts(parts, Full::new(body))).await?;
-    let (parts, body) = response.into_parts();
-    let body = Limited::new(body, MAX_RESPONSE).collect().await?.to_bytes();
-    drop(sender);
-    connection.abort();
-    Ok(Response::from_parts(parts, body))
 }

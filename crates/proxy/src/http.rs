@@ -1,15 +1,15 @@
 //! The HTTP side of a Streamable HTTP upstream: one POST (or a GET resuming a stream) per
-//! exchange over plain HTTP/1.1, and its answer read as JSON or incrementally as SSE.
+//! exchange, over the project's pooled outbound client (HTTP or HTTPS, proxies from the
+//! environment), and its answer read as JSON or incrementally as SSE.
 
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use durable_mcp_outbound::{Outbound, OutboundError};
 use http::{Method, Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use tokio::net::TcpStream;
 
 use crate::ProxyError;
 
@@ -55,21 +55,20 @@ impl From<HttpError> for ProxyError {
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
     uri: Uri,
-    host: String,
-    port: u16,
+    client: Outbound,
 }
 
 impl Endpoint {
-    /// `url` (`http://host:port/path`): only plain HTTP.
-    pub(crate) fn parse(url: &str) -> Result<Self, ProxyError> {
-        let unsupported = || ProxyError::Protocol(format!("unsupported upstream URL {url:?}: only http://host[:port]/path"));
+    /// `url` (`http[s]://host[:port]/path`); an `https://` one is verified against the
+    /// Mozilla roots and the PEM certificates of `extra_roots_pem` (a private CA).
+    pub(crate) fn parse(url: &str, extra_roots_pem: Option<&str>) -> Result<Self, ProxyError> {
+        let unsupported = || ProxyError::Protocol(format!("unsupported upstream URL {url:?}: only http[s]://host[:port]/path"));
         let uri: Uri = url.parse().map_err(|_| unsupported())?;
-        if uri.scheme_str() != Some("http") {
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             return Err(unsupported());
         }
-        let host = uri.host().ok_or_else(unsupported)?.trim_start_matches('[').trim_end_matches(']').to_owned();
-        let port = uri.port_u16().unwrap_or(80);
-        Ok(Self { uri, host, port })
+        let client = Outbound::new(extra_roots_pem).map_err(|e| ProxyError::Protocol(format!("the upstream's CA: {e}")))?;
+        Ok(Self { uri, client })
     }
 
     /// POST one JSON-RPC message, in session `session` (speaking `version`) if given.
@@ -101,20 +100,7 @@ impl Endpoint {
     ) -> Result<Reply, HttpError> {
         let io = |e: &dyn std::fmt::Display| HttpError::Io(format!("{} {method}: {e}", self.uri));
         let connect = async {
-            let unreachable = |e: &dyn std::fmt::Display| HttpError::Connect(format!("cannot connect to {}: {e}", self.uri));
-            let tcp = TcpStream::connect((self.host.as_str(), self.port)).await.map_err(|e| unreachable(&e))?;
-            let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|e| unreachable(&e))?;
-            tokio::spawn(async move {
-                if let Err(error) = connection.await {
-                    tracing::debug!(%error, "upstream connection ended");
-                }
-            });
-            let path = self.uri.path_and_query().map_or("/", |p| p.as_str());
-            let mut request = Request::builder()
-                .method(method.clone())
-                .uri(path)
-                .header(header::HOST, self.uri.authority().map_or(self.host.as_str(), |a| a.as_str()))
-                .header(header::ACCEPT, "application/json, text/event-stream");
+            let mut request = Request::builder().method(method.clone()).uri(self.uri.clone()).header(header::ACCEPT, "application/json, text/event-stream");
             if method == Method::POST {
                 request = request.header(header::CONTENT_TYPE, "application/json");
             }
@@ -128,7 +114,11 @@ impl Endpoint {
                 request = request.header("last-event-id", id);
             }
             let request = request.body(Full::new(body)).map_err(|e| io(&e))?;
-            sender.send_request(request).await.map_err(|e| io(&e))
+            self.client.request(request).await.map_err(|error| match error {
+                // Nothing was sent: the request may go again as it is.
+                OutboundError::Connect { .. } => HttpError::Connect(error.to_string()),
+                other => io(&other),
+            })
         };
         // The deadline bounds getting the response's head; a stream is read as long as it lasts.
         let response =
@@ -277,11 +267,12 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_urls_with_a_host_are_upstreams() {
-        let endpoint = Endpoint::parse("http://127.0.0.1:8080/mcp").unwrap();
-        assert_eq!((endpoint.host.as_str(), endpoint.port), ("127.0.0.1", 8080));
-        assert_eq!(Endpoint::parse("http://localhost/mcp").unwrap().port, 80);
-        assert!(Endpoint::parse("https://example.invalid/mcp").is_err());
-        assert!(Endpoint::parse("not a url").is_err());
+    fn only_http_and_https_urls_with_a_host_are_upstreams() {
+        let endpoint = Endpoint::parse("http://127.0.0.1:8080/mcp", None).unwrap();
+        assert_eq!(endpoint.uri.to_string(), "http://127.0.0.1:8080/mcp");
+        assert!(Endpoint::parse("https://example.invalid/mcp", None).is_ok());
+        assert!(Endpoint::parse("ftp://example.invalid/mcp", None).is_err());
+        assert!(Endpoint::parse("not a url", None).is_err());
+        assert!(Endpoint::parse("https://example.invalid/mcp", Some("not a pem")).is_err());
     }
 }

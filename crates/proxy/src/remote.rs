@@ -41,8 +41,11 @@ use crate::{ProxyError, Resending, unavailable};
 /// How `durable-mcp proxy --upstream URL` speaks to its upstream.
 #[derive(Debug, Clone)]
 pub struct HttpProxyConfig {
-    /// The upstream's Streamable HTTP endpoint (`http://host:port/path`).
+    /// The upstream's Streamable HTTP endpoint (`http[s]://host:port/path`).
     pub url: String,
+    /// More trust anchors (PEM certificates) for an `https://` upstream, besides the
+    /// built-in Mozilla roots: an upstream with a private CA.
+    pub tls_roots_pem: Option<String>,
     /// End an upstream session that served no request for this long (default 5 minutes).
     pub idle_stop: Duration,
     /// Tools sent again after an interruption although their annotations do not say it is
@@ -61,6 +64,7 @@ impl HttpProxyConfig {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            tls_roots_pem: None,
             idle_stop: Duration::from_secs(300),
             retryable_tools: Vec::new(),
             init_timeout: Duration::from_secs(30),
@@ -134,7 +138,7 @@ impl HttpProxy {
     /// Initialize a session with the upstream (its capabilities and tool annotations become
     /// the proxy's), so that an upstream that cannot be reached fails here.
     pub async fn start(config: HttpProxyConfig) -> Result<HttpProxy, ProxyError> {
-        let endpoint = Endpoint::parse(&config.url)?;
+        let endpoint = Endpoint::parse(&config.url, config.tls_roots_pem.as_deref())?;
         let mut remote = Remote { endpoint, config, info: Value::Null, tools: RwLock::default(), slots: Mutex::default(), next_id: AtomicU64::new(1) };
         let (link, info) = remote.initialize(None).await?;
         if !info.is_object() {

@@ -5,6 +5,7 @@
 pub mod nginx;
 pub mod proxy;
 pub mod scrape;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
