@@ -15,7 +15,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -72,17 +71,6 @@ impl Cluster {
         }
         self.a.addr
     }
-}
-
-fn ledger_lines(path: &Path) -> Vec<(u32, String)> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|line| {
-            let (index, key) = line.split_once(' ').unwrap();
-            (index.parse().unwrap(), key.to_owned())
-        })
-        .collect()
 }
 
 fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {

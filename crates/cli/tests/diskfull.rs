@@ -63,17 +63,6 @@ fn ready(addr: std::net::SocketAddr) -> (u16, Value) {
     (status, response.json())
 }
 
-fn ledger_lines(path: &Path) -> Vec<(u32, String)> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|line| {
-            let (index, key) = line.split_once(' ').unwrap();
-            (index.parse().unwrap(), key.to_owned())
-        })
-        .collect()
-}
-
 #[test]
 fn a_full_disk_leaves_runs_to_recovery_and_readyz_not_ready() {
     let dir = temp_dir("diskfull");

@@ -16,6 +16,19 @@ use super::*;
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 const SCHEMA_PREFIX: &str = "dmcp_test_";
 
+/// The variable `name` (a server of `scripts/tls-services.sh`), or `None`: the test
+/// skips outside CI and fails in CI.
+fn service_var(name: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ => {
+            assert!(!in_ci(), "CI is set and {name} is not: run scripts/tls-services.sh start and source .tools/tls/env");
+            eprintln!("skipped: {name} is not set (scripts/tls-services.sh start; source .tools/tls/env)");
+            None
+        }
+    }
+}
+
 fn database_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }

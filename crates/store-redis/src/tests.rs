@@ -29,6 +29,22 @@ fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
+/// The variable `name` (a server of `scripts/tls-services.sh` or `scripts/redis-cluster.sh`),
+/// or `None`: the test skips outside CI and fails in CI.
+fn service_var(name: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ => {
+            assert!(
+                !durable_mcp_store::in_ci(),
+                "CI is set and {name} is not: run scripts/tls-services.sh and scripts/redis-cluster.sh start, and source their env files"
+            );
+            eprintln!("skipped: {name} is not set (scripts/tls-services.sh start, scripts/redis-cluster.sh start; source their env files)");
+            None
+        }
+    }
+}
+
 fn fresh_prefix() -> String {
     format!("dmcptest-{}", &SessionId::random().as_str()[..12])
 }

@@ -54,3 +54,16 @@ pub fn two_workers(backend: backend::Backend, args: &[&str]) -> Option<(Server, 
     let store = backend.store_url(None);
     Some((Server::start(&store, free_port(), args), Server::start(&store, free_port(), args)))
 }
+
+/// The lines `<index> <idempotency key>` the `steps` fixture appends to its ledger file
+/// (the external effect counter of the durability tests).
+pub fn ledger_lines(path: &std::path::Path) -> Vec<(u32, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let (index, key) = line.split_once(' ').unwrap();
+            (index.parse().unwrap(), key.to_owned())
+        })
+        .collect()
+}

@@ -4,22 +4,11 @@
 
 use super::*;
 
-fn var(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(value) if !value.is_empty() => Some(value),
-        _ => {
-            assert!(!in_ci(), "CI is set and {name} is not: run scripts/tls-services.sh start and source .tools/tls/env");
-            eprintln!("skipped: {name} is not set (scripts/tls-services.sh start; source .tools/tls/env)");
-            None
-        }
-    }
-}
-
 /// Session pooling keeps a server connection per client connection: the store works as on
 /// a direct connection, live tails across workers included (LISTEN/NOTIFY).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_mode_serves_the_store_and_its_wake_ups() {
-    let Some(url) = var("PGBOUNCER_SESSION_URL") else { return };
+    let Some(url) = service_var("PGBOUNCER_SESSION_URL") else { return };
     let Some(options) = fresh_options_at(url, &[("poll_ms", "600000"), ("pool_size", "2")]).await else { return };
     let watcher: Arc<dyn Store> = Arc::new(PgStore::open(options.clone()).await.expect("open through session pooling"));
     let writer: Arc<dyn Store> = Arc::new(PgStore::open(options).await.expect("open a second worker"));
@@ -30,7 +19,7 @@ async fn session_mode_serves_the_store_and_its_wake_ups() {
 /// an error that names the cause and the fix.
 #[tokio::test]
 async fn transaction_mode_is_refused_at_open_naming_the_fix() {
-    let Some(url) = var("PGBOUNCER_TRANSACTION_URL") else { return };
+    let Some(url) = service_var("PGBOUNCER_TRANSACTION_URL") else { return };
     let Some(options) = fresh_options_at(url, &[]).await else { return };
     let started = Instant::now();
     let Err(error) = PgStore::open(options).await else { panic!("opened through transaction pooling") };

@@ -6,25 +6,13 @@
 
 use super::*;
 
-/// The variable `name`, or `None` (skipped outside CI, a failure in CI).
-fn var(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(value) if !value.is_empty() => Some(value),
-        _ => {
-            assert!(!in_ci(), "CI is set and {name} is not: run scripts/tls-services.sh start and source .tools/tls/env");
-            eprintln!("skipped: {name} is not set (scripts/tls-services.sh start; source .tools/tls/env)");
-            None
-        }
-    }
-}
-
 async fn tls_fresh() -> Option<Arc<dyn Store>> {
-    let options = fresh_options_at(var("DATABASE_TLS_URL")?, &[]).await?;
+    let options = fresh_options_at(service_var("DATABASE_TLS_URL")?, &[]).await?;
     Some(Arc::new(PgStore::open(options).await.expect("open over TLS")))
 }
 
 async fn tls_pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
-    let options = fresh_options_at(var("DATABASE_TLS_URL")?, &[("poll_ms", "600000")]).await?;
+    let options = fresh_options_at(service_var("DATABASE_TLS_URL")?, &[("poll_ms", "600000")]).await?;
     let watcher = PgStore::open(options.clone()).await.expect("open watcher");
     let writer = PgStore::open(options).await.expect("open writer");
     Some((Arc::new(watcher), Arc::new(writer)))
@@ -39,8 +27,8 @@ async fn encrypted(client: &tokio_postgres::Client) -> bool {
 
 /// A libpq key=value string for the private server, as `user`, with `extra` keywords.
 fn dsn(host: &str, user: &str, extra: &str) -> Option<String> {
-    let port = var("DATABASE_TLS_PORT")?;
-    let password = var("DATABASE_TLS_PASSWORD")?.replace('\\', "\\\\").replace('\'', "\\'");
+    let port = service_var("DATABASE_TLS_PORT")?;
+    let password = service_var("DATABASE_TLS_PASSWORD")?.replace('\\', "\\\\").replace('\'', "\\'");
     Some(format!("host={host} port={port} dbname=test user={user} password='{password}' connect_timeout=5 {extra}"))
 }
 
@@ -58,7 +46,7 @@ async fn refused(conn: &str) -> String {
 
 #[tokio::test]
 async fn verify_full_with_a_percent_encoded_password_is_encrypted() {
-    let Some(url) = var("DATABASE_TLS_URL") else { return };
+    let Some(url) = service_var("DATABASE_TLS_URL") else { return };
     let options = PgOptions::from_url(&url).unwrap();
     assert_eq!(options.ssl_mode(), SslMode::VerifyFull);
     assert!(encrypted(&pool::connect(&options).await.expect("verify-full login")).await);
@@ -69,7 +57,7 @@ async fn require_encrypts_without_a_ca_and_verify_ca_ignores_the_name() {
     let Some(conn) = dsn("localhost", "dmcp", "sslmode=require") else { return };
     let client = pool::connect(&PgOptions::from_url(&conn).unwrap()).await.expect("require login");
     assert!(encrypted(&client).await);
-    let Some(ca) = var("DATABASE_TLS_CA") else { return };
+    let Some(ca) = service_var("DATABASE_TLS_CA") else { return };
     // Connect to 127.0.0.1 under a name the certificate does not list.
     let Some(conn) = dsn("wrong.example", "dmcp", &format!("hostaddr=127.0.0.1 sslmode=verify-ca sslrootcert={ca}")) else { return };
     let client = pool::connect(&PgOptions::from_url(&conn).unwrap()).await.expect("verify-ca login");
@@ -78,12 +66,15 @@ async fn require_encrypts_without_a_ca_and_verify_ca_ignores_the_name() {
 
 #[tokio::test]
 async fn a_client_certificate_logs_in() {
-    let (Some(ca), Some(cert), Some(key), Some(user)) =
-        (var("DATABASE_TLS_CA"), var("DATABASE_TLS_CLIENT_CERT"), var("DATABASE_TLS_CLIENT_KEY"), var("DATABASE_TLS_CERT_USER"))
-    else {
+    let (Some(ca), Some(cert), Some(key), Some(user)) = (
+        service_var("DATABASE_TLS_CA"),
+        service_var("DATABASE_TLS_CLIENT_CERT"),
+        service_var("DATABASE_TLS_CLIENT_KEY"),
+        service_var("DATABASE_TLS_CERT_USER"),
+    ) else {
         return;
     };
-    let Some(port) = var("DATABASE_TLS_PORT") else { return };
+    let Some(port) = service_var("DATABASE_TLS_PORT") else { return };
     let url = format!("postgres://{user}@localhost:{port}/test?sslmode=verify-full&sslrootcert={ca}&sslcert={cert}&sslkey={key}");
     let client = pool::connect(&PgOptions::from_url(&url).unwrap()).await.expect("cert login");
     assert!(encrypted(&client).await);
@@ -97,7 +88,7 @@ async fn a_client_certificate_logs_in() {
 
 #[tokio::test]
 async fn a_wrong_ca_a_wrong_name_and_no_tls_each_fail_at_start_saying_which() {
-    let (Some(wrong_ca), Some(ca)) = (var("DATABASE_TLS_WRONG_CA"), var("DATABASE_TLS_CA")) else { return };
+    let (Some(wrong_ca), Some(ca)) = (service_var("DATABASE_TLS_WRONG_CA"), service_var("DATABASE_TLS_CA")) else { return };
     let Some(conn) = dsn("localhost", "dmcp", &format!("sslmode=verify-full sslrootcert={wrong_ca}")) else { return };
     let message = refused(&conn).await;
     assert!(message.contains("not signed by a trusted CA"), "{message}");

@@ -5,17 +5,7 @@
 use super::*;
 
 fn cluster_url() -> Option<String> {
-    match std::env::var("REDIS_CLUSTER_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                !durable_mcp_store::in_ci(),
-                "CI is set and REDIS_CLUSTER_URL is not: run scripts/redis-cluster.sh start and source .tools/redis-cluster/env"
-            );
-            eprintln!("skipped: REDIS_CLUSTER_URL is not set (scripts/redis-cluster.sh start; source .tools/redis-cluster/env)");
-            None
-        }
-    }
+    service_var("REDIS_CLUSTER_URL")
 }
 
 async fn cluster_fresh() -> Option<Arc<dyn Store>> {

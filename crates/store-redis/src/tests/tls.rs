@@ -6,25 +6,13 @@
 
 use super::*;
 
-/// The variable `name`, or `None` (skipped outside CI, a failure in CI).
-fn var(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(value) if !value.is_empty() => Some(value),
-        _ => {
-            assert!(!durable_mcp_store::in_ci(), "CI is set and {name} is not: run scripts/tls-services.sh start and source .tools/tls/env");
-            eprintln!("skipped: {name} is not set (scripts/tls-services.sh start; source .tools/tls/env)");
-            None
-        }
-    }
-}
-
 async fn tls_fresh() -> Option<Arc<dyn Store>> {
-    let store = open_at(&var("REDIS_TLS_URL")?, &fresh_prefix(), |_| {}).await?;
+    let store = open_at(&service_var("REDIS_TLS_URL")?, &fresh_prefix(), |_| {}).await?;
     Some(Arc::new(Scoped { store }))
 }
 
 async fn tls_pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
-    let url = var("REDIS_TLS_URL")?;
+    let url = service_var("REDIS_TLS_URL")?;
     let prefix = fresh_prefix();
     let writer = open_at(&url, &prefix, |_| {}).await?;
     let watcher = open_at(&url, &prefix, |o| o.wake_tick = Duration::from_secs(600)).await?;
@@ -35,7 +23,7 @@ durable_mcp_store::store_contract_tests!(tls_fresh(), pair = tls_pair());
 
 /// `rediss://` or `valkeys://` with the ACL user of the private server, on `host`.
 fn url(scheme: &str, host: &str, query: &str) -> Option<String> {
-    let (port, password) = (var("REDIS_TLS_PORT")?, var("REDIS_TLS_PASSWORD")?);
+    let (port, password) = (service_var("REDIS_TLS_PORT")?, service_var("REDIS_TLS_PASSWORD")?);
     let password: String = password.bytes().map(|b| if b.is_ascii_alphanumeric() { char::from(b).to_string() } else { format!("%{b:02X}") }).collect();
     Some(format!("{scheme}://dmcp:{password}@{host}:{port}/0?{query}"))
 }
@@ -47,13 +35,15 @@ async fn refused(url: &str) -> String {
     assert!(started.elapsed() < Duration::from_secs(5), "refused only after {:?}: {error}", started.elapsed());
     assert!(matches!(error, StoreError::Incompatible(_)), "a refusal retrying cannot fix is Incompatible, not {error:?}");
     let message = error.to_string();
-    assert!(!message.contains(&var("REDIS_TLS_PASSWORD").unwrap_or_default()), "no password in {message}");
+    assert!(!message.contains(&service_var("REDIS_TLS_PASSWORD").unwrap_or_default()), "no password in {message}");
     message
 }
 
 #[tokio::test]
 async fn valkeys_with_a_client_certificate_opens() {
-    let (Some(ca), Some(cert), Some(key)) = (var("REDIS_TLS_CA"), var("REDIS_TLS_CLIENT_CERT"), var("REDIS_TLS_CLIENT_KEY")) else { return };
+    let (Some(ca), Some(cert), Some(key)) = (service_var("REDIS_TLS_CA"), service_var("REDIS_TLS_CLIENT_CERT"), service_var("REDIS_TLS_CLIENT_KEY")) else {
+        return;
+    };
     let Some(url) = url("valkeys", "localhost", &format!("tls_ca={ca}&tls_cert={cert}&tls_key={key}")) else { return };
     let options = RedisOptions::from_url(&url).unwrap();
     assert_eq!(options.tls.cert.as_deref(), Some(std::path::Path::new(&cert)));
@@ -64,7 +54,7 @@ async fn valkeys_with_a_client_certificate_opens() {
 
 #[tokio::test]
 async fn a_wrong_ca_and_a_wrong_name_fail_at_open_saying_which() {
-    let (Some(wrong_ca), Some(ca)) = (var("DATABASE_TLS_WRONG_CA"), var("REDIS_TLS_CA")) else { return };
+    let (Some(wrong_ca), Some(ca)) = (service_var("DATABASE_TLS_WRONG_CA"), service_var("REDIS_TLS_CA")) else { return };
     let Some(wrong) = url("rediss", "localhost", &format!("tls_ca={wrong_ca}")) else { return };
     assert!(refused(&wrong).await.contains("not signed by a trusted CA"));
     // The certificate names localhost and 127.0.0.1, not ::1's other name.
