@@ -115,5 +115,6 @@ fn a_full_disk_leaves_runs_to_recovery_and_readyz_not_ready() {
     }
     assert!(by_step.values().all(|keys| keys.iter().all(|k| k == &keys[0])), "each step kept its idempotency key across attempts: {by_step:?}");
     assert_eq!(by_step.keys().copied().collect::<Vec<_>>(), [1, 2], "{by_step:?}");
+    assert!(by_step[&1].len() >= 2, "step 1's commit failed on the full disk and the step ran again: {by_step:?}");
     drop(server);
 }

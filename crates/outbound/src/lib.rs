@@ -7,7 +7,11 @@
 //! - **Proxies from the environment**: `HTTPS_PROXY` for `https://` targets (a `CONNECT`
 //!   tunnel), `HTTP_PROXY` for `http://` ones (absolute-form requests), `ALL_PROXY` for both,
 //!   `NO_PROXY` for the exceptions, in upper or lower case, as curl reads them. A proxy's
-//!   `user:password@` becomes its `Proxy-Authorization`.
+//!   `user:password@` becomes its `Proxy-Authorization`. Loopback targets (`localhost`,
+//!   127.0.0.0/8, `::1`) are never sent to the environment's proxies (the proxy's own
+//!   loopback is another host), and
+//!   only `http://` proxies are used: an `https://` or SOCKS proxy is refused, rather than
+//!   sent its credentials in the clear.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -66,7 +70,24 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Clone)]
 pub struct Outbound {
     client: Client<Connector, Full<Bytes>>,
-    proxies: Arc<Matcher>,
+    proxies: Arc<Proxies>,
+}
+
+/// Which proxy a target goes through.
+#[derive(Debug)]
+struct Proxies {
+    matcher: Matcher,
+    /// Loopback targets go through the matcher's proxy too (explicit proxies only).
+    loopback: bool,
+}
+
+impl Proxies {
+    /// The proxy `dst` goes through, if any.
+    fn for_target(&self, dst: &Uri) -> Option<hyper_util::client::proxy::matcher::Intercept> {
+        let host = dst.host()?.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if loopback && !self.loopback { None } else { self.matcher.intercept(dst) }
+    }
 }
 
 impl std::fmt::Debug for Outbound {
@@ -79,11 +100,16 @@ impl Outbound {
     /// A client trusting the built-in Mozilla roots and the certificates of
     /// `extra_roots_pem`, with the proxies of the environment.
     pub fn new(extra_roots_pem: Option<&str>) -> Result<Self, OutboundError> {
-        Self::with_proxies(extra_roots_pem, Matcher::from_env())
+        Self::build(extra_roots_pem, Proxies { matcher: Matcher::from_env(), loopback: false })
     }
 
-    /// As [`Outbound::new`], with these proxies instead of the environment's.
+    /// As [`Outbound::new`], with these proxies instead of the environment's, applied as
+    /// they say (loopback targets included).
     pub fn with_proxies(extra_roots_pem: Option<&str>, proxies: Matcher) -> Result<Self, OutboundError> {
+        Self::build(extra_roots_pem, Proxies { matcher: proxies, loopback: true })
+    }
+
+    fn build(extra_roots_pem: Option<&str>, proxies: Proxies) -> Result<Self, OutboundError> {
         let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
         if let Some(pem) = extra_roots_pem {
             let certs: Vec<CertificateDer<'static>> =
@@ -118,7 +144,7 @@ impl Outbound {
         // A plain-HTTP request through a proxy is sent to the proxy: it carries the
         // proxy's credentials (a tunnel carries them in its CONNECT).
         if request.uri().scheme() == Some(&Scheme::HTTP)
-            && let Some(auth) = self.proxies.intercept(request.uri()).and_then(|proxy| proxy.basic_auth().cloned())
+            && let Some(auth) = self.proxies.for_target(request.uri()).and_then(|proxy| proxy.basic_auth().cloned())
         {
             request.headers_mut().insert(http::header::PROXY_AUTHORIZATION, auth);
         }
@@ -163,7 +189,7 @@ fn causes(error: &(dyn std::error::Error + 'static)) -> String {
 struct Connector {
     http: HttpConnector,
     tls: tokio_rustls::TlsConnector,
-    proxies: Arc<Matcher>,
+    proxies: Arc<Proxies>,
 }
 
 impl tower_service::Service<Uri> for Connector {
@@ -177,8 +203,13 @@ impl tower_service::Service<Uri> for Connector {
 
     fn call(&mut self, dst: Uri) -> Self::Future {
         let (mut http, tls) = (self.http.clone(), self.tls.clone());
-        let proxy = self.proxies.intercept(&dst);
+        let proxy = self.proxies.for_target(&dst);
         Box::pin(async move {
+            if let Some(proxy) = &proxy
+                && proxy.uri().scheme() != Some(&Scheme::HTTP)
+            {
+                return Err(format!("the proxy {} for {dst} is not an http:// proxy: only those are supported", redact_proxy(proxy.uri())).into());
+            }
             let https = dst.scheme() == Some(&Scheme::HTTPS);
             if !https && dst.scheme() != Some(&Scheme::HTTP) {
                 return Err(format!("unsupported URL {dst}: only http:// and https://").into());
@@ -206,6 +237,11 @@ impl tower_service::Service<Uri> for Connector {
             Ok(Conn::Tls { io: Box::new(TokioIo::new(stream)) })
         })
     }
+}
+
+/// A proxy URI for messages: scheme, host and port, never its credentials.
+fn redact_proxy(uri: &Uri) -> String {
+    format!("{}://{}:{}", uri.scheme_str().unwrap_or("?"), uri.host().unwrap_or("?"), uri.port_u16().map_or(String::new(), |p| p.to_string()))
 }
 
 /// A connection the pool keeps: plain (to the target, or to an HTTP proxy) or TLS.
@@ -254,5 +290,22 @@ impl Write for Conn {
             Conn::Plain { io, .. } => Pin::new(io).poll_shutdown(cx),
             Conn::Tls { io } => Pin::new(io.as_mut()).poll_shutdown(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environments_proxies_skip_loopback_targets() {
+        let proxy = || Matcher::builder().all("http://proxy.test:3128".to_owned()).build();
+        let from_env = Proxies { matcher: proxy(), loopback: false };
+        for target in ["http://localhost:4318/v1/traces", "https://127.0.0.1/jwks", "http://[::1]:8080/mcp", "http://127.9.9.9/"] {
+            assert!(from_env.for_target(&target.parse().unwrap()).is_none(), "{target}");
+        }
+        assert!(from_env.for_target(&"https://auth.example/jwks".parse().unwrap()).is_some());
+        let explicit = Proxies { matcher: proxy(), loopback: true };
+        assert!(explicit.for_target(&"http://localhost/".parse().unwrap()).is_some());
     }
 }

@@ -135,6 +135,9 @@ async fn proxies_tunnel_https_forward_http_and_skip_no_proxy_hosts() {
     let seen = String::from_utf8(response.body().to_vec()).unwrap();
     assert!(seen.starts_with("GET http://upstream.test:8080/mcp HTTP/1.1|Basic "), "absolute form with the proxy's credentials: {seen}");
 
+    let secure = Matcher::builder().all("https://user:pw@proxy.test:443".to_owned()).build();
+    let refused = Outbound::with_proxies(None, secure).unwrap().send(get("https://example.test/"), DEADLINE, 1024).await.unwrap_err();
+    assert!(refused.to_string().contains("not an http:// proxy") && !refused.to_string().contains("pw"), "{refused}");
     let direct = Matcher::builder().all(format!("http://127.0.0.1:{proxy_port}")).no("localhost").build();
     let client = Outbound::with_proxies(Some(&ca), direct).unwrap();
     let before = accepted.load(Ordering::SeqCst);

@@ -96,9 +96,13 @@ const PROBE_WAIT: Duration = Duration::from_secs(2);
 /// cause and the fix, rather than run with tails that only the poll wakes.
 async fn check_delivery(options: &PgOptions, notifications: &mut mpsc::UnboundedReceiver<String>, watchers: &Watchers) -> StoreResult<()> {
     let probe = format!("probe:{}", StreamId::random());
-    let sender = crate::pool::connect(options).await?;
-    sender.execute("SELECT pg_notify($1, $2)", &[&options.channel(), &probe]).await.map_err(from_pg)?;
-    let deadline = tokio::time::Instant::now() + PROBE_WAIT.min(options.op_timeout);
+    let send = async {
+        let sender = crate::pool::connect(options).await?;
+        sender.execute("SELECT pg_notify($1, $2)", &[&options.channel(), &probe]).await.map_err(from_pg)
+    };
+    let bound = options.connect_timeout + options.op_timeout;
+    tokio::time::timeout(bound, send).await.map_err(|_| unavailable(format!("the LISTEN probe was not sent within {bound:?}")))??;
+    let deadline = tokio::time::Instant::now() + PROBE_WAIT;
     loop {
         match tokio::time::timeout_at(deadline, notifications.recv()).await {
             Ok(Some(payload)) if payload == probe => return Ok(()),

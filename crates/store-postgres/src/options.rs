@@ -243,13 +243,7 @@ impl PgOptions {
     }
 }
 
-/// Whether `s` is a libpq `key=value` connection string rather than a URL: it starts with
-/// a keyword and `=` (`host=...`, `dbname = app`).
-pub fn is_key_value(s: &str) -> bool {
-    let s = s.trim_start();
-    let keyword = s.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
-    keyword > 0 && s[keyword..].trim_start().starts_with('=')
-}
+pub use durable_mcp_store::is_key_value;
 
 /// One parameter: its key, its decoded value, and its text as written (to pass on).
 type Pair = (String, String, String);

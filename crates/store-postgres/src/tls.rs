@@ -398,11 +398,30 @@ impl TlsFailure {
                 )
             }
             rustls::Error::InvalidCertificate(other) => format!("the server's certificate was refused: {other:?}"),
-            rustls::Error::AlertReceived(alert) => format!("the server refused the TLS handshake ({alert:?}; a missing or untrusted client certificate?)"),
-            other => format!("TLS handshake: {other}"),
+            rustls::Error::AlertReceived(alert) if refuses_certificate(*alert) => {
+                format!("the server refused the TLS handshake ({alert:?}; a missing or untrusted client certificate?)")
+            }
+            // Anything else (a reset, an alert of another kind) may heal by reconnecting.
+            other => return Self { message: format!("TLS handshake: {other}"), permanent: false },
         };
         Self { message, permanent: true }
     }
+}
+
+/// Whether a TLS alert from the server refuses our certificate (or its absence).
+fn refuses_certificate(alert: rustls::AlertDescription) -> bool {
+    use rustls::AlertDescription as A;
+    matches!(
+        alert,
+        A::BadCertificate
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::CertificateUnknown
+            | A::UnknownCA
+            | A::AccessDenied
+            | A::CertificateRequired
+    )
 }
 
 impl fmt::Display for TlsFailure {

@@ -40,7 +40,19 @@ fn certificate_failure(error: &RedisError) -> Option<String> {
                 return Some("the server's certificate is not valid for the host name in the URL".into());
             }
             Some(rustls::Error::InvalidCertificate(other)) => return Some(format!("the server's certificate was refused: {other:?}")),
-            Some(rustls::Error::AlertReceived(alert)) => {
+            Some(rustls::Error::AlertReceived(alert))
+                if matches!(
+                    alert,
+                    rustls::AlertDescription::BadCertificate
+                        | rustls::AlertDescription::UnsupportedCertificate
+                        | rustls::AlertDescription::CertificateRevoked
+                        | rustls::AlertDescription::CertificateExpired
+                        | rustls::AlertDescription::CertificateUnknown
+                        | rustls::AlertDescription::UnknownCA
+                        | rustls::AlertDescription::AccessDenied
+                        | rustls::AlertDescription::CertificateRequired
+                ) =>
+            {
                 return Some(format!("the server refused the TLS handshake ({alert:?}; a missing or untrusted client certificate?)"));
             }
             _ => source = cause.source(),

@@ -34,7 +34,7 @@ pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
 pub use journal::{Expect, MAX_PLAIN_KEY_PART, Record, RecordKind, key_part, prefix_end};
 pub use record::{DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
-pub use redact::{is_secret_name, redact_url};
+pub use redact::{is_key_value, is_secret_name, redact_url};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
 pub fn now_ms() -> u64 {

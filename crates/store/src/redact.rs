@@ -12,7 +12,7 @@ pub fn is_secret_name(name: &str) -> bool {
 /// (`?password=...`), and the values of such keywords in a libpq `key=value` string
 /// (`host=db password='...'`). Anything else is kept, so the result still says where.
 pub fn redact_url(url: &str) -> String {
-    if !url.contains("://") && url.split_whitespace().next().is_some_and(|first| first.contains('=')) {
+    if !url.contains("://") && is_key_value(url) {
         return redact_key_value(url);
     }
     let mut out = url.to_owned();
@@ -43,6 +43,14 @@ pub fn redact_url(url: &str) -> String {
     out
 }
 
+/// Whether `s` is a libpq `key=value` connection string rather than a URL: it starts with
+/// a keyword and `=` (`host=...`, `dbname = app`).
+pub fn is_key_value(s: &str) -> bool {
+    let s = s.trim_start();
+    let keyword = s.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
+    keyword > 0 && s[keyword..].trim_start().starts_with('=')
+}
+
 /// A libpq `key=value` string with the values of secret keywords replaced (quoted values
 /// may hold spaces and `\'`).
 fn redact_key_value(s: &str) -> String {
@@ -71,7 +79,16 @@ fn redact_key_value(s: &str) -> String {
             }
             end
         } else {
-            value.find(char::is_whitespace).unwrap_or(value.len())
+            // A bare value ends at the first whitespace not escaped by `\`.
+            let mut escaped = false;
+            value
+                .char_indices()
+                .find(|&(_, c)| {
+                    let ends = !escaped && c.is_whitespace();
+                    escaped = !escaped && c == '\\';
+                    ends
+                })
+                .map_or(value.len(), |(i, _)| i)
         };
         out.push_str(&after[..value_start]);
         if is_secret_name(key) {
@@ -100,5 +117,7 @@ mod tests {
         assert_eq!(redact_url("host=db user=app password='it\\'s secret' dbname=prod"), "host=db user=app password=<redacted> dbname=prod");
         assert_eq!(redact_url("host=db password = hunter2 sslmode=require"), "host=db password = <redacted> sslmode=require");
         assert_eq!(redact_url("password='unterminated"), "password=<redacted>");
+        assert_eq!(redact_url("host = db password = hunter2"), "host = db password = <redacted>");
+        assert_eq!(redact_url("host=db password=ab\\ cd user=u"), "host=db password=<redacted> user=u");
     }
 }

@@ -92,6 +92,12 @@ async fn a_wrong_ca_a_wrong_name_and_no_tls_each_fail_at_start_saying_which() {
     let Some(conn) = dsn("localhost", "dmcp", &format!("sslmode=verify-full sslrootcert={wrong_ca}")) else { return };
     let message = refused(&conn).await;
     assert!(message.contains("not signed by a trusted CA"), "{message}");
+    // verify-ca, and require with a CA, check the chain as strictly (only the name is not).
+    for mode in ["verify-ca", "require", "prefer"] {
+        let Some(conn) = dsn("wrong.example", "dmcp", &format!("hostaddr=127.0.0.1 sslmode={mode} sslrootcert={wrong_ca}")) else { return };
+        let message = refused(&conn).await;
+        assert!(message.contains("not signed by a trusted CA"), "{mode}: {message}");
+    }
 
     let Some(conn) = dsn("wrong.example", "dmcp", &format!("hostaddr=127.0.0.1 sslmode=verify-full sslrootcert={ca}")) else { return };
     let message = refused(&conn).await;
