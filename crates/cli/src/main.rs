@@ -304,6 +304,22 @@ struct ReplayArgs {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Whether the log filter (`RUST_LOG`, whose widest level is `widest`) lets rmcp log at
+/// debug or trace: then it is capped at info. A lower rmcp level is left as it is.
+fn rmcp_above_info(rust_log: Option<&str>, widest: Option<tracing_subscriber::filter::LevelFilter>) -> bool {
+    use tracing_subscriber::filter::LevelFilter;
+    let Some(rust_log) = rust_log else { return false };
+    // The last directive naming rmcp wins, as in the filter; a target without a level means trace.
+    let named = rust_log.split(',').map(str::trim).filter(|d| d.starts_with("rmcp")).next_back();
+    match named {
+        Some(directive) => match directive.rsplit_once('=') {
+            Some((_, level)) => level.parse::<LevelFilter>().is_ok_and(|level| level > LevelFilter::INFO),
+            None => true,
+        },
+        None => widest.is_some_and(|level| level > LevelFilter::INFO),
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -319,7 +335,7 @@ async fn main() -> anyhow::Result<()> {
     // with `--log-bodies`, whatever RUST_LOG says.
     let log_bodies =
         matches!(&cli.command, Command::Serve(ServeCommand { serve: args, .. }) | Command::Proxy(ProxyArgs { serve: args, .. }) if args.log_bodies);
-    if !log_bodies {
+    if !log_bodies && rmcp_above_info(std::env::var("RUST_LOG").ok().as_deref(), filter.max_level_hint()) {
         filter = filter.add_directive("rmcp=info".parse()?);
     }
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
@@ -534,4 +550,22 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use tracing_subscriber::filter::LevelFilter;
+
+    use super::rmcp_above_info;
+
+    #[test]
+    fn rmcp_is_capped_at_info_and_never_raised() {
+        assert!(!rmcp_above_info(None, Some(LevelFilter::INFO)), "the default filter has rmcp=warn");
+        assert!(!rmcp_above_info(Some("warn"), Some(LevelFilter::WARN)));
+        assert!(rmcp_above_info(Some("debug"), Some(LevelFilter::DEBUG)));
+        assert!(rmcp_above_info(Some("info,rmcp=trace"), Some(LevelFilter::TRACE)));
+        assert!(rmcp_above_info(Some("warn,rmcp"), Some(LevelFilter::TRACE)));
+        assert!(!rmcp_above_info(Some("debug,rmcp=warn"), Some(LevelFilter::DEBUG)));
+        assert!(!rmcp_above_info(Some("rmcp=debug,rmcp=error"), Some(LevelFilter::DEBUG)));
+    }
 }

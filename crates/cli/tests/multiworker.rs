@@ -30,6 +30,28 @@ fn resume_on_another_worker(backend: Backend) {
     check_recovered_rest(42, 10, &seen, &rest);
 }
 
+/// D6, D7: worker A is killed while a call runs; its client re-sends the request (same
+/// session, same id) to worker B. B cannot tell a dead worker from a live one before A's
+/// lease runs out: the re-send is attached to the run and answered once B takes it over,
+/// within the lease and a recovery pass (docs/durable-execution.md).
+fn resend_to_another_worker_after_a_crash(backend: Backend) {
+    const LEASE: Duration = Duration::from_secs(3);
+    let Some((mut a, b)) = two_workers(backend, &["--lease-ms", "3000"]) else { return };
+    let session = initialize(a.addr);
+    let call = emit_call(43, 10, 100);
+    let (_, seen) = read_part(a.addr, &session, &call, 3);
+    assert_eq!(seen.len(), 3);
+    a.kill();
+    let killed = Instant::now();
+    let messages = post(b.addr, Some(&session), &call).within(RECOVERY_WITHIN).messages();
+    let waited = killed.elapsed();
+    let outcomes: Vec<&Value> = messages.iter().map(|(_, m)| m).filter(|m| m["id"] == 43).collect();
+    assert_eq!(outcomes.len(), 1, "one outcome: {messages:?}");
+    assert_eq!(outcomes[0]["result"]["content"][0]["text"], "10", "{}", outcomes[0]);
+    eprintln!("{backend:?}: a re-send to another worker after a crash was answered {waited:?} after the kill (lease {LEASE:?})");
+    assert!(waited < LEASE + Duration::from_secs(3), "answered after {waited:?}");
+}
+
 fn live_delivery_and_answers_cross_workers(backend: Backend) {
     let Some((a, b)) = two_workers(backend, &[]) else { return };
     let session = initialize(a.addr);
@@ -365,6 +387,16 @@ fn d3_postgres_resume_on_another_worker() {
 #[test]
 fn d3_redis_resume_on_another_worker() {
     resume_on_another_worker(Backend::Redis);
+}
+
+#[test]
+fn d6_postgres_resend_to_another_worker_after_a_crash() {
+    resend_to_another_worker_after_a_crash(Backend::Postgres);
+}
+
+#[test]
+fn d6_redis_resend_to_another_worker_after_a_crash() {
+    resend_to_another_worker_after_a_crash(Backend::Redis);
 }
 
 #[test]

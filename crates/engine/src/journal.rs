@@ -479,6 +479,19 @@ impl Engine {
     /// be taken (a live lease, another worker was faster, or an undecodable entry, which is
     /// removed). The caller skips runs that run on this worker.
     pub(crate) async fn claim(&self, record: Record) -> Result<Option<Held>, EngineError> {
+        self.claim_if(record, false).await
+    }
+
+    /// [`Engine::claim`] for a re-sent request that found its run journaled: also a run
+    /// no live worker runs, whatever its lease says: one this worker owns and does not run
+    /// (its first start failed on the store), or one given back for a later retry. A run
+    /// another worker holds is not taken before its lease runs out: this worker cannot
+    /// tell a live worker from a dead one before that. The caller skips runs that run here.
+    pub(crate) async fn adopt(&self, record: Record) -> Result<Option<Held>, EngineError> {
+        self.claim_if(record, true).await
+    }
+
+    async fn claim_if(&self, record: Record, resent: bool) -> Result<Option<Held>, EngineError> {
         let me = self.options().worker_id.clone();
         let mut run = match RunRecord::decode(&record.key, &record.value) {
             Ok(run) => run,
@@ -489,7 +502,9 @@ impl Engine {
             }
         };
         let ours_from_before = run.owner == me && run.lease_until_ms < self.started_at_ms() + ms(self.options().lease);
-        if !ours_from_before && run.lease_until_ms > now_ms() {
+        // The caller checked that the run does not run here.
+        let unrun = resent && (run.owner.is_empty() || run.owner == me);
+        if !ours_from_before && !unrun && run.lease_until_ms > now_ms() {
             return Ok(None);
         }
         let previous_owner = std::mem::replace(&mut run.owner, me);
@@ -500,8 +515,12 @@ impl Engine {
             Err(StoreError::Conflict { .. }) => return Ok(None), // another worker was faster
             Err(error) => return Err(error.into()),
         };
-        tracing::info!(run = %record.key, %previous_owner, attempt = run.attempt, "taking over a run");
-        crate::metrics::taken_over(if ours_from_before { "own" } else { "expired" });
+        tracing::info!(run = %record.key, %previous_owner, attempt = run.attempt, resent, "taking over a run");
+        crate::metrics::taken_over(match (ours_from_before, unrun) {
+            (true, _) => "own",
+            (false, true) => "resent",
+            (false, false) => "expired",
+        });
         Ok(Some(Held::start(self, record.key, run, version)))
     }
 

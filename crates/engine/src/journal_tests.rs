@@ -286,3 +286,27 @@ async fn an_undecodable_journal_entry_is_removed_when_claimed() {
     assert!(engine.claim(live).await.unwrap().is_none(), "a live lease is not claimed");
     assert_eq!(store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap().version, version);
 }
+
+/// D7, a re-sent request that finds its run journaled: a run no live worker runs (this
+/// worker's, not running here; or given back) is adopted at once, whatever its lease says;
+/// another worker's live lease is not (recovery takes it when it runs out).
+#[tokio::test]
+async fn d7_a_resent_request_adopts_a_run_no_live_worker_runs() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), Duration::from_secs(5));
+    let me = engine.options().worker_id.clone();
+    let far = now_ms() + 60_000;
+    for (owner, adopted) in [(me.as_str(), true), ("", true), ("other", false)] {
+        let (run_id, _, _) = journaled(&*store, owner, far, 0).await;
+        let record = store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap();
+        assert!(engine.claim(record.clone()).await.unwrap().is_none(), "owner {owner:?}: recovery waits for the lease");
+        let held = engine.adopt(record).await.unwrap();
+        assert_eq!(held.is_some(), adopted, "owner {owner:?}");
+        if let Some(held) = held {
+            let record = store.get_record(RecordKind::Run, &run_id).await.unwrap().unwrap();
+            assert_eq!(owner_of(&record), me);
+            assert_eq!(held.record.attempt, 2, "a re-run counts as an attempt");
+            held.finish(&engine).await;
+        }
+    }
+}

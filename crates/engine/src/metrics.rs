@@ -101,7 +101,11 @@ fn describe() {
     describe_histogram!(STORE_BATCH_OPS, Unit::Count, "Ops per committed batch, by backend.");
     describe_gauge!(REQUESTS_IN_FLIGHT, Unit::Count, "Handler runs in flight on this worker.");
     describe_counter!(JOURNAL_RECOVERIES, Unit::Count, "Journaled runs this worker resumed after claiming them.");
-    describe_counter!(JOURNAL_TAKEOVERS, Unit::Count, "Journaled runs this worker claimed: its own from before a restart, or expired leases.");
+    describe_counter!(
+        JOURNAL_TAKEOVERS,
+        Unit::Count,
+        "Journaled runs this worker claimed: its own from before a restart, expired leases, or runs a re-sent request found unrun."
+    );
     describe_counter!(JOURNAL_LEASES_LOST, Unit::Count, "Leases this worker lost while running a run.");
     describe_gauge!(SSE_STREAMS_OPEN, Unit::Count, "SSE responses open on this worker.");
     describe_counter!(SSE_REPLAYS, Unit::Count, "Streams resumed with Last-Event-ID.");

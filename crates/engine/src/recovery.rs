@@ -52,7 +52,7 @@ impl Engine {
     }
 
     /// Run a taken-over request again on its original stream.
-    async fn resume(&self, mut held: Held) -> Result<bool, EngineError> {
+    pub(crate) async fn resume(&self, mut held: Held) -> Result<bool, EngineError> {
         match self.try_resume(&held).await {
             Ok(Resume::Launch(caller, id, stream, already_sent)) => {
                 let request = held.record.request.clone();

@@ -143,7 +143,30 @@ impl Engine {
         };
         let operation = crate::metrics::Operation::start(&span, |tool| self.handler().tool_input_schema(tool).is_some());
         let context = operation.as_ref().and_then(crate::metrics::Operation::context);
-        crate::traces::in_context(context, self.accept_in(caller, id, request, method, operation)).await
+        if !JOURNALED_METHODS.contains(&method.as_str()) {
+            return crate::traces::in_context(context, self.accept_in(caller, id, request, method, operation)).await;
+        }
+        // A journaled request commits its run record, leased to this worker, and then
+        // starts its handler. A transport whose client went away (its connection closed)
+        // drops this future: between those two points that would leave a record this
+        // worker holds and nothing runs, until its lease ran out and the worker took its
+        // own run over, running the handler's code again. So the journaled request path
+        // runs to its end in a task of its own, whoever waits for it.
+        let (engine, caller) = (self.clone(), caller.clone());
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let accepting = async move {
+            let accepted = crate::traces::in_context(context, engine.accept_in(&caller, id, request, method, operation)).await;
+            if let Err(Ok(accepted)) = sender.send(accepted)
+                && caller.era == Era::Modern
+                && let Some(cancel) = accepted.cancel
+            {
+                // Nobody reads the response: a modern request ends with its connection.
+                cancel.cancel();
+            }
+        };
+        tokio::spawn(tracing::Instrument::in_current_span(accepting));
+        // The task ends without sending only if it panicked (or the runtime stops).
+        receiver.await.unwrap_or(Err(EngineError::NoOutcome))
     }
 
     /// [`Engine::accept`], in the request's trace context.
@@ -294,7 +317,21 @@ impl Engine {
     pub(crate) async fn attach(&self, caller: &Caller, id: RequestId, request: Map<String, Value>, stream: StreamId) -> Result<Accepted, EngineError> {
         let attached = Accepted { stream: stream.clone(), priming: None, cancel: None, close_connection: None, follow: None };
         let run_id = stream.to_string();
-        if self.store().get_record(RecordKind::Run, &run_id).await?.is_some() || self.stream_closed(&stream).await? {
+        if let Some(record) = self.store().get_record(RecordKind::Run, &run_id).await? {
+            // Journaled: running (here or on another worker), or left by a worker that no
+            // longer runs it. A run no live worker runs is adopted at once instead of
+            // waiting for recovery (see `Engine::adopt`).
+            if !self.is_running_here(&run_id)
+                && let Some(held) = self.adopt(record).await?
+            {
+                tracing::info!(%id, %stream, "re-sent request adopted its journaled run");
+                Box::pin(self.resume(held)).await?;
+            } else {
+                tracing::info!(%id, %stream, "re-sent request attached to its run");
+            }
+            return Ok(attached);
+        }
+        if self.stream_closed(&stream).await? {
             tracing::info!(%id, %stream, "re-sent request attached to its run");
             return Ok(attached);
         }
