@@ -247,35 +247,47 @@ impl Store for PgStore {
     }
 
     /// # Durability
-    /// One transaction: idle sessions with their streams, then finished streams past the
-    /// age limit, then expired journal records. Rows another transaction holds at that
-    /// moment (a session being changed, a stream being appended to, a record being written,
-    /// a concurrent prune's) are skipped and left for the next prune. Tails of deleted
-    /// streams are woken everywhere and then read `NotFound`.
+    /// A sequence of transactions, each of at most [`durable_mcp_store::PRUNE_BATCH`] idle
+    /// sessions with their streams, finished streams past the age limit and expired journal
+    /// records: none holds locks (or the notification queue) long. Rows another
+    /// transaction holds at that moment (a session being changed, a stream being appended
+    /// to, a record being written, a concurrent prune's) are skipped and left for the next
+    /// prune. Tails of deleted streams are woken everywhere and then read `NotFound`.
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        const LIMIT: i64 = durable_mcp_store::PRUNE_BATCH as i64;
         let channel = &self.shared.channel;
-        let (report, gone) = op!(self, admin, conn => async {
-            let pool::Conn { client, statements, .. } = conn;
-            let tx = client.transaction().await.map_err(from_pg)?;
-            let mut report = PruneReport::default();
-            let mut gone = Vec::new();
-            if let Some(ttl) = retention.session_idle_ttl_ms {
-                let (ended, streams) = sessions::prune_idle(&tx, statements, now_ms.saturating_sub(ttl)).await?;
-                report.sessions_ended = ended;
-                gone.extend(streams);
+        let mut report = PruneReport::default();
+        loop {
+            let (batch, gone, more) = op!(self, admin, conn => async {
+                let pool::Conn { client, statements, .. } = conn;
+                let tx = client.transaction().await.map_err(from_pg)?;
+                let mut batch = PruneReport::default();
+                let mut gone = Vec::new();
+                let mut more = false;
+                if let Some(ttl) = retention.session_idle_ttl_ms {
+                    let (found, ended, streams) = sessions::prune_idle(&tx, statements, now_ms.saturating_sub(ttl), LIMIT).await?;
+                    more |= found as i64 == LIMIT;
+                    batch.sessions_ended = ended;
+                    gone.extend(streams);
+                }
+                if let Some(age) = retention.max_stream_age_ms {
+                    let deleted = streams::prune_finished(&tx, statements, now_ms.saturating_sub(age), LIMIT).await?;
+                    more |= deleted.len() as i64 == LIMIT;
+                    batch.streams_deleted = deleted.len() as u64;
+                    gone.extend(deleted);
+                }
+                streams::removed(&tx, statements, channel, &gone).await?;
+                batch.records_expired = records::prune_expired(&tx, statements, now_ms, LIMIT).await?;
+                more |= batch.records_expired as i64 == LIMIT;
+                tx.commit().await.map_err(from_pg)?;
+                Ok((batch, gone, more))
+            })?;
+            self.shared.watchers.forget(&gone);
+            report.add(batch);
+            if !more {
+                return Ok(report);
             }
-            if let Some(age) = retention.max_stream_age_ms {
-                let deleted = streams::prune_finished(&tx, statements, now_ms.saturating_sub(age)).await?;
-                report.streams_deleted = deleted.len() as u64;
-                gone.extend(deleted);
-            }
-            streams::removed(&tx, statements, channel, &gone).await?;
-            report.records_expired = records::prune_expired(&tx, statements, now_ms).await?;
-            tx.commit().await.map_err(from_pg)?;
-            Ok((report, gone))
-        })?;
-        self.shared.watchers.forget(&gone);
-        Ok(report)
+        }
     }
 
     /// # Durability

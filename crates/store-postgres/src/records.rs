@@ -51,7 +51,7 @@ pub(crate) const DELETE_ONE: &str = "DELETE FROM records
 /// Rows being written right now are skipped (and left for the next prune); a locked row
 /// is re-checked after its write, so a row renewed meanwhile is not deleted.
 const PRUNE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (
-        SELECT kind, key FROM records WHERE expires_at <= $1 ORDER BY kind, key FOR UPDATE SKIP LOCKED
+        SELECT kind, key FROM records WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED
     )";
 
 /// Decode a `(key, version, value, expires_at)` row.
@@ -191,7 +191,7 @@ pub(crate) async fn delete(conn: &mut Conn, kind: RecordKind, prefix: &str, now_
 
 /// Inside a prune's transaction: delete the records whose expiry is at or before
 /// `now_ms`, skipping rows another transaction holds. Returns how many were deleted.
-pub(crate) async fn prune_expired(tx: &Transaction<'_>, statements: &mut Statements, now_ms: u64) -> StoreResult<u64> {
+pub(crate) async fn prune_expired(tx: &Transaction<'_>, statements: &mut Statements, now_ms: u64, limit: i64) -> StoreResult<u64> {
     let statement = statements.get(tx, PRUNE_EXPIRED).await?;
-    tx.execute(&statement, &[&to_i64(now_ms)]).await.map_err(from_pg)
+    tx.execute(&statement, &[&to_i64(now_ms), &limit]).await.map_err(from_pg)
 }

@@ -20,7 +20,7 @@ const DELETE_STREAMS: &str = "DELETE FROM streams WHERE session = $1 RETURNING i
 const DELETE: &str = "DELETE FROM sessions WHERE id = $1";
 const LIST_ALL: &str = "SELECT record, last_seen_ms FROM sessions ORDER BY created_at_ms, id LIMIT $1";
 const LIST_MINE: &str = "SELECT record, last_seen_ms FROM sessions WHERE principal = $2 ORDER BY created_at_ms, id LIMIT $1";
-const IDLE: &str = "SELECT id FROM sessions WHERE last_seen_ms < $1 ORDER BY id FOR UPDATE SKIP LOCKED";
+const IDLE: &str = "SELECT id FROM sessions WHERE last_seen_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED";
 const DELETE_STREAMS_OF: &str = "DELETE FROM streams WHERE session = ANY($1) RETURNING id";
 const DELETE_MANY: &str = "DELETE FROM sessions WHERE id = ANY($1)";
 
@@ -141,15 +141,17 @@ pub(crate) async fn prune_idle(
     tx: &tokio_postgres::Transaction<'_>,
     statements: &mut crate::pool::Statements,
     cutoff_ms: u64,
-) -> StoreResult<(u64, Vec<StreamId>)> {
+    limit: i64,
+) -> StoreResult<(usize, u64, Vec<StreamId>)> {
     let idle = statements.get(tx, IDLE).await?;
-    let ids: Vec<String> = tx.query(&idle, &[&to_i64(cutoff_ms)]).await.and_then(|rows| rows.iter().map(|row| row.try_get(0)).collect()).map_err(from_pg)?;
+    let ids: Vec<String> =
+        tx.query(&idle, &[&to_i64(cutoff_ms), &limit]).await.and_then(|rows| rows.iter().map(|row| row.try_get(0)).collect()).map_err(from_pg)?;
     if ids.is_empty() {
-        return Ok((0, Vec::new()));
+        return Ok((0, 0, Vec::new()));
     }
     let delete_streams = statements.get(tx, DELETE_STREAMS_OF).await?;
     let gone = stream_ids(&tx.query(&delete_streams, &[&ids]).await.map_err(from_pg)?)?;
     let delete = statements.get(tx, DELETE_MANY).await?;
     let ended = tx.execute(&delete, &[&ids]).await.map_err(from_pg)?;
-    Ok((ended, gone))
+    Ok((ids.len(), ended, gone))
 }

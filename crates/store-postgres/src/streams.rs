@@ -102,7 +102,7 @@ const READ: &str = "SELECT s.first_seq, s.last_seq, s.closed, e.seq, e.data
     ORDER BY e.seq";
 
 const PRUNE_FINISHED: &str = "DELETE FROM streams WHERE id IN (
-        SELECT id FROM streams WHERE closed AND last_event_ms < $1 ORDER BY id FOR UPDATE SKIP LOCKED
+        SELECT id FROM streams WHERE closed AND last_event_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED
     ) RETURNING id";
 const NOTIFY: &str = "SELECT pg_notify($1, id) FROM unnest($2::TEXT[]) AS id";
 /// Delete the events of streams `$2`, whose rows this transaction deleted, and notify their
@@ -250,11 +250,11 @@ pub(crate) async fn read_after(conn: &mut Conn, stream: &StreamId, after: u64, l
     Ok(StreamRead { finished: closed && reached >= last, events })
 }
 
-/// Inside a prune's transaction: delete finished streams whose last event is older than
-/// `cutoff_ms`, skipping rows another transaction holds. Returns their ids.
-pub(crate) async fn prune_finished(tx: &Transaction<'_>, statements: &mut Statements, cutoff_ms: u64) -> StoreResult<Vec<StreamId>> {
+/// Inside a prune's transaction: delete at most `limit` finished streams whose last event
+/// is older than `cutoff_ms`, skipping rows another transaction holds. Returns their ids.
+pub(crate) async fn prune_finished(tx: &Transaction<'_>, statements: &mut Statements, cutoff_ms: u64, limit: i64) -> StoreResult<Vec<StreamId>> {
     let statement = statements.get(tx, PRUNE_FINISHED).await?;
-    stream_ids(&tx.query(&statement, &[&to_i64(cutoff_ms)]).await.map_err(from_pg)?)
+    stream_ids(&tx.query(&statement, &[&to_i64(cutoff_ms), &limit]).await.map_err(from_pg)?)
 }
 
 /// Inside the transaction that deleted `streams`' rows, after: delete their events (no

@@ -279,10 +279,20 @@ impl Store for SqliteStore {
         self.read(move |conn| sessions::list(conn, principal.as_ref(), limit)).await
     }
 
+    /// A sequence of writer jobs of at most [`durable_mcp_store::PRUNE_BATCH`] removals of
+    /// each kind: the single writer serves the request path's writes between them.
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
-        match self.writer.submit(writer::Op::Prune { retention: retention.clone(), now_ms }).await? {
-            writer::Reply::Pruned(report) => Ok(report),
-            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        let mut report = PruneReport::default();
+        loop {
+            match self.writer.submit(writer::Op::Prune { retention: retention.clone(), now_ms }).await? {
+                writer::Reply::Pruned(batch, more) => {
+                    report.add(batch);
+                    if !more {
+                        return Ok(report);
+                    }
+                }
+                _ => return Err(StoreError::Corrupt("unexpected writer reply".into())),
+            }
         }
     }
 

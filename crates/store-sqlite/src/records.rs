@@ -31,7 +31,7 @@ const DELETE_RANGE: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2 AN
 const DELETE_FROM: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2";
 const DELETE_VERSION: &str = "DELETE FROM records
     WHERE kind = ?1 AND key = ?2 AND version = ?3 AND (expires_at IS NULL OR expires_at > ?4)";
-const DELETE_EXPIRED: &str = "DELETE FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1";
+const DELETE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (SELECT kind, key FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)";
 
 /// Milliseconds (or a version) as SQLite's `INTEGER`, saturating.
 fn to_i64(value: u64) -> i64 {
@@ -142,7 +142,8 @@ pub(crate) fn delete(conn: &Connection, kind: RecordKind, prefix: &str, now_ms: 
 }
 
 /// On the writer: delete the records whose expiry is at or before `now_ms`; returns how many.
-pub(crate) fn prune_expired(conn: &Connection, now_ms: u64) -> Result<u64, StoreError> {
-    let deleted = conn.prepare_cached(DELETE_EXPIRED).and_then(|mut stmt| stmt.execute(params![to_i64(now_ms)])).map_err(from_sqlite)?;
+pub(crate) fn prune_expired(conn: &Connection, now_ms: u64, limit: usize) -> Result<u64, StoreError> {
+    let limit = to_i64(limit as u64);
+    let deleted = conn.prepare_cached(DELETE_EXPIRED).and_then(|mut stmt| stmt.execute(params![to_i64(now_ms), limit])).map_err(from_sqlite)?;
     Ok(deleted as u64)
 }

@@ -75,11 +75,12 @@ pub(crate) fn list(conn: &Connection, principal: Option<&Principal>, limit: usiz
 }
 
 /// Sessions idle since before `cutoff_ms`, as (principal, id).
-pub(crate) fn idle(conn: &Connection, cutoff_ms: u64) -> Result<Vec<(Principal, SessionId)>, StoreError> {
+pub(crate) fn idle(conn: &Connection, cutoff_ms: u64, limit: usize) -> Result<Vec<(Principal, SessionId)>, StoreError> {
     let cutoff = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows: Vec<(String, String)> = conn
-        .prepare_cached("SELECT principal, id FROM sessions WHERE last_seen_ms < ?1")
-        .and_then(|mut stmt| stmt.query_map(params![cutoff], |row| Ok((row.get(0)?, row.get(1)?)))?.collect())
+        .prepare_cached("SELECT principal, id FROM sessions WHERE last_seen_ms < ?1 LIMIT ?2")
+        .and_then(|mut stmt| stmt.query_map(params![cutoff, limit], |row| Ok((row.get(0)?, row.get(1)?)))?.collect())
         .map_err(from_sqlite)?;
     Ok(rows.into_iter().filter_map(|(p, id)| Some((Principal::new(p), id.parse().ok()?))).collect())
 }

@@ -105,12 +105,14 @@ pub(crate) fn read_after(conn: &mut Connection, stream: &StreamId, after: u64, l
     Ok(StreamRead { finished: closed && reached >= last, events })
 }
 
-/// Delete finished streams whose last event is older than `cutoff_ms`; returns their ids.
-pub(crate) fn prune_finished(conn: &Connection, cutoff_ms: u64) -> Result<Vec<StreamId>, StoreError> {
+/// Delete at most `limit` finished streams whose last event is older than `cutoff_ms`;
+/// returns their ids.
+pub(crate) fn prune_finished(conn: &Connection, cutoff_ms: u64, limit: usize) -> Result<Vec<StreamId>, StoreError> {
     let cutoff = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let ids: Vec<String> = conn
-        .prepare_cached("SELECT id FROM streams WHERE closed = 1 AND last_event_ms < ?1")
-        .and_then(|mut stmt| stmt.query_map(params![cutoff], |row| row.get(0))?.collect())
+        .prepare_cached("SELECT id FROM streams WHERE closed = 1 AND last_event_ms < ?1 LIMIT ?2")
+        .and_then(|mut stmt| stmt.query_map(params![cutoff, limit], |row| row.get(0))?.collect())
         .map_err(from_sqlite)?;
     for id in &ids {
         conn.prepare_cached("DELETE FROM events WHERE stream = ?1").and_then(|mut stmt| stmt.execute(params![id])).map_err(from_sqlite)?;

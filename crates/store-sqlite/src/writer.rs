@@ -11,8 +11,8 @@
 use std::collections::HashSet;
 
 use durable_mcp_store::{
-    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, Principal, PruneReport, RecordKind, Retention, SessionChange, SessionId, SessionRecord, StoreError,
-    StreamId, StreamOwner, WriteBatch, now_ms, op_failed,
+    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, PRUNE_BATCH, Principal, PruneReport, RecordKind, Retention, SessionChange, SessionId, SessionRecord,
+    StoreError, StreamId, StreamOwner, WriteBatch, now_ms, op_failed,
 };
 use rusqlite::Connection;
 use std::sync::mpsc;
@@ -44,6 +44,7 @@ pub(crate) enum Op {
         data: String,
         close: bool,
     },
+    /// One batch of a prune: at most `PRUNE_BATCH` of each kind.
     Prune {
         retention: Retention,
         now_ms: u64,
@@ -89,7 +90,8 @@ pub(crate) enum Reply {
     Session(Box<SessionRecord>),
     Bool(bool),
     Event(EventId),
-    Pruned(PruneReport),
+    /// A prune batch's removals, and whether more may be due.
+    Pruned(PruneReport, bool),
     /// The new version of a record, or how many records were deleted.
     Count(u64),
     Batch(BatchOutcome),
@@ -290,20 +292,25 @@ fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSe
         }
         Op::Prune { retention, now_ms } => {
             let mut report = PruneReport::default();
+            let mut more = false;
             if let Some(ttl) = retention.session_idle_ttl_ms {
-                for (principal, id) in sessions::idle(tx, now_ms.saturating_sub(ttl))? {
+                let idle = sessions::idle(tx, now_ms.saturating_sub(ttl), PRUNE_BATCH)?;
+                more |= idle.len() == PRUNE_BATCH;
+                for (principal, id) in idle {
                     let (ended, streams) = sessions::end(tx, &principal, &id)?;
                     report.sessions_ended += u64::from(ended);
                     gone.extend(streams);
                 }
             }
             if let Some(age) = retention.max_stream_age_ms {
-                let deleted = streams::prune_finished(tx, now_ms.saturating_sub(age))?;
+                let deleted = streams::prune_finished(tx, now_ms.saturating_sub(age), PRUNE_BATCH)?;
+                more |= deleted.len() == PRUNE_BATCH;
                 report.streams_deleted += deleted.len() as u64;
                 gone.extend(deleted);
             }
-            report.records_expired = records::prune_expired(tx, *now_ms)?;
-            Ok(Reply::Pruned(report))
+            report.records_expired = records::prune_expired(tx, *now_ms, PRUNE_BATCH)?;
+            more |= report.records_expired == PRUNE_BATCH as u64;
+            Ok(Reply::Pruned(report, more))
         }
         Op::Append { stream, data, close } => {
             let id = streams::append(tx, stream, data, *close, max_events)?;

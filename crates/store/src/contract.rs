@@ -24,7 +24,7 @@ pub use ops::{
 
 use crate::{
     EventId, Expect, Principal, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoredEvent, StreamId, StreamOwner, WakeUps,
-    now_ms,
+    WriteBatch, now_ms,
 };
 
 /// A new session record for `principal`.
@@ -260,6 +260,49 @@ pub async fn d14_prune_respects_open_streams_and_idle_ttl(store: Arc<dyn Store>)
     assert!(matches!(store.load_session(&who, &live.id).await, Err(StoreError::NotFound { .. })));
     assert!(store.read_after(&finished, 0, 10).await.is_err(), "finished stream pruned");
     assert_eq!(store.read_after(&open, 0, 10).await.expect("open stream kept").events.len(), 1);
+}
+
+/// D14: a prune removes everything due, however much more than one batch
+/// ([`crate::PRUNE_BATCH`]) of each kind that is: idle sessions, finished streams, expired
+/// records; and nothing else.
+pub async fn d14_prune_removes_more_than_a_batch_of_each(store: Arc<dyn Store>) {
+    let who = Principal::new(format!("prune-many-{}", StreamId::random()));
+    let owner = StreamOwner { principal: who.clone(), session: None };
+    let (batch, kept) = (crate::PRUNE_BATCH, StreamId::random());
+    let now = now_ms();
+    let mut sessions = Vec::new();
+    for _ in 0..batch + 3 {
+        let mut idle = session(&who);
+        idle.last_seen_ms = 1_000;
+        store.create_session(idle.clone()).await.expect("create idle");
+        sessions.push(idle.id);
+    }
+    let mut streams = Vec::new();
+    let prefix = format!("prune-many-{}/", StreamId::random());
+    for chunk in 0..(2 * batch + 7).div_ceil(100) {
+        let mut write = WriteBatch::new();
+        for i in 0..100.min(2 * batch + 7 - chunk * 100) {
+            let stream = StreamId::random();
+            write = write.create_stream(stream.clone(), owner.clone()).append(stream.clone(), "done").close(stream.clone());
+            write = write.put_record(RecordKind::Step, format!("{prefix}{chunk}-{i}"), "x", Some(now + 3_600_000), Expect::Absent);
+            streams.push(stream);
+        }
+        store.commit(write).await.expect("batch");
+    }
+    store.create_stream(&kept, &owner).await.expect("open stream");
+    let later = now + 2 * 3_600_000;
+    let report = store.prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, later).await.expect("prune");
+    assert!(report.sessions_ended >= (batch + 3) as u64, "{report:?}");
+    assert!(report.streams_deleted >= (2 * batch + 7) as u64, "{report:?}");
+    assert!(report.records_expired >= (2 * batch + 7) as u64, "{report:?}");
+    for id in &sessions {
+        assert!(matches!(store.load_session(&who, id).await, Err(StoreError::NotFound { .. })), "session {id} left");
+    }
+    for stream in &streams {
+        assert!(matches!(store.read_after(stream, 0, 10).await, Err(StoreError::NotFound { .. })), "stream {stream} left");
+    }
+    assert!(store.list_records(RecordKind::Step, &prefix, 10).await.expect("list").is_empty(), "expired records left");
+    assert!(store.read_after(&kept, 0, 10).await.is_ok(), "the open stream stays");
 }
 
 /// Sessions can be listed, per principal.
@@ -671,6 +714,7 @@ macro_rules! store_contract_tests {
             d5_session_end_closes_its_streams,
             d3_unknown_stream_is_not_found,
             d14_prune_respects_open_streams_and_idle_ttl,
+            d14_prune_removes_more_than_a_batch_of_each,
             d4_list_sessions_by_principal,
             d4_session_state_compare_and_set_loses_no_update,
             spec_session_delivery_compare_and_set_has_one_winner,

@@ -33,7 +33,9 @@ pub use ci::in_ci;
 pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
 pub use journal::{Expect, MAX_PLAIN_KEY_PART, Record, RecordKind, key_part, prefix_end};
-pub use record::{DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead};
+pub use record::{
+    DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PRUNE_BATCH, PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead,
+};
 pub use redact::{is_key_value, is_secret_name, redact_url};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
@@ -132,7 +134,8 @@ pub trait Store: Send + Sync + 'static {
     /// closed (its request still running, or a session's standalone stream) is only removed
     /// with its session; a session is only removed when idle past the TTL. Each removal is
     /// atomic: afterwards every worker answers `NotFound` for what was removed (D5).
-    /// Journal records whose expiry has passed are deleted too.
+    /// Journal records whose expiry has passed are deleted too. A backend removes at most
+    /// [`PRUNE_BATCH`] of each kind per transaction, and goes on until nothing due is left.
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport>;
 
     // ----- journal records --------------------------------------------------------------

@@ -217,6 +217,20 @@ pub struct PruneReport {
     pub records_expired: u64,
 }
 
+impl PruneReport {
+    /// Count `batch`'s removals too (a prune is a sequence of batches, see [`PRUNE_BATCH`]).
+    pub fn add(&mut self, batch: PruneReport) {
+        self.sessions_ended += batch.sessions_ended;
+        self.streams_deleted += batch.streams_deleted;
+        self.records_expired += batch.records_expired;
+    }
+}
+
+/// The most sessions, streams and records one transaction of a prune removes (of each):
+/// a prune is a sequence of such batches, so that the request path's writes go between
+/// them instead of waiting behind one transaction that removes everything due at once.
+pub const PRUNE_BATCH: usize = 500;
+
 #[cfg(test)]
 mod tests {
     use super::*;
