@@ -46,6 +46,11 @@ const MIGRATIONS: &[&str] = &[
     // append to an open stream (every event) no longer moves an index entry.
     "DROP INDEX streams_closed_by_age;
     CREATE INDEX streams_finished_by_age ON streams(last_event_ms) WHERE closed = 1;",
+    // 4 -> 5: ending a session is one row, whatever its number of streams: the session's
+    // id goes here, its streams read as gone at once and are deleted by the next prunes,
+    // a batch at a time (one transaction deleting them all held the writer, and grew the
+    // WAL and the statement journal by their size).
+    "CREATE TABLE ended_sessions (id TEXT PRIMARY KEY) WITHOUT ROWID;",
 ];
 
 /// The schema version this build writes.

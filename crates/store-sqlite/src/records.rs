@@ -31,7 +31,8 @@ const DELETE_RANGE: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2 AN
 const DELETE_FROM: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2";
 const DELETE_VERSION: &str = "DELETE FROM records
     WHERE kind = ?1 AND key = ?2 AND version = ?3 AND (expires_at IS NULL OR expires_at > ?4)";
-const DELETE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (SELECT kind, key FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)";
+const DELETE_EXPIRED: &str =
+    "DELETE FROM records WHERE (kind, key) IN (SELECT kind, key FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)";
 
 /// Milliseconds (or a version) as SQLite's `INTEGER`, saturating.
 fn to_i64(value: u64) -> i64 {

@@ -42,8 +42,9 @@ pub(crate) fn update(conn: &Connection, principal: &Principal, id: &SessionId, c
     Ok(record)
 }
 
-/// Delete a session with its streams and events; returns whether it was live and which
-/// streams went with it.
+/// End a session: its row goes, and its streams read as gone from this commit on (a prune
+/// deletes them with their events, see `streams::drop_ended`). Returns whether it was live,
+/// and its open streams, whose tails are to be woken.
 pub(crate) fn end(conn: &Connection, principal: &Principal, id: &SessionId) -> Result<(bool, Vec<StreamId>), StoreError> {
     let deleted = conn
         .prepare_cached("DELETE FROM sessions WHERE id = ?1 AND principal = ?2")
@@ -52,12 +53,14 @@ pub(crate) fn end(conn: &Connection, principal: &Principal, id: &SessionId) -> R
     if deleted == 0 {
         return Ok((false, Vec::new()));
     }
-    let mut stmt = conn.prepare_cached("SELECT id FROM streams WHERE session = ?1").map_err(from_sqlite)?;
-    let streams: Vec<String> = stmt.query_map(params![id.as_str()], |row| row.get(0)).map_err(from_sqlite)?.collect::<Result<_, _>>().map_err(from_sqlite)?;
-    conn.execute("DELETE FROM events WHERE stream IN (SELECT id FROM streams WHERE session = ?1)", params![id.as_str()]).map_err(from_sqlite)?;
-    conn.execute("DELETE FROM streams WHERE session = ?1", params![id.as_str()]).map_err(from_sqlite)?;
-    let streams = streams.into_iter().filter_map(|s| s.parse().ok()).collect();
-    Ok((true, streams))
+    // The session's streams read as gone from this commit on; prunes delete them.
+    conn.prepare_cached("INSERT INTO ended_sessions (id) VALUES (?1) ON CONFLICT (id) DO NOTHING")
+        .and_then(|mut stmt| stmt.execute(params![id.as_str()]))
+        .map_err(from_sqlite)?;
+    // The open ones may have tails waiting: they are woken to read that.
+    let mut stmt = conn.prepare_cached("SELECT id FROM streams WHERE session = ?1 AND closed = 0").map_err(from_sqlite)?;
+    let open: Vec<String> = stmt.query_map(params![id.as_str()], |row| row.get(0)).map_err(from_sqlite)?.collect::<Result<_, _>>().map_err(from_sqlite)?;
+    Ok((true, open.into_iter().filter_map(|s| s.parse().ok()).collect()))
 }
 
 pub(crate) fn list(conn: &Connection, principal: Option<&Principal>, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {

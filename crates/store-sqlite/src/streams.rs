@@ -5,6 +5,15 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::from_sqlite;
 
+/// The condition that a `streams` row is live: it has no session, or its session has not
+/// ended (an ended session's streams stay until a prune deletes them, see
+/// [`drop_ended`], and read as gone meanwhile).
+macro_rules! live {
+    () => {
+        "(session IS NULL OR NOT EXISTS (SELECT 1 FROM ended_sessions WHERE ended_sessions.id = streams.session))"
+    };
+}
+
 /// Insert stream row `id`: `Conflict` if one exists (one statement, no read before it).
 pub(crate) fn insert(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> Result<(), StoreError> {
     let inserted = conn
@@ -16,13 +25,15 @@ pub(crate) fn insert(conn: &Connection, id: &StreamId, owner: &StreamOwner) -> R
 
 /// Whether a stream row `id` exists.
 pub(crate) fn exists(conn: &Connection, id: &StreamId) -> Result<bool, StoreError> {
-    conn.prepare_cached("SELECT 1 FROM streams WHERE id = ?1").and_then(|mut stmt| stmt.exists(params![id.as_str()])).map_err(from_sqlite)
+    conn.prepare_cached(concat!("SELECT 1 FROM streams WHERE id = ?1 AND ", live!()))
+        .and_then(|mut stmt| stmt.exists(params![id.as_str()]))
+        .map_err(from_sqlite)
 }
 
 /// Close an open stream without an event: `NotFound` if unknown, `StreamClosed` if closed.
 pub(crate) fn close(conn: &Connection, stream: &StreamId) -> Result<(), StoreError> {
     let changed = conn
-        .prepare_cached("UPDATE streams SET closed = 1, last_event_ms = ?2 WHERE id = ?1 AND closed = 0")
+        .prepare_cached(concat!("UPDATE streams SET closed = 1, last_event_ms = ?2 WHERE id = ?1 AND closed = 0 AND ", live!()))
         .and_then(|mut stmt| stmt.execute(params![stream.as_str(), now_ms() as i64]))
         .map_err(from_sqlite)?;
     match changed {
@@ -37,7 +48,11 @@ pub(crate) fn close(conn: &Connection, stream: &StreamId) -> Result<(), StoreErr
 /// sequence (an open stream only), then the event goes in under it.
 pub(crate) fn append(conn: &Connection, stream: &StreamId, data: &str, close: bool, max_events: Option<u64>) -> Result<EventId, StoreError> {
     let seq: Option<i64> = conn
-        .prepare_cached("UPDATE streams SET last_seq = last_seq + 1, closed = ?2, last_event_ms = ?3 WHERE id = ?1 AND closed = 0 RETURNING last_seq")
+        .prepare_cached(concat!(
+            "UPDATE streams SET last_seq = last_seq + 1, closed = ?2, last_event_ms = ?3 WHERE id = ?1 AND closed = 0 AND ",
+            live!(),
+            " RETURNING last_seq"
+        ))
         .and_then(|mut stmt| stmt.query_row(params![stream.as_str(), close, now_ms() as i64], |row| row.get(0)).optional())
         .map_err(from_sqlite)?;
     let Some(seq) = seq else {
@@ -63,7 +78,7 @@ pub(crate) fn append(conn: &Connection, stream: &StreamId, data: &str, close: bo
 
 pub(crate) fn owner(conn: &Connection, stream: &StreamId) -> Result<StreamOwner, StoreError> {
     let row: Option<(String, Option<String>)> = conn
-        .prepare_cached("SELECT principal, session FROM streams WHERE id = ?1")
+        .prepare_cached(concat!("SELECT principal, session FROM streams WHERE id = ?1 AND ", live!()))
         .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], |row| Ok((row.get(0)?, row.get(1)?))).optional())
         .map_err(from_sqlite)?;
     let (principal, session) = row.ok_or(StoreError::not_found("stream"))?;
@@ -75,7 +90,7 @@ pub(crate) fn read_after(conn: &mut Connection, stream: &StreamId, after: u64, l
     // One read transaction: the stream row and its events come from the same snapshot.
     let tx = conn.transaction().map_err(from_sqlite)?;
     let row: Option<(i64, i64, bool)> = tx
-        .prepare_cached("SELECT first_seq, last_seq, closed FROM streams WHERE id = ?1")
+        .prepare_cached(concat!("SELECT first_seq, last_seq, closed FROM streams WHERE id = ?1 AND ", live!()))
         .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?))).optional())
         .map_err(from_sqlite)?;
     let (first, last, closed) = row.ok_or(StoreError::not_found("stream"))?;
@@ -121,6 +136,26 @@ pub(crate) fn prune_finished(conn: &Connection, cutoff_ms: u64, limit: usize) ->
     Ok(ids.into_iter().filter_map(|id| id.parse().ok()).collect())
 }
 
+/// Delete at most `limit` streams of ended sessions (with their events); returns their
+/// ids. Once an ended session has no stream left, its mark goes too.
+pub(crate) fn drop_ended(conn: &Connection, limit: usize) -> Result<Vec<StreamId>, StoreError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let ids: Vec<String> = conn
+        .prepare_cached("SELECT streams.id FROM ended_sessions JOIN streams ON streams.session = ended_sessions.id LIMIT ?1")
+        .and_then(|mut stmt| stmt.query_map(params![limit], |row| row.get(0))?.collect())
+        .map_err(from_sqlite)?;
+    for id in &ids {
+        conn.prepare_cached("DELETE FROM events WHERE stream = ?1").and_then(|mut stmt| stmt.execute(params![id])).map_err(from_sqlite)?;
+        conn.prepare_cached("DELETE FROM streams WHERE id = ?1").and_then(|mut stmt| stmt.execute(params![id])).map_err(from_sqlite)?;
+    }
+    if (ids.len() as i64) < limit {
+        conn.prepare_cached("DELETE FROM ended_sessions WHERE NOT EXISTS (SELECT 1 FROM streams WHERE streams.session = ended_sessions.id)")
+            .and_then(|mut stmt| stmt.execute([]))
+            .map_err(from_sqlite)?;
+    }
+    Ok(ids.into_iter().filter_map(|id| id.parse().ok()).collect())
+}
+
 const INFO_COLUMNS: &str = "SELECT id, principal, session, first_seq, last_seq, closed FROM streams";
 
 fn info_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, Option<String>, i64, i64, bool)> {
@@ -144,7 +179,7 @@ fn to_info(
 /// Streams in id order after `after`, at most `limit`.
 pub(crate) fn list(conn: &Connection, after: Option<&StreamId>, limit: usize) -> Result<Vec<durable_mcp_store::StreamInfo>, StoreError> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let sql = format!("{INFO_COLUMNS} WHERE id > ?1 ORDER BY id LIMIT ?2");
+    let sql = format!("{INFO_COLUMNS} WHERE id > ?1 AND {} ORDER BY id LIMIT ?2", live!());
     let rows = conn
         .prepare_cached(&sql)
         .and_then(|mut stmt| stmt.query_map(params![after.map_or("", |a| a.as_str()), limit], info_row)?.collect::<Result<Vec<_>, _>>())
@@ -154,7 +189,7 @@ pub(crate) fn list(conn: &Connection, after: Option<&StreamId>, limit: usize) ->
 
 /// One stream's summary.
 pub(crate) fn info(conn: &Connection, stream: &StreamId) -> Result<durable_mcp_store::StreamInfo, StoreError> {
-    let sql = format!("{INFO_COLUMNS} WHERE id = ?1");
+    let sql = format!("{INFO_COLUMNS} WHERE id = ?1 AND {}", live!());
     let row = conn.prepare_cached(&sql).and_then(|mut stmt| stmt.query_row(params![stream.as_str()], info_row).optional()).map_err(from_sqlite)?;
     to_info(row.ok_or(StoreError::not_found("stream"))?)
 }
@@ -164,7 +199,7 @@ pub(crate) fn info(conn: &Connection, stream: &StreamId) -> Result<durable_mcp_s
 /// first retained event of its source); returns how many were inserted.
 pub(crate) fn import(conn: &Connection, stream: &StreamId, events: &[StoredEvent], close: bool) -> Result<u64, StoreError> {
     let (last, closed): (i64, bool) = conn
-        .prepare_cached("SELECT last_seq, closed FROM streams WHERE id = ?1")
+        .prepare_cached(concat!("SELECT last_seq, closed FROM streams WHERE id = ?1 AND ", live!()))
         .and_then(|mut stmt| stmt.query_row(params![stream.as_str()], |row| Ok((row.get(0)?, row.get(1)?))))
         .map_err(from_sqlite)?;
     let last = u64::try_from(last).unwrap_or(0);

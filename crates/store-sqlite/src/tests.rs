@@ -231,3 +231,79 @@ async fn regression_concurrent_reads_keep_at_most_max_readers_connections() {
         std::fs::read_dir("/proc/self/fd").unwrap().filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok()).filter(|target| *target == path).count();
     assert!(handles <= MAX_READERS + 1, "{handles} handles on the database file: readers and the writer only");
 }
+
+/// D14: under writes that never pause and readers that never leave a gap, the WAL stays
+/// bounded: the writer empties it past `WAL_CHECKPOINT_AT` (here about 100 MB are written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d14_the_wal_stays_bounded_while_readers_never_stop() {
+    let path = temp_path("wal.db");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(SqliteOptions::new(path.clone())).await.expect("open"));
+    let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+    // Two readers whose read transactions overlap, so that one is always open (as under a
+    // load of many clients).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u64)
+        .map(|i| {
+            let (path, stop) = (path.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut conn = rusqlite::Connection::open(&path).unwrap();
+                std::thread::sleep(Duration::from_millis(10 * i));
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let tx = conn.transaction().unwrap();
+                    tx.query_row("SELECT count(*) FROM streams", [], |row| row.get::<_, i64>(0)).unwrap();
+                    std::thread::sleep(Duration::from_millis(20));
+                    tx.commit().unwrap();
+                }
+            })
+        })
+        .collect();
+    let wal = PathBuf::from(format!("{}-wal", path.display()));
+    let mut largest = 0;
+    for _ in 0..100 {
+        let mut batch = durable_mcp_store::WriteBatch::new();
+        for _ in 0..100 {
+            let stream = StreamId::random();
+            batch = batch.create_stream(stream.clone(), owner.clone()).append(stream, "y".repeat(10_000));
+        }
+        store.commit(batch).await.unwrap();
+        largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        reader.join().unwrap();
+    }
+    assert!(largest < 64 << 20, "the WAL reached {largest} bytes");
+}
+
+/// D5, D14: ending a session with many streams is one small write: its streams read as gone
+/// at once, and the next prune deletes them, a batch at a time, with the session's mark.
+#[tokio::test]
+async fn d5_an_ended_sessions_streams_are_gone_at_once_and_deleted_by_prunes() {
+    let path = temp_path("ended.db");
+    let store = SqliteStore::open(SqliteOptions { synchronous: Synchronous::Normal, ..SqliteOptions::new(path.clone()) }).await.expect("open");
+    let who = Principal::anonymous();
+    let session = durable_mcp_store::contract::session(&who);
+    store.create_session(session.clone()).await.unwrap();
+    let owner = StreamOwner { principal: who.clone(), session: Some(session.id.clone()) };
+    let mut streams = Vec::new();
+    for _ in 0..12 {
+        let mut batch = durable_mcp_store::WriteBatch::new();
+        for _ in 0..100 {
+            let stream = StreamId::random();
+            batch = batch.create_stream(stream.clone(), owner.clone()).append(stream.clone(), "done").close(stream.clone());
+            streams.push(stream);
+        }
+        store.commit(batch).await.unwrap();
+    }
+    assert!(store.end_session(&who, &session.id).await.unwrap());
+    for stream in &streams {
+        assert!(matches!(store.read_after(stream, 0, 10).await, Err(StoreError::NotFound { .. })));
+        assert!(matches!(store.append(stream, "late".into(), false).await, Err(StoreError::NotFound { .. })));
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let count = |sql: &str| conn.query_row(sql, [], |row| row.get::<_, i64>(0)).unwrap();
+    assert_eq!(count("SELECT count(*) FROM streams"), 1_201, "deleted by prunes, not by the end (with the standalone stream)");
+    store.prune(&durable_mcp_store::Retention::default(), durable_mcp_store::now_ms()).await.unwrap();
+    assert_eq!((count("SELECT count(*) FROM streams"), count("SELECT count(*) FROM events")), (0, 0));
+    assert_eq!(count("SELECT count(*) FROM ended_sessions"), 0);
+}

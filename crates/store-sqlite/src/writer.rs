@@ -16,6 +16,7 @@ use durable_mcp_store::{
 };
 use rusqlite::Connection;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::pipeline::{Item, Pipeline, deliver};
@@ -144,7 +145,50 @@ fn next_job(rx: &mpsc::Receiver<Job>, conn: &Connection, pipeline: &mut Option<P
     rx.recv().ok()
 }
 
+/// The WAL size at which the writer checkpoints it whole and empties it (D14).
+const WAL_CHECKPOINT_AT: u64 = 32 << 20;
+
+/// How often the writer looks at the WAL's size while it writes.
+const WAL_CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// Keeps the WAL bounded under a load that never pauses. SQLite's own checkpoints (every
+/// 1,000 pages, at a commit) copy what no reader still needs, but never start the WAL over
+/// while readers come and go without a gap: it then grows with the load. Past
+/// [`WAL_CHECKPOINT_AT`], the writer runs a `TRUNCATE` checkpoint between two groups: it
+/// waits (up to the busy timeout) for the readers of older snapshots, copies the rest and
+/// empties the file. Nothing is lost: the copy is synced before the WAL is cut.
+struct WalBound {
+    wal: Option<std::path::PathBuf>,
+    next_check: Instant,
+}
+
+impl WalBound {
+    fn new(conn: &Connection) -> Self {
+        let wal = conn.path().filter(|p| !p.is_empty()).map(|p| std::path::PathBuf::from(format!("{p}-wal")));
+        Self { wal, next_check: Instant::now() }
+    }
+
+    fn after_group(&mut self, conn: &Connection) {
+        let Some(wal) = &self.wal else { return };
+        let now = Instant::now();
+        if now < self.next_check {
+            return;
+        }
+        self.next_check = now + WAL_CHECK_EVERY;
+        let Ok(size) = std::fs::metadata(wal).map(|m| m.len()) else { return };
+        if size < WAL_CHECKPOINT_AT {
+            return;
+        }
+        match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))) {
+            Ok((0, frames)) => tracing::debug!(size, frames, elapsed = ?now.elapsed(), "sqlite WAL checkpointed and emptied"),
+            Ok((_, frames)) => tracing::warn!(size, frames, "sqlite WAL checkpoint: readers held it past the busy timeout; trying again"),
+            Err(error) => tracing::warn!(%error, size, "sqlite WAL checkpoint failed; trying again"),
+        }
+    }
+}
+
 fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, watchers: &Watchers, mut pipeline: Option<Pipeline<Reply>>) {
+    let mut wal_bound = WalBound::new(&conn);
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut writes = Vec::with_capacity(MAX_BATCH);
     // A job taken off the queue to see whether any was waiting (after an overlapped commit).
@@ -240,6 +284,7 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
                 }
             }
         }
+        wal_bound.after_group(&conn);
     }
 }
 
@@ -308,6 +353,10 @@ fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSe
                 report.streams_deleted += deleted.len() as u64;
                 gone.extend(deleted);
             }
+            // Streams of sessions ended earlier (counted with their sessions, not here).
+            let dropped = streams::drop_ended(tx, PRUNE_BATCH)?;
+            more |= dropped.len() == PRUNE_BATCH;
+            gone.extend(dropped);
             report.records_expired = records::prune_expired(tx, *now_ms, PRUNE_BATCH)?;
             more |= report.records_expired == PRUNE_BATCH as u64;
             Ok(Reply::Pruned(report, more))
