@@ -90,8 +90,8 @@ fn inspect_runs_and_tasks_of_a_live_store() {
 fn migrate_reports_the_schema_version() {
     let dir = temp_dir("migrate");
     let store = format!("sqlite:{}", dir.join("store.db").display());
-    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 4");
-    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 4", "idempotent");
+    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 5");
+    assert_eq!(run(&["migrate", "--store", &store]).trim(), "schema version 5", "idempotent");
     assert!(run(&["migrate", "--store", "memory:"]).contains("no schema"));
 }
 

@@ -209,10 +209,25 @@ impl Store for PgStore {
     /// The session, its streams and their events go in one transaction (D5). Tails of
     /// those streams in this process end at once; tails on other workers are woken by the
     /// notification sent at commit, and their next read answers `NotFound`.
+    /// A transaction per [`durable_mcp_store::PRUNE_BATCH`] streams of the session, the
+    /// session row with the last: none holds locks (or the notification queue) long,
+    /// however many streams the session made. All are gone when this returns.
     async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
-        let (ended, gone) = op!(self, conn => sessions::end(conn, principal, id, &self.shared.channel))?;
-        self.shared.watchers.forget(&gone);
-        Ok(ended)
+        const LIMIT: i64 = durable_mcp_store::PRUNE_BATCH as i64;
+        let mut going_on = false;
+        loop {
+            match op!(self, conn => sessions::end(conn, principal, id, &self.shared.channel, LIMIT))? {
+                sessions::Ending::NotFound => return Ok(going_on),
+                sessions::Ending::Ended(gone) => {
+                    self.shared.watchers.forget(&gone);
+                    return Ok(true);
+                }
+                sessions::Ending::More(gone) => {
+                    self.shared.watchers.forget(&gone);
+                    going_on = true;
+                }
+            }
+        }
     }
 
     async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
@@ -265,8 +280,8 @@ impl Store for PgStore {
                 let mut gone = Vec::new();
                 let mut more = false;
                 if let Some(ttl) = retention.session_idle_ttl_ms {
-                    let (found, ended, streams) = sessions::prune_idle(&tx, statements, now_ms.saturating_sub(ttl), LIMIT).await?;
-                    more |= found as i64 == LIMIT;
+                    let (ended, streams, left) = sessions::prune_idle(&tx, statements, now_ms.saturating_sub(ttl), LIMIT).await?;
+                    more |= left;
                     batch.sessions_ended = ended;
                     gone.extend(streams);
                 }

@@ -16,13 +16,13 @@ const LOCK: &str = "SELECT record, last_seen_ms FROM sessions WHERE id = $1 AND 
 const WRITE: &str = "UPDATE sessions SET record = $2, last_seen_ms = GREATEST(last_seen_ms, $3) WHERE id = $1 RETURNING last_seen_ms";
 const TOUCH: &str = "UPDATE sessions SET last_seen_ms = GREATEST(last_seen_ms, $3)
     WHERE id = $1 AND principal = $2 RETURNING record, last_seen_ms";
-const DELETE_STREAMS: &str = "DELETE FROM streams WHERE session = $1 RETURNING id";
+const DELETE_STREAMS: &str = "DELETE FROM streams WHERE id IN (SELECT id FROM streams WHERE session = $1 LIMIT $2) RETURNING id";
 const DELETE: &str = "DELETE FROM sessions WHERE id = $1";
 const LIST_ALL: &str = "SELECT record, last_seen_ms FROM sessions ORDER BY created_at_ms, id LIMIT $1";
 const LIST_MINE: &str = "SELECT record, last_seen_ms FROM sessions WHERE principal = $2 ORDER BY created_at_ms, id LIMIT $1";
 const IDLE: &str = "SELECT id FROM sessions WHERE last_seen_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED";
-const DELETE_STREAMS_OF: &str = "DELETE FROM streams WHERE session = ANY($1) RETURNING id";
-const DELETE_MANY: &str = "DELETE FROM sessions WHERE id = ANY($1)";
+const DELETE_STREAMS_OF: &str = "DELETE FROM streams WHERE id IN (SELECT id FROM streams WHERE session = ANY($1) LIMIT $2) RETURNING id";
+const DELETE_EMPTY: &str = "DELETE FROM sessions WHERE id = ANY($1) AND NOT EXISTS (SELECT 1 FROM streams WHERE streams.session = sessions.id)";
 
 /// Decode a `(record, last_seen_ms)` row.
 fn decode(row: &Row) -> StoreResult<SessionRecord> {
@@ -92,29 +92,41 @@ pub(crate) async fn update(conn: &mut Conn, principal: &Principal, id: &SessionI
     Ok(record)
 }
 
-/// End `principal`'s session `id` with its streams and their events, and notify the
-/// streams' tails on `channel`, in one transaction. Returns whether it was live and which
-/// streams went with it.
-///
-/// The session row is locked first, so a concurrent `create_stream` for it either commits
-/// before (and its stream is deleted and notified here) or finds no session after (its
-/// foreign key, or in a batch the `FOR KEY SHARE` check of `dmcp_op`).
-pub(crate) async fn end(conn: &mut Conn, principal: &Principal, id: &SessionId, channel: &str) -> StoreResult<(bool, Vec<StreamId>)> {
+/// What one transaction of [`end`] did.
+pub(crate) enum Ending {
+    /// No such session (for this principal).
+    NotFound,
+    /// Deleted these streams of the session, and the session with the last of them.
+    Ended(Vec<StreamId>),
+    /// Deleted these streams; more are left for the next transaction.
+    More(Vec<StreamId>),
+}
+
+/// One transaction of ending a session: at most `limit` of its streams (with their events)
+/// go, and the session row with the last of them. A stream created for the session
+/// meanwhile (the row is locked only during each transaction) goes in a later one, or finds
+/// no session after its foreign key (or, in a batch, the `FOR KEY SHARE` check of
+/// `dmcp_op`).
+pub(crate) async fn end(conn: &mut Conn, principal: &Principal, id: &SessionId, channel: &str, limit: i64) -> StoreResult<Ending> {
     let Conn { client, statements, .. } = conn;
     let tx = client.transaction().await.map_err(from_pg)?;
     let lock = statements.get(&tx, LOCK).await?;
     if tx.query_opt(&lock, &[&id.as_str(), &principal.as_str()]).await.map_err(from_pg)?.is_none() {
-        return Ok((false, Vec::new()));
+        return Ok(Ending::NotFound);
     }
     let delete_streams = statements.get(&tx, DELETE_STREAMS).await?;
-    let gone = stream_ids(&tx.query(&delete_streams, &[&id.as_str()]).await.map_err(from_pg)?)?;
-    // Every stream of the session is in `gone` (its row is locked: none can be created
-    // meanwhile), so the session's own delete below cascades to none, and no event is left.
+    let gone = stream_ids(&tx.query(&delete_streams, &[&id.as_str(), &limit]).await.map_err(from_pg)?)?;
     streams::removed(&tx, statements, channel, &gone).await?;
-    let delete = statements.get(&tx, DELETE).await?;
-    tx.execute(&delete, &[&id.as_str()]).await.map_err(from_pg)?;
+    let ending = if (gone.len() as i64) < limit {
+        // Its row is locked: no stream was created meanwhile, so the delete cascades to none.
+        let delete = statements.get(&tx, DELETE).await?;
+        tx.execute(&delete, &[&id.as_str()]).await.map_err(from_pg)?;
+        Ending::Ended(gone)
+    } else {
+        Ending::More(gone)
+    };
     tx.commit().await.map_err(from_pg)?;
-    Ok((true, gone))
+    Ok(ending)
 }
 
 /// Live sessions, oldest first.
@@ -134,24 +146,27 @@ pub(crate) async fn list(conn: &mut Conn, principal: Option<&Principal>, limit: 
     rows.iter().map(decode).collect()
 }
 
-/// Inside a prune's transaction: delete the sessions idle since before `cutoff_ms`, with
-/// their streams. Sessions locked by a concurrent change (in use right now) or by a
-/// concurrent prune are skipped. Returns how many sessions ended and the streams deleted.
+/// Inside a prune's transaction: end at most `limit` sessions idle since before
+/// `cutoff_ms`, deleting at most `limit` of their streams; a session goes with its last
+/// stream (one with more left is ended by the next batch). Sessions locked by a concurrent
+/// change (in use right now) or by a concurrent prune are skipped. Returns how many
+/// sessions ended, the streams deleted, and whether more may be due.
 pub(crate) async fn prune_idle(
     tx: &tokio_postgres::Transaction<'_>,
     statements: &mut crate::pool::Statements,
     cutoff_ms: u64,
     limit: i64,
-) -> StoreResult<(usize, u64, Vec<StreamId>)> {
+) -> StoreResult<(u64, Vec<StreamId>, bool)> {
     let idle = statements.get(tx, IDLE).await?;
     let ids: Vec<String> =
         tx.query(&idle, &[&to_i64(cutoff_ms), &limit]).await.and_then(|rows| rows.iter().map(|row| row.try_get(0)).collect()).map_err(from_pg)?;
     if ids.is_empty() {
-        return Ok((0, 0, Vec::new()));
+        return Ok((0, Vec::new(), false));
     }
     let delete_streams = statements.get(tx, DELETE_STREAMS_OF).await?;
-    let gone = stream_ids(&tx.query(&delete_streams, &[&ids]).await.map_err(from_pg)?)?;
-    let delete = statements.get(tx, DELETE_MANY).await?;
+    let gone = stream_ids(&tx.query(&delete_streams, &[&ids, &limit]).await.map_err(from_pg)?)?;
+    let delete = statements.get(tx, DELETE_EMPTY).await?;
     let ended = tx.execute(&delete, &[&ids]).await.map_err(from_pg)?;
-    Ok((ids.len(), ended, gone))
+    let more = ids.len() as i64 == limit || gone.len() as i64 == limit;
+    Ok((ended, gone, more))
 }

@@ -315,34 +315,45 @@ return 1
 });
 
 /// KEYS: session. ARGV: sid, principal (`''`: any, for prune), idle cutoff (`''`: none; else
-/// end only if `last_seen_ms` is still below it). Returns `{1, stream ids...}` if ended,
-/// `{0}` if not (missing, foreign, or used meanwhile).
+/// end only if `last_seen_ms` is still below it), the most streams to delete, `'1'` to go on
+/// deleting the streams of a session this script ended already. Returns `{1, more, stream
+/// ids...}` if ended (`more`: 1 while streams are left, for the next call), `{0}` if not
+/// (missing, foreign, or used meanwhile). One call deletes the session and at most that many
+/// of its streams: Redis serves every other client between two calls.
 pub(crate) static END_SESSION: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         prelude!(),
         r#"
 local sid = ARGV[3]
 local key = KEYS[#KEYS]
-local owner = redis.call('HGET', key, 'principal')
-if not owner then
+if ARGV[7] ~= '1' then
+  local owner = redis.call('HGET', key, 'principal')
+  if not owner then
+    redis.call('ZREM', P .. ':sessions', sid)
+    return { 0 }
+  end
+  if ARGV[4] ~= '' and owner ~= ARGV[4] then return { 0 } end
+  if ARGV[5] ~= '' then
+    local seen = redis.call('ZSCORE', P .. ':sessions', sid)
+    if not seen or tonumber(seen) >= tonumber(ARGV[5]) then return { 0 } end
+  end
+  redis.call('DEL', key)
   redis.call('ZREM', P .. ':sessions', sid)
-  return { 0 }
 end
-if ARGV[4] ~= '' and owner ~= ARGV[4] then return { 0 } end
-if ARGV[5] ~= '' then
-  local seen = redis.call('ZSCORE', P .. ':sessions', sid)
-  if not seen or tonumber(seen) >= tonumber(ARGV[5]) then return { 0 } end
-end
-local out = { 1 }
+local out = { 1, 0 }
 local tag = 's:' .. sid
-for _, id in ipairs(redis.call('SMEMBERS', session_set(sid, 'streams'))) do
+local set = session_set(sid, 'streams')
+for _, id in ipairs(redis.call('SPOP', set, tonumber(ARGV[6]))) do
   redis.call('DEL', tagged(tag, 'stream', id), tagged(tag, 'events', id), index_key(id))
   redis.call('ZREM', P .. ':finished', id)
   out[#out + 1] = id
 end
-redis.call('DEL', key, session_set(sid, 'streams'), session_set(sid, 'open'))
-redis.call('ZREM', P .. ':sessions', sid)
-if #out > 1 then redis.call('PUBLISH', CHANNEL, 'g:' .. table.concat(out, ',', 2)) end
+if redis.call('SCARD', set) > 0 then
+  out[2] = 1
+else
+  redis.call('DEL', set, session_set(sid, 'open'))
+end
+if #out > 2 then redis.call('PUBLISH', CHANNEL, 'g:' .. table.concat(out, ',', 3)) end
 return out
 "#
     ))

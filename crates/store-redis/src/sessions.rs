@@ -84,27 +84,43 @@ pub(crate) async fn update(shared: &Shared, principal: &Principal, id: &SessionI
     Err(StoreError::Unavailable(format!("session {id} changed concurrently {MAX_ATTEMPTS} times in a row").into()))
 }
 
-/// Run the end script; returns the deleted streams if the session was ended.
-async fn end_script(shared: &Shared, id: &SessionId, principal: Option<&Principal>, idle_before: Option<u64>) -> StoreResult<Option<Vec<StreamId>>> {
-    let mut call = shared.script(&scripts::END_SESSION);
-    call.key(shared.keys.session(id)).arg(id.as_str()).arg(principal.map_or("", |p| p.as_str())).arg(idle_before.map(|c| c.to_string()).unwrap_or_default());
-    let reply: redis::Value = shared.write(&call).await?;
-    let redis::Value::Array(items) = &reply else { return Err(bad_reply("end_session", &reply)) };
-    match items.first().and_then(int) {
-        Some(1) => {
-            let gone: Vec<StreamId> = items[1..].iter().filter_map(|v| text(v)?.parse().ok()).collect();
-            shared.watchers.forget(&gone);
-            Ok(Some(gone))
+/// Run the end script: the session goes in the first call, its streams
+/// [`durable_mcp_store::PRUNE_BATCH`] at a time in as many calls as they need (the session
+/// is gone from the first, so nothing reaches them meanwhile; all are gone when this
+/// returns). Returns how many streams went, if the session was ended.
+async fn end_script(shared: &Shared, id: &SessionId, principal: Option<&Principal>, idle_before: Option<u64>) -> StoreResult<Option<usize>> {
+    let mut deleted = 0;
+    let mut going_on = false;
+    loop {
+        let mut call = shared.script(&scripts::END_SESSION);
+        call.key(shared.keys.session(id))
+            .arg(id.as_str())
+            .arg(principal.map_or("", |p| p.as_str()))
+            .arg(idle_before.map(|c| c.to_string()).unwrap_or_default())
+            .arg(durable_mcp_store::PRUNE_BATCH)
+            .arg(if going_on { "1" } else { "" });
+        let reply: redis::Value = shared.write(&call).await?;
+        let redis::Value::Array(items) = &reply else { return Err(bad_reply("end_session", &reply)) };
+        match (items.first().and_then(int), items.get(1).and_then(int)) {
+            (Some(1), Some(more)) => {
+                let gone: Vec<StreamId> = items[2..].iter().filter_map(|v| text(v)?.parse().ok()).collect();
+                shared.watchers.forget(&gone);
+                deleted += gone.len();
+                if more == 0 {
+                    return Ok(Some(deleted));
+                }
+                going_on = true;
+            }
+            (Some(0), _) if !going_on => return Ok(None),
+            _ => return Err(bad_reply("end_session", &reply)),
         }
-        Some(0) => Ok(None),
-        _ => Err(bad_reply("end_session", &reply)),
     }
 }
 
 pub(crate) async fn end(shared: &Shared, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
     let ended = end_script(shared, id, Some(principal), None).await?;
-    if let Some(streams) = &ended {
-        tracing::debug!(session = %id, streams = streams.len(), "session ended");
+    if let Some(streams) = ended {
+        tracing::debug!(session = %id, streams, "session ended");
     }
     Ok(ended.is_some())
 }

@@ -221,6 +221,37 @@ pub async fn d5_session_end_closes_its_streams(store: Arc<dyn Store>) {
     assert!(store.append(&stream, "b".into(), false).await.is_err());
 }
 
+/// D5, D14: a session with more streams than one prune batch ends whole: afterwards none of
+/// its streams can be read or appended to, and another session's streams are untouched.
+pub async fn d5_ending_a_session_with_many_streams_removes_them_all(store: Arc<dyn Store>) {
+    let who = Principal::new(format!("end-many-{}", StreamId::random()));
+    let (ending, other) = (session(&who), session(&who));
+    store.create_session(ending.clone()).await.expect("create");
+    store.create_session(other.clone()).await.expect("create other");
+    let count = 2 * crate::PRUNE_BATCH + 7;
+    let mut streams = Vec::new();
+    for chunk in 0..count.div_ceil(100) {
+        let mut write = WriteBatch::new();
+        for _ in 0..100.min(count - chunk * 100) {
+            let stream = StreamId::random();
+            let owner = StreamOwner { principal: who.clone(), session: Some(ending.id.clone()) };
+            write = write.create_stream(stream.clone(), owner).append(stream.clone(), "x");
+            streams.push(stream);
+        }
+        store.commit(write).await.expect("batch");
+    }
+    let kept = StreamId::random();
+    store.create_stream(&kept, &StreamOwner { principal: who.clone(), session: Some(other.id.clone()) }).await.expect("other's stream");
+    assert!(store.end_session(&who, &ending.id).await.expect("end"));
+    assert!(!store.end_session(&who, &ending.id).await.expect("end again"), "ended once");
+    for stream in &streams {
+        assert!(matches!(store.read_after(stream, 0, 10).await, Err(StoreError::NotFound { .. })), "stream {stream} left");
+        assert!(store.append(stream, "late".into(), false).await.is_err(), "stream {stream} took an append");
+    }
+    assert!(store.read_after(&kept, 0, 10).await.is_ok(), "the other session's stream stays");
+    assert!(store.load_session(&who, &other.id).await.is_ok());
+}
+
 /// Bad ids: unknown streams are NotFound, not empty.
 pub async fn d3_unknown_stream_is_not_found(store: Arc<dyn Store>) {
     let err = store.read_after(&StreamId::random(), 0, 10).await.expect_err("unknown stream");
@@ -712,6 +743,7 @@ macro_rules! store_contract_tests {
             d2_concurrent_appenders_many_streams,
             d5_session_lifecycle_and_principal_isolation,
             d5_session_end_closes_its_streams,
+            d5_ending_a_session_with_many_streams_removes_them_all,
             d3_unknown_stream_is_not_found,
             d14_prune_respects_open_streams_and_idle_ttl,
             d14_prune_removes_more_than_a_batch_of_each,
