@@ -16,10 +16,14 @@ use tokio::net::TcpListener;
 
 use crate::BenchError;
 use crate::client::Era;
-use crate::load::{LoadResult, LoadSpec, run_load};
+use crate::load::{Drops, LoadResult, LoadSpec, run_load};
 
 /// The line prefix a server child prints once it listens.
 pub const LISTENING: &str = "LISTENING ";
+
+/// The line prefix a server child with metrics prints, before [`LISTENING`], with the
+/// address its Prometheus `/metrics` listens on.
+pub const METRICS: &str = "METRICS ";
 
 /// A server under test, in a process of its own: `bench-server rmcp|durable ...`.
 #[derive(Debug, Clone, clap::Args)]
@@ -49,9 +53,18 @@ pub enum ServedBy {
         listen: SocketAddr,
         /// Serve Prometheus metrics on this address (as `durable-mcp serve --metrics-listen`);
         /// from the environment, so that `DURABLE_MCP_METRICS_LISTEN=127.0.0.1:0 durable-mcp
-        /// bench` measures every durable-mcp server with metrics on.
+        /// bench` measures every durable-mcp server with metrics on. The bound address is
+        /// printed as `METRICS <addr>` before `LISTENING`.
         #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
         metrics_listen: Option<SocketAddr>,
+        /// Delete finished streams older than this many seconds (0: never; as `durable-mcp
+        /// serve --max-stream-age-secs`). Default: the engine's.
+        #[arg(long)]
+        max_stream_age_secs: Option<u64>,
+        /// Apply retention every this many seconds (as `durable-mcp serve
+        /// --prune-interval-secs`). Default: the engine's.
+        #[arg(long)]
+        prune_interval_secs: Option<u64>,
     },
     /// `durable-mcp proxy` on a store, in front of the `everything` example served by
     /// durable-mcp over stdio on the memory store (`bench-server stdio`, this executable):
@@ -105,6 +118,17 @@ pub struct LoadArgs {
     /// The tool to call (with no arguments).
     #[arg(long, default_value = crate::TOOL)]
     pub tool: String,
+    /// Drop the connection on this share (percent) of the timed calls after writing the
+    /// request, and re-send it on a new connection (same session, same id).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub drop_percent: u32,
+    /// A dropped call's connection is closed at once or after a random delay below this
+    /// many microseconds (half of the drops each).
+    #[arg(long, default_value_t = 5_000)]
+    pub drop_max_delay_us: u64,
+    /// Seed of the drops' draws.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 impl LoadArgs {
@@ -125,6 +149,12 @@ impl LoadArgs {
             self.warmup_calls.to_string(),
             "--tool".to_owned(),
             self.tool.clone(),
+            "--drop-percent".to_owned(),
+            self.drop_percent.to_string(),
+            "--drop-max-delay-us".to_owned(),
+            self.drop_max_delay_us.to_string(),
+            "--seed".to_owned(),
+            self.seed.to_string(),
         ];
         if let Some(max) = self.max_calls {
             args.extend(["--max-calls".to_owned(), max.to_string()]);
@@ -142,11 +172,21 @@ impl LoadArgs {
 pub async fn serve(args: ServerArgs) -> Result<(), BenchError> {
     match args.server {
         ServedBy::Rmcp { listen } => serve_rmcp(listen).await,
-        ServedBy::Durable { store, listen, metrics_listen } => {
-            let mut server = durable_mcp::DurableMcp::new(durable_mcp_examples::Everything::default()).store(crate::open_store(&store).await?);
-            if let Some(addr) = metrics_listen {
-                server = server.metrics_listen(addr);
+        ServedBy::Durable { store, listen, metrics_listen, max_stream_age_secs, prune_interval_secs } => {
+            let mut options = durable_mcp::EngineOptions::default();
+            if let Some(secs) = max_stream_age_secs {
+                options.retention.max_stream_age_ms = (secs > 0).then(|| secs.saturating_mul(1000));
             }
+            if let Some(secs) = prune_interval_secs {
+                options.prune_interval = Duration::from_secs(secs.max(1));
+            }
+            let server =
+                durable_mcp::DurableMcp::new(durable_mcp_examples::Everything::default()).store(crate::open_store(&store).await?).engine_options(options);
+            // Before the engine is made (it times its store only if metrics are on then).
+            let _metrics = match metrics_listen {
+                Some(addr) => Some(serve_metrics(addr).await?),
+                None => None,
+            };
             let listener = bind(listen).await?;
             server.serve_on(listener, stopped()).await?;
             Ok(())
@@ -189,6 +229,33 @@ async fn serve_rmcp(listen: SocketAddr) -> Result<(), BenchError> {
 #[cfg(not(feature = "rmcp-baseline"))]
 async fn serve_rmcp(_listen: SocketAddr) -> Result<(), BenchError> {
     Err(BenchError::Config("built without the rmcp-baseline feature".into()))
+}
+
+/// Install the metrics recorder, serve `/metrics` on `addr` (port 0: any free one) and
+/// tell the parent where, as `durable-mcp serve --metrics-listen` does (which would not
+/// say which port it got). Served until the returned task is dropped.
+async fn serve_metrics(addr: SocketAddr) -> Result<AbortOnDrop, BenchError> {
+    let handle = durable_mcp::metrics::install()?;
+    let listener = TcpListener::bind(addr).await?;
+    let line = format!("{METRICS}{}\n", listener.local_addr()?);
+    let task = tokio::spawn(async move {
+        if let Err(error) = durable_mcp::axum::serve(listener, handle.router()).await {
+            tracing::error!(%error, "the metrics listener failed");
+        }
+    });
+    let mut stdout = tokio::io::stdout();
+    stdout.write_all(line.as_bytes()).await?;
+    stdout.flush().await?;
+    Ok(AbortOnDrop(task))
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Bind `listen` and tell the parent where.
@@ -242,6 +309,11 @@ pub async fn load(args: &LoadArgs) -> Result<String, BenchError> {
         max_calls: args.max_calls,
         tool: args.tool.clone(),
         arguments: serde_json::json!({}),
+        drops: (args.drop_percent > 0).then_some(Drops {
+            percent: args.drop_percent,
+            max_delay: Duration::from_micros(args.drop_max_delay_us),
+            seed: args.seed,
+        }),
     };
     let result: LoadResult = tokio::select! {
         result = run_load(args.addr, &args.path, &spec) => result?,
@@ -273,6 +345,9 @@ mod tests {
             warmup_calls: 3,
             max_calls: Some(7),
             tool: "test_simple_text".into(),
+            drop_percent: 10,
+            drop_max_delay_us: 2_500,
+            seed: 42,
         };
         let argv = ["x".to_owned(), "bench-load".to_owned()].into_iter().chain(args.to_args());
         let Cli::BenchLoad(parsed) = Cli::try_parse_from(argv).expect("parse") else { panic!("not bench-load") };

@@ -185,6 +185,39 @@ impl McpClient {
     /// # Errors
     /// A transport failure, a JSON-RPC error, or a tool result with `isError: true`.
     pub async fn call_tool(&mut self, tool: &str, arguments: &Value) -> Result<Duration, BenchError> {
+        let (id, request) = self.tool_call(tool, arguments)?;
+        let started = Instant::now();
+        let exchange = self.send(&request, Some(id)).await?;
+        tool_result(exchange, started)
+    }
+
+    /// Call `tool` as [`McpClient::call_tool`] does, but drop the connection after writing
+    /// the request: close it `drop_after` later (at once for zero; nothing of the response
+    /// is read), open a new one and re-send the very same request (same session, same
+    /// JSON-RPC id), as a client does whose connection broke. Returns the time from the
+    /// first write to the re-sent request's response.
+    ///
+    /// # Errors
+    /// As [`McpClient::call_tool`], for the first write and for the re-sent request.
+    pub async fn call_tool_dropped(&mut self, tool: &str, arguments: &Value, drop_after: Duration) -> Result<Duration, BenchError> {
+        let (id, request) = self.tool_call(tool, arguments)?;
+        if self.conn.is_none() {
+            self.reconnect().await?;
+        }
+        let conn = self.conn.as_mut().ok_or(BenchError::Http("no connection".into()))?;
+        let started = Instant::now();
+        conn.get_mut().write_all(&request).await?;
+        if !drop_after.is_zero() {
+            tokio::time::sleep(drop_after).await;
+        }
+        // Dropping the stream closes the socket (a reset if part of the response arrived).
+        self.conn = None;
+        let exchange = self.send(&request, Some(id)).await?;
+        tool_result(exchange, started)
+    }
+
+    /// A new `tools/call` request of `tool`: its id and its bytes.
+    fn tool_call(&mut self, tool: &str, arguments: &Value) -> Result<(u64, Vec<u8>), BenchError> {
         let id = self.take_id();
         let mut params = json!({ "name": tool, "arguments": arguments });
         let headers = match self.era {
@@ -199,14 +232,7 @@ impl McpClient {
             }
         };
         let request = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
-        let started = Instant::now();
-        let exchange = self.exchange("POST", Some(&request), Some(id), headers).await?;
-        let answered = exchange.answered_at.unwrap_or_else(Instant::now);
-        let response = success(exchange.status, exchange.response)?;
-        if response.pointer("/result/isError").and_then(Value::as_bool) == Some(true) {
-            return Err(BenchError::JsonRpc(response));
-        }
-        Ok(answered.saturating_duration_since(started))
+        Ok((id, self.encode("POST", Some(&request), headers)?))
     }
 
     /// End the session (`DELETE`), if there is one, so no server keeps it after the run.
@@ -229,7 +255,13 @@ impl McpClient {
     /// One request and its whole response, within [`EXCHANGE_TIMEOUT`]. `modern` is the
     /// JSON-RPC method and name a 2026-07-28 request repeats in its headers.
     async fn exchange(&mut self, method: &str, body: Option<&Value>, id: Option<u64>, modern: Option<(&str, &str)>) -> Result<Exchange, BenchError> {
-        match tokio::time::timeout(EXCHANGE_TIMEOUT, self.exchange_inner(method, body, id, modern)).await {
+        let request = self.encode(method, body, modern)?;
+        self.send(&request, id).await
+    }
+
+    /// Write the encoded `request` and read its whole response, within [`EXCHANGE_TIMEOUT`].
+    async fn send(&mut self, request: &[u8], id: Option<u64>) -> Result<Exchange, BenchError> {
+        match tokio::time::timeout(EXCHANGE_TIMEOUT, self.send_inner(request, id)).await {
             Ok(result) => result,
             Err(_) => {
                 self.conn = None;
@@ -238,13 +270,12 @@ impl McpClient {
         }
     }
 
-    async fn exchange_inner(&mut self, method: &str, body: Option<&Value>, id: Option<u64>, modern: Option<(&str, &str)>) -> Result<Exchange, BenchError> {
+    async fn send_inner(&mut self, request: &[u8], id: Option<u64>) -> Result<Exchange, BenchError> {
         if self.conn.is_none() {
             self.reconnect().await?;
         }
-        let request = self.encode(method, body, modern)?;
         let conn = self.conn.as_mut().ok_or(BenchError::Http("no connection".into()))?;
-        conn.get_mut().write_all(&request).await?;
+        conn.get_mut().write_all(request).await?;
         let result = read_response(conn, id).await;
         match &result {
             Ok((_, true)) => {}
@@ -289,6 +320,17 @@ impl McpClient {
         request.extend_from_slice(&body);
         Ok(request)
     }
+}
+
+/// The round-trip time of a `tools/call` exchange begun at `started`, or the error its
+/// response carries (a JSON-RPC error, or a tool result with `isError: true`).
+fn tool_result(exchange: Exchange, started: Instant) -> Result<Duration, BenchError> {
+    let answered = exchange.answered_at.unwrap_or_else(Instant::now);
+    let response = success(exchange.status, exchange.response)?;
+    if response.pointer("/result/isError").and_then(Value::as_bool) == Some(true) {
+        return Err(BenchError::JsonRpc(response));
+    }
+    Ok(answered.saturating_duration_since(started))
 }
 
 /// The JSON-RPC response of a successful exchange, or the error it carries.

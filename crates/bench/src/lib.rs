@@ -21,6 +21,10 @@
 //! beside durable-mcp on each store. Then the servers' resident memory with 0, 1,000 and
 //! 10,000 idle sessions.
 //!
+//! [`traffic`] is the other benchmark (`durable-mcp bench traffic`): what real traffic
+//! (dropped connections and re-sent requests, retention, a long load) does to durable-mcp's
+//! latency and footprint.
+//!
 //! [`Report::to_markdown`] prints the tables with a ratio beside every figure. Every child
 //! process is stopped before [`run`] returns, and killed if the run ends any other way
 //! (its guard's drop, or its stdin closing when this process dies).
@@ -33,6 +37,7 @@ mod process;
 mod report;
 mod servers;
 mod store;
+pub mod traffic;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,7 +50,7 @@ pub use growth::GrowthRow;
 pub use load::{LoadResult, LoadSpec, run_load};
 pub use process::{ChildProcess, Pinning, process_running};
 pub use report::{Cpus, HttpRow, Limit, PythonStatus, Report, ServerKind, StoreRow};
-pub use servers::{Launcher, MCP_PATH, PYTHON_MCP_PATH, PYTHON_SERVER, RunningServer, ServerSpec};
+pub use servers::{DurableSettings, Launcher, MCP_PATH, PYTHON_MCP_PATH, PYTHON_SERVER, RunningServer, ServerSpec};
 pub use store::{AppendResult, REPLAY_BATCH, ReplayResult, StoreResult, StoreSpec, bench_store};
 
 use crate::child::LoadArgs;
@@ -100,6 +105,9 @@ pub enum BenchError {
     /// The proxy's upstream could not be started.
     #[error("the proxy's upstream: {0}")]
     Upstream(#[from] durable_mcp_proxy::ProxyError),
+    /// A server child's metrics recorder could not be installed.
+    #[error(transparent)]
+    Metrics(#[from] durable_mcp::metrics::MetricsError),
     /// The proxy's upstream answered `initialize` with something that does not parse.
     #[error("the proxy's upstream's initialize result: {0}")]
     UpstreamInfo(#[source] serde_json::Error),
@@ -539,6 +547,9 @@ async fn measure_server(
                 warmup_calls: config.warmup_calls,
                 max_calls: config.max_calls,
                 tool: TOOL.to_owned(),
+                drop_percent: 0,
+                drop_max_delay_us: 0,
+                seed: 1,
             };
             let name = format!("load {label} {era} {connections}");
             let (cpu_before, machine_before) = (server.cpu_time().ok(), process::machine_busy());

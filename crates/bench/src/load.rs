@@ -29,6 +29,58 @@ pub struct LoadSpec {
     pub tool: String,
     /// Its arguments.
     pub arguments: Value,
+    /// Drop the connection on some timed calls and re-send them (`None`: never).
+    pub drops: Option<Drops>,
+}
+
+/// Dropped connections: on `percent` % of the timed calls (drawn at random), the client
+/// writes its `tools/call`, closes the connection (at once, or after a random delay below
+/// `max_delay`, half of the drops each), opens a new one and re-sends the same request
+/// (same session, same JSON-RPC id). The call's latency runs from the first write to the
+/// re-sent request's response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drops {
+    /// Share of the timed calls dropped and re-sent, in percent (0 to 100).
+    pub percent: u32,
+    /// The longest delay between writing a dropped request and closing its connection.
+    pub max_delay: Duration,
+    /// Seed of the draws (connection `i` draws from `seed + i`), so that a run can be
+    /// repeated call for call.
+    pub seed: u64,
+}
+
+impl Drops {
+    /// Whether the next call is dropped, and after which delay: `None` for a call made
+    /// normally.
+    fn draw(&self, rng: &mut SplitMix) -> Option<Duration> {
+        if rng.below(100) >= u64::from(self.percent) {
+            return None;
+        }
+        let max_us = u64::try_from(self.max_delay.as_micros()).unwrap_or(u64::MAX);
+        // Half at once (the server may not even have read the request), half a little
+        // later (it may be running it, or writing its response).
+        Some(if max_us == 0 || rng.below(2) == 0 { Duration::ZERO } else { Duration::from_micros(rng.below(max_us)) })
+    }
+}
+
+/// A small deterministic random source (SplitMix64): the draws of [`Drops`] need no
+/// more, and a seed repeats a run.
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform enough in `0..n` for a benchmark's draws (`n` > 0).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
 }
 
 /// The outcome of one load measurement.
@@ -44,6 +96,13 @@ pub struct LoadResult {
     pub p50: Duration,
     /// 99th-percentile round-trip time.
     pub p99: Duration,
+    /// The longest round trip.
+    #[serde(default)]
+    pub max: Duration,
+    /// Timed calls whose connection was dropped and whose request was re-sent (see
+    /// [`Drops`]); they are counted in `calls`, with their latency from the first write.
+    #[serde(default)]
+    pub resent: usize,
     /// The server's CPU time per call (user and system, all its threads) over the whole
     /// load, warm-up included, divided by every call made; set by the parent, which sees
     /// the server process (`None` where it could not be read).
@@ -93,8 +152,9 @@ pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<L
     let connections = spec.connections.max(1);
     let barrier = Arc::new(Barrier::new(connections + 1));
     let mut tasks = Vec::with_capacity(connections);
-    for _ in 0..connections {
+    for connection in 0..connections {
         let (barrier, spec, path) = (barrier.clone(), spec.clone(), path.to_owned());
+        let mut rng = SplitMix(spec.drops.map_or(0, |drops| drops.seed.wrapping_add(connection as u64)));
         tasks.push(tokio::spawn(async move {
             let ready = async {
                 let mut client = McpClient::connect(addr, &path, spec.era).await?;
@@ -110,23 +170,37 @@ pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<L
             let mut client = ready?;
             let started = Instant::now();
             let deadline = started + spec.duration;
-            let mut latencies = Vec::with_capacity(4096);
+            let (mut latencies, mut resent) = (Vec::with_capacity(4096), 0);
             while Instant::now() < deadline && spec.max_calls.is_none_or(|max| latencies.len() < max) {
-                latencies.push(client.call_tool(&spec.tool, &spec.arguments).await?);
+                let latency = match spec.drops.and_then(|drops| drops.draw(&mut rng)) {
+                    None => client.call_tool(&spec.tool, &spec.arguments).await?,
+                    Some(delay) => {
+                        resent += 1;
+                        // Only the drop is deliberate: a re-sent request must be answered.
+                        client.call_tool_dropped(&spec.tool, &spec.arguments, delay).await.map_err(|error| {
+                            BenchError::Check(format!(
+                                "a tools/call re-sent after its connection was dropped ({} µs after writing it): {error}",
+                                delay.as_micros()
+                            ))
+                        })?
+                    }
+                };
+                latencies.push(latency);
             }
             let finished = Instant::now();
             client.close().await?;
-            Ok::<_, BenchError>((latencies, started, finished))
+            Ok::<_, BenchError>((latencies, resent, started, finished))
         }));
     }
     barrier.wait().await;
-    let mut latencies = Vec::new();
+    let (mut latencies, mut resent) = (Vec::new(), 0);
     let (mut first, mut last) = (None::<Instant>, None::<Instant>);
     let mut failure = None;
     for task in tasks {
         match task.await.map_err(|e| BenchError::Task(e.to_string())).and_then(|outcome| outcome) {
-            Ok((mine, started, finished)) => {
+            Ok((mine, mine_resent, started, finished)) => {
                 latencies.extend(mine);
+                resent += mine_resent;
                 first = Some(first.map_or(started, |t| t.min(started)));
                 last = Some(last.map_or(finished, |t| t.max(finished)));
             }
@@ -149,6 +223,8 @@ pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<L
         elapsed,
         p50: quantile(&latencies, 0.50),
         p99: quantile(&latencies, 0.99),
+        max: latencies.last().copied().unwrap_or_default(),
+        resent,
         server_cpu_per_call: None,
         machine_cpu_per_call: None,
     })
@@ -168,6 +244,22 @@ mod tests {
     }
 
     #[test]
+    fn drops_come_at_the_share_asked_for_half_of_them_at_once() {
+        let drops = Drops { percent: 10, max_delay: Duration::from_millis(5), seed: 7 };
+        let mut rng = SplitMix(drops.seed);
+        let draws: Vec<Option<Duration>> = (0..100_000).map(|_| drops.draw(&mut rng)).collect();
+        let dropped: Vec<Duration> = draws.iter().flatten().copied().collect();
+        assert!((9_000..11_000).contains(&dropped.len()), "{} of 100,000 dropped", dropped.len());
+        let at_once = dropped.iter().filter(|d| d.is_zero()).count();
+        assert!((4_000..6_000).contains(&at_once), "{at_once} of {} at once", dropped.len());
+        assert!(dropped.iter().all(|d| *d < drops.max_delay));
+        let mut again = SplitMix(drops.seed);
+        assert!((0..1_000).map(|_| drops.draw(&mut again)).eq(draws[..1_000].iter().copied()), "a seed repeats the draws");
+        let never = Drops { percent: 0, ..drops };
+        assert!((0..1_000).all(|_| never.draw(&mut rng).is_none()));
+    }
+
+    #[test]
     fn results_survive_the_trip_through_json() {
         let result = LoadResult {
             connections: 8,
@@ -175,6 +267,8 @@ mod tests {
             elapsed: Duration::from_micros(5_000_123),
             p50: Duration::from_micros(321),
             p99: Duration::from_micros(4_567),
+            max: Duration::from_micros(9_876),
+            resent: 12,
             server_cpu_per_call: None,
             machine_cpu_per_call: Some(Duration::from_micros(250)),
         };

@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::BenchError;
-use crate::child::LISTENING;
+use crate::child::{LISTENING, METRICS};
 
 /// How long a stopping child may take to exit after its stdin was closed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -169,18 +169,33 @@ impl ChildProcess {
         &self.name
     }
 
-    /// Wait for the server's `LISTENING <addr>` line, at most `timeout`.
-    pub(crate) async fn listening(&mut self, timeout: Duration) -> Result<SocketAddr, BenchError> {
+    /// Wait for the server's `LISTENING <addr>` line, at most `timeout`; with the address of
+    /// its `/metrics` if it printed a `METRICS <addr>` line first.
+    pub(crate) async fn listening(&mut self, timeout: Duration) -> Result<(SocketAddr, Option<SocketAddr>), BenchError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut metrics = None;
         let mut line = String::new();
-        let read = tokio::time::timeout(timeout, self.stdout.read_line(&mut line)).await;
-        let detail = match read {
-            Err(_) => format!("did not listen within {} s", timeout.as_secs()),
-            Ok(Err(error)) => format!("reading its stdout: {error}"),
-            Ok(Ok(0)) => format!("exited before listening ({})", self.exit_status().await),
-            Ok(Ok(_)) => match line.trim().strip_prefix(LISTENING).map(str::parse::<SocketAddr>) {
-                Some(Ok(addr)) => return Ok(addr),
-                _ => format!("printed {:?} instead of {LISTENING:?}<address>", line.trim()),
-            },
+        let detail = loop {
+            line.clear();
+            let read = tokio::time::timeout_at(deadline, self.stdout.read_line(&mut line)).await;
+            match read {
+                Err(_) => break format!("did not listen within {} s", timeout.as_secs()),
+                Ok(Err(error)) => break format!("reading its stdout: {error}"),
+                Ok(Ok(0)) => break format!("exited before listening ({})", self.exit_status().await),
+                Ok(Ok(_)) => {}
+            }
+            let line = line.trim();
+            if let Some(addr) = line.strip_prefix(METRICS) {
+                match addr.parse::<SocketAddr>() {
+                    Ok(addr) if metrics.is_none() => metrics = Some(addr),
+                    _ => break format!("printed {line:?} instead of one {METRICS:?}<address>"),
+                }
+                continue;
+            }
+            match line.strip_prefix(LISTENING).map(str::parse::<SocketAddr>) {
+                Some(Ok(addr)) => return Ok((addr, metrics)),
+                _ => break format!("printed {line:?} instead of {LISTENING:?}<address>"),
+            }
         };
         Err(self.failure(detail))
     }

@@ -524,13 +524,13 @@ impl Report {
 }
 
 /// The processor's name (`model name` of `/proc/cpuinfo`), if known.
-fn cpu_model() -> Option<String> {
+pub(crate) fn cpu_model() -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     info.lines().find_map(|line| line.strip_prefix("model name")?.split_once(':').map(|(_, name)| name.trim().to_owned()))
 }
 
 /// `5 s`, `1.5 s`, `300 ms`.
-fn seconds(d: Duration) -> String {
+pub(crate) fn seconds(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{} ms", d.as_millis())
     } else if d.subsec_millis() == 0 {
@@ -549,7 +549,7 @@ fn mark(truncated: bool) -> &'static str {
 }
 
 /// A rate: whole numbers with thousands separators (one decimal below 100).
-fn count(value: f64) -> String {
+pub(crate) fn count(value: f64) -> String {
     if value < 100.0 {
         return format!("{value:.1}");
     }
@@ -557,7 +557,7 @@ fn count(value: f64) -> String {
 }
 
 /// A count with thousands separators.
-fn thousands(value: usize) -> String {
+pub(crate) fn thousands(value: usize) -> String {
     group(&value.to_string())
 }
 
@@ -574,7 +574,7 @@ fn group(digits: &str) -> String {
 }
 
 /// Milliseconds with three significant digits or so.
-fn millis(d: Duration) -> String {
+pub(crate) fn millis(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1000.0;
     match ms {
         ms if ms >= 100.0 => format!("{ms:.0}"),
@@ -585,7 +585,7 @@ fn millis(d: Duration) -> String {
 }
 
 /// `value / base` with two significant digits (at least two decimals below 10).
-fn ratio(value: f64, base: f64) -> String {
+pub(crate) fn ratio(value: f64, base: f64) -> String {
     if base.is_nan() || base <= 0.0 || !value.is_finite() {
         return "–".to_owned();
     }
@@ -600,7 +600,7 @@ fn ratio(value: f64, base: f64) -> String {
 }
 
 /// `YYYY-MM-DD HH:MM UTC` for milliseconds since the Unix epoch.
-fn utc(ms: u64) -> String {
+pub(crate) fn utc(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rest) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -627,6 +627,8 @@ mod tests {
             elapsed: Duration::from_secs(1),
             p50: Duration::from_micros(p50_us),
             p99: Duration::from_micros(p50_us * 2),
+            max: Duration::from_micros(p50_us * 4),
+            resent: 0,
             server_cpu_per_call: Some(Duration::from_micros(p50_us / 4)),
             machine_cpu_per_call: Some(Duration::from_micros(p50_us / 2)),
         }

@@ -74,11 +74,42 @@ impl ServerSpec {
     }
 }
 
+/// What a durable-mcp server child runs with beyond its store (the traffic benchmark's
+/// settings); the default is what [`ServerSpec::Durable`] runs with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DurableSettings {
+    /// Serve Prometheus `/metrics` on a free loopback port ([`RunningServer::metrics`]).
+    pub metrics: bool,
+    /// Delete finished streams older than this many seconds (0: never); `None`: the
+    /// engine's default.
+    pub max_stream_age_secs: Option<u64>,
+    /// Apply retention every this many seconds; `None`: the engine's default.
+    pub prune_interval_secs: Option<u64>,
+}
+
+impl DurableSettings {
+    /// The `bench-server durable` flags of these settings.
+    fn args(&self) -> Vec<OsString> {
+        let mut args = Vec::new();
+        if self.metrics {
+            args.extend(["--metrics-listen".into(), "127.0.0.1:0".into()]);
+        }
+        if let Some(secs) = self.max_stream_age_secs {
+            args.extend(["--max-stream-age-secs".into(), secs.to_string().into()]);
+        }
+        if let Some(secs) = self.prune_interval_secs {
+            args.extend(["--prune-interval-secs".into(), secs.to_string().into()]);
+        }
+        args
+    }
+}
+
 /// A server child that listens.
 #[derive(Debug)]
 pub struct RunningServer {
     process: ChildProcess,
     addr: SocketAddr,
+    metrics: Option<SocketAddr>,
     path: &'static str,
 }
 
@@ -91,6 +122,11 @@ impl RunningServer {
     /// Its MCP endpoint path.
     pub fn path(&self) -> &'static str {
         self.path
+    }
+
+    /// The address of its Prometheus `/metrics`, if it serves them.
+    pub fn metrics(&self) -> Option<SocketAddr> {
+        self.metrics
     }
 
     /// Its process id.
@@ -177,9 +213,29 @@ impl Launcher {
                 (python.clone(), vec![script.into(), "--listen".into(), listen, "--db".into(), db.into()])
             }
         };
-        let mut process = self.spawn(name, Role::Server, &program, &args)?;
-        let addr = process.listening(LISTEN_TIMEOUT).await?;
-        Ok(RunningServer { process, addr, path: spec.path() })
+        self.start(name, &program, &args, spec.path()).await
+    }
+
+    /// Start durable-mcp on the store `url` with `settings` as a child named `name`, and
+    /// wait until it listens.
+    ///
+    /// # Errors
+    /// As [`Launcher::server`].
+    pub async fn durable(&mut self, url: &str, settings: &DurableSettings, name: &str) -> Result<RunningServer, BenchError> {
+        let mut args: Vec<OsString> = vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), "127.0.0.1:0".into()];
+        args.extend(settings.args());
+        let program = self.executable.clone();
+        let server = self.start(name, &program, &args, MCP_PATH).await?;
+        if settings.metrics && server.metrics.is_none() {
+            return Err(BenchError::Process { name: name.to_owned(), detail: "was asked for metrics but printed no METRICS line".into() });
+        }
+        Ok(server)
+    }
+
+    async fn start(&mut self, name: &str, program: &Path, args: &[OsString], path: &'static str) -> Result<RunningServer, BenchError> {
+        let mut process = self.spawn(name, Role::Server, program, args)?;
+        let (addr, metrics) = process.listening(LISTEN_TIMEOUT).await?;
+        Ok(RunningServer { process, addr, metrics, path })
     }
 
     /// The Python server's script, written into the scratch directory once.

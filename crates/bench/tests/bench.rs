@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use durable_mcp_bench::traffic::{TrafficConfig, TrafficPart, run_traffic};
 use durable_mcp_bench::{
     BenchConfig, Era, Launcher, LoadSpec, Pinning, PythonBaseline, PythonStatus, ServerKind, ServerSpec, find_python_baseline, process_running, run, run_load,
 };
@@ -163,6 +164,7 @@ async fn a_tool_error_fails_the_measurement() {
             max_calls: Some(1),
             tool: "test_error_handling".into(),
             arguments: serde_json::json!({}),
+            drops: None,
         };
         assert!(run_load(server.addr(), server.path(), &spec).await.is_err(), "{era}");
         let spec = LoadSpec { tool: "test_simple_text".into(), max_calls: Some(3), ..spec };
@@ -191,4 +193,43 @@ async fn the_python_baseline_is_measured_in_the_legacy_era_when_installed() {
     for &pid in &report.child_pids {
         assert!(!process_running(pid), "child {pid} still runs after the run");
     }
+}
+
+/// `durable-mcp bench traffic --quick` on a temporary SQLite store: every part reports
+/// its rows, drops were made and re-sent (and answered: the load generator fails on
+/// anything else), retention removed streams, the WAL and memory were read; no child
+/// process outlives the run. Takeovers are reported, not asserted: they are what the
+/// drops part measures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_traffic_run_reports_every_part_and_leaves_no_child_process_behind() {
+    let config = TrafficConfig { connections: 4, pin: false, ..TrafficConfig::quick(child_executable()) };
+    assert_eq!(config.parts, TrafficPart::ALL);
+    let report = run_traffic(&config, |_| {}).await.expect("run");
+    let markdown = report.to_markdown();
+    assert!(report.failures.is_empty(), "{:?}\n{markdown}", report.failures);
+    assert_eq!(report.stores.len(), 1);
+    let store = &report.stores[0];
+    assert!(store.sqlite);
+    let drops = store.drops.as_ref().expect("drops part");
+    let (base, dropped) = (drops.base.as_ref().expect("no drops"), drops.test.as_ref().expect("drops"));
+    assert!(base.load.calls > 0 && base.load.resent == 0, "{base:?}");
+    assert!(dropped.load.resent > 0 && dropped.load.resent < dropped.load.calls, "{dropped:?}");
+    assert!(dropped.load.p50 <= dropped.load.p99 && dropped.load.p99 <= dropped.load.max, "{dropped:?}");
+    let retention = store.retention.as_ref().expect("retention part");
+    assert_eq!(retention.base.as_ref().expect("retention off").streams_removed, 0);
+    let on = retention.test.as_ref().expect("retention on");
+    assert!(on.prunes > 0 && on.streams_removed > 0, "{retention:?}");
+    let sustained = store.sustained.as_ref().expect("sustained part").as_ref().expect("sustained");
+    assert!(sustained.load.calls > 0);
+    assert!(sustained.wal_max_loading().is_some_and(|bytes| bytes > 0), "{sustained:?}");
+    assert!(sustained.rss_max_loading().is_some_and(|kib| kib > 0) && sustained.rss_at_end().is_some(), "{sustained:?}");
+    for needle in ["**Drops and re-sends**", "| 10 % dropped |", "**Retention**", "| 1 s, every 1 s |", "**Sustained load**", "RSS 2 s after"] {
+        assert!(markdown.contains(needle), "{needle:?} missing from\n{markdown}");
+    }
+    // A server and a load generator per run: 2 drops, 2 retention, 1 sustained.
+    assert!(report.child_pids.len() >= 10, "{:?}", report.child_pids);
+    for &pid in &report.child_pids {
+        assert!(gone(pid).await, "child {pid} still runs after the run");
+    }
+    println!("{markdown}");
 }

@@ -9,8 +9,13 @@ use clap::Parser;
 /// SDK with mcp-persist if installed, durable-mcp on each store) and every load generator
 /// runs in a process of its own, the server pinned to one CPU and the load generator to
 /// another where the machine has two and `taskset`. The output is markdown.
+/// `durable-mcp bench traffic` measures real traffic instead (see its --help).
 #[derive(Parser, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct BenchArgs {
+    /// Another benchmark than the default one.
+    #[command(subcommand)]
+    pub(crate) mode: Option<BenchMode>,
     /// Store URLs to measure (comma-separated or repeated). `memory:` is always measured, as
     /// the baseline. Default: `memory:` plus temporary `sqlite:` files with synchronous=FULL
     /// and synchronous=NORMAL.
@@ -67,6 +72,104 @@ pub(crate) struct BenchArgs {
     pub(crate) time_limit_secs: u64,
 }
 
+/// The benchmarks other than the default one.
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum BenchMode {
+    /// Real traffic (issue 28), on each store, legacy era, durable-mcp server and load
+    /// generator each in a process of its own: dropped connections whose requests are
+    /// re-sent (latency and journal takeovers against a run without drops), retention
+    /// deleting many streams (latency against retention off), and a long load (the
+    /// server's memory and the SQLite WAL during and after it). The output is markdown.
+    Traffic(TrafficArgs),
+}
+
+/// `durable-mcp bench traffic`'s flags.
+#[derive(Parser, Debug)]
+pub(crate) struct TrafficArgs {
+    /// Store URLs (comma-separated or repeated), each measured in turn, every run on the
+    /// same store (use a scratch schema or key prefix). Default: a temporary SQLite file,
+    /// a new one for every server.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) stores: Vec<String>,
+    /// The parts to run: `drops`, `retention`, `sustained`.
+    #[arg(long, value_delimiter = ',', default_value = "drops,retention,sustained")]
+    pub(crate) parts: Vec<durable_mcp_bench::traffic::TrafficPart>,
+    /// A run of a few seconds per part: the durations below default to 2 s (drops),
+    /// 3 s with a stream age and prune interval of 1 s (retention), 2 s and 2 s after
+    /// (sustained), and 5 warm-up calls.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Concurrent connections, each its own legacy session.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) connections: usize,
+    /// Untimed calls per connection before each run [default: 50].
+    #[arg(long)]
+    pub(crate) warmup_calls: Option<usize>,
+    /// Seconds of each of the two runs of the drops part [default: 20].
+    #[arg(long)]
+    pub(crate) drop_secs: Option<u64>,
+    /// Percent of the calls whose connection is dropped and whose request is re-sent.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) drop_percent: u32,
+    /// A dropped connection is closed at once or after a random delay below this many
+    /// milliseconds (half of the drops each).
+    #[arg(long, default_value_t = 5)]
+    pub(crate) drop_max_delay_ms: u64,
+    /// Seconds of each of the two runs of the retention part [default: 40].
+    #[arg(long)]
+    pub(crate) retention_secs: Option<u64>,
+    /// The retention run deletes finished streams older than this many seconds [default: 5].
+    #[arg(long)]
+    pub(crate) max_stream_age_secs: Option<u64>,
+    /// The retention run prunes every this many seconds [default: 5].
+    #[arg(long)]
+    pub(crate) prune_interval_secs: Option<u64>,
+    /// Seconds of the sustained load [default: 120].
+    #[arg(long)]
+    pub(crate) sustained_secs: Option<u64>,
+    /// Seconds the server's memory and WAL are still read after the sustained load [default: 30].
+    #[arg(long)]
+    pub(crate) after_secs: Option<u64>,
+    /// Seed of the drops' draws (a seed repeats a run's drops).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Do not pin servers and load generators to CPUs.
+    #[arg(long)]
+    pub(crate) no_pin: bool,
+}
+
+/// `durable-mcp bench traffic`.
+async fn traffic(args: TrafficArgs) -> anyhow::Result<()> {
+    let executable = std::env::current_exe().context("finding this executable (it runs the bench's servers)")?;
+    let base =
+        if args.quick { durable_mcp_bench::traffic::TrafficConfig::quick(executable) } else { durable_mcp_bench::traffic::TrafficConfig::new(executable) };
+    let secs = |flag: Option<u64>, default: Duration| flag.map_or(default, |secs| Duration::from_secs(secs.max(1)));
+    let config = durable_mcp_bench::traffic::TrafficConfig {
+        command_line: Some(command_line(std::env::args())),
+        stores: args.stores,
+        parts: args.parts,
+        connections: args.connections.max(1),
+        warmup_calls: args.warmup_calls.unwrap_or(base.warmup_calls),
+        drop_duration: secs(args.drop_secs, base.drop_duration),
+        drop_percent: args.drop_percent,
+        drop_max_delay: Duration::from_millis(args.drop_max_delay_ms),
+        seed: args.seed,
+        retention_duration: secs(args.retention_secs, base.retention_duration),
+        max_stream_age_secs: args.max_stream_age_secs.unwrap_or(base.max_stream_age_secs).max(1),
+        prune_interval_secs: args.prune_interval_secs.unwrap_or(base.prune_interval_secs).max(1),
+        sustained_duration: secs(args.sustained_secs, base.sustained_duration),
+        after: args.after_secs.map_or(base.after, Duration::from_secs),
+        pin: !args.no_pin,
+        ..base
+    };
+    let report = durable_mcp_bench::traffic::run_traffic(&config, |step| tracing::info!("bench: {step}")).await.context("traffic benchmark")?;
+    println!("{}", report.to_markdown());
+    if !report.failures.is_empty() {
+        anyhow::bail!("{} run(s) failed (listed at the end of the report)", report.failures.len());
+    }
+    Ok(())
+}
+
 /// A `--sessions` value: a count, or `none`.
 fn session_count(value: &str) -> Result<Option<usize>, String> {
     if value == "none" {
@@ -76,6 +179,9 @@ fn session_count(value: &str) -> Result<Option<usize>, String> {
 }
 
 pub(crate) async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchMode::Traffic(traffic_args)) = args.mode {
+        return traffic(traffic_args).await;
+    }
     let executable = std::env::current_exe().context("finding this executable (it runs the bench's servers)")?;
     let python_baseline = match (args.no_python_baseline, args.python_baseline) {
         (true, _) => durable_mcp_bench::PythonBaseline::Off,
@@ -122,6 +228,21 @@ fn command_line(args: impl IntoIterator<Item = String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn traffic_is_a_mode_of_bench_with_flags_of_its_own() {
+        let cli =
+            crate::Cli::try_parse_from(["durable-mcp", "bench", "traffic", "--quick", "--stores", "sqlite:/tmp/x.db,memory:", "--parts", "drops,sustained"])
+                .expect("parses");
+        let crate::Command::Bench(BenchArgs { mode: Some(BenchMode::Traffic(args)), .. }) = cli.command else { panic!("not bench traffic") };
+        assert!(args.quick);
+        assert_eq!(args.stores, ["sqlite:/tmp/x.db", "memory:"]);
+        assert_eq!(args.parts, [durable_mcp_bench::traffic::TrafficPart::Drops, durable_mcp_bench::traffic::TrafficPart::Sustained]);
+        assert_eq!((args.connections, args.drop_percent), (16, 10));
+        let cli = crate::Cli::try_parse_from(["durable-mcp", "bench", "--runs", "1"]).expect("parses");
+        assert!(matches!(cli.command, crate::Command::Bench(BenchArgs { mode: None, runs: 1, .. })));
+        assert!(crate::Cli::try_parse_from(["durable-mcp", "bench", "--runs", "1", "traffic"]).is_err(), "the default bench's flags are not traffic's");
+    }
 
     #[test]
     fn bench_command_lines_quote_what_a_shell_would_not_take_as_is() {
