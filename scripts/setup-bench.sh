@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the second HTTP baseline of `durable-mcp bench`: the official Python MCP SDK
+# Installs the second HTTP baseline of `durable-mcp-bench`: the official Python MCP SDK
 # (`mcp`) with mcp-persist's SQLite event store, in a venv of its own:
 #
 #   <repo>/.tools/bench-python      (git-ignored)

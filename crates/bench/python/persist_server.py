@@ -1,4 +1,4 @@
-"""The Python baseline of `durable-mcp bench`.
+"""The Python baseline of `durable-mcp-bench`.
 
 The official Python MCP SDK's `MCPServer` with one tool, `test_simple_text` (the same
 constant text as durable-mcp's `everything` example), served over Streamable HTTP by

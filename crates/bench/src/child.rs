@@ -1,12 +1,15 @@
-//! The two kinds of child process a run starts, as command-line subcommands: a server
-//! under test (`bench-server`) and a load generator (`bench-load`). `durable-mcp` has
-//! them as hidden subcommands; this crate's `durable-mcp-bench-child` binary (for its own
-//! tests and `cargo bench`) has the same two. Flags are defined here, once.
+//! The benchmark's own child processes, as command-line subcommands of the
+//! `durable-mcp-bench` binary: the stock rmcp server (`bench-server rmcp`, the baseline) and
+//! a load generator (`bench-load`). Flags are defined here, once. The durable-mcp servers
+//! under test are the `durable-mcp` binary's own hidden `bench-server durable|proxy|stdio`
+//! (crates/cli/src/bench_server.rs), so that what is measured is the shipped binary and
+//! that binary carries neither rmcp's HTTP server nor the load generator.
 //!
 //! Both talk to the parent through stdout, one line each: a server prints
-//! `LISTENING <addr>` once it accepts connections, a load generator prints its
-//! [`LoadResult`] as JSON when it is done. Both end when their stdin ends (the parent
-//! closed it, or died), and a server also on Ctrl-C or SIGTERM.
+//! `LISTENING <addr>` once it accepts connections (and `METRICS <addr>` before it when it
+//! serves metrics), a load generator prints its [`LoadResult`] as JSON when it is done.
+//! Both end when their stdin ends (the parent closed it, or died), and a server also on
+//! Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -25,7 +28,7 @@ pub const LISTENING: &str = "LISTENING ";
 /// address its Prometheus `/metrics` listens on.
 pub const METRICS: &str = "METRICS ";
 
-/// A server under test, in a process of its own: `bench-server rmcp|durable ...`.
+/// A server under test, in a process of its own: `bench-server rmcp ...`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerArgs {
     /// Which server.
@@ -33,7 +36,8 @@ pub struct ServerArgs {
     pub server: ServedBy,
 }
 
-/// Which server a `bench-server` process runs.
+/// Which server a `bench-server` process of `durable-mcp-bench` runs (durable-mcp's are
+/// the `durable-mcp` binary's).
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum ServedBy {
     /// rmcp's own StreamableHttpService serving the `everything` example (the baseline).
@@ -42,53 +46,7 @@ pub enum ServedBy {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
     },
-    /// durable-mcp serving the `everything` example with the default HTTP configuration
-    /// and engine options.
-    Durable {
-        /// The store URL (as `durable-mcp serve --store` takes it).
-        #[arg(long)]
-        store: String,
-        /// Address to listen on (port 0: any free port; the bound one is printed).
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: SocketAddr,
-        /// Serve Prometheus metrics on this address (as `durable-mcp serve --metrics-listen`);
-        /// from the environment, so that `DURABLE_MCP_METRICS_LISTEN=127.0.0.1:0 durable-mcp
-        /// bench` measures every durable-mcp server with metrics on. The bound address is
-        /// printed as `METRICS <addr>` before `LISTENING`.
-        #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
-        metrics_listen: Option<SocketAddr>,
-        /// Delete finished streams older than this many seconds (0: never; as `durable-mcp
-        /// serve --max-stream-age-secs`). Default: the engine's.
-        #[arg(long)]
-        max_stream_age_secs: Option<u64>,
-        /// Apply retention every this many seconds (as `durable-mcp serve
-        /// --prune-interval-secs`). Default: the engine's.
-        #[arg(long)]
-        prune_interval_secs: Option<u64>,
-    },
-    /// `durable-mcp proxy` on a store, in front of the `everything` example served by
-    /// durable-mcp over stdio on the memory store (`bench-server stdio`, this executable):
-    /// the proxy's cost is the difference to `durable --store memory:`, the same upstream
-    /// served directly over HTTP.
-    Proxy {
-        /// The proxy's store URL.
-        #[arg(long)]
-        store: String,
-        /// Address to listen on (port 0: any free port; the bound one is printed).
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: SocketAddr,
-    },
-    /// The `everything` example served by durable-mcp over stdio (the proxy's upstream).
-    Stdio {
-        /// The store URL.
-        #[arg(long, default_value = "memory:")]
-        store: String,
-    },
 }
-
-/// The store of the proxy's upstream (`bench-server stdio`): the cheapest, so that what is
-/// measured is the proxy.
-const UPSTREAM_STORE: &str = "memory:";
 
 /// A closed-loop `tools/call` load generator: `bench-load --addr ... --era ...`.
 #[derive(Debug, Clone, clap::Args)]
@@ -167,94 +125,14 @@ impl LoadArgs {
 /// `LISTENING <addr>` on stdout, serve.
 ///
 /// # Errors
-/// Binding, opening the store or serving failed; or the rmcp server was asked for in a
-/// build without the `rmcp-baseline` feature.
+/// Binding or serving failed.
 pub async fn serve(args: ServerArgs) -> Result<(), BenchError> {
     match args.server {
-        ServedBy::Rmcp { listen } => serve_rmcp(listen).await,
-        ServedBy::Durable { store, listen, metrics_listen, max_stream_age_secs, prune_interval_secs } => {
-            let mut options = durable_mcp::EngineOptions::default();
-            if let Some(secs) = max_stream_age_secs {
-                options.retention.max_stream_age_ms = (secs > 0).then(|| secs.saturating_mul(1000));
-            }
-            if let Some(secs) = prune_interval_secs {
-                options.prune_interval = Duration::from_secs(secs.max(1));
-            }
-            let server =
-                durable_mcp::DurableMcp::new(durable_mcp_examples::Everything::default()).store(crate::open_store(&store).await?).engine_options(options);
-            // Before the engine is made (it times its store only if metrics are on then).
-            let _metrics = match metrics_listen {
-                Some(addr) => Some(serve_metrics(addr).await?),
-                None => None,
-            };
+        ServedBy::Rmcp { listen } => {
             let listener = bind(listen).await?;
-            server.serve_on(listener, stopped()).await?;
+            durable_mcp_protocol::serve_rmcp_baseline(durable_mcp_examples::Everything::default(), listener, stopped()).await?;
             Ok(())
         }
-        ServedBy::Proxy { store, listen } => serve_proxy(&store, listen).await,
-        ServedBy::Stdio { store } => {
-            durable_mcp::DurableMcp::new(durable_mcp_examples::Everything::default()).store_url(&store).await?.serve_stdio().await?;
-            Ok(())
-        }
-    }
-}
-
-/// `bench-server proxy`: the proxy's upstream is this executable's `bench-server stdio`
-/// (its children run on the proxy's CPU: they inherit its pinning).
-async fn serve_proxy(store: &str, listen: SocketAddr) -> Result<(), BenchError> {
-    let executable = std::env::current_exe()?;
-    let args = ["bench-server", "stdio", "--store", UPSTREAM_STORE].map(String::from).to_vec();
-    let config = durable_mcp_proxy::ProxyConfig::new(executable.to_string_lossy().into_owned(), args);
-    let upstream = durable_mcp_proxy::Proxy::start(config).await?;
-    let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream.clone())).map_err(BenchError::UpstreamInfo)?;
-    let server = durable_mcp::DurableMcp::new(handler).store_url(store).await;
-    let served = match server {
-        Ok(server) => match bind(listen).await {
-            Ok(listener) => server.serve_on(listener, stopped()).await.map_err(BenchError::from),
-            Err(error) => Err(error),
-        },
-        Err(error) => Err(error.into()),
-    };
-    upstream.stop();
-    served
-}
-
-#[cfg(feature = "rmcp-baseline")]
-async fn serve_rmcp(listen: SocketAddr) -> Result<(), BenchError> {
-    let listener = bind(listen).await?;
-    durable_mcp_protocol::serve_rmcp_baseline(durable_mcp_examples::Everything::default(), listener, stopped()).await?;
-    Ok(())
-}
-
-#[cfg(not(feature = "rmcp-baseline"))]
-async fn serve_rmcp(_listen: SocketAddr) -> Result<(), BenchError> {
-    Err(BenchError::Config("built without the rmcp-baseline feature".into()))
-}
-
-/// Install the metrics recorder, serve `/metrics` on `addr` (port 0: any free one) and
-/// tell the parent where, as `durable-mcp serve --metrics-listen` does (which would not
-/// say which port it got). Served until the returned task is dropped.
-async fn serve_metrics(addr: SocketAddr) -> Result<AbortOnDrop, BenchError> {
-    let handle = durable_mcp::metrics::install()?;
-    let listener = TcpListener::bind(addr).await?;
-    let line = format!("{METRICS}{}\n", listener.local_addr()?);
-    let task = tokio::spawn(async move {
-        if let Err(error) = durable_mcp::axum::serve(listener, handle.router()).await {
-            tracing::error!(%error, "the metrics listener failed");
-        }
-    });
-    let mut stdout = tokio::io::stdout();
-    stdout.write_all(line.as_bytes()).await?;
-    stdout.flush().await?;
-    Ok(AbortOnDrop(task))
-}
-
-/// Aborts its task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -356,9 +234,9 @@ mod tests {
 
     #[test]
     fn server_subcommands_parse() {
-        let cli = Cli::try_parse_from(["x", "bench-server", "durable", "--store", "memory:", "--listen", "127.0.0.1:0"]).expect("parse");
-        assert!(matches!(cli, Cli::BenchServer(ServerArgs { server: ServedBy::Durable { ref store, .. } }) if store == "memory:"));
-        let cli = Cli::try_parse_from(["x", "bench-server", "rmcp"]).expect("parse");
-        assert!(matches!(cli, Cli::BenchServer(ServerArgs { server: ServedBy::Rmcp { .. } })));
+        let cli = Cli::try_parse_from(["x", "bench-server", "rmcp", "--listen", "127.0.0.1:4000"]).expect("parse");
+        let Cli::BenchServer(ServerArgs { server: ServedBy::Rmcp { listen } }) = cli else { panic!("not bench-server rmcp") };
+        assert_eq!(listen, "127.0.0.1:4000".parse().expect("address"));
+        assert!(Cli::try_parse_from(["x", "bench-server", "durable", "--store", "memory:"]).is_err(), "durable-mcp's servers are the durable-mcp binary's");
     }
 }

@@ -1,4 +1,4 @@
-//! Benchmarks of durable-mcp (not timed tests): what `durable-mcp bench` and
+//! Benchmarks of durable-mcp (not timed tests): what `durable-mcp-bench` and
 //! `cargo bench -p durable-mcp-bench` run.
 //!
 //! Per store backend, named by URL exactly as [`durable_mcp::open_store`] takes it (so any
@@ -12,16 +12,17 @@
 //!   with [`Store::read_after`] loops of [`REPLAY_BATCH`], as the engine's tail replays a
 //!   stream to a resuming client.
 //!
-//! Over HTTP, with every server and every load generator in a process of its own (the
-//! `bench-server` and `bench-load` subcommands of [`child`]; the server pinned to one CPU
-//! and the load generator to another where the machine allows): `tools/call` calls per
-//! second, p50 and p99, in both protocol eras, with 1 and 8 connections, the median of 3
-//! runs of 5 s each. Baselines: stock rmcp (feature `rmcp-baseline`) and the official
+//! Over HTTP, with every server and every load generator in a process of its own (see
+//! [`Executables`]: the durable-mcp servers are the `durable-mcp` binary's, stock rmcp and
+//! the load generators the `durable-mcp-bench` binary's subcommands of [`child`]; the
+//! server pinned to one CPU and the load generator to another where the machine allows):
+//! `tools/call` calls per second, p50 and p99, in both protocol eras, with 1 and 8
+//! connections, the median of 3 runs of 5 s each. Baselines: stock rmcp and the official
 //! Python SDK with mcp-persist's SQLite store (installed by `scripts/setup-bench.sh`),
 //! beside durable-mcp on each store. Then the servers' resident memory with 0, 1,000 and
 //! 10,000 idle sessions.
 //!
-//! [`traffic`] is the other benchmark (`durable-mcp bench traffic`): what real traffic
+//! [`traffic`] is the other benchmark (`durable-mcp-bench traffic`): what real traffic
 //! (dropped connections and re-sent requests, retention, a long load) does to durable-mcp's
 //! latency and footprint.
 //!
@@ -50,7 +51,7 @@ pub use growth::GrowthRow;
 pub use load::{LoadResult, LoadSpec, run_load};
 pub use process::{ChildProcess, Pinning, process_running};
 pub use report::{Cpus, HttpRow, Limit, PythonStatus, Report, ServerKind, StoreRow};
-pub use servers::{DurableSettings, Launcher, MCP_PATH, PYTHON_MCP_PATH, PYTHON_SERVER, RunningServer, ServerSpec};
+pub use servers::{DurableSettings, Executables, Launcher, MCP_PATH, PYTHON_MCP_PATH, PYTHON_SERVER, RunningServer, ServerSpec};
 pub use store::{AppendResult, REPLAY_BATCH, ReplayResult, StoreResult, StoreSpec, bench_store};
 
 use crate::child::LoadArgs;
@@ -102,15 +103,6 @@ pub enum BenchError {
     /// The configuration cannot be run.
     #[error("configuration: {0}")]
     Config(String),
-    /// The proxy's upstream could not be started.
-    #[error("the proxy's upstream: {0}")]
-    Upstream(#[from] durable_mcp_proxy::ProxyError),
-    /// A server child's metrics recorder could not be installed.
-    #[error(transparent)]
-    Metrics(#[from] durable_mcp::metrics::MetricsError),
-    /// The proxy's upstream answered `initialize` with something that does not parse.
-    #[error("the proxy's upstream's initialize result: {0}")]
-    UpstreamInfo(#[source] serde_json::Error),
 }
 
 /// Whether the run includes the Python SDK + mcp-persist baseline.
@@ -127,9 +119,8 @@ pub enum PythonBaseline {
 /// What one run measures.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
-    /// The executable with the `bench-server` and `bench-load` subcommands
-    /// (`durable-mcp`, or this crate's `durable-mcp-bench-child`).
-    pub executable: PathBuf,
+    /// The executables the children run.
+    pub executables: Executables,
     /// The command line that started the run, for the report.
     pub command_line: Option<String>,
     /// Store URLs to measure (as [`durable_mcp::open_store`] takes them). `memory:` is
@@ -163,7 +154,7 @@ pub struct BenchConfig {
     pub replay_runs: usize,
     /// Idle session counts at which each server's memory is read (empty: not measured).
     pub growth_sessions: Vec<usize>,
-    /// Also measure the stock rmcp server (needs feature `rmcp-baseline`).
+    /// Also measure the stock rmcp server.
     pub rmcp_baseline: bool,
     /// The Python SDK + mcp-persist baseline.
     pub python_baseline: PythonBaseline,
@@ -174,10 +165,10 @@ pub struct BenchConfig {
 }
 
 impl BenchConfig {
-    /// The full run of `durable-mcp bench`, with the children run by `executable`.
-    pub fn new(executable: PathBuf) -> Self {
+    /// The full run of `durable-mcp-bench`, with the children run by `executables`.
+    pub fn new(executables: Executables) -> Self {
         Self {
-            executable,
+            executables,
             command_line: None,
             stores: Vec::new(),
             proxy_stores: Vec::new(),
@@ -192,7 +183,7 @@ impl BenchConfig {
             replay_sizes: vec![1_000, 10_000, 100_000],
             replay_runs: 5,
             growth_sessions: vec![0, 1_000, 10_000],
-            rmcp_baseline: cfg!(feature = "rmcp-baseline"),
+            rmcp_baseline: true,
             python_baseline: PythonBaseline::Auto,
             pin: true,
             time_limit: Duration::from_secs(10),
@@ -200,7 +191,7 @@ impl BenchConfig {
     }
 
     /// A short run (what `cargo bench -p durable-mcp-bench` does).
-    pub fn quick(executable: PathBuf) -> Self {
+    pub fn quick(executables: Executables) -> Self {
         Self {
             runs: 1,
             run_duration: Duration::from_secs(1),
@@ -210,7 +201,7 @@ impl BenchConfig {
             replay_runs: 3,
             growth_sessions: vec![0, 500],
             time_limit: Duration::from_secs(5),
-            ..Self::new(executable)
+            ..Self::new(executables)
         }
     }
 }
@@ -394,21 +385,16 @@ pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result
 }
 
 async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Report, BenchError> {
-    if config.rmcp_baseline && !cfg!(feature = "rmcp-baseline") {
-        return Err(BenchError::Config("built without the rmcp-baseline feature".into()));
-    }
-    if !config.executable.is_file() {
-        return Err(BenchError::Config(format!("no executable for the child processes at {}", config.executable.display())));
-    }
+    config.executables.check()?;
     let started_ms = durable_mcp::now_ms();
-    let commit = git_commit(&config.executable).await;
+    let commit = git_commit(&config.executables.durable_mcp).await;
     let scratch = ScratchDir::new()?;
     let urls = store_urls(&config.stores, config.stores.is_empty().then_some(&scratch));
     let python = match &config.python_baseline {
         PythonBaseline::Off => Err(PythonStatus::Off),
         PythonBaseline::At(python) if python.is_file() => Ok(python.clone()),
         PythonBaseline::At(python) => Err(PythonStatus::Missing(format!("{} does not exist; scripts/setup-bench.sh installs it", python.display()))),
-        PythonBaseline::Auto => find_python_baseline(&config.executable).ok_or_else(|| {
+        PythonBaseline::Auto => find_python_baseline(&config.executables.bench).ok_or_else(|| {
             PythonStatus::Missing(format!("no {PYTHON_VENV_PYTHON} here; install it with `scripts/setup-bench.sh`, or pass `--python-baseline PATH`"))
         }),
     };
@@ -433,7 +419,7 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
     for (url, label) in config.proxy_stores.iter().zip(store_labels(&config.proxy_stores)) {
         servers.push((format!("durable-mcp proxy, {label}"), ServerKind::Proxy, ServerSpec::Proxy { url: url.clone() }));
     }
-    let mut launcher = Launcher::new(config.executable.clone(), pinning.clone(), scratch.path());
+    let mut launcher = Launcher::new(config.executables.clone(), pinning.clone(), scratch.path());
     let mut http = Http { rows: Vec::new(), failures: Vec::new(), rmcp_modern: None };
     for round in 0..config.runs.max(1) {
         for (label, kind, spec) in &servers {

@@ -640,7 +640,7 @@ mod tests {
 
     fn report(http: Vec<HttpRow>, rmcp_modern: Option<Result<(), String>>) -> Report {
         Report {
-            config: BenchConfig { runs: 1, ..BenchConfig::new("/bin/true".into()) },
+            config: BenchConfig { runs: 1, ..BenchConfig::new(crate::Executables::beside("/bin/true".into())) },
             started_ms: 0,
             finished_ms: 0,
             commit: Some(("abc".into(), false)),

@@ -153,12 +153,59 @@ impl RunningServer {
     }
 }
 
-/// Starts the children of one run: knows the executable with the `bench-server` and
-/// `bench-load` subcommands, the pinning, and the scratch directory for logs and the
-/// Python baseline's files; remembers every process id it started.
+/// The two executables a run starts its children with.
+///
+/// durable-mcp is measured as it ships: its servers are the hidden `bench-server durable`,
+/// `bench-server proxy` and `bench-server stdio` subcommands of the `durable-mcp` binary
+/// (crates/cli). The rest is the benchmark's own and stays out of that binary: stock rmcp
+/// (`bench-server rmcp`) and the load generators (`bench-load`) are subcommands of the
+/// `durable-mcp-bench` binary, which parses them with [`crate::child`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Executables {
+    /// The `durable-mcp` binary: the durable-mcp servers and the proxy.
+    pub durable_mcp: PathBuf,
+    /// The `durable-mcp-bench` binary: the rmcp baseline and the load generators.
+    pub bench: PathBuf,
+}
+
+impl Executables {
+    /// The file name of the `durable-mcp` binary on this platform.
+    pub const DURABLE_MCP: &str = if cfg!(windows) { "durable-mcp.exe" } else { "durable-mcp" };
+
+    /// `bench`, with the `durable-mcp` binary beside it (both in the same `target/<profile>`
+    /// directory after `cargo build -p durable-mcp-cli -p durable-mcp-bench`).
+    pub fn beside(bench: PathBuf) -> Self {
+        let durable_mcp = bench.parent().map_or_else(|| PathBuf::from(Self::DURABLE_MCP), |dir| dir.join(Self::DURABLE_MCP));
+        Self { durable_mcp, bench }
+    }
+
+    /// Check that both are files.
+    ///
+    /// # Errors
+    /// [`BenchError::Config`] naming the one missing and how to build it.
+    pub fn check(&self) -> Result<(), BenchError> {
+        if !self.durable_mcp.is_file() {
+            return Err(BenchError::Config(format!(
+                "no durable-mcp executable at {}: build it with `cargo build --release -p durable-mcp-cli` (beside durable-mcp-bench), or pass `--durable-mcp PATH`",
+                self.durable_mcp.display()
+            )));
+        }
+        if !self.bench.is_file() {
+            return Err(BenchError::Config(format!(
+                "no durable-mcp-bench executable at {}: build it with `cargo build --release -p durable-mcp-bench`",
+                self.bench.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Starts the children of one run: knows the [`Executables`], the pinning, and the scratch
+/// directory for logs and the Python baseline's files; remembers every process id it
+/// started.
 #[derive(Debug)]
 pub struct Launcher {
-    executable: PathBuf,
+    executables: Executables,
     pinning: Pinning,
     dir: PathBuf,
     python_script: Option<PathBuf>,
@@ -167,11 +214,10 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    /// A launcher of children run by `executable` (with the `bench-server` and
-    /// `bench-load` subcommands), pinned as `pinning` says, with their logs (and the
-    /// Python baseline's files) in `dir`.
-    pub fn new(executable: PathBuf, pinning: Pinning, dir: &Path) -> Self {
-        Self { executable, pinning, dir: dir.to_owned(), python_script: None, spawned: Vec::new(), seq: 0 }
+    /// A launcher of children run by `executables`, pinned as `pinning` says, with their
+    /// logs (and the Python baseline's files) in `dir`.
+    pub fn new(executables: Executables, pinning: Pinning, dir: &Path) -> Self {
+        Self { executables, pinning, dir: dir.to_owned(), python_script: None, spawned: Vec::new(), seq: 0 }
     }
 
     /// Every process id started so far.
@@ -200,12 +246,12 @@ impl Launcher {
     pub async fn server(&mut self, spec: &ServerSpec, name: &str) -> Result<RunningServer, BenchError> {
         let listen: OsString = "127.0.0.1:0".into();
         let (program, args): (PathBuf, Vec<OsString>) = match spec {
-            ServerSpec::Rmcp => (self.executable.clone(), vec!["bench-server".into(), "rmcp".into(), "--listen".into(), listen]),
+            ServerSpec::Rmcp => (self.executables.bench.clone(), vec!["bench-server".into(), "rmcp".into(), "--listen".into(), listen]),
             ServerSpec::Durable { url } => {
-                (self.executable.clone(), vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), listen])
+                (self.executables.durable_mcp.clone(), vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), listen])
             }
             ServerSpec::Proxy { url } => {
-                (self.executable.clone(), vec!["bench-server".into(), "proxy".into(), "--store".into(), url.into(), "--listen".into(), listen])
+                (self.executables.durable_mcp.clone(), vec!["bench-server".into(), "proxy".into(), "--store".into(), url.into(), "--listen".into(), listen])
             }
             ServerSpec::Python { python } => {
                 let script = self.python_script()?;
@@ -224,7 +270,7 @@ impl Launcher {
     pub async fn durable(&mut self, url: &str, settings: &DurableSettings, name: &str) -> Result<RunningServer, BenchError> {
         let mut args: Vec<OsString> = vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), "127.0.0.1:0".into()];
         args.extend(settings.args());
-        let program = self.executable.clone();
+        let program = self.executables.durable_mcp.clone();
         let server = self.start(name, &program, &args, MCP_PATH).await?;
         if settings.metrics && server.metrics.is_none() {
             return Err(BenchError::Process { name: name.to_owned(), detail: "was asked for metrics but printed no METRICS line".into() });
@@ -257,7 +303,7 @@ impl Launcher {
     pub async fn load(&mut self, server: &RunningServer, args: &LoadArgs, name: &str) -> Result<LoadResult, BenchError> {
         let args = LoadArgs { addr: server.addr(), path: server.path().to_owned(), ..args.clone() };
         let argv: Vec<OsString> = std::iter::once("bench-load".to_owned()).chain(args.to_args()).map(OsString::from).collect();
-        let program = self.executable.clone();
+        let program = self.executables.bench.clone();
         let process = self.spawn(name, Role::Load, &program, &argv)?;
         let timeout = Duration::from_millis(args.duration_ms) + LOAD_SLACK;
         let out = process.output(timeout).await?;

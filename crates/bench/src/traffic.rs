@@ -1,4 +1,4 @@
-//! The traffic benchmark (`durable-mcp bench traffic`, issue 28): what real traffic does to
+//! The traffic benchmark (`durable-mcp-bench traffic`, issue 28): what real traffic does to
 //! a server's latency and footprint, with server and load generator in processes of their
 //! own as in the rest of the bench.
 //!
@@ -34,7 +34,7 @@ use crate::child::LoadArgs;
 use crate::client::Era;
 use crate::load::LoadResult;
 use crate::process::Pinning;
-use crate::servers::{DurableSettings, Launcher, MCP_PATH, RunningServer};
+use crate::servers::{DurableSettings, Executables, Launcher, MCP_PATH, RunningServer};
 use crate::{BenchError, ENCRYPTED, ScratchDir, TOOL, store_labels};
 
 /// One part of the traffic benchmark.
@@ -79,8 +79,8 @@ impl FromStr for TrafficPart {
 /// What one traffic run measures.
 #[derive(Debug, Clone)]
 pub struct TrafficConfig {
-    /// The executable with the `bench-server` and `bench-load` subcommands.
-    pub executable: PathBuf,
+    /// The executables the children run.
+    pub executables: Executables,
     /// The command line that started the run, for the report.
     pub command_line: Option<String>,
     /// Store URLs (as [`durable_mcp::open_store`] takes them), one after another; every
@@ -121,9 +121,9 @@ impl TrafficConfig {
     /// The full run: 16 connections; drops 2 × 20 s with 10 % dropped within 5 ms;
     /// retention 2 × 40 s with streams older than 5 s pruned every 5 s; sustained 120 s
     /// and 30 s after.
-    pub fn new(executable: PathBuf) -> Self {
+    pub fn new(executables: Executables) -> Self {
         Self {
-            executable,
+            executables,
             command_line: None,
             stores: Vec::new(),
             parts: TrafficPart::ALL.to_vec(),
@@ -146,7 +146,7 @@ impl TrafficConfig {
     /// A run of a few seconds per part (for tests and a first look): drops 2 × 2 s,
     /// retention 2 × 3 s with streams older than 1 s pruned every second, sustained 2 s
     /// and 2 s after.
-    pub fn quick(executable: PathBuf) -> Self {
+    pub fn quick(executables: Executables) -> Self {
         Self {
             warmup_calls: 5,
             drop_duration: Duration::from_secs(2),
@@ -155,7 +155,7 @@ impl TrafficConfig {
             prune_interval_secs: 1,
             sustained_duration: Duration::from_secs(2),
             after: Duration::from_secs(2),
-            ..Self::new(executable)
+            ..Self::new(executables)
         }
     }
 
@@ -292,18 +292,16 @@ pub fn wal_path(url: &str) -> Option<PathBuf> {
 /// listed in [`TrafficReport::failures`] instead. Child processes are gone when this
 /// returns, whatever it returns.
 pub async fn run_traffic(config: &TrafficConfig, mut progress: impl FnMut(&str)) -> Result<TrafficReport, BenchError> {
-    if !config.executable.is_file() {
-        return Err(BenchError::Config(format!("no executable for the child processes at {}", config.executable.display())));
-    }
+    config.executables.check()?;
     if config.parts.is_empty() {
         return Err(BenchError::Config("no part of the traffic benchmark to run".into()));
     }
     let started_ms = durable_mcp::now_ms();
-    let commit = crate::git_commit(&config.executable).await;
+    let commit = crate::git_commit(&config.executables.durable_mcp).await;
     let scratch = ScratchDir::new()?;
     let pinning = if config.pin { Pinning::detect().await } else { Pinning::none("turned off") };
     progress(&pinning.describe());
-    let mut launcher = Launcher::new(config.executable.clone(), pinning.clone(), scratch.path());
+    let mut launcher = Launcher::new(config.executables.clone(), pinning.clone(), scratch.path());
     let mut failures = Vec::new();
     let mut stores = Vec::new();
     let temporary = config.stores.is_empty();

@@ -6,11 +6,20 @@ use std::time::{Duration, Instant};
 
 use durable_mcp_bench::traffic::{TrafficConfig, TrafficPart, run_traffic};
 use durable_mcp_bench::{
-    BenchConfig, Era, Launcher, LoadSpec, Pinning, PythonBaseline, PythonStatus, ServerKind, ServerSpec, find_python_baseline, process_running, run, run_load,
+    BenchConfig, Era, Executables, Launcher, LoadSpec, Pinning, PythonBaseline, PythonStatus, ServerKind, ServerSpec, find_python_baseline, process_running,
+    run, run_load,
 };
 
-fn child_executable() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_durable-mcp-bench-child"))
+/// This package's `durable-mcp-bench` (stock rmcp, the load generators) and the
+/// `durable-mcp` binary beside it in the same target directory (the durable-mcp servers):
+/// `cargo test --workspace` builds both; `cargo test -p durable-mcp-bench` alone needs
+/// `-p durable-mcp-cli` too.
+fn executables() -> Executables {
+    let executables = Executables::beside(PathBuf::from(env!("CARGO_BIN_EXE_durable-mcp-bench")));
+    if let Err(error) = executables.check() {
+        panic!("{error}\n(for these tests, a debug build: `cargo build -p durable-mcp-cli`, or test with `-p durable-mcp-cli -p durable-mcp-bench`)");
+    }
+    executables
 }
 
 /// A run of a few calls: memory: only, 1 connection, 5 calls per run, both eras.
@@ -29,7 +38,7 @@ fn tiny() -> BenchConfig {
         growth_sessions: vec![0, 20],
         python_baseline: PythonBaseline::Off,
         time_limit: Duration::from_secs(10),
-        ..BenchConfig::new(child_executable())
+        ..BenchConfig::new(executables())
     }
 }
 
@@ -83,7 +92,7 @@ async fn a_tiny_run_reports_every_row_and_leaves_no_child_process_behind() {
     println!("{markdown}");
 }
 
-/// Processes running this crate's child binary as the proxy's stdio upstream.
+/// Processes running `durable-mcp` as the proxy's stdio upstream.
 fn stdio_upstreams() -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
@@ -91,7 +100,7 @@ fn stdio_upstreams() -> Vec<u32> {
         .filter(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            args.first().is_some_and(|a| a.ends_with(b"durable-mcp-bench-child")) && args.windows(2).any(|w| w == [&b"bench-server"[..], &b"stdio"[..]])
+            args.first().is_some_and(|a| a.ends_with(b"/durable-mcp")) && args.windows(2).any(|w| w == [&b"bench-server"[..], &b"stdio"[..]])
         })
         .collect()
 }
@@ -104,7 +113,7 @@ async fn a_proxy_run_reports_its_rows_and_stops_its_upstreams() {
     // it takes its upstreams with it (their stdin ends).
     let dir = std::env::temp_dir().join(format!("durable-mcp-bench-proxy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let mut launcher = Launcher::new(child_executable(), Pinning::none("test"), &dir);
+    let mut launcher = Launcher::new(executables(), Pinning::none("test"), &dir);
     let server = launcher.server(&ServerSpec::Proxy { url: "memory:".into() }, "proxy").await.expect("start");
     assert!(!stdio_upstreams().is_empty(), "the proxy listens with an upstream running");
     drop(server);
@@ -140,7 +149,7 @@ async fn a_proxy_run_reports_its_rows_and_stops_its_upstreams() {
 async fn a_dropped_server_child_is_killed() {
     let dir = std::env::temp_dir().join(format!("durable-mcp-bench-drop-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let mut launcher = Launcher::new(child_executable(), Pinning::none("test"), &dir);
+    let mut launcher = Launcher::new(executables(), Pinning::none("test"), &dir);
     let server = launcher.server(&ServerSpec::Durable { url: "memory:".into() }, "dropped").await.expect("start");
     let pid = server.pid();
     assert!(process_running(pid));
@@ -153,7 +162,7 @@ async fn a_dropped_server_child_is_killed() {
 async fn a_tool_error_fails_the_measurement() {
     let dir = std::env::temp_dir().join(format!("durable-mcp-bench-error-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let mut launcher = Launcher::new(child_executable(), Pinning::none("test"), &dir);
+    let mut launcher = Launcher::new(executables(), Pinning::none("test"), &dir);
     let server = launcher.server(&ServerSpec::Durable { url: "memory:".into() }, "errors").await.expect("start");
     for era in Era::ALL {
         let spec = LoadSpec {
@@ -177,7 +186,7 @@ async fn a_tool_error_fails_the_measurement() {
 /// The Python SDK + mcp-persist baseline, when `scripts/setup-bench.sh` installed it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_baseline_is_measured_in_the_legacy_era_when_installed() {
-    let Some(python) = find_python_baseline(&child_executable()) else {
+    let Some(python) = find_python_baseline(&executables().bench) else {
         println!("skipped: no Python baseline installed (scripts/setup-bench.sh)");
         return;
     };
@@ -195,14 +204,14 @@ async fn the_python_baseline_is_measured_in_the_legacy_era_when_installed() {
     }
 }
 
-/// `durable-mcp bench traffic --quick` on a temporary SQLite store: every part reports
+/// `durable-mcp-bench traffic --quick` on a temporary SQLite store: every part reports
 /// its rows, drops were made and re-sent (and answered: the load generator fails on
 /// anything else), retention removed streams, the WAL and memory were read; no child
 /// process outlives the run. Takeovers are reported, not asserted: they are what the
 /// drops part measures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_traffic_run_reports_every_part_and_leaves_no_child_process_behind() {
-    let config = TrafficConfig { connections: 4, pin: false, ..TrafficConfig::quick(child_executable()) };
+    let config = TrafficConfig { connections: 4, pin: false, ..TrafficConfig::quick(executables()) };
     assert_eq!(config.parts, TrafficPart::ALL);
     let report = run_traffic(&config, |_| {}).await.expect("run");
     let markdown = report.to_markdown();
@@ -232,4 +241,72 @@ async fn a_quick_traffic_run_reports_every_part_and_leaves_no_child_process_behi
         assert!(gone(pid).await, "child {pid} still runs after the run");
     }
     println!("{markdown}");
+}
+
+/// `durable-mcp-bench` with `args`: its exit status, stdout and stderr.
+fn bench_binary(program: &std::path::Path, args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let out = std::process::Command::new(program).args(args).stdin(std::process::Stdio::null()).output().expect("run durable-mcp-bench");
+    (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The binary end to end: stock rmcp and the load generators are its own children, the
+/// durable-mcp server is the `durable-mcp` binary's (its argv shows which ran what).
+#[test]
+fn the_binary_runs_rmcp_itself_and_durable_mcp_with_the_binary_beside_it() {
+    let executables = executables();
+    let args = [
+        "--stores",
+        "memory:",
+        "--connections",
+        "1",
+        "--eras",
+        "legacy",
+        "--runs",
+        "1",
+        "--secs",
+        "1",
+        "--warmup-calls",
+        "1",
+        "--events",
+        "10",
+        "--writers",
+        "1",
+        "--replay-sizes",
+        "10",
+        "--sessions",
+        "none",
+        "--no-python-baseline",
+        "--no-pin",
+    ];
+    let (status, stdout, stderr) = bench_binary(&executables.bench, &args);
+    assert!(status.success(), "{status}\n{stdout}\n{stderr}");
+    for needle in ["| stock rmcp (StreamableHttpService) | legacy | 1 |", "| durable-mcp, memory | legacy | 1 |", "durable-mcp-bench --stores memory:"] {
+        assert!(stdout.contains(needle), "{needle:?} missing from\n{stdout}");
+    }
+}
+
+/// Without a `durable-mcp` beside it (or at `--durable-mcp`), the binary says where it
+/// looked and how to build one, before measuring anything.
+#[test]
+fn a_missing_durable_mcp_is_a_clear_error() {
+    let bench = executables().bench;
+    for args in [&["--durable-mcp", "/nonexistent/durable-mcp"][..], &["traffic", "--quick", "--durable-mcp", "/nonexistent/durable-mcp"]] {
+        let (status, stdout, stderr) = bench_binary(&bench, args);
+        assert!(!status.success(), "{args:?}: {stdout}");
+        assert!(stderr.contains("/nonexistent/durable-mcp") && stderr.contains("cargo build --release -p durable-mcp-cli"), "{args:?}: {stderr}");
+    }
+    // A copy alone in a directory of its own looks beside itself (a hard link: the
+    // executable's path is the link's).
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("alone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let alone = dir.join("durable-mcp-bench");
+    let _ = std::fs::remove_file(&alone);
+    if std::fs::hard_link(&bench, &alone).is_err() {
+        std::fs::copy(&bench, &alone).expect("copy durable-mcp-bench");
+    }
+    let (status, _, stderr) = bench_binary(&alone, &["--no-python-baseline"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!status.success());
+    let expected = dir.join("durable-mcp");
+    assert!(stderr.contains(&format!("no durable-mcp executable at {}", expected.display())), "{stderr}");
 }

@@ -1,7 +1,8 @@
 //! The `durable-mcp` command.
 
-mod bench;
+mod bench_server;
 mod config;
+mod healthcheck;
 mod keys;
 mod ops;
 mod serve;
@@ -13,7 +14,6 @@ use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use durable_mcp::DurableMcp;
 
-use crate::bench::BenchArgs;
 use crate::keys::KeysArgs;
 use crate::serve::{Example, LogFormat, ProxyArgs, ServeArgs, ServeCommand};
 
@@ -21,7 +21,7 @@ mod auth_args;
 
 /// durable-mcp: MCP servers that never lose a request.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(name = "durable-mcp", version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("DURABLE_MCP_COMMIT"), ")"), about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -68,15 +68,13 @@ enum Command {
     /// Print the effective configuration of `serve` (flags, environment, configuration
     /// file and defaults) as a TOML configuration file, secrets redacted.
     Config(ConfigArgs),
-    /// Benchmark stores, tools/call over HTTP (against stock rmcp and the Python SDK with
-    /// mcp-persist) and memory with idle sessions; print markdown.
-    Bench(BenchArgs),
-    /// A server under test of `bench`, in a process of its own.
+    /// GET `/healthz` of a running `serve` (on its `--listen` address, or `--url`): exit
+    /// status 0 on 200, else 1. The container image's health check, which has no curl.
+    Healthcheck(healthcheck::HealthcheckArgs),
+    /// A durable-mcp server under test of the benchmark (`durable-mcp-bench`, a binary of
+    /// its own), in a process of its own.
     #[command(hide = true)]
-    BenchServer(durable_mcp_bench::child::ServerArgs),
-    /// A load generator of `bench`, in a process of its own.
-    #[command(hide = true)]
-    BenchLoad(durable_mcp_bench::child::LoadArgs),
+    BenchServer(bench_server::BenchServerArgs),
 }
 
 /// Which store to use.
@@ -127,10 +125,10 @@ impl StoreArgs {
 #[derive(Parser, Debug)]
 struct RetentionArgs {
     /// End sessions idle for longer than this many seconds (0: never).
-    #[arg(long, default_value_t = 86_400)]
+    #[arg(long, env = "DURABLE_MCP_SESSION_TTL_SECS", default_value_t = 86_400)]
     session_ttl_secs: u64,
     /// Delete finished streams older than this many seconds (0: never).
-    #[arg(long, default_value_t = 3_600)]
+    #[arg(long, env = "DURABLE_MCP_MAX_STREAM_AGE_SECS", default_value_t = 3_600)]
     max_stream_age_secs: u64,
 }
 
@@ -300,7 +298,8 @@ struct ReplayArgs {
 /// A request makes a few hundred short-lived allocations (JSON values, futures of spawned
 /// tasks, store rows): with mimalloc instead of the system allocator a durable `tools/call`
 /// costs 15-22 % less server CPU (memory, SQLite and Redis stores, 8 connections; stock rmcp
-/// in the same binary 4 %), see docs/benchmarks.md. A library user picks their own.
+/// 4 %, measured when it was served by this binary; `durable-mcp-bench`, which serves it
+/// now, has mimalloc too), see docs/benchmarks.md. A library user picks their own.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -310,7 +309,7 @@ fn rmcp_above_info(rust_log: Option<&str>, widest: Option<tracing_subscriber::fi
     use tracing_subscriber::filter::LevelFilter;
     let Some(rust_log) = rust_log else { return false };
     // The last directive naming rmcp wins, as in the filter; a target without a level means trace.
-    let named = rust_log.split(',').map(str::trim).filter(|d| d.starts_with("rmcp")).next_back();
+    let named = rust_log.split(',').map(str::trim).rfind(|d| d.starts_with("rmcp"));
     match named {
         Some(directive) => match directive.rsplit_once('=') {
             Some((_, level)) => level.parse::<LevelFilter>().is_ok_and(|level| level > LevelFilter::INFO),
@@ -325,9 +324,9 @@ async fn main() -> anyhow::Result<()> {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let (argv, from_file) = config::with_file(Cli::command(), argv)?;
     let cli = Cli::parse_from(&argv);
-    // The children of `bench` log warnings only: a log line per request would be measured.
+    // The benchmark's servers log warnings only: a log line per request would be measured.
     let default_filter = match cli.command {
-        Command::BenchServer(_) | Command::BenchLoad(_) => "warn",
+        Command::BenchServer(_) => "warn",
         _ => "info,rmcp=warn",
     };
     let mut filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
@@ -417,6 +416,7 @@ async fn main() -> anyhow::Result<()> {
             serve::serve(args, server).await
         }
         Command::Proxy(args) => serve::proxy(args).await,
+        Command::Healthcheck(args) => healthcheck::healthcheck(&args),
         Command::Prune(args) => {
             let store = args.store.open().await?;
             let report = store.prune(&args.retention.retention(), durable_mcp::now_ms()).await?;
@@ -427,23 +427,15 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Inspect(args) => inspect(args).await,
-        Command::Bench(args) => bench::bench(args).await,
         Command::BenchServer(args) => {
             // Traces as `serve` has them from the environment (an OTLP endpoint variable),
-            // so that `durable-mcp bench` can measure their cost.
-            let traces = match &args.server {
-                durable_mcp_bench::child::ServedBy::Durable { .. } | durable_mcp_bench::child::ServedBy::Proxy { .. } => serve::start_traces(false)?,
-                durable_mcp_bench::child::ServedBy::Rmcp { .. } | durable_mcp_bench::child::ServedBy::Stdio { .. } => None,
-            };
-            let served = durable_mcp_bench::child::serve(args).await;
+            // so that `durable-mcp-bench` can measure their cost.
+            let traces = if args.server.over_http() { serve::start_traces(false)? } else { None };
+            let served = bench_server::serve(args).await;
             if let Some(traces) = traces {
                 serve::stop_traces(traces).await;
             }
-            Ok(served?)
-        }
-        Command::BenchLoad(args) => {
-            println!("{}", durable_mcp_bench::child::load(&args).await?);
-            Ok(())
+            served
         }
         Command::Keys(args) => keys::keys(args).await,
         Command::Migrate(args) => {
@@ -556,7 +548,36 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
 mod tests {
     use tracing_subscriber::filter::LevelFilter;
 
-    use super::rmcp_above_info;
+    use clap::CommandFactory;
+
+    use super::{Cli, rmcp_above_info};
+
+    /// Every flag of the server commands can be set from the environment, as
+    /// `DURABLE_MCP_` and its long name (a container or a systemd unit configures the
+    /// server without a command line); the API key flags keep their earlier names.
+    #[test]
+    fn every_server_flag_has_an_environment_variable() {
+        let cli = Cli::command();
+        let mut wrong = Vec::new();
+        for name in ["serve", "proxy"] {
+            let command = cli.find_subcommand(name).expect("the subcommand");
+            for arg in command.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if long == "help" {
+                    continue;
+                }
+                let expected = match long {
+                    "auth-api-keys" => "DURABLE_MCP_API_KEYS_FILE".to_owned(),
+                    "auth-api-keys-inline" => "DURABLE_MCP_API_KEYS".to_owned(),
+                    _ => format!("DURABLE_MCP_{}", long.to_uppercase().replace('-', "_")),
+                };
+                if arg.get_env().and_then(|e| e.to_str()) != Some(expected.as_str()) {
+                    wrong.push(format!("{name} --{long}: {:?}, not {expected}", arg.get_env()));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
 
     #[test]
     fn rmcp_is_capped_at_info_and_never_raised() {

@@ -32,7 +32,7 @@ pub(crate) enum Example {
 #[derive(Parser, Debug)]
 pub(crate) struct ServeCommand {
     /// Which example server to run.
-    #[arg(long, value_enum, default_value = "everything")]
+    #[arg(long, value_enum, env = "DURABLE_MCP_EXAMPLE", default_value = "everything")]
     pub(crate) example: Example,
     #[command(flatten)]
     pub(crate) serve: ServeArgs,
@@ -45,37 +45,37 @@ pub(crate) struct ProxyArgs {
     pub(crate) serve: ServeArgs,
     /// Stop an upstream process that has served no request for this many seconds (it is
     /// started again on demand, re-initialized with its session's parameters).
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, env = "DURABLE_MCP_IDLE_STOP_SECS")]
     pub(crate) idle_stop_secs: u64,
     /// At most this many upstream processes on this worker (one per session plus the
     /// pool); at the limit the longest idle one is stopped, and if every one is busy the
     /// request is refused at once.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, env = "DURABLE_MCP_MAX_CHILDREN")]
     pub(crate) max_children: usize,
     /// Upstream processes serving 2026-07-28 (stateless) requests.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, env = "DURABLE_MCP_POOL_SIZE")]
     pub(crate) pool_size: usize,
     /// Send a call of this tool again to a fresh process after an interruption, although
     /// it is not annotated readOnlyHint or idempotentHint (repeat the flag). Only for
     /// tools that are safe to run twice.
-    #[arg(long = "retryable-tool")]
+    #[arg(long = "retryable-tool", env = "DURABLE_MCP_RETRYABLE_TOOL", value_delimiter = ',')]
     pub(crate) retryable_tools: Vec<String>,
     /// Answer a request with an error if the upstream has not answered it within this
     /// many seconds (0: no limit; a process that exits is noticed at once either way).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, env = "DURABLE_MCP_REQUEST_TIMEOUT_SECS")]
     pub(crate) request_timeout_secs: u64,
     /// How long an upstream process has to answer `initialize`, in seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, env = "DURABLE_MCP_INIT_TIMEOUT_SECS")]
     pub(crate) init_timeout_secs: u64,
     /// A Streamable HTTP upstream (`http[s]://host:port/path`) instead of a command: a
     /// server speaking 2025-03-26 .. 2025-11-25, each client session mapped to an upstream
     /// session of its own (ended after --idle-stop-secs idle). `HTTPS_PROXY`, `HTTP_PROXY`
     /// and `NO_PROXY` apply.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["command", "max_children", "pool_size"])]
+    #[arg(long, value_name = "URL", env = "DURABLE_MCP_UPSTREAM", conflicts_with_all = ["command", "max_children", "pool_size"])]
     pub(crate) upstream: Option<String>,
     /// A PEM file of more trust anchors for an `https://` upstream (a private CA), besides
     /// the built-in Mozilla roots.
-    #[arg(long, value_name = "FILE", requires = "upstream")]
+    #[arg(long, value_name = "FILE", requires = "upstream", env = "DURABLE_MCP_UPSTREAM_TLS_ROOTS")]
     pub(crate) upstream_tls_roots: Option<std::path::PathBuf>,
     /// The upstream: a program speaking MCP on stdin/stdout, and its arguments (after `--`).
     #[arg(last = true, required_unless_present = "upstream", num_args = 1.., value_name = "COMMAND")]
@@ -105,11 +105,11 @@ pub(crate) struct ServeArgs {
     pub(crate) dashboard_listen: Option<SocketAddr>,
     /// Let the dashboard listen on a non-loopback address. It has no authentication: put it
     /// behind a proxy that authenticates.
-    #[arg(long)]
+    #[arg(long, env = "DURABLE_MCP_DASHBOARD_ALLOW_REMOTE")]
     pub(crate) dashboard_allow_remote: bool,
     /// Show payloads on the dashboard (request arguments, session state values, the
     /// client's initialize params); redacted by default.
-    #[arg(long)]
+    #[arg(long, env = "DURABLE_MCP_DASHBOARD_SHOW_PAYLOADS")]
     pub(crate) dashboard_show_payloads: bool,
     /// Export OpenTelemetry traces over OTLP/HTTP (protobuf), configured by the OTEL_*
     /// environment variables (endpoint default http://localhost:4318). Also on when
@@ -126,56 +126,56 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
     /// Apply retention every this many seconds.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, env = "DURABLE_MCP_PRUNE_INTERVAL_SECS")]
     pub(crate) prune_interval_secs: u64,
     /// Endpoint path.
-    #[arg(long, default_value = "/mcp")]
+    #[arg(long, default_value = "/mcp", env = "DURABLE_MCP_PATH")]
     pub(crate) path: String,
     /// Accepted Host header values (repeat the flag); default: loopback names.
-    #[arg(long = "allow-host")]
+    #[arg(long = "allow-host", env = "DURABLE_MCP_ALLOW_HOST", value_delimiter = ',')]
     pub(crate) allow_hosts: Vec<String>,
     /// Disable Host/Origin checks (only behind a proxy that enforces them).
-    #[arg(long)]
+    #[arg(long, env = "DURABLE_MCP_NO_HOST_CHECK")]
     pub(crate) no_host_check: bool,
     /// Close request SSE connections of 2025-11-25 sessions after this many milliseconds,
     /// so clients resume with Last-Event-ID (SSE polling).
-    #[arg(long)]
+    #[arg(long, env = "DURABLE_MCP_POLL_AFTER_MS")]
     pub(crate) poll_after_ms: Option<u64>,
     /// While other requests run on the worker, how long the SSE response of a journaled
     /// 2025-11-25 request waits for its handler's first message before it sends the priming
     /// event, in milliseconds: a quick answer then leaves with it in one write. 0 sends the
     /// priming event at once.
-    #[arg(long, default_value_t = millis(HttpConfig::default().first_event_wait))]
+    #[arg(long, default_value_t = millis(HttpConfig::default().first_event_wait), env = "DURABLE_MCP_FIRST_EVENT_WAIT_MS")]
     pub(crate) first_event_wait_ms: u64,
     /// Close a connection that has not sent a complete request head this many milliseconds
     /// after it opened (or after the first byte of a later request).
-    #[arg(long, default_value_t = millis(HttpConfig::default().header_read_timeout))]
+    #[arg(long, default_value_t = millis(HttpConfig::default().header_read_timeout), env = "DURABLE_MCP_HEADER_READ_TIMEOUT_MS")]
     pub(crate) header_read_timeout_ms: u64,
     /// Close a keep-alive connection with no request in flight for this many milliseconds
     /// (open SSE streams are never idle).
-    #[arg(long, default_value_t = millis(HttpConfig::default().idle_timeout))]
+    #[arg(long, default_value_t = millis(HttpConfig::default().idle_timeout), env = "DURABLE_MCP_IDLE_TIMEOUT_MS")]
     pub(crate) idle_timeout_ms: u64,
     /// Serve at most this many connections at once; more are answered 503 and closed. Keep
     /// it below the open-file limit (`ulimit -n`).
-    #[arg(long, default_value_t = HttpConfig::default().max_connections)]
+    #[arg(long, default_value_t = HttpConfig::default().max_connections, env = "DURABLE_MCP_MAX_CONNECTIONS")]
     pub(crate) max_connections: usize,
     /// Log each request's JSON body at trace level (`RUST_LOG=durable_mcp_http=trace`), and
     /// let rmcp log whole messages at debug and trace. Off by default: bodies may carry
     /// secrets (a tool's arguments); rmcp then logs at info at most. Credentials in headers
     /// are never logged.
-    #[arg(long)]
+    #[arg(long, env = "DURABLE_MCP_LOG_BODIES")]
     pub(crate) log_bodies: bool,
     /// SSE `retry` hint in milliseconds.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, env = "DURABLE_MCP_SSE_RETRY_MS")]
     pub(crate) sse_retry_ms: u64,
     /// An idle SSE stream carries a keep-alive comment this often (milliseconds); a GET
     /// stream also checks in with the store at this pace.
-    #[arg(long, default_value_t = 15_000)]
+    #[arg(long, default_value_t = 15_000, env = "DURABLE_MCP_SSE_KEEP_ALIVE_MS")]
     pub(crate) sse_keep_alive_ms: u64,
     /// GET streams of one session kept open on this worker; opening one more closes the
     /// session's oldest (each message goes on exactly one GET stream, so the oldest holds
     /// nothing undelivered; its client may resume it with Last-Event-ID).
-    #[arg(long, default_value_t = durable_mcp::DEFAULT_MAX_GET_STREAMS_PER_SESSION)]
+    #[arg(long, default_value_t = durable_mcp::DEFAULT_MAX_GET_STREAMS_PER_SESSION, env = "DURABLE_MCP_MAX_GET_STREAMS")]
     pub(crate) max_get_streams: usize,
     /// One fixed key sealing multi-round-trip `requestState` (at least 32 bytes), the same
     /// on every worker, kept outside the store. Unset: the key ring in the store, shared
@@ -183,7 +183,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "DURABLE_MCP_STATE_KEY", hide_env_values = true)]
     pub(crate) state_key: Option<String>,
     /// Serve over stdin/stdout instead of HTTP.
-    #[arg(long)]
+    #[arg(long, env = "DURABLE_MCP_STDIO")]
     pub(crate) stdio: bool,
     /// This worker's name in the leases of journaled requests. Keep it stable across
     /// restarts (a restarted worker resumes its own unfinished requests at once) and
@@ -195,10 +195,10 @@ pub(crate) struct ServeArgs {
     pub(crate) worker_id: Option<String>,
     /// Lease of a running request, in milliseconds: after a worker dies, another takes
     /// its requests over within this time.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 5_000, env = "DURABLE_MCP_LEASE_MS")]
     pub(crate) lease_ms: u64,
     /// On shutdown, wait this long for requests in flight before handing them over.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, env = "DURABLE_MCP_SHUTDOWN_GRACE_SECS")]
     pub(crate) shutdown_grace_secs: u64,
 }
 
@@ -226,7 +226,7 @@ pub(crate) struct LimitArgs {
     #[arg(long, env = "DURABLE_MCP_LIMIT_BURST", default_value_t = Limits::default().rate.map_or(1, |r| r.burst))]
     pub(crate) limit_burst: u32,
     /// Apply the limits to the anonymous principal too (every client, without authentication).
-    #[arg(long)]
+    #[arg(long, env = "DURABLE_MCP_LIMIT_ANONYMOUS")]
     pub(crate) limit_anonymous: bool,
 }
 
@@ -379,7 +379,9 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
             sse_retry: Duration::from_millis(args.sse_retry_ms),
             retention: args.retention.retention(),
             prune_interval: Duration::from_secs(args.prune_interval_secs.max(1)),
-            worker_id: args.worker_id.unwrap_or_else(|| default_worker_id((!args.stdio).then_some(args.listen))),
+            // Empty: the server takes the host and its listen address (see
+            // `durable_mcp::default_worker_id`).
+            worker_id: args.worker_id.unwrap_or_default(),
             lease: Duration::from_millis(args.lease_ms.max(300)),
             state_key: args.state_key.map(String::into_bytes),
             limits: args.limits.limits()?,
@@ -403,39 +405,4 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
         server.serve().await.context("serving")?;
     }
     Ok(())
-}
-
-/// The host name and the listen address: stable across restarts of one worker, distinct
-/// between workers of one host.
-/// The worker id when none is given: the host and the HTTP listen address, or for a stdio
-/// process (`listen` is `None`) the host and the process id, so that it never shares an id
-/// with an HTTP worker on the default port or with another stdio process.
-fn default_worker_id(listen: Option<SocketAddr>) -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into());
-    match listen {
-        Some(listen) => format!("{host}/{listen}"),
-        None => format!("{host}/stdio/{}", std::process::id()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A stdio process and an HTTP worker on the default address of the same host get
-    /// different default worker ids (a shared id would make each resume the other's runs).
-    #[test]
-    fn stdio_and_http_workers_never_share_a_default_worker_id() {
-        let default_listen: SocketAddr = "127.0.0.1:8080".parse().expect("address");
-        let http = default_worker_id(Some(default_listen));
-        let stdio = default_worker_id(None);
-        assert!(http.ends_with("/127.0.0.1:8080"), "{http}");
-        assert_ne!(http, stdio);
-        assert!(stdio.ends_with(&format!("/stdio/{}", std::process::id())), "{stdio}");
-    }
 }

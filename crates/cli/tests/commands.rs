@@ -95,6 +95,19 @@ fn migrate_reports_the_schema_version() {
     assert!(run(&["migrate", "--store", "memory:"]).contains("no schema"));
 }
 
+/// The benchmark is a binary of its own (`durable-mcp-bench`, crates/bench): this one lists
+/// no `bench` command and has only the hidden `bench-server` the benchmark starts (its
+/// durable-mcp servers; stock rmcp is not in this binary).
+#[test]
+fn the_benchmark_is_not_a_command_of_this_binary() {
+    let help = run(&["--help"]);
+    assert!(help.contains("serve") && !help.contains("bench"), "{help}");
+    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(["bench", "--help"]).output().expect("run");
+    assert!(!out.status.success(), "`durable-mcp bench` still runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(["bench-server", "rmcp"]).output().expect("run");
+    assert!(!out.status.success(), "stock rmcp is still served by durable-mcp");
+}
+
 /// The background pruner (`serve --prune-interval-secs`; D14 retention, D5 "expiry ends a
 /// session"): with short retention the server itself ends an idle session and deletes its
 /// old finished stream, with no request and no `durable-mcp prune`. Observed in the store
@@ -190,4 +203,19 @@ fn default_bind_is_loopback_only() {
     };
     server.kill();
     assert_eq!(listening, ["0100007F:1F90"], "one listening socket, 127.0.0.1:8080 (loopback only)");
+}
+
+/// `--version` names the version and the commit the binary was built from.
+#[test]
+fn version_names_the_commit() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_durable-mcp")).arg("--version").output().expect("run durable-mcp --version");
+    assert!(output.status.success());
+    let line = String::from_utf8(output.stdout).expect("utf-8");
+    assert!(line.starts_with(&format!("durable-mcp {} (commit ", env!("CARGO_PKG_VERSION"))), "{line}");
+    let commit = line.trim().trim_end_matches(')').rsplit(' ').next().unwrap_or_default();
+    let head = std::process::Command::new("git").args(["rev-parse", "--short=10", "HEAD"]).output().ok().filter(|o| o.status.success());
+    match head {
+        Some(head) => assert_eq!(commit, String::from_utf8_lossy(&head.stdout).trim(), "{line}"),
+        None => assert_eq!(commit, "unknown", "{line}"),
+    }
 }

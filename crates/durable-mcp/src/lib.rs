@@ -6,20 +6,33 @@
 //! `examples/hello-world/src/main.rs`, compiled here as a doctest):
 //!
 //! ```no_run
-#![doc = include_str!("../../../examples/hello-world/src/main.rs")]
+#![doc = include_str!("../doc/hello-world.rs")]
 //! ```
 //!
 //! The `examples/` folder of the repository has one small crate per idea: hello world,
 //! durable steps and questions, tasks, several workers on PostgreSQL, and a durable
 //! endpoint mounted in an existing axum app ([`DurableMcp::embed`]).
 //!
+//! To test a server, the `testing` feature adds `testing::TestServer` and
+//! `testing::TestClient`: the server runs in process with its background duties, clients
+//! speak either protocol era (2025-11-25 sessions, 2026-07-28 stateless requests) and
+//! collect each answer's notifications, and `TestServer::restart` simulates a restart on
+//! the same store (`docs/testing.md`).
+//!
+//! Cargo features: `sqlite` (the default store), `postgres`, `redis`, `metrics`, `otlp` and
+//! `testing`; a store URL whose backend is off is refused naming its feature
+//! (`docs/features.md`).
+//!
 //! See [`DurableMcp`] for the options, and [`guarantees`] (the project's `docs/guarantees.md`)
 //! for what is guaranteed: the promises D1..D15 that the docs and tests name.
 
-#[doc = include_str!("../../../docs/guarantees.md")]
+#[doc = include_str!("../doc/guarantees.md")]
 pub mod guarantees {}
 
+#[cfg(feature = "metrics")]
 pub mod metrics;
+#[cfg(feature = "testing")]
+pub mod testing;
 #[cfg(feature = "otlp")]
 pub mod traces;
 
@@ -34,7 +47,7 @@ pub use axum;
 pub use durable_mcp_engine::Engine;
 /// Limits per principal: [`limits::Limits`], given to [`DurableMcp::limits`].
 pub use durable_mcp_engine::limits;
-pub use durable_mcp_engine::{EngineError, EngineOptions, inspect, keys};
+pub use durable_mcp_engine::{EngineError, EngineOptions, default_worker_id, inspect, keys};
 pub use durable_mcp_http::{
     DEFAULT_FIRST_EVENT_WAIT, DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport,
 };
@@ -51,8 +64,11 @@ pub mod auth {
 }
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
 pub use durable_mcp_store_memory::MemoryStore;
+#[cfg(feature = "postgres")]
 pub use durable_mcp_store_postgres::{PgOptions, PgStore};
+#[cfg(feature = "redis")]
 pub use durable_mcp_store_redis::{RedisOptions, RedisStore};
+#[cfg(feature = "sqlite")]
 pub use durable_mcp_store_sqlite::{SqliteOptions, SqliteStore};
 
 /// The store used when none is configured: a SQLite file in the working directory.
@@ -70,6 +86,17 @@ pub enum Error {
     /// Binding or serving failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// The handler factory given to [`DurableMcp::from_factory`] failed.
+    #[error("the handler factory failed: {0}")]
+    Factory(#[source] std::io::Error),
+    /// The store URL names a backend whose cargo feature is off.
+    #[error("the store URL {url:?} needs durable-mcp's `{feature}` feature (in Cargo.toml: durable-mcp = {{ features = [\"{feature}\"] }})")]
+    FeatureOff {
+        /// The URL, its password redacted.
+        url: String,
+        /// The feature that serves it.
+        feature: &'static str,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -77,6 +104,7 @@ pub enum Error {
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// The metrics recorder could not be installed ([`DurableMcp::metrics_listen`]).
+    #[cfg(feature = "metrics")]
     #[error(transparent)]
     Metrics(#[from] metrics::MetricsError),
     /// The dashboard was refused its address ([`DurableMcp::dashboard_listen`]).
@@ -94,34 +122,54 @@ pub enum Error {
 /// - `redis://HOST:PORT[/DB][?prefix=NAME&...]`, `rediss://` over TLS, and `valkey://`,
 ///   `valkeys://`; a Redis Cluster as `redis+cluster://HOST:PORT,HOST:PORT,...` — shared by
 ///   many workers ([`RedisOptions`]).
+///
+/// A backend whose cargo feature is off (`sqlite`, the default; `postgres`; `redis`) is
+/// refused with [`Error::FeatureOff`], which names the feature.
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, Error> {
     match backend(url)? {
         Backend::Memory => Ok(Arc::new(MemoryStore::new())),
+        #[cfg(feature = "sqlite")]
         Backend::Sqlite => Ok(Arc::new(SqliteStore::open_url(url).await?)),
+        #[cfg(feature = "postgres")]
         Backend::Postgres => Ok(Arc::new(PgStore::open_url(url).await?)),
+        #[cfg(feature = "redis")]
         Backend::Redis => Ok(Arc::new(RedisStore::open_url(url).await?)),
     }
 }
 
-/// The backends a store URL can name.
+/// The backends a store URL can name and this build serves (see the cargo features).
 enum Backend {
     Memory,
+    #[cfg(feature = "sqlite")]
     Sqlite,
+    #[cfg(feature = "postgres")]
     Postgres,
+    #[cfg(feature = "redis")]
     Redis,
 }
 
-/// The backend `url` names, by its scheme (a libpq `key=value` string is PostgreSQL).
+/// The backend `url` names, by its scheme (a libpq `key=value` string is PostgreSQL);
+/// [`Error::FeatureOff`] if its feature is off.
 fn backend(url: &str) -> Result<Backend, Error> {
-    if durable_mcp_store_postgres::is_key_value(url) {
-        return Ok(Backend::Postgres);
-    }
-    match url.split_once(':').map(|(scheme, _)| scheme) {
-        Some("memory") => Ok(Backend::Memory),
-        Some("sqlite") => Ok(Backend::Sqlite),
-        Some("postgres" | "postgresql") => Ok(Backend::Postgres),
-        Some("redis" | "rediss" | "valkey" | "valkeys" | "redis+cluster" | "rediss+cluster" | "valkey+cluster" | "valkeys+cluster") => Ok(Backend::Redis),
-        _ => Err(Error::UnsupportedStore(durable_mcp_store::redact_url(url))),
+    let feature = if durable_mcp_store::is_key_value(url) {
+        "postgres"
+    } else {
+        match url.split_once(':').map(|(scheme, _)| scheme) {
+            Some("memory") => return Ok(Backend::Memory),
+            Some("sqlite") => "sqlite",
+            Some("postgres" | "postgresql") => "postgres",
+            Some("redis" | "rediss" | "valkey" | "valkeys" | "redis+cluster" | "rediss+cluster" | "valkey+cluster" | "valkeys+cluster") => "redis",
+            _ => return Err(Error::UnsupportedStore(durable_mcp_store::redact_url(url))),
+        }
+    };
+    match feature {
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Backend::Sqlite),
+        #[cfg(feature = "postgres")]
+        "postgres" => Ok(Backend::Postgres),
+        #[cfg(feature = "redis")]
+        "redis" => Ok(Backend::Redis),
+        feature => Err(Error::FeatureOff { url: durable_mcp_store::redact_url(url), feature }),
     }
 }
 
@@ -130,15 +178,19 @@ fn backend(url: &str) -> Result<Backend, Error> {
 /// for running the migration once, before starting workers.
 pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
     match backend(url)? {
+        #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
             SqliteStore::open_url(url).await?;
             Ok(Some(durable_mcp_store_sqlite::SCHEMA_VERSION))
         }
+        #[cfg(feature = "postgres")]
         Backend::Postgres => Ok(Some(PgStore::open_url(url).await?.migrate().await?)),
-        Backend::Memory | Backend::Redis => {
+        #[cfg(feature = "redis")]
+        Backend::Redis => {
             open_store(url).await?;
             Ok(None)
         }
+        Backend::Memory => Ok(None),
     }
 }
 
@@ -151,6 +203,9 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///   [`DEFAULT_STORE_URL`]. Set one with [`store`](Self::store) or
 ///   [`store_url`](Self::store_url) (`memory:`, `sqlite:PATH`).
 /// - **bind address**: default `127.0.0.1:8080` (loopback: safe by default).
+/// - **worker id**: the host name and the listen address ([`default_worker_id`]), so that
+///   a restarted worker resumes its own unfinished calls at once (D7); set
+///   [`EngineOptions::worker_id`] to choose one.
 /// - **path**: default `/mcp`.
 /// - **HTTP options** ([`HttpConfig`]): allowed hosts/origins (DNS-rebinding protection),
 ///   body limit, JSON responses, SSE keep-alive and polling.
@@ -165,8 +220,8 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///   with [`limits`](Self::limits) (the anonymous principal, authentication off, is exempt
 ///   unless they say otherwise).
 ///
-/// - **metrics**: off; [`metrics_listen`](Self::metrics_listen) serves Prometheus metrics
-///   at `/metrics` on an address of its own (see [`metrics`]).
+/// - **metrics** (feature `metrics`): off; `metrics_listen` serves Prometheus metrics at
+///   `/metrics` on an address of its own (see the `metrics` module).
 /// - **dashboard**: off; [`dashboard_listen`](Self::dashboard_listen) serves a read-only
 ///   page of the workers' sessions, streams, requests and tasks on an address of its own
 ///   (loopback only unless [`DashboardOptions::allow_remote`]; no authentication).
@@ -186,18 +241,47 @@ pub struct DurableMcp {
     http: HttpConfig,
     engine: EngineOptions,
     shutdown_grace: std::time::Duration,
+    // Set only with the `metrics` feature.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     metrics_listen: Option<SocketAddr>,
     dashboard: Option<(SocketAddr, DashboardOptions)>,
+    /// The address of the default worker id (`None`: stdio); see [`default_worker_id`].
+    id_listen: Option<SocketAddr>,
 }
 
 impl DurableMcp {
-    /// A server for `handler`, with the defaults above.
+    /// A server for `handler`, with the defaults above. Every request, of every session,
+    /// is served by a clone of this one instance (its fields are shared by all sessions
+    /// and start again at every restart); see [`from_factory`](Self::from_factory) for an
+    /// instance per session, as rmcp's `StreamableHttpService` makes.
     pub fn new<H>(handler: H) -> Self
     where
         H: rmcp::ServerHandler + Clone,
     {
+        Self::with_handler(McpHandler::new(handler))
+    }
+
+    /// A server whose handler instances `factory` makes, as rmcp's
+    /// `StreamableHttpService::new` takes one: on each worker, a legacy-era session gets an
+    /// instance of its own (made for its `initialize`, or for its first request on a worker
+    /// that did not see that), and a 2026-07-28 request, which has no session, a new one.
+    ///
+    /// An instance lives in one worker's memory, so its fields do not survive a restart
+    /// and are not seen by the session's other workers: keep such state in
+    /// [`SessionState`] (`docs/migrating-from-rmcp.md`). The factory is called once here,
+    /// for the server's tools and capabilities, and its error is returned.
+    pub fn from_factory<H, F>(factory: F) -> Result<Self, Error>
+    where
+        H: rmcp::ServerHandler + Clone,
+        F: Fn() -> std::io::Result<H> + Send + Sync + 'static,
+    {
+        McpHandler::from_factory(factory).map(Self::with_handler).map_err(Error::Factory)
+    }
+
+    /// A server for an adapted handler, with the defaults above.
+    fn with_handler(handler: McpHandler) -> Self {
         Self {
-            handler: McpHandler::new(handler),
+            handler,
             store: None,
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             http: HttpConfig::default(),
@@ -205,6 +289,7 @@ impl DurableMcp {
             shutdown_grace: std::time::Duration::from_secs(10),
             metrics_listen: None,
             dashboard: None,
+            id_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
         }
     }
 
@@ -212,6 +297,7 @@ impl DurableMcp {
     /// server runs (off by default). Installs the process's recorder ([`metrics::install`])
     /// when the server starts; with [`embed`](Self::embed) you may instead call
     /// [`metrics::install`] yourself and mount [`metrics::MetricsHandle::router`].
+    #[cfg(feature = "metrics")]
     pub fn metrics_listen(mut self, addr: SocketAddr) -> Self {
         self.metrics_listen = Some(addr);
         self
@@ -247,9 +333,11 @@ impl DurableMcp {
         Ok(self.store(store))
     }
 
-    /// Listen on this address.
+    /// Listen on this address. With [`embed`](Self::embed), give the address your app
+    /// listens on: the default worker id is made of it.
     pub fn bind(mut self, addr: SocketAddr) -> Self {
         self.bind = addr;
+        self.id_listen = Some(addr);
         self
     }
 
@@ -328,7 +416,11 @@ impl DurableMcp {
             Some(store) => store.clone(),
             None => open_store(DEFAULT_STORE_URL).await?,
         };
-        let engine = Engine::new(store, self.handler.clone(), self.engine.clone());
+        let mut options = self.engine.clone();
+        if options.worker_id.is_empty() {
+            options.worker_id = default_worker_id(self.id_listen);
+        }
+        let engine = Engine::new(store, self.handler.clone(), options);
         engine.state_keys().await?;
         Ok(engine)
     }
@@ -365,7 +457,7 @@ impl DurableMcp {
     /// # Example
     ///
     /// ```no_run
-    #[doc = include_str!("../../../examples/axum-embed/src/main.rs")]
+    #[doc = include_str!("../doc/axum-embed.rs")]
     /// ```
     pub async fn embed<F, Fut, T>(self, shutdown: impl Future<Output = ()> + Send + 'static, serve: F) -> Result<T, Error>
     where
@@ -409,8 +501,10 @@ impl DurableMcp {
             }
             None => None,
         };
+        #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
         let mut metrics_render = None;
         // Metrics first: the engine times its store only if they are on when it is created.
+        #[cfg(feature = "metrics")]
         let metrics = match self.metrics_listen {
             Some(addr) => {
                 let handle = metrics::install()?;
@@ -425,6 +519,8 @@ impl DurableMcp {
             }
             None => None,
         };
+        #[cfg(not(feature = "metrics"))]
+        let metrics = ();
         let engine = self.engine().await?;
         let dashboard = dashboard.map(|(listener, options)| {
             let engine = engine.clone();
@@ -454,8 +550,9 @@ impl DurableMcp {
 
     /// Serve on an already-bound listener until `shutdown` resolves (with the background
     /// duties of [`embed`](Self::embed)).
-    pub async fn serve_on(self, listener: tokio::net::TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+    pub async fn serve_on(mut self, listener: tokio::net::TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
         let addr = listener.local_addr()?;
+        self.id_listen = Some(addr);
         tracing::info!(%addr, path = %self.http.path, "durable-mcp serving");
         if !addr.ip().is_loopback() && !self.http.auth.is_enabled() {
             tracing::warn!(%addr, "serving on a non-loopback address without authentication: anyone who reaches it is the same anonymous principal (see docs/security.md)");
@@ -469,7 +566,8 @@ impl DurableMcp {
     /// ends or Ctrl-C / SIGTERM, with the background duties of [`embed`](Self::embed):
     /// recovery, retention and, at the end, requests in flight get
     /// [`shutdown_grace`](Self::shutdown_grace) to finish and write their messages.
-    pub async fn serve_stdio(self) -> Result<(), Error> {
+    pub async fn serve_stdio(mut self) -> Result<(), Error> {
+        self.id_listen = None;
         let grace = self.shutdown_grace;
         let served = self.run_with_engine(|engine| durable_mcp_stdio::serve(engine, tokio::io::stdin(), tokio::io::stdout(), shutdown_signal(), grace)).await?;
         Ok(served?)
@@ -541,6 +639,35 @@ mod tests {
     struct Empty;
 
     impl rmcp::ServerHandler for Empty {}
+
+    /// Each URL scheme is served with its feature on, and refused with an error naming the
+    /// feature with it off (`cargo test -p durable-mcp --no-default-features --lib` checks
+    /// the other side); an unknown scheme is refused as such either way.
+    #[test]
+    fn a_store_url_needs_its_backends_feature() {
+        let cases = [
+            ("sqlite:./x.db", "sqlite", cfg!(feature = "sqlite")),
+            ("postgres://u:secret@h/db", "postgres", cfg!(feature = "postgres")),
+            ("host=h dbname=db password=secret", "postgres", cfg!(feature = "postgres")),
+            ("rediss://:secret@h:6379", "redis", cfg!(feature = "redis")),
+            ("redis+cluster://h:1,h:2", "redis", cfg!(feature = "redis")),
+        ];
+        for (url, feature, on) in cases {
+            match backend(url) {
+                Ok(_) => assert!(on, "{url} was accepted without the {feature} feature"),
+                Err(Error::FeatureOff { url: shown, feature: named }) => {
+                    assert!(!on, "{url} was refused with the {feature} feature on");
+                    assert_eq!(named, feature);
+                    assert!(!shown.contains("secret"), "the password is redacted: {shown}");
+                    let message = Error::FeatureOff { url: shown, feature: named }.to_string();
+                    assert!(message.contains(&format!("features = [\"{feature}\"]")), "{message}");
+                }
+                Err(other) => panic!("{url}: {other}"),
+            }
+        }
+        assert!(matches!(backend("memory:"), Ok(Backend::Memory)));
+        assert!(matches!(backend("mysql://h/db"), Err(Error::UnsupportedStore(_))));
+    }
 
     fn server(store: &Arc<dyn Store>, state_key: Option<Vec<u8>>) -> DurableMcp {
         DurableMcp::new(Empty).store(store.clone()).engine_options(EngineOptions { state_key, ..EngineOptions::default() })

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use durable_mcp_protocol::{AuthInfo, McpVersion, PeerContext};
+use durable_mcp_protocol::{AuthInfo, McpVersion, PeerContext, SessionState};
 use durable_mcp_store::{Principal, SessionId, SessionRecord, StreamOwner};
 
 use crate::records::Era;
@@ -31,13 +31,18 @@ pub struct Caller {
     /// `tracestate` headers), read by the transport when traces are on: the parent of the
     /// request's server span unless its `params._meta` has one (see [`crate::traces`]).
     pub trace: Option<crate::traces::TraceContext>,
+    /// The HTTP request's head, which the handler finds in its request's extensions
+    /// (`Extension<http::request::Parts>`, as under rmcp's own HTTP service). `None` on stdio.
+    /// A journaled request keeps it without its credentials ([`crate::is_credential`]) for a
+    /// re-run after a crash.
+    pub http: Option<Arc<http::request::Parts>>,
 }
 
 impl Caller {
     /// The caller of a legacy-era request in `session`, at the session's negotiated version.
     pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
         let protocol_version = session.protocol_version.parse()?;
-        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(Arc::new(session)), log_level: None, auth: None, trace: None })
+        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(Arc::new(session)), log_level: None, auth: None, trace: None, http: None })
     }
 
     pub(crate) fn session_id(&self) -> Option<&SessionId> {
@@ -54,7 +59,10 @@ impl Caller {
         PeerContext {
             protocol_version: Some(self.protocol_version.as_str().to_owned()),
             client: self.session.as_ref().map(|s| s.client.clone()),
-            session_state: self.session.as_ref().map(|s| crate::state::session_state(engine.store().clone(), self.principal.clone(), s.id.clone())),
+            session_state: Some(match &self.session {
+                Some(session) => crate::state::session_state(engine.store().clone(), self.principal.clone(), session.id.clone()),
+                None => SessionState::without_session(self.protocol_version.as_str()),
+            }),
             server_state: Some(engine.server_state()),
             durable: None,
             state_keys: None,
@@ -64,6 +72,8 @@ impl Caller {
             }),
             // The request path (layer 4) adds it.
             outbox: None,
+            http: self.http.as_deref().cloned(),
+            session: self.session_id().map(ToString::to_string),
         }
     }
 

@@ -26,7 +26,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
-use crate::records::{RunRecord, canonical, key};
+use crate::records::{AliasRecord, RunRecord, canonical, key};
 use crate::rerun::AlreadySent;
 use crate::{Engine, EngineError};
 
@@ -64,6 +64,7 @@ impl RunRecord {
             reply: None,
             relay: None,
             trace,
+            http: caller.http.as_deref().map(crate::records::StoredHead::keep),
         }
     }
 }
@@ -410,11 +411,13 @@ pub(crate) fn open_run(keys: &StateKeys, sealed: &str, principal: &Principal, re
 }
 
 impl Engine {
-    /// The run a session's request id already started, if any (a re-sent request attaches
-    /// to it, D6).
-    pub(crate) async fn existing_run(&self, session: &SessionId, id: &RequestId) -> Result<Option<StreamId>, EngineError> {
-        let alias = self.store().get_record(RecordKind::Alias, &key::alias(session, id)).await?;
-        Ok(alias.and_then(|a| a.value.parse().ok()))
+    /// The alias of a session's request id, if the id started a run: that run's stream, and
+    /// which request started it (a re-send of that request attaches to it, D6; another
+    /// request under the id is refused).
+    pub(crate) async fn existing_run(&self, session: &SessionId, id: &RequestId) -> Result<Option<AliasRecord>, EngineError> {
+        let key = key::alias(session, id);
+        let Some(alias) = self.store().get_record(RecordKind::Alias, &key).await? else { return Ok(None) };
+        Ok(Some(AliasRecord::decode(&key, &alias.value)?))
     }
 
     /// Give every committed step of `run_id` a new expiry (`None`: keep until the run
@@ -434,8 +437,8 @@ impl Engine {
     /// Record a client's cancellation of a run that does not run here: its worker's next
     /// heartbeat (within a third of the lease) cancels it (D11).
     pub(crate) async fn cancel_elsewhere(&self, session: &SessionId, id: &RequestId) -> Result<(), EngineError> {
-        let Some(stream) = self.existing_run(session, id).await? else { return Ok(()) };
-        let run_id = key::run(&stream);
+        let Some(alias) = self.existing_run(session, id).await? else { return Ok(()) };
+        let run_id = key::run(&alias.stream);
         if self.store().get_record(RecordKind::Run, &run_id).await?.is_none() {
             return Ok(());
         }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use durable_mcp_protocol::McpHandler;
-use durable_mcp_protocol::rmcp::ServerHandler;
+use durable_mcp_protocol::rmcp::{self, ServerHandler};
 use durable_mcp_store::testing::CountingStore;
 use durable_mcp_store::{Expect, Principal, RecordKind, Store, StoreError, StreamId, StreamOwner, now_ms};
 use durable_mcp_store_memory::MemoryStore;
@@ -309,4 +309,153 @@ async fn d7_a_resent_request_adopts_a_run_no_live_worker_runs() {
             held.finish(&engine).await;
         }
     }
+}
+
+/// A handler whose one tool, `count`, answers with how many times it ran (and may run as a
+/// 2025-11-25 task).
+#[derive(Clone)]
+struct Counter(Arc<std::sync::atomic::AtomicUsize>);
+
+impl ServerHandler for Counter {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(rmcp::model::ServerCapabilities::builder().enable_tools().build())
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        let meta = json!({durable_mcp_protocol::tasks::TASK_SUPPORT_META: "optional"});
+        let mut tool = rmcp::model::Tool::new(name.to_owned(), "counts its runs", serde_json::Map::new());
+        tool.meta = meta.as_object().cloned().map(rmcp::model::MetaObject);
+        (name == "count").then_some(tool)
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        _: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let run = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        Ok(rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(format!("{} run {run}", request.name))]).into())
+    }
+}
+
+fn object(value: Value) -> serde_json::Map<String, Value> {
+    value.as_object().cloned().unwrap_or_default()
+}
+
+/// A 2025-11-25 session's caller, on an engine whose handler is a [`Counter`].
+async fn counted_session(store: Arc<dyn Store>) -> (Engine, crate::Caller, Arc<std::sync::atomic::AtomicUsize>) {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let engine = Engine::new(store, McpHandler::new(Counter(runs.clone())), EngineOptions::default());
+    let principal = Principal::anonymous();
+    let request = object(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+    let (session, _) = engine.initialize(&principal, request, None).await.unwrap();
+    let caller = crate::Caller::legacy(principal, session.expect("a session")).unwrap();
+    (engine, caller, runs)
+}
+
+/// Wait until no request runs on `engine`.
+async fn idle(engine: &Engine) {
+    for _ in 0..1_000 {
+        if engine.in_flight() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("requests still run");
+}
+
+/// The refusal of a request under a used id: -32600 naming the id, nothing else.
+fn assert_reused(refused: Result<crate::Accepted, crate::EngineError>, id: &str) {
+    match refused {
+        Err(crate::EngineError::Rejected(rejection)) => {
+            assert_eq!(rejection.code, -32600, "{rejection:?}");
+            assert_eq!(rejection.message, format!("request id {id} was already used in this session by another request"));
+            assert_eq!(rejection.id.map(|id| id.to_string()), Some(id.to_owned()));
+        }
+        Err(other) => panic!("another error: {other}"),
+        Ok(accepted) => panic!("answered on stream {}", accepted.stream),
+    }
+}
+
+/// D6: a session's request id names one request. A re-send of it (its params in another
+/// key order, another `_meta`, or none) gets the outcome of its one run; another request
+/// under the id (other params, another method) is refused with -32600 naming the id, and
+/// writes nothing (its one batch is refused) and runs nothing: the id's first run, its
+/// stream and its alias are as they were.
+#[tokio::test]
+async fn d6_a_reused_id_with_another_request_is_refused() {
+    let counting = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
+    let store: Arc<dyn Store> = counting.clone();
+    let (engine, caller, runs) = counted_session(store.clone()).await;
+    let call = |arguments: Value, meta: Option<Value>| {
+        let mut params = json!({"name": "count", "arguments": arguments});
+        if let Some(meta) = meta {
+            params["_meta"] = meta;
+        }
+        object(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}))
+    };
+    let first = engine.accept(&caller, json!(7), call(json!({"a": 1, "b": [1, 2]}), Some(json!({"progressToken": "p1"})))).await.unwrap();
+    idle(&engine).await;
+    let answered = store.read_after(&first.stream, 0, 100).await.unwrap();
+    assert!(answered.finished);
+    let outcome: Value = serde_json::from_str(&answered.events.last().unwrap().data).unwrap();
+    assert_eq!(outcome["result"]["content"][0]["text"], "count run 1", "{outcome}");
+
+    for resend in [call(json!({"b": [1, 2], "a": 1}), Some(json!({"progressToken": "p2"}))), call(json!({"a": 1, "b": [1, 2]}), None)] {
+        let again = engine.accept(&caller, json!(7), resend).await.unwrap();
+        assert_eq!(again.stream, first.stream, "a re-send is attached to the id's run");
+    }
+    idle(&engine).await;
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "the handler ran once");
+
+    let alias = store.list_records(RecordKind::Alias, "", 10).await.unwrap();
+    counting.hook().take();
+    let prompt = object(json!({"jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": {"name": "count", "arguments": {"a": 1, "b": [1, 2]}}}));
+    for other in [call(json!({"a": 2, "b": [1, 2]}), None), call(json!({"a": 1, "b": [2, 1]}), None), prompt] {
+        assert_reused(engine.accept(&caller, json!(7), other).await, "7");
+    }
+    let counts = counting.hook().take();
+    let writes: Vec<_> = counts.iter().filter(|(op, _)| op.is_write()).map(|(op, n)| (*op, *n)).collect();
+    assert_eq!(writes, vec![(durable_mcp_store::testing::Op::Commit, 3)], "the refused batches only: {counts:?}");
+    idle(&engine).await;
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "nothing of another request ran");
+    assert_eq!(store.read_after(&first.stream, 0, 100).await.unwrap().events, answered.events, "the first run's stream is untouched");
+    assert_eq!(store.list_records(RecordKind::Alias, "", 10).await.unwrap(), alias, "the alias is untouched");
+    assert!(store.list_records(RecordKind::Run, "", 10).await.unwrap().is_empty(), "nothing journaled");
+}
+
+/// D6 for a 2025-11-25 task-augmented call (its alias is written after its stream): a
+/// re-send attaches to the task's request stream; the same id without `params.task`, or
+/// with other arguments, is another request and is refused, and no second task starts.
+#[tokio::test]
+async fn d6_a_reused_id_of_a_task_call_with_another_request_is_refused() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (engine, caller, runs) = counted_session(store.clone()).await;
+    let call = |arguments: Value, task: bool| {
+        let mut params = json!({"name": "count", "arguments": arguments});
+        if task {
+            params["task"] = json!({});
+        }
+        object(json!({"jsonrpc": "2.0", "id": "t-1", "method": "tools/call", "params": params}))
+    };
+    let first = engine.accept(&caller, json!("t-1"), call(json!({"a": 1}), true)).await.unwrap();
+    let created = store.read_after(&first.stream, 0, 100).await.unwrap();
+    let created: Value = serde_json::from_str(&created.events.last().unwrap().data).unwrap();
+    assert!(created["result"]["task"]["taskId"].is_string(), "{created}");
+    let again = engine.accept(&caller, json!("t-1"), call(json!({"a": 1}), true)).await.unwrap();
+    assert_eq!(again.stream, first.stream, "a re-send is attached to the task's request");
+    assert_reused(engine.accept(&caller, json!("t-1"), call(json!({"a": 1}), false)).await, "\"t-1\"");
+    assert_reused(engine.accept(&caller, json!("t-1"), call(json!({"a": 2}), true)).await, "\"t-1\"");
+    for _ in 0..500 {
+        if runs.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    idle(&engine).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "one task ran");
+    let tasks = store.list_records(RecordKind::Task, "", 10).await.unwrap();
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
 }

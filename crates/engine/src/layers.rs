@@ -6,6 +6,7 @@
 /// Every module of the engine, its layer, and its source (each file of it).
 const MODULES: &[(&str, u8, &str)] = &[
     ("records", 0, include_str!("records/mod.rs")),
+    ("records", 0, include_str!("records/alias.rs")),
     ("records", 0, include_str!("records/key.rs")),
     ("records", 0, include_str!("records/run.rs")),
     ("records", 0, include_str!("records/task.rs")),
@@ -52,6 +53,7 @@ const ROOT: &[(&str, Option<&str>)] = &[
     ("EngineError", Some("error")),
     ("RecordError", Some("records")),
     ("Era", Some("records")),
+    ("is_credential", Some("records")),
     ("Caller", Some("caller")),
     ("JOURNALED_METHODS", Some("journal")),
     ("Accepted", Some("run")),

@@ -69,7 +69,7 @@ pub use durable_mcp_protocol::tasks::TASKS_EXTENSION;
 pub use error::EngineError;
 pub use getstream::{GetStream, GetStreamSettings};
 pub use journal::JOURNALED_METHODS;
-pub use records::{Era, RecordError};
+pub use records::{Era, RecordError, is_credential};
 pub use run::Accepted;
 pub use tail::{Follow, tail};
 
@@ -84,6 +84,10 @@ pub struct EngineOptions {
     pub prune_interval: Duration,
     /// This worker's name in leases. Keep it stable across restarts of the same worker so
     /// that it resumes its own unfinished runs at once (D7); distinct per worker.
+    ///
+    /// Empty (the default): chosen when the worker starts. A server of the `durable-mcp`
+    /// crate takes [`default_worker_id`] of the address it listens on; [`Engine::new`]
+    /// alone takes a random one (stable for the process only).
     pub worker_id: String,
     /// How long a run's lease lasts without a heartbeat: after a worker dies, another one
     /// takes its runs over within this time (D7). Heartbeats come every third of it.
@@ -98,13 +102,33 @@ pub struct EngineOptions {
     pub limits: limits::Limits,
 }
 
+/// The worker id of a worker on this host listening on `listen` (`None`: a stdio process):
+/// the host name and the address, stable across restarts of the worker and distinct between
+/// the workers of a host, which listen on different addresses. Containers have host names
+/// of their own (`HOSTNAME`), so two containers listening on the same port still differ;
+/// give `worker_id` yourself where they share one. A stdio process, which has no address,
+/// gets the host and its process id: never an HTTP worker's id, nor another stdio
+/// process's, and not stable across its restarts.
+pub fn default_worker_id(listen: Option<std::net::SocketAddr>) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    match listen {
+        Some(listen) => format!("{host}/{listen}"),
+        None => format!("{host}/stdio/{}", std::process::id()),
+    }
+}
+
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             sse_retry: Duration::from_millis(500),
             retention: Retention { session_idle_ttl_ms: Some(24 * 3_600_000), max_stream_age_ms: Some(3_600_000) },
             prune_interval: Duration::from_secs(60),
-            worker_id: format!("worker-{}", durable_mcp_store::StreamId::random()),
+            worker_id: String::new(),
             lease: Duration::from_secs(5),
             max_attempts: 10,
             state_key: None,
@@ -154,7 +178,10 @@ impl Engine {
     /// With metrics on ([`metrics::enable`]), the engine times its store, and with traces
     /// on ([`traces::enable`]) it traces its calls: `store` is wrapped in a
     /// [`metrics::MeteredStore`].
-    pub fn new(store: Arc<dyn Store>, handler: McpHandler, options: EngineOptions) -> Self {
+    pub fn new(store: Arc<dyn Store>, handler: McpHandler, mut options: EngineOptions) -> Self {
+        if options.worker_id.is_empty() {
+            options.worker_id = format!("worker-{}", durable_mcp_store::StreamId::random());
+        }
         let (metered, traced) = (crate::metrics::enabled(), crate::traces::enabled());
         let store: Arc<dyn Store> = if metered || traced { Arc::new(crate::metrics::MeteredStore::observing(store, metered, traced)) } else { store };
         let summary = handler.summary();
@@ -282,7 +309,32 @@ impl Engine {
                 if let Err(error) = engine.prune().await {
                     tracing::warn!(%error, "prune failed; retrying at the next interval");
                 }
+                // Sessions idle that long have ended (or will with this worker's next
+                // prune): their handler instances go; without a TTL, after a day.
+                let ttl = engine.inner.options.retention.session_idle_ttl_ms.unwrap_or(24 * 3_600_000);
+                engine.inner.handler.forget_idle(Duration::from_millis(ttl));
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod worker_id_tests {
+    use std::net::SocketAddr;
+
+    use super::default_worker_id;
+
+    /// The same address gives the same id (a restart resumes its own runs at once), another
+    /// address or a stdio process another one (a shared id would make each resume the
+    /// other's runs).
+    #[test]
+    fn d7_default_worker_ids_are_stable_per_address_and_distinct_between_them() {
+        let (a, b): (SocketAddr, SocketAddr) = ("127.0.0.1:8080".parse().expect("a"), "127.0.0.1:8081".parse().expect("b"));
+        assert_eq!(default_worker_id(Some(a)), default_worker_id(Some(a)));
+        assert!(default_worker_id(Some(a)).ends_with("/127.0.0.1:8080"), "{}", default_worker_id(Some(a)));
+        assert_ne!(default_worker_id(Some(a)), default_worker_id(Some(b)));
+        let stdio = default_worker_id(None);
+        assert_ne!(default_worker_id(Some(a)), stdio);
+        assert!(stdio.ends_with(&format!("/stdio/{}", std::process::id())), "{stdio}");
     }
 }

@@ -4,13 +4,13 @@
 //! itself; the alias and run record of a journaled one, [`crate::Engine::journal`]), so
 //! that a request pays one commit where it used to pay several.
 
-use durable_mcp_protocol::jsonrpc::{RequestId, to_text};
-use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, RecordKind, StoreError, StreamId, StreamOwner, WriteBatch, now_ms};
+use durable_mcp_protocol::jsonrpc::{Rejection, RequestId, code, to_text};
+use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, RecordKind, SessionId, StoreError, StreamId, StreamOwner, WriteBatch, now_ms};
 use serde_json::{Map, Value};
 
 use crate::caller::Caller;
 use crate::journal::{Held, MARK_TTL_MS};
-use crate::records::{Flavor, RecordError, RunRecord, key};
+use crate::records::{AliasRecord, Flavor, RecordError, RequestFingerprint, RunRecord, key};
 use crate::run::Accepted;
 use crate::tail::Follow;
 use crate::{Engine, EngineError};
@@ -126,9 +126,10 @@ impl Engine {
     /// its priming event), the alias of a session's request id (`Expect::Absent`) and the
     /// run record (`Expect::Absent`), one [`durable_mcp_store::WriteBatch`] (D6).
     ///
-    /// A conflict on the alias is a re-sent request id: nothing of the batch was written,
-    /// and the request attaches to the run the id started. A conflict on the run record is
-    /// a continued run (a stateless retry) that already runs.
+    /// A conflict on the alias is a used request id: nothing of the batch was written. A
+    /// re-send of the request the id started (`fingerprint`, see [`RequestFingerprint`])
+    /// attaches to its run; another request is refused ([`reused_id`]). A conflict on the
+    /// run record is a continued run (a stateless retry) that already runs.
     pub(crate) async fn journal(
         &self,
         caller: &Caller,
@@ -136,8 +137,10 @@ impl Engine {
         request: &Map<String, Value>,
         opening: &mut NewStream,
         run_id: String,
+        fingerprint: Option<&RequestFingerprint>,
     ) -> Result<Journaled, EngineError> {
         let record = RunRecord::new(self, caller, request.clone(), &opening.id);
+        let value = AliasRecord { stream: opening.id.clone(), request: fingerprint.cloned() }.encode()?;
         let mut alias = caller.session_id().map(|session| key::alias(session, id));
         loop {
             let mut batch = opening.batch();
@@ -146,7 +149,7 @@ impl Engine {
                 batch.push(BatchOp::PutRecord {
                     kind: RecordKind::Alias,
                     key: key.clone(),
-                    value: run_id.clone(),
+                    value: value.clone(),
                     expires_at_ms: Some(now_ms() + MARK_TTL_MS),
                     expect: Expect::Absent,
                 });
@@ -169,7 +172,7 @@ impl Engine {
             if Some(conflict_at) == alias_index {
                 // The same request id, re-sent: the run it started answers it.
                 if let Some(session) = caller.session_id()
-                    && let Some(existing) = self.existing_run(session, id).await?
+                    && let Some(existing) = self.taken(session, id, fingerprint).await?
                 {
                     return Ok(Journaled::Attach(existing));
                 }
@@ -182,7 +185,9 @@ impl Engine {
     }
 
     /// A `tools/call` that runs as a task (D10): its request stream, then the alias of the
-    /// session's request id, then the task and its run ([`Engine::start_task`]).
+    /// session's request id (with the request's `fingerprint`, as [`Engine::journal`]
+    /// writes it), then the task and its run ([`Engine::start_task`]).
+    #[allow(clippy::too_many_arguments)] // one call site, `Engine::accept`'s task branch
     pub(crate) async fn accept_task(
         &self,
         caller: &Caller,
@@ -191,6 +196,7 @@ impl Engine {
         mut opening: NewStream,
         (flavor, ttl): (Flavor, Option<u64>),
         task_permit: Option<crate::limits::Permit>,
+        fingerprint: Option<&RequestFingerprint>,
     ) -> Result<Accepted, EngineError> {
         opening.open(self).await?;
         let stream = opening.id.clone();
@@ -198,12 +204,18 @@ impl Engine {
             // The alias first: a crash after it leaves an alias without a journal entry,
             // which a re-sent request adopts (see `attach`).
             let expires = now_ms() + MARK_TTL_MS;
-            match self.store().put_record(RecordKind::Alias, &key::alias(session, &id), stream.to_string(), Some(expires), Expect::Absent).await {
+            let value = AliasRecord { stream: stream.clone(), request: fingerprint.cloned() }.encode()?;
+            match self.store().put_record(RecordKind::Alias, &key::alias(session, &id), value, Some(expires), Expect::Absent).await {
                 Ok(_) => {}
                 Err(StoreError::Conflict { .. }) => {
-                    // The same request id, re-sent concurrently: the other one runs.
-                    let _ = self.close_unanswered(&stream, &id, true).await;
-                    if let Some(existing) = self.existing_run(session, &id).await? {
+                    // The request id is used (a re-send, maybe concurrent): the request it
+                    // started runs, and this stream ends unused, unless the alias expired in
+                    // between (then this request goes on).
+                    let taken = self.taken(session, &id, fingerprint).await;
+                    if !matches!(taken, Ok(None)) {
+                        let _ = self.close_unanswered(&stream, &id, true).await;
+                    }
+                    if let Some(existing) = taken? {
                         return self.attach(caller, id, request, existing).await;
                     }
                 }
@@ -213,4 +225,23 @@ impl Engine {
         self.start_task(caller, id, request, &stream, (flavor, ttl), task_permit).await?;
         Ok(opening.accepted())
     }
+
+    /// The run a used request id of `session` started, for a request with `fingerprint`:
+    /// `None` if the id names no run (any more), its stream if the request is a re-send of
+    /// the one that started it (D6), and [`reused_id`] if it is another request.
+    async fn taken(&self, session: &SessionId, id: &RequestId, fingerprint: Option<&RequestFingerprint>) -> Result<Option<StreamId>, EngineError> {
+        let Some(alias) = self.existing_run(session, id).await? else { return Ok(None) };
+        if fingerprint.is_none_or(|fingerprint| alias.started_by(fingerprint)) {
+            return Ok(Some(alias.stream));
+        }
+        tracing::info!(%id, stream = %alias.stream, "a used request id came with another request: refused");
+        Err(reused_id(id))
+    }
+}
+
+/// The refusal of a request under a request id its session already used for another
+/// request: the client's error (-32600), never the other request's answer.
+fn reused_id(id: &RequestId) -> EngineError {
+    let message = format!("request id {id} was already used in this session by another request");
+    EngineError::Rejected(Rejection { code: code::INVALID_REQUEST, message, id: Some(id.clone()) })
 }

@@ -107,7 +107,7 @@ mod tests {
         let principal = Principal::anonymous();
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-        let (session, _) = engine.initialize(&principal, request.as_object().unwrap().clone()).await.unwrap();
+        let (session, _) = engine.initialize(&principal, request.as_object().unwrap().clone(), None).await.unwrap();
         let session = session.unwrap();
         let caller = Caller::legacy(principal.clone(), session.clone()).unwrap();
         let outbox = engine.outbox(&caller);

@@ -544,6 +544,7 @@ mod tests {
             log_level: None,
             auth: None,
             trace: None,
+            http: None,
         }
     }
 

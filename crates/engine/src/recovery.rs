@@ -162,6 +162,7 @@ impl Engine {
             protocol_version: record.protocol_version,
             log_level: record.log_level.clone(),
             trace: None,
+            http: record.http.as_ref().and_then(crate::records::StoredHead::parts).map(std::sync::Arc::new),
         };
         // Read once, here: the re-run's notifications are then checked in memory.
         let already_sent = AlreadySent::read(self, &stream).await?;

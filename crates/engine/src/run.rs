@@ -19,7 +19,7 @@ use crate::journal::{Held, JOURNALED_METHODS};
 use crate::notify::ListenSubscription;
 use crate::opening::{Journaled, NewStream};
 use crate::pump::Pump;
-use crate::records::{Era, Flavor, RecordError, Relay, RunRecord};
+use crate::records::{Era, Flavor, RecordError, Relay, RequestFingerprint, RunRecord};
 use crate::rerun::AlreadySent;
 use crate::tail::Follow;
 use crate::tasks::{declares_extension, missing_extension};
@@ -117,7 +117,9 @@ impl Engine {
     /// handler's messages are committed to that stream as they come. A request of
     /// [`JOURNALED_METHODS`] is also committed to the journal before its handler starts
     /// (D6); a legacy client re-sending a request id of its session is attached to the run
-    /// that id started, and gets its one outcome.
+    /// that id started, and gets its one outcome. Another request under a used id (another
+    /// method, other params; `params._meta` does not count) is refused:
+    /// [`EngineError::Rejected`], -32600 naming the id.
     ///
     /// # Durability
     /// In plain words: each request pays as few commits as its guarantees allow. A
@@ -128,7 +130,8 @@ impl Engine {
     /// message (its response, usually): the stream is created in that commit. Stated more precisely: the stream, the alias
     /// (`Expect::Absent`) and the run record are one [`durable_mcp_store::WriteBatch`], so
     /// a re-sent request id (the alias conflicts) leaves nothing of its own visible and is
-    /// attached to the existing run; nothing is read before those writes (D1, D6).
+    /// attached to the existing run (or refused, if it came with another request); nothing
+    /// is read before those writes (D1, D6).
     ///
     /// With traces on, the request's server span is current while it is accepted and while
     /// its handler's messages are committed (see [`crate::traces`]).
@@ -221,6 +224,9 @@ impl Engine {
         } else {
             None
         };
+        // Which request a session's request id is used for (its alias keeps it): taken
+        // before anything of the request is changed (a 2025-11-25 task's `params.task`).
+        let fingerprint = (journaled && caller.session_id().is_some()).then(|| RequestFingerprint::of(&request));
         let mut request = request;
         let task_mode = match (tasks_flavor, method.as_str()) {
             (Some(flavor), methods::TOOLS_CALL) => match self.task_mode(flavor, &id, &mut request) {
@@ -265,13 +271,13 @@ impl Engine {
             if let Some((flavor, ttl)) = task_mode {
                 // A task's request is answered by its create result.
                 let operation = opening.operation.take();
-                let accepted = Box::pin(self.accept_task(caller, id, request, opening, (flavor, ttl), task_permit)).await?;
+                let accepted = Box::pin(self.accept_task(caller, id, request, opening, (flavor, ttl), task_permit, fingerprint.as_ref())).await?;
                 if let Some(operation) = operation {
                     operation.succeeded();
                 }
                 return Ok(accepted);
             }
-            match self.journal(caller, &id, &request, &mut opening, run_id).await? {
+            match self.journal(caller, &id, &request, &mut opening, run_id, fingerprint.as_ref()).await? {
                 Journaled::Held(held) => Some(*held),
                 Journaled::Attach(existing) => return Box::pin(self.attach(caller, id, request, existing)).await,
                 Journaled::AlreadyRunning => {

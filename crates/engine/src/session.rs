@@ -18,10 +18,20 @@ impl Engine {
     ///
     /// A principal at its session limit ([`crate::limits::Limits::sessions`]) is refused
     /// with [`EngineError::Limited`] before the handler runs or anything is written.
-    pub async fn initialize(&self, principal: &Principal, request: Map<String, Value>) -> Result<(Option<SessionRecord>, Value), EngineError> {
+    ///
+    /// `http` is the HTTP request's head, for the handler's extensions (`None` on stdio).
+    pub async fn initialize(
+        &self,
+        principal: &Principal,
+        request: Map<String, Value>,
+        http: Option<std::sync::Arc<http::request::Parts>>,
+    ) -> Result<(Option<SessionRecord>, Value), EngineError> {
         let slot = self.session_slot(principal).await?;
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
+        // Chosen before the handler runs: with a handler factory, the instance that answers
+        // `initialize` is the session's (and is dropped if no session comes of it).
+        let id = SessionId::random();
         let peer = PeerContext {
             protocol_version: requested,
             client: Some(params.clone()),
@@ -31,6 +41,8 @@ impl Engine {
             state_keys: None,
             auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())),
             outbox: None,
+            http: http.as_deref().cloned(),
+            session: Some(id.to_string()),
         };
         let span = crate::traces::Request {
             method: durable_mcp_protocol::methods::INITIALIZE,
@@ -41,12 +53,17 @@ impl Engine {
         };
         let operation = crate::metrics::Operation::start(&span, |_| false);
         let context = operation.as_ref().and_then(crate::metrics::Operation::context);
-        crate::traces::in_context(context, self.initialize_in(principal, request, peer, operation, slot)).await
+        let result = crate::traces::in_context(context, self.initialize_in(principal, id.clone(), request, peer, operation, slot)).await;
+        if !matches!(result, Ok((Some(_), _))) {
+            self.handler().end_session(id.as_str());
+        }
+        result
     }
 
     async fn initialize_in(
         &self,
         principal: &Principal,
+        id: SessionId,
         request: Map<String, Value>,
         peer: PeerContext,
         operation: Option<crate::metrics::Operation>,
@@ -78,7 +95,7 @@ impl Engine {
         }
         let now = now_ms();
         let record = SessionRecord {
-            id: SessionId::random(),
+            id,
             principal: principal.clone(),
             protocol_version: version.to_string(),
             client: params,
@@ -181,6 +198,7 @@ impl Engine {
     /// With metrics on, the session is read first, for `mcp.server.session.duration`.
     pub async fn end_session(&self, principal: &Principal, id: &SessionId) -> Result<bool, EngineError> {
         self.cancel_session(id);
+        self.handler().end_session(id.as_str());
         let created_at_ms =
             if crate::metrics::enabled() { self.store().load_session(principal, id).await.ok().map(|record| record.created_at_ms) } else { None };
         let ended = self.store().end_session(principal, id).await?;
@@ -235,7 +253,7 @@ mod tests {
         for id in 0..50 {
             let request = object(json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
-            let (session, _) = engine.initialize(&principal, request).await.unwrap();
+            let (session, _) = engine.initialize(&principal, request, None).await.unwrap();
             let caller = Caller::legacy(principal.clone(), session.expect("a session")).unwrap();
             engine.notify(&caller, object(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})));
         }
@@ -257,7 +275,7 @@ mod tests {
         let principal = Principal::anonymous();
         let request = object(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
-        let (session, _) = engine.initialize(&principal, request).await.unwrap();
+        let (session, _) = engine.initialize(&principal, request, None).await.unwrap();
         let session = session.expect("a session");
         let caller = Caller::legacy(principal.clone(), session.clone()).unwrap();
         for id in 1..=3 {

@@ -499,6 +499,7 @@ mod tests {
             log_level: None,
             auth: None,
             trace: None,
+            http: None,
         }
     }
 

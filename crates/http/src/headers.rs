@@ -2,6 +2,7 @@
 //! headers, and the 2026-07-28 standard headers (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`).
 
 use base64::Engine as _;
+use durable_mcp_engine::is_credential;
 use durable_mcp_protocol::{McpVersion, methods};
 use http::{HeaderMap, HeaderName, header};
 use serde_json::{Map, Value};
@@ -37,12 +38,6 @@ impl std::fmt::Debug for Loggable<'_> {
         }
         map.finish()
     }
-}
-
-/// Whether a header named `name` carries a credential.
-fn is_credential(name: &HeaderName) -> bool {
-    matches!(*name, header::AUTHORIZATION | header::PROXY_AUTHORIZATION | header::COOKIE | header::SET_COOKIE)
-        || ["key", "token", "secret", "password", "auth"].iter().any(|word| name.as_str().contains(word))
 }
 
 /// The value of a header that may appear at most once, as visible ASCII.

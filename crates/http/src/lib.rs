@@ -81,7 +81,7 @@ async fn endpoint(State(transport): State<Transport>, request: Request<Body>) ->
                 Ok(()) => match parts.method {
                     Method::POST => match transport.permit(&who.principal, durable_mcp_engine::limits::Limit::InFlight) {
                         Err(rejection) => Err(rejection.into()),
-                        Ok(permit) => transport.post(&parts.headers, body, &who).await.map(|r| limits::hold(r, permit)),
+                        Ok(permit) => transport.post(&parts, body, &who).await.map(|r| limits::hold(r, permit)),
                     },
                     Method::GET => transport.get(&parts.headers, &who).await.map_err(Into::into),
                     Method::DELETE => transport.delete(&parts.headers, &who).await.map_err(Into::into),

@@ -1,5 +1,7 @@
 //! POST: one JSON-RPC message per body, dispatched by era.
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use durable_mcp_auth::Authenticated;
@@ -8,6 +10,7 @@ use durable_mcp_protocol::jsonrpc::{self, Inbound};
 use durable_mcp_protocol::{McpVersion, methods};
 use durable_mcp_store::{Principal, SessionRecord};
 use futures::StreamExt;
+use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{Map, Value};
 
@@ -16,9 +19,9 @@ use crate::rejection::Refusal;
 use crate::sse::{self, SseSource};
 use crate::{Rejection, Transport};
 
-const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+const META_VERSION: &str = durable_mcp_protocol::meta::PROTOCOL_VERSION;
+const META_CAPABILITIES: &str = durable_mcp_protocol::meta::CLIENT_CAPABILITIES;
+const META_LOG_LEVEL: &str = durable_mcp_protocol::meta::LOG_LEVEL;
 const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 
 fn meta(message: &Map<String, Value>) -> Option<&Map<String, Value>> {
@@ -41,14 +44,15 @@ fn era_of(method: Option<&str>, message: &Map<String, Value>, header_version: Op
 
 impl Transport {
     /// A POST. Every refusal of a body whose request id can be read carries that id.
-    pub(crate) async fn post(&self, headers: &HeaderMap, body: Body, who: &Authenticated) -> Result<Response, Refusal> {
+    pub(crate) async fn post(&self, parts: &Parts, body: Body, who: &Authenticated) -> Result<Response, Refusal> {
         let bytes = axum::body::to_bytes(body, self.config.max_body_bytes).await.map_err(|_| Rejection::PayloadTooLarge(self.config.max_body_bytes))?;
         let value = serde_json::from_slice::<Value>(&bytes);
         let id = value.as_ref().ok().and_then(jsonrpc::request_id);
-        self.post_message(headers, value, who).await.map_err(|rejection| Refusal { rejection, id })
+        self.post_message(parts, value, who).await.map_err(|rejection| Refusal { rejection, id })
     }
 
-    async fn post_message(&self, headers: &HeaderMap, value: serde_json::Result<Value>, who: &Authenticated) -> Result<Response, Rejection> {
+    async fn post_message(&self, parts: &Parts, value: serde_json::Result<Value>, who: &Authenticated) -> Result<Response, Rejection> {
+        let headers = &parts.headers;
         headers::check_post_accept(headers)?;
         headers::check_content_type(headers)?;
         let value = value.map_err(|e| Rejection::ParseError(e.to_string()))?;
@@ -66,17 +70,18 @@ impl Transport {
             Inbound::Response { message, .. } => (None, message),
         };
         match era_of(method, message, header_version) {
-            Era::Legacy => self.post_legacy(headers, inbound, who).await,
-            Era::Modern => self.post_modern(headers, header_version, inbound, who).await,
+            Era::Legacy => self.post_legacy(parts, inbound, who).await,
+            Era::Modern => self.post_modern(parts, header_version, inbound, who).await,
         }
     }
 
-    async fn post_legacy(&self, headers: &HeaderMap, inbound: Inbound, who: &Authenticated) -> Result<Response, Rejection> {
+    async fn post_legacy(&self, parts: &Parts, inbound: Inbound, who: &Authenticated) -> Result<Response, Rejection> {
+        let headers = &parts.headers;
         let principal = who.principal.clone();
         if let Inbound::Request { method, message, .. } = &inbound
             && method == methods::INITIALIZE
         {
-            let (session, response) = self.engine.initialize(&principal, message.clone()).await?;
+            let (session, response) = self.engine.initialize(&principal, message.clone(), Some(Arc::new(parts.clone()))).await?;
             let mut response = axum::Json(response).into_response();
             if let Some(session) = session {
                 let value = HeaderValue::from_str(session.id.as_str()).map_err(|e| Rejection::Internal(e.to_string()))?;
@@ -90,6 +95,7 @@ impl Transport {
         let mut caller = Caller::legacy(principal, session)?;
         caller.auth = self.auth_info(who);
         caller.trace = trace_context(headers);
+        caller.http = Some(Arc::new(parts.clone()));
         match inbound {
             Inbound::Request { id, message, .. } => {
                 // Boxed: the request path's future is large, and every future around it
@@ -163,7 +169,8 @@ impl Transport {
         Ok(self.engine.session(principal, &id).await?)
     }
 
-    async fn post_modern(&self, headers: &HeaderMap, header_version: Option<McpVersion>, inbound: Inbound, who: &Authenticated) -> Result<Response, Rejection> {
+    async fn post_modern(&self, parts: &Parts, header_version: Option<McpVersion>, inbound: Inbound, who: &Authenticated) -> Result<Response, Rejection> {
+        let headers = &parts.headers;
         let (id, method, message) = match inbound {
             Inbound::Request { id, method, message } => (id, method, message),
             Inbound::Notification { .. } => return Ok(StatusCode::ACCEPTED.into_response()),
@@ -229,6 +236,7 @@ impl Transport {
             log_level,
             auth: self.auth_info(who),
             trace: trace_context(headers),
+            http: Some(Arc::new(parts.clone())),
         };
         let mut accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
         // The status must be known before an SSE stream opens: wait for the first event.

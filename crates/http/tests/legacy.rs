@@ -581,3 +581,22 @@ async fn a_quick_answer_leaves_with_its_priming_event_while_the_worker_is_busy()
     let (frames, ended) = ready_frames(reply);
     assert!(!ended && frames.concat().contains("\nretry: "), "{frames:?}");
 }
+
+/// D6 (issue 29): a request id the session used for one tool, sent again for another tool,
+/// is the client's error (400, -32600 naming the id), never the first tool's answer; the
+/// re-send of the first request still gets that answer.
+#[tokio::test]
+async fn d6_a_reused_id_with_another_tool_is_a_jsonrpc_error() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-11-25").await;
+    let first = messages(&post(&h.router, Some(&session), call(3, "echo", json!({"text": "first"}))).await.events().await);
+    assert_eq!(first.last().unwrap()["result"]["content"][0]["text"], "first", "{first:?}");
+    let reply = post(&h.router, Some(&session), call(3, "slow", json!({"ms": 1}))).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    let body = reply.json().await;
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(3), json!(-32600)), "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("request id 3 was already used in this session by another request"), "{body}");
+    let again = messages(&post(&h.router, Some(&session), call(3, "echo", json!({"text": "first"}))).await.events().await);
+    assert_eq!(again.last(), first.last(), "the re-send of the first request gets its answer");
+}

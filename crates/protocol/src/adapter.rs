@@ -70,6 +70,11 @@ pub struct PeerContext {
     /// Where the handler sends messages outside the request, inserted into the request's
     /// extensions.
     pub outbox: Option<crate::Outbox>,
+    /// The request's legacy-era session: with a handler factory, which instance serves it.
+    pub session: Option<String>,
+    /// The HTTP request's head (method, URI, headers, the app's extensions), inserted into
+    /// the request's extensions as rmcp's own HTTP service does (`Extension<Parts>`).
+    pub http: Option<http::request::Parts>,
 }
 
 /// A request running in its handler.
@@ -159,9 +164,38 @@ struct HandlerAlive {
 /// A user's MCP server, type-erased: what the engine runs requests on.
 #[derive(Clone)]
 pub struct McpHandler {
-    inner: Arc<dyn ErasedHandler>,
+    instances: Instances,
     /// Client notifications whose service loop is still open ([`McpHandler::notify`]).
     notifying: Arc<AtomicUsize>,
+}
+
+/// Which handler instance serves a request.
+#[derive(Clone)]
+enum Instances {
+    /// One instance, cloned for every request ([`McpHandler::new`]).
+    Shared(Arc<dyn ErasedHandler>),
+    /// Made by a factory ([`McpHandler::from_factory`]).
+    Factory(Arc<Factory>),
+}
+
+/// A handler factory, and the instances it made for the sessions this worker serves.
+struct Factory {
+    make: Box<dyn Fn() -> std::io::Result<Arc<dyn ErasedHandler>> + Send + Sync>,
+    /// The instance the server's static information (tools, capabilities) is read from.
+    prototype: Arc<dyn ErasedHandler>,
+    /// Each session's instance on this worker, with when a request last used it.
+    sessions: std::sync::Mutex<SessionInstances>,
+}
+
+/// Session id → the session's instance and when a request last used it.
+type SessionInstances = std::collections::HashMap<String, (Arc<dyn ErasedHandler>, std::time::Instant)>;
+
+impl Factory {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, SessionInstances> {
+        // A panic elsewhere while holding the lock leaves the map whole (every change is
+        // one insert or remove).
+        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl std::fmt::Debug for McpHandler {
@@ -177,7 +211,76 @@ impl McpHandler {
     where
         H: rmcp::ServerHandler + Clone,
     {
-        Self { inner: Arc::new(handler), notifying: Arc::default() }
+        Self { instances: Instances::Shared(Arc::new(handler)), notifying: Arc::default() }
+    }
+
+    /// Wrap a factory of rmcp server handlers, as rmcp's `StreamableHttpService::new`
+    /// takes one. On each worker, a legacy-era session gets an instance of its own, made
+    /// for its `initialize` (or, on a worker that did not see it, for the session's first
+    /// request there) and used for every request and notification of the session on that
+    /// worker; it is dropped when the session ends or has been idle for the session TTL
+    /// ([`McpHandler::forget_idle`]). A request without a session (2026-07-28) gets a new
+    /// instance, as under rmcp's stateless mode. The factory is called once here, for the
+    /// server's static information; its error is returned.
+    ///
+    /// An instance lives in one worker's memory: a restarted worker, or another worker of
+    /// the same session, starts from a new one. Keep what must survive in `SessionState`.
+    pub fn from_factory<H, F>(factory: F) -> std::io::Result<Self>
+    where
+        H: rmcp::ServerHandler + Clone,
+        F: Fn() -> std::io::Result<H> + Send + Sync + 'static,
+    {
+        let make = move || factory().map(|handler| Arc::new(handler) as Arc<dyn ErasedHandler>);
+        let prototype = make()?;
+        let factory = Factory { make: Box::new(make), prototype, sessions: Default::default() };
+        Ok(Self { instances: Instances::Factory(Arc::new(factory)), notifying: Arc::default() })
+    }
+
+    /// The instance that answers for the server's static information.
+    fn prototype(&self) -> &dyn ErasedHandler {
+        match &self.instances {
+            Instances::Shared(handler) => handler.as_ref(),
+            Instances::Factory(factory) => factory.prototype.as_ref(),
+        }
+    }
+
+    /// The instance that serves a request of `session` (`None`: a request without one).
+    fn instance(&self, session: Option<&str>) -> std::io::Result<Arc<dyn ErasedHandler>> {
+        let factory = match &self.instances {
+            Instances::Shared(handler) => return Ok(Arc::clone(handler)),
+            Instances::Factory(factory) => factory,
+        };
+        let Some(session) = session else { return (factory.make)() };
+        let now = std::time::Instant::now();
+        if let Some((instance, used)) = factory.sessions().get_mut(session) {
+            *used = now;
+            return Ok(Arc::clone(instance));
+        }
+        // Made outside the lock (the factory is the user's code); a concurrent first
+        // request of the same session keeps whichever was inserted first.
+        let made = (factory.make)()?;
+        let mut sessions = factory.sessions();
+        let (instance, _) = sessions.entry(session.to_owned()).or_insert((made, now));
+        Ok(Arc::clone(instance))
+    }
+
+    /// Drop the instance of `session` on this worker (the session ended).
+    pub fn end_session(&self, session: &str) {
+        if let Instances::Factory(factory) = &self.instances {
+            factory.sessions().remove(session);
+        }
+    }
+
+    /// Drop the session instances no request used for `idle`; returns how many are left.
+    pub fn forget_idle(&self, idle: std::time::Duration) -> usize {
+        match &self.instances {
+            Instances::Shared(_) => 0,
+            Instances::Factory(factory) => {
+                let mut sessions = factory.sessions();
+                sessions.retain(|_, (_, used)| used.elapsed() < idle);
+                sessions.len()
+            }
+        }
     }
 
     /// How many client notifications delivered by [`McpHandler::notify`] still have their
@@ -189,23 +292,23 @@ impl McpHandler {
 
     /// The server's static information.
     pub fn summary(&self) -> ServerSummary {
-        self.inner.summary()
+        self.prototype().summary()
     }
 
     /// The input schema of tool `name`, if the handler has such a tool.
     pub fn tool_input_schema(&self, name: &str) -> Option<Value> {
-        self.inner.tool_input_schema(name)
+        self.prototype().tool_input_schema(name)
     }
 
     /// The task support tool `name` declares (see [`crate::tasks`]).
     pub fn tool_task_support(&self, name: &str) -> crate::TaskSupport {
-        self.inner.tool_task_support(name)
+        self.prototype().tool_task_support(name)
     }
 
     /// The scopes tool `name` declares it needs (see [`crate::auth`]); none for an
     /// unknown tool.
     pub fn tool_required_scopes(&self, name: &str) -> Vec<String> {
-        self.inner.tool_required_scopes(name)
+        self.prototype().tool_required_scopes(name)
     }
 
     /// Start running one request (a whole JSON-RPC request object). Rejects a request whose
@@ -218,6 +321,11 @@ impl McpHandler {
     /// cancels the handler; the run's [`Run::cancel`] is this token).
     pub fn start_with_cancel(&self, request: Map<String, Value>, peer: &PeerContext, cancel: CancellationToken) -> Result<Run, Rejection> {
         let id = request.get("id").cloned();
+        let handler = self.instance(peer.session.as_deref()).map_err(|e| Rejection {
+            code: code::INTERNAL_ERROR,
+            message: format!("the server's handler factory failed: {e}"),
+            id: id.clone(),
+        })?;
         let mut message = parse_request(request).map_err(|e| Rejection { code: code::INVALID_PARAMS, message: format!("invalid params: {e}"), id })?;
         if let ClientJsonRpcMessage::Request(request) = &mut message {
             if let Some(state) = &peer.session_state {
@@ -238,6 +346,9 @@ impl McpHandler {
             if let Some(outbox) = &peer.outbox {
                 request.request.extensions_mut().insert(outbox.clone());
             }
+            if let Some(parts) = &peer.http {
+                request.request.extensions_mut().insert(parts.clone());
+            }
         }
         let (out_tx, outbound) = mpsc::channel(64);
         let (replies, in_rx) = mpsc::channel(16);
@@ -245,7 +356,7 @@ impl McpHandler {
         // when its loop ends, which must not look like a client's cancellation), and `done`,
         // which ends the loop once the response is sent, is another child.
         let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
-        let service = self.inner.start(message, peer_info(peer), transport, cancel.child_token());
+        let service = handler.start(message, peer_info(peer), transport, cancel.child_token());
         Ok(Run { outbound, replies, cancel, _service: service })
     }
 
@@ -256,6 +367,13 @@ impl McpHandler {
     pub fn notify(&self, notification: Map<String, Value>, peer: &PeerContext) {
         let Ok(mut message) = serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(notification)) else {
             return;
+        };
+        let handler = match self.instance(peer.session.as_deref()) {
+            Ok(handler) => handler,
+            Err(error) => {
+                tracing::warn!(%error, "the server's handler factory failed; a client notification was not delivered");
+                return;
+            }
         };
         if matches!(&message, ClientJsonRpcMessage::Notification(n) if matches!(n.notification, ClientNotification::CancelledNotification(_))) {
             return;
@@ -271,7 +389,7 @@ impl McpHandler {
         let (replies, in_rx) = mpsc::channel(1);
         let cancel = CancellationToken::new();
         let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
-        let service = self.inner.start(message, peer_info(peer), transport, cancel.clone());
+        let service = handler.start(message, peer_info(peer), transport, cancel.clone());
         let notifying = Arc::clone(&self.notifying);
         notifying.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {

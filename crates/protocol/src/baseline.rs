@@ -1,4 +1,4 @@
-//! A stock rmcp Streamable HTTP server: the baseline `durable-mcp bench` compares against.
+//! A stock rmcp Streamable HTTP server: the baseline `durable-mcp-bench` compares against.
 //!
 //! Nothing durable here on purpose: rmcp's own [`StreamableHttpService`] with its in-memory
 //! [`LocalSessionManager`] and default settings (legacy sessions, SSE responses), served by

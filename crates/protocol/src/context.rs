@@ -16,6 +16,15 @@ pub enum StateError {
     /// The session ended (or expired) meanwhile.
     #[error("the session has ended")]
     SessionEnded,
+    /// The request has no session: [`SessionState`] of a 2026-07-28 request, which is
+    /// stateless.
+    #[error(
+        "a {protocol_version} request has no session (sessions end with protocol 2025-11-25): keep this state in ServerState under a key the client sends, or in the client's requestState"
+    )]
+    NoSession {
+        /// The request's protocol version.
+        protocol_version: String,
+    },
     /// The stored value is not of the requested type.
     #[error("state {key:?} does not decode: {source}")]
     Decode {
@@ -55,7 +64,13 @@ pub trait StateBackend: Send + Sync + 'static {
 }
 
 /// Durable per-session application state, shared by every worker serving the session and
-/// deleted with it (legacy-era sessions only).
+/// deleted with it.
+///
+/// Every request's extensions hold one, in both eras. Only a legacy-era request (protocol
+/// 2025-11-25 and earlier) has a session: in a 2026-07-28 request, which is stateless,
+/// [`session_id`](Self::session_id) is `None` and every operation fails with
+/// [`StateError::NoSession`], which names the protocol version (and, through `?` in a
+/// tool, reaches the client as an internal error saying so).
 ///
 /// # Durability
 /// In plain words: what `update` returns has been committed, and no update is lost when
@@ -78,11 +93,39 @@ pub trait StateBackend: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct SessionState {
     core: StateCore,
+    /// Whether the request has a session (`false`: the backend is [`NoSession`]).
+    has_session: bool,
 }
 
 impl std::fmt::Debug for SessionState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionState").field("session", &self.core.backend.scope()).finish()
+        f.debug_struct("SessionState").field("session", &self.session_id()).finish()
+    }
+}
+
+/// The backend of a request without a session: every operation is refused, naming the
+/// request's protocol version.
+struct NoSession {
+    protocol_version: String,
+}
+
+impl NoSession {
+    fn refused(&self) -> StateError {
+        StateError::NoSession { protocol_version: self.protocol_version.clone() }
+    }
+}
+
+impl StateBackend for NoSession {
+    fn scope(&self) -> &str {
+        ""
+    }
+
+    fn load<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>> {
+        Box::pin(std::future::ready(Err(self.refused())))
+    }
+
+    fn compare_and_set<'a>(&'a self, _key: &'a str, _expected: Option<Value>, _value: Option<Value>) -> BoxFuture<'a, Result<bool, StateError>> {
+        Box::pin(std::future::ready(Err(self.refused())))
     }
 }
 
@@ -119,12 +162,29 @@ const MAX_ATTEMPTS: usize = 64;
 impl SessionState {
     /// A handle over `backend`.
     pub fn new(backend: Arc<dyn StateBackend>) -> Self {
-        Self { core: StateCore { backend } }
+        Self { core: StateCore { backend }, has_session: true }
     }
 
-    /// The session this state belongs to.
-    pub fn session_id(&self) -> &str {
-        self.core.backend.scope()
+    /// The state of a request that has no session (a 2026-07-28 request at
+    /// `protocol_version`): every operation fails with [`StateError::NoSession`].
+    pub fn without_session(protocol_version: impl Into<String>) -> Self {
+        Self { core: StateCore { backend: Arc::new(NoSession { protocol_version: protocol_version.into() }) }, has_session: false }
+    }
+
+    /// The session this state belongs to; `None` in a request without a session.
+    pub fn session_id(&self) -> Option<&str> {
+        self.has_session.then(|| self.core.backend.scope())
+    }
+}
+
+impl From<StateError> for rmcp::ErrorData {
+    /// An ended session is the client's to fix (`-32600`); anything else is the server's
+    /// (`-32603`), with the error's text.
+    fn from(error: StateError) -> Self {
+        match error {
+            StateError::SessionEnded => rmcp::ErrorData::invalid_request(error.to_string(), None),
+            other => rmcp::ErrorData::internal_error(other.to_string(), None),
+        }
     }
 }
 

@@ -276,7 +276,7 @@ impl Forward {
 
     async fn forward_value(&self, method: &str, params: Option<Value>, context: RequestContext<RoleServer>) -> Result<Value, ErrorData> {
         let params = with_meta(params, &context.meta.0.0);
-        let session = context.extensions.get::<crate::SessionState>().map(|s| s.session_id().to_owned());
+        let session = context.extensions.get::<crate::SessionState>().and_then(|s| s.session_id().map(str::to_owned));
         let attempt = context.extensions.get::<crate::Durable>().map_or(1, crate::Durable::attempt);
         let client = if session.is_some() { context.peer.peer_info().and_then(|p| serde_json::to_value(&*p).ok()) } else { None };
         // The client's capabilities: a session's from its `initialize`, a 2026-07-28

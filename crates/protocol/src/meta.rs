@@ -2,6 +2,12 @@
 
 /// Ties a message to its task (2025-11-25 tasks).
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// The request's protocol version (2026-07-28).
+pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The client's name and version, per request (2026-07-28).
+pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// The lowest log level the client wants on this request's stream (2026-07-28).
+pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// The client's capabilities, per request (2026-07-28).
 pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 /// The server's `serverInfo`, on every result (2026-07-28).

@@ -130,7 +130,7 @@ impl Connection {
         let principal = Principal::anonymous();
         let engine = &self.engine;
         match inbound {
-            Inbound::Request { id, method, message } if method == methods::INITIALIZE => match engine.initialize(&principal, message).await {
+            Inbound::Request { id, method, message } if method == methods::INITIALIZE => match engine.initialize(&principal, message, None).await {
                 Ok((session, response)) => {
                     if let Some(session) = session {
                         let (id_of, stream) = (session.id.clone(), session.standalone_stream.clone());
@@ -250,9 +250,14 @@ async fn follow(engine: Engine, stream: StreamId, mut after: u64, mut registered
     }
 }
 
-/// The JSON-RPC error for a request the engine failed: a value the store refused is the
-/// request's fault (-32600), anything else an internal error; both are logged.
+/// The JSON-RPC error for a request the engine failed: a request it refused (a used
+/// request id, say) gets that refusal's error, a value the store refused is the request's
+/// fault (-32600), anything else an internal error; all are logged.
 fn failed(id: Value, error: &durable_mcp_engine::EngineError) -> Value {
+    if let durable_mcp_engine::EngineError::Rejected(rejection) = error {
+        tracing::info!(%error, "request refused");
+        return error_response(id, rejection.code, &rejection.message, None);
+    }
     let refused = matches!(error, durable_mcp_engine::EngineError::Store(e) if e.kind() == durable_mcp_store::StoreErrorKind::Refused);
     if refused {
         tracing::warn!(%error, "the store refused a value of a request");

@@ -321,8 +321,18 @@ impl Store for PgStore {
         op!(self, admin, conn => records::list(conn, kind, prefix, limit, now_ms()))
     }
 
+    /// A sequence of statements of at most [`durable_mcp_store::PRUNE_BATCH`] records, each
+    /// its own transaction: a session's thousands of aliases never make one transaction.
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
-        op!(self, conn => records::delete(conn, kind, prefix, now_ms()))
+        const LIMIT: i64 = durable_mcp_store::PRUNE_BATCH as i64;
+        let mut total = 0;
+        loop {
+            let (deleted, more) = op!(self, conn => records::delete_some(conn, kind, prefix, LIMIT, now_ms()))?;
+            total += deleted;
+            if !more {
+                return Ok(total);
+            }
+        }
     }
 
     /// # Durability

@@ -45,6 +45,20 @@ const DELETE_FROM: &str = "WITH deleted AS (
         DELETE FROM records WHERE kind = $1 AND key >= $2 RETURNING expires_at
     )
     SELECT count(*) FROM deleted WHERE expires_at IS NULL OR expires_at > $3";
+/// At most `$4` (`$3` for `_FROM`) records of a prefix, for [`delete_some`]: how many were
+/// deleted, and how many of them were unexpired.
+const DELETE_SOME_RANGE: &str = "WITH deleted AS (
+        DELETE FROM records WHERE kind = $1 AND key IN (
+            SELECT key FROM records WHERE kind = $1 AND key >= $2 AND key < $3 LIMIT $4
+        ) RETURNING expires_at
+    )
+    SELECT count(*), count(*) FILTER (WHERE expires_at IS NULL OR expires_at > $5) FROM deleted";
+const DELETE_SOME_FROM: &str = "WITH deleted AS (
+        DELETE FROM records WHERE kind = $1 AND key IN (
+            SELECT key FROM records WHERE kind = $1 AND key >= $2 LIMIT $3
+        ) RETURNING expires_at
+    )
+    SELECT count(*), count(*) FILTER (WHERE expires_at IS NULL OR expires_at > $4) FROM deleted";
 /// One record at one version, unexpired (run by [`delete_version_step`]).
 pub(crate) const DELETE_ONE: &str = "DELETE FROM records
     WHERE kind = $1 AND key = $2 AND version = $3 AND (expires_at IS NULL OR expires_at > $4)";
@@ -183,10 +197,24 @@ pub(crate) async fn delete_step<C: GenericClient + Sync>(
     Ok(deleted.unsigned_abs())
 }
 
-/// [`delete_step`] on its own (one statement, committed when it returns).
-pub(crate) async fn delete(conn: &mut Conn, kind: RecordKind, prefix: &str, now_ms: u64) -> StoreResult<u64> {
-    let statement = conn.statements.get(&conn.client, delete_sql(prefix)).await?;
-    delete_step(&conn.client, &statement, kind, prefix, now_ms).await.map_err(StepError::into_error)
+/// Delete at most `limit` records of `kind` whose key starts with `prefix`, in one
+/// statement (committed when it returns): one step of a large `delete_records`. Returns how
+/// many of them were unexpired, and whether `limit` were deleted (so more may be left).
+pub(crate) async fn delete_some(conn: &mut Conn, kind: RecordKind, prefix: &str, limit: i64, now_ms: u64) -> StoreResult<(u64, bool)> {
+    let (kind, now) = (kind.as_str(), to_i64(now_ms));
+    let row = match prefix_end(prefix) {
+        Some(end) => {
+            let statement = conn.statements.get(&conn.client, DELETE_SOME_RANGE).await?;
+            conn.client.query_one(&statement, &[&kind, &prefix, &end, &limit, &now]).await
+        }
+        None => {
+            let statement = conn.statements.get(&conn.client, DELETE_SOME_FROM).await?;
+            conn.client.query_one(&statement, &[&kind, &prefix, &limit, &now]).await
+        }
+    }
+    .map_err(from_pg)?;
+    let (deleted, live): (i64, i64) = (row.get(0), row.get(1));
+    Ok((live.unsigned_abs(), deleted >= limit))
 }
 
 /// Inside a prune's transaction: delete the records whose expiry is at or before

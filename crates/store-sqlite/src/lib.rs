@@ -314,10 +314,20 @@ impl Store for SqliteStore {
         self.read(move |conn| records::list(conn, kind, &prefix, limit, now_ms())).await
     }
 
+    /// A sequence of writer jobs of at most [`durable_mcp_store::PRUNE_BATCH`] records, as
+    /// for `prune`: a session's thousands of aliases never make one transaction.
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
-        match self.writer.submit(writer::Op::DeleteRecords { kind, prefix: prefix.to_owned() }).await? {
-            writer::Reply::Count(deleted) => Ok(deleted),
-            _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
+        let mut total = 0;
+        loop {
+            match self.writer.submit(writer::Op::DeleteRecords { kind, prefix: prefix.to_owned() }).await? {
+                writer::Reply::Deleted(deleted, more) => {
+                    total += deleted;
+                    if !more {
+                        return Ok(total);
+                    }
+                }
+                _ => return Err(StoreError::Corrupt("unexpected writer reply".into())),
+            }
         }
     }
 

@@ -31,6 +31,14 @@ const DELETE_RANGE: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2 AN
 const DELETE_FROM: &str = "DELETE FROM records WHERE kind = ?1 AND key >= ?2";
 const DELETE_VERSION: &str = "DELETE FROM records
     WHERE kind = ?1 AND key = ?2 AND version = ?3 AND (expires_at IS NULL OR expires_at > ?4)";
+/// At most `?4` (`?3` for `_FROM`) records of a prefix, for [`delete_some`]: each returns
+/// its expiry so that the caller counts the unexpired ones.
+const DELETE_SOME_RANGE: &str = "DELETE FROM records WHERE kind = ?1 AND key IN (
+        SELECT key FROM records WHERE kind = ?1 AND key >= ?2 AND key < ?3 LIMIT ?4
+    ) RETURNING expires_at";
+const DELETE_SOME_FROM: &str = "DELETE FROM records WHERE kind = ?1 AND key IN (
+        SELECT key FROM records WHERE kind = ?1 AND key >= ?2 LIMIT ?3
+    ) RETURNING expires_at";
 const DELETE_EXPIRED: &str =
     "DELETE FROM records WHERE (kind, key) IN (SELECT kind, key FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)";
 
@@ -140,6 +148,24 @@ pub(crate) fn delete(conn: &Connection, kind: RecordKind, prefix: &str, now_ms: 
         }
     };
     Ok(live.unsigned_abs())
+}
+
+/// On the writer: delete at most `limit` records of `kind` whose key starts with `prefix`
+/// (one job of a large `delete_records`). Returns how many of them were unexpired, and
+/// whether `limit` were deleted (so more may be left).
+pub(crate) fn delete_some(conn: &Connection, kind: RecordKind, prefix: &str, limit: usize, now_ms: u64) -> Result<(u64, bool), StoreError> {
+    let (now, limit_sql) = (to_i64(now_ms), to_i64(limit as u64));
+    let expiries: Vec<Option<i64>> = match prefix_end(prefix) {
+        Some(end) => conn
+            .prepare_cached(DELETE_SOME_RANGE)
+            .and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, end, limit_sql], |row| row.get(0))?.collect()),
+        None => {
+            conn.prepare_cached(DELETE_SOME_FROM).and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, limit_sql], |row| row.get(0))?.collect())
+        }
+    }
+    .map_err(from_sqlite)?;
+    let live = expiries.iter().filter(|expires_at| expires_at.is_none_or(|at| at > now)).count();
+    Ok((live as u64, expiries.len() >= limit))
 }
 
 /// On the writer: delete the records whose expiry is at or before `now_ms`; returns how many.

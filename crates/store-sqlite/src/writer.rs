@@ -57,6 +57,7 @@ pub(crate) enum Op {
         expires_at_ms: Option<u64>,
         expect: Expect,
     },
+    /// One job of `Store::delete_records`: at most `PRUNE_BATCH` records.
     DeleteRecords {
         kind: RecordKind,
         prefix: String,
@@ -95,6 +96,8 @@ pub(crate) enum Reply {
     Pruned(PruneReport, bool),
     /// The new version of a record, or how many records were deleted.
     Count(u64),
+    /// How many unexpired records a delete job removed, and whether more may be left.
+    Deleted(u64, bool),
     Batch(BatchOutcome),
 }
 
@@ -369,7 +372,9 @@ fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSe
         // Expiry is judged at the write itself: the writer orders every write, so the
         // first commit on a key wins (D8) and a version moves on only once (D7).
         Op::PutRecord { kind, key, value, expires_at_ms, expect } => records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(Reply::Count),
-        Op::DeleteRecords { kind, prefix } => records::delete(tx, *kind, prefix, now_ms()).map(Reply::Count),
+        Op::DeleteRecords { kind, prefix } => {
+            records::delete_some(tx, *kind, prefix, PRUNE_BATCH, now_ms()).map(|(deleted, more)| Reply::Deleted(deleted, more))
+        }
         Op::LoadSession { .. } => read(tx, op),
         Op::Import { stream, owner, events, close } => {
             if !streams::exists(tx, stream)? {

@@ -518,6 +518,29 @@ pub async fn d8_list_and_delete_by_prefix(store: Arc<dyn Store>) {
     assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 0);
 }
 
+/// Deleting a prefix that holds more than [`crate::PRUNE_BATCH`] records (an ended session's
+/// aliases, say), some of them expired, removes all of them, counts the unexpired ones only,
+/// and leaves the keys just past the prefix.
+pub async fn d14_delete_removes_more_than_a_batch(store: Arc<dyn Store>) {
+    let prefix = format!("{}/", StreamId::random());
+    let (live, expired) = (2 * crate::PRUNE_BATCH + 7, 5);
+    let (now, mut written) = (now_ms(), 0);
+    while written < live + expired {
+        let mut write = WriteBatch::new();
+        for i in written..(written + 100).min(live + expired) {
+            let expires = if i < expired { Some(now - 1) } else { Some(now + 3_600_000) };
+            write = write.put_record(RecordKind::Alias, format!("{prefix}{i:05}"), "x", expires, Expect::Absent);
+        }
+        store.commit(write).await.expect("batch");
+        written = (written + 100).min(live + expired);
+    }
+    let past = format!("{}0", prefix.trim_end_matches('/'));
+    store.put_record(RecordKind::Alias, &past, "kept".into(), None, Expect::Absent).await.expect("put");
+    assert_eq!(store.delete_records(RecordKind::Alias, &prefix).await.expect("delete"), live as u64);
+    assert!(store.list_records(RecordKind::Alias, &prefix, 10).await.expect("list").is_empty(), "records left");
+    assert!(store.get_record(RecordKind::Alias, &past).await.expect("get").is_some(), "the key past the prefix is kept");
+}
+
 /// Keys built with [`crate::key_part`] from input of any length are stored, read and listed
 /// by prefix on every backend; a raw key a backend cannot index is refused as a value
 /// ([`crate::StoreErrorKind::Refused`]), never reported as an outage.
@@ -753,6 +776,7 @@ macro_rules! store_contract_tests {
             d8_first_commit_wins_among_racing_writers,
             d7_compare_and_set_versions,
             d8_list_and_delete_by_prefix,
+            d14_delete_removes_more_than_a_batch,
             d14_expired_records_are_absent_and_pruned,
             d1_batch_commits_every_op_and_returns_ids_and_versions,
             d15_refused_batch_op_leaves_nothing_of_the_batch,

@@ -166,10 +166,13 @@ pub trait Store: Send + Sync + 'static {
     async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>>;
 
     /// Delete every record of `kind` whose key starts with `prefix` (a full key deletes
-    /// one record); returns how many were deleted.
+    /// one record); returns how many unexpired records were deleted.
     ///
     /// # Durability
-    /// Committed when this returns.
+    /// Committed when this returns, in transactions of at most [`PRUNE_BATCH`] records: a
+    /// large prefix never holds the store in one transaction, and a failure may leave part
+    /// of it (deleting again finishes the job). Use [`WriteBatch::delete_records`] for a
+    /// delete that must be atomic with other writes.
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64>;
 
     // ----- atomic batches ---------------------------------------------------------------

@@ -348,7 +348,7 @@ mod tests {
     }
 
     fn report() -> TrafficReport {
-        let config = TrafficConfig::new(PathBuf::from("/nonexistent"));
+        let config = TrafficConfig::new(crate::Executables::beside(PathBuf::from("/nonexistent")));
         let samples = vec![
             Sample { at: Duration::from_secs(1), loading: true, rss_kib: 30 << 10, wal_bytes: Some(10 << 20) },
             Sample { at: Duration::from_secs(2), loading: true, rss_kib: 50 << 10, wal_bytes: Some(80 << 20) },

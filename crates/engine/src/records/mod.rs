@@ -11,6 +11,7 @@
 //! Nothing here reads or writes the store, and nothing here imports another module of the
 //! engine: the journal, tasks and the request path are built on these types.
 
+mod alias;
 pub(crate) mod key;
 mod run;
 mod subscription;
@@ -20,9 +21,10 @@ use durable_mcp_store::RecordKind;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub(crate) use alias::{AliasRecord, RequestFingerprint};
 pub use durable_mcp_protocol::tasks::TaskStatus;
-pub use run::Era;
-pub(crate) use run::{Relay, RunRecord};
+pub use run::{Era, is_credential};
+pub(crate) use run::{Relay, RunRecord, StoredHead};
 pub(crate) use subscription::SubscriptionEntry;
 pub(crate) use task::{Flavor, TaskRecord, iso8601};
 

@@ -71,6 +71,57 @@ pub(crate) struct RunRecord {
     /// written before traces existed, and for requests that carried none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<crate::traces::TraceContext>,
+    /// The HTTP head of the request, without its credentials, for a re-run's handler.
+    /// Absent for stdio requests and in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<StoredHead>,
+}
+
+/// Whether a header named `name` carries a credential: such headers are never logged, and
+/// never kept with a journaled request (a re-run's handler does not see them).
+pub fn is_credential(name: &http::HeaderName) -> bool {
+    use http::header;
+    matches!(*name, header::AUTHORIZATION | header::PROXY_AUTHORIZATION | header::COOKIE | header::SET_COOKIE)
+        || ["key", "token", "secret", "password", "auth"].iter().any(|word| name.as_str().contains(word))
+}
+
+/// A request's HTTP head as a journal entry keeps it: the method, the URI, the version and
+/// every header that carries no credential ([`is_credential`]) and whose value is
+/// text. A re-run's handler gets it back as [`http::request::Parts`] without extensions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredHead {
+    method: String,
+    uri: String,
+    version: String,
+    headers: Vec<(String, String)>,
+}
+
+impl StoredHead {
+    pub(crate) fn keep(parts: &http::request::Parts) -> Self {
+        let headers = parts
+            .headers
+            .iter()
+            .filter(|(name, value)| !is_credential(name) && !value.is_sensitive())
+            .filter_map(|(name, value)| Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned())))
+            .collect();
+        Self { method: parts.method.to_string(), uri: parts.uri.to_string(), version: format!("{:?}", parts.version), headers }
+    }
+
+    /// The head again; `None` if what it holds is not a valid head (a record edited by hand).
+    pub(crate) fn parts(&self) -> Option<http::request::Parts> {
+        let version = match self.version.as_str() {
+            "HTTP/0.9" => http::Version::HTTP_09,
+            "HTTP/1.0" => http::Version::HTTP_10,
+            "HTTP/2.0" => http::Version::HTTP_2,
+            "HTTP/3.0" => http::Version::HTTP_3,
+            _ => http::Version::HTTP_11,
+        };
+        let mut builder = http::Request::builder().method(self.method.as_str()).uri(self.uri.as_str()).version(version);
+        for (name, value) in &self.headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        builder.body(()).ok().map(|request| request.into_parts().0)
+    }
 }
 
 /// What a journaled `tasks/result` relays.

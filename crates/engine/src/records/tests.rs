@@ -202,3 +202,43 @@ fn run_records_keep_their_trace_context() {
     let encoded: Value = serde_json::from_str(&without.encode().unwrap()).unwrap();
     assert!(encoded.get("trace").is_none(), "no trace key without a context");
 }
+
+/// An alias keeps its run's stream and which request started it; an earlier version's
+/// alias (the stream id alone) still decodes, with no fingerprint, and matches any request.
+#[test]
+fn alias_records_round_trip_in_their_stored_layout() {
+    let request = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x"}});
+    let fingerprint = RequestFingerprint::of(request.as_object().unwrap());
+    let alias = AliasRecord { stream: stream(), request: Some(fingerprint.clone()) };
+    let stored = json!({"stream": RUN, "request": "5fbac9b3a8d512988f0b0690b40abc3a"});
+    assert_eq!(serde_json::from_str::<Value>(&alias.encode().unwrap()).unwrap(), stored);
+    assert_eq!(AliasRecord::decode("k", &stored.to_string()).unwrap(), alias);
+    let old = AliasRecord::decode("k", RUN).unwrap();
+    assert_eq!(old, AliasRecord { stream: stream(), request: None });
+    assert!(old.started_by(&fingerprint), "an alias without a fingerprint matches any request");
+    let error = AliasRecord::decode("k", "not a stream").unwrap_err();
+    assert!(matches!(error, RecordError::Decode { kind: RecordKind::Alias, .. }), "{error:?}");
+}
+
+/// The fingerprint is stored and compared across workers and versions: its value is
+/// pinned. It is the method and the params, in any key order, without `params._meta`.
+#[test]
+fn request_fingerprints_are_stable_and_ignore_meta_and_key_order() {
+    let of = |request: Value| RequestFingerprint::of(request.as_object().unwrap());
+    let first = of(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}}}));
+    assert_eq!(
+        first,
+        of(json!({"id": "other", "method": "tools/call", "params": {"arguments": {"b": [true, null], "a": 1}, "name": "x", "_meta": {"progressToken": 3}}}))
+    );
+    // The first 16 bytes of SHA-256("durable-mcp/request\ntools/call\n{\"arguments\":{\"a\":1,\"b\":[true,null]},\"name\":\"x\"}"),
+    // as any SHA-256 implementation computes them.
+    assert_eq!(serde_json::to_value(&first).unwrap(), json!("9deccc26f06287cd6b9c7ac4bbe86586"));
+    assert_ne!(first, of(json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 2, "b": [true, null]}}})), "other params");
+    assert_ne!(first, of(json!({"method": "prompts/get", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}}})), "another method");
+    assert_ne!(first, of(json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [null, true]}}})), "array order counts");
+    let task = of(json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}, "task": {}}}));
+    assert_ne!(first, task, "a task-augmented call is another request");
+    let bare = of(json!({"method": "ping"}));
+    assert_eq!(bare, of(json!({"method": "ping", "params": null})));
+    assert_eq!(bare, of(json!({"method": "ping", "params": {"_meta": {"progressToken": "p"}}})));
+}

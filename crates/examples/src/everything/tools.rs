@@ -302,10 +302,10 @@ impl Everything {
 
     #[tool(description = "Adds 1 to this session's durable counter (kept in the store, shared by every worker serving the session) and returns the new value")]
     async fn session_counter(&self, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
-        let Some(state) = ctx.extensions.get::<durable_mcp_protocol::SessionState>() else {
+        let Some(state) = ctx.extensions.get::<durable_mcp_protocol::SessionState>().filter(|s| s.session_id().is_some()) else {
             return Err(McpError::invalid_request("session_counter needs a legacy-era session (initialize)", None));
         };
-        let n = state.update("counter", |n: Option<u64>| n.unwrap_or(0) + 1).await.map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let n = state.update("counter", |n: Option<u64>| n.unwrap_or(0) + 1).await?;
         Ok(text(n.to_string()))
     }
 

@@ -1,0 +1,1 @@
+../../../examples/axum-embed/src/main.rs

@@ -1,0 +1,1 @@
+../../../examples/hello-world/src/main.rs
