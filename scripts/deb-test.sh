@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Debian package, installed with dpkg on this machine (as root), serves a real MCP call:
 # its unit file passes `systemd-analyze verify`, its configuration file is read by
-# `durable-mcp config`, and the unit's ExecStart, run as systemd would (in its state
-# directory), proxies a tools/call to an upstream MCP server. The package is purged after.
+# `durable-mcp config`, its man pages and bash completion load, and the unit's ExecStart,
+# run as systemd would (in its state directory), proxies a tools/call to an upstream MCP server. The package is purged after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/mcp-call.sh
@@ -29,6 +29,13 @@ if command -v systemd-analyze >/dev/null; then
     systemd-analyze verify /lib/systemd/system/durable-mcp.service
     log "systemd-analyze verify: ok"
 fi
+# The man pages and the bash completion, as a user's shell would load it.
+zcat /usr/share/man/man1/durable-mcp-serve.1.gz | grep -q 'DURABLE_MCP_STORE' || { echo "deb-test: no man page of serve" >&2; exit 1; }
+completed=$(bash -c 'source /usr/share/bash-completion/completions/durable-mcp
+    function=$(complete -p durable-mcp | sed "s/.* -F \([^ ]*\) .*/\1/")
+    COMP_WORDS=(durable-mcp se); COMP_CWORD=1; "$function" durable-mcp se durable-mcp; echo "${COMPREPLY[*]}"')
+[[ " $completed " == *" serve "* ]] || { echo "deb-test: bash completes 'se' to '$completed'" >&2; exit 1; }
+log "man pages and bash completion: ok ($completed)"
 /usr/bin/durable-mcp config --config /etc/durable-mcp/durable-mcp.toml | grep -q '^store = "sqlite:/var/lib/durable-mcp/durable-mcp.db"'
 up=$(free_port)
 /usr/bin/durable-mcp serve --listen "127.0.0.1:$up" --store memory: >/dev/null 2>&1 &

@@ -21,8 +21,11 @@
 //! kept (introspection answers are cached under the token's SHA-256) and are not handed on.
 
 mod apikeys;
+#[cfg(feature = "oauth")]
 mod fetch;
+#[cfg(feature = "oauth")]
 mod jwks;
+#[cfg(feature = "oauth")]
 mod oauth;
 mod proxy;
 mod rules;
@@ -33,9 +36,12 @@ use std::sync::Arc;
 
 pub use apikeys::{ApiKey, ApiKeys, constant_time_eq};
 pub use durable_mcp_store::Principal;
+#[cfg(feature = "oauth")]
 pub use fetch::FetchError;
+#[cfg(feature = "oauth")]
 pub use jwks::ACCEPTED_ALGORITHMS;
-pub use oauth::{FetchFailures, IntrospectionConfig, OAuth, OAuthConfig, oauth_principal};
+#[cfg(feature = "oauth")]
+pub use oauth::{IntrospectionConfig, OAuth, OAuthConfig, oauth_principal};
 pub use proxy::{Cidr, TrustedProxy};
 pub use rules::ScopeRules;
 
@@ -163,6 +169,7 @@ pub enum ConfigError {
     #[error("invalid authentication setting: {0}")]
     Invalid(String),
     /// A URL cannot be fetched.
+    #[cfg(feature = "oauth")]
     #[error(transparent)]
     Url(#[from] FetchError),
     /// A key file could not be read.
@@ -178,11 +185,13 @@ pub enum ConfigError {
 
 /// How requests are authenticated (see the crate docs).
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub enum Authenticator {
     /// No authentication: every request is anonymous.
     #[default]
     None,
-    /// OAuth 2.1 resource server.
+    /// OAuth 2.1 resource server (the `oauth` feature).
+    #[cfg(feature = "oauth")]
     OAuth(Arc<OAuth>),
     /// Static API keys.
     ApiKeys(Arc<ApiKeys>),
@@ -192,6 +201,7 @@ pub enum Authenticator {
 
 impl Authenticator {
     /// An OAuth resource server.
+    #[cfg(feature = "oauth")]
     pub fn oauth(config: OAuthConfig) -> Result<Self, ConfigError> {
         Ok(Self::OAuth(Arc::new(OAuth::new(config)?)))
     }
@@ -213,6 +223,7 @@ impl Authenticator {
     pub fn endpoint_scopes(&self) -> &[String] {
         match self {
             Authenticator::None => &[],
+            #[cfg(feature = "oauth")]
             Authenticator::OAuth(o) => &o.config.scopes,
             Authenticator::ApiKeys(k) => &k.scopes,
             Authenticator::TrustedProxy(p) => &p.scopes,
@@ -224,6 +235,7 @@ impl Authenticator {
     pub async fn authenticate(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Result<Authenticated, AuthError> {
         let authenticated = match self {
             Authenticator::None => return Ok(Authenticated::anonymous()),
+            #[cfg(feature = "oauth")]
             Authenticator::OAuth(oauth) => oauth.verify(bearer(headers)?.ok_or(AuthError::Missing)?).await,
             Authenticator::ApiKeys(keys) => keys.verify(bearer(headers)?.ok_or(AuthError::Missing)?),
             Authenticator::TrustedProxy(proxy) => proxy.verify(headers, peer),
@@ -273,13 +285,15 @@ impl Authenticator {
             }
             AuthError::Unavailable(_) => return None,
         }
-        if let Authenticator::OAuth(oauth) = self {
-            params.push(("resource_metadata", metadata_url(&oauth.config.audience)));
-            if !matches!(error, AuthError::InsufficientScope { .. }) && !oauth.config.scopes.is_empty() {
-                params.push(("scope", oauth.config.scopes.join(" ")));
+        match self {
+            #[cfg(feature = "oauth")]
+            Authenticator::OAuth(oauth) => {
+                params.push(("resource_metadata", metadata_url(&oauth.config.audience)));
+                if !matches!(error, AuthError::InsufficientScope { .. }) && !oauth.config.scopes.is_empty() {
+                    params.push(("scope", oauth.config.scopes.join(" ")));
+                }
             }
-        } else {
-            params.push(("realm", "mcp".into()));
+            _ => params.push(("realm", "mcp".into())),
         }
         let rendered: Vec<String> = params.iter().map(|(name, value)| format!("{name}=\"{}\"", quote(value))).collect();
         Some(format!("Bearer {}", rendered.join(", ")))
@@ -289,29 +303,58 @@ impl Authenticator {
     /// (the endpoint's path inserted after the well-known prefix, and the prefix alone) and
     /// the document.
     pub fn metadata(&self) -> Option<(Vec<String>, Value)> {
-        let Authenticator::OAuth(oauth) = self else { return None };
-        let config = &oauth.config;
-        let path = resource_path(&config.audience);
-        let mut paths = vec![format!("{METADATA_PREFIX}{path}")];
-        if !path.is_empty() {
-            paths.push(METADATA_PREFIX.to_owned());
+        match self {
+            #[cfg(feature = "oauth")]
+            Authenticator::OAuth(oauth) => Some(oauth_metadata(oauth)),
+            _ => None,
         }
-        let mut scopes: Vec<String> = config.scopes.clone();
-        for scope in &config.scopes_supported {
-            if !scopes.contains(scope) {
-                scopes.push(scope.clone());
-            }
-        }
-        let mut servers = vec![config.issuer.clone()];
-        servers.extend(config.more_authorization_servers.iter().cloned());
-        let document = serde_json::json!({
-            "resource": config.audience,
-            "authorization_servers": servers,
-            "scopes_supported": scopes,
-            "bearer_methods_supported": ["header"],
-        });
-        Some((paths, document))
     }
+
+    /// Requests to the authorization server that failed since the last call (a JWKS fetch
+    /// may fail while cached keys still verify), for metrics; zero outside OAuth mode.
+    pub fn take_fetch_failures(&self) -> FetchFailures {
+        match self {
+            #[cfg(feature = "oauth")]
+            Authenticator::OAuth(oauth) => oauth.take_fetch_failures(),
+            _ => FetchFailures::default(),
+        }
+    }
+}
+
+/// Requests to the authorization server that failed (could not connect, timed out, a
+/// status other than 2xx, an answer that does not parse): [`Authenticator::take_fetch_failures`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FetchFailures {
+    /// Fetches of the JWKS.
+    pub jwks: u64,
+    /// Introspection requests.
+    pub introspection: u64,
+}
+
+/// RFC 9728 protected resource metadata of `oauth`: its paths and the document.
+#[cfg(feature = "oauth")]
+fn oauth_metadata(oauth: &OAuth) -> (Vec<String>, Value) {
+    let config = &oauth.config;
+    let path = resource_path(&config.audience);
+    let mut paths = vec![format!("{METADATA_PREFIX}{path}")];
+    if !path.is_empty() {
+        paths.push(METADATA_PREFIX.to_owned());
+    }
+    let mut scopes: Vec<String> = config.scopes.clone();
+    for scope in &config.scopes_supported {
+        if !scopes.contains(scope) {
+            scopes.push(scope.clone());
+        }
+    }
+    let mut servers = vec![config.issuer.clone()];
+    servers.extend(config.more_authorization_servers.iter().cloned());
+    let document = serde_json::json!({
+        "resource": config.audience,
+        "authorization_servers": servers,
+        "scopes_supported": scopes,
+        "bearer_methods_supported": ["header"],
+    });
+    (paths, document)
 }
 
 /// The bearer token of the `Authorization` header, if there is one.
@@ -372,6 +415,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    #[cfg(feature = "oauth")]
     fn oauth(scopes: &[&str]) -> Authenticator {
         let mut config = OAuthConfig::new("https://as.example", "https://rs.example/mcp", "http://127.0.0.1:9/jwks");
         config.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
@@ -379,6 +423,7 @@ mod tests {
         Authenticator::oauth(config).unwrap()
     }
 
+    #[cfg(feature = "oauth")]
     #[test]
     fn challenges_name_the_metadata_and_the_scopes() {
         let auth = oauth(&["mcp"]);
@@ -395,6 +440,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "oauth")]
     #[test]
     fn the_metadata_names_the_resource_and_its_servers() {
         let (paths, doc) = oauth(&["mcp"]).metadata().unwrap();
@@ -407,6 +453,7 @@ mod tests {
         assert_eq!(metadata_url("http://h:1/"), "http://h:1/.well-known/oauth-protected-resource");
     }
 
+    #[cfg(feature = "oauth")]
     #[test]
     fn scopes_are_checked_as_a_complete_set() {
         let auth = oauth(&["mcp"]);

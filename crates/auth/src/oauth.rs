@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::fetch::{Fetcher, form_encode};
 use crate::jwks::{ACCEPTED_ALGORITHMS, KeySet};
-use crate::{AuthError, AuthMethod, Authenticated, ConfigError};
+use crate::{AuthError, AuthMethod, Authenticated, ConfigError, FetchFailures};
 
 /// How an OAuth 2.1 resource server checks its access tokens.
 #[derive(Clone, Debug)]
@@ -129,16 +129,6 @@ pub struct OAuth {
     cache: Mutex<HashMap<[u8; 32], (Introspected, Instant)>>,
     /// Introspection requests that failed, since last taken ([`OAuth::take_fetch_failures`]).
     introspection_failures: AtomicU64,
-}
-
-/// Requests to the authorization server that failed (could not connect, timed out, a
-/// status other than 2xx, an answer that does not parse).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FetchFailures {
-    /// Fetches of the JWKS.
-    pub jwks: u64,
-    /// Introspection requests.
-    pub introspection: u64,
 }
 
 impl std::fmt::Debug for OAuth {

@@ -2,6 +2,7 @@
 
 mod bench_server;
 mod config;
+mod generate;
 mod healthcheck;
 mod keys;
 mod ops;
@@ -71,6 +72,8 @@ enum Command {
     /// GET `/healthz` of a running `serve` (on its `--listen` address, or `--url`): exit
     /// status 0 on 200, else 1. The container image's health check, which has no curl.
     Healthcheck(healthcheck::HealthcheckArgs),
+    /// Shell completions and man pages, from the same definition as `--help`.
+    Generate(generate::GenerateArgs),
     /// A durable-mcp server under test of the benchmark (`durable-mcp-bench`, a binary of
     /// its own), in a process of its own.
     #[command(hide = true)]
@@ -417,6 +420,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Proxy(args) => serve::proxy(args).await,
         Command::Healthcheck(args) => healthcheck::healthcheck(&args),
+        Command::Generate(args) => generate::generate(args, Cli::command()),
         Command::Prune(args) => {
             let store = args.store.open().await?;
             let report = store.prune(&args.retention.retention(), durable_mcp::now_ms()).await?;

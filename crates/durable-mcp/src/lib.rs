@@ -19,8 +19,8 @@
 //! collect each answer's notifications, and `TestServer::restart` simulates a restart on
 //! the same store (`docs/testing.md`).
 //!
-//! Cargo features: `sqlite` (the default store), `postgres`, `redis`, `metrics`, `otlp` and
-//! `testing`; a store URL whose backend is off is refused naming its feature
+//! Cargo features: `sqlite` (the default store), `postgres`, `redis`, `auth` (OAuth),
+//! `metrics`, `otlp` and `testing`; a store URL whose backend is off is refused naming its feature
 //! (`docs/features.md`).
 //!
 //! See [`DurableMcp`] for the options, and [`guarantees`] (the project's `docs/guarantees.md`)
@@ -57,10 +57,9 @@ pub use durable_mcp_protocol::{
 };
 /// Authentication (see `docs/security.md`): set one with [`DurableMcp::auth`].
 pub mod auth {
-    pub use durable_mcp_auth::{
-        ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, IntrospectionConfig, OAuth, OAuthConfig, ScopeRules, TrustedProxy,
-        oauth_principal,
-    };
+    pub use durable_mcp_auth::{ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, ScopeRules, TrustedProxy};
+    #[cfg(feature = "auth")]
+    pub use durable_mcp_auth::{IntrospectionConfig, OAuth, OAuthConfig, oauth_principal};
 }
 pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
 pub use durable_mcp_store_memory::MemoryStore;

@@ -107,12 +107,10 @@ fn record(auth: &Authenticator, accepted: Option<&Authenticated>) {
     {
         metrics::authenticated(who.method.as_str());
     }
-    if let Authenticator::OAuth(oauth) = auth {
-        let failed = oauth.take_fetch_failures();
-        for (endpoint, count) in [("jwks", failed.jwks), ("introspection", failed.introspection)] {
-            if count > 0 {
-                metrics::auth_fetch_failed(endpoint, count);
-            }
+    let failed = auth.take_fetch_failures();
+    for (endpoint, count) in [("jwks", failed.jwks), ("introspection", failed.introspection)] {
+        if count > 0 {
+            metrics::auth_fetch_failed(endpoint, count);
         }
     }
 }
