@@ -35,7 +35,8 @@ fuzz_target!(|data: &[u8]| {
         "count": {"type": "integer", "x-mcp-header": "Count"},
         "flag": {"type": "boolean", "x-mcp-header": "Flag"},
     }});
-    let config = HttpConfig { allowed_origins: Some(vec!["https://app.example".into()]), ..HttpConfig::default() };
+    let mut config = HttpConfig::default();
+    config.allowed_origins = Some(vec!["https://app.example".into()]);
     let _ = durable_mcp_http::fuzzing::check_headers(&headers, &config, &method, Some(&params), Some(&schema));
     let _ = durable_mcp_http::fuzzing::check_headers(&headers, &HttpConfig::default(), &method, None, None);
 });

@@ -21,6 +21,7 @@ use crate::{AuthError, AuthMethod, Authenticated, ConfigError, FetchFailures};
 
 /// How an OAuth 2.1 resource server checks its access tokens.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct OAuthConfig {
     /// The authorization server's issuer identifier: the `iss` every token must carry, and
     /// the first `authorization_servers` entry of the protected resource metadata.
@@ -89,6 +90,7 @@ impl OAuthConfig {
 
 /// RFC 7662 token introspection.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct IntrospectionConfig {
     /// The introspection endpoint.
     pub url: String,
@@ -96,6 +98,14 @@ pub struct IntrospectionConfig {
     pub client_id: Option<String>,
     /// Its client secret.
     pub client_secret: Option<String>,
+}
+
+impl IntrospectionConfig {
+    /// Introspection at `url`, authenticated as `client_id` with `client_secret` (HTTP Basic)
+    /// when given.
+    pub fn new(url: impl Into<String>, client_id: Option<String>, client_secret: Option<String>) -> Self {
+        Self { url: url.into(), client_id, client_secret }
+    }
 }
 
 impl std::fmt::Debug for IntrospectionConfig {

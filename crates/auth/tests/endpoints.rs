@@ -174,7 +174,7 @@ async fn opaque_tokens_are_introspected_and_cached_until_they_expire() {
     let mut config = OAuthConfig::new(ISSUER, RESOURCE, "http://127.0.0.1:9/unused");
     config.jwks_url = None;
     config.leeway = Duration::ZERO;
-    config.introspection = Some(IntrospectionConfig { url: format!("{base}/introspect"), client_id: Some("rs".into()), client_secret: Some("s3cret".into()) });
+    config.introspection = Some(IntrospectionConfig::new(format!("{base}/introspect"), Some("rs".into()), Some("s3cret".into())));
     let oauth = OAuth::new(config).unwrap();
     let who = oauth.verify("opaque-good").await.unwrap();
     assert_eq!(who.principal.as_str(), "oauth:https://auth.test#bob");
@@ -211,7 +211,7 @@ async fn an_introspection_refusing_the_token_type_means_an_invalid_token() {
     let (base, seen) = endpoint(false, answer).await;
     let mut config = OAuthConfig::new(ISSUER, RESOURCE, "http://127.0.0.1:9/unused");
     config.jwks_url = None;
-    config.introspection = Some(IntrospectionConfig { url: format!("{base}/introspect"), client_id: None, client_secret: None });
+    config.introspection = Some(IntrospectionConfig::new(format!("{base}/introspect"), None, None));
     let oauth = OAuth::new(config).unwrap();
     let jwt_shaped = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln";
     assert!(matches!(oauth.verify(jwt_shaped).await, Err(AuthError::InvalidToken(_))));

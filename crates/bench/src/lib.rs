@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use durable_mcp::Store;
+use durable_mcp::store::Store;
 
 pub use client::{Era, McpClient, PROTOCOL_VERSION, UnknownEra};
 pub use growth::GrowthRow;
@@ -212,7 +212,7 @@ struct ScratchDir(PathBuf);
 
 impl ScratchDir {
     fn new() -> Result<Self, BenchError> {
-        let dir = std::env::temp_dir().join(format!("durable-mcp-bench-{}-{}", std::process::id(), durable_mcp::now_ms()));
+        let dir = std::env::temp_dir().join(format!("durable-mcp-bench-{}-{}", std::process::id(), durable_mcp::store::now_ms()));
         std::fs::create_dir_all(&dir)?;
         Ok(Self(dir))
     }
@@ -256,7 +256,7 @@ pub const ENCRYPTED: &str = "encrypted+";
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, BenchError> {
     let Some(inner) = url.strip_prefix(ENCRYPTED) else { return Ok(durable_mcp::open_store(url).await?) };
     let mut keys = durable_mcp_store_crypt::KeyFile::default();
-    keys.rotate(durable_mcp::now_ms()).map_err(|e| BenchError::Store(durable_mcp_store::StoreError::Unavailable(Box::new(e))))?;
+    keys.rotate(durable_mcp::store::now_ms()).map_err(|e| BenchError::Store(durable_mcp_store::StoreError::Unavailable(Box::new(e))))?;
     let ring = keys.ring("the bench's key").map_err(|e| BenchError::Store(durable_mcp_store::StoreError::Unavailable(Box::new(e))))?;
     Ok(Arc::new(durable_mcp_store_crypt::CryptStore::new(durable_mcp::open_store(inner).await?, Arc::new(ring))))
 }
@@ -386,7 +386,7 @@ pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result
 
 async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Report, BenchError> {
     config.executables.check()?;
-    let started_ms = durable_mcp::now_ms();
+    let started_ms = durable_mcp::store::now_ms();
     let commit = git_commit(&config.executables.durable_mcp).await;
     let scratch = ScratchDir::new()?;
     let urls = store_urls(&config.stores, config.stores.is_empty().then_some(&scratch));
@@ -440,7 +440,7 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
     Ok(Report {
         config: config.clone(),
         started_ms,
-        finished_ms: durable_mcp::now_ms(),
+        finished_ms: durable_mcp::store::now_ms(),
         commit,
         pinning: pinning.describe(),
         cpus: Cpus::detect(pinning.is_pinned()),

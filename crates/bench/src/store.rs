@@ -224,7 +224,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn memory_store_is_measured_end_to_end() {
-        let store: Arc<dyn Store> = Arc::new(durable_mcp::MemoryStore::new());
+        let store: Arc<dyn Store> = Arc::new(durable_mcp::store::MemoryStore::new());
         let spec = StoreSpec { events_per_writer: 50, writers: 4, replay_sizes: vec![1, 300], replay_runs: 3, time_limit: Duration::from_secs(10) };
         let result = bench_store(store, &spec).await.expect("bench");
         assert_eq!(result.one_writer.events, 50);

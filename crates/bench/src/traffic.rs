@@ -279,7 +279,7 @@ pub fn wal_path(url: &str) -> Option<PathBuf> {
     if !url.starts_with("sqlite:") {
         return None;
     }
-    let mut path = durable_mcp::SqliteOptions::from_url(url).ok()?.path.into_os_string();
+    let mut path = durable_mcp::store::SqliteOptions::from_url(url).ok()?.path.into_os_string();
     path.push("-wal");
     Some(path.into())
 }
@@ -296,7 +296,7 @@ pub async fn run_traffic(config: &TrafficConfig, mut progress: impl FnMut(&str))
     if config.parts.is_empty() {
         return Err(BenchError::Config("no part of the traffic benchmark to run".into()));
     }
-    let started_ms = durable_mcp::now_ms();
+    let started_ms = durable_mcp::store::now_ms();
     let commit = crate::git_commit(&config.executables.durable_mcp).await;
     let scratch = ScratchDir::new()?;
     let pinning = if config.pin { Pinning::detect().await } else { Pinning::none("turned off") };
@@ -350,7 +350,7 @@ pub async fn run_traffic(config: &TrafficConfig, mut progress: impl FnMut(&str))
     Ok(TrafficReport {
         config: config.clone(),
         started_ms,
-        finished_ms: durable_mcp::now_ms(),
+        finished_ms: durable_mcp::store::now_ms(),
         commit,
         pinning: pinning.describe(),
         stores,

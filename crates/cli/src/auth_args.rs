@@ -86,8 +86,7 @@ impl AuthArgs {
             config.jwks_url = self.auth_jwks_url;
             config.scopes = self.auth_scopes;
             config.scopes_supported = self.auth_scopes_supported;
-            config.introspection =
-                self.auth_introspection_url.map(|url| IntrospectionConfig { url, client_id: self.auth_client_id, client_secret: self.auth_client_secret });
+            config.introspection = self.auth_introspection_url.map(|url| IntrospectionConfig::new(url, self.auth_client_id, self.auth_client_secret));
             config.allow_insecure_http = self.auth_allow_insecure_http;
             config.require_at_jwt = self.auth_require_at_jwt;
             if let Some(path) = &self.auth_tls_roots {

@@ -100,7 +100,7 @@ impl ServedBy {
 pub(crate) async fn serve(args: BenchServerArgs) -> anyhow::Result<()> {
     match args.server {
         ServedBy::Durable { store, listen, metrics_listen, max_stream_age_secs, prune_interval_secs } => {
-            let mut options = durable_mcp::EngineOptions::default();
+            let mut options = durable_mcp::engine::EngineOptions::default();
             if let Some(secs) = max_stream_age_secs {
                 options.retention.max_stream_age_ms = (secs > 0).then(|| secs.saturating_mul(1000));
             }
@@ -134,7 +134,7 @@ async fn serve_proxy(store: &str, listen: SocketAddr) -> anyhow::Result<()> {
     let upstream = durable_mcp_proxy::Proxy::start(config).await.context("starting the proxy's upstream")?;
     // The upstream is stopped whichever way serving ends.
     let served = async {
-        let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream.clone())).context("the proxy's upstream's initialize result")?;
+        let handler = durable_mcp::proxy::Forward::new(std::sync::Arc::new(upstream.clone())).context("the proxy's upstream's initialize result")?;
         let server = DurableMcp::new(handler).store(open_store(store).await?);
         let listener = bind(listen).await?;
         server.serve_on(listener, stopped()).await?;
@@ -147,14 +147,14 @@ async fn serve_proxy(store: &str, listen: SocketAddr) -> anyhow::Result<()> {
 
 /// Open `url`; one prefixed [`ENCRYPTED`] behind encryption at rest with a key made for
 /// this process (the benchmark measures encryption's cost, not key management).
-async fn open_store(url: &str) -> anyhow::Result<Arc<dyn durable_mcp::Store>> {
+async fn open_store(url: &str) -> anyhow::Result<Arc<dyn durable_mcp::store::Store>> {
     let inner = url.strip_prefix(ENCRYPTED).unwrap_or(url);
     let store = durable_mcp::open_store(inner).await.with_context(|| format!("opening {}", crate::config::redact_url(inner)))?;
     if inner.len() == url.len() {
         return Ok(store);
     }
     let mut keys = durable_mcp_store_crypt::KeyFile::default();
-    keys.rotate(durable_mcp::now_ms())?;
+    keys.rotate(durable_mcp::store::now_ms())?;
     let ring = keys.ring("the benchmark's key")?;
     Ok(Arc::new(durable_mcp_store_crypt::CryptStore::new(store, Arc::new(ring))))
 }

@@ -32,12 +32,12 @@ pub(crate) enum KeysAction {
         #[command(flatten)]
         store: StoreArgs,
         /// Seconds until the new key seals (until then it only opens).
-        #[arg(long, default_value_t = durable_mcp::keys::DEFAULT_ACTIVATE_IN.as_secs())]
+        #[arg(long, default_value_t = durable_mcp::engine::keys::DEFAULT_ACTIVATE_IN.as_secs())]
         activate_in_secs: u64,
         /// Seconds the previous keys still open states once the new key seals: at least
         /// the longest a state lives (10 minutes for durable-mcp's own and the examples').
         /// 0 drops them at once (a leaked key): their states are refused.
-        #[arg(long, default_value_t = durable_mcp::keys::DEFAULT_KEEP_OLD.as_secs())]
+        #[arg(long, default_value_t = durable_mcp::engine::keys::DEFAULT_KEEP_OLD.as_secs())]
         keep_old_secs: u64,
     },
     /// The key file of encryption at rest (`--encryption-key-file`): rotate, list, retire.
@@ -90,7 +90,7 @@ async fn encryption_keys(action: EncryptionAction) -> anyhow::Result<()> {
     match action {
         EncryptionAction::Rotate { key_file } => {
             let mut file = KeyFile::read_or_new(&key_file)?;
-            let new = file.rotate(durable_mcp::now_ms())?;
+            let new = file.rotate(durable_mcp::store::now_ms())?;
             file.write(&key_file)?;
             println!(
                 "added key {} as primary in {}; {} older key(s) still open their values; restart the workers to seal with it",
@@ -139,11 +139,11 @@ pub(crate) async fn keys(args: KeysArgs) -> anyhow::Result<()> {
         KeysAction::Encryption { action } => encryption_keys(action).await,
         KeysAction::List { store } => {
             let opened = store.open().await?;
-            let Some((ring, _)) = durable_mcp::keys::read(opened.as_ref()).await? else {
+            let Some((ring, _)) = durable_mcp::engine::keys::read(opened.as_ref()).await? else {
                 eprintln!("no key ring yet: the first worker (or `keys rotate`) creates it");
                 return Ok(());
             };
-            let sealing = ring.sealing_key(durable_mcp::now_ms()).map(|key| key.id.clone());
+            let sealing = ring.sealing_key(durable_mcp::store::now_ms()).map(|key| key.id.clone());
             for key in ring.keys() {
                 println!(
                     "{}  created_ms={}  seals_from_ms={}  opens_until_ms={}{}",
@@ -158,7 +158,7 @@ pub(crate) async fn keys(args: KeysArgs) -> anyhow::Result<()> {
         }
         KeysAction::Rotate { store, activate_in_secs, keep_old_secs } => {
             let opened = store.open().await?;
-            let ring = durable_mcp::keys::rotate(opened.as_ref(), Duration::from_secs(activate_in_secs), Duration::from_secs(keep_old_secs))
+            let ring = durable_mcp::engine::keys::rotate(opened.as_ref(), Duration::from_secs(activate_in_secs), Duration::from_secs(keep_old_secs))
                 .await
                 .context("rotating the requestState key ring")?;
             let new = ring.keys().last().context("a rotated ring has a key")?;

@@ -111,7 +111,7 @@ impl StoreArgs {
     }
 
     /// Open the store, behind encryption when a key file is given.
-    async fn open(&self) -> anyhow::Result<std::sync::Arc<dyn durable_mcp::Store>> {
+    async fn open(&self) -> anyhow::Result<std::sync::Arc<dyn durable_mcp::store::Store>> {
         let ring = self.key_ring()?;
         let store = durable_mcp::open_store(&self.store).await.with_context(|| format!("opening store {}", config::redact_url(&self.store)))?;
         Ok(match ring {
@@ -136,9 +136,9 @@ struct RetentionArgs {
 }
 
 impl RetentionArgs {
-    fn retention(&self) -> durable_mcp::Retention {
+    fn retention(&self) -> durable_mcp::store::Retention {
         let ms = |secs: u64| (secs > 0).then(|| secs.saturating_mul(1000));
-        durable_mcp::Retention { session_idle_ttl_ms: ms(self.session_ttl_secs), max_stream_age_ms: ms(self.max_stream_age_secs) }
+        durable_mcp::store::Retention { session_idle_ttl_ms: ms(self.session_ttl_secs), max_stream_age_ms: ms(self.max_stream_age_secs) }
     }
 }
 
@@ -423,7 +423,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Generate(args) => generate::generate(args, Cli::command()),
         Command::Prune(args) => {
             let store = args.store.open().await?;
-            let report = store.prune(&args.retention.retention(), durable_mcp::now_ms()).await?;
+            let report = store.prune(&args.retention.retention(), durable_mcp::store::now_ms()).await?;
             println!(
                 "sessions ended: {}, streams deleted: {}, journal records expired: {}",
                 report.sessions_ended, report.streams_deleted, report.records_expired
@@ -453,7 +453,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Replay(args) => {
             let store = args.store.open().await?;
-            let id: durable_mcp::EventId = args.event_id.parse().context("malformed event id")?;
+            let id: durable_mcp::store::EventId = args.event_id.parse().context("malformed event id")?;
             let mut after = id.seq;
             loop {
                 let read = store.read_after(&id.stream, after, 1024).await?;
@@ -511,8 +511,8 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             }
         }
         Inspected::Runs => {
-            let now = durable_mcp::now_ms();
-            for run in durable_mcp::inspect::runs(store.as_ref(), args.limit).await? {
+            let now = durable_mcp::store::now_ms();
+            for run in durable_mcp::engine::inspect::runs(store.as_ref(), args.limit).await? {
                 if args.json {
                     println!("{}", serde_json::to_string(&run)?);
                     continue;
@@ -533,7 +533,7 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             }
         }
         Inspected::Tasks => {
-            for task in durable_mcp::inspect::tasks(store.as_ref(), args.limit).await? {
+            for task in durable_mcp::engine::inspect::tasks(store.as_ref(), args.limit).await? {
                 if args.json {
                     println!("{}", serde_json::to_string(&task)?);
                     continue;

@@ -87,7 +87,7 @@ impl durable_mcp::rmcp::ServerHandler for Operator {}
 /// streams close.
 pub async fn sessions_end(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
     let session = find_session(store.as_ref(), id).await?;
-    let engine = durable_mcp::Engine::new(store, durable_mcp::McpHandler::new(Operator), durable_mcp::EngineOptions::default());
+    let engine = durable_mcp::engine::Engine::new(store, durable_mcp::McpHandler::new(Operator), durable_mcp::engine::EngineOptions::default());
     let ended = engine.end_session(&session.principal, &session.id).await.context("ending the session")?;
     if !ended {
         bail!("session {} had already ended", session.id);
@@ -389,7 +389,7 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
     if settings.fixed_state_key {
         checks.push(Check::ok("requestState key", "a fixed key from --state-key: give every worker the same one"));
     } else {
-        match durable_mcp::keys::read(store.as_ref()).await {
+        match durable_mcp::engine::keys::read(store.as_ref()).await {
             Ok(Some((ring, _))) if ring.sealing_key(now_ms()).is_some() => {
                 checks.push(Check::ok("requestState key", format!("a shared key ring in the store ({} key(s))", ring.keys().len())));
             }
@@ -445,7 +445,7 @@ const MAX_LEASE_AHEAD_MS: u64 = 1_000;
 /// a longer `--lease-ms`). Leases are judged by each worker's clock: a worker whose clock
 /// is ahead takes over requests of live workers before their leases end.
 async fn worker_clocks(store: &dyn Store, lease_ms: u64) -> Check {
-    let runs = match durable_mcp::inspect::runs(store, 10_000).await {
+    let runs = match durable_mcp::engine::inspect::runs(store, 10_000).await {
         Ok(runs) => runs,
         Err(error) => return Check::fail("worker clocks", format!("the journal cannot be read: {error}"), "durable-mcp inspect runs, and check the store"),
     };

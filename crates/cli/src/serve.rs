@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
-use durable_mcp::limits::{Limits, Rate};
-use durable_mcp::{DurableMcp, EngineOptions, HttpConfig};
+use durable_mcp::engine::limits::{Limits, Rate};
+use durable_mcp::{DurableMcp, engine::EngineOptions, http::HttpConfig};
 
 use crate::{RetentionArgs, StoreArgs, auth_args};
 
@@ -175,7 +175,7 @@ pub(crate) struct ServeArgs {
     /// GET streams of one session kept open on this worker; opening one more closes the
     /// session's oldest (each message goes on exactly one GET stream, so the oldest holds
     /// nothing undelivered; its client may resume it with Last-Event-ID).
-    #[arg(long, default_value_t = durable_mcp::DEFAULT_MAX_GET_STREAMS_PER_SESSION, env = "DURABLE_MCP_MAX_GET_STREAMS")]
+    #[arg(long, default_value_t = durable_mcp::http::DEFAULT_MAX_GET_STREAMS_PER_SESSION, env = "DURABLE_MCP_MAX_GET_STREAMS")]
     pub(crate) max_get_streams: usize,
     /// One fixed key sealing multi-round-trip `requestState` (at least 32 bytes), the same
     /// on every worker, kept outside the store. Unset: the key ring in the store, shared
@@ -241,14 +241,14 @@ impl LimitArgs {
             anyhow::bail!("--limit-rate must be a number of requests per second, 0 for no limit");
         }
         let rate = (self.limit_rate > 0.0).then_some(Rate { per_second: self.limit_rate, burst: self.limit_burst.max(1) });
-        Ok(Limits {
-            sessions: count(self.limit_sessions),
-            sse_streams: count(self.limit_sse_streams),
-            in_flight: count(self.limit_in_flight),
-            tasks: count(self.limit_tasks),
-            rate,
-            anonymous: self.limit_anonymous,
-        })
+        let mut limits = Limits::default();
+        limits.sessions = count(self.limit_sessions);
+        limits.sse_streams = count(self.limit_sse_streams);
+        limits.in_flight = count(self.limit_in_flight);
+        limits.tasks = count(self.limit_tasks);
+        limits.rate = rate;
+        limits.anonymous = self.limit_anonymous;
+        Ok(limits)
     }
 }
 
@@ -273,7 +273,7 @@ pub(crate) async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
             ..durable_mcp_proxy::HttpProxyConfig::new(url.clone())
         };
         let upstream = durable_mcp_proxy::HttpProxy::start(config).await.with_context(|| format!("starting the upstream {url}"))?;
-        let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream)).context("reading the upstream's initialize result")?;
+        let handler = durable_mcp::proxy::Forward::new(std::sync::Arc::new(upstream)).context("reading the upstream's initialize result")?;
         return serve(args.serve, DurableMcp::new(handler)).await;
     }
     let (program, rest) = args.command.split_first().context("proxy needs the upstream's command after `--`")?;
@@ -293,7 +293,7 @@ pub(crate) async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         durable_mcp_proxy::metrics::enable();
     }
     let upstream = durable_mcp_proxy::Proxy::start(config).await.with_context(|| format!("starting the upstream {program:?}"))?;
-    let handler = durable_mcp::Forward::new(std::sync::Arc::new(upstream.clone())).context("reading the upstream's initialize result")?;
+    let handler = durable_mcp::proxy::Forward::new(std::sync::Arc::new(upstream.clone())).context("reading the upstream's initialize result")?;
     let outcome = serve(args.serve, DurableMcp::new(handler)).await;
     upstream.stop();
     outcome
@@ -350,18 +350,16 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     if args.max_get_streams == 0 {
         anyhow::bail!("--max-get-streams must be at least 1");
     }
-    let mut http = HttpConfig {
-        path: args.path,
-        poll_after: args.poll_after_ms.map(Duration::from_millis),
-        first_event_wait: Duration::from_millis(args.first_event_wait_ms),
-        keep_alive: Duration::from_millis(args.sse_keep_alive_ms.max(10)),
-        max_get_streams_per_session: args.max_get_streams,
-        header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
-        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
-        max_connections: args.max_connections.max(1),
-        log_bodies: args.log_bodies,
-        ..HttpConfig::default()
-    };
+    let mut http = HttpConfig::default();
+    http.path = args.path;
+    http.poll_after = args.poll_after_ms.map(Duration::from_millis);
+    http.first_event_wait = Duration::from_millis(args.first_event_wait_ms);
+    http.keep_alive = Duration::from_millis(args.sse_keep_alive_ms.max(10));
+    http.max_get_streams_per_session = args.max_get_streams;
+    http.header_read_timeout = Duration::from_millis(args.header_read_timeout_ms);
+    http.idle_timeout = Duration::from_millis(args.idle_timeout_ms);
+    http.max_connections = args.max_connections.max(1);
+    http.log_bodies = args.log_bodies;
     http.auth = (*args.auth).authenticator()?;
     if args.stdio && http.auth.is_enabled() {
         anyhow::bail!("--stdio serves the one local client that started it: the --auth-* flags are for HTTP");
@@ -371,22 +369,21 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     } else if !args.allow_hosts.is_empty() {
         http.allowed_hosts = Some(args.allow_hosts);
     }
+    let mut options = EngineOptions::default();
+    options.sse_retry = Duration::from_millis(args.sse_retry_ms);
+    options.retention = args.retention.retention();
+    options.prune_interval = Duration::from_secs(args.prune_interval_secs.max(1));
+    // Empty: the server takes the host and its listen address (see
+    // `durable_mcp::engine::default_worker_id`).
+    options.worker_id = args.worker_id.unwrap_or_default();
+    options.lease = Duration::from_millis(args.lease_ms.max(300));
+    options.state_key = args.state_key.map(String::into_bytes);
+    options.limits = args.limits.limits()?;
     let server = server
         .store(args.store.open().await?)
         .bind(args.listen)
         .http_config(http)
-        .engine_options(EngineOptions {
-            sse_retry: Duration::from_millis(args.sse_retry_ms),
-            retention: args.retention.retention(),
-            prune_interval: Duration::from_secs(args.prune_interval_secs.max(1)),
-            // Empty: the server takes the host and its listen address (see
-            // `durable_mcp::default_worker_id`).
-            worker_id: args.worker_id.unwrap_or_default(),
-            lease: Duration::from_millis(args.lease_ms.max(300)),
-            state_key: args.state_key.map(String::into_bytes),
-            limits: args.limits.limits()?,
-            ..EngineOptions::default()
-        })
+        .engine_options(options)
         .shutdown_grace(Duration::from_secs(args.shutdown_grace_secs));
     let server = match args.metrics_listen {
         Some(addr) => server.metrics_listen(addr),
@@ -395,7 +392,7 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     let server = match args.dashboard_listen {
         Some(addr) => server.dashboard_listen(
             addr,
-            durable_mcp::DashboardOptions::default().allow_remote(args.dashboard_allow_remote).show_payloads(args.dashboard_show_payloads),
+            durable_mcp::http::DashboardOptions::default().allow_remote(args.dashboard_allow_remote).show_payloads(args.dashboard_show_payloads),
         ),
         None => server,
     };

@@ -127,7 +127,7 @@ fn a_truncated_dump_is_an_error_after_loading_what_it_holds() {
 fn source_store(dir: &std::path::Path, streams: usize, events: usize) -> String {
     let url = format!("sqlite:{}?synchronous=off", dir.join("source.db").display());
     let mut lines = vec![json!({"header": {"format": "durable-mcp-dump", "version": 1, "backend": "test", "created_ms": 0}})];
-    let now = durable_mcp::now_ms();
+    let now = durable_mcp::store::now_ms();
     let mut sessions = Vec::new();
     for n in 0..2 {
         let (id, standalone) = (format!("{:064x}", 0xabc0 + n), format!("{:032x}", 0xdef0 + n));

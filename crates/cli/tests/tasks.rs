@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use durable_mcp::now_ms;
+use durable_mcp::store::now_ms;
 
 use serde_json::{Value, json};
 use support::backend::Backend;

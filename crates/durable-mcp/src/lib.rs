@@ -42,33 +42,74 @@ use std::sync::Arc;
 /// The axum version the endpoint's [`Router`](axum::Router) belongs to, for mounting it
 /// with [`DurableMcp::embed`].
 pub use axum;
-/// The engine, for [`DurableMcp::run_with_engine`]. Serving one built by hand with
-/// `Engine::new` leaves its background duties (recovery, retention, drain) to you.
-pub use durable_mcp_engine::Engine;
-/// Limits per principal: [`limits::Limits`], given to [`DurableMcp::limits`].
-pub use durable_mcp_engine::limits;
-pub use durable_mcp_engine::{EngineError, EngineOptions, default_worker_id, inspect, keys};
-pub use durable_mcp_http::{
-    DEFAULT_FIRST_EVENT_WAIT, DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport,
-};
+/// What a handler uses: the durable context of a call, session and server state, tasks.
 pub use durable_mcp_protocol::{
-    AuthInfo, Durable, DurableError, Forward, KeyRing, McpHandler, Retry, RingKey, ServerChange, ServerState, SessionState, StateError, StateKeys, StepKey,
-    TaskSupport, Upstream, UpstreamError, UpstreamRequest, merge_meta, required_scopes, rmcp, task_support,
+    AuthInfo, Durable, DurableError, McpHandler, Retry, ServerChange, ServerState, SessionState, StateError, StepKey, TaskSupport, merge_meta, required_scopes,
+    rmcp, task_support,
 };
+
+/// The names a durable server's code uses most: `use durable_mcp::prelude::*;`.
+///
+/// [`DurableMcp`] and a handler's durable context and state, with rmcp's handler trait, its
+/// macros and error type, and the wrappers a tool's parameters come in.
+pub mod prelude {
+    pub use crate::rmcp::handler::server::tool::Extension;
+    pub use crate::rmcp::handler::server::wrapper::Parameters;
+    pub use crate::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
+    pub use crate::{Durable, DurableError, DurableMcp, Retry, ServerState, SessionState, StateError, StepKey, TaskSupport, task_support};
+}
+
 /// Authentication (see `docs/security.md`): set one with [`DurableMcp::auth`].
 pub mod auth {
     pub use durable_mcp_auth::{ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, ScopeRules, TrustedProxy};
     #[cfg(feature = "auth")]
     pub use durable_mcp_auth::{IntrospectionConfig, OAuth, OAuthConfig, oauth_principal};
 }
-pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
-pub use durable_mcp_store_memory::MemoryStore;
+
+/// The store contract and its backends, for [`DurableMcp::store`] and tools that read a
+/// store; [`open_store`] opens one from a URL.
+pub mod store {
+    pub use durable_mcp_store::{EventId, PruneReport, Retention, Store, StoreError, now_ms};
+    pub use durable_mcp_store_memory::MemoryStore;
+    #[cfg(feature = "postgres")]
+    pub use durable_mcp_store_postgres::{PgOptions, PgStore};
+    #[cfg(feature = "redis")]
+    pub use durable_mcp_store_redis::{RedisOptions, RedisStore};
+    #[cfg(feature = "sqlite")]
+    pub use durable_mcp_store_sqlite::{SqliteOptions, SqliteStore};
+}
+
+/// The engine behind the endpoint: its options, limits per principal, the `requestState`
+/// key ring, and reading what is in flight.
+pub mod engine {
+    /// The engine, for [`DurableMcp::run_with_engine`](crate::DurableMcp::run_with_engine).
+    /// Serving one built by hand with `Engine::new` leaves its background duties (recovery,
+    /// retention, drain) to you.
+    pub use durable_mcp_engine::Engine;
+    pub use durable_mcp_engine::{EngineError, EngineOptions, default_worker_id, inspect, keys, limits};
+    pub use durable_mcp_protocol::{KeyRing, RingKey, StateKeys};
+}
+
+/// The Streamable HTTP transport's settings and the dashboard's.
+pub mod http {
+    pub use durable_mcp_http::{DEFAULT_FIRST_EVENT_WAIT, DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport};
+}
+
+/// A handler that forwards to another MCP server (what `durable-mcp proxy` serves).
+pub mod proxy {
+    pub use durable_mcp_protocol::{Forward, Upstream, UpstreamError, UpstreamRequest};
+}
+
+use durable_mcp_engine::{Engine, EngineError, EngineOptions, default_worker_id};
+use durable_mcp_http::{DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport};
+use durable_mcp_store::{Store, StoreError};
+use durable_mcp_store_memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use durable_mcp_store_postgres::{PgOptions, PgStore};
+use durable_mcp_store_postgres::PgStore;
 #[cfg(feature = "redis")]
-pub use durable_mcp_store_redis::{RedisOptions, RedisStore};
+use durable_mcp_store_redis::RedisStore;
 #[cfg(feature = "sqlite")]
-pub use durable_mcp_store_sqlite::{SqliteOptions, SqliteStore};
+use durable_mcp_store_sqlite::SqliteStore;
 
 /// The store used when none is configured: a SQLite file in the working directory.
 pub const DEFAULT_STORE_URL: &str = "sqlite:./durable-mcp.db";
@@ -117,10 +158,10 @@ pub enum Error {
 /// - `sqlite:PATH[?synchronous=full|normal|off&max_events=N]` — the embedded default.
 /// - `postgres://USER@HOST:PORT/DB[?schema=NAME&sslmode=verify-full&...]`, or a libpq
 ///   `key=value` string (`host=... dbname=... sslmode=...`) — shared by many workers
-///   ([`PgOptions`]).
+///   (`store::PgOptions`, `postgres` feature).
 /// - `redis://HOST:PORT[/DB][?prefix=NAME&...]`, `rediss://` over TLS, and `valkey://`,
 ///   `valkeys://`; a Redis Cluster as `redis+cluster://HOST:PORT,HOST:PORT,...` — shared by
-///   many workers ([`RedisOptions`]).
+///   many workers (`store::RedisOptions`, `redis` feature).
 ///
 /// A backend whose cargo feature is off (`sqlite`, the default; `postgres`; `redis`) is
 /// refused with [`Error::FeatureOff`], which names the feature.
@@ -214,7 +255,7 @@ pub async fn migrate_store(url: &str) -> Result<Option<i64>, Error> {
 ///   [`prompt_scopes`](Self::prompt_scopes) and [`resource_scopes`](Self::resource_scopes)
 ///   (`docs/security.md`).
 ///
-/// - **limits per principal** ([`limits::Limits`]): live sessions, GET streams, requests
+/// - **limits per principal** ([`engine::limits::Limits`]): live sessions, GET streams, requests
 ///   in flight, tasks and a request rate, with defaults safe for a public server; set them
 ///   with [`limits`](Self::limits) (the anonymous principal, authentication off, is exempt
 ///   unless they say otherwise).
@@ -354,8 +395,10 @@ impl DurableMcp {
 
     /// Authenticate every HTTP request with `auth` (default: none, every request is
     /// anonymous). See `docs/security.md` for the modes and what each protects against.
+    /// OAuth needs the `auth` feature:
     ///
-    /// ```no_run
+    #[cfg_attr(feature = "auth", doc = "```no_run")]
+    #[cfg_attr(not(feature = "auth"), doc = "```ignore")]
     /// # fn f(handler: impl durable_mcp::rmcp::ServerHandler + Clone) -> Result<(), durable_mcp::auth::ConfigError> {
     /// use durable_mcp::auth::{Authenticator, OAuthConfig};
     /// let mut oauth = OAuthConfig::new("https://auth.example.com", "https://mcp.example.com/mcp", "http://auth.internal/jwks");
@@ -382,14 +425,14 @@ impl DurableMcp {
         self
     }
 
-    /// Limit what one principal may use of each worker (default [`limits::Limits::default`];
+    /// Limit what one principal may use of each worker (default [`engine::limits::Limits::default`];
     /// see `docs/security.md`). Refused requests are answered 429 before anything of them
     /// is written.
     ///
     /// ```no_run
     /// # fn f(handler: impl durable_mcp::rmcp::ServerHandler + Clone) {
-    /// use durable_mcp::limits::{Limits, Rate};
-    /// let limits = Limits { sessions: Some(8), rate: Some(Rate { per_second: 5.0, burst: 20 }), ..Limits::default() };
+    /// use durable_mcp::engine::limits::{Limits, Rate};
+    /// let limits = { let mut o = Limits::default(); o.sessions = Some(8); o.rate = Some(Rate { per_second: 5.0, burst: 20 }); o };
     /// let server = durable_mcp::DurableMcp::new(handler).limits(limits);
     /// # }
     /// ```
@@ -398,8 +441,17 @@ impl DurableMcp {
         self
     }
 
-    /// Replace the engine options (the limits set by [`limits`](Self::limits) are part of
-    /// them).
+    /// This worker's id in leases and logs (default: the host name and the listen address,
+    /// [`engine::default_worker_id`], so that a restarted worker resumes its own calls at
+    /// once). Unique per live worker.
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.engine.worker_id = id.into();
+        self
+    }
+
+    /// Replace the engine options (the limits set by [`limits`](Self::limits) and the id set
+    /// by [`worker_id`](Self::worker_id) are part of them). `EngineOptions` can grow: start
+    /// from `EngineOptions::default()` and set fields.
     pub fn engine_options(mut self, options: EngineOptions) -> Self {
         self.engine = options;
         self
@@ -669,7 +721,11 @@ mod tests {
     }
 
     fn server(store: &Arc<dyn Store>, state_key: Option<Vec<u8>>) -> DurableMcp {
-        DurableMcp::new(Empty).store(store.clone()).engine_options(EngineOptions { state_key, ..EngineOptions::default() })
+        DurableMcp::new(Empty).store(store.clone()).engine_options({
+            let mut o = EngineOptions::default();
+            o.state_key = state_key;
+            o
+        })
     }
 
     /// A refused `state_key` used to be replaced by a random key for the process (states

@@ -11,7 +11,10 @@ use durable_mcp::rmcp::handler::server::{tool::Extension, wrapper::Parameters};
 use durable_mcp::rmcp::model::{CallToolResult, ContentBlock};
 use durable_mcp::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
 use durable_mcp::testing::{Era, TestClient, TestError, TestServer};
-use durable_mcp::{Durable, DurableMcp, MemoryStore, SessionState, SqliteStore, Store};
+use durable_mcp::{
+    Durable, DurableMcp, SessionState,
+    store::{MemoryStore, SqliteStore, Store},
+};
 use serde_json::{Value, json};
 
 #[derive(Clone)]

@@ -75,6 +75,7 @@ pub use tail::{Follow, tail};
 
 /// Settings of the engine.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EngineOptions {
     /// The `retry` hint sent with the priming event of 2025-11-25 streams.
     pub sse_retry: Duration,

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 /// How much one principal may use of a worker. `None` disables that limit.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Live legacy sessions created on this worker (default 64).
     pub sessions: Option<u32>,

@@ -6,6 +6,7 @@ use std::time::Duration;
 /// machine: loopback host names only, cross-origin browser requests refused, connections
 /// timed out when silent or idle and capped in number.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HttpConfig {
     /// The endpoint path (default `/mcp`).
     pub path: String,

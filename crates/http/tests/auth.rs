@@ -106,7 +106,11 @@ struct Server {
 }
 
 fn server(auth: Authenticator) -> Server {
-    server_with(HttpConfig { auth, ..HttpConfig::default() })
+    server_with({
+        let mut o = HttpConfig::default();
+        o.auth = auth;
+        o
+    })
 }
 
 fn server_with(config: HttpConfig) -> Server {
@@ -363,7 +367,12 @@ async fn a_tool_whose_scope_is_missing_is_403_listing_every_scope_it_needs() {
 async fn prompt_and_resource_scopes_are_checked_before_the_handler() {
     let jwks = jwks_server(json!({"keys": [jwk("rsa1")]})).await;
     let rules = durable_mcp_auth::ScopeRules::default().prompt("audit", &["audit:read"]).resource("file:///private/", &["files:read"]);
-    let s = server_with(HttpConfig { auth: Authenticator::oauth(oauth_config(&jwks)).unwrap(), scope_rules: rules, ..HttpConfig::default() });
+    let s = server_with({
+        let mut o = HttpConfig::default();
+        o.auth = Authenticator::oauth(oauth_config(&jwks)).unwrap();
+        o.scope_rules = rules;
+        o
+    });
     let reader = rsa(&claims("alice", "mcp"));
     let session = initialize(&s.router, &reader).await;
     let prompt = json!({"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {"name": "audit"}});
@@ -460,7 +469,11 @@ async fn trusted_proxy_header_is_honoured_only_from_configured_addresses() {
         let proxy = TrustedProxy::new("x-user", from).unwrap();
         let store = Arc::new(MemoryStore::new());
         let engine = Engine::new(store, McpHandler::new(Scoped::new()), EngineOptions::default());
-        let transport = Transport::new(engine, HttpConfig { auth: Authenticator::TrustedProxy(Arc::new(proxy)), ..HttpConfig::default() });
+        let transport = Transport::new(engine, {
+            let mut o = HttpConfig::default();
+            o.auth = Authenticator::TrustedProxy(Arc::new(proxy));
+            o
+        });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
         tokio::spawn(durable_mcp_http::serve(listener, transport, std::future::pending()));

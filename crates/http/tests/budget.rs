@@ -28,7 +28,11 @@ const HANDLER_MS: u64 = 1_500;
 /// write of its own, every third of the lease) falls within a call.
 fn counted() -> (Harness, Arc<CountingStore>) {
     let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
-    let options = EngineOptions { lease: Duration::from_secs(60), ..EngineOptions::default() };
+    let options = {
+        let mut o = EngineOptions::default();
+        o.lease = Duration::from_secs(60);
+        o
+    };
     (harness_on(store.clone(), HttpConfig::default(), options), store)
 }
 

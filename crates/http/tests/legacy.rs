@@ -230,7 +230,9 @@ async fn unsupported_protocol_version_header_is_400() {
 
 #[tokio::test]
 async fn json_response_mode_answers_with_one_object() {
-    let h = harness_with(durable_mcp_http::HttpConfig { json_response: true, ..Default::default() });
+    let h = harness_with(configured::<durable_mcp_http::HttpConfig>(|c| {
+        c.json_response = true;
+    }));
     let session = initialize(&h.router, "2025-11-25").await;
     let reply = post(&h.router, Some(&session), call(1, "echo", json!({"text": "j"}))).await;
     assert_eq!(reply.headers["content-type"], "application/json");
@@ -268,10 +270,9 @@ async fn d5_a_session_ended_elsewhere_cancels_its_handler_here() {
 
 #[tokio::test]
 async fn d5_idle_session_expires_everywhere() {
-    let options = durable_mcp_engine::EngineOptions {
-        retention: durable_mcp_store::Retention { session_idle_ttl_ms: Some(1_000), max_stream_age_ms: None },
-        ..Default::default()
-    };
+    let options = configured::<durable_mcp_engine::EngineOptions>(|c| {
+        c.retention = durable_mcp_store::Retention { session_idle_ttl_ms: Some(1_000), max_stream_age_ms: None };
+    });
     let h = harness_full(durable_mcp_http::HttpConfig::default(), options);
     let active = initialize(&h.router, "2025-11-25").await;
     let idle = initialize(&h.router, "2025-11-25").await;
@@ -293,10 +294,9 @@ async fn d5_idle_session_expires_everywhere() {
 
 #[tokio::test]
 async fn d14_on_demand_prune_removes_old_finished_streams_only() {
-    let options = durable_mcp_engine::EngineOptions {
-        retention: durable_mcp_store::Retention { session_idle_ttl_ms: None, max_stream_age_ms: Some(50) },
-        ..Default::default()
-    };
+    let options = configured::<durable_mcp_engine::EngineOptions>(|c| {
+        c.retention = durable_mcp_store::Retention { session_idle_ttl_ms: None, max_stream_age_ms: Some(50) };
+    });
     let h = harness_full(durable_mcp_http::HttpConfig::default(), options);
     let session = initialize(&h.router, "2025-11-25").await;
     let done = post(&h.router, Some(&session), call(1, "echo", json!({"text": "x"}))).await.events().await;
@@ -338,7 +338,9 @@ const LIST_CHANGED: &str = "notifications/tools/list_changed";
 /// keep-alives show they had nothing more to send.
 #[tokio::test]
 async fn spec_multiple_connections_one_list_changed_reaches_one_get_stream() {
-    let h = harness_with(durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), ..Default::default() });
+    let h = harness_with(configured::<durable_mcp_http::HttpConfig>(|c| {
+        c.keep_alive = std::time::Duration::from_millis(100);
+    }));
     let session = initialize(&h.router, "2025-11-25").await;
     let mut a = open_get(&h.router, &session, None).await;
     a.until(|s| !s.events().is_empty()).await;
@@ -355,7 +357,9 @@ async fn spec_multiple_connections_one_list_changed_reaches_one_get_stream() {
 /// D3: a GET stream that closed before a message was committed leaves it for the next GET.
 #[tokio::test]
 async fn d3_get_that_drops_before_delivery_leaves_the_message_for_the_next_get() {
-    let h = harness_with(durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), ..Default::default() });
+    let h = harness_with(configured::<durable_mcp_http::HttpConfig>(|c| {
+        c.keep_alive = std::time::Duration::from_millis(100);
+    }));
     let session = initialize(&h.router, "2025-11-25").await;
     let mut first = open_get(&h.router, &session, None).await;
     first.until(|s| !s.events().is_empty()).await;
@@ -372,7 +376,9 @@ async fn d3_get_that_drops_before_delivery_leaves_the_message_for_the_next_get()
 /// stream of the session delivered meanwhile, then continues live.
 #[tokio::test]
 async fn d3_resume_replays_only_what_that_get_stream_was_given() {
-    let h = harness_with(durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), ..Default::default() });
+    let h = harness_with(configured::<durable_mcp_http::HttpConfig>(|c| {
+        c.keep_alive = std::time::Duration::from_millis(100);
+    }));
     let session = initialize(&h.router, "2025-11-25").await;
     let mut a = open_get(&h.router, &session, None).await;
     a.until(|s| !s.events().is_empty()).await;
@@ -403,7 +409,10 @@ async fn d3_resume_replays_only_what_that_get_stream_was_given() {
 /// session's oldest; the others stay open.
 #[tokio::test]
 async fn get_streams_over_the_bound_close_the_oldest() {
-    let config = durable_mcp_http::HttpConfig { keep_alive: std::time::Duration::from_millis(100), max_get_streams_per_session: 2, ..Default::default() };
+    let config = configured::<durable_mcp_http::HttpConfig>(|c| {
+        c.keep_alive = std::time::Duration::from_millis(100);
+        c.max_get_streams_per_session = 2;
+    });
     let h = harness_with(config);
     let session = initialize(&h.router, "2025-11-25").await;
     let mut gets = Vec::new();
@@ -544,7 +553,9 @@ fn ready_frames(reply: Reply) -> (Vec<String>, bool) {
 #[tokio::test]
 async fn a_quick_answer_leaves_with_its_priming_event_while_the_worker_is_busy() {
     use std::time::{Duration, Instant};
-    let config = durable_mcp_http::HttpConfig { first_event_wait: Duration::from_millis(300), ..Default::default() };
+    let config = configured::<durable_mcp_http::HttpConfig>(|c| {
+        c.first_event_wait = Duration::from_millis(300);
+    });
     let h = harness_with(config);
     let session = initialize(&h.router, "2025-11-25").await;
     // Alone, the response starts at once with its priming event (a quick handler may have
@@ -572,7 +583,9 @@ async fn a_quick_answer_leaves_with_its_priming_event_while_the_worker_is_busy()
     assert!(!ended && frames.concat().contains("\nretry: "), "the priming event, not the answer: {frames:?}");
     drop(busy);
 
-    let h = harness_with(durable_mcp_http::HttpConfig { first_event_wait: Duration::ZERO, ..Default::default() });
+    let h = harness_with(configured::<durable_mcp_http::HttpConfig>(|c| {
+        c.first_event_wait = Duration::ZERO;
+    }));
     let session = initialize(&h.router, "2025-11-25").await;
     let _busy = post(&h.router, Some(&session), call(5, "slow", json!({"ms": 5000}))).await;
     let started = Instant::now();
@@ -599,4 +612,11 @@ async fn d6_a_reused_id_with_another_tool_is_a_jsonrpc_error() {
     assert!(message.contains("request id 3 was already used in this session by another request"), "{body}");
     let again = messages(&post(&h.router, Some(&session), call(3, "echo", json!({"text": "first"}))).await.events().await);
     assert_eq!(again.last(), first.last(), "the re-send of the first request gets its answer");
+}
+
+/// `T::default()` with `set` applied (the options structs are `#[non_exhaustive]`).
+fn configured<T: Default>(set: impl FnOnce(&mut T)) -> T {
+    let mut value = T::default();
+    set(&mut value);
+    value
 }

@@ -18,7 +18,14 @@ use tokio::net::TcpStream;
 const LONG: Duration = Duration::from_secs(60);
 
 fn config(header_read: Duration, idle: Duration, max_connections: usize) -> HttpConfig {
-    HttpConfig { header_read_timeout: header_read, idle_timeout: idle, max_connections, keep_alive: LONG, ..HttpConfig::default() }
+    {
+        let mut o = HttpConfig::default();
+        o.header_read_timeout = header_read;
+        o.idle_timeout = idle;
+        o.max_connections = max_connections;
+        o.keep_alive = LONG;
+        o
+    }
 }
 
 async fn start(config: HttpConfig) -> (Harness, SocketAddr) {

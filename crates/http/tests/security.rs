@@ -67,7 +67,9 @@ async fn accept_and_content_type_are_checked() {
 
 #[tokio::test]
 async fn body_over_the_limit_is_413() {
-    let h = harness_with(durable_mcp_http::HttpConfig { max_body_bytes: 1024, ..Default::default() });
+    let mut config = durable_mcp_http::HttpConfig::default();
+    config.max_body_bytes = 1024;
+    let h = harness_with(config);
     let big = json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x".repeat(4096)}}).to_string();
     assert_rejected(send(&h.router, "POST", &POST_HEADERS, Some(big)).await, StatusCode::PAYLOAD_TOO_LARGE, None).await;
 }

@@ -51,7 +51,9 @@ mod sqlite {
 
     fn options(name: &str) -> SqliteOptions {
         let dir = durable_mcp_testkit::temp_dir("crypt-sqlite");
-        SqliteOptions { synchronous: Synchronous::Normal, ..SqliteOptions::new(dir.join(name)) }
+        let mut options = SqliteOptions::new(dir.join(name));
+        options.synchronous = Synchronous::Normal;
+        options
     }
 
     async fn fresh() -> Option<Arc<dyn Store>> {
@@ -61,7 +63,8 @@ mod sqlite {
     /// The writer wakes the tails of its own handle; the poll is far beyond the wake-up
     /// window, so the same handle serves both roles.
     async fn pair() -> Option<(Arc<dyn Store>, Arc<dyn Store>)> {
-        let options = SqliteOptions { poll_interval: Duration::from_secs(600), ..options("pair.db") };
+        let mut options = options("pair.db");
+        options.poll_interval = Duration::from_secs(600);
         let store = crypt(Arc::new(SqliteStore::open(options).await.unwrap()));
         Some((store.clone(), store))
     }

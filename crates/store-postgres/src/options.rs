@@ -51,6 +51,7 @@ const MAX_SCHEMA_LEN: usize = 63 - DEFAULT_CHANNEL.len() - 1;
 /// `verify-ca`), as libpq does. A TLS parameter the string leaves out is read from
 /// `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT` or `PGSSLKEY`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PgOptions {
     config: tokio_postgres::Config,
     tls: Tls,

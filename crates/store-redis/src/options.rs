@@ -15,6 +15,7 @@ pub const DEFAULT_PREFIX: &str = "dmcp";
 /// calls [`prune`](durable_mcp_store::Store::prune); keep them at least as long as the
 /// engine's retention settings, or Redis expires what retention would still keep.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct RedisOptions {
     /// The connection URL handed to the Redis client: `redis://[user:password@]host[:port][/db]`
     /// (`rediss://` for TLS; `valkey://` and `valkeys://` are the same), optionally with

@@ -69,6 +69,7 @@ impl Synchronous {
 
 /// Settings of the SQLite store.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SqliteOptions {
     /// The database file.
     pub path: PathBuf,

@@ -15,7 +15,7 @@ use durable_mcp::axum::{self, Router, routing::get};
 use durable_mcp::rmcp::handler::server::{tool::Extension, wrapper::Parameters};
 use durable_mcp::rmcp::model::{CallToolResult, ContentBlock};
 use durable_mcp::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
-use durable_mcp::{Durable, DurableMcp, EngineOptions};
+use durable_mcp::{Durable, DurableMcp};
 
 #[derive(Clone)]
 struct Jobs;
@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .store_url(&store)
         .await?
         // A stable name: restarted, this worker resumes its own unfinished calls at once.
-        .engine_options(EngineOptions { worker_id: format!("axum-embed@{addr}"), ..EngineOptions::default() })
+        .worker_id(format!("axum-embed@{addr}"))
         .embed(durable_mcp::shutdown_signal(), |mcp, closing| async move {
             // The existing application: its own routes, and the MCP endpoint merged in.
             let app = Router::new().route("/health", get(|| async { "ok" })).merge(mcp);

@@ -6,9 +6,9 @@
 //! `sqlite:./hello.db`), then point an MCP client at `http://ADDR/mcp`.
 
 // ANCHOR: hello
-// rmcp's macros expand to `rmcp::...` paths: bring durable-mcp's re-export into scope
-// (or depend on the same rmcp version directly).
-use durable_mcp::rmcp::{self, ServerHandler, tool, tool_handler, tool_router};
+// DurableMcp, and rmcp's handler trait and macros (which expand to `rmcp::...` paths, so the
+// prelude brings durable-mcp's re-export of rmcp into scope too).
+use durable_mcp::prelude::*;
 
 #[derive(Clone)]
 struct Hello;
@@ -29,7 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:8080".to_owned()).parse()?;
     let store = args.next().unwrap_or_else(|| "sqlite:./hello.db".to_owned());
-    durable_mcp::DurableMcp::new(Hello)
+    DurableMcp::new(Hello)
         .store_url(&store) // memory:, sqlite:PATH, postgres://..., redis://...
         .await?
         .bind(addr)

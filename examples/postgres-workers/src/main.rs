@@ -14,7 +14,7 @@
 use durable_mcp::rmcp::handler::server::tool::Extension;
 use durable_mcp::rmcp::model::{CallToolResult, ContentBlock};
 use durable_mcp::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
-use durable_mcp::{DurableMcp, EngineOptions, SessionState};
+use durable_mcp::{DurableMcp, SessionState};
 
 #[derive(Clone)]
 struct Visits {
@@ -44,12 +44,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (Some(addr), Some(store), Some(worker)) = (args.next(), args.next(), args.next()) else {
         return Err("usage: example-postgres-workers ADDR postgres://USER@HOST/DB?schema=NAME WORKER_NAME".into());
     };
-    DurableMcp::new(Visits { worker: worker.clone() })
-        .store_url(&store)
-        .await?
-        .bind(addr.parse()?)
-        .engine_options(EngineOptions { worker_id: worker, ..EngineOptions::default() })
-        .serve()
-        .await?;
+    DurableMcp::new(Visits { worker: worker.clone() }).store_url(&store).await?.bind(addr.parse()?).worker_id(worker).serve().await?;
     Ok(())
 }
