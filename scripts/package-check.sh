@@ -17,7 +17,8 @@ for manifest in crates/*/Cargo.toml; do
 done
 args=()
 for package in "${packages[@]}"; do args+=(-p "$package"); done
-output=$(cargo package "${args[@]}" --allow-dirty 2>&1) || { echo "$output" >&2; exit 1; }
+# The verifying build is thrown away: without debug info it links in a fraction of the time.
+output=$(CARGO_PROFILE_DEV_DEBUG=0 cargo package "${args[@]}" --allow-dirty 2>&1) || { echo "$output" >&2; exit 1; }
 if grep -E '^warning' <<<"$output"; then
     echo "cargo package warned (above)" >&2
     exit 1
