@@ -197,14 +197,19 @@ impl Engine {
             tx,
             signals,
         };
-        if let Err(error) = feed.take(resume_after).await {
-            self.inner.get_streams.close(&feed.session, &feed.conn, false);
-            return Err(match error {
-                StoreError::NotFound { .. } => EngineError::SessionNotFound,
-                other => other.into(),
-            });
-        }
-        tokio::spawn(feed.run());
+        let mode = match feed.take(resume_after).await {
+            Ok(true) => Mode::Holding,
+            // A newer GET stream of the session opened here meanwhile and holds the delivery.
+            Ok(false) => Mode::Idle,
+            Err(error) => {
+                self.inner.get_streams.close(&feed.session, &feed.conn, false);
+                return Err(match error {
+                    StoreError::NotFound { .. } => EngineError::SessionNotFound,
+                    other => other.into(),
+                });
+            }
+        };
+        tokio::spawn(feed.run(mode));
         let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
         Ok(GetStream { events: events.boxed(), priming })
     }
@@ -305,10 +310,27 @@ impl Feed {
         self.known.as_ref().and_then(|d| d.holder.as_deref()) == Some(self.conn.as_str())
     }
 
-    /// Take the delivery over; a resume starts at `resume_after`.
-    async fn take(&mut self, resume_after: Option<u64>) -> Result<(), StoreError> {
+    /// Whether a newer GET stream of the session on this worker superseded this one since
+    /// the feed last looked at its signals (it was told to go idle, or to close).
+    fn superseded(&self) -> bool {
+        self.signals.has_changed().unwrap_or(true) && matches!(*self.signals.borrow(), Signal::Idle | Signal::Close)
+    }
+
+    /// Take the delivery over; a resume starts at `resume_after`. `false`: a newer GET
+    /// stream of the session opened on this worker meanwhile, and this one leaves the
+    /// delivery to it.
+    ///
+    /// A lost compare-and-set is retried only while nothing newer opened here: otherwise
+    /// the retry would take the delivery back from the newer stream, which then goes idle
+    /// at its next claim while this one goes idle on its signal, and the session's messages
+    /// would wait for an idle stream's tick.
+    async fn take(&mut self, resume_after: Option<u64>) -> Result<bool, StoreError> {
         self.known = self.load().await?;
         for _ in 0..MAX_ATTEMPTS {
+            if self.superseded() {
+                tracing::debug!(session = %self.session, get = %self.conn, "a newer GET stream opened here; leaving the delivery to it");
+                return Ok(false);
+            }
             let base = self.known.clone().unwrap_or_else(|| Delivery { delivered: self.untracked_end, ..Delivery::default() });
             let lease_until = now_ms().saturating_add(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
             if self.compare_and_set(base.held_by(&self.conn, lease_until)).await? {
@@ -325,7 +347,7 @@ impl Feed {
                     }
                 }
                 tracing::debug!(session = %self.session, get = %self.conn, from = self.pos, "GET stream took the delivery over");
-                return Ok(());
+                return Ok(true);
             }
         }
         Err(StoreError::Conflict { what: "session delivery" })
@@ -362,8 +384,7 @@ impl Feed {
         now_ms().saturating_add(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX))
     }
 
-    async fn run(mut self) {
-        let mut mode = Mode::Holding;
+    async fn run(mut self, mut mode: Mode) {
         let end = loop {
             let step = match mode {
                 Mode::Holding => self.hold().await,
@@ -396,7 +417,8 @@ impl Feed {
                 Ok(Mode::Idle)
             }
             (Signal::Take, Mode::Idle) => match self.take(None).await {
-                Ok(()) => Ok(Mode::Holding),
+                Ok(true) => Ok(Mode::Holding),
+                Ok(false) => Ok(Mode::Idle),
                 Err(error) => self.failed(error).await,
             },
             (Signal::Take | Signal::Opened, mode) => Ok(mode),
@@ -542,7 +564,8 @@ impl Feed {
                     };
                     if free {
                         match self.take(None).await {
-                            Ok(()) => return Ok(Mode::Holding),
+                            Ok(true) => return Ok(Mode::Holding),
+                            Ok(false) => {}
                             Err(error) => return self.failed(error).await,
                         }
                     }
@@ -551,3 +574,7 @@ impl Feed {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "getstream_tests.rs"]
+mod tests;

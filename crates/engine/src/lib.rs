@@ -50,6 +50,7 @@ mod recovery;
 mod relay;
 mod rerun;
 mod run;
+mod semconv;
 mod session;
 mod state;
 mod subscriptions;

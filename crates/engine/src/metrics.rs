@@ -65,10 +65,7 @@ pub const AUTH_AUTHENTICATED: &str = "durable_mcp.auth.authenticated";
 /// `introspection`).
 pub const AUTH_FETCH_FAILURES: &str = "durable_mcp.auth.fetch_failures";
 
-/// `error.type` of a tool result with `isError: true` (as the semantic conventions say).
-pub const TOOL_ERROR: &str = "tool_error";
-/// `mcp.method.name` of a method outside the protocol's set (bounded cardinality).
-pub const OTHER: &str = "_OTHER";
+pub use crate::semconv::{OTHER, TOOL_ERROR};
 
 /// The bucket bounds of the MCP semantic conventions for `mcp.server.*.duration`.
 pub const MCP_DURATION_BUCKETS: &[f64] = &[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
@@ -244,13 +241,7 @@ fn error_type(outcome: &Value) -> Option<SharedString> {
             None => OTHER.into(),
         });
     }
-    is_tool_error(outcome).then(|| TOOL_ERROR.into())
-}
-
-/// Whether `outcome` is a tool result with `isError: true` (a plain lookup: every answer
-/// passes here).
-pub(crate) fn is_tool_error(outcome: &Value) -> bool {
-    outcome.get("result").and_then(|result| result.get("isError")) == Some(&Value::Bool(true))
+    crate::semconv::is_tool_error(outcome).then(|| TOOL_ERROR.into())
 }
 
 /// Finish `operation`, if timed, with `outcome`.

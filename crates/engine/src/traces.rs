@@ -284,14 +284,14 @@ impl ServerSpan {
     pub fn finish(self, outcome: &Value) {
         let span = self.context.span();
         if let Some(error) = outcome.get("error") {
-            let code = error.get("code").and_then(Value::as_i64).map_or_else(|| crate::metrics::OTHER.to_owned(), |c| c.to_string());
+            let code = error.get("code").and_then(Value::as_i64).map_or_else(|| crate::semconv::OTHER.to_owned(), |c| c.to_string());
             span.set_attribute(KeyValue::new("rpc.response.status_code", code.clone()));
             span.set_attribute(KeyValue::new("error.type", code));
             let message = error.get("message").and_then(Value::as_str).unwrap_or_default().to_owned();
             span.set_status(Status::error(message));
-        } else if crate::metrics::is_tool_error(outcome) {
-            span.set_attribute(KeyValue::new("error.type", crate::metrics::TOOL_ERROR));
-            span.set_status(Status::error(crate::metrics::TOOL_ERROR));
+        } else if crate::semconv::is_tool_error(outcome) {
+            span.set_attribute(KeyValue::new("error.type", crate::semconv::TOOL_ERROR));
+            span.set_status(Status::error(crate::semconv::TOOL_ERROR));
         }
         span.end();
     }

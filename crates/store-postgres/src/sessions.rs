@@ -37,16 +37,6 @@ fn encode(record: &SessionRecord) -> StoreResult<String> {
     serde_json::to_string(record).map_err(|e| StoreError::Corrupt(format!("session record: {e}")))
 }
 
-/// Stream ids from `RETURNING id` rows.
-pub(crate) fn stream_ids(rows: &[Row]) -> StoreResult<Vec<StreamId>> {
-    rows.iter()
-        .map(|row| {
-            let id: &str = row.try_get(0).map_err(from_pg)?;
-            id.parse().map_err(|e| StoreError::Corrupt(format!("stream id {id:?}: {e}")))
-        })
-        .collect()
-}
-
 /// Insert a session and its standalone stream, in one transaction.
 pub(crate) async fn create(conn: &mut Conn, record: &SessionRecord) -> StoreResult<()> {
     let text = encode(record)?;
@@ -115,7 +105,7 @@ pub(crate) async fn end(conn: &mut Conn, principal: &Principal, id: &SessionId, 
         return Ok(Ending::NotFound);
     }
     let delete_streams = statements.get(&tx, DELETE_STREAMS).await?;
-    let gone = stream_ids(&tx.query(&delete_streams, &[&id.as_str(), &limit]).await.map_err(from_pg)?)?;
+    let gone = streams::stream_ids(&tx.query(&delete_streams, &[&id.as_str(), &limit]).await.map_err(from_pg)?)?;
     streams::removed(&tx, statements, channel, &gone).await?;
     let ending = if (gone.len() as i64) < limit {
         // Its row is locked: no stream was created meanwhile, so the delete cascades to none.
@@ -164,7 +154,7 @@ pub(crate) async fn prune_idle(
         return Ok((0, Vec::new(), false));
     }
     let delete_streams = statements.get(tx, DELETE_STREAMS_OF).await?;
-    let gone = stream_ids(&tx.query(&delete_streams, &[&ids, &limit]).await.map_err(from_pg)?)?;
+    let gone = streams::stream_ids(&tx.query(&delete_streams, &[&ids, &limit]).await.map_err(from_pg)?)?;
     let delete = statements.get(tx, DELETE_EMPTY).await?;
     let ended = tx.execute(&delete, &[&ids]).await.map_err(from_pg)?;
     let more = ids.len() as i64 == limit || gone.len() as i64 == limit;

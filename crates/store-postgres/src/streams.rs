@@ -6,11 +6,10 @@
 use durable_mcp_store::{EventId, Principal, StoreError, StoreResult, StoredEvent, StreamId, StreamOwner, StreamRead};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{GenericClient, Statement, Transaction};
+use tokio_postgres::{GenericClient, Row, Statement, Transaction};
 
 use crate::error::{StepError, from_pg, unavailable};
 use crate::pool::{Conn, Statements};
-use crate::sessions::stream_ids;
 use crate::to_i64;
 
 const INSERT: &str = "INSERT INTO streams (id, principal, session, last_event_ms) VALUES ($1, $2, $3, $4)";
@@ -360,4 +359,14 @@ pub(crate) async fn import(conn: &mut Conn, channel: &str, stream: &StreamId, ow
     notify(&tx, statements, channel, std::slice::from_ref(stream)).await?;
     tx.commit().await.map_err(from_pg)?;
     Ok(fresh.len() as u64)
+}
+
+/// Stream ids from `RETURNING id` rows.
+pub(crate) fn stream_ids(rows: &[Row]) -> StoreResult<Vec<StreamId>> {
+    rows.iter()
+        .map(|row| {
+            let id: &str = row.try_get(0).map_err(from_pg)?;
+            id.parse().map_err(|e| StoreError::Corrupt(format!("stream id {id:?}: {e}")))
+        })
+        .collect()
 }

@@ -8,8 +8,9 @@
 //! wrote): their layout is pinned by the tests of this module, and changing it is a
 //! migration, never a refactoring.
 //!
-//! Nothing here reads or writes the store, and nothing here imports another module of the
-//! engine: the journal, tasks and the request path are built on these types.
+//! Nothing here reads or writes the store, and nothing here imports an engine module above
+//! layer 0 (only `traces`' `TraceContext`, kept in run records): the journal,
+//! tasks and the request path are built on these types.
 
 mod alias;
 pub(crate) mod key;
