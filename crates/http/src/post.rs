@@ -1,4 +1,5 @@
-//! POST: one JSON-RPC message per body, dispatched by era.
+//! POST: one JSON-RPC message per body, dispatched by era; a batch (an array of them) from a
+//! 2025-03-26 session.
 
 use std::sync::Arc;
 
@@ -59,9 +60,10 @@ impl Transport {
         if self.config.log_bodies {
             tracing::trace!(body = %value, "message");
         }
-        if value.is_array() {
-            return Err(Rejection::InvalidRequest { message: "JSON-RPC batches are not supported".into(), id: None });
-        }
+        let value = match value {
+            Value::Array(items) => return self.post_batch(parts, items, who).await,
+            value => value,
+        };
         let inbound = jsonrpc::classify(value).map_err(|r| Rejection::InvalidRequest { message: r.message, id: r.id })?;
         self.check_operation(who, &inbound)?;
         let header_version = headers::protocol_version(headers)?;
@@ -92,10 +94,7 @@ impl Transport {
         // An unknown header version was refused already; a modern one made the request
         // modern. What is left is a legacy version (or none).
         let session = self.legacy_session(headers, &principal).await?;
-        let mut caller = Caller::legacy(principal, session)?;
-        caller.auth = self.auth_info(who);
-        caller.trace = trace_context(headers);
-        caller.http = Some(Arc::new(parts.clone()));
+        let caller = self.legacy_caller(parts, who, session)?;
         match inbound {
             Inbound::Request { id, message, .. } => {
                 // Boxed: the request path's future is large, and every future around it
@@ -123,21 +122,92 @@ impl Transport {
                 let source = SseSource { events, priming, prefix, cancel_on_drop: None, close_after, close_on: accepted.close_connection, keep_session: None };
                 Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
             }
-            Inbound::Notification { method, message } => {
-                if method == methods::NOTIFICATION_CANCELLED {
-                    if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId")) {
-                        self.engine.cancel(&caller, request_id).await?;
-                    }
-                } else {
-                    self.engine.notify(&caller, message);
-                }
-                Ok(StatusCode::ACCEPTED.into_response())
-            }
-            Inbound::Response { id, message } => {
-                self.engine.reply(&caller, &id, message).await?;
+            other => {
+                self.legacy_one_way(&caller, other).await?;
                 Ok(StatusCode::ACCEPTED.into_response())
             }
         }
+    }
+
+    /// The caller of a legacy request on `session`.
+    fn legacy_caller(&self, parts: &Parts, who: &Authenticated, session: SessionRecord) -> Result<Caller, Rejection> {
+        let mut caller = Caller::legacy(who.principal.clone(), session)?;
+        caller.auth = self.auth_info(who);
+        caller.trace = trace_context(&parts.headers);
+        caller.http = Some(Arc::new(parts.clone()));
+        Ok(caller)
+    }
+
+    /// A legacy notification or response: handled before the POST is answered (202).
+    async fn legacy_one_way(&self, caller: &Caller, inbound: Inbound) -> Result<(), Rejection> {
+        match inbound {
+            Inbound::Notification { method, message } => {
+                if method == methods::NOTIFICATION_CANCELLED {
+                    if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId")) {
+                        self.engine.cancel(caller, request_id).await?;
+                    }
+                } else {
+                    self.engine.notify(caller, message);
+                }
+            }
+            Inbound::Response { id, message } => self.engine.reply(caller, &id, message).await?,
+            Inbound::Request { .. } => return Err(Rejection::Internal("a request is not one-way".into())),
+        }
+        Ok(())
+    }
+
+    /// A JSON-RPC batch: an array of messages, which 2025-03-26 says a server MUST receive
+    /// (later versions removed batches, so other sessions are refused, 400).
+    ///
+    /// Every element is checked before any runs: an invalid one, or an `initialize` (which
+    /// may not be batched), refuses the whole batch. Then, in order, notifications and
+    /// responses are handled, and each request is accepted as if posted alone (journaled,
+    /// deduplicated by its id). Requests are answered on one SSE stream, their events
+    /// interleaved and each request's in order, or with `json_response` by a JSON array of
+    /// their answers in the batch's order; a batch without requests by 202.
+    async fn post_batch(&self, parts: &Parts, items: Vec<Value>, who: &Authenticated) -> Result<Response, Rejection> {
+        let refuse = |message: String| Rejection::InvalidRequest { message, id: None };
+        if items.is_empty() {
+            return Err(refuse("an empty JSON-RPC batch".into()));
+        }
+        let session = self.legacy_session(&parts.headers, &who.principal).await?;
+        if session.protocol_version.parse::<McpVersion>().ok() != Some(McpVersion::V2025_03_26) {
+            return Err(refuse(format!("JSON-RPC batches are accepted only in 2025-03-26 sessions; this one negotiated {}", session.protocol_version)));
+        }
+        let mut inbounds = Vec::with_capacity(items.len());
+        for (n, item) in items.into_iter().enumerate() {
+            let inbound = jsonrpc::classify(item).map_err(|r| refuse(format!("batch element {n}: {}", r.message)))?;
+            if matches!(&inbound, Inbound::Request { method, .. } if method == methods::INITIALIZE) {
+                return Err(refuse("initialize may not be part of a JSON-RPC batch".into()));
+            }
+            self.check_operation(who, &inbound)?;
+            inbounds.push(inbound);
+        }
+        let caller = self.legacy_caller(parts, who, session)?;
+        let mut streams = Vec::new();
+        for inbound in inbounds {
+            match inbound {
+                Inbound::Request { id, message, .. } => {
+                    let accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
+                    streams.push((accepted.stream, accepted.follow));
+                }
+                other => self.legacy_one_way(&caller, other).await?,
+            }
+        }
+        if streams.is_empty() {
+            return Ok(StatusCode::ACCEPTED.into_response());
+        }
+        if self.config.json_response {
+            let mut answers = Vec::with_capacity(streams.len());
+            for (stream, follow) in streams {
+                answers.push(self.last_message(stream, follow).await?);
+            }
+            return Ok(axum::Json(Value::Array(answers)).into_response());
+        }
+        let tails = streams.into_iter().map(|(stream, follow)| self.engine.tail(stream, 0, follow).boxed());
+        let events = futures::stream::select_all(tails).boxed();
+        let source = SseSource { events, priming: None, prefix: Vec::new(), cancel_on_drop: None, close_after: None, close_on: None, keep_session: None };
+        Ok(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown))
     }
 
     /// While other requests run on this worker, wait up to
@@ -272,6 +342,11 @@ impl Transport {
     }
 
     async fn json_outcome(&self, stream: durable_mcp_store::StreamId, follow: Option<durable_mcp_engine::Follow>) -> Result<Response, Rejection> {
+        Ok(axum::Json(self.last_message(stream, follow).await?).into_response())
+    }
+
+    /// The last message of `stream` once it is finished (a request's answer).
+    async fn last_message(&self, stream: durable_mcp_store::StreamId, follow: Option<durable_mcp_engine::Follow>) -> Result<Value, Rejection> {
         let mut events = self.engine.tail(stream, 0, follow).boxed();
         let mut last = None;
         while let Some(event) = events.next().await {
@@ -280,8 +355,7 @@ impl Transport {
                 last = Some(event.data);
             }
         }
-        let body: Value = last.and_then(|d| serde_json::from_str(&d).ok()).unwrap_or(Value::Null);
-        Ok(axum::Json(body).into_response())
+        Ok(last.and_then(|d| serde_json::from_str(&d).ok()).unwrap_or(Value::Null))
     }
 }
 

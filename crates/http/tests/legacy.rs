@@ -7,7 +7,7 @@ mod support;
 use std::collections::HashSet;
 
 use http::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 use support::*;
 
 #[tokio::test]
@@ -612,6 +612,60 @@ async fn d6_a_reused_id_with_another_tool_is_a_jsonrpc_error() {
     assert!(message.contains("request id 3 was already used in this session by another request"), "{body}");
     let again = messages(&post(&h.router, Some(&session), call(3, "echo", json!({"text": "first"}))).await.events().await);
     assert_eq!(again.last(), first.last(), "the re-send of the first request gets its answer");
+}
+
+/// A POST of a JSON-RPC batch on `session`.
+async fn post_batch(h: &Harness, session: &str, batch: Value) -> Reply {
+    let mut headers: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+    headers.push(("mcp-session-id", session));
+    send(&h.router, "POST", &headers, Some(batch.to_string())).await
+}
+
+/// 2025-03-26 (transports, "Sending Messages to the Server"): a batch's requests are
+/// answered on one SSE stream, each once; its notifications are handled; a batch of
+/// notifications and responses only is answered 202.
+#[tokio::test]
+async fn spec_2025_03_26_batches_are_received() {
+    let h = harness();
+    let session = initialize(&h.router, "2025-03-26").await;
+    let batch = json!([
+        call(1, "echo", json!({"text": "one"})),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        call(2, "echo", json!({"text": "two"})),
+    ]);
+    let reply = post_batch(&h, &session, batch).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.headers["content-type"], "text/event-stream");
+    let mut answers: Vec<(u64, String)> = reply
+        .events()
+        .await
+        .into_iter()
+        .map(|(_, data)| serde_json::from_str::<Value>(&data).unwrap())
+        .map(|m| (m["id"].as_u64().unwrap(), m["result"]["content"][0]["text"].as_str().unwrap().to_owned()))
+        .collect();
+    answers.sort();
+    assert_eq!(answers, [(1, "one".to_owned()), (2, "two".to_owned())]);
+
+    let one_way = json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": 77, "result": {}}]);
+    assert_eq!(post_batch(&h, &session, one_way).await.status, StatusCode::ACCEPTED);
+    // A request of a batch is a request like any other: re-sent alone, it is answered again.
+    let again = post(&h.router, Some(&session), call(2, "echo", json!({"text": "two"}))).await;
+    assert_eq!(again.events().await.len(), 1);
+}
+
+/// With `json_response`, a batch's answers come back as one JSON array in the batch's order.
+#[tokio::test]
+async fn spec_2025_03_26_batch_in_json_response_mode_is_an_array_in_order() {
+    let h = harness_with(configured::<durable_mcp_http::HttpConfig>(|c| {
+        c.json_response = true;
+    }));
+    let session = initialize(&h.router, "2025-03-26").await;
+    let reply = post_batch(&h, &session, json!([call(5, "echo", json!({"text": "a"})), call(4, "echo", json!({"text": "b"}))])).await;
+    assert_eq!(reply.headers["content-type"], "application/json");
+    let body = reply.json().await;
+    let ids: Vec<u64> = body.as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [5, 4], "{body}");
+    assert_eq!(body[1]["result"]["content"][0]["text"], "b");
 }
 
 /// `T::default()` with `set` applied (the options structs are `#[non_exhaustive]`).

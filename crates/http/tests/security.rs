@@ -136,31 +136,35 @@ async fn invalid_header_bytes_are_400_not_a_panic() {
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
 }
 
-/// JSON-RPC batches (not supported since 2025-06-18, and never by durable-mcp) are refused
-/// whole, whatever they hold: 400, invalid request, a message saying so, and nothing in the
-/// batch is run or journaled.
+/// Batches outside 2025-03-26 sessions (later versions removed them), and batches that are
+/// not valid whole, are refused: 400, invalid request, a message saying why, and nothing in
+/// the batch is run or journaled.
 #[tokio::test]
-async fn batches_of_requests_and_notifications_are_refused_whole() {
+async fn batches_outside_2025_03_26_or_not_valid_whole_are_refused_whole() {
     let h = harness();
-    let session = initialize(&h.router, "2025-03-26").await;
     let echo = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "batched"}}});
-    let batches = [
-        json!([echo(1)]),
-        json!([echo(2), echo(3)]),
-        json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}]),
-        json!([echo(4), {"jsonrpc": "2.0", "id": 5, "result": {}}]),
+    let old = initialize(&h.router, "2025-03-26").await;
+    let newer = initialize(&h.router, "2025-06-18").await;
+    let initialize_request = json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let cases = [
+        (&newer, json!([echo(1)]), "only in 2025-03-26 sessions"),
+        (&newer, json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}]), "only in 2025-03-26 sessions"),
+        (&old, json!([]), "an empty JSON-RPC batch"),
+        (&old, json!([echo(2), {"jsonrpc": "2.0", "id": 3}]), "batch element 1"),
+        (&old, json!([echo(4), 7]), "batch element 1"),
+        (&old, json!([initialize_request]), "initialize may not be part of a JSON-RPC batch"),
     ];
-    for batch in batches {
+    for (session, batch, says) in cases {
         let mut headers: Vec<(&str, &str)> = POST_HEADERS.to_vec();
-        headers.push(("mcp-session-id", &session));
+        headers.push(("mcp-session-id", session));
         let reply = send(&h.router, "POST", &headers, Some(batch.to_string())).await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{batch}");
         let body: Value = reply.json().await;
         assert_eq!(body["error"]["code"], -32600, "{body}");
-        assert!(body["error"]["message"].as_str().unwrap_or_default().contains("batches are not supported"), "{body}");
+        assert!(body["error"]["message"].as_str().unwrap_or_default().contains(says), "{batch}: {body}");
     }
     assert_eq!(h.engine.in_flight(), 0);
     let journaled = h.store.list_records(durable_mcp_store::RecordKind::Run, "", 10).await.unwrap();
     let aliases = h.store.list_records(durable_mcp_store::RecordKind::Alias, "", 10).await.unwrap();
-    assert!(journaled.is_empty() && aliases.is_empty(), "nothing of a batch was journaled: {journaled:?} {aliases:?}");
+    assert!(journaled.is_empty() && aliases.is_empty(), "nothing of a refused batch was journaled: {journaled:?} {aliases:?}");
 }
