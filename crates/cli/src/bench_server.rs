@@ -107,7 +107,7 @@ pub(crate) async fn serve(args: BenchServerArgs) -> anyhow::Result<()> {
             if let Some(secs) = prune_interval_secs {
                 options.prune_interval = Duration::from_secs(secs.max(1));
             }
-            let server = DurableMcp::new(durable_mcp_examples::Everything::default()).store(open_store(&store).await?).engine_options(options);
+            let server = DurableMcp::new(durable_mcp_demo::Everything::default()).store(open_store(&store).await?).engine_options(options);
             // Before the engine is made (it times its store only if metrics are on then).
             let _metrics = match metrics_listen {
                 Some(addr) => Some(serve_metrics(addr).await?),
@@ -119,7 +119,7 @@ pub(crate) async fn serve(args: BenchServerArgs) -> anyhow::Result<()> {
         }
         ServedBy::Proxy { store, listen } => serve_proxy(&store, listen).await,
         ServedBy::Stdio { store } => {
-            DurableMcp::new(durable_mcp_examples::Everything::default()).store_url(&store).await?.serve_stdio().await?;
+            DurableMcp::new(durable_mcp_demo::Everything::default()).store_url(&store).await?.serve_stdio().await?;
             Ok(())
         }
     }

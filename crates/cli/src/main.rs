@@ -413,8 +413,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(ServeCommand { example, serve: args }) => {
             // The example seals with the engine's keys (the ring, or --state-key).
             let server = match example {
-                Example::Everything => DurableMcp::new(durable_mcp_examples::Everything::default()),
-                Example::Provisioning => DurableMcp::new(durable_mcp_examples::Provisioning::default()),
+                Example::Everything => DurableMcp::new(durable_mcp_demo::Everything::default()),
+                Example::Provisioning => DurableMcp::new(durable_mcp_demo::Provisioning::default()),
             };
             serve::serve(args, server).await
         }
