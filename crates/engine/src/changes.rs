@@ -23,6 +23,7 @@ use durable_mcp_store::{Expect, RecordKind, StoreError, now_ms};
 use serde_json::{Value, json};
 
 use crate::records::key;
+use crate::sync::lock;
 use crate::{Engine, EngineError, Inner};
 
 /// How often a worker with listen streams open reads the announcements they follow.
@@ -94,10 +95,6 @@ impl Default for Changes {
             counter: AtomicU64::new(0),
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

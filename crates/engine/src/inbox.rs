@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::caller::Caller;
 use crate::records::key;
+use crate::sync::lock;
 use crate::{Engine, EngineError};
 
 pub(crate) struct Inbox {
@@ -27,10 +28,6 @@ pub(crate) struct Inbox {
     next: u64,
     originals: Arc<Mutex<HashMap<String, RequestId>>>,
     forwarder: JoinHandle<()>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Inbox {

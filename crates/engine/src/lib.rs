@@ -18,11 +18,11 @@
 //!
 //! | layer | modules | what it owns |
 //! |---|---|---|
-//! | 0 records | `records` (`records::key`), `error`, `metrics` (`metrics_store`), `traces`, `limits` | every record, its key and its encoding; status, era and flavor enums; the errors; the metrics' names and the store latency decorator; spans and trace contexts; the limits per principal and what each principal uses of the worker |
+//! | 0 records | `records` (`records::key`), `error`, `metrics` (with its store decorator), `traces`, `semconv`, `limits`, `sync` | every record, its key and its encoding; status, era and flavor enums; the errors; the metrics' names and the store latency decorator; spans and trace contexts; the semantic-convention names both share; the limits per principal and what each principal uses of the worker; the one lock helper |
 //! | 1 context | `caller`, `state`, `keys`, `rerun` | who sent a request; durable state handles; the `requestState` key ring; what a re-run already sent |
 //! | 2 journal | `journal` | run records, leases, heartbeats, claiming runs whose lease ran out, cancellation marks, sealed run state |
 //! | 3 tasks | `tasks` | task records, owners, status changes and their notifications, `tasks/*` answers |
-//! | 4 request path | `run`, `pump`, `opening`, `tail`, `durable`, `recovery`, `relay`, `inbox`, `notify`, `changes`, `getstream`, `session`, `subscriptions`, `outbox`, `inspect` | accepting, committing and routing requests; the durable context; re-running claimed runs |
+//! | 4 request path | `registry` (the runs in flight here, behind its own API), `run`, `pump`, `opening`, `tail`, `durable`, `recovery`, `relay`, `inbox`, `notify`, `changes`, `getstream`, `session`, `subscriptions`, `outbox`, `inspect` | accepting, committing and routing requests; the durable context; re-running claimed runs |
 //!
 //! The crate root ([`Engine`], [`EngineOptions`]) is the handle every layer's `impl Engine`
 //! works through: it holds the store and the options.
@@ -40,13 +40,13 @@ pub mod keys;
 mod layers;
 pub mod limits;
 pub mod metrics;
-mod metrics_store;
 mod notify;
 mod opening;
 mod outbox;
 mod pump;
 mod records;
 mod recovery;
+mod registry;
 mod relay;
 mod rerun;
 mod run;
@@ -54,6 +54,7 @@ mod semconv;
 mod session;
 mod state;
 mod subscriptions;
+mod sync;
 mod tail;
 mod tasks;
 pub mod traces;
@@ -70,8 +71,8 @@ pub use durable_mcp_protocol::tasks::TASKS_EXTENSION;
 pub use error::EngineError;
 pub use getstream::{GetStream, GetStreamSettings};
 pub use journal::JOURNALED_METHODS;
+pub use opening::Accepted;
 pub use records::{Era, RecordError, is_credential};
-pub use run::Accepted;
 pub use tail::{Follow, tail};
 
 /// Settings of the engine.
@@ -150,7 +151,7 @@ struct Inner {
     handler: McpHandler,
     summary: ServerSummary,
     options: EngineOptions,
-    runs: run::Registry,
+    runs: registry::Registry,
     /// The runs this worker holds, renewed by one shared heartbeat.
     heartbeats: journal::Heartbeats,
     keys: keys::Keys,
@@ -196,7 +197,7 @@ impl Engine {
                 handler,
                 summary,
                 options,
-                runs: run::Registry::default(),
+                runs: registry::Registry::default(),
                 heartbeats: journal::Heartbeats::default(),
                 keys,
                 started_at_ms,

@@ -7,13 +7,30 @@
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId, code, to_text};
 use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, RecordKind, SessionId, StoreError, StreamId, StreamOwner, WriteBatch, now_ms};
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
 use crate::journal::{Held, MARK_TTL_MS};
 use crate::records::{AliasRecord, Flavor, RecordError, RequestFingerprint, RunRecord, key};
-use crate::run::Accepted;
 use crate::tail::Follow;
 use crate::{Engine, EngineError};
+
+/// A request that was accepted: its response stream exists and its handler runs.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    /// The response stream.
+    pub stream: StreamId,
+    /// The priming event, for streams that have one.
+    pub priming: Option<EventId>,
+    /// Cancels the handler (absent when the request was refused before it ran).
+    pub cancel: Option<CancellationToken>,
+    /// Fires when the handler asks to close the connection (not the stream) so that the
+    /// client resumes with `Last-Event-ID` (legacy era only).
+    pub close_connection: Option<CancellationToken>,
+    /// The transport's tail of `stream`, registered before its first event was committed:
+    /// pass it to [`Engine::tail`] to get what this worker commits from memory.
+    pub follow: Option<Follow>,
+}
 
 /// The response stream of a request being accepted: created by the first commit of the
 /// request ([`NewStream::batch`], then [`NewStream::committed`]), or on its own when

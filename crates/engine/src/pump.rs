@@ -22,7 +22,6 @@
 //! closed (no client waits forever) or handed back to the journal for another attempt.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use durable_mcp_protocol::jsonrpc::RequestId;
 use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, McpVersion, Outbound, Run, StateKeys};
@@ -38,7 +37,13 @@ use crate::journal::Held;
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::opening::NewStream;
 use crate::records::{Era, TaskStatus};
-use crate::run::{RETRY_AFTER_FAILURE_MS, SESSION_WATCH_AFTER, lock, run_key};
+use crate::sync::lock;
+
+/// How long a run that failed without an outcome waits before it is retried.
+pub(crate) const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
+
+/// How long a legacy run goes before it watches for the end of its session (D5).
+pub(crate) const SESSION_WATCH_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Everything the pump of one run works with.
 pub(crate) struct Pump {
@@ -321,7 +326,7 @@ impl Engine {
         let Running { stream, mut opening, mut feed, inbox, task_watch, .. } = state;
         stop_feed(&mut feed).await;
         if let Some(session) = caller.session_id() {
-            lock(&self.inner.runs.runs).remove(&run_key(session, &id));
+            self.inner.runs.remove_session_run(session, &id);
         }
         if let Some(watcher) = task_watch {
             watcher.abort();
@@ -333,7 +338,7 @@ impl Engine {
             journaled: held.is_some(),
             cancelled: run.cancel.is_cancelled(),
             lost: held.as_ref().is_some_and(|h| h.lost.is_cancelled()),
-            releasing: self.inner.runs.releasing.load(Ordering::SeqCst),
+            releasing: self.inner.runs.releasing(),
         };
         let ending = ending(&stop, at);
         tracing::debug!(%stream, ?stop, ?ending, "run stopped");

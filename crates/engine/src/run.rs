@@ -2,14 +2,11 @@
 //! the routing of every message a handler sends while it runs.
 
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::Ordering;
 
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId, to_text};
 use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext, methods};
 use durable_mcp_store::{BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms};
-use foldhash::HashMap;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -17,8 +14,8 @@ use crate::caller::Caller;
 use crate::durable::DurableRun;
 use crate::journal::{Held, JOURNALED_METHODS};
 use crate::notify::ListenSubscription;
-use crate::opening::{Journaled, NewStream};
-use crate::pump::Pump;
+use crate::opening::{Accepted, Journaled, NewStream};
+use crate::pump::{Pump, RETRY_AFTER_FAILURE_MS};
 use crate::records::{Era, Flavor, RecordError, Relay, RequestFingerprint, RunRecord};
 use crate::rerun::AlreadySent;
 use crate::tail::Follow;
@@ -26,12 +23,6 @@ use crate::tasks::{declares_extension, missing_extension};
 use crate::{Engine, EngineError};
 use durable_mcp_protocol::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
-
-/// How long a run that failed without an outcome waits before it is retried.
-pub(crate) const RETRY_AFTER_FAILURE_MS: u64 = 1_000;
-
-/// How long a legacy run goes before it watches for the end of its session (D5).
-pub(crate) const SESSION_WATCH_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// What a run of a new request starts with besides its request ([`Engine::launch_with`]).
 struct Extra<'a> {
@@ -49,52 +40,6 @@ struct Extra<'a> {
 pub(crate) struct Launched {
     pub cancel: CancellationToken,
     pub close_connection: Option<CancellationToken>,
-}
-
-/// A request that was accepted: its response stream exists and its handler runs.
-#[derive(Debug, Clone)]
-pub struct Accepted {
-    /// The response stream.
-    pub stream: StreamId,
-    /// The priming event, for streams that have one.
-    pub priming: Option<EventId>,
-    /// Cancels the handler (absent when the request was refused before it ran).
-    pub cancel: Option<CancellationToken>,
-    /// Fires when the handler asks to close the connection (not the stream) so that the
-    /// client resumes with `Last-Event-ID` (legacy era only).
-    pub close_connection: Option<CancellationToken>,
-    /// The transport's tail of `stream`, registered before its first event was committed:
-    /// pass it to [`Engine::tail`] to get what this worker commits from memory.
-    pub follow: Option<Follow>,
-}
-
-/// Runs in flight on this worker: for cancellation and for routing replies to the
-/// handler's own requests.
-#[derive(Default)]
-pub(crate) struct Registry {
-    pub(crate) runs: Mutex<HashMap<String, CancellationToken>>,
-    /// Journaled runs executing here, by run id, with the generation of their
-    /// registration (a retry may register the same run id before the last one is gone).
-    journaled: Mutex<HashMap<String, (u64, CancellationToken)>>,
-    /// The last registration generation handed out.
-    generation: std::sync::atomic::AtomicU64,
-    /// Set by [`Engine::drain`]: runs stopped now give their leases back.
-    pub(crate) releasing: std::sync::atomic::AtomicBool,
-    in_flight: std::sync::atomic::AtomicUsize,
-}
-
-pub(crate) fn run_key(session: &SessionId, id: &RequestId) -> String {
-    use std::fmt::Write as _;
-    let mut key = String::with_capacity(session.as_str().len() + 24);
-    key.push_str(session.as_str());
-    key.push('/');
-    // Writing into a String cannot fail.
-    let _ = write!(key, "{id}");
-    key
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
@@ -445,11 +390,11 @@ impl Engine {
         if let Some(session) = caller.session_id()
             && task.is_none()
         {
-            lock(&self.inner.runs.runs).insert(run_key(session, &id), run.cancel.clone());
+            self.inner.runs.add_session_run(session, &id, run.cancel.clone());
         }
         let registration = held.as_ref().map(|held| self.register_journaled(&held.run_id, run.cancel.clone()));
         let engine = self.clone();
-        self.inner.runs.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.inner.runs.started();
         crate::metrics::in_flight(1.0);
         // This worker writes the stream until the pump ends: its local tails need no store.
         let writer = self.hub().writer(&stream);
@@ -473,7 +418,7 @@ impl Engine {
         tokio::spawn(Box::pin(async move {
             crate::traces::in_context(context, engine.clone().pump(pump)).await;
             drop(writer);
-            engine.inner.runs.in_flight.fetch_sub(1, Ordering::SeqCst);
+            engine.inner.runs.finished();
             crate::metrics::in_flight(-1.0);
         }));
         Ok(launched)
@@ -638,7 +583,7 @@ impl Engine {
         let run_id = held.run_id.clone();
         match relayed {
             Ok(true) => held.finish(&self).await,
-            Ok(false) if self.inner.runs.releasing.load(Ordering::SeqCst) => held.release(&self, 0, false).await,
+            Ok(false) if self.inner.runs.releasing() => held.release(&self, 0, false).await,
             Ok(false) => held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await,
             Err(error) => {
                 tracing::warn!(%error, task = %relay.task_id, "tasks/result relay failed; it will be retried");
@@ -650,23 +595,18 @@ impl Engine {
 
     /// Whether this worker is running the journaled run `run_id`.
     pub(crate) fn is_running_here(&self, run_id: &str) -> bool {
-        lock(&self.inner.runs.journaled).contains_key(run_id)
+        self.inner.runs.is_running(run_id)
     }
 
     /// Register a journaled run executing here (for recovery, which skips it, and for
     /// `drain`, which stops it with `stop`); returns the registration's generation.
     pub(crate) fn register_journaled(&self, run_id: &str, stop: CancellationToken) -> u64 {
-        let generation = self.inner.runs.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        lock(&self.inner.runs.journaled).insert(run_id.to_owned(), (generation, stop));
-        generation
+        self.inner.runs.register_journaled(run_id, stop)
     }
 
     /// Forget a registration, unless the run id was registered again since.
     pub(crate) fn unregister_journaled(&self, run_id: &str, generation: u64) {
-        let mut journaled = lock(&self.inner.runs.journaled);
-        if journaled.get(run_id).is_some_and(|(registered, _)| *registered == generation) {
-            journaled.remove(run_id);
-        }
+        self.inner.runs.unregister_journaled(run_id, generation);
     }
 
     /// Graceful shutdown of durable execution: wait up to `grace` for the requests running
@@ -677,17 +617,17 @@ impl Engine {
         while self.in_flight() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        let running: Vec<CancellationToken> = lock(&self.inner.runs.journaled).values().map(|(_, stop)| stop.clone()).collect();
+        let running = self.inner.runs.journaled_stops();
         if running.is_empty() {
             return;
         }
         tracing::info!(runs = running.len(), "grace period over; releasing the leases of unfinished runs");
-        self.inner.runs.releasing.store(true, Ordering::SeqCst);
+        self.inner.runs.start_releasing();
         for token in running {
             token.cancel();
         }
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-        while !lock(&self.inner.runs.journaled).is_empty() && tokio::time::Instant::now() < deadline {
+        while !self.inner.runs.no_journaled_runs() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
@@ -940,7 +880,7 @@ impl Engine {
     /// next heartbeat (D11).
     pub async fn cancel(&self, caller: &Caller, request_id: &RequestId) -> Result<(), EngineError> {
         let Some(session) = caller.session_id() else { return Ok(()) };
-        let local = lock(&self.inner.runs.runs).get(&run_key(session, request_id)).cloned();
+        let local = self.inner.runs.session_run(session, request_id);
         match local {
             Some(token) => {
                 token.cancel();
@@ -954,7 +894,7 @@ impl Engine {
     /// a handler still running here for it is cancelled: the task this spawns watches the
     /// session's standalone stream (removed only with the session) and cancels `cancel`
     /// once it is gone. The pump spawns it only for a run that lasts longer than
-    /// [`SESSION_WATCH_AFTER`]: shorter runs make no watch and no task.
+    /// [`SESSION_WATCH_AFTER`](crate::pump::SESSION_WATCH_AFTER): shorter runs make no watch and no task.
     ///
     /// Its own task, not a future the pump polls beside its messages: a store call it
     /// makes may hold a pooled connection, and a future that is not polled while the pump
@@ -988,17 +928,12 @@ impl Engine {
 
     /// How many requests are running on this worker.
     pub fn in_flight(&self) -> usize {
-        self.inner.runs.in_flight.load(Ordering::SeqCst)
+        self.inner.runs.in_flight()
     }
 
     /// Cancel every run of a session (it ended).
     pub(crate) fn cancel_session(&self, session: &SessionId) {
-        let prefix = format!("{session}/");
-        for (key, token) in lock(&self.inner.runs.runs).iter() {
-            if key.starts_with(&prefix) {
-                token.cancel();
-            }
-        }
+        self.inner.runs.cancel_session(session);
     }
 
     /// Reject a request before it runs, with a committed stream holding the error: used

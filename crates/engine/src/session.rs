@@ -260,7 +260,7 @@ mod tests {
         tokio::time::sleep(durable_mcp_protocol::NOTIFY_WINDOW / 2).await;
         assert_eq!(engine.handler().notifications_in_flight(), 0, "notification service loops still open");
         assert_eq!(engine.inner.get_streams.sessions(), 0);
-        assert!(crate::run::lock(&engine.inner.runs.runs).is_empty());
+        assert!(engine.inner.runs.no_session_runs());
         assert_eq!(engine.inner.changes.followed(), (0, 0));
     }
 

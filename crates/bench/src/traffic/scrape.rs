@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use crate::BenchError;
 
 /// `durable_mcp::metrics`' exposition name of the engine's `JOURNAL_TAKEOVERS`
-/// (`durable_mcp.journal.takeovers`, crates/engine/src/metrics.rs; docs/metrics.md): dots
+/// (`durable_mcp.journal.takeovers`, crates/engine/src/metrics/mod.rs; docs/metrics.md): dots
 /// become underscores and counters get `_total`. Labelled by `from`.
 pub const TAKEOVERS: &str = "durable_mcp_journal_takeovers_total";
 

@@ -9,7 +9,7 @@ use durable_mcp_store::{
     StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch,
 };
 
-use crate::metrics::{STORE_BATCH_OPS, STORE_COMMITS, STORE_OPERATION_DURATION};
+use super::{STORE_BATCH_OPS, STORE_COMMITS, STORE_OPERATION_DURATION};
 
 /// A [`Store`] recording the latency of each call of the store it wraps in
 /// `durable_mcp.store.operation.duration` (labels `backend`, `operation`: the method's

@@ -18,7 +18,9 @@ use ::metrics::{Label, SharedString, Unit, counter, describe_counter, describe_g
 use durable_mcp_protocol::methods;
 use serde_json::Value;
 
-pub use crate::metrics_store::MeteredStore;
+mod store;
+
+pub use store::MeteredStore;
 
 /// `mcp.server.operation.duration` (histogram, seconds): one request, from its acceptance
 /// to the commit of its outcome.
