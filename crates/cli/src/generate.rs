@@ -53,7 +53,6 @@ fn man_pages(command: Command, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     // Subcommands' pages are named `durable-mcp-serve` and so on, as git's are.
     let command = command.disable_help_subcommand(true);
-    command.clone().build();
     let name = command.get_name().to_owned();
     let mut written = vec![write_page(&command, dir, &name)?];
     for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
