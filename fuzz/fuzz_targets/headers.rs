@@ -15,9 +15,14 @@ fuzz_target!(|data: &[u8]| {
     let mut headers = HeaderMap::new();
     let mut name_value = None;
     for line in lines {
-        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
         let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) else { continue };
+        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+        else {
+            continue;
+        };
         if name.as_str() == "mcp-name" {
             name_value = value.to_str().ok().map(str::to_owned);
         }
@@ -29,7 +34,10 @@ fuzz_target!(|data: &[u8]| {
         params.insert("name".into(), Value::String(name.clone()));
         params.insert("uri".into(), Value::String(name));
     }
-    params.insert("arguments".into(), json!({"region": "eu", "count": 3, "flag": true}));
+    params.insert(
+        "arguments".into(),
+        json!({"region": "eu", "count": 3, "flag": true}),
+    );
     let schema = json!({"type": "object", "properties": {
         "region": {"type": "string", "x-mcp-header": "Region"},
         "count": {"type": "integer", "x-mcp-header": "Count"},
@@ -37,6 +45,18 @@ fuzz_target!(|data: &[u8]| {
     }});
     let mut config = HttpConfig::default();
     config.allowed_origins = Some(vec!["https://app.example".into()]);
-    let _ = durable_mcp_http::fuzzing::check_headers(&headers, &config, &method, Some(&params), Some(&schema));
-    let _ = durable_mcp_http::fuzzing::check_headers(&headers, &HttpConfig::default(), &method, None, None);
+    let _ = durable_mcp_http::fuzzing::check_headers(
+        &headers,
+        &config,
+        &method,
+        Some(&params),
+        Some(&schema),
+    );
+    let _ = durable_mcp_http::fuzzing::check_headers(
+        &headers,
+        &HttpConfig::default(),
+        &method,
+        None,
+        None,
+    );
 });

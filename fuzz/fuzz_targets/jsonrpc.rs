@@ -8,12 +8,25 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(value) = serde_json::from_slice::<Value>(data) else { return };
+    let Ok(value) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
     let early = request_id(&value);
     match classify(value) {
-        Ok(Inbound::Request { id, method, message }) => {
-            assert_eq!(early.as_ref(), Some(&id), "request_id and classify disagree on the id");
-            assert_eq!(message.get("method").and_then(Value::as_str), Some(method.as_str()));
+        Ok(Inbound::Request {
+            id,
+            method,
+            message,
+        }) => {
+            assert_eq!(
+                early.as_ref(),
+                Some(&id),
+                "request_id and classify disagree on the id"
+            );
+            assert_eq!(
+                message.get("method").and_then(Value::as_str),
+                Some(method.as_str())
+            );
         }
         Ok(Inbound::Notification { message, .. }) => assert!(message.get("id").is_none()),
         Ok(Inbound::Response { message, .. }) => {
@@ -21,7 +34,10 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(rejection) => {
             if let Some(id) = &rejection.id {
-                assert!(id.is_string() || id.is_i64() || id.is_u64(), "a refusal echoes only a valid id");
+                assert!(
+                    id.is_string() || id.is_i64() || id.is_u64(),
+                    "a refusal echoes only a valid id"
+                );
             }
         }
     }

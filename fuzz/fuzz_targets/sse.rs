@@ -14,10 +14,17 @@ fn parse(body: &str) -> Vec<(Option<String>, String)> {
     let mut events = Vec::new();
     let (mut id, mut data, mut has_data) = (None, String::new(), false);
     // Lines end with CRLF, LF or CR.
-    for line in body.split("\r\n").flat_map(|l| l.split('\n')).flat_map(|l| l.split('\r')) {
+    for line in body
+        .split("\r\n")
+        .flat_map(|l| l.split('\n'))
+        .flat_map(|l| l.split('\r'))
+    {
         if line.is_empty() {
             if has_data {
-                events.push((id.clone(), data.strip_suffix('\n').unwrap_or(&data).to_owned()));
+                events.push((
+                    id.clone(),
+                    data.strip_suffix('\n').unwrap_or(&data).to_owned(),
+                ));
             }
             data.clear();
             has_data = false;
@@ -51,11 +58,21 @@ fuzz_target!(|data: &[u8]| {
     }
     // The engine commits serialized JSON: a message parsed from the input, or the input
     // as a JSON string.
-    let message = serde_json::from_slice::<Value>(data).unwrap_or_else(|_| Value::String(text.into_owned()));
+    let message =
+        serde_json::from_slice::<Value>(data).unwrap_or_else(|_| Value::String(text.into_owned()));
     let json = message.to_string();
-    let id: EventId = "00000000000000000000000000000001_7".parse().expect("a valid event id");
-    let frame = durable_mcp_http::fuzzing::sse_frame(&StoredEvent { id: id.clone(), data: json.clone() });
+    let id: EventId = "00000000000000000000000000000001_7"
+        .parse()
+        .expect("a valid event id");
+    let frame = durable_mcp_http::fuzzing::sse_frame(&StoredEvent {
+        id: id.clone(),
+        data: json.clone(),
+    });
     let frame = std::str::from_utf8(&frame).expect("frames are UTF-8");
     let events = parse(frame);
-    assert_eq!(events, vec![(Some(id.to_string()), json)], "one frame, one event: {frame:?}");
+    assert_eq!(
+        events,
+        vec![(Some(id.to_string()), json)],
+        "one frame, one event: {frame:?}"
+    );
 });

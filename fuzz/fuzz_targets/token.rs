@@ -64,39 +64,62 @@ fn authorization(value: &[u8]) -> Option<HeaderMap> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     let world = world();
     match mode % 4 {
         // An Authorization header against API keys, and a key file's text.
         0 => {
             if let Some(headers) = authorization(rest) {
-                let _ = world.runtime.block_on(world.keys.authenticate(&headers, None));
+                let _ = world
+                    .runtime
+                    .block_on(world.keys.authenticate(&headers, None));
             }
             let _ = ApiKeys::parse(&String::from_utf8_lossy(rest));
         }
         // An Authorization header against the OAuth resource server (JWT header parsing).
         1 => {
             if let Some(headers) = authorization(rest) {
-                let _ = world.runtime.block_on(world.oauth.authenticate(&headers, None));
+                let _ = world
+                    .runtime
+                    .block_on(world.oauth.authenticate(&headers, None));
             }
         }
         // Claims signed with the trusted key: their checks.
         2 => {
-            let Ok(Value::Object(claims)) = serde_json::from_slice::<Value>(rest) else { return };
+            let Ok(Value::Object(claims)) = serde_json::from_slice::<Value>(rest) else {
+                return;
+            };
             let mut header = Header::new(Algorithm::EdDSA);
             header.kid = Some("ed-1".into());
-            let Ok(token) = jsonwebtoken::encode(&header, &claims, &world.signing) else { return };
-            let headers = authorization(format!("Bearer {token}").as_bytes()).expect("a token is a header value");
-            if let Ok(who) = world.runtime.block_on(world.oauth.authenticate(&headers, None)) {
-                assert_eq!(claims.get("iss").and_then(Value::as_str), Some(ISSUER), "accepted another issuer");
-                assert!(claims.get("sub").and_then(Value::as_str).is_some(), "accepted a token without a subject");
+            let Ok(token) = jsonwebtoken::encode(&header, &claims, &world.signing) else {
+                return;
+            };
+            let headers = authorization(format!("Bearer {token}").as_bytes())
+                .expect("a token is a header value");
+            if let Ok(who) = world
+                .runtime
+                .block_on(world.oauth.authenticate(&headers, None))
+            {
+                assert_eq!(
+                    claims.get("iss").and_then(Value::as_str),
+                    Some(ISSUER),
+                    "accepted another issuer"
+                );
+                assert!(
+                    claims.get("sub").and_then(Value::as_str).is_some(),
+                    "accepted a token without a subject"
+                );
                 assert!(!who.principal.is_anonymous());
             }
         }
         // A header of the input's JSON over valid claims and a signature of the trusted key
         // (over another header): the header's checks.
         _ => {
-            let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(rest) else { return };
+            let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(rest) else {
+                return;
+            };
             let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
             let header = b64.encode(Value::Object(fields).to_string());
             let mut claims = Map::new();
@@ -106,12 +129,21 @@ fuzz_target!(|data: &[u8]| {
             claims.insert("exp".into(), Value::from(u64::MAX / 4));
             let mut good = Header::new(Algorithm::EdDSA);
             good.kid = Some("ed-1".into());
-            let Ok(real) = jsonwebtoken::encode(&good, &claims, &world.signing) else { return };
+            let Ok(real) = jsonwebtoken::encode(&good, &claims, &world.signing) else {
+                return;
+            };
             let mut parts = real.splitn(3, '.');
-            let (_, payload, signature) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+            let (_, payload, signature) = (
+                parts.next(),
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default(),
+            );
             let token = format!("{header}.{payload}.{signature}");
             if let Some(headers) = authorization(format!("Bearer {token}").as_bytes()) {
-                let accepted = world.runtime.block_on(world.oauth.authenticate(&headers, None)).is_ok();
+                let accepted = world
+                    .runtime
+                    .block_on(world.oauth.authenticate(&headers, None))
+                    .is_ok();
                 assert!(!accepted, "a signature over another header verified");
             }
         }

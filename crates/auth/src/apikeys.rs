@@ -25,14 +25,25 @@ pub struct ApiKey {
 
 impl std::fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiKey").field("id", &self.id).field("scopes", &self.scopes).finish_non_exhaustive()
+        f.debug_struct("ApiKey")
+            .field("id", &self.id)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
     }
 }
 
 impl ApiKey {
     /// A key from its secret (hashed here; the secret is not kept).
-    pub fn new(id: impl Into<String>, secret: &str, scopes: impl IntoIterator<Item = String>) -> Self {
-        Self { id: id.into(), hash: Sha256::digest(secret.as_bytes()).into(), scopes: scopes.into_iter().collect() }
+    pub fn new(
+        id: impl Into<String>,
+        secret: &str,
+        scopes: impl IntoIterator<Item = String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            hash: Sha256::digest(secret.as_bytes()).into(),
+            scopes: scopes.into_iter().collect(),
+        }
     }
 }
 
@@ -47,7 +58,10 @@ pub struct ApiKeys {
 impl ApiKeys {
     /// These keys.
     pub fn new(keys: Vec<ApiKey>) -> Self {
-        Self { keys, scopes: Vec::new() }
+        Self {
+            keys,
+            scopes: Vec::new(),
+        }
     }
 
     /// Keys in the file format (see the module docs).
@@ -60,25 +74,54 @@ impl ApiKeys {
             }
             let mut fields = line.split_whitespace();
             let (Some(id), Some(secret)) = (fields.next(), fields.next()) else {
-                return Err(ConfigError::Invalid(format!("API keys line {}: expected `<id> <key> [scopes]`", n + 1)));
+                return Err(ConfigError::Invalid(format!(
+                    "API keys line {}: expected `<id> <key> [scopes]`",
+                    n + 1
+                )));
             };
-            let scopes: BTreeSet<String> = fields.next().map(|s| s.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default();
+            let scopes: BTreeSet<String> = fields
+                .next()
+                .map(|s| {
+                    s.split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default();
             if fields.next().is_some() {
-                return Err(ConfigError::Invalid(format!("API keys line {}: scopes are one comma-separated field", n + 1)));
+                return Err(ConfigError::Invalid(format!(
+                    "API keys line {}: scopes are one comma-separated field",
+                    n + 1
+                )));
             }
             let hash = match secret.strip_prefix("sha256:") {
-                Some(hex) => parse_hex(hex).ok_or_else(|| ConfigError::Invalid(format!("API keys line {}: sha256: needs 64 hex digits", n + 1)))?,
+                Some(hex) => parse_hex(hex).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "API keys line {}: sha256: needs 64 hex digits",
+                        n + 1
+                    ))
+                })?,
                 None => Sha256::digest(secret.as_bytes()).into(),
             };
             if keys.iter().any(|k: &ApiKey| k.id == id) {
-                return Err(ConfigError::Invalid(format!("API keys line {}: key id {id} is repeated", n + 1)));
+                return Err(ConfigError::Invalid(format!(
+                    "API keys line {}: key id {id} is repeated",
+                    n + 1
+                )));
             }
-            keys.push(ApiKey { id: id.to_owned(), hash, scopes });
+            keys.push(ApiKey {
+                id: id.to_owned(),
+                hash,
+                scopes,
+            });
         }
         if keys.is_empty() {
             return Err(ConfigError::Invalid("no API keys given".into()));
         }
-        Ok(Self { keys, scopes: Vec::new() })
+        Ok(Self {
+            keys,
+            scopes: Vec::new(),
+        })
     }
 
     /// How many keys are accepted.
@@ -102,7 +145,12 @@ impl ApiKeys {
             }
         }
         let key = found.ok_or_else(|| AuthError::InvalidToken("unknown API key".into()))?;
-        Ok(Authenticated { principal: Principal::new(format!("key:{}", key.id)), scopes: key.scopes.clone(), claims: Map::new(), method: AuthMethod::ApiKey })
+        Ok(Authenticated {
+            principal: Principal::new(format!("key:{}", key.id)),
+            scopes: key.scopes.clone(),
+            claims: Map::new(),
+            method: AuthMethod::ApiKey,
+        })
     }
 }
 
@@ -153,7 +201,10 @@ mod tests {
         assert!(ci.scopes.contains("files:write") && ci.scopes.contains("tools:read"));
         // sha256("secret") is the hash on the second line: the file holds no secret.
         assert_eq!(keys.verify("secret").unwrap().principal.as_str(), "key:ops");
-        assert!(matches!(keys.verify("s3cret-cI"), Err(AuthError::InvalidToken(_))));
+        assert!(matches!(
+            keys.verify("s3cret-cI"),
+            Err(AuthError::InvalidToken(_))
+        ));
         assert!(keys.verify("").is_err());
     }
 
@@ -165,7 +216,11 @@ mod tests {
         for token in ["s3cret-ci", "secret", "wrong"] {
             COMPARISONS.with(|c| c.set(0));
             let _ = keys.verify(token);
-            assert_eq!(COMPARISONS.with(std::cell::Cell::get), keys.len(), "{token}");
+            assert_eq!(
+                COMPARISONS.with(std::cell::Cell::get),
+                keys.len(),
+                "{token}"
+            );
         }
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Uri};
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm, PublicKeyUse};
+use jsonwebtoken::jwk::{
+    AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm, PublicKeyUse,
+};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use tokio::time::Instant;
 
@@ -61,7 +63,13 @@ pub(crate) struct KeySet {
 }
 
 impl KeySet {
-    pub(crate) fn new(fetcher: Fetcher, uri: Uri, refetch_interval: Duration, max_age: Duration, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        fetcher: Fetcher,
+        uri: Uri,
+        refetch_interval: Duration,
+        max_age: Duration,
+        timeout: Duration,
+    ) -> Self {
         Self {
             fetcher,
             uri,
@@ -88,7 +96,11 @@ impl KeySet {
     /// The key that verifies a token whose header says `kid` and `alg`: it must be a
     /// signing key of the algorithm's type (and curve), and name the same algorithm if it
     /// names one (no algorithm confusion).
-    pub(crate) async fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Result<Arc<Key>, AuthError> {
+    pub(crate) async fn key_for(
+        &self,
+        kid: Option<&str>,
+        alg: Algorithm,
+    ) -> Result<Arc<Key>, AuthError> {
         if let Some(jwk) = self.lookup(kid, alg, false)? {
             return Ok(jwk);
         }
@@ -105,7 +117,10 @@ impl KeySet {
                 self.fetches.fetch_add(1, Ordering::Relaxed);
                 match self.fetch().await {
                     Ok(keys) => {
-                        let mut cached = self.cached.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        let mut cached = self
+                            .cached
+                            .write()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
                         cached.keys = keys;
                         cached.fetched = Some(Instant::now());
                     }
@@ -120,18 +135,34 @@ impl KeySet {
         // refusing every token while the authorization server is briefly unreachable.
         match self.lookup(kid, alg, true)? {
             Some(jwk) => Ok(jwk),
-            None if self.is_empty() => Err(AuthError::Unavailable("the authorization server's keys could not be fetched".into())),
-            None => Err(AuthError::InvalidToken("the token's signing key is unknown".into())),
+            None if self.is_empty() => Err(AuthError::Unavailable(
+                "the authorization server's keys could not be fetched".into(),
+            )),
+            None => Err(AuthError::InvalidToken(
+                "the token's signing key is unknown".into(),
+            )),
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.cached.read().unwrap_or_else(std::sync::PoisonError::into_inner).fetched.is_none()
+        self.cached
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .fetched
+            .is_none()
     }
 
     /// A cached key for the token; `None` also when the cache is stale (unless `stale_ok`).
-    fn lookup(&self, kid: Option<&str>, alg: Algorithm, stale_ok: bool) -> Result<Option<Arc<Key>>, AuthError> {
-        let cached = self.cached.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn lookup(
+        &self,
+        kid: Option<&str>,
+        alg: Algorithm,
+        stale_ok: bool,
+    ) -> Result<Option<Arc<Key>>, AuthError> {
+        let cached = self
+            .cached
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let fresh = cached.fetched.is_some_and(|at| at.elapsed() < self.max_age);
         if !fresh && !stale_ok {
             return Ok(None);
@@ -140,9 +171,13 @@ impl KeySet {
             Some(kid) => key.jwk.common.key_id.as_deref() == Some(kid),
             None => true,
         });
-        let Some(jwk) = candidates.next() else { return Ok(None) };
+        let Some(jwk) = candidates.next() else {
+            return Ok(None);
+        };
         if kid.is_none() && candidates.next().is_some() {
-            return Err(AuthError::InvalidToken("the token names no key (kid) and the authorization server has several".into()));
+            return Err(AuthError::InvalidToken(
+                "the token names no key (kid) and the authorization server has several".into(),
+            ));
         }
         check_key_fits(&jwk.jwk, alg)?;
         Ok(Some(jwk.clone()))
@@ -150,10 +185,19 @@ impl KeySet {
 
     async fn fetch(&self) -> Result<Vec<Arc<Key>>, FetchError> {
         let mut headers = HeaderMap::new();
-        headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json"));
-        let body = self.fetcher.send(Method::GET, &self.uri, headers, Bytes::new(), self.timeout).await?;
+        headers.insert(
+            http::header::ACCEPT,
+            HeaderValue::from_static("application/json"),
+        );
+        let body = self
+            .fetcher
+            .send(Method::GET, &self.uri, headers, Bytes::new(), self.timeout)
+            .await?;
         let set: JwkSet = serde_json::from_slice(&body).map_err(|e| {
-            FetchError::Outbound(durable_mcp_outbound::OutboundError::Io { url: self.uri.to_string(), reason: format!("the JWKS is not JSON: {e}") })
+            FetchError::Outbound(durable_mcp_outbound::OutboundError::Io {
+                url: self.uri.to_string(),
+                reason: format!("the JWKS is not JSON: {e}"),
+            })
         })?;
         // Keys for other uses (encryption), of unsupported types or that do not decode are
         // left out.
@@ -179,17 +223,37 @@ impl KeySet {
 /// algorithm's, and if the key names an algorithm, it must be this one.
 pub(crate) fn check_key_fits(jwk: &Jwk, alg: Algorithm) -> Result<(), AuthError> {
     let fits = match (&jwk.algorithm, alg) {
-        (AlgorithmParameters::RSA(_), Algorithm::RS256 | Algorithm::RS384 | Algorithm::RS512 | Algorithm::PS256 | Algorithm::PS384 | Algorithm::PS512) => true,
-        (AlgorithmParameters::EllipticCurve(ec), Algorithm::ES256) => ec.curve == EllipticCurve::P256,
-        (AlgorithmParameters::EllipticCurve(ec), Algorithm::ES384) => ec.curve == EllipticCurve::P384,
-        (AlgorithmParameters::OctetKeyPair(okp), Algorithm::EdDSA) => okp.curve == EllipticCurve::Ed25519,
+        (
+            AlgorithmParameters::RSA(_),
+            Algorithm::RS256
+            | Algorithm::RS384
+            | Algorithm::RS512
+            | Algorithm::PS256
+            | Algorithm::PS384
+            | Algorithm::PS512,
+        ) => true,
+        (AlgorithmParameters::EllipticCurve(ec), Algorithm::ES256) => {
+            ec.curve == EllipticCurve::P256
+        }
+        (AlgorithmParameters::EllipticCurve(ec), Algorithm::ES384) => {
+            ec.curve == EllipticCurve::P384
+        }
+        (AlgorithmParameters::OctetKeyPair(okp), Algorithm::EdDSA) => {
+            okp.curve == EllipticCurve::Ed25519
+        }
         _ => false,
     };
     let named = match jwk.common.key_algorithm {
         None => true,
         Some(named) => key_algorithm(alg) == Some(named),
     };
-    if fits && named { Ok(()) } else { Err(AuthError::InvalidToken(format!("the token's algorithm {alg:?} does not match its signing key"))) }
+    if fits && named {
+        Ok(())
+    } else {
+        Err(AuthError::InvalidToken(format!(
+            "the token's algorithm {alg:?} does not match its signing key"
+        )))
+    }
 }
 
 fn key_algorithm(alg: Algorithm) -> Option<KeyAlgorithm> {
@@ -220,11 +284,15 @@ mod tests {
     /// its own name when it names one.
     #[test]
     fn keys_fit_only_their_own_algorithm() {
-        let rsa: Jwk = serde_json::from_str(include_str!("../tests/fixtures/rsa1.jwk.json")).unwrap();
+        let rsa: Jwk =
+            serde_json::from_str(include_str!("../tests/fixtures/rsa1.jwk.json")).unwrap();
         let ec: Jwk = serde_json::from_str(include_str!("../tests/fixtures/ec.jwk.json")).unwrap();
         let ed: Jwk = serde_json::from_str(include_str!("../tests/fixtures/ed.jwk.json")).unwrap();
         assert!(check_key_fits(&rsa, Algorithm::RS256).is_ok());
-        assert!(check_key_fits(&rsa, Algorithm::PS256).is_err(), "the key names RS256");
+        assert!(
+            check_key_fits(&rsa, Algorithm::PS256).is_err(),
+            "the key names RS256"
+        );
         assert!(check_key_fits(&rsa, Algorithm::HS256).is_err());
         assert!(check_key_fits(&rsa, Algorithm::ES256).is_err());
         assert!(check_key_fits(&ec, Algorithm::ES256).is_ok());
@@ -235,6 +303,9 @@ mod tests {
         unnamed.common.key_algorithm = None;
         assert!(check_key_fits(&unnamed, Algorithm::PS256).is_ok());
         let oct = jwk(serde_json::json!({"kty": "oct", "k": "c2VjcmV0"}));
-        assert!(check_key_fits(&oct, Algorithm::HS256).is_err(), "a symmetric key is never used");
+        assert!(
+            check_key_fits(&oct, Algorithm::HS256).is_err(),
+            "a symmetric key is never used"
+        );
     }
 }

@@ -68,7 +68,12 @@ pub struct Authenticated {
 impl Authenticated {
     /// The caller of every request when no authentication is configured.
     pub fn anonymous() -> Self {
-        Self { principal: Principal::anonymous(), scopes: BTreeSet::new(), claims: Map::new(), method: AuthMethod::Anonymous }
+        Self {
+            principal: Principal::anonymous(),
+            scopes: BTreeSet::new(),
+            claims: Map::new(),
+            method: AuthMethod::Anonymous,
+        }
     }
 }
 
@@ -136,7 +141,9 @@ impl AuthError {
     /// The HTTP status of the refusal.
     pub fn status(&self) -> StatusCode {
         match self {
-            AuthError::Missing | AuthError::InvalidToken(_) | AuthError::Expired => StatusCode::UNAUTHORIZED,
+            AuthError::Missing | AuthError::InvalidToken(_) | AuthError::Expired => {
+                StatusCode::UNAUTHORIZED
+            }
             AuthError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             AuthError::InsufficientScope { .. } => StatusCode::FORBIDDEN,
             AuthError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -208,7 +215,10 @@ impl Authenticator {
 
     /// API keys read from `path` (see [`ApiKeys::parse`] for the format).
     pub fn api_keys_file(path: &std::path::Path, scopes: Vec<String>) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         let mut keys = ApiKeys::parse(&text)?;
         keys.scopes = scopes;
         Ok(Self::ApiKeys(Arc::new(keys)))
@@ -232,15 +242,26 @@ impl Authenticator {
 
     /// Authenticate one request from its headers and the address it came from, and check
     /// the endpoint's scopes.
-    pub async fn authenticate(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Result<Authenticated, AuthError> {
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+    ) -> Result<Authenticated, AuthError> {
         let authenticated = match self {
             Authenticator::None => return Ok(Authenticated::anonymous()),
             #[cfg(feature = "oauth")]
-            Authenticator::OAuth(oauth) => oauth.verify(bearer(headers)?.ok_or(AuthError::Missing)?).await,
-            Authenticator::ApiKeys(keys) => keys.verify(bearer(headers)?.ok_or(AuthError::Missing)?),
+            Authenticator::OAuth(oauth) => {
+                oauth
+                    .verify(bearer(headers)?.ok_or(AuthError::Missing)?)
+                    .await
+            }
+            Authenticator::ApiKeys(keys) => {
+                keys.verify(bearer(headers)?.ok_or(AuthError::Missing)?)
+            }
             Authenticator::TrustedProxy(proxy) => proxy.verify(headers, peer),
         };
-        let authenticated = authenticated.inspect_err(|error| tracing::debug!(%error, "request not authenticated"))?;
+        let authenticated = authenticated
+            .inspect_err(|error| tracing::debug!(%error, "request not authenticated"))?;
         self.check_scopes(&authenticated, &[])?;
         Ok(authenticated)
     }
@@ -258,7 +279,11 @@ impl Authenticator {
                 required.push(scope.clone());
             }
         }
-        if required.iter().all(|s| who.scopes.contains(s)) { Ok(()) } else { Err(AuthError::InsufficientScope { required }) }
+        if required.iter().all(|s| who.scopes.contains(s)) {
+            Ok(())
+        } else {
+            Err(AuthError::InsufficientScope { required })
+        }
     }
 
     /// The `WWW-Authenticate` value answering `error` (`None` for refusals that are not
@@ -289,13 +314,18 @@ impl Authenticator {
             #[cfg(feature = "oauth")]
             Authenticator::OAuth(oauth) => {
                 params.push(("resource_metadata", metadata_url(&oauth.config.audience)));
-                if !matches!(error, AuthError::InsufficientScope { .. }) && !oauth.config.scopes.is_empty() {
+                if !matches!(error, AuthError::InsufficientScope { .. })
+                    && !oauth.config.scopes.is_empty()
+                {
                     params.push(("scope", oauth.config.scopes.join(" ")));
                 }
             }
             _ => params.push(("realm", "mcp".into())),
         }
-        let rendered: Vec<String> = params.iter().map(|(name, value)| format!("{name}=\"{}\"", quote(value))).collect();
+        let rendered: Vec<String> = params
+            .iter()
+            .map(|(name, value)| format!("{name}=\"{}\"", quote(value)))
+            .collect();
         Some(format!("Bearer {}", rendered.join(", ")))
     }
 
@@ -360,11 +390,17 @@ fn oauth_metadata(oauth: &OAuth) -> (Vec<String>, Value) {
 /// The bearer token of the `Authorization` header, if there is one.
 fn bearer(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
     let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
-    let Some(value) = values.next() else { return Ok(None) };
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
     if values.next().is_some() {
-        return Err(AuthError::InvalidRequest("more than one Authorization header".into()));
+        return Err(AuthError::InvalidRequest(
+            "more than one Authorization header".into(),
+        ));
     }
-    let value = value.to_str().map_err(|_| AuthError::InvalidRequest("the Authorization header is not visible ASCII".into()))?;
+    let value = value.to_str().map_err(|_| {
+        AuthError::InvalidRequest("the Authorization header is not visible ASCII".into())
+    })?;
     let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
     if !scheme.eq_ignore_ascii_case("bearer") {
         return Err(AuthError::Missing);
@@ -378,7 +414,10 @@ fn bearer(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
 
 /// The path of a resource URL, without a trailing `/` (`""` for the root).
 fn resource_path(resource: &str) -> String {
-    let path = resource.parse::<http::Uri>().map(|u| u.path().to_owned()).unwrap_or_default();
+    let path = resource
+        .parse::<http::Uri>()
+        .map(|u| u.path().to_owned())
+        .unwrap_or_default();
     path.trim_end_matches('/').to_owned()
 }
 
@@ -387,7 +426,10 @@ fn resource_path(resource: &str) -> String {
 pub fn metadata_url(resource: &str) -> String {
     match resource.parse::<http::Uri>() {
         Ok(uri) => match (uri.scheme_str(), uri.authority()) {
-            (Some(scheme), Some(authority)) => format!("{scheme}://{authority}{METADATA_PREFIX}{}", resource_path(resource)),
+            (Some(scheme), Some(authority)) => format!(
+                "{scheme}://{authority}{METADATA_PREFIX}{}",
+                resource_path(resource)
+            ),
             _ => METADATA_PREFIX.to_owned(),
         },
         Err(_) => METADATA_PREFIX.to_owned(),
@@ -417,7 +459,11 @@ mod tests {
 
     #[cfg(feature = "oauth")]
     fn oauth(scopes: &[&str]) -> Authenticator {
-        let mut config = OAuthConfig::new("https://as.example", "https://rs.example/mcp", "http://127.0.0.1:9/jwks");
+        let mut config = OAuthConfig::new(
+            "https://as.example",
+            "https://rs.example/mcp",
+            "http://127.0.0.1:9/jwks",
+        );
         config.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
         config.scopes_supported = vec!["files:write".into()];
         Authenticator::oauth(config).unwrap()
@@ -431,9 +477,18 @@ mod tests {
             auth.challenge(&AuthError::Missing).unwrap(),
             r#"Bearer resource_metadata="https://rs.example/.well-known/oauth-protected-resource/mcp", scope="mcp""#
         );
-        let invalid = auth.challenge(&AuthError::InvalidToken("bad \"sig\"".into())).unwrap();
-        assert!(invalid.starts_with(r#"Bearer error="invalid_token", error_description="bad \"sig\"""#), "{invalid}");
-        let scope = auth.challenge(&AuthError::InsufficientScope { required: vec!["mcp".into(), "files:write".into()] }).unwrap();
+        let invalid = auth
+            .challenge(&AuthError::InvalidToken("bad \"sig\"".into()))
+            .unwrap();
+        assert!(
+            invalid.starts_with(r#"Bearer error="invalid_token", error_description="bad \"sig\"""#),
+            "{invalid}"
+        );
+        let scope = auth
+            .challenge(&AuthError::InsufficientScope {
+                required: vec!["mcp".into(), "files:write".into()],
+            })
+            .unwrap();
         assert_eq!(
             scope,
             r#"Bearer error="insufficient_scope", scope="mcp files:write", resource_metadata="https://rs.example/.well-known/oauth-protected-resource/mcp""#
@@ -444,13 +499,31 @@ mod tests {
     #[test]
     fn the_metadata_names_the_resource_and_its_servers() {
         let (paths, doc) = oauth(&["mcp"]).metadata().unwrap();
-        assert_eq!(paths, ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"]);
+        assert_eq!(
+            paths,
+            [
+                "/.well-known/oauth-protected-resource/mcp",
+                "/.well-known/oauth-protected-resource"
+            ]
+        );
         assert_eq!(doc["resource"], "https://rs.example/mcp");
-        assert_eq!(doc["authorization_servers"], serde_json::json!(["https://as.example"]));
-        assert_eq!(doc["scopes_supported"], serde_json::json!(["mcp", "files:write"]));
-        assert_eq!(doc["bearer_methods_supported"], serde_json::json!(["header"]));
+        assert_eq!(
+            doc["authorization_servers"],
+            serde_json::json!(["https://as.example"])
+        );
+        assert_eq!(
+            doc["scopes_supported"],
+            serde_json::json!(["mcp", "files:write"])
+        );
+        assert_eq!(
+            doc["bearer_methods_supported"],
+            serde_json::json!(["header"])
+        );
         assert!(Authenticator::None.metadata().is_none());
-        assert_eq!(metadata_url("http://h:1/"), "http://h:1/.well-known/oauth-protected-resource");
+        assert_eq!(
+            metadata_url("http://h:1/"),
+            "http://h:1/.well-known/oauth-protected-resource"
+        );
     }
 
     #[cfg(feature = "oauth")]
@@ -460,23 +533,44 @@ mod tests {
         let mut who = Authenticated::anonymous();
         who.scopes.insert("mcp".into());
         assert!(auth.check_scopes(&who, &[]).is_ok());
-        assert_eq!(auth.check_scopes(&who, &["files:write".into()]), Err(AuthError::InsufficientScope { required: vec!["mcp".into(), "files:write".into()] }));
-        assert!(Authenticator::None.check_scopes(&Authenticated::anonymous(), &["x".into()]).is_ok());
+        assert_eq!(
+            auth.check_scopes(&who, &["files:write".into()]),
+            Err(AuthError::InsufficientScope {
+                required: vec!["mcp".into(), "files:write".into()]
+            })
+        );
+        assert!(
+            Authenticator::None
+                .check_scopes(&Authenticated::anonymous(), &["x".into()])
+                .is_ok()
+        );
     }
 
     #[test]
     fn bearer_tokens_come_from_the_authorization_header_only() {
         let mut headers = HeaderMap::new();
         assert_eq!(bearer(&headers), Ok(None));
-        headers.insert(http::header::AUTHORIZATION, "bearer abc.def".parse().unwrap());
+        headers.insert(
+            http::header::AUTHORIZATION,
+            "bearer abc.def".parse().unwrap(),
+        );
         assert_eq!(bearer(&headers), Ok(Some("abc.def")));
-        headers.insert(http::header::AUTHORIZATION, "Basic dXNlcg==".parse().unwrap());
+        headers.insert(
+            http::header::AUTHORIZATION,
+            "Basic dXNlcg==".parse().unwrap(),
+        );
         assert_eq!(bearer(&headers), Err(AuthError::Missing));
         headers.insert(http::header::AUTHORIZATION, "Bearer ".parse().unwrap());
-        assert!(matches!(bearer(&headers), Err(AuthError::InvalidRequest(_))));
+        assert!(matches!(
+            bearer(&headers),
+            Err(AuthError::InvalidRequest(_))
+        ));
         headers.insert(http::header::AUTHORIZATION, "Bearer a".parse().unwrap());
         headers.append(http::header::AUTHORIZATION, "Bearer b".parse().unwrap());
-        assert!(matches!(bearer(&headers), Err(AuthError::InvalidRequest(_))));
+        assert!(matches!(
+            bearer(&headers),
+            Err(AuthError::InvalidRequest(_))
+        ));
     }
 
     #[tokio::test]
@@ -485,11 +579,27 @@ mod tests {
         keys.scopes = vec!["mcp".into()];
         let auth = Authenticator::ApiKeys(Arc::new(keys));
         let mut headers = HeaderMap::new();
-        assert_eq!(auth.authenticate(&headers, None).await, Err(AuthError::Missing));
+        assert_eq!(
+            auth.authenticate(&headers, None).await,
+            Err(AuthError::Missing)
+        );
         headers.insert(http::header::AUTHORIZATION, "Bearer k1".parse().unwrap());
-        assert_eq!(auth.authenticate(&headers, None).await.unwrap().principal.as_str(), "key:ci");
+        assert_eq!(
+            auth.authenticate(&headers, None)
+                .await
+                .unwrap()
+                .principal
+                .as_str(),
+            "key:ci"
+        );
         headers.insert(http::header::AUTHORIZATION, "Bearer k2".parse().unwrap());
-        assert!(matches!(auth.authenticate(&headers, None).await, Err(AuthError::InvalidToken(_))));
-        assert_eq!(auth.challenge(&AuthError::Missing).unwrap(), r#"Bearer realm="mcp""#);
+        assert!(matches!(
+            auth.authenticate(&headers, None).await,
+            Err(AuthError::InvalidToken(_))
+        ));
+        assert_eq!(
+            auth.challenge(&AuthError::Missing).unwrap(),
+            r#"Bearer realm="mcp""#
+        );
     }
 }

@@ -68,7 +68,11 @@ pub struct OAuthConfig {
 impl OAuthConfig {
     /// A configuration with the given issuer, audience and JWKS URL, and defaults for the
     /// rest (60 s leeway, JWKS refetched at most every 10 s, refreshed every 10 min).
-    pub fn new(issuer: impl Into<String>, audience: impl Into<String>, jwks_url: impl Into<String>) -> Self {
+    pub fn new(
+        issuer: impl Into<String>,
+        audience: impl Into<String>,
+        jwks_url: impl Into<String>,
+    ) -> Self {
         Self {
             issuer: issuer.into(),
             audience: audience.into(),
@@ -103,8 +107,16 @@ pub struct IntrospectionConfig {
 impl IntrospectionConfig {
     /// Introspection at `url`, authenticated as `client_id` with `client_secret` (HTTP Basic)
     /// when given.
-    pub fn new(url: impl Into<String>, client_id: Option<String>, client_secret: Option<String>) -> Self {
-        Self { url: url.into(), client_id, client_secret }
+    pub fn new(
+        url: impl Into<String>,
+        client_id: Option<String>,
+        client_secret: Option<String>,
+    ) -> Self {
+        Self {
+            url: url.into(),
+            client_id,
+            client_secret,
+        }
     }
 }
 
@@ -113,7 +125,10 @@ impl std::fmt::Debug for IntrospectionConfig {
         f.debug_struct("IntrospectionConfig")
             .field("url", &self.url)
             .field("client_id", &self.client_id)
-            .field("client_secret", &self.client_secret.as_ref().map(|_| "<redacted>"))
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -143,7 +158,9 @@ pub struct OAuth {
 
 impl std::fmt::Debug for OAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OAuth").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("OAuth")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -153,9 +170,14 @@ impl OAuth {
         if config.issuer.is_empty() {
             return Err(ConfigError::Invalid("the OAuth issuer is empty".into()));
         }
-        let audience: Uri = config.audience.parse().map_err(|_| ConfigError::Invalid(format!("the audience {} is not a URL", config.audience)))?;
+        let audience: Uri = config.audience.parse().map_err(|_| {
+            ConfigError::Invalid(format!("the audience {} is not a URL", config.audience))
+        })?;
         if audience.scheme().is_none() || audience.host().is_none() {
-            return Err(ConfigError::Invalid(format!("the audience {} is not an absolute URL", config.audience)));
+            return Err(ConfigError::Invalid(format!(
+                "the audience {} is not an absolute URL",
+                config.audience
+            )));
         }
         let fetcher = Fetcher::new(config.tls_roots_pem.as_deref())?;
         let keys = match &config.jwks_url {
@@ -169,13 +191,25 @@ impl OAuth {
             None => None,
         };
         let introspection = match &config.introspection {
-            Some(intro) => Some((fetcher.check_url(&intro.url, config.allow_insecure_http)?, intro.clone())),
+            Some(intro) => Some((
+                fetcher.check_url(&intro.url, config.allow_insecure_http)?,
+                intro.clone(),
+            )),
             None => None,
         };
         if keys.is_none() && introspection.is_none() {
-            return Err(ConfigError::Invalid("OAuth needs a JWKS URL or an introspection endpoint".into()));
+            return Err(ConfigError::Invalid(
+                "OAuth needs a JWKS URL or an introspection endpoint".into(),
+            ));
         }
-        Ok(Self { config, keys, introspection, fetcher, cache: Mutex::new(HashMap::new()), introspection_failures: AtomicU64::new(0) })
+        Ok(Self {
+            config,
+            keys,
+            introspection,
+            fetcher,
+            cache: Mutex::new(HashMap::new()),
+            introspection_failures: AtomicU64::new(0),
+        })
     }
 
     /// How many times the JWKS was fetched (for tests and metrics).
@@ -188,8 +222,17 @@ impl OAuth {
     /// that fails while cached keys still verify the token refuses nothing, so this is
     /// the only sign of it besides the log.
     pub fn take_fetch_failures(&self) -> FetchFailures {
-        let take = |count: &AtomicU64| if count.load(Ordering::Relaxed) == 0 { 0 } else { count.swap(0, Ordering::Relaxed) };
-        FetchFailures { jwks: self.keys.as_ref().map_or(0, |keys| take(keys.failures())), introspection: take(&self.introspection_failures) }
+        let take = |count: &AtomicU64| {
+            if count.load(Ordering::Relaxed) == 0 {
+                0
+            } else {
+                count.swap(0, Ordering::Relaxed)
+            }
+        };
+        FetchFailures {
+            jwks: self.keys.as_ref().map_or(0, |keys| take(keys.failures())),
+            introspection: take(&self.introspection_failures),
+        }
     }
 
     /// Verify an access token: a JWT against the JWKS, anything else by introspection.
@@ -204,12 +247,18 @@ impl OAuth {
 
     async fn verify_jwt(&self, keys: &KeySet, token: &str) -> Result<Authenticated, AuthError> {
         // `alg: none` and unknown algorithms do not parse.
-        let header = decode_header(token).map_err(|e| AuthError::InvalidToken(format!("malformed token header: {e}")))?;
+        let header = decode_header(token)
+            .map_err(|e| AuthError::InvalidToken(format!("malformed token header: {e}")))?;
         if !ACCEPTED_ALGORITHMS.contains(&header.alg) {
-            return Err(AuthError::InvalidToken(format!("algorithm {:?} is not accepted", header.alg)));
+            return Err(AuthError::InvalidToken(format!(
+                "algorithm {:?} is not accepted",
+                header.alg
+            )));
         }
         if self.config.require_at_jwt && !header.typ.as_deref().is_some_and(is_at_jwt) {
-            return Err(AuthError::InvalidToken("the token's typ is not at+jwt (RFC 9068)".into()));
+            return Err(AuthError::InvalidToken(
+                "the token's typ is not at+jwt (RFC 9068)".into(),
+            ));
         }
         let key = keys.key_for(header.kid.as_deref(), header.alg).await?;
         let mut validation = Validation::new(header.alg);
@@ -220,10 +269,19 @@ impl OAuth {
         validation.set_issuer(&[&self.config.issuer]);
         validation.set_audience(&[&self.config.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        let data = decode::<Map<String, Value>>(token, &key.decoding, &validation).map_err(|e| jwt_error(&e))?;
+        let data = decode::<Map<String, Value>>(token, &key.decoding, &validation)
+            .map_err(|e| jwt_error(&e))?;
         let claims = data.claims;
-        let sub = claims.get("sub").and_then(Value::as_str).ok_or_else(|| AuthError::InvalidToken("sub is not a string".into()))?;
-        Ok(Authenticated { principal: oauth_principal(&self.config.issuer, sub), scopes: scopes_of(&claims), claims, method: AuthMethod::Jwt })
+        let sub = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .ok_or_else(|| AuthError::InvalidToken("sub is not a string".into()))?;
+        Ok(Authenticated {
+            principal: oauth_principal(&self.config.issuer, sub),
+            scopes: scopes_of(&claims),
+            claims,
+            method: AuthMethod::Jwt,
+        })
     }
 
     async fn introspect(&self, token: &str) -> Result<Authenticated, AuthError> {
@@ -232,7 +290,10 @@ impl OAuth {
         };
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         {
-            let cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let cache = self
+                .cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some((answer, until)) = cache.get(&digest)
                 && Instant::now() < *until
             {
@@ -240,25 +301,48 @@ impl OAuth {
             }
         }
         let mut headers = HeaderMap::new();
-        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/x-www-form-urlencoded"));
-        headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json"));
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-www-form-urlencoded"),
+        );
+        headers.insert(
+            http::header::ACCEPT,
+            HeaderValue::from_static("application/json"),
+        );
         if let Some(id) = &intro.client_id {
             let secret = intro.client_secret.as_deref().unwrap_or_default();
-            let basic = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", form_encode(id), form_encode(secret)));
-            let value = HeaderValue::from_str(&format!("Basic {basic}")).map_err(|_| AuthError::Unavailable("bad client credentials".into()))?;
+            let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+                "{}:{}",
+                form_encode(id),
+                form_encode(secret)
+            ));
+            let value = HeaderValue::from_str(&format!("Basic {basic}"))
+                .map_err(|_| AuthError::Unavailable("bad client credentials".into()))?;
             headers.insert(http::header::AUTHORIZATION, value);
         }
-        let body = Bytes::from(format!("token={}&token_type_hint=access_token", form_encode(token)));
+        let body = Bytes::from(format!(
+            "token={}&token_type_hint=access_token",
+            form_encode(token)
+        ));
         let failed = |error: String| {
             self.introspection_failures.fetch_add(1, Ordering::Relaxed);
             AuthError::Unavailable(error)
         };
-        let claims = match self.fetcher.send(Method::POST, uri, headers, body, self.config.fetch_timeout).await {
-            Ok(answer) => serde_json::from_slice::<Map<String, Value>>(&answer).map_err(|e| failed(format!("introspection answered no JSON object: {e}")))?,
+        let claims = match self
+            .fetcher
+            .send(Method::POST, uri, headers, body, self.config.fetch_timeout)
+            .await
+        {
+            Ok(answer) => serde_json::from_slice::<Map<String, Value>>(&answer)
+                .map_err(|e| failed(format!("introspection answered no JSON object: {e}")))?,
             // Some authorization servers answer a token they do not know the type of (any
             // JWT-shaped string, for oidc-provider) with an error instead of `active:
             // false`: that token is not valid here, and the server is up.
-            Err(crate::fetch::FetchError::Status { status: http::StatusCode::BAD_REQUEST, body, .. }) if refuses_the_token(&body) => {
+            Err(crate::fetch::FetchError::Status {
+                status: http::StatusCode::BAD_REQUEST,
+                body,
+                ..
+            }) if refuses_the_token(&body) => {
                 let mut inactive = Map::new();
                 inactive.insert("active".into(), Value::Bool(false));
                 inactive
@@ -270,7 +354,10 @@ impl OAuth {
             Ok((auth, ttl)) => (Ok(auth), ttl),
             Err(refused) => (Err(refused), INTROSPECTION_REFUSAL_TTL),
         };
-        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         if cache.len() >= INTROSPECTION_CACHE {
             cache.retain(|_, (_, until)| *until > now);
@@ -284,22 +371,31 @@ impl OAuth {
 
     /// Check an introspection answer: active, ours (`aud`, fail closed), from our issuer,
     /// not expired. Returns the principal and how long the answer may be cached.
-    fn check_introspected(&self, claims: Map<String, Value>) -> Result<(Authenticated, Duration), AuthError> {
+    fn check_introspected(
+        &self,
+        claims: Map<String, Value>,
+    ) -> Result<(Authenticated, Duration), AuthError> {
         if claims.get("active").and_then(Value::as_bool) != Some(true) {
             return Err(AuthError::InvalidToken("the token is not active".into()));
         }
         if let Some(iss) = claims.get("iss")
             && iss.as_str() != Some(self.config.issuer.as_str())
         {
-            return Err(AuthError::InvalidToken("the token's issuer is not the configured one".into()));
+            return Err(AuthError::InvalidToken(
+                "the token's issuer is not the configured one".into(),
+            ));
         }
         let audience_ok = match claims.get("aud") {
             Some(Value::String(aud)) => *aud == self.config.audience,
-            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(self.config.audience.as_str())),
+            Some(Value::Array(auds)) => auds
+                .iter()
+                .any(|a| a.as_str() == Some(self.config.audience.as_str())),
             _ => false,
         };
         if !audience_ok {
-            return Err(AuthError::InvalidToken("the token is not meant for this resource (aud)".into()));
+            return Err(AuthError::InvalidToken(
+                "the token is not meant for this resource (aud)".into(),
+            ));
         }
         let now = unix_now();
         let leeway = self.config.leeway.as_secs();
@@ -313,13 +409,22 @@ impl OAuth {
         {
             return Err(AuthError::InvalidToken("the token is not valid yet".into()));
         }
-        let subject = match (claims.get("sub").and_then(Value::as_str), claims.get("client_id").and_then(Value::as_str)) {
+        let subject = match (
+            claims.get("sub").and_then(Value::as_str),
+            claims.get("client_id").and_then(Value::as_str),
+        ) {
             (Some(sub), _) => sub.to_owned(),
             (None, Some(client)) => format!("client:{client}"),
-            (None, None) => return Err(AuthError::InvalidToken("the token names no subject".into())),
+            (None, None) => {
+                return Err(AuthError::InvalidToken("the token names no subject".into()));
+            }
         };
-        let auth =
-            Authenticated { principal: oauth_principal(&self.config.issuer, &subject), scopes: scopes_of(&claims), claims, method: AuthMethod::Introspection };
+        let auth = Authenticated {
+            principal: oauth_principal(&self.config.issuer, &subject),
+            scopes: scopes_of(&claims),
+            claims,
+            method: AuthMethod::Introspection,
+        };
         Ok((auth, ttl))
     }
 }
@@ -334,8 +439,18 @@ fn is_at_jwt(typ: &str) -> bool {
 /// Whether an introspection endpoint's 400 answer refuses the token itself (OAuth error
 /// `unsupported_token_type` or `invalid_token`) rather than our request.
 fn refuses_the_token(body: &[u8]) -> bool {
-    let error = serde_json::from_slice::<Map<String, Value>>(body).ok().and_then(|answer| answer.get("error").and_then(Value::as_str).map(str::to_owned));
-    matches!(error.as_deref(), Some("unsupported_token_type" | "invalid_token"))
+    let error = serde_json::from_slice::<Map<String, Value>>(body)
+        .ok()
+        .and_then(|answer| {
+            answer
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+    matches!(
+        error.as_deref(),
+        Some("unsupported_token_type" | "invalid_token")
+    )
 }
 
 /// The principal of an OAuth subject: issuer and subject (a subject is unique per issuer).
@@ -347,7 +462,11 @@ pub fn oauth_principal(issuer: &str, subject: &str) -> Principal {
 fn scopes_of(claims: &Map<String, Value>) -> BTreeSet<String> {
     match claims.get("scope").or_else(|| claims.get("scp")) {
         Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
-        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
         _ => BTreeSet::new(),
     }
 }
@@ -368,7 +487,9 @@ fn jwt_error(error: &jsonwebtoken::errors::Error) -> AuthError {
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]
@@ -377,8 +498,16 @@ mod tests {
     use super::*;
 
     fn oauth() -> OAuth {
-        let mut config = OAuthConfig::new("https://as.example", "https://rs.example/mcp", "http://127.0.0.1:9/jwks");
-        config.introspection = Some(IntrospectionConfig { url: "http://127.0.0.1:9/introspect".into(), client_id: None, client_secret: None });
+        let mut config = OAuthConfig::new(
+            "https://as.example",
+            "https://rs.example/mcp",
+            "http://127.0.0.1:9/jwks",
+        );
+        config.introspection = Some(IntrospectionConfig {
+            url: "http://127.0.0.1:9/introspect".into(),
+            client_id: None,
+            client_secret: None,
+        });
         OAuth::new(config).unwrap()
     }
 
@@ -390,24 +519,34 @@ mod tests {
     fn introspection_answers_are_checked_fail_closed() {
         let o = oauth();
         let exp = unix_now() + 300;
-        let ok =
-            answer(serde_json::json!({"active": true, "sub": "u1", "aud": "https://rs.example/mcp", "iss": "https://as.example", "exp": exp, "scope": "a b"}));
+        let ok = answer(
+            serde_json::json!({"active": true, "sub": "u1", "aud": "https://rs.example/mcp", "iss": "https://as.example", "exp": exp, "scope": "a b"}),
+        );
         let (auth, ttl) = o.check_introspected(ok.clone()).unwrap();
         assert_eq!(auth.principal.as_str(), "oauth:https://as.example#u1");
         assert!(auth.scopes.contains("a") && auth.scopes.contains("b"));
-        assert!(ttl > Duration::from_secs(300) && ttl <= Duration::from_secs(360), "cached until exp (+ leeway): {ttl:?}");
+        assert!(
+            ttl > Duration::from_secs(300) && ttl <= Duration::from_secs(360),
+            "cached until exp (+ leeway): {ttl:?}"
+        );
         let mut inactive = ok.clone();
         inactive.insert("active".into(), Value::Bool(false));
         assert!(o.check_introspected(inactive).is_err());
         let mut no_aud = ok.clone();
         no_aud.remove("aud");
-        assert!(o.check_introspected(no_aud).is_err(), "no audience: refused (fail closed)");
+        assert!(
+            o.check_introspected(no_aud).is_err(),
+            "no audience: refused (fail closed)"
+        );
         let mut other_aud = ok.clone();
         other_aud.insert("aud".into(), serde_json::json!(["https://other.example"]));
         assert!(o.check_introspected(other_aud).is_err());
         let mut expired = ok.clone();
         expired.insert("exp".into(), Value::from(unix_now() - 120));
-        assert_eq!(o.check_introspected(expired).err(), Some(AuthError::Expired));
+        assert_eq!(
+            o.check_introspected(expired).err(),
+            Some(AuthError::Expired)
+        );
         let mut other_iss = ok;
         other_iss.insert("iss".into(), Value::from("https://evil.example"));
         assert!(o.check_introspected(other_iss).is_err());
@@ -415,11 +554,18 @@ mod tests {
 
     #[test]
     fn configurations_without_a_way_to_verify_are_refused() {
-        let mut config = OAuthConfig::new("https://as.example", "https://rs.example/mcp", "http://127.0.0.1:9/jwks");
+        let mut config = OAuthConfig::new(
+            "https://as.example",
+            "https://rs.example/mcp",
+            "http://127.0.0.1:9/jwks",
+        );
         config.jwks_url = None;
         assert!(OAuth::new(config.clone()).is_err());
         config.jwks_url = Some("http://127.0.0.1:9/jwks".into());
         config.audience = "mcp".into();
-        assert!(OAuth::new(config).is_err(), "the audience must be this resource's URL");
+        assert!(
+            OAuth::new(config).is_err(),
+            "the audience must be this resource's URL"
+        );
     }
 }

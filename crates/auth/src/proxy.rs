@@ -41,8 +41,12 @@ impl Cidr {
     /// Whether `ip` is in the range (an IPv4-mapped IPv6 address counts as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip.to_canonical()) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.prefix),
-            (IpAddr::V6(net), IpAddr::V6(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.prefix),
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                prefix_eq(&net.octets(), &ip.octets(), self.prefix)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                prefix_eq(&net.octets(), &ip.octets(), self.prefix)
+            }
             _ => false,
         }
     }
@@ -77,16 +81,31 @@ pub struct TrustedProxy {
 impl TrustedProxy {
     /// Believe `header` from peers in `from`.
     pub fn new(header: &str, from: &[&str]) -> Result<Self, ConfigError> {
-        let header = HeaderName::try_from(header).map_err(|_| ConfigError::Invalid(format!("{header} is not a header name")))?;
-        let from = from.iter().map(|s| s.parse()).collect::<Result<Vec<Cidr>, _>>()?;
+        let header = HeaderName::try_from(header)
+            .map_err(|_| ConfigError::Invalid(format!("{header} is not a header name")))?;
+        let from = from
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<Vec<Cidr>, _>>()?;
         if from.is_empty() {
-            return Err(ConfigError::Invalid("a trusted proxy needs at least one source address".into()));
+            return Err(ConfigError::Invalid(
+                "a trusted proxy needs at least one source address".into(),
+            ));
         }
-        Ok(Self { header, from, scopes_header: None, scopes: Vec::new() })
+        Ok(Self {
+            header,
+            from,
+            scopes_header: None,
+            scopes: Vec::new(),
+        })
     }
 
     /// The caller the proxy names, if `peer` is a proxy.
-    pub fn verify(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Result<Authenticated, AuthError> {
+    pub fn verify(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+    ) -> Result<Authenticated, AuthError> {
         let Some(peer) = peer else {
             return Err(AuthError::Missing);
         };
@@ -98,15 +117,27 @@ impl TrustedProxy {
         let (Some(value), None) = (values.next(), values.next()) else {
             return Err(AuthError::Missing);
         };
-        let name = value.to_str().map_err(|_| AuthError::InvalidToken("the proxy's header is not visible ASCII".into()))?.trim();
+        let name = value
+            .to_str()
+            .map_err(|_| AuthError::InvalidToken("the proxy's header is not visible ASCII".into()))?
+            .trim();
         if name.is_empty() {
             return Err(AuthError::Missing);
         }
         let scopes: BTreeSet<String> = match &self.scopes_header {
-            Some(h) => headers.get(h).and_then(|v| v.to_str().ok()).map(|s| s.split_whitespace().map(str::to_owned).collect()).unwrap_or_default(),
+            Some(h) => headers
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(|s| s.split_whitespace().map(str::to_owned).collect())
+                .unwrap_or_default(),
             None => BTreeSet::new(),
         };
-        Ok(Authenticated { principal: Principal::new(format!("proxy:{name}")), scopes, claims: Map::new(), method: AuthMethod::TrustedProxy })
+        Ok(Authenticated {
+            principal: Principal::new(format!("proxy:{name}")),
+            scopes,
+            claims: Map::new(),
+            method: AuthMethod::TrustedProxy,
+        })
     }
 }
 
@@ -120,12 +151,26 @@ mod tests {
         let net: Cidr = "10.1.0.0/16".parse().unwrap();
         assert!(net.contains("10.1.200.3".parse().unwrap()));
         assert!(!net.contains("10.2.0.1".parse().unwrap()));
-        assert!(net.contains("::ffff:10.1.0.9".parse().unwrap()), "IPv4-mapped");
+        assert!(
+            net.contains("::ffff:10.1.0.9".parse().unwrap()),
+            "IPv4-mapped"
+        );
         let one: Cidr = "127.0.0.1".parse().unwrap();
-        assert!(one.contains("127.0.0.1".parse().unwrap()) && !one.contains("127.0.0.2".parse().unwrap()));
+        assert!(
+            one.contains("127.0.0.1".parse().unwrap())
+                && !one.contains("127.0.0.2".parse().unwrap())
+        );
         let odd: Cidr = "192.168.0.0/23".parse().unwrap();
-        assert!(odd.contains("192.168.1.255".parse().unwrap()) && !odd.contains("192.168.2.0".parse().unwrap()));
-        assert!("fd00::/8".parse::<Cidr>().unwrap().contains("fd12::1".parse().unwrap()));
+        assert!(
+            odd.contains("192.168.1.255".parse().unwrap())
+                && !odd.contains("192.168.2.0".parse().unwrap())
+        );
+        assert!(
+            "fd00::/8"
+                .parse::<Cidr>()
+                .unwrap()
+                .contains("fd12::1".parse().unwrap())
+        );
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         assert!("nope".parse::<Cidr>().is_err());
     }
@@ -135,12 +180,28 @@ mod tests {
         let proxy = TrustedProxy::new("x-user", &["10.0.0.0/8"]).unwrap();
         let mut headers = HeaderMap::new();
         headers.insert("x-user", "alice".parse().unwrap());
-        let ok = proxy.verify(&headers, Some("10.9.9.9".parse().unwrap())).unwrap();
+        let ok = proxy
+            .verify(&headers, Some("10.9.9.9".parse().unwrap()))
+            .unwrap();
         assert_eq!(ok.principal.as_str(), "proxy:alice");
-        assert!(matches!(proxy.verify(&headers, Some("192.0.2.1".parse().unwrap())), Err(AuthError::Missing)));
-        assert!(matches!(proxy.verify(&headers, None), Err(AuthError::Missing)));
-        assert!(matches!(proxy.verify(&HeaderMap::new(), Some("10.0.0.1".parse().unwrap())), Err(AuthError::Missing)));
+        assert!(matches!(
+            proxy.verify(&headers, Some("192.0.2.1".parse().unwrap())),
+            Err(AuthError::Missing)
+        ));
+        assert!(matches!(
+            proxy.verify(&headers, None),
+            Err(AuthError::Missing)
+        ));
+        assert!(matches!(
+            proxy.verify(&HeaderMap::new(), Some("10.0.0.1".parse().unwrap())),
+            Err(AuthError::Missing)
+        ));
         headers.append("x-user", "bob".parse().unwrap());
-        assert!(proxy.verify(&headers, Some("10.0.0.1".parse().unwrap())).is_err(), "two names: refused");
+        assert!(
+            proxy
+                .verify(&headers, Some("10.0.0.1".parse().unwrap()))
+                .is_err(),
+            "two names: refused"
+        );
     }
 }

@@ -15,13 +15,19 @@ pub struct ScopeRules {
 impl ScopeRules {
     /// Prompt `name` needs `scopes`.
     pub fn prompt(mut self, name: impl Into<String>, scopes: &[&str]) -> Self {
-        self.prompts.entry(name.into()).or_default().extend(scopes.iter().map(|s| (*s).to_owned()));
+        self.prompts
+            .entry(name.into())
+            .or_default()
+            .extend(scopes.iter().map(|s| (*s).to_owned()));
         self
     }
 
     /// Every resource whose URI starts with `uri_prefix` needs `scopes`.
     pub fn resource(mut self, uri_prefix: impl Into<String>, scopes: &[&str]) -> Self {
-        self.resources.push((uri_prefix.into(), scopes.iter().map(|s| (*s).to_owned()).collect()));
+        self.resources.push((
+            uri_prefix.into(),
+            scopes.iter().map(|s| (*s).to_owned()).collect(),
+        ));
         self
     }
 
@@ -58,7 +64,10 @@ mod tests {
             .resource("file:///private/keys/", &["keys:read"]);
         assert_eq!(rules.for_prompt("audit"), ["audit:read"]);
         assert!(rules.for_prompt("other").is_empty());
-        assert_eq!(rules.for_resource("file:///private/keys/a"), ["files:read", "keys:read"]);
+        assert_eq!(
+            rules.for_resource("file:///private/keys/a"),
+            ["files:read", "keys:read"]
+        );
         assert_eq!(rules.for_resource("file:///private/x"), ["files:read"]);
         assert!(rules.for_resource("file:///public/x").is_empty());
     }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use durable_mcp_auth::{AuthError, AuthMethod, FetchFailures, IntrospectionConfig, OAuth, OAuthConfig};
+use durable_mcp_auth::{
+    AuthError, AuthMethod, FetchFailures, IntrospectionConfig, OAuth, OAuthConfig,
+};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -18,11 +20,18 @@ const ISSUER: &str = "https://auth.test";
 const RESOURCE: &str = "https://mcp.test/mcp";
 
 fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read_to_string(format!(
+        "{}/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
 }
 
 fn now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// What a test endpoint saw and answers.
@@ -49,7 +58,11 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, seen: &Seen,
         if let Some(head_end) = text.find("\r\n\r\n") {
             let length = text[..head_end]
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
                 .unwrap_or(0);
             if request.len() >= head_end + 4 + length {
                 break;
@@ -60,9 +73,16 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, seen: &Seen,
     seen.requests.fetch_add(1, Ordering::SeqCst);
     *seen.last.lock().unwrap() = text.clone();
     let answer = answer(&text);
-    let status = if answer.get("error").is_some() { "400 Bad Request" } else { "200 OK" };
+    let status = if answer.get("error").is_some() {
+        "400 Bad Request"
+    } else {
+        "200 OK"
+    };
     let body = answer.to_string();
-    let response = format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+    let response = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
@@ -77,7 +97,10 @@ async fn endpoint(tls: bool, answer: Answer) -> (String, Arc<Seen>) {
         use tokio_rustls::rustls;
         use tokio_rustls::rustls::pki_types::pem::PemObject;
         use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(fixture("tls-server.pem").as_bytes()).map(Result::unwrap).collect();
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(fixture("tls-server.pem").as_bytes())
+                .map(Result::unwrap)
+                .collect();
         let key = PrivateKeyDer::from_pem_slice(fixture("tls-server.key").as_bytes()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
@@ -91,7 +114,9 @@ async fn endpoint(tls: bool, answer: Answer) -> (String, Arc<Seen>) {
     let s = seen.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
             let (seen, answer, acceptor) = (s.clone(), answer.clone(), acceptor.clone());
             tokio::spawn(async move {
                 match acceptor {
@@ -116,8 +141,14 @@ fn token() -> String {
 fn token_until(exp: u64) -> String {
     let mut header = Header::new(Algorithm::EdDSA);
     header.kid = Some("ed-1".into());
-    let claims = json!({"iss": ISSUER, "aud": RESOURCE, "sub": "alice", "exp": exp, "scope": "mcp"});
-    jsonwebtoken::encode(&header, &claims, &EncodingKey::from_ed_pem(fixture("ed.pem").as_bytes()).unwrap()).unwrap()
+    let claims =
+        json!({"iss": ISSUER, "aud": RESOURCE, "sub": "alice", "exp": exp, "scope": "mcp"});
+    jsonwebtoken::encode(
+        &header,
+        &claims,
+        &EncodingKey::from_ed_pem(fixture("ed.pem").as_bytes()).unwrap(),
+    )
+    .unwrap()
 }
 
 fn jwks() -> Answer {
@@ -139,8 +170,15 @@ async fn https_jwks_is_fetched_with_the_configured_root() {
     assert_eq!(who.method, AuthMethod::Jwt);
     assert_eq!(seen.requests.load(Ordering::SeqCst), 1);
     assert!(seen.last.lock().unwrap().starts_with("GET /jwks HTTP/1.1"));
-    assert_eq!(oauth.verify(&token_until(now() - 120)).await, Err(AuthError::Expired));
-    assert_eq!(oauth.take_fetch_failures(), FetchFailures::default(), "no fetch failed");
+    assert_eq!(
+        oauth.verify(&token_until(now() - 120)).await,
+        Err(AuthError::Expired)
+    );
+    assert_eq!(
+        oauth.take_fetch_failures(),
+        FetchFailures::default(),
+        "no fetch failed"
+    );
 }
 
 /// A certificate no trusted root signed: nothing is fetched, every token is refused (503,
@@ -150,10 +188,27 @@ async fn https_jwks_with_an_untrusted_certificate_is_refused() {
     let (base, seen) = endpoint(true, jwks()).await;
     let oauth = OAuth::new(OAuthConfig::new(ISSUER, RESOURCE, format!("{base}/jwks"))).unwrap();
     let refused = oauth.verify(&token()).await;
-    assert!(matches!(refused, Err(AuthError::Unavailable(_))), "{refused:?}");
-    assert_eq!(seen.requests.load(Ordering::SeqCst), 0, "the TLS handshake failed before any request");
-    assert_eq!(oauth.take_fetch_failures(), FetchFailures { jwks: 1, introspection: 0 });
-    assert_eq!(oauth.take_fetch_failures(), FetchFailures::default(), "each failure is taken once");
+    assert!(
+        matches!(refused, Err(AuthError::Unavailable(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        seen.requests.load(Ordering::SeqCst),
+        0,
+        "the TLS handshake failed before any request"
+    );
+    assert_eq!(
+        oauth.take_fetch_failures(),
+        FetchFailures {
+            jwks: 1,
+            introspection: 0
+        }
+    );
+    assert_eq!(
+        oauth.take_fetch_failures(),
+        FetchFailures::default(),
+        "each failure is taken once"
+    );
 }
 
 /// RFC 7662: an opaque token is introspected (form-encoded, with the client's Basic
@@ -174,26 +229,65 @@ async fn opaque_tokens_are_introspected_and_cached_until_they_expire() {
     let mut config = OAuthConfig::new(ISSUER, RESOURCE, "http://127.0.0.1:9/unused");
     config.jwks_url = None;
     config.leeway = Duration::ZERO;
-    config.introspection = Some(IntrospectionConfig::new(format!("{base}/introspect"), Some("rs".into()), Some("s3cret".into())));
+    config.introspection = Some(IntrospectionConfig::new(
+        format!("{base}/introspect"),
+        Some("rs".into()),
+        Some("s3cret".into()),
+    ));
     let oauth = OAuth::new(config).unwrap();
     let who = oauth.verify("opaque-good").await.unwrap();
     assert_eq!(who.principal.as_str(), "oauth:https://auth.test#bob");
     assert_eq!(who.method, AuthMethod::Introspection);
     assert!(who.scopes.contains("files:read"));
     let request = seen.last.lock().unwrap().clone();
-    assert!(request.starts_with("POST /introspect HTTP/1.1"), "{request}");
-    assert!(request.contains("token=opaque-good&token_type_hint=access_token"), "{request}");
+    assert!(
+        request.starts_with("POST /introspect HTTP/1.1"),
+        "{request}"
+    );
+    assert!(
+        request.contains("token=opaque-good&token_type_hint=access_token"),
+        "{request}"
+    );
     // base64("rs:s3cret")
-    assert!(request.to_ascii_lowercase().contains("authorization: basic cnm6cznjcmv0"), "{request}");
+    assert!(
+        request
+            .to_ascii_lowercase()
+            .contains("authorization: basic cnm6cznjcmv0"),
+        "{request}"
+    );
     assert_eq!(oauth.verify("opaque-good").await.unwrap(), who);
     assert_eq!(seen.requests.load(Ordering::SeqCst), 1, "cached");
-    assert!(matches!(oauth.verify("opaque-inactive").await, Err(AuthError::InvalidToken(_))));
-    assert!(matches!(oauth.verify("opaque-inactive").await, Err(AuthError::InvalidToken(_))));
-    assert_eq!(seen.requests.load(Ordering::SeqCst), 2, "a refusal is cached too (briefly)");
-    assert!(matches!(oauth.verify("opaque-elsewhere").await, Err(AuthError::InvalidToken(_))), "another resource's token");
+    assert!(matches!(
+        oauth.verify("opaque-inactive").await,
+        Err(AuthError::InvalidToken(_))
+    ));
+    assert!(matches!(
+        oauth.verify("opaque-inactive").await,
+        Err(AuthError::InvalidToken(_))
+    ));
+    assert_eq!(
+        seen.requests.load(Ordering::SeqCst),
+        2,
+        "a refusal is cached too (briefly)"
+    );
+    assert!(
+        matches!(
+            oauth.verify("opaque-elsewhere").await,
+            Err(AuthError::InvalidToken(_))
+        ),
+        "another resource's token"
+    );
     tokio::time::sleep(Duration::from_millis(2_100)).await;
-    assert_eq!(oauth.verify("opaque-good").await, Err(AuthError::Expired), "expired: asked again, refused");
-    assert_eq!(seen.requests.load(Ordering::SeqCst), 4, "the cache ended with the token");
+    assert_eq!(
+        oauth.verify("opaque-good").await,
+        Err(AuthError::Expired),
+        "expired: asked again, refused"
+    );
+    assert_eq!(
+        seen.requests.load(Ordering::SeqCst),
+        4,
+        "the cache ended with the token"
+    );
 }
 
 /// oidc-provider answers the introspection of a token it cannot read (any JWT-shaped
@@ -211,15 +305,45 @@ async fn an_introspection_refusing_the_token_type_means_an_invalid_token() {
     let (base, seen) = endpoint(false, answer).await;
     let mut config = OAuthConfig::new(ISSUER, RESOURCE, "http://127.0.0.1:9/unused");
     config.jwks_url = None;
-    config.introspection = Some(IntrospectionConfig::new(format!("{base}/introspect"), None, None));
+    config.introspection = Some(IntrospectionConfig::new(
+        format!("{base}/introspect"),
+        None,
+        None,
+    ));
     let oauth = OAuth::new(config).unwrap();
     let jwt_shaped = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln";
-    assert!(matches!(oauth.verify(jwt_shaped).await, Err(AuthError::InvalidToken(_))));
-    assert!(matches!(oauth.verify(jwt_shaped).await, Err(AuthError::InvalidToken(_))));
-    assert_eq!(seen.requests.load(Ordering::SeqCst), 1, "the refusal is cached");
-    assert_eq!(oauth.take_fetch_failures(), FetchFailures::default(), "not a failure of the authorization server");
-    assert!(matches!(oauth.verify("bad-request").await, Err(AuthError::Unavailable(_))), "a 400 about the request itself");
-    assert_eq!(oauth.take_fetch_failures(), FetchFailures { jwks: 0, introspection: 1 });
+    assert!(matches!(
+        oauth.verify(jwt_shaped).await,
+        Err(AuthError::InvalidToken(_))
+    ));
+    assert!(matches!(
+        oauth.verify(jwt_shaped).await,
+        Err(AuthError::InvalidToken(_))
+    ));
+    assert_eq!(
+        seen.requests.load(Ordering::SeqCst),
+        1,
+        "the refusal is cached"
+    );
+    assert_eq!(
+        oauth.take_fetch_failures(),
+        FetchFailures::default(),
+        "not a failure of the authorization server"
+    );
+    assert!(
+        matches!(
+            oauth.verify("bad-request").await,
+            Err(AuthError::Unavailable(_))
+        ),
+        "a 400 about the request itself"
+    );
+    assert_eq!(
+        oauth.take_fetch_failures(),
+        FetchFailures {
+            jwks: 0,
+            introspection: 1
+        }
+    );
 }
 
 /// RFC 9068: with `require_at_jwt`, a JWT whose `typ` is not `at+jwt` is refused, one
@@ -232,14 +356,25 @@ async fn at_jwt_typ_is_required_when_asked() {
         header.kid = Some("ed-1".into());
         header.typ = Some(typ.into());
         let claims = json!({"iss": ISSUER, "aud": RESOURCE, "sub": "alice", "exp": now() + 600});
-        jsonwebtoken::encode(&header, &claims, &EncodingKey::from_ed_pem(fixture("ed.pem").as_bytes()).unwrap()).unwrap()
+        jsonwebtoken::encode(
+            &header,
+            &claims,
+            &EncodingKey::from_ed_pem(fixture("ed.pem").as_bytes()).unwrap(),
+        )
+        .unwrap()
     };
     let mut config = OAuthConfig::new(ISSUER, RESOURCE, format!("{base}/jwks"));
     let lenient = OAuth::new(config.clone()).unwrap();
     assert!(lenient.verify(&signed("JWT")).await.is_ok());
     config.require_at_jwt = true;
     let strict = OAuth::new(config).unwrap();
-    assert!(matches!(strict.verify(&signed("JWT")).await, Err(AuthError::InvalidToken(_))), "an ID-token-like typ");
+    assert!(
+        matches!(
+            strict.verify(&signed("JWT")).await,
+            Err(AuthError::InvalidToken(_))
+        ),
+        "an ID-token-like typ"
+    );
     assert!(strict.verify(&signed("at+jwt")).await.is_ok());
     assert!(strict.verify(&signed("application/AT+JWT")).await.is_ok());
 }

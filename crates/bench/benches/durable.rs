@@ -10,12 +10,22 @@ use std::path::PathBuf;
 use durable_mcp_bench::{BenchConfig, Executables, run};
 
 fn main() {
-    let mut config = BenchConfig::quick(Executables::beside(PathBuf::from(env!("CARGO_BIN_EXE_durable-mcp-bench"))));
+    let mut config = BenchConfig::quick(Executables::beside(PathBuf::from(env!(
+        "CARGO_BIN_EXE_durable-mcp-bench"
+    ))));
     config.command_line = Some("cargo bench -p durable-mcp-bench".to_owned());
     if let Ok(stores) = std::env::var("DURABLE_MCP_BENCH_STORES") {
-        config.stores = stores.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        config.stores = stores
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("cannot start the runtime: {error}");

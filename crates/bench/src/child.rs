@@ -130,7 +130,12 @@ pub async fn serve(args: ServerArgs) -> Result<(), BenchError> {
     match args.server {
         ServedBy::Rmcp { listen } => {
             let listener = bind(listen).await?;
-            durable_mcp_protocol::serve_rmcp_baseline(durable_mcp_demo::Everything::default(), listener, stopped()).await?;
+            durable_mcp_protocol::serve_rmcp_baseline(
+                durable_mcp_demo::Everything::default(),
+                listener,
+                stopped(),
+            )
+            .await?;
             Ok(())
         }
     }
@@ -153,13 +158,15 @@ async fn bind(listen: SocketAddr) -> Result<TcpListener, BenchError> {
 /// keep a finished child from exiting.
 async fn stopped() {
     let (closed, stdin_closed) = tokio::sync::oneshot::channel::<()>();
-    let reader = std::thread::Builder::new().name("stdin-watch".into()).spawn(move || {
-        let mut buf = [0u8; 64];
-        let mut stdin = std::io::stdin().lock();
-        // Anything the parent writes is ignored; EOF or an error means it is gone.
-        while matches!(std::io::Read::read(&mut stdin, &mut buf), Ok(n) if n > 0) {}
-        let _ = closed.send(());
-    });
+    let reader = std::thread::Builder::new()
+        .name("stdin-watch".into())
+        .spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut stdin = std::io::stdin().lock();
+            // Anything the parent writes is ignored; EOF or an error means it is gone.
+            while matches!(std::io::Read::read(&mut stdin, &mut buf), Ok(n) if n > 0) {}
+            let _ = closed.send(());
+        });
     match reader {
         Ok(_) => tokio::select! {
             _ = stdin_closed => {}
@@ -197,7 +204,8 @@ pub async fn load(args: &LoadArgs) -> Result<String, BenchError> {
         result = run_load(args.addr, &args.path, &spec) => result?,
         () = stopped() => return Err(BenchError::Task("stopped before the load was done".into())),
     };
-    serde_json::to_string(&result).map_err(|e| BenchError::Check(format!("encoding the result: {e}")))
+    serde_json::to_string(&result)
+        .map_err(|e| BenchError::Check(format!("encoding the result: {e}")))
 }
 
 #[cfg(test)]
@@ -227,16 +235,29 @@ mod tests {
             drop_max_delay_us: 2_500,
             seed: 42,
         };
-        let argv = ["x".to_owned(), "bench-load".to_owned()].into_iter().chain(args.to_args());
-        let Cli::BenchLoad(parsed) = Cli::try_parse_from(argv).expect("parse") else { panic!("not bench-load") };
+        let argv = ["x".to_owned(), "bench-load".to_owned()]
+            .into_iter()
+            .chain(args.to_args());
+        let Cli::BenchLoad(parsed) = Cli::try_parse_from(argv).expect("parse") else {
+            panic!("not bench-load")
+        };
         assert_eq!(parsed.to_args(), args.to_args());
     }
 
     #[test]
     fn server_subcommands_parse() {
-        let cli = Cli::try_parse_from(["x", "bench-server", "rmcp", "--listen", "127.0.0.1:4000"]).expect("parse");
-        let Cli::BenchServer(ServerArgs { server: ServedBy::Rmcp { listen } }) = cli else { panic!("not bench-server rmcp") };
+        let cli = Cli::try_parse_from(["x", "bench-server", "rmcp", "--listen", "127.0.0.1:4000"])
+            .expect("parse");
+        let Cli::BenchServer(ServerArgs {
+            server: ServedBy::Rmcp { listen },
+        }) = cli
+        else {
+            panic!("not bench-server rmcp")
+        };
         assert_eq!(listen, "127.0.0.1:4000".parse().expect("address"));
-        assert!(Cli::try_parse_from(["x", "bench-server", "durable", "--store", "memory:"]).is_err(), "durable-mcp's servers are the durable-mcp binary's");
+        assert!(
+            Cli::try_parse_from(["x", "bench-server", "durable", "--store", "memory:"]).is_err(),
+            "durable-mcp's servers are the durable-mcp binary's"
+        );
     }
 }

@@ -119,7 +119,15 @@ impl McpClient {
     /// # Errors
     /// The connection failed.
     pub async fn connect(addr: SocketAddr, path: &str, era: Era) -> Result<Self, BenchError> {
-        let mut client = Self { addr, path: path.to_owned(), era, conn: None, session: None, protocol_version: era.version().as_str().to_owned(), next_id: 1 };
+        let mut client = Self {
+            addr,
+            path: path.to_owned(),
+            era,
+            conn: None,
+            session: None,
+            protocol_version: era.version().as_str().to_owned(),
+            next_id: 1,
+        };
         client.reconnect().await?;
         Ok(client)
     }
@@ -163,16 +171,30 @@ impl McpClient {
                 "clientInfo": { "name": "durable-mcp-bench", "version": env!("CARGO_PKG_VERSION") }
             }
         });
-        let exchange = self.exchange("POST", Some(&request), Some(id), None).await?;
+        let exchange = self
+            .exchange("POST", Some(&request), Some(id), None)
+            .await?;
         let response = success(exchange.status, exchange.response)?;
-        self.session = Some(exchange.session.ok_or_else(|| BenchError::Http("initialize gave no Mcp-Session-Id".into()))?);
-        if let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str) {
+        self.session = Some(
+            exchange
+                .session
+                .ok_or_else(|| BenchError::Http("initialize gave no Mcp-Session-Id".into()))?,
+        );
+        if let Some(version) = response
+            .pointer("/result/protocolVersion")
+            .and_then(Value::as_str)
+        {
             self.protocol_version = version.to_owned();
         }
         let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-        let exchange = self.exchange("POST", Some(&initialized), None, None).await?;
+        let exchange = self
+            .exchange("POST", Some(&initialized), None, None)
+            .await?;
         if exchange.status != 202 {
-            return Err(BenchError::Http(format!("notifications/initialized answered {}", exchange.status)));
+            return Err(BenchError::Http(format!(
+                "notifications/initialized answered {}",
+                exchange.status
+            )));
         }
         Ok(())
     }
@@ -184,7 +206,11 @@ impl McpClient {
     ///
     /// # Errors
     /// A transport failure, a JSON-RPC error, or a tool result with `isError: true`.
-    pub async fn call_tool(&mut self, tool: &str, arguments: &Value) -> Result<Duration, BenchError> {
+    pub async fn call_tool(
+        &mut self,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<Duration, BenchError> {
         let (id, request) = self.tool_call(tool, arguments)?;
         let started = Instant::now();
         let exchange = self.send(&request, Some(id)).await?;
@@ -199,12 +225,20 @@ impl McpClient {
     ///
     /// # Errors
     /// As [`McpClient::call_tool`], for the first write and for the re-sent request.
-    pub async fn call_tool_dropped(&mut self, tool: &str, arguments: &Value, drop_after: Duration) -> Result<Duration, BenchError> {
+    pub async fn call_tool_dropped(
+        &mut self,
+        tool: &str,
+        arguments: &Value,
+        drop_after: Duration,
+    ) -> Result<Duration, BenchError> {
         let (id, request) = self.tool_call(tool, arguments)?;
         if self.conn.is_none() {
             self.reconnect().await?;
         }
-        let conn = self.conn.as_mut().ok_or(BenchError::Http("no connection".into()))?;
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or(BenchError::Http("no connection".into()))?;
         let started = Instant::now();
         conn.get_mut().write_all(&request).await?;
         if !drop_after.is_zero() {
@@ -231,7 +265,8 @@ impl McpClient {
                 Some(("tools/call", tool))
             }
         };
-        let request = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
+        let request =
+            json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
         Ok((id, self.encode("POST", Some(&request), headers)?))
     }
 
@@ -254,7 +289,13 @@ impl McpClient {
 
     /// One request and its whole response, within [`EXCHANGE_TIMEOUT`]. `modern` is the
     /// JSON-RPC method and name a 2026-07-28 request repeats in its headers.
-    async fn exchange(&mut self, method: &str, body: Option<&Value>, id: Option<u64>, modern: Option<(&str, &str)>) -> Result<Exchange, BenchError> {
+    async fn exchange(
+        &mut self,
+        method: &str,
+        body: Option<&Value>,
+        id: Option<u64>,
+        modern: Option<(&str, &str)>,
+    ) -> Result<Exchange, BenchError> {
         let request = self.encode(method, body, modern)?;
         self.send(&request, id).await
     }
@@ -270,11 +311,18 @@ impl McpClient {
         }
     }
 
-    async fn send_inner(&mut self, request: &[u8], id: Option<u64>) -> Result<Exchange, BenchError> {
+    async fn send_inner(
+        &mut self,
+        request: &[u8],
+        id: Option<u64>,
+    ) -> Result<Exchange, BenchError> {
         if self.conn.is_none() {
             self.reconnect().await?;
         }
-        let conn = self.conn.as_mut().ok_or(BenchError::Http("no connection".into()))?;
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or(BenchError::Http("no connection".into()))?;
         conn.get_mut().write_all(request).await?;
         let result = read_response(conn, id).await;
         match &result {
@@ -287,9 +335,15 @@ impl McpClient {
     }
 
     /// The request bytes: head and body in one buffer, so they leave in one write.
-    fn encode(&self, method: &str, body: Option<&Value>, modern: Option<(&str, &str)>) -> Result<Vec<u8>, BenchError> {
+    fn encode(
+        &self,
+        method: &str,
+        body: Option<&Value>,
+        modern: Option<(&str, &str)>,
+    ) -> Result<Vec<u8>, BenchError> {
         let body = match body {
-            Some(body) => serde_json::to_vec(body).map_err(|e| BenchError::Http(format!("encoding a request: {e}")))?,
+            Some(body) => serde_json::to_vec(body)
+                .map_err(|e| BenchError::Http(format!("encoding a request: {e}")))?,
             None => Vec::new(),
         };
         let mut head = format!(
@@ -338,7 +392,9 @@ fn success(status: u16, response: Option<Value>) -> Result<Value, BenchError> {
     if status != 200 {
         return Err(BenchError::Http(format!("status {status}")));
     }
-    let response = response.ok_or_else(|| BenchError::Http("the response body ended without the JSON-RPC response".into()))?;
+    let response = response.ok_or_else(|| {
+        BenchError::Http("the response body ended without the JSON-RPC response".into())
+    })?;
     if response.get("error").is_some() {
         return Err(BenchError::JsonRpc(response));
     }
@@ -346,7 +402,10 @@ fn success(status: u16, response: Option<Value>) -> Result<Value, BenchError> {
 }
 
 /// Read one HTTP response. Returns the exchange and whether the connection stays open.
-async fn read_response(conn: &mut BufReader<TcpStream>, id: Option<u64>) -> Result<(Exchange, bool), BenchError> {
+async fn read_response(
+    conn: &mut BufReader<TcpStream>,
+    id: Option<u64>,
+) -> Result<(Exchange, bool), BenchError> {
     let mut line = String::new();
     read_line(conn, &mut line).await?;
     let status = line
@@ -354,7 +413,8 @@ async fn read_response(conn: &mut BufReader<TcpStream>, id: Option<u64>) -> Resu
         .nth(1)
         .and_then(|code| code.parse::<u16>().ok())
         .ok_or_else(|| BenchError::Http(format!("bad status line {:?}", line.trim_end())))?;
-    let (mut content_length, mut chunked, mut sse, mut keep_alive, mut session) = (None, false, false, true, None);
+    let (mut content_length, mut chunked, mut sse, mut keep_alive, mut session) =
+        (None, false, false, true, None);
     loop {
         read_line(conn, &mut line).await?;
         let header = line.trim_end();
@@ -367,7 +427,11 @@ async fn read_response(conn: &mut BufReader<TcpStream>, id: Option<u64>) -> Resu
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
             "content-length" => {
-                content_length = Some(value.parse::<usize>().map_err(|_| BenchError::Http(format!("bad Content-Length {value:?}")))?);
+                content_length = Some(
+                    value
+                        .parse::<usize>()
+                        .map_err(|_| BenchError::Http(format!("bad Content-Length {value:?}")))?,
+                );
             }
             "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
             "content-type" => sse = value.to_ascii_lowercase().starts_with("text/event-stream"),
@@ -382,7 +446,8 @@ async fn read_response(conn: &mut BufReader<TcpStream>, id: Option<u64>) -> Resu
         loop {
             read_line(conn, &mut line).await?;
             let size = line.trim_end().split(';').next().unwrap_or_default().trim();
-            let size = usize::from_str_radix(size, 16).map_err(|_| BenchError::Http(format!("bad chunk size {size:?}")))?;
+            let size = usize::from_str_radix(size, 16)
+                .map_err(|_| BenchError::Http(format!("bad chunk size {size:?}")))?;
             if size == 0 {
                 // Trailers, then the empty line that ends the body.
                 loop {
@@ -411,7 +476,15 @@ async fn read_response(conn: &mut BufReader<TcpStream>, id: Option<u64>) -> Resu
         keep_alive = false;
     }
     let (response, answered_at) = body.finish()?;
-    Ok((Exchange { status, session, response, answered_at }, keep_alive))
+    Ok((
+        Exchange {
+            status,
+            session,
+            response,
+            answered_at,
+        },
+        keep_alive,
+    ))
 }
 
 /// Read one line (with its `\r\n`) into `line`, refusing endless lines and EOF.
@@ -439,7 +512,14 @@ struct Body {
 
 impl Body {
     fn new(sse: bool, id: Option<u64>) -> Self {
-        Self { sse, id, pending: Vec::new(), data: String::new(), response: None, answered_at: None }
+        Self {
+            sse,
+            id,
+            pending: Vec::new(),
+            data: String::new(),
+            response: None,
+            answered_at: None,
+        }
     }
 
     fn feed(&mut self, bytes: &[u8]) -> Result<(), BenchError> {
@@ -476,7 +556,10 @@ impl Body {
             if !self.data.is_empty() {
                 self.data.push('\n');
             }
-            self.data.push_str(std::str::from_utf8(value).map_err(|_| BenchError::Http("SSE data is not UTF-8".into()))?);
+            self.data.push_str(
+                std::str::from_utf8(value)
+                    .map_err(|_| BenchError::Http("SSE data is not UTF-8".into()))?,
+            );
         }
         // `id:`, `event:`, `retry:` and comments do not matter here.
         Ok(())
@@ -485,9 +568,13 @@ impl Body {
     /// A JSON-RPC message arrived: keep it if it is the response to our request.
     fn message(&mut self, bytes: &[u8]) -> Result<(), BenchError> {
         let Some(id) = self.id else { return Ok(()) };
-        let message: Value = serde_json::from_slice(bytes).map_err(|e| BenchError::Http(format!("bad JSON-RPC message: {e}")))?;
+        let message: Value = serde_json::from_slice(bytes)
+            .map_err(|e| BenchError::Http(format!("bad JSON-RPC message: {e}")))?;
         let is_response = message.get("result").is_some() || message.get("error").is_some();
-        if is_response && message.get("id").and_then(Value::as_u64) == Some(id) && self.response.is_none() {
+        if is_response
+            && message.get("id").and_then(Value::as_u64) == Some(id)
+            && self.response.is_none()
+        {
             self.response = Some(message);
             self.answered_at = Some(Instant::now());
         }
@@ -529,8 +616,12 @@ mod tests {
     #[test]
     fn other_ids_and_notifications_are_not_the_response() {
         let mut body = Body::new(true, Some(2));
-        body.feed(b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n").expect("feed");
-        body.feed(b"data: {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sampling/createMessage\"}\n\n").expect("feed");
+        body.feed(b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n")
+            .expect("feed");
+        body.feed(
+            b"data: {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sampling/createMessage\"}\n\n",
+        )
+        .expect("feed");
         assert!(body.finish().expect("finish").0.is_none());
     }
 
@@ -538,7 +629,8 @@ mod tests {
     fn json_body_is_parsed_at_the_end() {
         let mut body = Body::new(false, Some(3));
         body.feed(b"{\"jsonrpc\":\"2.0\",\"id\":3,").expect("feed");
-        body.feed(b"\"error\":{\"code\":-32601,\"message\":\"x\"}}").expect("feed");
+        body.feed(b"\"error\":{\"code\":-32601,\"message\":\"x\"}}")
+            .expect("feed");
         let (response, _) = body.finish().expect("finish");
         assert!(success(200, response).is_err());
     }

@@ -28,7 +28,8 @@ pub struct GrowthRow {
 impl GrowthRow {
     /// KiB per session between the first and the last point (none with a single point).
     pub fn kib_per_session(&self) -> Option<f64> {
-        let (&(from_sessions, from_kib), &(to_sessions, to_kib)) = (self.rss_kib.first()?, self.rss_kib.last()?);
+        let (&(from_sessions, from_kib), &(to_sessions, to_kib)) =
+            (self.rss_kib.first()?, self.rss_kib.last()?);
         let sessions = to_sessions.checked_sub(from_sessions).filter(|n| *n > 0)?;
         Some((to_kib as f64 - from_kib as f64) / sessions as f64)
     }
@@ -39,7 +40,11 @@ impl GrowthRow {
 ///
 /// # Errors
 /// A session could not be started.
-pub(crate) async fn open_sessions(addr: SocketAddr, path: &str, count: usize) -> Result<(), BenchError> {
+pub(crate) async fn open_sessions(
+    addr: SocketAddr,
+    path: &str,
+    count: usize,
+) -> Result<(), BenchError> {
     let mut tasks = Vec::with_capacity(OPENERS);
     for opener in 0..OPENERS.min(count) {
         // Spread `count` over the openers: the first `count % OPENERS` get one more.
@@ -55,7 +60,11 @@ pub(crate) async fn open_sessions(addr: SocketAddr, path: &str, count: usize) ->
     }
     let mut failure = None;
     for task in tasks {
-        if let Err(error) = task.await.map_err(|e| BenchError::Task(e.to_string())).and_then(|outcome| outcome) {
+        if let Err(error) = task
+            .await
+            .map_err(|e| BenchError::Task(e.to_string()))
+            .and_then(|outcome| outcome)
+        {
             failure.get_or_insert(error);
         }
     }
@@ -76,13 +85,26 @@ mod tests {
         // Read sooner, the worker still runs the rmcp loops of the last sessions'
         // `notifications/initialized` (some ten KiB each): live memory of a burst, not of
         // idle sessions.
-        assert!(SETTLE > durable_mcp_protocol::NOTIFY_WINDOW, "settle {SETTLE:?} is within the notify window");
+        assert!(
+            SETTLE > durable_mcp_protocol::NOTIFY_WINDOW,
+            "settle {SETTLE:?} is within the notify window"
+        );
     }
 
     #[test]
     fn per_session_cost_is_the_slope_between_the_ends() {
-        let row = GrowthRow { server: "x".into(), rss_kib: vec![(0, 10_000), (1_000, 11_000), (10_000, 30_000)] };
+        let row = GrowthRow {
+            server: "x".into(),
+            rss_kib: vec![(0, 10_000), (1_000, 11_000), (10_000, 30_000)],
+        };
         assert_eq!(row.kib_per_session(), Some(2.0));
-        assert_eq!(GrowthRow { server: "x".into(), rss_kib: vec![(0, 1)] }.kib_per_session(), None);
+        assert_eq!(
+            GrowthRow {
+                server: "x".into(),
+                rss_kib: vec![(0, 1)]
+            }
+            .kib_per_session(),
+            None
+        );
     }
 }

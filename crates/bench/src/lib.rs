@@ -51,7 +51,10 @@ pub use growth::GrowthRow;
 pub use load::{LoadResult, LoadSpec, run_load};
 pub use process::{ChildProcess, Pinning, process_running};
 pub use report::{Cpus, HttpRow, Limit, PythonStatus, Report, ServerKind, StoreRow};
-pub use servers::{DurableSettings, Executables, Launcher, MCP_PATH, PYTHON_MCP_PATH, PYTHON_SERVER, RunningServer, ServerSpec};
+pub use servers::{
+    DurableSettings, Executables, Launcher, MCP_PATH, PYTHON_MCP_PATH, PYTHON_SERVER,
+    RunningServer, ServerSpec,
+};
 pub use store::{AppendResult, REPLAY_BATCH, ReplayResult, StoreResult, StoreSpec, bench_store};
 
 use crate::child::LoadArgs;
@@ -212,7 +215,11 @@ struct ScratchDir(PathBuf);
 
 impl ScratchDir {
     fn new() -> Result<Self, BenchError> {
-        let dir = std::env::temp_dir().join(format!("durable-mcp-bench-{}-{}", std::process::id(), durable_mcp::store::now_ms()));
+        let dir = std::env::temp_dir().join(format!(
+            "durable-mcp-bench-{}-{}",
+            std::process::id(),
+            durable_mcp::store::now_ms()
+        ));
         std::fs::create_dir_all(&dir)?;
         Ok(Self(dir))
     }
@@ -238,7 +245,12 @@ fn store_urls(configured: &[String], scratch: Option<&ScratchDir>) -> Vec<String
                 urls.push(format!("sqlite:{}{query}", dir.path().join(file).display()));
             }
         }
-        None => urls.extend(configured.iter().filter(|url| url.as_str() != "memory:").cloned()),
+        None => urls.extend(
+            configured
+                .iter()
+                .filter(|url| url.as_str() != "memory:")
+                .cloned(),
+        ),
     }
     urls
 }
@@ -254,11 +266,19 @@ pub const ENCRYPTED: &str = "encrypted+";
 /// # Errors
 /// The store did not open, or no key could be made (the system random source failed).
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, BenchError> {
-    let Some(inner) = url.strip_prefix(ENCRYPTED) else { return Ok(durable_mcp::open_store(url).await?) };
+    let Some(inner) = url.strip_prefix(ENCRYPTED) else {
+        return Ok(durable_mcp::open_store(url).await?);
+    };
     let mut keys = durable_mcp_store_crypt::KeyFile::default();
-    keys.rotate(durable_mcp::store::now_ms()).map_err(|e| BenchError::Store(durable_mcp_store::StoreError::Unavailable(Box::new(e))))?;
-    let ring = keys.ring("the bench's key").map_err(|e| BenchError::Store(durable_mcp_store::StoreError::Unavailable(Box::new(e))))?;
-    Ok(Arc::new(durable_mcp_store_crypt::CryptStore::new(durable_mcp::open_store(inner).await?, Arc::new(ring))))
+    keys.rotate(durable_mcp::store::now_ms())
+        .map_err(|e| BenchError::Store(durable_mcp_store::StoreError::Unavailable(Box::new(e))))?;
+    let ring = keys
+        .ring("the bench's key")
+        .map_err(|e| BenchError::Store(durable_mcp_store::StoreError::Unavailable(Box::new(e))))?;
+    Ok(Arc::new(durable_mcp_store_crypt::CryptStore::new(
+        durable_mcp::open_store(inner).await?,
+        Arc::new(ring),
+    )))
 }
 
 /// A short, credential-free name for a store URL.
@@ -301,13 +321,30 @@ pub fn store_labels(urls: &[String]) -> Vec<String> {
             if base.iter().filter(|other| *other == label).count() < 2 {
                 return label.clone();
             }
-            let query = url.split_once('?').map(|(_, query)| query).unwrap_or_default();
-            let named: Vec<&str> = query.split('&').filter(|pair| ["prefix=", "schema="].iter().any(|key| pair.starts_with(key))).collect();
-            if named.is_empty() { label.clone() } else { format!("{label} ({})", named.join(", ")) }
+            let query = url
+                .split_once('?')
+                .map(|(_, query)| query)
+                .unwrap_or_default();
+            let named: Vec<&str> = query
+                .split('&')
+                .filter(|pair| {
+                    ["prefix=", "schema="]
+                        .iter()
+                        .any(|key| pair.starts_with(key))
+                })
+                .collect();
+            if named.is_empty() {
+                label.clone()
+            } else {
+                format!("{label} ({})", named.join(", "))
+            }
         })
         .collect();
     for i in 0..labels.len() {
-        let same = labels[..i].iter().filter(|earlier| **earlier == labels[i]).count();
+        let same = labels[..i]
+            .iter()
+            .filter(|earlier| **earlier == labels[i])
+            .count();
         if same > 0 {
             labels[i] = format!("{} #{}", labels[i], same + 1);
         }
@@ -320,7 +357,10 @@ pub fn store_labels(urls: &[String]) -> Vec<String> {
 pub fn find_python_baseline(executable: &Path) -> Option<PathBuf> {
     let cwd = std::env::current_dir().ok();
     let roots = cwd.iter().map(PathBuf::as_path).chain(executable.parent());
-    roots.flat_map(Path::ancestors).map(|dir| dir.join(PYTHON_VENV_PYTHON)).find(|python| python.is_file())
+    roots
+        .flat_map(Path::ancestors)
+        .map(|dir| dir.join(PYTHON_VENV_PYTHON))
+        .find(|python| python.is_file())
 }
 
 /// The commit of the repository holding the working directory (or else `executable`, as
@@ -328,13 +368,30 @@ pub fn find_python_baseline(executable: &Path) -> Option<PathBuf> {
 /// uncommitted changes; `None` without git or outside a repository.
 async fn git_commit(executable: &Path) -> Option<(String, bool)> {
     let git = |dir: PathBuf, args: &'static [&'static str]| async move {
-        let out = tokio::process::Command::new("git").arg("-C").arg(dir).args(args).stdin(std::process::Stdio::null()).output().await.ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        let out = tokio::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     };
-    let dirs = std::env::current_dir().ok().into_iter().chain(executable.parent().map(Path::to_path_buf));
+    let dirs = std::env::current_dir()
+        .ok()
+        .into_iter()
+        .chain(executable.parent().map(Path::to_path_buf));
     for dir in dirs {
-        if let Some(commit) = git(dir.clone(), &["rev-parse", "--short=10", "HEAD"]).await.filter(|c| !c.is_empty()) {
-            let dirty = git(dir, &["status", "--porcelain", "--untracked-files=no"]).await.is_some_and(|s| !s.is_empty());
+        if let Some(commit) = git(dir.clone(), &["rev-parse", "--short=10", "HEAD"])
+            .await
+            .filter(|c| !c.is_empty())
+        {
+            let dirty = git(dir, &["status", "--porcelain", "--untracked-files=no"])
+                .await
+                .is_some_and(|s| !s.is_empty());
             return Some((commit, dirty));
         }
     }
@@ -357,34 +414,44 @@ async fn git_commit(executable: &Path) -> Option<(String, bool)> {
 /// # Errors
 /// The configuration cannot run, a store cannot be opened, or a store measurement
 /// failed. Child processes are gone when this returns, whatever it returns.
-pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Report, BenchError> {
+pub async fn run(
+    config: &BenchConfig,
+    mut progress: impl FnMut(&str),
+) -> Result<Report, BenchError> {
     let (lines, mut progress_lines) = tokio::sync::mpsc::unbounded_channel::<String>();
     let (done, result) = tokio::sync::oneshot::channel();
     let config = config.clone();
-    std::thread::Builder::new().name("durable-mcp-bench".into()).spawn(move || {
-        let _quiet = tracing::dispatcher::set_default(&tracing::Dispatch::none());
-        let outcome = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .on_thread_start(|| {
-                // For the whole life of the worker thread.
-                std::mem::forget(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
-            })
-            .build()
-            .map_err(BenchError::from)
-            .and_then(|runtime| {
-                runtime.block_on(measure(&config, &mut |line: &str| {
-                    let _ = lines.send(line.to_owned());
-                }))
-            });
-        let _ = done.send(outcome);
-    })?;
+    std::thread::Builder::new()
+        .name("durable-mcp-bench".into())
+        .spawn(move || {
+            let _quiet = tracing::dispatcher::set_default(&tracing::Dispatch::none());
+            let outcome = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .on_thread_start(|| {
+                    // For the whole life of the worker thread.
+                    std::mem::forget(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+                })
+                .build()
+                .map_err(BenchError::from)
+                .and_then(|runtime| {
+                    runtime.block_on(measure(&config, &mut |line: &str| {
+                        let _ = lines.send(line.to_owned());
+                    }))
+                });
+            let _ = done.send(outcome);
+        })?;
     while let Some(line) = progress_lines.recv().await {
         progress(&line);
     }
-    result.await.map_err(|_| BenchError::Task("the benchmark thread ended without a result".into()))?
+    result
+        .await
+        .map_err(|_| BenchError::Task("the benchmark thread ended without a result".into()))?
 }
 
-async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Report, BenchError> {
+async fn measure(
+    config: &BenchConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Report, BenchError> {
     config.executables.check()?;
     let started_ms = durable_mcp::store::now_ms();
     let commit = git_commit(&config.executables.durable_mcp).await;
@@ -401,38 +468,81 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
     if let Err(PythonStatus::Missing(why)) = &python {
         progress(&format!("Python baseline not measured: {why}"));
     }
-    let pinning = if config.pin { Pinning::detect().await } else { Pinning::none("turned off") };
+    let pinning = if config.pin {
+        Pinning::detect().await
+    } else {
+        Pinning::none("turned off")
+    };
     progress(&pinning.describe());
 
     let store_rows = measure_stores(config, &urls, progress).await?;
 
     let mut servers: Vec<(String, ServerKind, ServerSpec)> = Vec::new();
     if config.rmcp_baseline {
-        servers.push((report::RMCP_LABEL.to_owned(), ServerKind::Rmcp, ServerSpec::Rmcp));
+        servers.push((
+            report::RMCP_LABEL.to_owned(),
+            ServerKind::Rmcp,
+            ServerSpec::Rmcp,
+        ));
     }
     if let Ok(python) = &python {
-        servers.push((report::PYTHON_LABEL.to_owned(), ServerKind::Python, ServerSpec::Python { python: python.clone() }));
+        servers.push((
+            report::PYTHON_LABEL.to_owned(),
+            ServerKind::Python,
+            ServerSpec::Python {
+                python: python.clone(),
+            },
+        ));
     }
     for (url, label) in urls.iter().zip(store_labels(&urls)) {
-        servers.push((format!("durable-mcp, {label}"), ServerKind::Durable, ServerSpec::Durable { url: url.clone() }));
+        servers.push((
+            format!("durable-mcp, {label}"),
+            ServerKind::Durable,
+            ServerSpec::Durable { url: url.clone() },
+        ));
     }
-    for (url, label) in config.proxy_stores.iter().zip(store_labels(&config.proxy_stores)) {
-        servers.push((format!("durable-mcp proxy, {label}"), ServerKind::Proxy, ServerSpec::Proxy { url: url.clone() }));
+    for (url, label) in config
+        .proxy_stores
+        .iter()
+        .zip(store_labels(&config.proxy_stores))
+    {
+        servers.push((
+            format!("durable-mcp proxy, {label}"),
+            ServerKind::Proxy,
+            ServerSpec::Proxy { url: url.clone() },
+        ));
     }
     let mut launcher = Launcher::new(config.executables.clone(), pinning.clone(), scratch.path());
-    let mut http = Http { rows: Vec::new(), failures: Vec::new(), rmcp_modern: None };
+    let mut http = Http {
+        rows: Vec::new(),
+        failures: Vec::new(),
+        rmcp_modern: None,
+    };
     for round in 0..config.runs.max(1) {
         for (label, kind, spec) in &servers {
-            measure_server(config, &mut launcher, &mut http, (label, *kind, spec), round, progress).await;
+            measure_server(
+                config,
+                &mut launcher,
+                &mut http,
+                (label, *kind, spec),
+                round,
+                progress,
+            )
+            .await;
         }
     }
     let mut growth = Vec::new();
     if !config.growth_sessions.is_empty() {
-        for (label, _, spec) in servers.iter().filter(|(_, kind, _)| !matches!(kind, ServerKind::Python | ServerKind::Proxy)) {
+        for (label, _, spec) in servers
+            .iter()
+            .filter(|(_, kind, _)| !matches!(kind, ServerKind::Python | ServerKind::Proxy))
+        {
             progress(&format!("memory with idle sessions: {label}"));
             match measure_growth(config, &mut launcher, label, spec).await {
                 Ok(row) => growth.push(row),
-                Err(error) => http.failures.push(format!("memory with idle sessions, {label}: {error}")),
+                Err(error) => http
+                    .failures
+                    .push(format!("memory with idle sessions, {label}: {error}")),
             }
         }
     }
@@ -459,7 +569,11 @@ async fn measure(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result
 
 /// Open every store first (a wrong URL fails the run before anything is measured), then
 /// measure them one after another; every store is closed again when this returns.
-async fn measure_stores(config: &BenchConfig, urls: &[String], progress: &mut dyn FnMut(&str)) -> Result<Vec<StoreRow>, BenchError> {
+async fn measure_stores(
+    config: &BenchConfig,
+    urls: &[String],
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<StoreRow>, BenchError> {
     let spec = StoreSpec {
         events_per_writer: config.events_per_writer,
         writers: config.writers,
@@ -475,7 +589,10 @@ async fn measure_stores(config: &BenchConfig, urls: &[String], progress: &mut dy
     for (label, store) in stores {
         progress(&format!("store {label}: appends and replays"));
         let result = bench_store(store, &spec).await?;
-        rows.push(StoreRow { backend: label, result });
+        rows.push(StoreRow {
+            backend: label,
+            result,
+        });
     }
     Ok(rows)
 }
@@ -489,9 +606,18 @@ struct Http {
 
 impl Http {
     fn row(&mut self, label: &str, kind: ServerKind, era: Era, connections: usize) -> &mut HttpRow {
-        let at = self.rows.iter().position(|r| r.server == label && r.era == era && r.connections == connections);
+        let at = self
+            .rows
+            .iter()
+            .position(|r| r.server == label && r.era == era && r.connections == connections);
         let at = at.unwrap_or_else(|| {
-            self.rows.push(HttpRow { server: label.to_owned(), kind, era, connections, runs: Vec::new() });
+            self.rows.push(HttpRow {
+                server: label.to_owned(),
+                kind,
+                era,
+                connections,
+                runs: Vec::new(),
+            });
             self.rows.len() - 1
         });
         &mut self.rows[at]
@@ -507,11 +633,17 @@ async fn measure_server(
     round: usize,
     progress: &mut dyn FnMut(&str),
 ) {
-    let eras: Vec<Era> = config.eras.iter().copied().filter(|era| spec.eras().contains(era)).collect();
+    let eras: Vec<Era> = config
+        .eras
+        .iter()
+        .copied()
+        .filter(|era| spec.eras().contains(era))
+        .collect();
     let server = match launcher.server(spec, label).await {
         Ok(server) => server,
         Err(error) => {
-            http.failures.push(format!("starting {label} (run {}): {error}", round + 1));
+            http.failures
+                .push(format!("starting {label} (run {}): {error}", round + 1));
             return;
         }
     };
@@ -519,11 +651,18 @@ async fn measure_server(
         http.rmcp_modern = Some(probe_modern(&server).await);
     }
     for era in eras {
-        if kind == ServerKind::Rmcp && era == Era::Modern && matches!(http.rmcp_modern, Some(Err(_))) {
+        if kind == ServerKind::Rmcp
+            && era == Era::Modern
+            && matches!(http.rmcp_modern, Some(Err(_)))
+        {
             continue;
         }
         for &connections in &config.connections {
-            progress(&format!("tools/call run {}/{}: {label}, {era}, {connections} connection(s)", round + 1, config.runs.max(1)));
+            progress(&format!(
+                "tools/call run {}/{}: {label}, {era}, {connections} connection(s)",
+                round + 1,
+                config.runs.max(1)
+            ));
             let args = LoadArgs {
                 addr: server.addr(),
                 path: server.path().to_owned(),
@@ -539,18 +678,28 @@ async fn measure_server(
             };
             let name = format!("load {label} {era} {connections}");
             let (cpu_before, machine_before) = (server.cpu_time().ok(), process::machine_busy());
-            let outcome = launcher.load(&server, &args, &name).await.map(|mut result| {
-                // Every call the server answered: the timed ones and each connection's warm-up.
-                let made = u32::try_from(result.calls + connections * args.warmup_calls).ok().filter(|&made| made > 0);
-                let per_call = |before: Option<Duration>, after: Option<Duration>| Some(after?.saturating_sub(before?) / made?);
-                result.server_cpu_per_call = per_call(cpu_before, server.cpu_time().ok());
-                result.machine_cpu_per_call = per_call(machine_before, process::machine_busy());
-                result
-            });
+            let outcome = launcher
+                .load(&server, &args, &name)
+                .await
+                .map(|mut result| {
+                    // Every call the server answered: the timed ones and each connection's warm-up.
+                    let made = u32::try_from(result.calls + connections * args.warmup_calls)
+                        .ok()
+                        .filter(|&made| made > 0);
+                    let per_call = |before: Option<Duration>, after: Option<Duration>| {
+                        Some(after?.saturating_sub(before?) / made?)
+                    };
+                    result.server_cpu_per_call = per_call(cpu_before, server.cpu_time().ok());
+                    result.machine_cpu_per_call = per_call(machine_before, process::machine_busy());
+                    result
+                });
             let row = http.row(label, kind, era, connections);
             match outcome {
                 Ok(result) => row.runs.push(result),
-                Err(error) => http.failures.push(format!("{label}, {era}, {connections} connection(s), run {}: {error}", round + 1)),
+                Err(error) => http.failures.push(format!(
+                    "{label}, {era}, {connections} connection(s), run {}: {error}",
+                    round + 1
+                )),
             }
         }
     }
@@ -561,12 +710,23 @@ async fn measure_server(
 
 /// Whether `server` answers one 2026-07-28 `tools/call` (`Err`: what it did instead).
 async fn probe_modern(server: &RunningServer) -> Result<(), String> {
-    let mut client = McpClient::connect(server.addr(), server.path(), Era::Modern).await.map_err(|e| e.to_string())?;
-    client.call_tool(TOOL, &serde_json::json!({})).await.map(drop).map_err(|e| e.to_string())
+    let mut client = McpClient::connect(server.addr(), server.path(), Era::Modern)
+        .await
+        .map_err(|e| e.to_string())?;
+    client
+        .call_tool(TOOL, &serde_json::json!({}))
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// Start `spec` afresh and read its memory at every idle session count.
-async fn measure_growth(config: &BenchConfig, launcher: &mut Launcher, label: &str, spec: &ServerSpec) -> Result<GrowthRow, BenchError> {
+async fn measure_growth(
+    config: &BenchConfig,
+    launcher: &mut Launcher,
+    label: &str,
+    spec: &ServerSpec,
+) -> Result<GrowthRow, BenchError> {
     let server = launcher.server(spec, &format!("{label} (memory)")).await?;
     let measured = async {
         let mut counts = config.growth_sessions.clone();
@@ -579,7 +739,10 @@ async fn measure_growth(config: &BenchConfig, launcher: &mut Launcher, label: &s
             growth::settle().await;
             rss_kib.push((open, server.rss_kib()?));
         }
-        Ok::<_, BenchError>(GrowthRow { server: label.to_owned(), rss_kib })
+        Ok::<_, BenchError>(GrowthRow {
+            server: label.to_owned(),
+            rss_kib,
+        })
     }
     .await;
     let stopped = server.stop().await;
@@ -596,9 +759,18 @@ mod tests {
     fn labels_name_the_backend_without_credentials() {
         assert_eq!(store_label("memory:"), "memory");
         assert_eq!(store_label("sqlite:/tmp/x.db"), "sqlite synchronous=FULL");
-        assert_eq!(store_label("sqlite:/tmp/x.db?synchronous=normal"), "sqlite synchronous=NORMAL");
-        assert_eq!(store_label("postgres://bob:secret@db:5432/mcp?sslmode=disable"), "postgres://db:5432/mcp");
-        assert_eq!(store_label("redis://:pw@localhost:6379/0"), "redis://localhost:6379/0");
+        assert_eq!(
+            store_label("sqlite:/tmp/x.db?synchronous=normal"),
+            "sqlite synchronous=NORMAL"
+        );
+        assert_eq!(
+            store_label("postgres://bob:secret@db:5432/mcp?sslmode=disable"),
+            "postgres://db:5432/mcp"
+        );
+        assert_eq!(
+            store_label("redis://:pw@localhost:6379/0"),
+            "redis://localhost:6379/0"
+        );
     }
 
     #[test]

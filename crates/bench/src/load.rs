@@ -59,7 +59,11 @@ impl Drops {
         let max_us = u64::try_from(self.max_delay.as_micros()).unwrap_or(u64::MAX);
         // Half at once (the server may not even have read the request), half a little
         // later (it may be running it, or writing its response).
-        Some(if max_us == 0 || rng.below(2) == 0 { Duration::ZERO } else { Duration::from_micros(rng.below(max_us)) })
+        Some(if max_us == 0 || rng.below(2) == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_micros(rng.below(max_us))
+        })
     }
 }
 
@@ -148,13 +152,20 @@ pub(crate) fn quantile(sorted: &[Duration], p: f64) -> Duration {
 /// # Errors
 /// Any failed connection, session setup or round trip fails the measurement: a benchmark
 /// that skips errors measures something else.
-pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<LoadResult, BenchError> {
+pub async fn run_load(
+    addr: SocketAddr,
+    path: &str,
+    spec: &LoadSpec,
+) -> Result<LoadResult, BenchError> {
     let connections = spec.connections.max(1);
     let barrier = Arc::new(Barrier::new(connections + 1));
     let mut tasks = Vec::with_capacity(connections);
     for connection in 0..connections {
         let (barrier, spec, path) = (barrier.clone(), spec.clone(), path.to_owned());
-        let mut rng = SplitMix(spec.drops.map_or(0, |drops| drops.seed.wrapping_add(connection as u64)));
+        let mut rng = SplitMix(
+            spec.drops
+                .map_or(0, |drops| drops.seed.wrapping_add(connection as u64)),
+        );
         tasks.push(tokio::spawn(async move {
             let ready = async {
                 let mut client = McpClient::connect(addr, &path, spec.era).await?;
@@ -197,7 +208,11 @@ pub async fn run_load(addr: SocketAddr, path: &str, spec: &LoadSpec) -> Result<L
     let (mut first, mut last) = (None::<Instant>, None::<Instant>);
     let mut failure = None;
     for task in tasks {
-        match task.await.map_err(|e| BenchError::Task(e.to_string())).and_then(|outcome| outcome) {
+        match task
+            .await
+            .map_err(|e| BenchError::Task(e.to_string()))
+            .and_then(|outcome| outcome)
+        {
             Ok((mine, mine_resent, started, finished)) => {
                 latencies.extend(mine);
                 resent += mine_resent;
@@ -245,17 +260,37 @@ mod tests {
 
     #[test]
     fn drops_come_at_the_share_asked_for_half_of_them_at_once() {
-        let drops = Drops { percent: 10, max_delay: Duration::from_millis(5), seed: 7 };
+        let drops = Drops {
+            percent: 10,
+            max_delay: Duration::from_millis(5),
+            seed: 7,
+        };
         let mut rng = SplitMix(drops.seed);
         let draws: Vec<Option<Duration>> = (0..100_000).map(|_| drops.draw(&mut rng)).collect();
         let dropped: Vec<Duration> = draws.iter().flatten().copied().collect();
-        assert!((9_000..11_000).contains(&dropped.len()), "{} of 100,000 dropped", dropped.len());
+        assert!(
+            (9_000..11_000).contains(&dropped.len()),
+            "{} of 100,000 dropped",
+            dropped.len()
+        );
         let at_once = dropped.iter().filter(|d| d.is_zero()).count();
-        assert!((4_000..6_000).contains(&at_once), "{at_once} of {} at once", dropped.len());
+        assert!(
+            (4_000..6_000).contains(&at_once),
+            "{at_once} of {} at once",
+            dropped.len()
+        );
         assert!(dropped.iter().all(|d| *d < drops.max_delay));
         let mut again = SplitMix(drops.seed);
-        assert!((0..1_000).map(|_| drops.draw(&mut again)).eq(draws[..1_000].iter().copied()), "a seed repeats the draws");
-        let never = Drops { percent: 0, ..drops };
+        assert!(
+            (0..1_000)
+                .map(|_| drops.draw(&mut again))
+                .eq(draws[..1_000].iter().copied()),
+            "a seed repeats the draws"
+        );
+        let never = Drops {
+            percent: 0,
+            ..drops
+        };
         assert!((0..1_000).all(|_| never.draw(&mut rng).is_none()));
     }
 
@@ -273,6 +308,9 @@ mod tests {
             machine_cpu_per_call: Some(Duration::from_micros(250)),
         };
         let line = serde_json::to_string(&result).expect("encode");
-        assert_eq!(serde_json::from_str::<LoadResult>(&line).expect("decode"), result);
+        assert_eq!(
+            serde_json::from_str::<LoadResult>(&line).expect("decode"),
+            result
+        );
     }
 }

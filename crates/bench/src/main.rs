@@ -23,7 +23,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// durable-mcp servers are run by the `durable-mcp` binary beside this one (`cargo build
 /// --release -p durable-mcp-cli -p durable-mcp-bench`), or `--durable-mcp PATH`.
 #[derive(Parser, Debug)]
-#[command(name = "durable-mcp-bench", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "durable-mcp-bench",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     /// Another benchmark than the default one.
     #[command(subcommand)]
@@ -123,7 +127,11 @@ struct TrafficArgs {
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
     /// The parts to run: `drops`, `retention`, `sustained`.
-    #[arg(long, value_delimiter = ',', default_value = "drops,retention,sustained")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "drops,retention,sustained"
+    )]
     parts: Vec<durable_mcp_bench::traffic::TrafficPart>,
     /// A run of a few seconds per part: the durations below default to 2 s (drops),
     /// 3 s with a stream age and prune interval of 1 s (retention), 2 s and 2 s after
@@ -177,8 +185,12 @@ async fn main() -> anyhow::Result<()> {
         Some(Mode::BenchServer(_) | Mode::BenchLoad(_)) => "warn",
         _ => "info,rmcp=warn",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| default_filter.into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     match cli.mode {
         Some(Mode::Traffic(args)) => traffic(args).await,
         Some(Mode::BenchServer(args)) => Ok(durable_mcp_bench::child::serve(args).await?),
@@ -193,7 +205,8 @@ async fn main() -> anyhow::Result<()> {
 /// This executable (stock rmcp, the load generators) and the `durable-mcp` binary of
 /// `--durable-mcp`, or else the one beside this executable; both checked.
 fn executables(arg: DurableMcpArg) -> anyhow::Result<Executables> {
-    let bench = std::env::current_exe().context("finding this executable (it runs the rmcp baseline and the load generators)")?;
+    let bench = std::env::current_exe()
+        .context("finding this executable (it runs the rmcp baseline and the load generators)")?;
     let mut executables = Executables::beside(bench);
     if let Some(path) = arg.durable_mcp {
         executables.durable_mcp = path;
@@ -205,9 +218,14 @@ fn executables(arg: DurableMcpArg) -> anyhow::Result<Executables> {
 /// `durable-mcp-bench traffic`.
 async fn traffic(args: TrafficArgs) -> anyhow::Result<()> {
     let executables = executables(args.executable)?;
-    let base =
-        if args.quick { durable_mcp_bench::traffic::TrafficConfig::quick(executables) } else { durable_mcp_bench::traffic::TrafficConfig::new(executables) };
-    let secs = |flag: Option<u64>, default: Duration| flag.map_or(default, |secs| Duration::from_secs(secs.max(1)));
+    let base = if args.quick {
+        durable_mcp_bench::traffic::TrafficConfig::quick(executables)
+    } else {
+        durable_mcp_bench::traffic::TrafficConfig::new(executables)
+    };
+    let secs = |flag: Option<u64>, default: Duration| {
+        flag.map_or(default, |secs| Duration::from_secs(secs.max(1)))
+    };
     let config = durable_mcp_bench::traffic::TrafficConfig {
         command_line: Some(command_line(std::env::args())),
         stores: args.stores,
@@ -219,17 +237,29 @@ async fn traffic(args: TrafficArgs) -> anyhow::Result<()> {
         drop_max_delay: Duration::from_millis(args.drop_max_delay_ms),
         seed: args.seed,
         retention_duration: secs(args.retention_secs, base.retention_duration),
-        max_stream_age_secs: args.max_stream_age_secs.unwrap_or(base.max_stream_age_secs).max(1),
-        prune_interval_secs: args.prune_interval_secs.unwrap_or(base.prune_interval_secs).max(1),
+        max_stream_age_secs: args
+            .max_stream_age_secs
+            .unwrap_or(base.max_stream_age_secs)
+            .max(1),
+        prune_interval_secs: args
+            .prune_interval_secs
+            .unwrap_or(base.prune_interval_secs)
+            .max(1),
         sustained_duration: secs(args.sustained_secs, base.sustained_duration),
         after: args.after_secs.map_or(base.after, Duration::from_secs),
         pin: !args.no_pin,
         ..base
     };
-    let report = durable_mcp_bench::traffic::run_traffic(&config, |step| tracing::info!("bench: {step}")).await.context("traffic benchmark")?;
+    let report =
+        durable_mcp_bench::traffic::run_traffic(&config, |step| tracing::info!("bench: {step}"))
+            .await
+            .context("traffic benchmark")?;
     println!("{}", report.to_markdown());
     if !report.failures.is_empty() {
-        anyhow::bail!("{} run(s) failed (listed at the end of the report)", report.failures.len());
+        anyhow::bail!(
+            "{} run(s) failed (listed at the end of the report)",
+            report.failures.len()
+        );
     }
     Ok(())
 }
@@ -239,7 +269,10 @@ fn session_count(value: &str) -> Result<Option<usize>, String> {
     if value == "none" {
         return Ok(None);
     }
-    value.parse().map(Some).map_err(|e| format!("{value:?}: {e}"))
+    value
+        .parse()
+        .map(Some)
+        .map_err(|e| format!("{value:?}: {e}"))
 }
 
 /// The default benchmark.
@@ -269,10 +302,15 @@ async fn bench(args: Cli) -> anyhow::Result<()> {
         time_limit: Duration::from_secs(args.time_limit_secs.max(1)),
         ..durable_mcp_bench::BenchConfig::new(executables)
     };
-    let report = durable_mcp_bench::run(&config, |step| tracing::info!("bench: {step}")).await.context("benchmark")?;
+    let report = durable_mcp_bench::run(&config, |step| tracing::info!("bench: {step}"))
+        .await
+        .context("benchmark")?;
     println!("{}", report.to_markdown());
     if !report.failures.is_empty() {
-        anyhow::bail!("{} measurement(s) failed (listed at the end of the report)", report.failures.len());
+        anyhow::bail!(
+            "{} measurement(s) failed (listed at the end of the report)",
+            report.failures.len()
+        );
     }
     Ok(())
 }
@@ -282,7 +320,13 @@ async fn bench(args: Cli) -> anyhow::Result<()> {
 fn command_line(args: impl IntoIterator<Item = String>) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=,@+%".contains(c);
     args.into_iter()
-        .map(|arg| if !arg.is_empty() && arg.chars().all(plain) { arg } else { format!("'{}'", arg.replace('\'', r"'\''")) })
+        .map(|arg| {
+            if !arg.is_empty() && arg.chars().all(plain) {
+                arg
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -305,31 +349,77 @@ mod tests {
             "/opt/durable-mcp",
         ])
         .expect("parses");
-        let Some(Mode::Traffic(args)) = cli.mode else { panic!("not traffic") };
+        let Some(Mode::Traffic(args)) = cli.mode else {
+            panic!("not traffic")
+        };
         assert!(args.quick);
         assert_eq!(args.stores, ["sqlite:/tmp/x.db", "memory:"]);
-        assert_eq!(args.parts, [durable_mcp_bench::traffic::TrafficPart::Drops, durable_mcp_bench::traffic::TrafficPart::Sustained]);
+        assert_eq!(
+            args.parts,
+            [
+                durable_mcp_bench::traffic::TrafficPart::Drops,
+                durable_mcp_bench::traffic::TrafficPart::Sustained
+            ]
+        );
         assert_eq!((args.connections, args.drop_percent), (16, 10));
-        assert_eq!(args.executable.durable_mcp, Some(PathBuf::from("/opt/durable-mcp")));
-        let cli = Cli::try_parse_from(["durable-mcp-bench", "--runs", "1", "--durable-mcp", "./d"]).expect("parses");
-        assert!(matches!(cli, Cli { mode: None, runs: 1, executable: DurableMcpArg { durable_mcp: Some(_) }, .. }));
-        assert!(Cli::try_parse_from(["durable-mcp-bench", "--runs", "1", "traffic"]).is_err(), "the default bench's flags are not traffic's");
+        assert_eq!(
+            args.executable.durable_mcp,
+            Some(PathBuf::from("/opt/durable-mcp"))
+        );
+        let cli = Cli::try_parse_from(["durable-mcp-bench", "--runs", "1", "--durable-mcp", "./d"])
+            .expect("parses");
+        assert!(matches!(
+            cli,
+            Cli {
+                mode: None,
+                runs: 1,
+                executable: DurableMcpArg {
+                    durable_mcp: Some(_)
+                },
+                ..
+            }
+        ));
+        assert!(
+            Cli::try_parse_from(["durable-mcp-bench", "--runs", "1", "traffic"]).is_err(),
+            "the default bench's flags are not traffic's"
+        );
     }
 
     #[test]
     fn the_children_are_hidden_subcommands() {
-        let cli = Cli::try_parse_from(["durable-mcp-bench", "bench-server", "rmcp", "--listen", "127.0.0.1:0"]).expect("parses");
+        let cli = Cli::try_parse_from([
+            "durable-mcp-bench",
+            "bench-server",
+            "rmcp",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .expect("parses");
         assert!(matches!(cli.mode, Some(Mode::BenchServer(_))));
-        let cli = Cli::try_parse_from(["durable-mcp-bench", "bench-load", "--addr", "127.0.0.1:1"]).expect("parses");
+        let cli = Cli::try_parse_from(["durable-mcp-bench", "bench-load", "--addr", "127.0.0.1:1"])
+            .expect("parses");
         assert!(matches!(cli.mode, Some(Mode::BenchLoad(_))));
         let command = <Cli as clap::CommandFactory>::command();
-        let listed: Vec<&str> = command.get_subcommands().filter(|c| !c.is_hide_set()).map(clap::Command::get_name).collect();
+        let listed: Vec<&str> = command
+            .get_subcommands()
+            .filter(|c| !c.is_hide_set())
+            .map(clap::Command::get_name)
+            .collect();
         assert_eq!(listed, ["traffic"]);
     }
 
     #[test]
     fn bench_command_lines_quote_what_a_shell_would_not_take_as_is() {
-        let args = ["./durable-mcp-bench", "--stores", "memory:,postgres://p@h:5432/t?schema=x&a=b", "it's"].map(String::from);
-        assert_eq!(command_line(args), r#"./durable-mcp-bench --stores 'memory:,postgres://p@h:5432/t?schema=x&a=b' 'it'\''s'"#);
+        let args = [
+            "./durable-mcp-bench",
+            "--stores",
+            "memory:,postgres://p@h:5432/t?schema=x&a=b",
+            "it's",
+        ]
+        .map(String::from);
+        assert_eq!(
+            command_line(args),
+            r#"./durable-mcp-bench --stores 'memory:,postgres://p@h:5432/t?schema=x&a=b' 'it'\''s'"#
+        );
     }
 }

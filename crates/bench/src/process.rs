@@ -37,9 +37,17 @@ impl Pinning {
         if allowed.len() < 2 {
             return Self::none(format!("only {} CPU available", allowed.len().max(1)));
         }
-        let taskset = Command::new("taskset").arg("--version").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().await;
+        let taskset = Command::new("taskset")
+            .arg("--version")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
         match taskset {
-            Ok(status) if status.success() => Self { cpus: Ok((allowed[0], allowed[1])) },
+            Ok(status) if status.success() => Self {
+                cpus: Ok((allowed[0], allowed[1])),
+            },
             Ok(status) => Self::none(format!("`taskset --version` failed ({status})")),
             Err(error) => Self::none(format!("`taskset` not found ({error})")),
         }
@@ -47,7 +55,9 @@ impl Pinning {
 
     /// No pinning, for `reason`.
     pub fn none(reason: impl Into<String>) -> Self {
-        Self { cpus: Err(reason.into()) }
+        Self {
+            cpus: Err(reason.into()),
+        }
     }
 
     /// Whether children are pinned.
@@ -58,8 +68,12 @@ impl Pinning {
     /// One sentence for the report.
     pub fn describe(&self) -> String {
         match &self.cpus {
-            Ok((server, load)) => format!("each server pinned to CPU {server} and the load generator to CPU {load} (`taskset -c`), each in its own process"),
-            Err(reason) => format!("server and load generator in separate processes, NOT pinned to CPUs: {reason}"),
+            Ok((server, load)) => format!(
+                "each server pinned to CPU {server} and the load generator to CPU {load} (`taskset -c`), each in its own process"
+            ),
+            Err(reason) => format!(
+                "server and load generator in separate processes, NOT pinned to CPUs: {reason}"
+            ),
         }
     }
 
@@ -88,7 +102,12 @@ impl Pinning {
 fn allowed_cpus() -> Vec<usize> {
     let listed = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|status| status.lines().find_map(|line| line.strip_prefix("Cpus_allowed_list:").map(|list| parse_cpu_list(list.trim()))));
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("Cpus_allowed_list:")
+                    .map(|list| parse_cpu_list(list.trim()))
+            })
+        });
     match listed {
         Some(Some(cpus)) if !cpus.is_empty() => cpus,
         _ => (0..std::thread::available_parallelism().map_or(1, std::num::NonZero::get)).collect(),
@@ -132,15 +151,29 @@ pub struct ChildProcess {
 
 impl fmt::Debug for ChildProcess {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChildProcess").field("name", &self.name).field("pid", &self.pid).field("log", &self.log).finish_non_exhaustive()
+        f.debug_struct("ChildProcess")
+            .field("name", &self.name)
+            .field("pid", &self.pid)
+            .field("log", &self.log)
+            .finish_non_exhaustive()
     }
 }
 
 impl ChildProcess {
     /// Start `program args` as a child of `role` named `name`: stdin and stdout piped,
     /// stderr appended to `log`.
-    pub(crate) fn spawn(name: &str, pinning: &Pinning, role: Role, program: &Path, args: &[OsString], log: &Path) -> Result<Self, BenchError> {
-        let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+    pub(crate) fn spawn(
+        name: &str,
+        pinning: &Pinning,
+        role: Role,
+        program: &Path,
+        args: &[OsString],
+        log: &Path,
+    ) -> Result<Self, BenchError> {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
         let mut child = pinning
             .command(role, program, args)
             // A child logs warnings only, whatever this process logs: a log line per
@@ -151,12 +184,28 @@ impl ChildProcess {
             .stderr(Stdio::from(stderr))
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| BenchError::Process { name: name.to_owned(), detail: format!("cannot start {}: {e}", program.display()) })?;
-        let pid = child.id().ok_or_else(|| BenchError::Process { name: name.to_owned(), detail: "exited at once".into() })?;
+            .map_err(|e| BenchError::Process {
+                name: name.to_owned(),
+                detail: format!("cannot start {}: {e}", program.display()),
+            })?;
+        let pid = child.id().ok_or_else(|| BenchError::Process {
+            name: name.to_owned(),
+            detail: "exited at once".into(),
+        })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(BenchError::Process { name: name.to_owned(), detail: "no stdio pipes".into() });
+            return Err(BenchError::Process {
+                name: name.to_owned(),
+                detail: "no stdio pipes".into(),
+            });
         };
-        Ok(Self { name: name.to_owned(), pid, child, stdin: Some(stdin), stdout: BufReader::new(stdout), log: log.to_owned() })
+        Ok(Self {
+            name: name.to_owned(),
+            pid,
+            child,
+            stdin: Some(stdin),
+            stdout: BufReader::new(stdout),
+            log: log.to_owned(),
+        })
     }
 
     /// The process id (the program's own: `taskset` execs it).
@@ -171,7 +220,10 @@ impl ChildProcess {
 
     /// Wait for the server's `LISTENING <addr>` line, at most `timeout`; with the address of
     /// its `/metrics` if it printed a `METRICS <addr>` line first.
-    pub(crate) async fn listening(&mut self, timeout: Duration) -> Result<(SocketAddr, Option<SocketAddr>), BenchError> {
+    pub(crate) async fn listening(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(SocketAddr, Option<SocketAddr>), BenchError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut metrics = None;
         let mut line = String::new();
@@ -181,7 +233,9 @@ impl ChildProcess {
             match read {
                 Err(_) => break format!("did not listen within {} s", timeout.as_secs()),
                 Ok(Err(error)) => break format!("reading its stdout: {error}"),
-                Ok(Ok(0)) => break format!("exited before listening ({})", self.exit_status().await),
+                Ok(Ok(0)) => {
+                    break format!("exited before listening ({})", self.exit_status().await);
+                }
                 Ok(Ok(_)) => {}
             }
             let line = line.trim();
@@ -221,11 +275,19 @@ impl ChildProcess {
     /// The resident set size of the process (`VmRSS` of `/proc/PID/status`), in KiB.
     pub(crate) fn rss_kib(&self) -> Result<u64, BenchError> {
         let path = format!("/proc/{}/status", self.pid);
-        let status = std::fs::read_to_string(&path).map_err(|e| self.failure(format!("reading {path}: {e}")))?;
+        let status = std::fs::read_to_string(&path)
+            .map_err(|e| self.failure(format!("reading {path}: {e}")))?;
         status
             .lines()
             .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .and_then(|value| {
+                value
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
             .ok_or_else(|| self.failure(format!("no VmRSS in {path}")))
     }
 
@@ -233,8 +295,11 @@ impl ChildProcess {
     /// (`utime + stime` of `/proc/PID/stat`, in the kernel's 100 Hz clock ticks).
     pub(crate) fn cpu_time(&self) -> Result<Duration, BenchError> {
         let path = format!("/proc/{}/stat", self.pid);
-        let stat = std::fs::read_to_string(&path).map_err(|e| self.failure(format!("reading {path}: {e}")))?;
-        cpu_ticks(&stat).map(|ticks| Duration::from_millis(ticks * 10)).ok_or_else(|| self.failure(format!("no utime/stime in {path}")))
+        let stat = std::fs::read_to_string(&path)
+            .map_err(|e| self.failure(format!("reading {path}: {e}")))?;
+        cpu_ticks(&stat)
+            .map(|ticks| Duration::from_millis(ticks * 10))
+            .ok_or_else(|| self.failure(format!("no utime/stime in {path}")))
     }
 
     /// End the child: close its stdin (servers and load generators stop on that), wait
@@ -250,7 +315,10 @@ impl ChildProcess {
             Err(_) => {
                 let _ = self.child.start_kill();
                 let _ = self.child.wait().await;
-                Err(self.failure(format!("did not exit within {} s of its stdin closing; killed", STOP_TIMEOUT.as_secs())))
+                Err(self.failure(format!(
+                    "did not exit within {} s of its stdin closing; killed",
+                    STOP_TIMEOUT.as_secs()
+                )))
             }
         }
     }
@@ -266,8 +334,15 @@ impl ChildProcess {
     /// An error naming this child, with the end of its log.
     fn failure(&self, detail: String) -> BenchError {
         let tail = log_tail(&self.log);
-        let detail = if tail.is_empty() { detail } else { format!("{detail}; its log ends with:\n{tail}") };
-        BenchError::Process { name: self.name.clone(), detail }
+        let detail = if tail.is_empty() {
+            detail
+        } else {
+            format!("{detail}; its log ends with:\n{tail}")
+        };
+        BenchError::Process {
+            name: self.name.clone(),
+            detail,
+        }
     }
 }
 
@@ -290,9 +365,20 @@ pub(crate) fn machine_busy() -> Option<Duration> {
 
 /// The busy ticks of the aggregate `cpu` line of `/proc/stat`.
 fn busy_ticks(line: &str) -> Option<u64> {
-    let mut fields = line.strip_prefix("cpu ")?.split_whitespace().map(str::parse::<u64>);
+    let mut fields = line
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(str::parse::<u64>);
     let mut next = || fields.next()?.ok();
-    let (user, nice, system, _idle, _iowait, irq, softirq) = (next()?, next()?, next()?, next()?, next()?, next()?, next()?);
+    let (user, nice, system, _idle, _iowait, irq, softirq) = (
+        next()?,
+        next()?,
+        next()?,
+        next()?,
+        next()?,
+        next()?,
+        next()?,
+    );
     Some(user + nice + system + irq + softirq)
 }
 
@@ -309,7 +395,9 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
 
 /// The last lines of `log` (empty when there is none).
 fn log_tail(log: &Path) -> String {
-    let Ok(text) = std::fs::read_to_string(log) else { return String::new() };
+    let Ok(text) = std::fs::read_to_string(log) else {
+        return String::new();
+    };
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
@@ -318,7 +406,10 @@ fn log_tail(log: &Path) -> String {
 pub fn process_running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name in parentheses, which may itself hold spaces.
-        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|state| state != "Z" && state != "X"),
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
     }
 }
@@ -338,7 +429,11 @@ mod tests {
     fn machine_busy_ticks_leave_idle_wait_and_steal_out() {
         let line = "cpu  1000 20 300 50000 400 7 8 900 0 0";
         assert_eq!(busy_ticks(line), Some(1000 + 20 + 300 + 7 + 8));
-        assert_eq!(busy_ticks("cpu0 1 2 3 4 5 6 7"), None, "one CPU's line is not the aggregate");
+        assert_eq!(
+            busy_ticks("cpu0 1 2 3 4 5 6 7"),
+            None,
+            "one CPU's line is not the aggregate"
+        );
         assert_eq!(busy_ticks("cpu  1 2 3"), None);
         assert!(machine_busy().is_some(), "this machine has a /proc/stat");
     }

@@ -82,7 +82,9 @@ impl HttpRow {
 
     fn median_of(&self, figure: fn(&LoadResult) -> Option<Duration>) -> Option<Duration> {
         let values: Option<Vec<f64>> = self.runs.iter().map(|r| figure(r).map(secs)).collect();
-        values.filter(|v| !v.is_empty()).map(|v| Duration::from_secs_f64(median(v)))
+        values
+            .filter(|v| !v.is_empty())
+            .map(|v| Duration::from_secs_f64(median(v)))
     }
 }
 
@@ -93,7 +95,11 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 }
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
 }
 
 /// Whether the Python baseline was part of the run.
@@ -153,7 +159,10 @@ pub struct Cpus {
 impl Cpus {
     /// The CPUs of this machine, servers pinned as `pinning` says.
     pub fn detect(server_pinned: bool) -> Self {
-        Self { machine: std::thread::available_parallelism().map_or(1, std::num::NonZero::get), server_pinned }
+        Self {
+            machine: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            server_pinned,
+        }
     }
 
     /// The most calls per second the CPUs allow `row`'s server at its measured CPU per
@@ -171,9 +180,15 @@ impl Cpus {
             return Some((1.0 / machine, Limit::OneAtATime));
         }
         let by_machine = self.machine as f64 / machine;
-        let server_cpus = if self.server_pinned { 1.0 } else { self.machine as f64 };
+        let server_cpus = if self.server_pinned {
+            1.0
+        } else {
+            self.machine as f64
+        };
         match row.server_cpu_per_call().map(secs).filter(|&s| s > 0.0) {
-            Some(server) if server_cpus / server < by_machine => Some((server_cpus / server, Limit::ServerCpu)),
+            Some(server) if server_cpus / server < by_machine => {
+                Some((server_cpus / server, Limit::ServerCpu))
+            }
             _ => Some((by_machine, Limit::Machine)),
         }
     }
@@ -225,7 +240,11 @@ impl Report {
         let c = &self.config;
         let cpus = self.cpus.machine;
         let model = cpu_model().map(|m| format!(" ({m})")).unwrap_or_default();
-        let build = if cfg!(debug_assertions) { "DEBUG build (figures meaningless)" } else { "release build" };
+        let build = if cfg!(debug_assertions) {
+            "DEBUG build (figures meaningless)"
+        } else {
+            "release build"
+        };
         if let Some(command) = &c.command_line {
             let _ = writeln!(out, "```sh\n{command}\n```\n");
         }
@@ -249,18 +268,32 @@ impl Report {
             c.replay_runs,
             c.runs,
             seconds(c.run_duration),
-            c.max_calls.map(|max| format!(" (at most {max} calls per connection)")).unwrap_or_default(),
+            c.max_calls
+                .map(|max| format!(" (at most {max} calls per connection)"))
+                .unwrap_or_default(),
             c.warmup_calls,
         );
     }
     fn appends(&self, out: &mut String, truncated: &mut bool) {
-        let Some(base) = self.stores.first() else { return };
+        let Some(base) = self.stores.first() else {
+            return;
+        };
         let writers = self.config.writers;
-        let _ = writeln!(out, "**Appends** (events committed per second; higher is better)\n");
-        let _ = writeln!(out, "| backend | 1 writer | vs memory | {writers} writers | vs memory | {writers} writers, one-append batches | vs memory |");
+        let _ = writeln!(
+            out,
+            "**Appends** (events committed per second; higher is better)\n"
+        );
+        let _ = writeln!(
+            out,
+            "| backend | 1 writer | vs memory | {writers} writers | vs memory | {writers} writers, one-append batches | vs memory |"
+        );
         let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|");
         for row in &self.stores {
-            let (one, many, batched) = (&row.result.one_writer, &row.result.many_writers, &row.result.many_writers_batched);
+            let (one, many, batched) = (
+                &row.result.one_writer,
+                &row.result.many_writers,
+                &row.result.many_writers_batched,
+            );
             *truncated |= one.truncated || many.truncated || batched.truncated;
             let _ = writeln!(
                 out,
@@ -274,14 +307,22 @@ impl Report {
                 ratio(many.per_second(), base.result.many_writers.per_second()),
                 count(batched.per_second()),
                 mark(batched.truncated),
-                ratio(batched.per_second(), base.result.many_writers_batched.per_second()),
+                ratio(
+                    batched.per_second(),
+                    base.result.many_writers_batched.per_second()
+                ),
             );
         }
     }
 
     fn replays(&self, out: &mut String) {
-        let Some(base) = self.stores.first() else { return };
-        let _ = writeln!(out, "\n**Replay** of a closed stream (milliseconds; lower is better)\n");
+        let Some(base) = self.stores.first() else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "\n**Replay** of a closed stream (milliseconds; lower is better)\n"
+        );
         let mut head = String::from("| backend |");
         let mut rule = String::from("|---|");
         for replay in &base.result.replay {
@@ -292,7 +333,12 @@ impl Report {
         for row in &self.stores {
             let _ = write!(out, "| {} |", row.backend);
             for (replay, base) in row.result.replay.iter().zip(&base.result.replay) {
-                let _ = write!(out, " {} | {} |", millis(replay.median), ratio(secs(replay.median), secs(base.median)));
+                let _ = write!(
+                    out,
+                    " {} | {} |",
+                    millis(replay.median),
+                    ratio(secs(replay.median), secs(base.median))
+                );
             }
             out.push('\n');
         }
@@ -301,7 +347,14 @@ impl Report {
     /// The baseline row for `row`: rmcp in the same era and connection count, or for the
     /// modern era, when rmcp did not answer it, rmcp's legacy row (the `bool` says so).
     fn rmcp_for(&self, era: Era, connections: usize) -> Option<(&HttpRow, bool)> {
-        let find = |era: Era| self.http.iter().find(|b| b.kind == ServerKind::Rmcp && b.era == era && b.connections == connections && !b.runs.is_empty());
+        let find = |era: Era| {
+            self.http.iter().find(|b| {
+                b.kind == ServerKind::Rmcp
+                    && b.era == era
+                    && b.connections == connections
+                    && !b.runs.is_empty()
+            })
+        };
         match find(era) {
             Some(row) => Some((row, false)),
             None if era == Era::Modern => find(Era::Legacy).map(|row| (row, true)),
@@ -310,12 +363,21 @@ impl Report {
     }
 
     fn python_for(&self, era: Era, connections: usize) -> Option<&HttpRow> {
-        self.http.iter().find(|b| b.kind == ServerKind::Python && b.era == era && b.connections == connections && !b.runs.is_empty())
+        self.http.iter().find(|b| {
+            b.kind == ServerKind::Python
+                && b.era == era
+                && b.connections == connections
+                && !b.runs.is_empty()
+        })
     }
 
     /// The (era, connections) pairs measured, in order.
     fn cells(&self) -> Vec<(Era, usize)> {
-        let mut cells: Vec<(Era, usize)> = self.http.iter().map(|row| (row.era, row.connections)).collect();
+        let mut cells: Vec<(Era, usize)> = self
+            .http
+            .iter()
+            .map(|row| (row.era, row.connections))
+            .collect();
         cells.sort_unstable();
         cells.dedup();
         cells
@@ -335,12 +397,18 @@ impl Report {
         }
         // The Python baseline last, as in the issue's table.
         others.sort_by_key(|(_, kind)| *kind == ServerKind::Python);
-        let _ =
-            writeln!(out, "\n**`tools/call` over HTTP, summary** (calls per second of stock rmcp; every other server as a ratio to it, higher is better)\n");
+        let _ = writeln!(
+            out,
+            "\n**`tools/call` over HTTP, summary** (calls per second of stock rmcp; every other server as a ratio to it, higher is better)\n"
+        );
         let mut head = String::from("| era | connections | stock rmcp |");
         let mut rule = String::from("|---|--:|--:|");
         for (name, _) in &others {
-            let _ = write!(head, " {} |", name.strip_prefix("durable-mcp, ").unwrap_or(name));
+            let _ = write!(
+                head,
+                " {} |",
+                name.strip_prefix("durable-mcp, ").unwrap_or(name)
+            );
             rule.push_str("--:|");
         }
         let _ = writeln!(out, "{head}\n{rule}");
@@ -356,8 +424,21 @@ impl Report {
                 let cell = self
                     .http
                     .iter()
-                    .find(|r| r.server == *name && r.era == era && r.connections == connections && !r.runs.is_empty())
-                    .map_or_else(|| "–".to_owned(), |r| base.map_or_else(|| "–".to_owned(), |(b, _)| ratio(r.per_second(), b.per_second())));
+                    .find(|r| {
+                        r.server == *name
+                            && r.era == era
+                            && r.connections == connections
+                            && !r.runs.is_empty()
+                    })
+                    .map_or_else(
+                        || "–".to_owned(),
+                        |r| {
+                            base.map_or_else(
+                                || "–".to_owned(),
+                                |(b, _)| ratio(r.per_second(), b.per_second()),
+                            )
+                        },
+                    );
                 let _ = write!(out, " {cell} |");
             }
             out.push('\n');
@@ -368,30 +449,64 @@ impl Report {
         if self.http.is_empty() {
             return;
         }
-        let _ =
-            writeln!(out, "\n**`tools/call` over HTTP** (calls per second, higher is better; latency in milliseconds, lower is better; medians of the runs)\n");
+        let _ = writeln!(
+            out,
+            "\n**`tools/call` over HTTP** (calls per second, higher is better; latency in milliseconds, lower is better; medians of the runs)\n"
+        );
         let _ = writeln!(
             out,
             "| server | era | connections | calls/s | vs rmcp | vs Python | p50 | vs rmcp | p99 | vs rmcp | server CPU µs/call | vs rmcp | machine CPU µs/call | vs rmcp |"
         );
-        let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(
+            out,
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+        );
         for (era, connections) in self.cells() {
             let base = self.rmcp_for(era, connections);
-            let python = self.python_for(Era::Legacy, connections).filter(|_| era == Era::Legacy);
-            for row in self.http.iter().filter(|r| r.era == era && r.connections == connections) {
+            let python = self
+                .python_for(Era::Legacy, connections)
+                .filter(|_| era == Era::Legacy);
+            for row in self
+                .http
+                .iter()
+                .filter(|r| r.era == era && r.connections == connections)
+            {
                 if row.runs.is_empty() {
-                    let _ = writeln!(out, "| {} | {era} | {connections} | failed | – | – | – | – | – | – | – | – | – | – |", row.server);
+                    let _ = writeln!(
+                        out,
+                        "| {} | {era} | {connections} | failed | – | – | – | – | – | – | – | – | – | – |",
+                        row.server
+                    );
                     continue;
                 }
-                let mark = if base.is_some_and(|(_, legacy)| legacy) { " ‡" } else { "" };
-                let vs = |value: f64, pick: fn(&HttpRow) -> f64| base.map_or_else(|| "–".to_owned(), |(b, _)| format!("{}{mark}", ratio(value, pick(b))));
-                let vs_python = python.map_or_else(|| "–".to_owned(), |p| ratio(row.per_second(), p.per_second()));
-                let runs = if row.runs.len() < self.config.runs { format!(" ({} of {} runs)", row.runs.len(), self.config.runs) } else { String::new() };
+                let mark = if base.is_some_and(|(_, legacy)| legacy) {
+                    " ‡"
+                } else {
+                    ""
+                };
+                let vs = |value: f64, pick: fn(&HttpRow) -> f64| {
+                    base.map_or_else(
+                        || "–".to_owned(),
+                        |(b, _)| format!("{}{mark}", ratio(value, pick(b))),
+                    )
+                };
+                let vs_python = python.map_or_else(
+                    || "–".to_owned(),
+                    |p| ratio(row.per_second(), p.per_second()),
+                );
+                let runs = if row.runs.len() < self.config.runs {
+                    format!(" ({} of {} runs)", row.runs.len(), self.config.runs)
+                } else {
+                    String::new()
+                };
                 // CPU per call: how many times the baseline's work a call costs (lower is
                 // cheaper), the figure least disturbed by whatever else the machine runs;
                 // the server's own, then the whole machine's (a store's server included).
                 let cpu = |pick: fn(&HttpRow) -> Option<Duration>| {
-                    let cell = pick(row).map_or_else(|| "–".to_owned(), |c| format!("{:.0}", c.as_secs_f64() * 1e6));
+                    let cell = pick(row).map_or_else(
+                        || "–".to_owned(),
+                        |c| format!("{:.0}", c.as_secs_f64() * 1e6),
+                    );
                     let vs = match (pick(row), base.and_then(|(b, _)| pick(b))) {
                         (Some(c), Some(b)) => format!("{}{mark}", ratio(secs(c), secs(b))),
                         _ => "–".to_owned(),
@@ -436,14 +551,30 @@ impl Report {
              \"used\": the measured rate's share of that; \"at most, vs rmcp\": that bound divided by stock rmcp's measured rate, the best ratio \
              the server could reach on this machine without costing less CPU per call)\n"
         );
-        let _ = writeln!(out, "| server | era | connections | calls/s | at most | limited by | used | at most, vs rmcp |");
+        let _ = writeln!(
+            out,
+            "| server | era | connections | calls/s | at most | limited by | used | at most, vs rmcp |"
+        );
         let _ = writeln!(out, "|---|---|--:|--:|--:|---|--:|--:|");
         for (era, connections) in self.cells() {
             let base = self.rmcp_for(era, connections);
-            for row in self.http.iter().filter(|r| r.era == era && r.connections == connections && !r.runs.is_empty()) {
-                let Some((bound, limit)) = self.cpus.bound(row) else { continue };
-                let mark = if base.is_some_and(|(_, legacy)| legacy) { " ‡" } else { "" };
-                let vs = base.map_or_else(|| "–".to_owned(), |(b, _)| format!("{}{mark}", ratio(bound, b.per_second())));
+            for row in self
+                .http
+                .iter()
+                .filter(|r| r.era == era && r.connections == connections && !r.runs.is_empty())
+            {
+                let Some((bound, limit)) = self.cpus.bound(row) else {
+                    continue;
+                };
+                let mark = if base.is_some_and(|(_, legacy)| legacy) {
+                    " ‡"
+                } else {
+                    ""
+                };
+                let vs = base.map_or_else(
+                    || "–".to_owned(),
+                    |(b, _)| format!("{}{mark}", ratio(bound, b.per_second())),
+                );
                 let _ = writeln!(
                     out,
                     "| {} | {era} | {connections} | {} | {} | {limit} | {:.0} % | {vs} |",
@@ -457,7 +588,9 @@ impl Report {
     }
 
     fn growth(&self, out: &mut String) {
-        let Some(first) = self.growth.first() else { return };
+        let Some(first) = self.growth.first() else {
+            return;
+        };
         let _ = writeln!(
             out,
             "\n**Worker memory with idle sessions** (`VmRSS` of the server process in MiB; sessions started with `initialize`, then left alone)\n"
@@ -477,7 +610,9 @@ impl Report {
             for _ in row.rss_kib.len()..first.rss_kib.len() {
                 out.push_str(" – |");
             }
-            let per = row.kib_per_session().map_or_else(|| "–".to_owned(), |kib| format!("{kib:.2}"));
+            let per = row
+                .kib_per_session()
+                .map_or_else(|| "–".to_owned(), |kib| format!("{kib:.2}"));
             let _ = writeln!(out, " {per} |");
         }
     }
@@ -501,14 +636,22 @@ impl Report {
             PythonStatus::Missing(why) => notes.push(format!("{PYTHON_LABEL} not measured: {why}.")),
             PythonStatus::Off => {}
         }
-        if self.http.iter().any(|row| row.machine_cpu_per_call().is_some()) {
+        if self
+            .http
+            .iter()
+            .any(|row| row.machine_cpu_per_call().is_some())
+        {
             let cpus = self.cpus.machine;
             notes.push(format!(
                 "Machine CPU per call: the busy time of all {cpus} CPUs (`/proc/stat`) while the load ran, divided by the calls made: the server's, \
                  the load generator's and a store server's on this machine (\"What the CPUs allow\" turns it into a bound)."
             ));
         }
-        if self.growth.iter().any(|row| row.server.ends_with(", memory")) {
+        if self
+            .growth
+            .iter()
+            .any(|row| row.server.ends_with(", memory"))
+        {
             notes.push("The memory store keeps its sessions in the worker's own memory: its growth is the store's, not the transport's.".to_owned());
         }
         for failure in &self.failures {
@@ -526,7 +669,11 @@ impl Report {
 /// The processor's name (`model name` of `/proc/cpuinfo`), if known.
 pub(crate) fn cpu_model() -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    info.lines().find_map(|line| line.strip_prefix("model name")?.split_once(':').map(|(_, name)| name.trim().to_owned()))
+    info.lines().find_map(|line| {
+        line.strip_prefix("model name")?
+            .split_once(':')
+            .map(|(_, name)| name.trim().to_owned())
+    })
 }
 
 /// `5 s`, `1.5 s`, `300 ms`.
@@ -613,7 +760,11 @@ pub(crate) fn utc(ms: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", rest / 3600, rest % 3600 / 60)
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60
+    )
 }
 
 #[cfg(test)]
@@ -634,18 +785,36 @@ mod tests {
         }
     }
 
-    fn row(server: &str, kind: ServerKind, era: Era, connections: usize, runs: Vec<LoadResult>) -> HttpRow {
-        HttpRow { server: server.into(), kind, era, connections, runs }
+    fn row(
+        server: &str,
+        kind: ServerKind,
+        era: Era,
+        connections: usize,
+        runs: Vec<LoadResult>,
+    ) -> HttpRow {
+        HttpRow {
+            server: server.into(),
+            kind,
+            era,
+            connections,
+            runs,
+        }
     }
 
     fn report(http: Vec<HttpRow>, rmcp_modern: Option<Result<(), String>>) -> Report {
         Report {
-            config: BenchConfig { runs: 1, ..BenchConfig::new(crate::Executables::beside("/bin/true".into())) },
+            config: BenchConfig {
+                runs: 1,
+                ..BenchConfig::new(crate::Executables::beside("/bin/true".into()))
+            },
             started_ms: 0,
             finished_ms: 0,
             commit: Some(("abc".into(), false)),
             pinning: "not pinned".into(),
-            cpus: Cpus { machine: 2, server_pinned: true },
+            cpus: Cpus {
+                machine: 2,
+                server_pinned: true,
+            },
             stores: Vec::new(),
             http,
             growth: Vec::new(),
@@ -658,44 +827,134 @@ mod tests {
 
     #[test]
     fn figures_are_medians_of_the_runs() {
-        let r = row("x", ServerKind::Durable, Era::Legacy, 1, vec![load(1, 300, 30), load(1, 100, 10), load(1, 200, 20)]);
+        let r = row(
+            "x",
+            ServerKind::Durable,
+            Era::Legacy,
+            1,
+            vec![load(1, 300, 30), load(1, 100, 10), load(1, 200, 20)],
+        );
         assert_eq!(r.per_second(), 200.0);
         assert_eq!(r.p50(), Duration::from_micros(20));
         assert_eq!(r.p99(), Duration::from_micros(40));
         assert_eq!(r.server_cpu_per_call(), Some(Duration::from_micros(5)));
-        let partial = row("x", ServerKind::Durable, Era::Legacy, 1, vec![load(1, 300, 30), LoadResult { server_cpu_per_call: None, ..load(1, 100, 10) }]);
-        assert_eq!(partial.server_cpu_per_call(), None, "a run without the figure leaves the median out");
+        let partial = row(
+            "x",
+            ServerKind::Durable,
+            Era::Legacy,
+            1,
+            vec![
+                load(1, 300, 30),
+                LoadResult {
+                    server_cpu_per_call: None,
+                    ..load(1, 100, 10)
+                },
+            ],
+        );
+        assert_eq!(
+            partial.server_cpu_per_call(),
+            None,
+            "a run without the figure leaves the median out"
+        );
         assert_eq!(r.machine_cpu_per_call(), Some(Duration::from_micros(10)));
-        let partial = row("x", ServerKind::Durable, Era::Legacy, 1, vec![load(1, 300, 30), LoadResult { machine_cpu_per_call: None, ..load(1, 100, 10) }]);
+        let partial = row(
+            "x",
+            ServerKind::Durable,
+            Era::Legacy,
+            1,
+            vec![
+                load(1, 300, 30),
+                LoadResult {
+                    machine_cpu_per_call: None,
+                    ..load(1, 100, 10)
+                },
+            ],
+        );
         assert_eq!(partial.machine_cpu_per_call(), None);
     }
 
     #[test]
     fn modern_ratios_fall_back_to_rmcp_legacy_when_rmcp_does_not_answer_modern() {
         let http = vec![
-            row(RMCP_LABEL, ServerKind::Rmcp, Era::Legacy, 8, vec![load(8, 1000, 100)]),
-            row(PYTHON_LABEL, ServerKind::Python, Era::Legacy, 8, vec![load(8, 100, 1000)]),
-            row("durable-mcp, memory", ServerKind::Durable, Era::Legacy, 8, vec![load(8, 500, 200)]),
-            row("durable-mcp, memory", ServerKind::Durable, Era::Modern, 8, vec![load(8, 2000, 50)]),
+            row(
+                RMCP_LABEL,
+                ServerKind::Rmcp,
+                Era::Legacy,
+                8,
+                vec![load(8, 1000, 100)],
+            ),
+            row(
+                PYTHON_LABEL,
+                ServerKind::Python,
+                Era::Legacy,
+                8,
+                vec![load(8, 100, 1000)],
+            ),
+            row(
+                "durable-mcp, memory",
+                ServerKind::Durable,
+                Era::Legacy,
+                8,
+                vec![load(8, 500, 200)],
+            ),
+            row(
+                "durable-mcp, memory",
+                ServerKind::Durable,
+                Era::Modern,
+                8,
+                vec![load(8, 2000, 50)],
+            ),
         ];
         let markdown = report(http, Some(Err("status 400".into()))).to_markdown();
-        assert!(markdown.contains("| legacy | 8 | 1,000 calls/s | 0.50× | 0.10× |"), "{markdown}");
-        assert!(markdown.contains("| modern | 8 | – (legacy: 1,000) ‡ | 2.00× | – |"), "{markdown}");
-        assert!(markdown.contains("| durable-mcp, memory | legacy | 8 | 500 | 0.50× | 5.00× |"), "{markdown}");
-        assert!(markdown.contains("| durable-mcp, memory | modern | 8 | 2,000 | 2.00× ‡ | – |"), "{markdown}");
-        // Server CPU per call (a quarter of p50 in these rows) and its ratio to rmcp's.
-        // Then the machine's (half of p50).
-        assert!(markdown.lines().any(|l| l.starts_with("| durable-mcp, memory | legacy | 8 |") && l.ends_with("| 50 | 2.00× | 100 | 2.00× |")), "{markdown}");
         assert!(
-            markdown.lines().any(|l| l.starts_with("| durable-mcp, memory | modern | 8 |") && l.ends_with("| 12 | 0.48× ‡ | 25 | 0.50× ‡ |")),
+            markdown.contains("| legacy | 8 | 1,000 calls/s | 0.50× | 0.10× |"),
             "{markdown}"
         );
-        assert!(markdown.contains("Machine CPU per call: the busy time of all"), "{markdown}");
-        assert!(markdown.contains("‡ stock rmcp did not answer a 2026-07-28 `tools/call` (status 400)"), "{markdown}");
+        assert!(
+            markdown.contains("| modern | 8 | – (legacy: 1,000) ‡ | 2.00× | – |"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| durable-mcp, memory | legacy | 8 | 500 | 0.50× | 5.00× |"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| durable-mcp, memory | modern | 8 | 2,000 | 2.00× ‡ | – |"),
+            "{markdown}"
+        );
+        // Server CPU per call (a quarter of p50 in these rows) and its ratio to rmcp's.
+        // Then the machine's (half of p50).
+        assert!(
+            markdown
+                .lines()
+                .any(|l| l.starts_with("| durable-mcp, memory | legacy | 8 |")
+                    && l.ends_with("| 50 | 2.00× | 100 | 2.00× |")),
+            "{markdown}"
+        );
+        assert!(
+            markdown
+                .lines()
+                .any(|l| l.starts_with("| durable-mcp, memory | modern | 8 |")
+                    && l.ends_with("| 12 | 0.48× ‡ | 25 | 0.50× ‡ |")),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("Machine CPU per call: the busy time of all"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("‡ stock rmcp did not answer a 2026-07-28 `tools/call` (status 400)"),
+            "{markdown}"
+        );
     }
 
     /// A run with the given CPU figures (µs per call) and `calls` in 1 s.
-    fn measured(connections: usize, calls: usize, server_us: u64, machine_us: Option<u64>) -> LoadResult {
+    fn measured(
+        connections: usize,
+        calls: usize,
+        server_us: u64,
+        machine_us: Option<u64>,
+    ) -> LoadResult {
         LoadResult {
             server_cpu_per_call: Some(Duration::from_micros(server_us)),
             machine_cpu_per_call: machine_us.map(Duration::from_micros),
@@ -705,51 +964,132 @@ mod tests {
 
     #[test]
     fn bounds_come_from_the_cpu_per_call_of_the_server_and_of_the_machine() {
-        let pinned = Cpus { machine: 2, server_pinned: true };
+        let pinned = Cpus {
+            machine: 2,
+            server_pinned: true,
+        };
         // Rounded to whole calls per second (the figures are in seconds, as floats).
         let bound = |cpus: &Cpus, connections, server_us, machine_us| {
-            cpus.bound(&row("x", ServerKind::Durable, Era::Legacy, connections, vec![measured(connections, 1000, server_us, machine_us)]))
-                .map(|(calls, limit)| (calls.round(), limit))
+            cpus.bound(&row(
+                "x",
+                ServerKind::Durable,
+                Era::Legacy,
+                connections,
+                vec![measured(connections, 1000, server_us, machine_us)],
+            ))
+            .map(|(calls, limit)| (calls.round(), limit))
         };
         // One connection: one call after another, every process's work on its path.
-        assert_eq!(bound(&pinned, 1, 50, Some(200)), Some((5_000.0, Limit::OneAtATime)));
+        assert_eq!(
+            bound(&pinned, 1, 50, Some(200)),
+            Some((5_000.0, Limit::OneAtATime))
+        );
         // More: the server's one CPU (1 / 50 µs) against both CPUs (2 / 80 µs).
-        assert_eq!(bound(&pinned, 8, 50, Some(80)), Some((20_000.0, Limit::ServerCpu)));
-        assert_eq!(bound(&pinned, 8, 50, Some(200)), Some((10_000.0, Limit::Machine)));
+        assert_eq!(
+            bound(&pinned, 8, 50, Some(80)),
+            Some((20_000.0, Limit::ServerCpu))
+        );
+        assert_eq!(
+            bound(&pinned, 8, 50, Some(200)),
+            Some((10_000.0, Limit::Machine))
+        );
         // Not pinned: the server may use both CPUs (2 / 50 µs), so the machine limits first.
-        assert_eq!(bound(&Cpus { machine: 2, server_pinned: false }, 8, 50, Some(80)), Some((25_000.0, Limit::Machine)));
-        assert_eq!(bound(&pinned, 8, 50, None), None, "no machine figure, no bound");
+        assert_eq!(
+            bound(
+                &Cpus {
+                    machine: 2,
+                    server_pinned: false
+                },
+                8,
+                50,
+                Some(80)
+            ),
+            Some((25_000.0, Limit::Machine))
+        );
+        assert_eq!(
+            bound(&pinned, 8, 50, None),
+            None,
+            "no machine figure, no bound"
+        );
     }
 
     #[test]
     fn the_bounds_table_shows_the_share_used_and_the_bound_against_rmcp() {
         let http = vec![
-            row(RMCP_LABEL, ServerKind::Rmcp, Era::Legacy, 8, vec![measured(8, 20_000, 40, Some(50))]),
-            row("durable-mcp, redis", ServerKind::Durable, Era::Legacy, 8, vec![measured(8, 4_000, 100, Some(400))]),
-            row("durable-mcp, no figures", ServerKind::Durable, Era::Legacy, 8, vec![measured(8, 4_000, 100, None)]),
+            row(
+                RMCP_LABEL,
+                ServerKind::Rmcp,
+                Era::Legacy,
+                8,
+                vec![measured(8, 20_000, 40, Some(50))],
+            ),
+            row(
+                "durable-mcp, redis",
+                ServerKind::Durable,
+                Era::Legacy,
+                8,
+                vec![measured(8, 4_000, 100, Some(400))],
+            ),
+            row(
+                "durable-mcp, no figures",
+                ServerKind::Durable,
+                Era::Legacy,
+                8,
+                vec![measured(8, 4_000, 100, None)],
+            ),
         ];
         let markdown = report(http, Some(Ok(()))).to_markdown();
-        let (_, table) = markdown.split_once("**What the CPUs allow**").expect("the table is there");
+        let (_, table) = markdown
+            .split_once("**What the CPUs allow**")
+            .expect("the table is there");
         let table = table.split("\n\n").nth(1).unwrap_or_default();
         // rmcp: min(1 / 40 µs, 2 / 50 µs) = 25,000 by its CPU, 80 % used.
         assert!(table.contains("| stock rmcp (StreamableHttpService) | legacy | 8 | 20,000 | 25,000 | the server's CPU | 80 % | 1.25× |"), "{table}");
         // Redis: min(1 / 100 µs, 2 / 400 µs) = 5,000 by the machine: 0.25× of rmcp's 20,000.
         assert!(table.contains("| durable-mcp, redis | legacy | 8 | 4,000 | 5,000 | the machine's CPUs | 80 % | 0.25× |"), "{table}");
-        assert!(!table.contains("no figures"), "a row without the machine figure has no bound: {table}");
+        assert!(
+            !table.contains("no figures"),
+            "a row without the machine figure has no bound: {table}"
+        );
     }
 
     #[test]
     fn a_measurement_without_runs_is_shown_as_failed() {
         let http = vec![
-            row(RMCP_LABEL, ServerKind::Rmcp, Era::Legacy, 1, vec![load(1, 1000, 100)]),
-            row("durable-mcp, sqlite synchronous=FULL", ServerKind::Durable, Era::Legacy, 1, Vec::new()),
+            row(
+                RMCP_LABEL,
+                ServerKind::Rmcp,
+                Era::Legacy,
+                1,
+                vec![load(1, 1000, 100)],
+            ),
+            row(
+                "durable-mcp, sqlite synchronous=FULL",
+                ServerKind::Durable,
+                Era::Legacy,
+                1,
+                Vec::new(),
+            ),
         ];
         let mut report = report(http, Some(Ok(())));
-        report.failures.push("durable-mcp, sqlite synchronous=FULL, legacy, 1 connection(s), run 1: boom".into());
+        report.failures.push(
+            "durable-mcp, sqlite synchronous=FULL, legacy, 1 connection(s), run 1: boom".into(),
+        );
         let markdown = report.to_markdown();
-        assert!(markdown.contains("| durable-mcp, sqlite synchronous=FULL | legacy | 1 | failed |"), "{markdown}");
-        assert!(markdown.contains("| legacy | 1 | 1,000 calls/s | – |"), "{markdown}");
-        assert!(markdown.contains("FAILED: durable-mcp, sqlite synchronous=FULL, legacy, 1 connection(s), run 1: boom"), "{markdown}");
+        assert!(
+            markdown.contains("| durable-mcp, sqlite synchronous=FULL | legacy | 1 | failed |"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| legacy | 1 | 1,000 calls/s | – |"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains(
+                "FAILED: durable-mcp, sqlite synchronous=FULL, legacy, 1 connection(s), run 1: boom"
+            ),
+            "{markdown}"
+        );
     }
 
     #[test]

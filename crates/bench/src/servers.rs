@@ -170,12 +170,19 @@ pub struct Executables {
 
 impl Executables {
     /// The file name of the `durable-mcp` binary on this platform.
-    pub const DURABLE_MCP: &str = if cfg!(windows) { "durable-mcp.exe" } else { "durable-mcp" };
+    pub const DURABLE_MCP: &str = if cfg!(windows) {
+        "durable-mcp.exe"
+    } else {
+        "durable-mcp"
+    };
 
     /// `bench`, with the `durable-mcp` binary beside it (both in the same `target/<profile>`
     /// directory after `cargo build -p durable-mcp-cli -p durable-mcp-bench`).
     pub fn beside(bench: PathBuf) -> Self {
-        let durable_mcp = bench.parent().map_or_else(|| PathBuf::from(Self::DURABLE_MCP), |dir| dir.join(Self::DURABLE_MCP));
+        let durable_mcp = bench.parent().map_or_else(
+            || PathBuf::from(Self::DURABLE_MCP),
+            |dir| dir.join(Self::DURABLE_MCP),
+        );
         Self { durable_mcp, bench }
     }
 
@@ -217,7 +224,14 @@ impl Launcher {
     /// A launcher of children run by `executables`, pinned as `pinning` says, with their
     /// logs (and the Python baseline's files) in `dir`.
     pub fn new(executables: Executables, pinning: Pinning, dir: &Path) -> Self {
-        Self { executables, pinning, dir: dir.to_owned(), python_script: None, spawned: Vec::new(), seq: 0 }
+        Self {
+            executables,
+            pinning,
+            dir: dir.to_owned(),
+            python_script: None,
+            spawned: Vec::new(),
+            seq: 0,
+        }
     }
 
     /// Every process id started so far.
@@ -227,11 +241,20 @@ impl Launcher {
 
     fn log(&mut self, name: &str) -> PathBuf {
         self.seq += 1;
-        let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        let safe: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
         self.dir.join(format!("{:03}-{safe}.log", self.seq))
     }
 
-    fn spawn(&mut self, name: &str, role: Role, program: &Path, args: &[OsString]) -> Result<ChildProcess, BenchError> {
+    fn spawn(
+        &mut self,
+        name: &str,
+        role: Role,
+        program: &Path,
+        args: &[OsString],
+    ) -> Result<ChildProcess, BenchError> {
         let log = self.log(name);
         let process = ChildProcess::spawn(name, &self.pinning, role, program, args, &log)?;
         self.spawned.push(process.pid());
@@ -243,20 +266,57 @@ impl Launcher {
     /// # Errors
     /// It could not be started, or exited or said something else before listening (the
     /// error quotes the end of its log).
-    pub async fn server(&mut self, spec: &ServerSpec, name: &str) -> Result<RunningServer, BenchError> {
+    pub async fn server(
+        &mut self,
+        spec: &ServerSpec,
+        name: &str,
+    ) -> Result<RunningServer, BenchError> {
         let listen: OsString = "127.0.0.1:0".into();
         let (program, args): (PathBuf, Vec<OsString>) = match spec {
-            ServerSpec::Rmcp => (self.executables.bench.clone(), vec!["bench-server".into(), "rmcp".into(), "--listen".into(), listen]),
-            ServerSpec::Durable { url } => {
-                (self.executables.durable_mcp.clone(), vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), listen])
-            }
-            ServerSpec::Proxy { url } => {
-                (self.executables.durable_mcp.clone(), vec!["bench-server".into(), "proxy".into(), "--store".into(), url.into(), "--listen".into(), listen])
-            }
+            ServerSpec::Rmcp => (
+                self.executables.bench.clone(),
+                vec![
+                    "bench-server".into(),
+                    "rmcp".into(),
+                    "--listen".into(),
+                    listen,
+                ],
+            ),
+            ServerSpec::Durable { url } => (
+                self.executables.durable_mcp.clone(),
+                vec![
+                    "bench-server".into(),
+                    "durable".into(),
+                    "--store".into(),
+                    url.into(),
+                    "--listen".into(),
+                    listen,
+                ],
+            ),
+            ServerSpec::Proxy { url } => (
+                self.executables.durable_mcp.clone(),
+                vec![
+                    "bench-server".into(),
+                    "proxy".into(),
+                    "--store".into(),
+                    url.into(),
+                    "--listen".into(),
+                    listen,
+                ],
+            ),
             ServerSpec::Python { python } => {
                 let script = self.python_script()?;
                 let db = self.dir.join("python-mcp-persist.db");
-                (python.clone(), vec![script.into(), "--listen".into(), listen, "--db".into(), db.into()])
+                (
+                    python.clone(),
+                    vec![
+                        script.into(),
+                        "--listen".into(),
+                        listen,
+                        "--db".into(),
+                        db.into(),
+                    ],
+                )
             }
         };
         self.start(name, &program, &args, spec.path()).await
@@ -267,21 +327,47 @@ impl Launcher {
     ///
     /// # Errors
     /// As [`Launcher::server`].
-    pub async fn durable(&mut self, url: &str, settings: &DurableSettings, name: &str) -> Result<RunningServer, BenchError> {
-        let mut args: Vec<OsString> = vec!["bench-server".into(), "durable".into(), "--store".into(), url.into(), "--listen".into(), "127.0.0.1:0".into()];
+    pub async fn durable(
+        &mut self,
+        url: &str,
+        settings: &DurableSettings,
+        name: &str,
+    ) -> Result<RunningServer, BenchError> {
+        let mut args: Vec<OsString> = vec![
+            "bench-server".into(),
+            "durable".into(),
+            "--store".into(),
+            url.into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ];
         args.extend(settings.args());
         let program = self.executables.durable_mcp.clone();
         let server = self.start(name, &program, &args, MCP_PATH).await?;
         if settings.metrics && server.metrics.is_none() {
-            return Err(BenchError::Process { name: name.to_owned(), detail: "was asked for metrics but printed no METRICS line".into() });
+            return Err(BenchError::Process {
+                name: name.to_owned(),
+                detail: "was asked for metrics but printed no METRICS line".into(),
+            });
         }
         Ok(server)
     }
 
-    async fn start(&mut self, name: &str, program: &Path, args: &[OsString], path: &'static str) -> Result<RunningServer, BenchError> {
+    async fn start(
+        &mut self,
+        name: &str,
+        program: &Path,
+        args: &[OsString],
+        path: &'static str,
+    ) -> Result<RunningServer, BenchError> {
         let mut process = self.spawn(name, Role::Server, program, args)?;
         let (addr, metrics) = process.listening(LISTEN_TIMEOUT).await?;
-        Ok(RunningServer { process, addr, metrics, path })
+        Ok(RunningServer {
+            process,
+            addr,
+            metrics,
+            path,
+        })
     }
 
     /// The Python server's script, written into the scratch directory once.
@@ -300,14 +386,33 @@ impl Launcher {
     ///
     /// # Errors
     /// The child failed (a failed call fails the whole load) or printed no result.
-    pub async fn load(&mut self, server: &RunningServer, args: &LoadArgs, name: &str) -> Result<LoadResult, BenchError> {
-        let args = LoadArgs { addr: server.addr(), path: server.path().to_owned(), ..args.clone() };
-        let argv: Vec<OsString> = std::iter::once("bench-load".to_owned()).chain(args.to_args()).map(OsString::from).collect();
+    pub async fn load(
+        &mut self,
+        server: &RunningServer,
+        args: &LoadArgs,
+        name: &str,
+    ) -> Result<LoadResult, BenchError> {
+        let args = LoadArgs {
+            addr: server.addr(),
+            path: server.path().to_owned(),
+            ..args.clone()
+        };
+        let argv: Vec<OsString> = std::iter::once("bench-load".to_owned())
+            .chain(args.to_args())
+            .map(OsString::from)
+            .collect();
         let program = self.executables.bench.clone();
         let process = self.spawn(name, Role::Load, &program, &argv)?;
         let timeout = Duration::from_millis(args.duration_ms) + LOAD_SLACK;
         let out = process.output(timeout).await?;
-        let line = out.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or_default();
-        serde_json::from_str(line).map_err(|e| BenchError::Process { name: name.to_owned(), detail: format!("printed {line:?}, not a result: {e}") })
+        let line = out
+            .lines()
+            .rev()
+            .find(|line| !line.trim().is_empty())
+            .unwrap_or_default();
+        serde_json::from_str(line).map_err(|e| BenchError::Process {
+            name: name.to_owned(),
+            detail: format!("printed {line:?}, not a result: {e}"),
+        })
     }
 }

@@ -95,7 +95,15 @@ fn payload(seq: usize) -> String {
 
 async fn new_stream(store: &dyn Store) -> Result<StreamId, BenchError> {
     let stream = StreamId::random();
-    store.create_stream(&stream, &StreamOwner { principal: Principal::new(PRINCIPAL), session: None }).await?;
+    store
+        .create_stream(
+            &stream,
+            &StreamOwner {
+                principal: Principal::new(PRINCIPAL),
+                session: None,
+            },
+        )
+        .await?;
     Ok(stream)
 }
 
@@ -103,15 +111,33 @@ async fn new_stream(store: &dyn Store) -> Result<StreamId, BenchError> {
 ///
 /// # Errors
 /// Any store error fails the measurement.
-pub async fn bench_store(store: Arc<dyn Store>, spec: &StoreSpec) -> Result<StoreResult, BenchError> {
+pub async fn bench_store(
+    store: Arc<dyn Store>,
+    spec: &StoreSpec,
+) -> Result<StoreResult, BenchError> {
     let one_writer = append_rate(store.clone(), 1, spec, Commit::Append).await?;
-    let many_writers = append_rate(store.clone(), spec.writers.max(1), spec, Commit::Append).await?;
-    let many_writers_batched = append_rate(store.clone(), spec.writers.max(1), spec, Commit::Batch).await?;
+    let many_writers =
+        append_rate(store.clone(), spec.writers.max(1), spec, Commit::Append).await?;
+    let many_writers_batched =
+        append_rate(store.clone(), spec.writers.max(1), spec, Commit::Batch).await?;
     let mut replay = Vec::with_capacity(spec.replay_sizes.len());
     for &events in &spec.replay_sizes {
-        replay.push(replay_time(store.as_ref(), events, spec.replay_runs.max(1), spec.time_limit).await?);
+        replay.push(
+            replay_time(
+                store.as_ref(),
+                events,
+                spec.replay_runs.max(1),
+                spec.time_limit,
+            )
+            .await?,
+        );
     }
-    Ok(StoreResult { one_writer, many_writers, many_writers_batched, replay })
+    Ok(StoreResult {
+        one_writer,
+        many_writers,
+        many_writers_batched,
+        replay,
+    })
 }
 
 /// How the append-rate measurement commits each event.
@@ -124,7 +150,12 @@ enum Commit {
 }
 
 /// `writers` tasks, each appending to its own stream back to back.
-async fn append_rate(store: Arc<dyn Store>, writers: usize, spec: &StoreSpec, commit: Commit) -> Result<AppendResult, BenchError> {
+async fn append_rate(
+    store: Arc<dyn Store>,
+    writers: usize,
+    spec: &StoreSpec,
+    commit: Commit,
+) -> Result<AppendResult, BenchError> {
     let mut streams = Vec::with_capacity(writers);
     for _ in 0..writers {
         streams.push(new_stream(store.as_ref()).await?);
@@ -147,7 +178,11 @@ async fn append_rate(store: Arc<dyn Store>, writers: usize, spec: &StoreSpec, co
                 }
                 match commit {
                     Commit::Append => drop(store.append(&stream, template.clone(), false).await?),
-                    Commit::Batch => drop(store.commit(WriteBatch::new().append(stream.clone(), template.clone())).await?),
+                    Commit::Batch => drop(
+                        store
+                            .commit(WriteBatch::new().append(stream.clone(), template.clone()))
+                            .await?,
+                    ),
                 }
                 done += 1;
             }
@@ -158,9 +193,11 @@ async fn append_rate(store: Arc<dyn Store>, writers: usize, spec: &StoreSpec, co
         }));
     }
     barrier.wait().await;
-    let (mut events, mut first, mut last, mut truncated) = (0, None::<Instant>, None::<Instant>, false);
+    let (mut events, mut first, mut last, mut truncated) =
+        (0, None::<Instant>, None::<Instant>, false);
     for task in tasks {
-        let (done, started, finished, cut) = task.await.map_err(|e| BenchError::Task(e.to_string()))??;
+        let (done, started, finished, cut) =
+            task.await.map_err(|e| BenchError::Task(e.to_string()))??;
         events += done;
         first = Some(first.map_or(started, |t| t.min(started)));
         last = Some(last.map_or(finished, |t| t.max(finished)));
@@ -170,20 +207,35 @@ async fn append_rate(store: Arc<dyn Store>, writers: usize, spec: &StoreSpec, co
         (Some(first), Some(last)) => last.saturating_duration_since(first),
         _ => Duration::ZERO,
     };
-    Ok(AppendResult { writers, events, elapsed, truncated })
+    Ok(AppendResult {
+        writers,
+        events,
+        elapsed,
+        truncated,
+    })
 }
 
 /// Fill a closed stream of `events` events (write batches of [`FILL_BATCH`], untimed),
 /// then time reading it whole, `runs` times (fewer if they take longer than `time_limit`
 /// together, at least one), the way the engine's tail replays a stream to a resuming
 /// client.
-async fn replay_time(store: &dyn Store, events: usize, runs: usize, time_limit: Duration) -> Result<ReplayResult, BenchError> {
+async fn replay_time(
+    store: &dyn Store,
+    events: usize,
+    runs: usize,
+    time_limit: Duration,
+) -> Result<ReplayResult, BenchError> {
     let stream = new_stream(store).await?;
     let stream = &stream;
-    let batches: Vec<std::ops::Range<usize>> = (1..events).step_by(FILL_BATCH).map(|start| start..(start + FILL_BATCH).min(events)).collect();
+    let batches: Vec<std::ops::Range<usize>> = (1..events)
+        .step_by(FILL_BATCH)
+        .map(|start| start..(start + FILL_BATCH).min(events))
+        .collect();
     futures::stream::iter(batches)
         .map(|range| async move {
-            let batch = range.fold(WriteBatch::new(), |batch, seq| batch.append(stream.clone(), payload(seq)));
+            let batch = range.fold(WriteBatch::new(), |batch, seq| {
+                batch.append(stream.clone(), payload(seq))
+            });
             store.commit(batch).await
         })
         .buffer_unordered(FILL_CONCURRENCY)
@@ -211,11 +263,18 @@ async fn replay_time(store: &dyn Store, events: usize, runs: usize, time_limit: 
         }
         times.push(started.elapsed());
         if read_count != events.max(1) {
-            return Err(BenchError::Check(format!("replayed {read_count} events of {events}")));
+            return Err(BenchError::Check(format!(
+                "replayed {read_count} events of {events}"
+            )));
         }
     }
     times.sort_unstable();
-    Ok(ReplayResult { events, median: times[times.len() / 2], min: times[0], runs: times.len() })
+    Ok(ReplayResult {
+        events,
+        median: times[times.len() / 2],
+        min: times[0],
+        runs: times.len(),
+    })
 }
 
 #[cfg(test)]
@@ -225,7 +284,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn memory_store_is_measured_end_to_end() {
         let store: Arc<dyn Store> = Arc::new(durable_mcp::store::MemoryStore::new());
-        let spec = StoreSpec { events_per_writer: 50, writers: 4, replay_sizes: vec![1, 300], replay_runs: 3, time_limit: Duration::from_secs(10) };
+        let spec = StoreSpec {
+            events_per_writer: 50,
+            writers: 4,
+            replay_sizes: vec![1, 300],
+            replay_runs: 3,
+            time_limit: Duration::from_secs(10),
+        };
         let result = bench_store(store, &spec).await.expect("bench");
         assert_eq!(result.one_writer.events, 50);
         assert_eq!(result.many_writers.events, 200);

@@ -50,7 +50,11 @@ pub enum TrafficPart {
 
 impl TrafficPart {
     /// Every part, in the order run.
-    pub const ALL: [TrafficPart; 3] = [TrafficPart::Drops, TrafficPart::Retention, TrafficPart::Sustained];
+    pub const ALL: [TrafficPart; 3] = [
+        TrafficPart::Drops,
+        TrafficPart::Retention,
+        TrafficPart::Sustained,
+    ];
 
     /// Its command-line name.
     pub const fn name(self) -> &'static str {
@@ -72,7 +76,10 @@ impl FromStr for TrafficPart {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|part| part.name() == s).ok_or_else(|| format!("unknown part {s:?} (drops, retention or sustained)"))
+        Self::ALL
+            .into_iter()
+            .find(|part| part.name() == s)
+            .ok_or_else(|| format!("unknown part {s:?} (drops, retention or sustained)"))
     }
 }
 
@@ -238,7 +245,11 @@ pub struct Sustained {
 impl Sustained {
     /// The largest WAL size during the load.
     pub fn wal_max_loading(&self) -> Option<u64> {
-        self.samples.iter().filter(|s| s.loading).filter_map(|s| s.wal_bytes).max()
+        self.samples
+            .iter()
+            .filter(|s| s.loading)
+            .filter_map(|s| s.wal_bytes)
+            .max()
     }
 
     /// The WAL size at the last reading.
@@ -248,12 +259,19 @@ impl Sustained {
 
     /// The largest resident set size during the load, KiB.
     pub fn rss_max_loading(&self) -> Option<u64> {
-        self.samples.iter().filter(|s| s.loading).map(|s| s.rss_kib).max()
+        self.samples
+            .iter()
+            .filter(|s| s.loading)
+            .map(|s| s.rss_kib)
+            .max()
     }
 
     /// The resident set size at the last reading (after the load), KiB.
     pub fn rss_at_end(&self) -> Option<u64> {
-        self.samples.last().filter(|s| !s.loading).map(|s| s.rss_kib)
+        self.samples
+            .last()
+            .filter(|s| !s.loading)
+            .map(|s| s.rss_kib)
     }
 }
 
@@ -279,7 +297,10 @@ pub fn wal_path(url: &str) -> Option<PathBuf> {
     if !url.starts_with("sqlite:") {
         return None;
     }
-    let mut path = durable_mcp::store::SqliteOptions::from_url(url).ok()?.path.into_os_string();
+    let mut path = durable_mcp::store::SqliteOptions::from_url(url)
+        .ok()?
+        .path
+        .into_os_string();
     path.push("-wal");
     Some(path.into())
 }
@@ -291,53 +312,110 @@ pub fn wal_path(url: &str) -> Option<PathBuf> {
 /// The configuration cannot run (no executable; the scratch directory). A failed run is
 /// listed in [`TrafficReport::failures`] instead. Child processes are gone when this
 /// returns, whatever it returns.
-pub async fn run_traffic(config: &TrafficConfig, mut progress: impl FnMut(&str)) -> Result<TrafficReport, BenchError> {
+pub async fn run_traffic(
+    config: &TrafficConfig,
+    mut progress: impl FnMut(&str),
+) -> Result<TrafficReport, BenchError> {
     config.executables.check()?;
     if config.parts.is_empty() {
-        return Err(BenchError::Config("no part of the traffic benchmark to run".into()));
+        return Err(BenchError::Config(
+            "no part of the traffic benchmark to run".into(),
+        ));
     }
     let started_ms = durable_mcp::store::now_ms();
     let commit = crate::git_commit(&config.executables.durable_mcp).await;
     let scratch = ScratchDir::new()?;
-    let pinning = if config.pin { Pinning::detect().await } else { Pinning::none("turned off") };
+    let pinning = if config.pin {
+        Pinning::detect().await
+    } else {
+        Pinning::none("turned off")
+    };
     progress(&pinning.describe());
     let mut launcher = Launcher::new(config.executables.clone(), pinning.clone(), scratch.path());
     let mut failures = Vec::new();
     let mut stores = Vec::new();
     let temporary = config.stores.is_empty();
-    let urls = if temporary { vec![String::new()] } else { config.stores.clone() };
-    let labels = if temporary { vec!["sqlite synchronous=FULL (temporary)".to_owned()] } else { store_labels(&urls) };
+    let urls = if temporary {
+        vec![String::new()]
+    } else {
+        config.stores.clone()
+    };
+    let labels = if temporary {
+        vec!["sqlite synchronous=FULL (temporary)".to_owned()]
+    } else {
+        store_labels(&urls)
+    };
     let mut files = 0;
     for (url, label) in urls.iter().zip(labels) {
         // A fresh temporary file for every server, or the configured store every time.
         let mut store_for_run = || {
             if temporary {
                 files += 1;
-                format!("sqlite:{}", scratch.path().join(format!("traffic-{files}.db")).display())
+                format!(
+                    "sqlite:{}",
+                    scratch.path().join(format!("traffic-{files}.db")).display()
+                )
             } else {
                 url.clone()
             }
         };
         let sqlite = temporary || wal_path(url).is_some();
-        let mut row = StoreTraffic { store: label.clone(), sqlite, drops: None, retention: None, sustained: None };
-        let mut run = Runs { config, launcher: &mut launcher, failures: &mut failures, progress: &mut progress, store: &label };
+        let mut row = StoreTraffic {
+            store: label.clone(),
+            sqlite,
+            drops: None,
+            retention: None,
+            sustained: None,
+        };
+        let mut run = Runs {
+            config,
+            launcher: &mut launcher,
+            failures: &mut failures,
+            progress: &mut progress,
+            store: &label,
+        };
         if config.runs(TrafficPart::Drops) {
-            let settings = DurableSettings { metrics: true, ..DurableSettings::default() };
-            let base = run.measured("no drops", &store_for_run(), &settings, config.load_args(config.drop_duration, 0)).await;
+            let settings = DurableSettings {
+                metrics: true,
+                ..DurableSettings::default()
+            };
+            let base = run
+                .measured(
+                    "no drops",
+                    &store_for_run(),
+                    &settings,
+                    config.load_args(config.drop_duration, 0),
+                )
+                .await;
             let dropped = format!("{} % dropped", config.drop_percent);
-            let test = run.measured(&dropped, &store_for_run(), &settings, config.load_args(config.drop_duration, config.drop_percent)).await;
+            let test = run
+                .measured(
+                    &dropped,
+                    &store_for_run(),
+                    &settings,
+                    config.load_args(config.drop_duration, config.drop_percent),
+                )
+                .await;
             row.drops = Some(Pair { base, test });
         }
         if config.runs(TrafficPart::Retention) {
-            let off = DurableSettings { metrics: true, max_stream_age_secs: Some(0), prune_interval_secs: None };
+            let off = DurableSettings {
+                metrics: true,
+                max_stream_age_secs: Some(0),
+                prune_interval_secs: None,
+            };
             let on = DurableSettings {
                 metrics: true,
                 max_stream_age_secs: Some(config.max_stream_age_secs.max(1)),
                 prune_interval_secs: Some(config.prune_interval_secs.max(1)),
             };
             let args = config.load_args(config.retention_duration, 0);
-            let base = run.measured("retention off", &store_for_run(), &off, args.clone()).await;
-            let test = run.measured("retention on", &store_for_run(), &on, args).await;
+            let base = run
+                .measured("retention off", &store_for_run(), &off, args.clone())
+                .await;
+            let test = run
+                .measured("retention on", &store_for_run(), &on, args)
+                .await;
             row.retention = Some(Pair { base, test });
         }
         if config.runs(TrafficPart::Sustained) {
@@ -371,7 +449,13 @@ struct Runs<'a, P> {
 impl<P: FnMut(&str)> Runs<'_, P> {
     /// A server on `url` with `settings`, the load of `args` against it, its counters read
     /// before and after; the failure is listed.
-    async fn measured(&mut self, what: &str, url: &str, settings: &DurableSettings, args: LoadArgs) -> Result<Measured, String> {
+    async fn measured(
+        &mut self,
+        what: &str,
+        url: &str,
+        settings: &DurableSettings,
+        args: LoadArgs,
+    ) -> Result<Measured, String> {
         (self.progress)(&format!("traffic: {}, {what}", self.store));
         let name = format!("{} {what}", self.store);
         let outcome = measured(self.launcher, url, settings, &args, &name).await;
@@ -395,7 +479,13 @@ impl<P: FnMut(&str)> Runs<'_, P> {
 }
 
 /// Start a server, read its counters, run the load, read them again, stop it.
-async fn measured(launcher: &mut Launcher, url: &str, settings: &DurableSettings, args: &LoadArgs, name: &str) -> Result<Measured, BenchError> {
+async fn measured(
+    launcher: &mut Launcher,
+    url: &str,
+    settings: &DurableSettings,
+    args: &LoadArgs,
+    name: &str,
+) -> Result<Measured, BenchError> {
     let server = launcher.durable(url, settings, name).await?;
     let outcome = async {
         let metrics = server.metrics().ok_or_else(|| BenchError::Config("the server serves no metrics".into()))?;
@@ -425,8 +515,15 @@ async fn measured(launcher: &mut Launcher, url: &str, settings: &DurableSettings
 
 /// Start a server, read its memory, run the long load while reading its memory and WAL
 /// every [`TrafficConfig::sample_every`], go on reading for [`TrafficConfig::after`], stop it.
-async fn sustained(config: &TrafficConfig, launcher: &mut Launcher, url: &str, name: &str) -> Result<Sustained, BenchError> {
-    let server = launcher.durable(url, &DurableSettings::default(), name).await?;
+async fn sustained(
+    config: &TrafficConfig,
+    launcher: &mut Launcher,
+    url: &str,
+    name: &str,
+) -> Result<Sustained, BenchError> {
+    let server = launcher
+        .durable(url, &DurableSettings::default(), name)
+        .await?;
     let wal = wal_path(url);
     let outcome = async {
         let rss_before_kib = server.rss_kib()?;
@@ -454,7 +551,11 @@ async fn sustained(config: &TrafficConfig, launcher: &mut Launcher, url: &str, n
             tokio::time::sleep_until(ended + waited).await;
             samples.push(sample(&server, wal.as_deref(), started, false)?);
         }
-        Ok::<_, BenchError>(Sustained { load, rss_before_kib, samples })
+        Ok::<_, BenchError>(Sustained {
+            load,
+            rss_before_kib,
+            samples,
+        })
     }
     .await;
     let stopped = server.stop().await;
@@ -464,7 +565,12 @@ async fn sustained(config: &TrafficConfig, launcher: &mut Launcher, url: &str, n
 }
 
 /// The server's memory and the WAL's size now.
-fn sample(server: &RunningServer, wal: Option<&Path>, started: Instant, loading: bool) -> Result<Sample, BenchError> {
+fn sample(
+    server: &RunningServer,
+    wal: Option<&Path>,
+    started: Instant,
+    loading: bool,
+) -> Result<Sample, BenchError> {
     let wal_bytes = match wal {
         None => None,
         Some(path) => match std::fs::metadata(path) {
@@ -473,7 +579,12 @@ fn sample(server: &RunningServer, wal: Option<&Path>, started: Instant, loading:
             Err(error) => return Err(BenchError::Io(error)),
         },
     };
-    Ok(Sample { at: started.elapsed(), loading, rss_kib: server.rss_kib()?, wal_bytes })
+    Ok(Sample {
+        at: started.elapsed(),
+        loading,
+        rss_kib: server.rss_kib()?,
+        wal_bytes,
+    })
 }
 
 #[cfg(test)]
@@ -482,9 +593,18 @@ mod tests {
 
     #[test]
     fn the_wal_is_found_beside_a_sqlite_file() {
-        assert_eq!(wal_path("sqlite:/tmp/a.db"), Some(PathBuf::from("/tmp/a.db-wal")));
-        assert_eq!(wal_path("sqlite:///tmp/a.db?synchronous=normal"), Some(PathBuf::from("/tmp/a.db-wal")));
-        assert_eq!(wal_path("encrypted+sqlite:rel.db"), Some(PathBuf::from("rel.db-wal")));
+        assert_eq!(
+            wal_path("sqlite:/tmp/a.db"),
+            Some(PathBuf::from("/tmp/a.db-wal"))
+        );
+        assert_eq!(
+            wal_path("sqlite:///tmp/a.db?synchronous=normal"),
+            Some(PathBuf::from("/tmp/a.db-wal"))
+        );
+        assert_eq!(
+            wal_path("encrypted+sqlite:rel.db"),
+            Some(PathBuf::from("rel.db-wal"))
+        );
         assert_eq!(wal_path("postgres://h/db?schema=x"), None);
         assert_eq!(wal_path("memory:"), None);
     }

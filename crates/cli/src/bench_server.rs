@@ -99,7 +99,13 @@ impl ServedBy {
 /// `LISTENING <addr>` on stdout, serve.
 pub(crate) async fn serve(args: BenchServerArgs) -> anyhow::Result<()> {
     match args.server {
-        ServedBy::Durable { store, listen, metrics_listen, max_stream_age_secs, prune_interval_secs } => {
+        ServedBy::Durable {
+            store,
+            listen,
+            metrics_listen,
+            max_stream_age_secs,
+            prune_interval_secs,
+        } => {
             let mut options = durable_mcp::engine::EngineOptions::default();
             if let Some(secs) = max_stream_age_secs {
                 options.retention.max_stream_age_ms = (secs > 0).then(|| secs.saturating_mul(1000));
@@ -107,7 +113,9 @@ pub(crate) async fn serve(args: BenchServerArgs) -> anyhow::Result<()> {
             if let Some(secs) = prune_interval_secs {
                 options.prune_interval = Duration::from_secs(secs.max(1));
             }
-            let server = DurableMcp::new(durable_mcp_demo::Everything::default()).store(open_store(&store).await?).engine_options(options);
+            let server = DurableMcp::new(durable_mcp_demo::Everything::default())
+                .store(open_store(&store).await?)
+                .engine_options(options);
             // Before the engine is made (it times its store only if metrics are on then).
             let _metrics = match metrics_listen {
                 Some(addr) => Some(serve_metrics(addr).await?),
@@ -119,7 +127,11 @@ pub(crate) async fn serve(args: BenchServerArgs) -> anyhow::Result<()> {
         }
         ServedBy::Proxy { store, listen } => serve_proxy(&store, listen).await,
         ServedBy::Stdio { store } => {
-            DurableMcp::new(durable_mcp_demo::Everything::default()).store_url(&store).await?.serve_stdio().await?;
+            DurableMcp::new(durable_mcp_demo::Everything::default())
+                .store_url(&store)
+                .await?
+                .serve_stdio()
+                .await?;
             Ok(())
         }
     }
@@ -128,13 +140,20 @@ pub(crate) async fn serve(args: BenchServerArgs) -> anyhow::Result<()> {
 /// `bench-server proxy`: the proxy's upstream is this executable's `bench-server stdio`
 /// (its children run on the proxy's CPU: they inherit its pinning).
 async fn serve_proxy(store: &str, listen: SocketAddr) -> anyhow::Result<()> {
-    let executable = std::env::current_exe().context("finding this executable (the proxy's upstream)")?;
-    let args = ["bench-server", "stdio", "--store", UPSTREAM_STORE].map(String::from).to_vec();
-    let config = durable_mcp_proxy::ProxyConfig::new(executable.to_string_lossy().into_owned(), args);
-    let upstream = durable_mcp_proxy::Proxy::start(config).await.context("starting the proxy's upstream")?;
+    let executable =
+        std::env::current_exe().context("finding this executable (the proxy's upstream)")?;
+    let args = ["bench-server", "stdio", "--store", UPSTREAM_STORE]
+        .map(String::from)
+        .to_vec();
+    let config =
+        durable_mcp_proxy::ProxyConfig::new(executable.to_string_lossy().into_owned(), args);
+    let upstream = durable_mcp_proxy::Proxy::start(config)
+        .await
+        .context("starting the proxy's upstream")?;
     // The upstream is stopped whichever way serving ends.
     let served = async {
-        let handler = durable_mcp::proxy::Forward::new(std::sync::Arc::new(upstream.clone())).context("the proxy's upstream's initialize result")?;
+        let handler = durable_mcp::proxy::Forward::new(std::sync::Arc::new(upstream.clone()))
+            .context("the proxy's upstream's initialize result")?;
         let server = DurableMcp::new(handler).store(open_store(store).await?);
         let listener = bind(listen).await?;
         server.serve_on(listener, stopped()).await?;
@@ -149,14 +168,19 @@ async fn serve_proxy(store: &str, listen: SocketAddr) -> anyhow::Result<()> {
 /// this process (the benchmark measures encryption's cost, not key management).
 async fn open_store(url: &str) -> anyhow::Result<Arc<dyn durable_mcp::store::Store>> {
     let inner = url.strip_prefix(ENCRYPTED).unwrap_or(url);
-    let store = durable_mcp::open_store(inner).await.with_context(|| format!("opening {}", crate::config::redact_url(inner)))?;
+    let store = durable_mcp::open_store(inner)
+        .await
+        .with_context(|| format!("opening {}", crate::config::redact_url(inner)))?;
     if inner.len() == url.len() {
         return Ok(store);
     }
     let mut keys = durable_mcp_store_crypt::KeyFile::default();
     keys.rotate(durable_mcp::store::now_ms())?;
     let ring = keys.ring("the benchmark's key")?;
-    Ok(Arc::new(durable_mcp_store_crypt::CryptStore::new(store, Arc::new(ring))))
+    Ok(Arc::new(durable_mcp_store_crypt::CryptStore::new(
+        store,
+        Arc::new(ring),
+    )))
 }
 
 /// Install the metrics recorder, serve `/metrics` on `addr` (port 0: any free one) and
@@ -164,7 +188,9 @@ async fn open_store(url: &str) -> anyhow::Result<Arc<dyn durable_mcp::store::Sto
 /// Served until the returned task is dropped.
 async fn serve_metrics(addr: SocketAddr) -> anyhow::Result<AbortOnDrop> {
     let handle = durable_mcp::metrics::install().context("installing the metrics recorder")?;
-    let listener = TcpListener::bind(addr).await.with_context(|| format!("binding the metrics listener on {addr}"))?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics listener on {addr}"))?;
     let line = format!("{METRICS}{}\n", listener.local_addr()?);
     let task = tokio::spawn(async move {
         if let Err(error) = durable_mcp::axum::serve(listener, handle.router()).await {
@@ -188,7 +214,9 @@ impl Drop for AbortOnDrop {
 
 /// Bind `listen` and tell the parent where.
 async fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
-    let listener = TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
     let line = format!("{LISTENING}{}\n", listener.local_addr()?);
     let mut stdout = tokio::io::stdout();
     stdout.write_all(line.as_bytes()).await?;
@@ -203,13 +231,15 @@ async fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
 /// keep a finished child from exiting.
 async fn stopped() {
     let (closed, stdin_closed) = tokio::sync::oneshot::channel::<()>();
-    let reader = std::thread::Builder::new().name("stdin-watch".into()).spawn(move || {
-        let mut buf = [0u8; 64];
-        let mut stdin = std::io::stdin().lock();
-        // Anything the parent writes is ignored; EOF or an error means it is gone.
-        while matches!(std::io::Read::read(&mut stdin, &mut buf), Ok(n) if n > 0) {}
-        let _ = closed.send(());
-    });
+    let reader = std::thread::Builder::new()
+        .name("stdin-watch".into())
+        .spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut stdin = std::io::stdin().lock();
+            // Anything the parent writes is ignored; EOF or an error means it is gone.
+            while matches!(std::io::Read::read(&mut stdin, &mut buf), Ok(n) if n > 0) {}
+            let _ = closed.send(());
+        });
     match reader {
         Ok(_) => tokio::select! {
             _ = stdin_closed => {}
@@ -235,14 +265,43 @@ mod tests {
 
     #[test]
     fn server_subcommands_parse() {
-        let cli = Cli::try_parse_from(["x", "bench-server", "durable", "--store", "memory:", "--listen", "127.0.0.1:0", "--max-stream-age-secs", "0"])
-            .expect("parse");
-        let Cli::BenchServer(BenchServerArgs { server: ServedBy::Durable { store, max_stream_age_secs, .. } }) = cli else { panic!("not durable") };
+        let cli = Cli::try_parse_from([
+            "x",
+            "bench-server",
+            "durable",
+            "--store",
+            "memory:",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-stream-age-secs",
+            "0",
+        ])
+        .expect("parse");
+        let Cli::BenchServer(BenchServerArgs {
+            server:
+                ServedBy::Durable {
+                    store,
+                    max_stream_age_secs,
+                    ..
+                },
+        }) = cli
+        else {
+            panic!("not durable")
+        };
         assert_eq!((store.as_str(), max_stream_age_secs), ("memory:", Some(0)));
-        let Cli::BenchServer(args) = Cli::try_parse_from(["x", "bench-server", "proxy", "--store", "memory:"]).expect("parse");
+        let Cli::BenchServer(args) =
+            Cli::try_parse_from(["x", "bench-server", "proxy", "--store", "memory:"])
+                .expect("parse");
         assert!(args.server.over_http());
-        let Cli::BenchServer(args) = Cli::try_parse_from(["x", "bench-server", "stdio"]).expect("parse");
-        assert!(matches!(&args.server, ServedBy::Stdio { store } if store == UPSTREAM_STORE) && !args.server.over_http());
-        assert!(Cli::try_parse_from(["x", "bench-server", "rmcp"]).is_err(), "stock rmcp is durable-mcp-bench's");
+        let Cli::BenchServer(args) =
+            Cli::try_parse_from(["x", "bench-server", "stdio"]).expect("parse");
+        assert!(
+            matches!(&args.server, ServedBy::Stdio { store } if store == UPSTREAM_STORE)
+                && !args.server.over_http()
+        );
+        assert!(
+            Cli::try_parse_from(["x", "bench-server", "rmcp"]).is_err(),
+            "stock rmcp is durable-mcp-bench's"
+        );
     }
 }

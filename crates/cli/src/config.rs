@@ -21,50 +21,93 @@ const NOT_SETTINGS: [&str; 3] = ["help", "config", "json"];
 /// The command line with the configuration file's settings appended as flags, and the
 /// names of the settings that came from the file. Without a file (or for other commands)
 /// the command line is returned as it is.
-pub fn with_file(cli: clap::Command, argv: Vec<OsString>) -> anyhow::Result<(Vec<OsString>, BTreeSet<String>)> {
-    let matches = cli.clone().try_get_matches_from(&argv).unwrap_or_else(|e| e.exit());
-    let Some((name, sub)) = matches.subcommand() else { return Ok((argv, BTreeSet::new())) };
+pub fn with_file(
+    cli: clap::Command,
+    argv: Vec<OsString>,
+) -> anyhow::Result<(Vec<OsString>, BTreeSet<String>)> {
+    let matches = cli
+        .clone()
+        .try_get_matches_from(&argv)
+        .unwrap_or_else(|e| e.exit());
+    let Some((name, sub)) = matches.subcommand() else {
+        return Ok((argv, BTreeSet::new()));
+    };
     if !WITH_SERVE_FLAGS.contains(&name) {
         return Ok((argv, BTreeSet::new()));
     }
-    let Some(path) = sub.get_one::<std::path::PathBuf>("config") else { return Ok((argv, BTreeSet::new())) };
+    let Some(path) = sub.get_one::<std::path::PathBuf>("config") else {
+        return Ok((argv, BTreeSet::new()));
+    };
     let command = cli.find_subcommand(name).context("the subcommand parsed")?;
     let (extra, from_file) = file_flags(command, sub, path)?;
     let mut argv = argv;
     // Before a `--` (proxy's upstream command line follows it), else at the end.
-    let at = argv.iter().position(|arg| arg == "--").unwrap_or(argv.len());
+    let at = argv
+        .iter()
+        .position(|arg| arg == "--")
+        .unwrap_or(argv.len());
     argv.splice(at..at, extra);
     Ok((argv, from_file))
 }
 
 /// The flags a configuration file adds to a command line already parsed as `matches`.
-fn file_flags(command: &clap::Command, matches: &ArgMatches, path: &Path) -> anyhow::Result<(Vec<OsString>, BTreeSet<String>)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading the configuration file {}", path.display()))?;
-    let table: toml::Table = text.parse().with_context(|| format!("parsing the configuration file {}", path.display()))?;
-    let settings: Vec<&clap::Arg> = command.get_arguments().filter(|arg| arg.get_long().is_some_and(|l| !NOT_SETTINGS.contains(&l))).collect();
+fn file_flags(
+    command: &clap::Command,
+    matches: &ArgMatches,
+    path: &Path,
+) -> anyhow::Result<(Vec<OsString>, BTreeSet<String>)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the configuration file {}", path.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .with_context(|| format!("parsing the configuration file {}", path.display()))?;
+    let settings: Vec<&clap::Arg> = command
+        .get_arguments()
+        .filter(|arg| arg.get_long().is_some_and(|l| !NOT_SETTINGS.contains(&l)))
+        .collect();
     let mut extra = Vec::new();
     let mut from_file = BTreeSet::new();
     for (key, value) in &table {
         let long = key.replace('_', "-");
-        let Some(arg) = settings.iter().find(|arg| arg.get_long() == Some(long.as_str())) else {
+        let Some(arg) = settings
+            .iter()
+            .find(|arg| arg.get_long() == Some(long.as_str()))
+        else {
             let known: Vec<&str> = settings.iter().filter_map(|arg| arg.get_long()).collect();
-            bail!("{}: unknown setting {key:?} (known: {})", path.display(), known.join(", "));
+            bail!(
+                "{}: unknown setting {key:?} (known: {})",
+                path.display(),
+                known.join(", ")
+            );
         };
         let id = arg.get_id().as_str();
-        if matches!(matches.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable)) {
+        if matches!(
+            matches.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        ) {
             continue;
         }
         let flag = format!("--{long}");
         match (arg.get_action(), value) {
             (ArgAction::SetTrue, toml::Value::Boolean(true)) => extra.push(OsString::from(&flag)),
             (ArgAction::SetTrue, toml::Value::Boolean(false)) => {}
-            (ArgAction::SetTrue, other) => bail!("{}: {key} is a switch: true or false, not a {}", path.display(), other.type_str()),
+            (ArgAction::SetTrue, other) => bail!(
+                "{}: {key} is a switch: true or false, not a {}",
+                path.display(),
+                other.type_str()
+            ),
             (_, toml::Value::Array(items)) => {
                 for item in items {
-                    extra.push(OsString::from(format!("{flag}={}", scalar(path, key, item)?)));
+                    extra.push(OsString::from(format!(
+                        "{flag}={}",
+                        scalar(path, key, item)?
+                    )));
                 }
             }
-            (_, value) => extra.push(OsString::from(format!("{flag}={}", scalar(path, key, value)?))),
+            (_, value) => extra.push(OsString::from(format!(
+                "{flag}={}",
+                scalar(path, key, value)?
+            ))),
         }
         from_file.insert(id.to_owned());
     }
@@ -77,7 +120,11 @@ fn scalar(path: &Path, key: &str, value: &toml::Value) -> anyhow::Result<String>
         toml::Value::Integer(n) => n.to_string(),
         toml::Value::Float(f) => f.to_string(),
         toml::Value::Boolean(b) => b.to_string(),
-        other => bail!("{}: {key} must be a string, number or boolean, not a {}", path.display(), other.type_str()),
+        other => bail!(
+            "{}: {key} must be a string, number or boolean, not a {}",
+            path.display(),
+            other.type_str()
+        ),
     })
 }
 
@@ -99,7 +146,11 @@ pub struct Effective {
 }
 
 /// The effective settings of `command` as parsed into `matches`.
-pub fn effective(command: &clap::Command, matches: &ArgMatches, from_file: &BTreeSet<String>) -> Vec<Effective> {
+pub fn effective(
+    command: &clap::Command,
+    matches: &ArgMatches,
+    from_file: &BTreeSet<String>,
+) -> Vec<Effective> {
     let mut out = Vec::new();
     for arg in command.get_arguments() {
         let Some(long) = arg.get_long() else { continue };
@@ -107,7 +158,10 @@ pub fn effective(command: &clap::Command, matches: &ArgMatches, from_file: &BTre
             continue;
         }
         let id = arg.get_id().as_str();
-        let values: Vec<String> = matches.get_raw(id).map(|raw| raw.map(|v| redact(long, &v.to_string_lossy())).collect()).unwrap_or_default();
+        let values: Vec<String> = matches
+            .get_raw(id)
+            .map(|raw| raw.map(|v| redact(long, &v.to_string_lossy())).collect())
+            .unwrap_or_default();
         let source = match matches.value_source(id) {
             _ if values.is_empty() => "unset",
             _ if from_file.contains(id) => "file",
@@ -115,9 +169,18 @@ pub fn effective(command: &clap::Command, matches: &ArgMatches, from_file: &BTre
             Some(ValueSource::EnvVariable) => "env",
             _ => "default",
         };
-        let bare = matches!(arg.get_action(), ArgAction::SetTrue) || values.iter().all(|v| v.parse::<f64>().is_ok() && !v.is_empty());
+        let bare = matches!(arg.get_action(), ArgAction::SetTrue)
+            || values
+                .iter()
+                .all(|v| v.parse::<f64>().is_ok() && !v.is_empty());
         let many = matches!(arg.get_action(), ArgAction::Append);
-        out.push(Effective { name: long.to_owned(), values, source, bare, many });
+        out.push(Effective {
+            name: long.to_owned(),
+            values,
+            source,
+            bare,
+            many,
+        });
     }
     out
 }
@@ -127,9 +190,21 @@ pub fn effective(command: &clap::Command, matches: &ArgMatches, from_file: &BTre
 pub fn to_toml(settings: &[Effective]) -> String {
     let mut out = String::new();
     for s in settings {
-        let quote = |v: &String| if s.bare { v.clone() } else { serde_json::Value::String(v.clone()).to_string() };
-        let value =
-            if s.many { format!("[{}]", s.values.iter().map(quote).collect::<Vec<_>>().join(", ")) } else { s.values.first().map(quote).unwrap_or_default() };
+        let quote = |v: &String| {
+            if s.bare {
+                v.clone()
+            } else {
+                serde_json::Value::String(v.clone()).to_string()
+            }
+        };
+        let value = if s.many {
+            format!(
+                "[{}]",
+                s.values.iter().map(quote).collect::<Vec<_>>().join(", ")
+            )
+        } else {
+            s.values.first().map(quote).unwrap_or_default()
+        };
         if s.values.is_empty() {
             out.push_str(&format!("# {} (unset)\n", s.name));
         } else {
@@ -164,10 +239,25 @@ mod tests {
 
     #[test]
     fn passwords_in_store_urls_and_secret_settings_are_redacted() {
-        assert_eq!(redact("store", "postgres://app:hunter2@db:5432/prod?schema=a"), "postgres://app:<redacted>@db:5432/prod?schema=a");
-        assert_eq!(redact("store", "redis://:s3cret@cache:6379/0"), "redis://:<redacted>@cache:6379/0");
-        assert_eq!(redact("store", "postgres://db/prod?user=a&password=x"), "postgres://db/prod?user=a&password=<redacted>");
-        assert_eq!(redact("store", "sqlite:./durable-mcp.db?synchronous=full"), "sqlite:./durable-mcp.db?synchronous=full");
-        assert_eq!(redact("state-key", "0123456789abcdef0123456789abcdef"), "<redacted>");
+        assert_eq!(
+            redact("store", "postgres://app:hunter2@db:5432/prod?schema=a"),
+            "postgres://app:<redacted>@db:5432/prod?schema=a"
+        );
+        assert_eq!(
+            redact("store", "redis://:s3cret@cache:6379/0"),
+            "redis://:<redacted>@cache:6379/0"
+        );
+        assert_eq!(
+            redact("store", "postgres://db/prod?user=a&password=x"),
+            "postgres://db/prod?user=a&password=<redacted>"
+        );
+        assert_eq!(
+            redact("store", "sqlite:./durable-mcp.db?synchronous=full"),
+            "sqlite:./durable-mcp.db?synchronous=full"
+        );
+        assert_eq!(
+            redact("state-key", "0123456789abcdef0123456789abcdef"),
+            "<redacted>"
+        );
     }
 }

@@ -57,7 +57,10 @@ fn man_pages(command: Command, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = vec![write_page(&command, dir, &name)?];
     for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
         let page_name = format!("{name}-{}", sub.get_name());
-        let sub = sub.clone().name(page_name.clone()).version(command.get_version().unwrap_or_default().to_owned());
+        let sub = sub
+            .clone()
+            .name(page_name.clone())
+            .version(command.get_version().unwrap_or_default().to_owned());
         written.push(write_page(&sub, dir, &page_name)?);
     }
     Ok(written)
@@ -66,7 +69,9 @@ fn man_pages(command: Command, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 fn write_page(command: &Command, dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     let path = dir.join(format!("{name}.1"));
     let mut page = Vec::new();
-    clap_mangen::Man::new(command.clone()).render(&mut page).with_context(|| format!("rendering the page of {name}"))?;
+    clap_mangen::Man::new(command.clone())
+        .render(&mut page)
+        .with_context(|| format!("rendering the page of {name}"))?;
     std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
@@ -82,10 +87,19 @@ mod tests {
     fn man_pages_cover_every_visible_command_and_its_flags() {
         let dir = std::env::temp_dir().join(format!("durable-mcp-man-{}", std::process::id()));
         let written = man_pages(crate::Cli::command(), &dir).unwrap();
-        let names: Vec<String> = written.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
         assert!(names.contains(&"durable-mcp.1".to_owned()), "{names:?}");
-        assert!(names.contains(&"durable-mcp-serve.1".to_owned()), "{names:?}");
-        assert!(!names.iter().any(|n| n.contains("bench-server")), "a hidden command has no page: {names:?}");
+        assert!(
+            names.contains(&"durable-mcp-serve.1".to_owned()),
+            "{names:?}"
+        );
+        assert!(
+            !names.iter().any(|n| n.contains("bench-server")),
+            "a hidden command has no page: {names:?}"
+        );
         let serve = std::fs::read_to_string(dir.join("durable-mcp-serve.1")).unwrap();
         // A flag as roff renders it (`\-\-store`), with its environment variable.
         assert!(serve.contains(r"\-\-store"), "{serve}");
@@ -99,7 +113,10 @@ mod tests {
         let mut command = crate::Cli::command();
         clap_complete::generate(Shell::Bash, &mut command, "durable-mcp", &mut out);
         let script = String::from_utf8(out).unwrap();
-        assert!(script.contains(" durable-mcp\n"), "the script completes the command: {script}");
+        assert!(
+            script.contains(" durable-mcp\n"),
+            "the script completes the command: {script}"
+        );
         assert!(script.contains("serve"), "{script}");
         assert!(script.contains("--store"), "{script}");
     }

@@ -40,31 +40,50 @@ pub fn healthcheck(args: &HealthcheckArgs) -> anyhow::Result<()> {
 /// Where to reach a server listening on `listen`: on loopback when it listens on every address.
 fn loopback(listen: SocketAddr) -> SocketAddr {
     match listen.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), listen.port()),
-        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::new(Ipv6Addr::LOCALHOST.into(), listen.port()),
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), listen.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), listen.port())
+        }
         _ => listen,
     }
 }
 
 /// `http://HOST:PORT/PATH` as (`HOST:PORT`, `/PATH`); the port defaults to 80.
 fn split_url(url: &str) -> anyhow::Result<(String, String)> {
-    let Some(rest) = url.strip_prefix("http://") else { bail!("{url}: only http:// URLs are probed") };
+    let Some(rest) = url.strip_prefix("http://") else {
+        bail!("{url}: only http:// URLs are probed")
+    };
     let (authority, path) = rest.find('/').map_or((rest, "/"), |at| rest.split_at(at));
     if authority.is_empty() {
         bail!("{url}: no host");
     }
-    let has_port = authority.rsplit_once(':').is_some_and(|(_, port)| port.parse::<u16>().is_ok()) && !authority.ends_with(']');
-    let authority = if has_port { authority.to_owned() } else { format!("{authority}:80") };
+    let has_port = authority
+        .rsplit_once(':')
+        .is_some_and(|(_, port)| port.parse::<u16>().is_ok())
+        && !authority.ends_with(']');
+    let authority = if has_port {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
     Ok((authority, path.to_owned()))
 }
 
 /// The status code of `GET path` at `authority`.
 fn get(authority: &str, path: &str) -> anyhow::Result<u16> {
-    let addr = authority.to_socket_addrs()?.next().with_context(|| format!("{authority} resolves to no address"))?;
+    let addr = authority
+        .to_socket_addrs()?
+        .next()
+        .with_context(|| format!("{authority} resolves to no address"))?;
     let mut tcp = TcpStream::connect_timeout(&addr, TIMEOUT)?;
     tcp.set_read_timeout(Some(TIMEOUT))?;
     tcp.set_write_timeout(Some(TIMEOUT))?;
-    write!(tcp, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    )?;
     // The status line is all that matters: `HTTP/1.1 200 OK`.
     let mut head = [0; 64];
     let mut read = 0;
@@ -75,8 +94,16 @@ fn get(authority: &str, path: &str) -> anyhow::Result<u16> {
         }
     }
     let line = String::from_utf8_lossy(&head[..read]);
-    let status = line.split_whitespace().nth(1).and_then(|code| code.parse().ok());
-    status.with_context(|| format!("not an HTTP response: {:?}", line.lines().next().unwrap_or_default()))
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok());
+    status.with_context(|| {
+        format!(
+            "not an HTTP response: {:?}",
+            line.lines().next().unwrap_or_default()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -85,16 +112,31 @@ mod tests {
 
     #[test]
     fn an_unspecified_listen_address_is_probed_on_loopback() {
-        assert_eq!(loopback("0.0.0.0:8080".parse().unwrap()).to_string(), "127.0.0.1:8080");
-        assert_eq!(loopback("[::]:9000".parse().unwrap()).to_string(), "[::1]:9000");
-        assert_eq!(loopback("10.0.0.7:8080".parse().unwrap()).to_string(), "10.0.0.7:8080");
+        assert_eq!(
+            loopback("0.0.0.0:8080".parse().unwrap()).to_string(),
+            "127.0.0.1:8080"
+        );
+        assert_eq!(
+            loopback("[::]:9000".parse().unwrap()).to_string(),
+            "[::1]:9000"
+        );
+        assert_eq!(
+            loopback("10.0.0.7:8080".parse().unwrap()).to_string(),
+            "10.0.0.7:8080"
+        );
     }
 
     #[test]
     fn urls_split_into_authority_and_path() {
         let split = |url| split_url(url).unwrap();
-        assert_eq!(split("http://127.0.0.1:8080/healthz"), ("127.0.0.1:8080".into(), "/healthz".into()));
-        assert_eq!(split("http://localhost/readyz"), ("localhost:80".into(), "/readyz".into()));
+        assert_eq!(
+            split("http://127.0.0.1:8080/healthz"),
+            ("127.0.0.1:8080".into(), "/healthz".into())
+        );
+        assert_eq!(
+            split("http://localhost/readyz"),
+            ("localhost:80".into(), "/readyz".into())
+        );
         assert_eq!(split("http://[::1]:81"), ("[::1]:81".into(), "/".into()));
         assert_eq!(split("http://[::1]/x"), ("[::1]:80".into(), "/x".into()));
         assert!(split_url("https://host/healthz").is_err());

@@ -107,16 +107,36 @@ async fn encryption_keys(action: EncryptionAction) -> anyhow::Result<()> {
                 None => None,
             };
             for key in file.keys() {
-                let values = usage.as_ref().map_or_else(String::new, |u| format!("  values={}", u.of(&key.id)));
-                println!("{}  created_ms={}{}{}", key.id, key.created_ms, values, if key.primary { "  (primary)" } else { "" });
+                let values = usage
+                    .as_ref()
+                    .map_or_else(String::new, |u| format!("  values={}", u.of(&key.id)));
+                println!(
+                    "{}  created_ms={}{}{}",
+                    key.id,
+                    key.created_ms,
+                    values,
+                    if key.primary { "  (primary)" } else { "" }
+                );
             }
             if let Some(usage) = usage {
-                let unknown: u64 = usage.by_key.iter().filter(|(id, _)| !file.keys().iter().any(|k| &&k.id == id)).map(|(_, n)| n).sum();
-                println!("plaintext values: {}; values of keys not in the file: {unknown}", usage.plaintext);
+                let unknown: u64 = usage
+                    .by_key
+                    .iter()
+                    .filter(|(id, _)| !file.keys().iter().any(|k| &&k.id == id))
+                    .map(|(_, n)| n)
+                    .sum();
+                println!(
+                    "plaintext values: {}; values of keys not in the file: {unknown}",
+                    usage.plaintext
+                );
             }
             Ok(())
         }
-        EncryptionAction::Retire { key_file, store, id } => {
+        EncryptionAction::Retire {
+            key_file,
+            store,
+            id,
+        } => {
             let mut file = KeyFile::read(&key_file)?;
             if !file.keys().iter().any(|k| k.id == id) {
                 anyhow::bail!("no key {id:?} in {}", key_file.display());
@@ -124,11 +144,16 @@ async fn encryption_keys(action: EncryptionAction) -> anyhow::Result<()> {
             let usage = key_usage(durable_mcp::open_store(&store).await?.as_ref()).await?;
             let used = usage.of(&id);
             if used > 0 {
-                anyhow::bail!("key {id} still seals {used} stored value(s): retire it once they have expired (retention) or were rewritten");
+                anyhow::bail!(
+                    "key {id} still seals {used} stored value(s): retire it once they have expired (retention) or were rewritten"
+                );
             }
             file.retire(&id)?;
             file.write(&key_file)?;
-            println!("retired key {id}: no value of {} uses it", crate::config::redact_url(&store));
+            println!(
+                "retired key {id}: no value of {} uses it",
+                crate::config::redact_url(&store)
+            );
             Ok(())
         }
     }
@@ -143,24 +168,39 @@ pub(crate) async fn keys(args: KeysArgs) -> anyhow::Result<()> {
                 eprintln!("no key ring yet: the first worker (or `keys rotate`) creates it");
                 return Ok(());
             };
-            let sealing = ring.sealing_key(durable_mcp::store::now_ms()).map(|key| key.id.clone());
+            let sealing = ring
+                .sealing_key(durable_mcp::store::now_ms())
+                .map(|key| key.id.clone());
             for key in ring.keys() {
                 println!(
                     "{}  created_ms={}  seals_from_ms={}  opens_until_ms={}{}",
                     key.id,
                     key.created_ms,
                     key.seals_from_ms,
-                    key.opens_until_ms.map_or_else(|| "-".to_owned(), |until| until.to_string()),
-                    if sealing.as_deref() == Some(key.id.as_str()) { "  (current)" } else { "" }
+                    key.opens_until_ms
+                        .map_or_else(|| "-".to_owned(), |until| until.to_string()),
+                    if sealing.as_deref() == Some(key.id.as_str()) {
+                        "  (current)"
+                    } else {
+                        ""
+                    }
                 );
             }
             Ok(())
         }
-        KeysAction::Rotate { store, activate_in_secs, keep_old_secs } => {
+        KeysAction::Rotate {
+            store,
+            activate_in_secs,
+            keep_old_secs,
+        } => {
             let opened = store.open().await?;
-            let ring = durable_mcp::engine::keys::rotate(opened.as_ref(), Duration::from_secs(activate_in_secs), Duration::from_secs(keep_old_secs))
-                .await
-                .context("rotating the requestState key ring")?;
+            let ring = durable_mcp::engine::keys::rotate(
+                opened.as_ref(),
+                Duration::from_secs(activate_in_secs),
+                Duration::from_secs(keep_old_secs),
+            )
+            .await
+            .context("rotating the requestState key ring")?;
             let new = ring.keys().last().context("a rotated ring has a key")?;
             println!(
                 "added key {}: current for sealing from {} ms since the epoch; {} older key(s) still open states",

@@ -95,7 +95,12 @@ struct StoreArgs {
     /// The key file's JSON itself, for keys handed over in the environment (set
     /// DURABLE_MCP_ENCRYPTION_KEYS rather than the flag: command lines are visible to
     /// other users).
-    #[arg(long, env = "DURABLE_MCP_ENCRYPTION_KEYS", hide_env_values = true, conflicts_with = "encryption_key_file")]
+    #[arg(
+        long,
+        env = "DURABLE_MCP_ENCRYPTION_KEYS",
+        hide_env_values = true,
+        conflicts_with = "encryption_key_file"
+    )]
     encryption_keys: Option<String>,
 }
 
@@ -103,8 +108,14 @@ impl StoreArgs {
     /// The key ring of `--encryption-key-file` / `DURABLE_MCP_ENCRYPTION_KEYS`, if given.
     fn key_ring(&self) -> anyhow::Result<Option<std::sync::Arc<durable_mcp_store_crypt::KeyRing>>> {
         let file = match (&self.encryption_key_file, &self.encryption_keys) {
-            (Some(path), _) => (durable_mcp_store_crypt::KeyFile::read(path)?, path.display().to_string()),
-            (None, Some(text)) => (durable_mcp_store_crypt::KeyFile::parse(text, "DURABLE_MCP_ENCRYPTION_KEYS")?, "DURABLE_MCP_ENCRYPTION_KEYS".to_owned()),
+            (Some(path), _) => (
+                durable_mcp_store_crypt::KeyFile::read(path)?,
+                path.display().to_string(),
+            ),
+            (None, Some(text)) => (
+                durable_mcp_store_crypt::KeyFile::parse(text, "DURABLE_MCP_ENCRYPTION_KEYS")?,
+                "DURABLE_MCP_ENCRYPTION_KEYS".to_owned(),
+            ),
             (None, None) => return Ok(None),
         };
         Ok(Some(std::sync::Arc::new(file.0.ring(&file.1)?)))
@@ -113,7 +124,9 @@ impl StoreArgs {
     /// Open the store, behind encryption when a key file is given.
     async fn open(&self) -> anyhow::Result<std::sync::Arc<dyn durable_mcp::store::Store>> {
         let ring = self.key_ring()?;
-        let store = durable_mcp::open_store(&self.store).await.with_context(|| format!("opening store {}", config::redact_url(&self.store)))?;
+        let store = durable_mcp::open_store(&self.store)
+            .await
+            .with_context(|| format!("opening store {}", config::redact_url(&self.store)))?;
         Ok(match ring {
             Some(ring) => {
                 tracing::debug!(primary = ring.primary_id(), "encryption at rest is on");
@@ -138,7 +151,10 @@ struct RetentionArgs {
 impl RetentionArgs {
     fn retention(&self) -> durable_mcp::store::Retention {
         let ms = |secs: u64| (secs > 0).then(|| secs.saturating_mul(1000));
-        durable_mcp::store::Retention { session_idle_ttl_ms: ms(self.session_ttl_secs), max_stream_age_ms: ms(self.max_stream_age_secs) }
+        durable_mcp::store::Retention {
+            session_idle_ttl_ms: ms(self.session_ttl_secs),
+            max_stream_age_ms: ms(self.max_stream_age_secs),
+        }
     }
 }
 
@@ -308,14 +324,24 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Whether the log filter (`RUST_LOG`, whose widest level is `widest`) lets rmcp log at
 /// debug or trace: then it is capped at info. A lower rmcp level is left as it is.
-fn rmcp_above_info(rust_log: Option<&str>, widest: Option<tracing_subscriber::filter::LevelFilter>) -> bool {
+fn rmcp_above_info(
+    rust_log: Option<&str>,
+    widest: Option<tracing_subscriber::filter::LevelFilter>,
+) -> bool {
     use tracing_subscriber::filter::LevelFilter;
-    let Some(rust_log) = rust_log else { return false };
+    let Some(rust_log) = rust_log else {
+        return false;
+    };
     // The last directive naming rmcp wins, as in the filter; a target without a level means trace.
-    let named = rust_log.split(',').map(str::trim).rfind(|d| d.starts_with("rmcp"));
+    let named = rust_log
+        .split(',')
+        .map(str::trim)
+        .rfind(|d| d.starts_with("rmcp"));
     match named {
         Some(directive) => match directive.rsplit_once('=') {
-            Some((_, level)) => level.parse::<LevelFilter>().is_ok_and(|level| level > LevelFilter::INFO),
+            Some((_, level)) => level
+                .parse::<LevelFilter>()
+                .is_ok_and(|level| level > LevelFilter::INFO),
             None => true,
         },
         None => widest.is_some_and(|level| level > LevelFilter::INFO),
@@ -332,44 +358,78 @@ async fn main() -> anyhow::Result<()> {
         Command::BenchServer(_) => "warn",
         _ => "info,rmcp=warn",
     };
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| default_filter.into());
     // rmcp logs whole messages (a tool's arguments, its results) at debug and trace: only
     // with `--log-bodies`, whatever RUST_LOG says.
-    let log_bodies =
-        matches!(&cli.command, Command::Serve(ServeCommand { serve: args, .. }) | Command::Proxy(ProxyArgs { serve: args, .. }) if args.log_bodies);
-    if !log_bodies && rmcp_above_info(std::env::var("RUST_LOG").ok().as_deref(), filter.max_level_hint()) {
+    let log_bodies = matches!(&cli.command, Command::Serve(ServeCommand { serve: args, .. }) | Command::Proxy(ProxyArgs { serve: args, .. }) if args.log_bodies);
+    if !log_bodies
+        && rmcp_above_info(
+            std::env::var("RUST_LOG").ok().as_deref(),
+            filter.max_level_hint(),
+        )
+    {
         filter = filter.add_directive("rmcp=info".parse()?);
     }
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match &cli.command {
-        Command::Serve(ServeCommand { serve: args, .. }) | Command::Proxy(ProxyArgs { serve: args, .. }) if args.log_format == LogFormat::Json => {
-            builder.json().flatten_event(true).with_current_span(false).init();
+        Command::Serve(ServeCommand { serve: args, .. })
+        | Command::Proxy(ProxyArgs { serve: args, .. })
+            if args.log_format == LogFormat::Json =>
+        {
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .init();
         }
         _ => builder.init(),
     }
     match cli.command {
         Command::Sessions(args) => match args.action {
-            SessionsAction::List { store, principal, limit, json } => {
+            SessionsAction::List {
+                store,
+                principal,
+                limit,
+                json,
+            } => {
                 let store = store.open().await?;
                 ops::sessions_list(store.as_ref(), principal.as_deref(), limit, json).await
             }
-            SessionsAction::Show { store, id, json } => ops::sessions_show(store.open().await?.as_ref(), &id, json).await,
-            SessionsAction::End { store, id, json } => ops::sessions_end(store.open().await?, &id, json).await,
+            SessionsAction::Show { store, id, json } => {
+                ops::sessions_show(store.open().await?.as_ref(), &id, json).await
+            }
+            SessionsAction::End { store, id, json } => {
+                ops::sessions_end(store.open().await?, &id, json).await
+            }
         },
         Command::Dump(args) => {
             let store = args.store.open().await?;
             let counts = match args.output {
-                Some(path) => transfer::dump(store.as_ref(), transfer::create_private(&path).with_context(|| format!("creating {}", path.display()))?).await?,
+                Some(path) => {
+                    transfer::dump(
+                        store.as_ref(),
+                        transfer::create_private(&path)
+                            .with_context(|| format!("creating {}", path.display()))?,
+                    )
+                    .await?
+                }
                 None => transfer::dump(store.as_ref(), std::io::stdout().lock()).await?,
             };
-            eprintln!("dumped {} sessions, {} records, {} streams, {} events", counts.sessions, counts.records, counts.streams, counts.events);
+            eprintln!(
+                "dumped {} sessions, {} records, {} streams, {} events",
+                counts.sessions, counts.records, counts.streams, counts.events
+            );
             Ok(())
         }
         Command::Load(args) => {
             let store = args.store.open().await?;
             let done = match args.input {
                 Some(path) => {
-                    let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+                    let file = std::fs::File::open(&path)
+                        .with_context(|| format!("opening {}", path.display()))?;
                     transfer::load(store.as_ref(), std::io::BufReader::new(file)).await?
                 }
                 None => transfer::load(store.as_ref(), std::io::stdin().lock()).await?,
@@ -377,8 +437,12 @@ async fn main() -> anyhow::Result<()> {
             print_imported(&done, args.json)
         }
         Command::Copy(args) => {
-            let from = durable_mcp::open_store(&args.from).await.with_context(|| format!("opening {}", config::redact_url(&args.from)))?;
-            let to = durable_mcp::open_store(&args.to).await.with_context(|| format!("opening {}", config::redact_url(&args.to)))?;
+            let from = durable_mcp::open_store(&args.from)
+                .await
+                .with_context(|| format!("opening {}", config::redact_url(&args.from)))?;
+            let to = durable_mcp::open_store(&args.to)
+                .await
+                .with_context(|| format!("opening {}", config::redact_url(&args.to)))?;
             let done = transfer::copy(from.as_ref(), to.as_ref()).await?;
             print_imported(&done, args.json)
         }
@@ -394,7 +458,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Config(args) => {
             let matches = config::matches_of(&argv)?;
             let command = Cli::command();
-            let (Some((_, sub)), Some(config_command)) = (matches.subcommand(), command.find_subcommand("config")) else {
+            let (Some((_, sub)), Some(config_command)) =
+                (matches.subcommand(), command.find_subcommand("config"))
+            else {
                 anyhow::bail!("the config command parsed without its flags");
             };
             let settings = config::effective(config_command, sub, &from_file);
@@ -402,7 +468,10 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&settings)?);
             } else {
                 if let Some(path) = &args.serve.config {
-                    println!("# effective configuration of `durable-mcp serve` (with {})", path.display());
+                    println!(
+                        "# effective configuration of `durable-mcp serve` (with {})",
+                        path.display()
+                    );
                 } else {
                     println!("# effective configuration of `durable-mcp serve`");
                 }
@@ -410,7 +479,10 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Serve(ServeCommand { example, serve: args }) => {
+        Command::Serve(ServeCommand {
+            example,
+            serve: args,
+        }) => {
             // The example seals with the engine's keys (the ring, or --state-key).
             let server = match example {
                 Example::Everything => DurableMcp::new(durable_mcp_demo::Everything::default()),
@@ -423,7 +495,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Generate(args) => generate::generate(args, Cli::command()),
         Command::Prune(args) => {
             let store = args.store.open().await?;
-            let report = store.prune(&args.retention.retention(), durable_mcp::store::now_ms()).await?;
+            let report = store
+                .prune(&args.retention.retention(), durable_mcp::store::now_ms())
+                .await?;
             println!(
                 "sessions ended: {}, streams deleted: {}, journal records expired: {}",
                 report.sessions_ended, report.streams_deleted, report.records_expired
@@ -434,7 +508,11 @@ async fn main() -> anyhow::Result<()> {
         Command::BenchServer(args) => {
             // Traces as `serve` has them from the environment (an OTLP endpoint variable),
             // so that `durable-mcp-bench` can measure their cost.
-            let traces = if args.server.over_http() { serve::start_traces(false)? } else { None };
+            let traces = if args.server.over_http() {
+                serve::start_traces(false)?
+            } else {
+                None
+            };
             let served = bench_server::serve(args).await;
             if let Some(traces) = traces {
                 serve::stop_traces(traces).await;
@@ -444,7 +522,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Keys(args) => keys::keys(args).await,
         Command::Migrate(args) => {
             let url = &args.store.store;
-            let version = durable_mcp::migrate_store(url).await.with_context(|| format!("migrating {}", config::redact_url(url)))?;
+            let version = durable_mcp::migrate_store(url)
+                .await
+                .with_context(|| format!("migrating {}", config::redact_url(url)))?;
             match version {
                 Some(version) => println!("schema version {version}"),
                 None => println!("{url}: this backend has no schema to migrate"),
@@ -453,7 +533,8 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Replay(args) => {
             let store = args.store.open().await?;
-            let id: durable_mcp::store::EventId = args.event_id.parse().context("malformed event id")?;
+            let id: durable_mcp::store::EventId =
+                args.event_id.parse().context("malformed event id")?;
             let mut after = id.seq;
             loop {
                 let read = store.read_after(&id.stream, after, 1024).await?;
@@ -540,7 +621,14 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
                 }
                 println!(
                     "{}  {}  design={}  questions={}  created={}  updated={}  ttl_ms={}  principal={}",
-                    task.task_id, task.status, task.design, task.open_questions, task.created_at, task.last_updated_at, task.ttl_ms, task.principal
+                    task.task_id,
+                    task.status,
+                    task.design,
+                    task.open_questions,
+                    task.created_at,
+                    task.last_updated_at,
+                    task.ttl_ms,
+                    task.principal
                 );
             }
         }
@@ -576,7 +664,10 @@ mod tests {
                     _ => format!("DURABLE_MCP_{}", long.to_uppercase().replace('-', "_")),
                 };
                 if arg.get_env().and_then(|e| e.to_str()) != Some(expected.as_str()) {
-                    wrong.push(format!("{name} --{long}: {:?}, not {expected}", arg.get_env()));
+                    wrong.push(format!(
+                        "{name} --{long}: {:?}, not {expected}",
+                        arg.get_env()
+                    ));
                 }
             }
         }
@@ -585,12 +676,24 @@ mod tests {
 
     #[test]
     fn rmcp_is_capped_at_info_and_never_raised() {
-        assert!(!rmcp_above_info(None, Some(LevelFilter::INFO)), "the default filter has rmcp=warn");
+        assert!(
+            !rmcp_above_info(None, Some(LevelFilter::INFO)),
+            "the default filter has rmcp=warn"
+        );
         assert!(!rmcp_above_info(Some("warn"), Some(LevelFilter::WARN)));
         assert!(rmcp_above_info(Some("debug"), Some(LevelFilter::DEBUG)));
-        assert!(rmcp_above_info(Some("info,rmcp=trace"), Some(LevelFilter::TRACE)));
+        assert!(rmcp_above_info(
+            Some("info,rmcp=trace"),
+            Some(LevelFilter::TRACE)
+        ));
         assert!(rmcp_above_info(Some("warn,rmcp"), Some(LevelFilter::TRACE)));
-        assert!(!rmcp_above_info(Some("debug,rmcp=warn"), Some(LevelFilter::DEBUG)));
-        assert!(!rmcp_above_info(Some("rmcp=debug,rmcp=error"), Some(LevelFilter::DEBUG)));
+        assert!(!rmcp_above_info(
+            Some("debug,rmcp=warn"),
+            Some(LevelFilter::DEBUG)
+        ));
+        assert!(!rmcp_above_info(
+            Some("rmcp=debug,rmcp=error"),
+            Some(LevelFilter::DEBUG)
+        ));
     }
 }

@@ -5,16 +5,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, SessionRecord, Store, StreamId, StreamInfo, now_ms};
+use durable_mcp_store::{
+    Expect, Principal, RecordKind, SessionId, SessionRecord, Store, StreamId, StreamInfo, now_ms,
+};
 use serde::Serialize;
 use serde_json::json;
 
 /// Every stream of `store` (in pages).
-pub async fn all_streams(store: &dyn Store, bar: &indicatif::ProgressBar) -> anyhow::Result<Vec<StreamInfo>> {
+pub async fn all_streams(
+    store: &dyn Store,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<Vec<StreamInfo>> {
     let mut all = Vec::new();
     let mut after: Option<StreamId> = None;
     loop {
-        let page = store.list_streams(after.as_ref(), 500).await.context("listing streams")?;
+        let page = store
+            .list_streams(after.as_ref(), 500)
+            .await
+            .context("listing streams")?;
         let Some(last) = page.last() else { break };
         after = Some(last.id.clone());
         bar.inc_length(page.len() as u64);
@@ -26,11 +34,21 @@ pub async fn all_streams(store: &dyn Store, bar: &indicatif::ProgressBar) -> any
 /// The live session `id`, whatever its principal.
 pub async fn find_session(store: &dyn Store, id: &str) -> anyhow::Result<SessionRecord> {
     let id: SessionId = id.parse().context("malformed session id")?;
-    store.list_sessions(None, usize::MAX).await?.into_iter().find(|s| s.id == id).with_context(|| format!("no live session {id}"))
+    store
+        .list_sessions(None, usize::MAX)
+        .await?
+        .into_iter()
+        .find(|s| s.id == id)
+        .with_context(|| format!("no live session {id}"))
 }
 
 /// `sessions list`.
-pub async fn sessions_list(store: &dyn Store, principal: Option<&str>, limit: usize, json: bool) -> anyhow::Result<()> {
+pub async fn sessions_list(
+    store: &dyn Store,
+    principal: Option<&str>,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<()> {
     let principal = principal.map(Principal::new);
     for session in store.list_sessions(principal.as_ref(), limit).await? {
         if json {
@@ -53,10 +71,16 @@ pub async fn sessions_list(store: &dyn Store, principal: Option<&str>, limit: us
 /// `sessions show ID`: the session and its streams.
 pub async fn sessions_show(store: &dyn Store, id: &str, json: bool) -> anyhow::Result<()> {
     let session = find_session(store, id).await?;
-    let streams: Vec<StreamInfo> =
-        all_streams(store, &indicatif::ProgressBar::hidden()).await?.into_iter().filter(|s| s.owner.session.as_ref() == Some(&session.id)).collect();
+    let streams: Vec<StreamInfo> = all_streams(store, &indicatif::ProgressBar::hidden())
+        .await?
+        .into_iter()
+        .filter(|s| s.owner.session.as_ref() == Some(&session.id))
+        .collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&json!({"session": session, "streams": streams}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"session": session, "streams": streams}))?
+        );
         return Ok(());
     }
     println!("session {}", session.id);
@@ -65,12 +89,32 @@ pub async fn sessions_show(store: &dyn Store, id: &str, json: bool) -> anyhow::R
     println!("  client            {}", session.client["clientInfo"]);
     println!("  created_ms        {}", session.created_at_ms);
     println!("  last_seen_ms      {}", session.last_seen_ms);
-    println!("  log level         {}", session.log_level.as_deref().unwrap_or("-"));
-    println!("  subscriptions     {}", session.subscriptions.iter().cloned().collect::<Vec<_>>().join(", "));
-    println!("  state keys        {}", session.state.keys().cloned().collect::<Vec<_>>().join(", "));
+    println!(
+        "  log level         {}",
+        session.log_level.as_deref().unwrap_or("-")
+    );
+    println!(
+        "  subscriptions     {}",
+        session
+            .subscriptions
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  state keys        {}",
+        session.state.keys().cloned().collect::<Vec<_>>().join(", ")
+    );
     println!("  standalone stream {}", session.standalone_stream);
     for stream in streams {
-        println!("  stream {}  events {}..={}  {}", stream.id, stream.first_seq, stream.last_seq, if stream.closed { "closed" } else { "open" });
+        println!(
+            "  stream {}  events {}..={}  {}",
+            stream.id,
+            stream.first_seq,
+            stream.last_seq,
+            if stream.closed { "closed" } else { "open" }
+        );
     }
     Ok(())
 }
@@ -87,8 +131,15 @@ impl durable_mcp::rmcp::ServerHandler for Operator {}
 /// streams close.
 pub async fn sessions_end(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
     let session = find_session(store.as_ref(), id).await?;
-    let engine = durable_mcp::engine::Engine::new(store, durable_mcp::McpHandler::new(Operator), durable_mcp::engine::EngineOptions::default());
-    let ended = engine.end_session(&session.principal, &session.id).await.context("ending the session")?;
+    let engine = durable_mcp::engine::Engine::new(
+        store,
+        durable_mcp::McpHandler::new(Operator),
+        durable_mcp::engine::EngineOptions::default(),
+    );
+    let ended = engine
+        .end_session(&session.principal, &session.id)
+        .await
+        .context("ending the session")?;
     if !ended {
         bail!("session {} had already ended", session.id);
     }
@@ -124,7 +175,13 @@ impl Latency {
     fn of(operation: &'static str, mut samples: Vec<f64>) -> Self {
         samples.sort_by(f64::total_cmp);
         let pick = |i: usize| samples.get(i).copied().unwrap_or(0.0);
-        Self { operation, samples: samples.len(), min_ms: pick(0), median_ms: pick(samples.len() / 2), max_ms: pick(samples.len().saturating_sub(1)) }
+        Self {
+            operation,
+            samples: samples.len(),
+            min_ms: pick(0),
+            median_ms: pick(samples.len() / 2),
+            max_ms: pick(samples.len().saturating_sub(1)),
+        }
     }
 }
 
@@ -133,7 +190,10 @@ pub async fn read_latency(store: &dyn Store, n: usize) -> anyhow::Result<Latency
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
-        store.get_record(RecordKind::Key, "durable-mcp-doctor/probe").await.context("timing a store read")?;
+        store
+            .get_record(RecordKind::Key, "durable-mcp-doctor/probe")
+            .await
+            .context("timing a store read")?;
         samples.push(ms(started.elapsed()));
     }
     Ok(Latency::of("read", samples))
@@ -147,11 +207,23 @@ pub async fn write_latency(store: &dyn Store, n: usize) -> anyhow::Result<Latenc
     let mut expect = Expect::Absent;
     for _ in 0..n {
         let started = Instant::now();
-        let version = store.put_record(RecordKind::Alias, &key, "{}".into(), Some(now_ms() + 60_000), expect).await.context("timing a store write")?;
+        let version = store
+            .put_record(
+                RecordKind::Alias,
+                &key,
+                "{}".into(),
+                Some(now_ms() + 60_000),
+                expect,
+            )
+            .await
+            .context("timing a store write")?;
         samples.push(ms(started.elapsed()));
         expect = Expect::Version(version);
     }
-    store.delete_records(RecordKind::Alias, &key).await.context("deleting the probe record")?;
+    store
+        .delete_records(RecordKind::Alias, &key)
+        .await
+        .context("deleting the probe record")?;
     Ok(Latency::of("conditional write", samples))
 }
 
@@ -174,17 +246,38 @@ pub async fn stats(store: &dyn Store, json: bool) -> anyhow::Result<()> {
     let sessions = store.list_sessions(None, usize::MAX).await?;
     let mut principals: BTreeMap<String, PrincipalStats> = BTreeMap::new();
     let mut kinds: BTreeMap<&'static str, KindStats> = BTreeMap::new();
-    let session_bytes: u64 = sessions.iter().map(|s| serde_json::to_string(s).map_or(0, |t| t.len() as u64)).sum();
-    kinds.insert("session", KindStats { count: sessions.len() as u64, bytes: session_bytes });
+    let session_bytes: u64 = sessions
+        .iter()
+        .map(|s| serde_json::to_string(s).map_or(0, |t| t.len() as u64))
+        .sum();
+    kinds.insert(
+        "session",
+        KindStats {
+            count: sessions.len() as u64,
+            bytes: session_bytes,
+        },
+    );
     for s in &sessions {
-        principals.entry(s.principal.to_string()).or_default().sessions += 1;
+        principals
+            .entry(s.principal.to_string())
+            .or_default()
+            .sessions += 1;
     }
     let oldest_session = sessions.iter().min_by_key(|s| s.created_at_ms);
     let longest_idle = sessions.iter().min_by_key(|s| s.last_seen_ms);
     for kind in RecordKind::ALL {
         let records = store.list_records(kind, "", usize::MAX).await?;
-        let bytes = records.iter().map(|r| (r.key.len() + r.value.len()) as u64).sum();
-        kinds.insert(kind.as_str(), KindStats { count: records.len() as u64, bytes });
+        let bytes = records
+            .iter()
+            .map(|r| (r.key.len() + r.value.len()) as u64)
+            .sum();
+        kinds.insert(
+            kind.as_str(),
+            KindStats {
+                count: records.len() as u64,
+                bytes,
+            },
+        );
     }
     let streams = all_streams(store, &bar).await?;
     let (mut events, mut event_bytes, mut open) = (0u64, 0u64, 0u64);
@@ -198,7 +291,9 @@ pub async fn stats(store: &dyn Store, json: bool) -> anyhow::Result<()> {
                 // Pruned or ended while this ran.
                 Err(_) => break,
             };
-            let Some(last) = read.events.last() else { break };
+            let Some(last) = read.events.last() else {
+                break;
+            };
             after = last.id.seq;
             count += read.events.len() as u64;
             event_bytes += read.events.iter().map(|e| e.data.len() as u64).sum::<u64>();
@@ -208,14 +303,28 @@ pub async fn stats(store: &dyn Store, json: bool) -> anyhow::Result<()> {
         if longest.is_none_or(|(_, n)| count > n) {
             longest = Some((stream, count));
         }
-        let entry = principals.entry(stream.owner.principal.to_string()).or_default();
+        let entry = principals
+            .entry(stream.owner.principal.to_string())
+            .or_default();
         entry.streams += 1;
         entry.events += count;
         bar.inc(1);
     }
     bar.finish_and_clear();
-    kinds.insert("stream", KindStats { count: streams.len() as u64, bytes: 0 });
-    kinds.insert("event", KindStats { count: events, bytes: event_bytes });
+    kinds.insert(
+        "stream",
+        KindStats {
+            count: streams.len() as u64,
+            bytes: 0,
+        },
+    );
+    kinds.insert(
+        "event",
+        KindStats {
+            count: events,
+            bytes: event_bytes,
+        },
+    );
     let latency = vec![read_latency(store, 5).await?, {
         let mut samples = Vec::new();
         for _ in 0..5 {
@@ -246,20 +355,39 @@ pub async fn stats(store: &dyn Store, json: bool) -> anyhow::Result<()> {
     }
     println!("open streams: {open}");
     if let Some(s) = oldest_session {
-        println!("oldest session: {} (created_ms {}, principal {})", s.id, s.created_at_ms, s.principal);
+        println!(
+            "oldest session: {} (created_ms {}, principal {})",
+            s.id, s.created_at_ms, s.principal
+        );
     }
     if let Some(s) = longest_idle {
-        println!("longest idle session: {} (last_seen_ms {})", s.id, s.last_seen_ms);
+        println!(
+            "longest idle session: {} (last_seen_ms {})",
+            s.id, s.last_seen_ms
+        );
     }
     if let Some((s, n)) = longest {
-        println!("longest stream: {} ({n} events, {})", s.id, if s.closed { "closed" } else { "open" });
+        println!(
+            "longest stream: {} ({n} events, {})",
+            s.id,
+            if s.closed { "closed" } else { "open" }
+        );
     }
-    println!("{:<24} {:>9} {:>9} {:>9}", "principal", "sessions", "streams", "events");
+    println!(
+        "{:<24} {:>9} {:>9} {:>9}",
+        "principal", "sessions", "streams", "events"
+    );
     for (principal, p) in &principals {
-        println!("{principal:<24} {:>9} {:>9} {:>9}", p.sessions, p.streams, p.events);
+        println!(
+            "{principal:<24} {:>9} {:>9} {:>9}",
+            p.sessions, p.streams, p.events
+        );
     }
     for l in &latency {
-        println!("latency {}: min {:.2} ms, median {:.2} ms, max {:.2} ms ({} calls)", l.operation, l.min_ms, l.median_ms, l.max_ms, l.samples);
+        println!(
+            "latency {}: min {:.2} ms, median {:.2} ms, max {:.2} ms ({} calls)",
+            l.operation, l.min_ms, l.median_ms, l.max_ms, l.samples
+        );
     }
     Ok(())
 }
@@ -280,13 +408,28 @@ pub struct Check {
 
 impl Check {
     fn ok(check: &str, detail: impl Into<String>) -> Self {
-        Self { check: check.into(), status: "ok", detail: detail.into(), fix: None }
+        Self {
+            check: check.into(),
+            status: "ok",
+            detail: detail.into(),
+            fix: None,
+        }
     }
     fn warn(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { check: check.into(), status: "warn", detail: detail.into(), fix: Some(fix.into()) }
+        Self {
+            check: check.into(),
+            status: "warn",
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
     }
     fn fail(check: &str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { check: check.into(), status: "fail", detail: detail.into(), fix: Some(fix.into()) }
+        Self {
+            check: check.into(),
+            status: "fail",
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
     }
 }
 
@@ -311,11 +454,14 @@ fn clock_skew(before: u64, after: u64, server: u64, lease_ms: u64) -> (Check, f6
     let midpoint = (before as f64 + after as f64) / 2.0;
     let skew_ms = server as f64 - midpoint;
     let uncertainty = after.saturating_sub(before) as f64 / 2.0;
-    let detail = format!("the store's clock is {skew_ms:+.0} ms from this host's (± {uncertainty:.0} ms)");
+    let detail =
+        format!("the store's clock is {skew_ms:+.0} ms from this host's (± {uncertainty:.0} ms)");
     let check = if skew_ms.abs() > MAX_SKEW_MS.max(lease_ms as f64 / 10.0) {
         Check::warn(
             "clock skew",
-            format!("{detail}: leases are judged by each worker's clock, so a worker with a clock ahead takes requests over early"),
+            format!(
+                "{detail}: leases are judged by each worker's clock, so a worker with a clock ahead takes requests over early"
+            ),
             "run NTP (chrony, systemd-timesyncd) on every worker and on the store's host",
         )
     } else {
@@ -329,14 +475,27 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
     let mut checks = Vec::new();
     let url = crate::config::redact_url(&settings.store_url);
     let started = Instant::now();
-    let store = match tokio::time::timeout(Duration::from_secs(10), durable_mcp::open_store(&settings.store_url)).await {
+    let store = match tokio::time::timeout(
+        Duration::from_secs(10),
+        durable_mcp::open_store(&settings.store_url),
+    )
+    .await
+    {
         Ok(Ok(store)) => store,
         Ok(Err(error)) => {
-            checks.push(Check::fail("connectivity", format!("{url}: {error}"), "check the URL, that the service runs and that this host reaches it"));
+            checks.push(Check::fail(
+                "connectivity",
+                format!("{url}: {error}"),
+                "check the URL, that the service runs and that this host reaches it",
+            ));
             return checks;
         }
         Err(_) => {
-            checks.push(Check::fail("connectivity", format!("{url}: no answer within 10 s"), "check that the service runs and that this host reaches it"));
+            checks.push(Check::fail(
+                "connectivity",
+                format!("{url}: no answer within 10 s"),
+                "check that the service runs and that this host reaches it",
+            ));
             return checks;
         }
     };
@@ -344,25 +503,48 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
     let status = match store.status().await {
         Ok(status) => status,
         Err(error) => {
-            checks.push(Check::fail("connectivity", format!("{url}: opened, but it does not answer: {error}"), "check the service's health and logs"));
+            checks.push(Check::fail(
+                "connectivity",
+                format!("{url}: opened, but it does not answer: {error}"),
+                "check the service's health and logs",
+            ));
             return checks;
         }
     };
     let after = now_ms();
-    checks.push(Check::ok("connectivity", format!("{} store answered in {:.1} ms", store.backend(), ms(started.elapsed()))));
+    checks.push(Check::ok(
+        "connectivity",
+        format!(
+            "{} store answered in {:.1} ms",
+            store.backend(),
+            ms(started.elapsed())
+        ),
+    ));
     match status.schema {
-        Some(schema) if schema.is_current() => checks.push(Check::ok("schema", format!("version {} (current)", schema.found))),
+        Some(schema) if schema.is_current() => checks.push(Check::ok(
+            "schema",
+            format!("version {} (current)", schema.found),
+        )),
         Some(schema) if schema.found < schema.expected => checks.push(Check::fail(
             "schema",
-            format!("version {}, this durable-mcp writes {}", schema.found, schema.expected),
+            format!(
+                "version {}, this durable-mcp writes {}",
+                schema.found, schema.expected
+            ),
             format!("durable-mcp migrate --store {url}"),
         )),
         Some(schema) => checks.push(Check::fail(
             "schema",
-            format!("version {}, newer than this durable-mcp's {}", schema.found, schema.expected),
+            format!(
+                "version {}, newer than this durable-mcp's {}",
+                schema.found, schema.expected
+            ),
             "upgrade durable-mcp on this host",
         )),
-        None => checks.push(Check::ok("schema", format!("{} keeps no schema version", store.backend()))),
+        None => checks.push(Check::ok(
+            "schema",
+            format!("{} keeps no schema version", store.backend()),
+        )),
     }
     let skew_ms = match status.server_time_ms {
         Some(server) => {
@@ -371,7 +553,10 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
             skew_ms
         }
         None => {
-            checks.push(Check::ok("clock skew", format!("{} runs in this process: one clock", store.backend())));
+            checks.push(Check::ok(
+                "clock skew",
+                format!("{} runs in this process: one clock", store.backend()),
+            ));
             0.0
         }
     };
@@ -382,12 +567,18 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
                 format!("{} = {}: {}", setting.name, setting.value, weakness.risk),
                 weakness.fix.clone(),
             )),
-            None => checks.push(Check::ok(&format!("setting {}", setting.name), format!("{} = {}", setting.name, setting.value))),
+            None => checks.push(Check::ok(
+                &format!("setting {}", setting.name),
+                format!("{} = {}", setting.name, setting.value),
+            )),
         }
     }
     checks.push(worker_clocks(store.as_ref(), settings.lease_ms.max(300)).await);
     if settings.fixed_state_key {
-        checks.push(Check::ok("requestState key", "a fixed key from --state-key: give every worker the same one"));
+        checks.push(Check::ok(
+            "requestState key",
+            "a fixed key from --state-key: give every worker the same one",
+        ));
     } else {
         match durable_mcp::engine::keys::read(store.as_ref()).await {
             Ok(Some((ring, _))) if ring.sealing_key(now_ms()).is_some() => {
@@ -430,7 +621,11 @@ pub async fn doctor_checks(settings: &ServeSettings) -> Vec<Check> {
                 checks.push(Check::ok("lease", detail));
             }
         }
-        Err(error) => checks.push(Check::fail("lease", format!("timing a heartbeat-like write failed: {error:#}"), "check that the store accepts writes")),
+        Err(error) => checks.push(Check::fail(
+            "lease",
+            format!("timing a heartbeat-like write failed: {error:#}"),
+            "check that the store accepts writes",
+        )),
     }
     checks
 }
@@ -447,7 +642,13 @@ const MAX_LEASE_AHEAD_MS: u64 = 1_000;
 async fn worker_clocks(store: &dyn Store, lease_ms: u64) -> Check {
     let runs = match durable_mcp::engine::inspect::runs(store, 10_000).await {
         Ok(runs) => runs,
-        Err(error) => return Check::fail("worker clocks", format!("the journal cannot be read: {error}"), "durable-mcp inspect runs, and check the store"),
+        Err(error) => {
+            return Check::fail(
+                "worker clocks",
+                format!("the journal cannot be read: {error}"),
+                "durable-mcp inspect runs, and check the store",
+            );
+        }
     };
     let now = now_ms();
     let mut ahead: BTreeMap<String, u64> = BTreeMap::new();
@@ -455,19 +656,32 @@ async fn worker_clocks(store: &dyn Store, lease_ms: u64) -> Check {
     for run in &runs {
         let Some(owner) = &run.owner else { continue };
         held += 1;
-        let by = run.lease_until_ms.saturating_sub(now.saturating_add(lease_ms));
+        let by = run
+            .lease_until_ms
+            .saturating_sub(now.saturating_add(lease_ms));
         if by > MAX_LEASE_AHEAD_MS {
             let worst = ahead.entry(owner.clone()).or_default();
             *worst = (*worst).max(by);
         }
     }
     if held == 0 {
-        return Check::ok("worker clocks", "no request is running: no lease to judge the workers' clocks by");
+        return Check::ok(
+            "worker clocks",
+            "no request is running: no lease to judge the workers' clocks by",
+        );
     }
     if ahead.is_empty() {
-        return Check::ok("worker clocks", format!("{held} running request(s): every lease ends within {lease_ms} ms (+1 s) of this host's clock"));
+        return Check::ok(
+            "worker clocks",
+            format!(
+                "{held} running request(s): every lease ends within {lease_ms} ms (+1 s) of this host's clock"
+            ),
+        );
     }
-    let workers: Vec<String> = ahead.iter().map(|(worker, by)| format!("{worker} (+{by} ms)")).collect();
+    let workers: Vec<String> = ahead
+        .iter()
+        .map(|(worker, by)| format!("{worker} (+{by} ms)"))
+        .collect();
     Check::warn(
         "worker clocks",
         format!(
@@ -483,7 +697,10 @@ pub async fn doctor(settings: &ServeSettings, json: bool) -> anyhow::Result<()> 
     let checks = doctor_checks(settings).await;
     let problems = checks.iter().filter(|c| c.status != "ok").count();
     if json {
-        println!("{}", serde_json::to_string_pretty(&json!({"ok": problems == 0, "checks": checks}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"ok": problems == 0, "checks": checks}))?
+        );
     } else {
         for c in &checks {
             println!("[{}] {}: {}", c.status, c.check, c.detail);
@@ -508,7 +725,11 @@ mod tests {
     fn a_store_clock_within_a_second_of_this_host_passes() {
         let (check, skew) = clock_skew(T0, T0 + 4, T0 + 2 + 900, 30_000);
         assert_eq!((check.status, skew), ("ok", 900.0));
-        assert!(check.detail.contains("+900 ms") && check.detail.contains("± 2 ms"), "{}", check.detail);
+        assert!(
+            check.detail.contains("+900 ms") && check.detail.contains("± 2 ms"),
+            "{}",
+            check.detail
+        );
     }
 
     #[test]
@@ -517,7 +738,10 @@ mod tests {
             let server = (T0 as i64 + 1 + offset) as u64;
             let (check, skew) = clock_skew(T0, T0 + 2, server, 30_000);
             assert_eq!((check.status, skew), ("warn", offset as f64), "{offset}");
-            assert!(check.fix.as_deref().is_some_and(|f| f.contains("NTP")), "{check:?}");
+            assert!(
+                check.fix.as_deref().is_some_and(|f| f.contains("NTP")),
+                "{check:?}"
+            );
         }
     }
 

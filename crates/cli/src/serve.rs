@@ -32,7 +32,12 @@ pub(crate) enum Example {
 #[derive(Parser, Debug)]
 pub(crate) struct ServeCommand {
     /// Which example server to run.
-    #[arg(long, value_enum, env = "DURABLE_MCP_EXAMPLE", default_value = "everything")]
+    #[arg(
+        long,
+        value_enum,
+        env = "DURABLE_MCP_EXAMPLE",
+        default_value = "everything"
+    )]
     pub(crate) example: Example,
     #[command(flatten)]
     pub(crate) serve: ServeArgs,
@@ -58,7 +63,11 @@ pub(crate) struct ProxyArgs {
     /// Send a call of this tool again to a fresh process after an interruption, although
     /// it is not annotated readOnlyHint or idempotentHint (repeat the flag). Only for
     /// tools that are safe to run twice.
-    #[arg(long = "retryable-tool", env = "DURABLE_MCP_RETRYABLE_TOOL", value_delimiter = ',')]
+    #[arg(
+        long = "retryable-tool",
+        env = "DURABLE_MCP_RETRYABLE_TOOL",
+        value_delimiter = ','
+    )]
     pub(crate) retryable_tools: Vec<String>,
     /// Answer a request with an error if the upstream has not answered it within this
     /// many seconds (0: no limit; a process that exits is noticed at once either way).
@@ -75,7 +84,12 @@ pub(crate) struct ProxyArgs {
     pub(crate) upstream: Option<String>,
     /// A PEM file of more trust anchors for an `https://` upstream (a private CA), besides
     /// the built-in Mozilla roots.
-    #[arg(long, value_name = "FILE", requires = "upstream", env = "DURABLE_MCP_UPSTREAM_TLS_ROOTS")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "upstream",
+        env = "DURABLE_MCP_UPSTREAM_TLS_ROOTS"
+    )]
     pub(crate) upstream_tls_roots: Option<std::path::PathBuf>,
     /// The upstream: a program speaking MCP on stdin/stdout, and its arguments (after `--`).
     #[arg(last = true, required_unless_present = "upstream", num_args = 1.., value_name = "COMMAND")]
@@ -90,7 +104,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "DURABLE_MCP_CONFIG")]
     pub(crate) config: Option<std::path::PathBuf>,
     /// Log lines as text or as JSON objects.
-    #[arg(long, value_enum, env = "DURABLE_MCP_LOG_FORMAT", default_value = "text")]
+    #[arg(
+        long,
+        value_enum,
+        env = "DURABLE_MCP_LOG_FORMAT",
+        default_value = "text"
+    )]
     pub(crate) log_format: LogFormat,
     /// Address to listen on.
     #[arg(long, env = "DURABLE_MCP_LISTEN", default_value = "127.0.0.1:8080")]
@@ -132,7 +151,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "/mcp", env = "DURABLE_MCP_PATH")]
     pub(crate) path: String,
     /// Accepted Host header values (repeat the flag); default: loopback names.
-    #[arg(long = "allow-host", env = "DURABLE_MCP_ALLOW_HOST", value_delimiter = ',')]
+    #[arg(
+        long = "allow-host",
+        env = "DURABLE_MCP_ALLOW_HOST",
+        value_delimiter = ','
+    )]
     pub(crate) allow_hosts: Vec<String>,
     /// Disable Host/Origin checks (only behind a proxy that enforces them).
     #[arg(long, env = "DURABLE_MCP_NO_HOST_CHECK")]
@@ -240,7 +263,10 @@ impl LimitArgs {
         if !(self.limit_rate >= 0.0 && self.limit_rate.is_finite()) {
             anyhow::bail!("--limit-rate must be a number of requests per second, 0 for no limit");
         }
-        let rate = (self.limit_rate > 0.0).then_some(Rate { per_second: self.limit_rate, burst: self.limit_burst.max(1) });
+        let rate = (self.limit_rate > 0.0).then_some(Rate {
+            per_second: self.limit_rate,
+            burst: self.limit_burst.max(1),
+        });
         let mut limits = Limits::default();
         limits.sessions = count(self.limit_sessions);
         limits.sse_streams = count(self.limit_sse_streams);
@@ -265,25 +291,36 @@ pub(crate) async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
             idle_stop: Duration::from_secs(args.idle_stop_secs.max(1)),
             retryable_tools: args.retryable_tools,
             init_timeout: Duration::from_secs(args.init_timeout_secs.max(1)),
-            request_timeout: (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs)),
+            request_timeout: (args.request_timeout_secs > 0)
+                .then(|| Duration::from_secs(args.request_timeout_secs)),
             tls_roots_pem: match &args.upstream_tls_roots {
-                Some(path) => Some(std::fs::read_to_string(path).with_context(|| format!("--upstream-tls-roots {}", path.display()))?),
+                Some(path) => Some(
+                    std::fs::read_to_string(path)
+                        .with_context(|| format!("--upstream-tls-roots {}", path.display()))?,
+                ),
                 None => None,
             },
             ..durable_mcp_proxy::HttpProxyConfig::new(url.clone())
         };
-        let upstream = durable_mcp_proxy::HttpProxy::start(config).await.with_context(|| format!("starting the upstream {url}"))?;
-        let handler = durable_mcp::proxy::Forward::new(std::sync::Arc::new(upstream)).context("reading the upstream's initialize result")?;
+        let upstream = durable_mcp_proxy::HttpProxy::start(config)
+            .await
+            .with_context(|| format!("starting the upstream {url}"))?;
+        let handler = durable_mcp::proxy::Forward::new(std::sync::Arc::new(upstream))
+            .context("reading the upstream's initialize result")?;
         return serve(args.serve, DurableMcp::new(handler)).await;
     }
-    let (program, rest) = args.command.split_first().context("proxy needs the upstream's command after `--`")?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("proxy needs the upstream's command after `--`")?;
     let config = durable_mcp_proxy::ProxyConfig {
         idle_stop: Duration::from_secs(args.idle_stop_secs.max(1)),
         max_children: args.max_children.max(1),
         pool_size: args.pool_size.max(1),
         retryable_tools: args.retryable_tools,
         init_timeout: Duration::from_secs(args.init_timeout_secs.max(1)),
-        request_timeout: (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs)),
+        request_timeout: (args.request_timeout_secs > 0)
+            .then(|| Duration::from_secs(args.request_timeout_secs)),
         ..durable_mcp_proxy::ProxyConfig::new(program.clone(), rest.to_vec())
     };
     if args.serve.metrics_listen.is_some() {
@@ -292,8 +329,11 @@ pub(crate) async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         durable_mcp::metrics::install().context("installing the metrics recorder")?;
         durable_mcp_proxy::metrics::enable();
     }
-    let upstream = durable_mcp_proxy::Proxy::start(config).await.with_context(|| format!("starting the upstream {program:?}"))?;
-    let handler = durable_mcp::proxy::Forward::new(std::sync::Arc::new(upstream.clone())).context("reading the upstream's initialize result")?;
+    let upstream = durable_mcp_proxy::Proxy::start(config)
+        .await
+        .with_context(|| format!("starting the upstream {program:?}"))?;
+    let handler = durable_mcp::proxy::Forward::new(std::sync::Arc::new(upstream.clone()))
+        .context("reading the upstream's initialize result")?;
     let outcome = serve(args.serve, DurableMcp::new(handler)).await;
     upstream.stop();
     outcome
@@ -324,7 +364,10 @@ pub(crate) fn start_traces(flag: bool) -> anyhow::Result<Option<durable_mcp::tra
 /// Flush the spans not sent yet (a blocking call, off the runtime's threads).
 #[cfg(feature = "otel")]
 pub(crate) async fn stop_traces(traces: durable_mcp::traces::TracesGuard) {
-    if tokio::task::spawn_blocking(move || traces.shutdown()).await.is_err() {
+    if tokio::task::spawn_blocking(move || traces.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("the trace exporter's shutdown panicked");
     }
 }
@@ -362,7 +405,9 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     http.log_bodies = args.log_bodies;
     http.auth = (*args.auth).authenticator()?;
     if args.stdio && http.auth.is_enabled() {
-        anyhow::bail!("--stdio serves the one local client that started it: the --auth-* flags are for HTTP");
+        anyhow::bail!(
+            "--stdio serves the one local client that started it: the --auth-* flags are for HTTP"
+        );
     }
     if args.no_host_check {
         http.allowed_hosts = None;
@@ -392,7 +437,9 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     let server = match args.dashboard_listen {
         Some(addr) => server.dashboard_listen(
             addr,
-            durable_mcp::http::DashboardOptions::default().allow_remote(args.dashboard_allow_remote).show_payloads(args.dashboard_show_payloads),
+            durable_mcp::http::DashboardOptions::default()
+                .allow_remote(args.dashboard_allow_remote)
+                .show_payloads(args.dashboard_show_payloads),
         ),
         None => server,
     };

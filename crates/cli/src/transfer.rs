@@ -26,7 +26,10 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Context, bail};
-use durable_mcp_store::{EventId, Expect, RecordKind, SessionRecord, Store, StoreError, StoredEvent, StreamId, StreamInfo};
+use durable_mcp_store::{
+    EventId, Expect, RecordKind, SessionRecord, Store, StoreError, StoredEvent, StreamId,
+    StreamInfo,
+};
 use serde::{Deserialize, Serialize};
 
 /// The dump format's name, in its header.
@@ -43,15 +46,29 @@ const IMPORT_CHUNK: usize = 500;
 #[serde(rename_all = "snake_case")]
 pub enum Line {
     /// The first line: what this is.
-    Header { format: String, version: u32, backend: String, created_ms: u64 },
+    Header {
+        format: String,
+        version: u32,
+        backend: String,
+        created_ms: u64,
+    },
     /// A live session.
     Session(Box<SessionRecord>),
     /// A journal record.
-    Record { kind: String, key: String, value: String, expires_at_ms: Option<u64> },
+    Record {
+        kind: String,
+        key: String,
+        value: String,
+        expires_at_ms: Option<u64>,
+    },
     /// A stream, followed by its events.
     Stream(StreamInfo),
     /// An event of the last stream line's stream.
-    Event { stream: StreamId, seq: u64, data: String },
+    Event {
+        stream: StreamId,
+        seq: u64,
+        data: String,
+    },
     /// The last line: how many of each the dump holds.
     End(Counts),
 }
@@ -74,8 +91,10 @@ pub fn progress(message: &'static str) -> indicatif::ProgressBar {
     if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} items ({elapsed})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:40}] {pos}/{len} items ({elapsed})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar.set_message(message);
         bar
@@ -85,14 +104,27 @@ pub fn progress(message: &'static str) -> indicatif::ProgressBar {
 }
 
 /// Read every item of `store`, in dump order, handing each line to `out`.
-pub async fn export<F, Fut>(store: &dyn Store, bar: &indicatif::ProgressBar, mut out: F) -> anyhow::Result<Counts>
+pub async fn export<F, Fut>(
+    store: &dyn Store,
+    bar: &indicatif::ProgressBar,
+    mut out: F,
+) -> anyhow::Result<Counts>
 where
     F: FnMut(Line) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
     let mut counts = Counts::default();
-    out(Line::Header { format: FORMAT.into(), version: VERSION, backend: store.backend().into(), created_ms: durable_mcp_store::now_ms() }).await?;
-    let sessions = store.list_sessions(None, usize::MAX).await.context("listing sessions")?;
+    out(Line::Header {
+        format: FORMAT.into(),
+        version: VERSION,
+        backend: store.backend().into(),
+        created_ms: durable_mcp_store::now_ms(),
+    })
+    .await?;
+    let sessions = store
+        .list_sessions(None, usize::MAX)
+        .await
+        .context("listing sessions")?;
     bar.inc_length(sessions.len() as u64);
     for session in sessions {
         out(Line::Session(Box::new(session))).await?;
@@ -100,17 +132,29 @@ where
         bar.inc(1);
     }
     for kind in RecordKind::ALL {
-        let records = store.list_records(kind, "", usize::MAX).await.with_context(|| format!("listing {kind} records"))?;
+        let records = store
+            .list_records(kind, "", usize::MAX)
+            .await
+            .with_context(|| format!("listing {kind} records"))?;
         bar.inc_length(records.len() as u64);
         for record in records {
-            out(Line::Record { kind: kind.as_str().into(), key: record.key, value: record.value, expires_at_ms: record.expires_at_ms }).await?;
+            out(Line::Record {
+                kind: kind.as_str().into(),
+                key: record.key,
+                value: record.value,
+                expires_at_ms: record.expires_at_ms,
+            })
+            .await?;
             counts.records += 1;
             bar.inc(1);
         }
     }
     let mut after: Option<StreamId> = None;
     loop {
-        let page = store.list_streams(after.as_ref(), PAGE).await.context("listing streams")?;
+        let page = store
+            .list_streams(after.as_ref(), PAGE)
+            .await
+            .context("listing streams")?;
         let Some(last) = page.last() else { break };
         after = Some(last.id.clone());
         bar.inc_length(page.len() as u64);
@@ -126,7 +170,10 @@ where
             counts.streams += 1;
             let mut position = info.first_seq.saturating_sub(1);
             while position < last_seq {
-                let read = store.read_after(&id, position, PAGE).await.with_context(|| format!("reading stream {id}"))?;
+                let read = store
+                    .read_after(&id, position, PAGE)
+                    .await
+                    .with_context(|| format!("reading stream {id}"))?;
                 if read.events.is_empty() {
                     break;
                 }
@@ -135,7 +182,12 @@ where
                         break;
                     }
                     position = event.id.seq;
-                    out(Line::Event { stream: id.clone(), seq: event.id.seq, data: event.data }).await?;
+                    out(Line::Event {
+                        stream: id.clone(),
+                        seq: event.id.seq,
+                        data: event.data,
+                    })
+                    .await?;
                     counts.events += 1;
                 }
             }
@@ -183,7 +235,14 @@ pub struct Importer<'a> {
 impl<'a> Importer<'a> {
     /// An importer into `store`.
     pub fn new(store: &'a dyn Store) -> Self {
-        Self { store, stream: None, events: Vec::new(), seen: Counts::default(), header: false, done: Imported::default() }
+        Self {
+            store,
+            stream: None,
+            events: Vec::new(),
+            seen: Counts::default(),
+            header: false,
+            done: Imported::default(),
+        }
     }
 
     /// Apply one line.
@@ -192,16 +251,24 @@ impl<'a> Importer<'a> {
             self.finish_stream().await?;
         }
         match line {
-            Line::Header { format, version, .. } => {
+            Line::Header {
+                format, version, ..
+            } => {
                 if format != FORMAT || version != VERSION {
-                    bail!("not a dump this durable-mcp reads: format {format:?} version {version} (expected {FORMAT:?} version {VERSION})");
+                    bail!(
+                        "not a dump this durable-mcp reads: format {format:?} version {version} (expected {FORMAT:?} version {VERSION})"
+                    );
                 }
                 self.header = true;
             }
             _ if !self.header => bail!("the dump does not start with its header line"),
             Line::Session(session) => {
                 self.seen.sessions += 1;
-                match self.store.load_session(&session.principal, &session.id).await {
+                match self
+                    .store
+                    .load_session(&session.principal, &session.id)
+                    .await
+                {
                     Ok(existing) if existing == *session => self.done.sessions_skipped += 1,
                     Ok(_) => {
                         tracing::warn!(session = %session.id, "the destination holds this session with another state: kept as it is");
@@ -209,24 +276,42 @@ impl<'a> Importer<'a> {
                     }
                     Err(StoreError::NotFound { .. }) => {
                         let id = session.id.clone();
-                        self.store.create_session(*session).await.with_context(|| format!("loading session {id}"))?;
+                        self.store
+                            .create_session(*session)
+                            .await
+                            .with_context(|| format!("loading session {id}"))?;
                         self.done.sessions_created += 1;
                     }
-                    Err(error) => return Err(error).context("reading a session of the destination"),
+                    Err(error) => {
+                        return Err(error).context("reading a session of the destination");
+                    }
                 }
             }
-            Line::Record { kind, key, value, expires_at_ms } => {
+            Line::Record {
+                kind,
+                key,
+                value,
+                expires_at_ms,
+            } => {
                 self.seen.records += 1;
-                let kind = RecordKind::ALL.into_iter().find(|k| k.as_str() == kind).with_context(|| format!("unknown record kind {kind:?}"))?;
+                let kind = RecordKind::ALL
+                    .into_iter()
+                    .find(|k| k.as_str() == kind)
+                    .with_context(|| format!("unknown record kind {kind:?}"))?;
                 let expect = match self.store.get_record(kind, &key).await? {
-                    Some(existing) if existing.value == value && existing.expires_at_ms == expires_at_ms => {
+                    Some(existing)
+                        if existing.value == value && existing.expires_at_ms == expires_at_ms =>
+                    {
                         self.done.records_skipped += 1;
                         return Ok(());
                     }
                     Some(existing) => Expect::Version(existing.version),
                     None => Expect::Absent,
                 };
-                self.store.put_record(kind, &key, value, expires_at_ms, expect).await.with_context(|| format!("loading {kind} record {key}"))?;
+                self.store
+                    .put_record(kind, &key, value, expires_at_ms, expect)
+                    .await
+                    .with_context(|| format!("loading {kind} record {key}"))?;
                 self.done.records_written += 1;
             }
             Line::Stream(info) => {
@@ -236,11 +321,16 @@ impl<'a> Importer<'a> {
             }
             Line::Event { stream, seq, data } => {
                 self.seen.events += 1;
-                let Some(info) = &self.stream else { bail!("event {stream}_{seq} before any stream line") };
+                let Some(info) = &self.stream else {
+                    bail!("event {stream}_{seq} before any stream line")
+                };
                 if info.id != stream {
                     bail!("event {stream}_{seq} after the line of stream {}", info.id);
                 }
-                self.events.push(StoredEvent { id: EventId::new(stream, seq), data });
+                self.events.push(StoredEvent {
+                    id: EventId::new(stream, seq),
+                    data,
+                });
                 // Keep the last event back: it may be the one that closes the stream.
                 if self.events.len() > IMPORT_CHUNK {
                     let rest = self.events.split_off(IMPORT_CHUNK);
@@ -250,7 +340,10 @@ impl<'a> Importer<'a> {
             }
             Line::End(counts) => {
                 if counts != self.seen {
-                    bail!("the dump says it holds {counts:?} but {:?} were read", self.seen);
+                    bail!(
+                        "the dump says it holds {counts:?} but {:?} were read",
+                        self.seen
+                    );
                 }
                 self.done.source = Some(counts);
             }
@@ -259,8 +352,14 @@ impl<'a> Importer<'a> {
     }
 
     async fn import(&mut self, events: &[StoredEvent], close: bool) -> anyhow::Result<()> {
-        let Some(info) = &self.stream else { return Ok(()) };
-        let appended = self.store.import_events(&info.id, &info.owner, events, close).await.with_context(|| format!("loading stream {}", info.id))?;
+        let Some(info) = &self.stream else {
+            return Ok(());
+        };
+        let appended = self
+            .store
+            .import_events(&info.id, &info.owner, events, close)
+            .await
+            .with_context(|| format!("loading stream {}", info.id))?;
         self.done.events_appended += appended;
         self.done.events_skipped += events.len() as u64 - appended.min(events.len() as u64);
         Ok(())
@@ -278,7 +377,9 @@ impl<'a> Importer<'a> {
             && let Err(StoreError::NotFound { .. }) = self.store.stream_info(&info.id).await
         {
             // An empty stream: created, so that its id resolves.
-            self.store.import_events(&info.id, &info.owner, &[], false).await?;
+            self.store
+                .import_events(&info.id, &info.owner, &[], false)
+                .await?;
         }
         self.stream = None;
         Ok(())
@@ -288,7 +389,9 @@ impl<'a> Importer<'a> {
     pub async fn finish(mut self) -> anyhow::Result<Imported> {
         self.finish_stream().await?;
         if self.done.source.is_none() {
-            bail!("the dump ended before its end line (truncated?): what it held so far was loaded; load the whole dump again to finish");
+            bail!(
+                "the dump ended before its end line (truncated?): what it held so far was loaded; load the whole dump again to finish"
+            );
         }
         Ok(self.done)
     }
@@ -299,10 +402,12 @@ pub async fn dump(store: &dyn Store, out: impl Write) -> anyhow::Result<Counts> 
     let bar = progress("dumping");
     let mut out = std::io::BufWriter::new(out);
     let counts = export(store, &bar, |line| {
-        let written = serde_json::to_vec(&line).map_err(anyhow::Error::from).and_then(|mut bytes| {
-            bytes.push(b'\n');
-            Ok(out.write_all(&bytes)?)
-        });
+        let written = serde_json::to_vec(&line)
+            .map_err(anyhow::Error::from)
+            .and_then(|mut bytes| {
+                bytes.push(b'\n');
+                Ok(out.write_all(&bytes)?)
+            });
         async move { written }
     })
     .await?;
@@ -320,11 +425,15 @@ pub async fn load(store: &dyn Store, input: impl BufRead) -> anyhow::Result<Impo
         if line.trim().is_empty() {
             continue;
         }
-        let parsed: Line = serde_json::from_str(&line).with_context(|| format!("line {} of the dump", number + 1))?;
+        let parsed: Line = serde_json::from_str(&line)
+            .with_context(|| format!("line {} of the dump", number + 1))?;
         if !matches!(parsed, Line::Event { .. }) {
             bar.inc(1);
         }
-        importer.apply(parsed).await.with_context(|| format!("line {} of the dump", number + 1))?;
+        importer
+            .apply(parsed)
+            .await
+            .with_context(|| format!("line {} of the dump", number + 1))?;
     }
     bar.finish_and_clear();
     importer.finish().await
@@ -336,7 +445,11 @@ pub async fn copy(from: &dyn Store, to: &dyn Store) -> anyhow::Result<Imported> 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Line>(1024);
     let reading = export(from, &bar, move |line| {
         let tx = tx.clone();
-        async move { tx.send(line).await.map_err(|_| anyhow::anyhow!("the copy's writer stopped")) }
+        async move {
+            tx.send(line)
+                .await
+                .map_err(|_| anyhow::anyhow!("the copy's writer stopped"))
+        }
     });
     let writing = async move {
         let mut importer = Importer::new(to);

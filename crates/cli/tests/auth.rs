@@ -33,14 +33,21 @@ fn two_authenticated_workers(backend: Backend, name: &str) -> Option<(Server, Se
     two_workers(backend, &["--auth-api-keys", &keys, "--lease-ms", "1500"])
 }
 
-fn with_token<'a>(token: &'a str, bearer: &'a mut String, headers: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+fn with_token<'a>(
+    token: &'a str,
+    bearer: &'a mut String,
+    headers: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
     *bearer = format!("Bearer {token}");
     let mut all = headers.to_vec();
     all.push(("authorization", bearer.as_str()));
     all
 }
 
-const POST: [(&str, &str); 2] = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")];
+const POST: [(&str, &str); 2] = [
+    ("accept", "application/json, text/event-stream"),
+    ("content-type", "application/json"),
+];
 
 fn post_as(addr: SocketAddr, token: &str, session: Option<&str>, body: &Value) -> Response {
     let mut bearer = String::new();
@@ -60,21 +67,49 @@ fn initialize_as(addr: SocketAddr, token: &str) -> String {
         "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "auth-test", "version": "1"}}}),
     );
     assert_eq!(response.status, 200);
-    let session = response.header("mcp-session-id").expect("session id").to_owned();
+    let session = response
+        .header("mcp-session-id")
+        .expect("session id")
+        .to_owned();
     let _ = response.body();
-    assert_eq!(post_as(addr, token, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).status, 202);
+    assert_eq!(
+        post_as(
+            addr,
+            token,
+            Some(&session),
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        )
+        .status,
+        202
+    );
     session
 }
 
-fn call_as(addr: SocketAddr, token: &str, session: &str, id: u64, method: &str, params: Value) -> Value {
-    let response = post_as(addr, token, Some(session), &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+fn call_as(
+    addr: SocketAddr,
+    token: &str,
+    session: &str,
+    id: u64,
+    method: &str,
+    params: Value,
+) -> Value {
+    let response = post_as(
+        addr,
+        token,
+        Some(session),
+        &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    );
     assert_eq!(response.status, 200, "{method}");
     response.messages().pop().unwrap().1
 }
 
 fn get_as(addr: SocketAddr, token: &str, session: &str, last_event_id: Option<&str>) -> Response {
     let mut bearer = String::new();
-    let mut headers = with_token(token, &mut bearer, &[("accept", "text/event-stream"), ("mcp-session-id", session)]);
+    let mut headers = with_token(
+        token,
+        &mut bearer,
+        &[("accept", "text/event-stream"), ("mcp-session-id", session)],
+    );
     if let Some(id) = last_event_id {
         headers.push(("last-event-id", id));
     }
@@ -86,19 +121,37 @@ fn modern_as(addr: SocketAddr, token: &str, id: u64, params: Value) -> Value {
 }
 
 /// A 2026-07-28 request with `token`; `tasks`: the client declares the tasks extension.
-fn modern_request_as(addr: SocketAddr, token: &str, id: u64, method: &str, params: Value, tasks: bool) -> Value {
+fn modern_request_as(
+    addr: SocketAddr,
+    token: &str,
+    id: u64,
+    method: &str,
+    params: Value,
+    tasks: bool,
+) -> Value {
     let mut params = params;
-    let capabilities = if tasks { json!({"elicitation": {}, "extensions": {TASKS_EXTENSION: {}}}) } else { json!({"elicitation": {}}) };
+    let capabilities = if tasks {
+        json!({"elicitation": {}, "extensions": {TASKS_EXTENSION: {}}})
+    } else {
+        json!({"elicitation": {}})
+    };
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "auth-test", "version": "1"},
         "io.modelcontextprotocol/clientCapabilities": capabilities,
     });
-    let name = params.get("name").or_else(|| params.get("taskId")).and_then(Value::as_str).map(str::to_owned);
+    let name = params
+        .get("name")
+        .or_else(|| params.get("taskId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let mut bearer = String::new();
     let mut headers = with_token(token, &mut bearer, &POST);
-    headers.extend([("mcp-protocol-version", "2026-07-28"), ("mcp-method", method)]);
+    headers.extend([
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ]);
     if let Some(name) = &name {
         headers.push(("mcp-name", name.as_str()));
     }
@@ -108,18 +161,47 @@ fn modern_request_as(addr: SocketAddr, token: &str, id: u64, method: &str, param
 /// B (on worker `b`) reaches for everything of A's (on worker `a`).
 fn another_principals_ids_are_unknown(a: SocketAddr, b: SocketAddr) {
     // Without a key, or with a wrong one: refused.
-    assert_eq!(post(a, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "ping"})).status, 401);
-    assert_eq!(post_as(b, "k-nobody", None, &json!({"jsonrpc": "2.0", "id": 0, "method": "ping"})).status, 401);
+    assert_eq!(
+        post(
+            a,
+            None,
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "ping"})
+        )
+        .status,
+        401
+    );
+    assert_eq!(
+        post_as(
+            b,
+            "k-nobody",
+            None,
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "ping"})
+        )
+        .status,
+        401
+    );
 
     let session_a = initialize_as(a, ALICE);
     let session_b = initialize_as(b, BOB);
     // Session: B's requests with A's session id find no session.
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
-    assert_eq!(post_as(b, BOB, Some(&session_a), &ping).status, 404, "POST in another principal's session");
-    assert_eq!(get_as(b, BOB, &session_a, None).status, 404, "GET of another principal's session");
+    assert_eq!(
+        post_as(b, BOB, Some(&session_a), &ping).status,
+        404,
+        "POST in another principal's session"
+    );
+    assert_eq!(
+        get_as(b, BOB, &session_a, None).status,
+        404,
+        "GET of another principal's session"
+    );
     let mut bearer = String::new();
     let delete = with_token(BOB, &mut bearer, &[("mcp-session-id", session_a.as_str())]);
-    assert_eq!(request(b, "DELETE", &delete, None).status, 404, "DELETE of another principal's session");
+    assert_eq!(
+        request(b, "DELETE", &delete, None).status,
+        404,
+        "DELETE of another principal's session"
+    );
 
     // Stream and Last-Event-ID: A's events cannot be resumed by B, in B's session or A's.
     let mut stream = post_as(
@@ -132,45 +214,147 @@ fn another_principals_ids_are_unknown(a: SocketAddr, b: SocketAddr) {
     let (event, _) = stream.next_event().expect("an event");
     let event = event.expect("an event id");
     let _ = stream.body();
-    assert_eq!(get_as(b, BOB, &session_b, Some(&event)).status, 404, "A's event id in B's session");
-    assert_eq!(get_as(b, BOB, &session_a, Some(&event)).status, 404, "A's event id with A's session id");
-    assert_eq!(get_as(b, ALICE, &session_a, Some(&event)).status, 200, "A resumes its own stream on the other worker");
+    assert_eq!(
+        get_as(b, BOB, &session_b, Some(&event)).status,
+        404,
+        "A's event id in B's session"
+    );
+    assert_eq!(
+        get_as(b, BOB, &session_a, Some(&event)).status,
+        404,
+        "A's event id with A's session id"
+    );
+    assert_eq!(
+        get_as(b, ALICE, &session_a, Some(&event)).status,
+        200,
+        "A resumes its own stream on the other worker"
+    );
 
     // Task: A's task is A's, in every session of A's; for B it does not exist.
-    let created = call_as(a, ALICE, &session_a, 3, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 30.0}, "task": {"ttl": 60_000}}));
-    let task = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("a task: {created}")).to_owned();
-    let unknown = call_as(b, BOB, &session_b, 4, "tasks/get", json!({"taskId": "0123456789abcdef0123456789abcdef"}))["error"].clone();
-    assert!(unknown.is_object(), "the reference answer for an unknown task: {unknown}");
+    let created = call_as(
+        a,
+        ALICE,
+        &session_a,
+        3,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 30.0}, "task": {"ttl": 60_000}}),
+    );
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    let unknown = call_as(
+        b,
+        BOB,
+        &session_b,
+        4,
+        "tasks/get",
+        json!({"taskId": "0123456789abcdef0123456789abcdef"}),
+    )["error"]
+        .clone();
+    assert!(
+        unknown.is_object(),
+        "the reference answer for an unknown task: {unknown}"
+    );
     for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
         let answer = call_as(b, BOB, &session_b, 5, method, json!({"taskId": task}));
-        assert_eq!(answer["error"], unknown, "{method} of another principal's task: {answer}");
+        assert_eq!(
+            answer["error"], unknown,
+            "{method} of another principal's task: {answer}"
+        );
     }
     let listed = call_as(b, BOB, &session_b, 6, "tasks/list", json!({}));
     assert_eq!(listed["result"]["tasks"], json!([]), "{listed}");
     let other_session_of_a = initialize_as(b, ALICE);
-    let mine = call_as(b, ALICE, &other_session_of_a, 7, "tasks/get", json!({"taskId": task}));
-    assert_eq!(mine["result"]["status"], "working", "A sees its task from another session and worker: {mine}");
-    let _ = call_as(a, ALICE, &session_a, 8, "tasks/cancel", json!({"taskId": task}));
+    let mine = call_as(
+        b,
+        ALICE,
+        &other_session_of_a,
+        7,
+        "tasks/get",
+        json!({"taskId": task}),
+    );
+    assert_eq!(
+        mine["result"]["status"], "working",
+        "A sees its task from another session and worker: {mine}"
+    );
+    let _ = call_as(
+        a,
+        ALICE,
+        &session_a,
+        8,
+        "tasks/cancel",
+        json!({"taskId": task}),
+    );
 
     // A 2026-07-28 task (no session): A's, and unknown to B.
-    let created = modern_request_as(a, ALICE, 12, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 30}}), true);
+    let created = modern_request_as(
+        a,
+        ALICE,
+        12,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 30}}),
+        true,
+    );
     assert_eq!(created["result"]["resultType"], "task", "{created}");
     let modern_task = created["result"]["taskId"].as_str().unwrap().to_owned();
-    let unknown = modern_request_as(b, BOB, 13, "tasks/get", json!({"taskId": "0123456789abcdef0123456789abcdef"}), true)["error"].clone();
+    let unknown = modern_request_as(
+        b,
+        BOB,
+        13,
+        "tasks/get",
+        json!({"taskId": "0123456789abcdef0123456789abcdef"}),
+        true,
+    )["error"]
+        .clone();
     assert!(unknown.is_object(), "{unknown}");
     for method in ["tasks/get", "tasks/cancel"] {
         let answer = modern_request_as(b, BOB, 14, method, json!({"taskId": modern_task}), true);
-        assert_eq!(answer["error"], unknown, "{method} of another principal's 2026-07-28 task: {answer}");
+        assert_eq!(
+            answer["error"], unknown,
+            "{method} of another principal's 2026-07-28 task: {answer}"
+        );
     }
-    let mine = modern_request_as(b, ALICE, 15, "tasks/get", json!({"taskId": modern_task}), true);
-    assert_eq!(mine["result"]["status"], "working", "A reaches its task on the other worker: {mine}");
-    let _ = modern_request_as(a, ALICE, 16, "tasks/cancel", json!({"taskId": modern_task}), true);
+    let mine = modern_request_as(
+        b,
+        ALICE,
+        15,
+        "tasks/get",
+        json!({"taskId": modern_task}),
+        true,
+    );
+    assert_eq!(
+        mine["result"]["status"], "working",
+        "A reaches its task on the other worker: {mine}"
+    );
+    let _ = modern_request_as(
+        a,
+        ALICE,
+        16,
+        "tasks/cancel",
+        json!({"taskId": modern_task}),
+        true,
+    );
 
     // requestState: sealed for A, refused for B (as a tampered one is).
-    let round1 = modern_as(a, ALICE, 9, json!({"name": "ask", "arguments": {"question": "name?"}}));
+    let round1 = modern_as(
+        a,
+        ALICE,
+        9,
+        json!({"name": "ask", "arguments": {"question": "name?"}}),
+    );
     assert_eq!(round1["result"]["resultType"], "input_required", "{round1}");
-    let state = round1["result"]["requestState"].as_str().unwrap().to_owned();
-    let key = round1["result"]["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let state = round1["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key = round1["result"]["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
     let retry = |token: &str, id: u64| {
         modern_as(
             b,
@@ -181,25 +365,41 @@ fn another_principals_ids_are_unknown(a: SocketAddr, b: SocketAddr) {
         )
     };
     let stolen = retry(BOB, 10);
-    assert_eq!(stolen["error"]["code"], -32602, "another principal's requestState is invalid: {stolen}");
+    assert_eq!(
+        stolen["error"]["code"], -32602,
+        "another principal's requestState is invalid: {stolen}"
+    );
     let own = retry(ALICE, 11);
-    assert_eq!(own["result"]["content"][0]["text"], "Ada", "A's own retry continues on the other worker: {own}");
+    assert_eq!(
+        own["result"]["content"][0]["text"], "Ada",
+        "A's own retry continues on the other worker: {own}"
+    );
 }
 
 #[test]
 fn d13_postgres_another_principals_ids_are_unknown_across_workers() {
-    let Some((a, b)) = two_authenticated_workers(Backend::Postgres, "auth-pg") else { return };
+    let Some((a, b)) = two_authenticated_workers(Backend::Postgres, "auth-pg") else {
+        return;
+    };
     another_principals_ids_are_unknown(a.addr, b.addr);
 }
 
 #[test]
 fn d13_redis_another_principals_ids_are_unknown_across_workers() {
-    let Some((a, b)) = two_authenticated_workers(Backend::Redis, "auth-redis") else { return };
+    let Some((a, b)) = two_authenticated_workers(Backend::Redis, "auth-redis") else {
+        return;
+    };
     another_principals_ids_are_unknown(a.addr, b.addr);
 }
 
 /// Read the priming event and `k` messages of a call, then drop the connection.
-fn read_part_as(addr: SocketAddr, token: &str, session: &str, call: &Value, k: usize) -> (String, Vec<(String, Value)>) {
+fn read_part_as(
+    addr: SocketAddr,
+    token: &str,
+    session: &str,
+    call: &Value,
+    k: usize,
+) -> (String, Vec<(String, Value)>) {
     let mut response = post_as(addr, token, Some(session), call);
     assert_eq!(response.status, 200);
     let (priming, _) = response.next_event().expect("priming event");
@@ -217,15 +417,28 @@ fn read_part_as(addr: SocketAddr, token: &str, session: &str, call: &Value, k: u
 /// re-runs each as the principal recorded with it (no token is stored): each resumes its
 /// own outcome there, and neither can resume the other's.
 fn reruns_keep_their_principal(backend: Backend, name: &str) {
-    let Some((mut a, b)) = two_authenticated_workers(backend, name) else { return };
+    let Some((mut a, b)) = two_authenticated_workers(backend, name) else {
+        return;
+    };
     let session_a = initialize_as(a.addr, ALICE);
     let session_b = initialize_as(a.addr, BOB);
     let (last_a, seen_a) = read_part_as(a.addr, ALICE, &session_a, &emit_call(41, 10, 150), 2);
     let (last_b, seen_b) = read_part_as(a.addr, BOB, &session_b, &emit_call(42, 10, 150), 2);
     a.kill();
-    assert_eq!(get_as(b.addr, BOB, &session_a, Some(&last_a)).status, 404, "B cannot resume A's re-run");
-    assert_eq!(get_as(b.addr, ALICE, &session_b, Some(&last_b)).status, 404, "A cannot resume B's re-run");
-    for (token, session, last, seen, id) in [(ALICE, &session_a, &last_a, &seen_a, 41), (BOB, &session_b, &last_b, &seen_b, 42)] {
+    assert_eq!(
+        get_as(b.addr, BOB, &session_a, Some(&last_a)).status,
+        404,
+        "B cannot resume A's re-run"
+    );
+    assert_eq!(
+        get_as(b.addr, ALICE, &session_b, Some(&last_b)).status,
+        404,
+        "A cannot resume B's re-run"
+    );
+    for (token, session, last, seen, id) in [
+        (ALICE, &session_a, &last_a, &seen_a, 41),
+        (BOB, &session_b, &last_b, &seen_b, 42),
+    ] {
         let resumed = get_as(b.addr, token, session, Some(last)).within(RECOVERY_WITHIN);
         assert_eq!(resumed.status, 200);
         check_recovered_rest(id, 10, seen, &resumed.messages());
@@ -249,7 +462,13 @@ fn serving_a_non_loopback_address_without_auth_warns() {
     use std::io::{BufRead, BufReader};
     let port = free_port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
-        .args(["serve", "--store", "memory:", "--listen", &format!("0.0.0.0:{port}")])
+        .args([
+            "serve",
+            "--store",
+            "memory:",
+            "--listen",
+            &format!("0.0.0.0:{port}"),
+        ])
         .env("RUST_LOG", "warn")
         .env("NO_COLOR", "1")
         .stdout(std::process::Stdio::null())
@@ -279,7 +498,10 @@ fn serving_a_non_loopback_address_without_auth_warns() {
     }
     let _ = child.kill();
     let _ = child.wait();
-    assert!(warned, "no WARN about serving a non-loopback address without authentication");
+    assert!(
+        warned,
+        "no WARN about serving a non-loopback address without authentication"
+    );
 }
 
 /// The flags: OAuth needs its audience; a key file must parse; modes exclude each other.
@@ -294,11 +516,24 @@ fn auth_flags_are_checked_at_start() {
         assert!(!out.status.success(), "{args:?} was accepted");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    assert!(bad(&["--auth-issuer", "https://as.example", "--auth-jwks-url", "http://127.0.0.1:9/jwks"]).contains("--auth-audience"));
+    assert!(
+        bad(&[
+            "--auth-issuer",
+            "https://as.example",
+            "--auth-jwks-url",
+            "http://127.0.0.1:9/jwks"
+        ])
+        .contains("--auth-audience")
+    );
     let empty = temp_dir("auth-flags").join("empty");
     std::fs::write(&empty, "# nothing\n").unwrap();
     assert!(bad(&["--auth-api-keys", empty.to_str().unwrap()]).contains("no API keys"));
     let keys = keys_file("auth-flags-keys");
-    bad(&["--auth-api-keys", &keys, "--auth-issuer", "https://as.example"]);
+    bad(&[
+        "--auth-api-keys",
+        &keys,
+        "--auth-issuer",
+        "https://as.example",
+    ]);
     bad(&["--auth-scopes", "mcp"]);
 }

@@ -68,14 +68,23 @@ impl Fleet {
         let workers = (0..n)
             .map(|_| {
                 let port = free_port();
-                Worker { port, server: Mutex::new(Some(Server::start(&store, port, &["--lease-ms", LEASE_MS]))) }
+                Worker {
+                    port,
+                    server: Mutex::new(Some(Server::start(
+                        &store,
+                        port,
+                        &["--lease-ms", LEASE_MS],
+                    ))),
+                }
             })
             .collect();
         Arc::new(Fleet { store, workers })
     }
 
     fn addr(&self, i: usize) -> SocketAddr {
-        format!("127.0.0.1:{}", self.workers[i % self.workers.len()].port).parse().unwrap()
+        format!("127.0.0.1:{}", self.workers[i % self.workers.len()].port)
+            .parse()
+            .unwrap()
     }
 }
 
@@ -101,28 +110,54 @@ struct Call {
 }
 
 fn try_post(addr: SocketAddr, session: &str, body: &Value) -> Option<Response> {
-    let headers = [("accept", "application/json, text/event-stream"), ("content-type", "application/json"), ("mcp-session-id", session)];
+    let headers = [
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-session-id", session),
+    ];
     try_request(addr, "POST", &headers, Some(&body.to_string())).ok()
 }
 
 fn try_resume(addr: SocketAddr, session: &str, last: &str) -> Option<Response> {
-    try_request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", session), ("last-event-id", last)], None).ok()
+    try_request(
+        addr,
+        "GET",
+        &[
+            ("accept", "text/event-stream"),
+            ("mcp-session-id", session),
+            ("last-event-id", last),
+        ],
+        None,
+    )
+    .ok()
 }
 
 fn try_initialize(fleet: &Fleet, rng: &mut Rng) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        assert!(Instant::now() < deadline, "no worker would initialize a session");
+        assert!(
+            Instant::now() < deadline,
+            "no worker would initialize a session"
+        );
         let addr = fleet.addr(rng.next() as usize);
         let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "chaos", "version": "1"}}});
-        let headers = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")];
+        let headers = [
+            ("accept", "application/json, text/event-stream"),
+            ("content-type", "application/json"),
+        ];
         if let Ok(response) = try_request(addr, "POST", &headers, Some(&body.to_string()))
             && response.status == 200
             && let Some(session) = response.header("mcp-session-id").map(str::to_owned)
         {
             let _ = response.body();
-            if try_post(addr, &session, &json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).is_some_and(|r| r.status == 202) {
+            if try_post(
+                addr,
+                &session,
+                &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            )
+            .is_some_and(|r| r.status == 202)
+            {
                 return session;
             }
         }
@@ -131,7 +166,14 @@ fn try_initialize(fleet: &Fleet, rng: &mut Rng) -> String {
 }
 
 /// Run one call to its outcome through any live worker, resuming after every disconnect.
-fn run_call(fleet: &Fleet, rng: &mut Rng, session: &str, id: u64, dir: &Path, give_up: Instant) -> Call {
+fn run_call(
+    fleet: &Fleet,
+    rng: &mut Rng,
+    session: &str,
+    id: u64,
+    dir: &Path,
+    give_up: Instant,
+) -> Call {
     let count = rng.range(2, 5);
     let step_ms = rng.range(20, 250);
     let as_task = rng.range(1, 3) == 1;
@@ -143,20 +185,50 @@ fn run_call(fleet: &Fleet, rng: &mut Rng, session: &str, id: u64, dir: &Path, gi
         body["params"]["task"] = json!({"ttl": 600_000});
     }
     let call = run_request(fleet, rng, session, id, &body, give_up);
-    let task_id = call.events.iter().find(|(_, m)| m["id"] == id).and_then(|(_, m)| m["result"]["task"]["taskId"].as_str());
+    let task_id = call
+        .events
+        .iter()
+        .find(|(_, m)| m["id"] == id)
+        .and_then(|(_, m)| m["result"]["task"]["taskId"].as_str());
     let result = match task_id {
         Some(task_id) if as_task => {
             let fetch = json!({"jsonrpc": "2.0", "id": id + 50_000, "method": "tasks/result", "params": {"taskId": task_id}});
-            Some(run_request(fleet, rng, session, id + 50_000, &fetch, give_up))
+            Some(run_request(
+                fleet,
+                rng,
+                session,
+                id + 50_000,
+                &fetch,
+                give_up,
+            ))
         }
         _ => None,
     };
-    Call { id, count, ledger, call, result }
+    Call {
+        id,
+        count,
+        ledger,
+        call,
+        result,
+    }
 }
 
 /// Run one request to its outcome through any live worker, resuming after every disconnect.
-fn run_request(fleet: &Fleet, rng: &mut Rng, session: &str, id: u64, body: &Value, give_up: Instant) -> Exchange {
-    let mut call = Exchange { id, events: Vec::new(), completed: false, disconnects: 0, recoveries: Vec::new() };
+fn run_request(
+    fleet: &Fleet,
+    rng: &mut Rng,
+    session: &str,
+    id: u64,
+    body: &Value,
+    give_up: Instant,
+) -> Exchange {
+    let mut call = Exchange {
+        id,
+        events: Vec::new(),
+        completed: false,
+        disconnects: 0,
+        recoveries: Vec::new(),
+    };
     let mut disconnected_at: Option<Instant> = None;
     while !call.completed && Instant::now() < give_up {
         let addr = fleet.addr(rng.next() as usize);
@@ -174,7 +246,11 @@ fn run_request(fleet: &Fleet, rng: &mut Rng, session: &str, id: u64, body: &Valu
             if let Some(since) = disconnected_at.take() {
                 call.recoveries.push(since.elapsed());
             }
-            let message = if data.is_empty() { Value::Null } else { serde_json::from_str(&data).unwrap() };
+            let message = if data.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_str(&data).unwrap()
+            };
             if message["id"] == id {
                 call.completed = true;
             }
@@ -201,7 +277,12 @@ fn check_exchange<'a>(exchange: &'a Exchange, fail: &mut impl FnMut(String)) -> 
     if !exchange.completed {
         fail(format!("request {id}: no outcome"));
     }
-    let results: Vec<&Value> = exchange.events.iter().map(|(_, m)| m).filter(|m| m["id"] == id).collect();
+    let results: Vec<&Value> = exchange
+        .events
+        .iter()
+        .map(|(_, m)| m)
+        .filter(|m| m["id"] == id)
+        .collect();
     if results.len() > 1 {
         fail(format!("request {id}: {} outcomes", results.len()));
     }
@@ -220,14 +301,18 @@ fn check_exchange<'a>(exchange: &'a Exchange, fail: &mut impl FnMut(String)) -> 
         fail(format!("events from {} streams", streams.len()));
     }
     if seqs != (1..=seqs.len() as u64).collect::<Vec<_>>() {
-        fail(format!("request {id}: event sequence lost or duplicated: {seqs:?}"));
+        fail(format!(
+            "request {id}: event sequence lost or duplicated: {seqs:?}"
+        ));
     }
     results.first().copied()
 }
 
 /// A call's exchanges: the call, then its `tasks/result` if it ran as a task.
 fn exchanges(call: &Call) -> Vec<&Exchange> {
-    std::iter::once(&call.call).chain(call.result.as_ref()).collect()
+    std::iter::once(&call.call)
+        .chain(call.result.as_ref())
+        .collect()
 }
 
 fn check(call: &Call, verdict: &mut Verdict) {
@@ -242,7 +327,8 @@ fn check(call: &Call, verdict: &mut Verdict) {
             let task_id = created["result"]["task"]["taskId"].clone();
             let outcome = check_exchange(result, &mut fail);
             if let Some(outcome) = outcome
-                && outcome["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] != task_id
+                && outcome["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
+                    != task_id
             {
                 fail(format!("tasks/result of another task: {outcome}"));
             }
@@ -259,14 +345,24 @@ fn check(call: &Call, verdict: &mut Verdict) {
     {
         fail(format!("wrong outcome {result}"));
     }
-    let progress: Vec<u64> = events.iter().filter_map(|(_, m)| m["params"]["progress"].as_f64()).map(|p| p as u64).collect();
+    let progress: Vec<u64> = events
+        .iter()
+        .filter_map(|(_, m)| m["params"]["progress"].as_f64())
+        .map(|p| p as u64)
+        .collect();
     if progress.iter().collect::<BTreeSet<_>>().len() != progress.len() {
         fail(format!("progress repeated: {progress:?}"));
     }
     // Ledger: in step order (a committed step re-run would appear after a later step), one
     // key per step, every step.
     let text = std::fs::read_to_string(&call.ledger).unwrap_or_default();
-    let lines: Vec<(u64, String)> = text.lines().filter_map(|l| l.split_once(' ').map(|(i, k)| (i.parse().unwrap_or(0), k.to_owned()))).collect();
+    let lines: Vec<(u64, String)> = text
+        .lines()
+        .filter_map(|l| {
+            l.split_once(' ')
+                .map(|(i, k)| (i.parse().unwrap_or(0), k.to_owned()))
+        })
+        .collect();
     if lines.windows(2).any(|w| w[1].0 < w[0].0) {
         fail(format!("a committed step ran again: {lines:?}"));
     }
@@ -288,11 +384,20 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn chaos(name: &str, store: String, workers: usize) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let secs: u64 = std::env::var("CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(if durable_mcp_store::in_ci() { 45 } else { 15 });
+    let secs: u64 = std::env::var("CHAOS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if durable_mcp_store::in_ci() { 45 } else { 15 });
     let seed: u64 = std::env::var("CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
     eprintln!("chaos {name}: {secs} s, {workers} worker(s), {CLIENTS} clients, CHAOS_SEED={seed}");
     let dir = temp_dir(&format!("chaos-{name}"));
     let fleet = Fleet::start(store, workers);
@@ -317,7 +422,11 @@ fn chaos(name: &str, store: String, workers: usize) {
                 }
                 // Down for a moment, or long enough for its lease to expire (takeover).
                 std::thread::sleep(Duration::from_millis(rng.range(0, 3_000)));
-                *slot = Some(Server::start(&fleet.store, victim.port, &["--lease-ms", LEASE_MS]));
+                *slot = Some(Server::start(
+                    &fleet.store,
+                    victim.port,
+                    &["--lease-ms", LEASE_MS],
+                ));
             }
         })
     };
@@ -333,13 +442,23 @@ fn chaos(name: &str, store: String, workers: usize) {
                 while Instant::now() < deadline {
                     n += 1;
                     let id = (c as u64 + 1) * 100_000 + n;
-                    calls.push(run_call(&fleet, &mut rng, &session, id, &dir, deadline + Duration::from_secs(60)));
+                    calls.push(run_call(
+                        &fleet,
+                        &mut rng,
+                        &session,
+                        id,
+                        &dir,
+                        deadline + Duration::from_secs(60),
+                    ));
                 }
                 calls
             })
         })
         .collect();
-    let calls: Vec<Call> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    let calls: Vec<Call> = clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
     stop.store(true, Ordering::SeqCst);
     killer.join().unwrap();
 
@@ -347,12 +466,25 @@ fn chaos(name: &str, store: String, workers: usize) {
     for call in &calls {
         check(call, &mut verdict);
     }
-    let interrupted = calls.iter().filter(|c| exchanges(c).iter().any(|e| e.disconnects > 0)).count();
+    let interrupted = calls
+        .iter()
+        .filter(|c| exchanges(c).iter().any(|e| e.disconnects > 0))
+        .count();
     let tasks = calls.iter().filter(|c| c.result.is_some()).count();
-    let interrupted_relays = calls.iter().filter(|c| c.result.as_ref().is_some_and(|r| r.disconnects > 0)).count();
-    let mut recoveries: Vec<Duration> = calls.iter().flat_map(exchanges).flat_map(|e| e.recoveries.iter().copied()).collect();
+    let interrupted_relays = calls
+        .iter()
+        .filter(|c| c.result.as_ref().is_some_and(|r| r.disconnects > 0))
+        .count();
+    let mut recoveries: Vec<Duration> = calls
+        .iter()
+        .flat_map(exchanges)
+        .flat_map(|e| e.recoveries.iter().copied())
+        .collect();
     recoveries.sort();
-    let median = recoveries.get(recoveries.len() / 2).copied().unwrap_or_default();
+    let median = recoveries
+        .get(recoveries.len() / 2)
+        .copied()
+        .unwrap_or_default();
     let worst = recoveries.last().copied().unwrap_or_default();
     let summary = format!(
         "chaos {name}: {secs} s, seed {seed}: calls={} (as tasks: {tasks}) kills={} interrupted_calls={} (of them tasks/result: {interrupted_relays}) recovered={} rerun_steps={} violations={} \
@@ -376,18 +508,31 @@ fn chaos(name: &str, store: String, workers: usize) {
     eprintln!("{summary}");
     // Also kept beside the build output, so that CI can print it after a captured run.
     let report_dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let _ = std::fs::write(report_dir.join(format!("chaos-{name}.txt")), format!("{summary}\n"));
+    let _ = std::fs::write(
+        report_dir.join(format!("chaos-{name}.txt")),
+        format!("{summary}\n"),
+    );
     for violation in verdict.violations.iter().take(20) {
         eprintln!("  violation: {violation}");
     }
     assert!(kills.load(Ordering::SeqCst) > 0, "the run killed no worker");
-    assert!(interrupted > 0, "no call was interrupted: the run proved nothing");
-    assert!(verdict.violations.is_empty(), "{} violations (CHAOS_SEED={seed})", verdict.violations.len());
+    assert!(
+        interrupted > 0,
+        "no call was interrupted: the run proved nothing"
+    );
+    assert!(
+        verdict.violations.is_empty(),
+        "{} violations (CHAOS_SEED={seed})",
+        verdict.violations.len()
+    );
 }
 
 #[test]
 fn chaos_sqlite_one_worker_killed_and_restarted() {
-    let store = format!("sqlite:{}", temp_dir("chaos-sqlite-db").join("store.db").display());
+    let store = format!(
+        "sqlite:{}",
+        temp_dir("chaos-sqlite-db").join("store.db").display()
+    );
     chaos("sqlite", store, 1);
 }
 

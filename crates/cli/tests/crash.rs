@@ -53,7 +53,13 @@ impl Cluster {
         let a_port = free_port();
         let a = Server::start(&store, a_port, LEASE);
         let b = (!restart).then(|| Server::start(&store, free_port(), LEASE));
-        Some(Cluster { store, a, a_port, b, restart })
+        Some(Cluster {
+            store,
+            a,
+            a_port,
+            b,
+            restart,
+        })
     }
 
     /// SIGKILL worker A. SQLite: start it again on the same file and port. Shared store:
@@ -83,7 +89,9 @@ fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
 
 /// A four-step tool killed after step 2 committed and during step 3.
 fn four_steps_killed_during_step_three(target: Target) {
-    let Some(mut cluster) = Cluster::new(&target) else { return };
+    let Some(mut cluster) = Cluster::new(&target) else {
+        return;
+    };
     let dir = temp_dir("crash-steps");
     let ledger = dir.join("effects.ledger");
     let session = initialize(cluster.a.addr);
@@ -102,33 +110,67 @@ fn four_steps_killed_during_step_three(target: Target) {
     }
     drop(response);
     // Step 3's effect is in the ledger: the worker is inside step 3 (sleeping 800 ms).
-    wait_for("step 3 to start", Duration::from_secs(10), || ledger_lines(&ledger).iter().any(|(i, _)| *i == 3));
+    wait_for("step 3 to start", Duration::from_secs(10), || {
+        ledger_lines(&ledger).iter().any(|(i, _)| *i == 3)
+    });
     let killed = Instant::now();
     let resume_on = cluster.crash();
 
     let resumed = resume(resume_on, &session, &last);
-    assert_eq!(resumed.status, 200, "D3/D4: the stream resumes after the crash");
+    assert_eq!(
+        resumed.status, 200,
+        "D3/D4: the stream resumes after the crash"
+    );
     let rest: Vec<Value> = resumed.messages().into_iter().map(|(_, m)| m).collect();
     let recovery = killed.elapsed();
     let all: Vec<&Value> = seen.iter().chain(&rest).collect();
     let results: Vec<&&Value> = all.iter().filter(|m| m["id"] == 7).collect();
     assert_eq!(results.len(), 1, "D7: exactly one outcome: {all:#?}");
-    assert_eq!(results[0]["result"]["structuredContent"]["steps"], json!([1, 2, 3, 4]), "{:#}", results[0]);
-    let progress: Vec<f64> = all.iter().filter_map(|m| m["params"]["progress"].as_f64()).collect();
-    assert_eq!(progress, vec![1.0, 2.0, 3.0, 4.0], "progress is not repeated by the re-run");
+    assert_eq!(
+        results[0]["result"]["structuredContent"]["steps"],
+        json!([1, 2, 3, 4]),
+        "{:#}",
+        results[0]
+    );
+    let progress: Vec<f64> = all
+        .iter()
+        .filter_map(|m| m["params"]["progress"].as_f64())
+        .collect();
+    assert_eq!(
+        progress,
+        vec![1.0, 2.0, 3.0, 4.0],
+        "progress is not repeated by the re-run"
+    );
 
     let mut by_step: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for (index, key) in ledger_lines(&ledger) {
         by_step.entry(index).or_default().push(key);
     }
-    assert_eq!(by_step[&1].len(), 1, "D8: committed step 1 ran once: {by_step:?}");
-    assert_eq!(by_step[&2].len(), 1, "D8: committed step 2 ran once: {by_step:?}");
-    assert!((1..=2).contains(&by_step[&3].len()), "step 3 ran at most twice: {by_step:?}");
-    assert!(by_step[&3].iter().all(|k| k == &by_step[&3][0]), "D8: the same idempotency key each time: {by_step:?}");
+    assert_eq!(
+        by_step[&1].len(),
+        1,
+        "D8: committed step 1 ran once: {by_step:?}"
+    );
+    assert_eq!(
+        by_step[&2].len(),
+        1,
+        "D8: committed step 2 ran once: {by_step:?}"
+    );
+    assert!(
+        (1..=2).contains(&by_step[&3].len()),
+        "step 3 ran at most twice: {by_step:?}"
+    );
+    assert!(
+        by_step[&3].iter().all(|k| k == &by_step[&3][0]),
+        "D8: the same idempotency key each time: {by_step:?}"
+    );
     assert_eq!(by_step[&4].len(), 1, "step 4 ran once: {by_step:?}");
     let keys: std::collections::BTreeSet<&String> = by_step.values().flatten().collect();
     assert_eq!(keys.len(), 4, "one key per step");
-    eprintln!("recovered and finished {:?} after the kill (lease 1.5 s, 1.6 s of steps left)", recovery);
+    eprintln!(
+        "recovered and finished {:?} after the kill (lease 1.5 s, 1.6 s of steps left)",
+        recovery
+    );
 }
 
 fn ask(addr: SocketAddr, session: &str, id: u64, question: &str, then_ms: u64) -> Response {
@@ -162,7 +204,9 @@ fn read_question(response: &mut Response) -> (String, Value) {
 /// D9: an answer committed before the crash is not asked again; a question pending at the
 /// crash is asked again (same id) and its answer, even sent to another worker, is used.
 fn questions_survive_a_crash(target: Target) {
-    let Some(mut cluster) = Cluster::new(&target) else { return };
+    let Some(mut cluster) = Cluster::new(&target) else {
+        return;
+    };
     let session = initialize(cluster.a.addr);
 
     // 1. Answered before the crash (the run is in its 1.5 s wait when killed).
@@ -172,8 +216,15 @@ fn questions_survive_a_crash(target: Target) {
     drop(response);
     std::thread::sleep(Duration::from_millis(300));
     let resume_on = cluster.crash();
-    let rest: Vec<Value> = resume(resume_on, &session, &last).messages().into_iter().map(|(_, m)| m).collect();
-    assert!(!rest.iter().any(|m| m["method"] == "elicitation/create"), "D9: not asked again: {rest:#?}");
+    let rest: Vec<Value> = resume(resume_on, &session, &last)
+        .messages()
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    assert!(
+        !rest.iter().any(|m| m["method"] == "elicitation/create"),
+        "D9: not asked again: {rest:#?}"
+    );
     let results: Vec<&Value> = rest.iter().filter(|m| m["id"] == 11).collect();
     assert_eq!(results.len(), 1, "{rest:#?}");
     assert_eq!(results[0]["result"]["content"][0]["text"], "blue");
@@ -188,7 +239,10 @@ fn questions_survive_a_crash(target: Target) {
     let mut resumed = resume(resume_on, &session, &last);
     assert_eq!(resumed.status, 200);
     let (_, asked_again) = read_question(&mut resumed);
-    assert_eq!(asked_again, wire, "D9: asked again with the same request id");
+    assert_eq!(
+        asked_again, wire,
+        "D9: asked again with the same request id"
+    );
     answer(resume_on, &session, &wire, "large");
     let rest: Vec<Value> = resumed.messages().into_iter().map(|(_, m)| m).collect();
     let results: Vec<&Value> = rest.iter().filter(|m| m["id"] == 12).collect();
@@ -203,7 +257,9 @@ fn questions_survive_a_crash(target: Target) {
 /// strictly increasing (utilities/progress), each log line once, and one result.
 fn rerun_progress_never_goes_backwards(target: Target) {
     const COUNT: u64 = 40;
-    let Some(mut cluster) = Cluster::new(&target) else { return };
+    let Some(mut cluster) = Cluster::new(&target) else {
+        return;
+    };
     let session = initialize(cluster.a.addr);
     let call = json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {
         "name": "emit_events", "arguments": {"count": COUNT, "interval_ms": 100}, "_meta": {"progressToken": "rerun"}}});
@@ -219,21 +275,31 @@ fn rerun_progress_never_goes_backwards(target: Target) {
     drop(response);
     let resume_on = cluster.crash();
     let resumed = resume(resume_on, &session, &last);
-    assert_eq!(resumed.status, 200, "D3: the stream resumes after the crash");
+    assert_eq!(
+        resumed.status, 200,
+        "D3: the stream resumes after the crash"
+    );
     let rest = resumed.messages();
     let all: Vec<&Value> = seen.iter().chain(&rest).map(|(_, m)| m).collect();
 
     assert_events_sent_once(&all, "rerun", COUNT);
     let results: Vec<&&Value> = all.iter().filter(|m| m["id"] == 21).collect();
     assert_eq!(results.len(), 1, "D7: exactly one outcome");
-    assert_eq!(results[0]["result"]["content"][0]["text"], COUNT.to_string());
+    assert_eq!(
+        results[0]["result"]["content"][0]["text"],
+        COUNT.to_string()
+    );
     assert_eq!(all.last().unwrap()["id"], 21, "the result comes last");
-    let ids: std::collections::BTreeSet<&String> = seen.iter().chain(&rest).map(|(id, _)| id).collect();
+    let ids: std::collections::BTreeSet<&String> =
+        seen.iter().chain(&rest).map(|(id, _)| id).collect();
     assert_eq!(ids.len(), seen.len() + rest.len(), "no duplicate event ids");
 }
 
 fn sqlite_target(name: &str) -> Target {
-    Target::Restart(format!("sqlite:{}", temp_dir(name).join("store.db").display()))
+    Target::Restart(format!(
+        "sqlite:{}",
+        temp_dir(name).join("store.db").display()
+    ))
 }
 
 #[test]
@@ -297,19 +363,38 @@ fn d7_redis_rerun_progress_never_goes_backwards() {
 fn d6_resent_request_attaches_to_its_run() {
     let dir = temp_dir("resend");
     let ledger = dir.join("resend.ledger");
-    let server = Server::start(&format!("sqlite:{}", dir.join("store.db").display()), free_port(), LEASE);
+    let server = Server::start(
+        &format!("sqlite:{}", dir.join("store.db").display()),
+        free_port(),
+        LEASE,
+    );
     let session = initialize(server.addr);
     let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
         "name": "steps", "arguments": {"count": 2, "step_ms": 300, "ledger": ledger.display().to_string()}}});
     let first = post(server.addr, Some(&session), &call);
     drop(first);
     let again = post(server.addr, Some(&session), &call).messages();
-    let results: Vec<&Value> = again.iter().map(|(_, m)| m).filter(|m| m["id"] == 5).collect();
+    let results: Vec<&Value> = again
+        .iter()
+        .map(|(_, m)| m)
+        .filter(|m| m["id"] == 5)
+        .collect();
     assert_eq!(results.len(), 1);
-    assert_eq!(results[0]["result"]["structuredContent"]["steps"], json!([1, 2]));
+    assert_eq!(
+        results[0]["result"]["structuredContent"]["steps"],
+        json!([1, 2])
+    );
     assert_eq!(ledger_lines(&ledger).len(), 2, "the tool ran once");
     let third = post(server.addr, Some(&session), &call).messages();
-    assert_eq!(third.iter().map(|(_, m)| m).filter(|m| m["id"] == 5).count(), 1, "after the run ended too");
+    assert_eq!(
+        third
+            .iter()
+            .map(|(_, m)| m)
+            .filter(|m| m["id"] == 5)
+            .count(),
+        1,
+        "after the run ended too"
+    );
     assert_eq!(ledger_lines(&ledger).len(), 2);
 }
 
@@ -317,7 +402,12 @@ fn d6_resent_request_attaches_to_its_run() {
 /// back, so the other worker resumes it well before the lease would have expired.
 fn graceful_shutdown_hands_runs_over(backend: Backend) {
     const LEASE_MS: u64 = 10_000;
-    let Some((mut a, b)) = two_workers(backend, &["--lease-ms", "10000", "--shutdown-grace-secs", "0"]) else { return };
+    let Some((mut a, b)) = two_workers(
+        backend,
+        &["--lease-ms", "10000", "--shutdown-grace-secs", "0"],
+    ) else {
+        return;
+    };
     let dir = temp_dir("graceful");
     let ledger = dir.join("graceful.ledger");
     let session = initialize(a.addr);
@@ -334,20 +424,37 @@ fn graceful_shutdown_hands_runs_over(backend: Backend) {
     };
     drop(response);
     let stopped = Instant::now();
-    let status = std::process::Command::new("kill").args(["-TERM", &a.child.id().to_string()]).status().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &a.child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let _ = a.child.wait();
-    let rest: Vec<Value> = resume(b.addr, &session, &last).messages().into_iter().map(|(_, m)| m).collect();
+    let rest: Vec<Value> = resume(b.addr, &session, &last)
+        .messages()
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
     let took = stopped.elapsed();
     let results: Vec<&Value> = rest.iter().filter(|m| m["id"] == 9).collect();
     assert_eq!(results.len(), 1, "{rest:#?}");
-    assert_eq!(results[0]["result"]["structuredContent"]["steps"], json!([1, 2, 3]));
+    assert_eq!(
+        results[0]["result"]["structuredContent"]["steps"],
+        json!([1, 2, 3])
+    );
     // With the hand-over B resumes within its next recovery pass (1 s), then runs 2 s of
     // steps; without it, B would first wait for the 10 s lease (renewed every 3.3 s) to
     // expire: at least 6.7 s.
-    assert!(took < Duration::from_millis(LEASE_MS * 6 / 10), "finished {took:?} after SIGTERM: the lease was not handed over");
+    assert!(
+        took < Duration::from_millis(LEASE_MS * 6 / 10),
+        "finished {took:?} after SIGTERM: the lease was not handed over"
+    );
     let lines = ledger_lines(&ledger);
-    assert_eq!(lines.iter().filter(|(i, _)| *i == 1).count(), 1, "{lines:?}");
+    assert_eq!(
+        lines.iter().filter(|(i, _)| *i == 1).count(),
+        1,
+        "{lines:?}"
+    );
     eprintln!("graceful hand-over: finished {took:?} after SIGTERM (2 s of steps left)");
 }
 

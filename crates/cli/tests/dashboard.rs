@@ -22,7 +22,12 @@ use support::*;
 fn start(store: &str, extra: &[&str]) -> (Server, SocketAddr) {
     let dashboard: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let metrics = format!("127.0.0.1:{}", free_port());
-    let mut args = vec!["--dashboard-listen".to_owned(), dashboard.to_string(), "--metrics-listen".to_owned(), metrics];
+    let mut args = vec![
+        "--dashboard-listen".to_owned(),
+        dashboard.to_string(),
+        "--metrics-listen".to_owned(),
+        metrics,
+    ];
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Server::start(store, free_port(), &args);
@@ -33,7 +38,10 @@ fn start(store: &str, extra: &[&str]) -> (Server, SocketAddr) {
 fn wait_listening(addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "the dashboard never came up on {addr}");
+        assert!(
+            Instant::now() < deadline,
+            "the dashboard never came up on {addr}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -42,13 +50,23 @@ fn wait_listening(addr: SocketAddr) {
 /// (lower-cased names) and body.
 fn get(addr: SocketAddr, path: &str, host: Option<&str>) -> (u16, String, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let host = host.map(|h| format!("host: {h}\r\n")).unwrap_or_default();
-    write!(stream, "GET {path} HTTP/1.1\r\n{host}connection: close\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\n{host}connection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     stream.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     (status, head.to_ascii_lowercase(), body.to_owned())
 }
 
@@ -67,13 +85,18 @@ fn snapshot_until(addr: SocketAddr, what: &str, ok: impl Fn(&Value) -> bool) -> 
         if ok(&snap) {
             return (snap, text);
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}: {text}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {text}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 fn rows<'a>(snap: &'a Value, key: &str) -> &'a Vec<Value> {
-    snap[key].as_array().unwrap_or_else(|| panic!("no {key} in {snap}"))
+    snap[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in {snap}"))
 }
 
 /// A `steps` call that runs ~2 s, with a ledger path (a payload) in its arguments.
@@ -93,8 +116,15 @@ fn snapshot_shows_sessions_streams_requests_and_tasks_without_payloads() {
 
     let (status, head, page) = get(dashboard, "/", Some(&dashboard.to_string()));
     assert_eq!(status, 200);
-    assert!(head.contains("content-type: text/html") && head.contains("content-security-policy: default-src 'none'; script-src 'self'"), "{head}");
-    assert!(page.contains(r#"<script src="/dashboard.js""#) && page.contains(r#"id="in-flight""#), "{page}");
+    assert!(
+        head.contains("content-type: text/html")
+            && head.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{head}"
+    );
+    assert!(
+        page.contains(r#"<script src="/dashboard.js""#) && page.contains(r#"id="in-flight""#),
+        "{page}"
+    );
     for asset in ["/dashboard.js", "/dashboard.css"] {
         let (status, _, body) = get(dashboard, asset, Some("localhost"));
         assert_eq!(status, 200, "{asset}");
@@ -102,7 +132,10 @@ fn snapshot_shows_sessions_streams_requests_and_tasks_without_payloads() {
     }
     let (js_status, _, js) = get(dashboard, "/dashboard.js", Some("localhost"));
     assert_eq!(js_status, 200);
-    assert!(js.contains("/api/snapshot") && !js.contains("innerHTML"), "the page polls the snapshot and never writes markup");
+    assert!(
+        js.contains("/api/snapshot") && !js.contains("innerHTML"),
+        "the page polls the snapshot and never writes markup"
+    );
 
     let session = initialize(server.addr);
     let ledger = dir.join("dash.ledger").display().to_string();
@@ -111,46 +144,118 @@ fn snapshot_shows_sessions_streams_requests_and_tasks_without_payloads() {
     let task_call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
         "name": "slow_compute", "arguments": {"seconds": 30, "label": "secret-label"}, "task": {"ttl": 60_000}}});
     let created = post(server.addr, Some(&session), &task_call).messages();
-    let task_id = created.last().unwrap().1["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let task_id = created.last().unwrap().1["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     let (snap, text) = snapshot_until(dashboard, "the running steps call", |snap| {
-        snap["in_flight"].as_array().is_some_and(|runs| runs.iter().any(|r| r["target"] == "steps"))
+        snap["in_flight"]
+            .as_array()
+            .is_some_and(|runs| runs.iter().any(|r| r["target"] == "steps"))
     });
     assert_eq!(snap["worker_id"], "w-dash");
     assert_eq!(snap["show_payloads"], false);
-    let listed = rows(&snap, "sessions").iter().find(|s| s["id"] == session.as_str()).unwrap_or_else(|| panic!("session {session} in {text}"));
+    let listed = rows(&snap, "sessions")
+        .iter()
+        .find(|s| s["id"] == session.as_str())
+        .unwrap_or_else(|| panic!("session {session} in {text}"));
     assert_eq!(listed["principal"], "anonymous");
-    assert!(listed["protocol_version"].as_str().unwrap().starts_with("20"), "{listed}");
-    assert!(listed["created_at_ms"].as_u64().unwrap() > 0 && listed["last_seen_ms"].as_u64().unwrap() >= listed["created_at_ms"].as_u64().unwrap());
-    assert!(listed.get("state").is_none() && listed.get("client").is_none(), "no payload by default: {listed}");
+    assert!(
+        listed["protocol_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("20"),
+        "{listed}"
+    );
+    assert!(
+        listed["created_at_ms"].as_u64().unwrap() > 0
+            && listed["last_seen_ms"].as_u64().unwrap()
+                >= listed["created_at_ms"].as_u64().unwrap()
+    );
+    assert!(
+        listed.get("state").is_none() && listed.get("client").is_none(),
+        "no payload by default: {listed}"
+    );
 
-    let run = rows(&snap, "in_flight").iter().find(|r| r["target"] == "steps").unwrap();
-    assert_eq!((run["method"].as_str(), run["owner"].as_str(), run["request_id"].as_u64()), (Some("tools/call"), Some("w-dash"), Some(7)));
-    assert!(run["lease"].as_str().unwrap().starts_with("expires in"), "{run}");
+    let run = rows(&snap, "in_flight")
+        .iter()
+        .find(|r| r["target"] == "steps")
+        .unwrap();
+    assert_eq!(
+        (
+            run["method"].as_str(),
+            run["owner"].as_str(),
+            run["request_id"].as_u64()
+        ),
+        (Some("tools/call"), Some("w-dash"), Some(7))
+    );
+    assert!(
+        run["lease"].as_str().unwrap().starts_with("expires in"),
+        "{run}"
+    );
     assert_eq!(run["session"], session.as_str());
     assert!(run.get("arguments").is_none(), "{run}");
-    assert!(!text.contains("dash.ledger") && !text.contains("secret-label"), "request arguments are redacted: {text}");
+    assert!(
+        !text.contains("dash.ledger") && !text.contains("secret-label"),
+        "request arguments are redacted: {text}"
+    );
 
-    let task = rows(&snap, "tasks").iter().find(|t| t["task_id"] == task_id.as_str()).unwrap_or_else(|| panic!("task {task_id} in {text}"));
+    let task = rows(&snap, "tasks")
+        .iter()
+        .find(|t| t["task_id"] == task_id.as_str())
+        .unwrap_or_else(|| panic!("task {task_id} in {text}"));
     assert_eq!(task["status"], "working");
 
     let streams = &snap["streams"];
-    assert!(streams["open"].as_u64().unwrap() >= 1 && streams["total"].as_u64().unwrap() >= 2, "{streams}");
+    assert!(
+        streams["open"].as_u64().unwrap() >= 1 && streams["total"].as_u64().unwrap() >= 2,
+        "{streams}"
+    );
     let recent = streams["recent"].as_array().unwrap();
-    assert!(recent.iter().any(|s| s["session"] == session.as_str() && s["closed"] == false && s["events"].as_u64().unwrap() >= 1), "{streams}");
+    assert!(
+        recent.iter().any(|s| s["session"] == session.as_str()
+            && s["closed"] == false
+            && s["events"].as_u64().unwrap() >= 1),
+        "{streams}"
+    );
 
-    let operations: Vec<&str> = rows(&snap, "store_latency").iter().map(|l| l["operation"].as_str().unwrap()).collect();
-    for operation in ["list_sessions", "list_streams", "list_records(run)", "list_records(task)"] {
-        assert!(operations.contains(&operation), "{operation} timed: {operations:?}");
+    let operations: Vec<&str> = rows(&snap, "store_latency")
+        .iter()
+        .map(|l| l["operation"].as_str().unwrap())
+        .collect();
+    for operation in [
+        "list_sessions",
+        "list_streams",
+        "list_records(run)",
+        "list_records(task)",
+    ] {
+        assert!(
+            operations.contains(&operation),
+            "{operation} timed: {operations:?}"
+        );
     }
-    assert!(snap["recoveries"]["counters"].is_object(), "metrics are on: the journal counters are read");
+    assert!(
+        snap["recoveries"]["counters"].is_object(),
+        "metrics are on: the journal counters are read"
+    );
     assert_eq!(snap["errors"], json!([]));
 
     // Updating: once the call has finished, it leaves the in-flight list.
-    let outcome = running.messages().into_iter().map(|(_, m)| m).find(|m| m["id"] == 7).expect("the result");
-    assert_eq!(outcome["result"]["structuredContent"]["steps"], json!([1, 2]));
+    let outcome = running
+        .messages()
+        .into_iter()
+        .map(|(_, m)| m)
+        .find(|m| m["id"] == 7)
+        .expect("the result");
+    assert_eq!(
+        outcome["result"]["structuredContent"]["steps"],
+        json!([1, 2])
+    );
     snapshot_until(dashboard, "the finished call to leave the list", |snap| {
-        snap["in_flight"].as_array().is_some_and(|runs| !runs.iter().any(|r| r["target"] == "steps"))
+        snap["in_flight"]
+            .as_array()
+            .is_some_and(|runs| !runs.iter().any(|r| r["target"] == "steps"))
     });
 }
 
@@ -165,13 +270,25 @@ fn payloads_are_shown_only_when_asked() {
     let ledger = dir.join("shown.ledger").display().to_string();
     let mut running = post(server.addr, Some(&session), &slow_call(3, &ledger));
     running.next_event().expect("priming event");
-    let (snap, _) =
-        snapshot_until(dashboard, "the running call", |snap| snap["in_flight"].as_array().is_some_and(|runs| runs.iter().any(|r| r["target"] == "steps")));
+    let (snap, _) = snapshot_until(dashboard, "the running call", |snap| {
+        snap["in_flight"]
+            .as_array()
+            .is_some_and(|runs| runs.iter().any(|r| r["target"] == "steps"))
+    });
     assert_eq!(snap["show_payloads"], true);
-    let run = rows(&snap, "in_flight").iter().find(|r| r["target"] == "steps").unwrap();
+    let run = rows(&snap, "in_flight")
+        .iter()
+        .find(|r| r["target"] == "steps")
+        .unwrap();
     assert_eq!(run["arguments"]["ledger"], ledger.as_str(), "{run}");
-    let listed = rows(&snap, "sessions").iter().find(|s| s["id"] == session.as_str()).unwrap();
-    assert!(listed["client"]["clientInfo"].is_object() && listed["state"].is_object(), "{listed}");
+    let listed = rows(&snap, "sessions")
+        .iter()
+        .find(|s| s["id"] == session.as_str())
+        .unwrap();
+    assert!(
+        listed["client"]["clientInfo"].is_object() && listed["state"].is_object(),
+        "{listed}"
+    );
     drop(running);
 }
 
@@ -183,14 +300,25 @@ fn the_host_header_must_name_the_dashboard_or_loopback() {
     let store = format!("sqlite:{}", dir.join("store.db").display());
     let (_server, dashboard) = start(&store, &[]);
     let port = dashboard.port();
-    for host in [Some("evil.example"), Some(&*format!("evil.example:{port}")), Some(&*format!("localhost:{}", port.wrapping_add(1))), Some("127.0.0.2"), None] {
+    for host in [
+        Some("evil.example"),
+        Some(&*format!("evil.example:{port}")),
+        Some(&*format!("localhost:{}", port.wrapping_add(1))),
+        Some("127.0.0.2"),
+        None,
+    ] {
         for path in ["/", "/api/snapshot", "/dashboard.js"] {
             let (status, _, body) = get(dashboard, path, host);
             assert_eq!(status, 403, "{path} with host {host:?}: {body}");
             assert!(!body.contains("worker_id"), "{body}");
         }
     }
-    for host in [dashboard.to_string(), format!("localhost:{port}"), "localhost".into(), format!("[::1]:{port}")] {
+    for host in [
+        dashboard.to_string(),
+        format!("localhost:{port}"),
+        "localhost".into(),
+        format!("[::1]:{port}"),
+    ] {
         let (status, _, body) = get(dashboard, "/api/snapshot", Some(&host));
         assert_eq!(status, 200, "host {host}: {body}");
     }
@@ -205,19 +333,38 @@ fn a_non_loopback_dashboard_needs_allow_remote() {
     let port = free_port();
     let any = format!("0.0.0.0:{port}");
     let refused = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
-        .args(["serve", "--store", &store, "--listen", &format!("127.0.0.1:{}", free_port()), "--dashboard-listen", &any])
+        .args([
+            "serve",
+            "--store",
+            &store,
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--dashboard-listen",
+            &any,
+        ])
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .output()
         .unwrap();
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("--dashboard-allow-remote") && stderr.contains(&any), "{stderr}");
+    assert!(
+        stderr.contains("--dashboard-allow-remote") && stderr.contains(&any),
+        "{stderr}"
+    );
 
-    let server = Server::start(&store, free_port(), &["--dashboard-listen", &any, "--dashboard-allow-remote"]);
+    let server = Server::start(
+        &store,
+        free_port(),
+        &["--dashboard-listen", &any, "--dashboard-allow-remote"],
+    );
     let dashboard: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     wait_listening(dashboard);
-    let (status, _, body) = get(dashboard, "/api/snapshot", Some(&format!("localhost:{port}")));
+    let (status, _, body) = get(
+        dashboard,
+        "/api/snapshot",
+        Some(&format!("localhost:{port}")),
+    );
     assert_eq!(status, 200, "{body}");
     drop(server);
 }

@@ -56,7 +56,16 @@ fn send_and_drop(addr: SocketAddr, session: &str, id: u64, k: u64) {
 
 fn no_run_is_orphaned_by_a_disconnect(store: &str) {
     let metrics = metrics_addr();
-    let server = Server::start(store, free_port(), &["--lease-ms", "60000", "--metrics-listen", &metrics.to_string()]);
+    let server = Server::start(
+        store,
+        free_port(),
+        &[
+            "--lease-ms",
+            "60000",
+            "--metrics-listen",
+            &metrics.to_string(),
+        ],
+    );
     wait_for_listener(metrics);
     let session = initialize(server.addr);
     for id in 1..=DISCONNECTS {
@@ -67,16 +76,38 @@ fn no_run_is_orphaned_by_a_disconnect(store: &str) {
     let mut slowest = Duration::ZERO;
     for id in 1..=DISCONNECTS {
         let asked = Instant::now();
-        let messages = post(server.addr, Some(&session), &call(id)).within(Duration::from_secs(20)).messages();
+        let messages = post(server.addr, Some(&session), &call(id))
+            .within(Duration::from_secs(20))
+            .messages();
         slowest = slowest.max(asked.elapsed());
-        let outcome = messages.iter().map(|(_, m)| m).find(|m| m["id"] == id).unwrap_or_else(|| panic!("no outcome for id {id}: {messages:?}"));
-        assert_eq!(outcome["result"]["content"][0]["text"], "This is a simple text response for testing.", "id {id}: {outcome}");
+        let outcome = messages
+            .iter()
+            .map(|(_, m)| m)
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("no outcome for id {id}: {messages:?}"));
+        assert_eq!(
+            outcome["result"]["content"][0]["text"], "This is a simple text response for testing.",
+            "id {id}: {outcome}"
+        );
     }
-    eprintln!("{DISCONNECTS} re-sends after disconnects: {:?} in all, the slowest {slowest:?}", started.elapsed());
-    assert!(slowest < Duration::from_secs(10), "a re-send waited {slowest:?}: its run was orphaned");
+    eprintln!(
+        "{DISCONNECTS} re-sends after disconnects: {:?} in all, the slowest {slowest:?}",
+        started.elapsed()
+    );
+    assert!(
+        slowest < Duration::from_secs(10),
+        "a re-send waited {slowest:?}: its run was orphaned"
+    );
     let scrape = scrape(metrics);
-    let takeovers: Vec<_> = scrape.0.iter().filter(|s| s.name == "durable_mcp_journal_takeovers_total" && s.value > 0.0).collect();
-    assert!(takeovers.is_empty(), "a living worker took runs over: {takeovers:?}");
+    let takeovers: Vec<_> = scrape
+        .0
+        .iter()
+        .filter(|s| s.name == "durable_mcp_journal_takeovers_total" && s.value > 0.0)
+        .collect();
+    assert!(
+        takeovers.is_empty(),
+        "a living worker took runs over: {takeovers:?}"
+    );
 }
 
 #[test]

@@ -25,7 +25,10 @@ struct Tmpfs(PathBuf);
 impl Tmpfs {
     fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
         std::fs::create_dir_all(dir).unwrap();
-        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir).output();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
         match out {
             Ok(out) if out.status.success() => Some(Tmpfs(dir.to_owned())),
             other => {
@@ -33,7 +36,10 @@ impl Tmpfs {
                     Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_owned(),
                     Err(error) => error.to_string(),
                 };
-                assert!(!durable_mcp_store::in_ci(), "CI is set and a tmpfs cannot be mounted: {why}");
+                assert!(
+                    !durable_mcp_store::in_ci(),
+                    "CI is set and a tmpfs cannot be mounted: {why}"
+                );
                 eprintln!("skipped: cannot mount a tmpfs (root needed): {why}");
                 None
             }
@@ -66,7 +72,9 @@ fn ready(addr: std::net::SocketAddr) -> (u16, Value) {
 #[test]
 fn a_full_disk_leaves_runs_to_recovery_and_readyz_not_ready() {
     let dir = temp_dir("diskfull");
-    let Some(fs) = Tmpfs::mount(&dir.join("fs"), "16m") else { return };
+    let Some(fs) = Tmpfs::mount(&dir.join("fs"), "16m") else {
+        return;
+    };
     let store = format!("sqlite:{}", fs.0.join("store.db").display());
     let ledger = dir.join("effects.ledger");
     let server = Server::start(&store, free_port(), &["--lease-ms", "1500"]);
@@ -81,7 +89,10 @@ fn a_full_disk_leaves_runs_to_recovery_and_readyz_not_ready() {
     let last = response.next_event().unwrap().0.expect("priming id");
     let started = Instant::now();
     while ledger_lines(&ledger).is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(10), "step 1 did not start");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "step 1 did not start"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let filler = fs.0.join("filler");
@@ -107,14 +118,31 @@ fn a_full_disk_leaves_runs_to_recovery_and_readyz_not_ready() {
     let messages: Vec<Value> = resumed.messages().into_iter().map(|(_, m)| m).collect();
     let outcomes: Vec<&Value> = messages.iter().filter(|m| m["id"] == 7).collect();
     assert_eq!(outcomes.len(), 1, "one outcome: {messages:#?}");
-    assert_eq!(outcomes[0]["result"]["structuredContent"]["steps"], json!([1, 2]), "no store error as the outcome: {:#}", outcomes[0]);
+    assert_eq!(
+        outcomes[0]["result"]["structuredContent"]["steps"],
+        json!([1, 2]),
+        "no store error as the outcome: {:#}",
+        outcomes[0]
+    );
 
     let mut by_step: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for (index, key) in ledger_lines(&ledger) {
         by_step.entry(index).or_default().push(key);
     }
-    assert!(by_step.values().all(|keys| keys.iter().all(|k| k == &keys[0])), "each step kept its idempotency key across attempts: {by_step:?}");
-    assert_eq!(by_step.keys().copied().collect::<Vec<_>>(), [1, 2], "{by_step:?}");
-    assert!(by_step[&1].len() >= 2, "step 1's commit failed on the full disk and the step ran again: {by_step:?}");
+    assert!(
+        by_step
+            .values()
+            .all(|keys| keys.iter().all(|k| k == &keys[0])),
+        "each step kept its idempotency key across attempts: {by_step:?}"
+    );
+    assert_eq!(
+        by_step.keys().copied().collect::<Vec<_>>(),
+        [1, 2],
+        "{by_step:?}"
+    );
+    assert!(
+        by_step[&1].len() >= 2,
+        "step 1's commit failed on the full disk and the step ran again: {by_step:?}"
+    );
     drop(server);
 }

@@ -14,15 +14,30 @@ use support::*;
 
 /// Every value of the SQLite file's `table.column`, as the `sqlite3` command prints it.
 fn column(db: &std::path::Path, table: &str, column: &str) -> Vec<String> {
-    let out = Command::new("sqlite3").arg(db).arg(format!("SELECT {column} FROM {table};")).output().expect("run sqlite3 (the SQLite command-line shell)");
-    assert!(out.status.success(), "sqlite3: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
+    let out = Command::new("sqlite3")
+        .arg(db)
+        .arg(format!("SELECT {column} FROM {table};"))
+        .output()
+        .expect("run sqlite3 (the SQLite command-line shell)");
+    assert!(
+        out.status.success(),
+        "sqlite3: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The primary key's id, from `keys encryption list`.
 fn primary(key_file: &str) -> String {
     let listed = run(&["keys", "encryption", "list", "--key-file", key_file]);
-    let line = listed.lines().find(|l| l.ends_with("(primary)")).unwrap_or_else(|| panic!("no primary key: {listed}"));
+    let line = listed
+        .lines()
+        .find(|l| l.ends_with("(primary)"))
+        .unwrap_or_else(|| panic!("no primary key: {listed}"));
     line.split_whitespace().next().unwrap().to_owned()
 }
 
@@ -44,7 +59,11 @@ fn encrypted_sqlite_store_hides_payloads_and_resumes_across_a_key_rotation() {
     let (priming, data) = response.next_event().unwrap();
     assert_eq!(data, "", "the priming event");
     let first = response.messages();
-    assert_eq!(first.last().unwrap().1["result"]["content"][0]["text"], "3", "{first:?}");
+    assert_eq!(
+        first.last().unwrap().1["result"]["content"][0]["text"],
+        "3",
+        "{first:?}"
+    );
     server.kill();
 
     // On disk: every event, record and session value sealed, no JSON-RPC in clear.
@@ -54,9 +73,17 @@ fn encrypted_sqlite_store_hides_payloads_and_resumes_across_a_key_rotation() {
     let sessions = column(&db, "sessions", "record");
     for value in events.iter().chain(&records) {
         assert!(value.starts_with(&format!("enc1:{old}:")), "{value}");
-        assert!(!value.contains("progress") && !value.contains("jsonrpc"), "{value}");
+        assert!(
+            !value.contains("progress") && !value.contains("jsonrpc"),
+            "{value}"
+        );
     }
-    assert!(sessions.iter().all(|s| s.contains(&format!("\"client\":\"enc1:{old}:")) && !s.contains("clientInfo")), "{sessions:?}");
+    assert!(
+        sessions
+            .iter()
+            .all(|s| s.contains(&format!("\"client\":\"enc1:{old}:")) && !s.contains("clientInfo")),
+        "{sessions:?}"
+    );
 
     // Rotate, restart: the old events come back on a resume, new ones use the new key.
     run(&["keys", "encryption", "rotate", "--key-file", &key_file]);
@@ -65,24 +92,65 @@ fn encrypted_sqlite_store_hides_payloads_and_resumes_across_a_key_rotation() {
     let server = Server::start(&store, port, &flags);
     let resumed = resume(server.addr, &session, &priming.unwrap());
     assert_eq!(resumed.status, 200);
-    assert_eq!(resumed.messages(), first, "D3: exactly the events after the priming id, sealed under the old key");
+    assert_eq!(
+        resumed.messages(),
+        first,
+        "D3: exactly the events after the priming id, sealed under the old key"
+    );
     let again = post(server.addr, Some(&session), &emit_call(43, 2, 10)).messages();
     assert_eq!(again.last().unwrap().1["result"]["content"][0]["text"], "2");
-    let sealed_new = column(&db, "events", "data").iter().filter(|d| d.starts_with(&format!("enc1:{new}:"))).count();
-    assert!(sealed_new >= 3, "the new call's events are sealed with the new key");
+    let sealed_new = column(&db, "events", "data")
+        .iter()
+        .filter(|d| d.starts_with(&format!("enc1:{new}:")))
+        .count();
+    assert!(
+        sealed_new >= 3,
+        "the new call's events are sealed with the new key"
+    );
 
     // The old key still seals stored values: retiring it is refused.
     let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
-        .args(["keys", "encryption", "retire", "--key-file", &key_file, "--store", &store, &old])
+        .args([
+            "keys",
+            "encryption",
+            "retire",
+            "--key-file",
+            &key_file,
+            "--store",
+            &store,
+            &old,
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(&format!("key {old} still seals")), "{stderr}");
-    let listed = run(&["keys", "encryption", "list", "--key-file", &key_file, "--store", &store]);
-    assert!(listed.contains(&old) && listed.contains(&new) && !listed.contains("\"key\""), "ids and counts only: {listed}");
+    assert!(
+        stderr.contains(&format!("key {old} still seals")),
+        "{stderr}"
+    );
+    let listed = run(&[
+        "keys",
+        "encryption",
+        "list",
+        "--key-file",
+        &key_file,
+        "--store",
+        &store,
+    ]);
+    assert!(
+        listed.contains(&old) && listed.contains(&new) && !listed.contains("\"key\""),
+        "ids and counts only: {listed}"
+    );
 
     // Without the keys, the operator commands see only envelopes.
-    let replayed = run(&["replay", "--store", &store, &format!("{}_0", first[0].0.rsplit_once('_').unwrap().0)]);
-    assert!(replayed.contains("enc1:") && !replayed.contains("jsonrpc"), "{replayed}");
+    let replayed = run(&[
+        "replay",
+        "--store",
+        &store,
+        &format!("{}_0", first[0].0.rsplit_once('_').unwrap().0),
+    ]);
+    assert!(
+        replayed.contains("enc1:") && !replayed.contains("jsonrpc"),
+        "{replayed}"
+    );
 }

@@ -17,7 +17,9 @@ const BOUND: usize = 8;
 const READER_HANDLES: usize = 2 * 8;
 
 fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
 }
 
 fn rss_kb(pid: u32) -> u64 {
@@ -46,14 +48,27 @@ fn d14_many_get_streams_on_sqlite_are_bounded_and_give_their_handles_back() {
     let pid = server.child.id();
     let session = initialize(server.addr);
     for id in 1..=3 {
-        let _ = post(server.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"})).messages();
+        let _ = post(
+            server.addr,
+            Some(&session),
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}),
+        )
+        .messages();
     }
     let (baseline, rss_before) = (open_fds(pid), rss_kb(pid));
 
     let started = Instant::now();
     let mut gets = Vec::new();
     for _ in 0..300 {
-        let mut get = request(server.addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None);
+        let mut get = request(
+            server.addr,
+            "GET",
+            &[
+                ("accept", "text/event-stream"),
+                ("mcp-session-id", &session),
+            ],
+            None,
+        );
         assert_eq!(get.status, 200);
         get.next_event().expect("priming event");
         gets.push(get);
@@ -62,12 +77,25 @@ fn d14_many_get_streams_on_sqlite_are_bounded_and_give_their_handles_back() {
     // Structural: the bound's GET sockets, the store's bounded reader connections, slack.
     let limit = baseline + BOUND + READER_HANDLES + 4;
     let open = fds_settle_to(pid, limit);
-    assert!(open <= limit, "300 GETs opened: {open} file handles (baseline {baseline}, limit {limit})");
-    assert_eq!(gets[0].next_event(), None, "the oldest GET stream was closed by the bound");
+    assert!(
+        open <= limit,
+        "300 GETs opened: {open} file handles (baseline {baseline}, limit {limit})"
+    );
+    assert_eq!(
+        gets[0].next_event(),
+        None,
+        "the oldest GET stream was closed by the bound"
+    );
 
     drop(gets);
     let limit = baseline + READER_HANDLES;
     let after = fds_settle_to(pid, limit);
-    eprintln!("300 GETs opened in {took:?}; handles: baseline {baseline}, open {open}, after close {after}; RSS {rss_before} kB -> {} kB", rss_kb(pid));
-    assert!(after <= limit, "after closing: {after} file handles (baseline {baseline}, limit {limit})");
+    eprintln!(
+        "300 GETs opened in {took:?}; handles: baseline {baseline}, open {open}, after close {after}; RSS {rss_before} kB -> {} kB",
+        rss_kb(pid)
+    );
+    assert!(
+        after <= limit,
+        "after closing: {after} file handles (baseline {baseline}, limit {limit})"
+    );
 }

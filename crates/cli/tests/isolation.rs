@@ -28,25 +28,44 @@ fn sqlite(name: &str) -> String {
 
 /// The last JSON-RPC message of a POST in `session`.
 fn call(addr: SocketAddr, session: &str, id: Value, method: &str, params: Value) -> Value {
-    let response = post(addr, Some(session), &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    let response = post(
+        addr,
+        Some(session),
+        &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    );
     assert_eq!(response.status, 200, "{method}");
     response.messages().pop().unwrap().1
 }
 
 fn start_task(addr: SocketAddr, session: &str, id: u64, seconds: f64) -> String {
-    let params = json!({"name": "slow_compute", "arguments": {"seconds": seconds}, "task": {"ttl": 60_000}});
+    let params =
+        json!({"name": "slow_compute", "arguments": {"seconds": seconds}, "task": {"ttl": 60_000}});
     let created = call(addr, session, json!(id), "tools/call", params);
-    created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("a task: {created}")).to_owned()
+    created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned()
 }
 
 fn status(addr: SocketAddr, session: &str, task_id: &str) -> Value {
-    call(addr, session, json!(900), "tasks/get", json!({"taskId": task_id}))
+    call(
+        addr,
+        session,
+        json!(900),
+        "tasks/get",
+        json!({"taskId": task_id}),
+    )
 }
 
 fn listed(addr: SocketAddr, session: &str) -> Vec<String> {
     let list = call(addr, session, json!(901), "tasks/list", json!({}));
-    let tasks = list["result"]["tasks"].as_array().unwrap_or_else(|| panic!("a list: {list}"));
-    tasks.iter().map(|t| t["taskId"].as_str().unwrap().to_owned()).collect()
+    let tasks = list["result"]["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a list: {list}"));
+    tasks
+        .iter()
+        .map(|t| t["taskId"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// A task of session A, seen from session B (`b` may be another worker of the same store).
@@ -62,18 +81,47 @@ fn tasks_are_bound_to_their_session(a: SocketAddr, b: SocketAddr) {
     for task_id in [&finishing, &running] {
         for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
             let answer = call(b, &session_b, json!(10), method, json!({"taskId": task_id}));
-            assert_eq!(answer["error"], not_found, "{method} of another session's task: {answer}");
+            assert_eq!(
+                answer["error"], not_found,
+                "{method} of another session's task: {answer}"
+            );
             assert!(answer.get("result").is_none(), "{method}: {answer}");
         }
     }
-    assert!(listed(b, &session_b).is_empty(), "another session's tasks are not listed");
+    assert!(
+        listed(b, &session_b).is_empty(),
+        "another session's tasks are not listed"
+    );
     // B's cancel did nothing; A still has both tasks.
-    assert_eq!(status(a, &session_a, &running)["result"]["status"], "working");
+    assert_eq!(
+        status(a, &session_a, &running)["result"]["status"],
+        "working"
+    );
     let mine = listed(a, &session_a);
-    assert!(mine.contains(&finishing) && mine.contains(&running), "{mine:?}");
-    let result = call(a, &session_a, json!(20), "tasks/result", json!({"taskId": finishing}));
-    assert!(result["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("finished")), "{result}");
-    let cancelled = call(a, &session_a, json!(21), "tasks/cancel", json!({"taskId": running}));
+    assert!(
+        mine.contains(&finishing) && mine.contains(&running),
+        "{mine:?}"
+    );
+    let result = call(
+        a,
+        &session_a,
+        json!(20),
+        "tasks/result",
+        json!({"taskId": finishing}),
+    );
+    assert!(
+        result["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("finished")),
+        "{result}"
+    );
+    let cancelled = call(
+        a,
+        &session_a,
+        json!(21),
+        "tasks/cancel",
+        json!({"taskId": running}),
+    );
     assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
     // B's own tasks are B's: A does not see them either.
     let theirs = start_task(b, &session_b, 3, 0.0);
@@ -89,13 +137,17 @@ fn d13_legacy_tasks_are_bound_to_their_session() {
 
 #[test]
 fn d13_postgres_legacy_tasks_are_bound_to_their_session_across_workers() {
-    let Some((a, b)) = two_workers(Backend::Postgres, &[]) else { return };
+    let Some((a, b)) = two_workers(Backend::Postgres, &[]) else {
+        return;
+    };
     tasks_are_bound_to_their_session(a.addr, b.addr);
 }
 
 /// The stream an SSE event id names.
 fn stream_of(event_id: &str) -> &str {
-    event_id.split_once('_').map_or(event_id, |(stream, _)| stream)
+    event_id
+        .split_once('_')
+        .map_or(event_id, |(stream, _)| stream)
 }
 
 /// A `tools/call` with a string id of `len` bytes is answered, with that id; sent again,
@@ -112,7 +164,10 @@ fn long_request_id_is_served(addr: SocketAddr, len: usize) {
     let first = first.messages();
     let (event, outcome) = first.last().unwrap().clone();
     assert_eq!(outcome["id"], id, "the outcome carries the id");
-    assert!(outcome["result"]["content"].is_array(), "a {len}-byte id: {outcome}");
+    assert!(
+        outcome["result"]["content"].is_array(),
+        "a {len}-byte id: {outcome}"
+    );
     let again = post(addr, Some(&session), &body);
     let status = again.status;
     if status != 200 {
@@ -121,7 +176,11 @@ fn long_request_id_is_served(addr: SocketAddr, len: usize) {
     let again = again.messages();
     let (again_event, again_outcome) = again.last().unwrap().clone();
     assert_eq!(again_outcome, outcome, "one outcome (D6)");
-    assert_eq!(stream_of(&again_event), stream_of(&event), "the re-sent id attaches to the same run");
+    assert_eq!(
+        stream_of(&again_event),
+        stream_of(&event),
+        "the re-sent id attaches to the same run"
+    );
 }
 
 fn long_request_ids(store: &str) {
@@ -165,18 +224,39 @@ fn answers_and_resumes_are_bound_to_their_session(a: SocketAddr, b: SocketAddr) 
     let mut asked = post(a, Some(&session_a), &body);
     let (event, question) = loop {
         let (event, data) = asked.next_event().expect("the question");
-        let Ok(message) = serde_json::from_str::<Value>(&data) else { continue };
+        let Ok(message) = serde_json::from_str::<Value>(&data) else {
+            continue;
+        };
         if message["method"] == "elicitation/create" {
             break (event.expect("an event id"), message);
         }
     };
     let answer = |text: &str| json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"answer": text}}});
-    assert_eq!(post(b, Some(&session_b), &answer("from B")).status, 202, "dropped, as the protocol allows");
-    assert_eq!(resume(b, &session_b, &event).status, 404, "another session's stream is unknown");
+    assert_eq!(
+        post(b, Some(&session_b), &answer("from B")).status,
+        202,
+        "dropped, as the protocol allows"
+    );
+    assert_eq!(
+        resume(b, &session_b, &event).status,
+        404,
+        "another session's stream is unknown"
+    );
     assert_eq!(post(a, Some(&session_a), &answer("from A")).status, 202);
-    let outcome = asked.messages().into_iter().map(|(_, m)| m).find(|m| m["id"] == 1).expect("the outcome");
-    let text = outcome["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
-    assert!(text.contains("from A") && !text.contains("from B"), "{outcome}");
+    let outcome = asked
+        .messages()
+        .into_iter()
+        .map(|(_, m)| m)
+        .find(|m| m["id"] == 1)
+        .expect("the outcome");
+    let text = outcome["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        text.contains("from A") && !text.contains("from B"),
+        "{outcome}"
+    );
 }
 
 #[test]
@@ -187,6 +267,8 @@ fn d13_answers_and_resumes_are_bound_to_their_session() {
 
 #[test]
 fn d13_postgres_answers_and_resumes_are_bound_to_their_session_across_workers() {
-    let Some((a, b)) = two_workers(Backend::Postgres, &[]) else { return };
+    let Some((a, b)) = two_workers(Backend::Postgres, &[]) else {
+        return;
+    };
     answers_and_resumes_are_bound_to_their_session(a.addr, b.addr);
 }

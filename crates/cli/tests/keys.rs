@@ -29,17 +29,36 @@ fn sqlite(name: &str) -> String {
 }
 
 fn cli(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(args).output().expect("run durable-mcp");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
+        .args(args)
+        .output()
+        .expect("run durable-mcp");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
 /// Round 1 of the durable `ask` fixture: the question's key and the sealed state.
 fn ask_round1(addr: SocketAddr, question: &str) -> (String, String) {
-    let first = modern(addr, 1, "tools/call", json!({"name": "ask", "arguments": {"question": question}}), false);
+    let first = modern(
+        addr,
+        1,
+        "tools/call",
+        json!({"name": "ask", "arguments": {"question": question}}),
+        false,
+    );
     let result = &first["result"];
     assert_eq!(result["resultType"], "input_required", "{first}");
-    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let key = result["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
     (key, result["requestState"].as_str().unwrap().to_owned())
 }
 
@@ -57,9 +76,18 @@ fn ask_retry(addr: SocketAddr, question: &str, key: &str, state: &str, answer: &
 
 /// Round 1 of the example's multi-round flow: its sealed state.
 fn multi_round1(addr: SocketAddr) -> String {
-    let round1 = modern(addr, 10, "tools/call", json!({"name": MULTI_ROUND, "arguments": {}}), false);
+    let round1 = modern(
+        addr,
+        10,
+        "tools/call",
+        json!({"name": MULTI_ROUND, "arguments": {}}),
+        false,
+    );
     assert_eq!(round1["result"]["resultType"], "input_required", "{round1}");
-    round1["result"]["requestState"].as_str().unwrap().to_owned()
+    round1["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// Round 2 of the example's multi-round flow (the name answered with the state of round 1).
@@ -75,8 +103,14 @@ fn multi_round2(addr: SocketAddr, state: &str) -> Value {
 }
 
 fn assert_round2(round2: &Value) {
-    assert_eq!(round2["result"]["resultType"], "input_required", "the name was accepted, the colour is asked: {round2}");
-    assert!(round2["result"]["inputRequests"].get("step2").is_some(), "{round2}");
+    assert_eq!(
+        round2["result"]["resultType"], "input_required",
+        "the name was accepted, the colour is asked: {round2}"
+    );
+    assert!(
+        round2["result"]["inputRequests"].get("step2").is_some(),
+        "{round2}"
+    );
 }
 
 /// The states sealed on `a` are accepted on `b` (`a` and `b` may be the same address, the
@@ -86,7 +120,10 @@ fn states_from(a: SocketAddr) -> impl FnOnce(SocketAddr) {
     let handler_state = multi_round1(a);
     move |b| {
         let retry = ask_retry(b, "name?", &key, &state, "Ada");
-        assert_eq!(retry["result"]["content"][0]["text"], "Ada", "D9: the retry continues the run: {retry}");
+        assert_eq!(
+            retry["result"]["content"][0]["text"], "Ada",
+            "D9: the retry continues the run: {retry}"
+        );
         assert_round2(&multi_round2(b, &handler_state));
     }
 }
@@ -106,7 +143,9 @@ fn d9_input_required_retry_after_sigkill_and_restart_with_default_flags() {
 
 /// (b) Round 1 on worker A, the retry on worker B of the same shared store.
 fn retry_on_another_worker(backend: Backend) {
-    let Some((a, b)) = two_workers(backend, &[]) else { return };
+    let Some((a, b)) = two_workers(backend, &[]) else {
+        return;
+    };
     states_from(a.addr)(b.addr);
     // And the other way round.
     states_from(b.addr)(a.addr);
@@ -153,12 +192,26 @@ fn d12_rotation_keeps_old_states_open_and_refuses_dropped_keys() {
     let before = states_from(server.addr);
     let first_key = cli(&["keys", "list", "--store", &store]);
     assert_eq!(first_key.lines().count(), 1, "{first_key}");
-    assert!(!first_key.contains("secret"), "keys list never prints a secret: {first_key}");
+    assert!(
+        !first_key.contains("secret"),
+        "keys list never prints a secret: {first_key}"
+    );
 
-    let rotated = cli(&["keys", "rotate", "--store", &store, "--activate-in-secs", "0"]);
+    let rotated = cli(&[
+        "keys",
+        "rotate",
+        "--store",
+        &store,
+        "--activate-in-secs",
+        "0",
+    ]);
     assert!(rotated.contains("current"), "{rotated}");
     let listing = cli(&["keys", "list", "--store", &store]);
-    assert_eq!(listing.lines().count(), 2, "the old key is kept for opening: {listing}");
+    assert_eq!(
+        listing.lines().count(),
+        2,
+        "the old key is kept for opening: {listing}"
+    );
     // A restarted worker reads the ring as it is now (a running one within seconds).
     server.kill();
     let mut server = Server::start(&store, port, &[]);
@@ -166,15 +219,31 @@ fn d12_rotation_keeps_old_states_open_and_refuses_dropped_keys() {
     let (key, sealed_with_second) = ask_round1(server.addr, "colour?");
     let handler_state = multi_round1(server.addr);
 
-    cli(&["keys", "rotate", "--store", &store, "--activate-in-secs", "0", "--keep-old-secs", "0"]);
+    cli(&[
+        "keys",
+        "rotate",
+        "--store",
+        &store,
+        "--activate-in-secs",
+        "0",
+        "--keep-old-secs",
+        "0",
+    ]);
     let listing = cli(&["keys", "list", "--store", &store]);
-    assert_eq!(listing.lines().count(), 1, "the old keys are dropped: {listing}");
+    assert_eq!(
+        listing.lines().count(),
+        1,
+        "the old keys are dropped: {listing}"
+    );
     server.kill();
     let server = Server::start(&store, port, &[]);
     let refused = ask_retry(server.addr, "colour?", &key, &sealed_with_second, "red");
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
-    assert!(message.contains("invalid requestState") && message.contains("unknown key"), "{refused}");
+    assert!(
+        message.contains("invalid requestState") && message.contains("unknown key"),
+        "{refused}"
+    );
     let refused = multi_round2(server.addr, &handler_state);
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     // The worker itself goes on: a new round-trip works with the new key.
@@ -188,7 +257,10 @@ fn sealing_key_of(state: &str) -> String {
     let kid = token.split('.').nth(1).unwrap_or_default();
     // The ids are `k<n>`: decode the few base64url characters by hand.
     let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bits: Vec<u8> = kid.bytes().map(|c| alphabet.iter().position(|&a| a == c).unwrap() as u8).collect();
+    let bits: Vec<u8> = kid
+        .bytes()
+        .map(|c| alphabet.iter().position(|&a| a == c).unwrap() as u8)
+        .collect();
     let mut out = Vec::new();
     let (mut acc, mut n) = (0u32, 0);
     for b in bits {
@@ -211,7 +283,14 @@ fn d12_a_running_worker_takes_up_a_rotated_key() {
     let server = Server::start(&store, free_port(), &[]);
     let (key, before) = ask_round1(server.addr, "name?");
     assert_eq!(sealing_key_of(&before), "k1");
-    cli(&["keys", "rotate", "--store", &store, "--activate-in-secs", "0"]);
+    cli(&[
+        "keys",
+        "rotate",
+        "--store",
+        &store,
+        "--activate-in-secs",
+        "0",
+    ]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let state = multi_round1(server.addr);
@@ -219,9 +298,15 @@ fn d12_a_running_worker_takes_up_a_rotated_key() {
             assert_round2(&multi_round2(server.addr, &state));
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "still sealing with the old key: {state}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still sealing with the old key: {state}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
     let retry = ask_retry(server.addr, "name?", &key, &before, "Ada");
-    assert_eq!(retry["result"]["content"][0]["text"], "Ada", "sealed before the rotation, opened after: {retry}");
+    assert_eq!(
+        retry["result"]["content"][0]["text"], "Ada",
+        "sealed before the rotation, opened after: {retry}"
+    );
 }

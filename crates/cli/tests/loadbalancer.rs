@@ -27,9 +27,15 @@ fn session_hops_across_three_workers(backend: Backend) {
         return;
     }
     let store = backend.store_url(None);
-    let mut workers: Vec<Server> = (0..3).map(|_| Server::start(&store, free_port(), &[])).collect();
+    let mut workers: Vec<Server> = (0..3)
+        .map(|_| Server::start(&store, free_port(), &[]))
+        .collect();
     let dir = temp_dir("nginx");
-    let lb = Nginx::start(&dir, format!("127.0.0.1:{}", free_port()).parse().unwrap(), &workers.iter().map(|w| w.addr).collect::<Vec<_>>());
+    let lb = Nginx::start(
+        &dir,
+        format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+        &workers.iter().map(|w| w.addr).collect::<Vec<_>>(),
+    );
 
     // initialize and calls through the balancer: consecutive requests land on different
     // workers (round-robin), none of which holds the session in memory.
@@ -41,17 +47,33 @@ fn session_hops_across_three_workers(backend: Backend) {
     }
     // Every worker serves the session directly too.
     for w in &workers {
-        let msgs = post(w.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})).messages();
+        let msgs = post(
+            w.addr,
+            Some(&session),
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
+        )
+        .messages();
         assert!(msgs.last().unwrap().1["result"]["tools"].is_array());
     }
 
     // The GET stream on one worker receives what a call on another causes.
-    let mut get = request(workers[2].addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None);
+    let mut get = request(
+        workers[2].addr,
+        "GET",
+        &[
+            ("accept", "text/event-stream"),
+            ("mcp-session-id", &session),
+        ],
+        None,
+    );
     let _ = get.next_event();
     let change = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "test_trigger_tool_change", "arguments": {}}});
     let _ = post(workers[0].addr, Some(&session), &change).messages();
     let (_, data) = get.next_event().expect("live message");
-    assert_eq!(serde_json::from_str::<Value>(&data).unwrap()["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        serde_json::from_str::<Value>(&data).unwrap()["method"],
+        "notifications/tools/list_changed"
+    );
     drop(get);
 
     // A call on worker 1, which is killed with SIGKILL while the call runs; the client
@@ -68,7 +90,15 @@ fn session_hops_across_three_workers(backend: Backend) {
     let deleted = request(lb.addr, "DELETE", &[("mcp-session-id", &session)], None);
     assert_eq!(deleted.status, 200);
     for w in [&workers[0], &workers[2]] {
-        assert_eq!(post(w.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).status, 404);
+        assert_eq!(
+            post(
+                w.addr,
+                Some(&session),
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            )
+            .status,
+            404
+        );
     }
 }
 
@@ -88,15 +118,27 @@ fn redis_session_hops_across_three_workers_behind_nginx() {
 #[test]
 fn nginx_config_matches_the_docs() {
     let docs = include_str!("../../../docs/deployment.md");
-    let start = docs.find("```nginx").expect("docs/deployment.md has an nginx block");
+    let start = docs
+        .find("```nginx")
+        .expect("docs/deployment.md has an nginx block");
     let block = &docs[start..];
     let block = &block[..block[3..].find("```").expect("the nginx block ends") + 3];
     let worker: std::net::SocketAddr = "127.0.0.1:8081".parse().unwrap();
-    let tested = nginx::config(std::path::Path::new("/tmp/nginx"), "127.0.0.1:8080".parse().unwrap(), &[worker]);
+    let tested = nginx::config(
+        std::path::Path::new("/tmp/nginx"),
+        "127.0.0.1:8080".parse().unwrap(),
+        &[worker],
+    );
     for opening in ["upstream mcp {", "location /mcp {"] {
         let documented = nginx::block_directives(block, opening);
         let tested = nginx::block_directives(&tested, opening);
-        assert!(!tested.is_empty(), "scripts/nginx.conf.template has no `{opening}` block");
-        assert_eq!(documented, tested, "`{opening}` in docs/deployment.md differs from scripts/nginx.conf.template");
+        assert!(
+            !tested.is_empty(),
+            "scripts/nginx.conf.template has no `{opening}` block"
+        );
+        assert_eq!(
+            documented, tested,
+            "`{opening}` in docs/deployment.md differs from scripts/nginx.conf.template"
+        );
     }
 }

@@ -17,7 +17,10 @@ use support::scrape::*;
 use support::*;
 
 /// The bucket bounds of the MCP semantic conventions, as the exposition writes them.
-const MCP_BUCKETS: [&str; 15] = ["0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1", "2", "5", "10", "30", "60", "120", "300", "+Inf"];
+const MCP_BUCKETS: [&str; 15] = [
+    "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1", "2", "5", "10", "30", "60", "120", "300",
+    "+Inf",
+];
 
 /// Start a server with metrics on; returns it and the metrics address, once it answers.
 fn start(store: &str, port: u16, extra: &[&str]) -> (Server, SocketAddr) {
@@ -52,8 +55,18 @@ fn a_scrape_after_known_traffic_has_exact_counts_and_buckets() {
 
     let session = initialize(addr);
     let scraped = scrape(metrics);
-    assert_eq!(scraped.value("durable_mcp_sessions_live", &[]), 1.0, "initialize opened one session");
-    assert_eq!(scraped.value(&format!("{OPERATION}_count"), &[("mcp_method_name", "initialize")]), 1.0);
+    assert_eq!(
+        scraped.value("durable_mcp_sessions_live", &[]),
+        1.0,
+        "initialize opened one session"
+    );
+    assert_eq!(
+        scraped.value(
+            &format!("{OPERATION}_count"),
+            &[("mcp_method_name", "initialize")]
+        ),
+        1.0
+    );
 
     let mut resume_from = None;
     for id in 1..=N {
@@ -71,7 +84,11 @@ fn a_scrape_after_known_traffic_has_exact_counts_and_buckets() {
         }
     }
     let resumed = resume(addr, &session, &resume_from.unwrap()).messages();
-    assert_eq!(resumed.len(), 1, "the rest of the stream: its outcome: {resumed:?}");
+    assert_eq!(
+        resumed.len(),
+        1,
+        "the rest of the stream: its outcome: {resumed:?}"
+    );
     assert_eq!(resumed[0].1["id"], json!(N));
     let failed = post(addr, Some(&session), &call(100, "test_error_handling")).messages();
     assert_eq!(failed.last().unwrap().1["result"]["isError"], json!(true));
@@ -83,53 +100,160 @@ fn a_scrape_after_known_traffic_has_exact_counts_and_buckets() {
     let task_call = json!({"jsonrpc": "2.0", "id": 200, "method": "tools/call", "params": {
         "name": "steps", "arguments": {"count": 1, "step_ms": 10}, "task": {}}});
     let created = post(addr, Some(&session), &task_call).messages();
-    let task_id = created.last().unwrap().1["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let task_id = created.last().unwrap().1["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let tasks = "durable_mcp_tasks_transitions_total";
-    let scraped = scrape_until(metrics, "the task to complete", |s| s.exact(tasks, &[("status", "completed")]) == Some(1.0));
-    assert_eq!(scraped.value(tasks, &[("status", "working")]), 1.0, "task {task_id} was created working");
-    assert_eq!(scraped.value(&format!("{OPERATION}_count"), &[("mcp_method_name", "tools/call"), ("gen_ai_tool_name", "steps")]), 1.0);
+    let scraped = scrape_until(metrics, "the task to complete", |s| {
+        s.exact(tasks, &[("status", "completed")]) == Some(1.0)
+    });
+    assert_eq!(
+        scraped.value(tasks, &[("status", "working")]),
+        1.0,
+        "task {task_id} was created working"
+    );
+    assert_eq!(
+        scraped.value(
+            &format!("{OPERATION}_count"),
+            &[
+                ("mcp_method_name", "tools/call"),
+                ("gen_ai_tool_name", "steps")
+            ]
+        ),
+        1.0
+    );
 
     let delete = request(addr, "DELETE", &[("mcp-session-id", &session)], None);
     assert_eq!(delete.status, 200);
 
-    let scraped = scrape_until(metrics, "the SSE streams to close", |s| s.exact("durable_mcp_sse_streams_open", &[]) == Some(0.0));
-    let tool = [("mcp_method_name", "tools/call"), ("gen_ai_tool_name", "test_simple_text")];
-    assert_eq!(scraped.value(&format!("{OPERATION}_count"), &tool), N as f64, "one operation per call");
+    let scraped = scrape_until(metrics, "the SSE streams to close", |s| {
+        s.exact("durable_mcp_sse_streams_open", &[]) == Some(0.0)
+    });
+    let tool = [
+        ("mcp_method_name", "tools/call"),
+        ("gen_ai_tool_name", "test_simple_text"),
+    ];
+    assert_eq!(
+        scraped.value(&format!("{OPERATION}_count"), &tool),
+        N as f64,
+        "one operation per call"
+    );
     let buckets = scraped.buckets(OPERATION, &tool);
     let bounds: Vec<&str> = buckets.iter().map(|(le, _)| le.as_str()).collect();
     assert_eq!(bounds, MCP_BUCKETS, "the semantic conventions' buckets");
-    assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "cumulative buckets: {buckets:?}");
-    assert_eq!(buckets.iter().find(|(le, _)| le == "300").unwrap().1, N as f64, "every call took under 300 s");
+    assert!(
+        buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+        "cumulative buckets: {buckets:?}"
+    );
+    assert_eq!(
+        buckets.iter().find(|(le, _)| le == "300").unwrap().1,
+        N as f64,
+        "every call took under 300 s"
+    );
     assert_eq!(buckets.last().unwrap().1, N as f64, "+Inf holds every call");
     assert!(scraped.value(&format!("{OPERATION}_sum"), &tool) > 0.0);
 
-    let failing = [("mcp_method_name", "tools/call"), ("gen_ai_tool_name", "test_error_handling"), ("error_type", "tool_error")];
-    assert_eq!(scraped.value(&format!("{OPERATION}_count"), &failing), 1.0, "the failing call carries error_type");
+    let failing = [
+        ("mcp_method_name", "tools/call"),
+        ("gen_ai_tool_name", "test_error_handling"),
+        ("error_type", "tool_error"),
+    ];
     assert_eq!(
-        scraped.exact(&format!("{OPERATION}_count"), &[("mcp_method_name", "tools/call"), ("gen_ai_tool_name", "test_error_handling")]),
+        scraped.value(&format!("{OPERATION}_count"), &failing),
+        1.0,
+        "the failing call carries error_type"
+    );
+    assert_eq!(
+        scraped.exact(
+            &format!("{OPERATION}_count"),
+            &[
+                ("mcp_method_name", "tools/call"),
+                ("gen_ai_tool_name", "test_error_handling")
+            ]
+        ),
         None,
         "and is not counted as a success"
     );
 
-    let unknown = [("mcp_method_name", "tools/call"), ("gen_ai_tool_name", "_OTHER"), ("error_type", "-32602")];
-    assert_eq!(scraped.value(&format!("{OPERATION}_count"), &unknown), 1.0, "an unknown tool's name mints no series");
+    let unknown = [
+        ("mcp_method_name", "tools/call"),
+        ("gen_ai_tool_name", "_OTHER"),
+        ("error_type", "-32602"),
+    ];
+    assert_eq!(
+        scraped.value(&format!("{OPERATION}_count"), &unknown),
+        1.0,
+        "an unknown tool's name mints no series"
+    );
     assert!(!scraped.1.contains("no_such_tool"));
 
-    assert_eq!(scraped.value("durable_mcp_sessions_live", &[]), 0.0, "DELETE ended the session");
-    assert_eq!(scraped.value("mcp_server_session_duration_seconds_count", &[]), 1.0);
-    assert_eq!(scraped.buckets("mcp_server_session_duration_seconds", &[]).len(), MCP_BUCKETS.len());
-    assert_eq!(scraped.value("durable_mcp_requests_in_flight", &[]), 0.0, "every run ended");
-    assert_eq!(scraped.value("durable_mcp_sse_replays_total", &[("stream", "request")]), 1.0);
-    assert_eq!(scraped.value("durable_mcp_sse_replayed_events_total", &[]), 1.0, "the resume carried the outcome only");
+    assert_eq!(
+        scraped.value("durable_mcp_sessions_live", &[]),
+        0.0,
+        "DELETE ended the session"
+    );
+    assert_eq!(
+        scraped.value("mcp_server_session_duration_seconds_count", &[]),
+        1.0
+    );
+    assert_eq!(
+        scraped
+            .buckets("mcp_server_session_duration_seconds", &[])
+            .len(),
+        MCP_BUCKETS.len()
+    );
+    assert_eq!(
+        scraped.value("durable_mcp_requests_in_flight", &[]),
+        0.0,
+        "every run ended"
+    );
+    assert_eq!(
+        scraped.value("durable_mcp_sse_replays_total", &[("stream", "request")]),
+        1.0
+    );
+    assert_eq!(
+        scraped.value("durable_mcp_sse_replayed_events_total", &[]),
+        1.0,
+        "the resume carried the outcome only"
+    );
 
     let commit = [("backend", "sqlite"), ("operation", "commit")];
-    let commits = scraped.value("durable_mcp_store_operation_duration_seconds_count", &commit);
-    assert!(commits >= (N + 1) as f64, "every call commits at least once: {commits}");
-    assert!(scraped.value("durable_mcp_store_operation_duration_seconds_count", &[("backend", "sqlite"), ("operation", "create_session")]) >= 1.0);
-    assert_eq!(scraped.value("durable_mcp_store_commits_total", &[("backend", "sqlite")]), commits, "every timed commit succeeded");
-    assert_eq!(scraped.value("durable_mcp_store_batch_ops_count", &[("backend", "sqlite")]), commits, "one batch size per commit");
-    assert!(scraped.value("durable_mcp_store_batch_ops_sum", &[("backend", "sqlite")]) >= commits, "at least one op per batch");
-    assert!(!scraped.names().iter().any(|n| n.contains('.')), "dots become underscores");
+    let commits = scraped.value(
+        "durable_mcp_store_operation_duration_seconds_count",
+        &commit,
+    );
+    assert!(
+        commits >= (N + 1) as f64,
+        "every call commits at least once: {commits}"
+    );
+    assert!(
+        scraped.value(
+            "durable_mcp_store_operation_duration_seconds_count",
+            &[("backend", "sqlite"), ("operation", "create_session")]
+        ) >= 1.0
+    );
+    assert_eq!(
+        scraped.value("durable_mcp_store_commits_total", &[("backend", "sqlite")]),
+        commits,
+        "every timed commit succeeded"
+    );
+    assert_eq!(
+        scraped.value(
+            "durable_mcp_store_batch_ops_count",
+            &[("backend", "sqlite")]
+        ),
+        commits,
+        "one batch size per commit"
+    );
+    assert!(
+        scraped.value("durable_mcp_store_batch_ops_sum", &[("backend", "sqlite")]) >= commits,
+        "at least one op per batch"
+    );
+    assert!(
+        !scraped.names().iter().any(|n| n.contains('.')),
+        "dots become underscores"
+    );
 }
 
 /// Without `--metrics-listen` nothing serves `/metrics`: not the MCP listener either.
@@ -142,9 +266,22 @@ fn metrics_are_absent_unless_configured() {
     let response = request_at(server.addr, "GET", "/metrics", &[], None);
     assert_eq!(response.status, 404, "no metrics on the MCP listener");
     // With the flag, the MCP listener still does not serve them (only their own address).
-    let (on, metrics) = start(&format!("sqlite:{}", dir.join("on.db").display()), free_port(), &[]);
-    assert_eq!(request_at(on.addr, "GET", "/metrics", &[], None).status, 404);
-    assert_eq!(scrape(metrics).exact("durable_mcp_sessions_live", &[]).unwrap_or(0.0), 0.0, "no session yet");
+    let (on, metrics) = start(
+        &format!("sqlite:{}", dir.join("on.db").display()),
+        free_port(),
+        &[],
+    );
+    assert_eq!(
+        request_at(on.addr, "GET", "/metrics", &[], None).status,
+        404
+    );
+    assert_eq!(
+        scrape(metrics)
+            .exact("durable_mcp_sessions_live", &[])
+            .unwrap_or(0.0),
+        0.0,
+        "no session yet"
+    );
 }
 
 /// A worker killed mid-run and restarted on the same SQLite file takes its own run over
@@ -165,18 +302,39 @@ fn a_crash_recovered_run_is_counted() {
     let (priming, _) = response.next_event().expect("priming event");
     drop(response);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(&ledger).unwrap_or_default().is_empty() {
+    while std::fs::read_to_string(&ledger)
+        .unwrap_or_default()
+        .is_empty()
+    {
         assert!(Instant::now() < deadline, "step 1 never ran");
         std::thread::sleep(Duration::from_millis(10));
     }
     first.kill();
     let (second, metrics) = start(&store, port, &lease);
-    let rest = resume(second.addr, &session, &priming.unwrap()).within(RECOVERY_WITHIN).messages();
-    assert_eq!(rest.last().unwrap().1["result"]["structuredContent"]["steps"], json!([1, 2, 3]), "{rest:?}");
+    let rest = resume(second.addr, &session, &priming.unwrap())
+        .within(RECOVERY_WITHIN)
+        .messages();
+    assert_eq!(
+        rest.last().unwrap().1["result"]["structuredContent"]["steps"],
+        json!([1, 2, 3]),
+        "{rest:?}"
+    );
     let scraped = scrape(metrics);
-    assert_eq!(scraped.value("durable_mcp_journal_takeovers_total", &[("from", "own")]), 1.0);
-    assert_eq!(scraped.value("durable_mcp_journal_recoveries_total", &[("kind", "rerun")]), 1.0);
-    assert_eq!(scraped.exact("durable_mcp_journal_takeovers_total", &[("from", "expired")]), None);
+    assert_eq!(
+        scraped.value("durable_mcp_journal_takeovers_total", &[("from", "own")]),
+        1.0
+    );
+    assert_eq!(
+        scraped.value("durable_mcp_journal_recoveries_total", &[("kind", "rerun")]),
+        1.0
+    );
+    assert_eq!(
+        scraped.exact(
+            "durable_mcp_journal_takeovers_total",
+            &[("from", "expired")]
+        ),
+        None
+    );
 }
 
 /// Any durable handler's question answered from the journal is counted (not only the
@@ -192,23 +350,58 @@ fn a_durable_handlers_answer_taken_from_the_journal_is_counted() {
     let round = |id: u64, responses: Option<(&str, &str, &str)>| {
         let mut params = json!({"name": "multi_input", "arguments": {}});
         if let Some((key, answer, state)) = responses {
-            params["inputResponses"] = json!({key: {"action": "accept", "content": {"name": answer}}});
+            params["inputResponses"] =
+                json!({key: {"action": "accept", "content": {"name": answer}}});
             params["requestState"] = json!(state);
         }
         modern(server.addr, id, "tools/call", params, false)
     };
     let first = round(1, None);
     assert_eq!(first["result"]["resultType"], "input_required", "{first}");
-    let mut keys: Vec<String> = first["result"]["inputRequests"].as_object().unwrap().keys().cloned().collect();
+    let mut keys: Vec<String> = first["result"]["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
     keys.sort();
     assert_eq!(keys.len(), 2, "{first}");
-    let second = round(2, Some((&keys[0], "A", first["result"]["requestState"].as_str().unwrap())));
-    assert_eq!(second["result"]["resultType"], "input_required", "the second question is still open: {second}");
-    assert_eq!(scrape(metrics).exact(REUSED, &[("method", "elicitation/create")]), None, "nothing taken from the journal yet");
-    let third = round(3, Some((&keys[1], "B", second["result"]["requestState"].as_str().unwrap())));
-    assert_eq!(third["result"]["content"][0]["text"], "multi_input: a=A, b=B", "{third}");
+    let second = round(
+        2,
+        Some((
+            &keys[0],
+            "A",
+            first["result"]["requestState"].as_str().unwrap(),
+        )),
+    );
+    assert_eq!(
+        second["result"]["resultType"], "input_required",
+        "the second question is still open: {second}"
+    );
+    assert_eq!(
+        scrape(metrics).exact(REUSED, &[("method", "elicitation/create")]),
+        None,
+        "nothing taken from the journal yet"
+    );
+    let third = round(
+        3,
+        Some((
+            &keys[1],
+            "B",
+            second["result"]["requestState"].as_str().unwrap(),
+        )),
+    );
+    assert_eq!(
+        third["result"]["content"][0]["text"], "multi_input: a=A, b=B",
+        "{third}"
+    );
     let scraped = scrape(metrics);
-    assert_eq!(scraped.value(REUSED, &[("method", "elicitation/create")]), 1.0, "the first answer, from the journal: {}", scraped.1);
+    assert_eq!(
+        scraped.value(REUSED, &[("method", "elicitation/create")]),
+        1.0,
+        "the first answer, from the journal: {}",
+        scraped.1
+    );
 }
 
 /// With API keys and an endpoint scope (`--auth-scopes mcp`): requests without
@@ -219,13 +412,29 @@ fn a_durable_handlers_answer_taken_from_the_journal_is_counted() {
 fn auth_refusals_are_counted_by_reason_and_accepted_credentials_by_method() {
     let dir = temp_dir("metrics-auth");
     let keys = dir.join("keys");
-    std::fs::write(&keys, "alice k-alice-0123456789 mcp\nbob k-bob-9876543210\n").unwrap();
-    let (server, metrics) = start("memory:", free_port(), &["--auth-api-keys", keys.to_str().unwrap(), "--auth-scopes", "mcp"]);
+    std::fs::write(
+        &keys,
+        "alice k-alice-0123456789 mcp\nbob k-bob-9876543210\n",
+    )
+    .unwrap();
+    let (server, metrics) = start(
+        "memory:",
+        free_port(),
+        &[
+            "--auth-api-keys",
+            keys.to_str().unwrap(),
+            "--auth-scopes",
+            "mcp",
+        ],
+    );
     let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "metrics-test", "version": "1"}}})
     .to_string();
     let post_with = |authorization: Option<&str>| {
-        let mut headers = vec![("accept", "application/json, text/event-stream"), ("content-type", "application/json")];
+        let mut headers = vec![
+            ("accept", "application/json, text/event-stream"),
+            ("content-type", "application/json"),
+        ];
         if let Some(value) = authorization {
             headers.push(("authorization", value));
         }
@@ -238,7 +447,11 @@ fn auth_refusals_are_counted_by_reason_and_accepted_credentials_by_method() {
     assert_eq!(post_with(Some("Bearer k-nobody")), 401);
     assert_eq!(post_with(Some("Bearer k-alice-0123456789x")), 401);
     assert_eq!(post_with(Some("Bearer a b")), 400);
-    assert_eq!(post_with(Some("Bearer k-bob-9876543210")), 403, "bob's key lacks the endpoint's scope");
+    assert_eq!(
+        post_with(Some("Bearer k-bob-9876543210")),
+        403,
+        "bob's key lacks the endpoint's scope"
+    );
     assert_eq!(post_with(Some("Bearer k-alice-0123456789")), 200);
     assert_eq!(post_with(Some("Bearer k-alice-0123456789")), 200);
 
@@ -247,13 +460,36 @@ fn auth_refusals_are_counted_by_reason_and_accepted_credentials_by_method() {
     assert_eq!(scraped.value(refused, &[("reason", "missing")]), 1.0);
     assert_eq!(scraped.value(refused, &[("reason", "invalid_token")]), 2.0);
     assert_eq!(scraped.value(refused, &[("reason", "malformed")]), 1.0);
-    assert_eq!(scraped.value(refused, &[("reason", "insufficient_scope")]), 1.0);
+    assert_eq!(
+        scraped.value(refused, &[("reason", "insufficient_scope")]),
+        1.0
+    );
     for reason in ["expired", "unavailable"] {
-        assert_eq!(scraped.exact(refused, &[("reason", reason)]), None, "no {reason} refusal happened");
+        assert_eq!(
+            scraped.exact(refused, &[("reason", reason)]),
+            None,
+            "no {reason} refusal happened"
+        );
     }
-    assert_eq!(scraped.value("durable_mcp_auth_authenticated_total", &[("method", "api_key")]), 2.0);
-    assert_eq!(scraped.exact("durable_mcp_auth_fetch_failures_total", &[("endpoint", "jwks")]), None, "no authorization server here");
+    assert_eq!(
+        scraped.value(
+            "durable_mcp_auth_authenticated_total",
+            &[("method", "api_key")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        scraped.exact(
+            "durable_mcp_auth_fetch_failures_total",
+            &[("endpoint", "jwks")]
+        ),
+        None,
+        "no authorization server here"
+    );
     for secret in ["k-alice", "k-bob", "k-nobody", "key:alice"] {
-        assert!(!scraped.1.contains(secret), "no credential or principal in the exposition: {secret}");
+        assert!(
+            !scraped.1.contains(secret),
+            "no credential or principal in the exposition: {secret}"
+        );
     }
 }

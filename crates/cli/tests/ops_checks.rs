@@ -20,13 +20,20 @@ fn sqlite(dir: &std::path::Path, query: &str) -> String {
 }
 
 fn cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(args).env("RUST_LOG", "warn").output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
 }
 
 fn get(addr: std::net::SocketAddr, path: &str) -> (u16, Value) {
     let response = request_at(addr, "GET", path, &[], None);
     let status = response.status;
-    (status, serde_json::from_str(&response.body()).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_str(&response.body()).unwrap_or(Value::Null),
+    )
 }
 
 /// `doctor --json` for these arguments: (its exit status was success, the checks by name).
@@ -34,7 +41,8 @@ fn doctor(args: &[&str]) -> (bool, Value) {
     let mut all = vec!["doctor", "--json"];
     all.extend_from_slice(args);
     let out = cli(&all);
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let mut checks = serde_json::Map::new();
     for check in report["checks"].as_array().unwrap() {
         checks.insert(check["check"].as_str().unwrap().to_owned(), check.clone());
@@ -51,7 +59,10 @@ fn healthz_and_readyz_on_a_healthy_sqlite_worker() {
     let (status, ready) = get(server.addr, "/readyz");
     assert_eq!(status, 200, "{ready}");
     assert_eq!(ready["checks"]["store"]["ok"], true, "{ready}");
-    assert_eq!(ready["checks"]["schema"]["found"], ready["checks"]["schema"]["expected"], "{ready}");
+    assert_eq!(
+        ready["checks"]["schema"]["found"], ready["checks"]["schema"]["expected"],
+        "{ready}"
+    );
     assert_eq!(ready["checks"]["not_draining"]["ok"], true, "{ready}");
 }
 
@@ -64,7 +75,10 @@ fn readyz_is_503_while_the_schema_is_not_current() {
     let (_, ready) = get(server.addr, "/readyz");
     let current = ready["checks"]["schema"]["expected"].as_i64().unwrap();
     let set_version = |version: i64| {
-        let out = Command::new("sqlite3").arg(dir.join("store.db")).arg(format!("PRAGMA user_version = {version}")).output();
+        let out = Command::new("sqlite3")
+            .arg(dir.join("store.db"))
+            .arg(format!("PRAGMA user_version = {version}"))
+            .output();
         match out {
             Ok(out) if out.status.success() => true,
             Ok(out) => panic!("sqlite3: {}", String::from_utf8_lossy(&out.stderr)),
@@ -80,7 +94,14 @@ fn readyz_is_503_while_the_schema_is_not_current() {
     }
     let (status, ready) = get(server.addr, "/readyz");
     assert_eq!(status, 503, "{ready}");
-    assert_eq!((ready["checks"]["schema"]["ok"].clone(), ready["checks"]["schema"]["found"].clone()), (json!(false), json!(current + 1)), "{ready}");
+    assert_eq!(
+        (
+            ready["checks"]["schema"]["ok"].clone(),
+            ready["checks"]["schema"]["found"].clone()
+        ),
+        (json!(false), json!(current + 1)),
+        "{ready}"
+    );
     set_version(current);
     assert_eq!(get(server.addr, "/readyz").0, 200);
 }
@@ -95,12 +116,18 @@ fn readyz_is_503_while_the_worker_drains() {
     // says it has started reading the body: the request is in flight before the SIGTERM.
     let mut slow = TcpStream::connect(server.addr).unwrap();
     write!(slow, "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nexpect: 100-continue\r\ncontent-length: 500\r\n\r\n").unwrap();
-    slow.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let mut continued = String::new();
-    std::io::BufReader::new(&slow).read_line(&mut continued).unwrap();
+    std::io::BufReader::new(&slow)
+        .read_line(&mut continued)
+        .unwrap();
     assert!(continued.starts_with("HTTP/1.1 100"), "{continued:?}");
     write!(slow, "{{").unwrap();
-    let term = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    let term = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(term.success());
     let deadline = Instant::now() + Duration::from_secs(10);
     let ready = loop {
@@ -108,16 +135,29 @@ fn readyz_is_503_while_the_worker_drains() {
         if status == 503 {
             break ready;
         }
-        assert!(Instant::now() < deadline, "readyz stayed {status} after SIGTERM: {ready}");
+        assert!(
+            Instant::now() < deadline,
+            "readyz stayed {status} after SIGTERM: {ready}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(ready["checks"]["not_draining"]["ok"], false, "{ready}");
-    assert_eq!(get(server.addr, "/healthz").0, 200, "the process is still up");
-    assert!(server.child.try_wait().unwrap().is_none(), "still draining its request");
+    assert_eq!(
+        get(server.addr, "/healthz").0,
+        200,
+        "the process is still up"
+    );
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "still draining its request"
+    );
     drop(slow);
     let deadline = Instant::now() + Duration::from_secs(30);
     while server.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the worker did not exit after its last request");
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not exit after its last request"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -136,17 +176,33 @@ fn readyz_is_503_while_the_store_is_unreachable() {
         proxy.cut();
         let (status, ready) = get(server.addr, "/readyz");
         assert_eq!(status, 503, "{backend:?}: {ready}");
-        assert_eq!(ready["checks"]["store"]["ok"], false, "{backend:?}: {ready}");
-        assert_eq!(get(server.addr, "/healthz").0, 200, "{backend:?}: the process is up");
+        assert_eq!(
+            ready["checks"]["store"]["ok"], false,
+            "{backend:?}: {ready}"
+        );
+        assert_eq!(
+            get(server.addr, "/healthz").0,
+            200,
+            "{backend:?}: the process is up"
+        );
         proxy.hang();
         let started = Instant::now();
         let (status, ready) = get(server.addr, "/readyz");
-        assert_eq!(status, 503, "{backend:?}: a store that does not answer: {ready}");
-        assert!(started.elapsed() < Duration::from_secs(10), "{backend:?}: readyz answers within its timeout");
+        assert_eq!(
+            status, 503,
+            "{backend:?}: a store that does not answer: {ready}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{backend:?}: readyz answers within its timeout"
+        );
         proxy.restore();
         let deadline = Instant::now() + Duration::from_secs(30);
         while get(server.addr, "/readyz").0 != 200 {
-            assert!(Instant::now() < deadline, "{backend:?}: ready again once the store answers");
+            assert!(
+                Instant::now() < deadline,
+                "{backend:?}: ready again once the store answers"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -169,14 +225,35 @@ fn sessions_end_is_a_delete_on_every_backend() {
         let list = String::from_utf8(cli(&["sessions", "list", "--store", &store]).stdout).unwrap();
         assert!(list.contains(&session), "{store}: {list}");
         let out = cli(&["sessions", "show", "--store", &store, &session, "--json"]);
-        let shown: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let shown: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
         assert_eq!(shown["session"]["id"], session.as_str());
-        assert!(shown["streams"].as_array().unwrap().iter().any(|s| s["id"] == shown["session"]["standalone_stream"]), "{shown}");
+        assert!(
+            shown["streams"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["id"] == shown["session"]["standalone_stream"]),
+            "{shown}"
+        );
         let ended = cli(&["sessions", "end", "--store", &store, &session]);
-        assert!(ended.status.success(), "{store}: {}", String::from_utf8_lossy(&ended.stderr));
+        assert!(
+            ended.status.success(),
+            "{store}: {}",
+            String::from_utf8_lossy(&ended.stderr)
+        );
         let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
-        assert_eq!(post(server.addr, Some(&session), &ping).status, 404, "{store}: the ended session is gone");
-        assert!(!cli(&["sessions", "end", "--store", &store, &session]).status.success(), "{store}: ending it twice fails");
+        assert_eq!(
+            post(server.addr, Some(&session), &ping).status,
+            404,
+            "{store}: the ended session is gone"
+        );
+        assert!(
+            !cli(&["sessions", "end", "--store", &store, &session])
+                .status
+                .success(),
+            "{store}: ending it twice fails"
+        );
     }
 }
 
@@ -186,7 +263,13 @@ fn doctor_flags_sqlite_synchronous_off() {
     let (ok, checks) = doctor(&["--store", &sqlite(&dir, "?synchronous=off")]);
     assert!(!ok);
     assert_eq!(checks["setting synchronous"]["status"], "warn", "{checks}");
-    assert!(checks["setting synchronous"]["fix"].as_str().unwrap().contains("synchronous=off"), "{checks}");
+    assert!(
+        checks["setting synchronous"]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("synchronous=off"),
+        "{checks}"
+    );
 }
 
 #[test]
@@ -204,9 +287,25 @@ fn doctor_flags_no_shared_request_state_key() {
     let store = sqlite(&dir, "");
     let (ok, checks) = doctor(&["--store", &store]);
     assert!(!ok);
-    assert_eq!(checks["requestState key"]["status"], "warn", "no key ring yet: {checks}");
-    assert!(checks["requestState key"]["fix"].as_str().unwrap().contains("keys rotate"), "{checks}");
-    run(&["keys", "rotate", "--store", &store, "--activate-in-secs", "0"]);
+    assert_eq!(
+        checks["requestState key"]["status"], "warn",
+        "no key ring yet: {checks}"
+    );
+    assert!(
+        checks["requestState key"]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("keys rotate"),
+        "{checks}"
+    );
+    run(&[
+        "keys",
+        "rotate",
+        "--store",
+        &store,
+        "--activate-in-secs",
+        "0",
+    ]);
     let (_, checks) = doctor(&["--store", &store]);
     assert_eq!(checks["requestState key"]["status"], "ok", "{checks}");
 }
@@ -217,19 +316,37 @@ fn doctor_flags_no_shared_request_state_key() {
 fn doctor_passes_a_sqlite_store_with_full_sync_and_a_key_ring() {
     let dir = temp_dir("ops-doc-full");
     let store = sqlite(&dir, "");
-    run(&["keys", "rotate", "--store", &store, "--activate-in-secs", "0"]);
+    run(&[
+        "keys",
+        "rotate",
+        "--store",
+        &store,
+        "--activate-in-secs",
+        "0",
+    ]);
     let (ok, checks) = doctor(&["--store", &store]);
     assert!(ok, "{checks}");
-    assert_eq!(checks["setting synchronous"]["detail"], "synchronous = FULL");
+    assert_eq!(
+        checks["setting synchronous"]["detail"],
+        "synchronous = FULL"
+    );
     assert_eq!(checks["requestState key"]["status"], "ok");
 }
 
 #[test]
 fn doctor_flags_a_memory_store() {
-    let (ok, checks) = doctor(&["--store", "memory:", "--state-key", "0123456789abcdef0123456789abcdef"]);
+    let (ok, checks) = doctor(&[
+        "--store",
+        "memory:",
+        "--state-key",
+        "0123456789abcdef0123456789abcdef",
+    ]);
     assert!(!ok);
     assert_eq!(checks["setting backend"]["status"], "warn", "{checks}");
-    assert_eq!(checks["requestState key"]["status"], "ok", "a fixed key: {checks}");
+    assert_eq!(
+        checks["requestState key"]["status"], "ok",
+        "a fixed key: {checks}"
+    );
 }
 
 #[test]
@@ -239,8 +356,16 @@ fn doctor_flags_redis_without_aof() {
     }
     let (ok, checks) = doctor(&["--store", &backend::Backend::Redis.store_url(None)]);
     assert!(!ok);
-    assert_eq!(checks["setting appendonly"]["status"], "warn", "the test Redis keeps nothing on disk: {checks}");
-    assert!(checks["setting appendonly"]["fix"].as_str().unwrap().contains("appendonly yes"));
+    assert_eq!(
+        checks["setting appendonly"]["status"], "warn",
+        "the test Redis keeps nothing on disk: {checks}"
+    );
+    assert!(
+        checks["setting appendonly"]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("appendonly yes")
+    );
 }
 
 /// A lease the heartbeat cannot renew in time (each store round trip slower than a third
@@ -258,7 +383,13 @@ fn doctor_flags_a_lease_shorter_than_a_heartbeat_can_renew() {
         proxy.slow(Duration::from_millis(150));
         let (_, checks) = doctor(&["--store", &store, "--lease-ms", "300"]);
         assert_eq!(checks["lease"]["status"], "warn", "{backend:?}: {checks}");
-        assert!(checks["lease"]["fix"].as_str().unwrap().starts_with("--lease-ms "), "{checks}");
+        assert!(
+            checks["lease"]["fix"]
+                .as_str()
+                .unwrap()
+                .starts_with("--lease-ms "),
+            "{checks}"
+        );
         return;
     }
 }
@@ -270,16 +401,27 @@ fn doctor_flags_a_lease_shorter_than_a_heartbeat_can_renew() {
 fn doctor_flags_a_worker_whose_leases_run_ahead_of_this_clock() {
     let dir = temp_dir("ops-doc-clock");
     let store = sqlite(&dir, "");
-    let server = Server::start(&store, free_port(), &["--worker-id", "w-ahead", "--lease-ms", "5000"]);
+    let server = Server::start(
+        &store,
+        free_port(),
+        &["--worker-id", "w-ahead", "--lease-ms", "5000"],
+    );
     let session = initialize(server.addr);
     let ledger = dir.join("clock.ledger").display().to_string();
-    let call =
-        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "steps", "arguments": {"count": 3, "step_ms": 1_500, "ledger": ledger}}});
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "steps", "arguments": {"count": 3, "step_ms": 1_500, "ledger": ledger}}});
     let mut running = post(server.addr, Some(&session), &call);
-    running.next_event().expect("priming event: the run is journaled and held");
+    running
+        .next_event()
+        .expect("priming event: the run is journaled and held");
     let (_, checks) = doctor(&["--store", &store, "--lease-ms", "1000"]);
     assert_eq!(checks["worker clocks"]["status"], "warn", "{checks}");
-    assert!(checks["worker clocks"]["detail"].as_str().unwrap().contains("w-ahead"), "{checks}");
+    assert!(
+        checks["worker clocks"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("w-ahead"),
+        "{checks}"
+    );
     let (_, checks) = doctor(&["--store", &store, "--lease-ms", "5000"]);
     assert_eq!(checks["worker clocks"]["status"], "ok", "{checks}");
 }
@@ -292,7 +434,11 @@ fn doctor_flags_postgres_synchronous_commit_off() {
         return;
     }
     let base = backend.base();
-    let psql = |sql: &str| Command::new("psql").args([base.as_str(), "-v", "ON_ERROR_STOP=1", "-qc", sql]).output();
+    let psql = |sql: &str| {
+        Command::new("psql")
+            .args([base.as_str(), "-v", "ON_ERROR_STOP=1", "-qc", sql])
+            .output()
+    };
     let role = "dmcp_doctor_nosync";
     let setup = format!(
         "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$;
@@ -301,7 +447,12 @@ fn doctor_flags_postgres_synchronous_commit_off() {
     );
     match psql(&setup) {
         Ok(out) if out.status.success() => {}
-        Ok(out) if !durable_mcp_store::in_ci() => return eprintln!("skipped: psql could not create a role: {}", String::from_utf8_lossy(&out.stderr)),
+        Ok(out) if !durable_mcp_store::in_ci() => {
+            return eprintln!(
+                "skipped: psql could not create a role: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         Err(error) if !durable_mcp_store::in_ci() => return eprintln!("skipped: no psql: {error}"),
         other => panic!("setting up the role: {other:?}"),
     }
@@ -309,9 +460,15 @@ fn doctor_flags_postgres_synchronous_commit_off() {
     let (scheme, rest) = url.split_once("://").unwrap();
     let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
     let (_, checks) = doctor(&["--store", &format!("{scheme}://{role}@{host}")]);
-    assert_eq!(checks["setting synchronous_commit"]["status"], "warn", "{checks}");
+    assert_eq!(
+        checks["setting synchronous_commit"]["status"], "warn",
+        "{checks}"
+    );
     let (_, checks) = doctor(&["--store", &url]);
-    assert_eq!(checks["setting synchronous_commit"]["status"], "ok", "the default role: {checks}");
+    assert_eq!(
+        checks["setting synchronous_commit"]["status"], "ok",
+        "the default role: {checks}"
+    );
 }
 
 /// `serve --config FILE`: the file's settings apply; an environment variable overrides
@@ -331,7 +488,10 @@ fn serve_reads_a_toml_file_under_environment_and_flags() {
     .unwrap();
     let launch = |env_listen: Option<u16>, port: u16| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
-        command.args(["serve", "--config", file.to_str().unwrap()]).env("RUST_LOG", "warn").stdout(Stdio::null());
+        command
+            .args(["serve", "--config", file.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null());
         if let Some(env_port) = env_listen {
             command.env("DURABLE_MCP_LISTEN", format!("127.0.0.1:{env_port}"));
         }
@@ -339,30 +499,86 @@ fn serve_reads_a_toml_file_under_environment_and_flags() {
     };
     let server = launch(None, file_port);
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let headers = [("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+    ];
     let body = init.to_string();
-    assert_eq!(request_at(server.addr, "POST", "/from-file", &headers, Some(&body)).status, 200, "the file's path");
-    assert_eq!(request_at(server.addr, "POST", "/mcp", &headers, Some(&body)).status, 404, "not the default path");
+    assert_eq!(
+        request_at(server.addr, "POST", "/from-file", &headers, Some(&body)).status,
+        200,
+        "the file's path"
+    );
+    assert_eq!(
+        request_at(server.addr, "POST", "/mcp", &headers, Some(&body)).status,
+        404,
+        "not the default path"
+    );
     drop(server);
     let server = launch(Some(env_port), env_port);
-    assert_eq!(get(server.addr, "/healthz").0, 200, "the environment's listen address over the file's");
+    assert_eq!(
+        get(server.addr, "/healthz").0,
+        200,
+        "the environment's listen address over the file's"
+    );
     drop(server);
     let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
-        .args(["config", "--config", file.to_str().unwrap(), "--lease-ms", "8000", "--json"])
+        .args([
+            "config",
+            "--config",
+            file.to_str().unwrap(),
+            "--lease-ms",
+            "8000",
+            "--json",
+        ])
         .env("DURABLE_MCP_LISTEN", "127.0.0.1:1")
         .output()
         .unwrap();
-    let settings: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let setting = |name: &str| settings.as_array().unwrap().iter().find(|s| s["name"] == name).unwrap().clone();
-    assert_eq!((setting("lease-ms")["values"][0].clone(), setting("lease-ms")["source"].clone()), (json!("8000"), json!("flag")));
-    assert_eq!((setting("listen")["values"][0].clone(), setting("listen")["source"].clone()), (json!("127.0.0.1:1"), json!("env")));
-    assert_eq!((setting("path")["values"][0].clone(), setting("path")["source"].clone()), (json!("/from-file"), json!("file")));
-    assert_eq!(setting("allow-host")["values"], json!(["127.0.0.1", "localhost"]));
+    let settings: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let setting = |name: &str| {
+        settings
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        (
+            setting("lease-ms")["values"][0].clone(),
+            setting("lease-ms")["source"].clone()
+        ),
+        (json!("8000"), json!("flag"))
+    );
+    assert_eq!(
+        (
+            setting("listen")["values"][0].clone(),
+            setting("listen")["source"].clone()
+        ),
+        (json!("127.0.0.1:1"), json!("env"))
+    );
+    assert_eq!(
+        (
+            setting("path")["values"][0].clone(),
+            setting("path")["source"].clone()
+        ),
+        (json!("/from-file"), json!("file"))
+    );
+    assert_eq!(
+        setting("allow-host")["values"],
+        json!(["127.0.0.1", "localhost"])
+    );
     assert_eq!(setting("max-connections")["source"], "default");
     std::fs::write(dir.join("bad.toml"), "lease-ms = 1\nno-such-flag = true\n").unwrap();
     let bad = cli(&["serve", "--config", dir.join("bad.toml").to_str().unwrap()]);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown setting \"no-such-flag\""), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("unknown setting \"no-such-flag\""),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }
 
 /// `config` never prints a secret: passwords in store URLs and the state key are redacted,
@@ -371,11 +587,20 @@ fn serve_reads_a_toml_file_under_environment_and_flags() {
 fn config_redacts_secrets() {
     let key = "k".repeat(40);
     for format in [None, Some("--json")] {
-        let mut args = vec!["config", "--store", "postgres://app:hunter2@db:5432/prod", "--state-key", &key];
+        let mut args = vec![
+            "config",
+            "--store",
+            "postgres://app:hunter2@db:5432/prod",
+            "--state-key",
+            &key,
+        ];
         args.extend(format);
         let out = String::from_utf8(cli(&args).stdout).unwrap();
         assert!(!out.contains("hunter2") && !out.contains(&key), "{out}");
-        assert!(out.contains("postgres://app:<redacted>@db:5432/prod"), "{out}");
+        assert!(
+            out.contains("postgres://app:<redacted>@db:5432/prod"),
+            "{out}"
+        );
     }
 }
 
@@ -386,13 +611,25 @@ fn serve_logs_json_lines() {
     let port = free_port();
     let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
     command
-        .args(["serve", "--log-format", "json", "--listen", &format!("127.0.0.1:{port}"), "--store", &sqlite(&dir, "")])
+        .args([
+            "serve",
+            "--log-format",
+            "json",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--store",
+            &sqlite(&dir, ""),
+        ])
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut server = Server::launch(command, format!("127.0.0.1:{port}").parse().unwrap());
     let stderr = std::io::BufReader::new(server.child.stderr.take().unwrap());
-    let serving = stderr.lines().map(|line| line.unwrap()).find(|line| line.contains("durable-mcp serving")).expect("the start-up line");
+    let serving = stderr
+        .lines()
+        .map(|line| line.unwrap())
+        .find(|line| line.contains("durable-mcp serving"))
+        .expect("the start-up line");
     let line: Value = serde_json::from_str(&serving).unwrap_or_else(|e| panic!("{e}: {serving}"));
     assert_eq!(line["level"], "INFO", "{line}");
     assert_eq!(line["message"], "durable-mcp serving", "{line}");

@@ -38,7 +38,13 @@ fn provisioning_survives_a_crash_after_the_charge() {
             break message;
         }
     };
-    assert!(question["params"]["message"].as_str().unwrap().contains("$20.00 a month"), "{question}");
+    assert!(
+        question["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("$20.00 a month"),
+        "{question}"
+    );
     let yes = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"confirm": true}}});
     assert_eq!(post(server.addr, Some(&session), &yes).status, 202);
     // Progress 2 follows the charge; the boot takes 2 s: kill the worker during it.
@@ -53,13 +59,25 @@ fn provisioning_survives_a_crash_after_the_charge() {
     drop(response);
     server.kill();
     let server = Server::start_example("provisioning", &store, port, &[]);
-    let rest: Vec<Value> = resume(server.addr, &session, &last).messages().into_iter().map(|(_, m)| m).collect();
-    assert!(!rest.iter().any(|m| m["method"] == "elicitation/create"), "not asked again: {rest:#?}");
+    let rest: Vec<Value> = resume(server.addr, &session, &last)
+        .messages()
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    assert!(
+        !rest.iter().any(|m| m["method"] == "elicitation/create"),
+        "not asked again: {rest:#?}"
+    );
     let results: Vec<&Value> = rest.iter().filter(|m| m["id"] == 1).collect();
     assert_eq!(results.len(), 1, "{rest:#?}");
     let outcome = &results[0]["result"]["structuredContent"];
     assert_eq!(outcome["state"], "running", "{outcome}");
-    assert!(outcome["receipt"].as_str().unwrap().starts_with("rcpt-2000-"));
+    assert!(
+        outcome["receipt"]
+            .as_str()
+            .unwrap()
+            .starts_with("rcpt-2000-")
+    );
     // The restarted worker's (in-memory, simulated) payment system saw the charge step
     // replayed from the journal, not run again: no new charge.
     let report = post(
@@ -69,13 +87,21 @@ fn provisioning_survives_a_crash_after_the_charge() {
         "params": {"name": "billing_report", "arguments": {}}}),
     )
     .messages();
-    assert_eq!(report.last().unwrap().1["result"]["structuredContent"]["charges"], 0);
+    assert_eq!(
+        report.last().unwrap().1["result"]["structuredContent"]["charges"],
+        0
+    );
 }
 
 #[test]
 fn provisioning_declined_releases_the_reservation() {
     let dir = temp_dir("provisioning-declined");
-    let server = Server::start_example("provisioning", &format!("sqlite:{}", dir.join("s.db").display()), free_port(), &[]);
+    let server = Server::start_example(
+        "provisioning",
+        &format!("sqlite:{}", dir.join("s.db").display()),
+        free_port(),
+        &[],
+    );
     let session = initialize(server.addr);
     let mut response = provision(server.addr, &session, 1);
     let question = loop {
@@ -90,7 +116,12 @@ fn provisioning_declined_releases_the_reservation() {
     };
     let no = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "decline"}});
     assert_eq!(post(server.addr, Some(&session), &no).status, 202);
-    let outcome = response.messages().into_iter().map(|(_, m)| m).find(|m| m["id"] == 1).unwrap();
+    let outcome = response
+        .messages()
+        .into_iter()
+        .map(|(_, m)| m)
+        .find(|m| m["id"] == 1)
+        .unwrap();
     assert_eq!(outcome["result"]["structuredContent"]["state"], "declined");
     let report = post(
         server.addr,
@@ -99,5 +130,8 @@ fn provisioning_declined_releases_the_reservation() {
         "params": {"name": "billing_report", "arguments": {}}}),
     )
     .messages();
-    assert_eq!(report.last().unwrap().1["result"]["structuredContent"], json!({"reservations": 2, "charges": 0}));
+    assert_eq!(
+        report.last().unwrap().1["result"]["structuredContent"],
+        json!({"reservations": 2, "charges": 0})
+    );
 }

@@ -26,7 +26,10 @@ fn d7_sqlite_sigkill_mid_call_then_restart_recovers_and_resumes() {
     server.kill();
     // Killed mid-flight: the call is still journaled, with no outcome.
     let runs = run(&["inspect", "runs", "--store", &store]);
-    assert!(runs.contains("tools/call emit_events"), "the call was still running when the worker died: {runs}");
+    assert!(
+        runs.contains("tools/call emit_events"),
+        "the call was still running when the worker died: {runs}"
+    );
 
     let server = Server::start(&store, port, &[]);
     let resumed = resume(server.addr, &session, &last);
@@ -34,7 +37,11 @@ fn d7_sqlite_sigkill_mid_call_then_restart_recovers_and_resumes() {
     let rest = resumed.within(RECOVERY_WITHIN).messages();
     check_recovered_rest(42, N, &seen, &rest);
     // The session itself still works, without a new initialize.
-    let list = post(server.addr, Some(&session), &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}));
+    let list = post(
+        server.addr,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
+    );
     let msgs = list.messages();
     assert!(msgs.last().unwrap().1["result"]["tools"].is_array());
 }
@@ -56,6 +63,10 @@ fn d3_bad_last_event_id_after_restart_is_404_unknown_event() {
         assert_eq!(response.status, 404, "{bad}");
         let body = response.json();
         assert_eq!(body["error"]["code"], -32600, "{bad}: {body}");
-        assert_eq!(body["error"]["message"], format!("Unknown Last-Event-ID: {bad}"), "{bad}: {body}");
+        assert_eq!(
+            body["error"]["message"],
+            format!("Unknown Last-Event-ID: {bad}"),
+            "{bad}: {body}"
+        );
     }
 }

@@ -41,7 +41,15 @@ fn log_of_a_run(store: &str, name: &str, extra: &[&str]) -> String {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
     command
-        .args(["serve", "--example", "everything", "--listen", &addr.to_string(), "--store", store])
+        .args([
+            "serve",
+            "--example",
+            "everything",
+            "--listen",
+            &addr.to_string(),
+            "--store",
+            store,
+        ])
         .args(["--auth-api-keys", keys.to_str().unwrap()])
         .args(extra)
         .env("RUST_LOG", "trace")
@@ -68,10 +76,22 @@ fn log_of_a_run(store: &str, name: &str, extra: &[&str]) -> String {
     with_session.push(("mcp-session-id", &session));
     with_session.push(("mcp-protocol-version", "2025-11-25"));
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {"note": ARGUMENT}}});
-    assert_eq!(request(addr, "POST", &with_session, Some(&call.to_string())).status, 200, "tools/call");
+    assert_eq!(
+        request(addr, "POST", &with_session, Some(&call.to_string())).status,
+        200,
+        "tools/call"
+    );
     let wrong = format!("Bearer {WRONG_TOKEN}");
-    let refused = [("accept", "application/json, text/event-stream"), ("content-type", "application/json"), ("authorization", wrong.as_str())];
-    assert_eq!(request(addr, "POST", &refused, Some(&init.to_string())).status, 401, "a wrong token");
+    let refused = [
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("authorization", wrong.as_str()),
+    ];
+    assert_eq!(
+        request(addr, "POST", &refused, Some(&init.to_string())).status,
+        401,
+        "a wrong token"
+    );
     server.kill();
     std::fs::read_to_string(&log_path).unwrap()
 }
@@ -84,14 +104,27 @@ fn a_trace_level_log_holds_no_credential() {
     }
     let store = with_password(&backend.store_url(None), STORE_PASSWORD);
     let log = log_of_a_run(&store, "secrets-trace", &[]);
-    assert!(log.contains("request") && log.contains("<redacted>"), "the run logged its requests at debug level, credentials redacted:\n{log}");
-    for secret in [API_KEY, WRONG_TOKEN, COOKIE, KEY_HEADER, STORE_PASSWORD, ARGUMENT] {
+    assert!(
+        log.contains("request") && log.contains("<redacted>"),
+        "the run logged its requests at debug level, credentials redacted:\n{log}"
+    );
+    for secret in [
+        API_KEY,
+        WRONG_TOKEN,
+        COOKIE,
+        KEY_HEADER,
+        STORE_PASSWORD,
+        ARGUMENT,
+    ] {
         assert!(!log.contains(secret), "{secret} is in the log:\n{log}");
     }
 
     // Asked for, bodies are logged at trace (and the credentials still are not).
     let log = log_of_a_run(&store, "secrets-bodies", &["--log-bodies"]);
-    assert!(log.contains(ARGUMENT), "--log-bodies logs the body at trace level");
+    assert!(
+        log.contains(ARGUMENT),
+        "--log-bodies logs the body at trace level"
+    );
     for secret in [API_KEY, WRONG_TOKEN, COOKIE, KEY_HEADER, STORE_PASSWORD] {
         assert!(!log.contains(secret), "{secret} is in the log:\n{log}");
     }
@@ -100,11 +133,18 @@ fn a_trace_level_log_holds_no_credential() {
 #[test]
 fn an_unknown_store_scheme_is_refused_without_its_password() {
     let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
-        .args(["migrate", "--store", &format!("rediss+bogus://default:{STORE_PASSWORD}@cache.example:6380/0")])
+        .args([
+            "migrate",
+            "--store",
+            &format!("rediss+bogus://default:{STORE_PASSWORD}@cache.example:6380/0"),
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "refused");
-    assert!(stderr.contains("unsupported store URL") && stderr.contains("<redacted>"), "{stderr}");
+    assert!(
+        stderr.contains("unsupported store URL") && stderr.contains("<redacted>"),
+        "{stderr}"
+    );
     assert!(!stderr.contains(STORE_PASSWORD), "{stderr}");
 }

@@ -43,7 +43,11 @@ impl StdioServer {
                 }
             }
         });
-        StdioServer { child, stdin, lines }
+        StdioServer {
+            child,
+            stdin,
+            lines,
+        }
     }
 
     fn send(&mut self, message: Value) {
@@ -54,7 +58,10 @@ impl StdioServer {
 
     /// The next message, within 20 s.
     fn recv(&self) -> Value {
-        let line = self.lines.recv_timeout(Duration::from_secs(20)).expect("no message from the server within 20 s");
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("no message from the server within 20 s");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
     }
 
@@ -65,7 +72,8 @@ impl StdioServer {
         while !done(&seen) {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) => seen.push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))),
+                Ok(line) => seen
+                    .push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))),
                 Err(_) => panic!("timed out; messages so far: {seen:#?}"),
             }
         }
@@ -86,10 +94,16 @@ impl StdioServer {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "exits cleanly when stdin closes: {status}");
+                assert!(
+                    status.success(),
+                    "exits cleanly when stdin closes: {status}"
+                );
                 return;
             }
-            assert!(Instant::now() < deadline, "the server did not exit within 20 s of stdin closing");
+            assert!(
+                Instant::now() < deadline,
+                "the server did not exit within 20 s of stdin closing"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -114,7 +128,13 @@ fn stdio_initialize_list_call_and_elicit() {
 
     server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     let list = server.recv();
-    assert!(list["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "test_simple_text"));
+    assert!(
+        list["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "test_simple_text")
+    );
 
     server.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {}}}));
     let call = server.recv();
@@ -127,7 +147,13 @@ fn stdio_initialize_list_call_and_elicit() {
     server.send(json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"username": "ada", "email": "ada@example.com"}}}));
     let answer = server.recv();
     assert_eq!(answer["id"], 4, "{answer}");
-    assert!(answer["result"]["content"][0]["text"].as_str().unwrap().contains("accept"), "{answer}");
+    assert!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("accept"),
+        "{answer}"
+    );
 
     server.send(json!({"jsonrpc": "2.0", "id": 5, "method": "no/such"}));
     assert_eq!(server.recv()["error"]["code"], -32601);
@@ -147,23 +173,47 @@ fn stdio_client_gets_list_changes_and_resource_updates() {
     server.initialize("2025-11-25");
 
     server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "test_trigger_tool_change", "arguments": {}}}));
-    let seen = server.recv_until(|m| has(m, |v| v["id"] == 2) && has(m, |v| v["method"] == "notifications/tools/list_changed"));
-    assert!(seen.iter().find(|v| v["id"] == 2).unwrap()["result"]["content"][0]["text"].as_str().unwrap().contains("listed"), "{seen:?}");
+    let seen = server.recv_until(|m| {
+        has(m, |v| v["id"] == 2) && has(m, |v| v["method"] == "notifications/tools/list_changed")
+    });
+    assert!(
+        seen.iter().find(|v| v["id"] == 2).unwrap()["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("listed"),
+        "{seen:?}"
+    );
 
     server.send(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/subscribe", "params": {"uri": "test://watched-resource"}}));
     assert_eq!(server.recv()["id"], 3);
     server.send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "trigger_resource_update", "arguments": {}}}));
-    let seen = server.recv_until(|m| has(m, |v| v["id"] == 4) && has(m, |v| v["method"] == "notifications/resources/updated"));
-    let update = seen.iter().find(|v| v["method"] == "notifications/resources/updated").unwrap();
-    assert_eq!(update["params"]["uri"], "test://watched-resource", "{update}");
+    let seen = server.recv_until(|m| {
+        has(m, |v| v["id"] == 4) && has(m, |v| v["method"] == "notifications/resources/updated")
+    });
+    let update = seen
+        .iter()
+        .find(|v| v["method"] == "notifications/resources/updated")
+        .unwrap();
+    assert_eq!(
+        update["params"]["uri"], "test://watched-resource",
+        "{update}"
+    );
 
     // 2025-11-25 tasks: status notifications go to the creating session's standalone stream.
-    server.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "steps",
-        "arguments": {"count": 1, "step_ms": 10}, "task": {"ttl": 60_000}}}));
+    server.send(
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "steps",
+        "arguments": {"count": 1, "step_ms": 10}, "task": {"ttl": 60_000}}}),
+    );
     let created = server.recv();
-    let task_id = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
-    let completed =
-        |v: &Value| v["method"] == "notifications/tasks/status" && v["params"]["taskId"] == task_id.as_str() && v["params"]["status"] == "completed";
+    let task_id = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let completed = |v: &Value| {
+        v["method"] == "notifications/tasks/status"
+            && v["params"]["taskId"] == task_id.as_str()
+            && v["params"]["status"] == "completed"
+    };
     server.recv_until(|m| has(m, completed));
 
     server.close();
@@ -178,14 +228,22 @@ fn stdio_answers_requests_in_flight_at_the_end_of_input() {
     server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "emit_events", "arguments": {"count": 3, "interval_ms": 100}}}));
     drop(server.stdin.take());
     let seen = server.recv_until(|m| has(m, |v| v["id"] == 2));
-    assert_eq!(seen.iter().find(|v| v["id"] == 2).unwrap()["result"]["content"][0]["text"], "3", "{seen:?}");
+    assert_eq!(
+        seen.iter().find(|v| v["id"] == 2).unwrap()["result"]["content"][0]["text"],
+        "3",
+        "{seen:?}"
+    );
     server.close();
 }
 
 /// Lines of a `steps` ledger that start with `<index> `.
 fn ledger_count(path: &std::path::Path, index: u32) -> usize {
     let prefix = format!("{index} ");
-    std::fs::read_to_string(path).unwrap_or_default().lines().filter(|l| l.starts_with(&prefix)).count()
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .count()
 }
 
 fn wait_for(what: &str, timeout: Duration, done: impl Fn() -> bool) {
@@ -207,21 +265,41 @@ fn d7_stdio_restart_finishes_the_unfinished_call() {
     let ledger = dir.join("calls.ledger");
     let mut server = StdioServer::start(&store);
     server.initialize("2025-11-25");
-    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "steps",
-        "arguments": {"count": 3, "step_ms": 400, "ledger": ledger.display().to_string()}}}));
-    wait_for("step 2 to start", Duration::from_secs(20), || ledger_count(&ledger, 2) == 1);
+    server.send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "steps",
+        "arguments": {"count": 3, "step_ms": 400, "ledger": ledger.display().to_string()}}}),
+    );
+    wait_for("step 2 to start", Duration::from_secs(20), || {
+        ledger_count(&ledger, 2) == 1
+    });
     drop(server); // SIGKILL
 
     let server = StdioServer::start(&store);
-    wait_for("step 3 after the restart", Duration::from_secs(20), || ledger_count(&ledger, 3) == 1);
+    wait_for("step 3 after the restart", Duration::from_secs(20), || {
+        ledger_count(&ledger, 3) == 1
+    });
     let runs_left = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(["inspect", "runs", "--json", "--store", &store]).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
+            .args(["inspect", "runs", "--json", "--store", &store])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{out:?}");
         String::from_utf8(out.stdout).unwrap().trim().is_empty()
     };
-    wait_for("the run to leave the journal", Duration::from_secs(20), runs_left);
-    assert_eq!(ledger_count(&ledger, 1), 1, "a committed step is not run again");
-    assert!((1..=2).contains(&ledger_count(&ledger, 2)), "the interrupted step runs again, at most once more");
+    wait_for(
+        "the run to leave the journal",
+        Duration::from_secs(20),
+        runs_left,
+    );
+    assert_eq!(
+        ledger_count(&ledger, 1),
+        1,
+        "a committed step is not run again"
+    );
+    assert!(
+        (1..=2).contains(&ledger_count(&ledger, 2)),
+        "the interrupted step runs again, at most once more"
+    );
     server.close();
 }
 

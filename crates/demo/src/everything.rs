@@ -206,9 +206,11 @@ use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, RequestStateCodec, RequestStateError, ServerCapabilities, ServerConfig, SetLevelRequestMethod, SetLevelRequestParams,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, RequestStateCodec, RequestStateError,
+    ServerCapabilities, ServerConfig, SetLevelRequestMethod, SetLevelRequestParams,
     SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSendError};
@@ -249,7 +251,9 @@ async fn switch_is_on(context: &RequestContext<RoleServer>, key: &str, local: &A
     if let Some(state) = context.extensions.get::<ServerState>() {
         match state.get::<bool>(key).await {
             Ok(on) => return on.unwrap_or(false),
-            Err(error) => tracing::warn!(%error, key, "could not read a switch; using this process's"),
+            Err(error) => {
+                tracing::warn!(%error, key, "could not read a switch; using this process's")
+            }
         }
     }
     local.load(Ordering::SeqCst)
@@ -258,9 +262,14 @@ async fn switch_is_on(context: &RequestContext<RoleServer>, key: &str, local: &A
 /// Flip a switch (see [`switch_is_on`]); returns its new position.
 async fn flip_switch(context: &RequestContext<RoleServer>, key: &str, local: &AtomicBool) -> bool {
     if let Some(state) = context.extensions.get::<ServerState>() {
-        match state.update(key, |on: Option<bool>| !on.unwrap_or(false)).await {
+        match state
+            .update(key, |on: Option<bool>| !on.unwrap_or(false))
+            .await
+        {
             Ok(on) => return on,
-            Err(error) => tracing::warn!(%error, key, "could not flip a switch; flipping this process's"),
+            Err(error) => {
+                tracing::warn!(%error, key, "could not flip a switch; flipping this process's")
+            }
         }
     }
     !local.fetch_xor(true, Ordering::SeqCst)
@@ -292,7 +301,9 @@ pub struct Everything {
 
 impl std::fmt::Debug for Everything {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Everything").field("reconnection_delay", &self.reconnection_delay).finish_non_exhaustive()
+        f.debug_struct("Everything")
+            .field("reconnection_delay", &self.reconnection_delay)
+            .finish_non_exhaustive()
     }
 }
 
@@ -346,7 +357,12 @@ impl Everything {
                 dynamic_prompt: AtomicBool::new(false),
                 changes,
             }),
-            tool_router: Arc::new(Self::tool_router() + Self::mrtr_router() + Self::tasks_router() + Self::durability_router()),
+            tool_router: Arc::new(
+                Self::tool_router()
+                    + Self::mrtr_router()
+                    + Self::tasks_router()
+                    + Self::durability_router(),
+            ),
             prompt_router: Arc::new(Self::prompt_router()),
             reconnection_delay: DEFAULT_RECONNECTION_DELAY,
         }
@@ -382,7 +398,8 @@ impl Everything {
 
     /// Flips `dynamic_prompt`'s visibility and tells open listen streams.
     async fn toggle_dynamic_prompt(&self, context: &RequestContext<RoleServer>) -> bool {
-        let visible = flip_switch(context, DYNAMIC_PROMPT_SWITCH, &self.shared.dynamic_prompt).await;
+        let visible =
+            flip_switch(context, DYNAMIC_PROMPT_SWITCH, &self.shared.dynamic_prompt).await;
         self.announce(context, Change::Prompts).await;
         visible
     }
@@ -399,7 +416,9 @@ impl Everything {
             };
             match durable.announce(announced).await {
                 Ok(()) => return,
-                Err(error) => tracing::warn!(%error, "could not announce a change; telling this process's listen streams only"),
+                Err(error) => {
+                    tracing::warn!(%error, "could not announce a change; telling this process's listen streams only")
+                }
             }
         }
         self.broadcast(change);
@@ -463,7 +482,11 @@ impl ServerHandler for Everything {
         .with_instructions(INSTRUCTIONS)
     }
 
-    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
         if request.name == tools::DYNAMIC_TOOL && !self.dynamic_tool_visible(&context).await {
             return Err(McpError::invalid_params("tool not found", None));
         }
@@ -471,24 +494,47 @@ impl ServerHandler for Everything {
         self.tool_router.call(call).await
     }
 
-    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
         let show_dynamic = self.dynamic_tool_visible(&context).await;
-        let mut listed: Vec<_> = self.tool_router.list_all().into_iter().filter(|tool| show_dynamic || tool.name != tools::DYNAMIC_TOOL).collect();
+        let mut listed: Vec<_> = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .filter(|tool| show_dynamic || tool.name != tools::DYNAMIC_TOOL)
+            .collect();
         // `http-header-validation` calls the first listed tool with empty arguments and
         // no tasks extension, and expects it to succeed: list `test_simple_text` first.
         listed.sort_by_key(|tool| (tool.name != tools::FIRST_TOOL, tool.name.clone()));
         Ok(ListToolsResult::with_all_items(listed))
     }
 
-    async fn list_prompts(&self, _request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
-        Ok(ListPromptsResult::with_all_items(self.prompt_list(&context).await))
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Ok(ListPromptsResult::with_all_items(
+            self.prompt_list(&context).await,
+        ))
     }
 
-    async fn get_prompt(&self, request: GetPromptRequestParams, context: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
         self.prompt(request, context).await
     }
 
-    async fn list_resources(&self, _request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
         Ok(ListResourcesResult::with_all_items(resources::list()))
     }
 
@@ -497,25 +543,46 @@ impl ServerHandler for Everything {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        Ok(ListResourceTemplatesResult::with_all_items(resources::templates()))
+        Ok(ListResourceTemplatesResult::with_all_items(
+            resources::templates(),
+        ))
     }
 
-    async fn read_resource(&self, request: ReadResourceRequestParams, _context: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
         resources::read(&request.uri).map(ReadResourceResponse::from)
     }
 
-    async fn subscribe(&self, request: SubscribeRequestParams, _context: RequestContext<RoleServer>) -> Result<(), McpError> {
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
         resources::check_known(&request.uri)
     }
 
-    async fn unsubscribe(&self, request: UnsubscribeRequestParams, _context: RequestContext<RoleServer>) -> Result<(), McpError> {
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
         resources::check_known(&request.uri)
     }
 
-    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
         let mut accepted = requested.clone();
-        accepted.resource_subscriptions =
-            requested.resource_subscriptions.as_ref().map(|uris| uris.iter().filter(|uri| resources::check_known(uri).is_ok()).cloned().collect());
+        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|uri| resources::check_known(uri).is_ok())
+                .cloned()
+                .collect()
+        });
         Some(accepted)
     }
 
@@ -524,11 +591,19 @@ impl ServerHandler for Everything {
         Ok(())
     }
 
-    async fn complete(&self, request: CompleteRequestParams, _context: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
         resources::complete(&request)
     }
 
-    async fn set_level(&self, _request: SetLevelRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
+    async fn set_level(
+        &self,
+        _request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
         if input::is_stateless(&context) {
             // logging/setLevel was removed in 2026-07-28 (per-request `_meta` logLevel).
             return Err(McpError::method_not_found::<SetLevelRequestMethod>());

@@ -25,7 +25,10 @@ use durable_mcp_protocol::{Durable, TaskSupport, task_support};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema,
+    Implementation, ServerCapabilities, ServerConfig,
+};
 use rmcp::{ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -47,7 +50,10 @@ impl Ledger {
     fn once(&self, key: &str, label: &str) -> String {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let number = entries.len() + 1;
-        entries.entry(key.to_owned()).or_insert_with(|| format!("{label}-{number}")).clone()
+        entries
+            .entry(key.to_owned())
+            .or_insert_with(|| format!("{label}-{number}"))
+            .clone()
     }
 
     fn len(&self) -> usize {
@@ -101,7 +107,11 @@ fn confirmation(region: &str, size: &str, cents: u64) -> Result<ElicitRequestPar
     .map_err(|e| McpError::internal_error(e.to_string(), None))?;
     Ok(ElicitRequestParams::FormElicitationParams {
         meta: None,
-        message: format!("Provision a {size} server in {region} for ${}.{:02} a month?", cents / 100, cents % 100),
+        message: format!(
+            "Provision a {size} server in {region} for ${}.{:02} a month?",
+            cents / 100,
+            cents % 100
+        ),
         requested_schema: schema,
     })
 }
@@ -110,39 +120,89 @@ fn confirmation(region: &str, size: &str, cents: u64) -> Result<ElicitRequestPar
 impl Provisioning {
     /// A server whose simulated boot takes `boot_time`.
     pub fn new(boot_time: Duration) -> Self {
-        Self { inventory: Arc::default(), payments: Arc::default(), boot_time, tool_router: Self::tool_router() }
+        Self {
+            inventory: Arc::default(),
+            payments: Arc::default(),
+            boot_time,
+            tool_router: Self::tool_router(),
+        }
     }
 
     #[tool(
         description = "Provision a server: reserve capacity, confirm the price with the user, charge, boot, notify. Durable: each effect happens once even if the worker dies.",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn provision_server(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<ProvisionArgs>) -> Result<CallToolResult, McpError> {
-        let Some(cents) = PRICES.iter().find(|(s, _)| *s == args.size).map(|(_, c)| *c) else {
-            return Err(McpError::invalid_params(format!("unknown size {:?}: small, medium or large", args.size), None));
+    async fn provision_server(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<ProvisionArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(cents) = PRICES
+            .iter()
+            .find(|(s, _)| *s == args.size)
+            .map(|(_, c)| *c)
+        else {
+            return Err(McpError::invalid_params(
+                format!("unknown size {:?}: small, medium or large", args.size),
+                None,
+            ));
         };
         let inventory = self.inventory.clone();
-        let reservation: String = durable.step("reserve", |key| async move { inventory.once(key.idempotency_key(), "rsv") }).await?;
-        durable.progress(1.0, Some(4.0), Some("capacity reserved")).await?;
+        let reservation: String = durable
+            .step("reserve", |key| async move {
+                inventory.once(key.idempotency_key(), "rsv")
+            })
+            .await?;
+        durable
+            .progress(1.0, Some(4.0), Some("capacity reserved"))
+            .await?;
 
-        let answer = durable.elicit(confirmation(&args.region, &args.size, cents)?).await?;
-        let confirmed =
-            answer.action == ElicitationAction::Accept && answer.content.as_ref().and_then(|c| c.get("confirm")).and_then(|c| c.as_bool()) == Some(true);
+        let answer = durable
+            .elicit(confirmation(&args.region, &args.size, cents)?)
+            .await?;
+        let confirmed = answer.action == ElicitationAction::Accept
+            && answer
+                .content
+                .as_ref()
+                .and_then(|c| c.get("confirm"))
+                .and_then(|c| c.as_bool())
+                == Some(true);
         if !confirmed {
             let inventory = self.inventory.clone();
-            durable.step("release", |key| async move { inventory.once(key.idempotency_key(), "released") }).await?;
-            let result = Provisioned { server_id: String::new(), reservation, receipt: None, state: "declined".into() };
+            durable
+                .step("release", |key| async move {
+                    inventory.once(key.idempotency_key(), "released")
+                })
+                .await?;
+            let result = Provisioned {
+                server_id: String::new(),
+                reservation,
+                receipt: None,
+                state: "declined".into(),
+            };
             return Ok(structured(&result));
         }
 
         let payments = self.payments.clone();
-        let receipt: String = durable.step("charge", |key| async move { payments.once(key.idempotency_key(), &format!("rcpt-{cents}")) }).await?;
-        durable.progress(2.0, Some(4.0), Some("payment taken")).await?;
+        let receipt: String = durable
+            .step("charge", |key| async move {
+                payments.once(key.idempotency_key(), &format!("rcpt-{cents}"))
+            })
+            .await?;
+        durable
+            .progress(2.0, Some(4.0), Some("payment taken"))
+            .await?;
 
         durable.sleep("boot", self.boot_time).await?;
         // A step's result is journaled: the random id drawn here is the same on a re-run.
-        let server_id: String = durable.step("assign-id", |_| async { format!("srv-{:012x}", rand::random::<u64>() >> 16) }).await?;
-        durable.progress(3.0, Some(4.0), Some("server running")).await?;
+        let server_id: String = durable
+            .step("assign-id", |_| async {
+                format!("srv-{:012x}", rand::random::<u64>() >> 16)
+            })
+            .await?;
+        durable
+            .progress(3.0, Some(4.0), Some("server running"))
+            .await?;
 
         let notified = server_id.clone();
         durable
@@ -150,11 +210,20 @@ impl Provisioning {
                 tracing::info!(server_id = %notified, "provisioned; notifying the owner");
             })
             .await?;
-        durable.progress(4.0, Some(4.0), Some("owner notified")).await?;
-        Ok(structured(&Provisioned { server_id, reservation, receipt: Some(receipt), state: "running".into() }))
+        durable
+            .progress(4.0, Some(4.0), Some("owner notified"))
+            .await?;
+        Ok(structured(&Provisioned {
+            server_id,
+            reservation,
+            receipt: Some(receipt),
+            state: "running".into(),
+        }))
     }
 
-    #[tool(description = "How many reservations and charges the (simulated) inventory and payment systems recorded")]
+    #[tool(
+        description = "How many reservations and charges the (simulated) inventory and payment systems recorded"
+    )]
     async fn billing_report(&self) -> CallToolResult {
         structured(&json!({"reservations": self.inventory.len(), "charges": self.payments.len()}))
     }
@@ -170,8 +239,18 @@ fn structured(value: &impl Serialize) -> CallToolResult {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Provisioning {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
-            .with_server_info(Implementation::new("durable-mcp-provisioning", env!("CARGO_PKG_VERSION")))
-            .with_instructions("Provision servers with provision_server; billing_report shows what was charged.")
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "durable-mcp-provisioning",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(
+            "Provision servers with provision_server; billing_report shows what was charged.",
+        )
     }
 }

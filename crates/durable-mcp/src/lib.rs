@@ -44,8 +44,8 @@ use std::sync::Arc;
 pub use axum;
 /// What a handler uses: the durable context of a call, session and server state, tasks.
 pub use durable_mcp_protocol::{
-    AuthInfo, Durable, DurableError, McpHandler, Retry, ServerChange, ServerState, SessionState, StateError, StepKey, TaskSupport, merge_meta, required_scopes,
-    rmcp, task_support,
+    AuthInfo, Durable, DurableError, McpHandler, Retry, ServerChange, ServerState, SessionState,
+    StateError, StepKey, TaskSupport, merge_meta, required_scopes, rmcp, task_support,
 };
 
 /// The names a durable server's code uses most: `use durable_mcp::prelude::*;`.
@@ -55,13 +55,21 @@ pub use durable_mcp_protocol::{
 pub mod prelude {
     pub use crate::rmcp::handler::server::tool::Extension;
     pub use crate::rmcp::handler::server::wrapper::Parameters;
-    pub use crate::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
-    pub use crate::{Durable, DurableError, DurableMcp, Retry, ServerState, SessionState, StateError, StepKey, TaskSupport, task_support};
+    pub use crate::rmcp::{
+        self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router,
+    };
+    pub use crate::{
+        Durable, DurableError, DurableMcp, Retry, ServerState, SessionState, StateError, StepKey,
+        TaskSupport, task_support,
+    };
 }
 
 /// Authentication (see `docs/security.md`): set one with [`DurableMcp::auth`].
 pub mod auth {
-    pub use durable_mcp_auth::{ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, ScopeRules, TrustedProxy};
+    pub use durable_mcp_auth::{
+        ApiKey, ApiKeys, AuthError, Authenticated, Authenticator, Cidr, ConfigError, ScopeRules,
+        TrustedProxy,
+    };
     #[cfg(feature = "auth")]
     pub use durable_mcp_auth::{IntrospectionConfig, OAuth, OAuthConfig, oauth_principal};
 }
@@ -86,13 +94,18 @@ pub mod engine {
     /// Serving one built by hand with `Engine::new` leaves its background duties (recovery,
     /// retention, drain) to you.
     pub use durable_mcp_engine::Engine;
-    pub use durable_mcp_engine::{EngineError, EngineOptions, default_worker_id, inspect, keys, limits};
+    pub use durable_mcp_engine::{
+        EngineError, EngineOptions, default_worker_id, inspect, keys, limits,
+    };
     pub use durable_mcp_protocol::{KeyRing, RingKey, StateKeys};
 }
 
 /// The Streamable HTTP transport's settings and the dashboard's.
 pub mod http {
-    pub use durable_mcp_http::{DEFAULT_FIRST_EVENT_WAIT, DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError, DashboardOptions, HttpConfig, Transport};
+    pub use durable_mcp_http::{
+        DEFAULT_FIRST_EVENT_WAIT, DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError,
+        DashboardOptions, HttpConfig, Transport,
+    };
 }
 
 /// A handler that forwards to another MCP server (what `durable-mcp proxy` serves).
@@ -130,7 +143,9 @@ pub enum Error {
     #[error("the handler factory failed: {0}")]
     Factory(#[source] std::io::Error),
     /// The store URL names a backend whose cargo feature is off.
-    #[error("the store URL {url:?} needs durable-mcp's `{feature}` feature (in Cargo.toml: durable-mcp = {{ features = [\"{feature}\"] }})")]
+    #[error(
+        "the store URL {url:?} needs durable-mcp's `{feature}` feature (in Cargo.toml: durable-mcp = {{ features = [\"{feature}\"] }})"
+    )]
     FeatureOff {
         /// The URL, its password redacted.
         url: String,
@@ -198,7 +213,10 @@ fn backend(url: &str) -> Result<Backend, Error> {
             Some("memory") => return Ok(Backend::Memory),
             Some("sqlite") => "sqlite",
             Some("postgres" | "postgresql") => "postgres",
-            Some("redis" | "rediss" | "valkey" | "valkeys" | "redis+cluster" | "rediss+cluster" | "valkey+cluster" | "valkeys+cluster") => "redis",
+            Some(
+                "redis" | "rediss" | "valkey" | "valkeys" | "redis+cluster" | "rediss+cluster"
+                | "valkey+cluster" | "valkeys+cluster",
+            ) => "redis",
             _ => return Err(Error::UnsupportedStore(durable_mcp_store::redact_url(url))),
         }
     };
@@ -209,7 +227,10 @@ fn backend(url: &str) -> Result<Backend, Error> {
         "postgres" => Ok(Backend::Postgres),
         #[cfg(feature = "redis")]
         "redis" => Ok(Backend::Redis),
-        feature => Err(Error::FeatureOff { url: durable_mcp_store::redact_url(url), feature }),
+        feature => Err(Error::FeatureOff {
+            url: durable_mcp_store::redact_url(url),
+            feature,
+        }),
     }
 }
 
@@ -315,7 +336,9 @@ impl DurableMcp {
         H: rmcp::ServerHandler + Clone,
         F: Fn() -> std::io::Result<H> + Send + Sync + 'static,
     {
-        McpHandler::from_factory(factory).map(Self::with_handler).map_err(Error::Factory)
+        McpHandler::from_factory(factory)
+            .map(Self::with_handler)
+            .map_err(Error::Factory)
     }
 
     /// A server for an adapted handler, with the defaults above.
@@ -421,7 +444,8 @@ impl DurableMcp {
     /// With authentication on, reading or subscribing to a resource whose URI starts with
     /// `uri_prefix` needs `scopes`; a caller without them is answered 403.
     pub fn resource_scopes(mut self, uri_prefix: &str, scopes: &[&str]) -> Self {
-        self.http.scope_rules = std::mem::take(&mut self.http.scope_rules).resource(uri_prefix, scopes);
+        self.http.scope_rules =
+            std::mem::take(&mut self.http.scope_rules).resource(uri_prefix, scopes);
         self
     }
 
@@ -510,7 +534,11 @@ impl DurableMcp {
     /// ```no_run
     #[doc = include_str!("../doc/axum-embed.rs")]
     /// ```
-    pub async fn embed<F, Fut, T>(self, shutdown: impl Future<Output = ()> + Send + 'static, serve: F) -> Result<T, Error>
+    pub async fn embed<F, Fut, T>(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        serve: F,
+    ) -> Result<T, Error>
     where
         F: FnOnce(axum::Router, Closing) -> Fut,
         Fut: Future<Output = T>,
@@ -563,7 +591,10 @@ impl DurableMcp {
                 let render = handle.renderer();
                 metrics_render = Some(render.clone());
                 Some(AbortOnDrop(tokio::spawn(async move {
-                    if let Err(error) = durable_mcp_http::serve_metrics(listener, render, std::future::pending()).await {
+                    if let Err(error) =
+                        durable_mcp_http::serve_metrics(listener, render, std::future::pending())
+                            .await
+                    {
                         tracing::error!(%error, "the metrics listener failed");
                     }
                 })))
@@ -576,7 +607,15 @@ impl DurableMcp {
         let dashboard = dashboard.map(|(listener, options)| {
             let engine = engine.clone();
             AbortOnDrop(tokio::spawn(async move {
-                if let Err(error) = durable_mcp_http::serve_dashboard(listener, engine, options, metrics_render, std::future::pending()).await {
+                if let Err(error) = durable_mcp_http::serve_dashboard(
+                    listener,
+                    engine,
+                    options,
+                    metrics_render,
+                    std::future::pending(),
+                )
+                .await
+                {
                     tracing::error!(%error, "the dashboard listener failed");
                 }
             }))
@@ -601,7 +640,11 @@ impl DurableMcp {
 
     /// Serve on an already-bound listener until `shutdown` resolves (with the background
     /// duties of [`embed`](Self::embed)).
-    pub async fn serve_on(mut self, listener: tokio::net::TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+    pub async fn serve_on(
+        mut self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
         let addr = listener.local_addr()?;
         self.id_listen = Some(addr);
         tracing::info!(%addr, path = %self.http.path, "durable-mcp serving");
@@ -609,7 +652,11 @@ impl DurableMcp {
             tracing::warn!(%addr, "serving on a non-loopback address without authentication: anyone who reaches it is the same anonymous principal (see docs/security.md)");
         }
         let http = self.http.clone();
-        let served = self.embed(shutdown, |router, closing| async move { durable_mcp_http::serve_router(listener, router, &http, closing).await }).await?;
+        let served = self
+            .embed(shutdown, |router, closing| async move {
+                durable_mcp_http::serve_router(listener, router, &http, closing).await
+            })
+            .await?;
         Ok(served?)
     }
 
@@ -620,7 +667,17 @@ impl DurableMcp {
     pub async fn serve_stdio(mut self) -> Result<(), Error> {
         self.id_listen = None;
         let grace = self.shutdown_grace;
-        let served = self.run_with_engine(|engine| durable_mcp_stdio::serve(engine, tokio::io::stdin(), tokio::io::stdout(), shutdown_signal(), grace)).await?;
+        let served = self
+            .run_with_engine(|engine| {
+                durable_mcp_stdio::serve(
+                    engine,
+                    tokio::io::stdin(),
+                    tokio::io::stdout(),
+                    shutdown_signal(),
+                    grace,
+                )
+            })
+            .await?;
         Ok(served?)
     }
 }
@@ -642,7 +699,10 @@ pub struct Closing(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>);
 impl Future for Closing {
     type Output = ();
 
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
         self.0.as_mut().poll(cx)
     }
 }
@@ -698,26 +758,50 @@ mod tests {
     fn a_store_url_needs_its_backends_feature() {
         let cases = [
             ("sqlite:./x.db", "sqlite", cfg!(feature = "sqlite")),
-            ("postgres://u:secret@h/db", "postgres", cfg!(feature = "postgres")),
-            ("host=h dbname=db password=secret", "postgres", cfg!(feature = "postgres")),
+            (
+                "postgres://u:secret@h/db",
+                "postgres",
+                cfg!(feature = "postgres"),
+            ),
+            (
+                "host=h dbname=db password=secret",
+                "postgres",
+                cfg!(feature = "postgres"),
+            ),
             ("rediss://:secret@h:6379", "redis", cfg!(feature = "redis")),
             ("redis+cluster://h:1,h:2", "redis", cfg!(feature = "redis")),
         ];
         for (url, feature, on) in cases {
             match backend(url) {
                 Ok(_) => assert!(on, "{url} was accepted without the {feature} feature"),
-                Err(Error::FeatureOff { url: shown, feature: named }) => {
+                Err(Error::FeatureOff {
+                    url: shown,
+                    feature: named,
+                }) => {
                     assert!(!on, "{url} was refused with the {feature} feature on");
                     assert_eq!(named, feature);
-                    assert!(!shown.contains("secret"), "the password is redacted: {shown}");
-                    let message = Error::FeatureOff { url: shown, feature: named }.to_string();
-                    assert!(message.contains(&format!("features = [\"{feature}\"]")), "{message}");
+                    assert!(
+                        !shown.contains("secret"),
+                        "the password is redacted: {shown}"
+                    );
+                    let message = Error::FeatureOff {
+                        url: shown,
+                        feature: named,
+                    }
+                    .to_string();
+                    assert!(
+                        message.contains(&format!("features = [\"{feature}\"]")),
+                        "{message}"
+                    );
                 }
                 Err(other) => panic!("{url}: {other}"),
             }
         }
         assert!(matches!(backend("memory:"), Ok(Backend::Memory)));
-        assert!(matches!(backend("mysql://h/db"), Err(Error::UnsupportedStore(_))));
+        assert!(matches!(
+            backend("mysql://h/db"),
+            Err(Error::UnsupportedStore(_))
+        ));
     }
 
     fn server(store: &Arc<dyn Store>, state_key: Option<Vec<u8>>) -> DurableMcp {
@@ -734,16 +818,39 @@ mod tests {
     async fn d12_a_refused_state_key_fails_the_start_instead_of_sealing_with_a_random_key() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         let refused = server(&store, Some(b"too short".to_vec())).engine().await;
-        assert!(matches!(refused, Err(Error::Engine(EngineError::StateKeys(_)))), "{refused:?}");
+        assert!(
+            matches!(refused, Err(Error::Engine(EngineError::StateKeys(_)))),
+            "{refused:?}"
+        );
     }
 
     /// Two servers on one store, with default options, seal with the same keys (D9).
     #[tokio::test]
     async fn d9_engines_on_one_store_share_the_state_keys_by_default() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let a = server(&store, None).engine().await.expect("engine a").state_keys().await.expect("keys a");
-        let b = server(&store, None).engine().await.expect("engine b").state_keys().await.expect("keys b");
-        let sealed = a.codec().seal_with(b"state", &rmcp::model::SealOptions::new().associated_data(b"scope"));
-        assert_eq!(b.codec().open_with(&sealed, b"scope").expect("opened by the other engine"), b"state");
+        let a = server(&store, None)
+            .engine()
+            .await
+            .expect("engine a")
+            .state_keys()
+            .await
+            .expect("keys a");
+        let b = server(&store, None)
+            .engine()
+            .await
+            .expect("engine b")
+            .state_keys()
+            .await
+            .expect("keys b");
+        let sealed = a.codec().seal_with(
+            b"state",
+            &rmcp::model::SealOptions::new().associated_data(b"scope"),
+        );
+        assert_eq!(
+            b.codec()
+                .open_with(&sealed, b"scope")
+                .expect("opened by the other engine"),
+            b"state"
+        );
     }
 }

@@ -69,21 +69,38 @@ pub fn install() -> Result<MetricsHandle, MetricsError> {
     }
     let builder = PrometheusBuilder::new()
         .with_recommended_naming(true)
-        .set_buckets_for_metric(Matcher::Prefix("mcp.server.".into()), names::MCP_DURATION_BUCKETS)
-        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(names::STORE_OPERATION_DURATION.into()), names::STORE_DURATION_BUCKETS))
-        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(names::STORE_BATCH_OPS.into()), names::BATCH_OPS_BUCKETS))
+        .set_buckets_for_metric(
+            Matcher::Prefix("mcp.server.".into()),
+            names::MCP_DURATION_BUCKETS,
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(names::STORE_OPERATION_DURATION.into()),
+                names::STORE_DURATION_BUCKETS,
+            )
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(names::STORE_BATCH_OPS.into()),
+                names::BATCH_OPS_BUCKETS,
+            )
+        })
         .map_err(MetricsError::Install)?;
     // Two threads racing here: one installs, the other gets the recorder's refusal.
-    let handle = MetricsHandle { handle: builder.install_recorder().map_err(MetricsError::Install)? };
+    let handle = MetricsHandle {
+        handle: builder.install_recorder().map_err(MetricsError::Install)?,
+    };
     let handle = INSTALLED.get_or_init(|| handle).clone();
     enable();
     let upkeep = handle.handle.clone();
-    let spawned = std::thread::Builder::new().name("durable-mcp-metrics".into()).spawn(move || {
-        loop {
-            std::thread::sleep(UPKEEP_EVERY);
-            upkeep.run_upkeep();
-        }
-    });
+    let spawned = std::thread::Builder::new()
+        .name("durable-mcp-metrics".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_EVERY);
+                upkeep.run_upkeep();
+            }
+        });
     if let Err(error) = spawned {
         tracing::warn!(%error, "no metrics upkeep thread: samples are drained at each scrape only");
     }

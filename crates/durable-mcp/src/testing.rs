@@ -142,7 +142,10 @@ pub struct TestServer {
 
 impl std::fmt::Debug for TestServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestServer").field("path", &self.blueprint.http.path).field("worker_id", &self.blueprint.engine.worker_id).finish_non_exhaustive()
+        f.debug_struct("TestServer")
+            .field("path", &self.blueprint.http.path)
+            .field("worker_id", &self.blueprint.engine.worker_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -206,10 +209,15 @@ impl TestServer {
         if blueprint.engine.worker_id.is_empty() {
             // One id for every worker of this server, and no other server's (the default
             // would be the unused bind address's).
-            blueprint.engine.worker_id = format!("test-worker-{}", durable_mcp_store::StreamId::random());
+            blueprint.engine.worker_id =
+                format!("test-worker-{}", durable_mcp_store::StreamId::random());
         }
         let (endpoint, _) = watch::channel(Endpoint::Restarting);
-        let this = Self { blueprint, endpoint, worker: tokio::sync::Mutex::new(None) };
+        let this = Self {
+            blueprint,
+            endpoint,
+            worker: tokio::sync::Mutex::new(None),
+        };
         let worker = this.start_worker().await?;
         *this.worker.lock().await = Some(worker);
         Ok(this)
@@ -256,7 +264,10 @@ impl TestServer {
 
     /// A client with options: headers (`Authorization`, ...), capabilities, a timeout.
     pub fn client(&self) -> ClientBuilder {
-        ClientBuilder::new(client::Link { endpoint: self.endpoint.subscribe(), path: self.blueprint.http.path.clone() })
+        ClientBuilder::new(client::Link {
+            endpoint: self.endpoint.subscribe(),
+            path: self.blueprint.http.path.clone(),
+        })
     }
 
     /// A 2025-11-25 client: `initialize` and `notifications/initialized` are done, and

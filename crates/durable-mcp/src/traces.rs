@@ -83,7 +83,8 @@ pub fn wanted(flag: bool) -> bool {
     if var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim().eq_ignore_ascii_case("none")) {
         return false;
     }
-    flag || var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() || var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
+    flag || var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
+        || var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
 }
 
 /// Install the OTLP/HTTP exporter as the process's tracer provider and turn spans on
@@ -96,31 +97,47 @@ pub fn wanted(flag: bool) -> bool {
 pub fn install() -> Result<TracesGuard, TracesError> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| TracesError::NoRuntime)?;
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    if let Some(protocol) = var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+    if let Some(protocol) =
+        var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         && protocol.trim() != "http/protobuf"
     {
-        return Err(TracesError::Unsupported(format!("OTLP protocol {protocol} (this build sends http/protobuf)")));
+        return Err(TracesError::Unsupported(format!(
+            "OTLP protocol {protocol} (this build sends http/protobuf)"
+        )));
     }
-    let roots = match var("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE").or_else(|| var("OTEL_EXPORTER_OTLP_CERTIFICATE")) {
-        Some(path) => Some(std::fs::read_to_string(path.trim()).map_err(|e| TracesError::Unsupported(format!("the collector's CA file {path}: {e}")))?),
+    let roots = match var("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE")
+        .or_else(|| var("OTEL_EXPORTER_OTLP_CERTIFICATE"))
+    {
+        Some(path) => Some(std::fs::read_to_string(path.trim()).map_err(|e| {
+            TracesError::Unsupported(format!("the collector's CA file {path}: {e}"))
+        })?),
         None => None,
     };
-    let outbound = Outbound::new(roots.as_deref()).map_err(|e| TracesError::Unsupported(format!("the collector's CA: {e}")))?;
+    let outbound = Outbound::new(roots.as_deref())
+        .map_err(|e| TracesError::Unsupported(format!("the collector's CA: {e}")))?;
     let timeout = var("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
         .or_else(|| var("OTEL_EXPORTER_OTLP_TIMEOUT"))
         .and_then(|ms| ms.trim().parse::<u64>().ok())
         .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
-        .with_http_client(Client { runtime, timeout, outbound })
+        .with_http_client(Client {
+            runtime,
+            timeout,
+            outbound,
+        })
         .build()
         .map_err(TracesError::Exporter)?;
     let mut resource = Resource::builder();
-    let named = var("OTEL_SERVICE_NAME").is_some() || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
+    let named = var("OTEL_SERVICE_NAME").is_some()
+        || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
     if !named {
         resource = resource.with_service_name(DEFAULT_SERVICE_NAME);
     }
-    let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource.build()).build();
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource.build())
+        .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
     enable();
     Ok(TracesGuard { provider })
@@ -143,8 +160,17 @@ impl HttpClient for Client {
         let (timeout, outbound) = (self.timeout, self.outbound.clone());
         let exchange = self.runtime.spawn(async move {
             let (parts, body) = request.into_parts();
-            outbound.send(Request::from_parts(parts, Full::new(body)), timeout, MAX_RESPONSE).await.map_err(HttpError::from)
+            outbound
+                .send(
+                    Request::from_parts(parts, Full::new(body)),
+                    timeout,
+                    MAX_RESPONSE,
+                )
+                .await
+                .map_err(HttpError::from)
         });
-        exchange.await.map_err(|e| HttpError::from(format!("the OTLP export was stopped: {e}")))?
+        exchange
+            .await
+            .map_err(|e| HttpError::from(format!("the OTLP export was stopped: {e}")))?
     }
 }

@@ -42,7 +42,16 @@ impl Caller {
     /// The caller of a legacy-era request in `session`, at the session's negotiated version.
     pub fn legacy(principal: Principal, session: SessionRecord) -> Result<Self, EngineError> {
         let protocol_version = session.protocol_version.parse()?;
-        Ok(Self { principal, era: Era::Legacy, protocol_version, session: Some(Arc::new(session)), log_level: None, auth: None, trace: None, http: None })
+        Ok(Self {
+            principal,
+            era: Era::Legacy,
+            protocol_version,
+            session: Some(Arc::new(session)),
+            log_level: None,
+            auth: None,
+            trace: None,
+            http: None,
+        })
     }
 
     pub(crate) fn session_id(&self) -> Option<&SessionId> {
@@ -51,7 +60,10 @@ impl Caller {
 
     /// Who owns the streams made for this caller (D13): its principal and session.
     pub(crate) fn stream_owner(&self) -> StreamOwner {
-        StreamOwner { principal: self.principal.clone(), session: self.session_id().cloned() }
+        StreamOwner {
+            principal: self.principal.clone(),
+            session: self.session_id().cloned(),
+        }
     }
 
     /// What the handler gets to know of this caller (and its durable session state).
@@ -60,7 +72,11 @@ impl Caller {
             protocol_version: Some(self.protocol_version.as_str().to_owned()),
             client: self.session.as_ref().map(|s| s.client.clone()),
             session_state: Some(match &self.session {
-                Some(session) => crate::state::session_state(engine.store().clone(), self.principal.clone(), session.id.clone()),
+                Some(session) => crate::state::session_state(
+                    engine.store().clone(),
+                    self.principal.clone(),
+                    session.id.clone(),
+                ),
                 None => SessionState::without_session(self.protocol_version.as_str()),
             }),
             server_state: Some(engine.server_state()),

@@ -49,7 +49,9 @@ pub(crate) fn change_key(change: &ServerChange) -> String {
 /// stream can follow).
 pub(crate) fn notification(announcement: &str, subscription_meta: &Value) -> Option<Value> {
     let params = match announcement {
-        key::TOOLS_ANNOUNCEMENT | key::PROMPTS_ANNOUNCEMENT | key::RESOURCES_ANNOUNCEMENT => json!({"_meta": subscription_meta}),
+        key::TOOLS_ANNOUNCEMENT | key::PROMPTS_ANNOUNCEMENT | key::RESOURCES_ANNOUNCEMENT => {
+            json!({"_meta": subscription_meta})
+        }
         _ => json!({"uri": key::announced_resource(announcement)?, "_meta": subscription_meta}),
     };
     let method = match announcement {
@@ -115,7 +117,9 @@ pub(crate) struct Following {
 
 impl Drop for Following {
     fn drop(&mut self) {
-        let Some(inner) = self.engine.upgrade() else { return };
+        let Some(inner) = self.engine.upgrade() else {
+            return;
+        };
         inner.changes.listeners.fetch_sub(1, Ordering::SeqCst);
         let mut uris = lock(&inner.changes.uris);
         for uri in &self.uris {
@@ -142,14 +146,24 @@ impl Engine {
         let key = change_key(change);
         let n = self.changes().counter.fetch_add(1, Ordering::SeqCst);
         let token = format!("{}@{}#{n}", self.options().worker_id, self.started_at_ms());
-        let expiry = matches!(change, ServerChange::ResourceUpdated(_)).then(|| now_ms() + RESOURCE_ANNOUNCEMENT_TTL_MS);
+        let expiry = matches!(change, ServerChange::ResourceUpdated(_))
+            .then(|| now_ms() + RESOURCE_ANNOUNCEMENT_TTL_MS);
         let store = self.store();
         let record_key = key::change(&key);
         let expect = match store.get_record(RecordKind::Change, &record_key).await? {
             Some(record) => Expect::Version(record.version),
             None => Expect::Absent,
         };
-        match store.put_record(RecordKind::Change, &record_key, json!(token).to_string(), expiry, expect).await {
+        match store
+            .put_record(
+                RecordKind::Change,
+                &record_key,
+                json!(token).to_string(),
+                expiry,
+                expect,
+            )
+            .await
+        {
             Ok(_) => {
                 let _sequence = self.changes().sequence.lock().await;
                 self.saw(&key, &token);
@@ -166,7 +180,9 @@ impl Engine {
     /// Call with `sequence` held. Keys nobody here follows are ignored.
     fn saw(&self, key: &str, token: &str) {
         let mut seen = lock(&self.changes().seen);
-        let Some(known) = seen.get_mut(key) else { return };
+        let Some(known) = seen.get_mut(key) else {
+            return;
+        };
         if known == token {
             return;
         }
@@ -180,10 +196,18 @@ impl Engine {
 
     /// The current token of `key` ("" for none).
     async fn read_token(&self, key: &str) -> Result<String, EngineError> {
-        Ok(match self.store().get_record(RecordKind::Change, &key::change(key)).await? {
-            Some(record) => serde_json::from_str::<String>(&record.value).unwrap_or(record.value),
-            None => String::new(),
-        })
+        Ok(
+            match self
+                .store()
+                .get_record(RecordKind::Change, &key::change(key))
+                .await?
+            {
+                Some(record) => {
+                    serde_json::from_str::<String>(&record.value).unwrap_or(record.value)
+                }
+                None => String::new(),
+            },
+        )
     }
 
     /// Start following announcements for a listen stream that follows the lists and
@@ -191,9 +215,17 @@ impl Engine {
     /// (call it before the stream's acknowledgement is committed).
     pub(crate) async fn follow_changes(&self, uris: &[String]) -> Following {
         let _sequence = self.changes().sequence.lock().await;
-        let following = Following { changes: self.changes().tx.subscribe(), engine: Arc::downgrade(&self.inner), uris: uris.to_vec() };
+        let following = Following {
+            changes: self.changes().tx.subscribe(),
+            engine: Arc::downgrade(&self.inner),
+            uris: uris.to_vec(),
+        };
         let alone = self.changes().listeners.fetch_add(1, Ordering::SeqCst) == 0;
-        let mut keys: Vec<String> = if alone { LISTS.iter().map(|k| (*k).to_owned()).collect() } else { Vec::new() };
+        let mut keys: Vec<String> = if alone {
+            LISTS.iter().map(|k| (*k).to_owned()).collect()
+        } else {
+            Vec::new()
+        };
         {
             let mut followed = lock(&self.changes().uris);
             for uri in uris {
@@ -230,7 +262,9 @@ async fn poll(engine: Weak<Inner>) {
     let mut failing = false;
     loop {
         tokio::time::sleep(POLL).await;
-        let Some(inner) = engine.upgrade() else { return };
+        let Some(inner) = engine.upgrade() else {
+            return;
+        };
         let engine = Engine { inner };
         if engine.changes().listeners.load(Ordering::SeqCst) == 0 {
             continue;

@@ -63,7 +63,13 @@ pub(crate) struct DurableRun {
 }
 
 impl DurableRun {
-    pub(crate) fn new(engine: &Engine, held: &Held, caller: Caller, cancel: CancellationToken, detach: tokio::sync::mpsc::Sender<Detach>) -> Self {
+    pub(crate) fn new(
+        engine: &Engine,
+        held: &Held,
+        caller: Caller,
+        cancel: CancellationToken,
+        detach: tokio::sync::mpsc::Sender<Detach>,
+    ) -> Self {
         let (run_id, record) = (&held.run_id, &held.record);
         Self {
             engine: engine.clone(),
@@ -72,8 +78,16 @@ impl DurableRun {
             caller,
             stream: Mutex::new(record.stream.parse().unwrap_or_else(|_| StreamId::random())),
             inbox: record.inbox.parse().unwrap_or_else(|_| StreamId::random()),
-            meta: record.request.get("params").and_then(|p| p.get("_meta")).cloned(),
-            input_responses: record.request.get("params").and_then(|p| p.get("inputResponses")).cloned(),
+            meta: record
+                .request
+                .get("params")
+                .and_then(|p| p.get("_meta"))
+                .cloned(),
+            input_responses: record
+                .request
+                .get("params")
+                .and_then(|p| p.get("inputResponses"))
+                .cloned(),
             cancel,
             task: Mutex::new(record.task.clone().zip(record.task_flavor)),
             detach,
@@ -90,8 +104,10 @@ impl DurableRun {
     /// that is unavailable (a full disk, a failover) marks the run (see [`Self::store_failed`]).
     fn journal_error(&self, error: impl Into<EngineError>) -> DurableError {
         let error = error.into();
-        if matches!(&error, EngineError::Store(store) if store.kind() == durable_mcp_store::StoreErrorKind::Unavailable) {
-            self.store_failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        if matches!(&error, EngineError::Store(store) if store.kind() == durable_mcp_store::StoreErrorKind::Unavailable)
+        {
+            self.store_failed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         DurableError::Journal(Box::new(error))
     }
@@ -104,7 +120,10 @@ impl DurableRun {
     }
 
     fn stream(&self) -> StreamId {
-        self.stream.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.stream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn task(&self) -> Option<(String, Flavor)> {
@@ -117,24 +136,46 @@ impl DurableRun {
 
     /// The committed value of step record `key`, if any.
     async fn stored(&self, key: &str) -> Result<Option<Value>, DurableError> {
-        let record = self.engine.store().get_record(RecordKind::Step, key).await.map_err(|e| self.journal_error(e))?;
-        record.map(|r| crate::records::decode(RecordKind::Step, key, &r.value).map_err(|e| self.journal_error(e))).transpose()
+        let record = self
+            .engine
+            .store()
+            .get_record(RecordKind::Step, key)
+            .await
+            .map_err(|e| self.journal_error(e))?;
+        record
+            .map(|r| {
+                crate::records::decode(RecordKind::Step, key, &r.value)
+                    .map_err(|e| self.journal_error(e))
+            })
+            .transpose()
     }
 
     async fn ensure_inbox(&self) -> Result<(), DurableError> {
         let store = self.engine.store();
         match store.stream_owner(&self.inbox).await {
             Ok(_) => Ok(()),
-            Err(StoreError::NotFound { .. }) => store.create_stream(&self.inbox, &self.caller.stream_owner()).await.map_err(|e| self.journal_error(e)),
+            Err(StoreError::NotFound { .. }) => store
+                .create_stream(&self.inbox, &self.caller.stream_owner())
+                .await
+                .map_err(|e| self.journal_error(e)),
             Err(error) => Err(self.journal_error(error)),
         }
     }
 
     /// The client's response with JSON-RPC id `wire` in the inbox after `after`, and the
     /// sequence read up to.
-    async fn find_answer(&self, wire: &str, mut after: u64) -> Result<(Option<Value>, u64), DurableError> {
+    async fn find_answer(
+        &self,
+        wire: &str,
+        mut after: u64,
+    ) -> Result<(Option<Value>, u64), DurableError> {
         loop {
-            let read = self.engine.store().read_after(&self.inbox, after, 256).await.map_err(|e| self.journal_error(e))?;
+            let read = self
+                .engine
+                .store()
+                .read_after(&self.inbox, after, 256)
+                .await
+                .map_err(|e| self.journal_error(e))?;
             let n = read.events.len();
             for event in read.events {
                 after = event.id.seq;
@@ -150,18 +191,30 @@ impl DurableRun {
         }
     }
 
-    async fn ask_legacy(&self, index: u64, method: &str, params: Value) -> Result<Value, DurableError> {
+    async fn ask_legacy(
+        &self,
+        index: u64,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, DurableError> {
         let answer_key = key::answer(&self.run_id, index);
         self.ensure_inbox().await?;
         let wire = key::inbox_question(&self.inbox, index);
         let store = self.engine.store().clone();
         // Subscribe first, then read: an answer committed in between still wakes us.
-        let mut wake = store.watch(&self.inbox).await.map_err(|e| self.journal_error(e))?;
+        let mut wake = store
+            .watch(&self.inbox)
+            .await
+            .map_err(|e| self.journal_error(e))?;
         let (found, mut after) = self.find_answer(&wire, 0).await?;
         let answer = match found {
             Some(answer) => answer,
             None => {
-                let first_time = self.asked.lock().unwrap_or_else(|p| p.into_inner()).insert(index);
+                let first_time = self
+                    .asked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(index);
                 if first_time {
                     let mut params = params;
                     if let Some((key, _)) = &self.task() {
@@ -176,8 +229,12 @@ impl DurableRun {
                             }
                         }
                     }
-                    let message = json!({"jsonrpc": "2.0", "id": wire, "method": method, "params": params});
-                    self.engine.append(&self.stream(), to_text(&message), false).await.map_err(|e| self.journal_error(e))?;
+                    let message =
+                        json!({"jsonrpc": "2.0", "id": wire, "method": method, "params": params});
+                    self.engine
+                        .append(&self.stream(), to_text(&message), false)
+                        .await
+                        .map_err(|e| self.journal_error(e))?;
                 }
                 loop {
                     tokio::select! {
@@ -211,7 +268,14 @@ impl DurableRun {
                     return false;
                 }
                 task.status = status;
-                task.status_message = Some(if status == TaskStatus::InputRequired { "The task waits for input." } else { "The task is running." }.into());
+                task.status_message = Some(
+                    if status == TaskStatus::InputRequired {
+                        "The task waits for input."
+                    } else {
+                        "The task is running."
+                    }
+                    .into(),
+                );
                 true
             })
             .await
@@ -221,26 +285,48 @@ impl DurableRun {
 
     /// 2026-07-28 task: the question becomes one of the task's `inputRequests`; the answer
     /// arrives with `tasks/update`, at any worker, into the task record.
-    async fn ask_extension_task(&self, key: &str, index: u64, method: &str, params: Value) -> Result<Value, DurableError> {
+    async fn ask_extension_task(
+        &self,
+        key: &str,
+        index: u64,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, DurableError> {
         let question = key::question(index);
         loop {
             let task = self
                 .engine
                 .update_task(key, |task| {
-                    if task.status.is_terminal() || task.input_responses.contains_key(&question) || task.input_requests.contains_key(&question) {
+                    if task.status.is_terminal()
+                        || task.input_responses.contains_key(&question)
+                        || task.input_requests.contains_key(&question)
+                    {
                         return false;
                     }
-                    task.input_requests.insert(question.clone(), json!({"method": method, "params": params}));
+                    task.input_requests.insert(
+                        question.clone(),
+                        json!({"method": method, "params": params}),
+                    );
                     task.status = TaskStatus::InputRequired;
                     task.status_message = Some("The task waits for input.".into());
                     true
                 })
                 .await
                 .map_err(|e| self.journal_error(e))?;
-            let Some(task) = task else { return Err(DurableError::Cancelled) };
+            let Some(task) = task else {
+                return Err(DurableError::Cancelled);
+            };
             if let Some(response) = task.input_responses.get(&question) {
-                let answer = self.commit_value(&key::answer(&self.run_id, index), json!({"result": response})).await?;
-                self.engine.update_task(key, |task| task.input_responses.remove(&question).is_some()).await.map_err(|e| self.journal_error(e))?;
+                let answer = self
+                    .commit_value(
+                        &key::answer(&self.run_id, index),
+                        json!({"result": response}),
+                    )
+                    .await?;
+                self.engine
+                    .update_task(key, |task| task.input_responses.remove(&question).is_some())
+                    .await
+                    .map_err(|e| self.journal_error(e))?;
                 return Ok(answer);
             }
             if task.status.is_terminal() {
@@ -265,11 +351,25 @@ impl DurableRun {
     async fn commit_value(&self, key: &str, value: Value) -> Result<Value, DurableError> {
         self.steps_written.store(true, Ordering::SeqCst);
         let store = self.engine.store();
-        match store.put_record(RecordKind::Step, key, value.to_string(), self.step_expiry(), Expect::Absent).await {
+        match store
+            .put_record(
+                RecordKind::Step,
+                key,
+                value.to_string(),
+                self.step_expiry(),
+                Expect::Absent,
+            )
+            .await
+        {
             Ok(_) => Ok(value),
             Err(StoreError::Conflict { .. }) => {
                 // Another run committed it first: its value stands.
-                self.stored(key).await?.ok_or_else(|| self.journal_error(crate::records::RecordError::Missing { kind: RecordKind::Step, key: key.to_owned() }))
+                self.stored(key).await?.ok_or_else(|| {
+                    self.journal_error(crate::records::RecordError::Missing {
+                        kind: RecordKind::Step,
+                        key: key.to_owned(),
+                    })
+                })
             }
             Err(error) => Err(self.journal_error(error)),
         }
@@ -285,15 +385,33 @@ impl DurableBackend for DurableRun {
         self.attempt
     }
 
-    fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>, DurableError>> {
-        Box::pin(async move { self.stored(&key::step(&self.run_id, key::StepKind::Step, name)).await })
+    fn load_step<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, DurableError>> {
+        Box::pin(async move {
+            self.stored(&key::step(&self.run_id, key::StepKind::Step, name))
+                .await
+        })
     }
 
-    fn commit_step<'a>(&'a self, name: &'a str, value: Value) -> BoxFuture<'a, Result<Value, DurableError>> {
-        Box::pin(async move { self.commit_value(&key::step(&self.run_id, key::StepKind::Step, name), value).await })
+    fn commit_step<'a>(
+        &'a self,
+        name: &'a str,
+        value: Value,
+    ) -> BoxFuture<'a, Result<Value, DurableError>> {
+        Box::pin(async move {
+            self.commit_value(&key::step(&self.run_id, key::StepKind::Step, name), value)
+                .await
+        })
     }
 
-    fn ask<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<Value, DurableError>> {
+    fn ask<'a>(
+        &'a self,
+        index: u64,
+        method: &'a str,
+        params: Value,
+    ) -> BoxFuture<'a, Result<Value, DurableError>> {
         Box::pin(async move {
             let answer_key = key::answer(&self.run_id, index);
             if let Some(stored) = self.stored(&answer_key).await? {
@@ -301,12 +419,20 @@ impl DurableBackend for DurableRun {
                 return Ok(stored);
             }
             match (&self.task(), self.caller.era) {
-                (Some((key, Flavor::Extension)), _) => self.ask_extension_task(key, index, method, params).await,
+                (Some((key, Flavor::Extension)), _) => {
+                    self.ask_extension_task(key, index, method, params).await
+                }
                 (_, Era::Legacy) => self.ask_legacy(index, method, params).await,
                 (None | Some((_, Flavor::V2025)), Era::Modern) => match self.ask_stateless(index) {
                     Ok(answer) => self.commit_value(&answer_key, answer).await,
                     Err(error) => {
-                        self.pending.lock().unwrap_or_else(|p| p.into_inner()).push((key::question(index), json!({"method": method, "params": params})));
+                        self.pending
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((
+                                key::question(index),
+                                json!({"method": method, "params": params}),
+                            ));
                         Err(error)
                     }
                 },
@@ -314,19 +440,44 @@ impl DurableBackend for DurableRun {
         })
     }
 
-    fn emit<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), DurableError>> {
+    fn emit<'a>(
+        &'a self,
+        index: u64,
+        method: &'a str,
+        params: Value,
+    ) -> BoxFuture<'a, Result<(), DurableError>> {
         Box::pin(async move {
             let key = key::emitted(&self.run_id, index);
             self.steps_written.store(true, Ordering::SeqCst);
             // Marked before it is sent: a crash in between loses one progress or log
             // message, and a re-run never sends it twice.
-            match self.engine.store().put_record(RecordKind::Step, &key, crate::records::MARK.into(), self.step_expiry(), Expect::Absent).await {
+            match self
+                .engine
+                .store()
+                .put_record(
+                    RecordKind::Step,
+                    &key,
+                    crate::records::MARK.into(),
+                    self.step_expiry(),
+                    Expect::Absent,
+                )
+                .await
+            {
                 Ok(_) => {}
                 Err(StoreError::Conflict { .. }) => return Ok(()),
                 Err(error) => return Err(self.journal_error(error)),
             }
             let message = json!({"jsonrpc": "2.0", "method": method, "params": params});
-            self.engine.route_notification(&self.caller, &self.stream(), method, message, self.already_sent.as_deref()).await.map_err(|e| self.journal_error(e))
+            self.engine
+                .route_notification(
+                    &self.caller,
+                    &self.stream(),
+                    method,
+                    message,
+                    self.already_sent.as_deref(),
+                )
+                .await
+                .map_err(|e| self.journal_error(e))
         })
     }
 
@@ -344,8 +495,14 @@ impl DurableBackend for DurableRun {
                 return Ok(false);
             }
             let (reply, answer) = tokio::sync::oneshot::channel();
-            self.detach.send(reply).await.map_err(|_| self.journal_error(EngineError::RunEnded))?;
-            let (key, stream) = answer.await.map_err(|_| self.journal_error(EngineError::RunEnded))?.map_err(|e| self.journal_error(e))?;
+            self.detach
+                .send(reply)
+                .await
+                .map_err(|_| self.journal_error(EngineError::RunEnded))?;
+            let (key, stream) = answer
+                .await
+                .map_err(|_| self.journal_error(EngineError::RunEnded))?
+                .map_err(|e| self.journal_error(e))?;
             *self.task.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, Flavor::Extension));
             *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = stream;
             // A task's steps live as long as the task.
@@ -359,10 +516,18 @@ impl DurableBackend for DurableRun {
     }
 
     fn progress_token(&self) -> Option<Value> {
-        self.meta.as_ref().and_then(|m| m.get("progressToken")).cloned()
+        self.meta
+            .as_ref()
+            .and_then(|m| m.get("progressToken"))
+            .cloned()
     }
 
     fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>> {
-        Box::pin(async move { self.engine.announce(&change).await.map_err(|e| self.journal_error(e)) })
+        Box::pin(async move {
+            self.engine
+                .announce(&change)
+                .await
+                .map_err(|e| self.journal_error(e))
+        })
     }
 }

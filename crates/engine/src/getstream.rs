@@ -37,7 +37,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use durable_mcp_store::{Delivery, EventId, Principal, SessionChange, SessionId, SessionRecord, Store, StoreError, StoredEvent, StreamId, now_ms};
+use durable_mcp_store::{
+    Delivery, EventId, Principal, SessionChange, SessionId, SessionRecord, Store, StoreError,
+    StoredEvent, StreamId, now_ms,
+};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::sync::{mpsc, watch};
@@ -78,7 +81,9 @@ pub struct GetStream {
 
 impl std::fmt::Debug for GetStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GetStream").field("priming", &self.priming).finish_non_exhaustive()
+        f.debug_struct("GetStream")
+            .field("priming", &self.priming)
+            .finish_non_exhaustive()
     }
 }
 
@@ -131,9 +136,18 @@ impl Local {
     /// stream of the session here to take it over. Returns whether one was told.
     fn close(&self, session: &SessionId, conn: &str, held: bool) -> bool {
         let mut sessions = self.lock();
-        let Some(entries) = sessions.get_mut(session) else { return false };
+        let Some(entries) = sessions.get_mut(session) else {
+            return false;
+        };
         entries.retain(|(c, _)| c != conn);
-        let successor = if held { entries.last().map(|(_, s)| s.send_replace(Signal::Take)).is_some() } else { false };
+        let successor = if held {
+            entries
+                .last()
+                .map(|(_, s)| s.send_replace(Signal::Take))
+                .is_some()
+        } else {
+            false
+        };
         if entries.is_empty() {
             sessions.remove(session);
         }
@@ -165,7 +179,12 @@ impl Engine {
     /// replays the events after `n` that were handed to the connection that received `n`,
     /// then continues with those not handed out yet (D3). See the module docs of
     /// `getstream` for the hand-over rules.
-    pub async fn open_get_stream(&self, session: &SessionRecord, resume_after: Option<u64>, settings: GetStreamSettings) -> Result<GetStream, EngineError> {
+    pub async fn open_get_stream(
+        &self,
+        session: &SessionRecord,
+        resume_after: Option<u64>,
+        settings: GetStreamSettings,
+    ) -> Result<GetStream, EngineError> {
         let stream = session.standalone_stream.clone();
         // A session stored before delivery was tracked starts at the end of its stream.
         let untracked_end = match session.delivery {
@@ -178,7 +197,10 @@ impl Engine {
             _ => None,
         };
         let conn = StreamId::random().to_string();
-        let signals = self.inner.get_streams.open(&session.id, &conn, settings.max_per_session);
+        let signals = self
+            .inner
+            .get_streams
+            .open(&session.id, &conn, settings.max_per_session);
         let (tx, rx) = mpsc::channel(1);
         let mut feed = Feed {
             engine: self.clone(),
@@ -202,7 +224,9 @@ impl Engine {
             // A newer GET stream of the session opened here meanwhile and holds the delivery.
             Ok(false) => Mode::Idle,
             Err(error) => {
-                self.inner.get_streams.close(&feed.session, &feed.conn, false);
+                self.inner
+                    .get_streams
+                    .close(&feed.session, &feed.conn, false);
                 return Err(match error {
                     StoreError::NotFound { .. } => EngineError::SessionNotFound,
                     other => other.into(),
@@ -210,8 +234,13 @@ impl Engine {
             }
         };
         tokio::spawn(feed.run(mode));
-        let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
-        Ok(GetStream { events: events.boxed(), priming })
+        let events = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        Ok(GetStream {
+            events: events.boxed(),
+            priming,
+        })
     }
 
     /// How many GET streams are open on this worker.
@@ -226,7 +255,9 @@ impl Engine {
             let read = match self.store().read_after(stream, after, 1024).await {
                 Ok(read) => read,
                 // Retention dropped the oldest events: continue from the oldest kept one.
-                Err(StoreError::Pruned { oldest_retained, .. }) if oldest_retained > after + 1 => {
+                Err(StoreError::Pruned {
+                    oldest_retained, ..
+                }) if oldest_retained > after + 1 => {
                     after = oldest_retained - 1;
                     continue;
                 }
@@ -287,13 +318,24 @@ impl Feed {
     }
 
     async fn load(&self) -> Result<Option<Delivery>, StoreError> {
-        Ok(self.store().load_session(&self.principal, &self.session).await?.delivery)
+        Ok(self
+            .store()
+            .load_session(&self.principal, &self.session)
+            .await?
+            .delivery)
     }
 
     /// Write `value` if the delivery state is still `known`.
     async fn compare_and_set(&mut self, value: Delivery) -> Result<bool, StoreError> {
-        let change = SessionChange::CompareAndSetDelivery { expected: self.known.clone(), value: value.clone() };
-        match self.store().update_session(&self.principal, &self.session, change).await {
+        let change = SessionChange::CompareAndSetDelivery {
+            expected: self.known.clone(),
+            value: value.clone(),
+        };
+        match self
+            .store()
+            .update_session(&self.principal, &self.session, change)
+            .await
+        {
             Ok(_) => {
                 self.known = Some(value);
                 Ok(true)
@@ -313,7 +355,8 @@ impl Feed {
     /// Whether a newer GET stream of the session on this worker superseded this one since
     /// the feed last looked at its signals (it was told to go idle, or to close).
     fn superseded(&self) -> bool {
-        self.signals.has_changed().unwrap_or(true) && matches!(*self.signals.borrow(), Signal::Idle | Signal::Close)
+        self.signals.has_changed().unwrap_or(true)
+            && matches!(*self.signals.borrow(), Signal::Idle | Signal::Close)
     }
 
     /// Take the delivery over; a resume starts at `resume_after`. `false`: a newer GET
@@ -331,9 +374,16 @@ impl Feed {
                 tracing::debug!(session = %self.session, get = %self.conn, "a newer GET stream opened here; leaving the delivery to it");
                 return Ok(false);
             }
-            let base = self.known.clone().unwrap_or_else(|| Delivery { delivered: self.untracked_end, ..Delivery::default() });
-            let lease_until = now_ms().saturating_add(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
-            if self.compare_and_set(base.held_by(&self.conn, lease_until)).await? {
+            let base = self.known.clone().unwrap_or_else(|| Delivery {
+                delivered: self.untracked_end,
+                ..Delivery::default()
+            });
+            let lease_until =
+                now_ms().saturating_add(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
+            if self
+                .compare_and_set(base.held_by(&self.conn, lease_until))
+                .await?
+            {
                 self.buffered.clear();
                 match resume_after {
                     Some(after) => {
@@ -350,14 +400,18 @@ impl Feed {
                 return Ok(true);
             }
         }
-        Err(StoreError::Conflict { what: "session delivery" })
+        Err(StoreError::Conflict {
+            what: "session delivery",
+        })
     }
 
     /// Record events up to `seq` as handed out; `false` if another GET stream holds the
     /// delivery now.
     async fn claim(&mut self, seq: u64, lease_until_ms: Option<u64>) -> Result<bool, StoreError> {
         loop {
-            let Some(mut value) = self.known.clone().filter(|_| self.holds()) else { return Ok(false) };
+            let Some(mut value) = self.known.clone().filter(|_| self.holds()) else {
+                return Ok(false);
+            };
             value.delivered = value.delivered.max(seq);
             if let Some(until) = lease_until_ms {
                 value.lease_until_ms = until;
@@ -396,7 +450,11 @@ impl Feed {
             }
         };
         let held = mode == Mode::Holding && self.holds();
-        let handed_on = self.engine.inner.get_streams.close(&self.session, &self.conn, held);
+        let handed_on = self
+            .engine
+            .inner
+            .get_streams
+            .close(&self.session, &self.conn, held);
         if held
             && !handed_on
             && end == End::Closed
@@ -441,7 +499,8 @@ impl Feed {
             Ok(wake) => wake,
             Err(error) => return self.failed(error).await,
         };
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + self.tick, self.tick);
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.tick, self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ending = false;
         loop {
@@ -453,7 +512,9 @@ impl Feed {
                         }
                         self.buffered.extend(read.events);
                     }
-                    Err(StoreError::Pruned { oldest_retained, .. }) if oldest_retained > self.pos + 1 => {
+                    Err(StoreError::Pruned {
+                        oldest_retained, ..
+                    }) if oldest_retained > self.pos + 1 => {
                         tracing::warn!(session = %self.session, lost = oldest_retained - self.pos - 1, "standalone events pruned by retention before any GET stream received them (D14)");
                         self.pos = oldest_retained - 1;
                         continue;
@@ -482,7 +543,10 @@ impl Feed {
                         }
                     }
                 };
-                let replayed = self.replay.as_ref().is_some_and(|(base, _)| event.id.seq <= base.delivered);
+                let replayed = self
+                    .replay
+                    .as_ref()
+                    .is_some_and(|(base, _)| event.id.seq <= base.delivered);
                 if !replayed {
                     match self.claim(event.id.seq, None).await {
                         Ok(true) => {}
@@ -539,7 +603,8 @@ impl Feed {
 
     /// Wait to be handed the delivery (or to find it free), or for the end.
     async fn idle(&mut self) -> Result<Mode, End> {
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + self.tick, self.tick);
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.tick, self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {

@@ -9,7 +9,9 @@ use async_trait::async_trait;
 use durable_mcp_protocol::McpHandler;
 use durable_mcp_protocol::rmcp::ServerHandler;
 use durable_mcp_store::testing::{Hook, Op, Wrapped};
-use durable_mcp_store::{Principal, SessionId, SessionRecord, Store, StoreResult, StreamId, now_ms};
+use durable_mcp_store::{
+    Principal, SessionId, SessionRecord, Store, StoreResult, StreamId, now_ms,
+};
 use durable_mcp_store_memory::MemoryStore;
 use futures::StreamExt;
 use tokio::sync::Notify;
@@ -53,7 +55,10 @@ impl Hook for HoldOneUpdate {
 }
 
 /// Far longer than the tests wait: no stream is rescued by its tick.
-const SETTINGS: GetStreamSettings = GetStreamSettings { tick: Duration::from_secs(60), max_per_session: 4 };
+const SETTINGS: GetStreamSettings = GetStreamSettings {
+    tick: Duration::from_secs(60),
+    max_per_session: 4,
+};
 
 /// Delivery must not wait for a tick: well under one.
 const PROMPT: Duration = Duration::from_millis(500);
@@ -65,9 +70,16 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    let hook = Arc::new(Wrapped::new(Arc::new(MemoryStore::new()), HoldOneUpdate::default()));
+    let hook = Arc::new(Wrapped::new(
+        Arc::new(MemoryStore::new()),
+        HoldOneUpdate::default(),
+    ));
     let store: Arc<dyn Store> = hook.clone();
-    let engine = Engine::new(store.clone(), McpHandler::new(Nothing), EngineOptions::default());
+    let engine = Engine::new(
+        store.clone(),
+        McpHandler::new(Nothing),
+        EngineOptions::default(),
+    );
     let id = SessionId::random();
     let standalone = StreamId::random();
     let principal = Principal::anonymous();
@@ -87,7 +99,11 @@ async fn fixture() -> Fixture {
     };
     // Creates its standalone stream too.
     store.create_session(session.clone()).await.unwrap();
-    Fixture { engine, hook, session }
+    Fixture {
+        engine,
+        hook,
+        session,
+    }
 }
 
 /// The next message on either stream within [`PROMPT`]: `0` for the first, `1` for the second.
@@ -114,17 +130,35 @@ async fn d3_a_get_opened_during_anothers_take_over_delivers_at_once() {
         async move { engine.open_get_stream(&session, None, SETTINGS).await }
     });
     // The older stream's compare-and-set waits at the hook; the newer one's goes through.
-    tokio::time::timeout(Duration::from_secs(5), f.hook.hook().held.notified()).await.expect("the older take-over reached the store");
-    let mut newer = f.engine.open_get_stream(&f.session, None, SETTINGS).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), f.hook.hook().held.notified())
+        .await
+        .expect("the older take-over reached the store");
+    let mut newer = f
+        .engine
+        .open_get_stream(&f.session, None, SETTINGS)
+        .await
+        .unwrap();
     f.hook.hook().release();
     let mut older = older.await.unwrap().unwrap();
 
     for n in 0..3 {
-        f.engine.append(&f.session.standalone_stream, format!("message {n}"), false).await.unwrap();
-        let (on, data) = next_on_either(&mut older, &mut newer).await.unwrap_or_else(|| panic!("message {n} reached no GET stream within {PROMPT:?}"));
-        assert_eq!((on, data), (1, format!("message {n}")), "the newer GET stream delivers");
+        f.engine
+            .append(&f.session.standalone_stream, format!("message {n}"), false)
+            .await
+            .unwrap();
+        let (on, data) = next_on_either(&mut older, &mut newer)
+            .await
+            .unwrap_or_else(|| panic!("message {n} reached no GET stream within {PROMPT:?}"));
+        assert_eq!(
+            (on, data),
+            (1, format!("message {n}")),
+            "the newer GET stream delivers"
+        );
     }
-    assert!(next_on_either(&mut older, &mut newer).await.is_none(), "each message on one stream only");
+    assert!(
+        next_on_either(&mut older, &mut newer).await.is_none(),
+        "each message on one stream only"
+    );
 }
 
 /// D3: when the delivering GET stream closes, the other one of the session on this worker
@@ -132,10 +166,29 @@ async fn d3_a_get_opened_during_anothers_take_over_delivers_at_once() {
 #[tokio::test]
 async fn d3_closing_the_delivering_get_hands_over_at_once() {
     let f = fixture().await;
-    let mut older = f.engine.open_get_stream(&f.session, None, SETTINGS).await.unwrap();
-    let newer = f.engine.open_get_stream(&f.session, None, SETTINGS).await.unwrap();
+    let mut older = f
+        .engine
+        .open_get_stream(&f.session, None, SETTINGS)
+        .await
+        .unwrap();
+    let newer = f
+        .engine
+        .open_get_stream(&f.session, None, SETTINGS)
+        .await
+        .unwrap();
     drop(newer);
-    f.engine.append(&f.session.standalone_stream, "after the hand-over".into(), false).await.unwrap();
-    let event = tokio::time::timeout(PROMPT, older.events.next()).await.expect("delivered within a moment").unwrap().unwrap();
+    f.engine
+        .append(
+            &f.session.standalone_stream,
+            "after the hand-over".into(),
+            false,
+        )
+        .await
+        .unwrap();
+    let event = tokio::time::timeout(PROMPT, older.events.next())
+        .await
+        .expect("delivered within a moment")
+        .unwrap()
+        .unwrap();
     assert_eq!(event.data, "after the hand-over");
 }

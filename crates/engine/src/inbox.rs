@@ -32,9 +32,16 @@ pub(crate) struct Inbox {
 
 impl Inbox {
     /// Create the inbox (committed) and start feeding its answers to `replies`.
-    pub(crate) async fn open(engine: &Engine, caller: &Caller, replies: mpsc::Sender<Value>) -> Result<Self, EngineError> {
+    pub(crate) async fn open(
+        engine: &Engine,
+        caller: &Caller,
+        replies: mpsc::Sender<Value>,
+    ) -> Result<Self, EngineError> {
         let stream = StreamId::random();
-        engine.store().create_stream(&stream, &caller.stream_owner()).await?;
+        engine
+            .store()
+            .create_stream(&stream, &caller.stream_owner())
+            .await?;
         let originals: Arc<Mutex<HashMap<String, RequestId>>> = Arc::default();
         let map = originals.clone();
         let store = engine.store().clone();
@@ -55,10 +62,15 @@ impl Inbox {
                         }
                     };
                     after = event.id.seq;
-                    let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else { continue };
+                    let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data)
+                    else {
+                        continue;
+                    };
                     let wire_id = message.get("id").and_then(Value::as_str).map(str::to_owned);
                     // The first answer to each question counts; later ones are dropped.
-                    let Some(original) = wire_id.and_then(|w| lock(&map).remove(&w)) else { continue };
+                    let Some(original) = wire_id.and_then(|w| lock(&map).remove(&w)) else {
+                        continue;
+                    };
                     message.insert("id".into(), original);
                     if replies.send(Value::Object(message)).await.is_err() {
                         return;
@@ -70,7 +82,12 @@ impl Inbox {
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }
         });
-        Ok(Self { stream, next: 0, originals, forwarder })
+        Ok(Self {
+            stream,
+            next: 0,
+            originals,
+            forwarder,
+        })
     }
 
     /// The id under which the client sees the handler's request `original`.
@@ -98,7 +115,12 @@ impl Engine {
     /// # Durability
     /// When this returns `Ok`, the answer is committed: the handler gets it even if it runs
     /// on another worker (D9 builds on this).
-    pub async fn reply(&self, caller: &Caller, id: &RequestId, message: Map<String, Value>) -> Result<(), EngineError> {
+    pub async fn reply(
+        &self,
+        caller: &Caller,
+        id: &RequestId,
+        message: Map<String, Value>,
+    ) -> Result<(), EngineError> {
         let Some(inbox) = id.as_str().and_then(key::inbox_of) else {
             tracing::debug!(%id, "reply with an id durable-mcp never issued dropped");
             return Ok(());
@@ -108,11 +130,16 @@ impl Engine {
             Err(StoreError::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
-        if owner.principal != caller.principal || owner.session.as_ref() != caller.session.as_ref().map(|s| &s.id) {
+        if owner.principal != caller.principal
+            || owner.session.as_ref() != caller.session.as_ref().map(|s| &s.id)
+        {
             tracing::debug!(%id, "reply for another session's request dropped");
             return Ok(());
         }
-        match self.append(&inbox, Value::Object(message).to_string(), false).await {
+        match self
+            .append(&inbox, Value::Object(message).to_string(), false)
+            .await
+        {
             Ok(_) | Err(StoreError::StreamClosed { .. } | StoreError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }

@@ -51,7 +51,10 @@ impl RunSummary {
         match (&self.owner, self.lease_until_ms.checked_sub(now_ms)) {
             (None, _) => "released".to_owned(),
             (Some(_), Some(left)) => format!("expires in {:.1} s", left as f64 / 1000.0),
-            (Some(_), None) => format!("expired {:.1} s ago", (now_ms - self.lease_until_ms) as f64 / 1000.0),
+            (Some(_), None) => format!(
+                "expired {:.1} s ago",
+                (now_ms - self.lease_until_ms) as f64 / 1000.0
+            ),
         }
     }
 }
@@ -88,9 +91,17 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
     let mut runs = Vec::new();
     for (key, run) in decoded(store, RecordKind::Run, limit, RunRecord::decode).await? {
         let params = run.request.get("params");
-        let target = ["name", "uri"].iter().find_map(|field| params.and_then(|p| p.get(*field)).and_then(Value::as_str)).map(str::to_owned);
+        let target = ["name", "uri"]
+            .iter()
+            .find_map(|field| params.and_then(|p| p.get(*field)).and_then(Value::as_str))
+            .map(str::to_owned);
         runs.push(RunSummary {
-            method: run.request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            method: run
+                .request
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
             target,
             request_id: run.id(),
             principal: run.principal,
@@ -100,7 +111,10 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
             lease_until_ms: run.lease_until_ms,
             attempt: run.attempt,
             failures: run.failures,
-            task_id: run.task.as_deref().map(|task| key::task_id(task).to_owned()),
+            task_id: run
+                .task
+                .as_deref()
+                .map(|task| key::task_id(task).to_owned()),
             arguments: params.and_then(|p| p.get("arguments")).cloned(),
             run_id: key,
         });
@@ -144,7 +158,9 @@ async fn decoded<T>(
     for record in store.list_records(kind, "", limit).await? {
         match decode(&record.key, &record.value) {
             Ok(value) => out.push((record.key, value)),
-            Err(error) => tracing::warn!(%error, source = ?std::error::Error::source(&error), "unreadable record"),
+            Err(error) => {
+                tracing::warn!(%error, source = ?std::error::Error::source(&error), "unreadable record")
+            }
         }
     }
     Ok(out)

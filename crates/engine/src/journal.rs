@@ -21,7 +21,9 @@ use std::time::Duration;
 use durable_mcp_protocol::jsonrpc::{RequestId, to_text};
 use durable_mcp_protocol::methods;
 use durable_mcp_protocol::{SealError, StateKeys, StateSealer};
-use durable_mcp_store::{Expect, Principal, Record, RecordKind, SessionId, StoreError, StreamId, WriteBatch, now_ms};
+use durable_mcp_store::{
+    Expect, Principal, Record, RecordKind, SessionId, StoreError, StreamId, WriteBatch, now_ms,
+};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -32,7 +34,12 @@ use crate::{Engine, EngineError};
 
 /// The methods whose requests are journaled (D6): those whose handlers may take time or
 /// have effects.
-pub const JOURNALED_METHODS: [&str; 4] = [methods::TOOLS_CALL, methods::PROMPTS_GET, methods::RESOURCES_READ, methods::COMPLETION_COMPLETE];
+pub const JOURNALED_METHODS: [&str; 4] = [
+    methods::TOOLS_CALL,
+    methods::PROMPTS_GET,
+    methods::RESOURCES_READ,
+    methods::COMPLETION_COMPLETE,
+];
 
 /// A duration in milliseconds, saturated.
 pub(crate) fn ms(d: Duration) -> u64 {
@@ -44,7 +51,12 @@ impl RunRecord {
     /// worker.
     /// Its trace context is the current span's (the request's server span, traces on),
     /// else the client's ([`crate::traces`]).
-    pub(crate) fn new(engine: &Engine, caller: &Caller, request: Map<String, Value>, stream: &StreamId) -> Self {
+    pub(crate) fn new(
+        engine: &Engine,
+        caller: &Caller,
+        request: Map<String, Value>,
+        stream: &StreamId,
+    ) -> Self {
         let trace = crate::traces::to_store(&request, caller.trace.as_ref());
         Self {
             principal: caller.principal.as_str().to_owned(),
@@ -121,8 +133,22 @@ impl Held {
         });
         let heartbeats = engine.inner.heartbeats.clone();
         let slot = heartbeats.add(engine, beat.clone());
-        let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(record.attempt > 1 || record.era == crate::records::Era::Modern));
-        Self { run_id, record, beat, lost, cancelled, steps_written, already_sent: None, heartbeats, slot, ended: false, task_permit: None }
+        let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(
+            record.attempt > 1 || record.era == crate::records::Era::Modern,
+        ));
+        Self {
+            run_id,
+            record,
+            beat,
+            lost,
+            cancelled,
+            steps_written,
+            already_sent: None,
+            heartbeats,
+            slot,
+            ended: false,
+            task_permit: None,
+        }
     }
 
     /// Whether the lease is still surely ours (fencing: a worker that could not renew it
@@ -140,7 +166,11 @@ impl Held {
     }
 
     /// Change the run's record (compare-and-set against the version this worker holds).
-    pub(crate) async fn update(&mut self, engine: &Engine, change: impl FnOnce(&mut RunRecord)) -> Result<(), EngineError> {
+    pub(crate) async fn update(
+        &mut self,
+        engine: &Engine,
+        change: impl FnOnce(&mut RunRecord),
+    ) -> Result<(), EngineError> {
         let mut guard = self.beat.shared.lock().await;
         let mut record = RunRecord::clone(&guard.0);
         change(&mut record);
@@ -181,11 +211,18 @@ impl Held {
     /// All or nothing (D7): either the client's one outcome is committed and the run is no
     /// longer journaled, or neither. The removal is fenced by the version: if another
     /// worker took the run over (or renewed it), nothing is written and the error says so.
-    pub(crate) async fn commit_outcome(&mut self, engine: &Engine, stream: &StreamId, outcome: &Value) -> Result<(), EngineError> {
+    pub(crate) async fn commit_outcome(
+        &mut self,
+        engine: &Engine,
+        stream: &StreamId,
+        outcome: &Value,
+    ) -> Result<(), EngineError> {
         // Held while committing: no heartbeat moves the version in between.
         let guard = self.beat.shared.lock().await;
-        let mut batch =
-            WriteBatch::new().append(stream.clone(), to_text(outcome)).close(stream.clone()).delete_record(RecordKind::Run, self.run_id.clone(), guard.1);
+        let mut batch = WriteBatch::new()
+            .append(stream.clone(), to_text(outcome))
+            .close(stream.clone())
+            .delete_record(RecordKind::Run, self.run_id.clone(), guard.1);
         if !self.record.stateless() && self.steps_written.load(Ordering::SeqCst) {
             batch = batch.delete_records(RecordKind::Step, key::steps(&self.run_id));
         }
@@ -211,7 +248,9 @@ impl Held {
         }
         match put_run(engine, &self.run_id, &record, version).await {
             Ok(_) => tracing::info!(run = %self.run_id, "released a run's lease"),
-            Err(error) => tracing::warn!(%error, run = %self.run_id, "could not release a lease; it expires by itself"),
+            Err(error) => {
+                tracing::warn!(%error, run = %self.run_id, "could not release a lease; it expires by itself")
+            }
         }
     }
 }
@@ -257,7 +296,9 @@ struct Beats {
 
 impl Heartbeats {
     fn lock(&self) -> std::sync::MutexGuard<'_, Beats> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Register a held run; starts the heartbeat task if none runs.
@@ -281,12 +322,21 @@ impl Heartbeats {
     fn due(&self) -> Option<Vec<Arc<Beat>>> {
         let mut beats = self.lock();
         // A run fenced by its last renewal is renewed no more.
-        beats.held.retain(|_, beat| !beat.stopped.load(Ordering::SeqCst));
+        beats
+            .held
+            .retain(|_, beat| !beat.stopped.load(Ordering::SeqCst));
         if beats.held.is_empty() {
             beats.ticking = false;
             return None;
         }
-        Some(beats.held.values().filter(|beat| !beat.renewing.load(Ordering::SeqCst)).cloned().collect())
+        Some(
+            beats
+                .held
+                .values()
+                .filter(|beat| !beat.renewing.load(Ordering::SeqCst))
+                .cloned()
+                .collect(),
+        )
     }
 
     #[cfg(test)]
@@ -334,7 +384,8 @@ async fn renew(engine: &Engine, beat: &Beat, lease: Duration) {
         record.lease_until_ms = now_ms() + ms(lease);
         let put = put_run(engine, &beat.run_id, &record, guard.1).await;
         if let Ok(version) = put {
-            beat.valid_until_ms.store(record.lease_until_ms, Ordering::SeqCst);
+            beat.valid_until_ms
+                .store(record.lease_until_ms, Ordering::SeqCst);
             *guard = (Arc::new(record), version);
         }
         put
@@ -365,8 +416,22 @@ async fn renew(engine: &Engine, beat: &Beat, lease: Duration) {
 }
 
 /// Write run record `record` over `version` (compare-and-set); the new version.
-async fn put_run(engine: &Engine, run_id: &str, record: &RunRecord, version: u64) -> Result<u64, EngineError> {
-    Ok(engine.store().put_record(RecordKind::Run, run_id, record.encode()?, None, Expect::Version(version)).await?)
+async fn put_run(
+    engine: &Engine,
+    run_id: &str,
+    record: &RunRecord,
+    version: u64,
+) -> Result<u64, EngineError> {
+    Ok(engine
+        .store()
+        .put_record(
+            RecordKind::Run,
+            run_id,
+            record.encode()?,
+            None,
+            Expect::Version(version),
+        )
+        .await?)
 }
 
 /// How long the marks about a request outlive it: a session's request id pointing at its run
@@ -379,17 +444,38 @@ pub(crate) const STATE_TTL: Duration = Duration::from_secs(600);
 /// What a sealed run state is bound to (D12): the principal, the method and the
 /// request's parameters (without the state, the answers and `_meta`).
 fn state_binding(principal: &Principal, request: &Map<String, Value>) -> Vec<u8> {
-    let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
-    let mut params = request.get("params").and_then(Value::as_object).cloned().unwrap_or_default();
+    let method = request
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut params = request
+        .get("params")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     for key in ["requestState", "inputResponses", "_meta"] {
         params.remove(key);
     }
-    format!("durable-mcp/run\n{}\n{method}\n{}", principal.as_str(), canonical(&Value::Object(params))).into_bytes()
+    format!(
+        "durable-mcp/run\n{}\n{method}\n{}",
+        principal.as_str(),
+        canonical(&Value::Object(params))
+    )
+    .into_bytes()
 }
 
 /// The sealed `requestState` that lets a retry continue run `run_id`.
-pub(crate) fn seal_run(keys: &StateKeys, run_id: &str, principal: &Principal, request: &Map<String, Value>) -> String {
-    StateSealer::new(keys.clone()).seal(&json!({"run": run_id}), &state_binding(principal, request), STATE_TTL)
+pub(crate) fn seal_run(
+    keys: &StateKeys,
+    run_id: &str,
+    principal: &Principal,
+    request: &Map<String, Value>,
+) -> String {
+    StateSealer::new(keys.clone()).seal(
+        &json!({"run": run_id}),
+        &state_binding(principal, request),
+        STATE_TTL,
+    )
 }
 
 /// Why a retry's sealed `requestState` does not continue a run (D12): the client's error.
@@ -405,28 +491,62 @@ pub(crate) enum StateRefused {
 }
 
 /// The run a retry's sealed `requestState` continues.
-pub(crate) fn open_run(keys: &StateKeys, sealed: &str, principal: &Principal, request: &Map<String, Value>) -> Result<String, StateRefused> {
-    let payload = StateSealer::new(keys.clone()).open(sealed, &state_binding(principal, request))?;
-    payload.get("run").and_then(Value::as_str).map(str::to_owned).ok_or(StateRefused::NoRun)
+pub(crate) fn open_run(
+    keys: &StateKeys,
+    sealed: &str,
+    principal: &Principal,
+    request: &Map<String, Value>,
+) -> Result<String, StateRefused> {
+    let payload =
+        StateSealer::new(keys.clone()).open(sealed, &state_binding(principal, request))?;
+    payload
+        .get("run")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or(StateRefused::NoRun)
 }
 
 impl Engine {
     /// The alias of a session's request id, if the id started a run: that run's stream, and
     /// which request started it (a re-send of that request attaches to it, D6; another
     /// request under the id is refused).
-    pub(crate) async fn existing_run(&self, session: &SessionId, id: &RequestId) -> Result<Option<AliasRecord>, EngineError> {
+    pub(crate) async fn existing_run(
+        &self,
+        session: &SessionId,
+        id: &RequestId,
+    ) -> Result<Option<AliasRecord>, EngineError> {
         let key = key::alias(session, id);
-        let Some(alias) = self.store().get_record(RecordKind::Alias, &key).await? else { return Ok(None) };
+        let Some(alias) = self.store().get_record(RecordKind::Alias, &key).await? else {
+            return Ok(None);
+        };
         Ok(Some(AliasRecord::decode(&key, &alias.value)?))
     }
 
     /// Give every committed step of `run_id` a new expiry (`None`: keep until the run
     /// ends): a stateless request continued by a retry, or turned into a task, keeps all
     /// its earlier steps, not only the ones of its last round.
-    pub(crate) async fn refresh_steps(&self, run_id: &str, expires_at_ms: Option<u64>) -> Result<(), EngineError> {
+    pub(crate) async fn refresh_steps(
+        &self,
+        run_id: &str,
+        expires_at_ms: Option<u64>,
+    ) -> Result<(), EngineError> {
         const MAX_STEPS: usize = 10_000;
-        for record in self.store().list_records(RecordKind::Step, &key::steps(run_id), MAX_STEPS).await? {
-            match self.store().put_record(RecordKind::Step, &record.key, record.value, expires_at_ms, Expect::Version(record.version)).await {
+        for record in self
+            .store()
+            .list_records(RecordKind::Step, &key::steps(run_id), MAX_STEPS)
+            .await?
+        {
+            match self
+                .store()
+                .put_record(
+                    RecordKind::Step,
+                    &record.key,
+                    record.value,
+                    expires_at_ms,
+                    Expect::Version(record.version),
+                )
+                .await
+            {
                 Ok(_) | Err(StoreError::Conflict { .. }) => {}
                 Err(error) => return Err(error.into()),
             }
@@ -436,10 +556,21 @@ impl Engine {
 
     /// Record a client's cancellation of a run that does not run here: its worker's next
     /// heartbeat (within a third of the lease) cancels it (D11).
-    pub(crate) async fn cancel_elsewhere(&self, session: &SessionId, id: &RequestId) -> Result<(), EngineError> {
-        let Some(alias) = self.existing_run(session, id).await? else { return Ok(()) };
+    pub(crate) async fn cancel_elsewhere(
+        &self,
+        session: &SessionId,
+        id: &RequestId,
+    ) -> Result<(), EngineError> {
+        let Some(alias) = self.existing_run(session, id).await? else {
+            return Ok(());
+        };
         let run_id = key::run(&alias.stream);
-        if self.store().get_record(RecordKind::Run, &run_id).await?.is_none() {
+        if self
+            .store()
+            .get_record(RecordKind::Run, &run_id)
+            .await?
+            .is_none()
+        {
             return Ok(());
         }
         self.cancel_elsewhere_by_run(&run_id).await
@@ -448,7 +579,17 @@ impl Engine {
     /// Mark run `run_id` cancelled (its next recovery closes it instead of running it).
     pub(crate) async fn cancel_elsewhere_by_run(&self, run_id: &str) -> Result<(), EngineError> {
         let expires = now_ms() + MARK_TTL_MS;
-        match self.store().put_record(RecordKind::Step, &key::cancel_mark(run_id), crate::records::MARK.into(), Some(expires), Expect::Absent).await {
+        match self
+            .store()
+            .put_record(
+                RecordKind::Step,
+                &key::cancel_mark(run_id),
+                crate::records::MARK.into(),
+                Some(expires),
+                Expect::Absent,
+            )
+            .await
+        {
             Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
             Err(error) => Err(error.into()),
         }
@@ -456,7 +597,11 @@ impl Engine {
 
     /// Whether a client's cancellation of run `run_id` was recorded (by any worker).
     pub(crate) async fn cancelled_elsewhere(&self, run_id: &str) -> Result<bool, EngineError> {
-        Ok(self.store().get_record(RecordKind::Step, &key::cancel_mark(run_id)).await?.is_some())
+        Ok(self
+            .store()
+            .get_record(RecordKind::Step, &key::cancel_mark(run_id))
+            .await?
+            .is_some())
     }
 
     /// Every journal entry (running here, elsewhere, or waiting for a worker). Usually one
@@ -464,13 +609,20 @@ impl Engine {
     /// per first digit keeps each bounded while all are looked at.
     pub(crate) async fn journal_entries(&self) -> Result<Vec<Record>, EngineError> {
         const BATCH: usize = 1_000;
-        let all = self.store().list_records(RecordKind::Run, "", BATCH).await?;
+        let all = self
+            .store()
+            .list_records(RecordKind::Run, "", BATCH)
+            .await?;
         if all.len() < BATCH {
             return Ok(all);
         }
         let mut entries = Vec::new();
         for prefix in "0123456789abcdef".chars() {
-            entries.extend(self.store().list_records(RecordKind::Run, &prefix.to_string(), BATCH).await?);
+            entries.extend(
+                self.store()
+                    .list_records(RecordKind::Run, &prefix.to_string(), BATCH)
+                    .await?,
+            );
         }
         Ok(entries)
     }
@@ -500,11 +652,14 @@ impl Engine {
             Ok(run) => run,
             Err(error) => {
                 tracing::error!(%error, run = %record.key, "undecodable journal entry; removing it");
-                self.store().delete_records(RecordKind::Run, &record.key).await?;
+                self.store()
+                    .delete_records(RecordKind::Run, &record.key)
+                    .await?;
                 return Ok(None);
             }
         };
-        let ours_from_before = run.owner == me && run.lease_until_ms < self.started_at_ms() + ms(self.options().lease);
+        let ours_from_before =
+            run.owner == me && run.lease_until_ms < self.started_at_ms() + ms(self.options().lease);
         // The caller checked that the run does not run here.
         let unrun = resent && (run.owner.is_empty() || run.owner == me);
         if !ours_from_before && !unrun && run.lease_until_ms > now_ms() {
@@ -513,7 +668,17 @@ impl Engine {
         let previous_owner = std::mem::replace(&mut run.owner, me);
         run.lease_until_ms = now_ms() + ms(self.options().lease);
         run.attempt += 1;
-        let version = match self.store().put_record(RecordKind::Run, &record.key, run.encode()?, None, Expect::Version(record.version)).await {
+        let version = match self
+            .store()
+            .put_record(
+                RecordKind::Run,
+                &record.key,
+                run.encode()?,
+                None,
+                Expect::Version(record.version),
+            )
+            .await
+        {
             Ok(version) => version,
             Err(StoreError::Conflict { .. }) => return Ok(None), // another worker was faster
             Err(error) => return Err(error.into()),
@@ -528,20 +693,27 @@ impl Engine {
     }
 
     /// The last JSON message of a stream, if any.
-    pub(crate) async fn last_message(&self, stream: &StreamId) -> Result<Option<Value>, EngineError> {
+    pub(crate) async fn last_message(
+        &self,
+        stream: &StreamId,
+    ) -> Result<Option<Value>, EngineError> {
         let mut after = 0;
         let mut last = None;
         loop {
             let read = match self.store().read_after(stream, after, 1_000).await {
                 Ok(read) => read,
                 Err(StoreError::NotFound { .. }) => return Ok(None),
-                Err(StoreError::Pruned { oldest_retained, .. }) => {
+                Err(StoreError::Pruned {
+                    oldest_retained, ..
+                }) => {
                     after = oldest_retained.saturating_sub(1);
                     continue;
                 }
                 Err(error) => return Err(error.into()),
             };
-            let Some(end) = read.events.last().map(|e| e.id.seq) else { return Ok(last) };
+            let Some(end) = read.events.last().map(|e| e.id.seq) else {
+                return Ok(last);
+            };
             for event in read.events {
                 if let Ok(message) = serde_json::from_str::<Value>(&event.data) {
                     last = Some(message);
@@ -567,7 +739,9 @@ impl Engine {
                     }
                 }
                 Err(StoreError::NotFound { .. }) => return Ok(true),
-                Err(StoreError::Pruned { oldest_retained, .. }) => after = oldest_retained.saturating_sub(1),
+                Err(StoreError::Pruned {
+                    oldest_retained, ..
+                }) => after = oldest_retained.saturating_sub(1),
                 Err(error) => return Err(error.into()),
             }
         }

@@ -43,7 +43,9 @@ pub const DEFAULT_KEEP_OLD: Duration = Duration::from_secs(3_600);
 
 /// The ring in `store`, if there is one.
 pub async fn read(store: &dyn Store) -> Result<Option<(KeyRing, u64)>, EngineError> {
-    let Some(record) = store.get_record(RecordKind::Key, RING).await? else { return Ok(None) };
+    let Some(record) = store.get_record(RecordKind::Key, RING).await? else {
+        return Ok(None);
+    };
     Ok(Some((KeyRing::decode(&record.value)?, record.version)))
 }
 
@@ -59,14 +61,19 @@ pub async fn load_or_create(store: &dyn Store) -> Result<KeyRing, EngineError> {
 /// Commit a new ring unless one exists by now (first commit wins); the committed ring.
 async fn create(store: &dyn Store) -> Result<KeyRing, EngineError> {
     let ring = KeyRing::generate(now_ms());
-    match store.put_record(RecordKind::Key, RING, ring.encode()?, None, Expect::Absent).await {
+    match store
+        .put_record(RecordKind::Key, RING, ring.encode()?, None, Expect::Absent)
+        .await
+    {
         Ok(_) => {
             tracing::info!(key = %ring.keys()[0].id, "created the requestState key ring");
             Ok(ring)
         }
         Err(StoreError::Conflict { .. }) => match read(store).await? {
             Some((ring, _)) => Ok(ring),
-            None => Err(EngineError::Store(StoreError::Conflict { what: "the requestState key ring vanished as it was created" })),
+            None => Err(EngineError::Store(StoreError::Conflict {
+                what: "the requestState key ring vanished as it was created",
+            })),
         },
         Err(error) => Err(error.into()),
     }
@@ -76,7 +83,11 @@ async fn create(store: &dyn Store) -> Result<KeyRing, EngineError> {
 /// seals from `activate_in` from now, and the previous keys open until `keep_old` after
 /// that, then they are dropped (keys already past their time are dropped now). Returns
 /// the ring as committed.
-pub async fn rotate(store: &dyn Store, activate_in: Duration, keep_old: Duration) -> Result<KeyRing, EngineError> {
+pub async fn rotate(
+    store: &dyn Store,
+    activate_in: Duration,
+    keep_old: Duration,
+) -> Result<KeyRing, EngineError> {
     loop {
         let (mut ring, version) = match read(store).await? {
             Some(found) => found,
@@ -86,7 +97,16 @@ pub async fn rotate(store: &dyn Store, activate_in: Duration, keep_old: Duration
             }
         };
         let id = ring.rotate(now_ms(), activate_in, keep_old).id.clone();
-        match store.put_record(RecordKind::Key, RING, ring.encode()?, None, Expect::Version(version)).await {
+        match store
+            .put_record(
+                RecordKind::Key,
+                RING,
+                ring.encode()?,
+                None,
+                Expect::Version(version),
+            )
+            .await
+        {
             Ok(_) => {
                 tracing::info!(key = %id, "rotated the requestState key ring");
                 return Ok(ring);
@@ -147,8 +167,12 @@ impl Engine {
                             tracing::warn!(%error, "keeping the requestState keys read before");
                         }
                     }
-                    Ok(None) => tracing::warn!("the requestState key ring is gone from the store; keeping the keys read before"),
-                    Err(error) => tracing::warn!(%error, "cannot re-read the requestState key ring; keeping the keys read before"),
+                    Ok(None) => tracing::warn!(
+                        "the requestState key ring is gone from the store; keeping the keys read before"
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot re-read the requestState key ring; keeping the keys read before")
+                    }
                 }
                 keys.read_at_ms.store(now_ms(), Ordering::Relaxed);
             }
@@ -158,7 +182,8 @@ impl Engine {
 }
 
 fn is_stale(keys: &Keys) -> bool {
-    now_ms().saturating_sub(keys.read_at_ms.load(Ordering::Relaxed)) >= u64::try_from(REFRESH.as_millis()).unwrap_or(u64::MAX)
+    now_ms().saturating_sub(keys.read_at_ms.load(Ordering::Relaxed))
+        >= u64::try_from(REFRESH.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -175,7 +200,9 @@ mod tests {
     async fn d12_workers_racing_to_create_the_ring_get_one_ring() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         // Every worker found no ring and creates one: all but the first commit conflict.
-        let create = |store: Arc<dyn Store>| tokio::spawn(async move { create(store.as_ref()).await.unwrap() });
+        let create = |store: Arc<dyn Store>| {
+            tokio::spawn(async move { create(store.as_ref()).await.unwrap() })
+        };
         let loads: Vec<_> = (0..8).map(|_| create(store.clone())).collect();
         let mut rings = Vec::new();
         for load in loads {
@@ -183,21 +210,47 @@ mod tests {
         }
         let (stored, version) = read(store.as_ref()).await.unwrap().unwrap();
         assert_eq!(version, 1, "created once");
-        assert!(rings.iter().all(|ring| *ring == stored), "every worker has the committed ring");
-        assert_eq!(load_or_create(store.as_ref()).await.unwrap(), stored, "and so does a later one");
+        assert!(
+            rings.iter().all(|ring| *ring == stored),
+            "every worker has the committed ring"
+        );
+        assert_eq!(
+            load_or_create(store.as_ref()).await.unwrap(),
+            stored,
+            "and so does a later one"
+        );
     }
 
     #[tokio::test]
     async fn d12_a_rotated_ring_opens_old_states_and_a_dropped_key_is_refused_clearly() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let sealer = |ring: KeyRing| StateSealer::new(StateKeys::from_ring(ring, now_ms()).unwrap());
+        let sealer =
+            |ring: KeyRing| StateSealer::new(StateKeys::from_ring(ring, now_ms()).unwrap());
         let before = sealer(load_or_create(store.as_ref()).await.unwrap());
         let old = before.seal(&json!({"run": "r"}), b"binding", TTL);
-        let after = sealer(rotate(store.as_ref(), Duration::ZERO, DEFAULT_KEEP_OLD).await.unwrap());
-        assert_eq!(after.open(&old, b"binding").unwrap(), json!({"run": "r"}), "sealed before, opened after");
+        let after = sealer(
+            rotate(store.as_ref(), Duration::ZERO, DEFAULT_KEEP_OLD)
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            after.open(&old, b"binding").unwrap(),
+            json!({"run": "r"}),
+            "sealed before, opened after"
+        );
         let new = after.seal(&json!({"run": "s"}), b"binding", TTL);
-        assert!(before.open(&new, b"binding").is_err(), "sealed with the new key");
-        let dropped = sealer(rotate(store.as_ref(), Duration::ZERO, Duration::ZERO).await.unwrap());
-        assert_eq!(dropped.open(&new, b"binding").unwrap_err().to_string(), "invalid requestState: request state was sealed with an unknown key");
+        assert!(
+            before.open(&new, b"binding").is_err(),
+            "sealed with the new key"
+        );
+        let dropped = sealer(
+            rotate(store.as_ref(), Duration::ZERO, Duration::ZERO)
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            dropped.open(&new, b"binding").unwrap_err().to_string(),
+            "invalid requestState: request state was sealed with an unknown key"
+        );
     }
 }

@@ -68,7 +68,10 @@ const ROOT: &[(&str, Option<&str>)] = &[
 ];
 
 fn layer(module: &str) -> Option<u8> {
-    MODULES.iter().find(|(name, _, _)| *name == module).map(|(_, layer, _)| *layer)
+    MODULES
+        .iter()
+        .find(|(name, _, _)| *name == module)
+        .map(|(_, layer, _)| *layer)
 }
 
 /// Where the block whose opening `{` was just passed ends in `source`: the index of its
@@ -90,7 +93,11 @@ fn block_end(source: &str) -> usize {
 
 /// The first segment of every `crate::` path in `source` (`crate::{a, b::c}` gives `a`, `b`).
 fn crate_paths(source: &str) -> Vec<String> {
-    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    let ident = |s: &str| {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect::<String>()
+    };
     let mut found = Vec::new();
     let mut rest = source;
     while let Some(at) = rest.find("crate::") {
@@ -104,7 +111,10 @@ fn crate_paths(source: &str) -> Vec<String> {
             let mut item_depth = 0;
             let mut start = 0;
             let inner = &group[..end];
-            for (i, c) in inner.char_indices().chain(std::iter::once((inner.len(), ','))) {
+            for (i, c) in inner
+                .char_indices()
+                .chain(std::iter::once((inner.len(), ',')))
+            {
                 match c {
                     '{' => item_depth += 1,
                     '}' => item_depth -= 1,
@@ -148,14 +158,25 @@ fn violations(module: &str, layer_of_module: u8, source: &str) -> Vec<String> {
 
 #[test]
 fn no_module_uses_a_layer_above_its_own() {
-    let bad: Vec<String> = MODULES.iter().flat_map(|(module, layer, source)| violations(module, *layer, source)).collect();
-    assert!(bad.is_empty(), "arrows must point down:\n{}", bad.join("\n"));
+    let bad: Vec<String> = MODULES
+        .iter()
+        .flat_map(|(module, layer, source)| violations(module, *layer, source))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "arrows must point down:\n{}",
+        bad.join("\n")
+    );
 }
 
 /// The modules `source` imports (its `crate::` paths outside comments, root re-exports
 /// mapped to their module), itself and the crate root left out.
 fn imports(module: &str, source: &str) -> std::collections::BTreeSet<&'static str> {
-    let code: String = source.lines().filter(|line| !line.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+    let code: String = source
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
     let mut targets = std::collections::BTreeSet::new();
     for name in crate_paths(&code) {
         let target = match ROOT.iter().find(|(root, _)| *root == name) {
@@ -173,7 +194,9 @@ fn imports(module: &str, source: &str) -> std::collections::BTreeSet<&'static st
 }
 
 /// An import circle among `modules`, as the path that closes it, if there is one.
-fn import_circle(modules: &[(&'static str, std::collections::BTreeSet<&'static str>)]) -> Option<Vec<&'static str>> {
+fn import_circle(
+    modules: &[(&'static str, std::collections::BTreeSet<&'static str>)],
+) -> Option<Vec<&'static str>> {
     fn visit(
         at: &'static str,
         modules: &[(&'static str, std::collections::BTreeSet<&'static str>)],
@@ -189,7 +212,11 @@ fn import_circle(modules: &[(&'static str, std::collections::BTreeSet<&'static s
             return None;
         }
         path.push(at);
-        let targets = modules.iter().filter(|(m, _)| *m == at).flat_map(|(_, t)| t.iter().copied()).collect::<Vec<_>>();
+        let targets = modules
+            .iter()
+            .filter(|(m, _)| *m == at)
+            .flat_map(|(_, t)| t.iter().copied())
+            .collect::<Vec<_>>();
         for target in targets {
             if let Some(circle) = visit(target, modules, path, done) {
                 return Some(circle);
@@ -199,17 +226,34 @@ fn import_circle(modules: &[(&'static str, std::collections::BTreeSet<&'static s
         None
     }
     let mut done = std::collections::BTreeSet::new();
-    modules.iter().find_map(|(m, _)| visit(m, modules, &mut Vec::new(), &mut done))
+    modules
+        .iter()
+        .find_map(|(m, _)| visit(m, modules, &mut Vec::new(), &mut done))
 }
 
 #[test]
 fn no_import_circle() {
     // Tests may use what they test from above; only the modules themselves count.
-    let modules: Vec<_> =
-        MODULES.iter().filter(|(module, _, _)| !module.ends_with(" tests")).map(|(module, _, source)| (*module, imports(module, source))).collect();
-    assert_eq!(import_circle(&modules), None, "modules import each other in a circle");
-    let circular = vec![("a", ["b"].into_iter().collect()), ("b", ["c"].into_iter().collect()), ("c", ["a"].into_iter().collect())];
-    assert_eq!(import_circle(&circular), Some(vec!["a", "b", "c", "a"]), "the check finds a circle");
+    let modules: Vec<_> = MODULES
+        .iter()
+        .filter(|(module, _, _)| !module.ends_with(" tests"))
+        .map(|(module, _, source)| (*module, imports(module, source)))
+        .collect();
+    assert_eq!(
+        import_circle(&modules),
+        None,
+        "modules import each other in a circle"
+    );
+    let circular = vec![
+        ("a", ["b"].into_iter().collect()),
+        ("b", ["c"].into_iter().collect()),
+        ("c", ["a"].into_iter().collect()),
+    ];
+    assert_eq!(
+        import_circle(&circular),
+        Some(vec!["a", "b", "c", "a"]),
+        "the check finds a circle"
+    );
 }
 
 /// The methods a module's `impl Engine` blocks define.
@@ -221,10 +265,19 @@ fn engine_methods(source: &str) -> Vec<String> {
         let end = block_end(rest);
         for line in rest[..end].lines() {
             // Methods sit at one indentation level in the block.
-            let Some(item) = line.strip_prefix("    ").filter(|l| !l.starts_with(' ')) else { continue };
-            let item = item.trim_start_matches("pub(crate) ").trim_start_matches("pub ").trim_start_matches("async ");
+            let Some(item) = line.strip_prefix("    ").filter(|l| !l.starts_with(' ')) else {
+                continue;
+            };
+            let item = item
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ")
+                .trim_start_matches("async ");
             if let Some(name) = item.strip_prefix("fn ") {
-                methods.push(name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect());
+                methods.push(
+                    name.chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect(),
+                );
             }
         }
         rest = &rest[end..];
@@ -234,7 +287,12 @@ fn engine_methods(source: &str) -> Vec<String> {
 
 /// The calls in `source` of `Engine` methods defined by modules of `modules` above
 /// `layer_of_module`.
-fn upward_calls(modules: &[(&str, u8, &str)], module: &str, layer_of_module: u8, source: &str) -> Vec<String> {
+fn upward_calls(
+    modules: &[(&str, u8, &str)],
+    module: &str,
+    layer_of_module: u8,
+    source: &str,
+) -> Vec<String> {
     let mut bad = Vec::new();
     for (owner, owner_layer, owner_source) in modules {
         if *owner_layer <= layer_of_module {
@@ -253,8 +311,15 @@ fn upward_calls(modules: &[(&str, u8, &str)], module: &str, layer_of_module: u8,
 
 #[test]
 fn no_module_calls_an_engine_method_of_a_layer_above_its_own() {
-    let bad: Vec<String> = MODULES.iter().flat_map(|(module, layer, source)| upward_calls(MODULES, module, *layer, source)).collect();
-    assert!(bad.is_empty(), "arrows must point down:\n{}", bad.join("\n"));
+    let bad: Vec<String> = MODULES
+        .iter()
+        .flat_map(|(module, layer, source)| upward_calls(MODULES, module, *layer, source))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "arrows must point down:\n{}",
+        bad.join("\n")
+    );
 }
 
 /// The store writes of `source` that bypass the door out (`Engine::append`,
@@ -262,7 +327,10 @@ fn no_module_calls_an_engine_method_of_a_layer_above_its_own() {
 fn bypassing_writes(module: &str, source: &str) -> Vec<String> {
     const WRITES: [&str; 3] = ["store().append(", "store().commit(", "store.append("];
     // A module's unit tests may write behind its back on purpose (as another worker would).
-    let code = source.split("#[cfg(test)]\nmod tests").next().unwrap_or(source);
+    let code = source
+        .split("#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap_or(source);
     code.lines()
         .filter(|line| !line.trim_start().starts_with("//"))
         .filter(|line| WRITES.iter().any(|w| line.contains(w)))
@@ -281,9 +349,16 @@ fn every_stream_write_goes_through_the_door_out() {
         .filter(|(module, _, _)| *module != "records" && *module != "layers")
         .flat_map(|(module, _, source)| bypassing_writes(module, source))
         .collect();
-    assert!(bad.is_empty(), "write through Engine::append / Engine::commit_batch:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "write through Engine::append / Engine::commit_batch:\n{}",
+        bad.join("\n")
+    );
     assert_eq!(
-        bypassing_writes("durable", "self.engine.store().append(&stream, data, false)"),
+        bypassing_writes(
+            "durable",
+            "self.engine.store().append(&stream, data, false)"
+        ),
         vec!["durable: self.engine.store().append(&stream, data, false)"]
     );
 }
@@ -292,10 +367,17 @@ fn every_stream_write_goes_through_the_door_out() {
 fn every_module_has_a_layer() {
     for line in include_str!("lib.rs").lines() {
         let line = line.trim();
-        let Some(name) = line.strip_prefix("pub mod ").or_else(|| line.strip_prefix("mod ")).and_then(|m| m.strip_suffix(';')) else {
+        let Some(name) = line
+            .strip_prefix("pub mod ")
+            .or_else(|| line.strip_prefix("mod "))
+            .and_then(|m| m.strip_suffix(';'))
+        else {
             continue;
         };
-        assert!(name == "layers" || layer(name).is_some(), "module {name} is not in the layer table");
+        assert!(
+            name == "layers" || layer(name).is_some(),
+            "module {name} is not in the layer table"
+        );
     }
 }
 
@@ -303,17 +385,46 @@ fn every_module_has_a_layer() {
 fn an_upward_use_is_caught() {
     // What `journal.rs` imported before the layers: tasks, a layer above the journal.
     let before = "use crate::rerun::AlreadySent;\nuse crate::tasks::{Flavor, RELATED_TASK, is_terminal};\nuse crate::{Caller, Engine, EngineError, Era};";
-    assert_eq!(violations("journal", 2, before), vec!["journal (layer 2) uses crate::tasks (tasks, layer 3)".to_owned()]);
-    assert_eq!(crate_paths("use crate::{a::{b, c}, d};\nlet x = crate::e::f();"), ["a", "d", "e"]);
-    assert_eq!(violations("records", 0, "let run = crate::Accepted { .. };").len(), 1, "a root re-export counts as its module");
-    assert_eq!(violations("records", 0, "use crate::nowhere::X;").len(), 1, "an unknown module is reported");
+    assert_eq!(
+        violations("journal", 2, before),
+        vec!["journal (layer 2) uses crate::tasks (tasks, layer 3)".to_owned()]
+    );
+    assert_eq!(
+        crate_paths("use crate::{a::{b, c}, d};\nlet x = crate::e::f();"),
+        ["a", "d", "e"]
+    );
+    assert_eq!(
+        violations("records", 0, "let run = crate::Accepted { .. };").len(),
+        1,
+        "a root re-export counts as its module"
+    );
+    assert_eq!(
+        violations("records", 0, "use crate::nowhere::X;").len(),
+        1,
+        "an unknown module is reported"
+    );
     // What `tasks.rs` did before the layers: call the request path's `commit`.
-    let modules = [("run", 4, "//! run\nimpl Engine {\n    pub(crate) async fn commit(&self) {}\n}\n"), ("tasks", 3, "")];
+    let modules = [
+        (
+            "run",
+            4,
+            "//! run\nimpl Engine {\n    pub(crate) async fn commit(&self) {}\n}\n",
+        ),
+        ("tasks", 3, ""),
+    ];
     let before = "self.commit(target, &message, true).await?;\nself.store().commit(batch).await?;";
-    assert_eq!(upward_calls(&modules, "tasks", 3, before), ["tasks (layer 3) calls Engine::commit of run (layer 4)".to_owned()]);
+    assert_eq!(
+        upward_calls(&modules, "tasks", 3, before),
+        ["tasks (layer 3) calls Engine::commit of run (layer 4)".to_owned()]
+    );
     assert!(
         engine_methods("impl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n").is_empty(),
         "a block must follow a newline"
     );
-    assert_eq!(engine_methods("\nimpl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n"), ["a", "b"]);
+    assert_eq!(
+        engine_methods(
+            "\nimpl Engine {\n    pub(crate) async fn a(&self) {\n        fn inner() {}\n    }\n    fn b() {}\n}\n"
+        ),
+        ["a", "b"]
+    );
 }

@@ -129,7 +129,10 @@ impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             sse_retry: Duration::from_millis(500),
-            retention: Retention { session_idle_ttl_ms: Some(24 * 3_600_000), max_stream_age_ms: Some(3_600_000) },
+            retention: Retention {
+                session_idle_ttl_ms: Some(24 * 3_600_000),
+                max_stream_age_ms: Some(3_600_000),
+            },
             prune_interval: Duration::from_secs(60),
             worker_id: String::new(),
             lease: Duration::from_secs(5),
@@ -171,7 +174,9 @@ struct Inner {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("store", &self.inner.store.backend()).finish_non_exhaustive()
+        f.debug_struct("Engine")
+            .field("store", &self.inner.store.backend())
+            .finish_non_exhaustive()
     }
 }
 
@@ -186,7 +191,13 @@ impl Engine {
             options.worker_id = format!("worker-{}", durable_mcp_store::StreamId::random());
         }
         let (metered, traced) = (crate::metrics::enabled(), crate::traces::enabled());
-        let store: Arc<dyn Store> = if metered || traced { Arc::new(crate::metrics::MeteredStore::observing(store, metered, traced)) } else { store };
+        let store: Arc<dyn Store> = if metered || traced {
+            Arc::new(crate::metrics::MeteredStore::observing(
+                store, metered, traced,
+            ))
+        } else {
+            store
+        };
         let summary = handler.summary();
         let keys = keys::Keys::new(options.state_key.as_deref());
         let started_at_ms = durable_mcp_store::now_ms();
@@ -235,7 +246,10 @@ impl Engine {
     /// # Durability
     /// As [`durable_mcp_store::Store::commit`]: all or nothing. Nothing of the batch reaches
     /// a tail before the store returned (D1), and then with the ids the store gave it.
-    pub(crate) async fn commit_batch(&self, batch: durable_mcp_store::WriteBatch) -> Result<durable_mcp_store::BatchOutcome, durable_mcp_store::StoreError> {
+    pub(crate) async fn commit_batch(
+        &self,
+        batch: durable_mcp_store::WriteBatch,
+    ) -> Result<durable_mcp_store::BatchOutcome, durable_mcp_store::StoreError> {
         let captured = self.inner.hub.capture(&batch);
         let outcome = self.store().commit(batch).await?;
         if !captured.is_empty() {
@@ -292,10 +306,17 @@ impl Engine {
 
     /// Apply retention once now (the on-demand prune).
     pub async fn prune(&self) -> Result<durable_mcp_store::PruneReport, EngineError> {
-        let report = self.store().prune(&self.inner.options.retention, durable_mcp_store::now_ms()).await?;
+        let report = self
+            .store()
+            .prune(&self.inner.options.retention, durable_mcp_store::now_ms())
+            .await?;
         crate::metrics::pruned(&report);
         if report != durable_mcp_store::PruneReport::default() {
-            tracing::info!(sessions_ended = report.sessions_ended, streams_deleted = report.streams_deleted, "pruned");
+            tracing::info!(
+                sessions_ended = report.sessions_ended,
+                streams_deleted = report.streams_deleted,
+                "pruned"
+            );
         }
         Ok(report)
     }
@@ -314,7 +335,12 @@ impl Engine {
                 }
                 // Sessions idle that long have ended (or will with this worker's next
                 // prune): their handler instances go; without a TTL, after a day.
-                let ttl = engine.inner.options.retention.session_idle_ttl_ms.unwrap_or(24 * 3_600_000);
+                let ttl = engine
+                    .inner
+                    .options
+                    .retention
+                    .session_idle_ttl_ms
+                    .unwrap_or(24 * 3_600_000);
                 engine.inner.handler.forget_idle(Duration::from_millis(ttl));
             }
         })
@@ -332,12 +358,22 @@ mod worker_id_tests {
     /// other's runs).
     #[test]
     fn d7_default_worker_ids_are_stable_per_address_and_distinct_between_them() {
-        let (a, b): (SocketAddr, SocketAddr) = ("127.0.0.1:8080".parse().expect("a"), "127.0.0.1:8081".parse().expect("b"));
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:8080".parse().expect("a"),
+            "127.0.0.1:8081".parse().expect("b"),
+        );
         assert_eq!(default_worker_id(Some(a)), default_worker_id(Some(a)));
-        assert!(default_worker_id(Some(a)).ends_with("/127.0.0.1:8080"), "{}", default_worker_id(Some(a)));
+        assert!(
+            default_worker_id(Some(a)).ends_with("/127.0.0.1:8080"),
+            "{}",
+            default_worker_id(Some(a))
+        );
         assert_ne!(default_worker_id(Some(a)), default_worker_id(Some(b)));
         let stdio = default_worker_id(None);
         assert_ne!(default_worker_id(Some(a)), stdio);
-        assert!(stdio.ends_with(&format!("/stdio/{}", std::process::id())), "{stdio}");
+        assert!(
+            stdio.ends_with(&format!("/stdio/{}", std::process::id())),
+            "{stdio}"
+        );
     }
 }

@@ -68,7 +68,10 @@ impl Default for Limits {
             sse_streams: Some(32),
             in_flight: Some(64),
             tasks: Some(64),
-            rate: Some(Rate { per_second: 50.0, burst: 100 }),
+            rate: Some(Rate {
+                per_second: 50.0,
+                burst: 100,
+            }),
             anonymous: false,
         }
     }
@@ -77,7 +80,14 @@ impl Default for Limits {
 impl Limits {
     /// No limit at all.
     pub fn unlimited() -> Self {
-        Self { sessions: None, sse_streams: None, in_flight: None, tasks: None, rate: None, anonymous: false }
+        Self {
+            sessions: None,
+            sse_streams: None,
+            in_flight: None,
+            tasks: None,
+            rate: None,
+            anonymous: false,
+        }
     }
 }
 
@@ -172,7 +182,9 @@ impl SessionSlot {
 impl Drop for SessionSlot {
     fn drop(&mut self) {
         if !self.used {
-            self.limiter.update(&self.principal, |usage| usage.pending = usage.pending.saturating_sub(1));
+            self.limiter.update(&self.principal, |usage| {
+                usage.pending = usage.pending.saturating_sub(1)
+            });
         }
     }
 }
@@ -205,7 +217,16 @@ struct Usage {
 impl Usage {
     fn new(limits: &Limits, now: Instant) -> Self {
         let tokens = limits.rate.map_or(0.0, |rate| f64::from(rate.burst.max(1)));
-        Self { sessions: HashSet::new(), pending: 0, sse_streams: 0, in_flight: 0, tasks: 0, tokens, refilled: now, checked: None }
+        Self {
+            sessions: HashSet::new(),
+            pending: 0,
+            sse_streams: 0,
+            in_flight: 0,
+            tasks: 0,
+            tokens,
+            refilled: now,
+            checked: None,
+        }
     }
 
     fn count_mut(&mut self, limit: Limit) -> &mut u32 {
@@ -230,7 +251,11 @@ impl Usage {
             let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
             self.tokens + elapsed * rate.per_second >= f64::from(rate.burst.max(1))
         });
-        full && self.sessions.is_empty() && self.pending == 0 && self.sse_streams == 0 && self.in_flight == 0 && self.tasks == 0
+        full && self.sessions.is_empty()
+            && self.pending == 0
+            && self.sse_streams == 0
+            && self.in_flight == 0
+            && self.tasks == 0
     }
 }
 
@@ -259,10 +284,19 @@ impl Limiter {
         if let Some(rate) = &mut limits.rate
             && !(rate.per_second > 0.0 && rate.per_second.is_finite())
         {
-            tracing::warn!(per_second = rate.per_second, "a request rate must be positive: rate limit off");
+            tracing::warn!(
+                per_second = rate.per_second,
+                "a request rate must be positive: rate limit off"
+            );
             limits.rate = None;
         }
-        Arc::new(Self { limits, usage: Mutex::new(State { principals: HashMap::new(), sweep_at: SWEEP_AT_LEAST }) })
+        Arc::new(Self {
+            limits,
+            usage: Mutex::new(State {
+                principals: HashMap::new(),
+                sweep_at: SWEEP_AT_LEAST,
+            }),
+        })
     }
 
     /// The limits applied.
@@ -282,13 +316,18 @@ impl Limiter {
             state.principals.retain(|_, usage| !usage.idle(rate, now));
             state.sweep_at = (state.principals.len() * 2).max(SWEEP_AT_LEAST);
         }
-        let usage = state.principals.entry(principal.clone()).or_insert_with(|| Usage::new(&self.limits, now));
+        let usage = state
+            .principals
+            .entry(principal.clone())
+            .or_insert_with(|| Usage::new(&self.limits, now));
         f(usage, now)
     }
 
     fn update(&self, principal: &Principal, f: impl FnOnce(&mut Usage)) {
         let mut state = self.usage.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(usage) = state.principals.get_mut(principal) else { return };
+        let Some(usage) = state.principals.get_mut(principal) else {
+            return;
+        };
         f(usage);
         if usage.idle(self.limits.rate, Instant::now()) {
             state.principals.remove(principal);
@@ -297,7 +336,9 @@ impl Limiter {
 
     /// Take one token of the principal's request rate.
     pub fn rate(&self, principal: &Principal) -> Result<(), Refused> {
-        let Some(rate) = self.limits.rate else { return Ok(()) };
+        let Some(rate) = self.limits.rate else {
+            return Ok(());
+        };
         if self.exempt(principal) {
             return Ok(());
         }
@@ -308,13 +349,21 @@ impl Limiter {
                 return Ok(());
             }
             let wait = Duration::from_secs_f64((1.0 - usage.tokens) / rate.per_second);
-            Err(refused(Refused { limit: Limit::Rate, max: rate.burst, retry_after: Some(wait) }))
+            Err(refused(Refused {
+                limit: Limit::Rate,
+                max: rate.burst,
+                retry_after: Some(wait),
+            }))
         })
     }
 
     /// One unit of a count limit ([`Limit::InFlight`], [`Limit::SseStreams`] or
     /// [`Limit::Tasks`]); `None` when that limit is off or the principal exempt.
-    pub fn acquire(self: &Arc<Self>, principal: &Principal, limit: Limit) -> Result<Option<Permit>, Refused> {
+    pub fn acquire(
+        self: &Arc<Self>,
+        principal: &Principal,
+        limit: Limit,
+    ) -> Result<Option<Permit>, Refused> {
         let (max, retry_after) = match limit {
             Limit::InFlight => (self.limits.in_flight, Some(Duration::from_secs(1))),
             Limit::SseStreams => (self.limits.sse_streams, Some(Duration::from_secs(1))),
@@ -328,27 +377,51 @@ impl Limiter {
         self.with(principal, |usage, _| {
             let count = usage.count_mut(limit);
             if *count >= max {
-                return Err(refused(Refused { limit, max, retry_after }));
+                return Err(refused(Refused {
+                    limit,
+                    max,
+                    retry_after,
+                }));
             }
             *count += 1;
-            Ok(Some(Permit { limiter: self.clone(), principal: principal.clone(), limit }))
+            Ok(Some(Permit {
+                limiter: self.clone(),
+                principal: principal.clone(),
+                limit,
+            }))
         })
     }
 
     /// Reserve a session slot before a legacy `initialize` runs (see [`SessionAdmission`]).
     pub fn reserve_session(self: &Arc<Self>, principal: &Principal) -> SessionAdmission {
-        let Some(max) = self.limits.sessions else { return SessionAdmission::Admitted(None) };
+        let Some(max) = self.limits.sessions else {
+            return SessionAdmission::Admitted(None);
+        };
         if self.exempt(principal) {
             return SessionAdmission::Admitted(None);
         }
         self.with(principal, |usage, now| {
-            let held = u32::try_from(usage.sessions.len()).unwrap_or(u32::MAX).saturating_add(usage.pending);
+            let held = u32::try_from(usage.sessions.len())
+                .unwrap_or(u32::MAX)
+                .saturating_add(usage.pending);
             if held < max {
                 usage.pending += 1;
-                return SessionAdmission::Admitted(Some(SessionSlot { limiter: self.clone(), principal: principal.clone(), used: false }));
+                return SessionAdmission::Admitted(Some(SessionSlot {
+                    limiter: self.clone(),
+                    principal: principal.clone(),
+                    used: false,
+                }));
             }
-            if usage.checked.is_some_and(|at| now.saturating_duration_since(at) < SESSION_CHECK_INTERVAL) || usage.sessions.is_empty() {
-                return SessionAdmission::Refused(refused(Refused { limit: Limit::Sessions, max, retry_after: None }));
+            if usage
+                .checked
+                .is_some_and(|at| now.saturating_duration_since(at) < SESSION_CHECK_INTERVAL)
+                || usage.sessions.is_empty()
+            {
+                return SessionAdmission::Refused(refused(Refused {
+                    limit: Limit::Sessions,
+                    max,
+                    retry_after: None,
+                }));
             }
             usage.checked = Some(now);
             SessionAdmission::Check(usage.sessions.iter().cloned().collect())
@@ -379,7 +452,17 @@ mod tests {
     use super::*;
 
     fn limits() -> Limits {
-        Limits { sessions: Some(2), sse_streams: Some(1), in_flight: Some(2), tasks: Some(1), rate: Some(Rate { per_second: 1.0, burst: 2 }), anonymous: false }
+        Limits {
+            sessions: Some(2),
+            sse_streams: Some(1),
+            in_flight: Some(2),
+            tasks: Some(1),
+            rate: Some(Rate {
+                per_second: 1.0,
+                burst: 2,
+            }),
+            anonymous: false,
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -391,24 +474,39 @@ mod tests {
         let refused = limiter.rate(&a).unwrap_err();
         assert_eq!(refused.limit, Limit::Rate);
         assert!(refused.retry_after.unwrap() <= Duration::from_secs(1));
-        assert!(limiter.rate(&Principal::new("key:b")).is_ok(), "another principal has its own bucket");
+        assert!(
+            limiter.rate(&Principal::new("key:b")).is_ok(),
+            "another principal has its own bucket"
+        );
         tokio::time::advance(Duration::from_millis(1_001)).await;
         assert!(limiter.rate(&a).is_ok(), "a token came back");
     }
 
     #[tokio::test]
     async fn permits_count_until_dropped_and_idle_entries_go() {
-        let limiter = Limiter::new(Limits { rate: None, ..limits() });
+        let limiter = Limiter::new(Limits {
+            rate: None,
+            ..limits()
+        });
         let a = Principal::new("key:a");
         let one = limiter.acquire(&a, Limit::InFlight).unwrap();
         let two = limiter.acquire(&a, Limit::InFlight).unwrap();
         assert!(one.is_some() && two.is_some());
-        assert_eq!(limiter.acquire(&a, Limit::InFlight).unwrap_err().limit, Limit::InFlight);
-        assert!(limiter.acquire(&a, Limit::SseStreams).unwrap().is_some(), "each limit counts on its own");
+        assert_eq!(
+            limiter.acquire(&a, Limit::InFlight).unwrap_err().limit,
+            Limit::InFlight
+        );
+        assert!(
+            limiter.acquire(&a, Limit::SseStreams).unwrap().is_some(),
+            "each limit counts on its own"
+        );
         drop(one);
         let three = limiter.acquire(&a, Limit::InFlight).unwrap();
         drop((two, three));
-        assert!(limiter.usage.lock().unwrap().principals.is_empty(), "nothing held: no entry left");
+        assert!(
+            limiter.usage.lock().unwrap().principals.is_empty(),
+            "nothing held: no entry left"
+        );
     }
 
     #[tokio::test]
@@ -419,7 +517,10 @@ mod tests {
             assert!(limiter.rate(&anonymous).is_ok());
             assert!(limiter.acquire(&anonymous, Limit::Tasks).unwrap().is_none());
         }
-        let strict = Limiter::new(Limits { anonymous: true, ..limits() });
+        let strict = Limiter::new(Limits {
+            anonymous: true,
+            ..limits()
+        });
         let _held = strict.acquire(&anonymous, Limit::Tasks).unwrap();
         assert!(strict.acquire(&anonymous, Limit::Tasks).is_err());
     }
@@ -429,20 +530,36 @@ mod tests {
         let limiter = Limiter::new(limits());
         let a = Principal::new("key:a");
         let (one, two) = (SessionId::random(), SessionId::random());
-        let SessionAdmission::Admitted(Some(slot)) = limiter.reserve_session(&a) else { panic!("under the limit") };
+        let SessionAdmission::Admitted(Some(slot)) = limiter.reserve_session(&a) else {
+            panic!("under the limit")
+        };
         slot.created(one.clone());
-        let SessionAdmission::Admitted(Some(pending)) = limiter.reserve_session(&a) else { panic!("under the limit") };
+        let SessionAdmission::Admitted(Some(pending)) = limiter.reserve_session(&a) else {
+            panic!("under the limit")
+        };
         // A reservation counts while its initialize runs.
-        let SessionAdmission::Check(ids) = limiter.reserve_session(&a) else { panic!("at the limit") };
+        let SessionAdmission::Check(ids) = limiter.reserve_session(&a) else {
+            panic!("at the limit")
+        };
         assert_eq!(ids, vec![one.clone()]);
-        assert!(matches!(limiter.reserve_session(&a), SessionAdmission::Refused(_)), "checked less than a second ago");
+        assert!(
+            matches!(limiter.reserve_session(&a), SessionAdmission::Refused(_)),
+            "checked less than a second ago"
+        );
         drop(pending);
-        let SessionAdmission::Admitted(Some(slot)) = limiter.reserve_session(&a) else { panic!("a failed initialize freed its slot") };
+        let SessionAdmission::Admitted(Some(slot)) = limiter.reserve_session(&a) else {
+            panic!("a failed initialize freed its slot")
+        };
         slot.created(two);
         tokio::time::advance(SESSION_CHECK_INTERVAL).await;
-        let SessionAdmission::Check(ids) = limiter.reserve_session(&a) else { panic!("at the limit") };
+        let SessionAdmission::Check(ids) = limiter.reserve_session(&a) else {
+            panic!("at the limit")
+        };
         assert_eq!(ids.len(), 2);
         limiter.sessions_gone(&a, &[one]);
-        assert!(matches!(limiter.reserve_session(&a), SessionAdmission::Admitted(Some(_))));
+        assert!(matches!(
+            limiter.reserve_session(&a),
+            SessionAdmission::Admitted(Some(_))
+        ));
     }
 }

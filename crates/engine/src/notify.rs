@@ -82,7 +82,10 @@ impl ListenFilter {
 
 /// What a listen stream last told of a task: a new notification goes out when this changes.
 fn fingerprint(task: &TaskRecord) -> (String, Vec<String>) {
-    (task.status.as_str().to_owned(), task.input_requests.keys().cloned().collect())
+    (
+        task.status.as_str().to_owned(),
+        task.input_requests.keys().cloned().collect(),
+    )
 }
 
 impl Engine {
@@ -95,15 +98,29 @@ impl Engine {
         id: &RequestId,
         request: &Map<String, Value>,
     ) -> Result<Result<ListenSubscription, Value>, EngineError> {
-        let invalid = |message: &str| error_response(id.clone(), code::INVALID_PARAMS, message, None);
-        let requested = request.get("params").and_then(|p| p.get("notifications")).and_then(|n| n.get("taskIds"));
+        let invalid =
+            |message: &str| error_response(id.clone(), code::INVALID_PARAMS, message, None);
+        let requested = request
+            .get("params")
+            .and_then(|p| p.get("notifications"))
+            .and_then(|n| n.get("taskIds"));
         let ids: Vec<&str> = match requested {
             None | Some(Value::Null) => return Ok(Ok(ListenSubscription::default())),
-            Some(Value::Array(ids)) => match ids.iter().map(Value::as_str).collect::<Option<Vec<&str>>>() {
-                Some(ids) => ids,
-                None => return Ok(Err(invalid("notifications.taskIds must be an array of task id strings"))),
-            },
-            Some(_) => return Ok(Err(invalid("notifications.taskIds must be an array of task id strings"))),
+            Some(Value::Array(ids)) => {
+                match ids.iter().map(Value::as_str).collect::<Option<Vec<&str>>>() {
+                    Some(ids) => ids,
+                    None => {
+                        return Ok(Err(invalid(
+                            "notifications.taskIds must be an array of task id strings",
+                        )));
+                    }
+                }
+            }
+            Some(_) => {
+                return Ok(Err(invalid(
+                    "notifications.taskIds must be an array of task id strings",
+                )));
+            }
         };
         if ids.is_empty() {
             return Ok(Ok(ListenSubscription::default()));
@@ -112,7 +129,9 @@ impl Engine {
             return Ok(Err(missing_extension(id.clone())));
         }
         if ids.len() > MAX_SUBSCRIBED_TASKS {
-            return Ok(Err(invalid(&format!("notifications.taskIds names more than {MAX_SUBSCRIBED_TASKS} tasks"))));
+            return Ok(Err(invalid(&format!(
+                "notifications.taskIds names more than {MAX_SUBSCRIBED_TASKS} tasks"
+            ))));
         }
         let owner = TaskOwner::of(caller, Flavor::Extension);
         let mut seen = HashSet::new();
@@ -131,20 +150,39 @@ impl Engine {
                 tasks.push((task_id.to_owned(), key));
             }
         }
-        Ok(Ok(ListenSubscription { tasks, named_tasks: true }))
+        Ok(Ok(ListenSubscription {
+            tasks,
+            named_tasks: true,
+        }))
     }
 
     /// Read the handler's acknowledgement (the filter it accepted, the subscription id)
     /// and add the accepted task ids to it.
-    pub(crate) fn acknowledge(subscription: &ListenSubscription, request_id: &RequestId, message: &mut Value) -> (Value, ListenFilter) {
-        let accepted: Vec<&str> = subscription.tasks.iter().map(|(id, _)| id.as_str()).collect();
+    pub(crate) fn acknowledge(
+        subscription: &ListenSubscription,
+        request_id: &RequestId,
+        message: &mut Value,
+    ) -> (Value, ListenFilter) {
+        let accepted: Vec<&str> = subscription
+            .tasks
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect();
         let mut subscription_id = json!(request_id);
         let mut filter = ListenFilter::default();
-        if let Some(params) = message.as_object_mut().and_then(|m| m.entry("params").or_insert_with(|| json!({})).as_object_mut()) {
+        if let Some(params) = message.as_object_mut().and_then(|m| {
+            m.entry("params")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+        }) {
             if let Some(id) = params.get("_meta").and_then(|m| m.get(SUBSCRIPTION_ID)) {
                 subscription_id = id.clone();
             }
-            if let Some(notifications) = params.entry("notifications").or_insert_with(|| json!({})).as_object_mut() {
+            if let Some(notifications) = params
+                .entry("notifications")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+            {
                 for (field, key) in [
                     ("toolsListChanged", key::TOOLS_ANNOUNCEMENT),
                     ("promptsListChanged", key::PROMPTS_ANNOUNCEMENT),
@@ -155,8 +193,17 @@ impl Engine {
                     }
                 }
                 if let Some(Value::Array(uris)) = notifications.get("resourceSubscriptions") {
-                    filter.uris = uris.iter().filter_map(Value::as_str).map(str::to_owned).collect();
-                    filter.keys.extend(filter.uris.iter().map(|uri| key::resource_announcement(uri)));
+                    filter.uris = uris
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect();
+                    filter.keys.extend(
+                        filter
+                            .uris
+                            .iter()
+                            .map(|uri| key::resource_announcement(uri)),
+                    );
                 }
                 if subscription.named_tasks {
                     notifications.insert("taskIds".into(), json!(accepted));
@@ -219,7 +266,9 @@ impl Engine {
                     let message = json!({"jsonrpc": "2.0", "method": methods::NOTIFICATION_TASKS, "params": params});
                     match engine.commit(&stream, &message, false).await {
                         Ok(_) => {}
-                        Err(EngineError::Store(StoreError::StreamClosed { .. } | StoreError::NotFound { .. })) => return,
+                        Err(EngineError::Store(
+                            StoreError::StreamClosed { .. } | StoreError::NotFound { .. },
+                        )) => return,
                         Err(error) => {
                             tracing::warn!(%error, %stream, "could not commit a task notification; retrying");
                             refused = true;
@@ -233,7 +282,8 @@ impl Engine {
                     told.insert(task_id.clone(), now);
                 }
                 following.retain(|(task_id, _)| !gone.contains(task_id));
-                let deadline = tokio::time::Instant::now() + if refused { FEED_RETRY } else { FEED_POLL };
+                let deadline =
+                    tokio::time::Instant::now() + if refused { FEED_RETRY } else { FEED_POLL };
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
@@ -275,13 +325,22 @@ impl Engine {
 impl Engine {
     /// Commit the notifications of `pending` announced changes to a listen stream; those
     /// the store refuses stay pending. `false`: the stream is gone.
-    async fn deliver_changes(&self, stream: &StreamId, meta: &Value, pending: &mut Vec<String>) -> bool {
+    async fn deliver_changes(
+        &self,
+        stream: &StreamId,
+        meta: &Value,
+        pending: &mut Vec<String>,
+    ) -> bool {
         let mut refused = Vec::new();
         for key in pending.drain(..) {
-            let Some(message) = notification(&key, meta) else { continue };
+            let Some(message) = notification(&key, meta) else {
+                continue;
+            };
             match self.commit(stream, &message, false).await {
                 Ok(_) => {}
-                Err(EngineError::Store(StoreError::StreamClosed { .. } | StoreError::NotFound { .. })) => return false,
+                Err(EngineError::Store(
+                    StoreError::StreamClosed { .. } | StoreError::NotFound { .. },
+                )) => return false,
                 Err(error) => {
                     tracing::warn!(%error, %stream, "could not commit an announced change; retrying");
                     refused.push(key);
@@ -294,7 +353,9 @@ impl Engine {
 }
 
 /// The next announced change a listen stream follows (never, if it follows none).
-async fn next_announcement(following: &mut Option<Following>) -> Result<String, tokio::sync::broadcast::error::RecvError> {
+async fn next_announcement(
+    following: &mut Option<Following>,
+) -> Result<String, tokio::sync::broadcast::error::RecvError> {
     match following {
         Some(following) => following.changes.recv().await,
         None => std::future::pending().await,

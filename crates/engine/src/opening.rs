@@ -5,7 +5,10 @@
 //! that a request pays one commit where it used to pay several.
 
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId, code, to_text};
-use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, RecordKind, SessionId, StoreError, StreamId, StreamOwner, WriteBatch, now_ms};
+use durable_mcp_store::{
+    BatchOp, BatchOutcome, EventId, Expect, RecordKind, SessionId, StoreError, StreamId,
+    StreamOwner, WriteBatch, now_ms,
+};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -61,7 +64,14 @@ impl NewStream {
     pub fn new(engine: &Engine, caller: &Caller) -> Self {
         let id = StreamId::random();
         let follow = Some(engine.hub().follow(&id));
-        Self { id, owner: caller.stream_owner(), primes: caller.primes_streams(), opened: None, follow, operation: None }
+        Self {
+            id,
+            owner: caller.stream_owner(),
+            primes: caller.primes_streams(),
+            opened: None,
+            follow,
+            operation: None,
+        }
     }
 
     /// The ops that create the stream (and append its priming event), first in the batch;
@@ -71,14 +81,22 @@ impl NewStream {
             return WriteBatch::new();
         }
         let batch = WriteBatch::new().create_stream(self.id.clone(), self.owner.clone());
-        if self.primes { batch.append(self.id.clone(), String::new()) } else { batch }
+        if self.primes {
+            batch.append(self.id.clone(), String::new())
+        } else {
+            batch
+        }
     }
 
     /// A batch that began with [`NewStream::batch`] was committed.
     pub fn committed(&mut self, outcome: &BatchOutcome) {
         if self.opened.is_none() {
             // The priming event is op 1, right after the creation.
-            self.opened = Some(if self.primes { outcome.event(1).cloned() } else { None });
+            self.opened = Some(if self.primes {
+                outcome.event(1).cloned()
+            } else {
+                None
+            });
         }
     }
 
@@ -107,7 +125,12 @@ impl NewStream {
 
     /// Commit `data` to the stream (closing it if `close`): with the stream's creation
     /// (and priming event) in one commit when it is not committed yet.
-    pub async fn commit_first(&mut self, engine: &Engine, data: String, close: bool) -> Result<EventId, StoreError> {
+    pub async fn commit_first(
+        &mut self,
+        engine: &Engine,
+        data: String,
+        close: bool,
+    ) -> Result<EventId, StoreError> {
         if self.opened.is_some() {
             return engine.append(&self.id, data, close).await;
         }
@@ -118,13 +141,22 @@ impl NewStream {
         }
         let outcome = engine.commit_batch(batch).await?;
         self.committed(&outcome);
-        outcome.event(index).cloned().ok_or_else(|| StoreError::Corrupt("a committed batch without its event's id".into()))
+        outcome
+            .event(index)
+            .cloned()
+            .ok_or_else(|| StoreError::Corrupt("a committed batch without its event's id".into()))
     }
 
     /// What the transport gets: the stream, its priming event, and its tail's registration
     /// (no handler yet).
     pub fn accepted(&mut self) -> Accepted {
-        Accepted { stream: self.id.clone(), priming: self.opened.clone().flatten(), cancel: None, close_connection: None, follow: self.follow.take() }
+        Accepted {
+            stream: self.id.clone(),
+            priming: self.opened.clone().flatten(),
+            cancel: None,
+            close_connection: None,
+            follow: self.follow.take(),
+        }
     }
 }
 
@@ -157,7 +189,11 @@ impl Engine {
         fingerprint: Option<&RequestFingerprint>,
     ) -> Result<Journaled, EngineError> {
         let record = RunRecord::new(self, caller, request.clone(), &opening.id);
-        let value = AliasRecord { stream: opening.id.clone(), request: fingerprint.cloned() }.encode()?;
+        let value = AliasRecord {
+            stream: opening.id.clone(),
+            request: fingerprint.cloned(),
+        }
+        .encode()?;
         let mut alias = caller.session_id().map(|session| key::alias(session, id));
         loop {
             let mut batch = opening.batch();
@@ -173,12 +209,25 @@ impl Engine {
                 index
             });
             let run_index = batch.len();
-            batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode()?, expires_at_ms: None, expect: Expect::Absent });
+            batch.push(BatchOp::PutRecord {
+                kind: RecordKind::Run,
+                key: run_id.clone(),
+                value: record.encode()?,
+                expires_at_ms: None,
+                expect: Expect::Absent,
+            });
             let error = match self.commit_batch(batch).await {
                 Ok(outcome) => {
                     opening.committed(&outcome);
-                    let version = outcome.version(run_index).ok_or(RecordError::MissingVersion { kind: RecordKind::Run })?;
-                    return Ok(Journaled::Held(Box::new(Held::start(self, run_id, record, version))));
+                    let version =
+                        outcome
+                            .version(run_index)
+                            .ok_or(RecordError::MissingVersion {
+                                kind: RecordKind::Run,
+                            })?;
+                    return Ok(Journaled::Held(Box::new(Held::start(
+                        self, run_id, record, version,
+                    ))));
                 }
                 Err(error) => error,
             };
@@ -221,8 +270,22 @@ impl Engine {
             // The alias first: a crash after it leaves an alias without a journal entry,
             // which a re-sent request adopts (see `attach`).
             let expires = now_ms() + MARK_TTL_MS;
-            let value = AliasRecord { stream: stream.clone(), request: fingerprint.cloned() }.encode()?;
-            match self.store().put_record(RecordKind::Alias, &key::alias(session, &id), value, Some(expires), Expect::Absent).await {
+            let value = AliasRecord {
+                stream: stream.clone(),
+                request: fingerprint.cloned(),
+            }
+            .encode()?;
+            match self
+                .store()
+                .put_record(
+                    RecordKind::Alias,
+                    &key::alias(session, &id),
+                    value,
+                    Some(expires),
+                    Expect::Absent,
+                )
+                .await
+            {
                 Ok(_) => {}
                 Err(StoreError::Conflict { .. }) => {
                     // The request id is used (a re-send, maybe concurrent): the request it
@@ -239,15 +302,23 @@ impl Engine {
                 Err(error) => return Err(error.into()),
             }
         }
-        self.start_task(caller, id, request, &stream, (flavor, ttl), task_permit).await?;
+        self.start_task(caller, id, request, &stream, (flavor, ttl), task_permit)
+            .await?;
         Ok(opening.accepted())
     }
 
     /// The run a used request id of `session` started, for a request with `fingerprint`:
     /// `None` if the id names no run (any more), its stream if the request is a re-send of
     /// the one that started it (D6), and [`reused_id`] if it is another request.
-    async fn taken(&self, session: &SessionId, id: &RequestId, fingerprint: Option<&RequestFingerprint>) -> Result<Option<StreamId>, EngineError> {
-        let Some(alias) = self.existing_run(session, id).await? else { return Ok(None) };
+    async fn taken(
+        &self,
+        session: &SessionId,
+        id: &RequestId,
+        fingerprint: Option<&RequestFingerprint>,
+    ) -> Result<Option<StreamId>, EngineError> {
+        let Some(alias) = self.existing_run(session, id).await? else {
+            return Ok(None);
+        };
         if fingerprint.is_none_or(|fingerprint| alias.started_by(fingerprint)) {
             return Ok(Some(alias.stream));
         }
@@ -260,5 +331,9 @@ impl Engine {
 /// request: the client's error (-32600), never the other request's answer.
 fn reused_id(id: &RequestId) -> EngineError {
     let message = format!("request id {id} was already used in this session by another request");
-    EngineError::Rejected(Rejection { code: code::INVALID_REQUEST, message, id: Some(id.clone()) })
+    EngineError::Rejected(Rejection {
+        code: code::INVALID_REQUEST,
+        message,
+        id: Some(id.clone()),
+    })
 }

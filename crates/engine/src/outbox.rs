@@ -43,7 +43,11 @@ impl CallerOutbox {
     async fn session(&self) -> Result<(Engine, durable_mcp_store::SessionRecord), OutboxError> {
         let engine = self.engine()?;
         let id = self.session.as_ref().ok_or(OutboxError::NoSession)?;
-        let session = engine.store().load_session(&self.principal, id).await.map_err(|e| failed(e.into()))?;
+        let session = engine
+            .store()
+            .load_session(&self.principal, id)
+            .await
+            .map_err(|e| failed(e.into()))?;
         Ok((engine, session))
     }
 }
@@ -52,13 +56,21 @@ impl OutboxBackend for CallerOutbox {
     fn to_session(&self, message: Value) -> BoxFuture<'_, Result<bool, OutboxError>> {
         Box::pin(async move {
             let (engine, session) = self.session().await?;
-            if message.get("method").and_then(Value::as_str) == Some(methods::NOTIFICATION_RESOURCES_UPDATED) {
-                let uri = message.pointer("/params/uri").and_then(Value::as_str).unwrap_or_default();
+            if message.get("method").and_then(Value::as_str)
+                == Some(methods::NOTIFICATION_RESOURCES_UPDATED)
+            {
+                let uri = message
+                    .pointer("/params/uri")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 if !session.subscriptions.contains(uri) {
                     return Ok(false);
                 }
             }
-            engine.commit(&session.standalone_stream, &message, false).await.map_err(failed)?;
+            engine
+                .commit(&session.standalone_stream, &message, false)
+                .await
+                .map_err(failed)?;
             Ok(true)
         })
     }
@@ -94,35 +106,78 @@ mod tests {
         #[derive(Clone)]
         struct Empty;
         impl durable_mcp_protocol::rmcp::ServerHandler for Empty {}
-        let store: Arc<dyn durable_mcp_store::Store> = Arc::new(durable_mcp_store_memory::MemoryStore::new());
-        Engine::new(store, durable_mcp_protocol::McpHandler::new(Empty), crate::EngineOptions::default())
+        let store: Arc<dyn durable_mcp_store::Store> =
+            Arc::new(durable_mcp_store_memory::MemoryStore::new());
+        Engine::new(
+            store,
+            durable_mcp_protocol::McpHandler::new(Empty),
+            crate::EngineOptions::default(),
+        )
     }
 
     /// D1: a notification handed to a session's outbox outside any request is committed to
     /// the session's standalone stream (where its GET streams read it); a resource update
     /// only when the session subscribed to its URI.
     #[tokio::test]
-    async fn d1_an_outbox_commits_to_the_sessions_standalone_stream_and_updates_only_subscribed_uris() {
+    async fn d1_an_outbox_commits_to_the_sessions_standalone_stream_and_updates_only_subscribed_uris()
+     {
         let engine = engine();
         let principal = Principal::anonymous();
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-        let (session, _) = engine.initialize(&principal, request.as_object().unwrap().clone(), None).await.unwrap();
+        let (session, _) = engine
+            .initialize(&principal, request.as_object().unwrap().clone(), None)
+            .await
+            .unwrap();
         let session = session.unwrap();
         let caller = Caller::legacy(principal.clone(), session.clone()).unwrap();
         let outbox = engine.outbox(&caller);
         let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
         let updated = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "r://a"}});
         assert!(outbox.to_session(changed.clone()).await.unwrap());
-        assert!(!outbox.to_session(updated.clone()).await.unwrap(), "not subscribed");
-        engine.store().update_session(&principal, &session.id, durable_mcp_store::SessionChange::Subscribe("r://a".into())).await.unwrap();
+        assert!(
+            !outbox.to_session(updated.clone()).await.unwrap(),
+            "not subscribed"
+        );
+        engine
+            .store()
+            .update_session(
+                &principal,
+                &session.id,
+                durable_mcp_store::SessionChange::Subscribe("r://a".into()),
+            )
+            .await
+            .unwrap();
         assert_eq!(outbox.session_subscriptions().await.unwrap(), ["r://a"]);
         assert!(outbox.to_session(updated.clone()).await.unwrap());
-        let read = engine.store().read_after(&session.standalone_stream, 0, 10).await.unwrap();
-        let sent: Vec<Value> = read.events.iter().filter(|e| !e.data.is_empty()).map(|e| serde_json::from_str(&e.data).unwrap()).collect();
+        let read = engine
+            .store()
+            .read_after(&session.standalone_stream, 0, 10)
+            .await
+            .unwrap();
+        let sent: Vec<Value> = read
+            .events
+            .iter()
+            .filter(|e| !e.data.is_empty())
+            .map(|e| serde_json::from_str(&e.data).unwrap())
+            .collect();
         assert_eq!(sent, [changed, updated]);
-        assert!(matches!(outbox.to_session(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await, Err(OutboxError::NotANotification(_))));
-        engine.store().end_session(&principal, &session.id).await.unwrap();
-        assert!(matches!(outbox.to_session(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})).await, Err(OutboxError::SessionEnded)));
+        assert!(matches!(
+            outbox
+                .to_session(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+                .await,
+            Err(OutboxError::NotANotification(_))
+        ));
+        engine
+            .store()
+            .end_session(&principal, &session.id)
+            .await
+            .unwrap();
+        assert!(matches!(
+            outbox
+                .to_session(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}))
+                .await,
+            Err(OutboxError::SessionEnded)
+        ));
     }
 }

@@ -155,20 +155,33 @@ pub(crate) fn ending(stop: &Stop, at: AtEnd) -> Ending {
         return match stop {
             Stop::Answered(_) | Stop::Suspended => Ending::Done,
             // The pump cancelled the run itself: no client asked for silence.
-            Stop::CommitFailed => Ending::CloseUnanswered { cancelled_by_client: false },
-            Stop::Cancelled | Stop::Fenced | Stop::HandlerGone => Ending::CloseUnanswered { cancelled_by_client: at.cancelled },
+            Stop::CommitFailed => Ending::CloseUnanswered {
+                cancelled_by_client: false,
+            },
+            Stop::Cancelled | Stop::Fenced | Stop::HandlerGone => Ending::CloseUnanswered {
+                cancelled_by_client: at.cancelled,
+            },
         };
     }
     match stop {
         Stop::Suspended => Ending::StopHeartbeat,
         Stop::Answered(_) => Ending::Finish,
-        _ if at.releasing => Ending::Release { now: true, failed: false },
+        _ if at.releasing => Ending::Release {
+            now: true,
+            failed: false,
+        },
         // Another worker took the run over, or committing failed: the journal (and whoever
         // holds the lease next) carries the request on.
-        _ if at.lost => Ending::Release { now: false, failed: false },
+        _ if at.lost => Ending::Release {
+            now: false,
+            failed: false,
+        },
         _ if at.cancelled => Ending::FinishCancelled,
         // The handler ended without an outcome: run it again later, up to `max_attempts`.
-        _ => Ending::Release { now: false, failed: true },
+        _ => Ending::Release {
+            now: false,
+            failed: true,
+        },
     }
 }
 
@@ -181,7 +194,11 @@ enum Step {
 }
 /// Whether a handler's outcome is the durable context's "waiting for input" error.
 fn is_suspension(outcome: &Value) -> bool {
-    outcome.get("error").and_then(|error| error.get("data")).and_then(|data| data.get(durable_mcp_protocol::meta::SUSPENDED)).and_then(Value::as_bool)
+    outcome
+        .get("error")
+        .and_then(|error| error.get("data"))
+        .and_then(|data| data.get(durable_mcp_protocol::meta::SUSPENDED))
+        .and_then(Value::as_bool)
         == Some(true)
 }
 
@@ -190,11 +207,24 @@ fn is_suspension(outcome: &Value) -> bool {
 fn declare_task_support(outcome: &mut Value) {
     // Every answer of a 2025-11-25 session passes here: plain lookups, not JSON pointers
     // (which allocate each segment they parse).
-    let Some(tools) = outcome.get_mut("result").and_then(|result| result.get_mut("tools")).and_then(Value::as_array_mut) else { return };
+    let Some(tools) = outcome
+        .get_mut("result")
+        .and_then(|result| result.get_mut("tools"))
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
     for tool in tools {
-        let support = tool.get("_meta").and_then(|meta| meta.get(durable_mcp_protocol::tasks::TASK_SUPPORT_META)).and_then(Value::as_str).map(str::to_owned);
+        let support = tool
+            .get("_meta")
+            .and_then(|meta| meta.get(durable_mcp_protocol::tasks::TASK_SUPPORT_META))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         if let (Some(support), Some(tool)) = (support, tool.as_object_mut()) {
-            tool.insert("execution".into(), serde_json::json!({"taskSupport": support}));
+            tool.insert(
+                "execution".into(),
+                serde_json::json!({"taskSupport": support}),
+            );
         }
     }
 }
@@ -210,7 +240,14 @@ async fn stop_feed(feed: &mut Option<(CancellationToken, tokio::task::JoinHandle
 /// The `input_required` result of a stateless request whose handler waits for the client's
 /// answers: the questions, and a state naming the run, sealed with `keys`, so that the
 /// retry continues it on any worker (D9, D12).
-fn input_required(keys: &StateKeys, id: &RequestId, run_id: &str, caller: &Caller, request: &Map<String, Value>, pending: Vec<(String, Value)>) -> Value {
+fn input_required(
+    keys: &StateKeys,
+    id: &RequestId,
+    run_id: &str,
+    caller: &Caller,
+    request: &Map<String, Value>,
+    pending: Vec<(String, Value)>,
+) -> Value {
     let requests: Map<String, Value> = pending.into_iter().collect();
     let state = crate::journal::seal_run(keys, run_id, &caller.principal, request);
     serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
@@ -265,7 +302,14 @@ impl Engine {
             keys,
             operation,
         } = pump;
-        let mut state = Running { stream, opening, feed: None, inbox: None, subscription, task_watch: None };
+        let mut state = Running {
+            stream,
+            opening,
+            feed: None,
+            inbox: None,
+            subscription,
+            task_watch: None,
+        };
         if let Some(key) = held.as_ref().and_then(|h| h.record.task.clone()) {
             state.task_watch = Some(self.watch_task(&key, &run.cancel));
         }
@@ -323,7 +367,14 @@ impl Engine {
             (Stop::Suspended, Some(operation)) => operation.succeeded(),
             _ => {}
         }
-        let Running { stream, mut opening, mut feed, inbox, task_watch, .. } = state;
+        let Running {
+            stream,
+            mut opening,
+            mut feed,
+            inbox,
+            task_watch,
+            ..
+        } = state;
         stop_feed(&mut feed).await;
         if let Some(session) = caller.session_id() {
             self.inner.runs.remove_session_run(session, &id);
@@ -353,8 +404,13 @@ impl Engine {
             close_connection.cancel();
         }
         let Some(held) = held else {
-            if let Ending::CloseUnanswered { cancelled_by_client } = ending {
-                let _ = self.close_unanswered_on(&stream, &mut opening, &id, cancelled_by_client).await;
+            if let Ending::CloseUnanswered {
+                cancelled_by_client,
+            } = ending
+            {
+                let _ = self
+                    .close_unanswered_on(&stream, &mut opening, &id, cancelled_by_client)
+                    .await;
             }
             return;
         };
@@ -368,8 +424,22 @@ impl Engine {
     }
 
     /// One step of `Running`: commit one message of the handler (or act on it).
-    async fn step(&self, fixed: &Fixed<'_>, state: &mut Running, held: &mut Option<Held>, message: Outbound) -> Step {
-        let Fixed { cancel, replies, caller, id, durable, keys, close_connection } = *fixed;
+    async fn step(
+        &self,
+        fixed: &Fixed<'_>,
+        state: &mut Running,
+        held: &mut Option<Held>,
+        message: Outbound,
+    ) -> Step {
+        let Fixed {
+            cancel,
+            replies,
+            caller,
+            id,
+            durable,
+            keys,
+            close_connection,
+        } = *fixed;
         tracing::debug!(stream = %state.stream, kind = message.kind(), "handler message");
         let result = match message {
             Outbound::Outcome(mut outcome) => {
@@ -403,9 +473,17 @@ impl Engine {
                     if let (Some(durable), Some(held)) = (durable, held.as_ref())
                         && is_suspension(&outcome)
                     {
-                        let pending: Vec<(String, Value)> = std::mem::take(&mut *lock(&durable.pending));
+                        let pending: Vec<(String, Value)> =
+                            std::mem::take(&mut *lock(&durable.pending));
                         if !pending.is_empty() {
-                            outcome = input_required(keys, id, &held.run_id, caller, &held.record.request, pending);
+                            outcome = input_required(
+                                keys,
+                                id,
+                                &held.run_id,
+                                caller,
+                                &held.record.request,
+                                pending,
+                            );
                             suspended = true;
                         }
                     }
@@ -415,14 +493,23 @@ impl Engine {
                     // The retry may come at once: it must not find this run still
                     // journaled (its steps stay).
                     held.stop_heartbeat();
-                    if let Err(error) = self.store().delete_records(RecordKind::Run, &held.run_id).await {
+                    if let Err(error) = self
+                        .store()
+                        .delete_records(RecordKind::Run, &held.run_id)
+                        .await
+                    {
                         tracing::warn!(%error, run = %held.run_id, "could not end a suspended run's journal entry");
                     }
                 }
                 let committed = match held.as_mut() {
                     // One commit: the outcome, the close and the end of the journal entry.
-                    Some(held) if !suspended && held.record.task.is_none() => held.commit_outcome(self, &state.stream, &outcome).await,
-                    _ => self.commit_first(&mut state.opening, &state.stream, &outcome, true).await.map(drop),
+                    Some(held) if !suspended && held.record.task.is_none() => {
+                        held.commit_outcome(self, &state.stream, &outcome).await
+                    }
+                    _ => self
+                        .commit_first(&mut state.opening, &state.stream, &outcome, true)
+                        .await
+                        .map(drop),
                 };
                 match committed {
                     Ok(()) if suspended => return Step::Stop(Stop::Suspended),
@@ -434,35 +521,73 @@ impl Engine {
                 close_connection.cancel();
                 Ok(())
             }
-            Outbound::Notification { method, mut message } if method == ACKNOWLEDGED_METHOD && state.subscription.is_some() => {
-                let Some(tasks) = state.subscription.take() else { return Step::Next };
+            Outbound::Notification {
+                method,
+                mut message,
+            } if method == ACKNOWLEDGED_METHOD && state.subscription.is_some() => {
+                let Some(tasks) = state.subscription.take() else {
+                    return Step::Next;
+                };
                 let (subscription_id, filter) = Self::acknowledge(&tasks, id, &mut message);
                 // Following starts before the client sees the acknowledgement: what is
                 // announced after it reaches the stream.
-                let announced = if filter.follows_changes() { Some(self.follow_changes(filter.uris()).await) } else { None };
-                let committed = self.commit_first(&mut state.opening, &state.stream, &message, false).await.map(drop);
+                let announced = if filter.follows_changes() {
+                    Some(self.follow_changes(filter.uris()).await)
+                } else {
+                    None
+                };
+                let committed = self
+                    .commit_first(&mut state.opening, &state.stream, &message, false)
+                    .await
+                    .map(drop);
                 // Nothing to feed (no task, no announcement followed): no feed.
                 if committed.is_ok() && (tasks.follows_tasks() || announced.is_some()) {
                     let stop = CancellationToken::new();
-                    state.feed = Some((stop.clone(), self.feed_listen(tasks, subscription_id, filter, announced, state.stream.clone(), stop)));
+                    state.feed = Some((
+                        stop.clone(),
+                        self.feed_listen(
+                            tasks,
+                            subscription_id,
+                            filter,
+                            announced,
+                            state.stream.clone(),
+                            stop,
+                        ),
+                    ));
                 }
                 committed
             }
             Outbound::Notification { method, message } => {
                 let already_sent = held.as_ref().and_then(|h| h.already_sent.as_deref());
-                self.route_notification_into(caller, &state.stream, &mut state.opening, &method, message, already_sent).await
+                self.route_notification_into(
+                    caller,
+                    &state.stream,
+                    &mut state.opening,
+                    &method,
+                    message,
+                    already_sent,
+                )
+                .await
             }
-            Outbound::Request { id: original_id, mut message, .. } => {
+            Outbound::Request {
+                id: original_id,
+                mut message,
+                ..
+            } => {
                 async {
                     let inbox = match &mut state.inbox {
                         Some(inbox) => inbox,
-                        None => state.inbox.insert(Inbox::open(self, caller, replies.clone()).await?),
+                        None => state
+                            .inbox
+                            .insert(Inbox::open(self, caller, replies.clone()).await?),
                     };
                     let wire_id = inbox.wire_id(original_id);
                     if let Some(obj) = message.as_object_mut() {
                         obj.insert("id".into(), Value::String(wire_id));
                     }
-                    self.commit_first(&mut state.opening, &state.stream, &message, false).await.map(drop)
+                    self.commit_first(&mut state.opening, &state.stream, &message, false)
+                        .await
+                        .map(drop)
                 }
                 .await
             }
@@ -482,7 +607,14 @@ impl Engine {
     }
 
     /// Carry out the [`Ending`] of a journaled run.
-    async fn end_journaled(&self, held: Held, ending: Ending, stop: Stop, stream: &StreamId, id: &RequestId) {
+    async fn end_journaled(
+        &self,
+        held: Held,
+        ending: Ending,
+        stop: Stop,
+        stream: &StreamId,
+        id: &RequestId,
+    ) {
         match ending {
             Ending::StopHeartbeat => held.stop_heartbeat(),
             Ending::Finish | Ending::Done | Ending::CloseUnanswered { .. } => {
@@ -491,7 +623,8 @@ impl Engine {
                 {
                     // The outcome is on the task's stream: recovery settles the task from it.
                     tracing::warn!(%error, %task, "could not settle a task; recovery will");
-                    held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
+                    held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false)
+                        .await;
                     return;
                 }
                 held.finish(self).await;
@@ -501,11 +634,14 @@ impl Engine {
                     // The store is down: keep the journal entry, so that recovery closes the
                     // stream once it is back (the cancellation mark makes it not run again).
                     let _ = self.cancel_elsewhere_by_run(&held.run_id).await;
-                    held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await;
+                    held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false)
+                        .await;
                     return;
                 }
                 if let Some(task) = &held.record.task
-                    && let Err(error) = self.end_task(task, TaskStatus::Cancelled, "The request was cancelled.").await
+                    && let Err(error) = self
+                        .end_task(task, TaskStatus::Cancelled, "The request was cancelled.")
+                        .await
                 {
                     tracing::warn!(%error, %task, "could not mark a task cancelled");
                 }
@@ -515,7 +651,11 @@ impl Engine {
                 if failed {
                     tracing::warn!(run = %held.run_id, "a journaled run ended without an outcome; it will be retried");
                 }
-                let at = if now { 0 } else { now_ms() + RETRY_AFTER_FAILURE_MS };
+                let at = if now {
+                    0
+                } else {
+                    now_ms() + RETRY_AFTER_FAILURE_MS
+                };
                 held.release(self, at, failed).await;
             }
         }
@@ -569,21 +709,52 @@ mod tests {
     #[tokio::test]
     async fn an_answered_journaled_run_ends_with_one_commit_and_no_record() {
         let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
-        let engine = Engine::new(store.clone(), McpHandler::new(NoTools), EngineOptions { lease: Duration::from_secs(60), ..EngineOptions::default() });
+        let engine = Engine::new(
+            store.clone(),
+            McpHandler::new(NoTools),
+            EngineOptions {
+                lease: Duration::from_secs(60),
+                ..EngineOptions::default()
+            },
+        );
         let request = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "missing", "arguments": {}}});
-        let Value::Object(request) = request else { unreachable!() };
+        let Value::Object(request) = request else {
+            unreachable!()
+        };
         // The first request creates the key ring: not counted.
         engine.state_keys().await.unwrap();
         store.hook().take();
-        let accepted = engine.accept(&modern(), Value::from(1), request).await.unwrap();
+        let accepted = engine
+            .accept(&modern(), Value::from(1), request)
+            .await
+            .unwrap();
         idle(&engine).await;
         let counts = store.hook().take();
-        assert_eq!(counts.get(&Op::Commit), Some(&2), "journal, then outcome: {counts:?}");
-        assert!(store.inner().list_records(RecordKind::Run, "", 10).await.unwrap().is_empty());
-        let read = store.inner().read_after(&accepted.stream, 0, 10).await.unwrap();
+        assert_eq!(
+            counts.get(&Op::Commit),
+            Some(&2),
+            "journal, then outcome: {counts:?}"
+        );
+        assert!(
+            store
+                .inner()
+                .list_records(RecordKind::Run, "", 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let read = store
+            .inner()
+            .read_after(&accepted.stream, 0, 10)
+            .await
+            .unwrap();
         assert!(read.finished, "the outcome closed the stream");
         let outcome: Value = serde_json::from_str(&read.events[0].data).unwrap();
-        assert!(outcome.get("error").is_some() || outcome.pointer("/result/isError") == Some(&Value::Bool(true)), "{outcome}");
+        assert!(
+            outcome.get("error").is_some()
+                || outcome.pointer("/result/isError") == Some(&Value::Bool(true)),
+            "{outcome}"
+        );
     }
 
     /// Running -> Answered -> Ended for a run that is not journaled: one commit creates the
@@ -591,50 +762,155 @@ mod tests {
     #[tokio::test]
     async fn an_answered_unjournaled_run_commits_once() {
         let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
-        let engine = Engine::new(store.clone(), McpHandler::new(NoTools), EngineOptions::default());
+        let engine = Engine::new(
+            store.clone(),
+            McpHandler::new(NoTools),
+            EngineOptions::default(),
+        );
         engine.state_keys().await.unwrap();
         store.hook().take();
-        let Value::Object(request) = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}) else { unreachable!() };
-        let accepted = engine.accept(&modern(), Value::from(2), request).await.unwrap();
+        let Value::Object(request) =
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        else {
+            unreachable!()
+        };
+        let accepted = engine
+            .accept(&modern(), Value::from(2), request)
+            .await
+            .unwrap();
         idle(&engine).await;
         assert_eq!(store.hook().writes(), 1);
-        let read = store.inner().read_after(&accepted.stream, 0, 10).await.unwrap();
+        let read = store
+            .inner()
+            .read_after(&accepted.stream, 0, 10)
+            .await
+            .unwrap();
         assert!(read.finished && read.events.len() == 1, "{read:?}");
     }
 
-    const AT: AtEnd = AtEnd { journaled: true, cancelled: false, lost: false, releasing: false };
+    const AT: AtEnd = AtEnd {
+        journaled: true,
+        cancelled: false,
+        lost: false,
+        releasing: false,
+    };
 
     #[test]
     fn an_outcome_is_committed_only_uncancelled_and_within_the_lease() {
         assert_eq!(on_outcome(false, None), OnOutcome::Commit);
         assert_eq!(on_outcome(false, Some(true)), OnOutcome::Commit);
         assert_eq!(on_outcome(false, Some(false)), OnOutcome::Fence);
-        assert_eq!(on_outcome(true, Some(false)), OnOutcome::Drop, "a cancelled run never answers");
+        assert_eq!(
+            on_outcome(true, Some(false)),
+            OnOutcome::Drop,
+            "a cancelled run never answers"
+        );
         assert_eq!(on_outcome(true, None), OnOutcome::Drop);
     }
 
     #[test]
     fn an_unjournaled_run_is_closed_unless_answered() {
-        let at = AtEnd { journaled: false, ..AT };
+        let at = AtEnd {
+            journaled: false,
+            ..AT
+        };
         assert_eq!(ending(&Stop::Answered(Value::Null), at), Ending::Done);
-        assert_eq!(ending(&Stop::HandlerGone, at), Ending::CloseUnanswered { cancelled_by_client: false });
-        let cancelled = AtEnd { cancelled: true, ..at };
-        assert_eq!(ending(&Stop::Cancelled, cancelled), Ending::CloseUnanswered { cancelled_by_client: true });
+        assert_eq!(
+            ending(&Stop::HandlerGone, at),
+            Ending::CloseUnanswered {
+                cancelled_by_client: false
+            }
+        );
+        let cancelled = AtEnd {
+            cancelled: true,
+            ..at
+        };
+        assert_eq!(
+            ending(&Stop::Cancelled, cancelled),
+            Ending::CloseUnanswered {
+                cancelled_by_client: true
+            }
+        );
         // The pump cancels a run whose commit failed: the client gets an error all the same.
-        assert_eq!(ending(&Stop::CommitFailed, cancelled), Ending::CloseUnanswered { cancelled_by_client: false });
+        assert_eq!(
+            ending(&Stop::CommitFailed, cancelled),
+            Ending::CloseUnanswered {
+                cancelled_by_client: false
+            }
+        );
     }
 
     #[test]
     fn a_journaled_run_ends_by_its_stop_then_by_what_the_worker_knows() {
         assert_eq!(ending(&Stop::Answered(Value::Null), AT), Ending::Finish);
-        assert_eq!(ending(&Stop::Answered(Value::Null), AtEnd { releasing: true, ..AT }), Ending::Finish, "an outcome is final");
+        assert_eq!(
+            ending(
+                &Stop::Answered(Value::Null),
+                AtEnd {
+                    releasing: true,
+                    ..AT
+                }
+            ),
+            Ending::Finish,
+            "an outcome is final"
+        );
         assert_eq!(ending(&Stop::Suspended, AT), Ending::StopHeartbeat);
-        let gone = [Stop::Cancelled, Stop::Fenced, Stop::CommitFailed, Stop::HandlerGone];
+        let gone = [
+            Stop::Cancelled,
+            Stop::Fenced,
+            Stop::CommitFailed,
+            Stop::HandlerGone,
+        ];
         for stop in &gone {
-            assert_eq!(ending(stop, AtEnd { releasing: true, lost: true, cancelled: true, ..AT }), Ending::Release { now: true, failed: false }, "{stop:?}");
-            assert_eq!(ending(stop, AtEnd { lost: true, cancelled: true, ..AT }), Ending::Release { now: false, failed: false }, "{stop:?}");
+            assert_eq!(
+                ending(
+                    stop,
+                    AtEnd {
+                        releasing: true,
+                        lost: true,
+                        cancelled: true,
+                        ..AT
+                    }
+                ),
+                Ending::Release {
+                    now: true,
+                    failed: false
+                },
+                "{stop:?}"
+            );
+            assert_eq!(
+                ending(
+                    stop,
+                    AtEnd {
+                        lost: true,
+                        cancelled: true,
+                        ..AT
+                    }
+                ),
+                Ending::Release {
+                    now: false,
+                    failed: false
+                },
+                "{stop:?}"
+            );
         }
-        assert_eq!(ending(&Stop::Cancelled, AtEnd { cancelled: true, ..AT }), Ending::FinishCancelled);
-        assert_eq!(ending(&Stop::HandlerGone, AT), Ending::Release { now: false, failed: true }, "counted toward max_attempts");
+        assert_eq!(
+            ending(
+                &Stop::Cancelled,
+                AtEnd {
+                    cancelled: true,
+                    ..AT
+                }
+            ),
+            Ending::FinishCancelled
+        );
+        assert_eq!(
+            ending(&Stop::HandlerGone, AT),
+            Ending::Release {
+                now: false,
+                failed: true
+            },
+            "counted toward max_attempts"
+        );
     }
 }

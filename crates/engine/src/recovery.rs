@@ -45,7 +45,9 @@ impl Engine {
             match claimed {
                 Ok(true) => resumed += 1,
                 Ok(false) => {}
-                Err(error) => tracing::warn!(%error, "could not recover a run; retrying at the next pass"),
+                Err(error) => {
+                    tracing::warn!(%error, "could not recover a run; retrying at the next pass")
+                }
             }
         }
         Ok(resumed)
@@ -58,7 +60,10 @@ impl Engine {
                 let request = held.record.request.clone();
                 held.already_sent = Some(Arc::new(already_sent));
                 crate::metrics::recovered("rerun");
-                if let Err(mut rejection) = self.launch_rerun(*caller, id.clone(), request, stream.clone(), held).await {
+                if let Err(mut rejection) = self
+                    .launch_rerun(*caller, id.clone(), request, stream.clone(), held)
+                    .await
+                {
                     rejection.id = Some(id);
                     self.commit(&stream, &rejection.to_response(), true).await?;
                 }
@@ -86,7 +91,9 @@ impl Engine {
     /// too often).
     async fn try_resume(&self, held: &Held) -> Result<Resume, EngineError> {
         let record = &held.record;
-        let Ok(stream) = record.stream.parse::<StreamId>() else { return Ok(Resume::Done) };
+        let Ok(stream) = record.stream.parse::<StreamId>() else {
+            return Ok(Resume::Done);
+        };
         let id = record.id();
         // Outcome already committed (the owner died between the commit and the clean-up)?
         if self.stream_closed(&stream).await? {
@@ -118,7 +125,10 @@ impl Engine {
         }
         let cancelled = self.cancelled_elsewhere(&held.run_id).await?;
         let task_ended = match &record.task {
-            Some(task) => self.load_task(task).await?.is_none_or(|(t, _)| t.status.is_terminal()),
+            Some(task) => self
+                .load_task(task)
+                .await?
+                .is_none_or(|(t, _)| t.status.is_terminal()),
             None => false,
         };
         if cancelled || task_ended {
@@ -130,7 +140,8 @@ impl Engine {
                 Ok(session) => Some(session),
                 Err(StoreError::NotFound { .. }) => {
                     if let Some(task) = &record.task {
-                        self.end_task(task, TaskStatus::Cancelled, "The session ended.").await?;
+                        self.end_task(task, TaskStatus::Cancelled, "The session ended.")
+                            .await?;
                     }
                     return Ok(Resume::Done);
                 }
@@ -147,13 +158,17 @@ impl Engine {
         if record.failures >= self.options().max_attempts {
             tracing::error!(run = %held.run_id, failures = record.failures, "a run failed too often; ending it with an error");
             if let Some(task) = &record.task {
-                self.end_task(task, TaskStatus::Failed, "The task failed too often.").await?;
+                self.end_task(task, TaskStatus::Failed, "The task failed too often.")
+                    .await?;
             }
             return self.closed_or_retry(&stream, &id, false).await;
         }
         // The re-run runs as the principal recorded with it; no token (nor its claims) is
         // recorded, so the handler sees the principal alone.
-        let auth = durable_mcp_protocol::AuthInfo { recovered: true, ..durable_mcp_protocol::AuthInfo::principal_only(principal.as_str()) };
+        let auth = durable_mcp_protocol::AuthInfo {
+            recovered: true,
+            ..durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())
+        };
         let caller = Caller {
             auth: Some(Arc::new(auth)),
             principal,
@@ -162,7 +177,11 @@ impl Engine {
             protocol_version: record.protocol_version,
             log_level: record.log_level.clone(),
             trace: None,
-            http: record.http.as_ref().and_then(crate::records::StoredHead::parts).map(std::sync::Arc::new),
+            http: record
+                .http
+                .as_ref()
+                .and_then(crate::records::StoredHead::parts)
+                .map(std::sync::Arc::new),
         };
         // Read once, here: the re-run's notifications are then checked in memory.
         let already_sent = AlreadySent::read(self, &stream).await?;
@@ -171,8 +190,17 @@ impl Engine {
 
     /// Close a run's stream without an outcome; if the store does not let us, the run is
     /// released and a later recovery pass tries again (the client is never left waiting).
-    async fn closed_or_retry(&self, stream: &StreamId, id: &RequestId, cancelled: bool) -> Result<Resume, EngineError> {
-        if self.close_unanswered(stream, id, cancelled).await { Ok(Resume::Done) } else { Err(EngineError::StreamNotClosed(stream.clone())) }
+    async fn closed_or_retry(
+        &self,
+        stream: &StreamId,
+        id: &RequestId,
+        cancelled: bool,
+    ) -> Result<Resume, EngineError> {
+        if self.close_unanswered(stream, id, cancelled).await {
+            Ok(Resume::Done)
+        } else {
+            Err(EngineError::StreamNotClosed(stream.clone()))
+        }
     }
 
     /// Run [`Engine::recover`] now and then every second (every half lease if that is
@@ -180,7 +208,8 @@ impl Engine {
     pub fn spawn_recovery(&self) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         tokio::spawn(async move {
-            let mut ticker = tokio::time::interval((engine.options().lease / 2).min(Duration::from_secs(1)));
+            let mut ticker =
+                tokio::time::interval((engine.options().lease / 2).min(Duration::from_secs(1)));
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticker.tick().await;

@@ -42,7 +42,12 @@ fn run_key(session: &SessionId, id: &RequestId) -> String {
 
 impl Registry {
     /// A session's request started here; `cancel` stops it.
-    pub(crate) fn add_session_run(&self, session: &SessionId, id: &RequestId, cancel: CancellationToken) {
+    pub(crate) fn add_session_run(
+        &self,
+        session: &SessionId,
+        id: &RequestId,
+        cancel: CancellationToken,
+    ) {
         lock(&self.runs).insert(run_key(session, id), cancel);
     }
 
@@ -52,7 +57,11 @@ impl Registry {
     }
 
     /// The token that stops a session's request running here, if it does.
-    pub(crate) fn session_run(&self, session: &SessionId, id: &RequestId) -> Option<CancellationToken> {
+    pub(crate) fn session_run(
+        &self,
+        session: &SessionId,
+        id: &RequestId,
+    ) -> Option<CancellationToken> {
         lock(&self.runs).get(&run_key(session, id)).cloned()
     }
 
@@ -88,14 +97,20 @@ impl Registry {
     /// Forget a registration, unless the run id was registered again since.
     pub(crate) fn unregister_journaled(&self, run_id: &str, generation: u64) {
         let mut journaled = lock(&self.journaled);
-        if journaled.get(run_id).is_some_and(|(registered, _)| *registered == generation) {
+        if journaled
+            .get(run_id)
+            .is_some_and(|(registered, _)| *registered == generation)
+        {
             journaled.remove(run_id);
         }
     }
 
     /// The stop tokens of the journaled runs executing here.
     pub(crate) fn journaled_stops(&self) -> Vec<CancellationToken> {
-        lock(&self.journaled).values().map(|(_, stop)| stop.clone()).collect()
+        lock(&self.journaled)
+            .values()
+            .map(|(_, stop)| stop.clone())
+            .collect()
     }
 
     /// Whether no journaled run executes here.

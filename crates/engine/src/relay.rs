@@ -40,7 +40,9 @@ impl Engine {
             };
             let Some(event) = event else { break };
             let event = event?;
-            let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else { continue };
+            let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&event.data) else {
+                continue;
+            };
             if skip > 0 {
                 skip -= 1;
                 continue;
@@ -70,11 +72,19 @@ impl Engine {
             self.commit(target, &Value::Object(message), false).await?;
         }
         // The task's stream ended without an outcome: it was cancelled.
-        let status = self.load_task(&relay.task).await?.map_or("expired", |(task, _)| task.status.as_str());
+        let status = self
+            .load_task(&relay.task)
+            .await?
+            .map_or("expired", |(task, _)| task.status.as_str());
         if !held.lease_valid() {
             return Ok(false);
         }
-        let response = error_response(id.clone(), code::INTERNAL_ERROR, &format!("the task ended without a result ({status})"), None);
+        let response = error_response(
+            id.clone(),
+            code::INTERNAL_ERROR,
+            &format!("the task ended without a result ({status})"),
+            None,
+        );
         self.commit(target, &response, true).await?;
         Ok(true)
     }
@@ -87,7 +97,9 @@ impl Engine {
         loop {
             let read = match self.store().read_after(target, after, 1024).await {
                 Ok(read) => read,
-                Err(StoreError::Pruned { oldest_retained, .. }) => {
+                Err(StoreError::Pruned {
+                    oldest_retained, ..
+                }) => {
                     after = oldest_retained.saturating_sub(1);
                     continue;
                 }

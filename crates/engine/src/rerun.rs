@@ -51,15 +51,23 @@ struct Seen {
 /// A progress notification's token (canonical JSON) and value.
 fn progress_of(message: &Value) -> Option<(String, f64)> {
     let params = message.get("params")?;
-    Some((canonical(params.get("progressToken")?), params.get("progress")?.as_f64()?))
+    Some((
+        canonical(params.get("progressToken")?),
+        params.get("progress")?.as_f64()?,
+    ))
 }
 
 impl AlreadySent {
     /// What `messages` (a stream's committed messages, in order) already sent.
-    pub(crate) fn from_messages(stream: StreamId, messages: impl IntoIterator<Item = Value>) -> Self {
+    pub(crate) fn from_messages(
+        stream: StreamId,
+        messages: impl IntoIterator<Item = Value>,
+    ) -> Self {
         let mut seen = Seen::default();
         for message in messages {
-            let Some(method) = message.get("method").and_then(Value::as_str) else { continue };
+            let Some(method) = message.get("method").and_then(Value::as_str) else {
+                continue;
+            };
             if message.get("id").is_some() {
                 // A server-to-client request: not a notification.
                 continue;
@@ -72,7 +80,10 @@ impl AlreadySent {
                 _ => *seen.others.entry(canonical(&message)).or_default() += 1,
             }
         }
-        Self { stream, seen: Mutex::new(seen) }
+        Self {
+            stream,
+            seen: Mutex::new(seen),
+        }
     }
 
     /// Read `stream` once, from its start (from its oldest retained event, once retention
@@ -85,14 +96,22 @@ impl AlreadySent {
             let read = match engine.store().read_after(stream, after, PAGE).await {
                 Ok(read) => read,
                 Err(StoreError::NotFound { .. }) => break,
-                Err(StoreError::Pruned { oldest_retained, .. }) => {
+                Err(StoreError::Pruned {
+                    oldest_retained, ..
+                }) => {
                     after = oldest_retained.saturating_sub(1);
                     continue;
                 }
                 Err(error) => return Err(error.into()),
             };
-            let Some(end) = read.events.last().map(|e| e.id.seq) else { break };
-            messages.extend(read.events.iter().filter_map(|event| serde_json::from_str::<Value>(&event.data).ok()));
+            let Some(end) = read.events.last().map(|e| e.id.seq) else {
+                break;
+            };
+            messages.extend(
+                read.events
+                    .iter()
+                    .filter_map(|event| serde_json::from_str::<Value>(&event.data).ok()),
+            );
             after = end;
         }
         let already = Self::from_messages(stream.clone(), messages);
@@ -151,7 +170,9 @@ mod tests {
         let stream = StreamId::random();
         let committed = (1..=10).map(|n| progress(json!("p"), f64::from(n)));
         let already = AlreadySent::from_messages(stream.clone(), committed);
-        let sent: Vec<u32> = (1..=12).filter(|n| !already.suppress(&stream, PROGRESS, &progress(json!("p"), f64::from(*n)))).collect();
+        let sent: Vec<u32> = (1..=12)
+            .filter(|n| !already.suppress(&stream, PROGRESS, &progress(json!("p"), f64::from(*n))))
+            .collect();
         assert_eq!(sent, vec![11, 12]);
         // The mark follows what this run commits too: never backwards.
         assert!(already.suppress(&stream, PROGRESS, &progress(json!("p"), 11.5)));
@@ -162,14 +183,28 @@ mod tests {
     #[test]
     fn a_committed_log_line_is_suppressed_once_per_commit() {
         let stream = StreamId::random();
-        let already = AlreadySent::from_messages(stream.clone(), [log(1), log(2), log(2), json!({"jsonrpc": "2.0", "id": 5, "result": {}})]);
+        let already = AlreadySent::from_messages(
+            stream.clone(),
+            [
+                log(1),
+                log(2),
+                log(2),
+                json!({"jsonrpc": "2.0", "id": 5, "result": {}}),
+            ],
+        );
         let method = "notifications/message";
         assert!(already.suppress(&stream, method, &log(1)));
-        assert!(!already.suppress(&stream, method, &log(1)), "sent once before, so once now");
+        assert!(
+            !already.suppress(&stream, method, &log(1)),
+            "sent once before, so once now"
+        );
         assert!(already.suppress(&stream, method, &log(2)));
         assert!(already.suppress(&stream, method, &log(2)));
         assert!(!already.suppress(&stream, method, &log(2)));
-        assert!(!already.suppress(&stream, method, &log(3)), "never sent: sent now");
+        assert!(
+            !already.suppress(&stream, method, &log(3)),
+            "never sent: sent now"
+        );
     }
 
     #[test]

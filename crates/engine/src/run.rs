@@ -6,7 +6,9 @@ use std::sync::Arc;
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
 use durable_mcp_protocol::jsonrpc::{Rejection, RequestId, to_text};
 use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext, methods};
-use durable_mcp_store::{BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms};
+use durable_mcp_store::{
+    BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms,
+};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -42,7 +44,16 @@ pub(crate) struct Launched {
     pub close_connection: Option<CancellationToken>,
 }
 
-const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+const LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
 
 fn level_rank(level: &str) -> Option<usize> {
     LEVELS.iter().position(|l| *l == level)
@@ -80,8 +91,17 @@ impl Engine {
     ///
     /// With traces on, the request's server span is current while it is accepted and while
     /// its handler's messages are committed (see [`crate::traces`]).
-    pub async fn accept(&self, caller: &Caller, id: RequestId, request: Map<String, Value>) -> Result<Accepted, EngineError> {
-        let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
+    pub async fn accept(
+        &self,
+        caller: &Caller,
+        id: RequestId,
+        request: Map<String, Value>,
+    ) -> Result<Accepted, EngineError> {
+        let method = request
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let span = crate::traces::Request {
             method: &method,
             request: &request,
@@ -89,10 +109,18 @@ impl Engine {
             protocol_version: caller.protocol_version.as_str(),
             header: caller.trace.as_ref(),
         };
-        let operation = crate::metrics::Operation::start(&span, |tool| self.handler().tool_input_schema(tool).is_some());
-        let context = operation.as_ref().and_then(crate::metrics::Operation::context);
+        let operation = crate::metrics::Operation::start(&span, |tool| {
+            self.handler().tool_input_schema(tool).is_some()
+        });
+        let context = operation
+            .as_ref()
+            .and_then(crate::metrics::Operation::context);
         if !JOURNALED_METHODS.contains(&method.as_str()) {
-            return crate::traces::in_context(context, self.accept_in(caller, id, request, method, operation)).await;
+            return crate::traces::in_context(
+                context,
+                self.accept_in(caller, id, request, method, operation),
+            )
+            .await;
         }
         // A journaled request commits its run record, leased to this worker, and then
         // starts its handler. A transport whose client went away (its connection closed)
@@ -103,7 +131,11 @@ impl Engine {
         let (engine, caller) = (self.clone(), caller.clone());
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let accepting = async move {
-            let accepted = crate::traces::in_context(context, engine.accept_in(&caller, id, request, method, operation)).await;
+            let accepted = crate::traces::in_context(
+                context,
+                engine.accept_in(&caller, id, request, method, operation),
+            )
+            .await;
             if let Err(Ok(accepted)) = sender.send(accepted)
                 && caller.era == Era::Modern
                 && let Some(cancel) = accepted.cancel
@@ -131,10 +163,14 @@ impl Engine {
         opening.operation = operation;
         let stream = opening.id.clone();
         if caller.era == Era::Legacy {
-            self.apply_session_effects(caller, &method, &request).await?;
+            self.apply_session_effects(caller, &method, &request)
+                .await?;
         }
         tracing::debug!(%stream, %method, "request accepted");
-        if caller.era == Era::Legacy && method == methods::LOGGING_SET_LEVEL && self.summary().capabilities.get("logging").is_some() {
+        if caller.era == Era::Legacy
+            && method == methods::LOGGING_SET_LEVEL
+            && self.summary().capabilities.get("logging").is_some()
+        {
             // durable-mcp owns the session's log level (it filters messages itself, on
             // every worker), so it answers `logging/setLevel` once the level is committed.
             let response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}});
@@ -146,12 +182,16 @@ impl Engine {
         // every request moves and boxes, as large as the largest of them.
         let tasks_flavor = match caller.era {
             Era::Modern => Some(Flavor::Extension),
-            Era::Legacy if caller.protocol_version >= McpVersion::V2025_11_25 => Some(Flavor::V2025),
+            Era::Legacy if caller.protocol_version >= McpVersion::V2025_11_25 => {
+                Some(Flavor::V2025)
+            }
             Era::Legacy => None,
         };
         if let Some(flavor) = tasks_flavor
             && method.starts_with(methods::TASKS_PREFIX)
-            && let Some(answer) = Box::pin(self.tasks_method(caller, flavor, &id, &method, &request, &mut opening)).await?
+            && let Some(answer) =
+                Box::pin(self.tasks_method(caller, flavor, &id, &method, &request, &mut opening))
+                    .await?
         {
             if let Some(response) = answer {
                 opening.answer(self, &response).await?;
@@ -171,22 +211,27 @@ impl Engine {
         };
         // Which request a session's request id is used for (its alias keeps it): taken
         // before anything of the request is changed (a 2025-11-25 task's `params.task`).
-        let fingerprint = (journaled && caller.session_id().is_some()).then(|| RequestFingerprint::of(&request));
+        let fingerprint =
+            (journaled && caller.session_id().is_some()).then(|| RequestFingerprint::of(&request));
         let mut request = request;
         let task_mode = match (tasks_flavor, method.as_str()) {
-            (Some(flavor), methods::TOOLS_CALL) => match self.task_mode(flavor, &id, &mut request) {
-                Ok(mode) => mode,
-                Err(refusal) => {
-                    opening.answer(self, &refusal).await?;
-                    return Ok(opening.accepted());
+            (Some(flavor), methods::TOOLS_CALL) => {
+                match self.task_mode(flavor, &id, &mut request) {
+                    Ok(mode) => mode,
+                    Err(refusal) => {
+                        opening.answer(self, &refusal).await?;
+                        return Ok(opening.accepted());
+                    }
                 }
-            },
+            }
             _ => None,
         };
         // A task holds a unit of the principal's task limit while its run lasts here:
         // refused before anything of the request is written.
         let task_permit = match task_mode {
-            Some(_) => self.limiter().acquire(&caller.principal, crate::limits::Limit::Tasks)?,
+            Some(_) => self
+                .limiter()
+                .acquire(&caller.principal, crate::limits::Limit::Tasks)?,
             None => None,
         };
         let held = if journaled {
@@ -203,11 +248,16 @@ impl Engine {
                 let keys = self.state_keys().await?;
                 match crate::journal::open_run(&keys, &state, &caller.principal, &request) {
                     Ok(continued) => {
-                        self.refresh_steps(&continued, Some(now_ms() + 2 * crate::journal::STATE_TTL.as_millis() as u64)).await?;
+                        self.refresh_steps(
+                            &continued,
+                            Some(now_ms() + 2 * crate::journal::STATE_TTL.as_millis() as u64),
+                        )
+                        .await?;
                         run_id = continued;
                     }
                     Err(message) => {
-                        let refusal = error_response(id, code::INVALID_PARAMS, &message.to_string(), None);
+                        let refusal =
+                            error_response(id, code::INVALID_PARAMS, &message.to_string(), None);
                         opening.answer(self, &refusal).await?;
                         return Ok(opening.accepted());
                     }
@@ -216,17 +266,43 @@ impl Engine {
             if let Some((flavor, ttl)) = task_mode {
                 // A task's request is answered by its create result.
                 let operation = opening.operation.take();
-                let accepted = Box::pin(self.accept_task(caller, id, request, opening, (flavor, ttl), task_permit, fingerprint.as_ref())).await?;
+                let accepted = Box::pin(self.accept_task(
+                    caller,
+                    id,
+                    request,
+                    opening,
+                    (flavor, ttl),
+                    task_permit,
+                    fingerprint.as_ref(),
+                ))
+                .await?;
                 if let Some(operation) = operation {
                     operation.succeeded();
                 }
                 return Ok(accepted);
             }
-            match self.journal(caller, &id, &request, &mut opening, run_id, fingerprint.as_ref()).await? {
+            match self
+                .journal(
+                    caller,
+                    &id,
+                    &request,
+                    &mut opening,
+                    run_id,
+                    fingerprint.as_ref(),
+                )
+                .await?
+            {
                 Journaled::Held(held) => Some(*held),
-                Journaled::Attach(existing) => return Box::pin(self.attach(caller, id, request, existing)).await,
+                Journaled::Attach(existing) => {
+                    return Box::pin(self.attach(caller, id, request, existing)).await;
+                }
                 Journaled::AlreadyRunning => {
-                    let refusal = error_response(id, code::INVALID_PARAMS, "this request is already running (a retry with the same requestState)", None);
+                    let refusal = error_response(
+                        id,
+                        code::INVALID_PARAMS,
+                        "this request is already running (a retry with the same requestState)",
+                        None,
+                    );
                     opening.answer(self, &refusal).await?;
                     return Ok(opening.accepted());
                 }
@@ -242,8 +318,22 @@ impl Engine {
         // that does not exist yet.
         let mut operation = opening.operation.take();
         let mut pending = (!opening.is_open()).then_some(opening);
-        let extra = Extra { subscription, opening: &mut pending, operation: &mut operation };
-        match self.launch_with(caller.clone(), id.clone(), request, stream.clone(), held, extra).await {
+        let extra = Extra {
+            subscription,
+            opening: &mut pending,
+            operation: &mut operation,
+        };
+        match self
+            .launch_with(
+                caller.clone(),
+                id.clone(),
+                request,
+                stream.clone(),
+                held,
+                extra,
+            )
+            .await
+        {
             Ok(launched) => {
                 accepted.cancel = Some(launched.cancel);
                 accepted.close_connection = launched.close_connection;
@@ -265,8 +355,20 @@ impl Engine {
     /// the run that id started, from the beginning, and so its one outcome (D6). If the
     /// worker that accepted the original died before journaling it, this request adopts
     /// the run: it is the same request, so it is journaled and started now.
-    pub(crate) async fn attach(&self, caller: &Caller, id: RequestId, request: Map<String, Value>, stream: StreamId) -> Result<Accepted, EngineError> {
-        let attached = Accepted { stream: stream.clone(), priming: None, cancel: None, close_connection: None, follow: None };
+    pub(crate) async fn attach(
+        &self,
+        caller: &Caller,
+        id: RequestId,
+        request: Map<String, Value>,
+        stream: StreamId,
+    ) -> Result<Accepted, EngineError> {
+        let attached = Accepted {
+            stream: stream.clone(),
+            priming: None,
+            cancel: None,
+            close_connection: None,
+            follow: None,
+        };
         let run_id = stream.to_string();
         if let Some(record) = self.store().get_record(RecordKind::Run, &run_id).await? {
             // Journaled: running (here or on another worker), or left by a worker that no
@@ -287,14 +389,33 @@ impl Engine {
             return Ok(attached);
         }
         let record = RunRecord::new(self, caller, request.clone(), &stream);
-        let version = match self.store().put_record(RecordKind::Run, &run_id, record.encode()?, None, Expect::Absent).await {
+        let version = match self
+            .store()
+            .put_record(
+                RecordKind::Run,
+                &run_id,
+                record.encode()?,
+                None,
+                Expect::Absent,
+            )
+            .await
+        {
             Ok(version) => version,
             Err(StoreError::Conflict { .. }) => return Ok(attached),
             Err(error) => return Err(error.into()),
         };
         tracing::info!(%id, %stream, "re-sent request adopted a run its first worker never journaled");
         let held = Held::start(self, run_id, record, version);
-        if let Err(mut rejection) = self.launch(caller.clone(), id.clone(), request, stream.clone(), Some(held)).await {
+        if let Err(mut rejection) = self
+            .launch(
+                caller.clone(),
+                id.clone(),
+                request,
+                stream.clone(),
+                Some(held),
+            )
+            .await
+        {
             rejection.id = Some(id);
             self.commit(&stream, &rejection.to_response(), true).await?;
         }
@@ -312,7 +433,19 @@ impl Engine {
         stream: StreamId,
         held: Option<Held>,
     ) -> Result<Launched, Rejection> {
-        self.launch_with(caller, id, request, stream, held, Extra { subscription: None, opening: &mut None, operation: &mut None }).await
+        self.launch_with(
+            caller,
+            id,
+            request,
+            stream,
+            held,
+            Extra {
+                subscription: None,
+                opening: &mut None,
+                operation: &mut None,
+            },
+        )
+        .await
     }
 
     /// [`Engine::launch`] of a run taken over by recovery: with traces on, its server span
@@ -325,7 +458,10 @@ impl Engine {
         stream: StreamId,
         held: Held,
     ) -> Result<Launched, Rejection> {
-        let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
+        let method = request
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let span = crate::traces::Request {
             method,
             request: &request,
@@ -333,13 +469,33 @@ impl Engine {
             protocol_version: caller.protocol_version.as_str(),
             header: None,
         };
-        let span = crate::traces::ServerSpan::rerun(&span, held.record.trace.as_ref(), held.record.attempt);
+        let span = crate::traces::ServerSpan::rerun(
+            &span,
+            held.record.trace.as_ref(),
+            held.record.attempt,
+        );
         let mut operation = crate::metrics::Operation::rerun(span);
-        let context = operation.as_ref().and_then(crate::metrics::Operation::context);
-        let extra = Extra { subscription: None, opening: &mut None, operation: &mut operation };
-        let launched = crate::traces::in_context(context, self.launch_with(caller, id.clone(), request, stream, Some(held), extra)).await;
+        let context = operation
+            .as_ref()
+            .and_then(crate::metrics::Operation::context);
+        let extra = Extra {
+            subscription: None,
+            opening: &mut None,
+            operation: &mut operation,
+        };
+        let launched = crate::traces::in_context(
+            context,
+            self.launch_with(caller, id.clone(), request, stream, Some(held), extra),
+        )
+        .await;
         if let (Err(rejection), Some(operation)) = (&launched, operation) {
-            operation.finish(&Rejection { id: Some(id), ..rejection.clone() }.to_response());
+            operation.finish(
+                &Rejection {
+                    id: Some(id),
+                    ..rejection.clone()
+                }
+                .to_response(),
+            );
         }
         launched
     }
@@ -354,9 +510,15 @@ impl Engine {
         held: Option<Held>,
         extra: Extra<'_>,
     ) -> Result<Launched, Rejection> {
-        let Extra { subscription, opening, operation } = extra;
+        let Extra {
+            subscription,
+            opening,
+            operation,
+        } = extra;
         // A run whose lease is lost is cancelled here (without ending its stream).
-        let cancel = held.as_ref().map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
+        let cancel = held
+            .as_ref()
+            .map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
         // Every sealer of the handler's requests uses the store's keys (D9, D12).
         let keys = match self.state_keys().await {
             Ok(keys) => keys,
@@ -364,14 +526,26 @@ impl Engine {
                 if let Some(held) = held {
                     held.finish(self).await;
                 }
-                return Err(Rejection { code: code::INTERNAL_ERROR, message: format!("requestState keys unavailable: {error}"), id: Some(id) });
+                return Err(Rejection {
+                    code: code::INTERNAL_ERROR,
+                    message: format!("requestState keys unavailable: {error}"),
+                    id: Some(id),
+                });
             }
         };
         let mut peer = caller.peer(self);
         peer.state_keys = Some(keys.clone());
         peer.outbox = Some(self.outbox(&caller));
         let (detach, detach_requests) = tokio::sync::mpsc::channel(1);
-        let durable = held.as_ref().map(|held| Arc::new(DurableRun::new(self, held, caller.clone(), cancel.clone(), detach)));
+        let durable = held.as_ref().map(|held| {
+            Arc::new(DurableRun::new(
+                self,
+                held,
+                caller.clone(),
+                cancel.clone(),
+                detach,
+            ))
+        });
         if let Some(durable) = &durable {
             peer.durable = Some(Durable::new(durable.clone()));
         }
@@ -385,20 +559,29 @@ impl Engine {
             }
         };
         let close = CancellationToken::new();
-        let launched = Launched { cancel: run.cancel.clone(), close_connection: (caller.era == Era::Legacy).then(|| close.clone()) };
+        let launched = Launched {
+            cancel: run.cancel.clone(),
+            close_connection: (caller.era == Era::Legacy).then(|| close.clone()),
+        };
         let task = held.as_ref().and_then(|h| h.record.task.clone());
         if let Some(session) = caller.session_id()
             && task.is_none()
         {
-            self.inner.runs.add_session_run(session, &id, run.cancel.clone());
+            self.inner
+                .runs
+                .add_session_run(session, &id, run.cancel.clone());
         }
-        let registration = held.as_ref().map(|held| self.register_journaled(&held.run_id, run.cancel.clone()));
+        let registration = held
+            .as_ref()
+            .map(|held| self.register_journaled(&held.run_id, run.cancel.clone()));
         let engine = self.clone();
         self.inner.runs.started();
         crate::metrics::in_flight(1.0);
         // This worker writes the stream until the pump ends: its local tails need no store.
         let writer = self.hub().writer(&stream);
-        let context = operation.as_ref().and_then(crate::metrics::Operation::context);
+        let context = operation
+            .as_ref()
+            .and_then(crate::metrics::Operation::context);
         let pump = Pump {
             run,
             caller,
@@ -439,31 +622,54 @@ impl Engine {
     ) -> Result<Option<Option<Value>>, EngineError> {
         let params = request.get("params");
         match (flavor, method) {
-            (Flavor::Extension, methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL) => {
+            (
+                Flavor::Extension,
+                methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL,
+            ) => {
                 if !declares_extension(request) {
                     return Ok(Some(Some(missing_extension(id.clone()))));
                 }
-                Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
+                Ok(self
+                    .tasks_request(caller, flavor, id, method, params)
+                    .await?
+                    .map(Some))
             }
             (Flavor::V2025, methods::TASKS_GET | methods::TASKS_LIST | methods::TASKS_CANCEL) => {
-                Ok(self.tasks_request(caller, flavor, id, method, params).await?.map(Some))
+                Ok(self
+                    .tasks_request(caller, flavor, id, method, params)
+                    .await?
+                    .map(Some))
             }
-            (Flavor::V2025, methods::TASKS_RESULT) => self.task_result(caller, id, params, opening).await,
+            (Flavor::V2025, methods::TASKS_RESULT) => {
+                self.task_result(caller, id, params, opening).await
+            }
             _ => Ok(None),
         }
     }
 
     /// Whether a `tools/call` runs as a task, by the tool's declared support and the
     /// client's request; `Err` is the refusal to commit.
-    fn task_mode(&self, flavor: Flavor, id: &RequestId, request: &mut Map<String, Value>) -> Result<Option<(Flavor, Option<u64>)>, Value> {
-        let name = request.get("params").and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned();
+    fn task_mode(
+        &self,
+        flavor: Flavor,
+        id: &RequestId,
+        request: &mut Map<String, Value>,
+    ) -> Result<Option<(Flavor, Option<u64>)>, Value> {
+        let name = request
+            .get("params")
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let support = self.handler().tool_task_support(&name);
         match flavor {
             Flavor::Extension => {
                 let declared = declares_extension(request);
                 match support {
                     TaskSupport::Required if !declared => Err(missing_extension(id.clone())),
-                    TaskSupport::Optional | TaskSupport::Required if declared => Ok(Some((flavor, None))),
+                    TaskSupport::Optional | TaskSupport::Required if declared => {
+                        Ok(Some((flavor, None)))
+                    }
                     _ => Ok(None),
                 }
             }
@@ -472,13 +678,24 @@ impl Engine {
                 let task = params.and_then(|p| p.remove("task"));
                 let requested = task.as_ref().is_some_and(Value::is_object);
                 match support {
-                    TaskSupport::Forbidden if requested => {
-                        Err(error_response(id.clone(), code::METHOD_NOT_FOUND, &format!("tool {name} does not support task-augmented calls"), None))
-                    }
-                    TaskSupport::Required if !requested => {
-                        Err(error_response(id.clone(), code::METHOD_NOT_FOUND, &format!("tool {name} must be called as a task (params.task)"), None))
-                    }
-                    _ if requested => Ok(Some((flavor, task.as_ref().and_then(|t| t.get("ttl")).and_then(Value::as_u64)))),
+                    TaskSupport::Forbidden if requested => Err(error_response(
+                        id.clone(),
+                        code::METHOD_NOT_FOUND,
+                        &format!("tool {name} does not support task-augmented calls"),
+                        None,
+                    )),
+                    TaskSupport::Required if !requested => Err(error_response(
+                        id.clone(),
+                        code::METHOD_NOT_FOUND,
+                        &format!("tool {name} must be called as a task (params.task)"),
+                        None,
+                    )),
+                    _ if requested => Ok(Some((
+                        flavor,
+                        task.as_ref()
+                            .and_then(|t| t.get("ttl"))
+                            .and_then(Value::as_u64),
+                    ))),
                     _ => Ok(None),
                 }
             }
@@ -499,7 +716,9 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let store = self.store();
         let run_stream = StreamId::random();
-        store.create_stream(&run_stream, &caller.stream_owner()).await?;
+        store
+            .create_stream(&run_stream, &caller.stream_owner())
+            .await?;
         let (task, key) = self.create_task(caller, flavor, ttl, &run_stream).await?;
         let mut record = RunRecord::new(self, caller, request.clone(), &run_stream);
         record.task = Some(key.clone());
@@ -508,12 +727,34 @@ impl Engine {
         // create result is sent there again by recovery if it never was.
         record.reply = Some(stream.to_string());
         let run_id = stream.to_string();
-        let version = store.put_record(RecordKind::Run, &run_id, record.encode()?, None, Expect::Absent).await?;
-        self.commit(stream, &serde_json::json!({"jsonrpc": "2.0", "id": id, "result": task.created()}), true).await?;
+        let version = store
+            .put_record(
+                RecordKind::Run,
+                &run_id,
+                record.encode()?,
+                None,
+                Expect::Absent,
+            )
+            .await?;
+        self.commit(
+            stream,
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "result": task.created()}),
+            true,
+        )
+        .await?;
         tracing::debug!(task = %task.task_id, "task created");
         let mut held = Held::start(self, run_id, record, version);
         held.task_permit = task_permit;
-        if let Err(mut rejection) = self.launch(caller.clone(), id.clone(), request, run_stream.clone(), Some(held)).await {
+        if let Err(mut rejection) = self
+            .launch(
+                caller.clone(),
+                id.clone(),
+                request,
+                run_stream.clone(),
+                Some(held),
+            )
+            .await
+        {
             rejection.id = Some(id);
             let response = rejection.to_response();
             self.commit(&run_stream, &response, true).await?;
@@ -532,7 +773,12 @@ impl Engine {
         opening: &mut NewStream,
     ) -> Result<Option<Option<Value>>, EngineError> {
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
-            return Ok(Some(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None))));
+            return Ok(Some(Some(error_response(
+                id.clone(),
+                code::INVALID_PARAMS,
+                "taskId is required",
+                None,
+            ))));
         };
         let not_found = || crate::tasks::task_not_found(id.clone());
         if task_id.parse::<StreamId>().is_err() {
@@ -540,7 +786,11 @@ impl Engine {
         }
         let owner = crate::tasks::TaskOwner::of(caller, Flavor::V2025);
         let key = owner.key(task_id);
-        let Some((task, _)) = self.load_task(&key).await?.filter(|(t, _)| t.flavor == Flavor::V2025 && owner.owns(t)) else {
+        let Some((task, _)) = self
+            .load_task(&key)
+            .await?
+            .filter(|(t, _)| t.flavor == Flavor::V2025 && owner.owns(t))
+        else {
             return Ok(Some(Some(not_found())));
         };
         if task.stream.parse::<StreamId>().is_err() {
@@ -555,23 +805,45 @@ impl Engine {
         request.insert("params".into(), serde_json::json!({"taskId": task_id}));
         // One commit: the request's stream with its journal entry.
         let mut record = RunRecord::new(self, caller, request, &opening.id);
-        record.relay = Some(Relay { task: key, task_id: task_id.to_owned(), source: task.stream.clone() });
+        record.relay = Some(Relay {
+            task: key,
+            task_id: task_id.to_owned(),
+            source: task.stream.clone(),
+        });
         let run_id = opening.id.to_string();
         let mut batch = opening.batch();
         let run_index = batch.len();
-        batch.push(BatchOp::PutRecord { kind: RecordKind::Run, key: run_id.clone(), value: record.encode()?, expires_at_ms: None, expect: Expect::Absent });
+        batch.push(BatchOp::PutRecord {
+            kind: RecordKind::Run,
+            key: run_id.clone(),
+            value: record.encode()?,
+            expires_at_ms: None,
+            expect: Expect::Absent,
+        });
         let outcome = self.commit_batch(batch).await?;
         opening.committed(&outcome);
-        let version = outcome.version(run_index).ok_or(RecordError::MissingVersion { kind: RecordKind::Run })?;
-        tokio::spawn(self.clone().run_relay(Held::start(self, run_id, record, version)));
+        let version = outcome
+            .version(run_index)
+            .ok_or(RecordError::MissingVersion {
+                kind: RecordKind::Run,
+            })?;
+        tokio::spawn(
+            self.clone()
+                .run_relay(Held::start(self, run_id, record, version)),
+        );
         Ok(Some(None))
     }
 
     /// Run a journaled `tasks/result` relay until the task's outcome is relayed (the run is
     /// finished), or hand it over: at shutdown, when the lease is lost, after a failure.
     pub(crate) async fn run_relay(self, held: Held) {
-        let Some(relay) = held.record.relay.clone() else { return held.finish(&self).await };
-        let (Ok(source), Ok(target)) = (relay.source.parse::<StreamId>(), held.record.stream.parse::<StreamId>()) else {
+        let Some(relay) = held.record.relay.clone() else {
+            return held.finish(&self).await;
+        };
+        let (Ok(source), Ok(target)) = (
+            relay.source.parse::<StreamId>(),
+            held.record.stream.parse::<StreamId>(),
+        ) else {
             return held.finish(&self).await;
         };
         let id = held.record.id();
@@ -579,15 +851,21 @@ impl Engine {
         // shutdown it is handed over at once, at no cost.
         let stop = CancellationToken::new();
         let generation = self.register_journaled(&held.run_id, stop.clone());
-        let relayed = self.relay_task_result(&id, &source, &target, &relay, &held, &stop).await;
+        let relayed = self
+            .relay_task_result(&id, &source, &target, &relay, &held, &stop)
+            .await;
         let run_id = held.run_id.clone();
         match relayed {
             Ok(true) => held.finish(&self).await,
             Ok(false) if self.inner.runs.releasing() => held.release(&self, 0, false).await,
-            Ok(false) => held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false).await,
+            Ok(false) => {
+                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false)
+                    .await
+            }
             Err(error) => {
                 tracing::warn!(%error, task = %relay.task_id, "tasks/result relay failed; it will be retried");
-                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, true).await;
+                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, true)
+                    .await;
             }
         }
         self.unregister_journaled(&run_id, generation);
@@ -621,7 +899,10 @@ impl Engine {
         if running.is_empty() {
             return;
         }
-        tracing::info!(runs = running.len(), "grace period over; releasing the leases of unfinished runs");
+        tracing::info!(
+            runs = running.len(),
+            "grace period over; releasing the leases of unfinished runs"
+        );
         self.inner.runs.start_releasing();
         for token in running {
             token.cancel();
@@ -634,7 +915,11 @@ impl Engine {
 
     /// Run a request to its outcome without a stream (used for `initialize`, which is
     /// answered before its session exists).
-    pub(crate) async fn run_to_outcome(&self, request: Map<String, Value>, peer: &PeerContext) -> Result<Value, EngineError> {
+    pub(crate) async fn run_to_outcome(
+        &self,
+        request: Map<String, Value>,
+        peer: &PeerContext,
+    ) -> Result<Value, EngineError> {
         let mut run = self.handler().start(request, peer)?;
         while let Some(message) = run.outbound.recv().await {
             if let Outbound::Outcome(outcome) = message {
@@ -650,7 +935,12 @@ impl Engine {
     /// # Durability
     /// The event reaches this worker's tails of `stream` (in memory, see `tail.rs`) only
     /// once the store returned its id: after its commit (D1).
-    pub(crate) async fn commit(&self, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
+    pub(crate) async fn commit(
+        &self,
+        stream: &StreamId,
+        message: &Value,
+        close: bool,
+    ) -> Result<EventId, EngineError> {
         Ok(self.append(stream, to_text(message), close).await?)
     }
 
@@ -664,30 +954,52 @@ impl Engine {
         stream: StreamId,
         after: u64,
         follow: Option<Follow>,
-    ) -> impl futures::Stream<Item = Result<durable_mcp_store::StoredEvent, StoreError>> + Send + 'static {
+    ) -> impl futures::Stream<Item = Result<durable_mcp_store::StoredEvent, StoreError>> + Send + 'static
+    {
         use crate::tail::Start;
         let follow = match follow.filter(|f| *f.stream() == stream) {
             Some(registered) => Some((registered, Start::Registered)),
-            None => self.inner.hub.follow_if_written(&stream).map(|late| (late, Start::CatchUp)),
+            None => self
+                .inner
+                .hub
+                .follow_if_written(&stream)
+                .map(|late| (late, Start::CatchUp)),
         };
         crate::tail::follow(self.store().clone(), stream, after, follow)
     }
 
     /// A task's run: watched for a cancellation (`tasks/cancel` on any worker reaches it
     /// through the task record).
-    pub(crate) fn watch_task(&self, key: &str, cancel: &CancellationToken) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn watch_task(
+        &self,
+        key: &str,
+        cancel: &CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         self.watch_task_cancellation(key.to_owned(), cancel.clone())
     }
 
     /// The handler asked to go on as a task (2026-07-28): commit the task, point the run's
     /// journal entry at the task's stream, answer the request with the create result.
-    pub(crate) async fn detach(&self, caller: &Caller, id: &RequestId, stream: &StreamId, held: &mut Held) -> Result<(String, StreamId), EngineError> {
-        if let (Some(key), Ok(task_stream)) = (held.record.task.clone(), held.record.stream.parse::<StreamId>()) {
+    pub(crate) async fn detach(
+        &self,
+        caller: &Caller,
+        id: &RequestId,
+        stream: &StreamId,
+        held: &mut Held,
+    ) -> Result<(String, StreamId), EngineError> {
+        if let (Some(key), Ok(task_stream)) = (
+            held.record.task.clone(),
+            held.record.stream.parse::<StreamId>(),
+        ) {
             return Ok((key, task_stream));
         }
         let task_stream = StreamId::random();
-        self.store().create_stream(&task_stream, &caller.stream_owner()).await?;
-        let (task, key) = self.create_task(caller, Flavor::Extension, None, &task_stream).await?;
+        self.store()
+            .create_stream(&task_stream, &caller.stream_owner())
+            .await?;
+        let (task, key) = self
+            .create_task(caller, Flavor::Extension, None, &task_stream)
+            .await?;
         // The task's steps (and those of its synchronous rounds) live as long as the task.
         self.refresh_steps(&held.run_id, None).await?;
         let (record_key, record_stream) = (key.clone(), task_stream.to_string());
@@ -697,7 +1009,8 @@ impl Engine {
             record.stream = record_stream;
         })
         .await?;
-        let mut response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": task.created()});
+        let mut response =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "result": task.created()});
         self.add_server_info(&mut response);
         self.commit(stream, &response, true).await?;
         tracing::debug!(task = %task.task_id, "request became a task");
@@ -709,13 +1022,25 @@ impl Engine {
     /// failure (the store refused the outcome, the handler vanished) the client gets an
     /// error. Retried with backoff while the store is unavailable (D15); returns whether the
     /// stream is closed.
-    pub(crate) async fn close_unanswered(&self, stream: &StreamId, id: &RequestId, cancelled_by_client: bool) -> bool {
-        self.close_unanswered_on(stream, &mut None, id, cancelled_by_client).await
+    pub(crate) async fn close_unanswered(
+        &self,
+        stream: &StreamId,
+        id: &RequestId,
+        cancelled_by_client: bool,
+    ) -> bool {
+        self.close_unanswered_on(stream, &mut None, id, cancelled_by_client)
+            .await
     }
 
     /// [`Engine::close_unanswered`] of a stream that may not be committed yet (`opening`):
     /// then it is created with its closing event, in one commit.
-    pub(crate) async fn close_unanswered_on(&self, stream: &StreamId, opening: &mut Option<NewStream>, id: &RequestId, cancelled_by_client: bool) -> bool {
+    pub(crate) async fn close_unanswered_on(
+        &self,
+        stream: &StreamId,
+        opening: &mut Option<NewStream>,
+        id: &RequestId,
+        cancelled_by_client: bool,
+    ) -> bool {
         let data = if cancelled_by_client {
             String::new()
         } else {
@@ -730,11 +1055,18 @@ impl Engine {
         let mut delay = std::time::Duration::from_millis(50);
         for _ in 0..10 {
             let closed = match opening.as_mut().filter(|o| !o.is_open()) {
-                Some(opening) => opening.commit_first(self, data.clone(), true).await.map(drop),
+                Some(opening) => opening
+                    .commit_first(self, data.clone(), true)
+                    .await
+                    .map(drop),
                 None => self.append(stream, data.clone(), true).await.map(drop),
             };
             match closed {
-                Ok(()) | Err(durable_mcp_store::StoreError::NotFound { .. } | durable_mcp_store::StoreError::StreamClosed { .. }) => return true,
+                Ok(())
+                | Err(
+                    durable_mcp_store::StoreError::NotFound { .. }
+                    | durable_mcp_store::StoreError::StreamClosed { .. },
+                ) => return true,
                 Err(error) => {
                     tracing::warn!(%error, %stream, "could not close an unanswered request's stream; retrying");
                     tokio::time::sleep(delay).await;
@@ -758,7 +1090,8 @@ impl Engine {
         message: Value,
         already_sent: Option<&AlreadySent>,
     ) -> Result<(), EngineError> {
-        self.route_notification_into(caller, stream, &mut None, method, message, already_sent).await
+        self.route_notification_into(caller, stream, &mut None, method, message, already_sent)
+            .await
     }
 
     /// [`Engine::route_notification`] to a request stream that may not be committed yet
@@ -789,15 +1122,25 @@ impl Engine {
                 }
             }
             (Era::Legacy, methods::NOTIFICATION_RESOURCES_UPDATED) => {
-                let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).unwrap_or_default();
+                let uri = params
+                    .and_then(|p| p.get("uri"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 return self.fan_out_resource_update(uri, &message).await;
             }
             (
                 Era::Legacy,
-                methods::NOTIFICATION_TOOLS_LIST_CHANGED | methods::NOTIFICATION_PROMPTS_LIST_CHANGED | methods::NOTIFICATION_RESOURCES_LIST_CHANGED,
+                methods::NOTIFICATION_TOOLS_LIST_CHANGED
+                | methods::NOTIFICATION_PROMPTS_LIST_CHANGED
+                | methods::NOTIFICATION_RESOURCES_LIST_CHANGED,
             ) => {
-                let Some(session) = &caller.session else { return Ok(()) };
-                return self.commit(&session.standalone_stream, &message, false).await.map(drop);
+                let Some(session) = &caller.session else {
+                    return Ok(());
+                };
+                return self
+                    .commit(&session.standalone_stream, &message, false)
+                    .await
+                    .map(drop);
             }
             _ => {}
         }
@@ -805,12 +1148,20 @@ impl Engine {
             tracing::debug!(%stream, %method, "re-run: not sending a notification the stream already has");
             return Ok(());
         }
-        self.commit_first(opening, stream, &message, false).await.map(drop)
+        self.commit_first(opening, stream, &message, false)
+            .await
+            .map(drop)
     }
 
     /// Commit `message` to `stream`, creating the stream in the same commit if `opening`
     /// holds it uncommitted.
-    pub(crate) async fn commit_first(&self, opening: &mut Option<NewStream>, stream: &StreamId, message: &Value, close: bool) -> Result<EventId, EngineError> {
+    pub(crate) async fn commit_first(
+        &self,
+        opening: &mut Option<NewStream>,
+        stream: &StreamId,
+        message: &Value,
+        close: bool,
+    ) -> Result<EventId, EngineError> {
         match opening.as_mut().filter(|o| !o.is_open()) {
             Some(opening) => Ok(opening.commit_first(self, to_text(message), close).await?),
             None => self.commit(stream, message, close).await,
@@ -819,22 +1170,41 @@ impl Engine {
 
     /// Session state that a request changes is committed before its handler runs, so the
     /// change holds on every worker (D4): the log level, resource subscriptions.
-    async fn apply_session_effects(&self, caller: &Caller, method: &str, request: &Map<String, Value>) -> Result<(), EngineError> {
-        let Some(session) = &caller.session else { return Ok(()) };
+    async fn apply_session_effects(
+        &self,
+        caller: &Caller,
+        method: &str,
+        request: &Map<String, Value>,
+    ) -> Result<(), EngineError> {
+        let Some(session) = &caller.session else {
+            return Ok(());
+        };
         let params = request.get("params");
         let change = match method {
-            methods::LOGGING_SET_LEVEL => params.and_then(|p| p.get("level")).and_then(Value::as_str).map(|l| SessionChange::SetLogLevel(l.to_owned())),
-            methods::RESOURCES_SUBSCRIBE => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Subscribe(u.to_owned())),
-            methods::RESOURCES_UNSUBSCRIBE => params.and_then(|p| p.get("uri")).and_then(Value::as_str).map(|u| SessionChange::Unsubscribe(u.to_owned())),
+            methods::LOGGING_SET_LEVEL => params
+                .and_then(|p| p.get("level"))
+                .and_then(Value::as_str)
+                .map(|l| SessionChange::SetLogLevel(l.to_owned())),
+            methods::RESOURCES_SUBSCRIBE => params
+                .and_then(|p| p.get("uri"))
+                .and_then(Value::as_str)
+                .map(|u| SessionChange::Subscribe(u.to_owned())),
+            methods::RESOURCES_UNSUBSCRIBE => params
+                .and_then(|p| p.get("uri"))
+                .and_then(Value::as_str)
+                .map(|u| SessionChange::Unsubscribe(u.to_owned())),
             _ => None,
         };
         // The index entry first, the session's subscription after it (and the reverse to
         // unsubscribe): a crash between them leaves an extra hint, never a miss.
         if let Some(SessionChange::Subscribe(uri)) = &change {
-            self.index_subscription(&caller.principal, &session.id, uri).await?;
+            self.index_subscription(&caller.principal, &session.id, uri)
+                .await?;
         }
         if let Some(change) = &change {
-            self.store().update_session(&caller.principal, &session.id, change.clone()).await?;
+            self.store()
+                .update_session(&caller.principal, &session.id, change.clone())
+                .await?;
         }
         if let Some(SessionChange::Unsubscribe(uri)) = &change {
             self.unindex_subscription(&session.id, uri).await?;
@@ -844,10 +1214,15 @@ impl Engine {
 
     /// 2026-07-28 results carry `serverInfo` in their `_meta`.
     pub(crate) fn add_server_info(&self, outcome: &mut Value) {
-        let Some(result) = outcome.get_mut("result").and_then(Value::as_object_mut) else { return };
-        let meta = result.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+        let Some(result) = outcome.get_mut("result").and_then(Value::as_object_mut) else {
+            return;
+        };
+        let meta = result
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
         if let Some(meta) = meta.as_object_mut() {
-            meta.entry(durable_mcp_protocol::meta::SERVER_INFO).or_insert_with(|| self.summary().server_info.clone());
+            meta.entry(durable_mcp_protocol::meta::SERVER_INFO)
+                .or_insert_with(|| self.summary().server_info.clone());
         }
     }
 
@@ -859,7 +1234,10 @@ impl Engine {
     /// cost grows with the number of subscribers of `uri`, not with the live sessions.
     async fn fan_out_resource_update(&self, uri: &str, message: &Value) -> Result<(), EngineError> {
         for session in self.subscribers(uri).await? {
-            match self.append(&session.standalone_stream, to_text(message), false).await {
+            match self
+                .append(&session.standalone_stream, to_text(message), false)
+                .await
+            {
                 Ok(_) | Err(durable_mcp_store::StoreError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -879,7 +1257,9 @@ impl Engine {
     /// cancellation is recorded in the journal and the worker running it stops it at its
     /// next heartbeat (D11).
     pub async fn cancel(&self, caller: &Caller, request_id: &RequestId) -> Result<(), EngineError> {
-        let Some(session) = caller.session_id() else { return Ok(()) };
+        let Some(session) = caller.session_id() else {
+            return Ok(());
+        };
         let local = self.inner.runs.session_run(session, request_id);
         match local {
             Some(token) => {
@@ -899,11 +1279,17 @@ impl Engine {
     /// Its own task, not a future the pump polls beside its messages: a store call it
     /// makes may hold a pooled connection, and a future that is not polled while the pump
     /// awaits a commit would hold that connection from the commit (a deadlock on a small pool).
-    pub(crate) fn cancel_when_session_ends(&self, standalone: StreamId, cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn cancel_when_session_ends(
+        &self,
+        standalone: StreamId,
+        cancel: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         let store = self.store().clone();
         tokio::spawn(async move {
             use futures::StreamExt;
-            let gone = |result: Result<durable_mcp_store::StreamOwner, StoreError>| matches!(result, Err(StoreError::NotFound { .. }));
+            let gone = |result: Result<durable_mcp_store::StreamOwner, StoreError>| {
+                matches!(result, Err(StoreError::NotFound { .. }))
+            };
             let mut wake = match store.watch(&standalone).await {
                 Ok(wake) => wake,
                 // Gone before the watch began.
@@ -939,7 +1325,11 @@ impl Engine {
     /// Reject a request before it runs, with a committed stream holding the error: used
     /// when a transport must answer on a stream.
     pub fn rejection_response(id: RequestId, rejection: Rejection) -> Value {
-        Rejection { id: Some(id), ..rejection }.to_response()
+        Rejection {
+            id: Some(id),
+            ..rejection
+        }
+        .to_response()
     }
 }
 

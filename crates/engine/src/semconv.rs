@@ -11,5 +11,8 @@ pub const OTHER: &str = "_OTHER";
 /// Whether `outcome` is a tool result with `isError: true` (a plain lookup: every answer
 /// passes here).
 pub(crate) fn is_tool_error(outcome: &Value) -> bool {
-    outcome.get("result").and_then(|result| result.get("isError")) == Some(&Value::Bool(true))
+    outcome
+        .get("result")
+        .and_then(|result| result.get("isError"))
+        == Some(&Value::Bool(true))
 }

@@ -1,7 +1,9 @@
 //! Legacy-era sessions: created by `initialize`, served from the store by any worker.
 
 use durable_mcp_protocol::{McpVersion, PeerContext};
-use durable_mcp_store::{Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms};
+use durable_mcp_store::{
+    Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms,
+};
 use serde_json::{Map, Value};
 
 use crate::records::key;
@@ -28,7 +30,10 @@ impl Engine {
     ) -> Result<(Option<SessionRecord>, Value), EngineError> {
         let slot = self.session_slot(principal).await?;
         let params = request.get("params").cloned().unwrap_or(Value::Null);
-        let requested = params.get("protocolVersion").and_then(Value::as_str).map(str::to_owned);
+        let requested = params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         // Chosen before the handler runs: with a handler factory, the instance that answers
         // `initialize` is the session's (and is dropped if no session comes of it).
         let id = SessionId::random();
@@ -39,7 +44,9 @@ impl Engine {
             server_state: Some(self.server_state()),
             durable: None,
             state_keys: None,
-            auth: Some(durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())),
+            auth: Some(durable_mcp_protocol::AuthInfo::principal_only(
+                principal.as_str(),
+            )),
             outbox: None,
             http: http.as_deref().cloned(),
             session: Some(id.to_string()),
@@ -52,8 +59,14 @@ impl Engine {
             header: None,
         };
         let operation = crate::metrics::Operation::start(&span, |_| false);
-        let context = operation.as_ref().and_then(crate::metrics::Operation::context);
-        let result = crate::traces::in_context(context, self.initialize_in(principal, id.clone(), request, peer, operation, slot)).await;
+        let context = operation
+            .as_ref()
+            .and_then(crate::metrics::Operation::context);
+        let result = crate::traces::in_context(
+            context,
+            self.initialize_in(principal, id.clone(), request, peer, operation, slot),
+        )
+        .await;
         if !matches!(result, Ok((Some(_), _))) {
             self.handler().end_session(id.as_str());
         }
@@ -71,7 +84,11 @@ impl Engine {
     ) -> Result<(Option<SessionRecord>, Value), EngineError> {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let mut response = self.run_to_outcome(request, &peer).await?;
-        let Some(version) = response.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_owned) else {
+        let Some(version) = response
+            .pointer("/result/protocolVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
             crate::metrics::finish(operation, &response);
             return Ok((None, response));
         };
@@ -82,16 +99,24 @@ impl Engine {
             Ok(version) if !version.is_modern() => version,
             _ => {
                 if let Some(result) = response.get_mut("result").and_then(Value::as_object_mut) {
-                    result.insert("protocolVersion".into(), Value::from(McpVersion::LATEST_LEGACY.as_str()));
+                    result.insert(
+                        "protocolVersion".into(),
+                        Value::from(McpVersion::LATEST_LEGACY.as_str()),
+                    );
                 }
                 McpVersion::LATEST_LEGACY
             }
         };
         if version >= McpVersion::V2025_11_25
-            && let Some(capabilities) = response.pointer_mut("/result/capabilities").and_then(Value::as_object_mut)
+            && let Some(capabilities) = response
+                .pointer_mut("/result/capabilities")
+                .and_then(Value::as_object_mut)
         {
             // 2025-11-25 tasks: durable-mcp runs them (for tools that declare support).
-            capabilities.insert("tasks".into(), serde_json::json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}));
+            capabilities.insert(
+                "tasks".into(),
+                serde_json::json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+            );
         }
         let now = now_ms();
         let record = SessionRecord {
@@ -119,7 +144,10 @@ impl Engine {
 
     /// A session slot of `principal` under its limit: at the limit, the sessions this
     /// worker remembers are read back and those that ended elsewhere are forgotten.
-    async fn session_slot(&self, principal: &Principal) -> Result<Option<crate::limits::SessionSlot>, EngineError> {
+    async fn session_slot(
+        &self,
+        principal: &Principal,
+    ) -> Result<Option<crate::limits::SessionSlot>, EngineError> {
         use crate::limits::SessionAdmission;
         let limiter = self.limiter();
         let remembered = match limiter.reserve_session(principal) {
@@ -132,7 +160,11 @@ impl Engine {
         let mut gone = Vec::new();
         for id in remembered {
             match self.store().load_session(principal, &id).await {
-                Ok(record) if ttl.is_some_and(|ttl| now.saturating_sub(record.last_seen_ms) > ttl) => gone.push(id),
+                Ok(record)
+                    if ttl.is_some_and(|ttl| now.saturating_sub(record.last_seen_ms) > ttl) =>
+                {
+                    gone.push(id)
+                }
                 Ok(_) => {}
                 Err(StoreError::NotFound { .. }) => gone.push(id),
                 Err(e) => return Err(e.into()),
@@ -155,7 +187,11 @@ impl Engine {
     ///
     /// A session idle past the TTL is ended here (everywhere, D5) even if the pruner has not
     /// run yet. Use is recorded at most every tenth of the TTL, to keep reads cheap.
-    pub async fn session(&self, principal: &Principal, raw_id: &str) -> Result<SessionRecord, EngineError> {
+    pub async fn session(
+        &self,
+        principal: &Principal,
+        raw_id: &str,
+    ) -> Result<SessionRecord, EngineError> {
         let id: SessionId = raw_id.parse().map_err(|_| EngineError::SessionNotFound)?;
         let record = match self.store().load_session(principal, &id).await {
             Ok(record) => record,
@@ -166,7 +202,11 @@ impl Engine {
     }
 
     /// Keep a session alive (a live GET stream calls this on its keep-alive ticks).
-    pub async fn touch_session(&self, principal: &Principal, id: &SessionId) -> Result<(), EngineError> {
+    pub async fn touch_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+    ) -> Result<(), EngineError> {
         let record = match self.store().load_session(principal, id).await {
             Ok(record) => record,
             Err(StoreError::NotFound { .. }) => return Err(EngineError::SessionNotFound),
@@ -176,7 +216,9 @@ impl Engine {
     }
 
     async fn touch(&self, record: SessionRecord) -> Result<SessionRecord, EngineError> {
-        let Some(ttl) = self.options().retention.session_idle_ttl_ms else { return Ok(record) };
+        let Some(ttl) = self.options().retention.session_idle_ttl_ms else {
+            return Ok(record);
+        };
         let now = now_ms();
         let idle = now.saturating_sub(record.last_seen_ms);
         if idle > ttl {
@@ -184,7 +226,11 @@ impl Engine {
             return Err(EngineError::SessionNotFound);
         }
         if idle > ttl / 10 {
-            match self.store().update_session(&record.principal, &record.id, SessionChange::Touch).await {
+            match self
+                .store()
+                .update_session(&record.principal, &record.id, SessionChange::Touch)
+                .await
+            {
                 Ok(updated) => return Ok(updated),
                 Err(StoreError::NotFound { .. }) => return Err(EngineError::SessionNotFound),
                 Err(e) => return Err(e.into()),
@@ -196,13 +242,25 @@ impl Engine {
     /// End a session everywhere (D5): its runs here are cancelled and its streams close.
     ///
     /// With metrics on, the session is read first, for `mcp.server.session.duration`.
-    pub async fn end_session(&self, principal: &Principal, id: &SessionId) -> Result<bool, EngineError> {
+    pub async fn end_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+    ) -> Result<bool, EngineError> {
         self.cancel_session(id);
         self.handler().end_session(id.as_str());
-        let created_at_ms =
-            if crate::metrics::enabled() { self.store().load_session(principal, id).await.ok().map(|record| record.created_at_ms) } else { None };
+        let created_at_ms = if crate::metrics::enabled() {
+            self.store()
+                .load_session(principal, id)
+                .await
+                .ok()
+                .map(|record| record.created_at_ms)
+        } else {
+            None
+        };
         let ended = self.store().end_session(principal, id).await?;
-        self.limiter().sessions_gone(principal, std::slice::from_ref(id));
+        self.limiter()
+            .sessions_gone(principal, std::slice::from_ref(id));
         if ended {
             if let Some(created_at_ms) = created_at_ms {
                 crate::metrics::session_ended(created_at_ms);
@@ -210,7 +268,11 @@ impl Engine {
             // No request can come on the session any more, so nothing reads the aliases
             // of its request ids: remove them now rather than leave one per request for
             // retention. A failure only leaves them to expire (the session has ended).
-            if let Err(error) = self.store().delete_records(RecordKind::Alias, &key::session_aliases(id)).await {
+            if let Err(error) = self
+                .store()
+                .delete_records(RecordKind::Alias, &key::session_aliases(id))
+                .await
+            {
                 tracing::warn!(%error, "the aliases of an ended session were not removed; they expire with retention");
             }
         }
@@ -248,17 +310,30 @@ mod tests {
     /// the notify window ends. Virtual time: the clock moves only when every task waits.
     #[tokio::test(start_paused = true)]
     async fn idle_sessions_leave_no_entries_on_the_worker() {
-        let engine = Engine::new(Arc::new(MemoryStore::new()), McpHandler::new(Quiet), EngineOptions::default());
+        let engine = Engine::new(
+            Arc::new(MemoryStore::new()),
+            McpHandler::new(Quiet),
+            EngineOptions::default(),
+        );
         let principal = Principal::anonymous();
         for id in 0..50 {
-            let request = object(json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+            let request = object(
+                json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+            );
             let (session, _) = engine.initialize(&principal, request, None).await.unwrap();
             let caller = Caller::legacy(principal.clone(), session.expect("a session")).unwrap();
-            engine.notify(&caller, object(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})));
+            engine.notify(
+                &caller,
+                object(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+            );
         }
         tokio::time::sleep(durable_mcp_protocol::NOTIFY_WINDOW / 2).await;
-        assert_eq!(engine.handler().notifications_in_flight(), 0, "notification service loops still open");
+        assert_eq!(
+            engine.handler().notifications_in_flight(),
+            0,
+            "notification service loops still open"
+        );
         assert_eq!(engine.inner.get_streams.sessions(), 0);
         assert!(engine.inner.runs.no_session_runs());
         assert_eq!(engine.inner.changes.followed(), (0, 0));
@@ -271,15 +346,23 @@ mod tests {
     async fn ending_a_session_removes_its_request_aliases() {
         use durable_mcp_store::{RecordKind, Store};
         let store = Arc::new(MemoryStore::new());
-        let engine = Engine::new(store.clone(), McpHandler::new(Quiet), EngineOptions::default());
+        let engine = Engine::new(
+            store.clone(),
+            McpHandler::new(Quiet),
+            EngineOptions::default(),
+        );
         let principal = Principal::anonymous();
-        let request = object(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+        let request = object(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+        );
         let (session, _) = engine.initialize(&principal, request, None).await.unwrap();
         let session = session.expect("a session");
         let caller = Caller::legacy(principal.clone(), session.clone()).unwrap();
         for id in 1..=3 {
-            let call = object(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "missing", "arguments": {}}}));
+            let call = object(
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "missing", "arguments": {}}}),
+            );
             engine.accept(&caller, Value::from(id), call).await.unwrap();
         }
         for _ in 0..500 {
@@ -289,8 +372,23 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         let prefix = format!("{}/", session.id);
-        assert_eq!(store.list_records(RecordKind::Alias, &prefix, 10).await.unwrap().len(), 3, "each call left its alias");
+        assert_eq!(
+            store
+                .list_records(RecordKind::Alias, &prefix, 10)
+                .await
+                .unwrap()
+                .len(),
+            3,
+            "each call left its alias"
+        );
         assert!(engine.end_session(&principal, &session.id).await.unwrap());
-        assert!(store.list_records(RecordKind::Alias, &prefix, 10).await.unwrap().is_empty(), "aliases outlived their session");
+        assert!(
+            store
+                .list_records(RecordKind::Alias, &prefix, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "aliases outlived their session"
+        );
     }
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use durable_mcp_protocol::context::BoxFuture;
 use durable_mcp_protocol::{ServerState, SessionState, StateBackend, StateError};
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionChange, SessionId, Store, StoreError};
+use durable_mcp_store::{
+    Expect, Principal, RecordKind, SessionChange, SessionId, Store, StoreError,
+};
 use serde_json::Value;
 
 struct StoreState {
@@ -38,22 +40,47 @@ impl StateBackend for StoreState {
 
     fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>> {
         Box::pin(async move {
-            let record = self.store.load_session(&self.principal, &self.session).await.map_err(classify)?;
+            let record = self
+                .store
+                .load_session(&self.principal, &self.session)
+                .await
+                .map_err(classify)?;
             Ok(record.state.get(key).cloned())
         })
     }
 
-    fn compare_and_set<'a>(&'a self, key: &'a str, expected: Option<Value>, value: Option<Value>) -> BoxFuture<'a, Result<bool, StateError>> {
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<Value>,
+        value: Option<Value>,
+    ) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(async move {
-            let change = SessionChange::CompareAndSetState { key: key.to_owned(), expected, value };
-            written(self.store.update_session(&self.principal, &self.session, change).await)
+            let change = SessionChange::CompareAndSetState {
+                key: key.to_owned(),
+                expected,
+                value,
+            };
+            written(
+                self.store
+                    .update_session(&self.principal, &self.session, change)
+                    .await,
+            )
         })
     }
 }
 
 /// The state handle of a session.
-pub(crate) fn session_state(store: Arc<dyn Store>, principal: Principal, session: SessionId) -> SessionState {
-    SessionState::new(Arc::new(StoreState { store, principal, session }))
+pub(crate) fn session_state(
+    store: Arc<dyn Store>,
+    principal: Principal,
+    session: SessionId,
+) -> SessionState {
+    SessionState::new(Arc::new(StoreState {
+        store,
+        principal,
+        session,
+    }))
 }
 
 /// The server's state: one `State` record per key, holding its JSON value (`null` once
@@ -70,30 +97,56 @@ impl StateBackend for ServerRecords {
 
     fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>> {
         Box::pin(async move {
-            let record = self.store.get_record(RecordKind::State, &crate::records::key::state(key)).await.map_err(classify)?;
-            Ok(record.map(|r| decode(key, &r.value)).transpose()?.filter(|v| !v.is_null()))
+            let record = self
+                .store
+                .get_record(RecordKind::State, &crate::records::key::state(key))
+                .await
+                .map_err(classify)?;
+            Ok(record
+                .map(|r| decode(key, &r.value))
+                .transpose()?
+                .filter(|v| !v.is_null()))
         })
     }
 
-    fn compare_and_set<'a>(&'a self, key: &'a str, expected: Option<Value>, value: Option<Value>) -> BoxFuture<'a, Result<bool, StateError>> {
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<Value>,
+        value: Option<Value>,
+    ) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(async move {
             let record_key = crate::records::key::state(key);
-            let record = self.store.get_record(RecordKind::State, &record_key).await.map_err(classify)?;
+            let record = self
+                .store
+                .get_record(RecordKind::State, &record_key)
+                .await
+                .map_err(classify)?;
             let (current, expect) = match &record {
-                Some(record) => (Some(decode(key, &record.value)?).filter(|v| !v.is_null()), Expect::Version(record.version)),
+                Some(record) => (
+                    Some(decode(key, &record.value)?).filter(|v| !v.is_null()),
+                    Expect::Version(record.version),
+                ),
                 None => (None, Expect::Absent),
             };
             if current != expected {
                 return Ok(false);
             }
             let encoded = value.unwrap_or(Value::Null).to_string();
-            written(self.store.put_record(RecordKind::State, &record_key, encoded, None, expect).await)
+            written(
+                self.store
+                    .put_record(RecordKind::State, &record_key, encoded, None, expect)
+                    .await,
+            )
         })
     }
 }
 
 fn decode(key: &str, value: &str) -> Result<Value, StateError> {
-    serde_json::from_str(value).map_err(|source| StateError::Decode { key: key.to_owned(), source })
+    serde_json::from_str(value).map_err(|source| StateError::Decode {
+        key: key.to_owned(),
+        source,
+    })
 }
 
 /// The server's state handle.
@@ -118,7 +171,10 @@ mod tests {
             let state = workers[i % 2].clone();
             tasks.push(tokio::spawn(async move {
                 for _ in 0..5 {
-                    state.update("count", |n: Option<u64>| n.unwrap_or(0) + 1).await.unwrap();
+                    state
+                        .update("count", |n: Option<u64>| n.unwrap_or(0) + 1)
+                        .await
+                        .unwrap();
                 }
             }));
         }
@@ -129,8 +185,20 @@ mod tests {
         workers[0].remove("count").await.unwrap();
         assert_eq!(workers[1].get::<u64>("count").await.unwrap(), None);
         workers[1].remove("count").await.unwrap();
-        assert_eq!(workers[0].update("count", |n: Option<u64>| n.unwrap_or(41) + 1).await.unwrap(), 42);
-        workers[0].update("name", |_: Option<String>| "x".to_owned()).await.unwrap();
-        assert!(matches!(workers[1].get::<u64>("name").await, Err(StateError::Decode { .. })));
+        assert_eq!(
+            workers[0]
+                .update("count", |n: Option<u64>| n.unwrap_or(41) + 1)
+                .await
+                .unwrap(),
+            42
+        );
+        workers[0]
+            .update("name", |_: Option<String>| "x".to_owned())
+            .await
+            .unwrap();
+        assert!(matches!(
+            workers[1].get::<u64>("name").await,
+            Err(StateError::Decode { .. })
+        ));
     }
 }

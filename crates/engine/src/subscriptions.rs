@@ -19,31 +19,66 @@ const MAX_SUBSCRIBERS: usize = 100_000;
 
 impl Engine {
     /// Record that `session` subscribes to `uri` (before the session record says so).
-    pub(crate) async fn index_subscription(&self, principal: &Principal, session: &SessionId, uri: &str) -> Result<(), EngineError> {
-        let value = SubscriptionEntry { principal: principal.to_string(), session: session.clone() }.encode()?;
-        match self.store().put_record(RecordKind::Subscription, &key::subscription(uri, session), value, None, Expect::Absent).await {
+    pub(crate) async fn index_subscription(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        uri: &str,
+    ) -> Result<(), EngineError> {
+        let value = SubscriptionEntry {
+            principal: principal.to_string(),
+            session: session.clone(),
+        }
+        .encode()?;
+        match self
+            .store()
+            .put_record(
+                RecordKind::Subscription,
+                &key::subscription(uri, session),
+                value,
+                None,
+                Expect::Absent,
+            )
+            .await
+        {
             Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
     /// Forget that `session` subscribes to `uri` (after the session record says so).
-    pub(crate) async fn unindex_subscription(&self, session: &SessionId, uri: &str) -> Result<(), EngineError> {
-        self.store().delete_records(RecordKind::Subscription, &key::subscription(uri, session)).await?;
+    pub(crate) async fn unindex_subscription(
+        &self,
+        session: &SessionId,
+        uri: &str,
+    ) -> Result<(), EngineError> {
+        self.store()
+            .delete_records(RecordKind::Subscription, &key::subscription(uri, session))
+            .await?;
         Ok(())
     }
 
     /// The live sessions subscribed to `uri`: only those the index names are read.
     pub(crate) async fn subscribers(&self, uri: &str) -> Result<Vec<SessionRecord>, EngineError> {
         let mut sessions = Vec::new();
-        for record in self.store().list_records(RecordKind::Subscription, &key::subscriptions(uri), MAX_SUBSCRIBERS).await? {
+        for record in self
+            .store()
+            .list_records(
+                RecordKind::Subscription,
+                &key::subscriptions(uri),
+                MAX_SUBSCRIBERS,
+            )
+            .await?
+        {
             let entry = SubscriptionEntry::decode(&record.key, &record.value)?;
             let (principal, id) = (Principal::new(entry.principal), entry.session);
             match self.store().load_session(&principal, &id).await {
                 Ok(session) if session.subscriptions.contains(uri) => sessions.push(session),
                 Ok(_) => {}
                 Err(StoreError::NotFound { .. }) => {
-                    self.store().delete_records(RecordKind::Subscription, &record.key).await?;
+                    self.store()
+                        .delete_records(RecordKind::Subscription, &record.key)
+                        .await?;
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -38,7 +38,11 @@ const MAX_RECENT_BYTES: usize = 1 << 20;
 /// Events of `stream` after sequence `after`, in order, ending when the stream is finished
 /// (its final event delivered) or gone, read from the store. Every item was committed
 /// before it is yielded (D1).
-pub fn tail(store: Arc<dyn Store>, stream: StreamId, after: u64) -> impl Stream<Item = Result<StoredEvent, StoreError>> + Send + 'static {
+pub fn tail(
+    store: Arc<dyn Store>,
+    stream: StreamId,
+    after: u64,
+) -> impl Stream<Item = Result<StoredEvent, StoreError>> + Send + 'static {
     follow(store, stream, after, None)
 }
 
@@ -93,13 +97,25 @@ impl Hub {
         // The count changes under the map's lock, as in `unregister`: a last unregister
         // cannot remove the entry between this one's lookup and its count.
         let mut map = self.lock();
-        let local = map.entry(stream.clone()).or_insert_with(|| Arc::new(Local { state: watch::channel(LocalState::default()).0 })).clone();
+        let local = map
+            .entry(stream.clone())
+            .or_insert_with(|| {
+                Arc::new(Local {
+                    state: watch::channel(LocalState::default()).0,
+                })
+            })
+            .clone();
         local.join(change);
         drop(map);
         local
     }
 
-    fn unregister(&self, stream: &StreamId, local: &Arc<Local>, change: impl FnOnce(&mut LocalState)) {
+    fn unregister(
+        &self,
+        stream: &StreamId,
+        local: &Arc<Local>,
+        change: impl FnOnce(&mut LocalState),
+    ) {
         let mut map = self.lock();
         // A tail waits while a writer of this worker holds the stream (see `local_at`): it is
         // woken when the last writer lets go, and by nothing else here.
@@ -112,7 +128,11 @@ impl Hub {
             let state = local.state.borrow();
             state.writers == 0 && state.tails == 0
         };
-        if unused && map.get(stream).is_some_and(|entry| Arc::ptr_eq(entry, local)) {
+        if unused
+            && map
+                .get(stream)
+                .is_some_and(|entry| Arc::ptr_eq(entry, local))
+        {
             map.remove(stream);
         }
     }
@@ -122,14 +142,22 @@ impl Hub {
     /// no store wake-ups.
     pub(crate) fn writer(self: &Arc<Self>, stream: &StreamId) -> Writer {
         let local = self.register(stream, |s| s.writers += 1);
-        Writer { hub: self.clone(), stream: stream.clone(), local }
+        Writer {
+            hub: self.clone(),
+            stream: stream.clone(),
+            local,
+        }
     }
 
     /// Follow `stream` from now on: what this worker commits to it from now on is kept for
     /// the returned handle until its tail took it (within the bounds).
     pub(crate) fn follow(self: &Arc<Self>, stream: &StreamId) -> Follow {
         let local = self.register(stream, |s| s.tails += 1);
-        Follow { hub: self.clone(), stream: stream.clone(), local }
+        Follow {
+            hub: self.clone(),
+            stream: stream.clone(),
+            local,
+        }
     }
 
     /// [`Hub::follow`], if a writer of this worker holds `stream` now.
@@ -150,7 +178,11 @@ impl Hub {
             }
             local
         };
-        Some(Follow { hub: self.clone(), stream: stream.clone(), local })
+        Some(Follow {
+            hub: self.clone(),
+            stream: stream.clone(),
+            local,
+        })
     }
 
     /// The local hub of `stream` if a tail of this worker follows it: the commit path keeps
@@ -167,7 +199,9 @@ impl Hub {
         let mut captured = Captured::default();
         let mut last: Option<(&StreamId, Option<Arc<Local>>)> = None;
         for (index, op) in batch.ops().iter().enumerate() {
-            let Some(stream) = op.woken_stream() else { continue };
+            let Some(stream) = op.woken_stream() else {
+                continue;
+            };
             let local = match &last {
                 Some((seen, local)) if *seen == stream => local.clone(),
                 _ => {
@@ -181,7 +215,11 @@ impl Hub {
                 BatchOp::Append { data, .. } => Capture::Event(index, data.clone()),
                 _ => Capture::Close,
             };
-            match captured.streams.iter_mut().find(|(l, _)| Arc::ptr_eq(l, &local)) {
+            match captured
+                .streams
+                .iter_mut()
+                .find(|(l, _)| Arc::ptr_eq(l, &local))
+            {
                 Some((_, items)) => items.push(item),
                 None => captured.streams.push((local, vec![item])),
             }
@@ -212,7 +250,9 @@ impl Captured {
     /// A captured single append (not a batch): its event id is `id`.
     pub(crate) fn published_one(self, id: &durable_mcp_store::EventId) {
         let mut outcome = BatchOutcome::default();
-        outcome.ops.push(durable_mcp_store::OpOutcome::Appended(id.clone()));
+        outcome
+            .ops
+            .push(durable_mcp_store::OpOutcome::Appended(id.clone()));
         self.published(&outcome);
     }
 
@@ -224,10 +264,15 @@ impl Captured {
                 for item in items {
                     match item {
                         Capture::Event(index, data) => {
-                            let Some(id) = outcome.event(index) else { continue };
+                            let Some(id) = outcome.event(index) else {
+                                continue;
+                            };
                             last = Some(id.seq);
                             state.bytes += data.len();
-                            state.recent.push_back(StoredEvent { id: id.clone(), data });
+                            state.recent.push_back(StoredEvent {
+                                id: id.clone(),
+                                data,
+                            });
                         }
                         Capture::Close => match last {
                             Some(seq) => state.closed_after = Some(seq),
@@ -235,7 +280,9 @@ impl Captured {
                         },
                     }
                 }
-                while state.recent.len() > MAX_RECENT_EVENTS || (state.bytes > MAX_RECENT_BYTES && state.recent.len() > 1) {
+                while state.recent.len() > MAX_RECENT_EVENTS
+                    || (state.bytes > MAX_RECENT_BYTES && state.recent.len() > 1)
+                {
                     if let Some(evicted) = state.recent.pop_front() {
                         state.bytes -= evicted.data.len();
                     }
@@ -248,12 +295,16 @@ impl Captured {
 impl Captured {
     /// Capture the data of a single append to `stream` (with its close, if it closes it).
     pub(crate) fn one(hub: &Hub, stream: &StreamId, data: &str, close: bool) -> Self {
-        let Some(local) = hub.followed(stream) else { return Self::default() };
+        let Some(local) = hub.followed(stream) else {
+            return Self::default();
+        };
         let mut items = vec![Capture::Event(0, data.to_owned())];
         if close {
             items.push(Capture::Close);
         }
-        Self { streams: vec![(local, items)] }
+        Self {
+            streams: vec![(local, items)],
+        }
     }
 }
 
@@ -266,7 +317,8 @@ pub(crate) struct Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        self.hub.unregister(&self.stream, &self.local, |s| s.writers -= 1);
+        self.hub
+            .unregister(&self.stream, &self.local, |s| s.writers -= 1);
     }
 }
 
@@ -280,20 +332,27 @@ pub struct Follow {
 
 impl std::fmt::Debug for Follow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Follow").field("stream", &self.stream).finish_non_exhaustive()
+        f.debug_struct("Follow")
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
     }
 }
 
 impl Clone for Follow {
     fn clone(&self) -> Self {
         self.local.join(|s| s.tails += 1);
-        Self { hub: self.hub.clone(), stream: self.stream.clone(), local: self.local.clone() }
+        Self {
+            hub: self.hub.clone(),
+            stream: self.stream.clone(),
+            local: self.local.clone(),
+        }
     }
 }
 
 impl Drop for Follow {
     fn drop(&mut self) {
-        self.hub.unregister(&self.stream, &self.local, |s| s.tails -= 1);
+        self.hub
+            .unregister(&self.stream, &self.local, |s| s.tails -= 1);
     }
 }
 
@@ -348,7 +407,11 @@ fn local_at(state: &LocalState, after: u64) -> Next {
         // Closed after events this tail never saw (evicted): the store has them.
         return Next::Gap;
     }
-    if state.writers == 0 || state.closed_unknown { Next::Unheld } else { Next::Wait }
+    if state.writers == 0 || state.closed_unknown {
+        Next::Unheld
+    } else {
+        Next::Wait
+    }
 }
 
 /// How a tail registered with a local hub starts.
@@ -384,7 +447,14 @@ pub(crate) fn follow(
         }
         None => (Source::StoreStart, false),
     };
-    let cursor = Cursor { store, stream, after, buffered: VecDeque::new(), source, catch_up };
+    let cursor = Cursor {
+        store,
+        stream,
+        after,
+        buffered: VecDeque::new(),
+        source,
+        catch_up,
+    };
     futures::stream::unfold(cursor, |mut c| async move {
         loop {
             if let Some(event) = c.buffered.pop_front() {
@@ -398,18 +468,28 @@ pub(crate) fn follow(
                 Source::Done => return None,
                 Source::Local(follow, mut rx) => {
                     let catching_up = std::mem::take(&mut c.catch_up);
-                    let next = if catching_up { Next::Gap } else { local_at(&rx.borrow_and_update(), c.after) };
+                    let next = if catching_up {
+                        Next::Gap
+                    } else {
+                        local_at(&rx.borrow_and_update(), c.after)
+                    };
                     match next {
                         Next::Events(events, finished) => {
                             c.buffered.extend(events);
-                            c.source = if finished { Source::Done } else { Source::Local(follow, rx) };
+                            c.source = if finished {
+                                Source::Done
+                            } else {
+                                Source::Local(follow, rx)
+                            };
                         }
                         Next::Gap => {
                             // Fill the gap from the store, then go on from the hub.
                             match c.store.read_after(&c.stream, c.after, BATCH).await {
                                 Ok(read) if read.finished => c.buffered.extend(read.events),
                                 // A gap the store cannot fill either: the store's own tail decides.
-                                Ok(read) if read.events.is_empty() && !catching_up => c.source = Source::StoreStart,
+                                Ok(read) if read.events.is_empty() && !catching_up => {
+                                    c.source = Source::StoreStart
+                                }
                                 Ok(read) => {
                                     c.buffered.extend(read.events);
                                     c.source = Source::Local(follow, rx);
@@ -473,7 +553,10 @@ mod tests {
     use super::*;
 
     fn owner() -> StreamOwner {
-        StreamOwner { principal: Principal::anonymous(), session: None }
+        StreamOwner {
+            principal: Principal::anonymous(),
+            session: None,
+        }
     }
 
     /// Commit `batch` through the hub, as the engine's commit path does.
@@ -483,8 +566,13 @@ mod tests {
         captured.published(&outcome);
     }
 
-    async fn next(events: &mut (impl Stream<Item = Result<StoredEvent, StoreError>> + Unpin)) -> Option<StoredEvent> {
-        tokio::time::timeout(Duration::from_secs(5), events.next()).await.expect("an event in time").map(Result::unwrap)
+    async fn next(
+        events: &mut (impl Stream<Item = Result<StoredEvent, StoreError>> + Unpin),
+    ) -> Option<StoredEvent> {
+        tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .expect("an event in time")
+            .map(Result::unwrap)
     }
 
     #[tokio::test]
@@ -495,16 +583,38 @@ mod tests {
         let stream = StreamId::random();
         let tail_reg = hub.follow(&stream);
         let writer = hub.writer(&stream);
-        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, Some((tail_reg, Start::Registered))));
-        commit(&hub, &*store, WriteBatch::new().create_stream(stream.clone(), owner()).append(stream.clone(), "a")).await;
+        let mut events = Box::pin(follow(
+            store.clone(),
+            stream.clone(),
+            0,
+            Some((tail_reg, Start::Registered)),
+        ));
+        commit(
+            &hub,
+            &*store,
+            WriteBatch::new()
+                .create_stream(stream.clone(), owner())
+                .append(stream.clone(), "a"),
+        )
+        .await;
         assert_eq!(next(&mut events).await.unwrap().data, "a");
-        commit(&hub, &*store, WriteBatch::new().append(stream.clone(), "b").close(stream.clone())).await;
+        commit(
+            &hub,
+            &*store,
+            WriteBatch::new()
+                .append(stream.clone(), "b")
+                .close(stream.clone()),
+        )
+        .await;
         assert_eq!(next(&mut events).await.unwrap().data, "b");
         assert!(next(&mut events).await.is_none(), "the close ends the tail");
         drop(writer);
         assert_eq!(counting.hook().count(Op::ReadAfter), 0);
         assert_eq!(counting.hook().count(Op::Watch), 0);
-        assert!(hub.lock().is_empty(), "nothing is kept once writer and tail are gone");
+        assert!(
+            hub.lock().is_empty(),
+            "nothing is kept once writer and tail are gone"
+        );
     }
 
     #[tokio::test]
@@ -514,15 +624,41 @@ mod tests {
         let stream = StreamId::random();
         let _writer = hub.writer(&stream);
         // Committed before any tail followed: not in the hub.
-        commit(&hub, &*store, WriteBatch::new().create_stream(stream.clone(), owner()).append(stream.clone(), "1")).await;
-        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp))));
+        commit(
+            &hub,
+            &*store,
+            WriteBatch::new()
+                .create_stream(stream.clone(), owner())
+                .append(stream.clone(), "1"),
+        )
+        .await;
+        let mut events = Box::pin(follow(
+            store.clone(),
+            stream.clone(),
+            0,
+            hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp)),
+        ));
         commit(&hub, &*store, WriteBatch::new().append(stream.clone(), "2")).await;
-        assert_eq!(next(&mut events).await.unwrap().data, "1", "read from the store");
+        assert_eq!(
+            next(&mut events).await.unwrap().data,
+            "1",
+            "read from the store"
+        );
         assert_eq!(next(&mut events).await.unwrap().data, "2");
         // A tail far behind: the hub evicted what it did not take.
-        let mut late = Box::pin(follow(store.clone(), stream.clone(), 2, hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp))));
+        let mut late = Box::pin(follow(
+            store.clone(),
+            stream.clone(),
+            2,
+            hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp)),
+        ));
         for i in 0..(MAX_RECENT_EVENTS + 10) {
-            commit(&hub, &*store, WriteBatch::new().append(stream.clone(), i.to_string())).await;
+            commit(
+                &hub,
+                &*store,
+                WriteBatch::new().append(stream.clone(), i.to_string()),
+            )
+            .await;
         }
         for i in 0..(MAX_RECENT_EVENTS + 10) {
             let event = next(&mut late).await.unwrap();
@@ -537,13 +673,24 @@ mod tests {
         let stream = StreamId::random();
         store.create_stream(&stream, &owner()).await.unwrap();
         let writer = hub.writer(&stream);
-        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp))));
+        let mut events = Box::pin(follow(
+            store.clone(),
+            stream.clone(),
+            0,
+            hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp)),
+        ));
         drop(writer);
         // Another worker's append (not through this hub): the store's wake-up brings it.
-        store.append(&stream, "elsewhere".into(), true).await.unwrap();
+        store
+            .append(&stream, "elsewhere".into(), true)
+            .await
+            .unwrap();
         assert_eq!(next(&mut events).await.unwrap().data, "elsewhere");
         assert!(next(&mut events).await.is_none());
-        assert!(hub.follow_if_written(&stream).is_none(), "no writer, no local follow");
+        assert!(
+            hub.follow_if_written(&stream).is_none(),
+            "no writer, no local follow"
+        );
     }
 
     /// A tail waiting on the hub is woken when the last local writer lets go (and by
@@ -555,13 +702,27 @@ mod tests {
         let stream = StreamId::random();
         store.create_stream(&stream, &owner()).await.unwrap();
         let (first, second) = (hub.writer(&stream), hub.writer(&stream));
-        let mut events = Box::pin(follow(store.clone(), stream.clone(), 0, hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp))));
+        let mut events = Box::pin(follow(
+            store.clone(),
+            stream.clone(),
+            0,
+            hub.follow_if_written(&stream).map(|f| (f, Start::CatchUp)),
+        ));
         let quiet = Duration::from_millis(50);
-        assert!(tokio::time::timeout(quiet, events.next()).await.is_err(), "nothing committed yet");
+        assert!(
+            tokio::time::timeout(quiet, events.next()).await.is_err(),
+            "nothing committed yet"
+        );
         drop(first);
-        assert!(tokio::time::timeout(quiet, events.next()).await.is_err(), "a writer still holds the stream");
+        assert!(
+            tokio::time::timeout(quiet, events.next()).await.is_err(),
+            "a writer still holds the stream"
+        );
         drop(second);
-        store.append(&stream, "elsewhere".into(), true).await.unwrap();
+        store
+            .append(&stream, "elsewhere".into(), true)
+            .await
+            .unwrap();
         assert_eq!(next(&mut events).await.unwrap().data, "elsewhere");
         assert!(next(&mut events).await.is_none());
     }

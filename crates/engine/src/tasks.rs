@@ -68,8 +68,15 @@ impl TaskOwner {
     /// The owner of the tasks `caller` creates and looks up in design `flavor`.
     pub(crate) fn of(caller: &Caller, flavor: Flavor) -> Self {
         let bound_to_session = flavor == Flavor::V2025 && caller.principal.is_anonymous();
-        let session = caller.session.as_ref().filter(|_| bound_to_session).map(|s| s.id.clone());
-        Self { principal: caller.principal.clone(), session }
+        let session = caller
+            .session
+            .as_ref()
+            .filter(|_| bound_to_session)
+            .map(|s| s.id.clone());
+        Self {
+            principal: caller.principal.clone(),
+            session,
+        }
     }
 
     /// The prefix every key of this owner's tasks starts with.
@@ -85,14 +92,22 @@ impl TaskOwner {
     /// Whether `task` is this owner's (a record found under its key always is; checked
     /// anyway, so that a key layout mistake can never expose another owner's task).
     pub(crate) fn owns(&self, task: &TaskRecord) -> bool {
-        task.principal == self.principal.as_str() && self.session.as_ref().is_none_or(|session| task.session.as_deref() == Some(session.as_str()))
+        task.principal == self.principal.as_str()
+            && self
+                .session
+                .as_ref()
+                .is_none_or(|session| task.session.as_deref() == Some(session.as_str()))
     }
 }
 
 impl TaskRecord {
     fn expires_at(&self) -> u64 {
         let by_ttl = self.created_at_ms.saturating_add(self.ttl_ms);
-        if self.status.is_terminal() { by_ttl.max(self.updated_at_ms + MIN_RETENTION_AFTER_END_MS) } else { by_ttl }
+        if self.status.is_terminal() {
+            by_ttl.max(self.updated_at_ms + MIN_RETENTION_AFTER_END_MS)
+        } else {
+            by_ttl
+        }
     }
 
     /// The task as the protocol shows it (without a result envelope).
@@ -187,7 +202,12 @@ pub(crate) fn declares_extension(request: &Map<String, Value>) -> bool {
 }
 
 pub(crate) fn task_not_found(id: RequestId) -> Value {
-    error_response(id, code::INVALID_PARAMS, "Failed to retrieve task: Task not found", None)
+    error_response(
+        id,
+        code::INVALID_PARAMS,
+        "Failed to retrieve task: Task not found",
+        None,
+    )
 }
 
 impl Engine {
@@ -201,7 +221,10 @@ impl Engine {
         stream: &StreamId,
     ) -> Result<(TaskRecord, String), EngineError> {
         let now = now_ms();
-        let session = caller.session.as_ref().filter(|_| caller.era == Era::Legacy);
+        let session = caller
+            .session
+            .as_ref()
+            .filter(|_| caller.era == Era::Legacy);
         let task = TaskRecord {
             task_id: StreamId::random().to_string(),
             principal: caller.principal.as_str().to_owned(),
@@ -217,17 +240,32 @@ impl Engine {
             error: None,
             input_requests: BTreeMap::new(),
             input_responses: BTreeMap::new(),
-            notify: session.filter(|_| flavor == Flavor::V2025).map(|s| s.standalone_stream.to_string()),
+            notify: session
+                .filter(|_| flavor == Flavor::V2025)
+                .map(|s| s.standalone_stream.to_string()),
         };
         let key = TaskOwner::of(caller, flavor).key(&task.task_id);
-        self.store().put_record(RecordKind::Task, &key, task.encode()?, Some(task.expires_at()), Expect::Absent).await?;
+        self.store()
+            .put_record(
+                RecordKind::Task,
+                &key,
+                task.encode()?,
+                Some(task.expires_at()),
+                Expect::Absent,
+            )
+            .await?;
         crate::metrics::task_status(task.status.as_str());
         Ok((task, key))
     }
 
     /// Read a task.
-    pub(crate) async fn load_task(&self, key: &str) -> Result<Option<(TaskRecord, u64)>, EngineError> {
-        let Some(record) = self.store().get_record(RecordKind::Task, key).await? else { return Ok(None) };
+    pub(crate) async fn load_task(
+        &self,
+        key: &str,
+    ) -> Result<Option<(TaskRecord, u64)>, EngineError> {
+        let Some(record) = self.store().get_record(RecordKind::Task, key).await? else {
+            return Ok(None);
+        };
         let task = TaskRecord::decode(key, &record.value)?;
         Ok(Some((task, record.version)))
     }
@@ -243,7 +281,13 @@ impl Engine {
         if task.flavor != Flavor::V2025 || task.status == status_before {
             return;
         }
-        let Some(stream) = task.notify.as_deref().and_then(|s| s.parse::<StreamId>().ok()) else { return };
+        let Some(stream) = task
+            .notify
+            .as_deref()
+            .and_then(|s| s.parse::<StreamId>().ok())
+        else {
+            return;
+        };
         // A later change (made on another worker, say) sends its own notification; this one
         // would arrive after it, out of order. (Clients may also order by `lastUpdatedAt`.)
         if let Ok(Some((latest, _))) = self.load_task(key).await
@@ -260,15 +304,31 @@ impl Engine {
 
     /// Change a task by compare-and-set: `change` returns whether it changed anything.
     /// Returns the task as stored afterwards, or `None` if it does not exist.
-    pub(crate) async fn update_task(&self, key: &str, mut change: impl FnMut(&mut TaskRecord) -> bool) -> Result<Option<TaskRecord>, EngineError> {
+    pub(crate) async fn update_task(
+        &self,
+        key: &str,
+        mut change: impl FnMut(&mut TaskRecord) -> bool,
+    ) -> Result<Option<TaskRecord>, EngineError> {
         loop {
-            let Some((mut task, version)) = self.load_task(key).await? else { return Ok(None) };
+            let Some((mut task, version)) = self.load_task(key).await? else {
+                return Ok(None);
+            };
             let status_before = task.status;
             if !change(&mut task) {
                 return Ok(Some(task));
             }
             task.updated_at_ms = now_ms().max(task.updated_at_ms);
-            match self.store().put_record(RecordKind::Task, key, task.encode()?, Some(task.expires_at()), Expect::Version(version)).await {
+            match self
+                .store()
+                .put_record(
+                    RecordKind::Task,
+                    key,
+                    task.encode()?,
+                    Some(task.expires_at()),
+                    Expect::Version(version),
+                )
+                .await
+            {
                 Ok(_) => {
                     self.task_written(key, status_before, &task).await;
                     return Ok(Some(task));
@@ -290,13 +350,30 @@ impl Engine {
             task.input_requests.clear();
             if let Some(error) = outcome.get("error") {
                 task.status = TaskStatus::Failed;
-                task.status_message = error.get("message").and_then(Value::as_str).map(str::to_owned);
+                task.status_message = error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
                 task.error = Some(error.clone());
             } else {
                 let result = outcome.get("result").cloned().unwrap_or(Value::Null);
-                let is_error = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
-                task.status = if is_error && task.flavor == Flavor::V2025 { TaskStatus::Failed } else { TaskStatus::Completed };
-                task.status_message = Some(if is_error { "The tool reported an error." } else { "The task completed." }.into());
+                let is_error = result
+                    .get("isError")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                task.status = if is_error && task.flavor == Flavor::V2025 {
+                    TaskStatus::Failed
+                } else {
+                    TaskStatus::Completed
+                };
+                task.status_message = Some(
+                    if is_error {
+                        "The tool reported an error."
+                    } else {
+                        "The task completed."
+                    }
+                    .into(),
+                );
                 task.result = Some(result);
             }
             true
@@ -307,7 +384,12 @@ impl Engine {
 
     /// End a task that has no outcome (its session ended, it failed too often, it was
     /// cancelled) with `status`, unless it already ended.
-    pub(crate) async fn end_task(&self, key: &str, status: TaskStatus, message: &str) -> Result<(), EngineError> {
+    pub(crate) async fn end_task(
+        &self,
+        key: &str,
+        status: TaskStatus,
+        message: &str,
+    ) -> Result<(), EngineError> {
         self.update_task(key, |task| {
             if task.status.is_terminal() {
                 return false;
@@ -339,7 +421,12 @@ impl Engine {
             return self.list_tasks(&owner, id, params).await.map(Some);
         }
         let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
-            return Ok(Some(error_response(id.clone(), code::INVALID_PARAMS, "taskId is required", None)));
+            return Ok(Some(error_response(
+                id.clone(),
+                code::INVALID_PARAMS,
+                "taskId is required",
+                None,
+            )));
         };
         if task_id.parse::<StreamId>().is_err() {
             // Not an id durable-mcp issues: nothing to look up (and no key tricks, D13).
@@ -358,7 +445,11 @@ impl Engine {
             (Flavor::Extension, methods::TASKS_GET) => ok(task.detailed()),
             (Flavor::V2025, methods::TASKS_GET) => ok(Value::Object(task.wire())),
             (Flavor::Extension, methods::TASKS_UPDATE) => {
-                let responses = params.and_then(|p| p.get("inputResponses")).and_then(Value::as_object).cloned().unwrap_or_default();
+                let responses = params
+                    .and_then(|p| p.get("inputResponses"))
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
                 self.update_task(&key, |task| {
                     let mut changed = false;
                     for (k, v) in &responses {
@@ -368,7 +459,10 @@ impl Engine {
                             changed = true;
                         }
                     }
-                    if changed && task.input_requests.is_empty() && task.status == TaskStatus::InputRequired {
+                    if changed
+                        && task.input_requests.is_empty()
+                        && task.status == TaskStatus::InputRequired
+                    {
                         task.status = TaskStatus::Working;
                         task.status_message = Some("The task is running.".into());
                     }
@@ -395,9 +489,12 @@ impl Engine {
                 // once: `watch_task_cancellation` wakes on the write).
                 match (flavor, was_terminal, task) {
                     (Flavor::Extension, _, _) => ok(json!({"resultType": "complete"})),
-                    (Flavor::V2025, Some(status), _) => {
-                        error_response(id.clone(), code::INVALID_PARAMS, &format!("Cannot cancel task: already in terminal status '{status}'"), None)
-                    }
+                    (Flavor::V2025, Some(status), _) => error_response(
+                        id.clone(),
+                        code::INVALID_PARAMS,
+                        &format!("Cannot cancel task: already in terminal status '{status}'"),
+                        None,
+                    ),
                     (Flavor::V2025, None, Some(task)) => ok(Value::Object(task.wire())),
                     (Flavor::V2025, None, None) => task_not_found(id.clone()),
                 }
@@ -406,19 +503,42 @@ impl Engine {
         }))
     }
 
-    async fn list_tasks(&self, owner: &TaskOwner, id: &RequestId, params: Option<&Value>) -> Result<Value, EngineError> {
+    async fn list_tasks(
+        &self,
+        owner: &TaskOwner,
+        id: &RequestId,
+        params: Option<&Value>,
+    ) -> Result<Value, EngineError> {
         const PAGE: usize = 50;
         const MAX_LISTED: usize = 10_000;
         let offset = match params.and_then(|p| p.get("cursor")) {
             None | Some(Value::Null) => 0,
             Some(Value::String(cursor)) => match cursor.parse::<usize>() {
                 Ok(offset) => offset,
-                Err(_) => return Ok(error_response(id.clone(), code::INVALID_PARAMS, "invalid cursor", None)),
+                Err(_) => {
+                    return Ok(error_response(
+                        id.clone(),
+                        code::INVALID_PARAMS,
+                        "invalid cursor",
+                        None,
+                    ));
+                }
             },
-            Some(_) => return Ok(error_response(id.clone(), code::INVALID_PARAMS, "invalid cursor", None)),
+            Some(_) => {
+                return Ok(error_response(
+                    id.clone(),
+                    code::INVALID_PARAMS,
+                    "invalid cursor",
+                    None,
+                ));
+            }
         };
         let mut tasks = Vec::new();
-        for record in self.store().list_records(RecordKind::Task, &owner.prefix(), MAX_LISTED).await? {
+        for record in self
+            .store()
+            .list_records(RecordKind::Task, &owner.prefix(), MAX_LISTED)
+            .await?
+        {
             if let Ok(task) = TaskRecord::decode(&record.key, &record.value)
                 && owner.owns(&task)
                 && task.flavor == Flavor::V2025
@@ -427,7 +547,12 @@ impl Engine {
             }
         }
         tasks.sort_by_key(|t| (t.created_at_ms, t.task_id.clone()));
-        let page: Vec<Value> = tasks.iter().skip(offset).take(PAGE).map(|t| Value::Object(t.wire())).collect();
+        let page: Vec<Value> = tasks
+            .iter()
+            .skip(offset)
+            .take(PAGE)
+            .map(|t| Value::Object(t.wire()))
+            .collect();
         let mut result = json!({"tasks": page});
         if offset + PAGE < tasks.len() {
             result["nextCursor"] = json!((offset + PAGE).to_string());
@@ -438,7 +563,11 @@ impl Engine {
     /// Cancel a task's run, on whichever worker runs it, once its record is cancelled:
     /// polls the record while the run lasts (a cancellation written on another worker),
     /// and reads it at once when this worker writes it (`tasks/cancel` answered here).
-    pub(crate) fn watch_task_cancellation(&self, key: String, cancel: tokio_util::sync::CancellationToken) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn watch_task_cancellation(
+        &self,
+        key: String,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         let mut written_here = self.task_changes().subscribe();
         tokio::spawn(async move {
@@ -520,19 +649,39 @@ mod tests {
     fn d13_task_owners() {
         let a = caller(Principal::anonymous(), Era::Legacy);
         let b = caller(Principal::anonymous(), Era::Legacy);
-        let (owner_a, owner_b) = (TaskOwner::of(&a, Flavor::V2025), TaskOwner::of(&b, Flavor::V2025));
-        assert_ne!(owner_a.key("t"), owner_b.key("t"), "two anonymous sessions, two key spaces");
+        let (owner_a, owner_b) = (
+            TaskOwner::of(&a, Flavor::V2025),
+            TaskOwner::of(&b, Flavor::V2025),
+        );
+        assert_ne!(
+            owner_a.key("t"),
+            owner_b.key("t"),
+            "two anonymous sessions, two key spaces"
+        );
         assert!(owner_a.owns(&record(&a)) && !owner_b.owns(&record(&a)));
         let alice_1 = caller(Principal::new("alice"), Era::Legacy);
         let alice_2 = caller(Principal::new("alice"), Era::Legacy);
         let owner = TaskOwner::of(&alice_2, Flavor::V2025);
-        assert_eq!(TaskOwner::of(&alice_1, Flavor::V2025).key("t"), owner.key("t"), "one principal, every session");
+        assert_eq!(
+            TaskOwner::of(&alice_1, Flavor::V2025).key("t"),
+            owner.key("t"),
+            "one principal, every session"
+        );
         assert_eq!(owner.key("t"), "alice/t");
         assert!(owner.owns(&record(&alice_1)));
-        assert!(!TaskOwner::of(&caller(Principal::new("bob"), Era::Legacy), Flavor::V2025).owns(&record(&alice_1)));
-        let modern = TaskOwner::of(&caller(Principal::anonymous(), Era::Modern), Flavor::Extension);
+        assert!(
+            !TaskOwner::of(&caller(Principal::new("bob"), Era::Legacy), Flavor::V2025)
+                .owns(&record(&alice_1))
+        );
+        let modern = TaskOwner::of(
+            &caller(Principal::anonymous(), Era::Modern),
+            Flavor::Extension,
+        );
         assert_eq!(modern.key("t"), "anonymous/t", "the id is the capability");
-        let long = TaskOwner::of(&caller(Principal::new("p".repeat(5_000)), Era::Modern), Flavor::Extension);
+        let long = TaskOwner::of(
+            &caller(Principal::new("p".repeat(5_000)), Era::Modern),
+            Flavor::Extension,
+        );
         assert!(long.key("t").len() < 100, "a long principal is bounded");
     }
 }

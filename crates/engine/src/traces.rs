@@ -24,7 +24,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use durable_mcp_protocol::methods;
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
-use opentelemetry::trace::{Link, Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId, TraceState, Tracer as _};
+use opentelemetry::trace::{
+    Link, Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags,
+    TraceId, TraceState, Tracer as _,
+};
 use opentelemetry::{Context, KeyValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -82,29 +85,47 @@ impl TraceContext {
             return None;
         }
         let tracestate = tracestate.and_then(bound_tracestate);
-        Some(Self { traceparent: traceparent.trim().to_owned(), tracestate })
+        Some(Self {
+            traceparent: traceparent.trim().to_owned(),
+            tracestate,
+        })
     }
 
     /// The context in a request's `params._meta`, if it has a valid one.
     pub fn from_meta(request: &Map<String, Value>) -> Option<Self> {
         let meta = request.get("params")?.get("_meta")?.as_object()?;
         let traceparent = meta.get(META_TRACEPARENT)?.as_str()?;
-        Self::parse(traceparent, meta.get(META_TRACESTATE).and_then(Value::as_str))
+        Self::parse(
+            traceparent,
+            meta.get(META_TRACESTATE).and_then(Value::as_str),
+        )
     }
 
     /// The remote span this context names.
     pub fn span_context(&self) -> Option<SpanContext> {
         let (trace_id, span_id, flags) = parse_traceparent(&self.traceparent)?;
-        let state = self.tracestate.as_deref().and_then(|s| s.parse::<TraceState>().ok()).unwrap_or_default();
+        let state = self
+            .tracestate
+            .as_deref()
+            .and_then(|s| s.parse::<TraceState>().ok())
+            .unwrap_or_default();
         Some(SpanContext::new(trace_id, span_id, flags, true, state))
     }
 
     /// The context of a span (its `traceparent`, its `tracestate`).
     fn of(span: &SpanContext) -> Option<Self> {
         span.is_valid().then(|| {
-            let traceparent = format!("00-{}-{}-{:02x}", span.trace_id(), span.span_id(), span.trace_flags().to_u8());
+            let traceparent = format!(
+                "00-{}-{}-{:02x}",
+                span.trace_id(),
+                span.span_id(),
+                span.trace_flags().to_u8()
+            );
             let state = span.trace_state().header();
-            Self { traceparent, tracestate: (!state.is_empty()).then_some(state) }
+            Self {
+                traceparent,
+                tracestate: (!state.is_empty()).then_some(state),
+            }
         })
     }
 }
@@ -123,9 +144,14 @@ fn truncated(value: &str) -> &str {
 fn parse_traceparent(value: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
     let value = value.trim();
     let mut parts = value.split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     // W3C: lowercase hex only.
-    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
     if !hex(version, 2) || version == "ff" || !hex(trace, 32) || !hex(span, 16) || !hex(flags, 2) {
         return None;
     }
@@ -135,7 +161,11 @@ fn parse_traceparent(value: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
     let trace_id = TraceId::from_hex(trace).ok()?;
     let span_id = SpanId::from_hex(span).ok()?;
     let flags = u8::from_str_radix(flags, 16).ok()?;
-    (trace_id != TraceId::INVALID && span_id != SpanId::INVALID).then_some((trace_id, span_id, TraceFlags::new(flags)))
+    (trace_id != TraceId::INVALID && span_id != SpanId::INVALID).then_some((
+        trace_id,
+        span_id,
+        TraceFlags::new(flags),
+    ))
 }
 
 /// `tracestate` as kept: valid (as `opentelemetry` parses it: at most 32 members), then
@@ -150,8 +180,15 @@ fn bound_tracestate(value: &str) -> Option<String> {
         return Some(state);
     }
     let mut kept = String::new();
-    for member in state.split(',').filter(|m| m.len() <= MAX_TRACESTATE_MEMBER) {
-        let added = if kept.is_empty() { member.len() } else { member.len() + 1 };
+    for member in state
+        .split(',')
+        .filter(|m| m.len() <= MAX_TRACESTATE_MEMBER)
+    {
+        let added = if kept.is_empty() {
+            member.len()
+        } else {
+            member.len() + 1
+        };
         if kept.len() + added > MAX_TRACESTATE {
             break;
         }
@@ -166,7 +203,10 @@ fn bound_tracestate(value: &str) -> Option<String> {
 /// The context to store with a journaled request: that of the span current now (the
 /// request's server span, traces on), else the client's (`_meta`, else the HTTP headers),
 /// so that a worker with traces on can link a re-run to it.
-pub(crate) fn to_store(request: &Map<String, Value>, header: Option<&TraceContext>) -> Option<TraceContext> {
+pub(crate) fn to_store(
+    request: &Map<String, Value>,
+    header: Option<&TraceContext>,
+) -> Option<TraceContext> {
     if enabled() {
         let current = Context::current();
         if current.has_active_span()
@@ -214,39 +254,69 @@ impl ServerSpan {
             Some(remote) => Context::new().with_remote_span_context(remote),
             None => Context::new(),
         };
-        let links = link.as_ref().and_then(TraceContext::span_context).map(Link::with_context).into_iter().collect();
+        let links = link
+            .as_ref()
+            .and_then(TraceContext::span_context)
+            .map(Link::with_context)
+            .into_iter()
+            .collect();
         Some(Self::open(request, &parent_cx, links, Vec::new()))
     }
 
     /// The server span of a re-run of a journaled request (claimed after its worker died
     /// or handed it over): a new trace, linked to the span of the run's stored context.
-    pub fn rerun(request: &Request<'_>, stored: Option<&TraceContext>, attempt: u32) -> Option<Self> {
+    pub fn rerun(
+        request: &Request<'_>,
+        stored: Option<&TraceContext>,
+        attempt: u32,
+    ) -> Option<Self> {
         if !enabled() {
             return None;
         }
         let links = stored
             .and_then(TraceContext::span_context)
-            .map(|original| Link::new(original, vec![KeyValue::new("durable_mcp.link", "rerun_of")], 0))
+            .map(|original| {
+                Link::new(
+                    original,
+                    vec![KeyValue::new("durable_mcp.link", "rerun_of")],
+                    0,
+                )
+            })
             .into_iter()
             .collect();
-        let extra = vec![KeyValue::new("durable_mcp.rerun", true), KeyValue::new("durable_mcp.attempt", i64::from(attempt))];
+        let extra = vec![
+            KeyValue::new("durable_mcp.rerun", true),
+            KeyValue::new("durable_mcp.attempt", i64::from(attempt)),
+        ];
         Some(Self::open(request, &Context::new(), links, extra))
     }
 
-    fn open(request: &Request<'_>, parent: &Context, links: Vec<Link>, mut attributes: Vec<KeyValue>) -> Self {
+    fn open(
+        request: &Request<'_>,
+        parent: &Context,
+        links: Vec<Link>,
+        mut attributes: Vec<KeyValue>,
+    ) -> Self {
         let method = request.method;
         let params = request.request.get("params");
         let param = |name: &str| params.and_then(|p| p.get(name)).and_then(Value::as_str);
         attributes.push(KeyValue::new("mcp.method.name", method.to_owned()));
-        attributes.push(KeyValue::new("mcp.protocol.version", request.protocol_version.to_owned()));
+        attributes.push(KeyValue::new(
+            "mcp.protocol.version",
+            request.protocol_version.to_owned(),
+        ));
         // No `network.transport`: the engine serves HTTP (`tcp`) and stdio (`pipe`) alike
         // and does not know which one a request came by.
         if let Some(session) = request.session {
             attributes.push(KeyValue::new("mcp.session.id", session.to_owned()));
         }
         match request.request.get("id") {
-            Some(Value::String(id)) => attributes.push(KeyValue::new("jsonrpc.request.id", id.clone())),
-            Some(Value::Number(id)) => attributes.push(KeyValue::new("jsonrpc.request.id", id.to_string())),
+            Some(Value::String(id)) => {
+                attributes.push(KeyValue::new("jsonrpc.request.id", id.clone()))
+            }
+            Some(Value::Number(id)) => {
+                attributes.push(KeyValue::new("jsonrpc.request.id", id.to_string()))
+            }
             _ => {}
         }
         let target = match method {
@@ -254,8 +324,12 @@ impl ServerSpan {
                 attributes.push(KeyValue::new("gen_ai.tool.name", (*name).to_owned()));
                 attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
             }),
-            methods::PROMPTS_GET => param("name").inspect(|name| attributes.push(KeyValue::new("gen_ai.prompt.name", (*name).to_owned()))),
-            methods::RESOURCES_READ | methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
+            methods::PROMPTS_GET => param("name").inspect(|name| {
+                attributes.push(KeyValue::new("gen_ai.prompt.name", (*name).to_owned()))
+            }),
+            methods::RESOURCES_READ
+            | methods::RESOURCES_SUBSCRIBE
+            | methods::RESOURCES_UNSUBSCRIBE => {
                 // In the attributes, not the name: URIs have high cardinality (the
                 // conventions ask for names without them by default).
                 if let Some(uri) = param("uri") {
@@ -269,9 +343,15 @@ impl ServerSpan {
             Some(target) => format!("{method} {target}"),
             None => method.to_owned(),
         };
-        let span: BoxedSpan =
-            tracer().span_builder(name).with_kind(SpanKind::Server).with_attributes(attributes).with_links(links).start_with_context(tracer(), parent);
-        Self { context: parent.with_span(span) }
+        let span: BoxedSpan = tracer()
+            .span_builder(name)
+            .with_kind(SpanKind::Server)
+            .with_attributes(attributes)
+            .with_links(links)
+            .start_with_context(tracer(), parent);
+        Self {
+            context: parent.with_span(span),
+        }
     }
 
     /// The context to run the request's work in (its store spans become children).
@@ -284,10 +364,17 @@ impl ServerSpan {
     pub fn finish(self, outcome: &Value) {
         let span = self.context.span();
         if let Some(error) = outcome.get("error") {
-            let code = error.get("code").and_then(Value::as_i64).map_or_else(|| crate::semconv::OTHER.to_owned(), |c| c.to_string());
+            let code = error
+                .get("code")
+                .and_then(Value::as_i64)
+                .map_or_else(|| crate::semconv::OTHER.to_owned(), |c| c.to_string());
             span.set_attribute(KeyValue::new("rpc.response.status_code", code.clone()));
             span.set_attribute(KeyValue::new("error.type", code));
-            let message = error.get("message").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
             span.set_status(Status::error(message));
         } else if crate::semconv::is_tool_error(outcome) {
             span.set_attribute(KeyValue::new("error.type", crate::semconv::TOOL_ERROR));
@@ -317,11 +404,20 @@ pub(crate) fn store_span(backend: &'static str, operation: &'static str) -> Opti
         KeyValue::new("db.operation.name", operation),
         KeyValue::new("durable_mcp.store.backend", backend),
     ];
-    Some(tracer().span_builder(format!("store {operation}")).with_kind(SpanKind::Client).with_attributes(attributes).start_with_context(tracer(), &parent))
+    Some(
+        tracer()
+            .span_builder(format!("store {operation}"))
+            .with_kind(SpanKind::Client)
+            .with_attributes(attributes)
+            .start_with_context(tracer(), &parent),
+    )
 }
 
 /// End a store call's span, with `error.type` (the error's portable kind) if it failed.
-pub(crate) fn end_store_span<T>(span: Option<BoxedSpan>, result: &durable_mcp_store::StoreResult<T>) {
+pub(crate) fn end_store_span<T>(
+    span: Option<BoxedSpan>,
+    result: &durable_mcp_store::StoreResult<T>,
+) {
     if let Some(mut span) = span {
         if let Err(error) = result {
             span.set_attribute(KeyValue::new("error.type", format!("{:?}", error.kind())));
@@ -348,7 +444,10 @@ fn db_system(backend: &'static str) -> &'static str {
 /// again inside the `WithContext` it builds), doubling the size of every request future
 /// it wraps; this returns the one future that runs, so the result is `future` plus the
 /// context.
-pub(crate) fn in_context<F: Future>(context: Option<Context>, future: F) -> futures::future::Either<opentelemetry::context::WithContext<F>, F> {
+pub(crate) fn in_context<F: Future>(
+    context: Option<Context>,
+    future: F,
+) -> futures::future::Either<opentelemetry::context::WithContext<F>, F> {
     use opentelemetry::context::FutureExt as _;
     match context {
         Some(context) => futures::future::Either::Left(future.with_context(context)),
@@ -366,11 +465,18 @@ mod tests {
 
     #[test]
     fn a_valid_traceparent_is_kept_with_its_state() {
-        let context = TraceContext::parse(VALID, Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")).unwrap();
+        let context =
+            TraceContext::parse(VALID, Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")).unwrap();
         assert_eq!(context.traceparent, VALID);
-        assert_eq!(context.tracestate.as_deref(), Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"));
+        assert_eq!(
+            context.tracestate.as_deref(),
+            Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")
+        );
         let span = context.span_context().unwrap();
-        assert_eq!(span.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(
+            span.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
         assert_eq!(span.span_id().to_string(), "00f067aa0ba902b7");
         assert!(span.is_sampled() && span.is_remote());
         assert_eq!(TraceContext::of(&span).unwrap(), context);
@@ -391,30 +497,59 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
             "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
         ] {
-            assert_eq!(TraceContext::parse(invalid, None), None, "{invalid:?} is invalid");
+            assert_eq!(
+                TraceContext::parse(invalid, None),
+                None,
+                "{invalid:?} is invalid"
+            );
         }
         // A later version is read by its first four fields.
-        assert!(TraceContext::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-next", None).is_some());
+        assert!(
+            TraceContext::parse(
+                "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-next",
+                None
+            )
+            .is_some()
+        );
         // An invalid tracestate is dropped alone.
-        assert_eq!(TraceContext::parse(VALID, Some("no equals sign")).unwrap().tracestate, None);
+        assert_eq!(
+            TraceContext::parse(VALID, Some("no equals sign"))
+                .unwrap()
+                .tracestate,
+            None
+        );
     }
 
     #[test]
     fn a_huge_tracestate_is_bounded() {
         // 32 members of 40 characters: 1,311 characters in all.
-        let members: Vec<String> = (0..32).map(|i| format!("k{i:02}={}", "v".repeat(36))).collect();
-        let kept = TraceContext::parse(VALID, Some(&members.join(","))).unwrap().tracestate.unwrap();
+        let members: Vec<String> = (0..32)
+            .map(|i| format!("k{i:02}={}", "v".repeat(36)))
+            .collect();
+        let kept = TraceContext::parse(VALID, Some(&members.join(",")))
+            .unwrap()
+            .tracestate
+            .unwrap();
         assert!(kept.len() <= MAX_TRACESTATE, "{} characters", kept.len());
-        assert!(kept.starts_with("k00="), "members are cut from the end: {kept}");
+        assert!(
+            kept.starts_with("k00="),
+            "members are cut from the end: {kept}"
+        );
         // A member over 128 characters goes first, even at the front.
         let long = format!("big={}", "x".repeat(200));
         let state = format!("{long},{}", members.join(","));
-        let kept = TraceContext::parse(VALID, Some(&state)).unwrap().tracestate.unwrap();
+        let kept = TraceContext::parse(VALID, Some(&state))
+            .unwrap()
+            .tracestate
+            .unwrap();
         assert!(!kept.contains("big="), "{kept}");
         assert!(kept.len() <= MAX_TRACESTATE && kept.starts_with("k00="));
         // Megabytes of it cost what 32 members do (opentelemetry reads no more).
         let huge = format!("a={}", "b".repeat(4 << 20));
-        assert_eq!(TraceContext::parse(VALID, Some(&huge)).unwrap().tracestate, None);
+        assert_eq!(
+            TraceContext::parse(VALID, Some(&huge)).unwrap().tracestate,
+            None
+        );
     }
 
     #[test]
@@ -431,7 +566,13 @@ mod tests {
     fn with_traces_off_nothing_is_built() {
         assert!(!enabled());
         let request = serde_json::json!({"method": "tools/call", "params": {"name": "echo", "_meta": {"traceparent": VALID}}});
-        let request = Request { method: "tools/call", request: request.as_object().unwrap(), session: None, protocol_version: "2025-11-25", header: None };
+        let request = Request {
+            method: "tools/call",
+            request: request.as_object().unwrap(),
+            session: None,
+            protocol_version: "2025-11-25",
+            header: None,
+        };
         assert!(ServerSpan::start(&request).is_none());
         assert!(ServerSpan::rerun(&request, None, 2).is_none());
         assert!(store_span("memory", "commit").is_none());

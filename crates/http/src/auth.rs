@@ -24,7 +24,10 @@ impl Transport {
     /// trusted-proxy mode, from the connection itself).
     pub(crate) async fn authenticate(&self, parts: &Parts) -> Result<Authenticated, Rejection> {
         let auth = &self.config.auth;
-        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|info| info.0.ip());
         let outcome = auth.authenticate(&parts.headers, peer).await;
         if metrics::enabled() {
             record(auth, outcome.as_ref().ok());
@@ -46,39 +49,65 @@ impl Transport {
     /// `tools/call` those the tool declares (`required_scopes`), for `prompts/get` and
     /// `resources/read|subscribe|unsubscribe` those of [`HttpConfig::scope_rules`](crate::HttpConfig::scope_rules).
     /// Called before the request runs, so a refused call journals nothing.
-    pub(crate) fn check_operation(&self, who: &Authenticated, inbound: &Inbound) -> Result<(), Rejection> {
+    pub(crate) fn check_operation(
+        &self,
+        who: &Authenticated,
+        inbound: &Inbound,
+    ) -> Result<(), Rejection> {
         let auth = &self.config.auth;
         if !auth.is_enabled() {
             return Ok(());
         }
-        let Inbound::Request { method, message, .. } = inbound else { return Ok(()) };
-        let param = |key: &str| message.get("params").and_then(|p| p.get(key)).and_then(Value::as_str);
+        let Inbound::Request {
+            method, message, ..
+        } = inbound
+        else {
+            return Ok(());
+        };
+        let param = |key: &str| {
+            message
+                .get("params")
+                .and_then(|p| p.get(key))
+                .and_then(Value::as_str)
+        };
         let rules = &self.config.scope_rules;
         let needed = match (method.as_str(), param("name"), param("uri")) {
             ("tools/call", Some(name), _) => self.engine.handler().tool_required_scopes(name),
             ("prompts/get", Some(name), _) => rules.for_prompt(name),
-            ("resources/read" | "resources/subscribe" | "resources/unsubscribe", _, Some(uri)) => rules.for_resource(uri),
+            ("resources/read" | "resources/subscribe" | "resources/unsubscribe", _, Some(uri)) => {
+                rules.for_resource(uri)
+            }
             _ => return Ok(()),
         };
         if needed.is_empty() {
             return Ok(());
         }
-        auth.check_scopes(who, &needed).map_err(|error| self.refusal(error))
+        auth.check_scopes(who, &needed)
+            .map_err(|error| self.refusal(error))
     }
 
     /// The router serving the protected resource metadata, if the transport has any.
     pub(crate) fn metadata_routes(&self, mut router: Router) -> Router {
-        let Some((mut paths, document)) = self.config.auth.metadata() else { return router };
+        let Some((mut paths, document)) = self.config.auth.metadata() else {
+            return router;
+        };
         // Also at the endpoint's own path, if the resource URL's path differs from it (a
         // proxy that rewrites paths).
-        let own = format!("{}{}", durable_mcp_auth::METADATA_PREFIX, self.config.path.trim_end_matches('/'));
+        let own = format!(
+            "{}{}",
+            durable_mcp_auth::METADATA_PREFIX,
+            self.config.path.trim_end_matches('/')
+        );
         if !paths.contains(&own) {
             paths.push(own);
         }
         let document = Arc::new(document);
         for path in paths {
             let document = document.clone();
-            router = router.route(&path, get(move || async move { metadata_response(&document) }));
+            router = router.route(
+                &path,
+                get(move || async move { metadata_response(&document) }),
+            );
         }
         router
     }
@@ -108,7 +137,10 @@ fn record(auth: &Authenticator, accepted: Option<&Authenticated>) {
         metrics::authenticated(who.method.as_str());
     }
     let failed = auth.take_fetch_failures();
-    for (endpoint, count) in [("jwks", failed.jwks), ("introspection", failed.introspection)] {
+    for (endpoint, count) in [
+        ("jwks", failed.jwks),
+        ("introspection", failed.introspection),
+    ] {
         if count > 0 {
             metrics::auth_fetch_failed(endpoint, count);
         }
@@ -118,7 +150,13 @@ fn record(auth: &Authenticator, accepted: Option<&Authenticated>) {
 fn metadata_response(document: &Value) -> Response {
     let mut response = axum::Json(document.clone()).into_response();
     // Public, and read by browser-based clients before they hold any token.
-    response.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
+    response.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("max-age=300"),
+    );
     response
 }

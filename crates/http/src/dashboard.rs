@@ -100,7 +100,11 @@ pub enum DashboardError {
 /// # Errors
 /// [`DashboardError::Remote`].
 pub fn check_addr(addr: SocketAddr, options: DashboardOptions) -> Result<(), DashboardError> {
-    if addr.ip().is_loopback() || options.allow_remote { Ok(()) } else { Err(DashboardError::Remote(addr)) }
+    if addr.ip().is_loopback() || options.allow_remote {
+        Ok(())
+    } else {
+        Err(DashboardError::Remote(addr))
+    }
 }
 
 /// What the dashboard's handlers share.
@@ -116,12 +120,32 @@ struct Shared {
 /// The dashboard's router for a listener bound at `local`: the page, its assets and
 /// [`SNAPSHOT`], behind the `Host` check. `metrics` (the Prometheus renderer, when metrics
 /// are on) adds this process's recovery and takeover counters to the snapshot.
-pub fn dashboard_router(engine: Engine, options: DashboardOptions, metrics: Option<MetricsRender>, local: SocketAddr) -> Router {
-    let shared = Arc::new(Shared { engine, options, metrics, local, latency: Mutex::new(BTreeMap::new()) });
+pub fn dashboard_router(
+    engine: Engine,
+    options: DashboardOptions,
+    metrics: Option<MetricsRender>,
+    local: SocketAddr,
+) -> Router {
+    let shared = Arc::new(Shared {
+        engine,
+        options,
+        metrics,
+        local,
+        latency: Mutex::new(BTreeMap::new()),
+    });
     Router::new()
-        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
-        .route("/dashboard.css", get(|| async { asset("text/css; charset=utf-8", DASHBOARD_CSS) }))
-        .route("/dashboard.js", get(|| async { asset("text/javascript; charset=utf-8", DASHBOARD_JS) }))
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
+        )
+        .route(
+            "/dashboard.css",
+            get(|| async { asset("text/css; charset=utf-8", DASHBOARD_CSS) }),
+        )
+        .route(
+            "/dashboard.js",
+            get(|| async { asset("text/javascript; charset=utf-8", DASHBOARD_JS) }),
+        )
         .route(SNAPSHOT, get(snapshot))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
@@ -154,7 +178,10 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 /// headers of every answer: no caching, no framing, no sniffing, scripts and styles from
 /// this origin only.
 async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
-    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok());
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
     let mut response = if host.is_some_and(|host| host_allowed(host, shared.local)) {
         next.run(request).await
     } else {
@@ -188,7 +215,8 @@ fn host_allowed(host: &str, local: SocketAddr) -> bool {
         Some((name, port)) if !name.ends_with(':') && !port.ends_with(']') => (name, Some(port)),
         _ => (host.as_str(), None),
     };
-    let port_ok = port.is_none_or(|port| port.parse::<u16>().is_ok_and(|port| port == local.port()));
+    let port_ok =
+        port.is_none_or(|port| port.parse::<u16>().is_ok_and(|port| port == local.port()));
     port_ok && matches!(name, "localhost" | "127.0.0.1" | "[::1]")
 }
 
@@ -296,7 +324,10 @@ async fn timed<T>(shared: &Shared, operation: &'static str, call: impl Future<Ou
     let started = Instant::now();
     let out = call.await;
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    let mut latency = shared.latency.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut latency = shared
+        .latency
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     let window = latency.entry(operation).or_default();
     if window.len() == LATENCY_WINDOW {
         window.pop_front();
@@ -321,7 +352,11 @@ async fn read(shared: &Shared) -> Snapshot {
                 id: s.id.to_string(),
                 principal: s.principal.as_str().to_owned(),
                 protocol_version: s.protocol_version,
-                client_name: s.client.pointer("/clientInfo/name").and_then(Value::as_str).map(str::to_owned),
+                client_name: s
+                    .client
+                    .pointer("/clientInfo/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
                 created_at_ms: s.created_at_ms,
                 last_seen_ms: s.last_seen_ms,
                 subscriptions: s.subscriptions.len(),
@@ -340,7 +375,13 @@ async fn read(shared: &Shared) -> Snapshot {
         Ok(streams) => streams,
         Err(error) => {
             failed("streams", &error);
-            Streams { total: 0, more: false, open: 0, closed: 0, recent: Vec::new() }
+            Streams {
+                total: 0,
+                more: false,
+                open: 0,
+                closed: 0,
+                recent: Vec::new(),
+            }
         }
     };
 
@@ -368,7 +409,11 @@ async fn read(shared: &Shared) -> Snapshot {
         .into_iter()
         .map(|mut run| {
             let arguments = run.arguments.take().filter(|_| payloads);
-            RunRow { lease: run.lease_state(now), arguments, run }
+            RunRow {
+                lease: run.lease_state(now),
+                arguments,
+                run,
+            }
         })
         .collect();
 
@@ -380,7 +425,10 @@ async fn read(shared: &Shared) -> Snapshot {
         }
     };
 
-    let counters = shared.metrics.as_ref().map(|render| journal_counters(&render()));
+    let counters = shared
+        .metrics
+        .as_ref()
+        .map(|render| journal_counters(&render()));
     Snapshot {
         worker_id: shared.engine.options().worker_id.clone(),
         now_ms: now,
@@ -389,7 +437,10 @@ async fn read(shared: &Shared) -> Snapshot {
         streams,
         in_flight,
         tasks,
-        recoveries: Recoveries { runs: recovered, counters },
+        recoveries: Recoveries {
+            runs: recovered,
+            counters,
+        },
         store_latency: latency(shared),
         errors,
     }
@@ -398,11 +449,22 @@ async fn read(shared: &Shared) -> Snapshot {
 /// The streams, paged through in id order (time order), the most recent kept.
 async fn streams(shared: &Shared) -> Result<Streams, StoreError> {
     let store = shared.engine.store().as_ref();
-    let mut out = Streams { total: 0, more: false, open: 0, closed: 0, recent: Vec::new() };
+    let mut out = Streams {
+        total: 0,
+        more: false,
+        open: 0,
+        closed: 0,
+        recent: Vec::new(),
+    };
     let mut recent = VecDeque::with_capacity(RECENT_STREAMS);
     let mut after: Option<StreamId> = None;
     for page in 0..STREAM_PAGES {
-        let infos = timed(shared, "list_streams", store.list_streams(after.as_ref(), STREAM_PAGE)).await?;
+        let infos = timed(
+            shared,
+            "list_streams",
+            store.list_streams(after.as_ref(), STREAM_PAGE),
+        )
+        .await?;
         let full = infos.len() == STREAM_PAGE;
         after = infos.last().map(|info| info.id.clone());
         for info in infos {
@@ -435,14 +497,23 @@ async fn streams(shared: &Shared) -> Result<Streams, StoreError> {
 
 /// The latency window of each store operation.
 fn latency(shared: &Shared) -> Vec<Latency> {
-    let latency = shared.latency.lock().unwrap_or_else(PoisonError::into_inner);
+    let latency = shared
+        .latency
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     latency
         .iter()
         .filter_map(|(operation, window)| {
             let last_ms = *window.back()?;
             let mut sorted: Vec<f64> = window.iter().copied().collect();
             sorted.sort_by(f64::total_cmp);
-            Some(Latency { operation, samples: sorted.len(), last_ms, p50_ms: sorted[sorted.len() / 2], max_ms: sorted[sorted.len() - 1] })
+            Some(Latency {
+                operation,
+                samples: sorted.len(),
+                last_ms,
+                p50_ms: sorted[sorted.len() / 2],
+                max_ms: sorted[sorted.len() - 1],
+            })
         })
         .collect()
 }
@@ -450,8 +521,13 @@ fn latency(shared: &Shared) -> Vec<Latency> {
 /// The `durable_mcp_journal_*` counters of a Prometheus exposition, summed over labels.
 fn journal_counters(exposition: &str) -> BTreeMap<String, f64> {
     let mut counters = BTreeMap::new();
-    for line in exposition.lines().filter(|line| line.starts_with("durable_mcp_journal_")) {
-        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+    for line in exposition
+        .lines()
+        .filter(|line| line.starts_with("durable_mcp_journal_"))
+    {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
         let name = series.split('{').next().unwrap_or(series);
         if let Ok(value) = value.parse::<f64>() {
             *counters.entry(name.to_owned()).or_insert(0.0) += value;
@@ -469,10 +545,23 @@ mod tests {
     #[test]
     fn hosts_allowed_are_the_listen_address_and_loopback_names() {
         let local: SocketAddr = "127.0.0.1:9100".parse().unwrap();
-        for host in ["127.0.0.1:9100", "localhost:9100", "LOCALHOST", "[::1]:9100", "127.0.0.1"] {
+        for host in [
+            "127.0.0.1:9100",
+            "localhost:9100",
+            "LOCALHOST",
+            "[::1]:9100",
+            "127.0.0.1",
+        ] {
             assert!(host_allowed(host, local), "{host}");
         }
-        for host in ["evil.example:9100", "localhost:9101", "127.0.0.2:9100", "localhost.evil.example", "", "[::1]:x"] {
+        for host in [
+            "evil.example:9100",
+            "localhost:9101",
+            "127.0.0.2:9100",
+            "localhost.evil.example",
+            "",
+            "[::1]:x",
+        ] {
             assert!(!host_allowed(host, local), "{host}");
         }
         let remote: SocketAddr = "10.1.2.3:9100".parse().unwrap();
@@ -484,15 +573,24 @@ mod tests {
     fn journal_counters_are_summed_over_labels() {
         let text = "# TYPE durable_mcp_journal_recoveries_total counter\ndurable_mcp_journal_recoveries_total 2\ndurable_mcp_journal_takeovers_total{x=\"a\"} 1\ndurable_mcp_journal_takeovers_total{x=\"b\"} 3\nother_total 9\n";
         let counters = journal_counters(text);
-        assert_eq!(counters.get("durable_mcp_journal_recoveries_total"), Some(&2.0));
-        assert_eq!(counters.get("durable_mcp_journal_takeovers_total"), Some(&4.0));
+        assert_eq!(
+            counters.get("durable_mcp_journal_recoveries_total"),
+            Some(&2.0)
+        );
+        assert_eq!(
+            counters.get("durable_mcp_journal_takeovers_total"),
+            Some(&4.0)
+        );
         assert_eq!(counters.len(), 2);
     }
 
     #[test]
     fn a_non_loopback_address_needs_allow_remote() {
         let remote: SocketAddr = "0.0.0.0:9100".parse().unwrap();
-        assert!(matches!(check_addr(remote, DashboardOptions::default()), Err(DashboardError::Remote(_))));
+        assert!(matches!(
+            check_addr(remote, DashboardOptions::default()),
+            Err(DashboardError::Remote(_))
+        ));
         assert!(check_addr(remote, DashboardOptions::default().allow_remote(true)).is_ok());
         let local: SocketAddr = "[::1]:9100".parse().unwrap();
         assert!(check_addr(local, DashboardOptions::default()).is_ok());

@@ -18,7 +18,11 @@ fn modern(headers: &HeaderMap) -> Result<bool, Rejection> {
 }
 
 impl Transport {
-    pub(crate) async fn get(&self, headers: &HeaderMap, who: &Authenticated) -> Result<Response, Rejection> {
+    pub(crate) async fn get(
+        &self,
+        headers: &HeaderMap,
+        who: &Authenticated,
+    ) -> Result<Response, Rejection> {
         if modern(headers)? {
             return Err(Rejection::MethodNotAllowed);
         }
@@ -28,11 +32,16 @@ impl Transport {
         let permit = self.permit(&principal, durable_mcp_engine::limits::Limit::SseStreams)?;
         let session = self.legacy_session(headers, &principal).await?;
         let store = self.engine.store();
-        let settings = GetStreamSettings { tick: self.config.keep_alive, max_per_session: self.config.max_get_streams_per_session };
+        let settings = GetStreamSettings {
+            tick: self.config.keep_alive,
+            max_per_session: self.config.max_get_streams_per_session,
+        };
         let source = match headers::single(headers, LAST_EVENT_ID)? {
             Some(raw) => {
                 // D3: resume exactly after this event, on its own stream, if it is ours.
-                let id: EventId = raw.parse().map_err(|_| Rejection::UnknownEvent(raw.clone()))?;
+                let id: EventId = raw
+                    .parse()
+                    .map_err(|_| Rejection::UnknownEvent(raw.clone()))?;
                 let owner = match store.stream_owner(&id.stream).await {
                     Ok(owner) => owner,
                     Err(StoreError::NotFound { .. }) => return Err(Rejection::UnknownEvent(raw)),
@@ -43,16 +52,25 @@ impl Transport {
                 }
                 // Check the position exists now, so a pruned resume is a 4xx, not an
                 // empty stream that makes clients reconnect in a loop.
-                let read = store.read_after(&id.stream, id.seq, 1).await.map_err(EngineError::from)?;
+                let read = store
+                    .read_after(&id.stream, id.seq, 1)
+                    .await
+                    .map_err(EngineError::from)?;
                 if read.events.is_empty() && !read.finished {
-                    let last = store.read_after(&id.stream, id.seq.saturating_sub(1), 1).await.map_err(EngineError::from)?;
+                    let last = store
+                        .read_after(&id.stream, id.seq.saturating_sub(1), 1)
+                        .await
+                        .map_err(EngineError::from)?;
                     if id.seq > 0 && last.events.is_empty() {
                         return Err(Rejection::UnknownEvent(raw));
                     }
                 }
                 let resumed = if id.stream == session.standalone_stream {
                     // Resuming a GET stream: it takes the delivery over (see below).
-                    let get = self.engine.open_get_stream(&session, Some(id.seq), settings).await?;
+                    let get = self
+                        .engine
+                        .open_get_stream(&session, Some(id.seq), settings)
+                        .await?;
                     metrics::replayed("standalone");
                     get_source(get, &principal, &session.id)
                 } else {
@@ -73,20 +91,34 @@ impl Transport {
                 // The standalone stream, from where delivery to the session's GET streams
                 // stopped; each message goes on exactly one of them. 2025-11-25 sessions get
                 // a priming event (committed, so its id can be resumed from).
-                let get = self.engine.open_get_stream(&session, None, settings).await?;
+                let get = self
+                    .engine
+                    .open_get_stream(&session, None, settings)
+                    .await?;
                 get_source(get, &principal, &session.id)
             }
         };
-        Ok(crate::limits::hold(sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown), permit))
+        Ok(crate::limits::hold(
+            sse::response(&self.engine, source, self.config.keep_alive, &self.shutdown),
+            permit,
+        ))
     }
 
-    pub(crate) async fn delete(&self, headers: &HeaderMap, who: &Authenticated) -> Result<Response, Rejection> {
+    pub(crate) async fn delete(
+        &self,
+        headers: &HeaderMap,
+        who: &Authenticated,
+    ) -> Result<Response, Rejection> {
         if modern(headers)? {
             return Err(Rejection::MethodNotAllowed);
         }
         let principal = who.principal.clone();
         let session = self.legacy_session(headers, &principal).await?;
-        if self.engine.end_session(&principal, &session.id).await? { Ok(StatusCode::OK.into_response()) } else { Err(Rejection::SessionNotFound) }
+        if self.engine.end_session(&principal, &session.id).await? {
+            Ok(StatusCode::OK.into_response())
+        } else {
+            Err(Rejection::SessionNotFound)
+        }
     }
 }
 

@@ -43,11 +43,17 @@ impl std::fmt::Debug for Loggable<'_> {
 /// The value of a header that may appear at most once, as visible ASCII.
 pub fn single(headers: &HeaderMap, name: &str) -> Result<Option<String>, Rejection> {
     let mut values = headers.get_all(name).iter();
-    let Some(first) = values.next() else { return Ok(None) };
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
     if values.next().is_some() {
-        return Err(Rejection::BadHeader(format!("{name} must be a single value")));
+        return Err(Rejection::BadHeader(format!(
+            "{name} must be a single value"
+        )));
     }
-    let text = first.to_str().map_err(|_| Rejection::BadHeader(format!("{name} is not visible ASCII")))?;
+    let text = first
+        .to_str()
+        .map_err(|_| Rejection::BadHeader(format!("{name} is not visible ASCII")))?;
     Ok(Some(text.trim().to_owned()))
 }
 
@@ -55,14 +61,25 @@ pub fn single(headers: &HeaderMap, name: &str) -> Result<Option<String>, Rejecti
 /// server does not serve (`9999-99-99`, `2026-07-29`) is refused (400), never taken for the
 /// nearest known one.
 pub fn protocol_version(headers: &HeaderMap) -> Result<Option<McpVersion>, Rejection> {
-    let Some(raw) = single(headers, PROTOCOL_VERSION)? else { return Ok(None) };
-    raw.parse().map(Some).map_err(|_| Rejection::UnsupportedVersion { requested: raw, supported: McpVersion::supported(), id: None })
+    let Some(raw) = single(headers, PROTOCOL_VERSION)? else {
+        return Ok(None);
+    };
+    raw.parse()
+        .map(Some)
+        .map_err(|_| Rejection::UnsupportedVersion {
+            requested: raw,
+            supported: McpVersion::supported(),
+            id: None,
+        })
 }
 
 /// DNS-rebinding protection: `Host` and `Origin` against the allow-lists.
 pub fn check_host_and_origin(headers: &HeaderMap, config: &HttpConfig) -> Result<(), Rejection> {
     if let Some(allowed) = &config.allowed_hosts {
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).ok_or(Rejection::HostForbidden)?;
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .ok_or(Rejection::HostForbidden)?;
         if !allowed.iter().any(|a| host_matches(host, a)) {
             return Err(Rejection::HostForbidden);
         }
@@ -70,7 +87,9 @@ pub fn check_host_and_origin(headers: &HeaderMap, config: &HttpConfig) -> Result
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().map_err(|_| Rejection::OriginForbidden)?;
         let ok = match (&config.allowed_origins, &config.allowed_hosts) {
-            (Some(allowed), _) => allowed.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(origin)),
+            (Some(allowed), _) => allowed
+                .iter()
+                .any(|a| a == "*" || a.eq_ignore_ascii_case(origin)),
             (None, Some(hosts)) => {
                 // `scheme://host[:port]`: its host must be an allowed host.
                 let authority = origin.split_once("://").map_or("", |(_, rest)| rest);
@@ -94,19 +113,25 @@ fn host_matches(host: &str, allowed: &str) -> bool {
         return false;
     }
     let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => name,
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => {
+            name
+        }
         _ => host,
     };
     name.eq_ignore_ascii_case(allowed)
 }
 
 fn accepts(headers: &HeaderMap, media: &str) -> bool {
-    headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).any(|v| {
-        v.split(',').any(|part| {
-            let essence = part.split(';').next().unwrap_or_default().trim();
-            essence.eq_ignore_ascii_case(media) || essence == "*/*"
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',').any(|part| {
+                let essence = part.split(';').next().unwrap_or_default().trim();
+                essence.eq_ignore_ascii_case(media) || essence == "*/*"
+            })
         })
-    })
 }
 
 /// POST needs `Accept` with both `application/json` and `text/event-stream`.
@@ -114,13 +139,21 @@ pub fn check_post_accept(headers: &HeaderMap) -> Result<(), Rejection> {
     if accepts(headers, "application/json") && accepts(headers, "text/event-stream") {
         Ok(())
     } else {
-        Err(Rejection::NotAcceptable("Accept must include application/json and text/event-stream"))
+        Err(Rejection::NotAcceptable(
+            "Accept must include application/json and text/event-stream",
+        ))
     }
 }
 
 /// GET needs `Accept` with `text/event-stream`.
 pub fn check_get_accept(headers: &HeaderMap) -> Result<(), Rejection> {
-    if accepts(headers, "text/event-stream") { Ok(()) } else { Err(Rejection::NotAcceptable("Accept must include text/event-stream")) }
+    if accepts(headers, "text/event-stream") {
+        Ok(())
+    } else {
+        Err(Rejection::NotAcceptable(
+            "Accept must include text/event-stream",
+        ))
+    }
 }
 
 /// POST bodies must be `application/json`.
@@ -128,16 +161,31 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), Rejection> {
     let ok = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case("application/json"))
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        })
         .unwrap_or(false);
-    if ok { Ok(()) } else { Err(Rejection::UnsupportedMediaType) }
+    if ok {
+        Ok(())
+    } else {
+        Err(Rejection::UnsupportedMediaType)
+    }
 }
 
 /// Decode a header value that may use the `=?base64?...?=` sentinel.
 pub fn decode_sentinel(value: &str) -> Option<String> {
-    match value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
         Some(encoded) => {
-            let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
             String::from_utf8(bytes).ok()
         }
         None => Some(value.to_owned()),
@@ -145,7 +193,10 @@ pub fn decode_sentinel(value: &str) -> Option<String> {
 }
 
 fn mismatch(message: String, id: &Value) -> Rejection {
-    Rejection::HeaderMismatch { message, id: Some(id.clone()) }
+    Rejection::HeaderMismatch {
+        message,
+        id: Some(id.clone()),
+    }
 }
 
 /// 2026-07-28: `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` must match the body.
@@ -161,14 +212,19 @@ pub fn check_standard_headers(
     match header_method {
         None => return Err(mismatch("required header Mcp-Method is missing".into(), id)),
         Some(m) if m != method => {
-            return Err(mismatch(format!("Mcp-Method header value '{m}' does not match body method '{method}'"), id));
+            return Err(mismatch(
+                format!("Mcp-Method header value '{m}' does not match body method '{method}'"),
+                id,
+            ));
         }
         Some(_) => {}
     }
     let name_source = match method {
         methods::TOOLS_CALL | methods::PROMPTS_GET => params.and_then(|p| p.get("name")),
         methods::RESOURCES_READ => params.and_then(|p| p.get("uri")),
-        methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => params.and_then(|p| p.get("taskId")),
+        methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => {
+            params.and_then(|p| p.get("taskId"))
+        }
         _ => None,
     };
     if let Some(expected) = name_source.and_then(Value::as_str) {
@@ -176,9 +232,13 @@ pub fn check_standard_headers(
         let Some(raw) = raw else {
             return Err(mismatch("required header Mcp-Name is missing".into(), id));
         };
-        let decoded = decode_sentinel(&raw).ok_or_else(|| mismatch("Mcp-Name has an invalid base64 value".into(), id))?;
+        let decoded = decode_sentinel(&raw)
+            .ok_or_else(|| mismatch("Mcp-Name has an invalid base64 value".into(), id))?;
         if decoded != expected {
-            return Err(mismatch(format!("Mcp-Name header value '{decoded}' does not match body value '{expected}'"), id));
+            return Err(mismatch(
+                format!("Mcp-Name header value '{decoded}' does not match body value '{expected}'"),
+                id,
+            ));
         }
     }
     if method == methods::TOOLS_CALL
@@ -189,17 +249,37 @@ pub fn check_standard_headers(
         let mut annotated = Vec::new();
         collect_header_params(&schema, &mut Vec::new(), &mut annotated);
         for (header_name, path) in annotated {
-            let value = path.iter().try_fold(arguments, |v, key| Some(v?.get(key))).flatten();
+            let value = path
+                .iter()
+                .try_fold(arguments, |v, key| Some(v?.get(key)))
+                .flatten();
             let full = format!("mcp-param-{}", header_name.to_ascii_lowercase());
-            let Ok(full) = HeaderName::try_from(full) else { continue };
+            let Ok(full) = HeaderName::try_from(full) else {
+                continue;
+            };
             let got = single(headers, full.as_str()).map_err(|e| mismatch(e.to_string(), id))?;
             match (value.filter(|v| !v.is_null()), got) {
                 (None, _) => {}
-                (Some(_), None) => return Err(mismatch(format!("required header Mcp-Param-{header_name} is missing"), id)),
+                (Some(_), None) => {
+                    return Err(mismatch(
+                        format!("required header Mcp-Param-{header_name} is missing"),
+                        id,
+                    ));
+                }
                 (Some(expected), Some(raw)) => {
-                    let decoded = decode_sentinel(&raw).ok_or_else(|| mismatch(format!("Mcp-Param-{header_name} has an invalid base64 value"), id))?;
+                    let decoded = decode_sentinel(&raw).ok_or_else(|| {
+                        mismatch(
+                            format!("Mcp-Param-{header_name} has an invalid base64 value"),
+                            id,
+                        )
+                    })?;
                     if !param_matches(expected, &decoded) {
-                        return Err(mismatch(format!("Mcp-Param-{header_name} header value '{decoded}' does not match the argument"), id));
+                        return Err(mismatch(
+                            format!(
+                                "Mcp-Param-{header_name} header value '{decoded}' does not match the argument"
+                            ),
+                            id,
+                        ));
                     }
                 }
             }
@@ -221,7 +301,11 @@ fn param_matches(expected: &Value, header: &str) -> bool {
 }
 
 /// Walk `properties` chains of a JSON schema and collect `x-mcp-header` annotations.
-fn collect_header_params(schema: &Value, path: &mut Vec<String>, out: &mut Vec<(String, Vec<String>)>) {
+fn collect_header_params(
+    schema: &Value,
+    path: &mut Vec<String>,
+    out: &mut Vec<(String, Vec<String>)>,
+) {
     if path.len() > 32 {
         return;
     }
@@ -252,7 +336,10 @@ mod tests {
 
     #[test]
     fn sentinel_decodes() {
-        assert_eq!(decode_sentinel("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(), Some("Hello, 世界"));
+        assert_eq!(
+            decode_sentinel("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
         assert_eq!(decode_sentinel("plain").as_deref(), Some("plain"));
         assert_eq!(decode_sentinel("=?base64?***?="), None);
     }
@@ -265,17 +352,37 @@ mod tests {
             "region": {"type": "string", "x-mcp-header": "Region"},
             "n": {"type": "integer", "x-mcp-header": "N"}}});
         let p = params.as_object();
-        let ok = headers(&[("mcp-method", "tools/call"), ("mcp-name", "t"), ("mcp-param-region", "eu"), ("mcp-param-n", "42.0")]);
+        let ok = headers(&[
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "t"),
+            ("mcp-param-region", "eu"),
+            ("mcp-param-n", "42.0"),
+        ]);
         check_standard_headers(&ok, &id, "tools/call", p, |_| Some(schema.clone())).unwrap();
         for bad in [
             headers(&[("mcp-name", "t")]),
             headers(&[("mcp-method", "tools/list"), ("mcp-name", "t")]),
             headers(&[("mcp-method", "tools/call")]),
-            headers(&[("mcp-method", "tools/call"), ("mcp-name", "u"), ("mcp-param-region", "eu"), ("mcp-param-n", "42")]),
-            headers(&[("mcp-method", "tools/call"), ("mcp-name", "t"), ("mcp-param-n", "42")]),
-            headers(&[("mcp-method", "tools/call"), ("mcp-name", "t"), ("mcp-param-region", "us"), ("mcp-param-n", "42")]),
+            headers(&[
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "u"),
+                ("mcp-param-region", "eu"),
+                ("mcp-param-n", "42"),
+            ]),
+            headers(&[
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "t"),
+                ("mcp-param-n", "42"),
+            ]),
+            headers(&[
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "t"),
+                ("mcp-param-region", "us"),
+                ("mcp-param-n", "42"),
+            ]),
         ] {
-            let err = check_standard_headers(&bad, &id, "tools/call", p, |_| Some(schema.clone())).unwrap_err();
+            let err = check_standard_headers(&bad, &id, "tools/call", p, |_| Some(schema.clone()))
+                .unwrap_err();
             assert_eq!(err.code(), -32020, "{bad:?}");
         }
     }

@@ -45,10 +45,15 @@ pub(crate) async fn readyz(State(transport): State<Transport>) -> Response {
     let (store, schema) = match status {
         Ok(Ok(status)) => {
             let schema = match status.schema {
-                Some(schema) => json!({"ok": schema.is_current(), "found": schema.found, "expected": schema.expected}),
+                Some(schema) => {
+                    json!({"ok": schema.is_current(), "found": schema.found, "expected": schema.expected})
+                }
                 None => json!({"ok": true, "found": null, "expected": null}),
             };
-            (json!({"ok": true, "backend": transport.engine.store().backend(), "latency_ms": latency_ms}), schema)
+            (
+                json!({"ok": true, "backend": transport.engine.store().backend(), "latency_ms": latency_ms}),
+                schema,
+            )
         }
         Ok(Err(error)) => {
             tracing::warn!(%error, "readyz: the store failed");
@@ -58,12 +63,22 @@ pub(crate) async fn readyz(State(transport): State<Transport>) -> Response {
             )
         }
         Err(_) => {
-            tracing::warn!(timeout_ms = READY_TIMEOUT.as_millis() as u64, "readyz: the store did not answer in time");
+            tracing::warn!(
+                timeout_ms = READY_TIMEOUT.as_millis() as u64,
+                "readyz: the store did not answer in time"
+            );
             let error = format!("no answer within {} ms", READY_TIMEOUT.as_millis());
-            (json!({"ok": false, "backend": transport.engine.store().backend(), "error": error}), json!({"ok": false, "error": "store unavailable"}))
+            (
+                json!({"ok": false, "backend": transport.engine.store().backend(), "error": error}),
+                json!({"ok": false, "error": "store unavailable"}),
+            )
         }
     };
-    let writes = if store["ok"] == Value::Bool(true) { write_check(&transport, deadline).await } else { json!({"ok": false, "error": "store unavailable"}) };
+    let writes = if store["ok"] == Value::Bool(true) {
+        write_check(&transport, deadline).await
+    } else {
+        json!({"ok": false, "error": "store unavailable"})
+    };
     ready_response(store, schema, writes, json!({"ok": !draining}))
 }
 
@@ -72,7 +87,13 @@ pub(crate) async fn readyz(State(transport): State<Transport>) -> Response {
 async fn write_check(transport: &Transport, deadline: tokio::time::Instant) -> Value {
     use durable_mcp_store::{Expect, RecordKind, StreamId, now_ms};
     let key = format!("durable-mcp-ready/{}", StreamId::random());
-    let write = transport.engine.store().put_record(RecordKind::Alias, &key, "{}".into(), Some(now_ms() + 60_000), Expect::Absent);
+    let write = transport.engine.store().put_record(
+        RecordKind::Alias,
+        &key,
+        "{}".into(),
+        Some(now_ms() + 60_000),
+        Expect::Absent,
+    );
     match tokio::time::timeout_at(deadline, write).await {
         Ok(Ok(_)) => json!({"ok": true}),
         Ok(Err(error)) => {
@@ -80,15 +101,24 @@ async fn write_check(transport: &Transport, deadline: tokio::time::Instant) -> V
             json!({"ok": false, "error": error.to_string()})
         }
         Err(_) => {
-            tracing::warn!(timeout_ms = READY_TIMEOUT.as_millis() as u64, "readyz: a store write did not finish in time");
+            tracing::warn!(
+                timeout_ms = READY_TIMEOUT.as_millis() as u64,
+                "readyz: a store write did not finish in time"
+            );
             json!({"ok": false, "error": format!("no commit within {} ms", READY_TIMEOUT.as_millis())})
         }
     }
 }
 
 fn ready_response(store: Value, schema: Value, writes: Value, draining: Value) -> Response {
-    let ok = [&store, &schema, &writes, &draining].iter().all(|check| check["ok"] == Value::Bool(true));
-    let code = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let ok = [&store, &schema, &writes, &draining]
+        .iter()
+        .all(|check| check["ok"] == Value::Bool(true));
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     let body = json!({
         "status": if ok { "ready" } else { "not ready" },
         "checks": {"store": store, "schema": schema, "writes": writes, "not_draining": draining},
@@ -101,22 +131,41 @@ fn ready_response(store: Value, schema: Value, writes: Value, draining: Value) -
 /// closes its connection.
 pub(crate) fn draining(path: &str) -> Response {
     let mut response = match path {
-        HEALTHZ => (StatusCode::OK, Json(json!({"status": "up", "draining": true}))).into_response(),
+        HEALTHZ => (
+            StatusCode::OK,
+            Json(json!({"status": "up", "draining": true})),
+        )
+            .into_response(),
         READYZ => {
             let skipped = json!({"ok": null, "skipped": "draining"});
-            ready_response(skipped.clone(), skipped.clone(), skipped, json!({"ok": false}))
+            ready_response(
+                skipped.clone(),
+                skipped.clone(),
+                skipped,
+                json!({"ok": false}),
+            )
         }
         _ => {
-            let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": "this worker is shutting down; retry on another"}))).into_response();
-            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            let mut response = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"error": "this worker is shutting down; retry on another"})),
+            )
+                .into_response();
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
             response
         }
     };
-    response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
     no_cache(response)
 }
 
 fn no_cache(mut response: Response) -> Response {
-    response.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+        .headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }

@@ -44,7 +44,11 @@ pub struct Transport {
 impl Transport {
     /// A transport serving `engine`.
     pub fn new(engine: Engine, config: HttpConfig) -> Self {
-        Self { engine, config: std::sync::Arc::new(config), shutdown: tokio_util::sync::CancellationToken::new() }
+        Self {
+            engine,
+            config: std::sync::Arc::new(config),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+        }
     }
 
     /// Cancelling this token ends every open SSE connection (their streams stay resumable),
@@ -60,7 +64,10 @@ impl Transport {
         let path = self.config.path.clone();
         let metadata = self.clone();
         let mut router = Router::new().route(&path, any(endpoint));
-        for (health, handler) in [(health::HEALTHZ, axum::routing::get(health::healthz)), (health::READYZ, axum::routing::get(health::readyz))] {
+        for (health, handler) in [
+            (health::HEALTHZ, axum::routing::get(health::healthz)),
+            (health::READYZ, axum::routing::get(health::readyz)),
+        ] {
             if path != health {
                 router = router.route(health, handler);
             }
@@ -72,24 +79,36 @@ impl Transport {
 async fn endpoint(State(transport): State<Transport>, request: Request<Body>) -> Response {
     let (parts, body) = request.into_parts();
     tracing::debug!(method = %parts.method, headers = ?headers::Loggable(&parts.headers), "request");
-    let result: Result<Response, rejection::Refusal> = match headers::check_host_and_origin(&parts.headers, &transport.config) {
-        Err(rejection) => Err(rejection.into()),
-        Ok(()) => match transport.authenticate(&parts).await {
+    let result: Result<Response, rejection::Refusal> =
+        match headers::check_host_and_origin(&parts.headers, &transport.config) {
             Err(rejection) => Err(rejection.into()),
-            Ok(who) => match transport.check_rate(&who.principal) {
+            Ok(()) => match transport.authenticate(&parts).await {
                 Err(rejection) => Err(rejection.into()),
-                Ok(()) => match parts.method {
-                    Method::POST => match transport.permit(&who.principal, durable_mcp_engine::limits::Limit::InFlight) {
-                        Err(rejection) => Err(rejection.into()),
-                        Ok(permit) => transport.post(&parts, body, &who).await.map(|r| limits::hold(r, permit)),
+                Ok(who) => match transport.check_rate(&who.principal) {
+                    Err(rejection) => Err(rejection.into()),
+                    Ok(()) => match parts.method {
+                        Method::POST => match transport
+                            .permit(&who.principal, durable_mcp_engine::limits::Limit::InFlight)
+                        {
+                            Err(rejection) => Err(rejection.into()),
+                            Ok(permit) => transport
+                                .post(&parts, body, &who)
+                                .await
+                                .map(|r| limits::hold(r, permit)),
+                        },
+                        Method::GET => transport
+                            .get(&parts.headers, &who)
+                            .await
+                            .map_err(Into::into),
+                        Method::DELETE => transport
+                            .delete(&parts.headers, &who)
+                            .await
+                            .map_err(Into::into),
+                        _ => Err(Rejection::MethodNotAllowed.into()),
                     },
-                    Method::GET => transport.get(&parts.headers, &who).await.map_err(Into::into),
-                    Method::DELETE => transport.delete(&parts.headers, &who).await.map_err(Into::into),
-                    _ => Err(Rejection::MethodNotAllowed.into()),
                 },
             },
-        },
-    };
+        };
     result.unwrap_or_else(|refusal| {
         tracing::debug!(rejection = %refusal.rejection, "request rejected");
         refusal.into_response()
@@ -118,11 +137,13 @@ pub mod fuzzing {
         tool_schema: Option<&Value>,
     ) -> Vec<Result<(), Rejection>> {
         let session = headers::single(headers, headers::SESSION_ID).map(drop);
-        let last_event = headers::single(headers, headers::LAST_EVENT_ID).and_then(|raw| {
-            match raw.map(|raw| raw.parse::<EventId>().map_err(|_| Rejection::UnknownEvent(raw))) {
-                Some(Err(rejection)) => Err(rejection),
-                _ => Ok(()),
-            }
+        let last_event = headers::single(headers, headers::LAST_EVENT_ID).and_then(|raw| match raw
+            .map(|raw| {
+                raw.parse::<EventId>()
+                    .map_err(|_| Rejection::UnknownEvent(raw))
+            }) {
+            Some(Err(rejection)) => Err(rejection),
+            _ => Ok(()),
         });
         vec![
             headers::check_host_and_origin(headers, config),
@@ -132,7 +153,9 @@ pub mod fuzzing {
             session,
             headers::protocol_version(headers).map(drop),
             last_event,
-            headers::check_standard_headers(headers, &Value::from(1), method, params, |_| tool_schema.cloned()),
+            headers::check_standard_headers(headers, &Value::from(1), method, params, |_| {
+                tool_schema.cloned()
+            }),
         ]
     }
 

@@ -12,12 +12,22 @@ use crate::{Rejection, Transport};
 impl Transport {
     /// Take a token of `principal`'s request rate.
     pub(crate) fn check_rate(&self, principal: &Principal) -> Result<(), Rejection> {
-        self.engine.limiter().rate(principal).map_err(Rejection::Limited)
+        self.engine
+            .limiter()
+            .rate(principal)
+            .map_err(Rejection::Limited)
     }
 
     /// A unit of `limit` for `principal`, held by the response it is given to ([`hold`]).
-    pub(crate) fn permit(&self, principal: &Principal, limit: Limit) -> Result<Option<Permit>, Rejection> {
-        self.engine.limiter().acquire(principal, limit).map_err(Rejection::Limited)
+    pub(crate) fn permit(
+        &self,
+        principal: &Principal,
+        limit: Limit,
+    ) -> Result<Option<Permit>, Rejection> {
+        self.engine
+            .limiter()
+            .acquire(principal, limit)
+            .map_err(Rejection::Limited)
     }
 }
 

@@ -126,7 +126,9 @@ impl Rejection {
             Rejection::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Rejection::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Rejection::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Rejection::SessionNotFound | Rejection::UnknownEvent(_) | Rejection::MethodNotFound { .. } => StatusCode::NOT_FOUND,
+            Rejection::SessionNotFound
+            | Rejection::UnknownEvent(_)
+            | Rejection::MethodNotFound { .. } => StatusCode::NOT_FOUND,
             Rejection::EventPruned(_) => StatusCode::GONE,
             Rejection::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Rejection::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -150,7 +152,10 @@ impl Rejection {
             Rejection::MalformedMeta { .. } => code::INVALID_PARAMS,
             Rejection::MethodNotFound { .. } => code::METHOD_NOT_FOUND,
             Rejection::Internal(_) => code::INTERNAL_ERROR,
-            Rejection::SessionRequired | Rejection::SessionNotFound | Rejection::StoreUnavailable | Rejection::Limited(_) => code::SERVER_ERROR,
+            Rejection::SessionRequired
+            | Rejection::SessionNotFound
+            | Rejection::StoreUnavailable
+            | Rejection::Limited(_) => code::SERVER_ERROR,
             _ => code::INVALID_REQUEST,
         }
     }
@@ -175,7 +180,11 @@ impl Rejection {
     /// has one, else `request`, else `null`.
     pub fn body_for(&self, request: Option<&RequestId>) -> Value {
         let data = match self {
-            Rejection::UnsupportedVersion { requested, supported, .. } => Some(serde_json::json!({ "requested": requested, "supported": supported })),
+            Rejection::UnsupportedVersion {
+                requested,
+                supported,
+                ..
+            } => Some(serde_json::json!({ "requested": requested, "supported": supported })),
             Rejection::Limited(refused) => Some(serde_json::json!({
                 "limit": refused.limit.as_str(),
                 "max": refused.max,
@@ -191,19 +200,32 @@ impl Rejection {
         let status = self.status();
         let mut response = (status, axum::Json(self.body_for(request))).into_response();
         if status == StatusCode::METHOD_NOT_ALLOWED {
-            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
         }
         if let Rejection::Limited(refused) = self
             && let Some(wait) = refused.retry_after
         {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(wait)));
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after_secs(wait)),
+            );
         }
-        if let Rejection::Auth { challenge: Some(challenge), .. } = self {
+        if let Rejection::Auth {
+            challenge: Some(challenge),
+            ..
+        } = self
+        {
             match HeaderValue::from_str(challenge) {
                 Ok(value) => {
-                    response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+                    response
+                        .headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, value);
                 }
-                Err(error) => tracing::error!(%error, "a WWW-Authenticate challenge is not a header value"),
+                Err(error) => {
+                    tracing::error!(%error, "a WWW-Authenticate challenge is not a header value")
+                }
             }
         }
         response
@@ -230,7 +252,10 @@ pub(crate) struct Refusal {
 
 impl From<Rejection> for Refusal {
     fn from(rejection: Rejection) -> Self {
-        Self { rejection, id: None }
+        Self {
+            rejection,
+            id: None,
+        }
     }
 }
 
@@ -248,7 +273,10 @@ impl From<durable_mcp_engine::EngineError> for Rejection {
             E::SessionNotFound => Rejection::SessionNotFound,
             E::Limited(refused) => Rejection::Limited(refused),
             E::EventPruned(pruned) => Rejection::EventPruned(pruned.to_string()),
-            E::Rejected(r) => Rejection::InvalidRequest { message: r.message, id: r.id },
+            E::Rejected(r) => Rejection::InvalidRequest {
+                message: r.message,
+                id: r.id,
+            },
             E::Store(e) if e.kind() == StoreErrorKind::Unavailable => {
                 tracing::warn!(error = %e, "store unavailable; answering 503");
                 Rejection::StoreUnavailable
@@ -276,7 +304,10 @@ mod tests {
             Rejection::SessionNotFound,
             Rejection::PayloadTooLarge(10),
             Rejection::ParseError("x".into()),
-            Rejection::HeaderMismatch { message: "m".into(), id: Some(Value::from(7)) },
+            Rejection::HeaderMismatch {
+                message: "m".into(),
+                id: Some(Value::from(7)),
+            },
             Rejection::StoreUnavailable,
             Rejection::StoreRefused,
         ];
@@ -286,20 +317,34 @@ mod tests {
             assert_eq!(body["error"]["code"], r.code());
             assert!(r.status().is_client_error() || r.status().is_server_error());
         }
-        assert_eq!(Rejection::HeaderMismatch { message: "m".into(), id: Some(Value::from(7)) }.body()["id"], 7);
+        assert_eq!(
+            Rejection::HeaderMismatch {
+                message: "m".into(),
+                id: Some(Value::from(7))
+            }
+            .body()["id"],
+            7
+        );
         // A rejection without an id of its own answers with the request's.
-        assert_eq!(Rejection::SessionNotFound.body_for(Some(&Value::from(8)))["id"], 8);
+        assert_eq!(
+            Rejection::SessionNotFound.body_for(Some(&Value::from(8)))["id"],
+            8
+        );
         assert_eq!(Rejection::SessionNotFound.body()["id"], Value::Null);
     }
 
     /// Issue 9: a value the store refused was answered 503 "the store cannot be reached".
     #[test]
     fn refused_store_values_are_client_errors() {
-        let refused = durable_mcp_store::StoreError::Refused("index row size exceeds maximum".into());
+        let refused =
+            durable_mcp_store::StoreError::Refused("index row size exceeds maximum".into());
         let rejection = Rejection::from(durable_mcp_engine::EngineError::Store(refused));
         assert_eq!(rejection.status(), StatusCode::BAD_REQUEST, "{rejection}");
         assert_eq!(rejection.code(), code::INVALID_REQUEST);
         let unavailable = durable_mcp_store::StoreError::Unavailable("connection refused".into());
-        assert_eq!(Rejection::from(durable_mcp_engine::EngineError::Store(unavailable)).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            Rejection::from(durable_mcp_engine::EngineError::Store(unavailable)).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
     }
 }

@@ -35,7 +35,11 @@ const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r
 
 /// Serve `transport` on `listener` until `shutdown` resolves, then end its SSE connections
 /// and finish the requests in flight (see [`serve_router`]).
-pub async fn serve(listener: TcpListener, transport: Transport, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    transport: Transport,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     let config = transport.config.clone();
     let sse = transport.shutdown_token();
     let router = transport.router();
@@ -61,7 +65,12 @@ pub async fn serve(listener: TcpListener, transport: Transport, shutdown: impl F
 /// Open SSE connections end only when the transport's
 /// [`shutdown_token`](Transport::shutdown_token) is cancelled: `shutdown` should resolve
 /// after that, or the graceful shutdown waits on long-lived GET streams.
-pub async fn serve_router(listener: TcpListener, router: Router, config: &HttpConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
+pub async fn serve_router(
+    listener: TcpListener,
+    router: Router,
+    config: &HttpConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     let limits = Limits::of(config);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let stop = CancellationToken::new();
@@ -81,7 +90,10 @@ pub async fn serve_router(listener: TcpListener, router: Router, config: &HttpCo
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             if refused == 0 {
-                tracing::warn!(max_connections = limits.max_connections, "connection limit reached: refusing connections");
+                tracing::warn!(
+                    max_connections = limits.max_connections,
+                    "connection limit reached: refusing connections"
+                );
             }
             refused += 1;
             refuse(tcp);
@@ -92,7 +104,14 @@ pub async fn serve_router(listener: TcpListener, router: Router, config: &HttpCo
             refused = 0;
         }
         prepare(&tcp);
-        tokio::spawn(connection(tcp, peer, router.clone(), limits, stop.clone(), slot));
+        tokio::spawn(connection(
+            tcp,
+            peer,
+            router.clone(),
+            limits,
+            stop.clone(),
+            slot,
+        ));
     }
     stop.cancel();
     // Every connection holds a slot until it ends: all of them back means all are done.
@@ -128,8 +147,12 @@ const DRAINING_CONNECTIONS: usize = 64;
 /// Answer one request of a connection accepted while draining ([`health::draining`]),
 /// within the header read timeout, and close it.
 async fn draining_connection(tcp: TcpStream, limits: Limits, _slot: OwnedSemaphorePermit) {
-    let service = hyper::service::service_fn(|request: Request<Incoming>| async move { Ok::<_, Infallible>(crate::health::draining(request.uri().path())) });
-    let conn = hyper::server::conn::http1::Builder::new().keep_alive(false).serve_connection(TokioIo::new(tcp), service);
+    let service = hyper::service::service_fn(|request: Request<Incoming>| async move {
+        Ok::<_, Infallible>(crate::health::draining(request.uri().path()))
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(tcp), service);
     match tokio::time::timeout(limits.header_read.max(Duration::from_secs(1)), conn).await {
         Ok(Err(error)) => tracing::debug!(%error, "draining connection ended with an error"),
         Ok(Ok(())) => {}
@@ -156,9 +179,19 @@ pub fn metrics_router(render: MetricsRender) -> Router {
 
 /// Serve [`metrics_router`] on `listener` (its own address, `serve --metrics-listen`) with
 /// the default connection limits of [`HttpConfig`], until `shutdown` resolves.
-pub async fn serve_metrics(listener: TcpListener, render: MetricsRender, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
+pub async fn serve_metrics(
+    listener: TcpListener,
+    render: MetricsRender,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
-    serve_router(listener, metrics_router(render), &HttpConfig::default(), shutdown).await
+    serve_router(
+        listener,
+        metrics_router(render),
+        &HttpConfig::default(),
+        shutdown,
+    )
+    .await
 }
 
 /// Set up an accepted connection before it is served: `TCP_NODELAY` (see [`serve_router`]).
@@ -182,8 +215,14 @@ impl Limits {
     fn of(config: &HttpConfig) -> Self {
         // A semaphore cannot hold more than `Semaphore::MAX_PERMITS`, and a cap of 0 would
         // refuse every client.
-        let max_connections = config.max_connections.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
-        Self { header_read: config.header_read_timeout, idle: config.idle_timeout, max_connections }
+        let max_connections = config
+            .max_connections
+            .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        Self {
+            header_read: config.header_read_timeout,
+            idle: config.idle_timeout,
+            max_connections,
+        }
     }
 }
 
@@ -200,7 +239,10 @@ fn refuse(tcp: TcpStream) {
 /// descriptors, ...) pause the loop for a second so that it does not spin.
 async fn accept_failed(error: io::Error) {
     use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
-    if matches!(error.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
+    if matches!(
+        error.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
         tracing::debug!(%error, "connection failed before it was accepted");
         return;
     }
@@ -210,15 +252,27 @@ async fn accept_failed(error: io::Error) {
 
 /// Serve one connection until it ends, its deadline passes, or the server stops (then
 /// finish its requests in flight and close).
-async fn connection(tcp: TcpStream, peer: std::net::SocketAddr, router: Router, limits: Limits, stop: CancellationToken, _slot: OwnedSemaphorePermit) {
+async fn connection(
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    router: Router,
+    limits: Limits,
+    stop: CancellationToken,
+    _slot: OwnedSemaphorePermit,
+) {
     let activity = Arc::new(Activity::new(limits));
-    let io = TokioIo::new(Watched { io: tcp, activity: activity.clone() });
+    let io = TokioIo::new(Watched {
+        io: tcp,
+        activity: activity.clone(),
+    });
     let requests = activity.clone();
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         let in_flight = InFlight::start(requests.clone());
         // The peer, as axum's `serve` with connect info gives it (the trusted-proxy mode
         // believes its header only from configured peers).
-        request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
         let mut router = router.clone();
         async move {
             let response: Response<Body> = match router.call(request).await {
@@ -230,7 +284,9 @@ async fn connection(tcp: TcpStream, peer: std::net::SocketAddr, router: Router, 
     });
     // The header read timeout is ours (hyper's would start at the end of every response,
     // and so also close idle connections after it).
-    let conn = hyper::server::conn::http1::Builder::new().header_read_timeout(None).serve_connection(io, service);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .header_read_timeout(None)
+        .serve_connection(io, service);
     let mut conn = pin!(conn);
     // When the server stops: a connection that is idle or busy shuts down gracefully at
     // once (hyper finishes its requests in flight, then closes). One still waiting for a
@@ -304,7 +360,11 @@ struct Activity {
 impl Activity {
     fn new(limits: Limits) -> Self {
         let phase = Phase::Head(Instant::now().checked_add(limits.header_read));
-        Self { phase: Mutex::new(phase), changed: Notify::new(), limits }
+        Self {
+            phase: Mutex::new(phase),
+            changed: Notify::new(),
+            limits,
+        }
     }
 
     fn update(&self, change: impl FnOnce(Phase) -> Phase) {
@@ -324,7 +384,10 @@ impl Activity {
     /// No request in flight and none finished since the last bytes arrived: the
     /// connection is waiting for (the rest of) a request head.
     fn awaiting_head(&self) -> bool {
-        matches!(*self.phase.lock().unwrap_or_else(PoisonError::into_inner), Phase::Head(_))
+        matches!(
+            *self.phase.lock().unwrap_or_else(PoisonError::into_inner),
+            Phase::Head(_)
+        )
     }
 
     /// The phase whose deadline has passed, if it has.
@@ -382,7 +445,12 @@ pub(crate) struct Holding<G> {
 impl<G: Send + Unpin + 'static> Holding<G> {
     /// `response`, its body holding `guard`.
     pub(crate) fn response(response: Response<Body>, guard: G) -> Response<Body> {
-        response.map(|body| Body::new(Holding { body, _guard: guard }))
+        response.map(|body| {
+            Body::new(Holding {
+                body,
+                _guard: guard,
+            })
+        })
     }
 }
 
@@ -390,7 +458,10 @@ impl<G: Unpin> http_body::Body for Holding<G> {
     type Data = Bytes;
     type Error = axum::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
         Pin::new(&mut self.body).poll_frame(cx)
     }
 
@@ -410,7 +481,11 @@ struct Watched {
 }
 
 impl AsyncRead for Watched {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
         if buf.filled().len() > before {
@@ -421,11 +496,19 @@ impl AsyncRead for Watched {
 }
 
 impl AsyncWrite for Watched {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.io).poll_write(cx, buf)
     }
 
-    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 
@@ -456,7 +539,10 @@ mod tests {
 
     pub(super) fn prepared(tcp: &TcpStream) {
         if let (Ok(peer), Ok(nodelay)) = (tcp.peer_addr(), tcp.nodelay()) {
-            PREPARED.lock().unwrap_or_else(PoisonError::into_inner).push((peer, nodelay));
+            PREPARED
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((peer, nodelay));
         }
     }
 
@@ -467,11 +553,22 @@ mod tests {
     async fn accepted_connections_have_tcp_nodelay() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move { serve_router(listener, Router::new(), &HttpConfig::default(), std::future::pending()).await });
+        let server = tokio::spawn(async move {
+            serve_router(
+                listener,
+                Router::new(),
+                &HttpConfig::default(),
+                std::future::pending(),
+            )
+            .await
+        });
         let client = TcpStream::connect(addr).await.unwrap();
         let nodelay = accepted(&client).await;
         server.abort();
-        assert!(nodelay, "the server's socket of an accepted connection has TCP_NODELAY");
+        assert!(
+            nodelay,
+            "the server's socket of an accepted connection has TCP_NODELAY"
+        );
     }
 
     /// Wait until the accept loop has taken `client`'s connection; its `TCP_NODELAY`.
@@ -479,11 +576,19 @@ mod tests {
         let me = client.local_addr().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let found = PREPARED.lock().unwrap().iter().find(|(peer, _)| *peer == me).map(|(_, nodelay)| *nodelay);
+            let found = PREPARED
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(peer, _)| *peer == me)
+                .map(|(_, nodelay)| *nodelay);
             if let Some(nodelay) = found {
                 return nodelay;
             }
-            assert!(Instant::now() < deadline, "the accept loop never prepared the connection");
+            assert!(
+                Instant::now() < deadline,
+                "the accept loop never prepared the connection"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -500,7 +605,12 @@ mod tests {
         let shutdown = Arc::new(Notify::new());
         let server = tokio::spawn({
             let shutdown = shutdown.clone();
-            async move { serve_router(listener, router, &HttpConfig::default(), async move { shutdown.notified().await }).await }
+            async move {
+                serve_router(listener, router, &HttpConfig::default(), async move {
+                    shutdown.notified().await
+                })
+                .await
+            }
         });
         let mut late = TcpStream::connect(addr).await.unwrap();
         accepted(&late).await;
@@ -509,12 +619,28 @@ mod tests {
         let stopped = Instant::now();
         shutdown.notify_one();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        late.write_all(b"GET /fast HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        late.write_all(b"GET /fast HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut out = String::new();
-        tokio::time::timeout(Duration::from_secs(10), late.read_to_string(&mut out)).await.unwrap().unwrap();
-        assert!(out.starts_with("HTTP/1.1 200") && out.ends_with("served"), "{out:?}");
-        tokio::time::timeout(Duration::from_secs(10), server).await.expect("the server ends once the silent connection's grace is over").unwrap().unwrap();
-        assert!(stopped.elapsed() >= HEAD_GRACE_ON_STOP, "the silent connection had its grace: {:?}", stopped.elapsed());
+        tokio::time::timeout(Duration::from_secs(10), late.read_to_string(&mut out))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            out.starts_with("HTTP/1.1 200") && out.ends_with("served"),
+            "{out:?}"
+        );
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the server ends once the silent connection's grace is over")
+            .unwrap()
+            .unwrap();
+        assert!(
+            stopped.elapsed() >= HEAD_GRACE_ON_STOP,
+            "the silent connection had its grace: {:?}",
+            stopped.elapsed()
+        );
         drop(silent);
     }
 
@@ -525,7 +651,10 @@ mod tests {
         let mut client = TcpStream::connect(addr).await.unwrap();
         client.write_all(request.as_bytes()).await.unwrap();
         let mut out = String::new();
-        tokio::time::timeout(Duration::from_secs(10), client.read_to_string(&mut out)).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_string(&mut out))
+            .await
+            .unwrap()
+            .unwrap();
         out
     }
 
@@ -550,7 +679,12 @@ mod tests {
         let shutdown = Arc::new(Notify::new());
         let server = tokio::spawn({
             let shutdown = shutdown.clone();
-            async move { serve_router(listener, router, &HttpConfig::default(), async move { shutdown.notified().await }).await }
+            async move {
+                serve_router(listener, router, &HttpConfig::default(), async move {
+                    shutdown.notified().await
+                })
+                .await
+            }
         });
         let slow = tokio::spawn(exchange(addr, "GET /slow HTTP/1.1\r\nhost: x\r\n\r\n"));
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -561,12 +695,27 @@ mod tests {
         assert!(ready.contains(r#""not_draining":{"ok":false}"#), "{ready}");
         let live = exchange(addr, "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await;
         assert!(live.starts_with("HTTP/1.1 200"), "{live}");
-        let other = exchange(addr, "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n").await;
-        assert!(other.starts_with("HTTP/1.1 503") && other.to_ascii_lowercase().contains("retry-after: 1"), "{other}");
+        let other = exchange(
+            addr,
+            "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+        )
+        .await;
+        assert!(
+            other.starts_with("HTTP/1.1 503")
+                && other.to_ascii_lowercase().contains("retry-after: 1"),
+            "{other}"
+        );
         assert!(!server.is_finished(), "a request is still in flight");
         finish.notify_one();
         let slow = slow.await.unwrap();
-        assert!(slow.starts_with("HTTP/1.1 200") && slow.ends_with("done"), "{slow}");
-        tokio::time::timeout(Duration::from_secs(10), server).await.expect("the server ends after its last request").unwrap().unwrap();
+        assert!(
+            slow.starts_with("HTTP/1.1 200") && slow.ends_with("done"),
+            "{slow}"
+        );
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the server ends after its last request")
+            .unwrap()
+            .unwrap();
     }
 }

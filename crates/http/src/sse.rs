@@ -27,7 +27,10 @@ pub fn frame(event: &StoredEvent) -> Bytes {
 
 /// The priming event of 2025-11-25 streams: its id, a `retry` hint, and empty data.
 pub fn priming_frame(id: &EventId, retry: Duration) -> Bytes {
-    Bytes::from(format!("id: {id}\nretry: {}\ndata: \n\n", retry.as_millis()))
+    Bytes::from(format!(
+        "id: {id}\nretry: {}\ndata: \n\n",
+        retry.as_millis()
+    ))
 }
 
 /// Committed events to write, in order.
@@ -57,15 +60,31 @@ pub struct SseSource {
 }
 
 /// Build the SSE response.
-pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration, shutdown: &CancellationToken) -> Response {
+pub fn response(
+    engine: &Engine,
+    source: SseSource,
+    keep_alive: Duration,
+    shutdown: &CancellationToken,
+) -> Response {
     let events = source.events;
     let priming = source.priming.map(|id| (id, engine.options().sse_retry));
     let guard = source.cancel_on_drop.map(CancellationToken::drop_guard);
-    let keep_session = source.keep_session.map(|(principal, id)| (engine.clone(), principal, id));
+    let keep_session = source
+        .keep_session
+        .map(|(principal, id)| (engine.clone(), principal, id));
     // Shutting down ends the connection like a poll would: the stream stays resumable.
     let mut close_on: Vec<CancellationToken> = vec![shutdown.clone()];
     close_on.extend(source.close_on);
-    let body = body_stream(events, priming, source.prefix, guard, keep_alive, source.close_after, close_on, keep_session);
+    let body = body_stream(
+        events,
+        priming,
+        source.prefix,
+        guard,
+        keep_alive,
+        source.close_after,
+        close_on,
+        keep_session,
+    );
     // Counted open (metrics on) until hyper drops the body: the end of the connection's stream.
     let open = durable_mcp_engine::metrics::sse_stream_opened();
     let body = body.map(move |frame| {
@@ -75,7 +94,10 @@ pub fn response(engine: &Engine, source: SseSource, keep_alive: Duration, shutdo
     let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
@@ -90,7 +112,11 @@ fn body_stream<S>(
     keep_alive: Duration,
     close_after: Option<Duration>,
     close_on: Vec<CancellationToken>,
-    keep_session: Option<(Engine, durable_mcp_store::Principal, durable_mcp_store::SessionId)>,
+    keep_session: Option<(
+        Engine,
+        durable_mcp_store::Principal,
+        durable_mcp_store::SessionId,
+    )>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
 where
     S: Stream<Item = Result<StoredEvent, durable_mcp_store::StoreError>> + Send + 'static,
@@ -100,7 +126,11 @@ where
         guard: Option<DropGuard>,
         deadline: Option<tokio::time::Instant>,
         close_on: Vec<CancellationToken>,
-        keep_session: Option<(Engine, durable_mcp_store::Principal, durable_mcp_store::SessionId)>,
+        keep_session: Option<(
+            Engine,
+            durable_mcp_store::Principal,
+            durable_mcp_store::SessionId,
+        )>,
         priming: Option<(EventId, Duration)>,
         finished: bool,
     }
@@ -128,7 +158,8 @@ where
                 }
             };
             // Any of the tokens ends the connection (shutdown, or the handler asked).
-            let asked = futures::future::select_all(close_on.iter().map(|t| Box::pin(t.cancelled())));
+            let asked =
+                futures::future::select_all(close_on.iter().map(|t| Box::pin(t.cancelled())));
             tokio::select! {
                 () = timer => {}
                 _ = asked => {}

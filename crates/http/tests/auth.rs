@@ -35,7 +35,11 @@ const RESOURCE: &str = "http://localhost/mcp";
 const METADATA: &str = "http://localhost/.well-known/oauth-protected-resource/mcp";
 
 fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/../auth/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read_to_string(format!(
+        "{}/../auth/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
 }
 
 fn jwk(name: &str) -> Value {
@@ -52,7 +56,9 @@ struct Scoped {
 #[tool_router]
 impl Scoped {
     fn new() -> Self {
-        Self { tool_router: Self::tool_router() }
+        Self {
+            tool_router: Self::tool_router(),
+        }
     }
 
     #[tool(description = "Who the caller is")]
@@ -69,7 +75,8 @@ impl Scoped {
 #[tool_handler]
 impl ServerHandler for Scoped {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(Implementation::new("scoped", "1.0.0"))
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("scoped", "1.0.0"))
     }
 }
 
@@ -115,7 +122,11 @@ fn server(auth: Authenticator) -> Server {
 
 fn server_with(config: HttpConfig) -> Server {
     let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
-    let engine = Engine::new(store.clone() as Arc<dyn Store>, McpHandler::new(Scoped::new()), EngineOptions::default());
+    let engine = Engine::new(
+        store.clone() as Arc<dyn Store>,
+        McpHandler::new(Scoped::new()),
+        EngineOptions::default(),
+    );
     let router = Transport::new(engine, config).router();
     Server { router, store }
 }
@@ -132,7 +143,10 @@ async fn oauth_server(jwks: &JwksServer) -> Server {
 }
 
 fn now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 fn claims(sub: &str, scope: &str) -> Value {
@@ -155,18 +169,44 @@ fn rsa(claims: &Value) -> String {
     mint(Algorithm::RS256, "rsa-1", "rsa1", claims)
 }
 
-async fn request(router: &axum::Router, method: &str, uri: &str, headers: &[(&str, &str)], body: Option<String>) -> Reply {
-    let mut builder = Request::builder().method(method).uri(uri).header("host", "localhost");
+async fn request(
+    router: &axum::Router,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: Option<String>,
+) -> Reply {
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("host", "localhost");
     for (k, v) in headers {
         builder = builder.header(*k, *v);
     }
-    let response = router.clone().oneshot(builder.body(body.map(Body::from).unwrap_or_else(Body::empty)).unwrap()).await.unwrap();
+    let response = router
+        .clone()
+        .oneshot(
+            builder
+                .body(body.map(Body::from).unwrap_or_else(Body::empty))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
     let (parts, body) = response.into_parts();
-    Reply { status: parts.status, headers: parts.headers, body }
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
 }
 
 /// A legacy POST with `token` (if any).
-async fn post(router: &axum::Router, token: Option<&str>, session: Option<&str>, body: Value) -> Reply {
+async fn post(
+    router: &axum::Router,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: Value,
+) -> Reply {
     let bearer = token.map(|t| format!("Bearer {t}"));
     let mut headers: Vec<(&str, &str)> = POST_HEADERS.to_vec();
     if let Some(b) = &bearer {
@@ -186,8 +226,20 @@ fn initialize_body() -> Value {
 async fn initialize(router: &axum::Router, token: &str) -> String {
     let reply = post(router, Some(token), None, initialize_body()).await;
     assert_eq!(reply.status, StatusCode::OK);
-    let id = reply.headers.get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
-    let ack = post(router, Some(token), Some(&id), json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let id = reply
+        .headers
+        .get("mcp-session-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let ack = post(
+        router,
+        Some(token),
+        Some(&id),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
     assert_eq!(ack.status, StatusCode::ACCEPTED);
     id
 }
@@ -203,7 +255,11 @@ async fn outcome(reply: Reply) -> Value {
 }
 
 fn challenge(reply: &Reply) -> String {
-    reply.headers.get("www-authenticate").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default()
+    reply
+        .headers
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
 }
 
 async fn whoami(router: &axum::Router, token: &str) -> Value {
@@ -216,16 +272,22 @@ async fn whoami(router: &axum::Router, token: &str) -> Value {
 async fn valid_tokens_of_each_algorithm_are_served_as_their_principal() {
     let jwks = jwks_server(json!({"keys": [jwk("rsa1"), jwk("ec"), jwk("ed")]})).await;
     let s = oauth_server(&jwks).await;
-    for (alg, kid, key, sub) in
-        [(Algorithm::RS256, "rsa-1", "rsa1", "alice"), (Algorithm::ES256, "ec-1", "ec", "bob"), (Algorithm::EdDSA, "ed-1", "ed", "carol")]
-    {
+    for (alg, kid, key, sub) in [
+        (Algorithm::RS256, "rsa-1", "rsa1", "alice"),
+        (Algorithm::ES256, "ec-1", "ec", "bob"),
+        (Algorithm::EdDSA, "ed-1", "ed", "carol"),
+    ] {
         let token = mint(alg, kid, key, &claims(sub, "mcp"));
         let me = whoami(&s.router, &token).await;
         assert_eq!(me["principal"], format!("oauth:{ISSUER}#{sub}"), "{alg:?}");
         assert_eq!(me["scopes"], json!(["mcp"]));
         assert_eq!(me["tenant"], "acme", "the handler reads the token's claims");
     }
-    assert_eq!(jwks.hits.load(Ordering::SeqCst), 1, "the JWKS is fetched once and cached");
+    assert_eq!(
+        jwks.hits.load(Ordering::SeqCst),
+        1,
+        "the JWKS is fetched once and cached"
+    );
 }
 
 /// Without authentication every request is served as `anonymous`, and handlers still find
@@ -245,12 +307,26 @@ async fn refused_tokens_are_401_with_a_challenge_and_write_nothing() {
     // Missing: the challenge points at the metadata and names the endpoint's scopes.
     let reply = post(&s.router, None, None, initialize_body()).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
-    assert_eq!(challenge(&reply), format!(r#"Bearer resource_metadata="{METADATA}", scope="mcp""#));
+    assert_eq!(
+        challenge(&reply),
+        format!(r#"Bearer resource_metadata="{METADATA}", scope="mcp""#)
+    );
     // A token in the query string is not looked at.
     let good = rsa(&claims("alice", "mcp"));
     let uri = format!("/mcp?access_token={good}");
-    let reply = request(&s.router, "POST", &uri, &POST_HEADERS, Some(initialize_body().to_string())).await;
-    assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "tokens only from the Authorization header");
+    let reply = request(
+        &s.router,
+        "POST",
+        &uri,
+        &POST_HEADERS,
+        Some(initialize_body().to_string()),
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNAUTHORIZED,
+        "tokens only from the Authorization header"
+    );
 
     let mut expired = claims("alice", "mcp");
     expired["exp"] = json!(now() - 120);
@@ -263,11 +339,20 @@ async fn refused_tokens_are_401_with_a_challenge_and_write_nothing() {
     let mut no_aud = claims("alice", "mcp");
     no_aud.as_object_mut().unwrap().remove("aud");
     let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
-    let alg_none = format!("{}.{}.", b64(&json!({"alg": "none", "typ": "JWT", "kid": "rsa-1"})), b64(&claims("alice", "mcp")));
+    let alg_none = format!(
+        "{}.{}.",
+        b64(&json!({"alg": "none", "typ": "JWT", "kid": "rsa-1"})),
+        b64(&claims("alice", "mcp"))
+    );
     // The classic confusion: HS256 keyed with the RSA public key the JWKS publishes.
     let mut hs = Header::new(Algorithm::HS256);
     hs.kid = Some("rsa-1".into());
-    let confused = jsonwebtoken::encode(&hs, &claims("alice", "mcp"), &EncodingKey::from_secret(fixture("rsa1.pub.pem").as_bytes()).unwrap()).unwrap();
+    let confused = jsonwebtoken::encode(
+        &hs,
+        &claims("alice", "mcp"),
+        &EncodingKey::from_secret(fixture("rsa1.pub.pem").as_bytes()).unwrap(),
+    )
+    .unwrap();
     // ES256 token naming the RSA key.
     let cross = mint(Algorithm::ES256, "rsa-1", "ec", &claims("alice", "mcp"));
     let bad_signature = mint(Algorithm::RS256, "rsa-1", "rsa2", &claims("alice", "mcp"));
@@ -289,19 +374,52 @@ async fn refused_tokens_are_401_with_a_challenge_and_write_nothing() {
         let reply = post(&s.router, Some(&token), None, initialize_body()).await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{what}");
         let value = challenge(&reply);
-        assert!(value.starts_with(r#"Bearer error="invalid_token", error_description=""#), "{what}: {value}");
-        assert!(value.contains(&format!(r#"resource_metadata="{METADATA}""#)) && value.contains(r#"scope="mcp""#), "{what}: {value}");
-        assert!(!value.contains(&token) || token.is_empty(), "the token is not echoed");
+        assert!(
+            value.starts_with(r#"Bearer error="invalid_token", error_description=""#),
+            "{what}: {value}"
+        );
+        assert!(
+            value.contains(&format!(r#"resource_metadata="{METADATA}""#))
+                && value.contains(r#"scope="mcp""#),
+            "{what}: {value}"
+        );
+        assert!(
+            !value.contains(&token) || token.is_empty(),
+            "the token is not echoed"
+        );
         let body = reply.json().await;
         assert_eq!(body["jsonrpc"], "2.0", "{what}");
     }
-    assert_eq!(s.store.hook().writes(), 0, "a refused request writes nothing");
+    assert_eq!(
+        s.store.hook().writes(),
+        0,
+        "a refused request writes nothing"
+    );
     // The same server serves a good token.
-    assert_eq!(post(&s.router, Some(&good), None, initialize_body()).await.status, StatusCode::OK);
+    assert_eq!(
+        post(&s.router, Some(&good), None, initialize_body())
+            .await
+            .status,
+        StatusCode::OK
+    );
     // GET and DELETE are authenticated too.
-    let reply = request(&s.router, "GET", "/mcp", &[("accept", "text/event-stream"), ("mcp-session-id", "x")], None).await;
+    let reply = request(
+        &s.router,
+        "GET",
+        "/mcp",
+        &[("accept", "text/event-stream"), ("mcp-session-id", "x")],
+        None,
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
-    let reply = request(&s.router, "DELETE", "/mcp", &[("mcp-session-id", "x")], None).await;
+    let reply = request(
+        &s.router,
+        "DELETE",
+        "/mcp",
+        &[("mcp-session-id", "x")],
+        None,
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
 }
 
@@ -309,9 +427,20 @@ async fn refused_tokens_are_401_with_a_challenge_and_write_nothing() {
 async fn endpoint_scope_missing_is_403_insufficient_scope() {
     let jwks = jwks_server(json!({"keys": [jwk("rsa1")]})).await;
     let s = oauth_server(&jwks).await;
-    let reply = post(&s.router, Some(&rsa(&claims("alice", "other"))), None, initialize_body()).await;
+    let reply = post(
+        &s.router,
+        Some(&rsa(&claims("alice", "other"))),
+        None,
+        initialize_body(),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
-    assert_eq!(challenge(&reply), format!(r#"Bearer error="insufficient_scope", scope="mcp", resource_metadata="{METADATA}""#));
+    assert_eq!(
+        challenge(&reply),
+        format!(
+            r#"Bearer error="insufficient_scope", scope="mcp", resource_metadata="{METADATA}""#
+        )
+    );
     assert_eq!(s.store.hook().writes(), 0);
 }
 
@@ -324,7 +453,12 @@ async fn modern_call(router: &axum::Router, token: &str, tool: &str) -> Reply {
         "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}});
     let bearer = format!("Bearer {token}");
     let mut headers: Vec<(&str, &str)> = POST_HEADERS.to_vec();
-    headers.extend([("mcp-protocol-version", MODERN), ("mcp-method", "tools/call"), ("mcp-name", tool), ("authorization", &bearer)]);
+    headers.extend([
+        ("mcp-protocol-version", MODERN),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", tool),
+        ("authorization", &bearer),
+    ]);
     request(router, "POST", "/mcp", &headers, Some(body.to_string())).await
 }
 
@@ -334,7 +468,9 @@ async fn modern_call(router: &axum::Router, token: &str, tool: &str) -> Reply {
 async fn a_tool_whose_scope_is_missing_is_403_listing_every_scope_it_needs() {
     let jwks = jwks_server(json!({"keys": [jwk("rsa1")]})).await;
     let s = oauth_server(&jwks).await;
-    let expected = format!(r#"Bearer error="insufficient_scope", scope="mcp files:write", resource_metadata="{METADATA}""#);
+    let expected = format!(
+        r#"Bearer error="insufficient_scope", scope="mcp files:write", resource_metadata="{METADATA}""#
+    );
     let reader = rsa(&claims("alice", "mcp"));
     let writer = rsa(&claims("alice", "mcp files:write"));
     // Legacy era.
@@ -343,13 +479,35 @@ async fn a_tool_whose_scope_is_missing_is_403_listing_every_scope_it_needs() {
     let reply = post(&s.router, Some(&reader), Some(&session), call(1, "write")).await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
     assert_eq!(challenge(&reply), expected);
-    assert_eq!(reply.json().await["id"], 1, "the refusal answers the request's id");
-    assert_eq!(s.store.hook().writes(), before, "the refused call journaled nothing");
-    let ok = outcome(post(&s.router, Some(&writer), Some(&initialize(&s.router, &writer).await), call(2, "write")).await).await;
+    assert_eq!(
+        reply.json().await["id"],
+        1,
+        "the refusal answers the request's id"
+    );
+    assert_eq!(
+        s.store.hook().writes(),
+        before,
+        "the refused call journaled nothing"
+    );
+    let ok = outcome(
+        post(
+            &s.router,
+            Some(&writer),
+            Some(&initialize(&s.router, &writer).await),
+            call(2, "write"),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(ok["result"]["content"][0]["text"], "written");
     // A tool without declared scopes needs the endpoint's only.
     let me = outcome(post(&s.router, Some(&reader), Some(&session), call(3, "whoami")).await).await;
-    assert!(me["result"]["content"][0]["text"].as_str().unwrap().contains("alice"));
+    assert!(
+        me["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("alice")
+    );
     // Modern era.
     let before = s.store.hook().writes();
     let reply = modern_call(&s.router, &reader, "write").await;
@@ -358,7 +516,10 @@ async fn a_tool_whose_scope_is_missing_is_403_listing_every_scope_it_needs() {
     assert_eq!(s.store.hook().writes(), before);
     let reply = modern_call(&s.router, &writer, "write").await;
     assert_eq!(reply.status, StatusCode::OK);
-    assert_eq!(reply.json().await["result"]["content"][0]["text"], "written");
+    assert_eq!(
+        reply.json().await["result"]["content"][0]["text"],
+        "written"
+    );
 }
 
 /// Prompts and resources have their scopes from the server's rules: checked before the
@@ -366,7 +527,9 @@ async fn a_tool_whose_scope_is_missing_is_403_listing_every_scope_it_needs() {
 #[tokio::test]
 async fn prompt_and_resource_scopes_are_checked_before_the_handler() {
     let jwks = jwks_server(json!({"keys": [jwk("rsa1")]})).await;
-    let rules = durable_mcp_auth::ScopeRules::default().prompt("audit", &["audit:read"]).resource("file:///private/", &["files:read"]);
+    let rules = durable_mcp_auth::ScopeRules::default()
+        .prompt("audit", &["audit:read"])
+        .resource("file:///private/", &["files:read"]);
     let s = server_with({
         let mut o = HttpConfig::default();
         o.auth = Authenticator::oauth(oauth_config(&jwks)).unwrap();
@@ -375,20 +538,60 @@ async fn prompt_and_resource_scopes_are_checked_before_the_handler() {
     });
     let reader = rsa(&claims("alice", "mcp"));
     let session = initialize(&s.router, &reader).await;
-    let prompt = json!({"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {"name": "audit"}});
+    let prompt =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {"name": "audit"}});
     let reply = post(&s.router, Some(&reader), Some(&session), prompt.clone()).await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
-    assert!(challenge(&reply).contains(r#"scope="mcp audit:read""#), "{}", challenge(&reply));
+    assert!(
+        challenge(&reply).contains(r#"scope="mcp audit:read""#),
+        "{}",
+        challenge(&reply)
+    );
     let read = |uri: &str| json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": uri}});
-    let reply = post(&s.router, Some(&reader), Some(&session), read("file:///private/a")).await;
+    let reply = post(
+        &s.router,
+        Some(&reader),
+        Some(&session),
+        read("file:///private/a"),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
-    assert!(challenge(&reply).contains(r#"scope="mcp files:read""#), "{}", challenge(&reply));
+    assert!(
+        challenge(&reply).contains(r#"scope="mcp files:read""#),
+        "{}",
+        challenge(&reply)
+    );
     // Another resource, and the same requests with the scopes: passed on to the handler.
-    assert_eq!(post(&s.router, Some(&reader), Some(&session), read("file:///public/a")).await.status, StatusCode::OK);
+    assert_eq!(
+        post(
+            &s.router,
+            Some(&reader),
+            Some(&session),
+            read("file:///public/a")
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
     let auditor = rsa(&claims("alice", "mcp audit:read files:read"));
     let session = initialize(&s.router, &auditor).await;
-    assert_eq!(post(&s.router, Some(&auditor), Some(&session), prompt).await.status, StatusCode::OK);
-    assert_eq!(post(&s.router, Some(&auditor), Some(&session), read("file:///private/a")).await.status, StatusCode::OK);
+    assert_eq!(
+        post(&s.router, Some(&auditor), Some(&session), prompt)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        post(
+            &s.router,
+            Some(&auditor),
+            Some(&session),
+            read("file:///private/a")
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
 }
 
 /// The authorization server rotates its key: a token with the new `kid` is accepted without
@@ -400,36 +603,82 @@ async fn key_rotation_is_picked_up_and_refetches_are_rate_limited() {
     // requests that must fall inside it.
     let first = rsa(&claims("a", "mcp"));
     let rotated = mint(Algorithm::RS256, "rsa-2", "rsa2", &claims("a", "mcp"));
-    let unknowns: Vec<String> = (0..5).map(|i| mint(Algorithm::RS256, &format!("nobody-{i}"), "rsa1", &claims("a", "mcp"))).collect();
+    let unknowns: Vec<String> = (0..5)
+        .map(|i| {
+            mint(
+                Algorithm::RS256,
+                &format!("nobody-{i}"),
+                "rsa1",
+                &claims("a", "mcp"),
+            )
+        })
+        .collect();
     let unknown_later = mint(Algorithm::RS256, "nobody", "rsa1", &claims("a", "mcp"));
     let interval = Duration::from_millis(1_000);
     let jwks = jwks_server(json!({"keys": [jwk("rsa1")]})).await;
     let mut config = oauth_config(&jwks);
     config.jwks_refetch_interval = interval;
     let s = server(Authenticator::oauth(config).unwrap());
-    assert_eq!(post(&s.router, Some(&first), None, initialize_body()).await.status, StatusCode::OK);
+    assert_eq!(
+        post(&s.router, Some(&first), None, initialize_body())
+            .await
+            .status,
+        StatusCode::OK
+    );
     assert_eq!(jwks.hits.load(Ordering::SeqCst), 1);
     *jwks.keys.lock().unwrap() = json!({"keys": [jwk("rsa2")]});
     tokio::time::sleep(interval + Duration::from_millis(100)).await;
-    assert_eq!(post(&s.router, Some(&rotated), None, initialize_body()).await.status, StatusCode::OK, "the new key is fetched");
+    assert_eq!(
+        post(&s.router, Some(&rotated), None, initialize_body())
+            .await
+            .status,
+        StatusCode::OK,
+        "the new key is fetched"
+    );
     assert_eq!(jwks.hits.load(Ordering::SeqCst), 2);
     // Unknown kids within the interval: refused, no fetch.
     for unknown in &unknowns {
-        assert_eq!(post(&s.router, Some(unknown), None, initialize_body()).await.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            post(&s.router, Some(unknown), None, initialize_body())
+                .await
+                .status,
+            StatusCode::UNAUTHORIZED
+        );
     }
-    assert_eq!(jwks.hits.load(Ordering::SeqCst), 2, "refetches are rate limited");
+    assert_eq!(
+        jwks.hits.load(Ordering::SeqCst),
+        2,
+        "refetches are rate limited"
+    );
     tokio::time::sleep(interval + Duration::from_millis(100)).await;
-    assert_eq!(post(&s.router, Some(&unknown_later), None, initialize_body()).await.status, StatusCode::UNAUTHORIZED);
-    assert_eq!(jwks.hits.load(Ordering::SeqCst), 3, "after the interval an unknown kid fetches again");
+    assert_eq!(
+        post(&s.router, Some(&unknown_later), None, initialize_body())
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        jwks.hits.load(Ordering::SeqCst),
+        3,
+        "after the interval an unknown kid fetches again"
+    );
     // The removed key no longer verifies once the set is refetched.
-    assert_eq!(post(&s.router, Some(&first), None, initialize_body()).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        post(&s.router, Some(&first), None, initialize_body())
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
 }
 
 #[tokio::test]
 async fn protected_resource_metadata_is_served_at_both_paths() {
     let jwks = jwks_server(json!({"keys": [jwk("rsa1")]})).await;
     let s = oauth_server(&jwks).await;
-    for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"] {
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
         let reply = request(&s.router, "GET", path, &[], None).await;
         assert_eq!(reply.status, StatusCode::OK, "{path}");
         let doc = reply.json().await;
@@ -440,7 +689,18 @@ async fn protected_resource_metadata_is_served_at_both_paths() {
     }
     // Without OAuth there is none.
     let open = server(Authenticator::None);
-    assert_eq!(request(&open.router, "GET", "/.well-known/oauth-protected-resource/mcp", &[], None).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        request(
+            &open.router,
+            "GET",
+            "/.well-known/oauth-protected-resource/mcp",
+            &[],
+            None
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]
@@ -457,7 +717,13 @@ async fn api_keys_mode_serves_the_right_key_only() {
     let reply = post(&s.router, None, None, initialize_body()).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     assert_eq!(challenge(&reply), r#"Bearer realm="mcp""#);
-    assert_eq!(post(&s.router, Some("k-ro-456"), None, initialize_body()).await.status, StatusCode::FORBIDDEN, "a key without the endpoint's scope");
+    assert_eq!(
+        post(&s.router, Some("k-ro-456"), None, initialize_body())
+            .await
+            .status,
+        StatusCode::FORBIDDEN,
+        "a key without the endpoint's scope"
+    );
 }
 
 /// The proxy's header is believed from the configured addresses only, with the peer address
@@ -468,7 +734,11 @@ async fn trusted_proxy_header_is_honoured_only_from_configured_addresses() {
     async fn over_tcp(from: &[&str]) -> String {
         let proxy = TrustedProxy::new("x-user", from).unwrap();
         let store = Arc::new(MemoryStore::new());
-        let engine = Engine::new(store, McpHandler::new(Scoped::new()), EngineOptions::default());
+        let engine = Engine::new(
+            store,
+            McpHandler::new(Scoped::new()),
+            EngineOptions::default(),
+        );
         let transport = Transport::new(engine, {
             let mut o = HttpConfig::default();
             o.auth = Authenticator::TrustedProxy(Arc::new(proxy));
@@ -476,7 +746,11 @@ async fn trusted_proxy_header_is_honoured_only_from_configured_addresses() {
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
-        tokio::spawn(durable_mcp_http::serve(listener, transport, std::future::pending()));
+        tokio::spawn(durable_mcp_http::serve(
+            listener,
+            transport,
+            std::future::pending(),
+        ));
         let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let body = initialize_body().to_string();
         let head = format!(
@@ -485,14 +759,23 @@ async fn trusted_proxy_header_is_honoured_only_from_configured_addresses() {
         );
         tcp.write_all(head.as_bytes()).await.unwrap();
         let mut response = String::new();
-        tokio::time::timeout(Duration::from_secs(10), tcp.read_to_string(&mut response)).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), tcp.read_to_string(&mut response))
+            .await
+            .unwrap()
+            .unwrap();
         response
     }
     let trusted = over_tcp(&["127.0.0.0/8"]).await;
     assert!(trusted.starts_with("HTTP/1.1 200"), "{trusted}");
-    assert!(trusted.to_ascii_lowercase().contains("mcp-session-id"), "{trusted}");
+    assert!(
+        trusted.to_ascii_lowercase().contains("mcp-session-id"),
+        "{trusted}"
+    );
     let untrusted = over_tcp(&["10.0.0.0/8"]).await;
-    assert!(untrusted.starts_with("HTTP/1.1 401"), "the header from another address is ignored: {untrusted}");
+    assert!(
+        untrusted.starts_with("HTTP/1.1 401"),
+        "the header from another address is ignored: {untrusted}"
+    );
 }
 
 /// D13 at the edge: B's token on A's session, stream and event ids gets "unknown".
@@ -503,21 +786,73 @@ async fn another_principal_sees_none_of_a_sessions_ids() {
     let alice = rsa(&claims("alice", "mcp"));
     let bob = rsa(&claims("bob", "mcp"));
     let session = initialize(&s.router, &alice).await;
-    let events = parse_sse(&post(&s.router, Some(&alice), Some(&session), call(1, "whoami")).await.text().await);
-    let event_id = events.iter().find_map(|(id, _)| id.clone()).expect("a resumable event id");
-    assert_eq!(post(&s.router, Some(&bob), Some(&session), call(2, "whoami")).await.status, StatusCode::NOT_FOUND);
+    let events = parse_sse(
+        &post(&s.router, Some(&alice), Some(&session), call(1, "whoami"))
+            .await
+            .text()
+            .await,
+    );
+    let event_id = events
+        .iter()
+        .find_map(|(id, _)| id.clone())
+        .expect("a resumable event id");
+    assert_eq!(
+        post(&s.router, Some(&bob), Some(&session), call(2, "whoami"))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
     let bearer = format!("Bearer {bob}");
-    let get = [("accept", "text/event-stream"), ("mcp-session-id", session.as_str()), ("authorization", bearer.as_str())];
-    assert_eq!(request(&s.router, "GET", "/mcp", &get, None).await.status, StatusCode::NOT_FOUND);
-    let resume =
-        [("accept", "text/event-stream"), ("mcp-session-id", session.as_str()), ("last-event-id", event_id.as_str()), ("authorization", bearer.as_str())];
-    assert_eq!(request(&s.router, "GET", "/mcp", &resume, None).await.status, StatusCode::NOT_FOUND);
-    let delete = [("mcp-session-id", session.as_str()), ("authorization", bearer.as_str())];
-    assert_eq!(request(&s.router, "DELETE", "/mcp", &delete, None).await.status, StatusCode::NOT_FOUND);
+    let get = [
+        ("accept", "text/event-stream"),
+        ("mcp-session-id", session.as_str()),
+        ("authorization", bearer.as_str()),
+    ];
+    assert_eq!(
+        request(&s.router, "GET", "/mcp", &get, None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let resume = [
+        ("accept", "text/event-stream"),
+        ("mcp-session-id", session.as_str()),
+        ("last-event-id", event_id.as_str()),
+        ("authorization", bearer.as_str()),
+    ];
+    assert_eq!(
+        request(&s.router, "GET", "/mcp", &resume, None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let delete = [
+        ("mcp-session-id", session.as_str()),
+        ("authorization", bearer.as_str()),
+    ];
+    assert_eq!(
+        request(&s.router, "DELETE", "/mcp", &delete, None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
     // Bob's own session cannot resume Alice's event either.
     let bobs = initialize(&s.router, &bob).await;
-    let resume = [("accept", "text/event-stream"), ("mcp-session-id", bobs.as_str()), ("last-event-id", event_id.as_str()), ("authorization", bearer.as_str())];
-    assert_eq!(request(&s.router, "GET", "/mcp", &resume, None).await.status, StatusCode::NOT_FOUND);
+    let resume = [
+        ("accept", "text/event-stream"),
+        ("mcp-session-id", bobs.as_str()),
+        ("last-event-id", event_id.as_str()),
+        ("authorization", bearer.as_str()),
+    ];
+    assert_eq!(
+        request(&s.router, "GET", "/mcp", &resume, None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
     // Alice still can.
-    assert_eq!(post(&s.router, Some(&alice), Some(&session), call(3, "whoami")).await.status, StatusCode::OK);
+    assert_eq!(
+        post(&s.router, Some(&alice), Some(&session), call(3, "whoami"))
+            .await
+            .status,
+        StatusCode::OK
+    );
 }

@@ -29,17 +29,29 @@ const QUIET: Duration = Duration::from_millis(300);
 /// (2025-03-26: no priming events, so a request's first event is its response).
 async fn gated_server() -> (Harness, Arc<GatedStore>, std::net::SocketAddr, String) {
     let store = Arc::new(GatedStore::gated(Arc::new(MemoryStore::new())));
-    let h = harness_on(store.clone(), HttpConfig::default(), EngineOptions::default());
+    let h = harness_on(
+        store.clone(),
+        HttpConfig::default(),
+        EngineOptions::default(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(durable_mcp_http::serve(listener, h.transport.clone(), std::future::pending()));
+    tokio::spawn(durable_mcp_http::serve(
+        listener,
+        h.transport.clone(),
+        std::future::pending(),
+    ));
     let session = initialize(&h.router, "2025-03-26").await;
     (h, store, addr, session)
 }
 
 /// Send one POST on a new connection (closed after the response); the bytes received so
 /// far are published on the returned channel as they arrive.
-async fn post_raw(addr: std::net::SocketAddr, session: &str, body: &Value) -> watch::Receiver<(Vec<u8>, bool)> {
+async fn post_raw(
+    addr: std::net::SocketAddr,
+    session: &str,
+    body: &Value,
+) -> watch::Receiver<(Vec<u8>, bool)> {
     let body = body.to_string();
     let request = format!(
         "POST /mcp HTTP/1.1\r\nhost: localhost\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\nmcp-session-id: {session}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
@@ -62,12 +74,28 @@ async fn post_raw(addr: std::net::SocketAddr, session: &str, body: &Value) -> wa
 }
 
 /// The whole response once the server closed the connection: status line and SSE events.
-async fn response(mut rx: watch::Receiver<(Vec<u8>, bool)>) -> (String, Vec<(Option<String>, String)>) {
-    let (bytes, _) = tokio::time::timeout(DEADLINE, rx.wait_for(|(_, ended)| *ended)).await.expect("response ends in time").unwrap().clone();
+async fn response(
+    mut rx: watch::Receiver<(Vec<u8>, bool)>,
+) -> (String, Vec<(Option<String>, String)>) {
+    let (bytes, _) = tokio::time::timeout(DEADLINE, rx.wait_for(|(_, ended)| *ended))
+        .await
+        .expect("response ends in time")
+        .unwrap()
+        .clone();
     let text = String::from_utf8(bytes).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").expect("a complete head");
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
-    (head.lines().next().unwrap_or_default().to_owned(), parse_sse(&body))
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        parse_sse(&body),
+    )
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -86,9 +114,21 @@ fn dechunk(mut body: &str) -> String {
 /// Every event id the client saw names a committed event holding exactly what it was sent.
 async fn assert_committed(store: &GatedStore, events: &[(Option<String>, String)]) {
     for (id, data) in events {
-        let id: EventId = id.as_deref().expect("every event has an id").parse().unwrap();
-        let read = store.inner().read_after(&id.stream, id.seq - 1, 1).await.unwrap();
-        assert_eq!(read.events.first().map(|e| (&e.id, e.data.as_str())), Some((&id, data.as_str())), "{id} is committed");
+        let id: EventId = id
+            .as_deref()
+            .expect("every event has an id")
+            .parse()
+            .unwrap();
+        let read = store
+            .inner()
+            .read_after(&id.stream, id.seq - 1, 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            read.events.first().map(|e| (&e.id, e.data.as_str())),
+            Some((&id, data.as_str())),
+            "{id} is committed"
+        );
     }
 }
 
@@ -102,20 +142,34 @@ async fn d1_no_byte_of_an_event_is_sent_while_its_commit_is_held() {
     support::eventually("the handler runs", async || h.engine.in_flight() == 1).await;
     store.hook().hold(Op::Commit);
     // The handler ran and its response is at the gate: its commit has not happened.
-    tokio::time::timeout(DEADLINE, store.hook().until_waiting(Op::Commit, 1)).await.expect("the response's commit is held");
+    tokio::time::timeout(DEADLINE, store.hook().until_waiting(Op::Commit, 1))
+        .await
+        .expect("the response's commit is held");
     // The response head may be out (legacy streams open at once); no event may be.
     let event_bytes = |bytes: &[u8]| {
         let text = String::from_utf8_lossy(bytes);
         text.contains("done") || text.contains("data:") || text.contains("\nid:")
     };
-    let early = tokio::time::timeout(QUIET, rx.wait_for(|(bytes, ended)| *ended || event_bytes(bytes))).await.is_ok();
+    let early = tokio::time::timeout(
+        QUIET,
+        rx.wait_for(|(bytes, ended)| *ended || event_bytes(bytes)),
+    )
+    .await
+    .is_ok();
     let (sent, _) = rx.borrow().clone();
-    assert!(!early && !event_bytes(&sent), "an event reached the socket while its commit was held: {:?}", String::from_utf8_lossy(&sent));
+    assert!(
+        !early && !event_bytes(&sent),
+        "an event reached the socket while its commit was held: {:?}",
+        String::from_utf8_lossy(&sent)
+    );
 
     store.hook().release(Op::Commit);
     let (status, events) = response(rx).await;
     assert_eq!(status, "HTTP/1.1 200 OK");
-    let messages: Vec<Value> = events.iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
+    let messages: Vec<Value> = events
+        .iter()
+        .map(|(_, d)| serde_json::from_str(d).unwrap())
+        .collect();
     assert_eq!(messages.len(), 1, "{messages:?}");
     assert_eq!(messages[0]["result"]["content"][0]["text"], "done");
     assert_committed(&store, &events).await;
@@ -129,15 +183,33 @@ async fn d1_an_event_whose_commit_fails_never_reaches_the_client() {
     // event of a client's cancellation, as if the client had asked for no answer).
     // Its response is its stream's first commit (the stream with the response and the close).
     store.hook().fail(Op::Commit, 1);
-    let rx = post_raw(addr, &session, &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})).await;
+    let rx = post_raw(
+        addr,
+        &session,
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
+    )
+    .await;
     let (status, events) = response(rx).await;
-    assert_eq!(store.hook().failed(Op::Commit), 1, "the response's commit was failed");
+    assert_eq!(
+        store.hook().failed(Op::Commit),
+        1,
+        "the response's commit was failed"
+    );
     assert_eq!(status, "HTTP/1.1 200 OK");
-    let messages: Vec<Value> = events.iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
-    assert!(messages.iter().all(|m| m.get("result").is_none()), "the uncommitted tool list was sent: {messages:?}");
+    let messages: Vec<Value> = events
+        .iter()
+        .map(|(_, d)| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(
+        messages.iter().all(|m| m.get("result").is_none()),
+        "the uncommitted tool list was sent: {messages:?}"
+    );
     assert_eq!(messages.len(), 1, "{messages:?}");
     assert_eq!(messages[0]["id"], 7);
-    assert_eq!(messages[0]["error"]["message"], "the request failed before its result could be committed");
+    assert_eq!(
+        messages[0]["error"]["message"],
+        "the request failed before its result could be committed"
+    );
     assert_committed(&store, &events).await;
 }
 
@@ -157,21 +229,40 @@ async fn d15_a_step_commit_failure_is_retried_not_answered() {
         }
     });
     // A first call creates the requestState key ring (a record of its own).
-    let (_, warm_up) = response(post_raw(addr, &session, &call(8, "echo", json!({"text": "hi"}))).await).await;
-    assert!(warm_up.iter().any(|(_, data)| data.contains("hi")), "{warm_up:?}");
+    let (_, warm_up) =
+        response(post_raw(addr, &session, &call(8, "echo", json!({"text": "hi"}))).await).await;
+    assert!(
+        warm_up.iter().any(|(_, data)| data.contains("hi")),
+        "{warm_up:?}"
+    );
     store.hook().fail(Op::PutRecord, 1);
     let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "stepped", "arguments": {"tag": "d15-step"}}});
     let rx = post_raw(addr, &session, &call).await;
     let (status, events) = response(rx).await;
-    assert_eq!(store.hook().failed(Op::PutRecord), 1, "the step's commit was failed");
+    assert_eq!(
+        store.hook().failed(Op::PutRecord),
+        1,
+        "the step's commit was failed"
+    );
     assert_eq!(status, "HTTP/1.1 200 OK");
-    let messages: Vec<Value> = events.iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
+    let messages: Vec<Value> = events
+        .iter()
+        .map(|(_, d)| serde_json::from_str(d).unwrap())
+        .collect();
     let answers: Vec<&Value> = messages.iter().filter(|m| m["id"] == 9).collect();
     assert_eq!(answers.len(), 1, "{messages:?}");
     let runs = support::step_runs("d15-step");
-    assert_eq!(runs.len(), 2, "the step body ran again after its commit failed: {runs:?}");
+    assert_eq!(
+        runs.len(),
+        2,
+        "the step body ran again after its commit failed: {runs:?}"
+    );
     assert_eq!(runs[0], runs[1], "with the same idempotency key");
-    assert_eq!(answers[0]["result"]["content"][0]["text"], format!("stepped {}", runs[0]), "the real result, not the store error: {messages:?}");
+    assert_eq!(
+        answers[0]["result"]["content"][0]["text"],
+        format!("stepped {}", runs[0]),
+        "the real result, not the store error: {messages:?}"
+    );
     assert_committed(&store, &events).await;
     recovery.abort();
 }

@@ -25,12 +25,23 @@ async fn trap_keep_alive_round_trips_are_not_delayed_by_nagle() {
     let h = harness_with(HttpConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(durable_mcp_http::serve(listener, h.transport.clone(), std::future::pending()));
+    let server = tokio::spawn(durable_mcp_http::serve(
+        listener,
+        h.transport.clone(),
+        std::future::pending(),
+    ));
     let mut conn = BufReader::new(tokio::net::TcpStream::connect(addr).await.unwrap());
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     let (headers, _) = round_trip(&mut conn, &init.to_string(), None).await;
-    let session = headers.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("mcp-session-id: ").map(|s| s.trim().to_owned())).expect("session id");
+    let session = headers
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("mcp-session-id: ")
+                .map(|s| s.trim().to_owned())
+        })
+        .expect("session id");
     let mut times = Vec::new();
     for i in 1..=60 {
         let call = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}});
@@ -42,5 +53,8 @@ async fn trap_keep_alive_round_trips_are_not_delayed_by_nagle() {
     times.sort();
     let median = times[times.len() / 2];
     server.abort();
-    assert!(median < Duration::from_millis(20), "median keep-alive round trip {median:?}: TCP_NODELAY missing?");
+    assert!(
+        median < Duration::from_millis(20),
+        "median keep-alive round trip {median:?}: TCP_NODELAY missing?"
+    );
 }

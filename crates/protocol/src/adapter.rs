@@ -7,7 +7,10 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rmcp::model::{ClientJsonRpcMessage, ClientNotification, GetExtensions, InitializeRequestParams, ProtocolVersion, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, GetExtensions, InitializeRequestParams,
+    ProtocolVersion, ServerJsonRpcMessage,
+};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage, serve_directly_with_ct};
 use rmcp::transport::Transport;
 use serde::Deserialize;
@@ -109,7 +112,13 @@ pub struct ServerSummary {
 type ServiceGuard = Box<dyn Send>;
 
 trait ErasedHandler: Send + Sync + 'static {
-    fn start(&self, first: ClientJsonRpcMessage, peer: Option<InitializeRequestParams>, transport: RunTransport, ct: CancellationToken) -> ServiceGuard;
+    fn start(
+        &self,
+        first: ClientJsonRpcMessage,
+        peer: Option<InitializeRequestParams>,
+        transport: RunTransport,
+        ct: CancellationToken,
+    ) -> ServiceGuard;
     fn summary(&self) -> ServerSummary;
     fn tool_input_schema(&self, name: &str) -> Option<Value>;
     fn tool_task_support(&self, name: &str) -> crate::TaskSupport;
@@ -120,7 +129,13 @@ impl<H> ErasedHandler for H
 where
     H: rmcp::ServerHandler + Clone,
 {
-    fn start(&self, first: ClientJsonRpcMessage, peer: Option<InitializeRequestParams>, mut transport: RunTransport, ct: CancellationToken) -> ServiceGuard {
+    fn start(
+        &self,
+        first: ClientJsonRpcMessage,
+        peer: Option<InitializeRequestParams>,
+        mut transport: RunTransport,
+        ct: CancellationToken,
+    ) -> ServiceGuard {
         transport.first = Some(first);
         Box::new(serve_directly_with_ct(self.clone(), transport, peer, ct))
     }
@@ -130,20 +145,28 @@ where
         ServerSummary {
             server_info: serde_json::to_value(&info.server_info).unwrap_or(Value::Null),
             capabilities: serde_json::to_value(&info.capabilities).unwrap_or(Value::Null),
-            supported_versions: rmcp::ServerHandler::supported_protocol_versions(self).iter().map(|v| v.as_str().to_owned()).collect(),
+            supported_versions: rmcp::ServerHandler::supported_protocol_versions(self)
+                .iter()
+                .map(|v| v.as_str().to_owned())
+                .collect(),
         }
     }
 
     fn tool_input_schema(&self, name: &str) -> Option<Value> {
-        rmcp::ServerHandler::get_tool(self, name).map(|tool| Value::Object((*tool.input_schema).clone()))
+        rmcp::ServerHandler::get_tool(self, name)
+            .map(|tool| Value::Object((*tool.input_schema).clone()))
     }
 
     fn tool_task_support(&self, name: &str) -> crate::TaskSupport {
-        rmcp::ServerHandler::get_tool(self, name).map_or(crate::TaskSupport::Forbidden, |tool| crate::tasks::declared(tool.meta.as_ref()))
+        rmcp::ServerHandler::get_tool(self, name).map_or(crate::TaskSupport::Forbidden, |tool| {
+            crate::tasks::declared(tool.meta.as_ref())
+        })
     }
 
     fn tool_required_scopes(&self, name: &str) -> Vec<String> {
-        rmcp::ServerHandler::get_tool(self, name).map(|tool| crate::auth::declared(tool.meta.as_ref())).unwrap_or_default()
+        rmcp::ServerHandler::get_tool(self, name)
+            .map(|tool| crate::auth::declared(tool.meta.as_ref()))
+            .unwrap_or_default()
     }
 }
 
@@ -188,13 +211,16 @@ struct Factory {
 }
 
 /// Session id → the session's instance and when a request last used it.
-type SessionInstances = std::collections::HashMap<String, (Arc<dyn ErasedHandler>, std::time::Instant)>;
+type SessionInstances =
+    std::collections::HashMap<String, (Arc<dyn ErasedHandler>, std::time::Instant)>;
 
 impl Factory {
     fn sessions(&self) -> std::sync::MutexGuard<'_, SessionInstances> {
         // A panic elsewhere while holding the lock leaves the map whole (every change is
         // one insert or remove).
-        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -211,7 +237,10 @@ impl McpHandler {
     where
         H: rmcp::ServerHandler + Clone,
     {
-        Self { instances: Instances::Shared(Arc::new(handler)), notifying: Arc::default() }
+        Self {
+            instances: Instances::Shared(Arc::new(handler)),
+            notifying: Arc::default(),
+        }
     }
 
     /// Wrap a factory of rmcp server handlers, as rmcp's `StreamableHttpService::new`
@@ -232,8 +261,15 @@ impl McpHandler {
     {
         let make = move || factory().map(|handler| Arc::new(handler) as Arc<dyn ErasedHandler>);
         let prototype = make()?;
-        let factory = Factory { make: Box::new(make), prototype, sessions: Default::default() };
-        Ok(Self { instances: Instances::Factory(Arc::new(factory)), notifying: Arc::default() })
+        let factory = Factory {
+            make: Box::new(make),
+            prototype,
+            sessions: Default::default(),
+        };
+        Ok(Self {
+            instances: Instances::Factory(Arc::new(factory)),
+            notifying: Arc::default(),
+        })
     }
 
     /// The instance that answers for the server's static information.
@@ -250,7 +286,9 @@ impl McpHandler {
             Instances::Shared(handler) => return Ok(Arc::clone(handler)),
             Instances::Factory(factory) => factory,
         };
-        let Some(session) = session else { return (factory.make)() };
+        let Some(session) = session else {
+            return (factory.make)();
+        };
         let now = std::time::Instant::now();
         if let Some((instance, used)) = factory.sessions().get_mut(session) {
             *used = now;
@@ -319,14 +357,25 @@ impl McpHandler {
 
     /// [`McpHandler::start`] with the caller's own cancellation token (cancelling it
     /// cancels the handler; the run's [`Run::cancel`] is this token).
-    pub fn start_with_cancel(&self, request: Map<String, Value>, peer: &PeerContext, cancel: CancellationToken) -> Result<Run, Rejection> {
+    pub fn start_with_cancel(
+        &self,
+        request: Map<String, Value>,
+        peer: &PeerContext,
+        cancel: CancellationToken,
+    ) -> Result<Run, Rejection> {
         let id = request.get("id").cloned();
-        let handler = self.instance(peer.session.as_deref()).map_err(|e| Rejection {
-            code: code::INTERNAL_ERROR,
-            message: format!("the server's handler factory failed: {e}"),
-            id: id.clone(),
+        let handler = self
+            .instance(peer.session.as_deref())
+            .map_err(|e| Rejection {
+                code: code::INTERNAL_ERROR,
+                message: format!("the server's handler factory failed: {e}"),
+                id: id.clone(),
+            })?;
+        let mut message = parse_request(request).map_err(|e| Rejection {
+            code: code::INVALID_PARAMS,
+            message: format!("invalid params: {e}"),
+            id,
         })?;
-        let mut message = parse_request(request).map_err(|e| Rejection { code: code::INVALID_PARAMS, message: format!("invalid params: {e}"), id })?;
         if let ClientJsonRpcMessage::Request(request) = &mut message {
             if let Some(state) = &peer.session_state {
                 request.request.extensions_mut().insert(state.clone());
@@ -355,9 +404,19 @@ impl McpHandler {
         // `cancel` is the caller's alone: rmcp gets a child token (it cancels its own token
         // when its loop ends, which must not look like a client's cancellation), and `done`,
         // which ends the loop once the response is sent, is another child.
-        let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
+        let transport = RunTransport {
+            first: None,
+            incoming: in_rx,
+            outbound: out_tx,
+            done: cancel.child_token(),
+        };
         let service = handler.start(message, peer_info(peer), transport, cancel.child_token());
-        Ok(Run { outbound, replies, cancel, _service: service })
+        Ok(Run {
+            outbound,
+            replies,
+            cancel,
+            _service: service,
+        })
     }
 
     /// Deliver a client notification (`notifications/initialized`, `roots/list_changed`,
@@ -365,7 +424,9 @@ impl McpHandler {
     /// service loop open until it is done or [`NOTIFY_WINDOW`] has passed. `notifications/cancelled` is the engine's business, not the
     /// handler's, and is not delivered.
     pub fn notify(&self, notification: Map<String, Value>, peer: &PeerContext) {
-        let Ok(mut message) = serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(notification)) else {
+        let Ok(mut message) =
+            serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(notification))
+        else {
             return;
         };
         let handler = match self.instance(peer.session.as_deref()) {
@@ -375,7 +436,8 @@ impl McpHandler {
                 return;
             }
         };
-        if matches!(&message, ClientJsonRpcMessage::Notification(n) if matches!(n.notification, ClientNotification::CancelledNotification(_))) {
+        if matches!(&message, ClientJsonRpcMessage::Notification(n) if matches!(n.notification, ClientNotification::CancelledNotification(_)))
+        {
             return;
         }
         // rmcp hands the notification's extensions to the handler's context, in the task
@@ -383,12 +445,19 @@ impl McpHandler {
         // context it made) is gone, and then the loop has nothing left to serve.
         let (done_tx, handled) = oneshot::channel::<()>();
         if let ClientJsonRpcMessage::Notification(n) = &mut message {
-            n.notification.extensions_mut().insert(HandlerAlive { _held: Arc::new(done_tx) });
+            n.notification.extensions_mut().insert(HandlerAlive {
+                _held: Arc::new(done_tx),
+            });
         }
         let (out_tx, mut outbound) = mpsc::channel(8);
         let (replies, in_rx) = mpsc::channel(1);
         let cancel = CancellationToken::new();
-        let transport = RunTransport { first: None, incoming: in_rx, outbound: out_tx, done: cancel.child_token() };
+        let transport = RunTransport {
+            first: None,
+            incoming: in_rx,
+            outbound: out_tx,
+            done: cancel.child_token(),
+        };
         let service = handler.start(message, peer_info(peer), transport, cancel.clone());
         let notifying = Arc::clone(&self.notifying);
         notifying.fetch_add(1, Ordering::SeqCst);
@@ -425,26 +494,38 @@ fn parse_request(request: Map<String, Value>) -> Result<ClientJsonRpcMessage, se
 /// A `tools/call` request read as its own type; `None` if `body` is not one that fits it.
 fn call_tool(body: &Value) -> Option<ClientJsonRpcMessage> {
     use rmcp::model::{CallToolRequest, ClientRequest, JsonRpcRequest, RequestId};
-    if body.get("method").and_then(Value::as_str) != Some("tools/call") || body.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if body.get("method").and_then(Value::as_str) != Some("tools/call")
+        || body.get("jsonrpc").and_then(Value::as_str) != Some("2.0")
+    {
         return None;
     }
     let id = RequestId::deserialize(body.get("id")?).ok()?;
     let call = CallToolRequest::deserialize(body).ok()?;
-    Some(ClientJsonRpcMessage::Request(JsonRpcRequest::new(id, ClientRequest::CallToolRequest(call))))
+    Some(ClientJsonRpcMessage::Request(JsonRpcRequest::new(
+        id,
+        ClientRequest::CallToolRequest(call),
+    )))
 }
 
 fn peer_info(peer: &PeerContext) -> Option<InitializeRequestParams> {
     let version: ProtocolVersion = peer
         .protocol_version
         .as_deref()
-        .and_then(|v| ProtocolVersion::deserialize(serde::de::value::StrDeserializer::<serde_json::Error>::new(v)).ok())
+        .and_then(|v| {
+            ProtocolVersion::deserialize(
+                serde::de::value::StrDeserializer::<serde_json::Error>::new(v),
+            )
+            .ok()
+        })
         .unwrap_or(ProtocolVersion::V_2025_03_26);
     // Read from the stored value in place (no copy of it).
     let mut params: InitializeRequestParams = peer
         .client
         .as_ref()
         .and_then(|c| InitializeRequestParams::deserialize(c).ok())
-        .unwrap_or_else(|| InitializeRequestParams::new(Default::default(), rmcp::model::Implementation::default()));
+        .unwrap_or_else(|| {
+            InitializeRequestParams::new(Default::default(), rmcp::model::Implementation::default())
+        });
     params.protocol_version = version;
     Some(params)
 }
@@ -469,7 +550,10 @@ impl Transport<RoleServer> for RunTransport {
         "durable-mcp run".into()
     }
 
-    fn send(&mut self, item: TxJsonRpcMessage<RoleServer>) -> impl Future<Output = Result<(), Closed>> + Send + 'static {
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Closed>> + Send + 'static {
         let sender = self.outbound.clone();
         let done = self.done.clone();
         async move {
@@ -511,14 +595,25 @@ impl Transport<RoleServer> for RunTransport {
 }
 
 fn to_outbound(item: ServerJsonRpcMessage) -> Result<Outbound, serde_json::Error> {
-    let terminal = matches!(item, ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_));
+    let terminal = matches!(
+        item,
+        ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)
+    );
     let message = serde_json::to_value(&item)?;
     if terminal {
         return Ok(Outbound::Outcome(message));
     }
-    let method = message.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     Ok(match message.get("id") {
-        Some(id) => Outbound::Request { id: id.clone(), method, message: message.clone() },
+        Some(id) => Outbound::Request {
+            id: id.clone(),
+            method,
+            message: message.clone(),
+        },
         None => Outbound::Notification { method, message },
     })
 }
@@ -545,13 +640,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_notification_handled_at_once_closes_its_service_loop_within_the_window() {
         let handler = McpHandler::new(Quiet);
-        let peer = PeerContext { protocol_version: Some("2025-11-25".into()), ..PeerContext::default() };
+        let peer = PeerContext {
+            protocol_version: Some("2025-11-25".into()),
+            ..PeerContext::default()
+        };
         for _ in 0..100 {
             handler.notify(initialized(), &peer);
         }
         assert_eq!(handler.notifications_in_flight(), 100);
         tokio::time::sleep(NOTIFY_WINDOW / 2).await;
-        assert_eq!(handler.notifications_in_flight(), 0, "service loops of finished notifications still open");
+        assert_eq!(
+            handler.notifications_in_flight(),
+            0,
+            "service loops of finished notifications still open"
+        );
         tokio::time::sleep(NOTIFY_WINDOW).await;
         assert_eq!(handler.notifications_in_flight(), 0);
     }
@@ -562,8 +664,14 @@ mod tests {
             "params": {"name": "echo", "arguments": {"text": "hi"}, "_meta": {"progressToken": "p"}}});
         let direct = call_tool(&body).expect("the direct read fits a tools/call");
         let generic: ClientJsonRpcMessage = serde_json::from_value(body).unwrap();
-        assert_eq!(serde_json::to_value(&direct).unwrap(), serde_json::to_value(&generic).unwrap());
+        assert_eq!(
+            serde_json::to_value(&direct).unwrap(),
+            serde_json::to_value(&generic).unwrap()
+        );
         assert!(call_tool(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}})).is_none());
-        assert!(call_tool(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).is_none());
+        assert!(
+            call_tool(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+                .is_none()
+        );
     }
 }

@@ -38,7 +38,15 @@ pub const REQUIRED_SCOPES_META: &str = "io.durable-mcp/requiredScopes";
 /// The tool `_meta` declaring `scopes`, for `#[tool(meta = required_scopes(&[...]))]`.
 pub fn required_scopes(scopes: &[&str]) -> MetaObject {
     let mut meta = Map::new();
-    meta.insert(REQUIRED_SCOPES_META.into(), Value::Array(scopes.iter().map(|s| Value::String((*s).to_owned())).collect()));
+    meta.insert(
+        REQUIRED_SCOPES_META.into(),
+        Value::Array(
+            scopes
+                .iter()
+                .map(|s| Value::String((*s).to_owned()))
+                .collect(),
+        ),
+    );
     MetaObject(meta)
 }
 
@@ -53,7 +61,13 @@ pub fn merge_meta(a: MetaObject, b: MetaObject) -> MetaObject {
 pub(crate) fn declared(meta: Option<&MetaObject>) -> Vec<String> {
     meta.and_then(|m| m.0.get(REQUIRED_SCOPES_META))
         .and_then(Value::as_array)
-        .map(|scopes| scopes.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .map(|scopes| {
+            scopes
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -79,6 +93,9 @@ pub struct AuthInfo {
 impl AuthInfo {
     /// The caller known by its principal alone (a re-run, or `initialize`).
     pub fn principal_only(principal: impl Into<String>) -> Self {
-        Self { principal: principal.into(), ..Self::default() }
+        Self {
+            principal: principal.into(),
+            ..Self::default()
+        }
     }
 }

@@ -27,13 +27,22 @@ pub const RMCP_BASELINE_PATH: &str = "/mcp";
 ///
 /// # Errors
 /// An I/O error of the listener.
-pub async fn serve_rmcp_baseline<H>(handler: H, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()>
+pub async fn serve_rmcp_baseline<H>(
+    handler: H,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
 where
     H: ServerHandler + Clone,
 {
     let cancel = CancellationToken::new();
-    let config = StreamableHttpServerConfig::default().with_cancellation_token(cancel.child_token());
-    let service = StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
+    let config =
+        StreamableHttpServerConfig::default().with_cancellation_token(cancel.child_token());
+    let service = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
     let router = axum::Router::new().nest_service(RMCP_BASELINE_PATH, service);
     let listener = listener.tap_io(|tcp| {
         if let Err(error) = tcp.set_nodelay(true) {

@@ -60,7 +60,12 @@ pub trait StateBackend: Send + Sync + 'static {
     /// The current value of `key`.
     fn load<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>>;
     /// Store `value` under `key` if it still holds `expected`; `Ok(false)` on a conflict.
-    fn compare_and_set<'a>(&'a self, key: &'a str, expected: Option<Value>, value: Option<Value>) -> BoxFuture<'a, Result<bool, StateError>>;
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a str,
+        expected: Option<Value>,
+        value: Option<Value>,
+    ) -> BoxFuture<'a, Result<bool, StateError>>;
 }
 
 /// Durable per-session application state, shared by every worker serving the session and
@@ -99,7 +104,9 @@ pub struct SessionState {
 
 impl std::fmt::Debug for SessionState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionState").field("session", &self.session_id()).finish()
+        f.debug_struct("SessionState")
+            .field("session", &self.session_id())
+            .finish()
     }
 }
 
@@ -111,7 +118,9 @@ struct NoSession {
 
 impl NoSession {
     fn refused(&self) -> StateError {
-        StateError::NoSession { protocol_version: self.protocol_version.clone() }
+        StateError::NoSession {
+            protocol_version: self.protocol_version.clone(),
+        }
     }
 }
 
@@ -124,7 +133,12 @@ impl StateBackend for NoSession {
         Box::pin(std::future::ready(Err(self.refused())))
     }
 
-    fn compare_and_set<'a>(&'a self, _key: &'a str, _expected: Option<Value>, _value: Option<Value>) -> BoxFuture<'a, Result<bool, StateError>> {
+    fn compare_and_set<'a>(
+        &'a self,
+        _key: &'a str,
+        _expected: Option<Value>,
+        _value: Option<Value>,
+    ) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(std::future::ready(Err(self.refused())))
     }
 }
@@ -162,13 +176,23 @@ const MAX_ATTEMPTS: usize = 64;
 impl SessionState {
     /// A handle over `backend`.
     pub fn new(backend: Arc<dyn StateBackend>) -> Self {
-        Self { core: StateCore { backend }, has_session: true }
+        Self {
+            core: StateCore { backend },
+            has_session: true,
+        }
     }
 
     /// The state of a request that has no session (a 2026-07-28 request at
     /// `protocol_version`): every operation fails with [`StateError::NoSession`].
     pub fn without_session(protocol_version: impl Into<String>) -> Self {
-        Self { core: StateCore { backend: Arc::new(NoSession { protocol_version: protocol_version.into() }) }, has_session: false }
+        Self {
+            core: StateCore {
+                backend: Arc::new(NoSession {
+                    protocol_version: protocol_version.into(),
+                }),
+            },
+            has_session: false,
+        }
     }
 
     /// The session this state belongs to; `None` in a request without a session.
@@ -191,7 +215,9 @@ impl From<StateError> for rmcp::ErrorData {
 impl ServerState {
     /// A handle over `backend`.
     pub fn new(backend: Arc<dyn StateBackend>) -> Self {
-        Self { core: StateCore { backend } }
+        Self {
+            core: StateCore { backend },
+        }
     }
 }
 
@@ -200,7 +226,10 @@ macro_rules! state_operations {
     ($state:ty) => {
         impl $state {
             /// The value stored under `key`, if any.
-            pub async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StateError> {
+            pub async fn get<T: DeserializeOwned>(
+                &self,
+                key: &str,
+            ) -> Result<Option<T>, StateError> {
                 self.core.get(key).await
             }
 
@@ -230,7 +259,14 @@ impl StateCore {
     async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StateError> {
         match self.backend.load(key).await? {
             None => Ok(None),
-            Some(value) => serde_json::from_value(value).map(Some).map_err(|source| StateError::Decode { key: key.to_owned(), source }),
+            Some(value) => {
+                serde_json::from_value(value)
+                    .map(Some)
+                    .map_err(|source| StateError::Decode {
+                        key: key.to_owned(),
+                        source,
+                    })
+            }
         }
     }
 
@@ -245,11 +281,23 @@ impl StateCore {
             let raw = self.backend.load(key).await?;
             let current = match &raw {
                 None => None,
-                Some(value) => Some(serde_json::from_value(value.clone()).map_err(|source| StateError::Decode { key: key.to_owned(), source })?),
+                Some(value) => Some(serde_json::from_value(value.clone()).map_err(|source| {
+                    StateError::Decode {
+                        key: key.to_owned(),
+                        source,
+                    }
+                })?),
             };
             let next = f(current);
-            let encoded = serde_json::to_value(&next).map_err(|source| StateError::Encode { key: key.to_owned(), source })?;
-            if self.backend.compare_and_set(key, raw, Some(encoded)).await? {
+            let encoded = serde_json::to_value(&next).map_err(|source| StateError::Encode {
+                key: key.to_owned(),
+                source,
+            })?;
+            if self
+                .backend
+                .compare_and_set(key, raw, Some(encoded))
+                .await?
+            {
                 return Ok(next);
             }
         }

@@ -66,7 +66,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, ListRootsResult, LoggingLevel};
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    ListRootsResult, LoggingLevel,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -127,10 +130,14 @@ pub enum DurableError {
 impl From<DurableError> for rmcp::ErrorData {
     fn from(error: DurableError) -> Self {
         match error {
-            DurableError::InputRequired => {
-                rmcp::ErrorData::new(rmcp::model::ErrorCode(SUSPENDED_CODE), "waiting for the client's input", Some(json!({crate::meta::SUSPENDED: true})))
+            DurableError::InputRequired => rmcp::ErrorData::new(
+                rmcp::model::ErrorCode(SUSPENDED_CODE),
+                "waiting for the client's input",
+                Some(json!({crate::meta::SUSPENDED: true})),
+            ),
+            DurableError::Cancelled => {
+                rmcp::ErrorData::new(rmcp::model::ErrorCode(-32_800), error.to_string(), None)
             }
-            DurableError::Cancelled => rmcp::ErrorData::new(rmcp::model::ErrorCode(-32_800), error.to_string(), None),
             other => rmcp::ErrorData::internal_error(other.to_string(), None),
         }
     }
@@ -159,16 +166,31 @@ pub trait DurableBackend: Send + Sync + 'static {
     /// Which run of the request this is: 1 for the first, 2 after one recovery, ...
     fn attempt(&self) -> u32;
     /// The committed result of step `name`, if any.
-    fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>, DurableError>>;
+    fn load_step<'a>(&'a self, name: &'a str)
+    -> BoxFuture<'a, Result<Option<Value>, DurableError>>;
     /// Commit `value` as step `name`'s result unless one is already committed; returns
     /// the committed result (the first commit wins).
-    fn commit_step<'a>(&'a self, name: &'a str, value: Value) -> BoxFuture<'a, Result<Value, DurableError>>;
+    fn commit_step<'a>(
+        &'a self,
+        name: &'a str,
+        value: Value,
+    ) -> BoxFuture<'a, Result<Value, DurableError>>;
     /// Ask the client question number `index` (`elicitation/create`, ...) and return the
     /// client's response (the whole JSON-RPC response object), asking at most once per
     /// run unless unanswered at recovery.
-    fn ask<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<Value, DurableError>>;
+    fn ask<'a>(
+        &'a self,
+        index: u64,
+        method: &'a str,
+        params: Value,
+    ) -> BoxFuture<'a, Result<Value, DurableError>>;
     /// Send notification number `index` unless an earlier run already sent it.
-    fn emit<'a>(&'a self, index: u64, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), DurableError>>;
+    fn emit<'a>(
+        &'a self,
+        index: u64,
+        method: &'a str,
+        params: Value,
+    ) -> BoxFuture<'a, Result<(), DurableError>>;
     /// Turn this request into a task (2026-07-28 Tasks extension): `Ok(true)` once the
     /// task is committed and its create result sent; `Ok(false)` if the client cannot use
     /// tasks (the request goes on synchronously).
@@ -192,7 +214,10 @@ pub struct Durable {
 
 impl std::fmt::Debug for Durable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Durable").field("run", &self.backend.run_id()).field("attempt", &self.backend.attempt()).finish()
+        f.debug_struct("Durable")
+            .field("run", &self.backend.run_id())
+            .field("attempt", &self.backend.attempt())
+            .finish()
     }
 }
 
@@ -232,18 +257,29 @@ pub struct Retry {
 
 impl Default for Retry {
     fn default() -> Self {
-        Self { max_attempts: 3, initial_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(10) }
+        Self {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+        }
     }
 }
 
 fn decode<T: DeserializeOwned>(name: &str, value: Value) -> Result<T, DurableError> {
-    serde_json::from_value(value).map_err(|source| DurableError::Decode { name: name.to_owned(), source })
+    serde_json::from_value(value).map_err(|source| DurableError::Decode {
+        name: name.to_owned(),
+        source,
+    })
 }
 
 impl Durable {
     /// A context over `backend` (the engine builds it; handlers receive it).
     pub fn new(backend: Arc<dyn DurableBackend>) -> Self {
-        Self { backend, questions: Arc::default(), messages: Arc::default() }
+        Self {
+            backend,
+            questions: Arc::default(),
+            messages: Arc::default(),
+        }
     }
 
     /// The journaled request's id, stable across re-runs.
@@ -262,7 +298,10 @@ impl Durable {
     }
 
     fn key(&self, name: &str) -> StepKey {
-        StepKey { key: self.idempotency_key(name), attempt: self.backend.attempt() }
+        StepKey {
+            key: self.idempotency_key(name),
+            attempt: self.backend.attempt(),
+        }
     }
 
     /// Run `f` once: if step `name` has a committed result (from this run or an earlier
@@ -286,7 +325,10 @@ impl Durable {
             return Err(DurableError::Cancelled);
         }
         let value = f(self.key(name)).await;
-        let encoded = serde_json::to_value(&value).map_err(|source| DurableError::Encode { name: name.to_owned(), source })?;
+        let encoded = serde_json::to_value(&value).map_err(|source| DurableError::Encode {
+            name: name.to_owned(),
+            source,
+        })?;
         let committed = self.backend.commit_step(name, encoded).await?;
         decode(name, committed)
     }
@@ -294,7 +336,12 @@ impl Durable {
     /// Like [`Durable::step`] for a fallible closure: failures are retried with exponential
     /// backoff (the same idempotency key every time), and the first success, or the last
     /// failure once `retry.max_attempts` are spent, is committed and returned.
-    pub async fn retry_step<T, E, F, Fut>(&self, name: &str, retry: Retry, mut f: F) -> Result<Result<T, E>, DurableError>
+    pub async fn retry_step<T, E, F, Fut>(
+        &self,
+        name: &str,
+        retry: Retry,
+        mut f: F,
+    ) -> Result<Result<T, E>, DurableError>
     where
         T: Serialize + DeserializeOwned,
         E: Serialize + DeserializeOwned + std::fmt::Display,
@@ -308,7 +355,9 @@ impl Durable {
             loop {
                 match f(key.clone()).await {
                     Ok(value) => return Ok(value),
-                    Err(error) if tries >= retry.max_attempts.max(1) || cancel.is_cancelled() => return Err(error),
+                    Err(error) if tries >= retry.max_attempts.max(1) || cancel.is_cancelled() => {
+                        return Err(error);
+                    }
                     Err(error) => {
                         tracing::debug!(%error, tries, "step failed; retrying");
                         tokio::select! {
@@ -330,12 +379,17 @@ impl Durable {
     pub async fn sleep(&self, name: &str, duration: Duration) -> Result<(), DurableError> {
         let wake_at_ms: u64 = self
             .step(&format!("sleep:{name}"), |_| async move {
-                let now =
-                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    .unwrap_or(0);
                 now.saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
             })
             .await?;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
         let rest = Duration::from_millis(wake_at_ms.saturating_sub(now));
         let cancel = self.backend.cancellation();
         tokio::select! {
@@ -351,7 +405,11 @@ impl Durable {
             return Err(DurableError::Refused {
                 method: method.to_owned(),
                 code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: error.get("message").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                message: error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
             });
         }
         Ok(response.get("result").cloned().unwrap_or(Value::Null))
@@ -362,7 +420,12 @@ impl Durable {
     /// numbers the questions it passes on itself (the proxy's [`crate::forward::Questions`]).
     /// The typed [`Durable::elicit`], [`Durable::sample`] and [`Durable::list_roots`] number
     /// theirs in the order they are made; do not use both kinds in one request.
-    pub async fn ask_at(&self, index: u64, method: &str, params: Value) -> Result<Value, DurableError> {
+    pub async fn ask_at(
+        &self,
+        index: u64,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, DurableError> {
         self.backend.ask(index, method, params).await
     }
 
@@ -370,14 +433,29 @@ impl Durable {
     /// when it arrives, at any worker; a re-run gets it without asking again. A question
     /// still unanswered when the worker died is asked again, with the same request id.
     pub async fn elicit(&self, params: ElicitRequestParams) -> Result<ElicitResult, DurableError> {
-        let params = serde_json::to_value(params).map_err(|source| DurableError::Encode { name: "elicit".into(), source })?;
-        decode("elicitation/create", self.ask_raw("elicitation/create", params).await?)
+        let params = serde_json::to_value(params).map_err(|source| DurableError::Encode {
+            name: "elicit".into(),
+            source,
+        })?;
+        decode(
+            "elicitation/create",
+            self.ask_raw("elicitation/create", params).await?,
+        )
     }
 
     /// Ask the client's model (`sampling/createMessage`), once (D9).
-    pub async fn sample(&self, params: CreateMessageRequestParams) -> Result<CreateMessageResult, DurableError> {
-        let params = serde_json::to_value(params).map_err(|source| DurableError::Encode { name: "sample".into(), source })?;
-        decode("sampling/createMessage", self.ask_raw("sampling/createMessage", params).await?)
+    pub async fn sample(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> Result<CreateMessageResult, DurableError> {
+        let params = serde_json::to_value(params).map_err(|source| DurableError::Encode {
+            name: "sample".into(),
+            source,
+        })?;
+        decode(
+            "sampling/createMessage",
+            self.ask_raw("sampling/createMessage", params).await?,
+        )
     }
 
     /// Ask for the client's roots (`roots/list`), once (D9).
@@ -387,9 +465,16 @@ impl Durable {
 
     /// Report progress (if the request has a progress token). Committed as an event of
     /// the request's stream; a re-run does not send it again.
-    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), DurableError> {
+    pub async fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<(), DurableError> {
         let index = self.messages.fetch_add(1, Ordering::SeqCst) + 1;
-        let Some(token) = self.backend.progress_token() else { return Ok(()) };
+        let Some(token) = self.backend.progress_token() else {
+            return Ok(());
+        };
         let mut params = json!({"progressToken": token, "progress": progress});
         if let Some(total) = total {
             params["total"] = json!(total);
@@ -397,18 +482,27 @@ impl Durable {
         if let Some(message) = message {
             params["message"] = json!(message);
         }
-        self.backend.emit(index, "notifications/progress", params).await
+        self.backend
+            .emit(index, "notifications/progress", params)
+            .await
     }
 
     /// Send a log message (filtered by the session's or request's log level like any
     /// other). A re-run does not send it again.
-    pub async fn log(&self, level: LoggingLevel, logger: Option<&str>, data: Value) -> Result<(), DurableError> {
+    pub async fn log(
+        &self,
+        level: LoggingLevel,
+        logger: Option<&str>,
+        data: Value,
+    ) -> Result<(), DurableError> {
         let index = self.messages.fetch_add(1, Ordering::SeqCst) + 1;
         let mut params = json!({"level": level, "data": data});
         if let Some(logger) = logger {
             params["logger"] = json!(logger);
         }
-        self.backend.emit(index, "notifications/message", params).await
+        self.backend
+            .emit(index, "notifications/message", params)
+            .await
     }
 
     /// Go on as a durable task, if the client can use tasks (it declared the 2026-07-28
@@ -482,15 +576,26 @@ impl StateSealer {
 
     /// Seal `payload`, bound to `binding`, valid for `ttl`.
     pub fn seal(&self, payload: &Value, binding: &[u8], ttl: Duration) -> String {
-        let options = rmcp::model::SealOptions::new().associated_data(binding).ttl(ttl);
-        let sealed = self.keys.codec().seal_with(payload.to_string().as_bytes(), &options);
+        let options = rmcp::model::SealOptions::new()
+            .associated_data(binding)
+            .ttl(ttl);
+        let sealed = self
+            .keys
+            .codec()
+            .seal_with(payload.to_string().as_bytes(), &options);
         format!("{SEALED_STATE_PREFIX}{sealed}")
     }
 
     /// Open a state sealed by [`StateSealer::seal`] with the same binding.
     pub fn open(&self, sealed: &str, binding: &[u8]) -> Result<Value, SealError> {
-        let token = sealed.strip_prefix(SEALED_STATE_PREFIX).ok_or(SealError::Foreign)?;
-        let bytes = self.keys.codec().open_with(token, binding).map_err(SealError::Refused)?;
+        let token = sealed
+            .strip_prefix(SEALED_STATE_PREFIX)
+            .ok_or(SealError::Foreign)?;
+        let bytes = self
+            .keys
+            .codec()
+            .open_with(token, binding)
+            .map_err(SealError::Refused)?;
         serde_json::from_slice(&bytes).map_err(SealError::Payload)
     }
 }
@@ -519,16 +624,41 @@ mod tests {
         fn attempt(&self) -> u32 {
             1
         }
-        fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>, DurableError>> {
+        fn load_step<'a>(
+            &'a self,
+            name: &'a str,
+        ) -> BoxFuture<'a, Result<Option<Value>, DurableError>> {
             Box::pin(async move { Ok(self.committed.lock().unwrap().get(name).cloned()) })
         }
-        fn commit_step<'a>(&'a self, name: &'a str, value: Value) -> BoxFuture<'a, Result<Value, DurableError>> {
-            Box::pin(async move { Ok(self.committed.lock().unwrap().entry(name.to_owned()).or_insert(value).clone()) })
+        fn commit_step<'a>(
+            &'a self,
+            name: &'a str,
+            value: Value,
+        ) -> BoxFuture<'a, Result<Value, DurableError>> {
+            Box::pin(async move {
+                Ok(self
+                    .committed
+                    .lock()
+                    .unwrap()
+                    .entry(name.to_owned())
+                    .or_insert(value)
+                    .clone())
+            })
         }
-        fn ask<'a>(&'a self, _index: u64, _method: &'a str, _params: Value) -> BoxFuture<'a, Result<Value, DurableError>> {
+        fn ask<'a>(
+            &'a self,
+            _index: u64,
+            _method: &'a str,
+            _params: Value,
+        ) -> BoxFuture<'a, Result<Value, DurableError>> {
             Box::pin(async { Ok(Value::Null) })
         }
-        fn emit<'a>(&'a self, _index: u64, _method: &'a str, _params: Value) -> BoxFuture<'a, Result<(), DurableError>> {
+        fn emit<'a>(
+            &'a self,
+            _index: u64,
+            _method: &'a str,
+            _params: Value,
+        ) -> BoxFuture<'a, Result<(), DurableError>> {
             Box::pin(async { Ok(()) })
         }
         fn start_task(&self) -> BoxFuture<'_, Result<bool, DurableError>> {
@@ -545,10 +675,20 @@ mod tests {
         }
     }
 
-    const QUICK: Retry = Retry { max_attempts: 4, initial_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(2) };
+    const QUICK: Retry = Retry {
+        max_attempts: 4,
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(2),
+    };
 
     fn now_ms() -> u64 {
-        u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
+        u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap()
     }
 
     /// An ordinary failure is retried under its policy, with the same idempotency key, and
@@ -563,17 +703,39 @@ mod tests {
             .retry_step("charge", QUICK, |key| {
                 let n = tries.fetch_add(1, Ordering::SeqCst) + 1;
                 keys.lock().unwrap().push(key.idempotency_key().to_owned());
-                async move { if n < 3 { Err(format!("try {n} failed")) } else { Ok(format!("receipt after {n}")) } }
+                async move {
+                    if n < 3 {
+                        Err(format!("try {n} failed"))
+                    } else {
+                        Ok(format!("receipt after {n}"))
+                    }
+                }
             })
             .await
             .unwrap();
         assert_eq!(outcome, Ok("receipt after 3".to_owned()));
-        assert_eq!(tries.load(Ordering::SeqCst), 3, "two failures retried, then the success");
-        assert_eq!(*keys.lock().unwrap(), vec!["run-1:charge"; 3], "one idempotency key for every try");
+        assert_eq!(
+            tries.load(Ordering::SeqCst),
+            3,
+            "two failures retried, then the success"
+        );
+        assert_eq!(
+            *keys.lock().unwrap(),
+            vec!["run-1:charge"; 3],
+            "one idempotency key for every try"
+        );
 
-        let again: Result<String, String> =
-            Durable::new(backend).retry_step("charge", QUICK, |_| async { Ok::<_, String>("a second charge".to_owned()) }).await.unwrap();
-        assert_eq!(again, Ok("receipt after 3".to_owned()), "a re-run returns the committed success");
+        let again: Result<String, String> = Durable::new(backend)
+            .retry_step("charge", QUICK, |_| async {
+                Ok::<_, String>("a second charge".to_owned())
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            again,
+            Ok("receipt after 3".to_owned()),
+            "a re-run returns the committed success"
+        );
     }
 
     /// Once `max_attempts` tries have failed the last failure ends the step: it is committed
@@ -590,7 +752,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(outcome, Err("declined on try 4".to_owned()));
-        assert_eq!(tries.load(Ordering::SeqCst), QUICK.max_attempts, "exactly max_attempts tries");
+        assert_eq!(
+            tries.load(Ordering::SeqCst),
+            QUICK.max_attempts,
+            "exactly max_attempts tries"
+        );
 
         let rerun_tries = AtomicU32::new(0);
         let again: Result<String, String> = Durable::new(backend)
@@ -600,8 +766,16 @@ mod tests {
             })
             .await
             .unwrap();
-        assert_eq!(again, Err("declined on try 4".to_owned()), "the committed failure is the step's result");
-        assert_eq!(rerun_tries.load(Ordering::SeqCst), 0, "a re-run does not try again");
+        assert_eq!(
+            again,
+            Err("declined on try 4".to_owned()),
+            "the committed failure is the step's result"
+        );
+        assert_eq!(
+            rerun_tries.load(Ordering::SeqCst),
+            0,
+            "a re-run does not try again"
+        );
     }
 
     /// A re-run of a sleep whose wake-up time is already committed waits only the rest.
@@ -609,9 +783,19 @@ mod tests {
     async fn d8_rerun_sleep_waits_only_until_the_committed_wake_up() {
         let backend = Arc::new(Steps::default());
         let wake_at = now_ms() + 300;
-        backend.committed.lock().unwrap().insert("sleep:bake".to_owned(), json!(wake_at));
+        backend
+            .committed
+            .lock()
+            .unwrap()
+            .insert("sleep:bake".to_owned(), json!(wake_at));
         let durable = Durable::new(backend);
-        tokio::time::timeout(Duration::from_secs(20), durable.sleep("bake", Duration::from_secs(60))).await.expect("the rest, not the whole minute").unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            durable.sleep("bake", Duration::from_secs(60)),
+        )
+        .await
+        .expect("the rest, not the whole minute")
+        .unwrap();
         assert!(now_ms() >= wake_at, "not before the committed wake-up time");
     }
 }

@@ -12,9 +12,11 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, CustomRequest, CustomResult, ErrorCode,
-    GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerConfig, ServerNotification, SubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    CustomRequest, CustomResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerConfig, ServerNotification, SubscribeRequestParams,
     SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
@@ -96,7 +98,9 @@ struct QuestionsInner {
 
 impl std::fmt::Debug for Questions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Questions").field("durable", &self.0.durable).finish_non_exhaustive()
+        f.debug_struct("Questions")
+            .field("durable", &self.0.durable)
+            .finish_non_exhaustive()
     }
 }
 
@@ -122,7 +126,12 @@ impl Questions {
     /// The questions of the request whose durable context is `durable`, for a client that
     /// declared `capabilities`.
     pub fn new(durable: crate::Durable, capabilities: Value) -> Self {
-        Self(Arc::new(QuestionsInner { durable, capabilities, place: tokio::sync::Mutex::new(0), suspended: CancellationToken::new() }))
+        Self(Arc::new(QuestionsInner {
+            durable,
+            capabilities,
+            place: tokio::sync::Mutex::new(0),
+            suspended: CancellationToken::new(),
+        }))
     }
 
     /// A new send of the request begins (to a fresh process): its questions are matched
@@ -142,11 +151,18 @@ impl Questions {
     /// committed (or at once, if it was before).
     pub async fn ask(&self, method: &str, params: Value) -> Value {
         let Some(capability) = needed_capability(method) else {
-            return refusal(crate::jsonrpc::code::METHOD_NOT_FOUND, format!("durable-mcp proxy does not relay {method} to its clients"));
+            return refusal(
+                crate::jsonrpc::code::METHOD_NOT_FOUND,
+                format!("durable-mcp proxy does not relay {method} to its clients"),
+            );
         };
         if self.0.capabilities.get(capability).is_none() {
-            let mut missing = refusal(crate::jsonrpc::code::MISSING_CLIENT_CAPABILITY, format!("the client did not declare the {capability} capability"));
-            missing["error"]["data"] = serde_json::json!({"requiredCapabilities": {capability: {}}});
+            let mut missing = refusal(
+                crate::jsonrpc::code::MISSING_CLIENT_CAPABILITY,
+                format!("the client did not declare the {capability} capability"),
+            );
+            missing["error"]["data"] =
+                serde_json::json!({"requiredCapabilities": {capability: {}}});
             return missing;
         }
         let index = match self.place(method, &params).await {
@@ -157,7 +173,10 @@ impl Questions {
             Ok(response) => match (response.get("result"), response.get("error")) {
                 (Some(result), _) => serde_json::json!({"result": result}),
                 (None, Some(error)) => serde_json::json!({"error": error}),
-                (None, None) => refusal(crate::jsonrpc::code::INTERNAL_ERROR, "the client's response had neither result nor error"),
+                (None, None) => refusal(
+                    crate::jsonrpc::code::INTERNAL_ERROR,
+                    "the client's response had neither result nor error",
+                ),
             },
             Err(error) => self.failed(method, error),
         }
@@ -168,12 +187,20 @@ impl Questions {
         match error {
             crate::DurableError::InputRequired => {
                 self.0.suspended.cancel();
-                refusal(REQUEST_CANCELLED, "the request waits for the client's input (it will be sent again with the answer)")
+                refusal(
+                    REQUEST_CANCELLED,
+                    "the request waits for the client's input (it will be sent again with the answer)",
+                )
             }
-            crate::DurableError::Cancelled => refusal(REQUEST_CANCELLED, "the request was cancelled"),
+            crate::DurableError::Cancelled => {
+                refusal(REQUEST_CANCELLED, "the request was cancelled")
+            }
             other => {
                 tracing::warn!(error = %other, %method, "an upstream's question could not be relayed");
-                refusal(crate::jsonrpc::code::INTERNAL_ERROR, format!("the question could not be relayed: {other}"))
+                refusal(
+                    crate::jsonrpc::code::INTERNAL_ERROR,
+                    format!("the question could not be relayed: {other}"),
+                )
             }
         }
     }
@@ -188,13 +215,19 @@ impl Questions {
         let mut place = self.0.place.lock().await;
         for index in *place + 1..=*place + MAX_QUESTIONS {
             let mine = question.clone();
-            let committed: Value = self.0.durable.step(&format!("proxy:question:{index}"), |_| async move { mine }).await?;
+            let committed: Value = self
+                .0
+                .durable
+                .step(&format!("proxy:question:{index}"), |_| async move { mine })
+                .await?;
             if committed == question {
                 *place = index;
                 return Ok(index);
             }
         }
-        Err(crate::DurableError::Journal(format!("more than {MAX_QUESTIONS} questions in one request").into()))
+        Err(crate::DurableError::Journal(
+            format!("more than {MAX_QUESTIONS} questions in one request").into(),
+        ))
     }
 }
 
@@ -223,7 +256,8 @@ pub trait Upstream: Send + Sync + 'static {
     /// The upstream's tool `name` as it listed it, if it did.
     fn tool(&self, name: &str) -> Option<Value>;
     /// Forward one request; its result (the JSON-RPC `result`) or error.
-    fn request(&self, request: UpstreamRequest) -> BoxFuture<'static, Result<Value, UpstreamError>>;
+    fn request(&self, request: UpstreamRequest)
+    -> BoxFuture<'static, Result<Value, UpstreamError>>;
     /// A 2026-07-28 `subscriptions/listen` stream follows the resources `uris` while the
     /// returned guard lives: the upstream should report their updates through `outbox`'s
     /// [`announce`](crate::Outbox::announce). The default follows nothing.
@@ -245,7 +279,9 @@ pub struct Forward {
 
 impl std::fmt::Debug for Forward {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Forward").field("server_info", &self.info.server_info).finish_non_exhaustive()
+        f.debug_struct("Forward")
+            .field("server_info", &self.info.server_info)
+            .finish_non_exhaustive()
     }
 }
 
@@ -256,43 +292,100 @@ impl Forward {
     /// says, and declares its own task capabilities).
     pub fn new(upstream: Arc<dyn Upstream>) -> Result<Self, serde_json::Error> {
         let mut info = upstream.info();
-        let knows_tasks = info.pointer("/capabilities/tasks/requests/tools/call").is_some();
+        let knows_tasks = info
+            .pointer("/capabilities/tasks/requests/tools/call")
+            .is_some();
         if let Some(capabilities) = info.get_mut("capabilities").and_then(Value::as_object_mut) {
             capabilities.remove("tasks");
         }
         let info: ServerConfig = serde_json::from_value(info)?;
-        Ok(Self { upstream, info: Arc::new(info), knows_tasks })
+        Ok(Self {
+            upstream,
+            info: Arc::new(info),
+            knows_tasks,
+        })
     }
 
     /// Forward `method` with `params`, sending the upstream's notifications for it to the
     /// client as they come, and read its result as `R`.
-    async fn forward<P: Serialize, R: DeserializeOwned>(&self, method: &str, params: Option<P>, context: RequestContext<RoleServer>) -> Result<R, ErrorData> {
-        let params = params.map(|p| serde_json::to_value(p)).transpose().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    async fn forward<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Option<P>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<R, ErrorData> {
+        let params = params
+            .map(|p| serde_json::to_value(p))
+            .transpose()
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         // A session-era upstream's result has no `resultType`, which a 2026-07-28 client must
         // get (see `complete`).
         let value = complete(self.forward_value(method, params, context).await?);
-        serde_json::from_value(value).map_err(|e| ErrorData::internal_error(format!("the upstream's {method} result does not parse: {e}"), None))
+        serde_json::from_value(value).map_err(|e| {
+            ErrorData::internal_error(
+                format!("the upstream's {method} result does not parse: {e}"),
+                None,
+            )
+        })
     }
 
-    async fn forward_value(&self, method: &str, params: Option<Value>, context: RequestContext<RoleServer>) -> Result<Value, ErrorData> {
+    async fn forward_value(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
         let params = with_meta(params, &context.meta.0.0);
-        let session = context.extensions.get::<crate::SessionState>().and_then(|s| s.session_id().map(str::to_owned));
-        let attempt = context.extensions.get::<crate::Durable>().map_or(1, crate::Durable::attempt);
-        let client = if session.is_some() { context.peer.peer_info().and_then(|p| serde_json::to_value(&*p).ok()) } else { None };
+        let session = context
+            .extensions
+            .get::<crate::SessionState>()
+            .and_then(|s| s.session_id().map(str::to_owned));
+        let attempt = context
+            .extensions
+            .get::<crate::Durable>()
+            .map_or(1, crate::Durable::attempt);
+        let client = if session.is_some() {
+            context
+                .peer
+                .peer_info()
+                .and_then(|p| serde_json::to_value(&*p).ok())
+        } else {
+            None
+        };
         // The client's capabilities: a session's from its `initialize`, a 2026-07-28
         // request's from its own `_meta`.
         let capabilities = match &client {
             Some(client) => client.get("capabilities").cloned(),
-            None => context.meta.0.0.get(crate::meta::CLIENT_CAPABILITIES).cloned(),
+            None => context
+                .meta
+                .0
+                .0
+                .get(crate::meta::CLIENT_CAPABILITIES)
+                .cloned(),
         };
-        let questions = context.extensions.get::<crate::Durable>().map(|durable| Questions::new(durable.clone(), capabilities.unwrap_or(Value::Null)));
-        let suspended = questions.as_ref().map_or_else(CancellationToken::new, Questions::suspended);
+        let questions = context
+            .extensions
+            .get::<crate::Durable>()
+            .map(|durable| Questions::new(durable.clone(), capabilities.unwrap_or(Value::Null)));
+        let suspended = questions
+            .as_ref()
+            .map_or_else(CancellationToken::new, Questions::suspended);
         // Cancelled with the client's request, or here when the request must wait for the
         // client's answers (the upstream is told; a retry sends it again).
         let cancel = context.ct.child_token();
         let (notifications, mut incoming) = mpsc::unbounded_channel();
         let outbox = context.extensions.get::<crate::Outbox>().cloned();
-        let request = UpstreamRequest { method: method.to_owned(), params, session, client, attempt, cancel: cancel.clone(), notifications, questions, outbox };
+        let request = UpstreamRequest {
+            method: method.to_owned(),
+            params,
+            session,
+            client,
+            attempt,
+            cancel: cancel.clone(),
+            notifications,
+            questions,
+            outbox,
+        };
         let outcome = self.upstream.request(request);
         tokio::pin!(outcome);
         let outcome = loop {
@@ -318,7 +411,15 @@ impl Forward {
             // sent the request again: its questions are then answered from the retry).
             _ => return Err(crate::DurableError::InputRequired.into()),
         };
-        outcome.map_err(|e| ErrorData::new(ErrorCode(i32::try_from(e.code).unwrap_or(crate::jsonrpc::code::INTERNAL_ERROR as i32)), e.message, e.data))
+        outcome.map_err(|e| {
+            ErrorData::new(
+                ErrorCode(
+                    i32::try_from(e.code).unwrap_or(crate::jsonrpc::code::INTERNAL_ERROR as i32),
+                ),
+                e.message,
+                e.data,
+            )
+        })
     }
 }
 
@@ -333,15 +434,24 @@ impl Forward {
 ///   it runs synchronously stays synchronous.
 fn offered(mut tool: Value, knows_tasks: bool) -> Value {
     if let Some(tool) = tool.as_object_mut() {
-        let own = tool.remove("execution").and_then(|e| e.get("taskSupport").and_then(Value::as_str).map(str::to_owned));
+        let own = tool.remove("execution").and_then(|e| {
+            e.get("taskSupport")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
         let support = match (knows_tasks, own.as_deref()) {
             (false, _) | (true, Some("optional")) => crate::TaskSupport::Optional,
             (true, Some("required")) => crate::TaskSupport::Required,
             (true, _) => crate::TaskSupport::Forbidden,
         };
-        let meta = tool.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+        let meta = tool
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
         if let Some(meta) = meta.as_object_mut() {
-            meta.insert(crate::tasks::TASK_SUPPORT_META.into(), Value::String(support.as_str().into()));
+            meta.insert(
+                crate::tasks::TASK_SUPPORT_META.into(),
+                Value::String(support.as_str().into()),
+            );
         }
     }
     tool
@@ -351,7 +461,9 @@ fn offered(mut tool: Value, knows_tasks: bool) -> Value {
 /// a version before 2026-07-28 sends none; rmcp leaves it out again for legacy clients).
 fn complete(mut result: Value) -> Value {
     if let Some(result) = result.as_object_mut() {
-        result.entry("resultType").or_insert_with(|| Value::String("complete".into()));
+        result
+            .entry("resultType")
+            .or_insert_with(|| Value::String("complete".into()));
     }
     result
 }
@@ -364,14 +476,20 @@ async fn send(context: &RequestContext<RoleServer>, message: Value) {
                 tracing::debug!(%error, "a forwarded notification could not be sent");
             }
         }
-        Err(error) => tracing::debug!(%error, "dropping an upstream notification rmcp does not read"),
+        Err(error) => {
+            tracing::debug!(%error, "dropping an upstream notification rmcp does not read")
+        }
     }
 }
 
 /// `params` with the request's `_meta` back in place (rmcp takes it out into the request
 /// context), less the 2026-07-28 lifecycle keys.
 fn with_meta(params: Option<Value>, meta: &Map<String, Value>) -> Option<Value> {
-    let kept: Map<String, Value> = meta.iter().filter(|(k, _)| !k.starts_with(LIFECYCLE_META_PREFIX)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let kept: Map<String, Value> = meta
+        .iter()
+        .filter(|(k, _)| !k.starts_with(LIFECYCLE_META_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let mut params = match params {
         Some(Value::Object(params)) => params,
         Some(other) => return Some(other),
@@ -382,14 +500,20 @@ fn with_meta(params: Option<Value>, meta: &Map<String, Value>) -> Option<Value> 
         own.retain(|k, _| !k.starts_with(LIFECYCLE_META_PREFIX));
     }
     if !kept.is_empty() {
-        let target = params.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+        let target = params
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(target) = target {
             for (k, v) in kept {
                 target.entry(k).or_insert(v);
             }
         }
     }
-    if params.get("_meta").and_then(Value::as_object).is_some_and(Map::is_empty) {
+    if params
+        .get("_meta")
+        .and_then(Value::as_object)
+        .is_some_and(Map::is_empty)
+    {
         params.remove("_meta");
     }
     Some(Value::Object(params))
@@ -401,35 +525,72 @@ impl ServerHandler for Forward {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.upstream.tool(name).and_then(|tool| serde_json::from_value(offered(tool, self.knows_tasks)).ok())
+        self.upstream
+            .tool(name)
+            .and_then(|tool| serde_json::from_value(offered(tool, self.knows_tasks)).ok())
     }
 
-    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
-        let result: CallToolResult = self.forward(crate::methods::TOOLS_CALL, Some(request), context).await?;
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let result: CallToolResult = self
+            .forward(crate::methods::TOOLS_CALL, Some(request), context)
+            .await?;
         Ok(result.into())
     }
 
-    async fn list_tools(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, ErrorData> {
-        let params = request.map(serde_json::to_value).transpose().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let mut result = complete(self.forward_value(crate::methods::TOOLS_LIST, params, context).await?);
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let params = request
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let mut result = complete(
+            self.forward_value(crate::methods::TOOLS_LIST, params, context)
+                .await?,
+        );
         if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
             for tool in tools {
                 *tool = offered(std::mem::take(tool), self.knows_tasks);
             }
         }
-        serde_json::from_value(result).map_err(|e| ErrorData::internal_error(format!("the upstream's tools/list result does not parse: {e}"), None))
+        serde_json::from_value(result).map_err(|e| {
+            ErrorData::internal_error(
+                format!("the upstream's tools/list result does not parse: {e}"),
+                None,
+            )
+        })
     }
 
-    async fn get_prompt(&self, request: GetPromptRequestParams, context: RequestContext<RoleServer>) -> Result<GetPromptResponse, ErrorData> {
-        let result: GetPromptResult = self.forward(crate::methods::PROMPTS_GET, Some(request), context).await?;
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let result: GetPromptResult = self
+            .forward(crate::methods::PROMPTS_GET, Some(request), context)
+            .await?;
         Ok(result.into())
     }
 
-    async fn list_prompts(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListPromptsResult, ErrorData> {
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
         self.forward("prompts/list", request, context).await
     }
 
-    async fn list_resources(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListResourcesResult, ErrorData> {
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
         self.forward("resources/list", request, context).await
     }
 
@@ -438,54 +599,103 @@ impl ServerHandler for Forward {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.forward("resources/templates/list", request, context).await
+        self.forward("resources/templates/list", request, context)
+            .await
     }
 
-    async fn read_resource(&self, request: ReadResourceRequestParams, context: RequestContext<RoleServer>) -> Result<ReadResourceResponse, ErrorData> {
-        let result: ReadResourceResult = self.forward(crate::methods::RESOURCES_READ, Some(request), context).await?;
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let result: ReadResourceResult = self
+            .forward(crate::methods::RESOURCES_READ, Some(request), context)
+            .await?;
         Ok(result.into())
     }
 
-    async fn complete(&self, request: CompleteRequestParams, context: RequestContext<RoleServer>) -> Result<CompleteResult, ErrorData> {
-        self.forward(crate::methods::COMPLETION_COMPLETE, Some(request), context).await
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.forward(crate::methods::COMPLETION_COMPLETE, Some(request), context)
+            .await
     }
 
     #[allow(deprecated)]
-    async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
-        let _: Value = self.forward(crate::methods::RESOURCES_SUBSCRIBE, Some(request), context).await?;
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let _: Value = self
+            .forward(crate::methods::RESOURCES_SUBSCRIBE, Some(request), context)
+            .await?;
         Ok(())
     }
 
     #[allow(deprecated)]
-    async fn unsubscribe(&self, request: UnsubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
-        let _: Value = self.forward(crate::methods::RESOURCES_UNSUBSCRIBE, Some(request), context).await?;
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let _: Value = self
+            .forward(
+                crate::methods::RESOURCES_UNSUBSCRIBE,
+                Some(request),
+                context,
+            )
+            .await?;
         Ok(())
     }
 
     /// Every kind the client asks for (rmcp keeps only those the upstream's capabilities
     /// declare): the proxy tells the listen streams of what the upstream reports.
-    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
         Some(requested.clone())
     }
 
     /// The engine delivers what the upstream reports (announced through the [`Outbox`](crate::Outbox))
     /// to the listen stream; the upstream follows the stream's resources while it is open.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
-        let outbox = context.request_context().extensions.get::<crate::Outbox>().cloned();
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let outbox = context
+            .request_context()
+            .extensions
+            .get::<crate::Outbox>()
+            .cloned();
         let _following = self.upstream.follow(uris, outbox);
         context.cancelled().await;
         Ok(())
     }
 
-    async fn on_custom_request(&self, request: CustomRequest, context: RequestContext<RoleServer>) -> Result<CustomResult, ErrorData> {
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
         let CustomRequest { method, params, .. } = request;
         if method.starts_with(crate::methods::TASKS_PREFIX) {
             // Tasks are the engine's (it answered what it serves); the upstream's own are
             // never reached through the proxy.
-            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("method not found: {method}"), None));
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+                None,
+            ));
         }
-        self.forward_value(&method, params, context).await.map(CustomResult)
+        self.forward_value(&method, params, context)
+            .await
+            .map(CustomResult)
     }
 
     async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {}
@@ -498,13 +708,29 @@ mod tests {
 
     #[test]
     fn every_upstream_tool_is_offered_as_an_optional_task_and_its_own_execution_is_dropped() {
-        let tool = offered(json!({"name": "t", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}, "_meta": {"x": 1}}), false);
-        assert_eq!(tool, json!({"name": "t", "inputSchema": {"type": "object"}, "_meta": {"x": 1, "io.durable-mcp/taskSupport": "optional"}}));
-        let parsed: Tool = serde_json::from_value(offered(json!({"name": "u", "inputSchema": {"type": "object"}}), false)).unwrap();
-        assert_eq!(crate::tasks::declared(parsed.meta.as_ref()), crate::TaskSupport::Optional);
+        let tool = offered(
+            json!({"name": "t", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}, "_meta": {"x": 1}}),
+            false,
+        );
+        assert_eq!(
+            tool,
+            json!({"name": "t", "inputSchema": {"type": "object"}, "_meta": {"x": 1, "io.durable-mcp/taskSupport": "optional"}})
+        );
+        let parsed: Tool = serde_json::from_value(offered(
+            json!({"name": "u", "inputSchema": {"type": "object"}}),
+            false,
+        ))
+        .unwrap();
+        assert_eq!(
+            crate::tasks::declared(parsed.meta.as_ref()),
+            crate::TaskSupport::Optional
+        );
         // An upstream that knows tasks: its own support, absent meaning forbidden.
         let support = |execution: Value| {
-            let tool = offered(json!({"name": "t", "inputSchema": {"type": "object"}, "execution": execution}), true);
+            let tool = offered(
+                json!({"name": "t", "inputSchema": {"type": "object"}, "execution": execution}),
+                true,
+            );
             tool["_meta"]["io.durable-mcp/taskSupport"].clone()
         };
         assert_eq!(support(json!({})), "forbidden");
@@ -514,17 +740,35 @@ mod tests {
 
     #[test]
     fn an_upstream_result_without_a_result_type_is_complete() {
-        assert_eq!(complete(json!({"content": []})), json!({"content": [], "resultType": "complete"}));
-        assert_eq!(complete(json!({"resultType": "input_required"}))["resultType"], "input_required");
+        assert_eq!(
+            complete(json!({"content": []})),
+            json!({"content": [], "resultType": "complete"})
+        );
+        assert_eq!(
+            complete(json!({"resultType": "input_required"}))["resultType"],
+            "input_required"
+        );
     }
 
     #[test]
     fn the_progress_token_is_forwarded_and_the_lifecycle_meta_is_not() {
         let meta = json!({"progressToken": "p", "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {}});
-        let params = with_meta(Some(json!({"name": "t", "arguments": {}})), meta.as_object().unwrap());
-        assert_eq!(params, Some(json!({"name": "t", "arguments": {}, "_meta": {"progressToken": "p"}})));
+        let params = with_meta(
+            Some(json!({"name": "t", "arguments": {}})),
+            meta.as_object().unwrap(),
+        );
+        assert_eq!(
+            params,
+            Some(json!({"name": "t", "arguments": {}, "_meta": {"progressToken": "p"}}))
+        );
         let only_lifecycle = json!({"io.modelcontextprotocol/logLevel": "info"});
-        assert_eq!(with_meta(Some(json!({"name": "t"})), only_lifecycle.as_object().unwrap()), Some(json!({"name": "t"})));
+        assert_eq!(
+            with_meta(
+                Some(json!({"name": "t"})),
+                only_lifecycle.as_object().unwrap()
+            ),
+            Some(json!({"name": "t"}))
+        );
         assert_eq!(with_meta(None, only_lifecycle.as_object().unwrap()), None);
     }
 }

@@ -81,12 +81,21 @@ pub struct Rejection {
 impl Rejection {
     /// A rejection with `code` and `message`.
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), id: None }
+        Self {
+            code,
+            message: message.into(),
+            id: None,
+        }
     }
 
     /// The JSON-RPC error response for this rejection.
     pub fn to_response(&self) -> Value {
-        error_response(self.id.clone().unwrap_or(Value::Null), self.code, &self.message, None)
+        error_response(
+            self.id.clone().unwrap_or(Value::Null),
+            self.code,
+            &self.message,
+            None,
+        )
     }
 }
 
@@ -122,10 +131,17 @@ pub fn request_id(value: &Value) -> Option<RequestId> {
 /// Classify one parsed JSON value as a JSON-RPC 2.0 message.
 pub fn classify(value: Value) -> Result<Inbound, Rejection> {
     let Value::Object(message) = value else {
-        return Err(Rejection::new(code::INVALID_REQUEST, "a JSON-RPC message must be an object"));
+        return Err(Rejection::new(
+            code::INVALID_REQUEST,
+            "a JSON-RPC message must be an object",
+        ));
     };
     let id = message.get("id").cloned();
-    let reject = |reason: &str| Rejection { code: code::INVALID_REQUEST, message: reason.to_owned(), id: id.clone().filter(valid_id) };
+    let reject = |reason: &str| Rejection {
+        code: code::INVALID_REQUEST,
+        message: reason.to_owned(),
+        id: id.clone().filter(valid_id),
+    };
     if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(reject("\"jsonrpc\" must be \"2.0\""));
     }
@@ -141,7 +157,11 @@ pub fn classify(value: Value) -> Result<Inbound, Rejection> {
                 return Err(reject("\"id\" must be a string or an integer"));
             }
             let method = method.clone();
-            Ok(Inbound::Request { id, method, message })
+            Ok(Inbound::Request {
+                id,
+                method,
+                message,
+            })
         }
         (Some(Value::String(method)), None) => {
             let method = method.clone();
@@ -150,7 +170,9 @@ pub fn classify(value: Value) -> Result<Inbound, Rejection> {
         (Some(_), _) => Err(reject("\"method\" must be a string")),
         (None, Some(id)) if message.contains_key("result") || message.contains_key("error") => {
             if message.contains_key("result") == message.contains_key("error") {
-                return Err(reject("a response has exactly one of \"result\" and \"error\""));
+                return Err(reject(
+                    "a response has exactly one of \"result\" and \"error\"",
+                ));
             }
             Ok(Inbound::Response { id, message })
         }
@@ -183,8 +205,17 @@ mod tests {
 
     #[test]
     fn messages_are_classified() {
-        assert!(matches!(classify(json!({"jsonrpc": "2.0", "id": "a", "method": "ping"})), Ok(Inbound::Request { .. })));
-        assert!(matches!(classify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})), Ok(Inbound::Notification { .. })));
-        assert!(matches!(classify(json!({"jsonrpc": "2.0", "id": 3, "result": {}})), Ok(Inbound::Response { .. })));
+        assert!(matches!(
+            classify(json!({"jsonrpc": "2.0", "id": "a", "method": "ping"})),
+            Ok(Inbound::Request { .. })
+        ));
+        assert!(matches!(
+            classify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+            Ok(Inbound::Notification { .. })
+        ));
+        assert!(matches!(
+            classify(json!({"jsonrpc": "2.0", "id": 3, "result": {}})),
+            Ok(Inbound::Response { .. })
+        ));
     }
 }

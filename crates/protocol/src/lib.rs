@@ -21,7 +21,9 @@ pub use auth::{AuthInfo, REQUIRED_SCOPES_META, merge_meta, required_scopes};
 #[cfg(feature = "rmcp-baseline")]
 pub use baseline::{RMCP_BASELINE_PATH, serve_rmcp_baseline};
 pub use context::{ServerState, SessionState, StateBackend, StateError};
-pub use durable::{Durable, DurableBackend, DurableError, Retry, SealError, ServerChange, StateSealer, StepKey};
+pub use durable::{
+    Durable, DurableBackend, DurableError, Retry, SealError, ServerChange, StateSealer, StepKey,
+};
 pub use forward::{Forward, Questions, Upstream, UpstreamError, UpstreamRequest};
 pub use outbox::{Outbox, OutboxBackend, OutboxError};
 pub use state_keys::{KeyRing, RingKey, StateKeyError, StateKeys};

@@ -54,4 +54,5 @@ pub const NOTIFICATION_TASKS_STATUS: &str = "notifications/tasks/status";
 pub const NOTIFICATION_TASKS: &str = "notifications/tasks";
 /// `notifications/subscriptions/acknowledged` (2026-07-28), the first message of a
 /// `subscriptions/listen` stream.
-pub const NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+pub const NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED: &str =
+    "notifications/subscriptions/acknowledged";

@@ -95,10 +95,13 @@ pub fn change_of(message: &Value) -> Option<ServerChange> {
     match message.get("method").and_then(Value::as_str)? {
         crate::methods::NOTIFICATION_TOOLS_LIST_CHANGED => Some(ServerChange::ToolsListChanged),
         crate::methods::NOTIFICATION_PROMPTS_LIST_CHANGED => Some(ServerChange::PromptsListChanged),
-        crate::methods::NOTIFICATION_RESOURCES_LIST_CHANGED => Some(ServerChange::ResourcesListChanged),
-        crate::methods::NOTIFICATION_RESOURCES_UPDATED => {
-            message.pointer("/params/uri").and_then(Value::as_str).map(|uri| ServerChange::ResourceUpdated(uri.to_owned()))
+        crate::methods::NOTIFICATION_RESOURCES_LIST_CHANGED => {
+            Some(ServerChange::ResourcesListChanged)
         }
+        crate::methods::NOTIFICATION_RESOURCES_UPDATED => message
+            .pointer("/params/uri")
+            .and_then(Value::as_str)
+            .map(|uri| ServerChange::ResourceUpdated(uri.to_owned())),
         _ => None,
     }
 }
@@ -111,11 +114,29 @@ mod tests {
     #[test]
     fn list_changes_and_resource_updates_are_server_changes() {
         let note = |method: &str, params: Value| json!({"jsonrpc": "2.0", "method": method, "params": params});
-        assert_eq!(change_of(&note("notifications/tools/list_changed", json!({}))), Some(ServerChange::ToolsListChanged));
-        assert_eq!(change_of(&note("notifications/prompts/list_changed", json!({}))), Some(ServerChange::PromptsListChanged));
-        assert_eq!(change_of(&note("notifications/resources/list_changed", json!({}))), Some(ServerChange::ResourcesListChanged));
-        assert_eq!(change_of(&note("notifications/resources/updated", json!({"uri": "a://b"}))), Some(ServerChange::ResourceUpdated("a://b".into())));
-        assert_eq!(change_of(&note("notifications/resources/updated", json!({}))), None);
+        assert_eq!(
+            change_of(&note("notifications/tools/list_changed", json!({}))),
+            Some(ServerChange::ToolsListChanged)
+        );
+        assert_eq!(
+            change_of(&note("notifications/prompts/list_changed", json!({}))),
+            Some(ServerChange::PromptsListChanged)
+        );
+        assert_eq!(
+            change_of(&note("notifications/resources/list_changed", json!({}))),
+            Some(ServerChange::ResourcesListChanged)
+        );
+        assert_eq!(
+            change_of(&note(
+                "notifications/resources/updated",
+                json!({"uri": "a://b"})
+            )),
+            Some(ServerChange::ResourceUpdated("a://b".into()))
+        );
+        assert_eq!(
+            change_of(&note("notifications/resources/updated", json!({}))),
+            None
+        );
         assert_eq!(change_of(&note("notifications/message", json!({}))), None);
     }
 }

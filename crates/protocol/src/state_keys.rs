@@ -81,7 +81,13 @@ impl RingKey {
         let mut bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut bytes);
         let secret = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        Self { id, secret, created_ms, seals_from_ms, opens_until_ms: None }
+        Self {
+            id,
+            secret,
+            created_ms,
+            seals_from_ms,
+            opens_until_ms: None,
+        }
     }
 
     /// Whether it opens states at `now_ms`.
@@ -101,14 +107,19 @@ pub struct KeyRing {
 
 impl std::fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyRing").field("keys", &self.keys).finish_non_exhaustive()
+        f.debug_struct("KeyRing")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
     }
 }
 
 impl KeyRing {
     /// A new ring with one fresh random key that seals at once.
     pub fn generate(now_ms: u64) -> Self {
-        Self { keys: vec![RingKey::generate("k1".into(), now_ms, 0)], next_id: 2 }
+        Self {
+            keys: vec![RingKey::generate("k1".into(), now_ms, 0)],
+            next_id: 2,
+        }
     }
 
     /// The keys, oldest first.
@@ -129,7 +140,10 @@ impl KeyRing {
         // A rotation may shorten a key's time (`keep_old` zero drops every old key at
         // once, after a leak), never lengthen it.
         for key in &mut self.keys {
-            key.opens_until_ms = Some(key.opens_until_ms.map_or(opens_until, |until| until.min(opens_until)));
+            key.opens_until_ms = Some(
+                key.opens_until_ms
+                    .map_or(opens_until, |until| until.min(opens_until)),
+            );
         }
         self.keys.retain(|key| key.opens_at(now_ms));
         let id = format!("k{}", self.next_id);
@@ -143,7 +157,10 @@ impl KeyRing {
     /// if none seals yet (this worker's clock is behind the rotating one's), the earliest.
     pub fn sealing_key(&self, now_ms: u64) -> Option<&RingKey> {
         let open = || self.keys.iter().filter(|key| key.opens_at(now_ms));
-        open().filter(|key| key.seals_from_ms <= now_ms).max_by_key(|key| key.seals_from_ms).or_else(|| open().min_by_key(|key| key.seals_from_ms))
+        open()
+            .filter(|key| key.seals_from_ms <= now_ms)
+            .max_by_key(|key| key.seals_from_ms)
+            .or_else(|| open().min_by_key(|key| key.seals_from_ms))
     }
 
     /// The ring as stored.
@@ -161,7 +178,11 @@ impl KeyRing {
         if !ring.keys.iter().any(|key| key.opens_until_ms.is_none()) {
             return Err(StateKeyError::Invalid("no key without an end"));
         }
-        if ring.keys.iter().any(|key| key.secret.len() < RequestStateCodec::MIN_KEY_LENGTH) {
+        if ring
+            .keys
+            .iter()
+            .any(|key| key.secret.len() < RequestStateCodec::MIN_KEY_LENGTH)
+        {
             return Err(StateKeyError::Invalid("a secret shorter than 32 bytes"));
         }
         let mut ids: Vec<&str> = ring.keys.iter().map(|key| key.id.as_str()).collect();
@@ -175,11 +196,20 @@ impl KeyRing {
     /// The codec at `now_ms` (the sealing key seals, every key that opens opens) and the
     /// time until which it stays right.
     fn codec(&self, now_ms: u64) -> Result<(RequestStateCodec, u64), StateKeyError> {
-        let sealing = self.sealing_key(now_ms).ok_or(StateKeyError::Invalid("no key opens now"))?;
+        let sealing = self
+            .sealing_key(now_ms)
+            .ok_or(StateKeyError::Invalid("no key opens now"))?;
         let open = self.keys.iter().filter(|key| key.opens_at(now_ms));
-        let codec = RequestStateCodec::new_with_keyring(sealing.id.clone(), open.map(|key| (key.id.clone(), key.secret.as_bytes().to_vec())))
-            .map_err(StateKeyError::Key)?;
-        let changes = self.keys.iter().flat_map(|key| [Some(key.seals_from_ms), key.opens_until_ms]).flatten();
+        let codec = RequestStateCodec::new_with_keyring(
+            sealing.id.clone(),
+            open.map(|key| (key.id.clone(), key.secret.as_bytes().to_vec())),
+        )
+        .map_err(StateKeyError::Key)?;
+        let changes = self
+            .keys
+            .iter()
+            .flat_map(|key| [Some(key.seals_from_ms), key.opens_until_ms])
+            .flatten();
         let valid_until = changes.filter(|&at| at > now_ms).min().unwrap_or(u64::MAX);
         Ok((codec, valid_until))
     }
@@ -188,7 +218,9 @@ impl KeyRing {
 /// Milliseconds since the Unix epoch: the store's clock (`durable_mcp_store::now_ms`),
 /// which this crate does not depend on.
 fn now_ms() -> u64 {
-    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     millis(since_epoch)
 }
 
@@ -218,9 +250,17 @@ struct Current {
 
 impl std::fmt::Debug for StateKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let current = self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let ids: Option<Vec<&str>> = current.ring.as_ref().map(|ring| ring.keys.iter().map(|key| key.id.as_str()).collect());
-        f.debug_struct("StateKeys").field("ring", &ids).finish_non_exhaustive()
+        let current = self
+            .inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let ids: Option<Vec<&str>> = current
+            .ring
+            .as_ref()
+            .map(|ring| ring.keys.iter().map(|key| key.id.as_str()).collect());
+        f.debug_struct("StateKeys")
+            .field("ring", &ids)
+            .finish_non_exhaustive()
     }
 }
 
@@ -229,27 +269,44 @@ impl StateKeys {
     /// worker) that seals and opens everything, in rmcp's single-key format.
     pub fn fixed(key: &[u8]) -> Result<Self, StateKeyError> {
         let codec = RequestStateCodec::try_new(key.to_vec()).map_err(StateKeyError::Key)?;
-        Ok(Self::with(Current { ring: None, codec: Arc::new(codec), valid_until_ms: u64::MAX }))
+        Ok(Self::with(Current {
+            ring: None,
+            codec: Arc::new(codec),
+            valid_until_ms: u64::MAX,
+        }))
     }
 
     /// The keys of `ring`, as of `now_ms`.
     pub fn from_ring(ring: KeyRing, now_ms: u64) -> Result<Self, StateKeyError> {
         let (codec, valid_until_ms) = ring.codec(now_ms)?;
-        Ok(Self::with(Current { ring: Some(ring), codec: Arc::new(codec), valid_until_ms }))
+        Ok(Self::with(Current {
+            ring: Some(ring),
+            codec: Arc::new(codec),
+            valid_until_ms,
+        }))
     }
 
     fn with(current: Current) -> Self {
-        Self { inner: Arc::new(RwLock::new(current)) }
+        Self {
+            inner: Arc::new(RwLock::new(current)),
+        }
     }
 
     /// Follow `ring` from now on (the engine's re-read). A fixed key stays fixed.
     pub fn replace(&self, ring: KeyRing, now_ms: u64) -> Result<(), StateKeyError> {
-        let mut current = self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut current = self
+            .inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if current.ring.is_none() || current.ring.as_ref() == Some(&ring) {
             return Ok(());
         }
         let (codec, valid_until_ms) = ring.codec(now_ms)?;
-        *current = Current { ring: Some(ring), codec: Arc::new(codec), valid_until_ms };
+        *current = Current {
+            ring: Some(ring),
+            codec: Arc::new(codec),
+            valid_until_ms,
+        };
         Ok(())
     }
 
@@ -261,12 +318,18 @@ impl StateKeys {
 
     fn codec_at(&self, now_ms: u64) -> Arc<RequestStateCodec> {
         {
-            let current = self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let current = self
+                .inner
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             if now_ms < current.valid_until_ms {
                 return current.codec.clone();
             }
         }
-        let mut current = self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut current = self
+            .inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if now_ms >= current.valid_until_ms
             && let Some(ring) = &current.ring
         {
@@ -277,7 +340,9 @@ impl StateKeys {
                 }
                 // Cannot happen with a decoded ring (its newest key opens for ever); keep
                 // the codec rather than seal with nothing.
-                Err(error) => tracing::error!(%error, "requestState keys: keeping the previous codec"),
+                Err(error) => {
+                    tracing::error!(%error, "requestState keys: keeping the previous codec")
+                }
             }
         }
         current.codec.clone()
@@ -291,7 +356,10 @@ mod tests {
     const MINUTE: Duration = Duration::from_secs(60);
 
     fn seal(keys: &StateKeys, now_ms: u64) -> String {
-        keys.codec_at(now_ms).seal_with(b"payload", &rmcp::model::SealOptions::new().associated_data(b"scope"))
+        keys.codec_at(now_ms).seal_with(
+            b"payload",
+            &rmcp::model::SealOptions::new().associated_data(b"scope"),
+        )
     }
 
     fn opens(keys: &StateKeys, now_ms: u64, sealed: &str) -> Result<Vec<u8>, RequestStateError> {
@@ -306,15 +374,35 @@ mod tests {
         let old = seal(&keys, t0);
         let new_id = ring.rotate(t0 + 10, MINUTE, 10 * MINUTE).id.clone();
         keys.replace(ring.clone(), t0 + 20).unwrap();
-        assert_eq!(ring.sealing_key(t0 + 20).unwrap().id, "k1", "the new key does not seal before its time");
-        assert_eq!(opens(&keys, t0 + 20, &seal(&keys, t0 + 20)).unwrap(), b"payload");
+        assert_eq!(
+            ring.sealing_key(t0 + 20).unwrap().id,
+            "k1",
+            "the new key does not seal before its time"
+        );
+        assert_eq!(
+            opens(&keys, t0 + 20, &seal(&keys, t0 + 20)).unwrap(),
+            b"payload"
+        );
         let activation = t0 + 10 + 60_000;
         assert_eq!(ring.sealing_key(activation).unwrap().id, new_id);
         let new = seal(&keys, activation);
-        assert!(new.split('.').nth(1).is_some_and(|kid| kid == "azI"), "sealed with k2: {new}");
-        assert_eq!(opens(&keys, activation, &old).unwrap(), b"payload", "old states still open");
+        assert!(
+            new.split('.').nth(1).is_some_and(|kid| kid == "azI"),
+            "sealed with k2: {new}"
+        );
+        assert_eq!(
+            opens(&keys, activation, &old).unwrap(),
+            b"payload",
+            "old states still open"
+        );
         let dropped = activation + 600_000;
-        assert!(matches!(opens(&keys, dropped, &old), Err(RequestStateError::UnknownKeyId)), "then the old key is gone");
+        assert!(
+            matches!(
+                opens(&keys, dropped, &old),
+                Err(RequestStateError::UnknownKeyId)
+            ),
+            "then the old key is gone"
+        );
         assert_eq!(opens(&keys, dropped, &new).unwrap(), b"payload");
     }
 
@@ -322,10 +410,19 @@ mod tests {
     fn a_rotation_drops_keys_past_their_time_and_a_foreign_ring_opens_nothing() {
         let mut ring = KeyRing::generate(0);
         ring.rotate(10, Duration::ZERO, Duration::ZERO);
-        assert_eq!(ring.keys().iter().map(|k| k.id.as_str()).collect::<Vec<_>>(), ["k2"]);
+        assert_eq!(
+            ring.keys()
+                .iter()
+                .map(|k| k.id.as_str())
+                .collect::<Vec<_>>(),
+            ["k2"]
+        );
         let other = StateKeys::from_ring(KeyRing::generate(0), 20).unwrap();
         let keys = StateKeys::from_ring(ring, 20).unwrap();
-        assert!(opens(&keys, 20, &seal(&other, 20)).is_err(), "same id, another secret");
+        assert!(
+            opens(&keys, 20, &seal(&other, 20)).is_err(),
+            "same id, another secret"
+        );
     }
 
     #[test]
@@ -337,10 +434,19 @@ mod tests {
         assert!(!format!("{:?}", StateKeys::from_ring(ring.clone(), 0).unwrap()).contains(&secret));
         let mut twice = ring.clone();
         twice.keys.push(ring.keys[0].clone());
-        assert!(matches!(KeyRing::decode(&twice.encode().unwrap()), Err(StateKeyError::Invalid(_))));
-        assert!(matches!(KeyRing::decode("{}"), Err(StateKeyError::Malformed(_))));
+        assert!(matches!(
+            KeyRing::decode(&twice.encode().unwrap()),
+            Err(StateKeyError::Invalid(_))
+        ));
+        assert!(matches!(
+            KeyRing::decode("{}"),
+            Err(StateKeyError::Malformed(_))
+        ));
         let mut short = ring;
         short.keys[0].secret.truncate(8);
-        assert!(matches!(KeyRing::decode(&short.encode().unwrap()), Err(StateKeyError::Invalid(_))));
+        assert!(matches!(
+            KeyRing::decode(&short.encode().unwrap()),
+            Err(StateKeyError::Invalid(_))
+        ));
     }
 }

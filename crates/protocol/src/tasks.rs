@@ -70,13 +70,17 @@ impl TaskSupport {
 /// The tool `_meta` declaring `support`, for `#[tool(meta = task_support(...))]`.
 pub fn task_support(support: TaskSupport) -> MetaObject {
     let mut meta = serde_json::Map::new();
-    meta.insert(TASK_SUPPORT_META.into(), Value::String(support.as_str().into()));
+    meta.insert(
+        TASK_SUPPORT_META.into(),
+        Value::String(support.as_str().into()),
+    );
     MetaObject(meta)
 }
 
 /// The task support a tool's `_meta` declares.
 pub(crate) fn declared(meta: Option<&MetaObject>) -> TaskSupport {
-    meta.and_then(|m| m.0.get(TASK_SUPPORT_META)).map_or(TaskSupport::Forbidden, TaskSupport::parse)
+    meta.and_then(|m| m.0.get(TASK_SUPPORT_META))
+        .map_or(TaskSupport::Forbidden, TaskSupport::parse)
 }
 
 /// The extension's name (2026-07-28), in capabilities and errors.
@@ -112,7 +116,10 @@ impl TaskStatus {
 
     /// Whether the status is final: a terminal status never changes (D10).
     pub const fn is_terminal(self) -> bool {
-        matches!(self, TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled)
+        matches!(
+            self,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+        )
     }
 }
 
@@ -136,10 +143,20 @@ mod status_tests {
             (TaskStatus::Cancelled, "cancelled"),
         ] {
             assert_eq!(status.as_str(), name);
-            assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(name));
-            assert_eq!(serde_json::from_value::<TaskStatus>(serde_json::json!(name)).unwrap(), status);
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::json!(name)
+            );
+            assert_eq!(
+                serde_json::from_value::<TaskStatus>(serde_json::json!(name)).unwrap(),
+                status
+            );
         }
         assert!(!TaskStatus::Working.is_terminal() && !TaskStatus::InputRequired.is_terminal());
-        assert!(TaskStatus::Completed.is_terminal() && TaskStatus::Failed.is_terminal() && TaskStatus::Cancelled.is_terminal());
+        assert!(
+            TaskStatus::Completed.is_terminal()
+                && TaskStatus::Failed.is_terminal()
+                && TaskStatus::Cancelled.is_terminal()
+        );
     }
 }

@@ -9,7 +9,9 @@ use std::str::FromStr;
 /// The set is closed: a version string outside it (`9999-99-99`, `2026-07-29`, `2024-11-05`)
 /// does not parse, and is refused as unsupported instead of being taken for its nearest
 /// neighbour.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "&'static str")]
 pub enum McpVersion {
     /// 2025-03-26 (legacy era: `initialize` sessions).
@@ -29,7 +31,12 @@ pub struct UnknownVersion(pub String);
 
 impl McpVersion {
     /// Every version served, oldest first.
-    pub const ALL: [McpVersion; 4] = [Self::V2025_03_26, Self::V2025_06_18, Self::V2025_11_25, Self::V2026_07_28];
+    pub const ALL: [McpVersion; 4] = [
+        Self::V2025_03_26,
+        Self::V2025_06_18,
+        Self::V2025_11_25,
+        Self::V2026_07_28,
+    ];
     /// The versions served with `initialize` sessions, oldest first.
     pub const LEGACY: [McpVersion; 3] = [Self::V2025_03_26, Self::V2025_06_18, Self::V2025_11_25];
     /// The newest version with `initialize` sessions.
@@ -62,7 +69,10 @@ impl FromStr for McpVersion {
     type Err = UnknownVersion;
 
     fn from_str(s: &str) -> Result<Self, UnknownVersion> {
-        Self::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| UnknownVersion(s.to_owned()))
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| UnknownVersion(s.to_owned()))
     }
 }
 
@@ -92,8 +102,19 @@ mod tests {
 
     #[test]
     fn unknown_versions_do_not_parse_as_their_neighbours() {
-        for unknown in ["9999-99-99", "2026-07-29", "2024-11-05", "2025-11-26", "", "2025-11-25 "] {
-            assert_eq!(unknown.parse::<McpVersion>(), Err(UnknownVersion(unknown.to_owned())), "{unknown}");
+        for unknown in [
+            "9999-99-99",
+            "2026-07-29",
+            "2024-11-05",
+            "2025-11-26",
+            "",
+            "2025-11-25 ",
+        ] {
+            assert_eq!(
+                unknown.parse::<McpVersion>(),
+                Err(UnknownVersion(unknown.to_owned())),
+                "{unknown}"
+            );
         }
     }
 
@@ -101,9 +122,16 @@ mod tests {
     fn versions_round_trip_and_are_ordered_by_date() {
         for v in McpVersion::ALL {
             assert_eq!(v.as_str().parse::<McpVersion>(), Ok(v));
-            assert_eq!(serde_json::to_value(v).ok(), Some(serde_json::Value::from(v.as_str())));
+            assert_eq!(
+                serde_json::to_value(v).ok(),
+                Some(serde_json::Value::from(v.as_str()))
+            );
         }
-        assert!(McpVersion::ALL.windows(2).all(|w| w[0] < w[1] && w[0].as_str() < w[1].as_str()));
+        assert!(
+            McpVersion::ALL
+                .windows(2)
+                .all(|w| w[0] < w[1] && w[0].as_str() < w[1].as_str())
+        );
         assert!(McpVersion::MODERN.is_modern() && !McpVersion::LATEST_LEGACY.is_modern());
         assert!(serde_json::from_value::<McpVersion>(serde_json::json!("2026-07-29")).is_err());
     }

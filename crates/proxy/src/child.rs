@@ -45,8 +45,17 @@ pub(crate) struct Sink {
 }
 
 impl Sink {
-    pub(crate) fn new(tx: mpsc::UnboundedSender<Value>, token: Option<Value>, questions: Option<Questions>) -> Self {
-        Self { tx, token, sent_progress: Arc::default(), questions }
+    pub(crate) fn new(
+        tx: mpsc::UnboundedSender<Value>,
+        token: Option<Value>,
+        questions: Option<Questions>,
+    ) -> Self {
+        Self {
+            tx,
+            token,
+            sent_progress: Arc::default(),
+            questions,
+        }
     }
 
     /// Whether the client gave the request a progress token.
@@ -61,13 +70,18 @@ impl Sink {
 
     pub(crate) fn forward(&self, mut message: Value) {
         if message.get("method").and_then(Value::as_str) == Some("notifications/progress") {
-            let Some(progress) = message.pointer("/params/progress").and_then(Value::as_f64) else { return };
+            let Some(progress) = message.pointer("/params/progress").and_then(Value::as_f64) else {
+                return;
+            };
             let mut sent = crate::lock(&self.sent_progress);
             if sent.is_some_and(|s| progress <= s) {
                 return;
             }
             *sent = Some(progress);
-            match (&self.token, message.get_mut("params").and_then(Value::as_object_mut)) {
+            match (
+                &self.token,
+                message.get_mut("params").and_then(Value::as_object_mut),
+            ) {
                 (Some(token), Some(params)) => {
                     params.insert("progressToken".into(), token.clone());
                 }
@@ -137,14 +151,22 @@ static SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl std::fmt::Debug for Child {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Child").field("pid", &self.pid).field("gone", &self.gone.is_cancelled()).finish_non_exhaustive()
+        f.debug_struct("Child")
+            .field("pid", &self.pid)
+            .field("gone", &self.gone.is_cancelled())
+            .finish_non_exhaustive()
     }
 }
 
 impl Child {
     /// Spawn the process and initialize it with `initialize` params, within `timeout`;
     /// counted as started for `reason` once initialized.
-    pub(crate) async fn start(command: &Command, params: Value, timeout: Duration, reason: Start) -> Result<Arc<Child>, ProxyError> {
+    pub(crate) async fn start(
+        command: &Command,
+        params: Value,
+        timeout: Duration,
+        reason: Start,
+    ) -> Result<Arc<Child>, ProxyError> {
         let mut process = tokio::process::Command::new(&command.program)
             .args(&command.args)
             .stdin(Stdio::piped())
@@ -152,9 +174,14 @@ impl Child {
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|source| ProxyError::Spawn { program: command.program.clone(), source })?;
+            .map_err(|source| ProxyError::Spawn {
+                program: command.program.clone(),
+                source,
+            })?;
         let (Some(mut stdin), Some(stdout)) = (process.stdin.take(), process.stdout.take()) else {
-            return Err(ProxyError::Protocol("the child's stdio was not piped".into()));
+            return Err(ProxyError::Protocol(
+                "the child's stdio was not piped".into(),
+            ));
         };
         let (writer, mut lines) = mpsc::unbounded_channel::<String>();
         let (report_tx, mut report_rx) = mpsc::unbounded_channel::<Value>();
@@ -166,7 +193,9 @@ impl Child {
                 let target = crate::lock(&deliver).clone();
                 match target {
                     Some(target) => target.deliver(message).await,
-                    None => tracing::debug!(method = ?message.get("method"), "an upstream report with nowhere to go is dropped"),
+                    None => {
+                        tracing::debug!(method = ?message.get("method"), "an upstream report with nowhere to go is dropped")
+                    }
                 }
             }
         });
@@ -241,14 +270,18 @@ impl Child {
             waiter.ended(status);
         });
         let initialize = async {
-            let result = child.call("initialize", Some(params), None, &CancellationToken::new()).await;
+            let result = child
+                .call("initialize", Some(params), None, &CancellationToken::new())
+                .await;
             match result {
                 Ok(result) => {
                     child.notify("notifications/initialized", None);
                     Ok(result)
                 }
                 Err(CallError::Upstream(error)) => Err(ProxyError::Initialize(error.to_string())),
-                Err(CallError::Gone) => Err(ProxyError::Initialize("the process exited before it answered `initialize`".into())),
+                Err(CallError::Gone) => Err(ProxyError::Initialize(
+                    "the process exited before it answered `initialize`".into(),
+                )),
                 Err(CallError::Cancelled) => Err(ProxyError::Initialize("cancelled".into())),
             }
         };
@@ -260,7 +293,9 @@ impl Child {
             }
             Err(_) => {
                 child.stop.cancel();
-                return Err(ProxyError::Initialize(format!("no answer to `initialize` within {timeout:?}")));
+                return Err(ProxyError::Initialize(format!(
+                    "no answer to `initialize` within {timeout:?}"
+                )));
             }
         };
         tracing::info!(pid = ?child.pid, "upstream process started");
@@ -317,24 +352,42 @@ impl Child {
 
     /// Whether it exited by itself (or was killed by someone else) less than `within` ago.
     pub(crate) fn died_within(&self, within: Duration) -> bool {
-        !self.stopped_by_proxy() && crate::lock(&self.gone_at).is_some_and(|at| at.elapsed() < within)
+        !self.stopped_by_proxy()
+            && crate::lock(&self.gone_at).is_some_and(|at| at.elapsed() < within)
     }
 
     /// The process ended with `status` (`None`: unknown, or killed after the grace period):
     /// counted as stopped, by the proxy's cause or by how it ended.
     fn ended(&self, status: Option<std::process::ExitStatus>) {
-        let Some(live) = crate::lock(&self.live).take() else { return };
-        let cause = crate::lock(&self.stop_cause).unwrap_or_else(|| if killed_by_signal(status) { Stop::Killed } else { Stop::Exited });
+        let Some(live) = crate::lock(&self.live).take() else {
+            return;
+        };
+        let cause = crate::lock(&self.stop_cause).unwrap_or_else(|| {
+            if killed_by_signal(status) {
+                Stop::Killed
+            } else {
+                Stop::Exited
+            }
+        });
         crate::metrics::stopped(live, cause);
     }
 
     /// Send one request and wait for its answer, forwarding the notifications that belong
     /// to it into `sink`. Cancelling `cancel` tells the child (`notifications/cancelled`).
-    pub(crate) async fn call(&self, method: &str, params: Option<Value>, sink: Option<Sink>, cancel: &CancellationToken) -> Result<Value, CallError> {
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        sink: Option<Sink>,
+        cancel: &CancellationToken,
+    ) -> Result<Value, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let mut params = params;
         if sink.as_ref().is_some_and(|s| s.token.is_some())
-            && let Some(meta) = params.as_mut().and_then(|p| p.get_mut("_meta")).and_then(Value::as_object_mut)
+            && let Some(meta) = params
+                .as_mut()
+                .and_then(|p| p.get_mut("_meta"))
+                .and_then(Value::as_object_mut)
         {
             // The child's own token: clients of one pooled child may use the same ones.
             meta.insert("progressToken".into(), Value::from(id));
@@ -391,10 +444,18 @@ impl Child {
                 return;
             }
         };
-        let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         match (method, message.get("id").cloned()) {
             (None, Some(id)) => {
-                let Some(pending) = id.as_u64().and_then(|id| crate::lock(&self.state).pending.remove(&id)) else { return };
+                let Some(pending) = id
+                    .as_u64()
+                    .and_then(|id| crate::lock(&self.state).pending.remove(&id))
+                else {
+                    return;
+                };
                 let _ = pending.reply.send(outcome(&message));
             }
             (Some(method), Some(id)) => self.question(method, id, message.get("params").cloned()),
@@ -409,10 +470,17 @@ impl Child {
     /// client's answer is committed. With no such request it is refused.
     fn question(&self, method: String, id: Value, params: Option<Value>) {
         if method == "ping" {
-            let _ = self.writer.send(json!({"jsonrpc": "2.0", "id": id, "result": {}}).to_string());
+            let _ = self
+                .writer
+                .send(json!({"jsonrpc": "2.0", "id": id, "result": {}}).to_string());
             return;
         }
-        let target = crate::lock(&self.state).pending.values().find_map(|p| p.sink.as_ref().and_then(|s| s.questions.clone()).map(|q| (q, p.ended.clone())));
+        let target = crate::lock(&self.state).pending.values().find_map(|p| {
+            p.sink
+                .as_ref()
+                .and_then(|s| s.questions.clone())
+                .map(|q| (q, p.ended.clone()))
+        });
         let Some((questions, ended)) = target else {
             tracing::debug!(pid = ?self.pid, %method, "an upstream question with no journaled request in flight is refused");
             let mut reply = json!({"jsonrpc": "2.0", "id": id});
@@ -448,9 +516,11 @@ impl Child {
         }
         let state = crate::lock(&self.state);
         let sink = match method {
-            "notifications/progress" => {
-                message.pointer("/params/progressToken").and_then(Value::as_u64).and_then(|id| state.pending.get(&id)).and_then(|p| p.sink.as_ref())
-            }
+            "notifications/progress" => message
+                .pointer("/params/progressToken")
+                .and_then(Value::as_u64)
+                .and_then(|id| state.pending.get(&id))
+                .and_then(|p| p.sink.as_ref()),
             "notifications/message" => state.pending.values().find_map(|p| p.sink.as_ref()),
             _ => {
                 tracing::debug!(pid = ?self.pid, %method, "upstream notification not forwarded");
@@ -503,11 +573,22 @@ pub(crate) fn outcome(message: &Value) -> Result<Value, UpstreamError> {
     match (message.get("result"), message.get("error")) {
         (Some(result), _) => Ok(result.clone()),
         (None, Some(error)) => Err(UpstreamError {
-            code: error.get("code").and_then(Value::as_i64).unwrap_or(code::INTERNAL_ERROR),
-            message: error.get("message").and_then(Value::as_str).unwrap_or("upstream error").to_owned(),
+            code: error
+                .get("code")
+                .and_then(Value::as_i64)
+                .unwrap_or(code::INTERNAL_ERROR),
+            message: error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("upstream error")
+                .to_owned(),
             data: error.get("data").cloned(),
         }),
-        (None, None) => Err(UpstreamError { code: code::INTERNAL_ERROR, message: "the upstream's response had neither result nor error".into(), data: None }),
+        (None, None) => Err(UpstreamError {
+            code: code::INTERNAL_ERROR,
+            message: "the upstream's response had neither result nor error".into(),
+            data: None,
+        }),
     }
 }
 
@@ -554,9 +635,20 @@ mod tests {
         while let Ok(message) = rx.try_recv() {
             got.push(message);
         }
-        let values: Vec<u64> = got.iter().filter_map(|m| m.pointer("/params/progress").and_then(Value::as_u64)).collect();
+        let values: Vec<u64> = got
+            .iter()
+            .filter_map(|m| m.pointer("/params/progress").and_then(Value::as_u64))
+            .collect();
         assert_eq!(values, [1, 2, 3, 4, 5]);
-        assert!(got.iter().filter(|m| m["method"] == "notifications/progress").all(|m| m["params"]["progressToken"] == "client-token"));
-        assert_eq!(got.last().map(|m| &m["method"]), Some(&json!("notifications/message")), "other notifications pass");
+        assert!(
+            got.iter()
+                .filter(|m| m["method"] == "notifications/progress")
+                .all(|m| m["params"]["progressToken"] == "client-token")
+        );
+        assert_eq!(
+            got.last().map(|m| &m["method"]),
+            Some(&json!("notifications/message")),
+            "other notifications pass"
+        );
     }
 }

@@ -62,29 +62,65 @@ impl Endpoint {
     /// `url` (`http[s]://host[:port]/path`); an `https://` one is verified against the
     /// Mozilla roots and the PEM certificates of `extra_roots_pem` (a private CA).
     pub(crate) fn parse(url: &str, extra_roots_pem: Option<&str>) -> Result<Self, ProxyError> {
-        let unsupported = || ProxyError::Protocol(format!("unsupported upstream URL {url:?}: only http[s]://host[:port]/path"));
+        let unsupported = || {
+            ProxyError::Protocol(format!(
+                "unsupported upstream URL {url:?}: only http[s]://host[:port]/path"
+            ))
+        };
         let uri: Uri = url.parse().map_err(|_| unsupported())?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             return Err(unsupported());
         }
-        let client = Outbound::new(extra_roots_pem).map_err(|e| ProxyError::Protocol(format!("the upstream's CA: {e}")))?;
+        let client = Outbound::new(extra_roots_pem)
+            .map_err(|e| ProxyError::Protocol(format!("the upstream's CA: {e}")))?;
         Ok(Self { uri, client })
     }
 
     /// POST one JSON-RPC message, in session `session` (speaking `version`) if given.
-    pub(crate) async fn post(&self, message: &Value, session: Option<&str>, version: Option<&str>, deadline: Duration) -> Result<Reply, HttpError> {
+    pub(crate) async fn post(
+        &self,
+        message: &Value,
+        session: Option<&str>,
+        version: Option<&str>,
+        deadline: Duration,
+    ) -> Result<Reply, HttpError> {
         let body = Bytes::from(message.to_string());
-        self.exchange(Method::POST, body, session, version, None, deadline).await
+        self.exchange(Method::POST, body, session, version, None, deadline)
+            .await
     }
 
     /// GET the stream `last_event_id` belongs to, from after that event (a resume).
-    pub(crate) async fn resume(&self, last_event_id: &str, session: Option<&str>, version: Option<&str>, deadline: Duration) -> Result<Reply, HttpError> {
-        self.exchange(Method::GET, Bytes::new(), session, version, Some(last_event_id), deadline).await
+    pub(crate) async fn resume(
+        &self,
+        last_event_id: &str,
+        session: Option<&str>,
+        version: Option<&str>,
+        deadline: Duration,
+    ) -> Result<Reply, HttpError> {
+        self.exchange(
+            Method::GET,
+            Bytes::new(),
+            session,
+            version,
+            Some(last_event_id),
+            deadline,
+        )
+        .await
     }
 
     /// DELETE the session (best effort: an error is only logged).
     pub(crate) async fn delete(&self, session: &str, version: Option<&str>) {
-        if let Err(error) = self.exchange(Method::DELETE, Bytes::new(), Some(session), version, None, Duration::from_secs(5)).await {
+        if let Err(error) = self
+            .exchange(
+                Method::DELETE,
+                Bytes::new(),
+                Some(session),
+                version,
+                None,
+                Duration::from_secs(5),
+            )
+            .await
+        {
             tracing::debug!(%error, "ending an upstream session failed");
         }
     }
@@ -100,7 +136,10 @@ impl Endpoint {
     ) -> Result<Reply, HttpError> {
         let io = |e: &dyn std::fmt::Display| HttpError::Io(format!("{} {method}: {e}", self.uri));
         let connect = async {
-            let mut request = Request::builder().method(method.clone()).uri(self.uri.clone()).header(header::ACCEPT, "application/json, text/event-stream");
+            let mut request = Request::builder()
+                .method(method.clone())
+                .uri(self.uri.clone())
+                .header(header::ACCEPT, "application/json, text/event-stream");
             if method == Method::POST {
                 request = request.header(header::CONTENT_TYPE, "application/json");
             }
@@ -114,17 +153,29 @@ impl Endpoint {
                 request = request.header("last-event-id", id);
             }
             let request = request.body(Full::new(body)).map_err(|e| io(&e))?;
-            self.client.request(request).await.map_err(|error| match error {
-                // Nothing was sent: the request may go again as it is.
-                OutboundError::Connect { .. } => HttpError::Connect(error.to_string()),
-                other => io(&other),
-            })
+            self.client
+                .request(request)
+                .await
+                .map_err(|error| match error {
+                    // Nothing was sent: the request may go again as it is.
+                    OutboundError::Connect { .. } => HttpError::Connect(error.to_string()),
+                    other => io(&other),
+                })
         };
         // The deadline bounds getting the response's head; a stream is read as long as it lasts.
-        let response =
-            tokio::time::timeout(deadline, connect).await.map_err(|_| HttpError::Io(format!("{} did not answer within {deadline:?}", self.uri)))??;
+        let response = tokio::time::timeout(deadline, connect)
+            .await
+            .map_err(|_| {
+                HttpError::Io(format!("{} did not answer within {deadline:?}", self.uri))
+            })??;
         let status = response.status();
-        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
         let session_id = header(SESSION_HEADER);
         let content_type = header(header::CONTENT_TYPE.as_str()).unwrap_or_default();
         let body = response.into_body();
@@ -132,10 +183,16 @@ impl Endpoint {
             return Err(HttpError::SessionGone);
         }
         if status == StatusCode::ACCEPTED {
-            return Ok(Reply { session: session_id, body: Body::Accepted });
+            return Ok(Reply {
+                session: session_id,
+                body: Body::Accepted,
+            });
         }
         if !status.is_success() {
-            let text = read_all(body).await.map(|b| String::from_utf8_lossy(&b[..b.len().min(500)]).into_owned()).unwrap_or_default();
+            let text = read_all(body)
+                .await
+                .map(|b| String::from_utf8_lossy(&b[..b.len().min(500)]).into_owned())
+                .unwrap_or_default();
             return Err(HttpError::Status { status, body: text });
         }
         let body = if content_type.starts_with("text/event-stream") {
@@ -145,16 +202,25 @@ impl Endpoint {
             if bytes.is_empty() {
                 Body::Accepted
             } else {
-                Body::Json(serde_json::from_slice(&bytes).map_err(|e| HttpError::Protocol(format!("a JSON body that does not parse: {e}")))?)
+                Body::Json(serde_json::from_slice(&bytes).map_err(|e| {
+                    HttpError::Protocol(format!("a JSON body that does not parse: {e}"))
+                })?)
             }
         };
-        Ok(Reply { session: session_id, body })
+        Ok(Reply {
+            session: session_id,
+            body,
+        })
     }
 }
 
 async fn read_all(body: Incoming) -> Result<Bytes, HttpError> {
     let limited = http_body_util::Limited::new(body, MAX_MESSAGE);
-    limited.collect().await.map(|c| c.to_bytes()).map_err(|e| HttpError::Io(format!("reading the upstream's answer: {e}")))
+    limited
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e| HttpError::Io(format!("reading the upstream's answer: {e}")))
 }
 
 /// The upstream's answer to one exchange.
@@ -185,7 +251,12 @@ pub(crate) struct Events {
 
 impl Events {
     fn new(body: Incoming) -> Self {
-        Self { body, buffer: BytesMut::new(), last_id: None, done: false }
+        Self {
+            body,
+            buffer: BytesMut::new(),
+            last_id: None,
+            done: false,
+        }
     }
 
     /// The next JSON-RPC message of the stream; `None` when it ends.
@@ -199,7 +270,9 @@ impl Events {
                 if data.trim().is_empty() {
                     continue; // a priming event, a comment, a retry field
                 }
-                return serde_json::from_str(&data).map(Some).map_err(|e| HttpError::Protocol(format!("an SSE event that is not JSON: {e}")));
+                return serde_json::from_str(&data).map(Some).map_err(|e| {
+                    HttpError::Protocol(format!("an SSE event that is not JSON: {e}"))
+                });
             }
             if self.done {
                 return Ok(None);
@@ -207,13 +280,20 @@ impl Events {
             match self.body.frame().await {
                 Some(Ok(frame)) => {
                     if let Ok(mut data) = frame.into_data() {
-                        self.buffer.extend_from_slice(&data.copy_to_bytes(data.remaining()));
+                        self.buffer
+                            .extend_from_slice(&data.copy_to_bytes(data.remaining()));
                         if self.buffer.len() > MAX_MESSAGE {
-                            return Err(HttpError::Protocol(format!("an SSE event larger than {MAX_MESSAGE} bytes")));
+                            return Err(HttpError::Protocol(format!(
+                                "an SSE event larger than {MAX_MESSAGE} bytes"
+                            )));
                         }
                     }
                 }
-                Some(Err(error)) => return Err(HttpError::Io(format!("reading the upstream's stream: {error}"))),
+                Some(Err(error)) => {
+                    return Err(HttpError::Io(format!(
+                        "reading the upstream's stream: {error}"
+                    )));
+                }
                 None => self.done = true,
             }
         }
@@ -223,7 +303,10 @@ impl Events {
     /// stream.
     fn take_event(&mut self) -> Option<String> {
         let text = std::str::from_utf8(&self.buffer).ok()?;
-        let normalized_end = ["\r\n\r\n", "\n\n", "\r\r"].iter().filter_map(|sep| text.find(sep).map(|at| (at, sep.len()))).min();
+        let normalized_end = ["\r\n\r\n", "\n\n", "\r\r"]
+            .iter()
+            .filter_map(|sep| text.find(sep).map(|at| (at, sep.len())))
+            .min();
         match normalized_end {
             Some((at, len)) => {
                 let event = text[..at].to_owned();
@@ -245,7 +328,9 @@ fn parse_event(event: &str) -> (Option<String>, String) {
     let mut id = None;
     let mut data = Vec::new();
     for line in event.lines() {
-        let (field, value) = line.split_once(':').map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+        let (field, value) = line
+            .split_once(':')
+            .map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
         match field {
             "id" => id = Some(value.to_owned()),
             "data" => data.push(value),
@@ -261,8 +346,14 @@ mod tests {
 
     #[test]
     fn an_event_gives_its_id_and_its_data_lines_joined() {
-        assert_eq!(parse_event("id: 7\ndata: {\"a\":\ndata: 1}"), (Some("7".into()), "{\"a\":\n1}".into()));
-        assert_eq!(parse_event(": comment\nretry: 500\nid:p0\ndata:"), (Some("p0".into()), String::new()));
+        assert_eq!(
+            parse_event("id: 7\ndata: {\"a\":\ndata: 1}"),
+            (Some("7".into()), "{\"a\":\n1}".into())
+        );
+        assert_eq!(
+            parse_event(": comment\nretry: 500\nid:p0\ndata:"),
+            (Some("p0".into()), String::new())
+        );
         assert_eq!(parse_event("event: message\ndata: x"), (None, "x".into()));
     }
 

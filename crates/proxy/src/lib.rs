@@ -158,7 +158,9 @@ struct Shared {
 
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Proxy").field("program", &self.0.config.program).finish_non_exhaustive()
+        f.debug_struct("Proxy")
+            .field("program", &self.0.config.program)
+            .finish_non_exhaustive()
     }
 }
 
@@ -171,16 +173,37 @@ impl Proxy {
         let first = supervisor.child(&Key::Pool(0), None, None).await?;
         let info = crate::lock(&first.initialized).clone();
         if !info.is_object() {
-            return Err(ProxyError::Protocol(format!("its initialize result is not an object: {info}")));
+            return Err(ProxyError::Protocol(format!(
+                "its initialize result is not an object: {info}"
+            )));
         }
-        let proxy = Arc::new(Shared { config, supervisor, info, tools: RwLock::default(), reaper: Mutex::new(None) });
+        let proxy = Arc::new(Shared {
+            config,
+            supervisor,
+            info,
+            tools: RwLock::default(),
+            reaper: Mutex::new(None),
+        });
         if proxy.info.pointer("/capabilities/tools").is_some() {
-            match first.call("tools/list", None, None, &tokio_util::sync::CancellationToken::new()).await {
+            match first
+                .call(
+                    "tools/list",
+                    None,
+                    None,
+                    &tokio_util::sync::CancellationToken::new(),
+                )
+                .await
+            {
                 Ok(result) => proxy.learn_tools(&result),
-                Err(error) => tracing::warn!(?error, "the upstream did not list its tools: no tool is sent again after an interruption"),
+                Err(error) => tracing::warn!(
+                    ?error,
+                    "the upstream did not list its tools: no tool is sent again after an interruption"
+                ),
             }
         }
-        let reaper = reap_idle(&proxy, proxy.config.idle_stop, |proxy| async move { proxy.supervisor.stop_idle() });
+        let reaper = reap_idle(&proxy, proxy.config.idle_stop, |proxy| async move {
+            proxy.supervisor.stop_idle()
+        });
         *crate::lock(&proxy.reaper) = Some(reaper);
         Ok(Proxy(proxy))
     }
@@ -209,17 +232,36 @@ impl Shared {
     }
 
     async fn forward(self: Arc<Self>, request: UpstreamRequest) -> Result<Value, UpstreamError> {
-        let UpstreamRequest { method, params, session, client, attempt, cancel, notifications, questions, outbox } = request;
+        let UpstreamRequest {
+            method,
+            params,
+            session,
+            client,
+            attempt,
+            cancel,
+            notifications,
+            questions,
+            outbox,
+        } = request;
         if let Some(outbox) = &outbox {
             // Announcing a pool child's report needs no caller: any request's outbox does.
             let _ = self.supervisor.pool.outbox.set(outbox.clone());
         }
-        let resending = Resending::of(&method, params.as_ref(), &self.tools, &self.config.retryable_tools, attempt)?;
+        let resending = Resending::of(
+            &method,
+            params.as_ref(),
+            &self.tools,
+            &self.config.retryable_tools,
+            attempt,
+        )?;
         let key = match session {
             Some(session) => Key::Session(session),
             None => self.supervisor.pool_key(),
         };
-        let token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
+        let token = params
+            .as_ref()
+            .and_then(|p| p.pointer("/_meta/progressToken"))
+            .cloned();
         let sink = Sink::new(notifications, token, questions.clone());
         let mut resends = 0;
         loop {
@@ -227,7 +269,11 @@ impl Shared {
                 // A fresh process asks from its first question again.
                 questions.restart().await;
             }
-            let child = self.supervisor.child(&key, client.as_ref(), outbox.as_ref()).await.map_err(|error| unavailable(&error))?;
+            let child = self
+                .supervisor
+                .child(&key, client.as_ref(), outbox.as_ref())
+                .await
+                .map_err(|error| unavailable(&error))?;
             let call = child.call(&method, params.clone(), Some(sink.clone()), &cancel);
             let outcome = match self.config.request_timeout {
                 Some(limit) => match tokio::time::timeout(limit, call).await {
@@ -236,7 +282,9 @@ impl Shared {
                         child.notify("notifications/cancelled", None);
                         return Err(UpstreamError {
                             code: code::UPSTREAM_UNAVAILABLE,
-                            message: format!("the upstream did not answer {method} within {limit:?}"),
+                            message: format!(
+                                "the upstream did not answer {method} within {limit:?}"
+                            ),
                             data: None,
                         });
                     }
@@ -253,12 +301,21 @@ impl Shared {
                 }
                 Err(CallError::Upstream(error)) => return Err(error),
                 Err(CallError::Cancelled) => {
-                    return Err(UpstreamError { code: code::SERVER_ERROR, message: "request cancelled".into(), data: None });
+                    return Err(UpstreamError {
+                        code: code::SERVER_ERROR,
+                        message: "request cancelled".into(),
+                        data: None,
+                    });
                 }
                 Err(CallError::Gone) => {
                     tracing::warn!(?key, pid = ?child.pid(), %method, resend = ?resending.rule, "the upstream process exited before it answered");
                     self.supervisor.record(&key, true);
-                    resending.after_lost(resends, self.config.max_resends, Interruption::ChildExited, "its upstream process exited before it answered")?;
+                    resending.after_lost(
+                        resends,
+                        self.config.max_resends,
+                        Interruption::ChildExited,
+                        "its upstream process exited before it answered",
+                    )?;
                     resends += 1;
                 }
             }
@@ -281,7 +338,10 @@ impl Upstream for Proxy {
         self.0.tool(name)
     }
 
-    fn request(&self, request: UpstreamRequest) -> BoxFuture<'static, Result<Value, UpstreamError>> {
+    fn request(
+        &self,
+        request: UpstreamRequest,
+    ) -> BoxFuture<'static, Result<Value, UpstreamError>> {
         Box::pin(Arc::clone(&self.0).forward(request))
     }
 
@@ -302,8 +362,13 @@ impl Upstream for Proxy {
                 }
             });
         }
-        shared.supervisor.pool_subscriptions("resources/subscribe", new);
-        Box::new(Following { proxy: Arc::downgrade(shared), uris })
+        shared
+            .supervisor
+            .pool_subscriptions("resources/subscribe", new);
+        Box::new(Following {
+            proxy: Arc::downgrade(shared),
+            uris,
+        })
     }
 }
 
@@ -315,9 +380,13 @@ struct Following {
 
 impl Drop for Following {
     fn drop(&mut self) {
-        let Some(proxy) = self.proxy.upgrade() else { return };
+        let Some(proxy) = self.proxy.upgrade() else {
+            return;
+        };
         let gone = proxy.supervisor.pool.unfollow(&self.uris);
-        proxy.supervisor.pool_subscriptions("resources/unsubscribe", gone);
+        proxy
+            .supervisor
+            .pool_subscriptions("resources/unsubscribe", gone);
     }
 }
 
@@ -349,7 +418,9 @@ where
 }
 
 fn learn_tools(known: &RwLock<HashMap<String, Value>>, result: &Value) {
-    let Some(tools) = result.get("tools").and_then(Value::as_array) else { return };
+    let Some(tools) = result.get("tools").and_then(Value::as_array) else {
+        return;
+    };
     let mut known = known.write().unwrap_or_else(|p| p.into_inner());
     for tool in tools {
         if let Some(name) = tool.get("name").and_then(Value::as_str) {
@@ -360,7 +431,11 @@ fn learn_tools(known: &RwLock<HashMap<String, Value>>, result: &Value) {
 
 /// The tool `name` as last listed.
 fn tool(known: &RwLock<HashMap<String, Value>>, name: &str) -> Option<Value> {
-    known.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    known
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .cloned()
 }
 
 /// A forwarded request's re-send rule (by its method, its tool's annotations and
@@ -377,12 +452,33 @@ impl<'a> Resending<'a> {
     /// request died (`attempt` 2 and later) reaches the upstream only when the rule allows a
     /// re-send: the upstream may have acted on it already. Otherwise it is the interrupted
     /// error (D7).
-    fn of(method: &'a str, params: Option<&Value>, tools: &RwLock<HashMap<String, Value>>, retryable: &[String], attempt: u32) -> Result<Self, UpstreamError> {
-        let tool_name = (method == "tools/call").then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned());
+    fn of(
+        method: &'a str,
+        params: Option<&Value>,
+        tools: &RwLock<HashMap<String, Value>>,
+        retryable: &[String],
+        attempt: u32,
+    ) -> Result<Self, UpstreamError> {
+        let tool_name = (method == "tools/call").then(|| {
+            params
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        });
         let annotated = tool_name.as_deref().and_then(|name| tool(tools, name));
-        let resending = Resending { method, rule: policy::resend(method, params, annotated.as_ref(), retryable), tool: tool_name };
+        let resending = Resending {
+            method,
+            rule: policy::resend(method, params, annotated.as_ref(), retryable),
+            tool: tool_name,
+        };
         if attempt > 1 {
-            resending.after_lost(0, u32::MAX, Interruption::WorkerStopped, "the worker forwarding it stopped before the upstream answered")?;
+            resending.after_lost(
+                0,
+                u32::MAX,
+                Interruption::WorkerStopped,
+                "the worker forwarding it stopped before the upstream answered",
+            )?;
         }
         Ok(resending)
     }
@@ -390,7 +486,13 @@ impl<'a> Resending<'a> {
     /// After the upstream's answer was lost (`cause`): `Ok` to send the request again
     /// (counted), the interrupted error when the rule forbids it or `max` re-sends are
     /// spent.
-    fn after_lost(&self, resends: u32, max: u32, cause: Interruption, why: &str) -> Result<(), UpstreamError> {
+    fn after_lost(
+        &self,
+        resends: u32,
+        max: u32,
+        cause: Interruption,
+        why: &str,
+    ) -> Result<(), UpstreamError> {
         if !self.rule.allowed() || resends >= max {
             // Allowed, yet not sent again: `--max-resends` is reached.
             crate::metrics::interrupted(cause, self.rule.allowed());
@@ -417,7 +519,11 @@ fn interrupted(method: &str, tool: Option<&str>, why: &str) -> UpstreamError {
 }
 
 fn unavailable(error: &ProxyError) -> UpstreamError {
-    UpstreamError { code: code::UPSTREAM_UNAVAILABLE, message: format!("the upstream is unavailable: {error}"), data: None }
+    UpstreamError {
+        code: code::UPSTREAM_UNAVAILABLE,
+        message: format!("the upstream is unavailable: {error}"),
+        data: None,
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -35,16 +35,36 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// installed now.
 pub fn enable() {
     ENABLED.store(true, Ordering::Relaxed);
-    describe_gauge!(CHILDREN_LIVE, Unit::Count, "Upstream processes running on this worker.");
-    describe_counter!(CHILDREN_STARTED, Unit::Count, "Upstream processes started and initialized, by reason.");
-    describe_counter!(CHILDREN_FAILED_STARTS, Unit::Count, "Upstream processes that could not be started or did not initialize.");
-    describe_counter!(CHILDREN_STOPPED, Unit::Count, "Upstream processes that ended, by cause.");
+    describe_gauge!(
+        CHILDREN_LIVE,
+        Unit::Count,
+        "Upstream processes running on this worker."
+    );
+    describe_counter!(
+        CHILDREN_STARTED,
+        Unit::Count,
+        "Upstream processes started and initialized, by reason."
+    );
+    describe_counter!(
+        CHILDREN_FAILED_STARTS,
+        Unit::Count,
+        "Upstream processes that could not be started or did not initialize."
+    );
+    describe_counter!(
+        CHILDREN_STOPPED,
+        Unit::Count,
+        "Upstream processes that ended, by cause."
+    );
     describe_counter!(
         REQUESTS_RESENT,
         Unit::Count,
         "Requests sent again to a fresh upstream process, by what interrupted them and the policy that allowed it."
     );
-    describe_counter!(REQUESTS_INTERRUPTED, Unit::Count, "Requests answered with the interrupted-not-retried error (-32030), by cause.");
+    describe_counter!(
+        REQUESTS_INTERRUPTED,
+        Unit::Count,
+        "Requests answered with the interrupted-not-retried error (-32030), by cause."
+    );
 }
 
 /// Whether [`enable`] was called.
@@ -162,7 +182,8 @@ pub(crate) fn failed_start() {
 /// A request is sent again to a fresh child after `after`, as `policy` allows.
 pub(crate) fn resent(after: Interruption, policy: Resend) {
     if enabled() {
-        counter!(REQUESTS_RESENT, "after" => after.as_str(), "policy" => policy_label(policy)).increment(1);
+        counter!(REQUESTS_RESENT, "after" => after.as_str(), "policy" => policy_label(policy))
+            .increment(1);
     }
 }
 
@@ -170,7 +191,11 @@ pub(crate) fn resent(after: Interruption, policy: Resend) {
 /// to send again (`exhausted: false`) or was sent again `--max-resends` times already.
 pub(crate) fn interrupted(after: Interruption, exhausted: bool) {
     if enabled() {
-        let cause = if exhausted { "resends_exhausted" } else { after.as_str() };
+        let cause = if exhausted {
+            "resends_exhausted"
+        } else {
+            after.as_str()
+        };
         counter!(REQUESTS_INTERRUPTED, "cause" => cause).increment(1);
     }
 }

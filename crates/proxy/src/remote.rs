@@ -80,7 +80,9 @@ pub struct HttpProxy(Arc<Remote>);
 
 impl std::fmt::Debug for HttpProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpProxy").field("url", &self.0.config.url).finish_non_exhaustive()
+        f.debug_struct("HttpProxy")
+            .field("url", &self.0.config.url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -129,7 +131,11 @@ impl From<HttpError> for CallError {
             HttpError::SessionGone => CallError::SessionGone,
             HttpError::Connect(why) => CallError::Unreachable(why),
             HttpError::Io(why) => CallError::Gone(why),
-            other => CallError::Upstream(UpstreamError { code: code::INTERNAL_ERROR, message: other.to_string(), data: None }),
+            other => CallError::Upstream(UpstreamError {
+                code: code::INTERNAL_ERROR,
+                message: other.to_string(),
+                data: None,
+            }),
         }
     }
 }
@@ -139,10 +145,19 @@ impl HttpProxy {
     /// the proxy's), so that an upstream that cannot be reached fails here.
     pub async fn start(config: HttpProxyConfig) -> Result<HttpProxy, ProxyError> {
         let endpoint = Endpoint::parse(&config.url, config.tls_roots_pem.as_deref())?;
-        let mut remote = Remote { endpoint, config, info: Value::Null, tools: RwLock::default(), slots: Mutex::default(), next_id: AtomicU64::new(1) };
+        let mut remote = Remote {
+            endpoint,
+            config,
+            info: Value::Null,
+            tools: RwLock::default(),
+            slots: Mutex::default(),
+            next_id: AtomicU64::new(1),
+        };
         let (link, info) = remote.initialize(None).await?;
         if !info.is_object() {
-            return Err(ProxyError::Protocol(format!("its initialize result is not an object: {info}")));
+            return Err(ProxyError::Protocol(format!(
+                "its initialize result is not an object: {info}"
+            )));
         }
         remote.info = info;
         let pool = Arc::new(Slot::default());
@@ -150,13 +165,20 @@ impl HttpProxy {
         crate::lock(&remote.slots).insert(Key::Pool(0), pool);
         let remote = Arc::new(remote);
         if remote.info.pointer("/capabilities/tools").is_some() {
-            match remote.call(&link, "tools/list", None, None, &CancellationToken::new()).await {
+            match remote
+                .call(&link, "tools/list", None, None, &CancellationToken::new())
+                .await
+            {
                 Ok(result) => crate::learn_tools(&remote.tools, &result),
-                Err(_) => tracing::warn!("the upstream did not list its tools: no tool is sent again after an interruption"),
+                Err(_) => tracing::warn!(
+                    "the upstream did not list its tools: no tool is sent again after an interruption"
+                ),
             }
         }
         // Ends with the last clone (it holds the upstream weakly).
-        crate::reap_idle(&remote, remote.config.idle_stop, |remote| async move { remote.end_idle().await });
+        crate::reap_idle(&remote, remote.config.idle_stop, |remote| async move {
+            remote.end_idle().await
+        });
         Ok(HttpProxy(remote))
     }
 
@@ -179,14 +201,29 @@ impl Remote {
                 Some(Err(error)) => return Err(ProxyError::Initialize(error.to_string())),
                 None => return Err(ProxyError::Initialize("no answer to `initialize`".into())),
             };
-            let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or("2025-03-26").to_owned();
+            let version = result
+                .get("protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("2025-03-26")
+                .to_owned();
             let link = Link { session, version };
             let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-            self.endpoint.post(&initialized, link.session.as_deref(), Some(&link.version), deadline).await?;
+            self.endpoint
+                .post(
+                    &initialized,
+                    link.session.as_deref(),
+                    Some(&link.version),
+                    deadline,
+                )
+                .await?;
             tracing::info!(session = ?link.session, version = %link.version, "upstream session initialized");
             Ok((link, result))
         };
-        tokio::time::timeout(deadline, exchange).await.map_err(|_| ProxyError::Initialize(format!("no answer to `initialize` within {deadline:?}")))?
+        tokio::time::timeout(deadline, exchange)
+            .await
+            .map_err(|_| {
+                ProxyError::Initialize(format!("no answer to `initialize` within {deadline:?}"))
+            })?
     }
 
     fn slot(&self, key: &Key) -> Arc<Slot> {
@@ -220,13 +257,18 @@ impl Remote {
             .filter(|(key, slot)| {
                 **key != Key::Pool(0)
                     && slot.in_flight.load(Ordering::SeqCst) == 0
-                    && crate::lock(&slot.last_used).is_some_and(|t| t.elapsed() >= self.config.idle_stop)
+                    && crate::lock(&slot.last_used)
+                        .is_some_and(|t| t.elapsed() >= self.config.idle_stop)
             })
             .map(|(k, s)| (k.clone(), Arc::clone(s)))
             .collect();
         for (key, slot) in idle {
             crate::lock(&self.slots).remove(&key);
-            if let Some(Link { session: Some(session), version }) = slot.link.lock().await.take() {
+            if let Some(Link {
+                session: Some(session),
+                version,
+            }) = slot.link.lock().await.take()
+            {
                 tracing::debug!(?key, %session, "ending an idle upstream session");
                 self.endpoint.delete(&session, Some(&version)).await;
             }
@@ -235,11 +277,24 @@ impl Remote {
 
     /// Send one request in `link` and read its answer, forwarding what the upstream sends
     /// for it into `sink`.
-    async fn call(&self, link: &Link, method: &str, params: Option<Value>, sink: Option<&Sink>, cancel: &CancellationToken) -> Result<Value, CallError> {
-        let id = json!(format!("dmcp-{}", self.next_id.fetch_add(1, Ordering::SeqCst)));
+    async fn call(
+        &self,
+        link: &Link,
+        method: &str,
+        params: Option<Value>,
+        sink: Option<&Sink>,
+        cancel: &CancellationToken,
+    ) -> Result<Value, CallError> {
+        let id = json!(format!(
+            "dmcp-{}",
+            self.next_id.fetch_add(1, Ordering::SeqCst)
+        ));
         let mut params = params;
         if sink.is_some_and(Sink::has_token)
-            && let Some(meta) = params.as_mut().and_then(|p| p.get_mut("_meta")).and_then(Value::as_object_mut)
+            && let Some(meta) = params
+                .as_mut()
+                .and_then(|p| p.get_mut("_meta"))
+                .and_then(Value::as_object_mut)
         {
             // The proxy's own token: clients of the shared session may use the same ones.
             meta.insert("progressToken".into(), id.clone());
@@ -249,14 +304,33 @@ impl Remote {
             message["params"] = params;
         }
         // Without --request-timeout-secs, a day bounds only the wait for the answer's head.
-        let deadline = self.config.request_timeout.unwrap_or(Duration::from_secs(86_400));
+        let deadline = self
+            .config
+            .request_timeout
+            .unwrap_or(Duration::from_secs(86_400));
         let ended = CancellationToken::new();
         let _ended = ended.clone().drop_guard();
         let exchange = async {
-            let reply = self.endpoint.post(&message, link.session.as_deref(), Some(&link.version), deadline).await?;
+            let reply = self
+                .endpoint
+                .post(
+                    &message,
+                    link.session.as_deref(),
+                    Some(&link.version),
+                    deadline,
+                )
+                .await?;
             let mut events = match reply.body {
-                Body::Json(answer) => return response(&answer, &id).ok_or_else(|| CallError::Gone("a JSON answer without the response".into()))?,
-                Body::Accepted => return Err(CallError::Gone("the upstream accepted a request without answering it".into())),
+                Body::Json(answer) => {
+                    return response(&answer, &id).ok_or_else(|| {
+                        CallError::Gone("a JSON answer without the response".into())
+                    })?;
+                }
+                Body::Accepted => {
+                    return Err(CallError::Gone(
+                        "the upstream accepted a request without answering it".into(),
+                    ));
+                }
                 Body::Stream(events) => events,
             };
             let mut resumes = 0;
@@ -274,12 +348,26 @@ impl Remote {
                             Err(error) => error.to_string(),
                             _ => "the upstream's stream ended before its answer".to_owned(),
                         };
-                        let Some(last) = events.last_id.clone().filter(|_| resumes < 3) else { return Err(CallError::Gone(why)) };
+                        let Some(last) = events.last_id.clone().filter(|_| resumes < 3) else {
+                            return Err(CallError::Gone(why));
+                        };
                         resumes += 1;
                         tokio::time::sleep(Duration::from_millis(100 * resumes)).await;
                         tracing::debug!(%why, %last, "resuming the upstream's stream");
-                        events = match self.endpoint.resume(&last, link.session.as_deref(), Some(&link.version), deadline).await? {
-                            Reply { body: Body::Stream(events), .. } => events,
+                        events = match self
+                            .endpoint
+                            .resume(
+                                &last,
+                                link.session.as_deref(),
+                                Some(&link.version),
+                                deadline,
+                            )
+                            .await?
+                        {
+                            Reply {
+                                body: Body::Stream(events),
+                                ..
+                            } => events,
                             _ => return Err(CallError::Gone(why)),
                         };
                     }
@@ -297,21 +385,40 @@ impl Remote {
         let notice = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": why}});
         let (endpoint, link) = (self.endpoint.clone(), link.clone());
         tokio::spawn(async move {
-            let _ = endpoint.post(&notice, link.session.as_deref(), Some(&link.version), Duration::from_secs(5)).await;
+            let _ = endpoint
+                .post(
+                    &notice,
+                    link.session.as_deref(),
+                    Some(&link.version),
+                    Duration::from_secs(5),
+                )
+                .await;
         });
         outcome
     }
 
     /// A message on a request's stream that is not its answer: its progress or log message
     /// (for the client), or a question of the upstream's (relayed; its answer POSTed back).
-    fn received(&self, link: &Link, message: Value, id: &Value, sink: Option<&Sink>, ended: &CancellationToken) {
-        let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+    fn received(
+        &self,
+        link: &Link,
+        message: Value,
+        id: &Value,
+        sink: Option<&Sink>,
+        ended: &CancellationToken,
+    ) {
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         match (method, message.get("id").cloned()) {
             (Some(method), None) => {
                 // Its progress and its log messages; other notifications (list changes,
                 // resource updates) are not forwarded, as from a stdio upstream.
                 let mine = match method.as_str() {
-                    "notifications/progress" => message.pointer("/params/progressToken") == Some(id),
+                    "notifications/progress" => {
+                        message.pointer("/params/progressToken") == Some(id)
+                    }
                     "notifications/message" => true,
                     _ => false,
                 };
@@ -336,7 +443,15 @@ impl Remote {
                     if let (Some(reply), Value::Object(body)) = (reply.as_object_mut(), body) {
                         reply.extend(body);
                     }
-                    if let Err(error) = endpoint.post(&reply, link.session.as_deref(), Some(&link.version), Duration::from_secs(30)).await {
+                    if let Err(error) = endpoint
+                        .post(
+                            &reply,
+                            link.session.as_deref(),
+                            Some(&link.version),
+                            Duration::from_secs(30),
+                        )
+                        .await
+                    {
                         tracing::warn!(%error, "the answer to an upstream's question could not be sent to it");
                     }
                 });
@@ -346,13 +461,32 @@ impl Remote {
     }
 
     async fn forward(self: Arc<Self>, request: UpstreamRequest) -> Result<Value, UpstreamError> {
-        let UpstreamRequest { method, params, session, client, attempt, cancel, notifications, questions, outbox: _ } = request;
-        let resending = Resending::of(&method, params.as_ref(), &self.tools, &self.config.retryable_tools, attempt)?;
+        let UpstreamRequest {
+            method,
+            params,
+            session,
+            client,
+            attempt,
+            cancel,
+            notifications,
+            questions,
+            outbox: _,
+        } = request;
+        let resending = Resending::of(
+            &method,
+            params.as_ref(),
+            &self.tools,
+            &self.config.retryable_tools,
+            attempt,
+        )?;
         let key = session.map_or(Key::Pool(0), Key::Session);
         let slot = self.slot(&key);
         slot.in_flight.fetch_add(1, Ordering::SeqCst);
         let _used = Used(&slot);
-        let token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
+        let token = params
+            .as_ref()
+            .and_then(|p| p.pointer("/_meta/progressToken"))
+            .cloned();
         let sink = Sink::new(notifications, token, questions.clone());
         let (mut resends, mut sessions) = (0, 0);
         loop {
@@ -360,8 +494,14 @@ impl Remote {
                 // Sent again: the upstream asks from its first question again.
                 questions.restart().await;
             }
-            let link = self.link(&slot, client.as_ref()).await.map_err(|error| unavailable(&error))?;
-            match self.call(&link, &method, params.clone(), Some(&sink), &cancel).await {
+            let link = self
+                .link(&slot, client.as_ref())
+                .await
+                .map_err(|error| unavailable(&error))?;
+            match self
+                .call(&link, &method, params.clone(), Some(&sink), &cancel)
+                .await
+            {
                 Ok(result) => {
                     if method == "tools/list" {
                         crate::learn_tools(&self.tools, &result);
@@ -369,9 +509,19 @@ impl Remote {
                     return Ok(result);
                 }
                 Err(CallError::Upstream(error)) => return Err(error),
-                Err(CallError::Cancelled) => return Err(UpstreamError { code: code::SERVER_ERROR, message: "request cancelled".into(), data: None }),
+                Err(CallError::Cancelled) => {
+                    return Err(UpstreamError {
+                        code: code::SERVER_ERROR,
+                        message: "request cancelled".into(),
+                        data: None,
+                    });
+                }
                 Err(CallError::Unreachable(why)) => {
-                    return Err(UpstreamError { code: code::UPSTREAM_UNAVAILABLE, message: format!("the upstream is unavailable: {why}"), data: None });
+                    return Err(UpstreamError {
+                        code: code::UPSTREAM_UNAVAILABLE,
+                        message: format!("the upstream is unavailable: {why}"),
+                        data: None,
+                    });
                 }
                 Err(CallError::SessionGone) => {
                     self.expire(&slot, &link).await;
@@ -386,7 +536,12 @@ impl Remote {
                 }
                 Err(CallError::Gone(why)) => {
                     tracing::warn!(?key, %method, resend = ?resending.rule, %why, "the upstream's answer did not come");
-                    resending.after_lost(resends, self.config.max_resends, Interruption::AnswerLost, &format!("its answer did not come ({why})"))?;
+                    resending.after_lost(
+                        resends,
+                        self.config.max_resends,
+                        Interruption::AnswerLost,
+                        &format!("its answer did not come ({why})"),
+                    )?;
                     resends += 1;
                     tokio::time::sleep(crate::supervisor::backoff(resends)).await;
                 }
@@ -453,7 +608,10 @@ impl Upstream for HttpProxy {
         crate::tool(&self.0.tools, name)
     }
 
-    fn request(&self, request: UpstreamRequest) -> BoxFuture<'static, Result<Value, UpstreamError>> {
+    fn request(
+        &self,
+        request: UpstreamRequest,
+    ) -> BoxFuture<'static, Result<Value, UpstreamError>> {
         Box::pin(Arc::clone(&self.0).forward(request))
     }
 }

@@ -34,7 +34,10 @@ pub(crate) enum Reports {
     /// A session's child: to the session's standalone stream.
     Session(Outbox),
     /// The pool's child number `child` (unique per process started): announced once.
-    Pool { child: u64, pool: std::sync::Arc<PoolReports> },
+    Pool {
+        child: u64,
+        pool: std::sync::Arc<PoolReports>,
+    },
 }
 
 impl Reports {
@@ -46,13 +49,22 @@ impl Reports {
                 Err(error) => tracing::debug!(%error, "a session child's report was not delivered"),
             },
             Reports::Pool { child, pool } => {
-                let Some(change) = change_of(&message) else { return };
+                let Some(change) = change_of(&message) else {
+                    return;
+                };
                 if !pool.first_report(*child, &change, Instant::now()) {
-                    tracing::debug!(?change, child, "the same change was reported by another pool child: announced once");
+                    tracing::debug!(
+                        ?change,
+                        child,
+                        "the same change was reported by another pool child: announced once"
+                    );
                     return;
                 }
                 let Some(outbox) = pool.outbox.get() else {
-                    tracing::debug!(?change, "no request has reached this worker yet: a pool child's report is dropped");
+                    tracing::debug!(
+                        ?change,
+                        "no request has reached this worker yet: a pool child's report is dropped"
+                    );
                     return;
                 };
                 if let Err(error) = outbox.announce(change).await {
@@ -78,7 +90,10 @@ pub(crate) struct PoolReports {
 
 impl PoolReports {
     pub(crate) fn new(window: Duration) -> Self {
-        Self { window, ..Self::default() }
+        Self {
+            window,
+            ..Self::default()
+        }
     }
 
     /// Whether `child`'s report of `change` at `now` is a new change (to announce), not one
@@ -147,12 +162,24 @@ mod tests {
         let tools = ServerChange::ToolsListChanged;
         let resource = ServerChange::ResourceUpdated("r://a".into());
         assert!(pool.first_report(1, &tools, t0));
-        assert!(!pool.first_report(2, &tools, t0 + Duration::from_millis(100)), "another child, same change");
+        assert!(
+            !pool.first_report(2, &tools, t0 + Duration::from_millis(100)),
+            "another child, same change"
+        );
         assert!(!pool.first_report(3, &tools, t0 + Duration::from_millis(200)));
-        assert!(pool.first_report(1, &resource, t0 + Duration::from_millis(200)), "another kind is another change");
-        assert!(pool.first_report(1, &tools, t0 + Duration::from_millis(300)), "the same child again: a new change");
+        assert!(
+            pool.first_report(1, &resource, t0 + Duration::from_millis(200)),
+            "another kind is another change"
+        );
+        assert!(
+            pool.first_report(1, &tools, t0 + Duration::from_millis(300)),
+            "the same child again: a new change"
+        );
         assert!(!pool.first_report(2, &tools, t0 + Duration::from_millis(400)));
-        assert!(pool.first_report(2, &tools, t0 + Duration::from_millis(1_400)), "after the window");
+        assert!(
+            pool.first_report(2, &tools, t0 + Duration::from_millis(1_400)),
+            "after the window"
+        );
     }
 
     #[test]

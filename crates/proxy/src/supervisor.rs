@@ -56,7 +56,9 @@ const RECENT: Duration = Duration::from_secs(60);
 pub(crate) fn backoff(failures: u32) -> Duration {
     match failures {
         0 => Duration::ZERO,
-        n => FIRST_BACKOFF.saturating_mul(1 << (n - 1).min(16)).min(MAX_BACKOFF),
+        n => FIRST_BACKOFF
+            .saturating_mul(1 << (n - 1).min(16))
+            .min(MAX_BACKOFF),
     }
 }
 
@@ -73,9 +75,19 @@ pub(crate) struct Supervisor {
 
 impl Supervisor {
     pub(crate) fn new(config: ProxyConfig) -> Self {
-        let command = Command { program: config.program.clone(), args: config.args.clone() };
+        let command = Command {
+            program: config.program.clone(),
+            args: config.args.clone(),
+        };
         let pool = Arc::new(PoolReports::new(config.change_window));
-        Self { command, config, slots: Default::default(), live: Default::default(), next_pool: AtomicUsize::new(0), pool }
+        Self {
+            command,
+            config,
+            slots: Default::default(),
+            live: Default::default(),
+            next_pool: AtomicUsize::new(0),
+            pool,
+        }
     }
 
     /// The pool child a stateless request goes to: the least busy, round robin among equals.
@@ -84,7 +96,10 @@ impl Supervisor {
         let start = self.next_pool.fetch_add(1, Ordering::Relaxed);
         let live = crate::lock(&self.live);
         let busy = |i: usize| live.get(&Key::Pool(i)).map_or(0, |c| c.in_flight());
-        let best = (0..size).map(|k| (start + k) % size).min_by_key(|&i| busy(i)).unwrap_or(0);
+        let best = (0..size)
+            .map(|k| (start + k) % size)
+            .min_by_key(|&i| busy(i))
+            .unwrap_or(0);
         Key::Pool(best)
     }
 
@@ -92,7 +107,12 @@ impl Supervisor {
     /// params, or the proxy's own for the pool) if it has none. A session's child reports
     /// to `outbox` (the session's) and is subscribed, when it starts, to the resources the
     /// session subscribed to; a pool child to the resources listen streams follow.
-    pub(crate) async fn child(&self, key: &Key, client: Option<&Value>, outbox: Option<&Outbox>) -> Result<Arc<Child>, ProxyError> {
+    pub(crate) async fn child(
+        &self,
+        key: &Key,
+        client: Option<&Value>,
+        outbox: Option<&Outbox>,
+    ) -> Result<Arc<Child>, ProxyError> {
         let slot = Arc::clone(crate::lock(&self.slots).entry(key.clone()).or_default());
         let mut state = slot.state.lock().await;
         let mut reason = Start::New;
@@ -110,7 +130,12 @@ impl Supervisor {
         let failures = slot.failures.load(Ordering::SeqCst);
         let wait = backoff(failures);
         if !wait.is_zero() {
-            tracing::info!(?key, failures, ?wait, "restarting the upstream after a backoff");
+            tracing::info!(
+                ?key,
+                failures,
+                ?wait,
+                "restarting the upstream after a backoff"
+            );
             tokio::time::sleep(wait).await;
         }
         self.make_room(key)?;
@@ -135,7 +160,10 @@ impl Supervisor {
     async fn prepare(&self, key: &Key, child: &Child, outbox: Option<&Outbox>) {
         let uris = match (key, outbox) {
             (Key::Pool(_), _) => {
-                child.set_reports(Reports::Pool { child: child.serial, pool: Arc::clone(&self.pool) });
+                child.set_reports(Reports::Pool {
+                    child: child.serial,
+                    pool: Arc::clone(&self.pool),
+                });
                 self.pool.followed()
             }
             (Key::Session(_), Some(outbox)) => {
@@ -161,7 +189,11 @@ impl Supervisor {
         if uris.is_empty() {
             return;
         }
-        let children: Vec<Arc<Child>> = crate::lock(&self.live).iter().filter(|(k, _)| matches!(k, Key::Pool(_))).map(|(_, c)| Arc::clone(c)).collect();
+        let children: Vec<Arc<Child>> = crate::lock(&self.live)
+            .iter()
+            .filter(|(k, _)| matches!(k, Key::Pool(_)))
+            .map(|(_, c)| Arc::clone(c))
+            .collect();
         tokio::spawn(async move {
             for child in children {
                 for uri in &uris {
@@ -173,12 +205,16 @@ impl Supervisor {
 
     /// Whether a pool child is running.
     pub(crate) fn pool_running(&self) -> bool {
-        crate::lock(&self.live).iter().any(|(k, c)| matches!(k, Key::Pool(_)) && !c.is_gone())
+        crate::lock(&self.live)
+            .iter()
+            .any(|(k, c)| matches!(k, Key::Pool(_)) && !c.is_gone())
     }
 
     /// A child of `key` died under a request (`died`), or answered one.
     pub(crate) fn record(&self, key: &Key, died: bool) {
-        let Some(slot) = crate::lock(&self.slots).get(key).cloned() else { return };
+        let Some(slot) = crate::lock(&self.slots).get(key).cloned() else {
+            return;
+        };
         if died {
             slot.failures.fetch_add(1, Ordering::SeqCst);
         } else if slot.failures.load(Ordering::Relaxed) != 0 {
@@ -194,7 +230,11 @@ impl Supervisor {
         if live.len() < self.config.max_children.max(1) {
             return Ok(());
         }
-        let victim = live.iter().filter(|(k, c)| *k != key && c.in_flight() == 0).max_by_key(|(_, c)| c.idle_for()).map(|(k, _)| k.clone());
+        let victim = live
+            .iter()
+            .filter(|(k, c)| *k != key && c.in_flight() == 0)
+            .max_by_key(|(_, c)| c.idle_for())
+            .map(|(k, _)| k.clone());
         match victim.and_then(|k| live.remove(&k).map(|c| (k, c))) {
             Some((victim, child)) => {
                 tracing::info!(?victim, pid = ?child.pid(), "stopping the longest idle upstream: the worker is at --max-children");
@@ -216,7 +256,11 @@ impl Supervisor {
             // next child is counted as a restart.
             live.retain(|_, c| !c.is_gone());
             live.iter()
-                .filter(|(k, c)| c.in_flight() == 0 && c.idle_for() >= self.config.idle_stop && !(keep_pool && matches!(k, Key::Pool(_))))
+                .filter(|(k, c)| {
+                    c.in_flight() == 0
+                        && c.idle_for() >= self.config.idle_stop
+                        && !(keep_pool && matches!(k, Key::Pool(_)))
+                })
                 .map(|(k, c)| (k.clone(), Arc::clone(c)))
                 .collect()
         };
@@ -233,15 +277,22 @@ impl Supervisor {
         crate::lock(&self.slots).retain(|key, slot| {
             live.contains_key(key)
                 || slot.state.try_lock().map_or(true, |s| {
-                    let backing_off = slot.failures.load(Ordering::Relaxed) > 0 && s.started.is_some_and(|t| t.elapsed() < RECENT);
-                    backing_off || s.child.as_ref().is_some_and(|c| c.died_within(RECENT.max(self.config.idle_stop)))
+                    let backing_off = slot.failures.load(Ordering::Relaxed) > 0
+                        && s.started.is_some_and(|t| t.elapsed() < RECENT);
+                    backing_off
+                        || s.child
+                            .as_ref()
+                            .is_some_and(|c| c.died_within(RECENT.max(self.config.idle_stop)))
                 })
         });
     }
 
     /// Live children (for tests and logs).
     pub(crate) fn live(&self) -> usize {
-        crate::lock(&self.live).values().filter(|c| !c.is_gone()).count()
+        crate::lock(&self.live)
+            .values()
+            .filter(|c| !c.is_gone())
+            .count()
     }
 
     /// Stop every child (shutdown).
@@ -255,10 +306,19 @@ impl Supervisor {
 /// Send `method` (`resources/subscribe` or `resources/unsubscribe`) for `uri` to `child`.
 async fn subscribe(child: &Child, method: &str, uri: &str) {
     let params = json!({"uri": uri});
-    match tokio::time::timeout(SUBSCRIBE_TIMEOUT, child.call(method, Some(params), None, &CancellationToken::new())).await {
+    match tokio::time::timeout(
+        SUBSCRIBE_TIMEOUT,
+        child.call(method, Some(params), None, &CancellationToken::new()),
+    )
+    .await
+    {
         Ok(Ok(_)) => {}
-        Ok(Err(error)) => tracing::debug!(?error, pid = ?child.pid(), %method, %uri, "the upstream did not take a subscription change"),
-        Err(_) => tracing::warn!(pid = ?child.pid(), %method, %uri, "the upstream did not answer a subscription change in time"),
+        Ok(Err(error)) => {
+            tracing::debug!(?error, pid = ?child.pid(), %method, %uri, "the upstream did not take a subscription change")
+        }
+        Err(_) => {
+            tracing::warn!(pid = ?child.pid(), %method, %uri, "the upstream did not answer a subscription change in time")
+        }
     }
 }
 
@@ -272,10 +332,25 @@ const RELAYED: [&str; 3] = ["elicitation", "sampling", "roots"];
 /// 2026-07-28 request says what its client can answer; a question the client cannot
 /// answer is refused to the child).
 pub(crate) fn initialize_params(client: Option<&Value>) -> Value {
-    let version = client.and_then(|c| c.get("protocolVersion")).cloned().unwrap_or_else(|| json!("2025-11-25"));
-    let info = client.and_then(|c| c.get("clientInfo")).cloned().unwrap_or_else(|| json!({"name": "durable-mcp-proxy", "version": env!("CARGO_PKG_VERSION")}));
+    let version = client
+        .and_then(|c| c.get("protocolVersion"))
+        .cloned()
+        .unwrap_or_else(|| json!("2025-11-25"));
+    let info = client
+        .and_then(|c| c.get("clientInfo"))
+        .cloned()
+        .unwrap_or_else(
+            || json!({"name": "durable-mcp-proxy", "version": env!("CARGO_PKG_VERSION")}),
+        );
     let capabilities: serde_json::Map<String, Value> = match client {
-        Some(client) => RELAYED.iter().filter_map(|&c| client.pointer(&format!("/capabilities/{c}")).map(|v| (c.to_owned(), v.clone()))).collect(),
+        Some(client) => RELAYED
+            .iter()
+            .filter_map(|&c| {
+                client
+                    .pointer(&format!("/capabilities/{c}"))
+                    .map(|v| (c.to_owned(), v.clone()))
+            })
+            .collect(),
         None => RELAYED.iter().map(|&c| (c.to_owned(), json!({}))).collect(),
     };
     json!({"protocolVersion": version, "capabilities": capabilities, "clientInfo": info})
@@ -305,6 +380,9 @@ mod tests {
         );
         let pool = initialize_params(None);
         assert_eq!(pool["clientInfo"]["name"], "durable-mcp-proxy");
-        assert_eq!(pool["capabilities"], json!({"elicitation": {}, "sampling": {}, "roots": {}}));
+        assert_eq!(
+            pool["capabilities"],
+            json!({"elicitation": {}, "sampling": {}, "roots": {}})
+        );
     }
 }

@@ -37,7 +37,13 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// are still written; the engine is [drained](Engine::drain) meanwhile, so that those still
 /// running after `grace` give their leases back (D7). Returns once everything that
 /// finished was written.
-pub async fn serve<R, W>(engine: Engine, input: R, mut output: W, shutdown: impl Future<Output = ()>, grace: Duration) -> std::io::Result<()>
+pub async fn serve<R, W>(
+    engine: Engine,
+    input: R,
+    mut output: W,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -51,20 +57,34 @@ where
         }
         Ok::<_, std::io::Error>(())
     });
-    let mut connection = Connection { engine: engine.clone(), tx, caller: None, standalone: JoinSet::new(), requests: JoinSet::new() };
+    let mut connection = Connection {
+        engine: engine.clone(),
+        tx,
+        caller: None,
+        standalone: JoinSet::new(),
+        requests: JoinSet::new(),
+    };
     let read = connection.read(input);
     tokio::pin!(shutdown);
     let read_result = tokio::select! {
         result = read => result,
         () = &mut shutdown => Ok(()),
     };
-    let Connection { tx, mut standalone, mut requests, .. } = connection;
+    let Connection {
+        tx,
+        mut standalone,
+        mut requests,
+        ..
+    } = connection;
     standalone.shutdown().await;
     drop(tx);
     let written = async { while requests.join_next().await.is_some() {} };
     let (_, waited) = tokio::join!(engine.drain(grace), tokio::time::timeout(grace, written));
     if waited.is_err() {
-        tracing::info!(requests = requests.len(), "requests still unfinished after the grace period; their messages are not written");
+        tracing::info!(
+            requests = requests.len(),
+            "requests still unfinished after the grace period; their messages are not written"
+        );
     }
     requests.shutdown().await;
     writer.await.map_err(std::io::Error::other)??;
@@ -92,7 +112,10 @@ impl Connection {
         let mut buf = Vec::new();
         loop {
             buf.clear();
-            let n = (&mut lines).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await?;
+            let n = (&mut lines)
+                .take(MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut buf)
+                .await?;
             if n == 0 {
                 return Ok(());
             }
@@ -100,7 +123,13 @@ impl Connection {
                 // Skip the rest of the oversized line.
                 let mut sink = Vec::new();
                 lines.read_until(b'\n', &mut sink).await?;
-                self.write(error_response(Value::Null, code::PARSE_ERROR, "message too large", None)).await;
+                self.write(error_response(
+                    Value::Null,
+                    code::PARSE_ERROR,
+                    "message too large",
+                    None,
+                ))
+                .await;
                 continue;
             }
             let text = String::from_utf8_lossy(&buf);
@@ -109,7 +138,12 @@ impl Connection {
                 continue;
             }
             let reply = match serde_json::from_str::<Value>(text) {
-                Err(e) => Some(error_response(Value::Null, code::PARSE_ERROR, &format!("Parse error: {e}"), None)),
+                Err(e) => Some(error_response(
+                    Value::Null,
+                    code::PARSE_ERROR,
+                    &format!("Parse error: {e}"),
+                    None,
+                )),
                 Ok(value) => match jsonrpc::classify(value) {
                     Err(rejection) => Some(rejection.to_response()),
                     Ok(inbound) => self.handle(inbound).await,
@@ -130,29 +164,45 @@ impl Connection {
         let principal = Principal::anonymous();
         let engine = &self.engine;
         match inbound {
-            Inbound::Request { id, method, message } if method == methods::INITIALIZE => match engine.initialize(&principal, message, None).await {
-                Ok((session, response)) => {
-                    if let Some(session) = session {
-                        let (id_of, stream) = (session.id.clone(), session.standalone_stream.clone());
-                        match Caller::legacy(principal.clone(), session) {
-                            Ok(legacy) => self.caller = Some(legacy),
-                            Err(e) => return Some(failed(id, &e)),
+            Inbound::Request {
+                id,
+                method,
+                message,
+            } if method == methods::INITIALIZE => {
+                match engine.initialize(&principal, message, None).await {
+                    Ok((session, response)) => {
+                        if let Some(session) = session {
+                            let (id_of, stream) =
+                                (session.id.clone(), session.standalone_stream.clone());
+                            match Caller::legacy(principal.clone(), session) {
+                                Ok(legacy) => self.caller = Some(legacy),
+                                Err(e) => return Some(failed(id, &e)),
+                            }
+                            self.follow_standalone(principal, id_of, stream);
                         }
-                        self.follow_standalone(principal, id_of, stream);
+                        Some(response)
                     }
-                    Some(response)
+                    Err(e) => Some(failed(id, &e)),
                 }
-                Err(e) => Some(failed(id, &e)),
-            },
-            Inbound::Request { id, .. } if self.caller.is_none() => {
-                Some(error_response(id, code::INVALID_REQUEST, "the first request must be initialize", None))
             }
+            Inbound::Request { id, .. } if self.caller.is_none() => Some(error_response(
+                id,
+                code::INVALID_REQUEST,
+                "the first request must be initialize",
+                None,
+            )),
             Inbound::Request { id, message, .. } => {
                 let caller = self.caller.as_ref()?;
                 match engine.accept(caller, id.clone(), message).await {
                     Ok(accepted) => {
                         let after = accepted.priming.map_or(0, |p| p.seq);
-                        self.requests.spawn(follow(engine.clone(), accepted.stream, after, accepted.follow, self.tx.clone()));
+                        self.requests.spawn(follow(
+                            engine.clone(),
+                            accepted.stream,
+                            after,
+                            accepted.follow,
+                            self.tx.clone(),
+                        ));
                         None
                     }
                     Err(e) => Some(failed(id, &e)),
@@ -213,7 +263,11 @@ impl Connection {
 
 /// How often a connected client's session is touched: well within its idle TTL.
 fn touch_interval(engine: &Engine) -> Duration {
-    let ttl = engine.options().retention.session_idle_ttl_ms.map_or(Duration::from_secs(60), Duration::from_millis);
+    let ttl = engine
+        .options()
+        .retention
+        .session_idle_ttl_ms
+        .map_or(Duration::from_secs(60), Duration::from_millis);
     (ttl / 3).clamp(Duration::from_millis(100), Duration::from_secs(60))
 }
 
@@ -221,7 +275,13 @@ fn touch_interval(engine: &Engine) -> Duration {
 /// stream is finished or gone or the writer is. A failed read (store outage, D15) is
 /// retried from the last message written; a position pruned by retention (D14) goes on
 /// from the oldest message kept, with a warning naming the loss.
-async fn follow(engine: Engine, stream: StreamId, mut after: u64, mut registered: Option<durable_mcp_engine::Follow>, tx: mpsc::Sender<String>) {
+async fn follow(
+    engine: Engine,
+    stream: StreamId,
+    mut after: u64,
+    mut registered: Option<durable_mcp_engine::Follow>,
+    tx: mpsc::Sender<String>,
+) {
     loop {
         let mut events = Box::pin(engine.tail(stream.clone(), after, registered.take()));
         let failed = loop {
@@ -238,7 +298,9 @@ async fn follow(engine: Engine, stream: StreamId, mut after: u64, mut registered
         };
         match failed {
             StoreError::NotFound { .. } => return,
-            StoreError::Pruned { oldest_retained, .. } if oldest_retained > after + 1 => {
+            StoreError::Pruned {
+                oldest_retained, ..
+            } if oldest_retained > after + 1 => {
                 tracing::warn!(%stream, lost_from = after + 1, lost_to = oldest_retained - 1, "messages pruned before they were written");
                 after = oldest_retained - 1;
             }
@@ -261,7 +323,12 @@ fn failed(id: Value, error: &durable_mcp_engine::EngineError) -> Value {
     let refused = matches!(error, durable_mcp_engine::EngineError::Store(e) if e.kind() == durable_mcp_store::StoreErrorKind::Refused);
     if refused {
         tracing::warn!(%error, "the store refused a value of a request");
-        return error_response(id, code::INVALID_REQUEST, "Invalid request: the store refused a value of this request", None);
+        return error_response(
+            id,
+            code::INVALID_REQUEST,
+            "Invalid request: the store refused a value of this request",
+            None,
+        );
     }
     tracing::error!(%error, "request failed");
     error_response(id, code::INTERNAL_ERROR, &error.to_string(), None)

@@ -30,7 +30,9 @@ pub enum OpenError {
     UnknownKey(String),
     /// The tag did not verify: the value was changed, was moved from another stream,
     /// record or session, or the key under that id is not the one that sealed it.
-    #[error("authentication failed with key {0:?}: the value was altered, moved from elsewhere, or the key differs")]
+    #[error(
+        "authentication failed with key {0:?}: the value was altered, moved from elsewhere, or the key differs"
+    )]
     Forged(String),
 }
 
@@ -54,11 +56,22 @@ pub(crate) fn random_nonce(random: &SystemRandom) -> Result<[u8; NONCE_LEN], Sea
 }
 
 /// Seal `plaintext` with `key` (named `id`) for the place `aad` names.
-pub(crate) fn seal(random: &SystemRandom, id: &str, key: &LessSafeKey, aad: &[u8], plaintext: &str) -> Result<String, SealError> {
+pub(crate) fn seal(
+    random: &SystemRandom,
+    id: &str,
+    key: &LessSafeKey,
+    aad: &[u8],
+    plaintext: &str,
+) -> Result<String, SealError> {
     let nonce = random_nonce(random)?;
     let mut body = Vec::with_capacity(plaintext.len() + TAG_LEN);
     body.extend_from_slice(plaintext.as_bytes());
-    key.seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut body).map_err(|_| SealError::TooLong)?;
+    key.seal_in_place_append_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(aad),
+        &mut body,
+    )
+    .map_err(|_| SealError::TooLong)?;
     let mut buffer = Vec::with_capacity(NONCE_LEN + body.len());
     buffer.extend_from_slice(&nonce);
     buffer.extend_from_slice(&body);
@@ -72,9 +85,15 @@ pub(crate) fn seal(random: &SystemRandom, id: &str, key: &LessSafeKey, aad: &[u8
 
 /// Split an envelope into its key id and its decoded bytes (nonce, ciphertext, tag).
 pub(crate) fn parse(envelope: &str) -> Result<(&str, Vec<u8>), OpenError> {
-    let rest = envelope.strip_prefix(PREFIX).ok_or(OpenError::Malformed("no enc1: prefix"))?;
-    let (id, body) = rest.split_once(':').ok_or(OpenError::Malformed("no key id"))?;
-    let bytes = URL_SAFE_NO_PAD.decode(body).map_err(|_| OpenError::Malformed("not base64"))?;
+    let rest = envelope
+        .strip_prefix(PREFIX)
+        .ok_or(OpenError::Malformed("no enc1: prefix"))?;
+    let (id, body) = rest
+        .split_once(':')
+        .ok_or(OpenError::Malformed("no key id"))?;
+    let bytes = URL_SAFE_NO_PAD
+        .decode(body)
+        .map_err(|_| OpenError::Malformed("not base64"))?;
     if bytes.len() < NONCE_LEN + TAG_LEN {
         return Err(OpenError::Malformed("shorter than a nonce and a tag"));
     }
@@ -82,11 +101,22 @@ pub(crate) fn parse(envelope: &str) -> Result<(&str, Vec<u8>), OpenError> {
 }
 
 /// Open the decoded bytes of an envelope sealed with `key` (named `id`) for `aad`.
-pub(crate) fn open(id: &str, key: &LessSafeKey, aad: &[u8], mut bytes: Vec<u8>) -> Result<String, OpenError> {
+pub(crate) fn open(
+    id: &str,
+    key: &LessSafeKey,
+    aad: &[u8],
+    mut bytes: Vec<u8>,
+) -> Result<String, OpenError> {
     let mut nonce = [0u8; NONCE_LEN];
     nonce.copy_from_slice(&bytes[..NONCE_LEN]);
-    let plain_len =
-        key.open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut bytes[NONCE_LEN..]).map_err(|_| OpenError::Forged(id.to_owned()))?.len();
+    let plain_len = key
+        .open_in_place(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad),
+            &mut bytes[NONCE_LEN..],
+        )
+        .map_err(|_| OpenError::Forged(id.to_owned()))?
+        .len();
     bytes.drain(..NONCE_LEN);
     bytes.truncate(plain_len);
     // The tag verified, so these are the bytes that were sealed: a `&str`'s.
@@ -95,5 +125,8 @@ pub(crate) fn open(id: &str, key: &LessSafeKey, aad: &[u8], mut bytes: Vec<u8>) 
 
 /// The key id an envelope names, if `value` is one (for scans of what each key still holds).
 pub fn key_id_of(value: &str) -> Option<&str> {
-    value.strip_prefix(PREFIX)?.split_once(':').map(|(id, _)| id)
+    value
+        .strip_prefix(PREFIX)?
+        .split_once(':')
+        .map(|(id, _)| id)
 }

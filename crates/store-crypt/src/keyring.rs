@@ -105,7 +105,12 @@ pub struct KeyFile {
 
 impl std::fmt::Debug for KeyFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyFile").field("ids", &self.keys.iter().map(|k| k.id.as_str()).collect::<Vec<_>>()).finish()
+        f.debug_struct("KeyFile")
+            .field(
+                "ids",
+                &self.keys.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(),
+            )
+            .finish()
     }
 }
 
@@ -113,26 +118,40 @@ impl KeyFile {
     /// Parse a key file's text; `origin` names it in errors (a path, an environment
     /// variable). Every key is checked: a valid id, unique, 32 bytes.
     pub fn parse(text: &str, origin: &str) -> Result<Self, KeyError> {
-        let invalid = |reason: String| KeyError::Invalid { origin: origin.to_owned(), reason };
-        let form: FileForm = serde_json::from_str(text).map_err(|e| invalid(format!("not a key file: {e}")))?;
+        let invalid = |reason: String| KeyError::Invalid {
+            origin: origin.to_owned(),
+            reason,
+        };
+        let form: FileForm =
+            serde_json::from_str(text).map_err(|e| invalid(format!("not a key file: {e}")))?;
         if form.version != KEY_FILE_VERSION {
-            return Err(invalid(format!("version {} (this build reads version {KEY_FILE_VERSION})", form.version)));
+            return Err(invalid(format!(
+                "version {} (this build reads version {KEY_FILE_VERSION})",
+                form.version
+            )));
         }
         for (i, key) in form.keys.iter().enumerate() {
             if !valid_id(&key.id) {
-                return Err(invalid(format!("key id {:?}: 1 to {MAX_ID_LEN} of A-Z a-z 0-9 - _", key.id)));
+                return Err(invalid(format!(
+                    "key id {:?}: 1 to {MAX_ID_LEN} of A-Z a-z 0-9 - _",
+                    key.id
+                )));
             }
             if form.keys[..i].iter().any(|other| other.id == key.id) {
                 return Err(invalid(format!("key id {:?} appears twice", key.id)));
             }
-            decode_key(&key.key).map_err(|reason| invalid(format!("key {:?}: {reason}", key.id)))?;
+            decode_key(&key.key)
+                .map_err(|reason| invalid(format!("key {:?}: {reason}", key.id)))?;
         }
         Ok(Self { keys: form.keys })
     }
 
     /// Read the key file at `path`. On Unix, a file others may read is logged as a warning.
     pub fn read(path: &Path) -> Result<Self, KeyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
         warn_if_readable_by_others(path);
         Self::parse(&text, &path.display().to_string())
     }
@@ -147,7 +166,10 @@ impl KeyFile {
 
     /// The file's text (keys included).
     pub fn to_text(&self) -> String {
-        let form = FileForm { version: KEY_FILE_VERSION, keys: self.keys.clone() };
+        let form = FileForm {
+            version: KEY_FILE_VERSION,
+            keys: self.keys.clone(),
+        };
         // Serializing plain strings and integers cannot fail; an empty document would be
         // refused by `parse`, never taken for keys.
         let mut text = serde_json::to_string_pretty(&form).unwrap_or_default();
@@ -158,9 +180,18 @@ impl KeyFile {
     /// Write the file to `path` atomically: a temporary file beside it (mode 0600 on Unix),
     /// flushed to disk, then renamed over `path`. A reader sees the old file or the new one.
     pub fn write(&self, path: &Path) -> Result<(), KeyError> {
-        let io = |source| KeyError::Io { path: path.to_owned(), source };
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "keys".into());
+        let io = |source| KeyError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "keys".into());
         let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
@@ -190,19 +221,37 @@ impl KeyFile {
         let id = loop {
             let mut tag = [0u8; 4];
             random.fill(&mut tag).map_err(|_| KeyError::Random)?;
-            let id = format!("k{}", tag.iter().map(|b| format!("{b:02x}")).collect::<String>());
+            let id = format!(
+                "k{}",
+                tag.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            );
             if !self.keys.iter().any(|k| k.id == id) {
                 break id;
             }
         };
-        self.keys.insert(0, StoredKey { id: id.clone(), created_ms: now_ms, key: STANDARD.encode(bytes) });
-        Ok(KeyInfo { id, created_ms: now_ms, primary: true })
+        self.keys.insert(
+            0,
+            StoredKey {
+                id: id.clone(),
+                created_ms: now_ms,
+                key: STANDARD.encode(bytes),
+            },
+        );
+        Ok(KeyInfo {
+            id,
+            created_ms: now_ms,
+            primary: true,
+        })
     }
 
     /// Remove the key `id`. The caller checks first that no stored value uses it
     /// ([`crate::key_usage`]); the primary key cannot be retired.
     pub fn retire(&mut self, id: &str) -> Result<(), KeyError> {
-        let at = self.keys.iter().position(|k| k.id == id).ok_or_else(|| KeyError::NoSuchKey(id.to_owned()))?;
+        let at = self
+            .keys
+            .iter()
+            .position(|k| k.id == id)
+            .ok_or_else(|| KeyError::NoSuchKey(id.to_owned()))?;
         if at == 0 {
             return Err(KeyError::RetirePrimary(id.to_owned()));
         }
@@ -212,7 +261,15 @@ impl KeyFile {
 
     /// The keys' ids and dates, primary first.
     pub fn keys(&self) -> Vec<KeyInfo> {
-        self.keys.iter().enumerate().map(|(i, k)| KeyInfo { id: k.id.clone(), created_ms: k.created_ms, primary: i == 0 }).collect()
+        self.keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| KeyInfo {
+                id: k.id.clone(),
+                created_ms: k.created_ms,
+                primary: i == 0,
+            })
+            .collect()
     }
 
     /// The ring that seals with the primary key and opens with every key; `origin` names
@@ -223,25 +280,42 @@ impl KeyFile {
         }
         let mut keys = Vec::with_capacity(self.keys.len());
         for stored in &self.keys {
-            let bytes =
-                decode_key(&stored.key).map_err(|reason| KeyError::Invalid { origin: origin.to_owned(), reason: format!("key {:?}: {reason}", stored.id) })?;
-            let unbound = UnboundKey::new(&AES_256_GCM, &bytes)
-                .map_err(|_| KeyError::Invalid { origin: origin.to_owned(), reason: format!("key {:?} refused by AES-256-GCM", stored.id) })?;
+            let bytes = decode_key(&stored.key).map_err(|reason| KeyError::Invalid {
+                origin: origin.to_owned(),
+                reason: format!("key {:?}: {reason}", stored.id),
+            })?;
+            let unbound = UnboundKey::new(&AES_256_GCM, &bytes).map_err(|_| KeyError::Invalid {
+                origin: origin.to_owned(),
+                reason: format!("key {:?} refused by AES-256-GCM", stored.id),
+            })?;
             keys.push((stored.id.clone(), LessSafeKey::new(unbound)));
         }
         let mut keys = keys.into_iter();
-        let primary = keys.next().ok_or_else(|| KeyError::Empty(origin.to_owned()))?;
-        Ok(KeyRing { primary, older: keys.collect(), random: SystemRandom::new() })
+        let primary = keys
+            .next()
+            .ok_or_else(|| KeyError::Empty(origin.to_owned()))?;
+        Ok(KeyRing {
+            primary,
+            older: keys.collect(),
+            random: SystemRandom::new(),
+        })
     }
 }
 
 fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 fn decode_key(text: &str) -> Result<[u8; 32], String> {
-    let bytes = STANDARD.decode(text.trim()).map_err(|_| "not standard base64".to_owned())?;
-    <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| format!("{} bytes, AES-256 needs 32", bytes.len()))
+    let bytes = STANDARD
+        .decode(text.trim())
+        .map_err(|_| "not standard base64".to_owned())?;
+    <[u8; 32]>::try_from(bytes.as_slice())
+        .map_err(|_| format!("{} bytes, AES-256 needs 32", bytes.len()))
 }
 
 #[cfg(unix)]
@@ -267,7 +341,9 @@ pub struct KeyRing {
 
 impl std::fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyRing").field("ids", &self.ids().collect::<Vec<_>>()).finish()
+        f.debug_struct("KeyRing")
+            .field("ids", &self.ids().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -279,7 +355,9 @@ impl KeyRing {
 
     /// Every key id, primary first.
     pub fn ids(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(&self.primary).chain(&self.older).map(|(id, _)| id.as_str())
+        std::iter::once(&self.primary)
+            .chain(&self.older)
+            .map(|(id, _)| id.as_str())
     }
 
     /// Seal `plaintext` with the primary key for the place `aad` names.
@@ -291,8 +369,11 @@ impl KeyRing {
     /// Open an envelope sealed for the place `aad` names, with the key it names.
     pub fn open(&self, aad: &[u8], value: &str) -> Result<String, OpenError> {
         let (id, bytes) = envelope::parse(value)?;
-        let key =
-            std::iter::once(&self.primary).chain(&self.older).find(|(k, _)| k == id).map(|(_, key)| key).ok_or_else(|| OpenError::UnknownKey(id.to_owned()))?;
+        let key = std::iter::once(&self.primary)
+            .chain(&self.older)
+            .find(|(k, _)| k == id)
+            .map(|(_, key)| key)
+            .ok_or_else(|| OpenError::UnknownKey(id.to_owned()))?;
         envelope::open(id, key, aad, bytes)
     }
 }

@@ -43,8 +43,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOp, BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Setting, Store,
-    StoreError, StoreResult, StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch,
+    BatchOp, BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention,
+    SessionChange, SessionId, SessionRecord, Setting, Store, StoreError, StoreResult, StoreStatus,
+    StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch,
 };
 
 pub use envelope::{OpenError, SealError};
@@ -92,7 +93,10 @@ pub struct CryptStore {
 
 impl std::fmt::Debug for CryptStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CryptStore").field("backend", &self.inner.backend()).field("ring", &self.ring).finish()
+        f.debug_struct("CryptStore")
+            .field("backend", &self.inner.backend())
+            .field("ring", &self.ring)
+            .finish()
     }
 }
 
@@ -113,10 +117,14 @@ impl CryptStore {
     }
 
     fn seal(&self, place: Place<'_>, plaintext: &str) -> StoreResult<String> {
-        self.ring.seal(&place.aad(), plaintext).map_err(|error| match error {
-            SealError::TooLong => StoreError::Refused(format!("encrypting {place}: {error}").into()),
-            other => StoreError::Unavailable(format!("encrypting {place}: {other}").into()),
-        })
+        self.ring
+            .seal(&place.aad(), plaintext)
+            .map_err(|error| match error {
+                SealError::TooLong => {
+                    StoreError::Refused(format!("encrypting {place}: {error}").into())
+                }
+                other => StoreError::Unavailable(format!("encrypting {place}: {other}").into()),
+            })
     }
 
     fn open(&self, place: Place<'_>, stored: String) -> StoreResult<String> {
@@ -129,16 +137,28 @@ impl CryptStore {
         })
     }
 
-    fn seal_json(&self, place: Place<'_>, value: &serde_json::Value) -> StoreResult<serde_json::Value> {
-        Ok(serde_json::Value::String(self.seal(place, &value.to_string())?))
+    fn seal_json(
+        &self,
+        place: Place<'_>,
+        value: &serde_json::Value,
+    ) -> StoreResult<serde_json::Value> {
+        Ok(serde_json::Value::String(
+            self.seal(place, &value.to_string())?,
+        ))
     }
 
-    fn open_json(&self, place: Place<'_>, value: serde_json::Value) -> StoreResult<serde_json::Value> {
+    fn open_json(
+        &self,
+        place: Place<'_>,
+        value: serde_json::Value,
+    ) -> StoreResult<serde_json::Value> {
         match value {
             serde_json::Value::String(text) if text.starts_with(envelope::PREFIX) => {
                 let what = place.to_string();
                 let plain = self.open(place, text)?;
-                serde_json::from_str(&plain).map_err(|e| StoreError::Corrupt(format!("{what}: decrypted to invalid JSON: {e}")))
+                serde_json::from_str(&plain).map_err(|e| {
+                    StoreError::Corrupt(format!("{what}: decrypted to invalid JSON: {e}"))
+                })
             }
             plain => Ok(plain),
         }
@@ -153,7 +173,10 @@ impl CryptStore {
     }
 
     fn open_session(&self, mut record: SessionRecord) -> StoreResult<SessionRecord> {
-        record.client = self.open_json(Place::Client(&record.id), std::mem::take(&mut record.client))?;
+        record.client = self.open_json(
+            Place::Client(&record.id),
+            std::mem::take(&mut record.client),
+        )?;
         for (key, value) in record.state.iter_mut() {
             *value = self.open_json(Place::State(&record.id, key), std::mem::take(value))?;
         }
@@ -161,7 +184,10 @@ impl CryptStore {
     }
 
     fn open_record(&self, kind: RecordKind, mut record: Record) -> StoreResult<Record> {
-        record.value = self.open(Place::Record(kind, &record.key), std::mem::take(&mut record.value))?;
+        record.value = self.open(
+            Place::Record(kind, &record.key),
+            std::mem::take(&mut record.value),
+        )?;
         Ok(record)
     }
 
@@ -171,11 +197,26 @@ impl CryptStore {
                 let data = self.seal(Place::Event(&stream), &data)?;
                 BatchOp::Append { stream, data }
             }
-            BatchOp::PutRecord { kind, key, value, expires_at_ms, expect } => {
+            BatchOp::PutRecord {
+                kind,
+                key,
+                value,
+                expires_at_ms,
+                expect,
+            } => {
                 let value = self.seal(Place::Record(kind, &key), &value)?;
-                BatchOp::PutRecord { kind, key, value, expires_at_ms, expect }
+                BatchOp::PutRecord {
+                    kind,
+                    key,
+                    value,
+                    expires_at_ms,
+                    expect,
+                }
             }
-            other @ (BatchOp::CreateStream { .. } | BatchOp::Close { .. } | BatchOp::DeleteRecord { .. } | BatchOp::DeleteRecords { .. }) => other,
+            other @ (BatchOp::CreateStream { .. }
+            | BatchOp::Close { .. }
+            | BatchOp::DeleteRecord { .. }
+            | BatchOp::DeleteRecords { .. }) => other,
         })
     }
 }
@@ -190,7 +231,11 @@ impl Store for CryptStore {
         self.inner.create_session(self.seal_session(record)?).await
     }
 
-    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+    async fn load_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+    ) -> StoreResult<SessionRecord> {
         self.open_session(self.inner.load_session(principal, id).await?)
     }
 
@@ -204,20 +249,45 @@ impl Store for CryptStore {
     /// set the key only if it still holds exactly the stored envelope it read. A change by
     /// anyone in between replaced that envelope, so the backend refuses: no update is lost
     /// (D4).
-    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+    async fn update_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+        change: SessionChange,
+    ) -> StoreResult<SessionRecord> {
         let change = match change {
             SessionChange::SetState(key, Some(value)) => {
                 let sealed = self.seal_json(Place::State(id, &key), &value)?;
                 SessionChange::SetState(key, Some(sealed))
             }
-            SessionChange::CompareAndSetState { key, expected, value } => {
-                let stored = self.inner.load_session(principal, id).await?.state.remove(&key);
-                let current = stored.clone().map(|v| self.open_json(Place::State(id, &key), v)).transpose()?;
+            SessionChange::CompareAndSetState {
+                key,
+                expected,
+                value,
+            } => {
+                let stored = self
+                    .inner
+                    .load_session(principal, id)
+                    .await?
+                    .state
+                    .remove(&key);
+                let current = stored
+                    .clone()
+                    .map(|v| self.open_json(Place::State(id, &key), v))
+                    .transpose()?;
                 if current != expected {
-                    return Err(StoreError::Conflict { what: "session state" });
+                    return Err(StoreError::Conflict {
+                        what: "session state",
+                    });
                 }
-                let value = value.map(|v| self.seal_json(Place::State(id, &key), &v)).transpose()?;
-                SessionChange::CompareAndSetState { key, expected: stored, value }
+                let value = value
+                    .map(|v| self.seal_json(Place::State(id, &key), &v))
+                    .transpose()?;
+                SessionChange::CompareAndSetState {
+                    key,
+                    expected: stored,
+                    value,
+                }
             }
             // The other changes carry no client data (a log level, a subscribed URI, the
             // delivery state): the backend applies them as they are. A new variant that
@@ -231,8 +301,17 @@ impl Store for CryptStore {
         self.inner.end_session(principal, id).await
     }
 
-    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
-        self.inner.list_sessions(principal, limit).await?.into_iter().map(|record| self.open_session(record)).collect()
+    async fn list_sessions(
+        &self,
+        principal: Option<&Principal>,
+        limit: usize,
+    ) -> StoreResult<Vec<SessionRecord>> {
+        self.inner
+            .list_sessions(principal, limit)
+            .await?
+            .into_iter()
+            .map(|record| self.open_session(record))
+            .collect()
     }
 
     async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
@@ -248,10 +327,18 @@ impl Store for CryptStore {
         self.inner.stream_owner(stream).await
     }
 
-    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+    async fn read_after(
+        &self,
+        stream: &StreamId,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<StreamRead> {
         let mut read = self.inner.read_after(stream, after, limit).await?;
         for event in &mut read.events {
-            event.data = self.open(Place::Event(&event.id.stream), std::mem::take(&mut event.data))?;
+            event.data = self.open(
+                Place::Event(&event.id.stream),
+                std::mem::take(&mut event.data),
+            )?;
         }
         Ok(read)
     }
@@ -260,17 +347,40 @@ impl Store for CryptStore {
         self.inner.prune(retention, now_ms).await
     }
 
-    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
         let sealed = self.seal(Place::Record(kind, key), &value)?;
-        self.inner.put_record(kind, key, sealed, expires_at_ms, expect).await
+        self.inner
+            .put_record(kind, key, sealed, expires_at_ms, expect)
+            .await
     }
 
     async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
-        self.inner.get_record(kind, key).await?.map(|record| self.open_record(kind, record)).transpose()
+        self.inner
+            .get_record(kind, key)
+            .await?
+            .map(|record| self.open_record(kind, record))
+            .transpose()
     }
 
-    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
-        self.inner.list_records(kind, prefix, limit).await?.into_iter().map(|record| self.open_record(kind, record)).collect()
+    async fn list_records(
+        &self,
+        kind: RecordKind,
+        prefix: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Record>> {
+        self.inner
+            .list_records(kind, prefix, limit)
+            .await?
+            .into_iter()
+            .map(|record| self.open_record(kind, record))
+            .collect()
     }
 
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
@@ -285,7 +395,11 @@ impl Store for CryptStore {
         self.inner.commit(sealed).await
     }
 
-    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<StreamInfo>> {
+    async fn list_streams(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> StoreResult<Vec<StreamInfo>> {
         self.inner.list_streams(after, limit).await
     }
 
@@ -298,19 +412,38 @@ impl Store for CryptStore {
     async fn status(&self) -> StoreResult<StoreStatus> {
         let mut status = self.inner.status().await?;
         let keys = self.ring.ids().count();
-        status.settings.push(Setting::fine("encryption", format!("aes-256-gcm, primary key {}, {keys} key(s) in the ring", self.ring.primary_id())));
+        status.settings.push(Setting::fine(
+            "encryption",
+            format!(
+                "aes-256-gcm, primary key {}, {keys} key(s) in the ring",
+                self.ring.primary_id()
+            ),
+        ));
         Ok(status)
     }
 
     /// Forwarded with each event's data sealed, not left to the provided implementation:
     /// the wrapped backend's own (one transaction, any first sequence) must stay the one
     /// that runs.
-    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[StoredEvent], close: bool) -> StoreResult<u64> {
+    async fn import_events(
+        &self,
+        stream: &StreamId,
+        owner: &StreamOwner,
+        events: &[StoredEvent],
+        close: bool,
+    ) -> StoreResult<u64> {
         let sealed = events
             .iter()
-            .map(|event| Ok(StoredEvent { id: event.id.clone(), data: self.seal(Place::Event(stream), &event.data)? }))
+            .map(|event| {
+                Ok(StoredEvent {
+                    id: event.id.clone(),
+                    data: self.seal(Place::Event(stream), &event.data)?,
+                })
+            })
             .collect::<StoreResult<Vec<_>>>()?;
-        self.inner.import_events(stream, owner, &sealed, close).await
+        self.inner
+            .import_events(stream, owner, &sealed, close)
+            .await
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {

@@ -52,7 +52,10 @@ pub async fn key_usage(raw: &dyn Store) -> StoreResult<KeyUsage> {
     let mut usage = KeyUsage::default();
     for session in raw.list_sessions(None, usize::MAX).await? {
         usage.count_json(&session.client);
-        session.state.values().for_each(|value| usage.count_json(value));
+        session
+            .state
+            .values()
+            .for_each(|value| usage.count_json(value));
     }
     for kind in RecordKind::ALL {
         for record in raw.list_records(kind, "", usize::MAX).await? {
@@ -72,9 +75,13 @@ pub async fn key_usage(raw: &dyn Store) -> StoreResult<KeyUsage> {
                     Err(StoreError::NotFound { .. } | StoreError::Pruned { .. }) => break,
                     Err(error) => return Err(error),
                 };
-                let Some(last) = read.events.last() else { break };
+                let Some(last) = read.events.last() else {
+                    break;
+                };
                 seq = last.id.seq;
-                read.events.iter().for_each(|event| usage.count(&event.data));
+                read.events
+                    .iter()
+                    .for_each(|event| usage.count(&event.data));
             }
         }
     }

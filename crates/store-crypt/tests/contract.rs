@@ -57,7 +57,9 @@ mod sqlite {
     }
 
     async fn fresh() -> Option<Arc<dyn Store>> {
-        Some(crypt(Arc::new(SqliteStore::open(options("contract.db")).await.unwrap())))
+        Some(crypt(Arc::new(
+            SqliteStore::open(options("contract.db")).await.unwrap(),
+        )))
     }
 
     /// The writer wakes the tails of its own handle; the poll is far beyond the wake-up

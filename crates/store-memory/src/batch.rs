@@ -6,7 +6,8 @@
 use std::collections::VecDeque;
 
 use durable_mcp_store::{
-    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, Record, RecordKind, StoreError, StoreResult, StreamId, WriteBatch, now_ms, op_failed,
+    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, Record, RecordKind, StoreError, StoreResult,
+    StreamId, WriteBatch, now_ms, op_failed,
 };
 
 use crate::{Inner, insert_stream_owned};
@@ -16,17 +17,30 @@ enum Undo {
     /// Remove a created stream (and its entry in its session's list).
     Created(StreamId),
     /// Restore a stream's log and flags as they were before an append or close.
-    Stream { id: StreamId, trimmed: VecDeque<String>, appended: bool, first_seq: u64, closed: bool, last_event_ms: u64 },
+    Stream {
+        id: StreamId,
+        trimmed: VecDeque<String>,
+        appended: bool,
+        first_seq: u64,
+        closed: bool,
+        last_event_ms: u64,
+    },
     /// Put back what a key held (`None`: nothing).
     Record((RecordKind, String), Option<Record>),
 }
 
 /// Apply `batch` to `inner`, all or nothing. `max` bounds each stream's retained events.
 /// The batch's ids, events and values move into the store: nothing of it is copied.
-pub(crate) fn commit(inner: &mut Inner, batch: WriteBatch, max: usize) -> StoreResult<BatchOutcome> {
+pub(crate) fn commit(
+    inner: &mut Inner,
+    batch: WriteBatch,
+    max: usize,
+) -> StoreResult<BatchOutcome> {
     let woken = batch.woken_streams();
     let mut undo = Vec::with_capacity(batch.len());
-    let mut outcome = BatchOutcome { ops: Vec::with_capacity(batch.len()) };
+    let mut outcome = BatchOutcome {
+        ops: Vec::with_capacity(batch.len()),
+    };
     // One clock reading for the whole batch: it commits at one instant.
     let now = now_ms();
     for (index, op) in batch.into_ops().into_iter().enumerate() {
@@ -50,16 +64,31 @@ pub(crate) fn commit(inner: &mut Inner, batch: WriteBatch, max: usize) -> StoreR
 }
 
 /// Apply op `index` at `now`; a refused op changes nothing, and its error names it.
-fn apply(inner: &mut Inner, index: usize, op: BatchOp, max: usize, now: u64, undo: &mut Vec<Undo>) -> StoreResult<OpOutcome> {
+fn apply(
+    inner: &mut Inner,
+    index: usize,
+    op: BatchOp,
+    max: usize,
+    now: u64,
+    undo: &mut Vec<Undo>,
+) -> StoreResult<OpOutcome> {
     match op {
         BatchOp::CreateStream { id, owner } => {
             if let Some(session) = &owner.session
                 && !inner.sessions.contains_key(session)
             {
-                return Err(op_failed(index, &BatchOp::CreateStream { id, owner }, StoreError::not_found("session")));
+                return Err(op_failed(
+                    index,
+                    &BatchOp::CreateStream { id, owner },
+                    StoreError::not_found("session"),
+                ));
             }
             if inner.streams.contains_key(&id) {
-                return Err(op_failed(index, &BatchOp::CreateStream { id, owner }, StoreError::Conflict { what: "stream" }));
+                return Err(op_failed(
+                    index,
+                    &BatchOp::CreateStream { id, owner },
+                    StoreError::Conflict { what: "stream" },
+                ));
             }
             undo.push(Undo::Created(id.clone()));
             insert_stream_owned(inner, id, owner, now);
@@ -67,10 +96,16 @@ fn apply(inner: &mut Inner, index: usize, op: BatchOp, max: usize, now: u64, und
         }
         BatchOp::Append { stream, data } => {
             let Some(state) = inner.streams.get_mut(&stream) else {
-                return Err(op_failed(index, &BatchOp::Append { stream, data }, StoreError::not_found("stream")));
+                return Err(op_failed(
+                    index,
+                    &BatchOp::Append { stream, data },
+                    StoreError::not_found("stream"),
+                ));
             };
             if state.closed {
-                let closed = StoreError::StreamClosed { stream: stream.to_string() };
+                let closed = StoreError::StreamClosed {
+                    stream: stream.to_string(),
+                };
                 return Err(op_failed(index, &BatchOp::Append { stream, data }, closed));
             }
             let before = (state.first_seq, state.closed, state.last_event_ms);
@@ -82,35 +117,80 @@ fn apply(inner: &mut Inner, index: usize, op: BatchOp, max: usize, now: u64, und
             }
             state.last_event_ms = now;
             let seq = state.last_seq();
-            undo.push(Undo::Stream { id: stream.clone(), trimmed, appended: true, first_seq: before.0, closed: before.1, last_event_ms: before.2 });
+            undo.push(Undo::Stream {
+                id: stream.clone(),
+                trimmed,
+                appended: true,
+                first_seq: before.0,
+                closed: before.1,
+                last_event_ms: before.2,
+            });
             Ok(OpOutcome::Appended(EventId::new(stream, seq)))
         }
         BatchOp::Close { stream } => {
             let Some(state) = inner.streams.get_mut(&stream) else {
-                return Err(op_failed(index, &BatchOp::Close { stream }, StoreError::not_found("stream")));
+                return Err(op_failed(
+                    index,
+                    &BatchOp::Close { stream },
+                    StoreError::not_found("stream"),
+                ));
             };
             if state.closed {
-                let closed = StoreError::StreamClosed { stream: stream.to_string() };
+                let closed = StoreError::StreamClosed {
+                    stream: stream.to_string(),
+                };
                 return Err(op_failed(index, &BatchOp::Close { stream }, closed));
             }
             let (first_seq, last_event_ms) = (state.first_seq, state.last_event_ms);
             state.closed = true;
             state.last_event_ms = now;
-            undo.push(Undo::Stream { id: stream, trimmed: VecDeque::new(), appended: false, first_seq, closed: false, last_event_ms });
+            undo.push(Undo::Stream {
+                id: stream,
+                trimmed: VecDeque::new(),
+                appended: false,
+                first_seq,
+                closed: false,
+                last_event_ms,
+            });
             Ok(OpOutcome::Closed)
         }
-        BatchOp::PutRecord { kind, key, value, expires_at_ms, expect } => {
+        BatchOp::PutRecord {
+            kind,
+            key,
+            value,
+            expires_at_ms,
+            expect,
+        } => {
             let slot = (kind, key);
-            let current = inner.records.get(&slot).filter(|r| !r.expired(now)).map(|r| r.version);
+            let current = inner
+                .records
+                .get(&slot)
+                .filter(|r| !r.expired(now))
+                .map(|r| r.version);
             let version = match (expect, current) {
                 (Expect::Absent, None) => 1,
                 (Expect::Version(expected), Some(found)) if expected == found => found + 1,
                 _ => {
                     let (kind, key) = slot;
-                    return Err(op_failed(index, &BatchOp::PutRecord { kind, key, value, expires_at_ms, expect }, StoreError::Conflict { what: "record" }));
+                    return Err(op_failed(
+                        index,
+                        &BatchOp::PutRecord {
+                            kind,
+                            key,
+                            value,
+                            expires_at_ms,
+                            expect,
+                        },
+                        StoreError::Conflict { what: "record" },
+                    ));
                 }
             };
-            let record = Record { key: slot.1.clone(), version, value, expires_at_ms };
+            let record = Record {
+                key: slot.1.clone(),
+                version,
+                value,
+                expires_at_ms,
+            };
             let previous = inner.records.insert(slot.clone(), record);
             undo.push(Undo::Record(slot, previous));
             Ok(OpOutcome::Put(version))
@@ -121,7 +201,11 @@ fn apply(inner: &mut Inner, index: usize, op: BatchOp, max: usize, now: u64, und
                 Some(record) if !record.expired(now) && record.version == version => {}
                 _ => {
                     let (kind, key) = slot;
-                    return Err(op_failed(index, &BatchOp::DeleteRecord { kind, key, version }, StoreError::Conflict { what: "record" }));
+                    return Err(op_failed(
+                        index,
+                        &BatchOp::DeleteRecord { kind, key, version },
+                        StoreError::Conflict { what: "record" },
+                    ));
                 }
             }
             let previous = inner.records.remove(&slot);
@@ -153,7 +237,14 @@ fn revert(inner: &mut Inner, step: Undo) {
                 list.retain(|s| s != &id);
             }
         }
-        Undo::Stream { id, trimmed, appended, first_seq, closed, last_event_ms } => {
+        Undo::Stream {
+            id,
+            trimmed,
+            appended,
+            first_seq,
+            closed,
+            last_event_ms,
+        } => {
             if let Some(state) = inner.streams.get_mut(&id) {
                 if appended {
                     state.events.pop_back();

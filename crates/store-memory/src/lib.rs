@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Setting, Store, StoreError,
-    StoreResult, StoreStatus, StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch, import_gap, now_ms,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention,
+    SessionChange, SessionId, SessionRecord, Setting, Store, StoreError, StoreResult, StoreStatus,
+    StoredEvent, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch, import_gap,
+    now_ms,
 };
 use foldhash::HashMap;
 use tokio::sync::watch;
@@ -23,7 +25,9 @@ pub struct MemoryOptions {
 
 impl Default for MemoryOptions {
     fn default() -> Self {
-        Self { max_events_per_stream: 100_000 }
+        Self {
+            max_events_per_stream: 100_000,
+        }
     }
 }
 
@@ -67,13 +71,18 @@ impl MemoryStore {
 
     /// An empty store with the given retention.
     pub fn with_options(options: MemoryOptions) -> Self {
-        Self { inner: Arc::default(), options: Arc::new(options) }
+        Self {
+            inner: Arc::default(),
+            options: Arc::new(options),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave `Inner` half-updated in a way that
         // breaks the contract (every mutation is a single insert/remove/push), so recover.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -85,13 +94,20 @@ impl Store for MemoryStore {
 
     async fn create_session(&self, record: SessionRecord) -> StoreResult<()> {
         let mut inner = self.lock();
-        let owner = StreamOwner { principal: record.principal.clone(), session: Some(record.id.clone()) };
+        let owner = StreamOwner {
+            principal: record.principal.clone(),
+            session: Some(record.id.clone()),
+        };
         insert_stream(&mut inner, &record.standalone_stream, &owner);
         inner.sessions.insert(record.id.clone(), record);
         Ok(())
     }
 
-    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+    async fn load_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+    ) -> StoreResult<SessionRecord> {
         let inner = self.lock();
         match inner.sessions.get(id) {
             Some(record) if &record.principal == principal => Ok(record.clone()),
@@ -99,7 +115,12 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+    async fn update_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+        change: SessionChange,
+    ) -> StoreResult<SessionRecord> {
         let mut inner = self.lock();
         match inner.sessions.get_mut(id) {
             Some(record) if &record.principal == principal => {
@@ -112,16 +133,29 @@ impl Store for MemoryStore {
 
     async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
         let mut inner = self.lock();
-        if inner.sessions.get(id).is_none_or(|r| &r.principal != principal) {
+        if inner
+            .sessions
+            .get(id)
+            .is_none_or(|r| &r.principal != principal)
+        {
             return Ok(false);
         }
         remove_session(&mut inner, id);
         Ok(true)
     }
 
-    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+    async fn list_sessions(
+        &self,
+        principal: Option<&Principal>,
+        limit: usize,
+    ) -> StoreResult<Vec<SessionRecord>> {
         let inner = self.lock();
-        let mut sessions: Vec<SessionRecord> = inner.sessions.values().filter(|s| principal.is_none_or(|p| &s.principal == p)).cloned().collect();
+        let mut sessions: Vec<SessionRecord> = inner
+            .sessions
+            .values()
+            .filter(|s| principal.is_none_or(|p| &s.principal == p))
+            .cloned()
+            .collect();
         sessions.sort_by_key(|s| (s.created_at_ms, s.id.clone()));
         sessions.truncate(limit);
         Ok(sessions)
@@ -131,21 +165,35 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         let mut report = PruneReport::default();
         if let Some(ttl) = retention.session_idle_ttl_ms {
-            let idle: Vec<SessionId> = inner.sessions.values().filter(|s| s.last_seen_ms.saturating_add(ttl) < now_ms).map(|s| s.id.clone()).collect();
+            let idle: Vec<SessionId> = inner
+                .sessions
+                .values()
+                .filter(|s| s.last_seen_ms.saturating_add(ttl) < now_ms)
+                .map(|s| s.id.clone())
+                .collect();
             for id in idle {
                 remove_session(&mut inner, &id);
                 report.sessions_ended += 1;
             }
         }
         if let Some(age) = retention.max_stream_age_ms {
-            let old: Vec<StreamId> =
-                inner.streams.iter().filter(|(_, s)| s.closed && s.last_event_ms.saturating_add(age) < now_ms).map(|(id, _)| id.clone()).collect();
+            let old: Vec<StreamId> = inner
+                .streams
+                .iter()
+                .filter(|(_, s)| s.closed && s.last_event_ms.saturating_add(age) < now_ms)
+                .map(|(id, _)| id.clone())
+                .collect();
             for id in old {
                 inner.streams.remove(&id);
                 report.streams_deleted += 1;
             }
         }
-        let expired: Vec<(RecordKind, String)> = inner.records.iter().filter(|(_, r)| r.expired(now_ms)).map(|(k, _)| k.clone()).collect();
+        let expired: Vec<(RecordKind, String)> = inner
+            .records
+            .iter()
+            .filter(|(_, r)| r.expired(now_ms))
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in expired {
             inner.records.remove(&key);
             report.records_expired += 1;
@@ -153,26 +201,55 @@ impl Store for MemoryStore {
         Ok(report)
     }
 
-    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
         let now = now_ms();
         let mut inner = self.lock();
         let slot = (kind, key.to_owned());
-        let current = inner.records.get(&slot).filter(|r| !r.expired(now)).map(|r| r.version);
+        let current = inner
+            .records
+            .get(&slot)
+            .filter(|r| !r.expired(now))
+            .map(|r| r.version);
         let version = match (expect, current) {
             (Expect::Absent, None) => 1,
             (Expect::Version(expected), Some(found)) if expected == found => found + 1,
             _ => return Err(StoreError::Conflict { what: "record" }),
         };
-        inner.records.insert(slot, Record { key: key.to_owned(), version, value, expires_at_ms });
+        inner.records.insert(
+            slot,
+            Record {
+                key: key.to_owned(),
+                version,
+                value,
+                expires_at_ms,
+            },
+        );
         Ok(version)
     }
 
     async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
         let now = now_ms();
-        Ok(self.lock().records.get(&(kind, key.to_owned())).filter(|r| !r.expired(now)).cloned())
+        Ok(self
+            .lock()
+            .records
+            .get(&(kind, key.to_owned()))
+            .filter(|r| !r.expired(now))
+            .cloned())
     }
 
-    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+    async fn list_records(
+        &self,
+        kind: RecordKind,
+        prefix: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Record>> {
         let now = now_ms();
         let inner = self.lock();
         Ok(inner
@@ -213,9 +290,14 @@ impl Store for MemoryStore {
     async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
         let max = self.options.max_events_per_stream.max(1);
         let mut inner = self.lock();
-        let state = inner.streams.get_mut(stream).ok_or(StoreError::not_found("stream"))?;
+        let state = inner
+            .streams
+            .get_mut(stream)
+            .ok_or(StoreError::not_found("stream"))?;
         if state.closed {
-            return Err(StoreError::StreamClosed { stream: stream.to_string() });
+            return Err(StoreError::StreamClosed {
+                stream: stream.to_string(),
+            });
         }
         state.events.push_back(data);
         while state.events.len() > max {
@@ -231,15 +313,30 @@ impl Store for MemoryStore {
 
     async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner> {
         let inner = self.lock();
-        inner.streams.get(stream).map(|s| s.owner.clone()).ok_or(StoreError::not_found("stream"))
+        inner
+            .streams
+            .get(stream)
+            .map(|s| s.owner.clone())
+            .ok_or(StoreError::not_found("stream"))
     }
 
-    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+    async fn read_after(
+        &self,
+        stream: &StreamId,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<StreamRead> {
         let inner = self.lock();
-        let state = inner.streams.get(stream).ok_or(StoreError::not_found("stream"))?;
+        let state = inner
+            .streams
+            .get(stream)
+            .ok_or(StoreError::not_found("stream"))?;
         // Events 1..first_seq were pruned. Reading after `first_seq - 1` or later is exact.
         if after + 1 < state.first_seq {
-            return Err(StoreError::Pruned { event: EventId::new(stream.clone(), after).to_string(), oldest_retained: state.first_seq });
+            return Err(StoreError::Pruned {
+                event: EventId::new(stream.clone(), after).to_string(),
+                oldest_retained: state.first_seq,
+            });
         }
         let skip = usize::try_from(after + 1 - state.first_seq).unwrap_or(usize::MAX);
         let events: Vec<StoredEvent> = state
@@ -248,11 +345,21 @@ impl Store for MemoryStore {
             .enumerate()
             .skip(skip)
             .take(limit)
-            .map(|(i, data)| StoredEvent { id: EventId::new(stream.clone(), state.first_seq + i as u64), data: data.clone() })
+            .map(|(i, data)| StoredEvent {
+                id: EventId::new(stream.clone(), state.first_seq + i as u64),
+                data: data.clone(),
+            })
             .collect();
         let reached = events.last().map_or(after, |e| e.id.seq);
-        let last = if state.events.is_empty() { 0 } else { state.last_seq() };
-        Ok(StreamRead { finished: state.closed && reached >= last, events })
+        let last = if state.events.is_empty() {
+            0
+        } else {
+            state.last_seq()
+        };
+        Ok(StreamRead {
+            finished: state.closed && reached >= last,
+            events,
+        })
     }
 
     async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
@@ -260,11 +367,23 @@ impl Store for MemoryStore {
         batch::commit(&mut self.lock(), batch, max)
     }
 
-    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<StreamInfo>> {
+    async fn list_streams(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> StoreResult<Vec<StreamInfo>> {
         let inner = self.lock();
-        let mut ids: Vec<&StreamId> = inner.streams.keys().filter(|id| after.is_none_or(|after| id.as_str() > after.as_str())).collect();
+        let mut ids: Vec<&StreamId> = inner
+            .streams
+            .keys()
+            .filter(|id| after.is_none_or(|after| id.as_str() > after.as_str()))
+            .collect();
         ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
-        Ok(ids.into_iter().take(limit).filter_map(|id| info(&inner, id)).collect())
+        Ok(ids
+            .into_iter()
+            .take(limit)
+            .filter_map(|id| info(&inner, id))
+            .collect())
     }
 
     async fn stream_info(&self, stream: &StreamId) -> StoreResult<StreamInfo> {
@@ -284,7 +403,13 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[StoredEvent], close: bool) -> StoreResult<u64> {
+    async fn import_events(
+        &self,
+        stream: &StreamId,
+        owner: &StreamOwner,
+        events: &[StoredEvent],
+        close: bool,
+    ) -> StoreResult<u64> {
         let mut inner = self.lock();
         if !inner.streams.contains_key(stream) {
             if let Some(session) = &owner.session
@@ -294,10 +419,19 @@ impl Store for MemoryStore {
             }
             insert_stream(&mut inner, stream, owner);
         }
-        let state = inner.streams.get_mut(stream).ok_or(StoreError::not_found("stream"))?;
-        let last = if state.events.is_empty() { 0 } else { state.last_seq() };
+        let state = inner
+            .streams
+            .get_mut(stream)
+            .ok_or(StoreError::not_found("stream"))?;
+        let last = if state.events.is_empty() {
+            0
+        } else {
+            state.last_seq()
+        };
         let fresh: Vec<&StoredEvent> = events.iter().filter(|e| e.id.seq > last).collect();
-        let Some(first) = fresh.first() else { return Ok(0) };
+        let Some(first) = fresh.first() else {
+            return Ok(0);
+        };
         // An empty stream may start where its source's retained events start.
         let start = if last == 0 { first.id.seq } else { last + 1 };
         for (i, event) in fresh.iter().enumerate() {
@@ -306,7 +440,9 @@ impl Store for MemoryStore {
             }
         }
         if state.closed {
-            return Err(StoreError::StreamClosed { stream: stream.to_string() });
+            return Err(StoreError::StreamClosed {
+                stream: stream.to_string(),
+            });
         }
         if last == 0 {
             state.first_seq = start;
@@ -321,22 +457,42 @@ impl Store for MemoryStore {
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
         let inner = self.lock();
-        let state = inner.streams.get(stream).ok_or(StoreError::not_found("stream"))?;
+        let state = inner
+            .streams
+            .get(stream)
+            .ok_or(StoreError::not_found("stream"))?;
         let rx = state.notify.subscribe();
-        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })))
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok().map(|()| ((), rx))
+        })))
     }
 }
 
 /// A stream's summary.
 fn info(inner: &Inner, id: &StreamId) -> Option<StreamInfo> {
     let state = inner.streams.get(id)?;
-    let last_seq = if state.events.is_empty() { state.first_seq.saturating_sub(1) } else { state.last_seq() };
-    Some(StreamInfo { id: id.clone(), owner: state.owner.clone(), first_seq: state.first_seq, last_seq, closed: state.closed })
+    let last_seq = if state.events.is_empty() {
+        state.first_seq.saturating_sub(1)
+    } else {
+        state.last_seq()
+    };
+    Some(StreamInfo {
+        id: id.clone(),
+        owner: state.owner.clone(),
+        first_seq: state.first_seq,
+        last_seq,
+        closed: state.closed,
+    })
 }
 
 /// The keys of `kind` starting with `prefix` (expired ones included), in key order.
 fn keys_with_prefix(inner: &Inner, kind: RecordKind, prefix: &str) -> Vec<(RecordKind, String)> {
-    inner.records.range((kind, prefix.to_owned())..).take_while(|((k, key), _)| *k == kind && key.starts_with(prefix)).map(|(k, _)| k.clone()).collect()
+    inner
+        .records
+        .range((kind, prefix.to_owned())..)
+        .take_while(|((k, key), _)| *k == kind && key.starts_with(prefix))
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 fn remove_session(inner: &mut Inner, id: &SessionId) {
@@ -358,11 +514,23 @@ fn insert_stream_owned(inner: &mut Inner, id: StreamId, owner: StreamOwner, now:
         match inner.session_streams.get_mut(session) {
             Some(list) => list.push(id.clone()),
             None => {
-                inner.session_streams.insert(session.clone(), vec![id.clone()]);
+                inner
+                    .session_streams
+                    .insert(session.clone(), vec![id.clone()]);
             }
         }
     }
-    inner.streams.insert(id, StreamState { owner, events: VecDeque::new(), first_seq: 1, closed: false, last_event_ms: now, notify });
+    inner.streams.insert(
+        id,
+        StreamState {
+            owner,
+            events: VecDeque::new(),
+            first_seq: 1,
+            closed: false,
+            last_event_ms: now,
+            notify,
+        },
+    );
 }
 
 #[cfg(test)]
@@ -374,7 +542,10 @@ mod tests {
     }
 
     /// One process, one handle: the memory store has no periodic re-read at all.
-    fn pair() -> Option<(std::sync::Arc<dyn durable_mcp_store::Store>, std::sync::Arc<dyn durable_mcp_store::Store>)> {
+    fn pair() -> Option<(
+        std::sync::Arc<dyn durable_mcp_store::Store>,
+        std::sync::Arc<dyn durable_mcp_store::Store>,
+    )> {
         fresh().map(|store| (store.clone(), store))
     }
 
@@ -382,16 +553,36 @@ mod tests {
 
     #[tokio::test]
     async fn d14_resume_from_pruned_event_is_a_named_error() {
-        let store = MemoryStore::with_options(MemoryOptions { max_events_per_stream: 2 });
+        let store = MemoryStore::with_options(MemoryOptions {
+            max_events_per_stream: 2,
+        });
         let stream = StreamId::random();
-        let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+        let owner = StreamOwner {
+            principal: Principal::anonymous(),
+            session: None,
+        };
         store.create_stream(&stream, &owner).await.unwrap();
         for i in 0..5 {
             store.append(&stream, format!("{i}"), false).await.unwrap();
         }
         let err = store.read_after(&stream, 1, 10).await.unwrap_err();
-        assert!(matches!(err, StoreError::Pruned { oldest_retained: 4, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                StoreError::Pruned {
+                    oldest_retained: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         let read = store.read_after(&stream, 3, 10).await.unwrap();
-        assert_eq!(read.events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["3", "4"]);
+        assert_eq!(
+            read.events
+                .iter()
+                .map(|e| e.data.as_str())
+                .collect::<Vec<_>>(),
+            ["3", "4"]
+        );
     }
 }

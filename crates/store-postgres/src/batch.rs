@@ -46,7 +46,10 @@
 use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 
-use durable_mcp_store::{BatchOp, BatchOutcome, EventId, Expect, OpOutcome, StoreError, StoreResult, StreamId, WriteBatch, now_ms, op_failed, prefix_end};
+use durable_mcp_store::{
+    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, StoreError, StoreResult, StreamId,
+    WriteBatch, now_ms, op_failed, prefix_end,
+};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
@@ -106,9 +109,21 @@ impl Work {
         match self {
             Work::Batch(batch) => {
                 let woken = batch.woken_streams();
-                batch.ops().iter().map(|op| Step::Op(op, op.woken_stream().is_some_and(|s| woken.contains(s)))).collect()
+                batch
+                    .ops()
+                    .iter()
+                    .map(|op| Step::Op(op, op.woken_stream().is_some_and(|s| woken.contains(s))))
+                    .collect()
             }
-            Work::Append { stream, data, close } => vec![Step::Append { stream, data, close: *close }],
+            Work::Append {
+                stream,
+                data,
+                close,
+            } => vec![Step::Append {
+                stream,
+                data,
+                close: *close,
+            }],
         }
     }
 
@@ -127,10 +142,16 @@ impl Work {
             Work::Batch(batch) => batch.ops().first(),
         };
         match op {
-            Some(BatchOp::CreateStream { id: stream, .. } | BatchOp::Append { stream, .. } | BatchOp::Close { stream }) => (0, stream.to_string()),
-            Some(BatchOp::PutRecord { kind, key, .. } | BatchOp::DeleteRecord { kind, key, .. } | BatchOp::DeleteRecords { kind, prefix: key }) => {
-                (1, format!("{}/{key}", kind.as_str()))
-            }
+            Some(
+                BatchOp::CreateStream { id: stream, .. }
+                | BatchOp::Append { stream, .. }
+                | BatchOp::Close { stream },
+            ) => (0, stream.to_string()),
+            Some(
+                BatchOp::PutRecord { kind, key, .. }
+                | BatchOp::DeleteRecord { kind, key, .. }
+                | BatchOp::DeleteRecords { kind, prefix: key },
+            ) => (1, format!("{}/{key}", kind.as_str())),
             None => (2, String::new()),
         }
     }
@@ -162,8 +183,11 @@ impl Writer {
     /// Commit `work` with whatever else is waiting; answered after the commit.
     pub(crate) async fn commit(&self, work: Work) -> StoreResult<BatchOutcome> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Job { work, reply }).map_err(|_| unavailable("the PostgreSQL batch writer has stopped"))?;
-        rx.await.map_err(|_| unavailable("the PostgreSQL batch writer has stopped"))?
+        self.tx
+            .send(Job { work, reply })
+            .map_err(|_| unavailable("the PostgreSQL batch writer has stopped"))?;
+        rx.await
+            .map_err(|_| unavailable("the PostgreSQL batch writer has stopped"))?
     }
 }
 
@@ -179,7 +203,9 @@ async fn run(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
     // While a group commits, the next gathers what arrives meanwhile.
     let slots = Arc::new(Semaphore::new(GROUPS_IN_FLIGHT));
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else { break };
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
         let Some(first) = rx.recv().await else { break };
         let mut group = Vec::with_capacity(MAX_GROUP);
         group.push(first);
@@ -189,7 +215,9 @@ async fn run(shared: Weak<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
                 Err(_) => break,
             }
         }
-        let Some(shared) = shared.upgrade() else { break };
+        let Some(shared) = shared.upgrade() else {
+            break;
+        };
         tokio::spawn(async move {
             let _slot = slot;
             let answered = group.len();
@@ -227,17 +255,24 @@ async fn finish(shared: &Arc<Shared>, mut group: Vec<Job>) {
             // queue order.
             let mut results = Vec::with_capacity(works.len());
             for work in &works {
-                results.push(match commit_group(shared, std::slice::from_ref(work)).await {
-                    Ok(mut results) => results.pop().unwrap_or_else(|| Err(unavailable("a job got no result"))),
-                    Err(failure) => Err(failure.error),
-                });
+                results.push(
+                    match commit_group(shared, std::slice::from_ref(work)).await {
+                        Ok(mut results) => results
+                            .pop()
+                            .unwrap_or_else(|| Err(unavailable("a job got no result"))),
+                        Err(failure) => Err(failure.error),
+                    },
+                );
             }
             results
         }
         Err(failure) => {
             tracing::warn!(error = %failure.error, jobs = works.len(), "postgres group commit failed");
             let message = failure.error.to_string();
-            works.iter().map(|_| Err(unavailable(message.clone()))).collect()
+            works
+                .iter()
+                .map(|_| Err(unavailable(message.clone())))
+                .collect()
         }
     };
     // Local tails need not wait for the notification's round trip.
@@ -262,19 +297,41 @@ struct GroupFailure {
 
 /// Commit `works` in one statement on a pooled connection; per job, its outcome or
 /// refusal. `Err` when the group as a whole failed.
-async fn commit_group(shared: &Shared, works: &[&Work]) -> Result<Vec<StoreResult<BatchOutcome>>, GroupFailure> {
+async fn commit_group(
+    shared: &Shared,
+    works: &[&Work],
+) -> Result<Vec<StoreResult<BatchOutcome>>, GroupFailure> {
     let timeout = shared.options.op_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut guard = match tokio::time::timeout_at(deadline, shared.pool.get()).await {
         Ok(Ok(guard)) => guard,
-        Ok(Err(error)) => return Err(GroupFailure { error, commit_sent: false }),
-        Err(_) => return Err(GroupFailure { error: unavailable(format!("no PostgreSQL connection answered within {timeout:?}")), commit_sent: false }),
+        Ok(Err(error)) => {
+            return Err(GroupFailure {
+                error,
+                commit_sent: false,
+            });
+        }
+        Err(_) => {
+            return Err(GroupFailure {
+                error: unavailable(format!(
+                    "no PostgreSQL connection answered within {timeout:?}"
+                )),
+                commit_sent: false,
+            });
+        }
     };
     let mut commit_sent = false;
-    let result = timed_until(deadline, timeout, run_group(guard.conn(), shared, works, &mut commit_sent)).await;
+    let result = timed_until(
+        deadline,
+        timeout,
+        run_group(guard.conn(), shared, works, &mut commit_sent),
+    )
+    .await;
     // A failure may leave the connection behind an unanswered statement: `settle` closes
     // it, as every group failure is `Unavailable`.
-    guard.settle(result.map_err(fatal)).map_err(|error| GroupFailure { error, commit_sent })
+    guard
+        .settle(result.map_err(fatal))
+        .map_err(|error| GroupFailure { error, commit_sent })
 }
 
 /// A failure that is not a refusal fails the group: said as unavailable (D15).
@@ -287,7 +344,13 @@ fn fatal(error: StoreError) -> StoreError {
 
 /// Whether `error` refuses an op (its job fails alone) rather than failing the group.
 fn is_refusal(error: &StoreError) -> bool {
-    matches!(error, StoreError::Conflict { .. } | StoreError::NotFound { .. } | StoreError::StreamClosed { .. } | StoreError::Refused(_))
+    matches!(
+        error,
+        StoreError::Conflict { .. }
+            | StoreError::NotFound { .. }
+            | StoreError::StreamClosed { .. }
+            | StoreError::Refused(_)
+    )
 }
 
 /// The statement that runs `step`.
@@ -304,31 +367,80 @@ fn sql(step: Step<'_>) -> &'static str {
 
 /// Run `step`, alone in its group, with its prepared `statement`: one statement, so one
 /// transaction of its own.
-async fn run_step(client: &Client, statement: Statement, step: Step<'_>, shared: &Shared) -> Result<OpOutcome, StepError> {
+async fn run_step(
+    client: &Client,
+    statement: Statement,
+    step: Step<'_>,
+    shared: &Shared,
+) -> Result<OpOutcome, StepError> {
     let channel = shared.channel.as_str();
     let max = shared.options.max_events_per_stream;
     match step {
-        Step::Append { stream, data, close } => {
-            streams::append_step(client, &statement, stream, data, close, max, Some(channel)).await.map(OpOutcome::Appended)
+        Step::Append {
+            stream,
+            data,
+            close,
+        } => streams::append_step(client, &statement, stream, data, close, max, Some(channel))
+            .await
+            .map(OpOutcome::Appended),
+        Step::Op(BatchOp::Append { stream, data }, wake) => streams::append_step(
+            client,
+            &statement,
+            stream,
+            data,
+            false,
+            max,
+            wake.then_some(channel),
+        )
+        .await
+        .map(OpOutcome::Appended),
+        Step::Op(BatchOp::CreateStream { id, owner }, _) => {
+            streams::create_step(client, &statement, id, owner)
+                .await
+                .map(|()| OpOutcome::Created)
         }
-        Step::Op(BatchOp::Append { stream, data }, wake) => {
-            streams::append_step(client, &statement, stream, data, false, max, wake.then_some(channel)).await.map(OpOutcome::Appended)
+        Step::Op(BatchOp::Close { stream }, wake) => {
+            streams::close_step(client, &statement, stream, wake.then_some(channel))
+                .await
+                .map(|()| OpOutcome::Closed)
         }
-        Step::Op(BatchOp::CreateStream { id, owner }, _) => streams::create_step(client, &statement, id, owner).await.map(|()| OpOutcome::Created),
-        Step::Op(BatchOp::Close { stream }, wake) => streams::close_step(client, &statement, stream, wake.then_some(channel)).await.map(|()| OpOutcome::Closed),
-        Step::Op(BatchOp::PutRecord { kind, key, value, expires_at_ms, expect }, _) => {
-            records::put_step(client, &statement, *kind, key, value, *expires_at_ms, *expect).await.map(OpOutcome::Put)
-        }
+        Step::Op(
+            BatchOp::PutRecord {
+                kind,
+                key,
+                value,
+                expires_at_ms,
+                expect,
+            },
+            _,
+        ) => records::put_step(
+            client,
+            &statement,
+            *kind,
+            key,
+            value,
+            *expires_at_ms,
+            *expect,
+        )
+        .await
+        .map(OpOutcome::Put),
         Step::Op(BatchOp::DeleteRecord { kind, key, version }, _) => {
-            records::delete_version_step(client, &statement, *kind, key, *version, now_ms()).await.map(|()| OpOutcome::Deleted(1))
+            records::delete_version_step(client, &statement, *kind, key, *version, now_ms())
+                .await
+                .map(|()| OpOutcome::Deleted(1))
         }
-        Step::Op(BatchOp::DeleteRecords { kind, prefix }, _) => records::delete_step(client, &statement, *kind, prefix, now_ms()).await.map(OpOutcome::Deleted),
+        Step::Op(BatchOp::DeleteRecords { kind, prefix }, _) => {
+            records::delete_step(client, &statement, *kind, prefix, now_ms())
+                .await
+                .map(OpOutcome::Deleted)
+        }
     }
 }
 
 /// A group of jobs as one statement (see the `dmcp_commit` function of the schema's
 /// migration 3): per op, in order, the job it belongs to, what it does and its arguments.
-const COMMIT: &str = "SELECT result, failure FROM dmcp_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+const COMMIT: &str =
+    "SELECT result, failure FROM dmcp_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 /// The ops `dmcp_op` knows, as numbered there.
 #[derive(Clone, Copy)]
@@ -359,17 +471,28 @@ enum Refusal {
 
 impl Refusal {
     fn from_code(code: i64) -> Option<Self> {
-        [Self::StreamExists, Self::NoStream, Self::StreamClosed, Self::AppendRaced, Self::NoSession, Self::RecordConflict]
-            .into_iter()
-            .find(|refusal| *refusal as i64 == code)
+        [
+            Self::StreamExists,
+            Self::NoStream,
+            Self::StreamClosed,
+            Self::AppendRaced,
+            Self::NoSession,
+            Self::RecordConflict,
+        ]
+        .into_iter()
+        .find(|refusal| *refusal as i64 == code)
     }
 
     fn into_error(self, step: Step<'_>) -> StoreError {
         match self {
             Self::StreamExists => StoreError::Conflict { what: "stream" },
             Self::NoStream => StoreError::not_found("stream"),
-            Self::StreamClosed => StoreError::StreamClosed { stream: step.stream().map(ToString::to_string).unwrap_or_default() },
-            Self::AppendRaced => unavailable("append found its stream open but did not write; retry"),
+            Self::StreamClosed => StoreError::StreamClosed {
+                stream: step.stream().map(ToString::to_string).unwrap_or_default(),
+            },
+            Self::AppendRaced => {
+                unavailable("append found its stream open but did not write; retry")
+            }
             Self::NoSession => StoreError::not_found("session"),
             Self::RecordConflict => StoreError::Conflict { what: "record" },
         }
@@ -391,7 +514,9 @@ impl Step<'_> {
     fn outcome(&self, value: i64) -> OpOutcome {
         let count = value.unsigned_abs();
         match *self {
-            Step::Append { stream, .. } | Step::Op(BatchOp::Append { stream, .. }, _) => OpOutcome::Appended(EventId::new(stream.clone(), count)),
+            Step::Append { stream, .. } | Step::Op(BatchOp::Append { stream, .. }, _) => {
+                OpOutcome::Appended(EventId::new(stream.clone(), count))
+            }
             Step::Op(BatchOp::CreateStream { .. }, _) => OpOutcome::Created,
             Step::Op(BatchOp::Close { .. }, _) => OpOutcome::Closed,
             Step::Op(BatchOp::PutRecord { .. }, _) => OpOutcome::Put(count),
@@ -434,28 +559,65 @@ impl<'a> Columns<'a> {
             let job = i32::try_from(job).map_err(|_| unavailable("too many jobs in one group"))?;
             for step in steps {
                 let args = match *step {
-                    Step::Append { stream, data, close } => OpArgs { b: data, f: close, w: true, ..OpArgs::new(OpCode::Append, stream.as_str()) },
-                    Step::Op(BatchOp::Append { stream, data }, wake) => OpArgs { b: data, w: wake, ..OpArgs::new(OpCode::Append, stream.as_str()) },
+                    Step::Append {
+                        stream,
+                        data,
+                        close,
+                    } => OpArgs {
+                        b: data,
+                        f: close,
+                        w: true,
+                        ..OpArgs::new(OpCode::Append, stream.as_str())
+                    },
+                    Step::Op(BatchOp::Append { stream, data }, wake) => OpArgs {
+                        b: data,
+                        w: wake,
+                        ..OpArgs::new(OpCode::Append, stream.as_str())
+                    },
                     Step::Op(BatchOp::CreateStream { id, owner }, _) => OpArgs {
                         b: owner.principal.as_str(),
                         c: owner.session.as_ref().map(|s| Cow::Borrowed(s.as_str())),
                         ..OpArgs::new(OpCode::CreateStream, id.as_str())
                     },
-                    Step::Op(BatchOp::Close { stream }, wake) => OpArgs { w: wake, ..OpArgs::new(OpCode::Close, stream.as_str()) },
-                    Step::Op(BatchOp::PutRecord { kind, key, value, expires_at_ms, expect }, _) => {
+                    Step::Op(BatchOp::Close { stream }, wake) => OpArgs {
+                        w: wake,
+                        ..OpArgs::new(OpCode::Close, stream.as_str())
+                    },
+                    Step::Op(
+                        BatchOp::PutRecord {
+                            kind,
+                            key,
+                            value,
+                            expires_at_ms,
+                            expect,
+                        },
+                        _,
+                    ) => {
                         let (op, expected) = match expect {
                             Expect::Absent => (OpCode::PutAbsent, None),
                             // No stored version is above `i64::MAX`: `NULL` matches none.
-                            Expect::Version(version) => (OpCode::PutVersion, i64::try_from(*version).ok()),
+                            Expect::Version(version) => {
+                                (OpCode::PutVersion, i64::try_from(*version).ok())
+                            }
                         };
-                        OpArgs { b: key, c: Some(Cow::Borrowed(value)), n: expires_at_ms.map(to_i64), m: expected, ..OpArgs::new(op, kind.as_str()) }
+                        OpArgs {
+                            b: key,
+                            c: Some(Cow::Borrowed(value)),
+                            n: expires_at_ms.map(to_i64),
+                            m: expected,
+                            ..OpArgs::new(op, kind.as_str())
+                        }
                     }
-                    Step::Op(BatchOp::DeleteRecord { kind, key, version }, _) => {
-                        OpArgs { b: key, m: i64::try_from(*version).ok(), ..OpArgs::new(OpCode::DeleteRecord, kind.as_str()) }
-                    }
-                    Step::Op(BatchOp::DeleteRecords { kind, prefix }, _) => {
-                        OpArgs { b: prefix, c: prefix_end(prefix).map(Cow::Owned), ..OpArgs::new(OpCode::DeleteRecords, kind.as_str()) }
-                    }
+                    Step::Op(BatchOp::DeleteRecord { kind, key, version }, _) => OpArgs {
+                        b: key,
+                        m: i64::try_from(*version).ok(),
+                        ..OpArgs::new(OpCode::DeleteRecord, kind.as_str())
+                    },
+                    Step::Op(BatchOp::DeleteRecords { kind, prefix }, _) => OpArgs {
+                        b: prefix,
+                        c: prefix_end(prefix).map(Cow::Owned),
+                        ..OpArgs::new(OpCode::DeleteRecords, kind.as_str())
+                    },
                 };
                 columns.push(job, args);
             }
@@ -466,7 +628,8 @@ impl<'a> Columns<'a> {
     /// The first op with a text that holds a NUL, which PostgreSQL's text cannot.
     fn first_nul(&self) -> Option<usize> {
         let nul = |text: &str| text.contains('\0');
-        (0..self.op.len()).find(|&i| nul(self.a[i]) || nul(self.b[i]) || self.c[i].as_deref().is_some_and(nul))
+        (0..self.op.len())
+            .find(|&i| nul(self.a[i]) || nul(self.b[i]) || self.c[i].as_deref().is_some_and(nul))
     }
 
     /// One more op, of job `job`. A close right after an append to its stream, in one job
@@ -510,43 +673,77 @@ struct OpArgs<'a> {
 impl<'a> OpArgs<'a> {
     /// Op `op` on `a` (a stream id or a record kind), every other argument empty.
     fn new(op: OpCode, a: &'a str) -> Self {
-        Self { op, a, b: "", c: None, n: None, m: None, f: false, w: false }
+        Self {
+            op,
+            a,
+            b: "",
+            c: None,
+            n: None,
+            m: None,
+            f: false,
+            w: false,
+        }
     }
 }
 
 /// Commit `works` on `conn`; see the module's `# Durability`. `Err` fails the group
 /// (classified; `commit_sent` says whether the group may have committed).
-async fn run_group(conn: &mut Conn, shared: &Shared, works: &[&Work], commit_sent: &mut bool) -> StoreResult<Vec<StoreResult<BatchOutcome>>> {
+async fn run_group(
+    conn: &mut Conn,
+    shared: &Shared,
+    works: &[&Work],
+    commit_sent: &mut bool,
+) -> StoreResult<Vec<StoreResult<BatchOutcome>>> {
     let steps: Vec<Vec<Step<'_>>> = works.iter().map(|work| work.steps()).collect();
-    let appends: Option<Vec<(&StreamId, &str, bool)>> = steps.iter().map(|steps| one_append(steps)).collect();
+    let appends: Option<Vec<(&StreamId, &str, bool)>> =
+        steps.iter().map(|steps| one_append(steps)).collect();
     let sql = match (steps.as_slice(), &appends) {
         ([only], _) if only.len() == 1 => sql(only[0]),
         (_, Some(_)) => streams::APPEND_MANY,
         _ => COMMIT,
     };
     conn.statements.prepare_all(&conn.client, &[sql]).await?;
-    let statement = conn.statements.prepared(sql).cloned().ok_or_else(|| unavailable("a batch statement was not prepared"))?;
+    let statement = conn
+        .statements
+        .prepared(sql)
+        .cloned()
+        .ok_or_else(|| unavailable("a batch statement was not prepared"))?;
     // Whatever runs below is one statement, so one transaction of its own: a failure the
     // server answered with rolled it back; any other leaves its outcome unknown.
     *commit_sent = true;
     if let [only] = steps.as_slice()
         && let [step] = only.as_slice()
     {
-        return Ok(vec![match run_step(&conn.client, statement, *step, shared).await {
-            Ok(outcome) => Ok(BatchOutcome { ops: vec![outcome] }),
-            Err(StepError::Refused(refusal)) => Err(works[0].refused(0, refusal)),
-            Err(StepError::Failed(error)) if is_refusal(&error) => Err(works[0].refused(0, error)),
-            Err(failed) => return Err(failure(failed, commit_sent)),
-        }]);
+        return Ok(vec![
+            match run_step(&conn.client, statement, *step, shared).await {
+                Ok(outcome) => Ok(BatchOutcome { ops: vec![outcome] }),
+                Err(StepError::Refused(refusal)) => Err(works[0].refused(0, refusal)),
+                Err(StepError::Failed(error)) if is_refusal(&error) => {
+                    Err(works[0].refused(0, error))
+                }
+                Err(failed) => return Err(failure(failed, commit_sent)),
+            },
+        ]);
     }
-    let (max, channel) = (shared.options.max_events_per_stream, shared.channel.as_str());
+    let (max, channel) = (
+        shared.options.max_events_per_stream,
+        shared.channel.as_str(),
+    );
     if let Some(appends) = appends {
         // Jobs that are one append each: one statement that numbers them all.
-        let results = streams::append_many_step(&conn.client, &statement, &appends, max, channel).await.map_err(|error| failure(error, commit_sent))?;
+        let results = streams::append_many_step(&conn.client, &statement, &appends, max, channel)
+            .await
+            .map_err(|error| failure(error, commit_sent))?;
         return Ok(works
             .iter()
             .zip(results)
-            .map(|(work, result)| result.map(|id| BatchOutcome { ops: vec![OpOutcome::Appended(id)] }).map_err(|refusal| work.refused(0, refusal)))
+            .map(|(work, result)| {
+                result
+                    .map(|id| BatchOutcome {
+                        ops: vec![OpOutcome::Appended(id)],
+                    })
+                    .map_err(|refusal| work.refused(0, refusal))
+            })
             .collect());
     }
     let columns = Columns::new(&steps)?;
@@ -564,7 +761,12 @@ async fn run_group(conn: &mut Conn, shared: &Shared, works: &[&Work], commit_sen
         &max.map(to_i64),
         &channel,
     ];
-    let rows = match conn.client.query(&statement, &params).await.map_err(StepError::statement) {
+    let rows = match conn
+        .client
+        .query(&statement, &params)
+        .await
+        .map_err(StepError::statement)
+    {
         Ok(rows) => rows,
         // A value the server refuses before the function runs (a NUL in a text): a job
         // alone is refused at its op that holds it; in a group, each job is retried alone.
@@ -576,12 +778,18 @@ async fn run_group(conn: &mut Conn, shared: &Shared, works: &[&Work], commit_sen
         Err(error) => return Err(failure(error, commit_sent)),
     };
     if rows.len() != columns.op.len() {
-        return Err(unavailable(format!("{} ops answered with {} rows", columns.op.len(), rows.len())));
+        return Err(unavailable(format!(
+            "{} ops answered with {} rows",
+            columns.op.len(),
+            rows.len()
+        )));
     }
     let mut rows = rows.iter();
     let mut results = Vec::with_capacity(works.len());
     for (work, steps) in works.iter().zip(&steps) {
-        let mut outcome = Ok(BatchOutcome { ops: Vec::with_capacity(steps.len()) });
+        let mut outcome = Ok(BatchOutcome {
+            ops: Vec::with_capacity(steps.len()),
+        });
         for (index, (step, row)) in steps.iter().zip(rows.by_ref()).enumerate() {
             let Ok(done) = outcome.as_mut() else { continue };
             let value: Option<i64> = row.try_get(0).map_err(from_pg)?;
@@ -590,12 +798,14 @@ async fn run_group(conn: &mut Conn, shared: &Shared, works: &[&Work], commit_sen
                     done.ops.push(step.outcome(value));
                     continue;
                 }
-                Some(code) => {
-                    Refusal::from_code(code).map(|refusal| refusal.into_error(*step)).unwrap_or_else(|| unavailable(format!("unknown refusal {code}")))
-                }
+                Some(code) => Refusal::from_code(code)
+                    .map(|refusal| refusal.into_error(*step))
+                    .unwrap_or_else(|| unavailable(format!("unknown refusal {code}"))),
                 None => {
                     let failure: Option<String> = row.try_get(1).map_err(from_pg)?;
-                    let failure = failure.ok_or_else(|| unavailable("an op answered with neither a result nor a failure"))?;
+                    let failure = failure.ok_or_else(|| {
+                        unavailable("an op answered with neither a result nor a failure")
+                    })?;
                     let (code, message) = failure.split_once(' ').unwrap_or((failure.as_str(), ""));
                     from_sqlstate(code, message.to_owned())
                 }
@@ -610,7 +820,13 @@ async fn run_group(conn: &mut Conn, shared: &Shared, works: &[&Work], commit_sen
 /// The append a job of `steps` consists of, if it is one append: stream, event, close.
 fn one_append<'a>(steps: &[Step<'a>]) -> Option<(&'a StreamId, &'a str, bool)> {
     match steps {
-        [Step::Append { stream, data, close }] => Some((stream, data, *close)),
+        [
+            Step::Append {
+                stream,
+                data,
+                close,
+            },
+        ] => Some((stream, data, *close)),
         [Step::Op(BatchOp::Append { stream, data }, _)] => Some((stream, data.as_str(), false)),
         _ => None,
     }

@@ -57,13 +57,19 @@ pub(crate) fn from_connect(target: &str, error: tokio_postgres::Error) -> StoreE
     let cause = describe(&error);
     if let Some(tls) = tls_failure(&error) {
         return match tls.permanent {
-            true => StoreError::Incompatible(format!("TLS to PostgreSQL at {target} failed: {tls}")),
+            true => {
+                StoreError::Incompatible(format!("TLS to PostgreSQL at {target} failed: {tls}"))
+            }
             false => unavailable(format!("PostgreSQL not reachable at {target}: {tls}")),
         };
     }
     match classify_error(&error, String::new()) {
-        StoreError::Unavailable(_) => unavailable(format!("PostgreSQL not reachable at {target}: {cause}")),
-        _ => StoreError::Incompatible(format!("PostgreSQL at {target} refused the connection: {cause}")),
+        StoreError::Unavailable(_) => {
+            unavailable(format!("PostgreSQL not reachable at {target}: {cause}"))
+        }
+        _ => StoreError::Incompatible(format!(
+            "PostgreSQL at {target} refused the connection: {cause}"
+        )),
     }
 }
 
@@ -110,7 +116,11 @@ fn classify(code: &SqlState, message: String) -> StoreError {
         // insufficient resources, operator intervention (shutdown, query canceled by a
         // timeout), system I/O error, lock not available, read-only after a failover.
         "08" | "40" | "53" | "57" | "58" => unavailable(message),
-        _ if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::READ_ONLY_SQL_TRANSACTION => unavailable(message),
+        _ if *code == SqlState::LOCK_NOT_AVAILABLE
+            || *code == SqlState::READ_ONLY_SQL_TRANSACTION =>
+        {
+            unavailable(message)
+        }
         // Rejected login, missing database, schema objects this build does not expect.
         "28" | "3D" | "3F" | "42" => StoreError::Incompatible(message),
         // A value the server refuses as given: data exceptions (out of range, a character
@@ -147,7 +157,11 @@ impl StepError {
     /// A statement's error: [`StepError::Failed`] if the server answered with one (it has
     /// a SQLSTATE), else [`StepError::Broken`].
     pub(crate) fn statement(error: tokio_postgres::Error) -> Self {
-        if error.code().is_some() { Self::Failed(from_pg(error)) } else { Self::Broken(from_pg(error)) }
+        if error.code().is_some() {
+            Self::Failed(from_pg(error))
+        } else {
+            Self::Broken(from_pg(error))
+        }
     }
 
     /// A row of a statement that succeeded did not decode.
@@ -165,7 +179,9 @@ impl StepError {
 
 /// A transient failure with `message`.
 pub(crate) fn unavailable(message: impl Into<String>) -> StoreError {
-    StoreError::Unavailable(Box::new(PgFailure { message: message.into() }))
+    StoreError::Unavailable(Box::new(PgFailure {
+        message: message.into(),
+    }))
 }
 
 #[cfg(test)]
@@ -176,14 +192,32 @@ mod tests {
     #[test]
     fn d15_sqlstates_are_classified() {
         let kind = |code: &SqlState| classify(code, String::new()).kind();
-        assert_eq!(kind(&SqlState::T_R_SERIALIZATION_FAILURE), StoreErrorKind::Unavailable);
-        assert_eq!(kind(&SqlState::T_R_DEADLOCK_DETECTED), StoreErrorKind::Unavailable);
+        assert_eq!(
+            kind(&SqlState::T_R_SERIALIZATION_FAILURE),
+            StoreErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind(&SqlState::T_R_DEADLOCK_DETECTED),
+            StoreErrorKind::Unavailable
+        );
         assert_eq!(kind(&SqlState::ADMIN_SHUTDOWN), StoreErrorKind::Unavailable);
-        assert_eq!(kind(&SqlState::CANNOT_CONNECT_NOW), StoreErrorKind::Unavailable);
+        assert_eq!(
+            kind(&SqlState::CANNOT_CONNECT_NOW),
+            StoreErrorKind::Unavailable
+        );
         assert_eq!(kind(&SqlState::QUERY_CANCELED), StoreErrorKind::Unavailable);
-        assert_eq!(kind(&SqlState::CONNECTION_FAILURE), StoreErrorKind::Unavailable);
-        assert_eq!(kind(&SqlState::TOO_MANY_CONNECTIONS), StoreErrorKind::Unavailable);
-        assert_eq!(kind(&SqlState::READ_ONLY_SQL_TRANSACTION), StoreErrorKind::Unavailable);
+        assert_eq!(
+            kind(&SqlState::CONNECTION_FAILURE),
+            StoreErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind(&SqlState::TOO_MANY_CONNECTIONS),
+            StoreErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind(&SqlState::READ_ONLY_SQL_TRANSACTION),
+            StoreErrorKind::Unavailable
+        );
         assert_eq!(kind(&SqlState::UNDEFINED_TABLE), StoreErrorKind::Fatal);
         assert_eq!(kind(&SqlState::INVALID_PASSWORD), StoreErrorKind::Fatal);
         assert_eq!(kind(&SqlState::UNIQUE_VIOLATION), StoreErrorKind::Fatal);
@@ -194,14 +228,34 @@ mod tests {
     #[test]
     fn refused_values_are_not_outages() {
         let kind = |code: &SqlState| classify(code, String::new()).kind();
-        assert_eq!(kind(&SqlState::PROGRAM_LIMIT_EXCEEDED), StoreErrorKind::Refused, "index row size exceeds btree maximum");
-        assert_eq!(kind(&SqlState::STATEMENT_TOO_COMPLEX), StoreErrorKind::Refused);
+        assert_eq!(
+            kind(&SqlState::PROGRAM_LIMIT_EXCEEDED),
+            StoreErrorKind::Refused,
+            "index row size exceeds btree maximum"
+        );
+        assert_eq!(
+            kind(&SqlState::STATEMENT_TOO_COMPLEX),
+            StoreErrorKind::Refused
+        );
         assert_eq!(kind(&SqlState::TOO_MANY_ARGUMENTS), StoreErrorKind::Refused);
-        assert_eq!(kind(&SqlState::CHARACTER_NOT_IN_REPERTOIRE), StoreErrorKind::Refused, "a NUL in a text value");
-        assert_eq!(kind(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE), StoreErrorKind::Refused);
-        assert_eq!(kind(&SqlState::STRING_DATA_RIGHT_TRUNCATION), StoreErrorKind::Refused);
+        assert_eq!(
+            kind(&SqlState::CHARACTER_NOT_IN_REPERTOIRE),
+            StoreErrorKind::Refused,
+            "a NUL in a text value"
+        );
+        assert_eq!(
+            kind(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE),
+            StoreErrorKind::Refused
+        );
+        assert_eq!(
+            kind(&SqlState::STRING_DATA_RIGHT_TRUNCATION),
+            StoreErrorKind::Refused
+        );
         // Outages stay outages.
-        assert_eq!(kind(&SqlState::CONNECTION_EXCEPTION), StoreErrorKind::Unavailable);
+        assert_eq!(
+            kind(&SqlState::CONNECTION_EXCEPTION),
+            StoreErrorKind::Unavailable
+        );
         assert_eq!(kind(&SqlState::DISK_FULL), StoreErrorKind::Unavailable);
         assert_eq!(kind(&SqlState::OUT_OF_MEMORY), StoreErrorKind::Unavailable);
     }
@@ -209,9 +263,15 @@ mod tests {
     /// A connection that cannot be made carries no SQLSTATE: it is an outage (D15).
     #[tokio::test]
     async fn d15_connection_errors_are_unavailable() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
         let config = format!("host=127.0.0.1 port={port} user=postgres connect_timeout=2");
-        let error = tokio_postgres::connect(&config, tokio_postgres::NoTls).await.err().expect("nothing listens there");
+        let error = tokio_postgres::connect(&config, tokio_postgres::NoTls)
+            .await
+            .err()
+            .expect("nothing listens there");
         assert_eq!(from_pg(error).kind(), StoreErrorKind::Unavailable);
     }
 }

@@ -65,8 +65,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
-    StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch, now_ms,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention,
+    SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult, StreamId, StreamOwner,
+    StreamRead, WakeUps, WriteBatch, now_ms,
 };
 
 pub use error::PgFailure;
@@ -82,13 +83,26 @@ pub(crate) fn to_i64(value: u64) -> i64 {
 }
 
 /// Run `operation`, failing it as unavailable after `timeout` (D15: fail fast).
-async fn timed<T>(timeout: Duration, operation: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+async fn timed<T>(
+    timeout: Duration,
+    operation: impl Future<Output = StoreResult<T>>,
+) -> StoreResult<T> {
     timed_until(tokio::time::Instant::now() + timeout, timeout, operation).await
 }
 
 /// Run `operation`, failing it as unavailable at `deadline`, the end of `timeout`.
-async fn timed_until<T>(deadline: tokio::time::Instant, timeout: Duration, operation: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-    tokio::time::timeout_at(deadline, operation).await.unwrap_or_else(|_| Err(unavailable(format!("PostgreSQL did not answer within {timeout:?}"))))
+async fn timed_until<T>(
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    operation: impl Future<Output = StoreResult<T>>,
+) -> StoreResult<T> {
+    tokio::time::timeout_at(deadline, operation)
+        .await
+        .unwrap_or_else(|_| {
+            Err(unavailable(format!(
+                "PostgreSQL did not answer within {timeout:?}"
+            )))
+        })
 }
 
 struct Shared {
@@ -111,7 +125,10 @@ pub struct PgStore {
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore").field("target", &self.shared.options.target()).field("schema", &self.shared.options.schema).finish_non_exhaustive()
+        f.debug_struct("PgStore")
+            .field("target", &self.shared.options.target())
+            .field("schema", &self.shared.options.schema)
+            .finish_non_exhaustive()
     }
 }
 
@@ -127,7 +144,11 @@ impl PgStore {
         let pool = pool::Pool::new(options.clone());
         {
             let mut guard = pool.get().await?;
-            let result = timed(options.admin_timeout, migrate::migrate(&mut guard.conn().client, options.schema.as_deref())).await;
+            let result = timed(
+                options.admin_timeout,
+                migrate::migrate(&mut guard.conn().client, options.schema.as_deref()),
+            )
+            .await;
             guard.settle(result)?;
         }
         let watchers = listen::Watchers::default();
@@ -136,7 +157,14 @@ impl PgStore {
         let channel = options.channel();
         let shared = Arc::new_cyclic(|weak| {
             let writer = batch::spawn(weak.clone());
-            Shared { options, channel, pool, watchers, _listener: listener, writer }
+            Shared {
+                options,
+                channel,
+                pool,
+                watchers,
+                _listener: listener,
+                writer,
+            }
         });
         Ok(Self { shared })
     }
@@ -151,7 +179,11 @@ impl PgStore {
     pub async fn migrate(&self) -> StoreResult<i64> {
         let schema = self.shared.options.schema.as_deref();
         let mut guard = self.shared.pool.get().await?;
-        let result = timed(self.shared.options.admin_timeout, migrate::migrate(&mut guard.conn().client, schema)).await;
+        let result = timed(
+            self.shared.options.admin_timeout,
+            migrate::migrate(&mut guard.conn().client, schema),
+        )
+        .await;
         guard.settle(result)
     }
 
@@ -197,11 +229,20 @@ impl Store for PgStore {
         op!(self, conn => sessions::create(conn, &record))
     }
 
-    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+    async fn load_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+    ) -> StoreResult<SessionRecord> {
         op!(self, conn => sessions::load(conn, principal, id))
     }
 
-    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+    async fn update_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+        change: SessionChange,
+    ) -> StoreResult<SessionRecord> {
         op!(self, conn => sessions::update(conn, principal, id, &change, now_ms()))
     }
 
@@ -216,7 +257,8 @@ impl Store for PgStore {
         const LIMIT: i64 = durable_mcp_store::PRUNE_BATCH as i64;
         let mut going_on = false;
         loop {
-            match op!(self, conn => sessions::end(conn, principal, id, &self.shared.channel, LIMIT))? {
+            match op!(self, conn => sessions::end(conn, principal, id, &self.shared.channel, LIMIT))?
+            {
                 sessions::Ending::NotFound => return Ok(going_on),
                 sessions::Ending::Ended(gone) => {
                     self.shared.watchers.forget(&gone);
@@ -230,7 +272,11 @@ impl Store for PgStore {
         }
     }
 
-    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+    async fn list_sessions(
+        &self,
+        principal: Option<&Principal>,
+        limit: usize,
+    ) -> StoreResult<Vec<SessionRecord>> {
         op!(self, admin, conn => sessions::list(conn, principal, limit))
     }
 
@@ -245,8 +291,19 @@ impl Store for PgStore {
     /// order: no reader on any worker can see event *n+1* before event *n* (D3). The
     /// notification that wakes other workers' tails is part of the same commit.
     async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
-        let outcome = self.shared.writer.commit(batch::Work::Append { stream: stream.clone(), data, close }).await?;
-        outcome.event(0).cloned().ok_or_else(|| StoreError::Corrupt("an append without its event id".into()))
+        let outcome = self
+            .shared
+            .writer
+            .commit(batch::Work::Append {
+                stream: stream.clone(),
+                data,
+                close,
+            })
+            .await?;
+        outcome
+            .event(0)
+            .cloned()
+            .ok_or_else(|| StoreError::Corrupt("an append without its event id".into()))
     }
 
     async fn stream_owner(&self, stream: &StreamId) -> StoreResult<StreamOwner> {
@@ -257,7 +314,12 @@ impl Store for PgStore {
     /// The stream row and its events come from one snapshot: the answer is an exact,
     /// gap-free prefix of the suffix after `after` (D3), or `StoreError::Pruned` if part
     /// of that suffix was trimmed by `max_events` (D14).
-    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+    async fn read_after(
+        &self,
+        stream: &StreamId,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<StreamRead> {
         op!(self, conn => streams::read_after(conn, stream, after, limit))
     }
 
@@ -309,7 +371,14 @@ impl Store for PgStore {
     /// One statement whose condition is part of it: of writers racing on one key exactly one
     /// commits (D8), a version moves on only from the version the writer read (D7), and a
     /// failed condition writes nothing and is `StoreError::Conflict`.
-    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
         op!(self, conn => records::put(conn, kind, key, &value, expires_at_ms, expect))
     }
 
@@ -317,7 +386,12 @@ impl Store for PgStore {
         op!(self, conn => records::get(conn, kind, key, now_ms()))
     }
 
-    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+    async fn list_records(
+        &self,
+        kind: RecordKind,
+        prefix: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Record>> {
         op!(self, admin, conn => records::list(conn, kind, prefix, limit, now_ms()))
     }
 
@@ -327,7 +401,8 @@ impl Store for PgStore {
         const LIMIT: i64 = durable_mcp_store::PRUNE_BATCH as i64;
         let mut total = 0;
         loop {
-            let (deleted, more) = op!(self, conn => records::delete_some(conn, kind, prefix, LIMIT, now_ms()))?;
+            let (deleted, more) =
+                op!(self, conn => records::delete_some(conn, kind, prefix, LIMIT, now_ms()))?;
             total += deleted;
             if !more {
                 return Ok(total);
@@ -351,11 +426,18 @@ impl Store for PgStore {
     /// appends at once, after the listener reconnects, and at least every `poll_interval`:
     /// an append committed after this returns always wakes the subscription, at worst one
     /// `poll_interval` late. The wake-ups end when this process ends the stream's session.
-    async fn list_streams(&self, after: Option<&durable_mcp_store::StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+    async fn list_streams(
+        &self,
+        after: Option<&durable_mcp_store::StreamId>,
+        limit: usize,
+    ) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
         op!(self, admin, conn => streams::list(conn, after, limit))
     }
 
-    async fn stream_info(&self, stream: &durable_mcp_store::StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+    async fn stream_info(
+        &self,
+        stream: &durable_mcp_store::StreamId,
+    ) -> StoreResult<durable_mcp_store::StreamInfo> {
         op!(self, conn => streams::info(conn, stream))
     }
 
@@ -363,9 +445,16 @@ impl Store for PgStore {
         op!(self, conn => migrate::status(conn))
     }
 
-    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[durable_mcp_store::StoredEvent], close: bool) -> StoreResult<u64> {
+    async fn import_events(
+        &self,
+        stream: &StreamId,
+        owner: &StreamOwner,
+        events: &[durable_mcp_store::StoredEvent],
+        close: bool,
+    ) -> StoreResult<u64> {
         let channel = &self.shared.channel;
-        let appended = op!(self, admin, conn => streams::import(conn, channel, stream, owner, events, close))?;
+        let appended =
+            op!(self, admin, conn => streams::import(conn, channel, stream, owner, events, close))?;
         if appended > 0 {
             // Local tails need not wait for the notification's round trip.
             self.shared.watchers.wake(stream);
@@ -374,7 +463,10 @@ impl Store for PgStore {
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
-        Ok(self.shared.watchers.watch(stream, self.shared.options.poll_interval))
+        Ok(self
+            .shared
+            .watchers
+            .watch(stream, self.shared.options.poll_interval))
     }
 }
 

@@ -55,11 +55,18 @@ pub(crate) async fn start(options: PgOptions, watchers: Watchers) -> StoreResult
     match ready_rx.await {
         Ok(Ok(())) => Ok(Listener { _stop: stop_tx }),
         Ok(Err(error)) => Err(error),
-        Err(_) => Err(unavailable("the postgres listener stopped before it was ready")),
+        Err(_) => Err(unavailable(
+            "the postgres listener stopped before it was ready",
+        )),
     }
 }
 
-async fn run(options: PgOptions, watchers: Watchers, ready: oneshot::Sender<StoreResult<()>>, mut stop: oneshot::Receiver<()>) {
+async fn run(
+    options: PgOptions,
+    watchers: Watchers,
+    ready: oneshot::Sender<StoreResult<()>>,
+    mut stop: oneshot::Receiver<()>,
+) {
     let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -94,14 +101,23 @@ const PROBE_WAIT: Duration = Duration::from_secs(2);
 /// transactions, so it never delivers one, and it would also lose each connection's
 /// session settings (`search_path`) and prepared statements. Refuse it at open, naming the
 /// cause and the fix, rather than run with tails that only the poll wakes.
-async fn check_delivery(options: &PgOptions, notifications: &mut mpsc::UnboundedReceiver<String>, watchers: &Watchers) -> StoreResult<()> {
+async fn check_delivery(
+    options: &PgOptions,
+    notifications: &mut mpsc::UnboundedReceiver<String>,
+    watchers: &Watchers,
+) -> StoreResult<()> {
     let probe = format!("probe:{}", StreamId::random());
     let send = async {
         let sender = crate::pool::connect(options).await?;
-        sender.execute("SELECT pg_notify($1, $2)", &[&options.channel(), &probe]).await.map_err(from_pg)
+        sender
+            .execute("SELECT pg_notify($1, $2)", &[&options.channel(), &probe])
+            .await
+            .map_err(from_pg)
     };
     let bound = options.connect_timeout + options.op_timeout;
-    tokio::time::timeout(bound, send).await.map_err(|_| unavailable(format!("the LISTEN probe was not sent within {bound:?}")))??;
+    tokio::time::timeout(bound, send)
+        .await
+        .map_err(|_| unavailable(format!("the LISTEN probe was not sent within {bound:?}")))??;
     let deadline = tokio::time::Instant::now() + PROBE_WAIT;
     loop {
         match tokio::time::timeout_at(deadline, notifications.recv()).await {
@@ -130,7 +146,12 @@ impl Drop for AbortOnDrop {
 /// One listening connection: connect, LISTEN, wake everyone, then forward notifications
 /// until the connection fails; returns why it ended. Sets `listened` once LISTEN is in
 /// effect.
-async fn session(options: &PgOptions, watchers: &Watchers, ready: &mut Option<oneshot::Sender<StoreResult<()>>>, listened: &mut bool) -> StoreError {
+async fn session(
+    options: &PgOptions,
+    watchers: &Watchers,
+    ready: &mut Option<oneshot::Sender<StoreResult<()>>>,
+    listened: &mut bool,
+) -> StoreError {
     match listen(options, watchers, ready, listened).await {
         Ok(never) => match never {},
         Err(error) => error,
@@ -152,7 +173,9 @@ async fn listen(
             match message? {
                 AsyncMessage::Notification(n) => {
                     // The session ended and dropped the receiver: stop.
-                    let Ok(()) = tx.send(n.payload().to_owned()) else { break };
+                    let Ok(()) = tx.send(n.payload().to_owned()) else {
+                        break;
+                    };
                 }
                 AsyncMessage::Notice(notice) => tracing::debug!(%notice, "postgres notice"),
                 _ => {}
@@ -161,10 +184,13 @@ async fn listen(
         Ok(())
     }));
     let check_timeout = options.op_timeout.min(HEALTH_CHECK);
-    tokio::time::timeout(check_timeout, client.batch_execute(&format!("LISTEN {}", quote_ident(&options.channel()))))
-        .await
-        .map_err(|_| unavailable("LISTEN was not answered in time"))?
-        .map_err(from_pg)?;
+    tokio::time::timeout(
+        check_timeout,
+        client.batch_execute(&format!("LISTEN {}", quote_ident(&options.channel()))),
+    )
+    .await
+    .map_err(|_| unavailable("LISTEN was not answered in time"))?
+    .map_err(from_pg)?;
     if ready.is_some() {
         check_delivery(options, &mut notifications, watchers).await?;
     }
@@ -175,7 +201,8 @@ async fn listen(
     }
     // Notifications sent while no listener was connected are lost: re-read everything.
     watchers.wake_all();
-    let mut health = tokio::time::interval_at(tokio::time::Instant::now() + HEALTH_CHECK, HEALTH_CHECK);
+    let mut health =
+        tokio::time::interval_at(tokio::time::Instant::now() + HEALTH_CHECK, HEALTH_CHECK);
     loop {
         tokio::select! {
             payload = notifications.recv() => match payload {

@@ -212,9 +212,19 @@ const LOCK_CLASS: i32 = 0x646d_6370;
 /// [`StoreError::Incompatible`].
 pub(crate) async fn migrate(client: &mut Client, schema: Option<&str>) -> StoreResult<i64> {
     let tx = client.transaction().await.map_err(from_pg)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&LOCK_CLASS, &schema.unwrap_or("")]).await.map_err(from_pg)?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+        &[&LOCK_CLASS, &schema.unwrap_or("")],
+    )
+    .await
+    .map_err(from_pg)?;
     if let Some(schema) = schema {
-        tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema))).await.map_err(from_pg)?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {}",
+            quote_ident(schema)
+        ))
+        .await
+        .map_err(from_pg)?;
     }
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS durable_mcp_schema (
@@ -224,18 +234,38 @@ pub(crate) async fn migrate(client: &mut Client, schema: Option<&str>) -> StoreR
     )
     .await
     .map_err(from_pg)?;
-    let current: i64 = tx.query_one("SELECT COALESCE(MAX(version), 0) FROM durable_mcp_schema", &[]).await.and_then(|row| row.try_get(0)).map_err(from_pg)?;
+    let current: i64 = tx
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM durable_mcp_schema",
+            &[],
+        )
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(from_pg)?;
     if current > LATEST {
         return Err(StoreError::Incompatible(format!(
             "the PostgreSQL schema{} is at version {current}, but this durable-mcp understands up to {LATEST}: upgrade durable-mcp",
             schema.map(|s| format!(" {s:?}")).unwrap_or_default()
         )));
     }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(current).unwrap_or(0)) {
+    for (index, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(current).unwrap_or(0))
+    {
         let version = index as i64 + 1;
         tx.batch_execute(sql).await.map_err(from_pg)?;
-        tx.execute("INSERT INTO durable_mcp_schema (version) VALUES ($1)", &[&version]).await.map_err(from_pg)?;
-        tracing::info!(version, schema = schema.unwrap_or(""), "postgres schema migrated");
+        tx.execute(
+            "INSERT INTO durable_mcp_schema (version) VALUES ($1)",
+            &[&version],
+        )
+        .await
+        .map_err(from_pg)?;
+        tracing::info!(
+            version,
+            schema = schema.unwrap_or(""),
+            "postgres schema migrated"
+        );
     }
     tx.commit().await.map_err(from_pg)?;
     Ok(LATEST)
@@ -249,19 +279,34 @@ pub(crate) async fn status(conn: &mut Conn) -> StoreResult<durable_mcp_store::St
         (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT,
         current_setting('fsync'), current_setting('synchronous_commit'), current_setting('full_page_writes')";
     let statement = conn.statements.get(&conn.client, STATUS).await?;
-    let row = conn.client.query_one(&statement, &[]).await.map_err(from_pg)?;
+    let row = conn
+        .client
+        .query_one(&statement, &[])
+        .await
+        .map_err(from_pg)?;
     let found: i64 = row.try_get(0).map_err(from_pg)?;
     let now: i64 = row.try_get(1).map_err(from_pg)?;
     let fsync: String = row.try_get(2).map_err(from_pg)?;
     let synchronous_commit: String = row.try_get(3).map_err(from_pg)?;
     let full_page_writes: String = row.try_get(4).map_err(from_pg)?;
     let settings = judge_settings(fsync, synchronous_commit, full_page_writes);
-    Ok(durable_mcp_store::StoreStatus { schema: Some(SchemaVersion { found, expected: LATEST }), server_time_ms: u64::try_from(now).ok(), settings })
+    Ok(durable_mcp_store::StoreStatus {
+        schema: Some(SchemaVersion {
+            found,
+            expected: LATEST,
+        }),
+        server_time_ms: u64::try_from(now).ok(),
+        settings,
+    })
 }
 
 /// The server settings that decide whether an acknowledged commit survives a crash, each
 /// judged (`doctor` prints the weak ones with their fix).
-pub(crate) fn judge_settings(fsync: String, synchronous_commit: String, full_page_writes: String) -> Vec<durable_mcp_store::Setting> {
+pub(crate) fn judge_settings(
+    fsync: String,
+    synchronous_commit: String,
+    full_page_writes: String,
+) -> Vec<durable_mcp_store::Setting> {
     use durable_mcp_store::Setting;
     let fsync = if fsync == "off" {
         Setting::weak(
@@ -284,7 +329,12 @@ pub(crate) fn judge_settings(fsync: String, synchronous_commit: String, full_pag
         Setting::fine("synchronous_commit", synchronous_commit)
     };
     let full_page_writes = if full_page_writes == "off" {
-        Setting::weak("full_page_writes", full_page_writes, "a power loss during a write can corrupt pages", "set `full_page_writes = on` in postgresql.conf")
+        Setting::weak(
+            "full_page_writes",
+            full_page_writes,
+            "a power loss during a write can corrupt pages",
+            "set `full_page_writes = on` in postgresql.conf",
+        )
     } else {
         Setting::fine("full_page_writes", full_page_writes)
     };
@@ -297,7 +347,12 @@ mod judged {
 
     fn weak(fsync: &str, commit: &str, fpw: &str) -> Vec<&'static str> {
         let names = ["fsync", "synchronous_commit", "full_page_writes"];
-        judge_settings(fsync.into(), commit.into(), fpw.into()).iter().zip(names).filter(|(s, _)| s.weakness.is_some()).map(|(_, n)| n).collect()
+        judge_settings(fsync.into(), commit.into(), fpw.into())
+            .iter()
+            .zip(names)
+            .filter(|(s, _)| s.weakness.is_some())
+            .map(|(_, n)| n)
+            .collect()
     }
 
     #[test]

@@ -106,9 +106,15 @@ impl PgOptions {
         let url = url.trim();
         let dsn = is_key_value(url);
         if !(dsn || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(StoreError::Incompatible("not a postgres:// URL or a key=value connection string".into()));
+            return Err(StoreError::Incompatible(
+                "not a postgres:// URL or a key=value connection string".into(),
+            ));
         }
-        let (base, pairs) = if dsn { ("", key_value_pairs(url)?) } else { url_pairs(url)? };
+        let (base, pairs) = if dsn {
+            ("", key_value_pairs(url)?)
+        } else {
+            url_pairs(url)?
+        };
         let mut schema = None;
         let mut pool_size = 8;
         let mut max_events = None;
@@ -141,11 +147,15 @@ impl PgOptions {
             (false, false) => format!("{base}?{}", passthrough.join("&")),
         };
         // The error's text never contains the string, so no password reaches a log.
-        let mut config =
-            tokio_postgres::Config::from_str(&driver).map_err(|e| StoreError::Incompatible(format!("bad postgres connection string: {}", describe(&e))))?;
+        let mut config = tokio_postgres::Config::from_str(&driver).map_err(|e| {
+            StoreError::Incompatible(format!("bad postgres connection string: {}", describe(&e)))
+        })?;
         let tls = tls.with_env().build()?;
         config.ssl_mode(tls.driver_mode());
-        let connect_timeout = config.get_connect_timeout().copied().unwrap_or(Duration::from_secs(5));
+        let connect_timeout = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(Duration::from_secs(5));
         if config.get_application_name().is_none() {
             config.application_name("durable-mcp");
         }
@@ -181,7 +191,9 @@ impl PgOptions {
     /// Check the settings that [`crate::PgStore::open`] relies on.
     pub fn validate(&self) -> Result<(), StoreError> {
         if let Some(schema) = &self.schema {
-            let ok_chars = schema.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            let ok_chars = schema
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
             let ok_start = schema.bytes().next().is_some_and(|b| !b.is_ascii_digit());
             if !ok_chars || !ok_start || schema.len() > MAX_SCHEMA_LEN {
                 return Err(StoreError::Incompatible(format!(
@@ -190,10 +202,14 @@ impl PgOptions {
             }
         }
         if self.pool_size == 0 {
-            return Err(StoreError::Incompatible("pool_size must be at least 1".into()));
+            return Err(StoreError::Incompatible(
+                "pool_size must be at least 1".into(),
+            ));
         }
         if self.max_events_per_stream == Some(0) {
-            return Err(StoreError::Incompatible("max_events must be at least 1".into()));
+            return Err(StoreError::Incompatible(
+                "max_events must be at least 1".into(),
+            ));
         }
         if self.poll_interval.is_zero()
             || self.op_timeout.is_zero()
@@ -264,14 +280,19 @@ fn percent_decode(s: &str) -> Result<String, StoreError> {
     percent_encoding::percent_decode_str(s)
         .decode_utf8()
         .map(|s| s.into_owned())
-        .map_err(|_| StoreError::Incompatible("bad postgres URL: a parameter is not UTF-8 once percent-decoded".into()))
+        .map_err(|_| {
+            StoreError::Incompatible(
+                "bad postgres URL: a parameter is not UTF-8 once percent-decoded".into(),
+            )
+        })
 }
 
 /// The parameters of a libpq `key=value` string: whitespace between pairs, optional
 /// whitespace around `=`, values bare or single-quoted, `\` escaping the next character.
 /// Each is passed on re-quoted, so values with spaces or quotes survive.
 fn key_value_pairs(s: &str) -> Result<Vec<Pair>, StoreError> {
-    let bad = |why: &str| StoreError::Incompatible(format!("bad postgres connection string: {why}"));
+    let bad =
+        |why: &str| StoreError::Incompatible(format!("bad postgres connection string: {why}"));
     let mut pairs = Vec::new();
     let mut chars = s.chars().peekable();
     loop {
@@ -293,7 +314,11 @@ fn key_value_pairs(s: &str) -> Result<Vec<Pair>, StoreError> {
             loop {
                 match chars.next() {
                     Some('\'') => break,
-                    Some('\\') => value.push(chars.next().ok_or_else(|| bad("a value ends in a backslash"))?),
+                    Some('\\') => value.push(
+                        chars
+                            .next()
+                            .ok_or_else(|| bad("a value ends in a backslash"))?,
+                    ),
                     Some(c) => value.push(c),
                     None => return Err(bad(&format!("the value of {key} has no closing quote"))),
                 }
@@ -301,7 +326,11 @@ fn key_value_pairs(s: &str) -> Result<Vec<Pair>, StoreError> {
         } else {
             while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
                 if c == '\\' {
-                    value.push(chars.next().ok_or_else(|| bad("a value ends in a backslash"))?);
+                    value.push(
+                        chars
+                            .next()
+                            .ok_or_else(|| bad("a value ends in a backslash"))?,
+                    );
                 } else {
                     value.push(c);
                 }
@@ -314,7 +343,11 @@ fn key_value_pairs(s: &str) -> Result<Vec<Pair>, StoreError> {
 }
 
 fn number(key: &str, value: &str) -> Result<u64, StoreError> {
-    value.parse().map_err(|_| StoreError::Incompatible(format!("bad {key} {value:?} in postgres URL: expected a number")))
+    value.parse().map_err(|_| {
+        StoreError::Incompatible(format!(
+            "bad {key} {value:?} in postgres URL: expected a number"
+        ))
+    })
 }
 
 /// `name` as a quoted SQL identifier.
@@ -336,19 +369,31 @@ mod tests {
         assert_eq!(o.pool_size, 3);
         assert_eq!(o.max_events_per_stream, Some(10));
         assert_eq!(o.poll_interval, Duration::from_millis(250));
-        assert_eq!((o.op_timeout, o.admin_timeout), (Duration::from_millis(900), Duration::from_secs(9)));
+        assert_eq!(
+            (o.op_timeout, o.admin_timeout),
+            (Duration::from_millis(900), Duration::from_secs(9))
+        );
         assert_eq!(o.connect_timeout, Duration::from_secs(2));
-        assert_eq!((o.check_after, o.check_timeout), (Duration::ZERO, Duration::from_millis(300)));
+        assert_eq!(
+            (o.check_after, o.check_timeout),
+            (Duration::ZERO, Duration::from_millis(300))
+        );
         assert_eq!(o.acquire_timeout, Duration::from_millis(700));
         assert_eq!(o.target(), "db.example:6543/app");
         assert_eq!(o.channel(), "durable_mcp_events_tenant_1");
-        assert!(!format!("{o:?}").contains("secret"), "the password never reaches Debug");
+        assert!(
+            !format!("{o:?}").contains("secret"),
+            "the password never reaches Debug"
+        );
     }
 
     #[test]
     fn defaults_and_rejections() {
         let o = PgOptions::from_url("postgresql://postgres@127.0.0.1/test").unwrap();
-        assert_eq!((o.pool_size, o.connect_timeout, o.channel().as_str()), (8, Duration::from_secs(5), DEFAULT_CHANNEL));
+        assert_eq!(
+            (o.pool_size, o.connect_timeout, o.channel().as_str()),
+            (8, Duration::from_secs(5), DEFAULT_CHANNEL)
+        );
         for bad in [
             "mysql://x/y",
             "postgres://h/db?schema=Bad-Name",
@@ -360,30 +405,62 @@ mod tests {
             let err = PgOptions::from_url(bad).unwrap_err();
             assert!(matches!(err, StoreError::Incompatible(_)), "{bad}: {err}");
         }
-        assert!(PgOptions::from_url(&format!("postgres://h/db?schema={}", "s".repeat(MAX_SCHEMA_LEN))).is_ok());
-        assert!(PgOptions::from_url(&format!("postgres://h/db?schema={}", "s".repeat(MAX_SCHEMA_LEN + 1))).is_err());
+        assert!(
+            PgOptions::from_url(&format!(
+                "postgres://h/db?schema={}",
+                "s".repeat(MAX_SCHEMA_LEN)
+            ))
+            .is_ok()
+        );
+        assert!(
+            PgOptions::from_url(&format!(
+                "postgres://h/db?schema={}",
+                "s".repeat(MAX_SCHEMA_LEN + 1)
+            ))
+            .is_err()
+        );
     }
 
     #[test]
     fn key_value_strings_parse_like_urls() {
         let o = PgOptions::from_url("host=db.example port = 6543 dbname=app user=u password='it''s \\' secret' schema=tenant_1 pool_size=3 sslmode=disable")
             .unwrap_err();
-        assert!(matches!(o, StoreError::Incompatible(_)), "an unbalanced quote is refused: {o}");
+        assert!(
+            matches!(o, StoreError::Incompatible(_)),
+            "an unbalanced quote is refused: {o}"
+        );
         let o = PgOptions::from_url(r"host=db.example port = 6543 dbname=app user=u password='it\'s \\ secret' schema=tenant_1 pool_size=3 sslmode=disable")
             .unwrap();
-        assert_eq!((o.target().as_str(), o.schema.as_deref(), o.pool_size), ("db.example:6543/app", Some("tenant_1"), 3));
+        assert_eq!(
+            (o.target().as_str(), o.schema.as_deref(), o.pool_size),
+            ("db.example:6543/app", Some("tenant_1"), 3)
+        );
         assert_eq!(o.config.get_password(), Some(&b"it's \\ secret"[..]));
         assert_eq!(o.ssl_mode(), SslMode::Disable);
-        assert!(!format!("{o:?}").contains("secret"), "the password never reaches Debug");
-        assert!(is_key_value(" host=x") && is_key_value("dbname = y") && !is_key_value("postgres://h/db") && !is_key_value("sqlite:./a.db?x=1"));
+        assert!(
+            !format!("{o:?}").contains("secret"),
+            "the password never reaches Debug"
+        );
+        assert!(
+            is_key_value(" host=x")
+                && is_key_value("dbname = y")
+                && !is_key_value("postgres://h/db")
+                && !is_key_value("sqlite:./a.db?x=1")
+        );
         for bad in ["host=x bogus=1", "host", "host=x =y", "host='x"] {
-            assert!(matches!(PgOptions::from_url(bad), Err(StoreError::Incompatible(_))), "{bad}");
+            assert!(
+                matches!(PgOptions::from_url(bad), Err(StoreError::Incompatible(_))),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn url_parts_are_percent_decoded() {
-        let o = PgOptions::from_url("postgres://app:p%40ss%2Fw%25rd%3A1@db.example/my%20db?schema=s&sslmode=disable").unwrap();
+        let o = PgOptions::from_url(
+            "postgres://app:p%40ss%2Fw%25rd%3A1@db.example/my%20db?schema=s&sslmode=disable",
+        )
+        .unwrap();
         assert_eq!(o.config.get_password(), Some(&b"p@ss/w%rd:1"[..]));
         assert_eq!(o.config.get_dbname(), Some("my db"));
     }
@@ -392,23 +469,51 @@ mod tests {
     fn ssl_modes_follow_libpq() {
         let mode = |url: &str| PgOptions::from_url(url).map(|o| o.ssl_mode());
         // Whatever the environment says, the URL's own sslmode wins.
-        assert_eq!(mode("postgres://h/db?sslmode=require").unwrap(), SslMode::Require);
-        assert_eq!(mode("postgres://h/db?sslmode=disable").unwrap(), SslMode::Disable);
+        assert_eq!(
+            mode("postgres://h/db?sslmode=require").unwrap(),
+            SslMode::Require
+        );
+        assert_eq!(
+            mode("postgres://h/db?sslmode=disable").unwrap(),
+            SslMode::Disable
+        );
         let message = |url: &str| mode(url).unwrap_err().to_string();
-        assert!(message("postgres://h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt").contains("sslrootcert /nonexistent/ca.crt"));
-        assert!(message("postgres://h/db?sslmode=allow").contains("sslmode=allow is not supported"));
+        assert!(
+            message("postgres://h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt")
+                .contains("sslrootcert /nonexistent/ca.crt")
+        );
+        assert!(
+            message("postgres://h/db?sslmode=allow").contains("sslmode=allow is not supported")
+        );
         assert!(message("postgres://h/db?sslmode=bogus").contains("bad sslmode"));
-        assert!(message("postgres://h/db?sslmode=require&sslrootcert=system").contains("use verify-full"));
-        assert!(message("postgres://h/db?sslmode=require&sslcert=/a.crt").contains("sslcert and sslkey go together"));
-        if std::env::var_os("PGSSLROOTCERT").is_none() && super::super::tls::default_root_cert().is_none() {
-            assert!(message("postgres://h/db?sslmode=verify-full").contains("needs the server's CA certificate"));
+        assert!(
+            message("postgres://h/db?sslmode=require&sslrootcert=system")
+                .contains("use verify-full")
+        );
+        assert!(
+            message("postgres://h/db?sslmode=require&sslcert=/a.crt")
+                .contains("sslcert and sslkey go together")
+        );
+        if std::env::var_os("PGSSLROOTCERT").is_none()
+            && super::super::tls::default_root_cert().is_none()
+        {
+            assert!(
+                message("postgres://h/db?sslmode=verify-full")
+                    .contains("needs the server's CA certificate")
+            );
         }
         // A CA file of something else than certificates is refused, naming it.
         let dir = std::env::temp_dir().join(format!("dmcp-pg-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let empty = dir.join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").unwrap();
-        assert!(message(&format!("postgres://h/db?sslmode=verify-ca&sslrootcert={}", empty.display())).contains("no usable PEM certificate"));
+        assert!(
+            message(&format!(
+                "postgres://h/db?sslmode=verify-ca&sslrootcert={}",
+                empty.display()
+            ))
+            .contains("no usable PEM certificate")
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 

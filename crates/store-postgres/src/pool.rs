@@ -27,13 +27,23 @@ use crate::tls::RustlsStream;
 /// A raw connection, before anything drives it: the whole attempt (TCP, TLS handshake,
 /// login) is bounded by the connect timeout (tokio-postgres' own covers only the TCP
 /// connect), and failures say where the store tried to connect.
-pub(crate) async fn connect_raw(options: &PgOptions) -> StoreResult<(Client, Connection<Socket, RustlsStream>)> {
+pub(crate) async fn connect_raw(
+    options: &PgOptions,
+) -> StoreResult<(Client, Connection<Socket, RustlsStream>)> {
     let target = options.target();
     let (tls, encrypted) = options.tls().connector();
-    let connected = tokio::time::timeout(options.connect_timeout, options.connect_config().connect(tls))
-        .await
-        .map_err(|_| unavailable(format!("PostgreSQL not reachable at {target}: no answer within {:?}", options.connect_timeout)))?
-        .map_err(|e| from_connect(&target, e))?;
+    let connected = tokio::time::timeout(
+        options.connect_timeout,
+        options.connect_config().connect(tls),
+    )
+    .await
+    .map_err(|_| {
+        unavailable(format!(
+            "PostgreSQL not reachable at {target}: no answer within {:?}",
+            options.connect_timeout
+        ))
+    })?
+    .map_err(|e| from_connect(&target, e))?;
     if !encrypted.load(std::sync::atomic::Ordering::Relaxed) {
         options.tls().note_plaintext(&target);
     }
@@ -70,7 +80,11 @@ pub(crate) struct Statements {
 impl Statements {
     /// The prepared form of `sql` on this connection, preparing it on first use. `client` is
     /// the connection itself or a transaction on it.
-    pub(crate) async fn get<C: GenericClient + Sync>(&mut self, client: &C, sql: &'static str) -> StoreResult<Statement> {
+    pub(crate) async fn get<C: GenericClient + Sync>(
+        &mut self,
+        client: &C,
+        sql: &'static str,
+    ) -> StoreResult<Statement> {
         if let Some(statement) = self.cache.get(sql) {
             return Ok(statement.clone());
         }
@@ -81,11 +95,20 @@ impl Statements {
 
     /// Prepare whichever of `sqls` this connection has not prepared yet, all in one round
     /// trip (the requests are pipelined).
-    pub(crate) async fn prepare_all<C: GenericClient + Sync>(&mut self, client: &C, sqls: &[&'static str]) -> StoreResult<()> {
-        let mut missing: Vec<&'static str> = sqls.iter().copied().filter(|sql| !self.cache.contains_key(sql)).collect();
+    pub(crate) async fn prepare_all<C: GenericClient + Sync>(
+        &mut self,
+        client: &C,
+        sqls: &[&'static str],
+    ) -> StoreResult<()> {
+        let mut missing: Vec<&'static str> = sqls
+            .iter()
+            .copied()
+            .filter(|sql| !self.cache.contains_key(sql))
+            .collect();
         missing.sort_unstable();
         missing.dedup();
-        let prepared = futures::future::join_all(missing.iter().map(|sql| client.prepare(sql))).await;
+        let prepared =
+            futures::future::join_all(missing.iter().map(|sql| client.prepare(sql))).await;
         for (sql, statement) in missing.into_iter().zip(prepared) {
             self.cache.insert(sql, statement.map_err(from_pg)?);
         }
@@ -122,7 +145,12 @@ pub(crate) struct Pool {
 impl Pool {
     pub(crate) fn new(options: PgOptions) -> Self {
         let permits = Semaphore::new(options.pool_size);
-        Self { options, idle: Mutex::new(Vec::new()), permits, opened: AtomicU64::new(0) }
+        Self {
+            options,
+            idle: Mutex::new(Vec::new()),
+            permits,
+            opened: AtomicU64::new(0),
+        }
     }
 
     /// How many connections this pool has opened since it was created.
@@ -150,7 +178,11 @@ impl Pool {
                 other => break other,
             }
         };
-        let mut guard = PoolGuard { pool: self, conn: reused, _permit: permit };
+        let mut guard = PoolGuard {
+            pool: self,
+            conn: reused,
+            _permit: permit,
+        };
         if let Some(conn) = &mut guard.conn
             && (conn.unchecked || conn.idle_since.elapsed() >= self.options.check_after)
         {
@@ -164,7 +196,12 @@ impl Pool {
         if guard.conn.is_none() {
             let client = connect(&self.options).await?;
             self.opened.fetch_add(1, Ordering::Relaxed);
-            guard.conn = Some(Conn { client, statements: Statements::default(), idle_since: Instant::now(), unchecked: false });
+            guard.conn = Some(Conn {
+                client,
+                statements: Statements::default(),
+                idle_since: Instant::now(),
+                unchecked: false,
+            });
         }
         Ok(guard)
     }
@@ -184,7 +221,10 @@ impl Pool {
                 false
             }
             Err(_) => {
-                tracing::warn!(?timeout, "a pooled PostgreSQL connection did not answer its check; reconnecting");
+                tracing::warn!(
+                    ?timeout,
+                    "a pooled PostgreSQL connection did not answer its check; reconnecting"
+                );
                 false
             }
         }

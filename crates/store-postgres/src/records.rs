@@ -70,7 +70,12 @@ const PRUNE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (
 
 /// Decode a `(key, version, value, expires_at)` row.
 fn decode(row: &Row) -> StoreResult<Record> {
-    Record::from_columns(row.try_get(0).map_err(from_pg)?, row.try_get(1).map_err(from_pg)?, row.try_get(2).map_err(from_pg)?, row.try_get(3).map_err(from_pg)?)
+    Record::from_columns(
+        row.try_get(0).map_err(from_pg)?,
+        row.try_get(1).map_err(from_pg)?,
+        row.try_get(2).map_err(from_pg)?,
+        row.try_get(3).map_err(from_pg)?,
+    )
 }
 
 /// The statement [`put_step`] runs for `expect`.
@@ -93,7 +98,11 @@ pub(crate) async fn put_step<C: GenericClient + Sync>(
     expect: Expect,
 ) -> Result<u64, StepError> {
     // Expiry is judged now, at the write.
-    let (kind, now, expires_at) = (kind.as_str(), to_i64(durable_mcp_store::now_ms()), expires_at_ms.map(to_i64));
+    let (kind, now, expires_at) = (
+        kind.as_str(),
+        to_i64(durable_mcp_store::now_ms()),
+        expires_at_ms.map(to_i64),
+    );
     let row = match expect {
         Expect::Absent => {
             let params: [&(dyn ToSql + Sync); 5] = [&kind, &key, &value, &expires_at, &now];
@@ -104,20 +113,42 @@ pub(crate) async fn put_step<C: GenericClient + Sync>(
             let Ok(expected) = i64::try_from(expected) else {
                 return Err(StepError::Refused(StoreError::Conflict { what: "record" }));
             };
-            let params: [&(dyn ToSql + Sync); 6] = [&kind, &key, &value, &expires_at, &expected, &now];
+            let params: [&(dyn ToSql + Sync); 6] =
+                [&kind, &key, &value, &expires_at, &expected, &now];
             client.query_opt(statement, &params).await
         }
     }
     .map_err(StepError::statement)?;
     let row = row.ok_or(StepError::Refused(StoreError::Conflict { what: "record" }))?;
     let version: i64 = row.try_get(0).map_err(StepError::decoding)?;
-    u64::try_from(version).map_err(|_| StepError::Broken(StoreError::Corrupt(format!("record {key:?} has version {version}"))))
+    u64::try_from(version).map_err(|_| {
+        StepError::Broken(StoreError::Corrupt(format!(
+            "record {key:?} has version {version}"
+        )))
+    })
 }
 
 /// [`put_step`] on its own (one statement, committed when it returns).
-pub(crate) async fn put(conn: &mut Conn, kind: RecordKind, key: &str, value: &str, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
+pub(crate) async fn put(
+    conn: &mut Conn,
+    kind: RecordKind,
+    key: &str,
+    value: &str,
+    expires_at_ms: Option<u64>,
+    expect: Expect,
+) -> StoreResult<u64> {
     let statement = conn.statements.get(&conn.client, put_sql(expect)).await?;
-    put_step(&conn.client, &statement, kind, key, value, expires_at_ms, expect).await.map_err(StepError::into_error)
+    put_step(
+        &conn.client,
+        &statement,
+        kind,
+        key,
+        value,
+        expires_at_ms,
+        expect,
+    )
+    .await
+    .map_err(StepError::into_error)
 }
 
 /// Delete record `key` with the prepared [`DELETE_ONE`] only if it is unexpired at exactly
@@ -134,23 +165,46 @@ pub(crate) async fn delete_version_step<C: GenericClient + Sync>(
         return Err(StepError::Refused(StoreError::Conflict { what: "record" }));
     };
     let params: [&(dyn ToSql + Sync); 4] = [&kind.as_str(), &key, &version, &to_i64(now_ms)];
-    match client.execute(statement, &params).await.map_err(StepError::statement)? {
+    match client
+        .execute(statement, &params)
+        .await
+        .map_err(StepError::statement)?
+    {
         0 => Err(StepError::Refused(StoreError::Conflict { what: "record" })),
         _ => Ok(()),
     }
 }
 
 /// The unexpired record `key` of `kind`, if any.
-pub(crate) async fn get(conn: &mut Conn, kind: RecordKind, key: &str, now_ms: u64) -> StoreResult<Option<Record>> {
+pub(crate) async fn get(
+    conn: &mut Conn,
+    kind: RecordKind,
+    key: &str,
+    now_ms: u64,
+) -> StoreResult<Option<Record>> {
     let statement = conn.statements.get(&conn.client, GET).await?;
-    let row = conn.client.query_opt(&statement, &[&kind.as_str(), &key, &to_i64(now_ms)]).await.map_err(from_pg)?;
+    let row = conn
+        .client
+        .query_opt(&statement, &[&kind.as_str(), &key, &to_i64(now_ms)])
+        .await
+        .map_err(from_pg)?;
     row.as_ref().map(decode).transpose()
 }
 
 /// Unexpired records of `kind` whose key starts with `prefix`, in key order, at most
 /// `limit`: one statement, so one snapshot.
-pub(crate) async fn list(conn: &mut Conn, kind: RecordKind, prefix: &str, limit: usize, now_ms: u64) -> StoreResult<Vec<Record>> {
-    let (kind, now, limit) = (kind.as_str(), to_i64(now_ms), i64::try_from(limit).unwrap_or(i64::MAX));
+pub(crate) async fn list(
+    conn: &mut Conn,
+    kind: RecordKind,
+    prefix: &str,
+    limit: usize,
+    now_ms: u64,
+) -> StoreResult<Vec<Record>> {
+    let (kind, now, limit) = (
+        kind.as_str(),
+        to_i64(now_ms),
+        i64::try_from(limit).unwrap_or(i64::MAX),
+    );
     let rows = match prefix_end(prefix) {
         Some(end) => {
             let statement = conn.statements.get(&conn.client, LIST_RANGE).await?;
@@ -169,7 +223,11 @@ pub(crate) async fn list(conn: &mut Conn, kind: RecordKind, prefix: &str, limit:
 
 /// The statement [`delete_step`] runs for `prefix`.
 pub(crate) fn delete_sql(prefix: &str) -> &'static str {
-    if prefix_end(prefix).is_some() { DELETE_RANGE } else { DELETE_FROM }
+    if prefix_end(prefix).is_some() {
+        DELETE_RANGE
+    } else {
+        DELETE_FROM
+    }
 }
 
 /// Delete every record of `kind` whose key starts with `prefix` with the prepared
@@ -200,16 +258,26 @@ pub(crate) async fn delete_step<C: GenericClient + Sync>(
 /// Delete at most `limit` records of `kind` whose key starts with `prefix`, in one
 /// statement (committed when it returns): one step of a large `delete_records`. Returns how
 /// many of them were unexpired, and whether `limit` were deleted (so more may be left).
-pub(crate) async fn delete_some(conn: &mut Conn, kind: RecordKind, prefix: &str, limit: i64, now_ms: u64) -> StoreResult<(u64, bool)> {
+pub(crate) async fn delete_some(
+    conn: &mut Conn,
+    kind: RecordKind,
+    prefix: &str,
+    limit: i64,
+    now_ms: u64,
+) -> StoreResult<(u64, bool)> {
     let (kind, now) = (kind.as_str(), to_i64(now_ms));
     let row = match prefix_end(prefix) {
         Some(end) => {
             let statement = conn.statements.get(&conn.client, DELETE_SOME_RANGE).await?;
-            conn.client.query_one(&statement, &[&kind, &prefix, &end, &limit, &now]).await
+            conn.client
+                .query_one(&statement, &[&kind, &prefix, &end, &limit, &now])
+                .await
         }
         None => {
             let statement = conn.statements.get(&conn.client, DELETE_SOME_FROM).await?;
-            conn.client.query_one(&statement, &[&kind, &prefix, &limit, &now]).await
+            conn.client
+                .query_one(&statement, &[&kind, &prefix, &limit, &now])
+                .await
         }
     }
     .map_err(from_pg)?;
@@ -219,7 +287,14 @@ pub(crate) async fn delete_some(conn: &mut Conn, kind: RecordKind, prefix: &str,
 
 /// Inside a prune's transaction: delete the records whose expiry is at or before
 /// `now_ms`, skipping rows another transaction holds. Returns how many were deleted.
-pub(crate) async fn prune_expired(tx: &Transaction<'_>, statements: &mut Statements, now_ms: u64, limit: i64) -> StoreResult<u64> {
+pub(crate) async fn prune_expired(
+    tx: &Transaction<'_>,
+    statements: &mut Statements,
+    now_ms: u64,
+    limit: i64,
+) -> StoreResult<u64> {
     let statement = statements.get(tx, PRUNE_EXPIRED).await?;
-    tx.execute(&statement, &[&to_i64(now_ms), &limit]).await.map_err(from_pg)
+    tx.execute(&statement, &[&to_i64(now_ms), &limit])
+        .await
+        .map_err(from_pg)
 }

@@ -3,7 +3,9 @@
 //! How appends keep every log gap-free for readers is explained under `# Durability` in
 //! the crate's docs (`lib.rs`).
 
-use durable_mcp_store::{EventId, Principal, StoreError, StoreResult, StoredEvent, StreamId, StreamOwner, StreamRead};
+use durable_mcp_store::{
+    EventId, Principal, StoreError, StoreResult, StoredEvent, StreamId, StreamOwner, StreamRead,
+};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Row, Statement, Transaction};
@@ -12,7 +14,8 @@ use crate::error::{StepError, from_pg, unavailable};
 use crate::pool::{Conn, Statements};
 use crate::to_i64;
 
-const INSERT: &str = "INSERT INTO streams (id, principal, session, last_event_ms) VALUES ($1, $2, $3, $4)";
+const INSERT: &str =
+    "INSERT INTO streams (id, principal, session, last_event_ms) VALUES ($1, $2, $3, $4)";
 
 /// The whole append in one statement (one round trip, atomic): bump the sequence under
 /// the row lock, insert the event, trim events beyond `$5` per stream (`NULL`: keep all),
@@ -78,7 +81,8 @@ pub(crate) const APPEND_MANY: &str = "WITH input AS (
     ORDER BY i.ord";
 /// Insert an empty stream unless one has its id: no row means it exists (no error, so a
 /// transaction it runs in goes on). A missing session still fails the foreign key.
-pub(crate) const CREATE: &str = "INSERT INTO streams (id, principal, session, last_event_ms) VALUES ($1, $2, $3, $4)
+pub(crate) const CREATE: &str =
+    "INSERT INTO streams (id, principal, session, last_event_ms) VALUES ($1, $2, $3, $4)
     ON CONFLICT (id) DO NOTHING RETURNING TRUE";
 /// Close the stream if open (notifying on `$3` at commit, unless `NULL`); says whether it did, and
 /// whether the row existed at all (`NULL`: no such stream).
@@ -111,13 +115,24 @@ const REMOVED: &str = "WITH deleted AS (DELETE FROM events WHERE stream = ANY($2
 
 /// Insert an empty stream. A stream of a session that does not exist (or ended meanwhile)
 /// is `NotFound`.
-pub(crate) async fn insert<C: GenericClient + Sync>(client: &C, statements: &mut Statements, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
+pub(crate) async fn insert<C: GenericClient + Sync>(
+    client: &C,
+    statements: &mut Statements,
+    id: &StreamId,
+    owner: &StreamOwner,
+) -> StoreResult<()> {
     let statement = statements.get(client, INSERT).await?;
-    let params: [&(dyn ToSql + Sync); 4] =
-        [&id.as_str(), &owner.principal.as_str(), &owner.session.as_ref().map(|s| s.as_str()), &to_i64(durable_mcp_store::now_ms())];
+    let params: [&(dyn ToSql + Sync); 4] = [
+        &id.as_str(),
+        &owner.principal.as_str(),
+        &owner.session.as_ref().map(|s| s.as_str()),
+        &to_i64(durable_mcp_store::now_ms()),
+    ];
     match client.execute(&statement, &params).await {
         Ok(_) => Ok(()),
-        Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => Err(StoreError::not_found("session")),
+        Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {
+            Err(StoreError::not_found("session"))
+        }
         Err(e) => Err(from_pg(e)),
     }
 }
@@ -134,16 +149,36 @@ pub(crate) async fn append_step<C: GenericClient + Sync>(
     channel: Option<&str>,
 ) -> Result<EventId, StepError> {
     let max = max_events.map(to_i64);
-    let params: [&(dyn ToSql + Sync); 6] = [&stream.as_str(), &data, &close, &to_i64(durable_mcp_store::now_ms()), &max, &channel];
-    let row = client.query_one(statement, &params).await.map_err(StepError::statement)?;
-    let (seq, closed): (Option<i64>, Option<bool>) = (row.try_get(0).map_err(StepError::decoding)?, row.try_get(1).map_err(StepError::decoding)?);
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &stream.as_str(),
+        &data,
+        &close,
+        &to_i64(durable_mcp_store::now_ms()),
+        &max,
+        &channel,
+    ];
+    let row = client
+        .query_one(statement, &params)
+        .await
+        .map_err(StepError::statement)?;
+    let (seq, closed): (Option<i64>, Option<bool>) = (
+        row.try_get(0).map_err(StepError::decoding)?,
+        row.try_get(1).map_err(StepError::decoding)?,
+    );
     match (seq, closed) {
-        (Some(seq), _) => Ok(EventId::new(stream.clone(), u64::try_from(seq).unwrap_or(0))),
+        (Some(seq), _) => Ok(EventId::new(
+            stream.clone(),
+            u64::try_from(seq).unwrap_or(0),
+        )),
         (None, None) => Err(StepError::Refused(StoreError::not_found("stream"))),
-        (None, Some(true)) => Err(StepError::Refused(StoreError::StreamClosed { stream: stream.to_string() })),
+        (None, Some(true)) => Err(StepError::Refused(StoreError::StreamClosed {
+            stream: stream.to_string(),
+        })),
         // Closed or removed by a transaction that committed while this one waited for the
         // row: nothing was written; retryable rather than a guess.
-        (None, Some(false)) => Err(StepError::Refused(unavailable("append found its stream open but did not write; retry"))),
+        (None, Some(false)) => Err(StepError::Refused(unavailable(
+            "append found its stream open but did not write; retry",
+        ))),
     }
 }
 
@@ -161,19 +196,41 @@ pub(crate) async fn append_many_step<C: GenericClient + Sync>(
     let data: Vec<&str> = appends.iter().map(|(_, data, _)| *data).collect();
     let closes: Vec<bool> = appends.iter().map(|(.., close)| *close).collect();
     let max = max_events.map(to_i64);
-    let params: [&(dyn ToSql + Sync); 6] = [&ids, &data, &closes, &to_i64(durable_mcp_store::now_ms()), &max, &channel];
-    let rows = client.query(statement, &params).await.map_err(StepError::statement)?;
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &ids,
+        &data,
+        &closes,
+        &to_i64(durable_mcp_store::now_ms()),
+        &max,
+        &channel,
+    ];
+    let rows = client
+        .query(statement, &params)
+        .await
+        .map_err(StepError::statement)?;
     if rows.len() != appends.len() {
-        return Err(StepError::Broken(unavailable(format!("{} appends answered with {} rows", appends.len(), rows.len()))));
+        return Err(StepError::Broken(unavailable(format!(
+            "{} appends answered with {} rows",
+            appends.len(),
+            rows.len()
+        ))));
     }
     rows.iter()
         .zip(appends)
         .map(|(row, (stream, ..))| {
-            let (seq, found): (Option<i64>, bool) = (row.try_get(0).map_err(StepError::decoding)?, row.try_get(1).map_err(StepError::decoding)?);
+            let (seq, found): (Option<i64>, bool) = (
+                row.try_get(0).map_err(StepError::decoding)?,
+                row.try_get(1).map_err(StepError::decoding)?,
+            );
             Ok(match (seq, found) {
-                (Some(seq), _) => Ok(EventId::new((*stream).clone(), u64::try_from(seq).unwrap_or(0))),
+                (Some(seq), _) => Ok(EventId::new(
+                    (*stream).clone(),
+                    u64::try_from(seq).unwrap_or(0),
+                )),
                 (None, false) => Err(StoreError::not_found("stream")),
-                (None, true) => Err(StoreError::StreamClosed { stream: stream.to_string() }),
+                (None, true) => Err(StoreError::StreamClosed {
+                    stream: stream.to_string(),
+                }),
             })
         })
         .collect()
@@ -181,47 +238,94 @@ pub(crate) async fn append_many_step<C: GenericClient + Sync>(
 
 /// Create an empty stream with a prepared [`CREATE`]: refused as a conflict if it exists,
 /// and as not found if its session does not (that one fails the statement).
-pub(crate) async fn create_step<C: GenericClient + Sync>(client: &C, statement: &Statement, id: &StreamId, owner: &StreamOwner) -> Result<(), StepError> {
-    let params: [&(dyn ToSql + Sync); 4] =
-        [&id.as_str(), &owner.principal.as_str(), &owner.session.as_ref().map(|s| s.as_str()), &to_i64(durable_mcp_store::now_ms())];
+pub(crate) async fn create_step<C: GenericClient + Sync>(
+    client: &C,
+    statement: &Statement,
+    id: &StreamId,
+    owner: &StreamOwner,
+) -> Result<(), StepError> {
+    let params: [&(dyn ToSql + Sync); 4] = [
+        &id.as_str(),
+        &owner.principal.as_str(),
+        &owner.session.as_ref().map(|s| s.as_str()),
+        &to_i64(durable_mcp_store::now_ms()),
+    ];
     match client.query_opt(statement, &params).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(StepError::Refused(StoreError::Conflict { what: "stream" })),
-        Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => Err(StepError::Failed(StoreError::not_found("session"))),
+        Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {
+            Err(StepError::Failed(StoreError::not_found("session")))
+        }
         Err(e) => Err(StepError::statement(e)),
     }
 }
 
 /// Close an open stream without an event with a prepared [`CLOSE`], notifying its tails
 /// when this commits: refused as `NotFound` if unknown, `StreamClosed` if already closed.
-pub(crate) async fn close_step<C: GenericClient + Sync>(client: &C, statement: &Statement, stream: &StreamId, channel: Option<&str>) -> Result<(), StepError> {
-    let params: [&(dyn ToSql + Sync); 3] = [&stream.as_str(), &to_i64(durable_mcp_store::now_ms()), &channel];
-    let row = client.query_one(statement, &params).await.map_err(StepError::statement)?;
-    let (closed, existed): (bool, Option<bool>) = (row.try_get(0).map_err(StepError::decoding)?, row.try_get(1).map_err(StepError::decoding)?);
+pub(crate) async fn close_step<C: GenericClient + Sync>(
+    client: &C,
+    statement: &Statement,
+    stream: &StreamId,
+    channel: Option<&str>,
+) -> Result<(), StepError> {
+    let params: [&(dyn ToSql + Sync); 3] = [
+        &stream.as_str(),
+        &to_i64(durable_mcp_store::now_ms()),
+        &channel,
+    ];
+    let row = client
+        .query_one(statement, &params)
+        .await
+        .map_err(StepError::statement)?;
+    let (closed, existed): (bool, Option<bool>) = (
+        row.try_get(0).map_err(StepError::decoding)?,
+        row.try_get(1).map_err(StepError::decoding)?,
+    );
     match (closed, existed) {
         (true, _) => Ok(()),
         (false, None) => Err(StepError::Refused(StoreError::not_found("stream"))),
-        (false, Some(_)) => Err(StepError::Refused(StoreError::StreamClosed { stream: stream.to_string() })),
+        (false, Some(_)) => Err(StepError::Refused(StoreError::StreamClosed {
+            stream: stream.to_string(),
+        })),
     }
 }
 
 /// Who owns `stream`.
 pub(crate) async fn owner(conn: &mut Conn, stream: &StreamId) -> StoreResult<StreamOwner> {
     let statement = conn.statements.get(&conn.client, OWNER).await?;
-    let row = conn.client.query_opt(&statement, &[&stream.as_str()]).await.map_err(from_pg)?;
+    let row = conn
+        .client
+        .query_opt(&statement, &[&stream.as_str()])
+        .await
+        .map_err(from_pg)?;
     let row = row.ok_or(StoreError::not_found("stream"))?;
     let principal: String = row.try_get(0).map_err(from_pg)?;
     let session: Option<&str> = row.try_get(1).map_err(from_pg)?;
-    let session = session.map(str::parse).transpose().map_err(|e| StoreError::Corrupt(format!("stream session: {e}")))?;
-    Ok(StreamOwner { principal: Principal::new(principal), session })
+    let session = session
+        .map(str::parse)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("stream session: {e}")))?;
+    Ok(StreamOwner {
+        principal: Principal::new(principal),
+        session,
+    })
 }
 
 /// Committed events of `stream` after `after`, at most `limit`.
-pub(crate) async fn read_after(conn: &mut Conn, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+pub(crate) async fn read_after(
+    conn: &mut Conn,
+    stream: &StreamId,
+    after: u64,
+    limit: usize,
+) -> StoreResult<StreamRead> {
     let statement = conn.statements.get(&conn.client, READ).await?;
     let after_i = to_i64(after);
     let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = conn.client.query(&statement, &[&stream.as_str(), &after_i, &limit_i]).await.map_err(from_pg)?;
+    let rows = conn
+        .client
+        .query(&statement, &[&stream.as_str(), &after_i, &limit_i])
+        .await
+        .map_err(from_pg)?;
     let Some(head) = rows.first() else {
         return Err(StoreError::not_found("stream"));
     };
@@ -229,7 +333,10 @@ pub(crate) async fn read_after(conn: &mut Conn, stream: &StreamId, after: u64, l
     let last: i64 = head.try_get(1).map_err(from_pg)?;
     let closed: bool = head.try_get(2).map_err(from_pg)?;
     if after_i.saturating_add(1) < first {
-        return Err(StoreError::Pruned { event: EventId::new(stream.clone(), after).to_string(), oldest_retained: u64::try_from(first).unwrap_or(0) });
+        return Err(StoreError::Pruned {
+            event: EventId::new(stream.clone(), after).to_string(),
+            oldest_retained: u64::try_from(first).unwrap_or(0),
+        });
     }
     let mut events = Vec::with_capacity(rows.len());
     let mut expected = after_i.saturating_add(1);
@@ -239,44 +346,79 @@ pub(crate) async fn read_after(conn: &mut Conn, stream: &StreamId, after: u64, l
         };
         if seq != expected {
             // The log itself has a hole: say so rather than answer with a gap (D3, D14).
-            return Err(StoreError::Corrupt(format!("stream {stream} has no event {expected} (found {seq})")));
+            return Err(StoreError::Corrupt(format!(
+                "stream {stream} has no event {expected} (found {seq})"
+            )));
         }
         expected += 1;
         let data: String = row.try_get(4).map_err(from_pg)?;
-        events.push(StoredEvent { id: EventId::new(stream.clone(), u64::try_from(seq).unwrap_or(0)), data });
+        events.push(StoredEvent {
+            id: EventId::new(stream.clone(), u64::try_from(seq).unwrap_or(0)),
+            data,
+        });
     }
     let reached = expected - 1;
-    Ok(StreamRead { finished: closed && reached >= last, events })
+    Ok(StreamRead {
+        finished: closed && reached >= last,
+        events,
+    })
 }
 
 /// Inside a prune's transaction: delete at most `limit` finished streams whose last event
 /// is older than `cutoff_ms`, skipping rows another transaction holds. Returns their ids.
-pub(crate) async fn prune_finished(tx: &Transaction<'_>, statements: &mut Statements, cutoff_ms: u64, limit: i64) -> StoreResult<Vec<StreamId>> {
+pub(crate) async fn prune_finished(
+    tx: &Transaction<'_>,
+    statements: &mut Statements,
+    cutoff_ms: u64,
+    limit: i64,
+) -> StoreResult<Vec<StreamId>> {
     let statement = statements.get(tx, PRUNE_FINISHED).await?;
-    stream_ids(&tx.query(&statement, &[&to_i64(cutoff_ms), &limit]).await.map_err(from_pg)?)
+    stream_ids(
+        &tx.query(&statement, &[&to_i64(cutoff_ms), &limit])
+            .await
+            .map_err(from_pg)?,
+    )
 }
 
 /// Inside the transaction that deleted `streams`' rows, after: delete their events (no
 /// foreign key does, see migration 3) and notify their tails on `channel` when it commits.
 /// A statement after the rows' delete, so it sees every event committed before the rows
 /// were locked; none can come after.
-pub(crate) async fn removed(tx: &Transaction<'_>, statements: &mut Statements, channel: &str, streams: &[StreamId]) -> StoreResult<()> {
+pub(crate) async fn removed(
+    tx: &Transaction<'_>,
+    statements: &mut Statements,
+    channel: &str,
+    streams: &[StreamId],
+) -> StoreResult<()> {
     per_stream(tx, statements, REMOVED, channel, streams).await
 }
 
 /// Inside a transaction: notify the tails of `streams` on `channel` when it commits.
-pub(crate) async fn notify(tx: &Transaction<'_>, statements: &mut Statements, channel: &str, streams: &[StreamId]) -> StoreResult<()> {
+pub(crate) async fn notify(
+    tx: &Transaction<'_>,
+    statements: &mut Statements,
+    channel: &str,
+    streams: &[StreamId],
+) -> StoreResult<()> {
     per_stream(tx, statements, NOTIFY, channel, streams).await
 }
 
 /// Run `sql` (taking `$1` the channel, `$2` the stream ids) for `streams`, if any.
-async fn per_stream(tx: &Transaction<'_>, statements: &mut Statements, sql: &'static str, channel: &str, streams: &[StreamId]) -> StoreResult<()> {
+async fn per_stream(
+    tx: &Transaction<'_>,
+    statements: &mut Statements,
+    sql: &'static str,
+    channel: &str,
+    streams: &[StreamId],
+) -> StoreResult<()> {
     if streams.is_empty() {
         return Ok(());
     }
     let ids: Vec<&str> = streams.iter().map(StreamId::as_str).collect();
     let statement = statements.get(tx, sql).await?;
-    tx.execute(&statement, &[&channel, &ids]).await.map_err(from_pg)?;
+    tx.execute(&statement, &[&channel, &ids])
+        .await
+        .map_err(from_pg)?;
     Ok(())
 }
 
@@ -289,7 +431,10 @@ fn to_info(row: &tokio_postgres::Row) -> StoreResult<durable_mcp_store::StreamIn
     let last: i64 = row.try_get(4).map_err(from_pg)?;
     Ok(durable_mcp_store::StreamInfo {
         id: id.parse().map_err(corrupt)?,
-        owner: StreamOwner { principal: Principal::new(principal), session: session.map(str::parse).transpose().map_err(corrupt)? },
+        owner: StreamOwner {
+            principal: Principal::new(principal),
+            session: session.map(str::parse).transpose().map_err(corrupt)?,
+        },
         first_seq: u64::try_from(first).unwrap_or(0),
         last_seq: u64::try_from(last).unwrap_or(0),
         closed: row.try_get(5).map_err(from_pg)?,
@@ -297,20 +442,36 @@ fn to_info(row: &tokio_postgres::Row) -> StoreResult<durable_mcp_store::StreamIn
 }
 
 /// Streams in id order after `after`, at most `limit` (ids compare bytewise).
-pub(crate) async fn list(conn: &mut Conn, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+pub(crate) async fn list(
+    conn: &mut Conn,
+    after: Option<&StreamId>,
+    limit: usize,
+) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
     const LIST: &str = "SELECT id, principal, session, first_seq, last_seq, closed FROM streams
         WHERE id COLLATE \"C\" > $1 ORDER BY id COLLATE \"C\" LIMIT $2";
     let statement = conn.statements.get(&conn.client, LIST).await?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = conn.client.query(&statement, &[&after.map_or("", |a| a.as_str()), &limit]).await.map_err(from_pg)?;
+    let rows = conn
+        .client
+        .query(&statement, &[&after.map_or("", |a| a.as_str()), &limit])
+        .await
+        .map_err(from_pg)?;
     rows.iter().map(to_info).collect()
 }
 
 /// One stream's summary.
-pub(crate) async fn info(conn: &mut Conn, stream: &StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
-    const ONE: &str = "SELECT id, principal, session, first_seq, last_seq, closed FROM streams WHERE id = $1";
+pub(crate) async fn info(
+    conn: &mut Conn,
+    stream: &StreamId,
+) -> StoreResult<durable_mcp_store::StreamInfo> {
+    const ONE: &str =
+        "SELECT id, principal, session, first_seq, last_seq, closed FROM streams WHERE id = $1";
     let statement = conn.statements.get(&conn.client, ONE).await?;
-    let row = conn.client.query_opt(&statement, &[&stream.as_str()]).await.map_err(from_pg)?;
+    let row = conn
+        .client
+        .query_opt(&statement, &[&stream.as_str()])
+        .await
+        .map_err(from_pg)?;
     to_info(&row.ok_or(StoreError::not_found("stream"))?)
 }
 
@@ -318,16 +479,32 @@ pub(crate) async fn info(conn: &mut Conn, stream: &StreamId) -> StoreResult<dura
 /// events it already holds are skipped by sequence, the rest must continue it (an empty
 /// stream may start at the first retained event of its source), and its tails are
 /// notified at commit. Returns how many events were inserted.
-pub(crate) async fn import(conn: &mut Conn, channel: &str, stream: &StreamId, owner: &StreamOwner, events: &[StoredEvent], close: bool) -> StoreResult<u64> {
+pub(crate) async fn import(
+    conn: &mut Conn,
+    channel: &str,
+    stream: &StreamId,
+    owner: &StreamOwner,
+    events: &[StoredEvent],
+    close: bool,
+) -> StoreResult<u64> {
     const LOCK: &str = "SELECT last_seq, closed FROM streams WHERE id = $1 FOR UPDATE";
     const INSERT_EVENTS: &str = "INSERT INTO events (stream, seq, data) SELECT $1, seq, data FROM unnest($2::BIGINT[], $3::TEXT[]) AS t(seq, data)";
     const UPDATE: &str = "UPDATE streams SET last_seq = $2, closed = $3, last_event_ms = $4,
         first_seq = CASE WHEN $5 THEN $6 ELSE first_seq END WHERE id = $1";
-    let Conn { client, statements, .. } = conn;
+    let Conn {
+        client, statements, ..
+    } = conn;
     let tx = client.transaction().await.map_err(from_pg)?;
     let lock = statements.get(&tx, LOCK).await?;
-    let (last, closed) = match tx.query_opt(&lock, &[&stream.as_str()]).await.map_err(from_pg)? {
-        Some(row) => (row.try_get::<_, i64>(0).map_err(from_pg)?, row.try_get::<_, bool>(1).map_err(from_pg)?),
+    let (last, closed) = match tx
+        .query_opt(&lock, &[&stream.as_str()])
+        .await
+        .map_err(from_pg)?
+    {
+        Some(row) => (
+            row.try_get::<_, i64>(0).map_err(from_pg)?,
+            row.try_get::<_, bool>(1).map_err(from_pg)?,
+        ),
         None => {
             insert(&tx, statements, stream, owner).await?;
             (0, false)
@@ -340,21 +517,36 @@ pub(crate) async fn import(conn: &mut Conn, channel: &str, stream: &StreamId, ow
         return Ok(0);
     };
     if closed {
-        return Err(StoreError::StreamClosed { stream: stream.to_string() });
+        return Err(StoreError::StreamClosed {
+            stream: stream.to_string(),
+        });
     }
     let start = if last == 0 { first.id.seq } else { last + 1 };
     for (i, event) in fresh.iter().enumerate() {
         if event.id.seq != start + i as u64 {
-            return Err(durable_mcp_store::import_gap(stream, start + i as u64, event.id.seq));
+            return Err(durable_mcp_store::import_gap(
+                stream,
+                start + i as u64,
+                event.id.seq,
+            ));
         }
     }
     let seqs: Vec<i64> = fresh.iter().map(|e| to_i64(e.id.seq)).collect();
     let data: Vec<&str> = fresh.iter().map(|e| e.data.as_str()).collect();
     let statement = statements.get(&tx, INSERT_EVENTS).await?;
-    tx.execute(&statement, &[&stream.as_str(), &seqs, &data]).await.map_err(from_pg)?;
+    tx.execute(&statement, &[&stream.as_str(), &seqs, &data])
+        .await
+        .map_err(from_pg)?;
     let new_last = to_i64(start + fresh.len() as u64 - 1);
     let statement = statements.get(&tx, UPDATE).await?;
-    let params: [&(dyn ToSql + Sync); 6] = [&stream.as_str(), &new_last, &close, &to_i64(durable_mcp_store::now_ms()), &(last == 0), &to_i64(start)];
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &stream.as_str(),
+        &new_last,
+        &close,
+        &to_i64(durable_mcp_store::now_ms()),
+        &(last == 0),
+        &to_i64(start),
+    ];
     tx.execute(&statement, &params).await.map_err(from_pg)?;
     notify(&tx, statements, channel, std::slice::from_ref(stream)).await?;
     tx.commit().await.map_err(from_pg)?;
@@ -366,7 +558,8 @@ pub(crate) fn stream_ids(rows: &[Row]) -> StoreResult<Vec<StreamId>> {
     rows.iter()
         .map(|row| {
             let id: &str = row.try_get(0).map_err(from_pg)?;
-            id.parse().map_err(|e| StoreError::Corrupt(format!("stream id {id:?}: {e}")))
+            id.parse()
+                .map_err(|e| StoreError::Corrupt(format!("stream id {id:?}: {e}")))
         })
         .collect()
 }

@@ -19,7 +19,9 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::Socket;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
@@ -47,8 +49,16 @@ impl SslMode {
             "require" => Self::Require,
             "verify-ca" => Self::VerifyCa,
             "verify-full" => Self::VerifyFull,
-            "allow" => return Err(bad("sslmode=allow is not supported: use prefer (TLS when offered) or disable")),
-            other => return Err(bad(format!("bad sslmode {other:?}: use disable, prefer, require, verify-ca or verify-full"))),
+            "allow" => {
+                return Err(bad(
+                    "sslmode=allow is not supported: use prefer (TLS when offered) or disable",
+                ));
+            }
+            other => {
+                return Err(bad(format!(
+                    "bad sslmode {other:?}: use disable, prefer, require, verify-ca or verify-full"
+                )));
+            }
         })
     }
 
@@ -89,9 +99,12 @@ impl TlsParams {
     /// Fill what the connection string left out from libpq's environment variables
     /// (`PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`).
     pub(crate) fn with_env(mut self) -> Self {
-        for (slot, var) in
-            [(&mut self.sslmode, "PGSSLMODE"), (&mut self.sslrootcert, "PGSSLROOTCERT"), (&mut self.sslcert, "PGSSLCERT"), (&mut self.sslkey, "PGSSLKEY")]
-        {
+        for (slot, var) in [
+            (&mut self.sslmode, "PGSSLMODE"),
+            (&mut self.sslrootcert, "PGSSLROOTCERT"),
+            (&mut self.sslcert, "PGSSLCERT"),
+            (&mut self.sslkey, "PGSSLKEY"),
+        ] {
             if slot.is_none() {
                 *slot = std::env::var(var).ok().filter(|v| !v.is_empty());
             }
@@ -106,14 +119,22 @@ impl TlsParams {
         let system = self.sslrootcert.as_deref() == Some("system");
         let mode = match explicit_mode {
             Some(mode) if system && mode != SslMode::VerifyFull => {
-                return Err(bad(format!("sslmode={} may not be used with sslrootcert=system: use verify-full", mode.as_str())));
+                return Err(bad(format!(
+                    "sslmode={} may not be used with sslrootcert=system: use verify-full",
+                    mode.as_str()
+                )));
             }
             Some(mode) => mode,
             None if system => SslMode::VerifyFull,
             None => SslMode::Prefer,
         };
         if mode == SslMode::Disable {
-            return Ok(Tls { mode, config: None, summary: "disable".into(), fallback_logged: Arc::default() });
+            return Ok(Tls {
+                mode,
+                config: None,
+                summary: "disable".into(),
+                fallback_logged: Arc::default(),
+            });
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let default_root = default_root_cert();
@@ -130,12 +151,19 @@ impl TlsParams {
             (None, None) => (None, String::new()),
         };
         let verifier: Arc<dyn ServerCertVerifier> = match roots {
-            None => Arc::new(EncryptOnly { algorithms: provider.signature_verification_algorithms }),
+            None => Arc::new(EncryptOnly {
+                algorithms: provider.signature_verification_algorithms,
+            }),
             Some(roots) => {
-                let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                    .build()
-                    .map_err(|e| bad(format!("sslrootcert {roots_from}: {e}")))?;
-                if mode == SslMode::VerifyFull { webpki } else { Arc::new(AnyName { inner: webpki }) }
+                let webpki =
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                        .build()
+                        .map_err(|e| bad(format!("sslrootcert {roots_from}: {e}")))?;
+                if mode == SslMode::VerifyFull {
+                    webpki
+                } else {
+                    Arc::new(AnyName { inner: webpki })
+                }
             }
         };
         let builder = ClientConfig::builder_with_provider(provider)
@@ -151,8 +179,11 @@ impl TlsParams {
                 if chain.is_empty() {
                     return Err(bad(format!("sslcert {cert}: no PEM certificate in it")));
                 }
-                let key_der = PrivateKeyDer::from_pem_file(&key).map_err(|e| bad(format!("sslkey {key}: {e}")))?;
-                builder.with_client_auth_cert(chain, key_der).map_err(|e| bad(format!("sslcert {cert} with sslkey {key}: {e}")))?
+                let key_der = PrivateKeyDer::from_pem_file(&key)
+                    .map_err(|e| bad(format!("sslkey {key}: {e}")))?;
+                builder
+                    .with_client_auth_cert(chain, key_der)
+                    .map_err(|e| bad(format!("sslcert {cert} with sslkey {key}: {e}")))?
             }
             (None, None) => builder.with_no_client_auth(),
             _ => return Err(bad("sslcert and sslkey go together: give both or neither")),
@@ -161,7 +192,12 @@ impl TlsParams {
             "" => mode.as_str().to_owned(),
             from => format!("{}, CA from {from}", mode.as_str()),
         };
-        Ok(Tls { mode, config: Some(Arc::new(config)), summary, fallback_logged: Arc::default() })
+        Ok(Tls {
+            mode,
+            config: Some(Arc::new(config)),
+            summary,
+            fallback_logged: Arc::default(),
+        })
     }
 }
 
@@ -202,7 +238,13 @@ impl Tls {
     /// A connector for one connection attempt, and a flag it sets if the handshake ran.
     pub(crate) fn connector(&self) -> (MakeRustls, Arc<AtomicBool>) {
         let used = Arc::new(AtomicBool::new(false));
-        (MakeRustls { config: self.config.clone(), used: used.clone() }, used)
+        (
+            MakeRustls {
+                config: self.config.clone(),
+                used: used.clone(),
+            },
+            used,
+        )
     }
 
     /// Called after a connection to `target` opened without TLS: under `prefer`, say so
@@ -212,7 +254,10 @@ impl Tls {
             return;
         }
         if self.fallback_logged.swap(true, Ordering::Relaxed) {
-            tracing::debug!(target_db = target, "PostgreSQL connection without TLS (sslmode=prefer)");
+            tracing::debug!(
+                target_db = target,
+                "PostgreSQL connection without TLS (sslmode=prefer)"
+            );
         } else {
             tracing::warn!(
                 target_db = target,
@@ -235,7 +280,10 @@ fn roots_from_file(path: &Path) -> Result<RootCertStore, StoreError> {
         .map_err(|e| bad(format!("sslrootcert {}: {e}", path.display())))?;
     let (added, _ignored) = roots.add_parsable_certificates(certs);
     if added == 0 {
-        return Err(bad(format!("sslrootcert {}: no usable PEM certificate in it", path.display())));
+        return Err(bad(format!(
+            "sslrootcert {}: no usable PEM certificate in it",
+            path.display()
+        )));
     }
     Ok(roots)
 }
@@ -245,8 +293,14 @@ fn system_roots() -> Result<RootCertStore, StoreError> {
     let mut roots = RootCertStore::empty();
     let (added, _ignored) = roots.add_parsable_certificates(found.certs);
     if added == 0 {
-        let why = found.errors.first().map(|e| format!(": {e}")).unwrap_or_default();
-        return Err(bad(format!("sslrootcert=system: no certificate found in the platform's trust store{why}")));
+        let why = found
+            .errors
+            .first()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        return Err(bad(format!(
+            "sslrootcert=system: no certificate found in the platform's trust store{why}"
+        )));
     }
     Ok(roots)
 }
@@ -271,20 +325,36 @@ impl ServerCertVerifier for AnyName {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        match self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
             // webpki checks the name last, after the chain: this error means the chain is good.
-            Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) => {
-                Ok(ServerCertVerified::assertion())
-            }
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
             other => other,
         }
     }
 
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         self.inner.verify_tls12_signature(message, cert, dss)
     }
 
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         self.inner.verify_tls13_signature(message, cert, dss)
     }
 
@@ -312,11 +382,21 @@ impl ServerCertVerifier for EncryptOnly {
         Ok(ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
@@ -339,7 +419,11 @@ impl MakeTlsConnect<Socket> for MakeRustls {
     /// Called for every connection, TLS or not (`sslmode=disable`, Unix sockets): what
     /// cannot be done is refused only if the handshake is attempted.
     fn make_tls_connect(&mut self, domain: &str) -> Result<RustlsConnect, TlsFailure> {
-        Ok(RustlsConnect { config: self.config.clone(), domain: domain.to_owned(), used: self.used.clone() })
+        Ok(RustlsConnect {
+            config: self.config.clone(),
+            domain: domain.to_owned(),
+            used: self.used.clone(),
+        })
     }
 }
 
@@ -359,11 +443,18 @@ impl TlsConnect<Socket> for RustlsConnect {
         self.used.store(true, Ordering::Relaxed);
         Box::pin(async move {
             let Some(config) = self.config else {
-                return Err(TlsFailure::permanent("TLS is disabled (sslmode=disable)".into()));
+                return Err(TlsFailure::permanent(
+                    "TLS is disabled (sslmode=disable)".into(),
+                ));
             };
             let domain = self.domain;
-            let name = ServerName::try_from(domain.clone()).map_err(|_| TlsFailure::permanent(format!("{domain:?} is not a host name TLS can check")))?;
-            match tokio_rustls::TlsConnector::from(config).connect(name, stream).await {
+            let name = ServerName::try_from(domain.clone()).map_err(|_| {
+                TlsFailure::permanent(format!("{domain:?} is not a host name TLS can check"))
+            })?;
+            match tokio_rustls::TlsConnector::from(config)
+                .connect(name, stream)
+                .await
+            {
                 Ok(stream) => Ok(RustlsStream(stream)),
                 Err(error) => Err(TlsFailure::from_handshake(&domain, error)),
             }
@@ -381,30 +472,54 @@ pub(crate) struct TlsFailure {
 
 impl TlsFailure {
     fn permanent(message: String) -> Self {
-        Self { message, permanent: true }
+        Self {
+            message,
+            permanent: true,
+        }
     }
 
     fn from_handshake(host: &str, error: io::Error) -> Self {
-        let Some(tls) = error.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) else {
-            return Self { message: format!("TLS handshake: {error}"), permanent: false };
+        let Some(tls) = error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<rustls::Error>())
+        else {
+            return Self {
+                message: format!("TLS handshake: {error}"),
+                permanent: false,
+            };
         };
         let message = match tls {
             rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
-                "the server's certificate is not signed by a trusted CA (check sslrootcert)".to_owned()
+                "the server's certificate is not signed by a trusted CA (check sslrootcert)"
+                    .to_owned()
             }
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }) => {
+            rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            ) => {
                 format!(
                     "the server's certificate is not valid for host {host:?} (sslmode=verify-full checks the name; connect by a name the certificate lists)"
                 )
             }
-            rustls::Error::InvalidCertificate(other) => format!("the server's certificate was refused: {other:?}"),
+            rustls::Error::InvalidCertificate(other) => {
+                format!("the server's certificate was refused: {other:?}")
+            }
             rustls::Error::AlertReceived(alert) if refuses_certificate(*alert) => {
-                format!("the server refused the TLS handshake ({alert:?}; a missing or untrusted client certificate?)")
+                format!(
+                    "the server refused the TLS handshake ({alert:?}; a missing or untrusted client certificate?)"
+                )
             }
             // Anything else (a reset, an alert of another kind) may heal by reconnecting.
-            other => return Self { message: format!("TLS handshake: {other}"), permanent: false },
+            other => {
+                return Self {
+                    message: format!("TLS handshake: {other}"),
+                    permanent: false,
+                };
+            }
         };
-        Self { message, permanent: true }
+        Self {
+            message,
+            permanent: true,
+        }
     }
 }
 
@@ -442,13 +557,21 @@ impl tokio_postgres::tls::TlsStream for RustlsStream {
 }
 
 impl AsyncRead for RustlsStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for RustlsStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
     }
 
@@ -460,7 +583,11 @@ impl AsyncWrite for RustlsStream {
         Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
     }
 
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
     }
 

@@ -20,10 +20,16 @@ pub(crate) fn from_redis(error: RedisError) -> StoreError {
         return StoreError::Incompatible(format!("TLS to Redis failed: {tls}"));
     }
     match error.kind() {
-        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::Corrupt(error.to_string()),
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {
+            StoreError::Corrupt(error.to_string())
+        }
         ErrorKind::InvalidClientConfig => StoreError::Incompatible(error.to_string()),
-        _ if error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE") => StoreError::Corrupt(error.to_string()),
-        _ if error.code() == Some("ERR") && error.detail().is_some_and(refuses_value) => StoreError::Refused(Box::new(error)),
+        _ if error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE") => {
+            StoreError::Corrupt(error.to_string())
+        }
+        _ if error.code() == Some("ERR") && error.detail().is_some_and(refuses_value) => {
+            StoreError::Refused(Box::new(error))
+        }
         _ => StoreError::Unavailable(Box::new(error)),
     }
 }
@@ -34,12 +40,21 @@ fn certificate_failure(error: &RedisError) -> Option<String> {
     while let Some(cause) = source {
         match as_rustls(cause) {
             Some(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)) => {
-                return Some("the server's certificate is not signed by a trusted CA (check tls_ca)".into());
+                return Some(
+                    "the server's certificate is not signed by a trusted CA (check tls_ca)".into(),
+                );
             }
-            Some(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName | rustls::CertificateError::NotValidForNameContext { .. })) => {
-                return Some("the server's certificate is not valid for the host name in the URL".into());
+            Some(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. },
+            )) => {
+                return Some(
+                    "the server's certificate is not valid for the host name in the URL".into(),
+                );
             }
-            Some(rustls::Error::InvalidCertificate(other)) => return Some(format!("the server's certificate was refused: {other:?}")),
+            Some(rustls::Error::InvalidCertificate(other)) => {
+                return Some(format!("the server's certificate was refused: {other:?}"));
+            }
             Some(rustls::Error::AlertReceived(alert))
                 if matches!(
                     alert,
@@ -53,7 +68,9 @@ fn certificate_failure(error: &RedisError) -> Option<String> {
                         | rustls::AlertDescription::CertificateRequired
                 ) =>
             {
-                return Some(format!("the server refused the TLS handshake ({alert:?}; a missing or untrusted client certificate?)"));
+                return Some(format!(
+                    "the server refused the TLS handshake ({alert:?}; a missing or untrusted client certificate?)"
+                ));
             }
             _ => source = cause.source(),
         }
@@ -69,12 +86,19 @@ fn as_rustls<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a rus
         Some(shared) => shared.as_ref(),
         None => cause,
     };
-    inner.downcast_ref::<rustls::Error>().or_else(|| inner.downcast_ref::<std::io::Error>()?.get_ref()?.downcast_ref::<rustls::Error>())
+    inner.downcast_ref::<rustls::Error>().or_else(|| {
+        inner
+            .downcast_ref::<std::io::Error>()?
+            .get_ref()?
+            .downcast_ref::<rustls::Error>()
+    })
 }
 
 /// Whether an `ERR` reply's text says the server refused a value for its size.
 fn refuses_value(detail: &str) -> bool {
-    ["exceeds maximum allowed size", "invalid bulk length"].iter().any(|needle| detail.contains(needle))
+    ["exceeds maximum allowed size", "invalid bulk length"]
+        .iter()
+        .any(|needle| detail.contains(needle))
 }
 
 /// A reply of one of our scripts that does not have the shape the script returns.
@@ -109,16 +133,29 @@ mod tests {
     use redis::ServerErrorKind;
 
     fn server_error(detail: &str) -> RedisError {
-        RedisError::from((ErrorKind::Server(ServerErrorKind::ResponseError), "An error was signalled by the server", detail.to_owned()))
+        RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            detail.to_owned(),
+        ))
     }
 
     #[test]
     fn refused_values_are_not_outages() {
         let too_big = server_error("string exceeds maximum allowed size (proto-max-bulk-len)");
         assert_eq!(from_redis(too_big).kind(), StoreErrorKind::Refused);
-        assert_eq!(from_redis(server_error("Protocol error: invalid bulk length")).kind(), StoreErrorKind::Refused);
-        let io = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
+        assert_eq!(
+            from_redis(server_error("Protocol error: invalid bulk length")).kind(),
+            StoreErrorKind::Refused
+        );
+        let io = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
         assert_eq!(from_redis(io).kind(), StoreErrorKind::Unavailable);
-        assert_eq!(from_redis(server_error("unknown command")).kind(), StoreErrorKind::Unavailable);
+        assert_eq!(
+            from_redis(server_error("unknown command")).kind(),
+            StoreErrorKind::Unavailable
+        );
     }
 }

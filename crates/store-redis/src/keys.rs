@@ -13,7 +13,9 @@ pub(crate) struct Keys {
 
 impl Keys {
     pub(crate) fn new(prefix: &str) -> Self {
-        Self { prefix: prefix.to_owned() }
+        Self {
+            prefix: prefix.to_owned(),
+        }
     }
 
     /// The prefix, passed to every script as `ARGV[1]`.

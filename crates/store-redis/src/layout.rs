@@ -50,7 +50,10 @@ pub(crate) struct Layout {
 
 impl Layout {
     fn new(version: u64) -> Self {
-        Self { inline: AtomicBool::new(version >= 2), next_check_ms: AtomicU64::new(now_ms().saturating_add(RECHECK_EVERY_MS)) }
+        Self {
+            inline: AtomicBool::new(version >= 2),
+            next_check_ms: AtomicU64::new(now_ms().saturating_add(RECHECK_EVERY_MS)),
+        }
     }
 
     /// The flag the scripts take for the streams they create: `"1"` when their events go in
@@ -60,8 +63,21 @@ impl Layout {
     pub(crate) async fn inline_arg(shared: &Shared, now: u64) -> &'static str {
         let layout = &shared.layout;
         let due = layout.next_check_ms.load(Ordering::Relaxed);
-        if now >= due && layout.next_check_ms.compare_exchange(due, now.saturating_add(RECHECK_EVERY_MS), Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            let found: Result<Option<String>, _> = redis::cmd("GET").arg(shared.keys.layout()).query_async(&mut shared.conn()).await;
+        if now >= due
+            && layout
+                .next_check_ms
+                .compare_exchange(
+                    due,
+                    now.saturating_add(RECHECK_EVERY_MS),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            let found: Result<Option<String>, _> = redis::cmd("GET")
+                .arg(shared.keys.layout())
+                .query_async(&mut shared.conn())
+                .await;
             match found.map(|v| v.as_deref().and_then(|v| v.parse::<u64>().ok())) {
                 Ok(Some(version)) if (1..=CURRENT).contains(&version) => {
                     let inline = version >= 2;
@@ -72,22 +88,39 @@ impl Layout {
                 Ok(None) => {
                     // The key is gone (Redis lost its data, or someone deleted it): this
                     // worker's layout is the prefix's, since it wrote what is there since.
-                    let known = if layout.inline.load(Ordering::Relaxed) { CURRENT } else { 1 };
-                    let set: Result<Option<String>, _> = redis::cmd("SET").arg(shared.keys.layout()).arg(known).arg("NX").query_async(&mut shared.conn()).await;
+                    let known = if layout.inline.load(Ordering::Relaxed) {
+                        CURRENT
+                    } else {
+                        1
+                    };
+                    let set: Result<Option<String>, _> = redis::cmd("SET")
+                        .arg(shared.keys.layout())
+                        .arg(known)
+                        .arg("NX")
+                        .query_async(&mut shared.conn())
+                        .await;
                     match set {
                         Ok(_) => {
                             tracing::info!(prefix = %shared.keys.prefix(), version = known, "the redis key layout was gone (the server lost its data?): put back")
                         }
-                        Err(error) => tracing::debug!(%error, "putting the redis key layout back failed; trying again at the next check"),
+                        Err(error) => {
+                            tracing::debug!(%error, "putting the redis key layout back failed; trying again at the next check")
+                        }
                     }
                 }
                 Ok(other) => {
                     tracing::warn!(prefix = %shared.keys.prefix(), ?other, "the redis key layout is unknown; new streams keep the layout this worker had")
                 }
-                Err(error) => tracing::debug!(%error, "reading the redis key layout failed; keeping the layout this worker had until the next check"),
+                Err(error) => {
+                    tracing::debug!(%error, "reading the redis key layout failed; keeping the layout this worker had until the next check")
+                }
             }
         }
-        if layout.inline.load(Ordering::Relaxed) { "1" } else { "0" }
+        if layout.inline.load(Ordering::Relaxed) {
+            "1"
+        } else {
+            "0"
+        }
     }
 
     /// Whether new streams keep their events inline (layout 2), as this worker knows now.
@@ -113,8 +146,16 @@ pub(crate) fn marker_channel(channel: &str) -> String {
 /// Read the prefix's layout, setting it first if the prefix has none (2 if it holds no
 /// data of an earlier release and none listens on its channel, 1 if an earlier release
 /// wrote it or runs). Must run before this worker subscribes to the channels.
-pub(crate) async fn open(conn: &crate::Conn, keys: &crate::keys::Keys, cluster: bool) -> Result<Layout, StoreError> {
-    let (earlier, this_release) = if cluster { (0, 0) } else { listeners(conn, keys).await? };
+pub(crate) async fn open(
+    conn: &crate::Conn,
+    keys: &crate::keys::Keys,
+    cluster: bool,
+) -> Result<Layout, StoreError> {
+    let (earlier, this_release) = if cluster {
+        (0, 0)
+    } else {
+        listeners(conn, keys).await?
+    };
     let mut call = scripts::LAYOUT.prepare_invoke();
     call.key(keys.layout());
     if this_release == 0 {
@@ -125,8 +166,16 @@ pub(crate) async fn open(conn: &crate::Conn, keys: &crate::keys::Keys, cluster: 
         }
     }
     call.arg(CURRENT).arg(earlier);
-    let found: String = call.invoke_async(&mut conn.clone()).await.map_err(from_redis)?;
-    let version: u64 = found.parse().map_err(|_| StoreError::Corrupt(format!("{} holds {found:?}, not a layout version", keys.layout())))?;
+    let found: String = call
+        .invoke_async(&mut conn.clone())
+        .await
+        .map_err(from_redis)?;
+    let version: u64 = found.parse().map_err(|_| {
+        StoreError::Corrupt(format!(
+            "{} holds {found:?}, not a layout version",
+            keys.layout()
+        ))
+    })?;
     if version > CURRENT || version == 0 {
         return Err(StoreError::Incompatible(format!(
             "{} is {version}: this release knows key layouts 1 to {CURRENT}; run a release that knows it, or use another prefix",
@@ -148,11 +197,23 @@ pub(crate) async fn open(conn: &crate::Conn, keys: &crate::keys::Keys, cluster: 
 /// (see [`marker_channel`]).
 async fn listeners(conn: &crate::Conn, keys: &crate::keys::Keys) -> Result<(u64, u64), StoreError> {
     let channel = keys.channel();
-    let numsub: Result<Vec<(String, u64)>, redis::RedisError> =
-        conn.on_store_node(redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).arg(marker_channel(&channel)), &keys.layout()).await;
+    let numsub: Result<Vec<(String, u64)>, redis::RedisError> = conn
+        .on_store_node(
+            redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .arg(marker_channel(&channel)),
+            &keys.layout(),
+        )
+        .await;
     match numsub {
         Ok(counts) => {
-            let count = |name: &str| counts.iter().find(|(c, _)| c == name).map_or(0, |(_, n)| *n);
+            let count = |name: &str| {
+                counts
+                    .iter()
+                    .find(|(c, _)| c == name)
+                    .map_or(0, |(_, n)| *n)
+            };
             let (all, this_release) = (count(&channel), count(&marker_channel(&channel)));
             Ok((all.saturating_sub(this_release), this_release))
         }

@@ -136,8 +136,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
-    StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch, now_ms,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention,
+    SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult, StreamId, StreamOwner,
+    StreamRead, WakeUps, WriteBatch, now_ms,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -150,7 +151,12 @@ use crate::options::redact;
 
 /// Up to `limit` members of the sorted set `index` scored below `cutoff` (the prune
 /// candidates of the session and finished-stream indexes).
-pub(crate) async fn older_than(shared: &Shared, index: &str, cutoff: u64, limit: usize) -> StoreResult<Vec<String>> {
+pub(crate) async fn older_than(
+    shared: &Shared,
+    index: &str,
+    cutoff: u64,
+    limit: usize,
+) -> StoreResult<Vec<String>> {
     redis::cmd("ZRANGEBYSCORE")
         .arg(index)
         .arg("-inf")
@@ -172,14 +178,22 @@ pub(crate) enum Conn {
 }
 
 impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
 
-    fn req_packed_commands<'a>(&'a mut self, pipeline: &'a redis::Pipeline, offset: usize, count: usize) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
@@ -198,13 +212,25 @@ impl Conn {
     /// Run a command that names no key (`INFO`, `CONFIG GET`, `TIME`, `SCAN`, `PUBSUB`) on
     /// the server that holds `anchor`'s slot: on a cluster, the primary holding the whole
     /// store (every key of a prefix shares its slot).
-    pub(crate) async fn on_store_node<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, anchor: &str) -> redis::RedisResult<T> {
+    pub(crate) async fn on_store_node<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        anchor: &str,
+    ) -> redis::RedisResult<T> {
         match self {
             Conn::Single(conn) => cmd.query_async(&mut conn.clone()).await,
             Conn::Cluster(conn) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+                use redis::cluster_routing::{
+                    Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr,
+                };
                 let route = Route::with_slot(Slot::for_key(anchor), SlotAddr::Master);
-                let value = conn.clone().route_command(cmd.clone(), RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route))).await?;
+                let value = conn
+                    .clone()
+                    .route_command(
+                        cmd.clone(),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?;
                 redis::from_redis_value(value.extract_error()?).map_err(Into::into)
             }
         }
@@ -226,8 +252,14 @@ pub(crate) struct Shared {
 impl Shared {
     /// Run a script that writes; with [`RedisOptions::wait_replicas`], then wait until that
     /// many replicas have it.
-    pub(crate) async fn write<T: redis::FromRedisValue>(&self, call: &redis::ScriptInvocation<'_>) -> StoreResult<T> {
-        let reply = call.invoke_async(&mut self.conn()).await.map_err(from_redis)?;
+    pub(crate) async fn write<T: redis::FromRedisValue>(
+        &self,
+        call: &redis::ScriptInvocation<'_>,
+    ) -> StoreResult<T> {
+        let reply = call
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(from_redis)?;
         self.replicated().await?;
         Ok(reply)
     }
@@ -239,8 +271,14 @@ impl Shared {
         if wanted == 0 {
             return Ok(());
         }
-        let ms = u64::try_from(self.options.wait_timeout.as_millis()).unwrap_or(u64::MAX).max(1);
-        let acknowledged: u64 = self.conn.on_store_node(redis::cmd("WAIT").arg(wanted).arg(ms), &self.keys.layout()).await.map_err(from_redis)?;
+        let ms = u64::try_from(self.options.wait_timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let acknowledged: u64 = self
+            .conn
+            .on_store_node(redis::cmd("WAIT").arg(wanted).arg(ms), &self.keys.layout())
+            .await
+            .map_err(from_redis)?;
         if acknowledged < u64::from(wanted) {
             return Err(StoreError::Unavailable(
                 format!("a write reached {acknowledged} of {wanted} replicas within {ms} ms: the primary applied it, a failover may lose it").into(),
@@ -258,7 +296,10 @@ impl Shared {
     /// cluster its first key is the layout key, whose slot is the whole store's, so that
     /// `EVALSHA` reaches the primary holding it (scripts read their own keys, if any, from
     /// the end of `KEYS`).
-    pub(crate) fn script(&self, script: &'static redis::Script) -> redis::ScriptInvocation<'static> {
+    pub(crate) fn script(
+        &self,
+        script: &'static redis::Script,
+    ) -> redis::ScriptInvocation<'static> {
         let mut call = script.prepare_invoke();
         if self.options.cluster.is_some() {
             call.key(self.keys.layout());
@@ -277,7 +318,10 @@ pub struct RedisStore {
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStore").field("url", &redact(&self.shared.options.url)).field("prefix", &self.shared.options.prefix).finish_non_exhaustive()
+        f.debug_struct("RedisStore")
+            .field("url", &redact(&self.shared.options.url))
+            .field("prefix", &self.shared.options.prefix)
+            .finish_non_exhaustive()
     }
 }
 
@@ -294,10 +338,16 @@ impl RedisStore {
         let store = match tokio::time::timeout(timeout, Self::connect(options)).await {
             Ok(Ok(store)) => store,
             Ok(Err(StoreError::Unavailable(error))) => {
-                return Err(StoreError::Unavailable(format!("redis at {url}: {error}").into()));
+                return Err(StoreError::Unavailable(
+                    format!("redis at {url}: {error}").into(),
+                ));
             }
             Ok(Err(error)) => return Err(error),
-            Err(_) => return Err(StoreError::Unavailable(format!("redis at {url}: no connection within {timeout:?}").into())),
+            Err(_) => {
+                return Err(StoreError::Unavailable(
+                    format!("redis at {url}: no connection within {timeout:?}").into(),
+                ));
+            }
         };
         tracing::info!(%url, prefix = %store.shared.options.prefix, "redis store open");
         Ok(store)
@@ -329,14 +379,17 @@ impl RedisStore {
                     .set_number_of_retries(options.connect_retries)
                     .set_min_delay(Duration::from_millis(50))
                     .set_max_delay(Duration::from_secs(1));
-                let conn = ConnectionManager::new_with_config(client.clone(), config).await.map_err(from_redis)?;
+                let conn = ConnectionManager::new_with_config(client.clone(), config)
+                    .await
+                    .map_err(from_redis)?;
                 (Conn::Single(conn), vec![client])
             }
             Some(nodes) => {
-                let mut builder = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
-                    .connection_timeout(options.connect_timeout)
-                    .response_timeout(options.response_timeout)
-                    .retries(u32::try_from(options.connect_retries).unwrap_or(u32::MAX));
+                let mut builder =
+                    redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                        .connection_timeout(options.connect_timeout)
+                        .response_timeout(options.response_timeout)
+                        .retries(u32::try_from(options.connect_retries).unwrap_or(u32::MAX));
                 if let Some(certificates) = options.tls.certificates()? {
                     builder = builder.certs(certificates);
                 }
@@ -344,8 +397,16 @@ impl RedisStore {
                 let conn = cluster.get_async_connection().await.map_err(from_redis)?;
                 // Wake-ups: PUBLISH reaches every node of a cluster, so any node serves the
                 // subscription; the listener moves on to the next seed when one fails.
-                let clients =
-                    nodes.iter().map(|node| client(&RedisOptions { url: node.clone(), cluster: None, ..options.clone() })).collect::<Result<Vec<_>, _>>()?;
+                let clients = nodes
+                    .iter()
+                    .map(|node| {
+                        client(&RedisOptions {
+                            url: node.clone(),
+                            cluster: None,
+                            ..options.clone()
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
                 (Conn::Cluster(conn), clients)
             }
         };
@@ -353,9 +414,22 @@ impl RedisStore {
         let layout = layout::open(&conn, &keys, options.cluster.is_some()).await?;
         let channel = keys.channel();
         let watchers = wake::Watchers::default();
-        let timeouts = wake::Timeouts { connect: options.connect_timeout, response: options.response_timeout };
+        let timeouts = wake::Timeouts {
+            connect: options.connect_timeout,
+            response: options.response_timeout,
+        };
         let listener = wake::listen(clients, channel.clone(), watchers.clone(), timeouts).await?;
-        Ok(Self { shared: Arc::new(Shared { options, keys, channel, conn, layout, watchers, _listener: listener }) })
+        Ok(Self {
+            shared: Arc::new(Shared {
+                options,
+                keys,
+                channel,
+                conn,
+                layout,
+                watchers,
+                _listener: listener,
+            }),
+        })
     }
 }
 
@@ -370,7 +444,10 @@ pub(crate) fn client(options: &RedisOptions) -> Result<redis::Client, StoreError
 
 /// Refuse servers without `XTRIM MINID`; warn about settings that weaken the contract.
 async fn check_server(conn: &Conn, keys: &Keys) -> Result<(), StoreError> {
-    let info: String = match conn.on_store_node(&redis::cmd("INFO"), &keys.layout()).await {
+    let info: String = match conn
+        .on_store_node(&redis::cmd("INFO"), &keys.layout())
+        .await
+    {
         Ok(info) => info,
         Err(error) if error.code() == Some("NOPERM") || error.code() == Some("ERR") => {
             tracing::debug!(%error, "INFO not allowed; skipping the server checks");
@@ -378,21 +455,35 @@ async fn check_server(conn: &Conn, keys: &Keys) -> Result<(), StoreError> {
         }
         Err(error) => return Err(from_redis(error)),
     };
-    let field = |name: &str| info.lines().find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(':'))).map(str::trim);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| {
+                line.strip_prefix(name)
+                    .and_then(|rest| rest.strip_prefix(':'))
+            })
+            .map(str::trim)
+    };
     if let Some(version) = field("redis_version") {
         let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
         let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
         if (major, minor) < (6, 2) {
-            return Err(StoreError::Incompatible(format!("redis {version} is too old: durable-mcp needs 6.2 or newer")));
+            return Err(StoreError::Incompatible(format!(
+                "redis {version} is too old: durable-mcp needs 6.2 or newer"
+            )));
         }
     }
     if let Some(policy) = field("maxmemory_policy")
         && policy != "noeviction"
     {
-        tracing::warn!(policy, "redis maxmemory-policy is not noeviction: under memory pressure Redis may evict events (D3)");
+        tracing::warn!(
+            policy,
+            "redis maxmemory-policy is not noeviction: under memory pressure Redis may evict events (D3)"
+        );
     }
     if field("aof_enabled") == Some("0") {
-        tracing::info!("redis has no AOF: acknowledged writes do not survive a Redis restart beyond the last RDB snapshot, if any");
+        tracing::info!(
+            "redis has no AOF: acknowledged writes do not survive a Redis restart beyond the last RDB snapshot, if any"
+        );
     }
     Ok(())
 }
@@ -407,11 +498,20 @@ impl Store for RedisStore {
         sessions::create(&self.shared, record).await
     }
 
-    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+    async fn load_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+    ) -> StoreResult<SessionRecord> {
         sessions::load(&self.shared, principal, id).await
     }
 
-    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+    async fn update_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+        change: SessionChange,
+    ) -> StoreResult<SessionRecord> {
         sessions::update(&self.shared, principal, id, change).await
     }
 
@@ -419,7 +519,11 @@ impl Store for RedisStore {
         sessions::end(&self.shared, principal, id).await
     }
 
-    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+    async fn list_sessions(
+        &self,
+        principal: Option<&Principal>,
+        limit: usize,
+    ) -> StoreResult<Vec<SessionRecord>> {
         sessions::list(&self.shared, principal, limit).await
     }
 
@@ -435,17 +539,24 @@ impl Store for RedisStore {
         streams::owner(&self.shared, stream).await
     }
 
-    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+    async fn read_after(
+        &self,
+        stream: &StreamId,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<StreamRead> {
         streams::read_after(&self.shared, stream, after, limit).await
     }
 
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         let mut report = PruneReport::default();
         if let Some(ttl) = retention.session_idle_ttl_ms {
-            report.sessions_ended = sessions::prune_idle(&self.shared, now_ms.saturating_sub(ttl)).await?;
+            report.sessions_ended =
+                sessions::prune_idle(&self.shared, now_ms.saturating_sub(ttl)).await?;
         }
         if let Some(age) = retention.max_stream_age_ms {
-            report.streams_deleted = streams::prune_finished(&self.shared, now_ms.saturating_sub(age)).await?;
+            report.streams_deleted =
+                streams::prune_finished(&self.shared, now_ms.saturating_sub(age)).await?;
         }
         report.records_expired = records::prune_expired(&self.shared, now_ms).await?;
         if report != PruneReport::default() {
@@ -459,15 +570,36 @@ impl Store for RedisStore {
         Ok(report)
     }
 
-    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
-        records::put(&self.shared, kind, key, value, expires_at_ms, expect, now_ms()).await
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
+        records::put(
+            &self.shared,
+            kind,
+            key,
+            value,
+            expires_at_ms,
+            expect,
+            now_ms(),
+        )
+        .await
     }
 
     async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
         records::get(&self.shared, kind, key, now_ms()).await
     }
 
-    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+    async fn list_records(
+        &self,
+        kind: RecordKind,
+        prefix: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Record>> {
         records::list(&self.shared, kind, prefix, limit, now_ms()).await
     }
 
@@ -485,11 +617,18 @@ impl Store for RedisStore {
         batch::commit(&self.shared, batch).await
     }
 
-    async fn list_streams(&self, after: Option<&durable_mcp_store::StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+    async fn list_streams(
+        &self,
+        after: Option<&durable_mcp_store::StreamId>,
+        limit: usize,
+    ) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
         streams::list(&self.shared, after, limit).await
     }
 
-    async fn stream_info(&self, stream: &durable_mcp_store::StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+    async fn stream_info(
+        &self,
+        stream: &durable_mcp_store::StreamId,
+    ) -> StoreResult<durable_mcp_store::StreamInfo> {
         streams::info(&self.shared, stream).await
     }
 
@@ -498,7 +637,10 @@ impl Store for RedisStore {
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
-        Ok(self.shared.watchers.watch(stream, self.shared.options.wake_tick))
+        Ok(self
+            .shared
+            .watchers
+            .watch(stream, self.shared.options.wake_tick))
     }
 }
 

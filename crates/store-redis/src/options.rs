@@ -69,7 +69,13 @@ impl std::fmt::Debug for RedisOptions {
         f.debug_struct("RedisOptions")
             .field("url", &redact(&self.url))
             .field("tls", &self.tls)
-            .field("cluster", &self.cluster.as_ref().map(|nodes| nodes.iter().map(|n| redact(n)).collect::<Vec<_>>()))
+            .field(
+                "cluster",
+                &self
+                    .cluster
+                    .as_ref()
+                    .map(|nodes| nodes.iter().map(|n| redact(n)).collect::<Vec<_>>()),
+            )
             .field("prefix", &self.prefix)
             .field("session_idle_ttl", &self.session_idle_ttl)
             .field("closed_stream_ttl", &self.closed_stream_ttl)
@@ -101,14 +107,28 @@ pub struct RedisTls {
 impl RedisTls {
     /// The driver's form, files read; `None` when nothing is set.
     pub(crate) fn certificates(&self) -> Result<Option<redis::TlsCertificates>, StoreError> {
-        let read = |option: &str, path: &PathBuf| std::fs::read(path).map_err(|e| bad(format!("{option} {}: {e}", path.display())));
+        let read = |option: &str, path: &PathBuf| {
+            std::fs::read(path).map_err(|e| bad(format!("{option} {}: {e}", path.display())))
+        };
         let client_tls = match (&self.cert, &self.key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig { client_cert: read("tls_cert", cert)?, client_key: read("tls_key", key)? }),
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read("tls_cert", cert)?,
+                client_key: read("tls_key", key)?,
+            }),
             (None, None) => None,
-            _ => return Err(bad("tls_cert and tls_key go together: give both or neither".into())),
+            _ => {
+                return Err(bad(
+                    "tls_cert and tls_key go together: give both or neither".into(),
+                ));
+            }
         };
         let root_cert = self.ca.as_ref().map(|ca| read("tls_ca", ca)).transpose()?;
-        Ok((client_tls.is_some() || root_cert.is_some()).then_some(redis::TlsCertificates { client_tls, root_cert }))
+        Ok(
+            (client_tls.is_some() || root_cert.is_some()).then_some(redis::TlsCertificates {
+                client_tls,
+                root_cert,
+            }),
+        )
     }
 }
 
@@ -117,7 +137,12 @@ fn bad(message: String) -> StoreError {
 }
 
 fn seconds(key: &str, value: &str) -> Result<Duration, StoreError> {
-    value.parse::<u64>().ok().filter(|s| *s > 0).map(Duration::from_secs).ok_or_else(|| bad(format!("bad {key} {value:?}: want whole seconds > 0")))
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+        .ok_or_else(|| bad(format!("bad {key} {value:?}: want whole seconds > 0")))
 }
 
 impl RedisOptions {
@@ -162,7 +187,10 @@ impl RedisOptions {
             Some("redis+cluster" | "valkey+cluster") => (false, true),
             Some("rediss+cluster" | "valkeys+cluster") => (true, true),
             _ => {
-                return Err(bad(format!("not a redis://, rediss://, valkey:// or valkeys:// URL (or one of them +cluster): {}", redact(url))));
+                return Err(bad(format!(
+                    "not a redis://, rediss://, valkey:// or valkeys:// URL (or one of them +cluster): {}",
+                    redact(url)
+                )));
             }
         };
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
@@ -175,13 +203,20 @@ impl RedisOptions {
                 Some(("closed_ttl", v)) => options.closed_stream_ttl = seconds("closed_ttl", v)?,
                 Some(("max_events", v)) => {
                     let max = v.parse::<u64>().ok().filter(|m| *m > 0);
-                    options.max_events_per_stream = Some(max.ok_or_else(|| bad(format!("bad max_events {v:?}")))?);
+                    options.max_events_per_stream =
+                        Some(max.ok_or_else(|| bad(format!("bad max_events {v:?}")))?);
                 }
                 Some(("protocol", _)) => passed.push(pair),
-                Some(("wait_replicas", v)) => options.wait_replicas = v.parse().map_err(|_| bad(format!("bad wait_replicas {v:?}: a number")))?,
+                Some(("wait_replicas", v)) => {
+                    options.wait_replicas = v
+                        .parse()
+                        .map_err(|_| bad(format!("bad wait_replicas {v:?}: a number")))?
+                }
                 Some(("wait_ms", v)) => {
                     let ms = v.parse::<u64>().ok().filter(|ms| *ms > 0);
-                    options.wait_timeout = Duration::from_millis(ms.ok_or_else(|| bad(format!("bad wait_ms {v:?}: milliseconds > 0")))?);
+                    options.wait_timeout = Duration::from_millis(
+                        ms.ok_or_else(|| bad(format!("bad wait_ms {v:?}: milliseconds > 0")))?,
+                    );
                 }
                 Some(("cluster", v)) => {
                     cluster = match v {
@@ -204,12 +239,21 @@ impl RedisOptions {
                 _ => return Err(bad(format!("unknown redis URL option {pair:?}"))),
             }
         }
-        let query = if passed.is_empty() { String::new() } else { format!("?{}", passed.join("&")) };
+        let query = if passed.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", passed.join("&"))
+        };
         options.url = format!("{base}{query}");
         if cluster {
             let nodes = cluster_nodes(base, tls)?;
             options.url = format!("{}{query}", nodes[0]);
-            options.cluster = Some(nodes.into_iter().map(|node| format!("{node}{query}")).collect());
+            options.cluster = Some(
+                nodes
+                    .into_iter()
+                    .map(|node| format!("{node}{query}"))
+                    .collect(),
+            );
         }
         options.validate()?;
         Ok(options)
@@ -219,16 +263,29 @@ impl RedisOptions {
     pub(crate) fn validate(&self) -> Result<(), StoreError> {
         let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':');
         if self.prefix.is_empty() || !self.prefix.chars().all(ok) {
-            return Err(bad(format!("bad key prefix {:?}: letters, digits and _-.: only", self.prefix)));
+            return Err(bad(format!(
+                "bad key prefix {:?}: letters, digits and _-.: only",
+                self.prefix
+            )));
         }
-        if self.session_idle_ttl.is_zero() || self.closed_stream_ttl.is_zero() || self.wake_tick.is_zero() {
-            return Err(bad("TTLs and the wake tick must be greater than zero".into()));
+        if self.session_idle_ttl.is_zero()
+            || self.closed_stream_ttl.is_zero()
+            || self.wake_tick.is_zero()
+        {
+            return Err(bad(
+                "TTLs and the wake tick must be greater than zero".into()
+            ));
         }
         if self.max_events_per_stream == Some(0) {
             return Err(bad("max_events_per_stream must be at least 1".into()));
         }
-        if self.wait_replicas > 0 && (self.wait_timeout.is_zero() || self.wait_timeout >= self.response_timeout) {
-            return Err(bad(format!("wait_ms must be positive and shorter than the response timeout ({:?})", self.response_timeout)));
+        if self.wait_replicas > 0
+            && (self.wait_timeout.is_zero() || self.wait_timeout >= self.response_timeout)
+        {
+            return Err(bad(format!(
+                "wait_ms must be positive and shorter than the response timeout ({:?})",
+                self.response_timeout
+            )));
         }
         Ok(())
     }
@@ -242,12 +299,20 @@ fn cluster_nodes(base: &str, tls: bool) -> Result<Vec<String>, StoreError> {
         Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
         None => (String::new(), rest),
     };
-    let (hosts, path) = hosts_and_path.split_once('/').unwrap_or((hosts_and_path, ""));
+    let (hosts, path) = hosts_and_path
+        .split_once('/')
+        .unwrap_or((hosts_and_path, ""));
     if !matches!(path, "" | "0") {
-        return Err(bad(format!("a Redis Cluster has database 0 only, not /{path}")));
+        return Err(bad(format!(
+            "a Redis Cluster has database 0 only, not /{path}"
+        )));
     }
     let scheme = if tls { "rediss" } else { "redis" };
-    let nodes: Vec<String> = hosts.split(',').filter(|h| !h.is_empty()).map(|host| format!("{scheme}://{userinfo}{host}")).collect();
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|host| format!("{scheme}://{userinfo}{host}"))
+        .collect();
     if nodes.is_empty() {
         return Err(bad("a Redis Cluster URL names no node".into()));
     }

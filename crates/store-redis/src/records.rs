@@ -32,20 +32,25 @@ pub(crate) fn lex_range(prefix: &str) -> (Vec<u8>, Vec<u8>) {
 }
 
 fn version(key: &str, text: &str) -> StoreResult<u64> {
-    text.parse().map_err(|_| StoreError::Corrupt(format!("record {key:?} has version {text:?}")))
+    text.parse()
+        .map_err(|_| StoreError::Corrupt(format!("record {key:?} has version {text:?}")))
 }
 
 fn expiry(key: &str, text: &str) -> StoreResult<Option<u64>> {
     if text.is_empty() {
         return Ok(None);
     }
-    text.parse().map(Some).map_err(|_| StoreError::Corrupt(format!("record {key:?} has expiry {text:?}")))
+    text.parse()
+        .map(Some)
+        .map_err(|_| StoreError::Corrupt(format!("record {key:?} has expiry {text:?}")))
 }
 
 /// `expires_at_ms` and `expect` as the record scripts take them (`''`: never, absent).
 pub(crate) fn script_args(expires_at_ms: Option<u64>, expect: Expect) -> (String, String) {
     // Expiries are stored as Redis takes them (`PEXPIREAT` wants a signed 64-bit time).
-    let expires_at = expires_at_ms.map(|at| at.min(i64::MAX.unsigned_abs()).to_string()).unwrap_or_default();
+    let expires_at = expires_at_ms
+        .map(|at| at.min(i64::MAX.unsigned_abs()).to_string())
+        .unwrap_or_default();
     let expected = match expect {
         Expect::Absent => String::new(),
         Expect::Version(version) => version.to_string(),
@@ -65,7 +70,12 @@ pub(crate) async fn put(
 ) -> StoreResult<u64> {
     let (expires_at, expected) = script_args(expires_at_ms, expect);
     let mut call = shared.script(&scripts::PUT_RECORD);
-    call.arg(kind.as_str()).arg(key).arg(value).arg(expires_at).arg(expected).arg(now_ms);
+    call.arg(kind.as_str())
+        .arg(key)
+        .arg(value)
+        .arg(expires_at)
+        .arg(expected)
+        .arg(now_ms);
     let reply: redis::Value = shared.write(&call).await?;
     match int(&reply) {
         Some(0) => Err(StoreError::Conflict { what: "record" }),
@@ -75,16 +85,29 @@ pub(crate) async fn put(
 }
 
 /// The unexpired record `key` of `kind`, if any (one `HMGET`: never half of a write).
-pub(crate) async fn get(shared: &Shared, kind: RecordKind, key: &str, now_ms: u64) -> StoreResult<Option<Record>> {
-    let (stored, value, expires_at): (Option<String>, Option<String>, Option<String>) = redis::cmd("HMGET")
-        .arg(shared.keys.record(kind, key))
-        .arg(&["version", "value", "expires_at"])
-        .query_async(&mut shared.conn())
-        .await
-        .map_err(from_redis)?;
-    let Some(stored) = stored else { return Ok(None) };
+pub(crate) async fn get(
+    shared: &Shared,
+    kind: RecordKind,
+    key: &str,
+    now_ms: u64,
+) -> StoreResult<Option<Record>> {
+    let (stored, value, expires_at): (Option<String>, Option<String>, Option<String>) =
+        redis::cmd("HMGET")
+            .arg(shared.keys.record(kind, key))
+            .arg(&["version", "value", "expires_at"])
+            .query_async(&mut shared.conn())
+            .await
+            .map_err(from_redis)?;
+    let Some(stored) = stored else {
+        return Ok(None);
+    };
     let value = value.ok_or_else(|| StoreError::Corrupt(format!("record {key:?} has no value")))?;
-    let record = Record { key: key.to_owned(), version: version(key, &stored)?, value, expires_at_ms: expiry(key, expires_at.as_deref().unwrap_or(""))? };
+    let record = Record {
+        key: key.to_owned(),
+        version: version(key, &stored)?,
+        value,
+        expires_at_ms: expiry(key, expires_at.as_deref().unwrap_or(""))?,
+    };
     // Redis may not have dropped it yet (its clock is not ours).
     Ok(Some(record).filter(|r| !r.expired(now_ms)))
 }
@@ -92,15 +115,30 @@ pub(crate) async fn get(shared: &Shared, kind: RecordKind, key: &str, now_ms: u6
 /// Unexpired records of `kind` whose key starts with `prefix`, in key order, at most
 /// `limit`. Each batch of [`BATCH`] index members is read by one script (one snapshot);
 /// a longer listing continues after the last member the previous batch scanned.
-pub(crate) async fn list(shared: &Shared, kind: RecordKind, prefix: &str, limit: usize, now_ms: u64) -> StoreResult<Vec<Record>> {
+pub(crate) async fn list(
+    shared: &Shared,
+    kind: RecordKind,
+    prefix: &str,
+    limit: usize,
+    now_ms: u64,
+) -> StoreResult<Vec<Record>> {
     let (mut min, max) = lex_range(prefix);
     let mut records = Vec::new();
     while records.len() < limit {
         let count = (limit - records.len()).min(BATCH);
         let mut call = shared.script(&scripts::LIST_RECORDS);
-        call.arg(kind.as_str()).arg(&min).arg(&max).arg(count).arg(now_ms);
-        let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
-        let redis::Value::Array(items) = &reply else { return Err(bad_reply("list_records", &reply)) };
+        call.arg(kind.as_str())
+            .arg(&min)
+            .arg(&max)
+            .arg(count)
+            .arg(now_ms);
+        let reply: redis::Value = call
+            .invoke_async(&mut shared.conn())
+            .await
+            .map_err(from_redis)?;
+        let redis::Value::Array(items) = &reply else {
+            return Err(bad_reply("list_records", &reply));
+        };
         let (Some(scanned), Some(last)) = (items.first().and_then(int), items.get(1)) else {
             return Err(bad_reply("list_records", &reply));
         };
@@ -108,17 +146,28 @@ pub(crate) async fn list(shared: &Shared, kind: RecordKind, prefix: &str, limit:
             return Err(bad_reply("list_records", &reply));
         }
         for entry in items[2..].chunks(4) {
-            let [key, stored, value, expires_at] = entry else { return Err(bad_reply("list_records", &reply)) };
-            let (Some(key), Some(stored), Some(value), Some(expires_at)) = (text(key), text(stored), text(value), text(expires_at)) else {
+            let [key, stored, value, expires_at] = entry else {
                 return Err(bad_reply("list_records", &reply));
             };
-            let record = Record { version: version(&key, &stored)?, expires_at_ms: expiry(&key, &expires_at)?, key, value };
+            let (Some(key), Some(stored), Some(value), Some(expires_at)) =
+                (text(key), text(stored), text(value), text(expires_at))
+            else {
+                return Err(bad_reply("list_records", &reply));
+            };
+            let record = Record {
+                version: version(&key, &stored)?,
+                expires_at_ms: expiry(&key, &expires_at)?,
+                key,
+                value,
+            };
             records.push(record);
         }
         if usize::try_from(scanned).unwrap_or(0) < count {
             break;
         }
-        let redis::Value::BulkString(last) = last else { return Err(bad_reply("list_records", &reply)) };
+        let redis::Value::BulkString(last) = last else {
+            return Err(bad_reply("list_records", &reply));
+        };
         min = b"(".to_vec();
         min.extend_from_slice(last);
     }
@@ -127,12 +176,21 @@ pub(crate) async fn list(shared: &Shared, kind: RecordKind, prefix: &str, limit:
 
 /// Delete every record of `kind` whose key starts with `prefix`, [`BATCH`] per script;
 /// returns how many of them were unexpired.
-pub(crate) async fn delete(shared: &Shared, kind: RecordKind, prefix: &str, now_ms: u64) -> StoreResult<u64> {
+pub(crate) async fn delete(
+    shared: &Shared,
+    kind: RecordKind,
+    prefix: &str,
+    now_ms: u64,
+) -> StoreResult<u64> {
     let (min, max) = lex_range(prefix);
     let mut deleted = 0;
     loop {
         let mut call = shared.script(&scripts::DELETE_RECORDS);
-        call.arg(kind.as_str()).arg(&min).arg(&max).arg(BATCH).arg(now_ms);
+        call.arg(kind.as_str())
+            .arg(&min)
+            .arg(&max)
+            .arg(BATCH)
+            .arg(now_ms);
         let (live, scanned): (u64, usize) = shared.write(&call).await?;
         deleted += live;
         if scanned < BATCH {

@@ -6,7 +6,9 @@ use std::time::Duration;
 use crate::error::{bad_reply, from_redis, int, text};
 use crate::options::millis;
 use crate::{Shared, scripts};
-use durable_mcp_store::{Principal, SessionChange, SessionId, SessionRecord, StoreError, StoreResult, StreamId, now_ms};
+use durable_mcp_store::{
+    Principal, SessionChange, SessionId, SessionRecord, StoreError, StoreResult, StreamId, now_ms,
+};
 
 /// Give up an update after this many lost races (each race means another worker's update
 /// committed, so the system as a whole progresses).
@@ -40,36 +42,65 @@ pub(crate) async fn create(shared: &Shared, record: SessionRecord) -> StoreResul
         .arg(crate::layout::Layout::inline_arg(shared, now).await);
     let created: i64 = shared.write(&call).await?;
     if created != 1 {
-        return Err(StoreError::Corrupt(format!("session {} or its stream already exists", record.id)));
+        return Err(StoreError::Corrupt(format!(
+            "session {} or its stream already exists",
+            record.id
+        )));
     }
     tracing::debug!(session = %record.id, "session created");
     Ok(())
 }
 
 /// The version and record of a live session of `principal`.
-async fn fetch(shared: &Shared, principal: &Principal, id: &SessionId) -> StoreResult<(String, SessionRecord)> {
+async fn fetch(
+    shared: &Shared,
+    principal: &Principal,
+    id: &SessionId,
+) -> StoreResult<(String, SessionRecord)> {
     let (owner, record, version): (Option<String>, Option<String>, Option<String>) =
-        redis::cmd("HMGET").arg(shared.keys.session(id)).arg(&["principal", "record", "version"]).query_async(&mut shared.conn()).await.map_err(from_redis)?;
+        redis::cmd("HMGET")
+            .arg(shared.keys.session(id))
+            .arg(&["principal", "record", "version"])
+            .query_async(&mut shared.conn())
+            .await
+            .map_err(from_redis)?;
     match (owner, record, version) {
-        (Some(owner), Some(record), Some(version)) if owner == principal.as_str() => Ok((version, decode(&record)?)),
+        (Some(owner), Some(record), Some(version)) if owner == principal.as_str() => {
+            Ok((version, decode(&record)?))
+        }
         _ => Err(StoreError::not_found("session")),
     }
 }
 
-pub(crate) async fn load(shared: &Shared, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+pub(crate) async fn load(
+    shared: &Shared,
+    principal: &Principal,
+    id: &SessionId,
+) -> StoreResult<SessionRecord> {
     fetch(shared, principal, id).await.map(|(_, record)| record)
 }
 
 /// Read, apply with [`SessionRecord::apply`], write back if nobody wrote meanwhile; else
 /// retry. Compare-and-set rather than a Lua re-implementation of `apply`, so the record's
 /// rules live in one place and JSON values are never re-encoded by Lua.
-pub(crate) async fn update(shared: &Shared, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+pub(crate) async fn update(
+    shared: &Shared,
+    principal: &Principal,
+    id: &SessionId,
+    change: SessionChange,
+) -> StoreResult<SessionRecord> {
     let ttl = millis(shared.options.session_idle_ttl);
     for attempt in 0..MAX_ATTEMPTS {
         let (version, mut record) = fetch(shared, principal, id).await?;
         record.apply(&change, now_ms())?;
         let mut call = shared.script(&scripts::UPDATE_SESSION);
-        call.key(shared.keys.session(id)).arg(id.as_str()).arg(principal.as_str()).arg(&version).arg(encode(&record)?).arg(record.last_seen_ms).arg(ttl);
+        call.key(shared.keys.session(id))
+            .arg(id.as_str())
+            .arg(principal.as_str())
+            .arg(&version)
+            .arg(encode(&record)?)
+            .arg(record.last_seen_ms)
+            .arg(ttl);
         let outcome: i64 = shared.write(&call).await?;
         match outcome {
             1 => return Ok(record),
@@ -81,14 +112,21 @@ pub(crate) async fn update(shared: &Shared, principal: &Principal, id: &SessionI
             }
         }
     }
-    Err(StoreError::Unavailable(format!("session {id} changed concurrently {MAX_ATTEMPTS} times in a row").into()))
+    Err(StoreError::Unavailable(
+        format!("session {id} changed concurrently {MAX_ATTEMPTS} times in a row").into(),
+    ))
 }
 
 /// Run the end script: the session goes in the first call, its streams
 /// [`durable_mcp_store::PRUNE_BATCH`] at a time in as many calls as they need (the session
 /// is gone from the first, so nothing reaches them meanwhile; all are gone when this
 /// returns). Returns how many streams went, if the session was ended.
-async fn end_script(shared: &Shared, id: &SessionId, principal: Option<&Principal>, idle_before: Option<u64>) -> StoreResult<Option<usize>> {
+async fn end_script(
+    shared: &Shared,
+    id: &SessionId,
+    principal: Option<&Principal>,
+    idle_before: Option<u64>,
+) -> StoreResult<Option<usize>> {
     let mut deleted = 0;
     let mut going_on = false;
     loop {
@@ -100,10 +138,15 @@ async fn end_script(shared: &Shared, id: &SessionId, principal: Option<&Principa
             .arg(durable_mcp_store::PRUNE_BATCH)
             .arg(if going_on { "1" } else { "" });
         let reply: redis::Value = shared.write(&call).await?;
-        let redis::Value::Array(items) = &reply else { return Err(bad_reply("end_session", &reply)) };
+        let redis::Value::Array(items) = &reply else {
+            return Err(bad_reply("end_session", &reply));
+        };
         match (items.first().and_then(int), items.get(1).and_then(int)) {
             (Some(1), Some(more)) => {
-                let gone: Vec<StreamId> = items[2..].iter().filter_map(|v| text(v)?.parse().ok()).collect();
+                let gone: Vec<StreamId> = items[2..]
+                    .iter()
+                    .filter_map(|v| text(v)?.parse().ok())
+                    .collect();
                 shared.watchers.forget(&gone);
                 deleted += gone.len();
                 if more == 0 {
@@ -117,7 +160,11 @@ async fn end_script(shared: &Shared, id: &SessionId, principal: Option<&Principa
     }
 }
 
-pub(crate) async fn end(shared: &Shared, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
+pub(crate) async fn end(
+    shared: &Shared,
+    principal: &Principal,
+    id: &SessionId,
+) -> StoreResult<bool> {
     let ended = end_script(shared, id, Some(principal), None).await?;
     if let Some(streams) = ended {
         tracing::debug!(session = %id, streams, "session ended");
@@ -125,19 +172,38 @@ pub(crate) async fn end(shared: &Shared, principal: &Principal, id: &SessionId) 
     Ok(ended.is_some())
 }
 
-pub(crate) async fn list(shared: &Shared, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
-    let ids: Vec<String> = redis::cmd("ZRANGE").arg(shared.keys.sessions()).arg(0).arg(-1).query_async(&mut shared.conn()).await.map_err(from_redis)?;
+pub(crate) async fn list(
+    shared: &Shared,
+    principal: Option<&Principal>,
+    limit: usize,
+) -> StoreResult<Vec<SessionRecord>> {
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(shared.keys.sessions())
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut shared.conn())
+        .await
+        .map_err(from_redis)?;
     let mut sessions = Vec::new();
     for chunk in ids.chunks(BATCH) {
         let mut pipe = redis::pipe();
         for id in chunk {
-            let Ok(id) = id.parse::<SessionId>() else { continue };
-            pipe.cmd("HMGET").arg(shared.keys.session(&id)).arg(&["principal", "record"]);
+            let Ok(id) = id.parse::<SessionId>() else {
+                continue;
+            };
+            pipe.cmd("HMGET")
+                .arg(shared.keys.session(&id))
+                .arg(&["principal", "record"]);
         }
-        let rows: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut shared.conn()).await.map_err(from_redis)?;
+        let rows: Vec<(Option<String>, Option<String>)> = pipe
+            .query_async(&mut shared.conn())
+            .await
+            .map_err(from_redis)?;
         for (owner, record) in rows {
             // Entries whose session Redis expired are skipped (and swept later).
-            let (Some(owner), Some(record)) = (owner, record) else { continue };
+            let (Some(owner), Some(record)) = (owner, record) else {
+                continue;
+            };
             if principal.is_none_or(|p| p.as_str() == owner) {
                 sessions.push(decode(&record)?);
             }
@@ -159,7 +225,12 @@ pub(crate) async fn prune_idle(shared: &Shared, cutoff: u64) -> StoreResult<u64>
         }
         for raw in batch {
             let Ok(id) = raw.parse::<SessionId>() else {
-                let _: i64 = redis::cmd("ZREM").arg(shared.keys.sessions()).arg(&raw).query_async(&mut shared.conn()).await.map_err(from_redis)?;
+                let _: i64 = redis::cmd("ZREM")
+                    .arg(shared.keys.sessions())
+                    .arg(&raw)
+                    .query_async(&mut shared.conn())
+                    .await
+                    .map_err(from_redis)?;
                 continue;
             };
             if end_script(shared, &id, None, Some(cutoff)).await?.is_some() {

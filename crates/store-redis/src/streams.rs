@@ -1,7 +1,10 @@
 //! Streams: a meta hash and a Redis stream of events per stream, found from the stream id
 //! alone (through `P:streamidx:<id>` for session streams).
 
-use durable_mcp_store::{EventId, Principal, StoreError, StoreResult, StoredEvent, StreamId, StreamOwner, StreamRead, now_ms};
+use durable_mcp_store::{
+    EventId, Principal, StoreError, StoreResult, StoredEvent, StreamId, StreamOwner, StreamRead,
+    now_ms,
+};
 
 use crate::error::{bad_reply, from_redis, int, text};
 use crate::options::millis;
@@ -38,10 +41,20 @@ pub(crate) fn append_ttls(shared: &Shared, now: u64) -> (u64, u64, u64) {
     let idle = millis(shared.options.session_idle_ttl);
     let closed = millis(shared.options.closed_stream_ttl);
     // Entries older than any TTL a closed stream gets belong to streams Redis has expired.
-    (idle, closed, now.saturating_sub(idle.max(closed)).saturating_sub(SKEW_MARGIN_MS))
+    (
+        idle,
+        closed,
+        now.saturating_sub(idle.max(closed))
+            .saturating_sub(SKEW_MARGIN_MS),
+    )
 }
 
-pub(crate) async fn append(shared: &Shared, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
+pub(crate) async fn append(
+    shared: &Shared,
+    stream: &StreamId,
+    data: String,
+    close: bool,
+) -> StoreResult<EventId> {
     let options = &shared.options;
     let now = now_ms();
     let (idle, closed, sweep_cutoff) = append_ttls(shared, now);
@@ -61,7 +74,9 @@ pub(crate) async fn append(shared: &Shared, stream: &StreamId, data: String, clo
     };
     match seq {
         Some(-1) => Err(StoreError::not_found("stream")),
-        Some(-2) => Err(StoreError::StreamClosed { stream: stream.to_string() }),
+        Some(-2) => Err(StoreError::StreamClosed {
+            stream: stream.to_string(),
+        }),
         Some(seq) if seq > 0 => {
             // Local tails need not wait for the pub/sub round trip.
             shared.watchers.wake(stream);
@@ -74,21 +89,37 @@ pub(crate) async fn append(shared: &Shared, stream: &StreamId, data: String, clo
 pub(crate) async fn owner(shared: &Shared, stream: &StreamId) -> StoreResult<StreamOwner> {
     let mut call = shared.script(&scripts::STREAM_OWNER);
     call.arg(stream.as_str());
-    let reply: Vec<String> = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let reply: Vec<String> = call
+        .invoke_async(&mut shared.conn())
+        .await
+        .map_err(from_redis)?;
     match reply.as_slice() {
         [] => Err(StoreError::not_found("stream")),
         [principal, session] => {
             let session = match session.as_str() {
                 "" => None,
-                s => Some(s.parse().map_err(|e| StoreError::Corrupt(format!("stream session: {e}")))?),
+                s => Some(
+                    s.parse()
+                        .map_err(|e| StoreError::Corrupt(format!("stream session: {e}")))?,
+                ),
             };
-            Ok(StreamOwner { principal: Principal::new(principal.clone()), session })
+            Ok(StreamOwner {
+                principal: Principal::new(principal.clone()),
+                session,
+            })
         }
-        _ => Err(StoreError::Corrupt(format!("unexpected reply to stream_owner: {reply:?}"))),
+        _ => Err(StoreError::Corrupt(format!(
+            "unexpected reply to stream_owner: {reply:?}"
+        ))),
     }
 }
 
-pub(crate) async fn read_after(shared: &Shared, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+pub(crate) async fn read_after(
+    shared: &Shared,
+    stream: &StreamId,
+    after: u64,
+    limit: usize,
+) -> StoreResult<StreamRead> {
     let start = after.saturating_add(1);
     let limit = limit.min(MAX_READ);
     if limit == 0 {
@@ -102,41 +133,72 @@ pub(crate) async fn read_after(shared: &Shared, stream: &StreamId, after: u64, l
     read(shared, stream, after, start, limit).await
 }
 
-async fn read(shared: &Shared, stream: &StreamId, after: u64, start: u64, limit: usize) -> StoreResult<StreamRead> {
+async fn read(
+    shared: &Shared,
+    stream: &StreamId,
+    after: u64,
+    start: u64,
+    limit: usize,
+) -> StoreResult<StreamRead> {
     let mut call = shared.script(&scripts::READ_AFTER);
     call.arg(stream.as_str()).arg(start).arg(limit);
-    let reply: redis::Value = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
-    let redis::Value::Array(items) = &reply else { return Err(bad_reply("read_after", &reply)) };
+    let reply: redis::Value = call
+        .invoke_async(&mut shared.conn())
+        .await
+        .map_err(from_redis)?;
+    let redis::Value::Array(items) = &reply else {
+        return Err(bad_reply("read_after", &reply));
+    };
     match items.first().and_then(int) {
         Some(-1) => return Err(StoreError::not_found("stream")),
         Some(-3) => {
             let seq = items.get(1).and_then(text).unwrap_or_default();
-            return Err(StoreError::Corrupt(format!("stream {stream}: event {seq} is missing")));
+            return Err(StoreError::Corrupt(format!(
+                "stream {stream}: event {seq} is missing"
+            )));
         }
         Some(0) if items.len() >= 4 && items.len() % 2 == 0 => {}
         _ => return Err(bad_reply("read_after", &reply)),
     }
-    let number = |i: usize| items.get(i).and_then(int).and_then(|n| u64::try_from(n).ok());
+    let number = |i: usize| {
+        items
+            .get(i)
+            .and_then(int)
+            .and_then(|n| u64::try_from(n).ok())
+    };
     let (Some(first), Some(last), Some(closed)) = (number(1), number(2), number(3)) else {
         return Err(bad_reply("read_after", &reply));
     };
     if start < first {
-        return Err(StoreError::Pruned { event: EventId::new(stream.clone(), after).to_string(), oldest_retained: first });
+        return Err(StoreError::Pruned {
+            event: EventId::new(stream.clone(), after).to_string(),
+            oldest_retained: first,
+        });
     }
     let mut events = Vec::with_capacity((items.len() - 4) / 2);
     for (expected, pair) in (start..).zip(items[4..].chunks(2)) {
         let (Some(id), Some(data)) = (text(&pair[0]), text(&pair[1])) else {
             return Err(bad_reply("read_after", &reply));
         };
-        let seq = id.split_once('-').and_then(|(seq, _)| seq.parse::<u64>().ok());
+        let seq = id
+            .split_once('-')
+            .and_then(|(seq, _)| seq.parse::<u64>().ok());
         // The log is gap-free by construction; refuse to hand out anything else (D3).
         if seq != Some(expected) {
-            return Err(StoreError::Corrupt(format!("stream {stream}: event {id} where {expected} was expected")));
+            return Err(StoreError::Corrupt(format!(
+                "stream {stream}: event {id} where {expected} was expected"
+            )));
         }
-        events.push(StoredEvent { id: EventId::new(stream.clone(), expected), data });
+        events.push(StoredEvent {
+            id: EventId::new(stream.clone(), expected),
+            data,
+        });
     }
     let reached = events.last().map_or(after, |e| e.id.seq);
-    Ok(StreamRead { finished: closed == 1 && reached >= last, events })
+    Ok(StreamRead {
+        finished: closed == 1 && reached >= last,
+        events,
+    })
 }
 
 /// Delete closed streams whose final event is before `cutoff`; returns how many.
@@ -163,14 +225,22 @@ pub(crate) async fn prune_finished(shared: &Shared, cutoff: u64) -> StoreResult<
 }
 
 /// One stream's summary.
-pub(crate) async fn info(shared: &Shared, stream: &StreamId) -> StoreResult<durable_mcp_store::StreamInfo> {
+pub(crate) async fn info(
+    shared: &Shared,
+    stream: &StreamId,
+) -> StoreResult<durable_mcp_store::StreamInfo> {
     let mut call = shared.script(&scripts::STREAM_INFO);
     call.arg(stream.as_str());
-    let reply: Vec<String> = call.invoke_async(&mut shared.conn()).await.map_err(from_redis)?;
+    let reply: Vec<String> = call
+        .invoke_async(&mut shared.conn())
+        .await
+        .map_err(from_redis)?;
     let [principal, session, first, last, closed] = reply.as_slice() else {
         return match reply.as_slice() {
             [] => Err(StoreError::not_found("stream")),
-            _ => Err(StoreError::Corrupt(format!("unexpected reply to stream_info: {reply:?}"))),
+            _ => Err(StoreError::Corrupt(format!(
+                "unexpected reply to stream_info: {reply:?}"
+            ))),
         };
     };
     let corrupt = |what: &str| StoreError::Corrupt(format!("stream {stream}: bad {what}"));
@@ -180,7 +250,10 @@ pub(crate) async fn info(shared: &Shared, stream: &StreamId) -> StoreResult<dura
     };
     Ok(durable_mcp_store::StreamInfo {
         id: stream.clone(),
-        owner: StreamOwner { principal: Principal::new(principal.clone()), session },
+        owner: StreamOwner {
+            principal: Principal::new(principal.clone()),
+            session,
+        },
         first_seq: first.parse().map_err(|_| corrupt("first_seq"))?,
         last_seq: last.parse().map_err(|_| corrupt("last_seq"))?,
         closed: closed == "1",
@@ -190,7 +263,11 @@ pub(crate) async fn info(shared: &Shared, stream: &StreamId) -> StoreResult<dura
 /// Streams in id order after `after`, at most `limit`. Redis keeps no ordered index of
 /// every stream, so this scans the meta keys of the prefix (`SCAN`, in pages) and sorts:
 /// O(streams) per call, for operator commands only.
-pub(crate) async fn list(shared: &Shared, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
+pub(crate) async fn list(
+    shared: &Shared,
+    after: Option<&StreamId>,
+    limit: usize,
+) -> StoreResult<Vec<durable_mcp_store::StreamInfo>> {
     let glob: String = shared
         .keys
         .prefix()
@@ -206,8 +283,18 @@ pub(crate) async fn list(shared: &Shared, after: Option<&StreamId>, limit: usize
     let mut cursor: u64 = 0;
     let mut ids = std::collections::BTreeSet::new();
     loop {
-        let (next, keys): (u64, Vec<String>) =
-            conn.on_store_node(redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000), &anchor).await.map_err(from_redis)?;
+        let (next, keys): (u64, Vec<String>) = conn
+            .on_store_node(
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000),
+                &anchor,
+            )
+            .await
+            .map_err(from_redis)?;
         for key in keys {
             if let Some((_, id)) = key.rsplit_once(":stream:")
                 && let Ok(id) = id.parse::<StreamId>()
@@ -237,13 +324,18 @@ pub(crate) async fn list(shared: &Shared, after: Option<&StreamId>, limit: usize
 pub(crate) async fn status(shared: &Shared) -> StoreResult<durable_mcp_store::StoreStatus> {
     let mut conn = shared.conn();
     let anchor = shared.keys.layout();
-    let (secs, micros): (u64, u64) = conn.on_store_node(&redis::cmd("TIME"), &anchor).await.map_err(from_redis)?;
+    let (secs, micros): (u64, u64) = conn
+        .on_store_node(&redis::cmd("TIME"), &anchor)
+        .await
+        .map_err(from_redis)?;
     let server_time_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
     // CONFIG may be renamed or forbidden (managed services): then the setting is unknown.
     let config = |name: &'static str| {
         let (conn, anchor) = (shared.conn(), anchor.clone());
         async move {
-            let reply: Result<Vec<String>, _> = conn.on_store_node(redis::cmd("CONFIG").arg("GET").arg(name), &anchor).await;
+            let reply: Result<Vec<String>, _> = conn
+                .on_store_node(redis::cmd("CONFIG").arg("GET").arg(name), &anchor)
+                .await;
             match reply.as_deref() {
                 Ok([_, value]) => Some(value.clone()),
                 _ => None,
@@ -251,23 +343,41 @@ pub(crate) async fn status(shared: &Shared) -> StoreResult<durable_mcp_store::St
         }
     };
     let appendonly = config("appendonly").await;
-    let appendfsync = if appendonly.as_deref() == Some("yes") { config("appendfsync").await } else { None };
+    let appendfsync = if appendonly.as_deref() == Some("yes") {
+        config("appendfsync").await
+    } else {
+        None
+    };
     let mut settings = judge_persistence(appendonly.as_deref(), appendfsync.as_deref());
-    let layout: Option<String> = redis::cmd("GET").arg(shared.keys.layout()).query_async(&mut conn).await.map_err(from_redis)?;
+    let layout: Option<String> = redis::cmd("GET")
+        .arg(shared.keys.layout())
+        .query_async(&mut conn)
+        .await
+        .map_err(from_redis)?;
     let layout = match layout.as_deref() {
-        Some("1") => format!("1 (new streams' events in Redis streams of their own; `SET {} 2` once no older worker is left)", shared.keys.layout()),
+        Some("1") => format!(
+            "1 (new streams' events in Redis streams of their own; `SET {} 2` once no older worker is left)",
+            shared.keys.layout()
+        ),
         Some("2") => "2 (new streams' events in their meta hash)".to_owned(),
         Some(other) => other.to_owned(),
         None => "none".to_owned(),
     };
     settings.push(durable_mcp_store::Setting::fine("key layout", layout));
-    Ok(durable_mcp_store::StoreStatus { schema: None, server_time_ms: Some(server_time_ms), settings })
+    Ok(durable_mcp_store::StoreStatus {
+        schema: None,
+        server_time_ms: Some(server_time_ms),
+        settings,
+    })
 }
 
 /// Redis's persistence settings, judged: without the append-only file a restart loses
 /// everything since the last snapshot; with `appendfsync no` the last seconds. `None`:
 /// unknown (`CONFIG GET` refused).
-pub(crate) fn judge_persistence(appendonly: Option<&str>, appendfsync: Option<&str>) -> Vec<durable_mcp_store::Setting> {
+pub(crate) fn judge_persistence(
+    appendonly: Option<&str>,
+    appendfsync: Option<&str>,
+) -> Vec<durable_mcp_store::Setting> {
     use durable_mcp_store::Setting;
     let unknown = "unknown (CONFIG GET refused)";
     match appendonly {
@@ -299,7 +409,11 @@ mod judged {
     use super::judge_persistence;
 
     fn weak(appendonly: Option<&str>, appendfsync: Option<&str>) -> Vec<String> {
-        judge_persistence(appendonly, appendfsync).into_iter().filter(|s| s.weakness.is_some()).map(|s| s.name).collect()
+        judge_persistence(appendonly, appendfsync)
+            .into_iter()
+            .filter(|s| s.weakness.is_some())
+            .map(|s| s.name)
+            .collect()
     }
 
     #[test]

@@ -28,7 +28,9 @@ pub(crate) use durable_mcp_store::wake::Watchers;
 /// Apply one pub/sub message: `a:<stream>` wakes a stream's tails, `g:<id>,<id>...` ends the
 /// tails of deleted streams.
 pub(crate) fn dispatch(watchers: &Watchers, payload: &[u8]) {
-    let Ok(text) = std::str::from_utf8(payload) else { return };
+    let Ok(text) = std::str::from_utf8(payload) else {
+        return;
+    };
     if let Some(id) = text.strip_prefix("a:") {
         if let Ok(stream) = id.parse::<StreamId>() {
             watchers.wake(&stream);
@@ -61,31 +63,54 @@ pub(crate) struct Timeouts {
 /// Start the listener on the first of `clients` that subscribes (a cluster's seed nodes:
 /// `PUBLISH` reaches every node, so any one serves; a lost subscription moves on to the
 /// next); returns once its first subscription is confirmed, or every client failed.
-pub(crate) async fn listen(clients: Vec<redis::Client>, channel: String, watchers: Watchers, timeouts: Timeouts) -> Result<Listener, StoreError> {
+pub(crate) async fn listen(
+    clients: Vec<redis::Client>,
+    channel: String,
+    watchers: Watchers,
+    timeouts: Timeouts,
+) -> Result<Listener, StoreError> {
     let (ready_tx, ready_rx) = oneshot::channel();
-    let listener = Listener(tokio::spawn(run(clients, channel, watchers, timeouts, ready_tx)));
+    let listener = Listener(tokio::spawn(run(
+        clients, channel, watchers, timeouts, ready_tx,
+    )));
     match ready_rx.await {
         Ok(Ok(())) => Ok(listener),
         Ok(Err(error)) => Err(error),
-        Err(_) => Err(StoreError::Unavailable("the redis wake-up listener stopped".into())),
+        Err(_) => Err(StoreError::Unavailable(
+            "the redis wake-up listener stopped".into(),
+        )),
     }
 }
 
-async fn subscribe(client: &redis::Client, channel: &str, timeout: Duration) -> Result<redis::aio::PubSub, StoreError> {
+async fn subscribe(
+    client: &redis::Client,
+    channel: &str,
+    timeout: Duration,
+) -> Result<redis::aio::PubSub, StoreError> {
     let connect = async {
         let mut pubsub = client.get_async_pubsub().await?;
         // The marker channel says "a worker of this release" to the layout check
         // (`layout::marker_channel`); one SUBSCRIBE for both, one round trip.
-        pubsub.subscribe(&[channel.to_owned(), crate::layout::marker_channel(channel)]).await?;
+        pubsub
+            .subscribe(&[channel.to_owned(), crate::layout::marker_channel(channel)])
+            .await?;
         Ok::<_, redis::RedisError>(pubsub)
     };
     match tokio::time::timeout(timeout, connect).await {
         Ok(result) => result.map_err(from_redis),
-        Err(_) => Err(StoreError::Unavailable(format!("subscribing to {channel} timed out after {timeout:?}").into())),
+        Err(_) => Err(StoreError::Unavailable(
+            format!("subscribing to {channel} timed out after {timeout:?}").into(),
+        )),
     }
 }
 
-async fn run(clients: Vec<redis::Client>, channel: String, watchers: Watchers, timeouts: Timeouts, ready: oneshot::Sender<Result<(), StoreError>>) {
+async fn run(
+    clients: Vec<redis::Client>,
+    channel: String,
+    watchers: Watchers,
+    timeouts: Timeouts,
+    ready: oneshot::Sender<Result<(), StoreError>>,
+) {
     let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(100);
     // Which client subscribes next, and how many failed in a row.
@@ -93,7 +118,9 @@ async fn run(clients: Vec<redis::Client>, channel: String, watchers: Watchers, t
     loop {
         let Some(client) = clients.get(next % clients.len().max(1)) else {
             if let Some(ready) = ready.take() {
-                let _ = ready.send(Err(StoreError::Incompatible("no redis node to subscribe to".into())));
+                let _ = ready.send(Err(StoreError::Incompatible(
+                    "no redis node to subscribe to".into(),
+                )));
             }
             return;
         };

@@ -16,8 +16,12 @@ pub fn from_sqlite(error: rusqlite::Error) -> StoreError {
         return StoreError::Refused(Box::new(error));
     }
     match error.sqlite_error_code() {
-        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt(error.to_string()),
-        Some(ErrorCode::TooBig | ErrorCode::ParameterOutOfRange | ErrorCode::TypeMismatch) => StoreError::Refused(Box::new(error)),
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
+            StoreError::Corrupt(error.to_string())
+        }
+        Some(ErrorCode::TooBig | ErrorCode::ParameterOutOfRange | ErrorCode::TypeMismatch) => {
+            StoreError::Refused(Box::new(error))
+        }
         _ => StoreError::Unavailable(Box::new(error)),
     }
 }
@@ -33,12 +37,27 @@ mod tests {
 
     #[test]
     fn refused_values_are_not_outages() {
-        assert_eq!(from_sqlite(failure(rusqlite::ffi::SQLITE_TOOBIG)).kind(), StoreErrorKind::Refused);
-        assert_eq!(from_sqlite(failure(rusqlite::ffi::SQLITE_MISMATCH)).kind(), StoreErrorKind::Refused);
+        assert_eq!(
+            from_sqlite(failure(rusqlite::ffi::SQLITE_TOOBIG)).kind(),
+            StoreErrorKind::Refused
+        );
+        assert_eq!(
+            from_sqlite(failure(rusqlite::ffi::SQLITE_MISMATCH)).kind(),
+            StoreErrorKind::Refused
+        );
         let unrepresentable = rusqlite::Error::ToSqlConversionFailure("u64 beyond i64".into());
         assert_eq!(from_sqlite(unrepresentable).kind(), StoreErrorKind::Refused);
-        assert_eq!(from_sqlite(failure(rusqlite::ffi::SQLITE_BUSY)).kind(), StoreErrorKind::Unavailable);
-        assert_eq!(from_sqlite(failure(rusqlite::ffi::SQLITE_FULL)).kind(), StoreErrorKind::Unavailable);
-        assert_eq!(from_sqlite(failure(rusqlite::ffi::SQLITE_CORRUPT)).kind(), StoreErrorKind::Fatal);
+        assert_eq!(
+            from_sqlite(failure(rusqlite::ffi::SQLITE_BUSY)).kind(),
+            StoreErrorKind::Unavailable
+        );
+        assert_eq!(
+            from_sqlite(failure(rusqlite::ffi::SQLITE_FULL)).kind(),
+            StoreErrorKind::Unavailable
+        );
+        assert_eq!(
+            from_sqlite(failure(rusqlite::ffi::SQLITE_CORRUPT)).kind(),
+            StoreErrorKind::Fatal
+        );
     }
 }

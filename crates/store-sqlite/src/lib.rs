@@ -38,8 +38,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use durable_mcp_store::{
-    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SchemaVersion, SessionChange, SessionId, SessionRecord, Setting,
-    Store, StoreError, StoreResult, StoreStatus, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch, now_ms,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention,
+    SchemaVersion, SessionChange, SessionId, SessionRecord, Setting, Store, StoreError,
+    StoreResult, StoreStatus, StreamId, StreamInfo, StreamOwner, StreamRead, WakeUps, WriteBatch,
+    now_ms,
 };
 use rusqlite::{Connection, OpenFlags};
 
@@ -84,12 +86,19 @@ pub struct SqliteOptions {
 impl SqliteOptions {
     /// Defaults for the database at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into(), synchronous: Synchronous::Full, max_events_per_stream: None, poll_interval: Duration::from_secs(1) }
+        Self {
+            path: path.into(),
+            synchronous: Synchronous::Full,
+            max_events_per_stream: None,
+            poll_interval: Duration::from_secs(1),
+        }
     }
 
     /// Parse `sqlite:PATH[?synchronous=full|normal|off&max_events=N]`.
     pub fn from_url(url: &str) -> Result<Self, StoreError> {
-        let rest = url.strip_prefix("sqlite:").ok_or_else(|| StoreError::Incompatible(format!("not a sqlite URL: {url}")))?;
+        let rest = url
+            .strip_prefix("sqlite:")
+            .ok_or_else(|| StoreError::Incompatible(format!("not a sqlite URL: {url}")))?;
         let rest = rest.strip_prefix("//").unwrap_or(rest);
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         if path.is_empty() {
@@ -103,17 +112,29 @@ impl SqliteOptions {
                         "full" => Synchronous::Full,
                         "normal" => Synchronous::Normal,
                         "off" => Synchronous::Off,
-                        other => return Err(StoreError::Incompatible(format!("unknown synchronous mode {other:?}"))),
+                        other => {
+                            return Err(StoreError::Incompatible(format!(
+                                "unknown synchronous mode {other:?}"
+                            )));
+                        }
                     }
                 }
                 Some(("max_events", v)) => {
-                    let max: u64 = v.parse().map_err(|_| StoreError::Incompatible(format!("bad max_events {v:?}")))?;
+                    let max: u64 = v
+                        .parse()
+                        .map_err(|_| StoreError::Incompatible(format!("bad max_events {v:?}")))?;
                     if max == 0 {
-                        return Err(StoreError::Incompatible("max_events must be at least 1".into()));
+                        return Err(StoreError::Incompatible(
+                            "max_events must be at least 1".into(),
+                        ));
                     }
                     options.max_events_per_stream = Some(max);
                 }
-                _ => return Err(StoreError::Incompatible(format!("unknown sqlite URL option {pair:?}"))),
+                _ => {
+                    return Err(StoreError::Incompatible(format!(
+                        "unknown sqlite URL option {pair:?}"
+                    )));
+                }
             }
         }
         Ok(options)
@@ -146,24 +167,36 @@ pub struct SqliteStore {
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore").field("path", &self.shared.options.path).finish_non_exhaustive()
+        f.debug_struct("SqliteStore")
+            .field("path", &self.shared.options.path)
+            .finish_non_exhaustive()
     }
 }
 
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE: usize = 128;
 
-pub(crate) fn open_connection(path: &Path, synchronous: Synchronous) -> Result<Connection, StoreError> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+pub(crate) fn open_connection(
+    path: &Path,
+    synchronous: Synchronous,
+) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(error::from_sqlite)?;
-    conn.busy_timeout(Duration::from_secs(5)).map_err(error::from_sqlite)?;
-    conn.pragma_update(None, "journal_mode", "WAL").map_err(error::from_sqlite)?;
-    conn.pragma_update(None, "synchronous", synchronous.pragma()).map_err(error::from_sqlite)?;
-    conn.pragma_update(None, "foreign_keys", "ON").map_err(error::from_sqlite)?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(error::from_sqlite)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(error::from_sqlite)?;
+    conn.pragma_update(None, "synchronous", synchronous.pragma())
+        .map_err(error::from_sqlite)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(error::from_sqlite)?;
     // Statement journals (a statement that may fail half-way inside a savepoint, as every
     // write of a group commit is) in memory, not a temporary file created and removed on
     // every commit; they never outlive their transaction, so nothing durable is lost.
-    conn.pragma_update(None, "temp_store", "MEMORY").map_err(error::from_sqlite)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(error::from_sqlite)?;
     // Room for every statement the store prepares (about 40): rusqlite keeps 16 by default,
     // and the writer, which runs most of them in every group commit, re-parsed the ones
     // evicted each time.
@@ -179,20 +212,39 @@ impl SqliteStore {
         let synced = Arc::new(pipeline::Synced::default());
         let (for_pipeline, watched) = (Arc::clone(&synced), watchers.clone());
         let (conn, pipeline) = tokio::task::spawn_blocking(move || {
-            let real = pipeline::real_path(&opts.path).map_err(|e| StoreError::Unavailable(format!("sqlite: {}: {e}", opts.path.display()).into()))?;
+            let real = pipeline::real_path(&opts.path).map_err(|e| {
+                StoreError::Unavailable(format!("sqlite: {}: {e}", opts.path.display()).into())
+            })?;
             // Before anything is read: waits (within `pipeline::HOLD`, unless the holder is
             // stuck) for a store overlapping its fsyncs on this file to give it back.
             let joined = pipeline::Joined::join(&real)?;
             let mut conn = open_connection(&opts.path, opts.synchronous)?;
             migrate::migrate(&mut conn)?;
-            let pipeline = pipeline::Pipeline::start(joined, &real, opts.synchronous == Synchronous::Full, for_pipeline, watched)?;
+            let pipeline = pipeline::Pipeline::start(
+                joined,
+                &real,
+                opts.synchronous == Synchronous::Full,
+                for_pipeline,
+                watched,
+            )?;
             Ok::<_, StoreError>((conn, pipeline))
         })
         .await
         .map_err(|e| StoreError::Unavailable(Box::new(e)))??;
-        let writer = writer::spawn(conn, options.max_events_per_stream, watchers.clone(), pipeline)?;
+        let writer = writer::spawn(
+            conn,
+            options.max_events_per_stream,
+            watchers.clone(),
+            pipeline,
+        )?;
         let reader_slots = Arc::new(tokio::sync::Semaphore::new(MAX_READERS));
-        let shared = Arc::new(Shared { options, readers: Mutex::new(Vec::new()), reader_slots, watchers, synced });
+        let shared = Arc::new(Shared {
+            options,
+            readers: Mutex::new(Vec::new()),
+            reader_slots,
+            watchers,
+            synced,
+        });
         Ok(Self { shared, writer })
     }
 
@@ -217,11 +269,20 @@ impl SqliteStore {
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let shared = self.shared.clone();
-        let slot = shared.reader_slots.clone().acquire_owned().await.map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        let slot = shared
+            .reader_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         let synced = Arc::clone(&shared.synced);
         let result = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            let pooled = shared.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            let pooled = shared
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop();
             let mut conn = match pooled {
                 Some(conn) => conn,
                 None => open_connection(&shared.options.path, shared.options.synchronous)?,
@@ -229,7 +290,11 @@ impl SqliteStore {
             let result = f(&mut conn);
             // A slot holder either took a pooled connection or opened one while fewer than
             // MAX_READERS existed, so the pool never exceeds it.
-            shared.readers.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+            shared
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn);
             result
         })
         .await
@@ -248,20 +313,43 @@ impl Store for SqliteStore {
     }
 
     async fn create_session(&self, record: SessionRecord) -> StoreResult<()> {
-        self.writer.submit(writer::Op::CreateSession(record)).await.map(drop)
+        self.writer
+            .submit(writer::Op::CreateSession(record))
+            .await
+            .map(drop)
     }
 
-    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+    async fn load_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+    ) -> StoreResult<SessionRecord> {
         // Every request of a session reads it first: the writer answers it between two
         // group commits (see `writer::Op::LoadSession`).
-        match self.writer.submit(writer::Op::LoadSession { principal: principal.clone(), id: id.clone() }).await? {
+        match self
+            .writer
+            .submit(writer::Op::LoadSession {
+                principal: principal.clone(),
+                id: id.clone(),
+            })
+            .await?
+        {
             writer::Reply::Session(record) => Ok(*record),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
         }
     }
 
-    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
-        let op = writer::Op::UpdateSession { principal: principal.clone(), id: id.clone(), change };
+    async fn update_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+        change: SessionChange,
+    ) -> StoreResult<SessionRecord> {
+        let op = writer::Op::UpdateSession {
+            principal: principal.clone(),
+            id: id.clone(),
+            change,
+        };
         match self.writer.submit(op).await? {
             writer::Reply::Session(record) => Ok(*record),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
@@ -269,15 +357,27 @@ impl Store for SqliteStore {
     }
 
     async fn end_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<bool> {
-        match self.writer.submit(writer::Op::EndSession { principal: principal.clone(), id: id.clone() }).await? {
+        match self
+            .writer
+            .submit(writer::Op::EndSession {
+                principal: principal.clone(),
+                id: id.clone(),
+            })
+            .await?
+        {
             writer::Reply::Bool(ended) => Ok(ended),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
         }
     }
 
-    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+    async fn list_sessions(
+        &self,
+        principal: Option<&Principal>,
+        limit: usize,
+    ) -> StoreResult<Vec<SessionRecord>> {
         let principal = principal.cloned();
-        self.read(move |conn| sessions::list(conn, principal.as_ref(), limit)).await
+        self.read(move |conn| sessions::list(conn, principal.as_ref(), limit))
+            .await
     }
 
     /// A sequence of writer jobs of at most [`durable_mcp_store::PRUNE_BATCH`] removals of
@@ -285,7 +385,14 @@ impl Store for SqliteStore {
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         let mut report = PruneReport::default();
         loop {
-            match self.writer.submit(writer::Op::Prune { retention: retention.clone(), now_ms }).await? {
+            match self
+                .writer
+                .submit(writer::Op::Prune {
+                    retention: retention.clone(),
+                    now_ms,
+                })
+                .await?
+            {
                 writer::Reply::Pruned(batch, more) => {
                     report.add(batch);
                     if !more {
@@ -297,8 +404,21 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
-        let op = writer::Op::PutRecord { kind, key: key.to_owned(), value, expires_at_ms, expect };
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
+        let op = writer::Op::PutRecord {
+            kind,
+            key: key.to_owned(),
+            value,
+            expires_at_ms,
+            expect,
+        };
         match self.writer.submit(op).await? {
             writer::Reply::Count(version) => Ok(version),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
@@ -307,12 +427,19 @@ impl Store for SqliteStore {
 
     async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
         let key = key.to_owned();
-        self.read(move |conn| records::get(conn, kind, &key, now_ms())).await
+        self.read(move |conn| records::get(conn, kind, &key, now_ms()))
+            .await
     }
 
-    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+    async fn list_records(
+        &self,
+        kind: RecordKind,
+        prefix: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Record>> {
         let prefix = prefix.to_owned();
-        self.read(move |conn| records::list(conn, kind, &prefix, limit, now_ms())).await
+        self.read(move |conn| records::list(conn, kind, &prefix, limit, now_ms()))
+            .await
     }
 
     /// A sequence of writer jobs of at most [`durable_mcp_store::PRUNE_BATCH`] records, as
@@ -320,7 +447,14 @@ impl Store for SqliteStore {
     async fn delete_records(&self, kind: RecordKind, prefix: &str) -> StoreResult<u64> {
         let mut total = 0;
         loop {
-            match self.writer.submit(writer::Op::DeleteRecords { kind, prefix: prefix.to_owned() }).await? {
+            match self
+                .writer
+                .submit(writer::Op::DeleteRecords {
+                    kind,
+                    prefix: prefix.to_owned(),
+                })
+                .await?
+            {
                 writer::Reply::Deleted(deleted, more) => {
                     total += deleted;
                     if !more {
@@ -333,11 +467,25 @@ impl Store for SqliteStore {
     }
 
     async fn create_stream(&self, id: &StreamId, owner: &StreamOwner) -> StoreResult<()> {
-        self.writer.submit(writer::Op::CreateStream { id: id.clone(), owner: owner.clone() }).await.map(drop)
+        self.writer
+            .submit(writer::Op::CreateStream {
+                id: id.clone(),
+                owner: owner.clone(),
+            })
+            .await
+            .map(drop)
     }
 
     async fn append(&self, stream: &StreamId, data: String, close: bool) -> StoreResult<EventId> {
-        match self.writer.submit(writer::Op::Append { stream: stream.clone(), data, close }).await? {
+        match self
+            .writer
+            .submit(writer::Op::Append {
+                stream: stream.clone(),
+                data,
+                close,
+            })
+            .await?
+        {
             writer::Reply::Event(id) => Ok(id),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
         }
@@ -348,9 +496,15 @@ impl Store for SqliteStore {
         self.read(move |conn| streams::owner(conn, &stream)).await
     }
 
-    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+    async fn read_after(
+        &self,
+        stream: &StreamId,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<StreamRead> {
         let stream = stream.clone();
-        self.read(move |conn| streams::read_after(conn, &stream, after, limit)).await
+        self.read(move |conn| streams::read_after(conn, &stream, after, limit))
+            .await
     }
 
     /// # Durability
@@ -367,9 +521,14 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<StreamInfo>> {
+    async fn list_streams(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> StoreResult<Vec<StreamInfo>> {
         let after = after.cloned();
-        self.read(move |conn| streams::list(conn, after.as_ref(), limit)).await
+        self.read(move |conn| streams::list(conn, after.as_ref(), limit))
+            .await
     }
 
     async fn stream_info(&self, stream: &StreamId) -> StoreResult<StreamInfo> {
@@ -379,10 +538,19 @@ impl Store for SqliteStore {
 
     async fn status(&self) -> StoreResult<StoreStatus> {
         self.read(|conn| {
-            let pragma = |name: &str| conn.query_row(&format!("PRAGMA {name}"), [], |row| row.get::<_, rusqlite::types::Value>(0)).map_err(error::from_sqlite);
+            let pragma = |name: &str| {
+                conn.query_row(&format!("PRAGMA {name}"), [], |row| {
+                    row.get::<_, rusqlite::types::Value>(0)
+                })
+                .map_err(error::from_sqlite)
+            };
             let found = match pragma("user_version")? {
                 rusqlite::types::Value::Integer(v) => v,
-                other => return Err(StoreError::Corrupt(format!("PRAGMA user_version: {other:?}"))),
+                other => {
+                    return Err(StoreError::Corrupt(format!(
+                        "PRAGMA user_version: {other:?}"
+                    )));
+                }
             };
             let synchronous = match pragma("synchronous")? {
                 rusqlite::types::Value::Integer(0) => "OFF",
@@ -396,7 +564,10 @@ impl Store for SqliteStore {
                 other => format!("{other:?}"),
             };
             Ok(StoreStatus {
-                schema: Some(SchemaVersion { found, expected: SCHEMA_VERSION }),
+                schema: Some(SchemaVersion {
+                    found,
+                    expected: SCHEMA_VERSION,
+                }),
                 server_time_ms: None,
                 settings: judge_settings(synchronous, journal),
             })
@@ -404,8 +575,19 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[durable_mcp_store::StoredEvent], close: bool) -> StoreResult<u64> {
-        let op = writer::Op::Import { stream: stream.clone(), owner: owner.clone(), events: events.to_vec(), close };
+    async fn import_events(
+        &self,
+        stream: &StreamId,
+        owner: &StreamOwner,
+        events: &[durable_mcp_store::StoredEvent],
+        close: bool,
+    ) -> StoreResult<u64> {
+        let op = writer::Op::Import {
+            stream: stream.clone(),
+            owner: owner.clone(),
+            events: events.to_vec(),
+            close,
+        };
         match self.writer.submit(op).await? {
             writer::Reply::Count(appended) => Ok(appended),
             _ => Err(StoreError::Corrupt("unexpected writer reply".into())),
@@ -413,7 +595,10 @@ impl Store for SqliteStore {
     }
 
     async fn watch(&self, stream: &StreamId) -> StoreResult<WakeUps> {
-        Ok(self.shared.watchers.watch(stream, self.shared.options.poll_interval))
+        Ok(self
+            .shared
+            .watchers
+            .watch(stream, self.shared.options.poll_interval))
     }
 }
 
@@ -439,7 +624,12 @@ fn judge_settings(synchronous: &str, journal: String) -> Vec<Setting> {
     let journal = if journal.eq_ignore_ascii_case("wal") {
         Setting::fine("journal_mode", journal)
     } else {
-        Setting::weak("journal_mode", journal, "readers block the writer and group commit is lost", "let durable-mcp open the file (it sets WAL)")
+        Setting::weak(
+            "journal_mode",
+            journal,
+            "readers block the writer and group commit is lost",
+            "let durable-mcp open the file (it sets WAL)",
+        )
     };
     vec![synchronous, journal]
 }
@@ -447,7 +637,11 @@ fn judge_settings(synchronous: &str, journal: String) -> Vec<Setting> {
 #[cfg(test)]
 mod judged {
     fn weak(synchronous: &str, journal: &str) -> Vec<String> {
-        super::judge_settings(synchronous, journal.into()).into_iter().filter(|s| s.weakness.is_some()).map(|s| s.name).collect()
+        super::judge_settings(synchronous, journal.into())
+            .into_iter()
+            .filter(|s| s.weakness.is_some())
+            .map(|s| s.name)
+            .collect()
     }
 
     #[test]

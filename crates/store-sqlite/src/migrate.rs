@@ -58,16 +58,23 @@ pub const LATEST: i64 = MIGRATIONS.len() as i64;
 
 /// Bring the schema up to [`LATEST`], refusing newer databases.
 pub fn migrate(conn: &mut Connection) -> Result<i64, StoreError> {
-    let current: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(crate::error::from_sqlite)?;
+    let current: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(crate::error::from_sqlite)?;
     if current > LATEST {
         return Err(StoreError::Incompatible(format!(
             "the database has schema version {current}, but this durable-mcp understands up to {LATEST}: upgrade durable-mcp"
         )));
     }
-    for (version, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(current).unwrap_or(0)) {
+    for (version, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(current).unwrap_or(0))
+    {
         let tx = conn.transaction().map_err(crate::error::from_sqlite)?;
         tx.execute_batch(sql).map_err(crate::error::from_sqlite)?;
-        tx.pragma_update(None, "user_version", version as i64 + 1).map_err(crate::error::from_sqlite)?;
+        tx.pragma_update(None, "user_version", version as i64 + 1)
+            .map_err(crate::error::from_sqlite)?;
         tx.commit().map_err(crate::error::from_sqlite)?;
         tracing::info!(version = version + 1, "sqlite schema migrated");
     }
@@ -83,13 +90,24 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(MIGRATIONS[0]).unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
-        conn.execute("INSERT INTO streams (id, principal) VALUES ('s', 'p')", []).unwrap();
+        conn.execute("INSERT INTO streams (id, principal) VALUES ('s', 'p')", [])
+            .unwrap();
         assert_eq!(migrate(&mut conn).unwrap(), LATEST);
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(version, LATEST);
-        let age: i64 = conn.query_row("SELECT last_event_ms FROM streams WHERE id = 's'", [], |r| r.get(0)).unwrap();
+        let age: i64 = conn
+            .query_row(
+                "SELECT last_event_ms FROM streams WHERE id = 's'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert_eq!(age, 0);
-        let records: i64 = conn.query_row("SELECT count(*) FROM records", [], |r| r.get(0)).unwrap();
+        let records: i64 = conn
+            .query_row("SELECT count(*) FROM records", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(records, 0);
     }
 
@@ -102,8 +120,17 @@ mod tests {
         conn.pragma_update(None, "user_version", 3).unwrap();
         conn.execute("INSERT INTO streams (id, principal, closed, last_event_ms) VALUES ('open', 'p', 0, 5), ('done', 'p', 1, 5)", []).unwrap();
         assert_eq!(migrate(&mut conn).unwrap(), LATEST);
-        let plan: String = conn.query_row("EXPLAIN QUERY PLAN SELECT id FROM streams WHERE closed = 1 AND last_event_ms < 10", [], |r| r.get(3)).unwrap();
-        assert!(plan.contains("streams_finished_by_age"), "retention's query uses the partial index: {plan}");
+        let plan: String = conn
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT id FROM streams WHERE closed = 1 AND last_event_ms < 10",
+                [],
+                |r| r.get(3),
+            )
+            .unwrap();
+        assert!(
+            plan.contains("streams_finished_by_age"),
+            "retention's query uses the partial index: {plan}"
+        );
         let found: Vec<String> = conn
             .prepare("SELECT id FROM streams WHERE closed = 1 AND last_event_ms < 10")
             .unwrap()
@@ -112,7 +139,13 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         assert_eq!(found, ["done"]);
-        let old: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema WHERE name = 'streams_closed_by_age'", [], |r| r.get(0)).unwrap();
+        let old: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name = 'streams_closed_by_age'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert_eq!(old, 0, "the old index is gone");
     }
 
@@ -122,13 +155,33 @@ mod tests {
         conn.execute_batch(MIGRATIONS[0]).unwrap();
         conn.execute_batch(MIGRATIONS[1]).unwrap();
         conn.pragma_update(None, "user_version", 2).unwrap();
-        conn.execute("INSERT INTO sessions (id, principal, record, last_seen_ms) VALUES ('x', 'p', '{}', 7)", []).unwrap();
+        conn.execute(
+            "INSERT INTO sessions (id, principal, record, last_seen_ms) VALUES ('x', 'p', '{}', 7)",
+            [],
+        )
+        .unwrap();
         assert_eq!(migrate(&mut conn).unwrap(), LATEST);
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(version, LATEST);
-        conn.execute("INSERT INTO records (kind, key, version, value) VALUES ('run', 'k', 1, '{}')", []).unwrap();
-        let seen: i64 = conn.query_row("SELECT last_seen_ms FROM sessions WHERE id = 'x'", [], |r| r.get(0)).unwrap();
+        conn.execute(
+            "INSERT INTO records (kind, key, version, value) VALUES ('run', 'k', 1, '{}')",
+            [],
+        )
+        .unwrap();
+        let seen: i64 = conn
+            .query_row(
+                "SELECT last_seen_ms FROM sessions WHERE id = 'x'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert_eq!(seen, 7, "existing data kept");
-        assert_eq!(migrate(&mut conn).unwrap(), LATEST, "migrating again is a no-op");
+        assert_eq!(
+            migrate(&mut conn).unwrap(),
+            LATEST,
+            "migrating again is a no-op"
+        );
     }
 }

@@ -62,7 +62,8 @@ const REJOIN: Duration = Duration::from_millis(20);
 /// While another store shares the file, how often to check whether it has gone.
 const RETRY: Duration = Duration::from_millis(500);
 
-const BROKEN: &str = "an fsync of the sqlite WAL failed: the store refuses every request until the process restarts";
+const BROKEN: &str =
+    "an fsync of the sqlite WAL failed: the store refuses every request until the process restarts";
 
 /// How far commits are visible and synced: shared by the writer, the syncing thread and
 /// the readers.
@@ -82,7 +83,12 @@ pub(crate) struct Synced {
 
 impl Default for Synced {
     fn default() -> Self {
-        Self { committed: AtomicU64::new(0), synced: watch::Sender::new(0), broken: AtomicBool::new(false), overlapping: AtomicBool::new(false) }
+        Self {
+            committed: AtomicU64::new(0),
+            synced: watch::Sender::new(0),
+            broken: AtomicBool::new(false),
+            overlapping: AtomicBool::new(false),
+        }
     }
 }
 
@@ -99,7 +105,11 @@ impl Synced {
     }
 
     fn check(&self) -> Result<(), StoreError> {
-        if self.broken.load(Ordering::SeqCst) { Err(StoreError::Unavailable(BROKEN.into())) } else { Ok(()) }
+        if self.broken.load(Ordering::SeqCst) {
+            Err(StoreError::Unavailable(BROKEN.into()))
+        } else {
+            Ok(())
+        }
     }
 
     /// The groups up to `seq` are on disk. Never lowers the count: the writer's own `fsync`
@@ -164,12 +174,20 @@ impl Synced {
 }
 
 /// A job's answer: where it goes and what it is.
-pub(crate) type Answer<R> = (oneshot::Sender<Result<R, StoreError>>, Result<R, StoreError>);
+pub(crate) type Answer<R> = (
+    oneshot::Sender<Result<R, StoreError>>,
+    Result<R, StoreError>,
+);
 
 /// What the writer hands to the syncing thread, in commit order.
 pub(crate) enum Item<R> {
     /// A committed group (or one that failed after its number was taken: no answers).
-    Group { seq: u64, answers: Vec<Answer<R>>, touched: HashSet<StreamId>, gone: Vec<StreamId> },
+    Group {
+        seq: u64,
+        answers: Vec<Answer<R>>,
+        touched: HashSet<StreamId>,
+        gone: Vec<StreamId>,
+    },
     /// A read the writer made between groups: it may have seen groups queued before it.
     Read(Answer<R>),
     /// Answered once everything queued before it is synced.
@@ -183,7 +201,10 @@ pub(crate) fn real_path(path: &Path) -> std::io::Result<PathBuf> {
         Ok(real) => Ok(real),
         // Not created yet: its directory's real path, and its name.
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
             let name = path.file_name().ok_or(error)?;
             Ok(std::fs::canonicalize(parent)?.join(name))
         }
@@ -206,7 +227,9 @@ impl Joined {
                 tracing::debug!(%error, "sqlite: commits wait for their own fsync");
                 Ok(Self(None))
             }
-            Err(error) => Err(StoreError::Unavailable(format!("cannot lock {}: {error}", path.display()).into())),
+            Err(error) => Err(StoreError::Unavailable(
+                format!("cannot lock {}: {error}", path.display()).into(),
+            )),
         }
     }
 }
@@ -233,10 +256,29 @@ impl<R: Send + 'static> Pipeline<R> {
     /// its WAL exists): the WAL and the directory are synced first (commits a killed process
     /// left unsynced), then, with `may_overlap` (FULL), the syncing thread starts. `None`
     /// where the store joined no lock.
-    pub(crate) fn start(joined: Joined, db: &Path, may_overlap: bool, synced: Arc<Synced>, watchers: Watchers) -> Result<Option<Self>, StoreError> {
-        let Joined(Some(lock)) = joined else { return Ok(None) };
-        let mut pipeline = Self { lock: Some(lock), wal: None, exclusive: false, at: Instant::now(), to_sync: None, synced };
-        let wal = match std::fs::File::options().read(true).write(true).open(beside(db, "-wal")) {
+    pub(crate) fn start(
+        joined: Joined,
+        db: &Path,
+        may_overlap: bool,
+        synced: Arc<Synced>,
+        watchers: Watchers,
+    ) -> Result<Option<Self>, StoreError> {
+        let Joined(Some(lock)) = joined else {
+            return Ok(None);
+        };
+        let mut pipeline = Self {
+            lock: Some(lock),
+            wal: None,
+            exclusive: false,
+            at: Instant::now(),
+            to_sync: None,
+            synced,
+        };
+        let wal = match std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(beside(db, "-wal"))
+        {
             Ok(wal) => wal,
             Err(error) => {
                 // No WAL (a journal mode other than WAL: `status` flags it): nothing to
@@ -245,8 +287,13 @@ impl<R: Send + 'static> Pipeline<R> {
                 return Ok(Some(pipeline));
             }
         };
-        wal.sync_data().map_err(|e| StoreError::Unavailable(format!("sqlite: cannot sync the WAL: {e}").into()))?;
-        if let Some(Err(error)) = db.parent().map(|dir| std::fs::File::open(dir).and_then(|dir| dir.sync_all())) {
+        wal.sync_data().map_err(|e| {
+            StoreError::Unavailable(format!("sqlite: cannot sync the WAL: {e}").into())
+        })?;
+        if let Some(Err(error)) = db
+            .parent()
+            .map(|dir| std::fs::File::open(dir).and_then(|dir| dir.sync_all()))
+        {
             // As SQLite does with its own directory syncs: noted, not fatal.
             tracing::debug!(%error, "sqlite: could not sync the database's directory");
         }
@@ -255,13 +302,17 @@ impl<R: Send + 'static> Pipeline<R> {
             let for_thread = Arc::clone(&pipeline.synced);
             let started = wal.try_clone().and_then(|own| {
                 pipeline.wal = Some(own);
-                std::thread::Builder::new().name("durable-mcp-sqlite-sync".into()).spawn(move || sync_loop(&wal, &queue, &for_thread, &watchers))
+                std::thread::Builder::new()
+                    .name("durable-mcp-sqlite-sync".into())
+                    .spawn(move || sync_loop(&wal, &queue, &for_thread, &watchers))
             });
             match started {
                 Ok(_) => pipeline.to_sync = Some(to_sync),
                 // It keeps the shared lock (others must not overlap while it reads) and waits
                 // for its own fsyncs.
-                Err(error) => tracing::warn!(%error, db = %db.display(), "sqlite: commits will wait for their own fsync (no overlap)"),
+                Err(error) => {
+                    tracing::warn!(%error, db = %db.display(), "sqlite: commits will wait for their own fsync (no overlap)")
+                }
             }
         }
         Ok(Some(pipeline))
@@ -277,7 +328,11 @@ impl<R> Pipeline<R> {
             self.give_back(conn);
         } else if self.to_sync.is_some() && !self.exclusive && now >= self.at {
             self.at = now + RETRY;
-            match self.lock.as_ref().map_or(Ok(false), lock::Lock::try_exclusive) {
+            match self
+                .lock
+                .as_ref()
+                .map_or(Ok(false), lock::Lock::try_exclusive)
+            {
                 Ok(true) => match conn.pragma_update(None, "synchronous", "NORMAL") {
                     Ok(()) => {
                         self.exclusive = true;
@@ -292,17 +347,22 @@ impl<R> Pipeline<R> {
                     }
                 },
                 Ok(false) => {}
-                Err(error) => tracing::warn!(%error, "sqlite: could not lock the store's lock file"),
+                Err(error) => {
+                    tracing::warn!(%error, "sqlite: could not lock the store's lock file")
+                }
             }
         }
-        self.synced.overlapping.store(self.exclusive, Ordering::SeqCst);
+        self.synced
+            .overlapping
+            .store(self.exclusive, Ordering::SeqCst);
         self.exclusive
     }
 
     /// The writer is idle: how long it may wait for a job before giving the file back.
     pub(crate) fn idle_for(&self) -> Option<Duration> {
         // A broken store keeps the file: nothing to wait for.
-        (self.exclusive && self.synced.check().is_ok()).then(|| HOLD.saturating_sub(self.at.elapsed()))
+        (self.exclusive && self.synced.check().is_ok())
+            .then(|| HOLD.saturating_sub(self.at.elapsed()))
     }
 
     /// Give the file back: every commit synced, `synchronous=FULL` again, the lock shared.
@@ -367,15 +427,39 @@ impl<R> Pipeline<R> {
     /// itself (the `fdatasync` covers the groups before it too): handing it over would only
     /// add two thread switches (to the syncing thread and back) to its wait, and overlap
     /// nothing. Otherwise the syncing thread does, while the writer goes on.
-    pub(crate) fn finish(&self, seq: u64, idle: bool, watchers: &Watchers, touched: HashSet<StreamId>, gone: Vec<StreamId>, answers: Vec<Answer<R>>) {
-        let here = self.wal.as_ref().filter(|_| idle && self.synced.synced_before(seq));
+    pub(crate) fn finish(
+        &self,
+        seq: u64,
+        idle: bool,
+        watchers: &Watchers,
+        touched: HashSet<StreamId>,
+        gone: Vec<StreamId>,
+        answers: Vec<Answer<R>>,
+    ) {
+        let here = self
+            .wal
+            .as_ref()
+            .filter(|_| idle && self.synced.synced_before(seq));
         match here {
             Some(wal) if self.synced.sync(wal) => {
                 self.synced.advance(seq);
                 deliver(watchers, &touched, &gone, answers);
             }
-            Some(_) => fail(Item::Group { seq, answers, touched, gone }, BROKEN),
-            None => self.hand_over(Item::Group { seq, answers, touched, gone }),
+            Some(_) => fail(
+                Item::Group {
+                    seq,
+                    answers,
+                    touched,
+                    gone,
+                },
+                BROKEN,
+            ),
+            None => self.hand_over(Item::Group {
+                seq,
+                answers,
+                touched,
+                gone,
+            }),
         }
     }
 
@@ -419,7 +503,8 @@ impl<R> Drop for Pipeline<R> {
         {
             match wal.sync_data() {
                 Ok(()) if !self.synced.broken.load(Ordering::SeqCst) => {
-                    self.synced.advance(self.synced.committed.load(Ordering::SeqCst));
+                    self.synced
+                        .advance(self.synced.committed.load(Ordering::SeqCst));
                 }
                 Ok(()) => {}
                 Err(error) => {
@@ -446,7 +531,12 @@ fn beside(db: &Path, suffix: &str) -> PathBuf {
 
 /// A committed (and, with FULL, synced) group's effects, in order: its tails woken, the
 /// streams it removed forgotten, its jobs answered.
-pub(crate) fn deliver<R>(watchers: &Watchers, touched: &HashSet<StreamId>, gone: &[StreamId], answers: impl IntoIterator<Item = Answer<R>>) {
+pub(crate) fn deliver<R>(
+    watchers: &Watchers,
+    touched: &HashSet<StreamId>,
+    gone: &[StreamId],
+    answers: impl IntoIterator<Item = Answer<R>>,
+) {
     for stream in touched {
         watchers.wake(stream);
     }
@@ -485,13 +575,27 @@ impl Drop for StopOnExit<'_> {
 
 /// The syncing thread: one `fdatasync` for everything queued since the last, then the synced
 /// count, then the answers and wake-ups, in order.
-fn sync_loop<R>(wal: &std::fs::File, queue: &mpsc::Receiver<Item<R>>, synced: &Synced, watchers: &Watchers) {
+fn sync_loop<R>(
+    wal: &std::fs::File,
+    queue: &mpsc::Receiver<Item<R>>,
+    synced: &Synced,
+    watchers: &Watchers,
+) {
     let _stop = StopOnExit(synced);
     let mut items = Vec::new();
     while let Ok(first) = queue.recv() {
         items.push(first);
         items.extend(queue.try_iter());
-        let last = items.iter().filter_map(|item| if let Item::Group { seq, .. } = item { Some(*seq) } else { None }).max();
+        let last = items
+            .iter()
+            .filter_map(|item| {
+                if let Item::Group { seq, .. } = item {
+                    Some(*seq)
+                } else {
+                    None
+                }
+            })
+            .max();
         if last.is_some() {
             synced.sync(wal);
         }
@@ -502,7 +606,12 @@ fn sync_loop<R>(wal: &std::fs::File, queue: &mpsc::Receiver<Item<R>>, synced: &S
         }
         for item in items.drain(..) {
             match item {
-                Item::Group { answers, touched, gone, .. } if !broken => deliver(watchers, &touched, &gone, answers),
+                Item::Group {
+                    answers,
+                    touched,
+                    gone,
+                    ..
+                } if !broken => deliver(watchers, &touched, &gone, answers),
                 Item::Read((reply, result)) if !broken => {
                     let _ = reply.send(result);
                 }
@@ -546,15 +655,32 @@ mod lock {
         /// `Unsupported`.
         pub(super) fn open(path: &Path, wait: Duration) -> io::Result<Self> {
             let deadline = Instant::now() + wait;
-            let give_up = || io::Error::new(io::ErrorKind::TimedOut, format!("another store has kept the file to itself for {wait:?}"));
+            let give_up = || {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("another store has kept the file to itself for {wait:?}"),
+                )
+            };
             loop {
                 // Read-only where the file exists but is not writable: a shared lock needs
                 // only read access (such a store never overlaps).
-                let (file, writable) = match File::options().read(true).write(true).create(true).truncate(false).open(path) {
-                    Err(error) if error.kind() == io::ErrorKind::PermissionDenied => (File::open(path)?, false),
+                let (file, writable) = match File::options()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)
+                {
+                    Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
+                        (File::open(path)?, false)
+                    }
                     opened => (opened?, true),
                 };
-                let lock = Self { file, path: path.to_owned(), writable };
+                let lock = Self {
+                    file,
+                    path: path.to_owned(),
+                    writable,
+                };
                 let shared = |byte, pause| -> io::Result<()> {
                     while !lock.set_now(libc::F_RDLCK, byte)? {
                         if Instant::now() >= deadline {
@@ -614,7 +740,9 @@ mod lock {
         fn set_now(&self, kind: libc::c_int, byte: i64) -> io::Result<bool> {
             match self.set(kind, byte, false) {
                 Ok(()) => Ok(true),
-                Err(error) if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
+                Err(error) if matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
+                    Ok(false)
+                }
                 Err(error) => Err(error),
             }
         }
@@ -629,14 +757,21 @@ mod lock {
                 l_pid: 0,
             };
             loop {
-                let arg = if wait { FcntlArg::F_OFD_SETLKW(&request) } else { FcntlArg::F_OFD_SETLK(&request) };
+                let arg = if wait {
+                    FcntlArg::F_OFD_SETLKW(&request)
+                } else {
+                    FcntlArg::F_OFD_SETLK(&request)
+                };
                 match fcntl(&self.file, arg) {
                     Ok(_) => return Ok(()),
                     Err(Errno::EINTR) => {}
                     // A file system (or kernel) without open-file-description locks: the same
                     // for every store of the file, so none overlaps.
                     Err(errno @ (Errno::EINVAL | Errno::ENOLCK | Errno::EOPNOTSUPP)) => {
-                        return Err(io::Error::new(io::ErrorKind::Unsupported, format!("no open-file-description locks here: {errno}")));
+                        return Err(io::Error::new(
+                            io::ErrorKind::Unsupported,
+                            format!("no open-file-description locks here: {errno}"),
+                        ));
                     }
                     Err(errno) => return Err(io::Error::from(errno)),
                 }
@@ -657,7 +792,10 @@ mod lock {
 
     impl Lock {
         pub(super) fn open(_: &Path, _: Duration) -> io::Result<Self> {
-            Err(io::Error::new(io::ErrorKind::Unsupported, "overlapping commit and fsync needs open-file-description locks (Linux)"))
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "overlapping commit and fsync needs open-file-description locks (Linux)",
+            ))
         }
 
         pub(super) fn shared(&self) -> io::Result<()> {
@@ -684,7 +822,10 @@ mod tests {
             async move { synced.settle().await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "settled before groups 2 and 3 were synced");
+        assert!(
+            !waiting.is_finished(),
+            "settled before groups 2 and 3 were synced"
+        );
         synced.synced.send_replace(2);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "settled before group 3 was synced");
@@ -708,12 +849,20 @@ mod tests {
         assert!(!synced.synced_before(u64::MAX));
         assert!(!synced.synced_before(0));
         synced.advance(9);
-        assert_eq!(*synced.synced.borrow(), u64::MAX, "a broken store stays broken");
+        assert_eq!(
+            *synced.synced.borrow(),
+            u64::MAX,
+            "a broken store stays broken"
+        );
     }
 
     #[cfg(target_os = "linux")]
     fn lock_path() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("durable-mcp-lock-{}-{}", std::process::id(), StreamId::random()));
+        let dir = std::env::temp_dir().join(format!(
+            "durable-mcp-lock-{}-{}",
+            std::process::id(),
+            StreamId::random()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         dir.join("db-durable-mcp.lock")
     }
@@ -725,20 +874,35 @@ mod tests {
     fn a_knock_keeps_the_holder_from_taking_the_file_again() {
         let path = lock_path();
         let holder = lock::Lock::open(&path, Duration::from_secs(1)).unwrap();
-        assert!(holder.try_exclusive().unwrap(), "alone, the holder takes the file");
+        assert!(
+            holder.try_exclusive().unwrap(),
+            "alone, the holder takes the file"
+        );
         let waiting = std::thread::spawn({
             let path = path.clone();
             move || lock::Lock::open(&path, Duration::from_secs(5))
         });
         std::thread::sleep(Duration::from_millis(100));
-        assert!(!waiting.is_finished(), "the newcomer got in while the file was kept");
+        assert!(
+            !waiting.is_finished(),
+            "the newcomer got in while the file was kept"
+        );
         holder.shared().unwrap();
-        assert!(!holder.try_exclusive().unwrap(), "the holder took the file again from a knocking newcomer");
+        assert!(
+            !holder.try_exclusive().unwrap(),
+            "the holder took the file again from a knocking newcomer"
+        );
         let newcomer = waiting.join().unwrap().unwrap();
-        assert!(!holder.try_exclusive().unwrap(), "exclusive while another store has the file open");
+        assert!(
+            !holder.try_exclusive().unwrap(),
+            "exclusive while another store has the file open"
+        );
         assert!(!newcomer.try_exclusive().unwrap());
         drop(newcomer);
-        assert!(holder.try_exclusive().unwrap(), "alone again, the holder takes the file");
+        assert!(
+            holder.try_exclusive().unwrap(),
+            "alone again, the holder takes the file"
+        );
     }
 
     #[cfg(target_os = "linux")]
@@ -748,14 +912,19 @@ mod tests {
         let holder = lock::Lock::open(&path, Duration::from_secs(1)).unwrap();
         assert!(holder.try_exclusive().unwrap());
         let started = Instant::now();
-        let refused = lock::Lock::open(&path, Duration::from_millis(200)).err().expect("the open gave up");
+        let refused = lock::Lock::open(&path, Duration::from_millis(200))
+            .err()
+            .expect("the open gave up");
         assert_eq!(refused.kind(), std::io::ErrorKind::TimedOut);
         assert!(started.elapsed() < Duration::from_secs(2));
         // A lock file replaced under a holder locks nothing: it does not take the new one.
         holder.shared().unwrap();
         std::fs::remove_file(&path).unwrap();
         std::fs::write(&path, b"").unwrap();
-        assert!(!holder.try_exclusive().unwrap(), "exclusive on a lock file the path no longer names");
+        assert!(
+            !holder.try_exclusive().unwrap(),
+            "exclusive on a lock file the path no longer names"
+        );
     }
 
     #[tokio::test]
@@ -764,6 +933,9 @@ mod tests {
         synced.committed.store(1, Ordering::SeqCst);
         synced.broken.store(true, Ordering::SeqCst);
         synced.synced.send_replace(u64::MAX);
-        assert!(matches!(synced.settle().await, Err(StoreError::Unavailable(_))));
+        assert!(matches!(
+            synced.settle().await,
+            Err(StoreError::Unavailable(_))
+        ));
     }
 }

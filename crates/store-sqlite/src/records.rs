@@ -39,8 +39,7 @@ const DELETE_SOME_RANGE: &str = "DELETE FROM records WHERE kind = ?1 AND key IN 
 const DELETE_SOME_FROM: &str = "DELETE FROM records WHERE kind = ?1 AND key IN (
         SELECT key FROM records WHERE kind = ?1 AND key >= ?2 LIMIT ?3
     ) RETURNING expires_at";
-const DELETE_EXPIRED: &str =
-    "DELETE FROM records WHERE (kind, key) IN (SELECT kind, key FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)";
+const DELETE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (SELECT kind, key FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)";
 
 /// Milliseconds (or a version) as SQLite's `INTEGER`, saturating.
 fn to_i64(value: u64) -> i64 {
@@ -51,7 +50,9 @@ fn decode(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64, String, Opt
     Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
 }
 
-fn record((key, version, value, expires_at): (String, i64, String, Option<i64>)) -> Result<Record, StoreError> {
+fn record(
+    (key, version, value, expires_at): (String, i64, String, Option<i64>),
+) -> Result<Record, StoreError> {
     Record::from_columns(key, version, value, expires_at)
 }
 
@@ -72,7 +73,9 @@ pub(crate) fn put(
         Expect::Absent => {
             let written = conn
                 .prepare_cached(INSERT_ABSENT)
-                .and_then(|mut stmt| stmt.execute(params![kind.as_str(), key, value, expires_at, now]))
+                .and_then(|mut stmt| {
+                    stmt.execute(params![kind.as_str(), key, value, expires_at, now])
+                })
                 .map_err(from_sqlite)?;
             if written == 0 {
                 return Err(StoreError::Conflict { what: "record" });
@@ -81,25 +84,45 @@ pub(crate) fn put(
         }
         Expect::Version(expected) => {
             // A version beyond SQLite's integers is never stored: no record is at it.
-            let Ok(expected) = i64::try_from(expected) else { return Err(StoreError::Conflict { what: "record" }) };
+            let Ok(expected) = i64::try_from(expected) else {
+                return Err(StoreError::Conflict { what: "record" });
+            };
             if expected == i64::MAX {
-                return Err(StoreError::Corrupt(format!("record {key:?} is at the largest version")));
+                return Err(StoreError::Corrupt(format!(
+                    "record {key:?} is at the largest version"
+                )));
             }
             let version: Option<i64> = conn
                 .prepare_cached(UPDATE_VERSION)
-                .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), key, expected, value, expires_at, now], |row| row.get(0)).optional())
+                .and_then(|mut stmt| {
+                    stmt.query_row(
+                        params![kind.as_str(), key, expected, value, expires_at, now],
+                        |row| row.get(0),
+                    )
+                    .optional()
+                })
                 .map_err(from_sqlite)?;
-            version.map(i64::unsigned_abs).ok_or(StoreError::Conflict { what: "record" })
+            version
+                .map(i64::unsigned_abs)
+                .ok_or(StoreError::Conflict { what: "record" })
         }
     }
 }
 
 /// On the writer: delete record `key` only if it is unexpired at exactly `version`;
 /// otherwise `StoreError::Conflict`.
-pub(crate) fn delete_version(conn: &Connection, kind: RecordKind, key: &str, version: u64, now_ms: u64) -> Result<(), StoreError> {
+pub(crate) fn delete_version(
+    conn: &Connection,
+    kind: RecordKind,
+    key: &str,
+    version: u64,
+    now_ms: u64,
+) -> Result<(), StoreError> {
     let deleted = conn
         .prepare_cached(DELETE_VERSION)
-        .and_then(|mut stmt| stmt.execute(params![kind.as_str(), key, to_i64(version), to_i64(now_ms)]))
+        .and_then(|mut stmt| {
+            stmt.execute(params![kind.as_str(), key, to_i64(version), to_i64(now_ms)])
+        })
         .map_err(from_sqlite)?;
     if deleted == 0 {
         return Err(StoreError::Conflict { what: "record" });
@@ -108,18 +131,40 @@ pub(crate) fn delete_version(conn: &Connection, kind: RecordKind, key: &str, ver
 }
 
 /// The unexpired record `key` of `kind`, if any.
-pub(crate) fn get(conn: &Connection, kind: RecordKind, key: &str, now_ms: u64) -> Result<Option<Record>, StoreError> {
-    let row =
-        conn.prepare_cached(GET).and_then(|mut stmt| stmt.query_row(params![kind.as_str(), key, to_i64(now_ms)], decode).optional()).map_err(from_sqlite)?;
+pub(crate) fn get(
+    conn: &Connection,
+    kind: RecordKind,
+    key: &str,
+    now_ms: u64,
+) -> Result<Option<Record>, StoreError> {
+    let row = conn
+        .prepare_cached(GET)
+        .and_then(|mut stmt| {
+            stmt.query_row(params![kind.as_str(), key, to_i64(now_ms)], decode)
+                .optional()
+        })
+        .map_err(from_sqlite)?;
     row.map(record).transpose()
 }
 
 /// Unexpired records of `kind` whose key starts with `prefix`, in key order, at most `limit`.
-pub(crate) fn list(conn: &Connection, kind: RecordKind, prefix: &str, limit: usize, now_ms: u64) -> Result<Vec<Record>, StoreError> {
+pub(crate) fn list(
+    conn: &Connection,
+    kind: RecordKind,
+    prefix: &str,
+    limit: usize,
+    now_ms: u64,
+) -> Result<Vec<Record>, StoreError> {
     let (now, limit) = (to_i64(now_ms), i64::try_from(limit).unwrap_or(i64::MAX));
     let rows: Vec<(String, i64, String, Option<i64>)> = match prefix_end(prefix) {
-        Some(end) => conn.prepare_cached(LIST_RANGE).and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, end, now, limit], decode)?.collect()),
-        None => conn.prepare_cached(LIST_FROM).and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, now, limit], decode)?.collect()),
+        Some(end) => conn.prepare_cached(LIST_RANGE).and_then(|mut stmt| {
+            stmt.query_map(params![kind.as_str(), prefix, end, now, limit], decode)?
+                .collect()
+        }),
+        None => conn.prepare_cached(LIST_FROM).and_then(|mut stmt| {
+            stmt.query_map(params![kind.as_str(), prefix, now, limit], decode)?
+                .collect()
+        }),
     }
     .map_err(from_sqlite)?;
     rows.into_iter().map(record).collect()
@@ -127,23 +172,36 @@ pub(crate) fn list(conn: &Connection, kind: RecordKind, prefix: &str, limit: usi
 
 /// On the writer: delete every record of `kind` whose key starts with `prefix`; returns
 /// how many of them were unexpired (expired ones are deleted too, but were already absent).
-pub(crate) fn delete(conn: &Connection, kind: RecordKind, prefix: &str, now_ms: u64) -> Result<u64, StoreError> {
+pub(crate) fn delete(
+    conn: &Connection,
+    kind: RecordKind,
+    prefix: &str,
+    now_ms: u64,
+) -> Result<u64, StoreError> {
     let now = to_i64(now_ms);
     let live: i64 = match prefix_end(prefix) {
         Some(end) => {
             let live = conn
                 .prepare_cached(COUNT_LIVE_RANGE)
-                .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), prefix, end, now], |row| row.get(0)))
+                .and_then(|mut stmt| {
+                    stmt.query_row(params![kind.as_str(), prefix, end, now], |row| row.get(0))
+                })
                 .map_err(from_sqlite)?;
-            conn.prepare_cached(DELETE_RANGE).and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix, end])).map_err(from_sqlite)?;
+            conn.prepare_cached(DELETE_RANGE)
+                .and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix, end]))
+                .map_err(from_sqlite)?;
             live
         }
         None => {
             let live = conn
                 .prepare_cached(COUNT_LIVE_FROM)
-                .and_then(|mut stmt| stmt.query_row(params![kind.as_str(), prefix, now], |row| row.get(0)))
+                .and_then(|mut stmt| {
+                    stmt.query_row(params![kind.as_str(), prefix, now], |row| row.get(0))
+                })
                 .map_err(from_sqlite)?;
-            conn.prepare_cached(DELETE_FROM).and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix])).map_err(from_sqlite)?;
+            conn.prepare_cached(DELETE_FROM)
+                .and_then(|mut stmt| stmt.execute(params![kind.as_str(), prefix]))
+                .map_err(from_sqlite)?;
             live
         }
     };
@@ -153,24 +211,44 @@ pub(crate) fn delete(conn: &Connection, kind: RecordKind, prefix: &str, now_ms: 
 /// On the writer: delete at most `limit` records of `kind` whose key starts with `prefix`
 /// (one job of a large `delete_records`). Returns how many of them were unexpired, and
 /// whether `limit` were deleted (so more may be left).
-pub(crate) fn delete_some(conn: &Connection, kind: RecordKind, prefix: &str, limit: usize, now_ms: u64) -> Result<(u64, bool), StoreError> {
+pub(crate) fn delete_some(
+    conn: &Connection,
+    kind: RecordKind,
+    prefix: &str,
+    limit: usize,
+    now_ms: u64,
+) -> Result<(u64, bool), StoreError> {
     let (now, limit_sql) = (to_i64(now_ms), to_i64(limit as u64));
     let expiries: Vec<Option<i64>> = match prefix_end(prefix) {
-        Some(end) => conn
-            .prepare_cached(DELETE_SOME_RANGE)
-            .and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, end, limit_sql], |row| row.get(0))?.collect()),
-        None => {
-            conn.prepare_cached(DELETE_SOME_FROM).and_then(|mut stmt| stmt.query_map(params![kind.as_str(), prefix, limit_sql], |row| row.get(0))?.collect())
-        }
+        Some(end) => conn.prepare_cached(DELETE_SOME_RANGE).and_then(|mut stmt| {
+            stmt.query_map(params![kind.as_str(), prefix, end, limit_sql], |row| {
+                row.get(0)
+            })?
+            .collect()
+        }),
+        None => conn.prepare_cached(DELETE_SOME_FROM).and_then(|mut stmt| {
+            stmt.query_map(params![kind.as_str(), prefix, limit_sql], |row| row.get(0))?
+                .collect()
+        }),
     }
     .map_err(from_sqlite)?;
-    let live = expiries.iter().filter(|expires_at| expires_at.is_none_or(|at| at > now)).count();
+    let live = expiries
+        .iter()
+        .filter(|expires_at| expires_at.is_none_or(|at| at > now))
+        .count();
     Ok((live as u64, expiries.len() >= limit))
 }
 
 /// On the writer: delete the records whose expiry is at or before `now_ms`; returns how many.
-pub(crate) fn prune_expired(conn: &Connection, now_ms: u64, limit: usize) -> Result<u64, StoreError> {
+pub(crate) fn prune_expired(
+    conn: &Connection,
+    now_ms: u64,
+    limit: usize,
+) -> Result<u64, StoreError> {
     let limit = to_i64(limit as u64);
-    let deleted = conn.prepare_cached(DELETE_EXPIRED).and_then(|mut stmt| stmt.execute(params![to_i64(now_ms), limit])).map_err(from_sqlite)?;
+    let deleted = conn
+        .prepare_cached(DELETE_EXPIRED)
+        .and_then(|mut stmt| stmt.execute(params![to_i64(now_ms), limit]))
+        .map_err(from_sqlite)?;
     Ok(deleted as u64)
 }

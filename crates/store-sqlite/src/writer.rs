@@ -11,8 +11,9 @@
 use std::collections::HashSet;
 
 use durable_mcp_store::{
-    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, PRUNE_BATCH, Principal, PruneReport, RecordKind, Retention, SessionChange, SessionId, SessionRecord,
-    StoreError, StreamId, StreamOwner, WriteBatch, now_ms, op_failed,
+    BatchOp, BatchOutcome, EventId, Expect, OpOutcome, PRUNE_BATCH, Principal, PruneReport,
+    RecordKind, Retention, SessionChange, SessionId, SessionRecord, StoreError, StreamId,
+    StreamOwner, WriteBatch, now_ms, op_failed,
 };
 use rusqlite::Connection;
 use std::sync::mpsc;
@@ -115,8 +116,11 @@ pub(crate) struct WriterHandle {
 impl WriterHandle {
     pub(crate) async fn submit(&self, op: Op) -> Result<Reply, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Job { op, reply }).map_err(|_| StoreError::Unavailable("the sqlite writer has stopped".into()))?;
-        rx.await.map_err(|_| StoreError::Unavailable("the sqlite writer has stopped".into()))?
+        self.tx
+            .send(Job { op, reply })
+            .map_err(|_| StoreError::Unavailable("the sqlite writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the sqlite writer has stopped".into()))?
     }
 }
 
@@ -124,7 +128,12 @@ pub(crate) use durable_mcp_store::wake::Watchers;
 
 /// Start the writer thread on `conn`; `pipeline` overlaps each group's `fsync` with the
 /// next group (FULL only).
-pub(crate) fn spawn(conn: Connection, max_events: Option<u64>, watchers: Watchers, pipeline: Option<Pipeline<Reply>>) -> Result<WriterHandle, StoreError> {
+pub(crate) fn spawn(
+    conn: Connection,
+    max_events: Option<u64>,
+    watchers: Watchers,
+    pipeline: Option<Pipeline<Reply>>,
+) -> Result<WriterHandle, StoreError> {
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("durable-mcp-sqlite-writer".into())
@@ -135,7 +144,11 @@ pub(crate) fn spawn(conn: Connection, max_events: Option<u64>, watchers: Watcher
 
 /// The next job; `None` once every handle is gone. A writer that holds the file to itself
 /// and has nothing to do gives it back after [`crate::pipeline::HOLD`].
-fn next_job(rx: &mpsc::Receiver<Job>, conn: &Connection, pipeline: &mut Option<Pipeline<Reply>>) -> Option<Job> {
+fn next_job(
+    rx: &mpsc::Receiver<Job>,
+    conn: &Connection,
+    pipeline: &mut Option<Pipeline<Reply>>,
+) -> Option<Job> {
     if let Some(pipeline) = pipeline.as_mut()
         && let Some(wait) = pipeline.idle_for()
     {
@@ -167,8 +180,14 @@ struct WalBound {
 
 impl WalBound {
     fn new(conn: &Connection) -> Self {
-        let wal = conn.path().filter(|p| !p.is_empty()).map(|p| std::path::PathBuf::from(format!("{p}-wal")));
-        Self { wal, next_check: Instant::now() }
+        let wal = conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .map(|p| std::path::PathBuf::from(format!("{p}-wal")));
+        Self {
+            wal,
+            next_check: Instant::now(),
+        }
     }
 
     fn after_group(&mut self, conn: &Connection) {
@@ -178,25 +197,46 @@ impl WalBound {
             return;
         }
         self.next_check = now + WAL_CHECK_EVERY;
-        let Ok(size) = std::fs::metadata(wal).map(|m| m.len()) else { return };
+        let Ok(size) = std::fs::metadata(wal).map(|m| m.len()) else {
+            return;
+        };
         if size < WAL_CHECKPOINT_AT {
             return;
         }
-        match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))) {
-            Ok((0, frames)) => tracing::debug!(size, frames, elapsed = ?now.elapsed(), "sqlite WAL checkpointed and emptied"),
-            Ok((_, frames)) => tracing::warn!(size, frames, "sqlite WAL checkpoint: readers held it past the busy timeout; trying again"),
-            Err(error) => tracing::warn!(%error, size, "sqlite WAL checkpoint failed; trying again"),
+        match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
+        }) {
+            Ok((0, frames)) => {
+                tracing::debug!(size, frames, elapsed = ?now.elapsed(), "sqlite WAL checkpointed and emptied")
+            }
+            Ok((_, frames)) => tracing::warn!(
+                size,
+                frames,
+                "sqlite WAL checkpoint: readers held it past the busy timeout; trying again"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, size, "sqlite WAL checkpoint failed; trying again")
+            }
         }
     }
 }
 
-fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, watchers: &Watchers, mut pipeline: Option<Pipeline<Reply>>) {
+fn run(
+    mut conn: Connection,
+    rx: &mpsc::Receiver<Job>,
+    max_events: Option<u64>,
+    watchers: &Watchers,
+    mut pipeline: Option<Pipeline<Reply>>,
+) {
     let mut wal_bound = WalBound::new(&conn);
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut writes = Vec::with_capacity(MAX_BATCH);
     // A job taken off the queue to see whether any was waiting (after an overlapped commit).
     let mut waiting = None;
-    while let Some(first) = waiting.take().or_else(|| next_job(rx, &conn, &mut pipeline)) {
+    while let Some(first) = waiting
+        .take()
+        .or_else(|| next_job(rx, &conn, &mut pipeline))
+    {
         batch.push(first);
         // The job that woke this thread is rarely alone: the task that sent it is usually
         // in the middle of a burst of requests, and on a busy core the wake-up preempts it
@@ -213,7 +253,9 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
             fail_all(&mut batch, &error);
             continue;
         }
-        let overlap = pipeline.as_mut().is_some_and(|pipeline| pipeline.before_group(&conn));
+        let overlap = pipeline
+            .as_mut()
+            .is_some_and(|pipeline| pipeline.before_group(&conn));
         let syncer = pipeline.as_ref().filter(|_| overlap);
         // Reads first, outside the transaction: they see every group committed before
         // them, and none of this one (which a reader may not see before it commits). While
@@ -240,7 +282,9 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
         let mut gone = Vec::new();
         let mut seq = None;
         let outcome = (|| {
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(from_sqlite)?;
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(from_sqlite)?;
             let mut results = Vec::with_capacity(batch.len());
             for job in &batch {
                 // Each job in its own savepoint: a job that fails half-way leaves nothing
@@ -251,7 +295,9 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
                 let result = apply(&tx, &job.op, max_events, &mut job_touched, &mut job_gone);
                 if tx.is_autocommit() {
                     // SQLite aborted the whole transaction (disk full, I/O error): fail the batch.
-                    return Err(StoreError::Unavailable("sqlite rolled the batch back".into()));
+                    return Err(StoreError::Unavailable(
+                        "sqlite rolled the batch back".into(),
+                    ));
                 }
                 if result.is_ok() {
                     run_cached(&tx, "RELEASE job")?;
@@ -276,14 +322,24 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Job>, max_events: Option<u64>, 
                 waiting = rx.try_recv().ok();
                 syncer.finish(seq, waiting.is_none(), watchers, touched, gone, answers);
             }
-            (Ok(results), None) => deliver(watchers, &touched, &gone, batch.drain(..).map(|job| job.reply).zip(results)),
+            (Ok(results), None) => deliver(
+                watchers,
+                &touched,
+                &gone,
+                batch.drain(..).map(|job| job.reply).zip(results),
+            ),
             (Err(error), numbered) => {
                 // Nothing of this batch was committed: every job fails, none half-done (D15).
                 tracing::warn!(%error, jobs = batch.len(), "sqlite group commit failed");
                 fail_all(&mut batch, &error);
                 if let Some((syncer, seq)) = numbered {
                     // Its number was taken: let the synced count pass it.
-                    syncer.hand_over(Item::Group { seq, answers: Vec::new(), touched: HashSet::new(), gone: Vec::new() });
+                    syncer.hand_over(Item::Group {
+                        seq,
+                        answers: Vec::new(),
+                        touched: HashSet::new(),
+                        gone: Vec::new(),
+                    });
                 }
             }
         }
@@ -299,13 +355,17 @@ fn fail_all(batch: &mut Vec<Job>, error: &StoreError) {
         other => other.to_string(),
     };
     for job in batch.drain(..) {
-        let _ = job.reply.send(Err(StoreError::Unavailable(message.clone().into())));
+        let _ = job
+            .reply
+            .send(Err(StoreError::Unavailable(message.clone().into())));
     }
 }
 
 fn read(conn: &Connection, op: &Op) -> Result<Reply, StoreError> {
     match op {
-        Op::LoadSession { principal, id } => sessions::load(conn, principal, id).map(|r| Reply::Session(Box::new(r))),
+        Op::LoadSession { principal, id } => {
+            sessions::load(conn, principal, id).map(|r| Reply::Session(Box::new(r)))
+        }
         _ => Err(StoreError::Corrupt("not a read".into())),
     }
 }
@@ -313,18 +373,34 @@ fn read(conn: &Connection, op: &Op) -> Result<Reply, StoreError> {
 /// Run a statement without parameters from the connection's statement cache (a savepoint
 /// command of every job: parsed once, not once per job).
 fn run_cached(conn: &Connection, sql: &str) -> Result<(), StoreError> {
-    conn.prepare_cached(sql).and_then(|mut statement| statement.execute([])).map(drop).map_err(from_sqlite)
+    conn.prepare_cached(sql)
+        .and_then(|mut statement| statement.execute([]))
+        .map(drop)
+        .map_err(from_sqlite)
 }
 
-fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSet<StreamId>, gone: &mut Vec<StreamId>) -> Result<Reply, StoreError> {
+fn apply(
+    tx: &Connection,
+    op: &Op,
+    max_events: Option<u64>,
+    touched: &mut HashSet<StreamId>,
+    gone: &mut Vec<StreamId>,
+) -> Result<Reply, StoreError> {
     match op {
         Op::CreateSession(record) => {
             sessions::insert(tx, record)?;
-            let owner = StreamOwner { principal: record.principal.clone(), session: Some(record.id.clone()) };
+            let owner = StreamOwner {
+                principal: record.principal.clone(),
+                session: Some(record.id.clone()),
+            };
             streams::insert(tx, &record.standalone_stream, &owner)?;
             Ok(Reply::Unit)
         }
-        Op::UpdateSession { principal, id, change } => sessions::update(tx, principal, id, change).map(|r| Reply::Session(Box::new(r))),
+        Op::UpdateSession {
+            principal,
+            id,
+            change,
+        } => sessions::update(tx, principal, id, change).map(|r| Reply::Session(Box::new(r))),
         Op::EndSession { principal, id } => {
             let (ended, streams) = sessions::end(tx, principal, id)?;
             gone.extend(streams);
@@ -364,19 +440,37 @@ fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSe
             more |= report.records_expired == PRUNE_BATCH as u64;
             Ok(Reply::Pruned(report, more))
         }
-        Op::Append { stream, data, close } => {
+        Op::Append {
+            stream,
+            data,
+            close,
+        } => {
             let id = streams::append(tx, stream, data, *close, max_events)?;
             touched.insert(stream.clone());
             Ok(Reply::Event(id))
         }
         // Expiry is judged at the write itself: the writer orders every write, so the
         // first commit on a key wins (D8) and a version moves on only once (D7).
-        Op::PutRecord { kind, key, value, expires_at_ms, expect } => records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(Reply::Count),
+        Op::PutRecord {
+            kind,
+            key,
+            value,
+            expires_at_ms,
+            expect,
+        } => {
+            records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(Reply::Count)
+        }
         Op::DeleteRecords { kind, prefix } => {
-            records::delete_some(tx, *kind, prefix, PRUNE_BATCH, now_ms()).map(|(deleted, more)| Reply::Deleted(deleted, more))
+            records::delete_some(tx, *kind, prefix, PRUNE_BATCH, now_ms())
+                .map(|(deleted, more)| Reply::Deleted(deleted, more))
         }
         Op::LoadSession { .. } => read(tx, op),
-        Op::Import { stream, owner, events, close } => {
+        Op::Import {
+            stream,
+            owner,
+            events,
+            close,
+        } => {
             if !streams::exists(tx, stream)? {
                 if let Some(session) = &owner.session
                     && !sessions::exists(tx, session)?
@@ -394,10 +488,14 @@ fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSe
         Op::Batch(batch) => {
             // The job's savepoint makes the batch all or nothing: a refused op returns an
             // error and `run` rolls back to the savepoint, undoing the ops before it.
-            let mut outcome = BatchOutcome { ops: Vec::with_capacity(batch.len()) };
+            let mut outcome = BatchOutcome {
+                ops: Vec::with_capacity(batch.len()),
+            };
             for (index, op) in batch.ops().iter().enumerate() {
                 let result = apply_batch_op(tx, op, max_events).map_err(|e| match e {
-                    StoreError::Unavailable(_) | StoreError::Corrupt(_) | StoreError::Incompatible(_) => e,
+                    StoreError::Unavailable(_)
+                    | StoreError::Corrupt(_)
+                    | StoreError::Incompatible(_) => e,
                     refusal => op_failed(index, op, refusal),
                 })?;
                 outcome.ops.push(result);
@@ -408,7 +506,11 @@ fn apply(tx: &Connection, op: &Op, max_events: Option<u64>, touched: &mut HashSe
     }
 }
 
-fn apply_batch_op(tx: &Connection, op: &BatchOp, max_events: Option<u64>) -> Result<OpOutcome, StoreError> {
+fn apply_batch_op(
+    tx: &Connection,
+    op: &BatchOp,
+    max_events: Option<u64>,
+) -> Result<OpOutcome, StoreError> {
     match op {
         BatchOp::CreateStream { id, owner } => {
             if let Some(session) = &owner.session
@@ -418,12 +520,24 @@ fn apply_batch_op(tx: &Connection, op: &BatchOp, max_events: Option<u64>) -> Res
             }
             streams::insert(tx, id, owner).map(|()| OpOutcome::Created)
         }
-        BatchOp::Append { stream, data } => streams::append(tx, stream, data, false, max_events).map(OpOutcome::Appended),
-        BatchOp::Close { stream } => streams::close(tx, stream).map(|()| OpOutcome::Closed),
-        BatchOp::PutRecord { kind, key, value, expires_at_ms, expect } => {
-            records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms()).map(OpOutcome::Put)
+        BatchOp::Append { stream, data } => {
+            streams::append(tx, stream, data, false, max_events).map(OpOutcome::Appended)
         }
-        BatchOp::DeleteRecord { kind, key, version } => records::delete_version(tx, *kind, key, *version, now_ms()).map(|()| OpOutcome::Deleted(1)),
-        BatchOp::DeleteRecords { kind, prefix } => records::delete(tx, *kind, prefix, now_ms()).map(OpOutcome::Deleted),
+        BatchOp::Close { stream } => streams::close(tx, stream).map(|()| OpOutcome::Closed),
+        BatchOp::PutRecord {
+            kind,
+            key,
+            value,
+            expires_at_ms,
+            expect,
+        } => records::put(tx, *kind, key, value, *expires_at_ms, *expect, now_ms())
+            .map(OpOutcome::Put),
+        BatchOp::DeleteRecord { kind, key, version } => {
+            records::delete_version(tx, *kind, key, *version, now_ms())
+                .map(|()| OpOutcome::Deleted(1))
+        }
+        BatchOp::DeleteRecords { kind, prefix } => {
+            records::delete(tx, *kind, prefix, now_ms()).map(OpOutcome::Deleted)
+        }
     }
 }

@@ -73,11 +73,27 @@ pub struct Weakness {
 impl Setting {
     /// A setting that is fine as it is.
     pub fn fine(name: &str, value: impl Into<String>) -> Self {
-        Self { name: name.to_owned(), value: value.into(), weakness: None }
+        Self {
+            name: name.to_owned(),
+            value: value.into(),
+            weakness: None,
+        }
     }
 
     /// A setting that weakens durability.
-    pub fn weak(name: &str, value: impl Into<String>, risk: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { name: name.to_owned(), value: value.into(), weakness: Some(Weakness { risk: risk.into(), fix: fix.into() }) }
+    pub fn weak(
+        name: &str,
+        value: impl Into<String>,
+        risk: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            value: value.into(),
+            weakness: Some(Weakness {
+                risk: risk.into(),
+                fix: fix.into(),
+            }),
+        }
     }
 }

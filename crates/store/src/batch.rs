@@ -136,7 +136,10 @@ impl WriteBatch {
 
     /// Add [`BatchOp::Append`].
     pub fn append(mut self, stream: StreamId, data: impl Into<String>) -> Self {
-        self.ops.push(BatchOp::Append { stream, data: data.into() });
+        self.ops.push(BatchOp::Append {
+            stream,
+            data: data.into(),
+        });
         self
     }
 
@@ -147,20 +150,40 @@ impl WriteBatch {
     }
 
     /// Add [`BatchOp::PutRecord`].
-    pub fn put_record(mut self, kind: RecordKind, key: impl Into<String>, value: impl Into<String>, expires_at_ms: Option<u64>, expect: Expect) -> Self {
-        self.ops.push(BatchOp::PutRecord { kind, key: key.into(), value: value.into(), expires_at_ms, expect });
+    pub fn put_record(
+        mut self,
+        kind: RecordKind,
+        key: impl Into<String>,
+        value: impl Into<String>,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> Self {
+        self.ops.push(BatchOp::PutRecord {
+            kind,
+            key: key.into(),
+            value: value.into(),
+            expires_at_ms,
+            expect,
+        });
         self
     }
 
     /// Add [`BatchOp::DeleteRecord`].
     pub fn delete_record(mut self, kind: RecordKind, key: impl Into<String>, version: u64) -> Self {
-        self.ops.push(BatchOp::DeleteRecord { kind, key: key.into(), version });
+        self.ops.push(BatchOp::DeleteRecord {
+            kind,
+            key: key.into(),
+            version,
+        });
         self
     }
 
     /// Add [`BatchOp::DeleteRecords`].
     pub fn delete_records(mut self, kind: RecordKind, prefix: impl Into<String>) -> Self {
-        self.ops.push(BatchOp::DeleteRecords { kind, prefix: prefix.into() });
+        self.ops.push(BatchOp::DeleteRecords {
+            kind,
+            prefix: prefix.into(),
+        });
         self
     }
 
@@ -192,7 +215,11 @@ impl WriteBatch {
     /// `PUBLISH` cost anything).
     pub fn woken_streams(&self) -> Vec<StreamId> {
         let mut out: Vec<StreamId> = Vec::new();
-        let created = |stream: &StreamId| self.ops.iter().any(|op| matches!(op, BatchOp::CreateStream { id, .. } if id == stream));
+        let created = |stream: &StreamId| {
+            self.ops
+                .iter()
+                .any(|op| matches!(op, BatchOp::CreateStream { id, .. } if id == stream))
+        };
         for stream in self.ops.iter().filter_map(BatchOp::woken_stream) {
             if !out.contains(stream) && !created(stream) {
                 out.push(stream.clone());
@@ -252,7 +279,11 @@ impl BatchOutcome {
 
 /// The error of a batch whose op `index` was refused: [`StoreError::BatchOp`] naming it.
 pub fn op_failed(index: usize, op: &BatchOp, source: StoreError) -> StoreError {
-    StoreError::BatchOp { index, op: op.name(), source: Box::new(source) }
+    StoreError::BatchOp {
+        index,
+        op: op.name(),
+        source: Box::new(source),
+    }
 }
 
 #[cfg(test)]
@@ -263,7 +294,10 @@ mod tests {
     #[test]
     fn woken_streams_are_distinct_in_first_touch_order_and_exclude_streams_created_with_them() {
         let (a, b) = (StreamId::random(), StreamId::random());
-        let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+        let owner = StreamOwner {
+            principal: Principal::anonymous(),
+            session: None,
+        };
         let batch = WriteBatch::new()
             .create_stream(b.clone(), owner)
             .append(a.clone(), "1")
@@ -271,18 +305,39 @@ mod tests {
             .append(a.clone(), "3")
             .close(a.clone())
             .put_record(RecordKind::Run, "k", "v", None, Expect::Absent);
-        assert_eq!(batch.woken_streams(), vec![a.clone()], "one wake-up per stream; a stream the batch creates wakes nothing");
+        assert_eq!(
+            batch.woken_streams(),
+            vec![a.clone()],
+            "one wake-up per stream; a stream the batch creates wakes nothing"
+        );
         let later = WriteBatch::new().append(b.clone(), "4").close(b.clone());
-        assert_eq!(later.woken_streams(), vec![b], "the next batch to write to it wakes its tails");
+        assert_eq!(
+            later.woken_streams(),
+            vec![b],
+            "the next batch to write to it wakes its tails"
+        );
     }
 
     #[test]
     fn a_refused_op_names_itself_and_keeps_its_kind() {
-        let op = BatchOp::DeleteRecord { kind: RecordKind::Run, key: "k".into(), version: 3 };
+        let op = BatchOp::DeleteRecord {
+            kind: RecordKind::Run,
+            key: "k".into(),
+            version: 3,
+        };
         let error = op_failed(2, &op, StoreError::Conflict { what: "record" });
         assert_eq!(error.kind(), StoreErrorKind::Conflict);
-        assert!(matches!(error.refusal(), StoreError::Conflict { what: "record" }));
-        assert_eq!(error.to_string(), "batch op 2 (delete_record) refused: conflict: record changed concurrently");
-        assert!(std::error::Error::source(&error).is_some(), "the refusal is the source");
+        assert!(matches!(
+            error.refusal(),
+            StoreError::Conflict { what: "record" }
+        ));
+        assert_eq!(
+            error.to_string(),
+            "batch op 2 (delete_record) refused: conflict: record changed concurrently"
+        );
+        assert!(
+            std::error::Error::source(&error).is_some(),
+            "the refusal is the source"
+        );
     }
 }

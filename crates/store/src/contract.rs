@@ -13,18 +13,21 @@ mod ops;
 
 use crate::testing::incompressible;
 pub use batch::{
-    d1_batch_commits_every_op_and_returns_ids_and_versions, d3_batch_is_visible_to_readers_all_at_once, d3_batch_wakes_tails_after_commit,
-    d8_first_batch_wins_across_workers, d15_concurrent_batches_stand_or_fall_alone, d15_grouped_refusals_of_every_kind_fail_only_their_batch,
+    d1_batch_commits_every_op_and_returns_ids_and_versions,
+    d3_batch_is_visible_to_readers_all_at_once, d3_batch_wakes_tails_after_commit,
+    d8_first_batch_wins_across_workers, d15_concurrent_batches_stand_or_fall_alone,
+    d15_grouped_refusals_of_every_kind_fail_only_their_batch,
     d15_refused_batch_op_leaves_nothing_of_the_batch,
 };
 pub use ops::{
-    d3_import_keeps_event_ids_and_resumes_exactly, d14_import_of_a_trimmed_stream_keeps_its_start_or_is_refused, ops_list_streams_pages_in_id_order,
-    ops_status_reports_current_schema_and_clock,
+    d3_import_keeps_event_ids_and_resumes_exactly,
+    d14_import_of_a_trimmed_stream_keeps_its_start_or_is_refused,
+    ops_list_streams_pages_in_id_order, ops_status_reports_current_schema_and_clock,
 };
 
 use crate::{
-    EventId, Expect, Principal, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError, StoredEvent, StreamId, StreamOwner, WakeUps,
-    WriteBatch, now_ms,
+    EventId, Expect, Principal, RecordKind, Retention, SessionChange, SessionId, SessionRecord,
+    Store, StoreError, StoredEvent, StreamId, StreamOwner, WakeUps, WriteBatch, now_ms,
 };
 
 /// A new session record for `principal`.
@@ -46,10 +49,19 @@ pub fn session(principal: &Principal) -> SessionRecord {
 
 async fn stream_with(store: &dyn Store, n: usize) -> StreamId {
     let stream = StreamId::random();
-    let owner = StreamOwner { principal: Principal::anonymous(), session: None };
-    store.create_stream(&stream, &owner).await.expect("create stream");
+    let owner = StreamOwner {
+        principal: Principal::anonymous(),
+        session: None,
+    };
+    store
+        .create_stream(&stream, &owner)
+        .await
+        .expect("create stream");
     for i in 1..=n {
-        store.append(&stream, format!("e{i}"), false).await.expect("append");
+        store
+            .append(&stream, format!("e{i}"), false)
+            .await
+            .expect("append");
     }
     stream
 }
@@ -59,7 +71,10 @@ pub async fn d2_append_ids_increase_and_name_stream(store: Arc<dyn Store>) {
     let stream = stream_with(&*store, 0).await;
     let mut last = 0;
     for i in 0..50 {
-        let id = store.append(&stream, format!("{i}"), false).await.expect("append");
+        let id = store
+            .append(&stream, format!("{i}"), false)
+            .await
+            .expect("append");
         assert_eq!(id.stream, stream);
         assert_eq!(id.seq, last + 1, "no gap, no reuse");
         last = id.seq;
@@ -71,7 +86,10 @@ pub async fn d3_replay_after_every_id_is_exact_suffix(store: Arc<dyn Store>) {
     let n = 30;
     let stream = stream_with(&*store, n).await;
     for after in 0..=n as u64 {
-        let read = store.read_after(&stream, after, usize::MAX).await.expect("read");
+        let read = store
+            .read_after(&stream, after, usize::MAX)
+            .await
+            .expect("read");
         let seqs: Vec<u64> = read.events.iter().map(|e| e.id.seq).collect();
         let want: Vec<u64> = (after + 1..=n as u64).collect();
         assert_eq!(seqs, want, "after {after}");
@@ -85,14 +103,23 @@ pub async fn d3_replay_after_every_id_is_exact_suffix(store: Arc<dyn Store>) {
 /// D3: a closing append finishes the stream; later appends are refused.
 pub async fn d3_closed_stream_finishes_and_refuses_appends(store: Arc<dyn Store>) {
     let stream = stream_with(&*store, 2).await;
-    let last = store.append(&stream, "final".into(), true).await.expect("close");
+    let last = store
+        .append(&stream, "final".into(), true)
+        .await
+        .expect("close");
     assert_eq!(last.seq, 3);
     let read = store.read_after(&stream, 1, 10).await.expect("read");
     assert!(read.finished);
     assert_eq!(read.events.len(), 2);
     let partial = store.read_after(&stream, 1, 1).await.expect("read");
-    assert!(!partial.finished, "finished only when the read reaches the last event");
-    let err = store.append(&stream, "late".into(), false).await.expect_err("append to a closed stream");
+    assert!(
+        !partial.finished,
+        "finished only when the read reaches the last event"
+    );
+    let err = store
+        .append(&stream, "late".into(), false)
+        .await
+        .expect_err("append to a closed stream");
     assert!(matches!(err, StoreError::StreamClosed { .. }), "{err}");
 }
 
@@ -109,16 +136,29 @@ pub const WAKE_WINDOW: Duration = Duration::from_secs(5);
 /// # Panics
 /// If the wake-ups end, or no wake-up within `within` is followed by a read with events:
 /// this is a test helper and the panic is the test's failure.
-pub async fn events_after_wake(wake: &mut WakeUps, store: &dyn Store, stream: &StreamId, after: u64, within: Duration) -> Vec<StoredEvent> {
+pub async fn events_after_wake(
+    wake: &mut WakeUps,
+    store: &dyn Store,
+    stream: &StreamId,
+    after: u64,
+    within: Duration,
+) -> Vec<StoredEvent> {
     let deadline = tokio::time::Instant::now() + within;
     let mut wake_ups = 0;
     loop {
         match tokio::time::timeout_at(deadline, wake.next()).await {
-            Err(_) => panic!("no event after {after} on {stream} within {within:?} ({wake_ups} wake-ups without one)"),
-            Ok(None) => panic!("the wake-ups of {stream} ended before an event after {after} arrived"),
+            Err(_) => panic!(
+                "no event after {after} on {stream} within {within:?} ({wake_ups} wake-ups without one)"
+            ),
+            Ok(None) => {
+                panic!("the wake-ups of {stream} ended before an event after {after} arrived")
+            }
             Ok(Some(())) => wake_ups += 1,
         }
-        let read = store.read_after(stream, after, usize::MAX).await.expect("read after a wake-up");
+        let read = store
+            .read_after(stream, after, usize::MAX)
+            .await
+            .expect("read after a wake-up");
         if !read.events.is_empty() {
             return read.events;
         }
@@ -131,14 +171,27 @@ pub async fn events_after_wake(wake: &mut WakeUps, store: &dyn Store, stream: &S
 pub async fn d3_live_tail_wakes_on_append(watcher: Arc<dyn Store>, writer: Arc<dyn Store>) {
     let stream = stream_with(&*writer, 0).await;
     let mut wake = watcher.watch(&stream).await.expect("watch");
-    let appended = writer.append(&stream, "x".into(), false).await.expect("append");
+    let appended = writer
+        .append(&stream, "x".into(), false)
+        .await
+        .expect("append");
     let events = events_after_wake(&mut wake, &*watcher, &stream, 0, WAKE_WINDOW).await;
     let got: Vec<(u64, &str)> = events.iter().map(|e| (e.id.seq, e.data.as_str())).collect();
-    assert_eq!(got, [(appended.seq, "x")], "the appended event, read after its wake-up");
+    assert_eq!(
+        got,
+        [(appended.seq, "x")],
+        "the appended event, read after its wake-up"
+    );
     // And the next append, now that the tail has read, wakes it again.
-    writer.append(&stream, "y".into(), true).await.expect("second append");
+    writer
+        .append(&stream, "y".into(), true)
+        .await
+        .expect("second append");
     let events = events_after_wake(&mut wake, &*watcher, &stream, appended.seq, WAKE_WINDOW).await;
-    assert_eq!(events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), ["y"]);
+    assert_eq!(
+        events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(),
+        ["y"]
+    );
 }
 
 /// Concurrent appenders on many streams: every stream ends up gap-free and duplicate-free.
@@ -155,7 +208,12 @@ pub async fn d2_concurrent_appenders_many_streams(store: Arc<dyn Store>) {
             tasks.push(tokio::spawn(async move {
                 let mut ids = Vec::new();
                 for i in 0..25 {
-                    ids.push(store.append(&s, format!("w{w}-{i}"), false).await.expect("append"));
+                    ids.push(
+                        store
+                            .append(&s, format!("w{w}-{i}"), false)
+                            .await
+                            .expect("append"),
+                    );
                 }
                 ids
             }));
@@ -173,7 +231,12 @@ pub async fn d2_concurrent_appenders_many_streams(store: Arc<dyn Store>) {
         assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
         // Each writer's own events are in its order.
         for w in 0..4 {
-            let mine: Vec<&str> = read.events.iter().map(|e| e.data.as_str()).filter(|d| d.starts_with(&format!("w{w}-"))).collect();
+            let mine: Vec<&str> = read
+                .events
+                .iter()
+                .map(|e| e.data.as_str())
+                .filter(|d| d.starts_with(&format!("w{w}-")))
+                .collect();
             let want: Vec<String> = (0..25).map(|i| format!("w{w}-{i}")).collect();
             assert_eq!(mine, want);
         }
@@ -188,21 +251,59 @@ pub async fn d5_session_lifecycle_and_principal_isolation(store: Arc<dyn Store>)
     store.create_session(record.clone()).await.expect("create");
     let loaded = store.load_session(&alice, &record.id).await.expect("load");
     assert_eq!(loaded.client, record.client);
-    assert!(matches!(store.load_session(&bob, &record.id).await, Err(StoreError::NotFound { .. })));
-    assert!(!store.end_session(&bob, &record.id).await.expect("end as bob"));
+    assert!(matches!(
+        store.load_session(&bob, &record.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(
+        !store
+            .end_session(&bob, &record.id)
+            .await
+            .expect("end as bob")
+    );
 
-    store.update_session(&alice, &record.id, SessionChange::SetLogLevel("debug".into())).await.expect("level");
-    store.update_session(&alice, &record.id, SessionChange::Subscribe("test://a".into())).await.expect("sub");
+    store
+        .update_session(
+            &alice,
+            &record.id,
+            SessionChange::SetLogLevel("debug".into()),
+        )
+        .await
+        .expect("level");
+    store
+        .update_session(
+            &alice,
+            &record.id,
+            SessionChange::Subscribe("test://a".into()),
+        )
+        .await
+        .expect("sub");
     let loaded = store.load_session(&alice, &record.id).await.expect("load");
     assert_eq!(loaded.log_level.as_deref(), Some("debug"));
     assert!(loaded.subscriptions.contains("test://a"));
 
-    let owner = store.stream_owner(&record.standalone_stream).await.expect("owner");
+    let owner = store
+        .stream_owner(&record.standalone_stream)
+        .await
+        .expect("owner");
     assert_eq!(owner.session.as_ref(), Some(&record.id));
     assert!(store.end_session(&alice, &record.id).await.expect("end"));
-    assert!(matches!(store.load_session(&alice, &record.id).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(store.update_session(&alice, &record.id, SessionChange::Touch).await, Err(StoreError::NotFound { .. })));
-    assert!(!store.end_session(&alice, &record.id).await.expect("end twice"));
+    assert!(matches!(
+        store.load_session(&alice, &record.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store
+            .update_session(&alice, &record.id, SessionChange::Touch)
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(
+        !store
+            .end_session(&alice, &record.id)
+            .await
+            .expect("end twice")
+    );
 }
 
 /// D5: ending a session ends its streams: reads fail and watchers stop.
@@ -211,8 +312,20 @@ pub async fn d5_session_end_closes_its_streams(store: Arc<dyn Store>) {
     let record = session(&who);
     store.create_session(record.clone()).await.expect("create");
     let stream = StreamId::random();
-    store.create_stream(&stream, &StreamOwner { principal: who.clone(), session: Some(record.id.clone()) }).await.expect("stream");
-    store.append(&stream, "a".into(), false).await.expect("append");
+    store
+        .create_stream(
+            &stream,
+            &StreamOwner {
+                principal: who.clone(),
+                session: Some(record.id.clone()),
+            },
+        )
+        .await
+        .expect("stream");
+    store
+        .append(&stream, "a".into(), false)
+        .await
+        .expect("append");
     let mut wake = store.watch(&stream).await.expect("watch");
     store.end_session(&who, &record.id).await.expect("end");
     // The watcher either ends or wakes; a read then says the stream is gone.
@@ -227,34 +340,72 @@ pub async fn d5_ending_a_session_with_many_streams_removes_them_all(store: Arc<d
     let who = Principal::new(format!("end-many-{}", StreamId::random()));
     let (ending, other) = (session(&who), session(&who));
     store.create_session(ending.clone()).await.expect("create");
-    store.create_session(other.clone()).await.expect("create other");
+    store
+        .create_session(other.clone())
+        .await
+        .expect("create other");
     let count = 2 * crate::PRUNE_BATCH + 7;
     let mut streams = Vec::new();
     for chunk in 0..count.div_ceil(100) {
         let mut write = WriteBatch::new();
         for _ in 0..100.min(count - chunk * 100) {
             let stream = StreamId::random();
-            let owner = StreamOwner { principal: who.clone(), session: Some(ending.id.clone()) };
-            write = write.create_stream(stream.clone(), owner).append(stream.clone(), "x");
+            let owner = StreamOwner {
+                principal: who.clone(),
+                session: Some(ending.id.clone()),
+            };
+            write = write
+                .create_stream(stream.clone(), owner)
+                .append(stream.clone(), "x");
             streams.push(stream);
         }
         store.commit(write).await.expect("batch");
     }
     let kept = StreamId::random();
-    store.create_stream(&kept, &StreamOwner { principal: who.clone(), session: Some(other.id.clone()) }).await.expect("other's stream");
+    store
+        .create_stream(
+            &kept,
+            &StreamOwner {
+                principal: who.clone(),
+                session: Some(other.id.clone()),
+            },
+        )
+        .await
+        .expect("other's stream");
     assert!(store.end_session(&who, &ending.id).await.expect("end"));
-    assert!(!store.end_session(&who, &ending.id).await.expect("end again"), "ended once");
+    assert!(
+        !store
+            .end_session(&who, &ending.id)
+            .await
+            .expect("end again"),
+        "ended once"
+    );
     for stream in &streams {
-        assert!(matches!(store.read_after(stream, 0, 10).await, Err(StoreError::NotFound { .. })), "stream {stream} left");
-        assert!(store.append(stream, "late".into(), false).await.is_err(), "stream {stream} took an append");
+        assert!(
+            matches!(
+                store.read_after(stream, 0, 10).await,
+                Err(StoreError::NotFound { .. })
+            ),
+            "stream {stream} left"
+        );
+        assert!(
+            store.append(stream, "late".into(), false).await.is_err(),
+            "stream {stream} took an append"
+        );
     }
-    assert!(store.read_after(&kept, 0, 10).await.is_ok(), "the other session's stream stays");
+    assert!(
+        store.read_after(&kept, 0, 10).await.is_ok(),
+        "the other session's stream stays"
+    );
     assert!(store.load_session(&who, &other.id).await.is_ok());
 }
 
 /// Bad ids: unknown streams are NotFound, not empty.
 pub async fn d3_unknown_stream_is_not_found(store: Arc<dyn Store>) {
-    let err = store.read_after(&StreamId::random(), 0, 10).await.expect_err("unknown stream");
+    let err = store
+        .read_after(&StreamId::random(), 0, 10)
+        .await
+        .expect_err("unknown stream");
     assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
     assert!(store.stream_owner(&StreamId::random()).await.is_err());
 }
@@ -265,32 +416,89 @@ pub async fn d14_prune_respects_open_streams_and_idle_ttl(store: Arc<dyn Store>)
     let mut idle = session(&who);
     idle.last_seen_ms = 1_000;
     let live = session(&who);
-    store.create_session(idle.clone()).await.expect("create idle");
-    store.create_session(live.clone()).await.expect("create live");
+    store
+        .create_session(idle.clone())
+        .await
+        .expect("create idle");
+    store
+        .create_session(live.clone())
+        .await
+        .expect("create live");
     // Touch `live` so its last use is now.
-    store.update_session(&who, &live.id, SessionChange::Touch).await.expect("touch");
-    let owner = StreamOwner { principal: who.clone(), session: None };
+    store
+        .update_session(&who, &live.id, SessionChange::Touch)
+        .await
+        .expect("touch");
+    let owner = StreamOwner {
+        principal: who.clone(),
+        session: None,
+    };
     let (finished, open) = (StreamId::random(), StreamId::random());
     for s in [&finished, &open] {
         store.create_stream(s, &owner).await.expect("stream");
         store.append(s, "x".into(), false).await.expect("append");
     }
-    store.append(&finished, "done".into(), true).await.expect("close");
+    store
+        .append(&finished, "done".into(), true)
+        .await
+        .expect("close");
     let now = now_ms();
     // Now: only the session idle since the epoch's first second ends.
-    let report = store.prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, now).await.expect("prune");
-    assert_eq!(report, crate::PruneReport { sessions_ended: 1, streams_deleted: 0, records_expired: 0 });
-    assert!(matches!(store.load_session(&who, &idle.id).await, Err(StoreError::NotFound { .. })));
+    let report = store
+        .prune(
+            &crate::Retention {
+                session_idle_ttl_ms: Some(3_600_000),
+                max_stream_age_ms: Some(3_600_000),
+            },
+            now,
+        )
+        .await
+        .expect("prune");
+    assert_eq!(
+        report,
+        crate::PruneReport {
+            sessions_ended: 1,
+            streams_deleted: 0,
+            records_expired: 0
+        }
+    );
+    assert!(matches!(
+        store.load_session(&who, &idle.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
     assert!(store.load_session(&who, &live.id).await.is_ok());
     // Two hours later: the other session ends too, the finished stream goes, the open one
     // stays.
     let later = now + 2 * 3_600_000;
-    let report = store.prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, later).await.expect("prune");
+    let report = store
+        .prune(
+            &crate::Retention {
+                session_idle_ttl_ms: Some(3_600_000),
+                max_stream_age_ms: Some(3_600_000),
+            },
+            later,
+        )
+        .await
+        .expect("prune");
     assert!(report.sessions_ended >= 1, "{report:?}");
     assert!(report.streams_deleted >= 1, "{report:?}");
-    assert!(matches!(store.load_session(&who, &live.id).await, Err(StoreError::NotFound { .. })));
-    assert!(store.read_after(&finished, 0, 10).await.is_err(), "finished stream pruned");
-    assert_eq!(store.read_after(&open, 0, 10).await.expect("open stream kept").events.len(), 1);
+    assert!(matches!(
+        store.load_session(&who, &live.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(
+        store.read_after(&finished, 0, 10).await.is_err(),
+        "finished stream pruned"
+    );
+    assert_eq!(
+        store
+            .read_after(&open, 0, 10)
+            .await
+            .expect("open stream kept")
+            .events
+            .len(),
+        1
+    );
 }
 
 /// D14: a prune removes everything due, however much more than one batch
@@ -298,14 +506,20 @@ pub async fn d14_prune_respects_open_streams_and_idle_ttl(store: Arc<dyn Store>)
 /// records; and nothing else.
 pub async fn d14_prune_removes_more_than_a_batch_of_each(store: Arc<dyn Store>) {
     let who = Principal::new(format!("prune-many-{}", StreamId::random()));
-    let owner = StreamOwner { principal: who.clone(), session: None };
+    let owner = StreamOwner {
+        principal: who.clone(),
+        session: None,
+    };
     let (batch, kept) = (crate::PRUNE_BATCH, StreamId::random());
     let now = now_ms();
     let mut sessions = Vec::new();
     for _ in 0..batch + 3 {
         let mut idle = session(&who);
         idle.last_seen_ms = 1_000;
-        store.create_session(idle.clone()).await.expect("create idle");
+        store
+            .create_session(idle.clone())
+            .await
+            .expect("create idle");
         sessions.push(idle.id);
     }
     let mut streams = Vec::new();
@@ -314,26 +528,75 @@ pub async fn d14_prune_removes_more_than_a_batch_of_each(store: Arc<dyn Store>) 
         let mut write = WriteBatch::new();
         for i in 0..100.min(2 * batch + 7 - chunk * 100) {
             let stream = StreamId::random();
-            write = write.create_stream(stream.clone(), owner.clone()).append(stream.clone(), "done").close(stream.clone());
-            write = write.put_record(RecordKind::Step, format!("{prefix}{chunk}-{i}"), "x", Some(now + 3_600_000), Expect::Absent);
+            write = write
+                .create_stream(stream.clone(), owner.clone())
+                .append(stream.clone(), "done")
+                .close(stream.clone());
+            write = write.put_record(
+                RecordKind::Step,
+                format!("{prefix}{chunk}-{i}"),
+                "x",
+                Some(now + 3_600_000),
+                Expect::Absent,
+            );
             streams.push(stream);
         }
         store.commit(write).await.expect("batch");
     }
-    store.create_stream(&kept, &owner).await.expect("open stream");
+    store
+        .create_stream(&kept, &owner)
+        .await
+        .expect("open stream");
     let later = now + 2 * 3_600_000;
-    let report = store.prune(&crate::Retention { session_idle_ttl_ms: Some(3_600_000), max_stream_age_ms: Some(3_600_000) }, later).await.expect("prune");
+    let report = store
+        .prune(
+            &crate::Retention {
+                session_idle_ttl_ms: Some(3_600_000),
+                max_stream_age_ms: Some(3_600_000),
+            },
+            later,
+        )
+        .await
+        .expect("prune");
     assert!(report.sessions_ended >= (batch + 3) as u64, "{report:?}");
-    assert!(report.streams_deleted >= (2 * batch + 7) as u64, "{report:?}");
-    assert!(report.records_expired >= (2 * batch + 7) as u64, "{report:?}");
+    assert!(
+        report.streams_deleted >= (2 * batch + 7) as u64,
+        "{report:?}"
+    );
+    assert!(
+        report.records_expired >= (2 * batch + 7) as u64,
+        "{report:?}"
+    );
     for id in &sessions {
-        assert!(matches!(store.load_session(&who, id).await, Err(StoreError::NotFound { .. })), "session {id} left");
+        assert!(
+            matches!(
+                store.load_session(&who, id).await,
+                Err(StoreError::NotFound { .. })
+            ),
+            "session {id} left"
+        );
     }
     for stream in &streams {
-        assert!(matches!(store.read_after(stream, 0, 10).await, Err(StoreError::NotFound { .. })), "stream {stream} left");
+        assert!(
+            matches!(
+                store.read_after(stream, 0, 10).await,
+                Err(StoreError::NotFound { .. })
+            ),
+            "stream {stream} left"
+        );
     }
-    assert!(store.list_records(RecordKind::Step, &prefix, 10).await.expect("list").is_empty(), "expired records left");
-    assert!(store.read_after(&kept, 0, 10).await.is_ok(), "the open stream stays");
+    assert!(
+        store
+            .list_records(RecordKind::Step, &prefix, 10)
+            .await
+            .expect("list")
+            .is_empty(),
+        "expired records left"
+    );
+    assert!(
+        store.read_after(&kept, 0, 10).await.is_ok(),
+        "the open stream stays"
+    );
 }
 
 /// Sessions can be listed, per principal.
@@ -343,7 +606,10 @@ pub async fn d4_list_sessions_by_principal(store: Arc<dyn Store>) {
     let b = session(&who);
     store.create_session(a.clone()).await.expect("a");
     store.create_session(b.clone()).await.expect("b");
-    store.create_session(session(&Principal::new("someone-else"))).await.expect("c");
+    store
+        .create_session(session(&Principal::new("someone-else")))
+        .await
+        .expect("c");
     let mine = store.list_sessions(Some(&who), 100).await.expect("list");
     let ids: BTreeSet<_> = mine.iter().map(|s| s.id.clone()).collect();
     assert_eq!(ids, BTreeSet::from([a.id, b.id]));
@@ -356,17 +622,38 @@ pub async fn d4_session_state_compare_and_set_loses_no_update(store: Arc<dyn Sto
     let who = Principal::anonymous();
     let record = session(&who);
     store.create_session(record.clone()).await.expect("create");
-    let stale = SessionChange::CompareAndSetState { key: "n".into(), expected: Some(serde_json::json!(5)), value: Some(serde_json::json!(6)) };
-    assert!(matches!(store.update_session(&who, &record.id, stale).await, Err(StoreError::Conflict { .. })));
+    let stale = SessionChange::CompareAndSetState {
+        key: "n".into(),
+        expected: Some(serde_json::json!(5)),
+        value: Some(serde_json::json!(6)),
+    };
+    assert!(matches!(
+        store.update_session(&who, &record.id, stale).await,
+        Err(StoreError::Conflict { .. })
+    ));
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let (store, who, id) = (store.clone(), who.clone(), record.id.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..10 {
                 loop {
-                    let current = store.load_session(&who, &id).await.expect("load").state.get("n").cloned();
-                    let next = current.as_ref().and_then(serde_json::Value::as_u64).unwrap_or(0) + 1;
-                    let change = SessionChange::CompareAndSetState { key: "n".into(), expected: current, value: Some(next.into()) };
+                    let current = store
+                        .load_session(&who, &id)
+                        .await
+                        .expect("load")
+                        .state
+                        .get("n")
+                        .cloned();
+                    let next = current
+                        .as_ref()
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0)
+                        + 1;
+                    let change = SessionChange::CompareAndSetState {
+                        key: "n".into(),
+                        expected: current,
+                        value: Some(next.into()),
+                    };
                     match store.update_session(&who, &id, change).await {
                         Ok(_) => break,
                         Err(StoreError::Conflict { .. }) => continue,
@@ -380,7 +667,11 @@ pub async fn d4_session_state_compare_and_set_loses_no_update(store: Arc<dyn Sto
         t.await.expect("join");
     }
     let loaded = store.load_session(&who, &record.id).await.expect("load");
-    assert_eq!(loaded.state.get("n"), Some(&serde_json::json!(80)), "80 increments, none lost");
+    assert_eq!(
+        loaded.state.get("n"),
+        Some(&serde_json::json!(80)),
+        "80 increments, none lost"
+    );
 }
 
 /// Streamable HTTP "Multiple Connections": GET streams racing to take a session's delivery
@@ -394,7 +685,10 @@ pub async fn spec_session_delivery_compare_and_set_has_one_winner(store: Arc<dyn
         let (store, who, id) = (store.clone(), who.clone(), record.id.clone());
         tasks.push(tokio::spawn(async move {
             let value = crate::Delivery::default().held_by(&format!("get {n}"), 1);
-            let change = SessionChange::CompareAndSetDelivery { expected: None, value };
+            let change = SessionChange::CompareAndSetDelivery {
+                expected: None,
+                value,
+            };
             match store.update_session(&who, &id, change).await {
                 Ok(_) => Some(n),
                 Err(StoreError::Conflict { .. }) => None,
@@ -406,8 +700,17 @@ pub async fn spec_session_delivery_compare_and_set_has_one_winner(store: Arc<dyn
     for t in tasks {
         winners.extend(t.await.expect("join"));
     }
-    assert_eq!(winners.len(), 1, "exactly one GET stream takes the delivery: {winners:?}");
-    let stored = store.load_session(&who, &record.id).await.expect("load").delivery.expect("stored");
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one GET stream takes the delivery: {winners:?}"
+    );
+    let stored = store
+        .load_session(&who, &record.id)
+        .await
+        .expect("load")
+        .delivery
+        .expect("stored");
     assert_eq!(stored.holder, Some(format!("get {}", winners[0])));
 }
 
@@ -419,7 +722,16 @@ pub async fn d8_first_commit_wins_among_racing_writers(store: Arc<dyn Store>) {
     for i in 0..16 {
         let (store, key) = (store.clone(), key.clone());
         tasks.push(tokio::spawn(async move {
-            match store.put_record(RecordKind::Step, &key, format!("\"writer {i}\""), None, Expect::Absent).await {
+            match store
+                .put_record(
+                    RecordKind::Step,
+                    &key,
+                    format!("\"writer {i}\""),
+                    None,
+                    Expect::Absent,
+                )
+                .await
+            {
                 Ok(version) => Some((i, version)),
                 Err(StoreError::Conflict { .. }) => None,
                 Err(e) => panic!("{e}"),
@@ -435,7 +747,11 @@ pub async fn d8_first_commit_wins_among_racing_writers(store: Arc<dyn Store>) {
     assert_eq!(winners.len(), 1, "exactly one writer commits: {winners:?}");
     let (winner, version) = winners[0];
     assert_eq!(version, 1);
-    let stored = store.get_record(RecordKind::Step, &key).await.expect("get").expect("present");
+    let stored = store
+        .get_record(RecordKind::Step, &key)
+        .await
+        .expect("get")
+        .expect("present");
     assert_eq!(stored.value, format!("\"writer {winner}\""));
     assert_eq!(stored.version, 1);
     assert_eq!(stored.key, key);
@@ -456,7 +772,14 @@ pub async fn d8_first_commit_wins_across_workers(a: &dyn Store, b: &dyn Store) {
             (Err(StoreError::Conflict { .. }), Ok(1)) => "\"b\"",
             other => panic!("round {round}: {other:?}"),
         };
-        assert_eq!(b.get_record(RecordKind::Step, &key).await.expect("get").expect("present").value, winner);
+        assert_eq!(
+            b.get_record(RecordKind::Step, &key)
+                .await
+                .expect("get")
+                .expect("present")
+                .value,
+            winner
+        );
     }
 }
 
@@ -464,18 +787,47 @@ pub async fn d8_first_commit_wins_across_workers(a: &dyn Store, b: &dyn Store) {
 /// no update; a stale version, or a version on a missing record, is a conflict.
 pub async fn d7_compare_and_set_versions(store: Arc<dyn Store>) {
     let key = StreamId::random().to_string();
-    assert!(matches!(store.put_record(RecordKind::Run, &key, "0".into(), None, Expect::Version(1)).await, Err(StoreError::Conflict { .. })));
-    assert_eq!(store.put_record(RecordKind::Run, &key, "0".into(), None, Expect::Absent).await.expect("create"), 1);
-    assert!(matches!(store.put_record(RecordKind::Run, &key, "x".into(), None, Expect::Absent).await, Err(StoreError::Conflict { .. })));
+    assert!(matches!(
+        store
+            .put_record(RecordKind::Run, &key, "0".into(), None, Expect::Version(1))
+            .await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(
+        store
+            .put_record(RecordKind::Run, &key, "0".into(), None, Expect::Absent)
+            .await
+            .expect("create"),
+        1
+    );
+    assert!(matches!(
+        store
+            .put_record(RecordKind::Run, &key, "x".into(), None, Expect::Absent)
+            .await,
+        Err(StoreError::Conflict { .. })
+    ));
     let mut tasks = Vec::new();
     for _ in 0..6 {
         let (store, key) = (store.clone(), key.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..10 {
                 loop {
-                    let current = store.get_record(RecordKind::Run, &key).await.expect("get").expect("present");
+                    let current = store
+                        .get_record(RecordKind::Run, &key)
+                        .await
+                        .expect("get")
+                        .expect("present");
                     let n: u64 = current.value.parse().expect("number");
-                    match store.put_record(RecordKind::Run, &key, (n + 1).to_string(), None, Expect::Version(current.version)).await {
+                    match store
+                        .put_record(
+                            RecordKind::Run,
+                            &key,
+                            (n + 1).to_string(),
+                            None,
+                            Expect::Version(current.version),
+                        )
+                        .await
+                    {
                         Ok(v) => {
                             assert_eq!(v, current.version + 1);
                             break;
@@ -490,10 +842,25 @@ pub async fn d7_compare_and_set_versions(store: Arc<dyn Store>) {
     for t in tasks {
         t.await.expect("join");
     }
-    let last = store.get_record(RecordKind::Run, &key).await.expect("get").expect("present");
+    let last = store
+        .get_record(RecordKind::Run, &key)
+        .await
+        .expect("get")
+        .expect("present");
     assert_eq!(last.value, "60", "60 increments, none lost");
     assert_eq!(last.version, 61);
-    assert!(matches!(store.put_record(RecordKind::Run, &key, "stale".into(), None, Expect::Version(3)).await, Err(StoreError::Conflict { .. })));
+    assert!(matches!(
+        store
+            .put_record(
+                RecordKind::Run,
+                &key,
+                "stale".into(),
+                None,
+                Expect::Version(3)
+            )
+            .await,
+        Err(StoreError::Conflict { .. })
+    ));
 }
 
 /// Kinds are separate tables; listing is by prefix and in key order; deleting by prefix
@@ -502,20 +869,92 @@ pub async fn d8_list_and_delete_by_prefix(store: Arc<dyn Store>) {
     let run = StreamId::random().to_string();
     let other = StreamId::random().to_string();
     for name in ["b", "a", "c"] {
-        store.put_record(RecordKind::Step, &format!("{run}/{name}"), format!("\"{name}\""), None, Expect::Absent).await.expect("put");
+        store
+            .put_record(
+                RecordKind::Step,
+                &format!("{run}/{name}"),
+                format!("\"{name}\""),
+                None,
+                Expect::Absent,
+            )
+            .await
+            .expect("put");
     }
-    store.put_record(RecordKind::Step, &format!("{other}/a"), "1".into(), None, Expect::Absent).await.expect("put");
-    store.put_record(RecordKind::Task, &format!("{run}/a"), "task".into(), None, Expect::Absent).await.expect("put");
-    let listed = store.list_records(RecordKind::Step, &format!("{run}/"), 100).await.expect("list");
+    store
+        .put_record(
+            RecordKind::Step,
+            &format!("{other}/a"),
+            "1".into(),
+            None,
+            Expect::Absent,
+        )
+        .await
+        .expect("put");
+    store
+        .put_record(
+            RecordKind::Task,
+            &format!("{run}/a"),
+            "task".into(),
+            None,
+            Expect::Absent,
+        )
+        .await
+        .expect("put");
+    let listed = store
+        .list_records(RecordKind::Step, &format!("{run}/"), 100)
+        .await
+        .expect("list");
     let keys: Vec<_> = listed.iter().map(|r| r.key.clone()).collect();
-    assert_eq!(keys, vec![format!("{run}/a"), format!("{run}/b"), format!("{run}/c")]);
+    assert_eq!(
+        keys,
+        vec![format!("{run}/a"), format!("{run}/b"), format!("{run}/c")]
+    );
     assert_eq!(listed[0].value, "\"a\"");
-    assert_eq!(store.list_records(RecordKind::Step, &format!("{run}/"), 2).await.expect("list").len(), 2);
-    assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 3);
-    assert!(store.list_records(RecordKind::Step, &format!("{run}/"), 100).await.expect("list").is_empty());
-    assert!(store.get_record(RecordKind::Step, &format!("{other}/a")).await.expect("get").is_some(), "other prefix kept");
-    assert!(store.get_record(RecordKind::Task, &format!("{run}/a")).await.expect("get").is_some(), "other kind kept");
-    assert_eq!(store.delete_records(RecordKind::Step, &format!("{run}/")).await.expect("delete"), 0);
+    assert_eq!(
+        store
+            .list_records(RecordKind::Step, &format!("{run}/"), 2)
+            .await
+            .expect("list")
+            .len(),
+        2
+    );
+    assert_eq!(
+        store
+            .delete_records(RecordKind::Step, &format!("{run}/"))
+            .await
+            .expect("delete"),
+        3
+    );
+    assert!(
+        store
+            .list_records(RecordKind::Step, &format!("{run}/"), 100)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    assert!(
+        store
+            .get_record(RecordKind::Step, &format!("{other}/a"))
+            .await
+            .expect("get")
+            .is_some(),
+        "other prefix kept"
+    );
+    assert!(
+        store
+            .get_record(RecordKind::Task, &format!("{run}/a"))
+            .await
+            .expect("get")
+            .is_some(),
+        "other kind kept"
+    );
+    assert_eq!(
+        store
+            .delete_records(RecordKind::Step, &format!("{run}/"))
+            .await
+            .expect("delete"),
+        0
+    );
 }
 
 /// Deleting a prefix that holds more than [`crate::PRUNE_BATCH`] records (an ended session's
@@ -528,17 +967,56 @@ pub async fn d14_delete_removes_more_than_a_batch(store: Arc<dyn Store>) {
     while written < live + expired {
         let mut write = WriteBatch::new();
         for i in written..(written + 100).min(live + expired) {
-            let expires = if i < expired { Some(now - 1) } else { Some(now + 3_600_000) };
-            write = write.put_record(RecordKind::Alias, format!("{prefix}{i:05}"), "x", expires, Expect::Absent);
+            let expires = if i < expired {
+                Some(now - 1)
+            } else {
+                Some(now + 3_600_000)
+            };
+            write = write.put_record(
+                RecordKind::Alias,
+                format!("{prefix}{i:05}"),
+                "x",
+                expires,
+                Expect::Absent,
+            );
         }
         store.commit(write).await.expect("batch");
         written = (written + 100).min(live + expired);
     }
     let past = format!("{}0", prefix.trim_end_matches('/'));
-    store.put_record(RecordKind::Alias, &past, "kept".into(), None, Expect::Absent).await.expect("put");
-    assert_eq!(store.delete_records(RecordKind::Alias, &prefix).await.expect("delete"), live as u64);
-    assert!(store.list_records(RecordKind::Alias, &prefix, 10).await.expect("list").is_empty(), "records left");
-    assert!(store.get_record(RecordKind::Alias, &past).await.expect("get").is_some(), "the key past the prefix is kept");
+    store
+        .put_record(
+            RecordKind::Alias,
+            &past,
+            "kept".into(),
+            None,
+            Expect::Absent,
+        )
+        .await
+        .expect("put");
+    assert_eq!(
+        store
+            .delete_records(RecordKind::Alias, &prefix)
+            .await
+            .expect("delete"),
+        live as u64
+    );
+    assert!(
+        store
+            .list_records(RecordKind::Alias, &prefix, 10)
+            .await
+            .expect("list")
+            .is_empty(),
+        "records left"
+    );
+    assert!(
+        store
+            .get_record(RecordKind::Alias, &past)
+            .await
+            .expect("get")
+            .is_some(),
+        "the key past the prefix is kept"
+    );
 }
 
 /// Keys built with [`crate::key_part`] from input of any length are stored, read and listed
@@ -548,14 +1026,43 @@ pub async fn bounded_keys_of_any_input_are_stored(store: Arc<dyn Store>) {
     let run = StreamId::random().to_string();
     for len in [3_000, 100_000] {
         let key = format!("{run}/{}", crate::key_part(&incompressible(len)));
-        store.put_record(RecordKind::Alias, &key, format!("{len}"), None, Expect::Absent).await.expect("a bounded key is stored");
-        let record = store.get_record(RecordKind::Alias, &key).await.expect("get").expect("present");
+        store
+            .put_record(
+                RecordKind::Alias,
+                &key,
+                format!("{len}"),
+                None,
+                Expect::Absent,
+            )
+            .await
+            .expect("a bounded key is stored");
+        let record = store
+            .get_record(RecordKind::Alias, &key)
+            .await
+            .expect("get")
+            .expect("present");
         assert_eq!(record.value, format!("{len}"));
     }
-    assert_eq!(store.list_records(RecordKind::Alias, &format!("{run}/"), 10).await.expect("list").len(), 2);
+    assert_eq!(
+        store
+            .list_records(RecordKind::Alias, &format!("{run}/"), 10)
+            .await
+            .expect("list")
+            .len(),
+        2
+    );
     let raw = format!("{run}/{}", incompressible(3_000));
-    match store.put_record(RecordKind::Alias, &raw, "raw".into(), None, Expect::Absent).await {
-        Ok(_) => assert!(store.get_record(RecordKind::Alias, &raw).await.expect("get").is_some()),
+    match store
+        .put_record(RecordKind::Alias, &raw, "raw".into(), None, Expect::Absent)
+        .await
+    {
+        Ok(_) => assert!(
+            store
+                .get_record(RecordKind::Alias, &raw)
+                .await
+                .expect("get")
+                .is_some()
+        ),
         Err(error) => assert_eq!(error.kind(), crate::StoreErrorKind::Refused, "{error}"),
     }
 }
@@ -566,17 +1073,72 @@ pub async fn d14_expired_records_are_absent_and_pruned(store: Arc<dyn Store>) {
     let now = now_ms();
     let gone = format!("{}/gone", StreamId::random());
     let kept = format!("{}/kept", StreamId::random());
-    store.put_record(RecordKind::Task, &gone, "old".into(), Some(now.saturating_sub(1)), Expect::Absent).await.expect("put");
-    store.put_record(RecordKind::Task, &kept, "new".into(), Some(now + 3_600_000), Expect::Absent).await.expect("put");
-    assert_eq!(store.get_record(RecordKind::Task, &gone).await.expect("get"), None);
-    assert!(store.list_records(RecordKind::Task, &gone, 10).await.expect("list").is_empty());
-    let kept_record = store.get_record(RecordKind::Task, &kept).await.expect("get").expect("kept");
+    store
+        .put_record(
+            RecordKind::Task,
+            &gone,
+            "old".into(),
+            Some(now.saturating_sub(1)),
+            Expect::Absent,
+        )
+        .await
+        .expect("put");
+    store
+        .put_record(
+            RecordKind::Task,
+            &kept,
+            "new".into(),
+            Some(now + 3_600_000),
+            Expect::Absent,
+        )
+        .await
+        .expect("put");
+    assert_eq!(
+        store
+            .get_record(RecordKind::Task, &gone)
+            .await
+            .expect("get"),
+        None
+    );
+    assert!(
+        store
+            .list_records(RecordKind::Task, &gone, 10)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    let kept_record = store
+        .get_record(RecordKind::Task, &kept)
+        .await
+        .expect("get")
+        .expect("kept");
     assert_eq!(kept_record.expires_at_ms, Some(now + 3_600_000));
-    let report = store.prune(&Retention::default(), now).await.expect("prune");
+    let report = store
+        .prune(&Retention::default(), now)
+        .await
+        .expect("prune");
     assert!(report.records_expired >= 1, "{report:?}");
-    assert!(store.get_record(RecordKind::Task, &kept).await.expect("get").is_some());
+    assert!(
+        store
+            .get_record(RecordKind::Task, &kept)
+            .await
+            .expect("get")
+            .is_some()
+    );
     // The key is free again: a new record starts at version 1.
-    assert_eq!(store.put_record(RecordKind::Task, &gone, "again".into(), None, Expect::Absent).await.expect("put"), 1);
+    assert_eq!(
+        store
+            .put_record(
+                RecordKind::Task,
+                &gone,
+                "again".into(),
+                None,
+                Expect::Absent
+            )
+            .await
+            .expect("put"),
+        1
+    );
 }
 
 /// Re-exported so that backends need no direct dependency for the property test.
@@ -615,7 +1177,10 @@ pub enum LogOp {
 /// How many cases the event-log property test runs: `PROPTEST_CASES` if set, else 256 in
 /// CI ([`crate::in_ci`]) and 32 otherwise (a quick local run).
 pub fn property_cases() -> u32 {
-    if let Some(cases) = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()) {
+    if let Some(cases) = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         return cases;
     }
     if crate::in_ci() { 256 } else { 32 }
@@ -643,7 +1208,11 @@ pub fn log_ops() -> impl proptest::strategy::Strategy<Value = Vec<LogOp>> {
 /// With the minimal failing interleaving, when a case fails.
 pub fn check_event_log_property(runtime: &tokio::runtime::Runtime, store: Arc<dyn Store>) {
     use proptest::test_runner::{Config, TestRunner};
-    let config = Config { cases: property_cases(), failure_persistence: None, ..Config::default() };
+    let config = Config {
+        cases: property_cases(),
+        failure_persistence: None,
+        ..Config::default()
+    };
     let result = TestRunner::new(config).run(&log_ops(), |ops| {
         runtime.block_on(check_event_log_model(store.clone(), ops));
         Ok(())
@@ -658,7 +1227,10 @@ pub fn check_event_log_property(runtime: &tokio::runtime::Runtime, store: Arc<dy
 /// and a batch interleaved with single appends lands whole (the next sequences, in order)
 /// or, if any of its ops is refused, not at all.
 pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
-    let owner = StreamOwner { principal: Principal::anonymous(), session: None };
+    let owner = StreamOwner {
+        principal: Principal::anonymous(),
+        session: None,
+    };
     let mut streams = Vec::new();
     let mut model: Vec<(Vec<String>, bool)> = Vec::new();
     for _ in 0..PROP_STREAMS {
@@ -674,7 +1246,10 @@ pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
                 let data = format!("s{stream}-{step}");
                 let result = store.append(&streams[stream], data.clone(), close).await;
                 if *closed {
-                    assert!(matches!(result, Err(StoreError::StreamClosed { .. })), "step {step}: append to a closed stream");
+                    assert!(
+                        matches!(result, Err(StoreError::StreamClosed { .. })),
+                        "step {step}: append to a closed stream"
+                    );
                 } else {
                     let id = result.expect("append");
                     events.push(data);
@@ -682,10 +1257,19 @@ pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
                     *closed = close;
                 }
             }
-            LogOp::Replay { stream, after, limit } => {
+            LogOp::Replay {
+                stream,
+                after,
+                limit,
+            } => {
                 let (events, closed) = &model[stream];
-                let read = store.read_after(&streams[stream], after, limit).await.expect("read");
-                let start = usize::try_from(after).unwrap_or(usize::MAX).min(events.len());
+                let read = store
+                    .read_after(&streams[stream], after, limit)
+                    .await
+                    .expect("read");
+                let start = usize::try_from(after)
+                    .unwrap_or(usize::MAX)
+                    .min(events.len());
                 let want: Vec<&String> = events[start..].iter().take(limit).collect();
                 let got: Vec<&String> = read.events.iter().map(|e| &e.data).collect();
                 assert_eq!(got, want, "step {step}: exact suffix after {after}");
@@ -693,7 +1277,11 @@ pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
                     assert_eq!(e.id.seq, after + 1 + i as u64, "step {step}: ids in order");
                 }
                 let reaches_end = start + want.len() == events.len();
-                assert_eq!(read.finished, *closed && reaches_end, "step {step}: finished flag");
+                assert_eq!(
+                    read.finished,
+                    *closed && reaches_end,
+                    "step {step}: finished flag"
+                );
             }
             LogOp::Batch { appends, conflict } => {
                 let mut batch = crate::WriteBatch::new();
@@ -716,24 +1304,39 @@ pub async fn check_event_log_model(store: Arc<dyn Store>, ops: Vec<LogOp>) {
                     }
                 }
                 if conflict {
-                    batch = batch.put_record(RecordKind::Step, format!("{}", streams[0]), "x", None, Expect::Version(u64::MAX));
+                    batch = batch.put_record(
+                        RecordKind::Step,
+                        format!("{}", streams[0]),
+                        "x",
+                        None,
+                        Expect::Version(u64::MAX),
+                    );
                     refused = refused.or(Some(batch.len() - 1));
                 }
                 let result = store.commit(batch).await;
                 match refused {
                     Some(index) => {
                         let err = result.expect_err("a refused op fails the batch");
-                        assert!(matches!(err, StoreError::BatchOp { index: i, .. } if i == index), "step {step}: {err}");
+                        assert!(
+                            matches!(err, StoreError::BatchOp { index: i, .. } if i == index),
+                            "step {step}: {err}"
+                        );
                     }
                     None => {
                         let outcome = result.expect("batch");
                         for (id, (stream, _)) in outcome.events().zip(&appends) {
                             assert_eq!(&id.stream, &streams[*stream], "step {step}: event stream");
                         }
-                        let mut next: Vec<u64> = model.iter().map(|(events, _)| events.len() as u64).collect();
+                        let mut next: Vec<u64> = model
+                            .iter()
+                            .map(|(events, _)| events.len() as u64)
+                            .collect();
                         for (id, (stream, _)) in outcome.events().zip(&appends) {
                             next[*stream] += 1;
-                            assert_eq!(id.seq, next[*stream], "step {step}: next sequence in the batch");
+                            assert_eq!(
+                                id.seq, next[*stream],
+                                "step {step}: next sequence in the batch"
+                            );
                         }
                         assert_eq!(outcome.events().count(), appends.len());
                         model = after;

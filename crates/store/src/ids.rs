@@ -48,7 +48,8 @@ pub struct IdError {
 }
 
 fn is_lower_hex(s: &str) -> bool {
-    s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 macro_rules! random_id {
@@ -187,12 +188,24 @@ impl fmt::Display for EventId {
 impl FromStr for EventId {
     type Err = IdError;
     fn from_str(s: &str) -> Result<Self, IdError> {
-        let (stream, seq) = s.split_once('_').ok_or(IdError { kind: "event id", reason: "missing separator" })?;
-        let stream = stream.parse().map_err(|_| IdError { kind: "event id", reason: "bad stream part" })?;
+        let (stream, seq) = s.split_once('_').ok_or(IdError {
+            kind: "event id",
+            reason: "missing separator",
+        })?;
+        let stream = stream.parse().map_err(|_| IdError {
+            kind: "event id",
+            reason: "bad stream part",
+        })?;
         if seq.is_empty() || seq.len() > 20 || !seq.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(IdError { kind: "event id", reason: "bad sequence part" });
+            return Err(IdError {
+                kind: "event id",
+                reason: "bad sequence part",
+            });
         }
-        let seq = seq.parse().map_err(|_| IdError { kind: "event id", reason: "sequence out of range" })?;
+        let seq = seq.parse().map_err(|_| IdError {
+            kind: "event id",
+            reason: "sequence out of range",
+        })?;
         Ok(Self { stream, seq })
     }
 }
@@ -228,7 +241,9 @@ mod tests {
         // random part (80 bits), never in a counter a client could guess from.
         let now = u64::from_str_radix(&later.as_str()[..12], 16).unwrap();
         assert!(now.abs_diff(crate::now_ms()) < 60_000, "{later}");
-        let same: std::collections::HashSet<String> = (0..1_000).map(|_| StreamId::random().as_str()[12..].to_owned()).collect();
+        let same: std::collections::HashSet<String> = (0..1_000)
+            .map(|_| StreamId::random().as_str()[12..].to_owned())
+            .collect();
         assert_eq!(same.len(), 1_000);
     }
 

@@ -81,11 +81,24 @@ pub struct Record {
 impl Record {
     /// A record from SQL columns (signed integers): a negative version or expiry is
     /// `StoreError::Corrupt`.
-    pub fn from_columns(key: String, version: i64, value: String, expires_at: Option<i64>) -> Result<Self, crate::StoreError> {
-        let version = u64::try_from(version).map_err(|_| crate::StoreError::Corrupt(format!("record {key:?} has version {version}")))?;
-        let expires_at_ms =
-            expires_at.map(u64::try_from).transpose().map_err(|_| crate::StoreError::Corrupt(format!("record {key:?} has a negative expiry")))?;
-        Ok(Self { key, version, value, expires_at_ms })
+    pub fn from_columns(
+        key: String,
+        version: i64,
+        value: String,
+        expires_at: Option<i64>,
+    ) -> Result<Self, crate::StoreError> {
+        let version = u64::try_from(version).map_err(|_| {
+            crate::StoreError::Corrupt(format!("record {key:?} has version {version}"))
+        })?;
+        let expires_at_ms = expires_at.map(u64::try_from).transpose().map_err(|_| {
+            crate::StoreError::Corrupt(format!("record {key:?} has a negative expiry"))
+        })?;
+        Ok(Self {
+            key,
+            version,
+            value,
+            expires_at_ms,
+        })
     }
 
     /// Whether the record has expired at `now_ms` (expired records behave as absent).
@@ -122,7 +135,9 @@ const DIGEST_MARKER: char = '#';
 /// are therefore as distinct as their inputs, and at most a few hundred bytes long
 /// (PostgreSQL's btree index refuses entries beyond about 2,700 bytes).
 pub fn key_part(part: &str) -> std::borrow::Cow<'_, str> {
-    let plain = part.len() <= MAX_PLAIN_KEY_PART && !part.starts_with(DIGEST_MARKER) && !part.chars().any(char::is_control);
+    let plain = part.len() <= MAX_PLAIN_KEY_PART
+        && !part.starts_with(DIGEST_MARKER)
+        && !part.chars().any(char::is_control);
     if plain {
         return std::borrow::Cow::Borrowed(part);
     }
@@ -169,8 +184,16 @@ mod tests {
         assert_eq!(digested.len(), 65, "{digested}");
         assert!(digested.starts_with('#'));
         assert_eq!(key_part(&long), digested, "deterministic");
-        assert_ne!(key_part(&"x".repeat(100_001)), digested, "distinct inputs, distinct parts");
-        assert_eq!(key_part("a\u{0}b").len(), 65, "control characters are never stored as such");
+        assert_ne!(
+            key_part(&"x".repeat(100_001)),
+            digested,
+            "distinct inputs, distinct parts"
+        );
+        assert_eq!(
+            key_part("a\u{0}b").len(),
+            65,
+            "control characters are never stored as such"
+        );
         // A plain part that looks like a digest is digested itself: it cannot collide with
         // the digest of another input.
         assert_ne!(key_part(&digested), digested);
@@ -184,7 +207,11 @@ mod tests {
         assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".into()));
         assert_eq!(prefix_end("\u{10FFFF}"), None);
         assert_eq!(prefix_end("\u{10FFFF}\u{10FFFF}"), None);
-        assert_eq!(prefix_end("\u{D7FF}"), Some("\u{E000}".into()), "surrogates are skipped");
+        assert_eq!(
+            prefix_end("\u{D7FF}"),
+            Some("\u{E000}".into()),
+            "surrogates are skipped"
+        );
         let end = prefix_end("ab").expect("an end");
         for key in ["ab", "ab/", "abz", "ab\u{10FFFF}"] {
             assert!(key >= "ab" && key < end.as_str(), "{key}");

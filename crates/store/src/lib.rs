@@ -34,13 +34,17 @@ pub use error::{StoreError, StoreErrorKind, StoreResult};
 pub use ids::{EventId, IdError, Principal, SessionId, StreamId};
 pub use journal::{Expect, MAX_PLAIN_KEY_PART, Record, RecordKind, key_part, prefix_end};
 pub use record::{
-    DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PRUNE_BATCH, PruneReport, Retention, SessionChange, SessionRecord, StoredEvent, StreamOwner, StreamRead,
+    DELIVERY_EPOCHS, Delivery, DeliveryEpoch, PRUNE_BATCH, PruneReport, Retention, SessionChange,
+    SessionRecord, StoredEvent, StreamOwner, StreamRead,
 };
 pub use redact::{is_key_value, is_secret_name, redact_url};
 
 /// Milliseconds since the Unix epoch, the clock every record uses.
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// A stream of wake-ups: each item means "the watched stream may have new events or may
@@ -71,14 +75,23 @@ pub trait Store: Send + Sync + 'static {
     /// # Durability
     /// Returns the last committed state. Sessions that ended, expired or belong to another
     /// principal are [`StoreError::NotFound`] (D5, D13).
-    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord>;
+    async fn load_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+    ) -> StoreResult<SessionRecord>;
 
     /// Apply one change to a session and return the new record.
     ///
     /// # Durability
     /// The change is atomic with respect to concurrent changes from any worker: no update
     /// is lost (D4). Ended sessions are [`StoreError::NotFound`].
-    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord>;
+    async fn update_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+        change: SessionChange,
+    ) -> StoreResult<SessionRecord>;
 
     /// End a session; returns whether it was live.
     ///
@@ -91,7 +104,11 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// # Durability
     /// A snapshot of committed sessions; for operators and the CLI.
-    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>>;
+    async fn list_sessions(
+        &self,
+        principal: Option<&Principal>,
+        limit: usize,
+    ) -> StoreResult<Vec<SessionRecord>>;
 
     // ----- streams and events -----------------------------------------------------------
 
@@ -124,7 +141,12 @@ pub trait Store: Send + Sync + 'static {
     /// Returns an exact, gap-free, duplicate-free prefix of the suffix after `after` (D3).
     /// If events after `after` were pruned, this is [`StoreError::Pruned`], never a
     /// silently shortened stream (D14).
-    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead>;
+    async fn read_after(
+        &self,
+        stream: &StreamId,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<StreamRead>;
 
     /// Apply retention (D14): end sessions idle past the TTL (with their streams), and
     /// delete finished streams older than the maximum age. `now_ms` is the clock to judge by.
@@ -150,7 +172,14 @@ pub trait Store: Send + Sync + 'static {
     /// task moves on only from the state it was read in, D7, D10). A failed condition is
     /// [`StoreError::Conflict`] (for `Version`, also when the record is gone). Expired
     /// records count as absent.
-    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64>;
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64>;
 
     /// Read one record; `None` if it does not exist or has expired.
     ///
@@ -163,7 +192,12 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// # Durability
     /// A snapshot of committed records; each record is whole (never half of a write).
-    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>>;
+    async fn list_records(
+        &self,
+        kind: RecordKind,
+        prefix: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Record>>;
 
     /// Delete every record of `kind` whose key starts with `prefix` (a full key deletes
     /// one record); returns how many unexpired records were deleted.
@@ -206,7 +240,11 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// # Durability
     /// A snapshot of committed streams; each summary is whole.
-    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<StreamInfo>>;
+    async fn list_streams(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> StoreResult<Vec<StreamInfo>>;
 
     /// One stream's summary; unknown streams are [`StoreError::NotFound`].
     ///
@@ -239,7 +277,13 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::Pruned`]) on backends that override this (SQLite, PostgreSQL, memory:
     /// one transaction per call); the provided implementation appends one event at a time
     /// and refuses such a stream.
-    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[StoredEvent], close: bool) -> StoreResult<u64> {
+    async fn import_events(
+        &self,
+        stream: &StreamId,
+        owner: &StreamOwner,
+        events: &[StoredEvent],
+        close: bool,
+    ) -> StoreResult<u64> {
         let info = match self.stream_info(stream).await {
             Ok(info) => info,
             Err(StoreError::NotFound { .. }) => {
@@ -248,7 +292,10 @@ pub trait Store: Send + Sync + 'static {
             }
             Err(error) => return Err(error),
         };
-        let fresh: Vec<&StoredEvent> = events.iter().filter(|event| event.id.seq > info.last_seq).collect();
+        let fresh: Vec<&StoredEvent> = events
+            .iter()
+            .filter(|event| event.id.seq > info.last_seq)
+            .collect();
         let mut appended = 0;
         for (i, event) in fresh.iter().enumerate() {
             let expected = info.last_seq + 1 + appended;
@@ -256,9 +303,14 @@ pub trait Store: Send + Sync + 'static {
                 return Err(import_gap(stream, expected, event.id.seq));
             }
             let last = i + 1 == fresh.len();
-            let id = self.append(stream, event.data.clone(), close && last).await?;
+            let id = self
+                .append(stream, event.data.clone(), close && last)
+                .await?;
             if id.seq != event.id.seq {
-                return Err(StoreError::Corrupt(format!("imported event {} landed as {id}", event.id)));
+                return Err(StoreError::Corrupt(format!(
+                    "imported event {} landed as {id}",
+                    event.id
+                )));
             }
             appended += 1;
         }

@@ -76,7 +76,11 @@ impl Delivery {
         if seq > self.delivered {
             return None;
         }
-        self.epochs.iter().rev().find(|e| e.from <= seq).map(|e| e.holder.as_str())
+        self.epochs
+            .iter()
+            .rev()
+            .find(|e| e.from <= seq)
+            .map(|e| e.holder.as_str())
     }
 
     /// This state with `holder` holding from now until `lease_until_ms`; a new holder
@@ -84,7 +88,10 @@ impl Delivery {
     pub fn held_by(&self, holder: &str, lease_until_ms: u64) -> Self {
         let mut next = self.clone();
         if next.holder.as_deref() != Some(holder) {
-            next.epochs.push(DeliveryEpoch { from: next.delivered + 1, holder: holder.to_owned() });
+            next.epochs.push(DeliveryEpoch {
+                from: next.delivered + 1,
+                holder: holder.to_owned(),
+            });
             let excess = next.epochs.len().saturating_sub(DELIVERY_EPOCHS);
             next.epochs.drain(..excess);
         }
@@ -136,12 +143,16 @@ impl SessionRecord {
         if let SessionChange::CompareAndSetState { key, expected, .. } = change
             && self.state.get(key) != expected.as_ref()
         {
-            return Err(crate::StoreError::Conflict { what: "session state" });
+            return Err(crate::StoreError::Conflict {
+                what: "session state",
+            });
         }
         if let SessionChange::CompareAndSetDelivery { expected, .. } = change
             && self.delivery != *expected
         {
-            return Err(crate::StoreError::Conflict { what: "session delivery" });
+            return Err(crate::StoreError::Conflict {
+                what: "session delivery",
+            });
         }
         self.last_seen_ms = now_ms;
         match change {
@@ -156,13 +167,22 @@ impl SessionRecord {
             SessionChange::SetState(key, Some(value)) => {
                 self.state.insert(key.clone(), value.clone());
             }
-            SessionChange::SetState(key, None) | SessionChange::CompareAndSetState { key, value: None, .. } => {
+            SessionChange::SetState(key, None)
+            | SessionChange::CompareAndSetState {
+                key, value: None, ..
+            } => {
                 self.state.remove(key);
             }
-            SessionChange::CompareAndSetState { key, value: Some(value), .. } => {
+            SessionChange::CompareAndSetState {
+                key,
+                value: Some(value),
+                ..
+            } => {
                 self.state.insert(key.clone(), value.clone());
             }
-            SessionChange::CompareAndSetDelivery { value, .. } => self.delivery = Some(value.clone()),
+            SessionChange::CompareAndSetDelivery { value, .. } => {
+                self.delivery = Some(value.clone())
+            }
         }
         Ok(())
     }
@@ -239,8 +259,18 @@ mod tests {
     fn delivery_epochs_name_who_handed_out_each_event() {
         let start = Delivery::default();
         let a = start.held_by("a", 10);
-        assert_eq!(a.epochs, vec![DeliveryEpoch { from: 1, holder: "a".into() }]);
-        assert_eq!(a.held_by("a", 20).epochs.len(), 1, "a renewal is not a new epoch");
+        assert_eq!(
+            a.epochs,
+            vec![DeliveryEpoch {
+                from: 1,
+                holder: "a".into()
+            }]
+        );
+        assert_eq!(
+            a.held_by("a", 20).epochs.len(),
+            1,
+            "a renewal is not a new epoch"
+        );
         let b = Delivery { delivered: 3, ..a }.held_by("b", 30);
         let done = Delivery { delivered: 5, ..b };
         assert_eq!(done.delivered_by(2), Some("a"));
@@ -248,10 +278,18 @@ mod tests {
         assert_eq!(done.delivered_by(6), None, "not handed out yet");
         let mut many = Delivery::default();
         for n in 0..40u64 {
-            many = Delivery { delivered: n, ..many }.held_by(&n.to_string(), 0);
+            many = Delivery {
+                delivered: n,
+                ..many
+            }
+            .held_by(&n.to_string(), 0);
         }
         assert_eq!(many.epochs.len(), DELIVERY_EPOCHS);
-        assert_eq!(many.delivered_by(0), None, "older than the remembered epochs");
+        assert_eq!(
+            many.delivered_by(0),
+            None,
+            "older than the remembered epochs"
+        );
     }
 
     #[test]
@@ -270,15 +308,29 @@ mod tests {
             delivery: None,
         };
         let ours = Delivery::default().held_by("a", 10);
-        let change = SessionChange::CompareAndSetDelivery { expected: None, value: ours.clone() };
+        let change = SessionChange::CompareAndSetDelivery {
+            expected: None,
+            value: ours.clone(),
+        };
         record.apply(&change, 1).expect("first claim");
         assert_eq!(record.delivery.as_ref(), Some(&ours));
-        let stale = SessionChange::CompareAndSetDelivery { expected: None, value: Delivery::default().held_by("b", 10) };
-        assert!(matches!(record.apply(&stale, 2), Err(crate::StoreError::Conflict { .. })));
-        assert_eq!(record.delivery.as_ref(), Some(&ours), "a lost race changes nothing");
+        let stale = SessionChange::CompareAndSetDelivery {
+            expected: None,
+            value: Delivery::default().held_by("b", 10),
+        };
+        assert!(matches!(
+            record.apply(&stale, 2),
+            Err(crate::StoreError::Conflict { .. })
+        ));
+        assert_eq!(
+            record.delivery.as_ref(),
+            Some(&ours),
+            "a lost race changes nothing"
+        );
         let mut stored = serde_json::to_value(&record).expect("encode");
         stored.as_object_mut().expect("object").remove("delivery");
-        let old: SessionRecord = serde_json::from_value(stored).expect("a record from before delivery was tracked");
+        let old: SessionRecord =
+            serde_json::from_value(stored).expect("a record from before delivery was tracked");
         assert_eq!(old.delivery, None);
     }
 }

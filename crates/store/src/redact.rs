@@ -4,7 +4,9 @@
 /// token): its value is never shown.
 pub fn is_secret_name(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    ["key", "secret", "token", "password"].iter().any(|word| name.contains(word))
+    ["key", "secret", "token", "password"]
+        .iter()
+        .any(|word| name.contains(word))
 }
 
 /// `url` with its secrets replaced by `<redacted>`: the password of
@@ -20,7 +22,9 @@ pub fn redact_url(url: &str) -> String {
         // The authority ends at the first '/' or '?' after its last '@' (a password may
         // hold unencoded '/' or '?' by mistake: it is still redacted).
         let at = rest.rfind('@');
-        let authority_end = rest[at.map_or(0, |at| at + 1)..].find(['/', '?']).map_or(rest.len(), |end| end + at.map_or(0, |at| at + 1));
+        let authority_end = rest[at.map_or(0, |at| at + 1)..]
+            .find(['/', '?'])
+            .map_or(rest.len(), |end| end + at.map_or(0, |at| at + 1));
         let (authority, tail) = rest.split_at(authority_end);
         if let Some((userinfo, host)) = authority.rsplit_once('@') {
             let userinfo = match userinfo.split_once(':') {
@@ -47,7 +51,10 @@ pub fn redact_url(url: &str) -> String {
 /// a keyword and `=` (`host=...`, `dbname = app`).
 pub fn is_key_value(s: &str) -> bool {
     let s = s.trim_start();
-    let keyword = s.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
+    let keyword = s
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        .count();
     keyword > 0 && s[keyword..].trim_start().starts_with('=')
 }
 
@@ -108,16 +115,46 @@ mod tests {
 
     #[test]
     fn passwords_are_redacted_wherever_they_are() {
-        assert_eq!(redact_url("postgres://app:hunter2@db:5432/prod?schema=a"), "postgres://app:<redacted>@db:5432/prod?schema=a");
-        assert_eq!(redact_url("rediss://default:pw@cache:6380/0"), "rediss://default:<redacted>@cache:6380/0");
-        assert_eq!(redact_url("redis://:s3cret@cache:6379/0"), "redis://:<redacted>@cache:6379/0");
-        assert_eq!(redact_url("postgres://u:p@ss/w?rd@db/prod"), "postgres://u:<redacted>@db/prod");
-        assert_eq!(redact_url("postgres://db/prod?user=a&password=x&sslkey=/k.pem"), "postgres://db/prod?user=a&password=<redacted>&sslkey=<redacted>");
-        assert_eq!(redact_url("sqlite:./durable-mcp.db?synchronous=full"), "sqlite:./durable-mcp.db?synchronous=full");
-        assert_eq!(redact_url("host=db user=app password='it\\'s secret' dbname=prod"), "host=db user=app password=<redacted> dbname=prod");
-        assert_eq!(redact_url("host=db password = hunter2 sslmode=require"), "host=db password = <redacted> sslmode=require");
+        assert_eq!(
+            redact_url("postgres://app:hunter2@db:5432/prod?schema=a"),
+            "postgres://app:<redacted>@db:5432/prod?schema=a"
+        );
+        assert_eq!(
+            redact_url("rediss://default:pw@cache:6380/0"),
+            "rediss://default:<redacted>@cache:6380/0"
+        );
+        assert_eq!(
+            redact_url("redis://:s3cret@cache:6379/0"),
+            "redis://:<redacted>@cache:6379/0"
+        );
+        assert_eq!(
+            redact_url("postgres://u:p@ss/w?rd@db/prod"),
+            "postgres://u:<redacted>@db/prod"
+        );
+        assert_eq!(
+            redact_url("postgres://db/prod?user=a&password=x&sslkey=/k.pem"),
+            "postgres://db/prod?user=a&password=<redacted>&sslkey=<redacted>"
+        );
+        assert_eq!(
+            redact_url("sqlite:./durable-mcp.db?synchronous=full"),
+            "sqlite:./durable-mcp.db?synchronous=full"
+        );
+        assert_eq!(
+            redact_url("host=db user=app password='it\\'s secret' dbname=prod"),
+            "host=db user=app password=<redacted> dbname=prod"
+        );
+        assert_eq!(
+            redact_url("host=db password = hunter2 sslmode=require"),
+            "host=db password = <redacted> sslmode=require"
+        );
         assert_eq!(redact_url("password='unterminated"), "password=<redacted>");
-        assert_eq!(redact_url("host = db password = hunter2"), "host = db password = <redacted>");
-        assert_eq!(redact_url("host=db password=ab\\ cd user=u"), "host=db password=<redacted> user=u");
+        assert_eq!(
+            redact_url("host = db password = hunter2"),
+            "host = db password = <redacted>"
+        );
+        assert_eq!(
+            redact_url("host=db password=ab\\ cd user=u"),
+            "host=db password=<redacted> user=u"
+        );
     }
 }

@@ -27,8 +27,9 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::{
-    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
-    StoreResult, StreamId, StreamOwner, StreamRead, WakeUps, WriteBatch,
+    BatchOutcome, EventId, Expect, Principal, PruneReport, Record, RecordKind, Retention,
+    SessionChange, SessionId, SessionRecord, Store, StoreError, StoreResult, StreamId, StreamOwner,
+    StreamRead, WakeUps, WriteBatch,
 };
 
 /// One kind of [`Store`] operation: one variant per trait method.
@@ -78,7 +79,15 @@ impl Op {
     pub fn is_write(self) -> bool {
         matches!(
             self,
-            Op::CreateSession | Op::UpdateSession | Op::EndSession | Op::CreateStream | Op::Append | Op::Prune | Op::PutRecord | Op::DeleteRecords | Op::Commit
+            Op::CreateSession
+                | Op::UpdateSession
+                | Op::EndSession
+                | Op::CreateStream
+                | Op::Append
+                | Op::Prune
+                | Op::PutRecord
+                | Op::DeleteRecords
+                | Op::Commit
         )
     }
 }
@@ -116,7 +125,9 @@ impl<H: Hook> Wrapped<H> {
 
 impl<H> std::fmt::Debug for Wrapped<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Wrapped").field("inner", &self.inner.backend()).finish_non_exhaustive()
+        f.debug_struct("Wrapped")
+            .field("inner", &self.inner.backend())
+            .finish_non_exhaustive()
     }
 }
 
@@ -159,7 +170,11 @@ impl Counter {
 
     /// How many writes ([`Op::is_write`]) were called.
     pub fn writes(&self) -> u64 {
-        lock(&self.counts).iter().filter(|(op, _)| op.is_write()).map(|(_, n)| n).sum()
+        lock(&self.counts)
+            .iter()
+            .filter(|(op, _)| op.is_write())
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// The counts so far (kinds never called left out), and start counting from zero.
@@ -196,7 +211,9 @@ pub struct Gate {
 
 impl Default for Gate {
     fn default() -> Self {
-        Self { state: watch::channel(GateState::default()).0 }
+        Self {
+            state: watch::channel(GateState::default()).0,
+        }
     }
 }
 
@@ -222,7 +239,8 @@ impl Gate {
 
     /// Fail the next `times` `op` operations (they reach the wrapped store no more).
     pub fn fail(&self, op: Op, times: u64) {
-        self.state.send_modify(|s| *s.failing.entry(op).or_default() += times);
+        self.state
+            .send_modify(|s| *s.failing.entry(op).or_default() += times);
     }
 
     /// How many `op` operations are waiting at the gate now.
@@ -239,13 +257,17 @@ impl Gate {
     pub async fn until_waiting(&self, op: Op, n: u64) {
         let mut rx = self.state.subscribe();
         // The sender lives in `self`: `wait_for` cannot see it dropped while we borrow it.
-        let _ = rx.wait_for(|s| s.waiting.get(&op).copied().unwrap_or(0) >= n).await;
+        let _ = rx
+            .wait_for(|s| s.waiting.get(&op).copied().unwrap_or(0) >= n)
+            .await;
     }
 
     /// Wait until the gate has failed at least `n` `op` operations (put a timeout around it).
     pub async fn until_failed(&self, op: Op, n: u64) {
         let mut rx = self.state.subscribe();
-        let _ = rx.wait_for(|s| s.failed.get(&op).copied().unwrap_or(0) >= n).await;
+        let _ = rx
+            .wait_for(|s| s.failed.get(&op).copied().unwrap_or(0) >= n)
+            .await;
     }
 }
 
@@ -301,11 +323,20 @@ impl<H: Hook> Store for Wrapped<H> {
         self.hook.before(Op::CreateSession).await?;
         self.inner.create_session(record).await
     }
-    async fn load_session(&self, principal: &Principal, id: &SessionId) -> StoreResult<SessionRecord> {
+    async fn load_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+    ) -> StoreResult<SessionRecord> {
         self.hook.before(Op::LoadSession).await?;
         self.inner.load_session(principal, id).await
     }
-    async fn update_session(&self, principal: &Principal, id: &SessionId, change: SessionChange) -> StoreResult<SessionRecord> {
+    async fn update_session(
+        &self,
+        principal: &Principal,
+        id: &SessionId,
+        change: SessionChange,
+    ) -> StoreResult<SessionRecord> {
         self.hook.before(Op::UpdateSession).await?;
         self.inner.update_session(principal, id, change).await
     }
@@ -313,7 +344,11 @@ impl<H: Hook> Store for Wrapped<H> {
         self.hook.before(Op::EndSession).await?;
         self.inner.end_session(principal, id).await
     }
-    async fn list_sessions(&self, principal: Option<&Principal>, limit: usize) -> StoreResult<Vec<SessionRecord>> {
+    async fn list_sessions(
+        &self,
+        principal: Option<&Principal>,
+        limit: usize,
+    ) -> StoreResult<Vec<SessionRecord>> {
         self.hook.before(Op::ListSessions).await?;
         self.inner.list_sessions(principal, limit).await
     }
@@ -329,7 +364,12 @@ impl<H: Hook> Store for Wrapped<H> {
         self.hook.before(Op::StreamOwner).await?;
         self.inner.stream_owner(stream).await
     }
-    async fn read_after(&self, stream: &StreamId, after: u64, limit: usize) -> StoreResult<StreamRead> {
+    async fn read_after(
+        &self,
+        stream: &StreamId,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<StreamRead> {
         self.hook.before(Op::ReadAfter).await?;
         self.inner.read_after(stream, after, limit).await
     }
@@ -337,15 +377,29 @@ impl<H: Hook> Store for Wrapped<H> {
         self.hook.before(Op::Prune).await?;
         self.inner.prune(retention, now_ms).await
     }
-    async fn put_record(&self, kind: RecordKind, key: &str, value: String, expires_at_ms: Option<u64>, expect: Expect) -> StoreResult<u64> {
+    async fn put_record(
+        &self,
+        kind: RecordKind,
+        key: &str,
+        value: String,
+        expires_at_ms: Option<u64>,
+        expect: Expect,
+    ) -> StoreResult<u64> {
         self.hook.before(Op::PutRecord).await?;
-        self.inner.put_record(kind, key, value, expires_at_ms, expect).await
+        self.inner
+            .put_record(kind, key, value, expires_at_ms, expect)
+            .await
     }
     async fn get_record(&self, kind: RecordKind, key: &str) -> StoreResult<Option<Record>> {
         self.hook.before(Op::GetRecord).await?;
         self.inner.get_record(kind, key).await
     }
-    async fn list_records(&self, kind: RecordKind, prefix: &str, limit: usize) -> StoreResult<Vec<Record>> {
+    async fn list_records(
+        &self,
+        kind: RecordKind,
+        prefix: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Record>> {
         self.hook.before(Op::ListRecords).await?;
         self.inner.list_records(kind, prefix, limit).await
     }
@@ -353,7 +407,11 @@ impl<H: Hook> Store for Wrapped<H> {
         self.hook.before(Op::DeleteRecords).await?;
         self.inner.delete_records(kind, prefix).await
     }
-    async fn list_streams(&self, after: Option<&StreamId>, limit: usize) -> StoreResult<Vec<crate::StreamInfo>> {
+    async fn list_streams(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> StoreResult<Vec<crate::StreamInfo>> {
         self.inner.list_streams(after, limit).await
     }
     async fn stream_info(&self, stream: &StreamId) -> StoreResult<crate::StreamInfo> {
@@ -362,7 +420,13 @@ impl<H: Hook> Store for Wrapped<H> {
     async fn status(&self) -> StoreResult<crate::StoreStatus> {
         self.inner.status().await
     }
-    async fn import_events(&self, stream: &StreamId, owner: &StreamOwner, events: &[crate::StoredEvent], close: bool) -> StoreResult<u64> {
+    async fn import_events(
+        &self,
+        stream: &StreamId,
+        owner: &StreamOwner,
+        events: &[crate::StoredEvent],
+        close: bool,
+    ) -> StoreResult<u64> {
         self.hook.before(Op::Append).await?;
         self.inner.import_events(stream, owner, events, close).await
     }
@@ -383,7 +447,9 @@ pub fn incompressible(len: usize) -> String {
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
     (0..len)
         .map(|_| {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             char::from(b'!' + ((state >> 33) % 94) as u8)
         })
         .collect()
@@ -403,9 +469,19 @@ mod tests {
         for op in [Op::Append, Op::Append, Op::ReadAfter, Op::PutRecord] {
             counter.before(op).await.expect("counting never fails");
         }
-        assert_eq!((counter.count(Op::Append), counter.count(Op::ReadAfter), counter.writes()), (2, 1, 3));
+        assert_eq!(
+            (
+                counter.count(Op::Append),
+                counter.count(Op::ReadAfter),
+                counter.writes()
+            ),
+            (2, 1, 3)
+        );
         let taken = counter.take();
-        assert_eq!(taken, BTreeMap::from([(Op::Append, 2), (Op::ReadAfter, 1), (Op::PutRecord, 1)]));
+        assert_eq!(
+            taken,
+            BTreeMap::from([(Op::Append, 2), (Op::ReadAfter, 1), (Op::PutRecord, 1)])
+        );
         assert_eq!(counter.writes(), 0);
     }
 
@@ -417,7 +493,9 @@ mod tests {
             let gate = gate.clone();
             async move { gate.before(Op::Append).await }
         });
-        tokio::time::timeout(Duration::from_secs(5), gate.until_waiting(Op::Append, 1)).await.expect("held");
+        tokio::time::timeout(Duration::from_secs(5), gate.until_waiting(Op::Append, 1))
+            .await
+            .expect("held");
         assert!(!held.is_finished(), "a held operation does not pass");
         gate.before(Op::ReadAfter).await.expect("other kinds pass");
         gate.release(Op::Append);

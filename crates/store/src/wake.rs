@@ -21,7 +21,9 @@ pub struct Watchers {
 
 impl std::fmt::Debug for Watchers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watchers").field("streams", &self.len()).finish()
+        f.debug_struct("Watchers")
+            .field("streams", &self.len())
+            .finish()
     }
 }
 
@@ -55,16 +57,27 @@ impl Watchers {
     /// that a lost notification only delays a tail. Ends when the stream is
     /// [`forget`](Self::forget)-ten.
     pub fn watch(&self, stream: &StreamId, tick: Duration) -> WakeUps {
-        let rx = self.lock().entry(stream.clone()).or_insert_with(|| watch::channel(0).0).subscribe();
-        let subscription = Subscription { rx, stream: stream.clone(), watchers: self.clone() };
+        let rx = self
+            .lock()
+            .entry(stream.clone())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        let subscription = Subscription {
+            rx,
+            stream: stream.clone(),
+            watchers: self.clone(),
+        };
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Box::pin(futures::stream::unfold((subscription, ticker), |(mut sub, mut ticker)| async move {
-            tokio::select! {
-                changed = sub.rx.changed() => changed.ok().map(|()| ((), (sub, ticker))),
-                _ = ticker.tick() => Some(((), (sub, ticker))),
-            }
-        }))
+        Box::pin(futures::stream::unfold(
+            (subscription, ticker),
+            |(mut sub, mut ticker)| async move {
+                tokio::select! {
+                    changed = sub.rx.changed() => changed.ok().map(|()| ((), (sub, ticker))),
+                    _ = ticker.tick() => Some(((), (sub, ticker))),
+                }
+            },
+        ))
     }
 
     /// Wake the tails of `stream`.
@@ -110,7 +123,10 @@ mod tests {
     use super::*;
 
     async fn woken(wake: &mut WakeUps) -> bool {
-        matches!(tokio::time::timeout(Duration::from_secs(5), wake.next()).await, Ok(Some(())))
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), wake.next()).await,
+            Ok(Some(()))
+        )
     }
 
     #[tokio::test]
@@ -129,7 +145,10 @@ mod tests {
         let mut ended = watchers.watch(&stream, Duration::from_secs(60));
         watchers.forget([&stream]);
         let after_forget = tokio::time::timeout(Duration::from_secs(5), ended.next()).await;
-        assert!(matches!(after_forget, Ok(None)), "forget ends the wake-ups (a silent stream is not an end): {after_forget:?}");
+        assert!(
+            matches!(after_forget, Ok(None)),
+            "forget ends the wake-ups (a silent stream is not an end): {after_forget:?}"
+        );
     }
 
     #[tokio::test]
@@ -140,7 +159,10 @@ mod tests {
         for _ in 0..2 {
             assert!(woken(&mut wake).await, "the fallback tick wakes");
         }
-        assert!(started.elapsed() >= Duration::from_millis(200), "the first tick is not immediate");
+        assert!(
+            started.elapsed() >= Duration::from_millis(200),
+            "the first tick is not immediate"
+        );
     }
 
     #[tokio::test]

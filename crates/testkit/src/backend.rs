@@ -18,9 +18,13 @@ pub enum Backend {
 impl Backend {
     pub fn base(self) -> String {
         match self {
-            Backend::Postgres => std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
-            Backend::Redis => std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
-            Backend::RedisCluster => std::env::var("REDIS_CLUSTER_URL").unwrap_or_else(|_| "redis+cluster://127.0.0.1:7000".into()),
+            Backend::Postgres => std::env::var("DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
+            Backend::Redis => {
+                std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+            }
+            Backend::RedisCluster => std::env::var("REDIS_CLUSTER_URL")
+                .unwrap_or_else(|_| "redis+cluster://127.0.0.1:7000".into()),
         }
     }
 
@@ -35,7 +39,11 @@ impl Backend {
             Backend::Postgres => 5432,
             Backend::Redis | Backend::RedisCluster => 6379,
         };
-        let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:{default}") };
+        let host_port = if host_port.contains(':') {
+            host_port.to_owned()
+        } else {
+            format!("{host_port}:{default}")
+        };
         host_port.to_socket_addrs().unwrap().next().unwrap()
     }
 
@@ -44,10 +52,16 @@ impl Backend {
         match TcpStream::connect_timeout(&self.addr(), Duration::from_secs(2)) {
             Ok(_) => true,
             Err(error) if durable_mcp_store::in_ci() => {
-                panic!("{self:?} is required in CI but not reachable at {}: {error}", self.base())
+                panic!(
+                    "{self:?} is required in CI but not reachable at {}: {error}",
+                    self.base()
+                )
             }
             Err(error) => {
-                eprintln!("skipped: {self:?} not reachable at {}: {error}", self.base());
+                eprintln!(
+                    "skipped: {self:?} not reachable at {}: {error}",
+                    self.base()
+                );
                 false
             }
         }
@@ -56,7 +70,14 @@ impl Backend {
     /// A store URL isolated for one test (its own schema / key prefix), optionally through
     /// `via` instead of the real address.
     pub fn store_url(self, via: Option<SocketAddr>) -> String {
-        let tag = format!("t{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() % 10u128.pow(15));
+        let tag = format!(
+            "t{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+                % 10u128.pow(15)
+        );
         let mut base = self.base();
         if let Some(via) = via {
             base = base.replace(&authority_host_port(&base), &via.to_string());
@@ -72,5 +93,8 @@ impl Backend {
 fn authority_host_port(url: &str) -> String {
     let rest = url.split_once("://").unwrap().1;
     let authority = rest.split(['/', '?']).next().unwrap();
-    authority.rsplit_once('@').map_or(authority, |(_, h)| h).to_owned()
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, h)| h)
+        .to_owned()
 }

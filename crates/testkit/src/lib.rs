@@ -36,7 +36,10 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
-    panic!("no free port in {PORTS_FROM}..{low} (claims in {})", dir.display());
+    panic!(
+        "no free port in {PORTS_FROM}..{low} (claims in {})",
+        dir.display()
+    );
 }
 
 /// The lowest port [`free_port`] hands out.
@@ -46,27 +49,45 @@ const PORT_CLAIM: Duration = Duration::from_secs(3600);
 
 /// The first port of the kernel's ephemeral range (Linux; 32768 elsewhere).
 fn ephemeral_low() -> u16 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok().and_then(|range| range.split_whitespace().next()?.parse().ok()).unwrap_or(32_768)
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Claim a port's file: create it, or take it over when its claim is older than [`PORT_CLAIM`].
 fn claim(file: &std::path::Path) -> bool {
-    let create = || std::fs::OpenOptions::new().write(true).create_new(true).open(file).is_ok();
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(file)
+            .is_ok()
+    };
     if create() {
         return true;
     }
-    let expired = std::fs::metadata(file).and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age > PORT_CLAIM));
+    let expired = std::fs::metadata(file)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > PORT_CLAIM));
     expired && std::fs::remove_file(file).is_ok() && create()
 }
 
 pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("durable-mcp-{name}-{}-{}", std::process::id(), rand_suffix()));
+    let dir = std::env::temp_dir().join(format!(
+        "durable-mcp-{name}-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
 fn rand_suffix() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 /// A running server process; killed (SIGKILL) on drop.
@@ -84,7 +105,10 @@ impl Server {
         // server then fails to bind and exits, maybe seconds later). Wait until the
         // listener is this child's own, where that can be seen.
         while !listens(&child, addr) {
-            assert!(Instant::now() < deadline, "server did not start listening on {addr}");
+            assert!(
+                Instant::now() < deadline,
+                "server did not start listening on {addr}"
+            );
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("server on {addr} exited at start ({status}): port taken?");
             }
@@ -120,8 +144,12 @@ fn listens(child: &Child, addr: SocketAddr) -> bool {
     if inodes.is_empty() {
         return false;
     }
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", child.id())) else { return false };
-    fds.filter_map(Result::ok).filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|link| inodes.iter().any(|i| link.as_os_str() == i.as_str()))
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", child.id())) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|link| inodes.iter().any(|i| link.as_os_str() == i.as_str()))
 }
 
 impl Drop for Server {
@@ -144,7 +172,10 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// Stop reading at `within` from now: the stream then ends as if the server closed it
@@ -249,21 +280,43 @@ impl Response {
     }
 }
 
-pub fn request(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: Option<&str>) -> Response {
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Response {
     try_request(addr, method, headers, body).unwrap()
 }
 
 /// [`request`], with connection and header failures as errors (the server may be dead).
-pub fn try_request(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: Option<&str>) -> std::io::Result<Response> {
+pub fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> std::io::Result<Response> {
     try_request_at(addr, method, "/mcp", headers, body)
 }
 
 /// [`request`] to another path than `/mcp` (an application's own routes).
-pub fn request_at(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> Response {
+pub fn request_at(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Response {
     try_request_at(addr, method, path, headers, body).unwrap()
 }
 
-fn try_request_at(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> std::io::Result<Response> {
+fn try_request_at(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> std::io::Result<Response> {
     let stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut text = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n");
@@ -277,7 +330,11 @@ fn try_request_at(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
     let mut status_line = String::new();
     reader.read_line(&mut status_line)?;
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
-    let status: u16 = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| bad("status line"))?;
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("status line"))?;
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
@@ -289,12 +346,30 @@ fn try_request_at(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
         let (k, v) = line.split_once(':').ok_or_else(|| bad("header line"))?;
         headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
     }
-    let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let remaining = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok());
-    Ok(Response { status, headers, reader, chunked, remaining, chunk_left: 0, done: false, buffer: String::new(), deadline: None })
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let remaining = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok());
+    Ok(Response {
+        status,
+        headers,
+        reader,
+        chunked,
+        remaining,
+        chunk_left: 0,
+        done: false,
+        buffer: String::new(),
+        deadline: None,
+    })
 }
 
-const POST: [(&str, &str); 2] = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")];
+const POST: [(&str, &str); 2] = [
+    ("accept", "application/json, text/event-stream"),
+    ("content-type", "application/json"),
+];
 
 pub fn post(addr: SocketAddr, session: Option<&str>, body: &Value) -> Response {
     let mut headers = POST.to_vec();
@@ -312,9 +387,16 @@ pub fn initialize(addr: SocketAddr) -> String {
         "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "cli-test", "version": "1"}}}),
     );
     assert_eq!(response.status, 200);
-    let session = response.header("mcp-session-id").expect("session id").to_owned();
+    let session = response
+        .header("mcp-session-id")
+        .expect("session id")
+        .to_owned();
     let _ = response.body();
-    let ack = post(addr, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let ack = post(
+        addr,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
     assert_eq!(ack.status, 202);
     session
 }
@@ -332,26 +414,65 @@ pub fn emit_call(id: u64, count: u64, interval_ms: u64) -> Value {
 /// D3/D7 after a worker died mid-call and the call was re-run: the resumed rest of the
 /// stream has every step after the ones the client saw, in order, once; exactly one outcome
 /// (`count` as text), last; and no event id twice.
-pub fn check_recovered_rest(id: u64, count: u64, seen: &[(String, Value)], rest: &[(String, Value)]) {
+pub fn check_recovered_rest(
+    id: u64,
+    count: u64,
+    seen: &[(String, Value)],
+    rest: &[(String, Value)],
+) {
     let progress_of = |messages: &[(String, Value)]| -> Vec<u64> {
-        messages.iter().filter(|(_, m)| m["method"] == "notifications/progress").map(|(_, m)| m["params"]["progress"].as_f64().unwrap() as u64).collect()
+        messages
+            .iter()
+            .filter(|(_, m)| m["method"] == "notifications/progress")
+            .map(|(_, m)| m["params"]["progress"].as_f64().unwrap() as u64)
+            .collect()
     };
     let highest_seen = progress_of(seen).last().copied().unwrap_or(0);
-    assert!(highest_seen < count, "the client saw the whole call: nothing was recovered");
+    assert!(
+        highest_seen < count,
+        "the client saw the whole call: nothing was recovered"
+    );
     let after = progress_of(rest);
-    let later: Vec<u64> = after.iter().copied().filter(|p| *p > highest_seen).collect();
-    assert_eq!(later, (highest_seen + 1..=count).collect::<Vec<_>>(), "every later step, in order, once: {after:?}");
-    let outcomes: Vec<&Value> = seen.iter().chain(rest).map(|(_, m)| m).filter(|m| m["id"] == id).collect();
+    let later: Vec<u64> = after
+        .iter()
+        .copied()
+        .filter(|p| *p > highest_seen)
+        .collect();
+    assert_eq!(
+        later,
+        (highest_seen + 1..=count).collect::<Vec<_>>(),
+        "every later step, in order, once: {after:?}"
+    );
+    let outcomes: Vec<&Value> = seen
+        .iter()
+        .chain(rest)
+        .map(|(_, m)| m)
+        .filter(|m| m["id"] == id)
+        .collect();
     assert_eq!(outcomes.len(), 1, "exactly one outcome: {outcomes:?}");
-    assert_eq!(outcomes[0]["result"]["content"][0]["text"], count.to_string(), "the re-run's outcome");
-    assert_eq!(rest.last().map(|(_, m)| &m["id"]), Some(&json!(id)), "the outcome comes last");
-    let ids: std::collections::BTreeSet<&String> = seen.iter().chain(rest).map(|(id, _)| id).collect();
+    assert_eq!(
+        outcomes[0]["result"]["content"][0]["text"],
+        count.to_string(),
+        "the re-run's outcome"
+    );
+    assert_eq!(
+        rest.last().map(|(_, m)| &m["id"]),
+        Some(&json!(id)),
+        "the outcome comes last"
+    );
+    let ids: std::collections::BTreeSet<&String> =
+        seen.iter().chain(rest).map(|(id, _)| id).collect();
     assert_eq!(ids.len(), seen.len() + rest.len(), "no event id twice");
 }
 
 /// Post `call`, read the priming event and then `k` messages, and drop the connection (the
 /// call goes on running). Returns the last event id read and the messages.
-pub fn read_part(addr: SocketAddr, session: &str, call: &Value, k: usize) -> (String, Vec<(String, Value)>) {
+pub fn read_part(
+    addr: SocketAddr,
+    session: &str,
+    call: &Value,
+    k: usize,
+) -> (String, Vec<(String, Value)>) {
     let mut response = post(addr, Some(session), call);
     assert_eq!(response.status, 200);
     let (priming, data) = response.next_event().expect("priming event");
@@ -367,7 +488,16 @@ pub fn read_part(addr: SocketAddr, session: &str, call: &Value, k: usize) -> (St
 }
 
 pub fn resume(addr: SocketAddr, session: &str, last_event_id: &str) -> Response {
-    request(addr, "GET", &[("accept", "text/event-stream"), ("mcp-session-id", session), ("last-event-id", last_event_id)], None)
+    request(
+        addr,
+        "GET",
+        &[
+            ("accept", "text/event-stream"),
+            ("mcp-session-id", session),
+            ("last-event-id", last_event_id),
+        ],
+        None,
+    )
 }
 
 /// Read a GET stream until it has carried `want` messages with `method`, or `idle`
@@ -375,7 +505,9 @@ pub fn resume(addr: SocketAddr, session: &str, last_event_id: &str) -> Response 
 pub fn count_until_idle(stream: &mut Response, method: &str, want: usize, idle: usize) -> usize {
     let (mut seen, mut quiet) = (0, 0);
     while seen < want && quiet < idle {
-        let Some(block) = stream.next_block() else { break };
+        let Some(block) = stream.next_block() else {
+            break;
+        };
         if block.starts_with(": keep-alive") {
             quiet += 1;
         } else if block.contains(&format!("\"method\":\"{method}\"")) {
@@ -394,16 +526,28 @@ const EXT: &str = TASKS_EXTENSION;
 
 /// One 2026-07-28 request; returns the final JSON-RPC message (JSON or the SSE's last).
 pub fn modern(addr: SocketAddr, id: u64, method: &str, mut params: Value, ext: bool) -> Value {
-    let caps = if ext { json!({"elicitation": {}, "extensions": {EXT: {}}}) } else { json!({"elicitation": {}}) };
+    let caps = if ext {
+        json!({"elicitation": {}, "extensions": {EXT: {}}})
+    } else {
+        json!({"elicitation": {}})
+    };
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": V,
         "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
         "io.modelcontextprotocol/clientCapabilities": caps,
     });
-    let name = params.get("name").or_else(|| params.get("taskId")).and_then(Value::as_str).map(str::to_owned);
+    let name = params
+        .get("name")
+        .or_else(|| params.get("taskId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    let mut headers =
-        vec![("accept", "application/json, text/event-stream"), ("content-type", "application/json"), ("mcp-protocol-version", V), ("mcp-method", method)];
+    let mut headers = vec![
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", V),
+        ("mcp-method", method),
+    ];
     if let Some(name) = &name {
         headers.push(("mcp-name", name));
     }
@@ -412,7 +556,14 @@ pub fn modern(addr: SocketAddr, id: u64, method: &str, mut params: Value, ext: b
 
 /// The final JSON-RPC message of a response: its JSON body or its SSE stream's last.
 pub fn last_message(response: Response) -> Value {
-    if response.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) { response.messages().pop().unwrap().1 } else { response.json() }
+    if response
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/event-stream"))
+    {
+        response.messages().pop().unwrap().1
+    } else {
+        response.json()
+    }
 }
 
 /// A task's `tasks/get` (2026-07-28, the Tasks extension declared).
@@ -425,18 +576,28 @@ pub fn wait_terminal(addr: SocketAddr, task_id: &str, timeout: Duration) -> Valu
     let deadline = Instant::now() + timeout;
     loop {
         let got = task_get(addr, task_id);
-        let status = got["result"]["status"].as_str().unwrap_or_default().to_owned();
+        let status = got["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
             return got["result"].clone();
         }
-        assert!(Instant::now() < deadline, "task {task_id} still {status}: {got}");
+        assert!(
+            Instant::now() < deadline,
+            "task {task_id} still {status}: {got}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 /// Open a 2026-07-28 `subscriptions/listen` stream.
 pub fn listen(addr: SocketAddr, notifications: Value, ext: bool) -> Response {
-    let caps = if ext { json!({"extensions": {EXT: {}}}) } else { json!({}) };
+    let caps = if ext {
+        json!({"extensions": {EXT: {}}})
+    } else {
+        json!({})
+    };
     let body = json!({"jsonrpc": "2.0", "id": 77, "method": "subscriptions/listen", "params": {
     "notifications": notifications,
     "_meta": {
@@ -473,11 +634,17 @@ pub fn assert_events_sent_once(messages: &[&Value], token: &str, count: u64) {
         .inspect(|m| assert_eq!(m["params"]["progressToken"], token, "{m}"))
         .map(|m| m["params"]["progress"].as_f64().unwrap())
         .collect();
-    assert!(progress.windows(2).all(|w| w[0] < w[1]), "D7: progress never goes backwards across the re-run: {progress:?}");
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]),
+        "D7: progress never goes backwards across the re-run: {progress:?}"
+    );
     let expected: Vec<f64> = (1..=count).map(|n| n as f64).collect();
     assert_eq!(progress, expected, "each progress value exactly once");
-    let mut logs: Vec<u64> =
-        messages.iter().filter(|m| m["method"] == "notifications/message").map(|m| m["params"]["data"]["event"].as_u64().unwrap()).collect();
+    let mut logs: Vec<u64> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .map(|m| m["params"]["data"]["event"].as_u64().unwrap())
+        .collect();
     let sent = logs.len();
     logs.sort_unstable();
     logs.dedup();

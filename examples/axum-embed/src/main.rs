@@ -14,7 +14,9 @@ use std::time::Duration;
 use durable_mcp::axum::{self, Router, routing::get};
 use durable_mcp::rmcp::handler::server::{tool::Extension, wrapper::Parameters};
 use durable_mcp::rmcp::model::{CallToolResult, ContentBlock};
-use durable_mcp::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
+use durable_mcp::rmcp::{
+    self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router,
+};
 use durable_mcp::{Durable, DurableMcp};
 
 #[derive(Clone)]
@@ -29,11 +31,22 @@ struct WaitArgs {
 
 #[tool_router]
 impl Jobs {
-    #[tool(description = "Wait on a durable timer, then answer: a crash meanwhile does not lose the call")]
-    async fn wait(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<WaitArgs>) -> Result<CallToolResult, McpError> {
+    #[tool(
+        description = "Wait on a durable timer, then answer: a crash meanwhile does not lose the call"
+    )]
+    async fn wait(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<WaitArgs>,
+    ) -> Result<CallToolResult, McpError> {
         durable.progress(0.0, Some(1.0), Some("waiting")).await?;
-        durable.sleep("wait", Duration::from_millis(args.millis)).await?;
-        Ok(CallToolResult::success(vec![ContentBlock::text(format!("waited {} ms", args.millis))]))
+        durable
+            .sleep("wait", Duration::from_millis(args.millis))
+            .await?;
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+            "waited {} ms",
+            args.millis
+        ))]))
     }
 }
 
@@ -44,8 +57,13 @@ impl ServerHandler for Jobs {}
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let addr: std::net::SocketAddr = args.next().unwrap_or_else(|| "127.0.0.1:3000".to_owned()).parse()?;
-    let store = args.next().unwrap_or_else(|| "sqlite:./axum-embed.db".to_owned());
+    let addr: std::net::SocketAddr = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:3000".to_owned())
+        .parse()?;
+    let store = args
+        .next()
+        .unwrap_or_else(|| "sqlite:./axum-embed.db".to_owned());
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let served = DurableMcp::new(Jobs)
         .store_url(&store)
@@ -54,8 +72,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .worker_id(format!("axum-embed@{addr}"))
         .embed(durable_mcp::shutdown_signal(), |mcp, closing| async move {
             // The existing application: its own routes, and the MCP endpoint merged in.
-            let app = Router::new().route("/health", get(|| async { "ok" })).merge(mcp);
-            axum::serve(listener, app).with_graceful_shutdown(closing).await
+            let app = Router::new()
+                .route("/health", get(|| async { "ok" }))
+                .merge(mcp);
+            axum::serve(listener, app)
+                .with_graceful_shutdown(closing)
+                .await
         })
         .await?; // recovery and retention ran alongside; requests in flight were handed over
     served?;

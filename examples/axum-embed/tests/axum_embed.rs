@@ -15,14 +15,20 @@ use serde_json::{Value, json};
 
 fn start(addr: SocketAddr, store: &str) -> Server {
     let mut command = Command::new(env!("CARGO_BIN_EXE_example-axum-embed"));
-    command.args([addr.to_string().as_str(), store]).env("RUST_LOG", "warn").stdout(Stdio::null());
+    command
+        .args([addr.to_string().as_str(), store])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
     Server::launch(command, addr)
 }
 
 #[test]
 fn d7_embedded_router_recovers_a_call_after_sigkill_and_restart() {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let store = format!("sqlite:{}", temp_dir("example-axum-embed").join("store.db").display());
+    let store = format!(
+        "sqlite:{}",
+        temp_dir("example-axum-embed").join("store.db").display()
+    );
     let mut server = start(addr, &store);
 
     // The app's own route is served beside the MCP endpoint.
@@ -34,7 +40,9 @@ fn d7_embedded_router_recovers_a_call_after_sigkill_and_restart() {
     let mut stream = post(addr, Some(&session), &call);
     // The progress notification is committed once the handler runs: the call is mid-way.
     let last_seen = loop {
-        let (id, data) = stream.next_event().expect("the call's stream ended before its progress");
+        let (id, data) = stream
+            .next_event()
+            .expect("the call's stream ended before its progress");
         if data.contains("notifications/progress") {
             break id.unwrap();
         }
@@ -49,10 +57,19 @@ fn d7_embedded_router_recovers_a_call_after_sigkill_and_restart() {
     std::thread::spawn(move || {
         let _ = tx.send(resume(addr, &resumed_session, &last_seen).messages());
     });
-    let messages: Vec<(String, Value)> = rx.recv_timeout(Duration::from_secs(30)).expect("no outcome within 30 s of the restart");
-    let outcomes: Vec<&Value> = messages.iter().map(|(_, m)| m).filter(|m| m["id"] == 7).collect();
+    let messages: Vec<(String, Value)> = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("no outcome within 30 s of the restart");
+    let outcomes: Vec<&Value> = messages
+        .iter()
+        .map(|(_, m)| m)
+        .filter(|m| m["id"] == 7)
+        .collect();
     assert_eq!(outcomes.len(), 1, "one outcome: {messages:?}");
-    assert_eq!(outcomes[0]["result"]["content"][0]["text"], "waited 1500 ms", "{messages:?}");
+    assert_eq!(
+        outcomes[0]["result"]["content"][0]["text"], "waited 1500 ms",
+        "{messages:?}"
+    );
 }
 
 /// Graceful hand-over through an embedded router: SIGTERM while a call runs and a `GET`
@@ -62,28 +79,50 @@ fn d7_embedded_router_recovers_a_call_after_sigkill_and_restart() {
 #[test]
 fn d7_embedded_router_shuts_down_gracefully_with_a_stream_open() {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let store = format!("sqlite:{}", temp_dir("example-axum-embed-term").join("store.db").display());
+    let store = format!(
+        "sqlite:{}",
+        temp_dir("example-axum-embed-term")
+            .join("store.db")
+            .display()
+    );
     let mut server = start(addr, &store);
     let session = initialize(addr);
-    let standalone = request_at(addr, "GET", "/mcp", &[("accept", "text/event-stream"), ("mcp-session-id", &session)], None);
+    let standalone = request_at(
+        addr,
+        "GET",
+        "/mcp",
+        &[
+            ("accept", "text/event-stream"),
+            ("mcp-session-id", &session),
+        ],
+        None,
+    );
     assert_eq!(standalone.status, 200);
     let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
         "name": "wait", "arguments": {"millis": 1000}, "_meta": {"progressToken": "p"}}});
     let mut stream = post(addr, Some(&session), &call);
     let last_seen = loop {
-        let (id, data) = stream.next_event().expect("the call's stream ended before its progress");
+        let (id, data) = stream
+            .next_event()
+            .expect("the call's stream ended before its progress");
         if data.contains("notifications/progress") {
             break id.unwrap();
         }
     };
-    let term = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    let term = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(term.success());
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let status = loop {
         if let Some(status) = server.child.try_wait().unwrap() {
             break status;
         }
-        assert!(std::time::Instant::now() < deadline, "the embedded app did not exit within 15 s of SIGTERM");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the embedded app did not exit within 15 s of SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status}");
@@ -91,7 +130,14 @@ fn d7_embedded_router_shuts_down_gracefully_with_a_stream_open() {
 
     let _server = start(addr, &store);
     let messages = resume(addr, &session, &last_seen).messages();
-    let outcomes: Vec<&Value> = messages.iter().map(|(_, m)| m).filter(|m| m["id"] == 8).collect();
+    let outcomes: Vec<&Value> = messages
+        .iter()
+        .map(|(_, m)| m)
+        .filter(|m| m["id"] == 8)
+        .collect();
     assert_eq!(outcomes.len(), 1, "one outcome: {messages:?}");
-    assert_eq!(outcomes[0]["result"]["content"][0]["text"], "waited 1000 ms", "{messages:?}");
+    assert_eq!(
+        outcomes[0]["result"]["content"][0]["text"], "waited 1000 ms",
+        "{messages:?}"
+    );
 }

@@ -14,8 +14,12 @@
 use std::time::Duration;
 
 use durable_mcp::rmcp::handler::server::tool::Extension;
-use durable_mcp::rmcp::model::{CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema};
-use durable_mcp::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
+use durable_mcp::rmcp::model::{
+    CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema,
+};
+use durable_mcp::rmcp::{
+    self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router,
+};
 use durable_mcp::{Durable, DurableMcp};
 
 #[derive(Clone)]
@@ -28,22 +32,46 @@ async fn charge_card(size: &str, idempotency_key: &str) -> String {
 }
 
 fn size_question() -> Result<ElicitRequestParams, McpError> {
-    let schema = ElicitationSchema::builder().required_string("size").build().map_err(|e| McpError::internal_error(e, None))?;
-    Ok(ElicitRequestParams::FormElicitationParams { meta: None, message: "Which size?".into(), requested_schema: schema })
+    let schema = ElicitationSchema::builder()
+        .required_string("size")
+        .build()
+        .map_err(|e| McpError::internal_error(e, None))?;
+    Ok(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: "Which size?".into(),
+        requested_schema: schema,
+    })
 }
 
 #[tool_router]
 impl Shop {
     // ANCHOR: order
-    #[tool(description = "Order a pizza: asks the size once, charges once, bakes on a durable timer")]
-    async fn order(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+    #[tool(
+        description = "Order a pizza: asks the size once, charges once, bakes on a durable timer"
+    )]
+    async fn order(
+        &self,
+        Extension(durable): Extension<Durable>,
+    ) -> Result<CallToolResult, McpError> {
         let answer = durable.elicit(size_question()?).await?; // asked once, in either protocol era
         if answer.action != ElicitationAction::Accept {
-            return Ok(CallToolResult::success(vec![ContentBlock::text("no order")]));
+            return Ok(CallToolResult::success(vec![ContentBlock::text(
+                "no order",
+            )]));
         }
-        let size = answer.content.as_ref().and_then(|c| c.get("size")).and_then(|s| s.as_str()).unwrap_or("medium").to_owned();
+        let size = answer
+            .content
+            .as_ref()
+            .and_then(|c| c.get("size"))
+            .and_then(|s| s.as_str())
+            .unwrap_or("medium")
+            .to_owned();
         // Runs once; a re-run returns the committed receipt.
-        let receipt: String = durable.step("charge", |key| async move { charge_card(&size, key.idempotency_key()).await }).await?;
+        let receipt: String = durable
+            .step("charge", |key| async move {
+                charge_card(&size, key.idempotency_key()).await
+            })
+            .await?;
         durable.sleep("bake", Duration::from_millis(300)).await?; // a durable timer
         Ok(CallToolResult::success(vec![ContentBlock::text(receipt)]))
     }
@@ -56,8 +84,18 @@ impl ServerHandler for Shop {}
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let addr = args.next().unwrap_or_else(|| "127.0.0.1:8080".to_owned()).parse()?;
-    let store = args.next().unwrap_or_else(|| "sqlite:./durable-steps.db".to_owned());
-    DurableMcp::new(Shop).store_url(&store).await?.bind(addr).serve().await?;
+    let addr = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:8080".to_owned())
+        .parse()?;
+    let store = args
+        .next()
+        .unwrap_or_else(|| "sqlite:./durable-steps.db".to_owned());
+    DurableMcp::new(Shop)
+        .store_url(&store)
+        .await?
+        .bind(addr)
+        .serve()
+        .await?;
     Ok(())
 }

@@ -12,9 +12,15 @@ use serde_json::json;
 #[test]
 fn durable_steps_asks_once_and_answers_with_the_receipt() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let store = format!("sqlite:{}", temp_dir("example-durable-steps").join("store.db").display());
+    let store = format!(
+        "sqlite:{}",
+        temp_dir("example-durable-steps").join("store.db").display()
+    );
     let mut command = Command::new(env!("CARGO_BIN_EXE_example-durable-steps"));
-    command.args([addr.to_string(), store]).env("RUST_LOG", "warn").stdout(Stdio::null());
+    command
+        .args([addr.to_string(), store])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
     let server = Server::launch(command, addr);
     let session = initialize(server.addr);
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "order", "arguments": {}}});

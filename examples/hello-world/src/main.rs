@@ -27,8 +27,13 @@ impl ServerHandler for Hello {}
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let addr = args.next().unwrap_or_else(|| "127.0.0.1:8080".to_owned()).parse()?;
-    let store = args.next().unwrap_or_else(|| "sqlite:./hello.db".to_owned());
+    let addr = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:8080".to_owned())
+        .parse()?;
+    let store = args
+        .next()
+        .unwrap_or_else(|| "sqlite:./hello.db".to_owned());
     DurableMcp::new(Hello)
         .store_url(&store) // memory:, sqlite:PATH, postgres://..., redis://...
         .await?

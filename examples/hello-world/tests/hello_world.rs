@@ -11,11 +11,17 @@ use serde_json::json;
 fn hello_world_answers_a_tool_call() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_example-hello-world"));
-    command.args([addr.to_string().as_str(), "memory:"]).env("RUST_LOG", "warn").stdout(Stdio::null());
+    command
+        .args([addr.to_string().as_str(), "memory:"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
     let server = Server::launch(command, addr);
     let session = initialize(server.addr);
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hello", "arguments": {}}});
     let messages = post(server.addr, Some(&session), &call).messages();
     let (_, result) = messages.last().unwrap();
-    assert_eq!(result["result"]["content"][0]["text"], "Hello, durable world", "{messages:?}");
+    assert_eq!(
+        result["result"]["content"][0]["text"], "Hello, durable world",
+        "{messages:?}"
+    );
 }

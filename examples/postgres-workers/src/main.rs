@@ -13,7 +13,9 @@
 
 use durable_mcp::rmcp::handler::server::tool::Extension;
 use durable_mcp::rmcp::model::{CallToolResult, ContentBlock};
-use durable_mcp::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
+use durable_mcp::rmcp::{
+    self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router,
+};
 use durable_mcp::{DurableMcp, SessionState};
 
 #[derive(Clone)]
@@ -24,13 +26,21 @@ struct Visits {
 #[tool_router]
 impl Visits {
     // ANCHOR: visit
-    #[tool(description = "Count this session's visits (kept in the store: every worker sees the same count)")]
-    async fn visit(&self, Extension(state): Extension<SessionState>) -> Result<CallToolResult, McpError> {
+    #[tool(
+        description = "Count this session's visits (kept in the store: every worker sees the same count)"
+    )]
+    async fn visit(
+        &self,
+        Extension(state): Extension<SessionState>,
+    ) -> Result<CallToolResult, McpError> {
         let visits = state
             .update("visits", |n: Option<u64>| n.unwrap_or(0) + 1) // compare-and-set: no lost update
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        Ok(CallToolResult::success(vec![ContentBlock::text(format!("visit {visits}, served by {}", self.worker))]))
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+            "visit {visits}, served by {}",
+            self.worker
+        ))]))
     }
     // ANCHOR_END: visit
 }
@@ -42,8 +52,19 @@ impl ServerHandler for Visits {}
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(addr), Some(store), Some(worker)) = (args.next(), args.next(), args.next()) else {
-        return Err("usage: example-postgres-workers ADDR postgres://USER@HOST/DB?schema=NAME WORKER_NAME".into());
+        return Err(
+            "usage: example-postgres-workers ADDR postgres://USER@HOST/DB?schema=NAME WORKER_NAME"
+                .into(),
+        );
     };
-    DurableMcp::new(Visits { worker: worker.clone() }).store_url(&store).await?.bind(addr.parse()?).worker_id(worker).serve().await?;
+    DurableMcp::new(Visits {
+        worker: worker.clone(),
+    })
+    .store_url(&store)
+    .await?
+    .bind(addr.parse()?)
+    .worker_id(worker)
+    .serve()
+    .await?;
     Ok(())
 }

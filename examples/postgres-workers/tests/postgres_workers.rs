@@ -15,7 +15,10 @@ use serde_json::json;
 fn worker(store: &str, name: &str) -> Server {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_example-postgres-workers"));
-    command.args([addr.to_string().as_str(), store, name]).env("RUST_LOG", "warn").stdout(Stdio::null());
+    command
+        .args([addr.to_string().as_str(), store, name])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
     Server::launch(command, addr)
 }
 
@@ -28,10 +31,17 @@ fn d4_postgres_workers_share_a_session_and_its_state() {
     let a = worker(&store, "worker-a");
     let b = worker(&store, "worker-b");
     let session = initialize(a.addr);
-    for (n, (server, name)) in [(&a, "worker-a"), (&b, "worker-b"), (&a, "worker-a")].into_iter().enumerate() {
+    for (n, (server, name)) in [(&a, "worker-a"), (&b, "worker-b"), (&a, "worker-a")]
+        .into_iter()
+        .enumerate()
+    {
         let call = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": "visit", "arguments": {}}});
         let messages = post(server.addr, Some(&session), &call).messages();
         let (_, result) = messages.last().unwrap();
-        assert_eq!(result["result"]["content"][0]["text"], format!("visit {}, served by {name}", n + 1), "{messages:?}");
+        assert_eq!(
+            result["result"]["content"][0]["text"],
+            format!("visit {}, served by {name}", n + 1),
+            "{messages:?}"
+        );
     }
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use durable_mcp::rmcp::handler::server::{tool::Extension, wrapper::Parameters};
 use durable_mcp::rmcp::model::{CallToolResult, ContentBlock};
-use durable_mcp::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
+use durable_mcp::rmcp::{
+    self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router,
+};
 use durable_mcp::{Durable, DurableMcp, TaskSupport, task_support};
 
 #[derive(Clone)]
@@ -30,13 +32,26 @@ struct RenderArgs {
 impl Renderer {
     // ANCHOR: render
     #[tool(description = "Render a scene, frame by frame", meta = task_support(TaskSupport::Optional))]
-    async fn render(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<RenderArgs>) -> Result<CallToolResult, McpError> {
+    async fn render(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<RenderArgs>,
+    ) -> Result<CallToolResult, McpError> {
         for frame in 1..=args.frames {
             // Each frame is a step: after a crash, the frames already rendered are not redone.
-            durable.step(&format!("frame-{frame}"), |_| tokio::time::sleep(Duration::from_millis(100))).await?;
-            durable.progress(f64::from(frame), Some(f64::from(args.frames)), None).await?;
+            durable
+                .step(&format!("frame-{frame}"), |_| {
+                    tokio::time::sleep(Duration::from_millis(100))
+                })
+                .await?;
+            durable
+                .progress(f64::from(frame), Some(f64::from(args.frames)), None)
+                .await?;
         }
-        Ok(CallToolResult::success(vec![ContentBlock::text(format!("{}: {} frames", args.scene, args.frames))]))
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+            "{}: {} frames",
+            args.scene, args.frames
+        ))]))
     }
     // ANCHOR_END: render
 }
@@ -47,8 +62,18 @@ impl ServerHandler for Renderer {}
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let addr = args.next().unwrap_or_else(|| "127.0.0.1:8080".to_owned()).parse()?;
-    let store = args.next().unwrap_or_else(|| "sqlite:./tasks.db".to_owned());
-    DurableMcp::new(Renderer).store_url(&store).await?.bind(addr).serve().await?;
+    let addr = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:8080".to_owned())
+        .parse()?;
+    let store = args
+        .next()
+        .unwrap_or_else(|| "sqlite:./tasks.db".to_owned());
+    DurableMcp::new(Renderer)
+        .store_url(&store)
+        .await?
+        .bind(addr)
+        .serve()
+        .await?;
     Ok(())
 }

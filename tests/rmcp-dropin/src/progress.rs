@@ -5,9 +5,13 @@ use std::time::Duration;
 
 use durable_mcp::rmcp::handler::server::router::tool::ToolRouter;
 use durable_mcp::rmcp::handler::server::wrapper::Parameters;
-use durable_mcp::rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, ServerCapabilities, ServerConfig};
+use durable_mcp::rmcp::model::{
+    CallToolResult, ContentBlock, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+};
 use durable_mcp::rmcp::service::{RequestContext, RoleServer};
-use durable_mcp::rmcp::{self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
+use durable_mcp::rmcp::{
+    self, ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router,
+};
 
 #[derive(Clone)]
 pub struct Progress {
@@ -25,7 +29,9 @@ pub struct Steps {
 #[tool_router]
 impl Progress {
     pub fn new() -> Self {
-        Self { tool_router: Self::tool_router() }
+        Self {
+            tool_router: Self::tool_router(),
+        }
     }
 
     #[tool(description = "Work through the steps, reporting progress after each")]
@@ -37,11 +43,19 @@ impl Progress {
         for step in 1..=steps {
             tokio::time::sleep(Duration::from_millis(step_ms)).await;
             if let Some(token) = context.meta.get_progress_token() {
-                let param = ProgressNotificationParam::new(token, f64::from(step)).with_total(f64::from(steps)).with_message(format!("step {step}"));
-                context.peer.notify_progress(param).await.map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                let param = ProgressNotificationParam::new(token, f64::from(step))
+                    .with_total(f64::from(steps))
+                    .with_message(format!("step {step}"));
+                context
+                    .peer
+                    .notify_progress(param)
+                    .await
+                    .map_err(|e| McpError::internal_error(e.to_string(), None))?;
             }
         }
-        Ok(CallToolResult::success(vec![ContentBlock::text(format!("processed {steps} steps"))]))
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+            "processed {steps} steps"
+        ))]))
     }
 }
 

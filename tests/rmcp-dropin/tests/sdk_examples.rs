@@ -9,12 +9,21 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use durable_mcp_testkit::{Server, V, free_port, initialize, last_message, post, request, resume, temp_dir};
+use durable_mcp_testkit::{
+    Server, V, free_port, initialize, last_message, post, request, resume, temp_dir,
+};
 use serde_json::{Value, json};
 
 fn launch(server: &str, addr: SocketAddr, db: &Path) -> Server {
     let mut command = Command::new(env!("CARGO_BIN_EXE_rmcp-dropin"));
-    command.args([server, &addr.to_string(), &format!("sqlite:{}", db.display())]).stdout(Stdio::null()).env("RUST_LOG", "warn");
+    command
+        .args([
+            server,
+            &addr.to_string(),
+            &format!("sqlite:{}", db.display()),
+        ])
+        .stdout(Stdio::null())
+        .env("RUST_LOG", "warn");
     Server::launch(command, addr)
 }
 
@@ -29,11 +38,20 @@ fn call(id: u64, name: &str, arguments: Value) -> Value {
 /// The text of a legacy call's result.
 fn text(addr: SocketAddr, session: &str, id: u64, name: &str) -> String {
     let message = last_message(post(addr, Some(session), &call(id, name, json!({}))));
-    message["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{name}: {message}")).to_owned()
+    message["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{name}: {message}"))
+        .to_owned()
 }
 
 /// One 2026-07-28 `tools/call` with extra headers; the final message.
-fn modern_call(addr: SocketAddr, id: u64, name: &str, arguments: Value, extra: &[(&str, &str)]) -> Value {
+fn modern_call(
+    addr: SocketAddr,
+    id: u64,
+    name: &str,
+    arguments: Value,
+    extra: &[(&str, &str)],
+) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments, "_meta": {
         "io.modelcontextprotocol/protocolVersion": V,
         "io.modelcontextprotocol/clientInfo": {"name": "dropin-test", "version": "1"},
@@ -61,18 +79,30 @@ fn handler_fields_are_per_session_with_a_factory_and_new_after_a_restart() {
     let (a, b) = (initialize(addr), initialize(addr));
     assert_eq!(text(addr, &a, 1, "increment"), "1");
     assert_eq!(text(addr, &a, 2, "increment"), "2");
-    assert_eq!(text(addr, &b, 1, "increment"), "1", "the second session's own counter, as under rmcp");
+    assert_eq!(
+        text(addr, &b, 1, "increment"),
+        "1",
+        "the second session's own counter, as under rmcp"
+    );
     assert_eq!(text(addr, &a, 3, "get_value"), "2");
     server.kill();
     let _server = launch("counter", addr, &db);
-    assert_eq!(text(addr, &a, 4, "get_value"), "0", "a new instance after the restart: the field starts again");
+    assert_eq!(
+        text(addr, &a, 4, "get_value"),
+        "0",
+        "a new instance after the restart: the field starts again"
+    );
     assert_eq!(text(addr, &a, 5, "increment"), "1");
 
     let (addr, db) = (self::addr(), temp_dir("dropin-shared").join("store.db"));
     let _shared = launch("counter-shared", addr, &db);
     let (a, b) = (initialize(addr), initialize(addr));
     assert_eq!(text(addr, &a, 1, "increment"), "1");
-    assert_eq!(text(addr, &b, 1, "increment"), "2", "DurableMcp::new: one instance for every session");
+    assert_eq!(
+        text(addr, &b, 1, "increment"),
+        "2",
+        "DurableMcp::new: one instance for every session"
+    );
 }
 
 /// The SDK's progress tool, killed (SIGKILL) after two of its six steps: a worker restarted
@@ -99,15 +129,34 @@ fn d7_progress_resumes_after_sigkill_on_a_library_worker_with_default_options() 
     server.kill();
     let restarted = Instant::now();
     let _server = launch("progress", addr, &db);
-    let rest: Vec<Value> = resume(addr, &session, &last).within(Duration::from_secs(10)).messages().into_iter().map(|(_, m)| m).collect();
+    let rest: Vec<Value> = resume(addr, &session, &last)
+        .within(Duration::from_secs(10))
+        .messages()
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
     let elapsed = restarted.elapsed();
-    let progress: Vec<u64> =
-        seen.iter().chain(&rest).filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap() as u64).collect();
-    assert_eq!(progress, vec![1, 2, 3, 4, 5, 6], "every step once, in order: {seen:?} then {rest:?}");
+    let progress: Vec<u64> = seen
+        .iter()
+        .chain(&rest)
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| m["params"]["progress"].as_f64().unwrap() as u64)
+        .collect();
+    assert_eq!(
+        progress,
+        vec![1, 2, 3, 4, 5, 6],
+        "every step once, in order: {seen:?} then {rest:?}"
+    );
     let outcomes: Vec<&Value> = rest.iter().filter(|m| m["id"] == 7).collect();
     assert_eq!(outcomes.len(), 1, "{rest:?}");
-    assert_eq!(outcomes[0]["result"]["content"][0]["text"], "processed 6 steps");
-    assert!(elapsed < Duration::from_millis(2_500), "resumed {elapsed:?} after the restart (the lease is 5 s)");
+    assert_eq!(
+        outcomes[0]["result"]["content"][0]["text"],
+        "processed 6 steps"
+    );
+    assert!(
+        elapsed < Duration::from_millis(2_500),
+        "resumed {elapsed:?} after the restart (the lease is 5 s)"
+    );
 }
 
 /// An `initialize` that reads `Parts` keeps the session's tenant in a field of the session's
@@ -118,14 +167,25 @@ fn initialize_reads_the_parts_and_the_session_keeps_its_instance() {
     let _server = launch("headers", addr, &db);
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "dropin-test", "version": "1"}}});
-    let headers = [("accept", "application/json, text/event-stream"), ("content-type", "application/json"), ("x-tenant", "initech")];
+    let headers = [
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("x-tenant", "initech"),
+    ];
     let response = request(addr, "POST", &headers, Some(&body.to_string()));
     assert_eq!(response.status, 200);
-    let session = response.header("mcp-session-id").expect("a session").to_owned();
+    let session = response
+        .header("mcp-session-id")
+        .expect("a session")
+        .to_owned();
     let _ = response.body();
     let other = initialize(addr);
     assert_eq!(text(addr, &session, 1, "initialized_by"), "initech");
-    assert_eq!(text(addr, &other, 1, "initialized_by"), "unknown", "the other session's own instance");
+    assert_eq!(
+        text(addr, &other, 1, "initialized_by"),
+        "unknown",
+        "the other session's own instance"
+    );
 }
 
 /// A tool taking `Extension<http::request::Parts>` reads the request's headers in both eras;
@@ -142,20 +202,48 @@ fn the_request_parts_are_in_the_extensions_in_both_eras_and_in_a_re_run() {
         ("x-tenant", "acme"),
         ("authorization", "Bearer not-checked"),
     ];
-    let legacy = |id: u64, wait_ms: u64| request(addr, "POST", &headers, Some(&call(id, "tenant", json!({"wait_ms": wait_ms})).to_string()));
+    let legacy = |id: u64, wait_ms: u64| {
+        request(
+            addr,
+            "POST",
+            &headers,
+            Some(&call(id, "tenant", json!({"wait_ms": wait_ms})).to_string()),
+        )
+    };
     let message = last_message(legacy(1, 0));
-    assert_eq!(message["result"]["content"][0]["text"], "tenant=acme method=POST authorization=true", "{message}");
-    assert_eq!(text(addr, &session, 9, "initialized_by"), "unknown", "testkit's initialize sends no x-tenant");
-    let message = modern_call(addr, 2, "tenant", json!({"wait_ms": 0}), &[("x-tenant", "globex")]);
-    assert_eq!(message["result"]["content"][0]["text"], "tenant=globex method=POST authorization=false", "{message}");
+    assert_eq!(
+        message["result"]["content"][0]["text"], "tenant=acme method=POST authorization=true",
+        "{message}"
+    );
+    assert_eq!(
+        text(addr, &session, 9, "initialized_by"),
+        "unknown",
+        "testkit's initialize sends no x-tenant"
+    );
+    let message = modern_call(
+        addr,
+        2,
+        "tenant",
+        json!({"wait_ms": 0}),
+        &[("x-tenant", "globex")],
+    );
+    assert_eq!(
+        message["result"]["content"][0]["text"], "tenant=globex method=POST authorization=false",
+        "{message}"
+    );
 
     let mut response = legacy(3, 1_500);
     let (priming, _) = response.next_event().expect("the priming event");
     server.kill();
     let _server = launch("headers", addr, &db);
-    let rest = resume(addr, &session, &priming.expect("an event id")).within(Duration::from_secs(15)).messages();
+    let rest = resume(addr, &session, &priming.expect("an event id"))
+        .within(Duration::from_secs(15))
+        .messages();
     let outcome = &rest.last().expect("the re-run's outcome").1;
-    assert_eq!(outcome["result"]["content"][0]["text"], "tenant=acme method=POST authorization=false", "{outcome}");
+    assert_eq!(
+        outcome["result"]["content"][0]["text"], "tenant=acme method=POST authorization=false",
+        "{outcome}"
+    );
 }
 
 /// `Extension<SessionState>`: a legacy session's counter survives a restart; a 2026-07-28
@@ -169,9 +257,16 @@ fn session_state_in_both_eras() {
     assert_eq!(text(addr, &session, 2, "increment"), "2");
     server.kill();
     let _server = launch("state", addr, &db);
-    assert_eq!(text(addr, &session, 3, "increment"), "3", "kept in the store");
+    assert_eq!(
+        text(addr, &session, 3, "increment"),
+        "3",
+        "kept in the store"
+    );
     let message = modern_call(addr, 4, "increment", json!({}), &[]);
     assert_eq!(message["error"]["code"], -32603, "{message}");
     let said = message["error"]["message"].as_str().unwrap();
-    assert!(said.contains("2026-07-28") && said.contains("no session"), "{said}");
+    assert!(
+        said.contains("2026-07-28") && said.contains("no session"),
+        "{said}"
+    );
 }

@@ -62,7 +62,11 @@ impl TrafficReport {
         let c = &self.config;
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let model = cpu_model().map(|m| format!(" ({m})")).unwrap_or_default();
-        let build = if cfg!(debug_assertions) { "DEBUG build (figures meaningless)" } else { "release build" };
+        let build = if cfg!(debug_assertions) {
+            "DEBUG build (figures meaningless)"
+        } else {
+            "release build"
+        };
         if let Some(command) = &c.command_line {
             let _ = writeln!(out, "```sh\n{command}\n```\n");
         }
@@ -103,21 +107,39 @@ impl TrafficReport {
             seconds(c.drop_max_delay),
             super::TAKEOVERS,
         );
-        let _ = writeln!(out, "| store | run | calls/s | re-sent | p50 ms | p99 ms | max ms | journal takeovers |");
+        let _ = writeln!(
+            out,
+            "| store | run | calls/s | re-sent | p50 ms | p99 ms | max ms | journal takeovers |"
+        );
         let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|");
-        let rows: Vec<(&str, &Pair)> = self.stores.iter().filter_map(|s| Some((s.store.as_str(), s.drops.as_ref()?))).collect();
+        let rows: Vec<(&str, &Pair)> = self
+            .stores
+            .iter()
+            .filter_map(|s| Some((s.store.as_str(), s.drops.as_ref()?)))
+            .collect();
         for (store, pair) in &rows {
             measured_row(out, store, "no drops", &pair.base);
-            measured_row(out, store, &format!("{} % dropped", c.drop_percent), &pair.test);
+            measured_row(
+                out,
+                store,
+                &format!("{} % dropped", c.drop_percent),
+                &pair.test,
+            );
         }
-        let _ = writeln!(out, "\n| store | p99 with drops / without | max with drops / without | takeovers with drops | target met |");
+        let _ = writeln!(
+            out,
+            "\n| store | p99 with drops / without | max with drops / without | takeovers with drops | target met |"
+        );
         let _ = writeln!(out, "|---|--:|--:|--:|---|");
         for (store, pair) in &rows {
             let (Ok(base), Ok(test)) = (&pair.base, &pair.test) else {
                 let _ = writeln!(out, "| {store} | – | – | – | failed |");
                 continue;
             };
-            let (p99, max) = (factor(test.load.p99, base.load.p99), factor(test.load.max, base.load.max));
+            let (p99, max) = (
+                factor(test.load.p99, base.load.p99),
+                factor(test.load.max, base.load.max),
+            );
             let takeovers = test.takeovers_total();
             let met = p99 <= DROPS_TARGET && max <= DROPS_TARGET && takeovers == 0;
             let _ = writeln!(
@@ -144,14 +166,29 @@ impl TrafficReport {
             seconds(c.retention_duration),
             super::RETENTION_REMOVED,
         );
-        let _ = writeln!(out, "| store | retention | calls/s | p50 ms | p99 ms | max ms | prunes | streams removed | per prune |");
+        let _ = writeln!(
+            out,
+            "| store | retention | calls/s | p50 ms | p99 ms | max ms | prunes | streams removed | per prune |"
+        );
         let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|");
-        let rows: Vec<(&str, &Pair)> = self.stores.iter().filter_map(|s| Some((s.store.as_str(), s.retention.as_ref()?))).collect();
+        let rows: Vec<(&str, &Pair)> = self
+            .stores
+            .iter()
+            .filter_map(|s| Some((s.store.as_str(), s.retention.as_ref()?)))
+            .collect();
         for (store, pair) in &rows {
             retention_row(out, store, "off", &pair.base);
-            retention_row(out, store, &format!("{age} s, every {interval} s"), &pair.test);
+            retention_row(
+                out,
+                store,
+                &format!("{age} s, every {interval} s"),
+                &pair.test,
+            );
         }
-        let _ = writeln!(out, "\n| store | p99 on / off | max on / off | target met |");
+        let _ = writeln!(
+            out,
+            "\n| store | p99 on / off | max on / off | target met |"
+        );
         let _ = writeln!(out, "|---|--:|--:|---|");
         for (store, pair) in &rows {
             let (Ok(off), Ok(on)) = (&pair.base, &pair.test) else {
@@ -160,7 +197,8 @@ impl TrafficReport {
             };
             // Nothing removed: every prune failed, or found nothing to remove; either way
             // the run did not measure what it is for.
-            let met = factor(on.load.p99, off.load.p99) <= RETENTION_TARGET && on.streams_removed > 0;
+            let met =
+                factor(on.load.p99, off.load.p99) <= RETENTION_TARGET && on.streams_removed > 0;
             let _ = writeln!(
                 out,
                 "| {store} | {} | {} | {} |",
@@ -194,13 +232,17 @@ impl TrafficReport {
         let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|");
         let mut series = Vec::new();
         for store in &self.stores {
-            let Some(sustained) = &store.sustained else { continue };
+            let Some(sustained) = &store.sustained else {
+                continue;
+            };
             let Ok(s) = sustained else {
                 let _ = writeln!(out, "| {} | failed | | | | | | | | |", store.store);
                 continue;
             };
-            let wal_ok = s.wal_max_loading().is_none_or(|max| max < WAL_TARGET_BYTES) && s.wal_at_end().is_none_or(|end| end < WAL_TARGET_BYTES);
-            let rss_ok = s.rss_max_loading().is_some_and(|kib| kib < RSS_TARGET_KIB) && s.rss_at_end().is_none_or(|kib| kib < RSS_TARGET_KIB);
+            let wal_ok = s.wal_max_loading().is_none_or(|max| max < WAL_TARGET_BYTES)
+                && s.wal_at_end().is_none_or(|end| end < WAL_TARGET_BYTES);
+            let rss_ok = s.rss_max_loading().is_some_and(|kib| kib < RSS_TARGET_KIB)
+                && s.rss_at_end().is_none_or(|kib| kib < RSS_TARGET_KIB);
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -208,11 +250,14 @@ impl TrafficReport {
                 count(s.load.per_second()),
                 millis(s.load.p99),
                 millis(s.load.max),
-                s.wal_max_loading().map_or_else(|| "–".to_owned(), megabytes),
+                s.wal_max_loading()
+                    .map_or_else(|| "–".to_owned(), megabytes),
                 s.wal_at_end().map_or_else(|| "–".to_owned(), megabytes),
                 megabytes(s.rss_before_kib << 10),
-                s.rss_max_loading().map_or_else(|| "–".to_owned(), |kib| megabytes(kib << 10)),
-                s.rss_at_end().map_or_else(|| "–".to_owned(), |kib| megabytes(kib << 10)),
+                s.rss_max_loading()
+                    .map_or_else(|| "–".to_owned(), |kib| megabytes(kib << 10)),
+                s.rss_at_end()
+                    .map_or_else(|| "–".to_owned(), |kib| megabytes(kib << 10)),
                 yes_no(wal_ok && rss_ok),
             );
             series.push((store.store.as_str(), s));
@@ -248,7 +293,11 @@ fn measured_row(out: &mut String, store: &str, run: &str, measured: &Result<Meas
 fn retention_row(out: &mut String, store: &str, run: &str, measured: &Result<Measured, String>) {
     match measured {
         Ok(m) => {
-            let per_prune = if m.prunes == 0 { "–".to_owned() } else { thousands((m.streams_removed as f64 / m.prunes as f64).round() as usize) };
+            let per_prune = if m.prunes == 0 {
+                "–".to_owned()
+            } else {
+                thousands((m.streams_removed as f64 / m.prunes as f64).round() as usize)
+            };
             let _ = writeln!(
                 out,
                 "| {store} | {run} | {} | {} | {} | {} | {} | {} | {per_prune} |",
@@ -272,7 +321,11 @@ fn takeovers_cell(m: &Measured) -> String {
     if total == 0 {
         return "0".to_owned();
     }
-    let by: Vec<String> = m.takeovers.iter().map(|(from, n)| format!("{} {n}", if from.is_empty() { "?" } else { from })).collect();
+    let by: Vec<String> = m
+        .takeovers
+        .iter()
+        .map(|(from, n)| format!("{} {n}", if from.is_empty() { "?" } else { from }))
+        .collect();
     format!("{total} ({})", by.join(", "))
 }
 
@@ -287,7 +340,10 @@ fn timeline(store: &str, s: &Sustained) -> String {
         .enumerate()
         .filter(|(i, _)| i % step == 0 || Some(*i) == end_of_load || *i + 1 == s.samples.len())
         .map(|(i, p)| {
-            let wal = p.wal_bytes.map(|b| format!(", WAL {}", megabytes(b))).unwrap_or_default();
+            let wal = p
+                .wal_bytes
+                .map(|b| format!(", WAL {}", megabytes(b)))
+                .unwrap_or_default();
             let when = if Some(i) == end_of_load {
                 " (end of load)"
             } else if p.loading {
@@ -295,7 +351,11 @@ fn timeline(store: &str, s: &Sustained) -> String {
             } else {
                 " (idle)"
             };
-            format!("{:.0} s{when}: RSS {}{wal}", p.at.as_secs_f64(), megabytes(p.rss_kib << 10))
+            format!(
+                "{:.0} s{when}: RSS {}{wal}",
+                p.at.as_secs_f64(),
+                megabytes(p.rss_kib << 10)
+            )
         })
         .collect();
     format!("{store}, readings: {}.", points.join("; "))
@@ -304,7 +364,11 @@ fn timeline(store: &str, s: &Sustained) -> String {
 /// Bytes as `12.3 MB` (MiB).
 fn megabytes(bytes: u64) -> String {
     let mb = bytes as f64 / f64::from(1u32 << 20);
-    if mb >= 100.0 { format!("{mb:.0} MB") } else { format!("{mb:.1} MB") }
+    if mb >= 100.0 {
+        format!("{mb:.0} MB")
+    } else {
+        format!("{mb:.1} MB")
+    }
 }
 
 fn secs(d: Duration) -> f64 {
@@ -313,7 +377,11 @@ fn secs(d: Duration) -> f64 {
 
 /// `value / base`, infinite for a zero base.
 fn factor(value: Duration, base: Duration) -> f64 {
-    if base.is_zero() { f64::INFINITY } else { secs(value) / secs(base) }
+    if base.is_zero() {
+        f64::INFINITY
+    } else {
+        secs(value) / secs(base)
+    }
 }
 
 fn yes_no(met: bool) -> &'static str {
@@ -344,15 +412,38 @@ mod tests {
 
     fn measured(load: LoadResult, takeovers: Vec<(&str, u64)>, streams_removed: u64) -> Measured {
         let prunes = streams_removed.min(1) * 8;
-        Measured { load, takeovers: takeovers.into_iter().map(|(k, n)| (k.to_owned(), n)).collect(), streams_removed, prunes }
+        Measured {
+            load,
+            takeovers: takeovers
+                .into_iter()
+                .map(|(k, n)| (k.to_owned(), n))
+                .collect(),
+            streams_removed,
+            prunes,
+        }
     }
 
     fn report() -> TrafficReport {
         let config = TrafficConfig::new(crate::Executables::beside(PathBuf::from("/nonexistent")));
         let samples = vec![
-            Sample { at: Duration::from_secs(1), loading: true, rss_kib: 30 << 10, wal_bytes: Some(10 << 20) },
-            Sample { at: Duration::from_secs(2), loading: true, rss_kib: 50 << 10, wal_bytes: Some(80 << 20) },
-            Sample { at: Duration::from_secs(32), loading: false, rss_kib: 40 << 10, wal_bytes: Some(1 << 20) },
+            Sample {
+                at: Duration::from_secs(1),
+                loading: true,
+                rss_kib: 30 << 10,
+                wal_bytes: Some(10 << 20),
+            },
+            Sample {
+                at: Duration::from_secs(2),
+                loading: true,
+                rss_kib: 50 << 10,
+                wal_bytes: Some(80 << 20),
+            },
+            Sample {
+                at: Duration::from_secs(32),
+                loading: false,
+                rss_kib: 40 << 10,
+                wal_bytes: Some(1 << 20),
+            },
         ];
         TrafficReport {
             config,
@@ -365,10 +456,21 @@ mod tests {
                 sqlite: true,
                 drops: Some(Pair {
                     base: Ok(measured(load(30_000, 10, 20, 0), vec![], 0)),
-                    test: Ok(measured(load(28_000, 25, 5_000, 2_800), vec![("expired", 2), ("resent", 5)], 0)),
+                    test: Ok(measured(
+                        load(28_000, 25, 5_000, 2_800),
+                        vec![("expired", 2), ("resent", 5)],
+                        0,
+                    )),
                 }),
-                retention: Some(Pair { base: Ok(measured(load(60_000, 10, 20, 0), vec![], 0)), test: Err("it broke".into()) }),
-                sustained: Some(Ok(Sustained { load: load(360_000, 12, 40, 0), rss_before_kib: 20 << 10, samples })),
+                retention: Some(Pair {
+                    base: Ok(measured(load(60_000, 10, 20, 0), vec![], 0)),
+                    test: Err("it broke".into()),
+                }),
+                sustained: Some(Ok(Sustained {
+                    load: load(360_000, 12, 40, 0),
+                    rss_before_kib: 20 << 10,
+                    samples,
+                })),
             }],
             failures: vec!["sqlite, retention on: it broke".into()],
             child_pids: Vec::new(),
@@ -390,7 +492,10 @@ mod tests {
             "32 s (idle): RSS 40.0 MB, WAL 1.0 MB",
             "FAILED: sqlite, retention on: it broke",
         ] {
-            assert!(markdown.contains(needle), "{needle:?} missing from\n{markdown}");
+            assert!(
+                markdown.contains(needle),
+                "{needle:?} missing from\n{markdown}"
+            );
         }
     }
 
@@ -398,15 +503,35 @@ mod tests {
     fn targets_hold_when_every_figure_is_within_its_bound() {
         let mut report = report();
         let store = &mut report.stores[0];
-        store.drops = Some(Pair { base: Ok(measured(load(1, 10, 20, 0), vec![], 0)), test: Ok(measured(load(1, 29, 59, 1), vec![], 0)) });
+        store.drops = Some(Pair {
+            base: Ok(measured(load(1, 10, 20, 0), vec![], 0)),
+            test: Ok(measured(load(1, 29, 59, 1), vec![], 0)),
+        });
         if let Some(Ok(s)) = &mut store.sustained {
             s.samples[1].wal_bytes = Some(63 << 20);
         }
-        store.retention = Some(Pair { base: Ok(measured(load(1, 10, 20, 0), vec![], 0)), test: Ok(measured(load(1, 19, 90, 0), vec![], 40_000)) });
+        store.retention = Some(Pair {
+            base: Ok(measured(load(1, 10, 20, 0), vec![], 0)),
+            test: Ok(measured(load(1, 19, 90, 0), vec![], 40_000)),
+        });
         let markdown = report.to_markdown();
-        assert!(markdown.contains("| sqlite | 2.90× | 2.95× | 0 | yes |"), "{markdown}");
-        assert!(markdown.contains("| sqlite | 5 s, every 5 s | 0.1 | 2.00 | 19.0 | 90.0 | 8 | 40,000 | 5,000 |"), "{markdown}");
-        assert!(markdown.contains("| sqlite | 1.90× | 4.50× | yes |"), "{markdown}");
-        assert!(markdown.contains("| 63.0 MB | 1.0 MB | 20.0 MB | 50.0 MB | 40.0 MB | yes |"), "{markdown}");
+        assert!(
+            markdown.contains("| sqlite | 2.90× | 2.95× | 0 | yes |"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains(
+                "| sqlite | 5 s, every 5 s | 0.1 | 2.00 | 19.0 | 90.0 | 8 | 40,000 | 5,000 |"
+            ),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| sqlite | 1.90× | 4.50× | yes |"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| 63.0 MB | 1.0 MB | 20.0 MB | 50.0 MB | 40.0 MB | yes |"),
+            "{markdown}"
+        );
     }
 }

@@ -53,17 +53,25 @@ impl Scrape {
     pub async fn read(addr: SocketAddr) -> Result<Self, BenchError> {
         let fetch = async {
             let mut stream = TcpStream::connect(addr).await?;
-            stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+            stream
+                .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+                .await?;
             let mut bytes = Vec::new();
             stream.read_to_end(&mut bytes).await?;
             Ok::<_, BenchError>(bytes)
         };
-        let bytes = tokio::time::timeout(SCRAPE_TIMEOUT, fetch).await.map_err(|_| BenchError::Timeout("reading /metrics"))??;
+        let bytes = tokio::time::timeout(SCRAPE_TIMEOUT, fetch)
+            .await
+            .map_err(|_| BenchError::Timeout("reading /metrics"))??;
         let text = String::from_utf8_lossy(&bytes);
-        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| BenchError::Http(format!("/metrics of {addr}: no end of the head")))?;
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| BenchError::Http(format!("/metrics of {addr}: no end of the head")))?;
         let status = head.split_ascii_whitespace().nth(1).unwrap_or_default();
         if status != "200" {
-            return Err(BenchError::Http(format!("/metrics of {addr} answered {status:?}")));
+            return Err(BenchError::Http(format!(
+                "/metrics of {addr} answered {status:?}"
+            )));
         }
         Ok(Self::parse(body))
     }
@@ -71,7 +79,9 @@ impl Scrape {
     /// The sample lines of a Prometheus text exposition (comments and lines that do not
     /// parse are left out).
     pub fn parse(text: &str) -> Self {
-        Self { samples: text.lines().filter_map(parse_line).collect() }
+        Self {
+            samples: text.lines().filter_map(parse_line).collect(),
+        }
     }
 
     /// Whether any sample of `name` is there.
@@ -85,7 +95,10 @@ impl Scrape {
         self.samples
             .iter()
             .filter(|s| s.name == name)
-            .filter(|s| label.is_none_or(|(key, value)| s.labels.iter().any(|(k, v)| k == key && v == value)))
+            .filter(|s| {
+                label
+                    .is_none_or(|(key, value)| s.labels.iter().any(|(k, v)| k == key && v == value))
+            })
             .map(|s| s.value)
             .sum()
     }
@@ -94,7 +107,11 @@ impl Scrape {
     pub fn by_label(&self, name: &str, label: &str) -> Vec<(String, f64)> {
         let mut out: Vec<(String, f64)> = Vec::new();
         for sample in self.samples.iter().filter(|s| s.name == name) {
-            let key = sample.labels.iter().find(|(k, _)| k == label).map_or_else(String::new, |(_, v)| v.clone());
+            let key = sample
+                .labels
+                .iter()
+                .find(|(k, _)| k == label)
+                .map_or_else(String::new, |(_, v)| v.clone());
             match out.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, total)) => *total += sample.value,
                 None => out.push((key, sample.value)),
@@ -107,12 +124,21 @@ impl Scrape {
 
 /// The increase of counter `name` by `label` from `before` to `after`, without the
 /// values that did not grow.
-pub fn increase_by_label(before: &Scrape, after: &Scrape, name: &str, label: &str) -> Vec<(String, u64)> {
+pub fn increase_by_label(
+    before: &Scrape,
+    after: &Scrape,
+    name: &str,
+    label: &str,
+) -> Vec<(String, u64)> {
     after
         .by_label(name, label)
         .into_iter()
         .map(|(key, value)| {
-            let was = before.by_label(name, label).into_iter().find(|(k, _)| *k == key).map_or(0.0, |(_, v)| v);
+            let was = before
+                .by_label(name, label)
+                .into_iter()
+                .find(|(k, _)| *k == key)
+                .map_or(0.0, |(_, v)| v);
             (key, (value - was).max(0.0).round() as u64)
         })
         .filter(|(_, grew)| *grew > 0)
@@ -128,7 +154,11 @@ fn parse_line(line: &str) -> Option<Sample> {
     let (name, labels, rest) = match line.find('{') {
         Some(open) => {
             let close = line.rfind('}')?;
-            (&line[..open], parse_labels(&line[open + 1..close])?, &line[close + 1..])
+            (
+                &line[..open],
+                parse_labels(&line[open + 1..close])?,
+                &line[close + 1..],
+            )
         }
         None => {
             let (name, rest) = line.split_once(char::is_whitespace)?;
@@ -136,7 +166,11 @@ fn parse_line(line: &str) -> Option<Sample> {
         }
     };
     let value = rest.split_whitespace().next()?.parse::<f64>().ok()?;
-    Some(Sample { name: name.trim().to_owned(), labels, value })
+    Some(Sample {
+        name: name.trim().to_owned(),
+        labels,
+        value,
+    })
 }
 
 /// `a="x",b="y"` (escaped quotes and backslashes in values are kept escaped: the labels
@@ -159,7 +193,10 @@ fn parse_labels(text: &str) -> Option<Vec<(String, String)>> {
             }
         }
         let end = end?;
-        labels.push((key.trim().trim_start_matches(',').trim().to_owned(), after[..end].to_owned()));
+        labels.push((
+            key.trim().trim_start_matches(',').trim().to_owned(),
+            after[..end].to_owned(),
+        ));
         rest = after[end + 1..].trim_start_matches(',').trim();
     }
     Some(labels)
@@ -185,7 +222,10 @@ durable_mcp_requests_in_flight 3 1700000000000
         let scrape = Scrape::parse(EXPOSITION);
         assert_eq!(scrape.sum(TAKEOVERS, None), 7.0);
         assert_eq!(scrape.sum(TAKEOVERS, Some(("from", "resent"))), 5.0);
-        assert_eq!(scrape.sum(RETENTION_REMOVED, Some(("kind", "streams"))), 41_234.0);
+        assert_eq!(
+            scrape.sum(RETENTION_REMOVED, Some(("kind", "streams"))),
+            41_234.0
+        );
         assert_eq!(scrape.sum("durable_mcp_requests_in_flight", None), 3.0);
         assert!(scrape.has(OPERATION_DURATION_COUNT));
         assert_eq!(scrape.sum("absent_total", None), 0.0);
@@ -195,14 +235,23 @@ durable_mcp_requests_in_flight 3 1700000000000
     fn increases_leave_out_what_did_not_grow() {
         let before = Scrape::parse("durable_mcp_journal_takeovers_total{from=\"expired\"} 2\n");
         let after = Scrape::parse(EXPOSITION);
-        assert_eq!(increase_by_label(&before, &after, TAKEOVERS, "from"), [("resent".to_owned(), 5)]);
+        assert_eq!(
+            increase_by_label(&before, &after, TAKEOVERS, "from"),
+            [("resent".to_owned(), 5)]
+        );
         assert!(increase_by_label(&after, &after, TAKEOVERS, "from").is_empty());
     }
 
     #[test]
     fn label_values_may_hold_commas_and_escaped_quotes() {
         let sample = parse_line(r#"x_total{a="1,2",b="say \"hi\""} 4"#).expect("parses");
-        assert_eq!(sample.labels, [("a".to_owned(), "1,2".to_owned()), ("b".to_owned(), r#"say \"hi\""#.to_owned())]);
+        assert_eq!(
+            sample.labels,
+            [
+                ("a".to_owned(), "1,2".to_owned()),
+                ("b".to_owned(), r#"say \"hi\""#.to_owned())
+            ]
+        );
         assert_eq!(sample.value, 4.0);
     }
 }

@@ -17,7 +17,9 @@ fn running(server: &mut Server) -> bool {
 fn read_messages(stream: &mut Response, want: usize) -> Vec<(String, Value)> {
     let mut messages = Vec::new();
     while messages.len() < want {
-        let Some((id, data)) = stream.next_event() else { break };
+        let Some((id, data)) = stream.next_event() else {
+            break;
+        };
         if !data.is_empty() {
             messages.push((id.unwrap_or_default(), serde_json::from_str(&data).unwrap()));
         }
@@ -36,15 +38,33 @@ fn read_messages(stream: &mut Response, want: usize) -> Vec<(String, Value)> {
 fn d3_a_client_that_reconnects_keeps_its_sessions_child_and_its_state() {
     let Some(python) = python() else { return };
     let dir = temp_dir("proxy-reconnect");
-    let mut server = start_proxy(&python, "memory:", free_port(), &["--sse-keep-alive-ms", KEEP_ALIVE_MS]);
+    let mut server = start_proxy(
+        &python,
+        "memory:",
+        free_port(),
+        &["--sse-keep-alive-ms", KEEP_ALIVE_MS],
+    );
     let addr = server.addr;
     let session = initialize(addr);
-    let (n, pid) = count_of(text(&outcome(post(addr, Some(&session), &call(1, "count", json!({}))), 1)));
+    let (n, pid) = count_of(text(&outcome(
+        post(addr, Some(&session), &call(1, "count", json!({}))),
+        1,
+    )));
     assert_eq!(n, 1);
 
     const STEPS: u64 = 5;
     let ledger = dir.join("ledger");
-    let (last, mut seen) = read_some(addr, &session, &slow_call(2, "slow_append", json!({"path": ledger.to_str().unwrap()}), STEPS), 1);
+    let (last, mut seen) = read_some(
+        addr,
+        &session,
+        &slow_call(
+            2,
+            "slow_append",
+            json!({"path": ledger.to_str().unwrap()}),
+            STEPS,
+        ),
+        1,
+    );
     let held = get_stream(addr, &session);
     for _ in 0..3 {
         drop(get_stream(addr, &session));
@@ -58,15 +78,41 @@ fn d3_a_client_that_reconnects_keeps_its_sessions_child_and_its_state() {
     seen.extend(more.into_iter().map(|(_, m)| m));
     let resumed = resume(addr, &session, &last);
     assert_eq!(resumed.status, 200);
-    seen.extend(resumed.within(Duration::from_secs(30)).messages().into_iter().map(|(_, m)| m));
+    seen.extend(
+        resumed
+            .within(Duration::from_secs(30))
+            .messages()
+            .into_iter()
+            .map(|(_, m)| m),
+    );
 
     let outcomes: Vec<&Value> = seen.iter().filter(|m| m["id"] == 2).collect();
     assert_eq!(outcomes.len(), 1, "one outcome: {seen:?}");
-    assert_eq!(outcomes[0]["result"]["content"][0]["text"], format!("done {STEPS}"), "the result, not the interrupted error: {}", outcomes[0]);
-    assert_eq!(progress_of(&seen), (1..=STEPS).collect::<Vec<_>>(), "each step once, in order: {seen:?}");
-    assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "start\n", "the call reached the upstream once");
-    let (n, same) = count_of(text(&outcome(post(addr, Some(&session), &call(3, "count", json!({}))), 3)));
-    assert_eq!((n, same), (2, pid), "the session's same child, its state kept");
+    assert_eq!(
+        outcomes[0]["result"]["content"][0]["text"],
+        format!("done {STEPS}"),
+        "the result, not the interrupted error: {}",
+        outcomes[0]
+    );
+    assert_eq!(
+        progress_of(&seen),
+        (1..=STEPS).collect::<Vec<_>>(),
+        "each step once, in order: {seen:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&ledger).unwrap(),
+        "start\n",
+        "the call reached the upstream once"
+    );
+    let (n, same) = count_of(text(&outcome(
+        post(addr, Some(&session), &call(3, "count", json!({}))),
+        3,
+    )));
+    assert_eq!(
+        (n, same),
+        (2, pid),
+        "the session's same child, its state kept"
+    );
     assert!(running(&mut server), "the proxy runs on");
 }
 
@@ -83,10 +129,19 @@ fn d3_several_sse_clients_at_once_each_get_their_own_messages_and_the_proxy_runs
     let log = dir.join("proxy.log");
     let upstream = [python, repo_root().join("tests/python/upstream_server.py")];
     let stderr = Stdio::from(std::fs::File::create(&log).unwrap());
-    let mut server = launch_proxy(&upstream, "memory:", free_port(), &["--sse-keep-alive-ms", KEEP_ALIVE_MS], stderr);
+    let mut server = launch_proxy(
+        &upstream,
+        "memory:",
+        free_port(),
+        &["--sse-keep-alive-ms", KEEP_ALIVE_MS],
+        stderr,
+    );
     let addr = server.addr;
     let sessions: Vec<String> = (0..3).map(|_| initialize(addr)).collect();
-    let mut streams = [get_stream(addr, &sessions[0]), get_stream(addr, &sessions[0])];
+    let mut streams = [
+        get_stream(addr, &sessions[0]),
+        get_stream(addr, &sessions[0]),
+    ];
 
     let legacy: Vec<_> = sessions
         .iter()
@@ -115,19 +170,38 @@ fn d3_several_sse_clients_at_once_each_get_their_own_messages_and_the_proxy_runs
         .map(|i| {
             std::thread::spawn(move || {
                 let key = format!("m{i}");
-                let got = modern(addr, 1, "tools/call", json!({"name": "lookup", "arguments": {"key": key, "delay_ms": 200}}), false);
+                let got = modern(
+                    addr,
+                    1,
+                    "tools/call",
+                    json!({"name": "lookup", "arguments": {"key": key, "delay_ms": 200}}),
+                    false,
+                );
                 assert_eq!(text(&got), format!("value of {key}"), "{got}");
             })
         })
         .collect();
-    let pids: BTreeSet<u32> = legacy.into_iter().map(|client| client.join().unwrap()).collect();
+    let pids: BTreeSet<u32> = legacy
+        .into_iter()
+        .map(|client| client.join().unwrap())
+        .collect();
     assert_eq!(pids.len(), 3, "a child per session: {pids:?}");
     for client in modern_clients {
         client.join().unwrap();
     }
 
-    let _ = outcome(post(addr, Some(&sessions[0]), &call(4, "change_tools", json!({}))), 4);
-    let told: usize = streams.iter_mut().map(|stream| carried(stream, TOOLS_CHANGED, 1, QUIET).len()).sum();
+    let _ = outcome(
+        post(
+            addr,
+            Some(&sessions[0]),
+            &call(4, "change_tools", json!({})),
+        ),
+        4,
+    );
+    let told: usize = streams
+        .iter_mut()
+        .map(|stream| carried(stream, TOOLS_CHANGED, 1, QUIET).len())
+        .sum();
     assert_eq!(told, 1, "on exactly one of the session's two GET streams");
     assert!(running(&mut server), "the proxy runs on");
     let log = std::fs::read_to_string(&log).unwrap();

@@ -14,8 +14,15 @@ pub use durable_mcp_testkit::*;
 
 /// Run a `durable-mcp` command to completion; its stdout (it must succeed).
 pub fn run(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp")).args(args).output().expect("run durable-mcp");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_durable-mcp"))
+        .args(args)
+        .output()
+        .expect("run durable-mcp");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
@@ -36,9 +43,20 @@ impl DurableMcpServer for Server {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_durable-mcp"));
         command
-            .args(["serve", "--example", example, "--listen", &addr.to_string(), "--store", store])
+            .args([
+                "serve",
+                "--example",
+                example,
+                "--listen",
+                &addr.to_string(),
+                "--store",
+                store,
+            ])
             .args(extra)
-            .env("RUST_LOG", std::env::var("DMCP_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("DMCP_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         Server::launch(command, addr)
@@ -52,7 +70,10 @@ pub fn two_workers(backend: backend::Backend, args: &[&str]) -> Option<(Server, 
         return None;
     }
     let store = backend.store_url(None);
-    Some((Server::start(&store, free_port(), args), Server::start(&store, free_port(), args)))
+    Some((
+        Server::start(&store, free_port(), args),
+        Server::start(&store, free_port(), args),
+    ))
 }
 
 /// The lines `<index> <idempotency key>` the `steps` fixture appends to its ledger file

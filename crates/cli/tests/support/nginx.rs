@@ -13,7 +13,10 @@ pub struct Nginx {
 
 /// The nginx binary, if installed.
 pub fn binary() -> Option<PathBuf> {
-    ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().map(PathBuf::from).find(|p| p.exists())
+    ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
 }
 
 /// The one nginx configuration of the load-balancer tests, shared with
@@ -22,15 +25,23 @@ pub const TEMPLATE: &str = include_str!("../../../../scripts/nginx.conf.template
 
 /// `TEMPLATE` filled in: scratch folder `dir`, `listen` address, one `server` per worker.
 pub fn config(dir: &Path, listen: SocketAddr, workers: &[SocketAddr]) -> String {
-    let servers: Vec<String> = workers.iter().map(|w| format!("        server {w};")).collect();
-    TEMPLATE.replace("@DIR@", &dir.display().to_string()).replace("@LISTEN@", &listen.to_string()).replace("@SERVERS@", &servers.join("\n"))
+    let servers: Vec<String> = workers
+        .iter()
+        .map(|w| format!("        server {w};"))
+        .collect();
+    TEMPLATE
+        .replace("@DIR@", &dir.display().to_string())
+        .replace("@LISTEN@", &listen.to_string())
+        .replace("@SERVERS@", &servers.join("\n"))
 }
 
 /// The directives of the block that opens with `opening` (e.g. `location /mcp {`) in an
 /// nginx configuration, one per statement, comments and blank lines dropped, `server`
 /// lines of an upstream left out (addresses differ between deployments).
 pub fn block_directives(conf: &str, opening: &str) -> Vec<String> {
-    let Some(start) = conf.find(opening) else { return Vec::new() };
+    let Some(start) = conf.find(opening) else {
+        return Vec::new();
+    };
     conf[start + opening.len()..]
         .lines()
         .map(|line| line.split('#').next().unwrap_or_default().trim())
@@ -45,7 +56,12 @@ impl Nginx {
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, config(dir, listen, workers)).unwrap();
         let child = Command::new(binary().expect("nginx installed"))
-            .args(["-p", &dir.display().to_string(), "-c", &conf.display().to_string()])
+            .args([
+                "-p",
+                &dir.display().to_string(),
+                "-c",
+                &conf.display().to_string(),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -55,14 +71,19 @@ impl Nginx {
             assert!(Instant::now() < deadline, "nginx did not start on {listen}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Nginx { child, addr: listen }
+        Nginx {
+            child,
+            addr: listen,
+        }
     }
 }
 
 impl Drop for Nginx {
     fn drop(&mut self) {
         // SIGTERM, not SIGKILL: the master must take its worker processes down with it.
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {

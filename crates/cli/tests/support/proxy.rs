@@ -38,7 +38,8 @@ impl Proxy {
                     o.lock().unwrap().push(client);
                     continue;
                 }
-                let Ok(upstream) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
+                let Ok(upstream) = TcpStream::connect_timeout(&target, Duration::from_secs(2))
+                else {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 };
@@ -49,11 +50,22 @@ impl Proxy {
                     open.push(client.try_clone().unwrap());
                     open.push(upstream.try_clone().unwrap());
                 }
-                pipe(client.try_clone().unwrap(), upstream.try_clone().unwrap(), h.clone(), slow.clone());
+                pipe(
+                    client.try_clone().unwrap(),
+                    upstream.try_clone().unwrap(),
+                    h.clone(),
+                    slow.clone(),
+                );
                 pipe(upstream, client, h.clone(), slow.clone());
             }
         });
-        Proxy { addr, down, hung, delay_ms, open }
+        Proxy {
+            addr,
+            down,
+            hung,
+            delay_ms,
+            open,
+        }
     }
 
     /// Stop answering: open connections forward nothing (until `restore`), new ones are
@@ -72,7 +84,8 @@ impl Proxy {
 
     /// Hold every chunk this long before forwarding it (a slow network or store).
     pub fn slow(&self, delay: Duration) {
-        self.delay_ms.store(u64::try_from(delay.as_millis()).unwrap(), Ordering::SeqCst);
+        self.delay_ms
+            .store(u64::try_from(delay.as_millis()).unwrap(), Ordering::SeqCst);
     }
 
     /// Let connections through again.

@@ -36,7 +36,11 @@ pub fn parse(text: &str) -> Vec<Sample> {
                 }
                 None => (series.to_owned(), BTreeMap::new()),
             };
-            Sample { name, labels, value: value.parse().unwrap() }
+            Sample {
+                name,
+                labels,
+                value: value.parse().unwrap(),
+            }
         })
         .collect()
 }
@@ -46,17 +50,27 @@ pub struct Scrape(pub Vec<Sample>, pub String);
 impl Scrape {
     /// The samples named `name` whose labels are exactly `labels`.
     pub fn exact(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let want: BTreeMap<String, String> = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        self.0.iter().find(|s| s.name == name && s.labels == want).map(|s| s.value)
+        let want: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        self.0
+            .iter()
+            .find(|s| s.name == name && s.labels == want)
+            .map(|s| s.value)
     }
 
     pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.exact(name, labels).unwrap_or_else(|| panic!("no {name}{labels:?} in\n{}", self.1))
+        self.exact(name, labels)
+            .unwrap_or_else(|| panic!("no {name}{labels:?} in\n{}", self.1))
     }
 
     /// The `_bucket` samples of histogram `name` with `labels` (besides `le`), by bound.
     pub fn buckets(&self, name: &str, labels: &[(&str, &str)]) -> Vec<(String, f64)> {
-        let want: BTreeMap<String, String> = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let want: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         self.0
             .iter()
             .filter(|s| s.name == format!("{name}_bucket"))
@@ -77,7 +91,13 @@ impl Scrape {
 pub fn scrape(metrics: SocketAddr) -> Scrape {
     let response = request_at(metrics, "GET", "/metrics", &[], None);
     assert_eq!(response.status, 200);
-    assert!(response.header("content-type").unwrap().starts_with("text/plain"), "the text exposition format");
+    assert!(
+        response
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/plain"),
+        "the text exposition format"
+    );
     let text = response.body();
     Scrape(parse(&text), text)
 }
@@ -90,7 +110,11 @@ pub fn scrape_until(metrics: SocketAddr, what: &str, ok: impl Fn(&Scrape) -> boo
         if ok(&scraped) {
             return scraped;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}:\n{}", scraped.1);
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{}",
+            scraped.1
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -104,7 +128,10 @@ pub fn metrics_addr() -> SocketAddr {
 pub fn wait_for_listener(metrics: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(metrics).is_err() {
-        assert!(Instant::now() < deadline, "the metrics listener never came up on {metrics}");
+        assert!(
+            Instant::now() < deadline,
+            "the metrics listener never came up on {metrics}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -15,7 +15,10 @@ use std::time::Duration;
 use durable_mcp_protocol::{Durable, TaskSupport, task_support};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitRequestParams, ElicitationAction, SamplingMessage};
+use rmcp::model::{
+    CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitRequestParams,
+    ElicitationAction, SamplingMessage,
+};
 use rmcp::{ErrorData as McpError, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -59,7 +62,10 @@ pub(super) struct AskArgs {
 }
 
 fn append_line(path: &str, line: &str) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
     file.write_all(line.as_bytes())?;
     file.sync_data()
 }
@@ -70,14 +76,21 @@ impl Everything {
         description = "Durability fixture: runs count durable steps; each appends '<index> <idempotency key>' to the ledger file (name ending in .ledger), then sleeps step_ms. Returns the step indexes.",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn steps(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<StepsArgs>) -> Result<CallToolResult, McpError> {
+    async fn steps(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<StepsArgs>,
+    ) -> Result<CallToolResult, McpError> {
         if args.count > 1000 {
             return Err(McpError::invalid_params("count must be at most 1000", None));
         }
         if let Some(ledger) = &args.ledger
             && !ledger.ends_with(LEDGER_SUFFIX)
         {
-            return Err(McpError::invalid_params(format!("ledger must name a file ending in {LEDGER_SUFFIX}"), None));
+            return Err(McpError::invalid_params(
+                format!("ledger must name a file ending in {LEDGER_SUFFIX}"),
+                None,
+            ));
         }
         let mut done = Vec::new();
         for index in 1..=args.count {
@@ -86,15 +99,24 @@ impl Everything {
             let result: Result<u32, String> = durable
                 .step(&format!("step-{index}"), |key| async move {
                     if let Some(path) = ledger {
-                        append_line(&path, &format!("{index} {}\n", key.idempotency_key())).map_err(|e| e.to_string())?;
+                        append_line(&path, &format!("{index} {}\n", key.idempotency_key()))
+                            .map_err(|e| e.to_string())?;
                     }
                     tokio::time::sleep(Duration::from_millis(step_ms)).await;
                     Ok(index)
                 })
                 .await?;
-            done.push(result.map_err(|e| McpError::internal_error(format!("step {index}: {e}"), None))?);
+            done.push(
+                result.map_err(|e| McpError::internal_error(format!("step {index}: {e}"), None))?,
+            );
             let message = format!("step {index} of {}", args.count);
-            durable.progress(f64::from(index), Some(f64::from(args.count)), Some(&message)).await?;
+            durable
+                .progress(
+                    f64::from(index),
+                    Some(f64::from(args.count)),
+                    Some(&message),
+                )
+                .await?;
         }
         let mut result = CallToolResult::success(vec![ContentBlock::text(json!(done).to_string())]);
         result.structured_content = Some(json!({ "steps": done }));
@@ -105,7 +127,11 @@ impl Everything {
         description = "Durability fixture: asks the user the question once (durable elicitation), records the answer in a durable step, waits then_ms (durable sleep) and returns it.",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn ask(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<AskArgs>) -> Result<CallToolResult, McpError> {
+    async fn ask(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<AskArgs>,
+    ) -> Result<CallToolResult, McpError> {
         let params = ElicitRequestParams::FormElicitationParams {
             meta: None,
             message: args.question.clone(),
@@ -115,7 +141,13 @@ impl Everything {
         let recorded: String = durable
             .step("record", |_| async move {
                 match answer.action {
-                    ElicitationAction::Accept => answer.content.as_ref().and_then(|c| c.get("answer")).and_then(|a| a.as_str()).unwrap_or_default().to_owned(),
+                    ElicitationAction::Accept => answer
+                        .content
+                        .as_ref()
+                        .and_then(|c| c.get("answer"))
+                        .and_then(|a| a.as_str())
+                        .unwrap_or_default()
+                        .to_owned(),
                     ElicitationAction::Decline => "(declined)".to_owned(),
                     _ => "(cancelled)".to_owned(),
                 }
@@ -123,7 +155,9 @@ impl Everything {
             .await
             .map_err(McpError::from)?;
         if args.then_ms > 0 {
-            durable.sleep("then", Duration::from_millis(args.then_ms)).await?;
+            durable
+                .sleep("then", Duration::from_millis(args.then_ms))
+                .await?;
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(recorded)]))
     }
@@ -132,12 +166,21 @@ impl Everything {
         meta = task_support(TaskSupport::Optional)
     )]
     #[allow(deprecated)] // sampling and roots are deprecated upstream (SEP-2577), still served
-    async fn consult(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<ConsultArgs>) -> Result<CallToolResult, McpError> {
+    async fn consult(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<ConsultArgs>,
+    ) -> Result<CallToolResult, McpError> {
         let roots = durable.list_roots().await?;
-        let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(args.prompt)], 100);
+        let params =
+            CreateMessageRequestParams::new(vec![SamplingMessage::user_text(args.prompt)], 100);
         let answer = durable.sample(params).await?;
         let message = serde_json::to_value(&answer.message).unwrap_or_default();
-        let text = message.pointer("/content/text").and_then(|t| t.as_str()).unwrap_or_default().to_owned();
+        let text = message
+            .pointer("/content/text")
+            .and_then(|t| t.as_str())
+            .unwrap_or_default()
+            .to_owned();
         let value = json!({"roots": roots.roots.len(), "model": answer.model, "text": text});
         let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
         result.structured_content = Some(value);

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 pub(super) const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP4z8DwHwAFAAH/VscvDQAAAABJRU5ErkJggg==";
 
 /// A WAV file (8 kHz, mono, 16-bit PCM) holding eight samples of silence, base64.
-pub(super) const WAV_BASE64: &str = "UklGRjQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YRAAAAAAAAAAAAAAAAAAAAAAAAAA";
+pub(super) const WAV_BASE64: &str =
+    "UklGRjQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YRAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
 fn object(value: Value) -> JsonObject {
     match value {

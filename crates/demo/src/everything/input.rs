@@ -14,9 +14,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rmcp::model::{
-    ClientCapabilities, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult,
-    ElicitationSchema, InputRequest, InputRequests, InputResponses, ListRootsRequest, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProtocolVersion, RequestStateCodec, SealOptions,
+    ClientCapabilities, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationSchema, InputRequest,
+    InputRequests, InputResponses, ListRootsRequest, ListRootsResult, LoggingLevel,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RequestStateCodec,
+    SealOptions,
 };
 use rmcp::service::{RequestContext, ServiceError};
 use rmcp::{ErrorData as McpError, RoleServer};
@@ -29,7 +31,9 @@ const STATE_TTL: Duration = Duration::from_secs(600);
 
 /// Whether this request uses the stateless 2026-07-28 (or later) protocol.
 pub(super) fn is_stateless(context: &RequestContext<RoleServer>) -> bool {
-    context.protocol_version().is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
+    context
+        .protocol_version()
+        .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
 }
 
 fn severity(level: LoggingLevel) -> u8 {
@@ -56,7 +60,12 @@ pub(super) fn may_log(context: &RequestContext<RoleServer>, level: LoggingLevel)
 
 /// Sends `notifications/message` if [`may_log`] allows it. Delivery failures are logged
 /// and otherwise ignored: the request goes on.
-pub(super) async fn log(context: &RequestContext<RoleServer>, level: LoggingLevel, logger: &str, data: Value) {
+pub(super) async fn log(
+    context: &RequestContext<RoleServer>,
+    level: LoggingLevel,
+    logger: &str,
+    data: Value,
+) {
     if !may_log(context, level) {
         return;
     }
@@ -67,11 +76,18 @@ pub(super) async fn log(context: &RequestContext<RoleServer>, level: LoggingLeve
 }
 
 /// Sends `notifications/progress` if the request carries a progress token.
-pub(super) async fn progress(context: &RequestContext<RoleServer>, progress: f64, total: f64, message: impl Into<String>) {
+pub(super) async fn progress(
+    context: &RequestContext<RoleServer>,
+    progress: f64,
+    total: f64,
+    message: impl Into<String>,
+) {
     let Some(token) = context.meta.get_progress_token() else {
         return;
     };
-    let params = ProgressNotificationParam::new(token, progress).with_total(total).with_message(message);
+    let params = ProgressNotificationParam::new(token, progress)
+        .with_total(total)
+        .with_message(message);
     if let Err(error) = context.peer.notify_progress(params).await {
         tracing::debug!(%error, "could not send a progress notification");
     }
@@ -80,7 +96,10 @@ pub(super) async fn progress(context: &RequestContext<RoleServer>, progress: f64
 /// What a fixture asks the client.
 pub(super) enum Ask {
     /// `elicitation/create` (form mode).
-    Elicit { message: String, schema: ElicitationSchema },
+    Elicit {
+        message: String,
+        schema: ElicitationSchema,
+    },
     /// `sampling/createMessage` with one user text message.
     Sample { prompt: String, max_tokens: u32 },
     /// `roots/list`.
@@ -94,34 +113,64 @@ pub(super) struct Question {
 }
 
 impl Question {
-    pub fn elicit(key: &'static str, message: impl Into<String>, schema: ElicitationSchema) -> Self {
-        Self { key, ask: Ask::Elicit { message: message.into(), schema } }
+    pub fn elicit(
+        key: &'static str,
+        message: impl Into<String>,
+        schema: ElicitationSchema,
+    ) -> Self {
+        Self {
+            key,
+            ask: Ask::Elicit {
+                message: message.into(),
+                schema,
+            },
+        }
     }
 
     pub fn sample(key: &'static str, prompt: impl Into<String>, max_tokens: u32) -> Self {
-        Self { key, ask: Ask::Sample { prompt: prompt.into(), max_tokens } }
+        Self {
+            key,
+            ask: Ask::Sample {
+                prompt: prompt.into(),
+                max_tokens,
+            },
+        }
     }
 
     pub fn roots(key: &'static str) -> Self {
-        Self { key, ask: Ask::Roots }
+        Self {
+            key,
+            ask: Ask::Roots,
+        }
     }
 
     /// The request as it appears in `inputRequests`.
     pub fn input_request(&self) -> InputRequest {
         match &self.ask {
-            Ask::Elicit { message, schema } => InputRequest::Elicitation(ElicitRequest::new(elicit_params(message.clone(), schema.clone()))),
-            Ask::Sample { prompt, max_tokens } => InputRequest::CreateMessage(CreateMessageRequest::new(sample_params(prompt.clone(), *max_tokens))),
+            Ask::Elicit { message, schema } => InputRequest::Elicitation(ElicitRequest::new(
+                elicit_params(message.clone(), schema.clone()),
+            )),
+            Ask::Sample { prompt, max_tokens } => InputRequest::CreateMessage(
+                CreateMessageRequest::new(sample_params(prompt.clone(), *max_tokens)),
+            ),
             Ask::Roots => InputRequest::ListRoots(ListRootsRequest::default()),
         }
     }
 }
 
 fn elicit_params(message: String, requested_schema: ElicitationSchema) -> ElicitRequestParams {
-    ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema }
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message,
+        requested_schema,
+    }
 }
 
 fn sample_params(prompt: String, max_tokens: u32) -> CreateMessageRequestParams {
-    CreateMessageRequestParams::new(vec![rmcp::model::SamplingMessage::user_text(prompt)], max_tokens)
+    CreateMessageRequestParams::new(
+        vec![rmcp::model::SamplingMessage::user_text(prompt)],
+        max_tokens,
+    )
 }
 
 /// The client's answer to one [`Question`].
@@ -147,10 +196,14 @@ impl Answer {
     /// A string field of an accepted elicitation's content.
     pub fn field(&self, name: &str) -> Option<String> {
         match self {
-            Answer::Elicit(result) => result.content.as_ref().and_then(|content| content.get(name)).map(|value| match value {
-                Value::String(text) => text.clone(),
-                other => other.to_string(),
-            }),
+            Answer::Elicit(result) => result
+                .content
+                .as_ref()
+                .and_then(|content| content.get(name))
+                .map(|value| match value {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                }),
             _ => None,
         }
     }
@@ -158,14 +211,24 @@ impl Answer {
 
 /// `action=<action>, content=<json>`.
 fn describe_elicitation(result: &ElicitResult) -> String {
-    let action =
-        serde_json::to_value(&result.action).ok().and_then(|value| value.as_str().map(str::to_owned)).unwrap_or_else(|| format!("{:?}", result.action));
-    let content = result.content.as_ref().map_or_else(|| "{}".to_owned(), Value::to_string);
+    let action = serde_json::to_value(&result.action)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{:?}", result.action));
+    let content = result
+        .content
+        .as_ref()
+        .map_or_else(|| "{}".to_owned(), Value::to_string);
     format!("action={action}, content={content}")
 }
 
 fn sampled_text(result: &CreateMessageResult) -> String {
-    result.message.content.first().and_then(|block| block.as_text()).map_or_else(|| "(no text response)".to_owned(), |text| text.text.clone())
+    result
+        .message
+        .content
+        .first()
+        .and_then(|block| block.as_text())
+        .map_or_else(|| "(no text response)".to_owned(), |text| text.text.clone())
 }
 
 /// The answers, by question key.
@@ -202,9 +265,17 @@ pub(super) fn client_supports(context: &RequestContext<RoleServer>, ask: &Ask) -
     }
 }
 
-fn parse_response<T: DeserializeOwned>(key: &str, what: &str, value: &Value) -> Result<T, McpError> {
-    serde_json::from_value(value.clone())
-        .map_err(|error| McpError::invalid_params(format!("inputResponses.{key} is not a valid {what}: {error}"), Some(serde_json::json!({ "key": key }))))
+fn parse_response<T: DeserializeOwned>(
+    key: &str,
+    what: &str,
+    value: &Value,
+) -> Result<T, McpError> {
+    serde_json::from_value(value.clone()).map_err(|error| {
+        McpError::invalid_params(
+            format!("inputResponses.{key} is not a valid {what}: {error}"),
+            Some(serde_json::json!({ "key": key })),
+        )
+    })
 }
 
 fn parse_answer(question: &Question, value: &Value) -> Result<Answer, McpError> {
@@ -223,13 +294,22 @@ fn service_error(error: ServiceError) -> McpError {
     }
 }
 
-async fn ask_now(context: &RequestContext<RoleServer>, question: &Question) -> Result<Answer, McpError> {
+async fn ask_now(
+    context: &RequestContext<RoleServer>,
+    question: &Question,
+) -> Result<Answer, McpError> {
     let peer = &context.peer;
     Ok(match &question.ask {
-        Ask::Elicit { message, schema } => {
-            Answer::Elicit(peer.create_elicitation(elicit_params(message.clone(), schema.clone())).await.map_err(service_error)?)
-        }
-        Ask::Sample { prompt, max_tokens } => Answer::Sample(peer.create_message(sample_params(prompt.clone(), *max_tokens)).await.map_err(service_error)?),
+        Ask::Elicit { message, schema } => Answer::Elicit(
+            peer.create_elicitation(elicit_params(message.clone(), schema.clone()))
+                .await
+                .map_err(service_error)?,
+        ),
+        Ask::Sample { prompt, max_tokens } => Answer::Sample(
+            peer.create_message(sample_params(prompt.clone(), *max_tokens))
+                .await
+                .map_err(service_error)?,
+        ),
         Ask::Roots => Answer::Roots(peer.list_roots().await.map_err(service_error)?),
     })
 }
@@ -241,7 +321,11 @@ async fn ask_now(context: &RequestContext<RoleServer>, question: &Question) -> R
 /// -32021 if the client did not declare a capability a question needs; -32602 if a
 /// 2026-07-28 `inputResponses` entry for a question has the wrong shape; in legacy
 /// sessions, whatever the client's answer or the transport failed with.
-pub(super) async fn gather(context: &RequestContext<RoleServer>, responses: Option<&InputResponses>, questions: Vec<Question>) -> Result<Gathered, McpError> {
+pub(super) async fn gather(
+    context: &RequestContext<RoleServer>,
+    responses: Option<&InputResponses>,
+    questions: Vec<Question>,
+) -> Result<Gathered, McpError> {
     if let Some(question) = questions.iter().find(|q| !client_supports(context, &q.ask)) {
         return Err(missing_capability(&question.ask));
     }
@@ -264,14 +348,27 @@ pub(super) async fn gather(context: &RequestContext<RoleServer>, responses: Opti
     if complete {
         return Ok(Gathered::Complete(answers));
     }
-    Ok(Gathered::InputRequired(questions.iter().map(|question| (question.key.to_owned(), question.input_request())).collect()))
+    Ok(Gathered::InputRequired(
+        questions
+            .iter()
+            .map(|question| (question.key.to_owned(), question.input_request()))
+            .collect(),
+    ))
 }
 
 /// Seals a fixture's progress into `requestState`, bound to `scope` (the tool or prompt
 /// name) so it cannot be replayed against another fixture.
-pub(super) fn seal<T: Serialize>(codec: &RequestStateCodec, scope: &str, state: &T) -> Result<String, McpError> {
-    let options = SealOptions::new().associated_data(scope.as_bytes()).ttl(STATE_TTL);
-    codec.seal_json_with(state, &options).map_err(|error| McpError::internal_error(format!("cannot seal requestState: {error}"), None))
+pub(super) fn seal<T: Serialize>(
+    codec: &RequestStateCodec,
+    scope: &str,
+    state: &T,
+) -> Result<String, McpError> {
+    let options = SealOptions::new()
+        .associated_data(scope.as_bytes())
+        .ttl(STATE_TTL);
+    codec.seal_json_with(state, &options).map_err(|error| {
+        McpError::internal_error(format!("cannot seal requestState: {error}"), None)
+    })
 }
 
 /// Opens a `requestState` sealed by [`seal`] for `scope`.
@@ -280,9 +377,15 @@ pub(super) fn seal<T: Serialize>(codec: &RequestStateCodec, scope: &str, state: 
 ///
 /// -32602 for any forged, tampered, expired or foreign value (one message for all, as
 /// rmcp advises).
-pub(super) fn open<T: DeserializeOwned>(codec: &RequestStateCodec, scope: &str, sealed: &str) -> Result<T, McpError> {
-    codec.open_json_with(sealed, scope.as_bytes()).map_err(|error| {
-        tracing::debug!(%error, scope, "rejected requestState");
-        McpError::invalid_params("requestState failed integrity verification", None)
-    })
+pub(super) fn open<T: DeserializeOwned>(
+    codec: &RequestStateCodec,
+    scope: &str,
+    sealed: &str,
+) -> Result<T, McpError> {
+    codec
+        .open_json_with(sealed, scope.as_bytes())
+        .map_err(|error| {
+            tracing::debug!(%error, scope, "rejected requestState");
+            McpError::invalid_params("requestState failed integrity verification", None)
+        })
 }

@@ -4,8 +4,13 @@
 //! answers (and, where used, the echoed `requestState`). In legacy sessions the same
 //! tools ask their questions inline through the peer and complete in one call.
 
-use rmcp::handler::server::tool::{InputResponses as InputResponsesPart, RequestState as RequestStatePart};
-use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, InputRequests, InputRequiredResult, InputResponses};
+use rmcp::handler::server::tool::{
+    InputResponses as InputResponsesPart, RequestState as RequestStatePart,
+};
+use rmcp::model::{
+    CallToolResponse, CallToolResult, ContentBlock, InputRequests, InputRequiredResult,
+    InputResponses,
+};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
 use serde::{Deserialize, Serialize};
@@ -28,15 +33,24 @@ fn ask_name(key: &'static str, message: &str) -> Question {
 }
 
 fn ask_confirm() -> Question {
-    Question::elicit("confirm", "Please confirm", single_field_schema("ok", "boolean"))
+    Question::elicit(
+        "confirm",
+        "Please confirm",
+        single_field_schema("ok", "boolean"),
+    )
 }
 
 fn answer_field(answers: &Answers, key: &str, field: &str) -> String {
-    answers.get(key).and_then(|answer| answer.field(field)).unwrap_or_else(|| "(not provided)".to_owned())
+    answers
+        .get(key)
+        .and_then(|answer| answer.field(field))
+        .unwrap_or_else(|| "(not provided)".to_owned())
 }
 
 fn answer_text(answers: &Answers, key: &str) -> String {
-    answers.get(key).map_or_else(|| "(no answer)".to_owned(), input::Answer::describe)
+    answers
+        .get(key)
+        .map_or_else(|| "(no answer)".to_owned(), input::Answer::describe)
 }
 
 /// Progress of a sealed flow.
@@ -60,10 +74,15 @@ impl Everything {
         InputResponsesPart(responses): InputResponsesPart,
     ) -> Result<CallToolResponse, McpError> {
         let questions = vec![ask_name("user_name", "What is your name?")];
-        Ok(match input::gather(&context, responses.as_ref(), questions).await? {
-            Gathered::Complete(answers) => text(format!("Hello, {}!", answer_field(&answers, "user_name", "name"))),
-            Gathered::InputRequired(requests) => input_required(requests, None),
-        })
+        Ok(
+            match input::gather(&context, responses.as_ref(), questions).await? {
+                Gathered::Complete(answers) => text(format!(
+                    "Hello, {}!",
+                    answer_field(&answers, "user_name", "name")
+                )),
+                Gathered::InputRequired(requests) => input_required(requests, None),
+            },
+        )
     }
 
     #[tool(description = "SEP-2322: asks for capital_question (sampling), then echoes the answer")]
@@ -72,11 +91,20 @@ impl Everything {
         context: RequestContext<RoleServer>,
         InputResponsesPart(responses): InputResponsesPart,
     ) -> Result<CallToolResponse, McpError> {
-        let questions = vec![Question::sample("capital_question", "What is the capital of France?", 100)];
-        Ok(match input::gather(&context, responses.as_ref(), questions).await? {
-            Gathered::Complete(answers) => text(format!("Sampling response: {}", answer_text(&answers, "capital_question"))),
-            Gathered::InputRequired(requests) => input_required(requests, None),
-        })
+        let questions = vec![Question::sample(
+            "capital_question",
+            "What is the capital of France?",
+            100,
+        )];
+        Ok(
+            match input::gather(&context, responses.as_ref(), questions).await? {
+                Gathered::Complete(answers) => text(format!(
+                    "Sampling response: {}",
+                    answer_text(&answers, "capital_question")
+                )),
+                Gathered::InputRequired(requests) => input_required(requests, None),
+            },
+        )
     }
 
     #[tool(description = "SEP-2322: asks for client_roots (roots/list), then lists them")]
@@ -86,10 +114,15 @@ impl Everything {
         InputResponsesPart(responses): InputResponsesPart,
     ) -> Result<CallToolResponse, McpError> {
         let questions = vec![Question::roots("client_roots")];
-        Ok(match input::gather(&context, responses.as_ref(), questions).await? {
-            Gathered::Complete(answers) => text(format!("Client roots: {}", answer_text(&answers, "client_roots"))),
-            Gathered::InputRequired(requests) => input_required(requests, None),
-        })
+        Ok(
+            match input::gather(&context, responses.as_ref(), questions).await? {
+                Gathered::Complete(answers) => text(format!(
+                    "Client roots: {}",
+                    answer_text(&answers, "client_roots")
+                )),
+                Gathered::InputRequired(requests) => input_required(requests, None),
+            },
+        )
     }
 
     #[tool(description = "SEP-2322: asks for confirm with a sealed requestState; answers state-ok")]
@@ -99,29 +132,43 @@ impl Everything {
         InputResponsesPart(responses): InputResponsesPart,
         RequestStatePart(state): RequestStatePart,
     ) -> Result<CallToolResponse, McpError> {
-        self.confirm_with_state(&context, REQUEST_STATE, responses, state).await
+        self.confirm_with_state(&context, REQUEST_STATE, responses, state)
+            .await
     }
 
-    #[tool(description = "SEP-2322: like request_state; a tampered requestState is rejected (-32602)")]
+    #[tool(
+        description = "SEP-2322: like request_state; a tampered requestState is rejected (-32602)"
+    )]
     async fn test_input_required_result_tampered_state(
         &self,
         context: RequestContext<RoleServer>,
         InputResponsesPart(responses): InputResponsesPart,
         RequestStatePart(state): RequestStatePart,
     ) -> Result<CallToolResponse, McpError> {
-        self.confirm_with_state(&context, TAMPERED_STATE, responses, state).await
+        self.confirm_with_state(&context, TAMPERED_STATE, responses, state)
+            .await
     }
 
-    #[tool(description = "SEP-2322: asks for user_name, greeting (sampling) and client_roots at once")]
+    #[tool(
+        description = "SEP-2322: asks for user_name, greeting (sampling) and client_roots at once"
+    )]
     async fn test_input_required_result_multiple_inputs(
         &self,
         context: RequestContext<RoleServer>,
         InputResponsesPart(responses): InputResponsesPart,
         RequestStatePart(state): RequestStatePart,
     ) -> Result<CallToolResponse, McpError> {
-        let questions =
-            || vec![ask_name("user_name", "What is your name?"), Question::sample("greeting", "Generate a greeting", 50), Question::roots("client_roots")];
-        let answers = match self.sealed_answers(&context, MULTIPLE_INPUTS, responses, state, questions).await? {
+        let questions = || {
+            vec![
+                ask_name("user_name", "What is your name?"),
+                Question::sample("greeting", "Generate a greeting", 50),
+                Question::roots("client_roots"),
+            ]
+        };
+        let answers = match self
+            .sealed_answers(&context, MULTIPLE_INPUTS, responses, state, questions)
+            .await?
+        {
             Ok(answers) => answers,
             Err(pending) => return Ok(pending),
         };
@@ -133,7 +180,9 @@ impl Everything {
         )))
     }
 
-    #[tool(description = "SEP-2322: step1 (name), then step2 (colour) with a new requestState, then done")]
+    #[tool(
+        description = "SEP-2322: step1 (name), then step2 (colour) with a new requestState, then done"
+    )]
     async fn test_input_required_result_multi_round(
         &self,
         context: RequestContext<RoleServer>,
@@ -141,11 +190,20 @@ impl Everything {
         RequestStatePart(state): RequestStatePart,
     ) -> Result<CallToolResponse, McpError> {
         let step1 = || vec![ask_name("step1", "Step 1: What is your name?")];
-        let step2 = || vec![Question::elicit("step2", "Step 2: What is your favorite color?", single_field_schema("color", "string"))];
+        let step2 = || {
+            vec![Question::elicit(
+                "step2",
+                "Step 2: What is your favorite color?",
+                single_field_schema("color", "string"),
+            )]
+        };
         let codec = &self.state_codec(&context);
         let round = match state.as_deref() {
             Some(sealed) => input::open::<Round>(codec, MULTI_ROUND, sealed)?,
-            None => Round { round: 0, name: None },
+            None => Round {
+                round: 0,
+                name: None,
+            },
         };
         let responses = responses.as_ref();
         let stateless = input::is_stateless(&context);
@@ -158,20 +216,39 @@ impl Everything {
                 match input::gather(&context, responses, step1()).await? {
                     Gathered::Complete(answers) => answer_field(&answers, "step1", "name"),
                     Gathered::InputRequired(requests) => {
-                        let next = input::seal(codec, MULTI_ROUND, &Round { round: 1, name: None })?;
+                        let next = input::seal(
+                            codec,
+                            MULTI_ROUND,
+                            &Round {
+                                round: 1,
+                                name: None,
+                            },
+                        )?;
                         return Ok(input_required(requests, Some(next)));
                     }
                 }
             }
         };
         // Round 2: the colour (a new state that carries the name).
-        let responses = if round.round == 2 || !stateless { responses } else { None };
+        let responses = if round.round == 2 || !stateless {
+            responses
+        } else {
+            None
+        };
         match input::gather(&context, responses, step2()).await? {
-            Gathered::Complete(answers) => {
-                Ok(text(format!("Multi-round flow complete: {name}'s favorite color is {}", answer_field(&answers, "step2", "color"))))
-            }
+            Gathered::Complete(answers) => Ok(text(format!(
+                "Multi-round flow complete: {name}'s favorite color is {}",
+                answer_field(&answers, "step2", "color")
+            ))),
             Gathered::InputRequired(requests) => {
-                let next = input::seal(codec, MULTI_ROUND, &Round { round: 2, name: Some(name) })?;
+                let next = input::seal(
+                    codec,
+                    MULTI_ROUND,
+                    &Round {
+                        round: 2,
+                        name: Some(name),
+                    },
+                )?;
                 Ok(input_required(requests, Some(next)))
             }
         }
@@ -183,22 +260,32 @@ impl Everything {
         context: RequestContext<RoleServer>,
         InputResponsesPart(responses): InputResponsesPart,
     ) -> Result<CallToolResponse, McpError> {
-        let questions: Vec<Question> =
-            [ask_name("user_name", "What is your name?"), Question::sample("greeting", "Generate a greeting", 50), Question::roots("client_roots")]
-                .into_iter()
-                .filter(|question| input::client_supports(&context, &question.ask))
-                .collect();
+        let questions: Vec<Question> = [
+            ask_name("user_name", "What is your name?"),
+            Question::sample("greeting", "Generate a greeting", 50),
+            Question::roots("client_roots"),
+        ]
+        .into_iter()
+        .filter(|question| input::client_supports(&context, &question.ask))
+        .collect();
         if questions.is_empty() {
-            return Ok(text("The client declared none of elicitation, sampling and roots"));
+            return Ok(text(
+                "The client declared none of elicitation, sampling and roots",
+            ));
         }
         let keys: Vec<&str> = questions.iter().map(|question| question.key).collect();
-        Ok(match input::gather(&context, responses.as_ref(), questions).await? {
-            Gathered::Complete(answers) => text(format!(
-                "Capability-aware flow complete: {}",
-                keys.iter().map(|key| format!("{key}={}", answer_text(&answers, key))).collect::<Vec<_>>().join(", ")
-            )),
-            Gathered::InputRequired(requests) => input_required(requests, None),
-        })
+        Ok(
+            match input::gather(&context, responses.as_ref(), questions).await? {
+                Gathered::Complete(answers) => text(format!(
+                    "Capability-aware flow complete: {}",
+                    keys.iter()
+                        .map(|key| format!("{key}={}", answer_text(&answers, key)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                Gathered::InputRequired(requests) => input_required(requests, None),
+            },
+        )
     }
 }
 
@@ -211,11 +298,17 @@ impl Everything {
         responses: Option<InputResponses>,
         state: Option<String>,
     ) -> Result<CallToolResponse, McpError> {
-        let answers = match self.sealed_answers(context, tool, responses, state, || vec![ask_confirm()]).await? {
+        let answers = match self
+            .sealed_answers(context, tool, responses, state, || vec![ask_confirm()])
+            .await?
+        {
             Ok(answers) => answers,
             Err(pending) => return Ok(pending),
         };
-        Ok(text(format!("Confirmed ({}): state-ok", answer_text(&answers, "confirm"))))
+        Ok(text(format!(
+            "Confirmed ({}): state-ok",
+            answer_text(&answers, "confirm")
+        )))
     }
 
     /// One sealed round: on 2026-07-28 the answers count only with a valid echoed
@@ -237,11 +330,22 @@ impl Everything {
             }
             None => false,
         };
-        let responses = if verified || !input::is_stateless(context) { responses } else { None };
+        let responses = if verified || !input::is_stateless(context) {
+            responses
+        } else {
+            None
+        };
         match input::gather(context, responses.as_ref(), questions()).await? {
             Gathered::Complete(answers) => Ok(Ok(answers)),
             Gathered::InputRequired(requests) => {
-                let state = input::seal(&codec, tool, &Round { round: 1, name: None })?;
+                let state = input::seal(
+                    &codec,
+                    tool,
+                    &Round {
+                        round: 1,
+                        name: None,
+                    },
+                )?;
                 Ok(Err(input_required(requests, Some(state))))
             }
         }

@@ -5,8 +5,8 @@
 use rmcp::handler::server::prompt::PromptContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    ContentBlock, EmbeddedResource, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ImageContent, InputRequiredResult, Prompt, PromptMessage,
-    ResourceContents, Role,
+    ContentBlock, EmbeddedResource, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    ImageContent, InputRequiredResult, Prompt, PromptMessage, ResourceContents, Role,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, prompt, prompt_router};
@@ -44,20 +44,44 @@ pub(super) struct EmbeddedResourceArgs {
 #[allow(missing_docs)]
 #[prompt_router(vis = "pub(super)")]
 impl Everything {
-    #[prompt(name = "test_simple_prompt", description = "A simple prompt with no arguments")]
+    #[prompt(
+        name = "test_simple_prompt",
+        description = "A simple prompt with no arguments"
+    )]
     async fn simple_prompt(&self) -> GetPromptResult {
-        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, "This is a simple prompt for testing.")])
-            .with_description("A simple prompt with no arguments")
+        GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            "This is a simple prompt for testing.",
+        )])
+        .with_description("A simple prompt with no arguments")
     }
 
-    #[prompt(name = "test_prompt_with_arguments", description = "A prompt that substitutes arg1 and arg2")]
-    async fn prompt_with_arguments(&self, Parameters(args): Parameters<PromptArgs>) -> GetPromptResult {
-        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, format!("Prompt with arguments: arg1='{}', arg2='{}'", args.arg1, args.arg2))])
-            .with_description("A prompt with arguments")
+    #[prompt(
+        name = "test_prompt_with_arguments",
+        description = "A prompt that substitutes arg1 and arg2"
+    )]
+    async fn prompt_with_arguments(
+        &self,
+        Parameters(args): Parameters<PromptArgs>,
+    ) -> GetPromptResult {
+        GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            format!(
+                "Prompt with arguments: arg1='{}', arg2='{}'",
+                args.arg1, args.arg2
+            ),
+        )])
+        .with_description("A prompt with arguments")
     }
 
-    #[prompt(name = "test_prompt_with_embedded_resource", description = "A prompt that embeds the resource at resourceUri")]
-    async fn prompt_with_embedded_resource(&self, Parameters(args): Parameters<EmbeddedResourceArgs>) -> GetPromptResult {
+    #[prompt(
+        name = "test_prompt_with_embedded_resource",
+        description = "A prompt that embeds the resource at resourceUri"
+    )]
+    async fn prompt_with_embedded_resource(
+        &self,
+        Parameters(args): Parameters<EmbeddedResourceArgs>,
+    ) -> GetPromptResult {
         let resource = ResourceContents::TextResourceContents {
             uri: args.resource_uri,
             mime_type: Some("text/plain".into()),
@@ -65,24 +89,39 @@ impl Everything {
             meta: None,
         };
         GetPromptResult::new(vec![
-            PromptMessage::new(Role::User, ContentBlock::Resource(EmbeddedResource::new(resource))),
+            PromptMessage::new(
+                Role::User,
+                ContentBlock::Resource(EmbeddedResource::new(resource)),
+            ),
             PromptMessage::new_text(Role::User, "Please process the embedded resource above."),
         ])
         .with_description("A prompt with an embedded resource")
     }
 
-    #[prompt(name = "test_prompt_with_image", description = "A prompt that includes an image")]
+    #[prompt(
+        name = "test_prompt_with_image",
+        description = "A prompt that includes an image"
+    )]
     async fn prompt_with_image(&self) -> GetPromptResult {
         GetPromptResult::new(vec![
-            PromptMessage::new(Role::User, ContentBlock::Image(ImageContent::new(fixtures::PNG_BASE64, "image/png"))),
+            PromptMessage::new(
+                Role::User,
+                ContentBlock::Image(ImageContent::new(fixtures::PNG_BASE64, "image/png")),
+            ),
             PromptMessage::new_text(Role::User, "Please analyze the image above."),
         ])
         .with_description("A prompt with an image")
     }
 
-    #[prompt(name = "dynamic_prompt", description = "Listed only after test_trigger_prompt_change")]
+    #[prompt(
+        name = "dynamic_prompt",
+        description = "Listed only after test_trigger_prompt_change"
+    )]
     async fn dynamic_prompt(&self) -> GetPromptResult {
-        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, "This prompt appears after test_trigger_prompt_change.")])
+        GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            "This prompt appears after test_trigger_prompt_change.",
+        )])
     }
 }
 
@@ -90,34 +129,65 @@ impl Everything {
     /// The prompts `prompts/list` shows now.
     pub(super) async fn prompt_list(&self, context: &RequestContext<RoleServer>) -> Vec<Prompt> {
         let show_dynamic = self.dynamic_prompt_visible(context).await;
-        let mut prompts: Vec<Prompt> = self.prompt_router.list_all().into_iter().filter(|prompt| show_dynamic || prompt.name != DYNAMIC_PROMPT).collect();
-        prompts.push(Prompt::new(MRTR_PROMPT, Some("SEP-2322: asks for user_context (elicitation) before returning the prompt"), None));
+        let mut prompts: Vec<Prompt> = self
+            .prompt_router
+            .list_all()
+            .into_iter()
+            .filter(|prompt| show_dynamic || prompt.name != DYNAMIC_PROMPT)
+            .collect();
+        prompts.push(Prompt::new(
+            MRTR_PROMPT,
+            Some("SEP-2322: asks for user_context (elicitation) before returning the prompt"),
+            None,
+        ));
         prompts.sort_by(|a, b| a.name.cmp(&b.name));
         prompts
     }
 
     /// `prompts/get`.
-    pub(super) async fn prompt(&self, request: GetPromptRequestParams, context: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
+    pub(super) async fn prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
         if request.name == MRTR_PROMPT {
             return mrtr_prompt(&context, &request).await;
         }
         if request.name == DYNAMIC_PROMPT && !self.dynamic_prompt_visible(&context).await {
-            return Err(McpError::invalid_params(format!("prompt '{DYNAMIC_PROMPT}' not found"), None));
+            return Err(McpError::invalid_params(
+                format!("prompt '{DYNAMIC_PROMPT}' not found"),
+                None,
+            ));
         }
         let prompt = PromptContext::new(self, request.name, request.arguments, context);
         self.prompt_router.get_prompt(prompt).await
     }
 }
 
-async fn mrtr_prompt(context: &RequestContext<RoleServer>, request: &GetPromptRequestParams) -> Result<GetPromptResponse, McpError> {
-    let questions = vec![Question::elicit("user_context", "What context should the prompt use?", single_field_schema("context", "string"))];
+async fn mrtr_prompt(
+    context: &RequestContext<RoleServer>,
+    request: &GetPromptRequestParams,
+) -> Result<GetPromptResponse, McpError> {
+    let questions = vec![Question::elicit(
+        "user_context",
+        "What context should the prompt use?",
+        single_field_schema("context", "string"),
+    )];
     match input::gather(context, request.input_responses.as_ref(), questions).await? {
         Gathered::Complete(answers) => {
-            let elicited = answers.get("user_context").and_then(|answer| answer.field("context")).unwrap_or_else(|| "(none)".to_owned());
-            Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, format!("Prompt with elicited context: {elicited}"))])
-                .with_description("A prompt built from elicited context")
-                .into())
+            let elicited = answers
+                .get("user_context")
+                .and_then(|answer| answer.field("context"))
+                .unwrap_or_else(|| "(none)".to_owned());
+            Ok(GetPromptResult::new(vec![PromptMessage::new_text(
+                Role::User,
+                format!("Prompt with elicited context: {elicited}"),
+            )])
+            .with_description("A prompt built from elicited context")
+            .into())
         }
-        Gathered::InputRequired(requests) => Ok(InputRequiredResult::from_input_requests(requests).into()),
+        Gathered::InputRequired(requests) => {
+            Ok(InputRequiredResult::from_input_requests(requests).into())
+        }
     }
 }

@@ -1,7 +1,10 @@
 //! Resources, the resource template, and `completion/complete`.
 
 use rmcp::ErrorData as McpError;
-use rmcp::model::{CompleteRequestParams, CompleteResult, CompletionInfo, ReadResourceResult, Reference, Resource, ResourceContents, ResourceTemplate};
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, CompletionInfo, ReadResourceResult, Reference, Resource,
+    ResourceContents, ResourceTemplate,
+};
 use serde_json::json;
 
 use super::fixtures;
@@ -21,9 +24,15 @@ const TEMPLATE_SUFFIX: &str = "/data";
 /// `resources/list`.
 pub(super) fn list() -> Vec<Resource> {
     vec![
-        Resource::new(STATIC_TEXT, "Static Text Resource").with_description("A static text resource for testing").with_mime_type("text/plain"),
-        Resource::new(STATIC_BINARY, "Static Binary Resource").with_description("A static binary resource (a 1x1 PNG) for testing").with_mime_type("image/png"),
-        Resource::new(WATCHED, "Watched Resource").with_description("A resource to subscribe to; see trigger_resource_update").with_mime_type("text/plain"),
+        Resource::new(STATIC_TEXT, "Static Text Resource")
+            .with_description("A static text resource for testing")
+            .with_mime_type("text/plain"),
+        Resource::new(STATIC_BINARY, "Static Binary Resource")
+            .with_description("A static binary resource (a 1x1 PNG) for testing")
+            .with_mime_type("image/png"),
+        Resource::new(WATCHED, "Watched Resource")
+            .with_description("A resource to subscribe to; see trigger_resource_update")
+            .with_mime_type("text/plain"),
     ]
 }
 
@@ -38,7 +47,9 @@ pub(super) fn templates() -> Vec<ResourceTemplate> {
 
 /// The `{id}` of a URI matching the template.
 fn template_id(uri: &str) -> Option<&str> {
-    let id = uri.strip_prefix(TEMPLATE_PREFIX)?.strip_suffix(TEMPLATE_SUFFIX)?;
+    let id = uri
+        .strip_prefix(TEMPLATE_PREFIX)?
+        .strip_suffix(TEMPLATE_SUFFIX)?;
     (!id.is_empty() && !id.contains('/')).then_some(id)
 }
 
@@ -52,11 +63,20 @@ fn not_found(uri: &str) -> McpError {
 ///
 /// `Resource not found` (with `data.uri`) for any other URI.
 pub(super) fn check_known(uri: &str) -> Result<(), McpError> {
-    if [STATIC_TEXT, STATIC_BINARY, WATCHED].contains(&uri) || template_id(uri).is_some() { Ok(()) } else { Err(not_found(uri)) }
+    if [STATIC_TEXT, STATIC_BINARY, WATCHED].contains(&uri) || template_id(uri).is_some() {
+        Ok(())
+    } else {
+        Err(not_found(uri))
+    }
 }
 
 fn text_contents(uri: &str, mime_type: &str, text: String) -> ResourceContents {
-    ResourceContents::TextResourceContents { uri: uri.to_owned(), mime_type: Some(mime_type.to_owned()), text, meta: None }
+    ResourceContents::TextResourceContents {
+        uri: uri.to_owned(),
+        mime_type: Some(mime_type.to_owned()),
+        text,
+        meta: None,
+    }
 }
 
 /// `resources/read`.
@@ -67,7 +87,11 @@ fn text_contents(uri: &str, mime_type: &str, text: String) -> ResourceContents {
 /// `data.uri` for unknown URIs.
 pub(super) fn read(uri: &str) -> Result<ReadResourceResult, McpError> {
     let contents = match uri {
-        STATIC_TEXT => text_contents(uri, "text/plain", "This is the content of the static text resource.".to_owned()),
+        STATIC_TEXT => text_contents(
+            uri,
+            "text/plain",
+            "This is the content of the static text resource.".to_owned(),
+        ),
         STATIC_BINARY => ResourceContents::BlobResourceContents {
             uri: uri.to_owned(),
             mime_type: Some("image/png".to_owned()),
@@ -92,11 +116,17 @@ pub(super) fn read(uri: &str) -> Result<ReadResourceResult, McpError> {
 fn candidates(reference: &Reference, argument: &str) -> &'static [&'static str] {
     match reference {
         Reference::Prompt(prompt) => match (prompt.name.as_str(), argument) {
-            ("test_prompt_with_arguments", "arg1" | "arg2") => &["paris", "park", "party", "test", "testValue1", "testValue2"],
-            ("test_prompt_with_embedded_resource", "resourceUri") => &[STATIC_TEXT, STATIC_BINARY, WATCHED],
+            ("test_prompt_with_arguments", "arg1" | "arg2") => {
+                &["paris", "park", "party", "test", "testValue1", "testValue2"]
+            }
+            ("test_prompt_with_embedded_resource", "resourceUri") => {
+                &[STATIC_TEXT, STATIC_BINARY, WATCHED]
+            }
             _ => &[],
         },
-        Reference::Resource(resource) if resource.uri == TEMPLATE && argument == "id" => &["1", "2", "3", "123"],
+        Reference::Resource(resource) if resource.uri == TEMPLATE && argument == "id" => {
+            &["1", "2", "3", "123"]
+        }
         _ => &[],
     }
 }
@@ -115,7 +145,8 @@ pub(super) fn complete(request: &CompleteRequestParams) -> Result<CompleteResult
         .map(|candidate| (*candidate).to_owned())
         .collect();
     let total = u32::try_from(values.len()).unwrap_or(u32::MAX);
-    let mut info = CompletionInfo::new(values).map_err(|error| McpError::internal_error(error, None))?;
+    let mut info =
+        CompletionInfo::new(values).map_err(|error| McpError::internal_error(error, None))?;
     info.total = Some(total);
     info.has_more = Some(false);
     Ok(CompleteResult::new(info))

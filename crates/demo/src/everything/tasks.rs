@@ -16,7 +16,9 @@ use std::time::Duration;
 use durable_mcp_protocol::{Durable, TaskSupport, task_support};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ClientCapabilities, ContentBlock, ElicitRequestParams, ElicitResult};
+use rmcp::model::{
+    CallToolResult, ClientCapabilities, ContentBlock, ElicitRequestParams, ElicitResult,
+};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
@@ -32,7 +34,9 @@ fn text(text: impl Into<String>) -> CallToolResult {
 
 /// Whether this request's client declared the tasks extension.
 fn client_supports_tasks(context: &RequestContext<RoleServer>) -> bool {
-    context.client_capabilities().is_some_and(|capabilities| capabilities.supports_tasks())
+    context
+        .client_capabilities()
+        .is_some_and(|capabilities| capabilities.supports_tasks())
 }
 
 /// -32021 for a tool that can only answer with a task.
@@ -40,24 +44,34 @@ fn tasks_required(context: &RequestContext<RoleServer>) -> Result<(), McpError> 
     if client_supports_tasks(context) {
         Ok(())
     } else {
-        Err(McpError::missing_required_client_capability(ClientCapabilities::builder().enable_tasks().build()))
+        Err(McpError::missing_required_client_capability(
+            ClientCapabilities::builder().enable_tasks().build(),
+        ))
     }
 }
 
 /// A form elicitation with one field.
 fn elicitation(message: &str, field: &str, kind: &str) -> ElicitRequestParams {
-    ElicitRequestParams::FormElicitationParams { meta: None, message: message.to_owned(), requested_schema: single_field_schema(field, kind) }
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message.to_owned(),
+        requested_schema: single_field_schema(field, kind),
+    }
 }
 
 /// The `content.<field>` of an accepted elicitation, as text.
 fn elicited(answer: &ElicitResult, field: &str) -> String {
-    answer.content.as_ref().and_then(|content| content.get(field)).map_or_else(
-        || "(not provided)".to_owned(),
-        |value| match value {
-            Value::String(text) => text.clone(),
-            other => other.to_string(),
-        },
-    )
+    answer
+        .content
+        .as_ref()
+        .and_then(|content| content.get(field))
+        .map_or_else(
+            || "(not provided)".to_owned(),
+            |value| match value {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            },
+        )
 }
 
 /// Arguments of `greet`.
@@ -97,29 +111,48 @@ impl Everything {
         description = "Tasks fixture: a durable task when the client can use tasks, else synchronous; sleeps `seconds` (durable timer) then returns; stops on tasks/cancel",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn slow_compute(&self, Extension(durable): Extension<Durable>, Parameters(args): Parameters<SlowComputeArgs>) -> Result<CallToolResult, McpError> {
+    async fn slow_compute(
+        &self,
+        Extension(durable): Extension<Durable>,
+        Parameters(args): Parameters<SlowComputeArgs>,
+    ) -> Result<CallToolResult, McpError> {
         let seconds = args.seconds.unwrap_or(1.0).clamp(0.0, 3600.0);
         let label = args.label.unwrap_or_else(|| "compute".to_owned());
-        durable.sleep("compute", Duration::from_secs_f64(seconds)).await?;
-        Ok(text(format!("slow_compute({label}) finished after {seconds}s")))
+        durable
+            .sleep("compute", Duration::from_secs_f64(seconds))
+            .await?;
+        Ok(text(format!(
+            "slow_compute({label}) finished after {seconds}s"
+        )))
     }
 
     #[tool(
         description = "Tasks fixture: task-required; after ~1 s completes with a tool error (isError)",
         meta = task_support(TaskSupport::Required)
     )]
-    async fn failing_job(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+    async fn failing_job(
+        &self,
+        Extension(durable): Extension<Durable>,
+    ) -> Result<CallToolResult, McpError> {
         durable.sleep("work", Duration::from_secs(1)).await?;
-        Ok(CallToolResult::error(vec![ContentBlock::text("failing_job: intentional tool execution error")]))
+        Ok(CallToolResult::error(vec![ContentBlock::text(
+            "failing_job: intentional tool execution error",
+        )]))
     }
 
     #[tool(
         description = "Tasks fixture: task-supporting; fails with a protocol-level error",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn protocol_error_job(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+    async fn protocol_error_job(
+        &self,
+        Extension(durable): Extension<Durable>,
+    ) -> Result<CallToolResult, McpError> {
         durable.sleep("work", Duration::from_millis(200)).await?;
-        Err(McpError::internal_error("protocol_error_job: intentional failure", None))
+        Err(McpError::internal_error(
+            "protocol_error_job: intentional failure",
+            None,
+        ))
     }
 
     #[tool(
@@ -132,27 +165,51 @@ impl Everything {
         Parameters(args): Parameters<ConfirmDeleteArgs>,
     ) -> Result<CallToolResult, McpError> {
         let filename = args.filename.unwrap_or_else(|| "file.txt".to_owned());
-        let answer = durable.elicit(elicitation(&format!("Delete {filename}?"), "confirm", "boolean")).await?;
-        Ok(text(format!("confirm_delete({filename}): confirm={}", elicited(&answer, "confirm"))))
+        let answer = durable
+            .elicit(elicitation(
+                &format!("Delete {filename}?"),
+                "confirm",
+                "boolean",
+            ))
+            .await?;
+        Ok(text(format!(
+            "confirm_delete({filename}): confirm={}",
+            elicited(&answer, "confirm")
+        )))
     }
 
     #[tool(
         description = "Tasks fixture: task-supporting; asks two questions at once (two inputRequests)",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn multi_input(&self, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
-        let (first, second) =
-            tokio::join!(durable.elicit(elicitation("Provide value A", "name", "string")), durable.elicit(elicitation("Provide value B", "name", "string")),);
+    async fn multi_input(
+        &self,
+        Extension(durable): Extension<Durable>,
+    ) -> Result<CallToolResult, McpError> {
+        let (first, second) = tokio::join!(
+            durable.elicit(elicitation("Provide value A", "name", "string")),
+            durable.elicit(elicitation("Provide value B", "name", "string")),
+        );
         let (first, second) = (first?, second?);
-        Ok(text(format!("multi_input: a={}, b={}", elicited(&first, "name"), elicited(&second, "name"))))
+        Ok(text(format!(
+            "multi_input: a={}, b={}",
+            elicited(&first, "name"),
+            elicited(&second, "name")
+        )))
     }
 
     #[tool(
         description = "Tasks fixture: task-required; round 1 asks the user's name (a synchronous input_required), round 2 becomes a durable task that greets"
     )]
-    async fn test_tool_with_task(&self, context: RequestContext<RoleServer>, Extension(durable): Extension<Durable>) -> Result<CallToolResult, McpError> {
+    async fn test_tool_with_task(
+        &self,
+        context: RequestContext<RoleServer>,
+        Extension(durable): Extension<Durable>,
+    ) -> Result<CallToolResult, McpError> {
         tasks_required(&context)?;
-        let answer = durable.elicit(elicitation("What is your name?", "name", "string")).await?;
+        let answer = durable
+            .elicit(elicitation("What is your name?", "name", "string"))
+            .await?;
         let name = match elicited(&answer, "name") {
             name if name == "(not provided)" => "friend".to_owned(),
             name => name,
@@ -160,7 +217,10 @@ impl Everything {
         // Not declared as a task tool (the engine would make the task before the question):
         // it becomes a task itself, once it has its answer.
         if !durable.start_task().await? {
-            return Err(McpError::internal_error("test_tool_with_task needs a client that uses tasks", None));
+            return Err(McpError::internal_error(
+                "test_tool_with_task needs a client that uses tasks",
+                None,
+            ));
         }
         durable.sleep("greet", Duration::from_millis(200)).await?;
         Ok(text(format!("Hello, {name}! (from a task)")))

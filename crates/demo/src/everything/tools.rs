@@ -5,8 +5,9 @@ use durable_mcp_protocol::{TaskSupport, task_support};
 use rmcp::handler::server::tool::InputResponses as InputResponsesPart;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ContentBlock, CustomNotification, InputRequiredResult, JsonObject, LoggingLevel, ResourceContents,
-    ResourceUpdatedNotificationParam, ServerNotification,
+    CallToolResponse, CallToolResult, ContentBlock, CustomNotification, InputRequiredResult,
+    JsonObject, LoggingLevel, ResourceContents, ResourceUpdatedNotificationParam,
+    ServerNotification,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, tool, tool_router};
@@ -42,9 +43,15 @@ async fn ask_then(
 ) -> Result<CallToolResponse, McpError> {
     match input::gather(context, responses, questions).await {
         Ok(Gathered::Complete(answers)) => Ok(finish(answers).into()),
-        Ok(Gathered::InputRequired(requests)) => Ok(InputRequiredResult::from_input_requests(requests).into()),
+        Ok(Gathered::InputRequired(requests)) => {
+            Ok(InputRequiredResult::from_input_requests(requests).into())
+        }
         Err(error) if input::is_stateless(context) => Err(error),
-        Err(error) => Ok(CallToolResult::error(vec![ContentBlock::text(format!("{failure}: {}", error.message))]).into()),
+        Err(error) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+            "{failure}: {}",
+            error.message
+        ))])
+        .into()),
     }
 }
 
@@ -58,11 +65,20 @@ async fn elicit_form(
     prefix: &str,
 ) -> Result<CallToolResponse, McpError> {
     let questions = vec![Question::elicit(key, message, schema)];
-    ask_then(context, responses, questions, "Elicitation error", |answers| text(format!("{prefix}: {}", describe(&answers, key)))).await
+    ask_then(
+        context,
+        responses,
+        questions,
+        "Elicitation error",
+        |answers| text(format!("{prefix}: {}", describe(&answers, key))),
+    )
+    .await
 }
 
 fn describe(answers: &Answers, key: &str) -> String {
-    answers.get(key).map_or_else(|| "(no answer)".to_owned(), input::Answer::describe)
+    answers
+        .get(key)
+        .map_or_else(|| "(no answer)".to_owned(), input::Answer::describe)
 }
 
 /// Arguments of `test_sampling`.
@@ -121,12 +137,14 @@ impl Everything {
 
     #[tool(description = "Returns an embedded text resource")]
     async fn test_embedded_resource(&self) -> CallToolResult {
-        CallToolResult::success(vec![ContentBlock::resource(ResourceContents::TextResourceContents {
-            uri: "test://embedded-resource".into(),
-            mime_type: Some("text/plain".into()),
-            text: "This is an embedded resource content.".into(),
-            meta: None,
-        })])
+        CallToolResult::success(vec![ContentBlock::resource(
+            ResourceContents::TextResourceContents {
+                uri: "test://embedded-resource".into(),
+                mime_type: Some("text/plain".into()),
+                text: "This is an embedded resource content.".into(),
+                meta: None,
+            },
+        )])
     }
 
     #[tool(description = "Returns text, image and embedded resource content together")]
@@ -145,7 +163,11 @@ impl Everything {
 
     #[tool(description = "Sends three info log messages, 50 ms apart, while it runs")]
     async fn test_tool_with_logging(&self, context: RequestContext<RoleServer>) -> CallToolResult {
-        let steps = ["Tool execution started", "Tool processing data", "Tool execution completed"];
+        let steps = [
+            "Tool execution started",
+            "Tool processing data",
+            "Tool execution completed",
+        ];
         for (i, step) in steps.into_iter().enumerate() {
             if i > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -155,9 +177,14 @@ impl Everything {
         text("Tool with logging executed successfully")
     }
 
-    #[tool(description = "Reports progress 0, 50 and 100 of 100, 50 ms apart, when given a progressToken")]
+    #[tool(
+        description = "Reports progress 0, 50 and 100 of 100, 50 ms apart, when given a progressToken"
+    )]
     async fn test_tool_with_progress(&self, context: RequestContext<RoleServer>) -> CallToolResult {
-        for (i, (done, message)) in [(0.0, "Starting"), (50.0, "Halfway"), (100.0, "Complete")].into_iter().enumerate() {
+        for (i, (done, message)) in [(0.0, "Starting"), (50.0, "Halfway"), (100.0, "Complete")]
+            .into_iter()
+            .enumerate()
+        {
             if i > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
@@ -168,7 +195,9 @@ impl Everything {
 
     #[tool(description = "Always fails with a tool error (isError: true)")]
     async fn test_error_handling(&self) -> CallToolResult {
-        CallToolResult::error(vec![ContentBlock::text("This tool intentionally returns an error for testing")])
+        CallToolResult::error(vec![ContentBlock::text(
+            "This tool intentionally returns an error for testing",
+        )])
     }
 
     #[tool(description = "Asks the client's LLM to answer the prompt (sampling)")]
@@ -179,7 +208,14 @@ impl Everything {
         Parameters(args): Parameters<SamplingArgs>,
     ) -> Result<CallToolResponse, McpError> {
         let questions = vec![Question::sample("sampling", args.prompt, 100)];
-        ask_then(&context, responses.as_ref(), questions, "Sampling error", |answers| text(format!("LLM response: {}", describe(&answers, "sampling")))).await
+        ask_then(
+            &context,
+            responses.as_ref(),
+            questions,
+            "Sampling error",
+            |answers| text(format!("LLM response: {}", describe(&answers, "sampling"))),
+        )
+        .await
     }
 
     #[tool(description = "Asks the user for a username and email (elicitation)")]
@@ -189,17 +225,35 @@ impl Everything {
         InputResponsesPart(responses): InputResponsesPart,
         Parameters(args): Parameters<ElicitationArgs>,
     ) -> Result<CallToolResponse, McpError> {
-        elicit_form(&context, responses.as_ref(), "elicitation", args.message, fixtures::user_info_schema(), "User response").await
+        elicit_form(
+            &context,
+            responses.as_ref(),
+            "elicitation",
+            args.message,
+            fixtures::user_info_schema(),
+            "User response",
+        )
+        .await
     }
 
-    #[tool(description = "Elicitation whose schema has a default for every primitive type (SEP-1034)")]
+    #[tool(
+        description = "Elicitation whose schema has a default for every primitive type (SEP-1034)"
+    )]
     async fn test_elicitation_sep1034_defaults(
         &self,
         context: RequestContext<RoleServer>,
         InputResponsesPart(responses): InputResponsesPart,
     ) -> Result<CallToolResponse, McpError> {
         let message = "Please review and update the form fields with defaults";
-        elicit_form(&context, responses.as_ref(), "elicitation", message, fixtures::defaults_schema(), "Elicitation completed").await
+        elicit_form(
+            &context,
+            responses.as_ref(),
+            "elicitation",
+            message,
+            fixtures::defaults_schema(),
+            "Elicitation completed",
+        )
+        .await
     }
 
     #[tool(description = "Elicitation using the five enum schema shapes of SEP-1330")]
@@ -209,7 +263,15 @@ impl Everything {
         InputResponsesPart(responses): InputResponsesPart,
     ) -> Result<CallToolResponse, McpError> {
         let message = "Please pick from the enum fields";
-        elicit_form(&context, responses.as_ref(), "elicitation", message, fixtures::enums_schema(), "Elicitation completed").await
+        elicit_form(
+            &context,
+            responses.as_ref(),
+            "elicitation",
+            message,
+            fixtures::enums_schema(),
+            "Elicitation completed",
+        )
+        .await
     }
 
     #[tool(
@@ -217,17 +279,29 @@ impl Everything {
         input_schema = fixtures::json_schema_2020_12()
     )]
     async fn json_schema_2020_12_tool(&self, arguments: JsonObject) -> CallToolResult {
-        let name = arguments.get("name").and_then(Value::as_str).unwrap_or("world");
+        let name = arguments
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("world");
         text(format!("Hello, {name}!"))
     }
 
-    #[tool(description = "Tests SSE reconnection (SEP-1699): asks the transport to close this call's stream, then answers after a short delay")]
+    #[tool(
+        description = "Tests SSE reconnection (SEP-1699): asks the transport to close this call's stream, then answers after a short delay"
+    )]
     async fn test_reconnection(&self, context: RequestContext<RoleServer>) -> CallToolResult {
         // See the module documentation ("test_reconnection"): the transport closes the
         // POST stream on this hint; the result is then delivered on the client's
         // GET + Last-Event-ID reconnection.
-        let hint = CustomNotification::new(CLOSE_SSE_STREAM_METHOD, Some(json!({ "requestId": context.id })));
-        if let Err(error) = context.peer.send_notification(ServerNotification::CustomNotification(hint)).await {
+        let hint = CustomNotification::new(
+            CLOSE_SSE_STREAM_METHOD,
+            Some(json!({ "requestId": context.id })),
+        );
+        if let Err(error) = context
+            .peer
+            .send_notification(ServerNotification::CustomNotification(hint))
+            .await
+        {
             tracing::debug!(%error, "could not send the close-stream hint");
         }
         tokio::time::sleep(self.reconnection_delay).await;
@@ -245,12 +319,20 @@ impl Everything {
     ) -> Result<CallToolResponse, McpError> {
         let questions = vec![Question::sample("capability_probe", "Say hello", 50)];
         match input::gather(&context, responses.as_ref(), questions).await? {
-            Gathered::Complete(answers) => Ok(text(format!("Sampling capability declared; LLM said: {}", describe(&answers, "capability_probe"))).into()),
-            Gathered::InputRequired(requests) => Ok(InputRequiredResult::from_input_requests(requests).into()),
+            Gathered::Complete(answers) => Ok(text(format!(
+                "Sampling capability declared; LLM said: {}",
+                describe(&answers, "capability_probe")
+            ))
+            .into()),
+            Gathered::InputRequired(requests) => {
+                Ok(InputRequiredResult::from_input_requests(requests).into())
+            }
         }
     }
 
-    #[tool(description = "Streams progress, then asks for confirmation: an InputRequiredResult on 2026-07-28, never a request on the response stream")]
+    #[tool(
+        description = "Streams progress, then asks for confirmation: an InputRequiredResult on 2026-07-28, never a request on the response stream"
+    )]
     async fn test_streaming_elicitation(
         &self,
         context: RequestContext<RoleServer>,
@@ -259,35 +341,64 @@ impl Everything {
         input::progress(&context, 1.0, 2.0, "waiting for confirmation").await;
         let schema = fixtures::single_field_schema("ok", "boolean");
         let message = "Please confirm to continue";
-        elicit_form(&context, responses.as_ref(), "confirm", message, schema, "Streaming elicitation completed").await
+        elicit_form(
+            &context,
+            responses.as_ref(),
+            "confirm",
+            message,
+            schema,
+            "Streaming elicitation completed",
+        )
+        .await
     }
 
-    #[tool(description = "Sends one info log message, only if the request allows it (_meta logLevel on 2026-07-28)")]
+    #[tool(
+        description = "Sends one info log message, only if the request allows it (_meta logLevel on 2026-07-28)"
+    )]
     async fn test_logging_tool(&self, context: RequestContext<RoleServer>) -> CallToolResult {
-        input::log(&context, LoggingLevel::Info, LOGGER, json!("test_logging_tool executed")).await;
+        input::log(
+            &context,
+            LoggingLevel::Info,
+            LOGGER,
+            json!("test_logging_tool executed"),
+        )
+        .await;
         text("Logging tool completed")
     }
 
     #[tool(description = "Shows or hides dynamic_tool and notifies tools/list_changed")]
-    async fn test_trigger_tool_change(&self, context: RequestContext<RoleServer>) -> CallToolResult {
+    async fn test_trigger_tool_change(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let visible = self.toggle_dynamic_tool(&context).await;
         if !input::is_stateless(&context)
             && let Err(error) = context.peer.notify_tool_list_changed().await
         {
             tracing::debug!(%error, "could not send tools/list_changed");
         }
-        text(format!("Tool list changed: {DYNAMIC_TOOL} is now {}", if visible { "listed" } else { "hidden" }))
+        text(format!(
+            "Tool list changed: {DYNAMIC_TOOL} is now {}",
+            if visible { "listed" } else { "hidden" }
+        ))
     }
 
     #[tool(description = "Shows or hides dynamic_prompt and notifies prompts/list_changed")]
-    async fn test_trigger_prompt_change(&self, context: RequestContext<RoleServer>) -> CallToolResult {
+    async fn test_trigger_prompt_change(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let visible = self.toggle_dynamic_prompt(&context).await;
         if !input::is_stateless(&context)
             && let Err(error) = context.peer.notify_prompt_list_changed().await
         {
             tracing::debug!(%error, "could not send prompts/list_changed");
         }
-        text(format!("Prompt list changed: {} is now {}", super::prompts::DYNAMIC_PROMPT, if visible { "listed" } else { "hidden" }))
+        text(format!(
+            "Prompt list changed: {} is now {}",
+            super::prompts::DYNAMIC_PROMPT,
+            if visible { "listed" } else { "hidden" }
+        ))
     }
 
     #[tool(
@@ -296,16 +407,32 @@ impl Everything {
     )]
     async fn test_custom_header(&self, arguments: JsonObject) -> Result<CallToolResult, McpError> {
         let args: CustomHeaderArgs =
-            serde_json::from_value(Value::Object(arguments)).map_err(|error| McpError::invalid_params(format!("invalid arguments: {error}"), None))?;
+            serde_json::from_value(Value::Object(arguments)).map_err(|error| {
+                McpError::invalid_params(format!("invalid arguments: {error}"), None)
+            })?;
         Ok(text(args.value))
     }
 
-    #[tool(description = "Adds 1 to this session's durable counter (kept in the store, shared by every worker serving the session) and returns the new value")]
-    async fn session_counter(&self, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
-        let Some(state) = ctx.extensions.get::<durable_mcp_protocol::SessionState>().filter(|s| s.session_id().is_some()) else {
-            return Err(McpError::invalid_request("session_counter needs a legacy-era session (initialize)", None));
+    #[tool(
+        description = "Adds 1 to this session's durable counter (kept in the store, shared by every worker serving the session) and returns the new value"
+    )]
+    async fn session_counter(
+        &self,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(state) = ctx
+            .extensions
+            .get::<durable_mcp_protocol::SessionState>()
+            .filter(|s| s.session_id().is_some())
+        else {
+            return Err(McpError::invalid_request(
+                "session_counter needs a legacy-era session (initialize)",
+                None,
+            ));
         };
-        let n = state.update("counter", |n: Option<u64>| n.unwrap_or(0) + 1).await?;
+        let n = state
+            .update("counter", |n: Option<u64>| n.unwrap_or(0) + 1)
+            .await?;
         Ok(text(n.to_string()))
     }
 
@@ -318,7 +445,11 @@ impl Everything {
         description = "Sends count progress notifications (with a progressToken) and count info log messages, interval_ms apart, then returns count; a task for clients that ask for one",
         meta = task_support(TaskSupport::Optional)
     )]
-    async fn emit_events(&self, context: RequestContext<RoleServer>, Parameters(args): Parameters<EmitEventsArgs>) -> Result<CallToolResult, McpError> {
+    async fn emit_events(
+        &self,
+        context: RequestContext<RoleServer>,
+        Parameters(args): Parameters<EmitEventsArgs>,
+    ) -> Result<CallToolResult, McpError> {
         let interval = std::time::Duration::from_millis(args.interval_ms);
         let total = f64::from(args.count);
         for event in 1..=args.count {
@@ -332,12 +463,20 @@ impl Everything {
             }
             let message = format!("event {event} of {}", args.count);
             input::progress(&context, f64::from(event), total, message.clone()).await;
-            input::log(&context, LoggingLevel::Info, "emit_events", json!({ "event": event, "count": args.count, "message": message })).await;
+            input::log(
+                &context,
+                LoggingLevel::Info,
+                "emit_events",
+                json!({ "event": event, "count": args.count, "message": message }),
+            )
+            .await;
         }
         Ok(text(args.count.to_string()))
     }
 
-    #[tool(description = "Notifies notifications/resources/updated for uri (default test://watched-resource) to its subscribers")]
+    #[tool(
+        description = "Notifies notifications/resources/updated for uri (default test://watched-resource) to its subscribers"
+    )]
     async fn trigger_resource_update(
         &self,
         context: RequestContext<RoleServer>,
@@ -347,7 +486,10 @@ impl Everything {
         resources::check_known(&uri)?;
         self.announce(&context, Change::Resource(uri.clone())).await;
         if !input::is_stateless(&context)
-            && let Err(error) = context.peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri.clone())).await
+            && let Err(error) = context
+                .peer
+                .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri.clone()))
+                .await
         {
             tracing::debug!(%error, "could not send resources/updated");
         }

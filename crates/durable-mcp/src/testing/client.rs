@@ -84,7 +84,10 @@ pub struct Response<T = Value> {
 impl<T> Response<T> {
     /// The params of the notifications with this method, in order.
     pub fn notifications_of<'a>(&'a self, method: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
-        self.notifications.iter().filter(move |n| n.method == method).map(|n| &n.params)
+        self.notifications
+            .iter()
+            .filter(move |n| n.method == method)
+            .map(|n| &n.params)
     }
 }
 
@@ -92,10 +95,19 @@ impl Response<Value> {
     /// The result decoded as `U` (the result type of `method`, named in the error).
     pub fn decode<U: DeserializeOwned>(self, method: &str) -> Result<Response<U>, TestError> {
         let result = match self.result {
-            Ok(value) => Ok(serde_json::from_value(value).map_err(|source| TestError::Decode { method: method.to_owned(), source })?),
+            Ok(value) => Ok(
+                serde_json::from_value(value).map_err(|source| TestError::Decode {
+                    method: method.to_owned(),
+                    source,
+                })?,
+            ),
             Err(error) => Err(error),
         };
-        Ok(Response { status: self.status, result, notifications: self.notifications })
+        Ok(Response {
+            status: self.status,
+            result,
+            notifications: self.notifications,
+        })
     }
 }
 
@@ -110,7 +122,10 @@ impl Link {
     /// The current worker's router, waiting through a restart.
     async fn router(&self) -> Result<Router, TestError> {
         let mut endpoint = self.endpoint.clone();
-        let current = endpoint.wait_for(|e| !matches!(e, Endpoint::Restarting)).await.map_err(|_| TestError::Stopped)?;
+        let current = endpoint
+            .wait_for(|e| !matches!(e, Endpoint::Restarting))
+            .await
+            .map_err(|_| TestError::Stopped)?;
         match &*current {
             Endpoint::Up(router) => Ok(router.clone()),
             Endpoint::Restarting | Endpoint::Down => Err(TestError::Stopped),
@@ -118,13 +133,26 @@ impl Link {
     }
 
     /// One HTTP exchange with the current worker.
-    async fn send(&self, method: Method, headers: HeaderMap, body: Option<String>) -> Result<http::Response<Body>, TestError> {
+    async fn send(
+        &self,
+        method: Method,
+        headers: HeaderMap,
+        body: Option<String>,
+    ) -> Result<http::Response<Body>, TestError> {
         let mut router = self.router().await?;
-        let mut request = Request::builder().method(method).uri(&self.path).body(body.map_or_else(Body::empty, Body::from)).map_err(TestError::Request)?;
+        let mut request = Request::builder()
+            .method(method)
+            .uri(&self.path)
+            .body(body.map_or_else(Body::empty, Body::from))
+            .map_err(TestError::Request)?;
         *request.headers_mut() = headers;
-        let ready: Result<(), Infallible> = std::future::poll_fn(|cx| tower_service::Service::<Request<Body>>::poll_ready(&mut router, cx)).await;
+        let ready: Result<(), Infallible> = std::future::poll_fn(|cx| {
+            tower_service::Service::<Request<Body>>::poll_ready(&mut router, cx)
+        })
+        .await;
         let Ok(()) = ready;
-        let response: Result<_, Infallible> = tower_service::Service::call(&mut router, request).await;
+        let response: Result<_, Infallible> =
+            tower_service::Service::call(&mut router, request).await;
         let Ok(response) = response;
         Ok(response)
     }
@@ -143,7 +171,12 @@ impl ClientBuilder {
     pub(super) fn new(link: Link) -> Self {
         let mut headers = HeaderMap::new();
         headers.insert(HOST, HeaderValue::from_static("localhost"));
-        Self { link, headers, capabilities: json!({}), timeout: DEFAULT_TIMEOUT }
+        Self {
+            link,
+            headers,
+            capabilities: json!({}),
+            timeout: DEFAULT_TIMEOUT,
+        }
     }
 
     /// Send this header with every request (`Authorization`, another `Host`, ...);
@@ -175,17 +208,25 @@ impl ClientBuilder {
             "capabilities": client.capabilities,
             "clientInfo": client_info(),
         });
-        let body = json!({"jsonrpc": "2.0", "id": 0, "method": methods::INITIALIZE, "params": params});
+        let body =
+            json!({"jsonrpc": "2.0", "id": 0, "method": methods::INITIALIZE, "params": params});
         let mut headers = client.headers.clone();
         headers.insert(ACCEPT, HeaderValue::from_static(POST_ACCEPT));
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let (response, session) = client.within(client.round_trip(0, headers, body)).await?;
         let result = response.result.map_err(TestError::Rpc)?;
-        let session = session.ok_or_else(|| TestError::Protocol("initialize answered without an Mcp-Session-Id".into()))?;
+        let session = session.ok_or_else(|| {
+            TestError::Protocol("initialize answered without an Mcp-Session-Id".into())
+        })?;
         tracing::debug!(%session, "test client initialized");
-        client.session = Some(HeaderValue::from_str(&session).map_err(|_| TestError::Protocol(format!("invalid Mcp-Session-Id {session:?}")))?);
+        client.session = Some(
+            HeaderValue::from_str(&session)
+                .map_err(|_| TestError::Protocol(format!("invalid Mcp-Session-Id {session:?}")))?,
+        );
         client.initialize = Some(result);
-        client.notify("notifications/initialized", Value::Null).await?;
+        client
+            .notify("notifications/initialized", Value::Null)
+            .await?;
         Ok(client)
     }
 
@@ -268,7 +309,10 @@ pub struct TestClient {
 
 impl std::fmt::Debug for TestClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestClient").field("era", &self.era).field("session", &self.session_id()).finish_non_exhaustive()
+        f.debug_struct("TestClient")
+            .field("era", &self.era)
+            .field("session", &self.session_id())
+            .finish_non_exhaustive()
     }
 }
 
@@ -289,20 +333,28 @@ impl TestClient {
     }
 
     /// Call tool `name` with `arguments` (a JSON object, or `Null` for none).
-    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Response<CallToolResult>, TestError> {
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<Response<CallToolResult>, TestError> {
         let mut params = json!({"name": name});
         match arguments {
             Value::Null => {}
             Value::Object(_) => params["arguments"] = arguments,
             _ => return Err(TestError::NotAnObject("a tool's arguments")),
         }
-        self.request(methods::TOOLS_CALL, params).await?.decode(methods::TOOLS_CALL)
+        self.request(methods::TOOLS_CALL, params)
+            .await?
+            .decode(methods::TOOLS_CALL)
     }
 
     /// The first page of the server's tools (`request("tools/list", json!({"cursor": ..}))`
     /// for the next ones).
     pub async fn list_tools(&self) -> Result<Response<ListToolsResult>, TestError> {
-        self.request(methods::TOOLS_LIST, json!({})).await?.decode(methods::TOOLS_LIST)
+        self.request(methods::TOOLS_LIST, json!({}))
+            .await?
+            .decode(methods::TOOLS_LIST)
     }
 
     /// Send request `method` with `params` (a JSON object, or `Null`), and return its
@@ -318,7 +370,8 @@ impl TestClient {
         self.within(async {
             let mut headers = self.post_headers();
             if self.era == Era::Modern {
-                self.add_standard_headers(method, &params, &mut headers).await?;
+                self.add_standard_headers(method, &params, &mut headers)
+                    .await?;
             }
             let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
             Ok(self.round_trip(id, headers, body).await?.0)
@@ -337,10 +390,18 @@ impl TestClient {
         if self.era == Era::Modern {
             headers.insert(MCP_METHOD, header_value(method)?);
         }
-        let response = self.within(self.link.send(Method::POST, headers, Some(body.to_string()))).await?;
+        let response = self
+            .within(
+                self.link
+                    .send(Method::POST, headers, Some(body.to_string())),
+            )
+            .await?;
         match response.status() {
             StatusCode::ACCEPTED | StatusCode::OK => Ok(()),
-            status => Err(TestError::Http { status, body: self.within(text(response.into_body())).await? }),
+            status => Err(TestError::Http {
+                status,
+                body: self.within(text(response.into_body())).await?,
+            }),
         }
     }
 
@@ -349,9 +410,17 @@ impl TestClient {
     /// modern client.
     pub async fn set_log_level(&self, level: &str) -> Result<(), TestError> {
         match self.era {
-            Era::Legacy => self.request(methods::LOGGING_SET_LEVEL, json!({"level": level})).await?.result.map(drop).map_err(TestError::Rpc),
+            Era::Legacy => self
+                .request(methods::LOGGING_SET_LEVEL, json!({"level": level}))
+                .await?
+                .result
+                .map(drop)
+                .map_err(TestError::Rpc),
             Era::Modern => {
-                *self.log_level.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(level.to_owned());
+                *self
+                    .log_level
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(level.to_owned());
                 Ok(())
             }
         }
@@ -362,16 +431,26 @@ impl TestClient {
         if self.era == Era::Modern {
             return Ok(());
         }
-        let response = self.within(self.link.send(Method::DELETE, self.post_headers(), None)).await?;
+        let response = self
+            .within(self.link.send(Method::DELETE, self.post_headers(), None))
+            .await?;
         match response.status() {
             status if status.is_success() => Ok(()),
-            status => Err(TestError::Http { status, body: self.within(text(response.into_body())).await? }),
+            status => Err(TestError::Http {
+                status,
+                body: self.within(text(response.into_body())).await?,
+            }),
         }
     }
 
     /// `future`, or [`TestError::Timeout`] after the client's timeout.
-    async fn within<T>(&self, future: impl Future<Output = Result<T, TestError>>) -> Result<T, TestError> {
-        tokio::time::timeout(self.timeout, future).await.unwrap_or(Err(TestError::Timeout(self.timeout)))
+    async fn within<T>(
+        &self,
+        future: impl Future<Output = Result<T, TestError>>,
+    ) -> Result<T, TestError> {
+        tokio::time::timeout(self.timeout, future)
+            .await
+            .unwrap_or(Err(TestError::Timeout(self.timeout)))
     }
 
     /// The headers of every request after `initialize`.
@@ -379,7 +458,10 @@ impl TestClient {
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT, HeaderValue::from_static(POST_ACCEPT));
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(PROTOCOL_VERSION, HeaderValue::from_static(self.era.protocol_version()));
+        headers.insert(
+            PROTOCOL_VERSION,
+            HeaderValue::from_static(self.era.protocol_version()),
+        );
         if let Some(session) = &self.session {
             headers.insert(SESSION_ID, session.clone());
         }
@@ -390,13 +472,22 @@ impl TestClient {
     /// The `_meta` of a request: its progress token, and the modern era's fields.
     fn add_meta(&self, id: u64, params: &mut Map<String, Value>) -> Result<(), TestError> {
         let meta = params.entry("_meta").or_insert_with(|| json!({}));
-        let Value::Object(meta) = meta else { return Err(TestError::NotAnObject("params._meta")) };
+        let Value::Object(meta) = meta else {
+            return Err(TestError::NotAnObject("params._meta"));
+        };
         meta.entry("progressToken").or_insert_with(|| json!(id));
         if self.era == Era::Modern {
-            meta.entry(meta::PROTOCOL_VERSION).or_insert_with(|| json!(Era::Modern.protocol_version()));
-            meta.entry(meta::CLIENT_CAPABILITIES).or_insert_with(|| self.capabilities.clone());
+            meta.entry(meta::PROTOCOL_VERSION)
+                .or_insert_with(|| json!(Era::Modern.protocol_version()));
+            meta.entry(meta::CLIENT_CAPABILITIES)
+                .or_insert_with(|| self.capabilities.clone());
             meta.entry(meta::CLIENT_INFO).or_insert_with(client_info);
-            if let Some(level) = self.log_level.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+            if let Some(level) = self
+                .log_level
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+            {
                 meta.entry(meta::LOG_LEVEL).or_insert(Value::String(level));
             }
         }
@@ -405,12 +496,19 @@ impl TestClient {
 
     /// 2026-07-28: `Mcp-Method`, `Mcp-Name`, and for a tool call the `Mcp-Param-*` headers
     /// its input schema asks for (`x-mcp-header`; the schemas are listed once).
-    async fn add_standard_headers(&self, method: &str, params: &Map<String, Value>, headers: &mut HeaderMap) -> Result<(), TestError> {
+    async fn add_standard_headers(
+        &self,
+        method: &str,
+        params: &Map<String, Value>,
+        headers: &mut HeaderMap,
+    ) -> Result<(), TestError> {
         headers.insert(MCP_METHOD, header_value(method)?);
         let name = match method {
             methods::TOOLS_CALL | methods::PROMPTS_GET => params.get("name"),
             methods::RESOURCES_READ => params.get("uri"),
-            methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => params.get("taskId"),
+            methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => {
+                params.get("taskId")
+            }
             _ => None,
         };
         if let Some(name) = name.and_then(Value::as_str) {
@@ -429,14 +527,21 @@ impl TestClient {
                 header_params(schema, &mut Vec::new(), &mut annotated);
                 let arguments = params.get("arguments");
                 for (header, path) in annotated {
-                    let value = path.iter().try_fold(arguments, |v, key| Some(v?.get(key))).flatten();
+                    let value = path
+                        .iter()
+                        .try_fold(arguments, |v, key| Some(v?.get(key)))
+                        .flatten();
                     let text = match value {
                         Some(Value::String(s)) => s.clone(),
                         Some(Value::Bool(b)) => b.to_string(),
                         Some(Value::Number(n)) => n.to_string(),
                         _ => continue,
                     };
-                    let Ok(name) = HeaderName::try_from(format!("mcp-param-{}", header.to_ascii_lowercase())) else { continue };
+                    let Ok(name) =
+                        HeaderName::try_from(format!("mcp-param-{}", header.to_ascii_lowercase()))
+                    else {
+                        continue;
+                    };
                     headers.insert(name, header_value(&text)?);
                 }
             }
@@ -458,9 +563,22 @@ impl TestClient {
             let mut headers = self.post_headers();
             headers.insert(MCP_METHOD, HeaderValue::from_static(methods::TOOLS_LIST));
             let body = json!({"jsonrpc": "2.0", "id": id, "method": methods::TOOLS_LIST, "params": params});
-            let page = self.round_trip(id, headers, body).await?.0.result.map_err(TestError::Rpc)?;
-            for tool in page.get("tools").and_then(Value::as_array).into_iter().flatten() {
-                if let (Some(name), Some(schema)) = (tool.get("name").and_then(Value::as_str), tool.get("inputSchema")) {
+            let page = self
+                .round_trip(id, headers, body)
+                .await?
+                .0
+                .result
+                .map_err(TestError::Rpc)?;
+            for tool in page
+                .get("tools")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let (Some(name), Some(schema)) = (
+                    tool.get("name").and_then(Value::as_str),
+                    tool.get("inputSchema"),
+                ) {
                     schemas.insert(name.to_owned(), schema.clone());
                 }
             }
@@ -473,21 +591,52 @@ impl TestClient {
 
     /// POST `body` (request `id`) and read its answer, resuming a legacy stream that ends
     /// before it; also returns the response's `Mcp-Session-Id`.
-    async fn round_trip(&self, id: u64, headers: HeaderMap, body: Value) -> Result<(Response, Option<String>), TestError> {
-        let response = self.link.send(Method::POST, headers, Some(body.to_string())).await?;
+    async fn round_trip(
+        &self,
+        id: u64,
+        headers: HeaderMap,
+        body: Value,
+    ) -> Result<(Response, Option<String>), TestError> {
+        let response = self
+            .link
+            .send(Method::POST, headers, Some(body.to_string()))
+            .await?;
         let status = response.status();
-        let session = response.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let session = response
+            .headers()
+            .get(SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         if !is_event_stream(response.headers()) {
             let text = text(response.into_body()).await?;
-            let Ok(mut message) = serde_json::from_str::<Value>(&text) else { return Err(TestError::Http { status, body: text }) };
+            let Ok(mut message) = serde_json::from_str::<Value>(&text) else {
+                return Err(TestError::Http { status, body: text });
+            };
             // A refusal before the request was read (403, 429, ...) may name no id.
             if message.get("id").is_none_or(Value::is_null) {
-                let Some(error) = message.get_mut("error").map(Value::take) else { return Err(TestError::Http { status, body: text }) };
+                let Some(error) = message.get_mut("error").map(Value::take) else {
+                    return Err(TestError::Http { status, body: text });
+                };
                 let error = serde_json::from_value(error).map_err(TestError::Json)?;
-                return Ok((Response { status, result: Err(error), notifications: Vec::new() }, session));
+                return Ok((
+                    Response {
+                        status,
+                        result: Err(error),
+                        notifications: Vec::new(),
+                    },
+                    session,
+                ));
             }
-            let answer = answer(id, message, &mut Vec::new())?.ok_or_else(|| TestError::Protocol(format!("no answer in {text}")))?;
-            return Ok((Response { status, result: answer, notifications: Vec::new() }, session));
+            let answer = answer(id, message, &mut Vec::new())?
+                .ok_or_else(|| TestError::Protocol(format!("no answer in {text}")))?;
+            return Ok((
+                Response {
+                    status,
+                    result: answer,
+                    notifications: Vec::new(),
+                },
+                session,
+            ));
         }
         let mut notifications = Vec::new();
         let mut last_event_id = None;
@@ -504,11 +653,20 @@ impl TestClient {
                 }
                 let message = serde_json::from_str(&event.data).map_err(TestError::Json)?;
                 if let Some(result) = answer(id, message, &mut notifications)? {
-                    return Ok((Response { status, result, notifications }, session));
+                    return Ok((
+                        Response {
+                            status,
+                            result,
+                            notifications,
+                        },
+                        session,
+                    ));
                 }
             }
             // The stream ended before the answer: a legacy stream is resumed.
-            let (Era::Legacy, Some(last)) = (self.era, &last_event_id) else { return Err(TestError::StreamEnded) };
+            let (Era::Legacy, Some(last)) = (self.era, &last_event_id) else {
+                return Err(TestError::StreamEnded);
+            };
             if !progressed {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -528,8 +686,15 @@ impl TestClient {
             let response = self.link.send(Method::GET, headers.clone(), None).await?;
             match response.status() {
                 StatusCode::OK => return Ok(response.into_body()),
-                StatusCode::SERVICE_UNAVAILABLE => tokio::time::sleep(Duration::from_millis(20)).await,
-                status => return Err(TestError::Http { status, body: text(response.into_body()).await? }),
+                StatusCode::SERVICE_UNAVAILABLE => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                status => {
+                    return Err(TestError::Http {
+                        status,
+                        body: text(response.into_body()).await?,
+                    });
+                }
             }
         }
     }
@@ -537,31 +702,55 @@ impl TestClient {
 
 /// Sort one message of request `id`'s response: a notification is pushed to
 /// `notifications`; the answer is returned.
-fn answer(id: u64, message: Value, notifications: &mut Vec<Notification>) -> Result<Option<Result<Value, ErrorData>>, TestError> {
-    let Value::Object(mut message) = message else { return Err(TestError::Protocol(format!("not a JSON-RPC message: {message}"))) };
+fn answer(
+    id: u64,
+    message: Value,
+    notifications: &mut Vec<Notification>,
+) -> Result<Option<Result<Value, ErrorData>>, TestError> {
+    let Value::Object(mut message) = message else {
+        return Err(TestError::Protocol(format!(
+            "not a JSON-RPC message: {message}"
+        )));
+    };
     if let Some(method) = message.get("method").and_then(Value::as_str) {
         if message.contains_key("id") {
-            return Err(TestError::ServerRequest { method: method.to_owned() });
+            return Err(TestError::ServerRequest {
+                method: method.to_owned(),
+            });
         }
         let method = method.to_owned();
-        notifications.push(Notification { method, params: message.remove("params").unwrap_or(Value::Null) });
+        notifications.push(Notification {
+            method,
+            params: message.remove("params").unwrap_or(Value::Null),
+        });
         return Ok(None);
     }
     if message.get("id") != Some(&json!(id)) {
-        return Err(TestError::Protocol(format!("an answer to another request: {}", Value::Object(message))));
+        return Err(TestError::Protocol(format!(
+            "an answer to another request: {}",
+            Value::Object(message)
+        )));
     }
     if let Some(error) = message.remove("error") {
-        return Ok(Some(Err(serde_json::from_value(error).map_err(TestError::Json)?)));
+        return Ok(Some(Err(
+            serde_json::from_value(error).map_err(TestError::Json)?
+        )));
     }
     match message.remove("result") {
         Some(result) => Ok(Some(Ok(result))),
-        None => Err(TestError::Protocol(format!("an answer without result or error: {}", Value::Object(message)))),
+        None => Err(TestError::Protocol(format!(
+            "an answer without result or error: {}",
+            Value::Object(message)
+        ))),
     }
 }
 
 /// Whether a response is an SSE stream.
 fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"))
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 /// A body as text.
@@ -573,8 +762,17 @@ async fn text(body: Body) -> Result<String, TestError> {
 /// A header value for `text`: as is when it is visible ASCII, else the `=?base64?...?=`
 /// sentinel of the 2026-07-28 standard headers.
 fn header_value(text: &str) -> Result<HeaderValue, TestError> {
-    let plain = !text.is_empty() && text.bytes().all(|b| b.is_ascii_graphic() || b == b' ') && text.trim() == text;
-    let value = if plain { text.to_owned() } else { format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(text)) };
+    let plain = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+        && text.trim() == text;
+    let value = if plain {
+        text.to_owned()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(text)
+        )
+    };
     HeaderValue::from_str(&value).map_err(|e| TestError::Request(e.into()))
 }
 
@@ -586,7 +784,12 @@ fn header_params(schema: &Value, path: &mut Vec<String>, out: &mut Vec<(String, 
     if let Some(name) = schema.get("x-mcp-header").and_then(Value::as_str) {
         out.push((name.to_owned(), path.clone()));
     }
-    for (key, sub) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
+    for (key, sub) in schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
         path.push(key.clone());
         header_params(sub, path, out);
         path.pop();
@@ -599,9 +802,18 @@ mod tests {
 
     #[test]
     fn header_values_outside_visible_ascii_use_the_base64_sentinel() {
-        assert_eq!(header_value("echo").ok(), Some(HeaderValue::from_static("echo")));
-        assert_eq!(header_value("Hello, 世界").ok(), Some(HeaderValue::from_static("=?base64?SGVsbG8sIOS4lueVjA==?=")));
-        assert_eq!(header_value(" padded").ok(), Some(HeaderValue::from_static("=?base64?IHBhZGRlZA==?=")));
+        assert_eq!(
+            header_value("echo").ok(),
+            Some(HeaderValue::from_static("echo"))
+        );
+        assert_eq!(
+            header_value("Hello, 世界").ok(),
+            Some(HeaderValue::from_static("=?base64?SGVsbG8sIOS4lueVjA==?="))
+        );
+        assert_eq!(
+            header_value(" padded").ok(),
+            Some(HeaderValue::from_static("=?base64?IHBhZGRlZA==?="))
+        );
     }
 
     #[test]
@@ -609,13 +821,41 @@ mod tests {
         let mut notifications = Vec::new();
         let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}});
         assert!(matches!(answer(7, progress, &mut notifications), Ok(None)));
-        assert_eq!(notifications, vec![Notification { method: "notifications/progress".into(), params: json!({"progress": 1}) }]);
-        assert!(matches!(answer(7, json!({"jsonrpc": "2.0", "id": 7, "result": {}}), &mut notifications), Ok(Some(Ok(_)))));
+        assert_eq!(
+            notifications,
+            vec![Notification {
+                method: "notifications/progress".into(),
+                params: json!({"progress": 1})
+            }]
+        );
+        assert!(matches!(
+            answer(
+                7,
+                json!({"jsonrpc": "2.0", "id": 7, "result": {}}),
+                &mut notifications
+            ),
+            Ok(Some(Ok(_)))
+        ));
         let error = json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32601, "message": "no"}});
-        assert!(matches!(answer(7, error, &mut notifications), Ok(Some(Err(e))) if e.code.0 == -32601));
-        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "elicitation/create", "params": {}});
-        assert!(matches!(answer(7, request, &mut notifications), Err(TestError::ServerRequest { method }) if method == "elicitation/create"));
-        assert!(matches!(answer(7, json!({"jsonrpc": "2.0", "id": 8, "result": {}}), &mut notifications), Err(TestError::Protocol(_))));
-        assert!(matches!(answer(7, json!([1]), &mut notifications), Err(TestError::Protocol(_))));
+        assert!(
+            matches!(answer(7, error, &mut notifications), Ok(Some(Err(e))) if e.code.0 == -32601)
+        );
+        let request =
+            json!({"jsonrpc": "2.0", "id": 1, "method": "elicitation/create", "params": {}});
+        assert!(
+            matches!(answer(7, request, &mut notifications), Err(TestError::ServerRequest { method }) if method == "elicitation/create")
+        );
+        assert!(matches!(
+            answer(
+                7,
+                json!({"jsonrpc": "2.0", "id": 8, "result": {}}),
+                &mut notifications
+            ),
+            Err(TestError::Protocol(_))
+        ));
+        assert!(matches!(
+            answer(7, json!([1]), &mut notifications),
+            Err(TestError::Protocol(_))
+        ));
     }
 }

@@ -21,7 +21,10 @@ pub(super) struct Events {
 
 impl Events {
     pub(super) fn new(body: Body) -> Self {
-        Self { body, pending: Vec::new() }
+        Self {
+            body,
+            pending: Vec::new(),
+        }
     }
 
     /// The next event, or `None` when the stream ends (an unterminated last event is
@@ -30,7 +33,8 @@ impl Events {
         loop {
             if let Some(end) = self.pending.windows(2).position(|pair| pair == b"\n\n") {
                 let block: Vec<u8> = self.pending.drain(..end + 2).collect();
-                let text = std::str::from_utf8(&block[..end]).map_err(|_| TestError::Protocol("an SSE event is not UTF-8".into()))?;
+                let text = std::str::from_utf8(&block[..end])
+                    .map_err(|_| TestError::Protocol("an SSE event is not UTF-8".into()))?;
                 if let Some(event) = parse(text) {
                     return Ok(Some(event));
                 }
@@ -41,7 +45,8 @@ impl Events {
                 Some(Err(error)) => return Err(TestError::Body(error)),
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        self.pending.extend(data.iter().copied().filter(|&b| b != b'\r'));
+                        self.pending
+                            .extend(data.iter().copied().filter(|&b| b != b'\r'));
                     }
                 }
             }
@@ -71,7 +76,10 @@ fn parse(block: &str) -> Option<Event> {
     if id.is_none() && data.is_none() {
         return None;
     }
-    Some(Event { id, data: data.unwrap_or_default() })
+    Some(Event {
+        id,
+        data: data.unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]
@@ -80,14 +88,34 @@ mod tests {
 
     #[tokio::test]
     async fn events_split_across_chunks_and_comments_are_skipped() {
-        let (mut sender, channel) = http_body_util::channel::Channel::<bytes::Bytes, axum::Error>::new(4);
+        let (mut sender, channel) =
+            http_body_util::channel::Channel::<bytes::Bytes, axum::Error>::new(4);
         let mut events = Events::new(Body::new(channel));
-        for chunk in [": keep-alive\n\nid: 1\r\ndata:\r\n\r\nid: 2\ndata: {\"a\"", ":1}\ndata: x\n\n", "data: cut"] {
-            sender.send_data(bytes::Bytes::from_static(chunk.as_bytes())).await.expect("sent");
+        for chunk in [
+            ": keep-alive\n\nid: 1\r\ndata:\r\n\r\nid: 2\ndata: {\"a\"",
+            ":1}\ndata: x\n\n",
+            "data: cut",
+        ] {
+            sender
+                .send_data(bytes::Bytes::from_static(chunk.as_bytes()))
+                .await
+                .expect("sent");
         }
         drop(sender);
-        assert_eq!(events.next().await.ok().flatten(), Some(Event { id: Some("1".into()), data: String::new() }));
-        assert_eq!(events.next().await.ok().flatten(), Some(Event { id: Some("2".into()), data: "{\"a\":1}\nx".into() }));
+        assert_eq!(
+            events.next().await.ok().flatten(),
+            Some(Event {
+                id: Some("1".into()),
+                data: String::new()
+            })
+        );
+        assert_eq!(
+            events.next().await.ok().flatten(),
+            Some(Event {
+                id: Some("2".into()),
+                data: "{\"a\":1}\nx".into()
+            })
+        );
         assert_eq!(events.next().await.ok().flatten(), None);
     }
 }

@@ -14,7 +14,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use ::metrics::{Label, SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use ::metrics::{
+    Label, SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
 use durable_mcp_protocol::methods;
 use serde_json::Value;
 
@@ -70,9 +73,14 @@ pub const AUTH_FETCH_FAILURES: &str = "durable_mcp.auth.fetch_failures";
 pub use crate::semconv::{OTHER, TOOL_ERROR};
 
 /// The bucket bounds of the MCP semantic conventions for `mcp.server.*.duration`.
-pub const MCP_DURATION_BUCKETS: &[f64] = &[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+pub const MCP_DURATION_BUCKETS: &[f64] = &[
+    0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
 /// The bucket bounds of [`STORE_OPERATION_DURATION`]: 50 µs to 2.5 s.
-pub const STORE_DURATION_BUCKETS: &[f64] = &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+pub const STORE_DURATION_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5,
+];
 /// The bucket bounds of [`STORE_BATCH_OPS`].
 pub const BATCH_OPS_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0];
 
@@ -93,30 +101,106 @@ pub fn enabled() -> bool {
 }
 
 fn describe() {
-    describe_histogram!(OPERATION_DURATION, Unit::Seconds, "MCP requests, from their acceptance to the commit of their outcome.");
-    describe_histogram!(SESSION_DURATION, Unit::Seconds, "Legacy sessions, from initialize to their end by DELETE.");
-    describe_histogram!(STORE_OPERATION_DURATION, Unit::Seconds, "Store calls, by backend and operation.");
-    describe_counter!(STORE_COMMITS, Unit::Count, "Batches committed to the store, by backend.");
-    describe_histogram!(STORE_BATCH_OPS, Unit::Count, "Ops per committed batch, by backend.");
-    describe_gauge!(REQUESTS_IN_FLIGHT, Unit::Count, "Handler runs in flight on this worker.");
-    describe_counter!(JOURNAL_RECOVERIES, Unit::Count, "Journaled runs this worker resumed after claiming them.");
+    describe_histogram!(
+        OPERATION_DURATION,
+        Unit::Seconds,
+        "MCP requests, from their acceptance to the commit of their outcome."
+    );
+    describe_histogram!(
+        SESSION_DURATION,
+        Unit::Seconds,
+        "Legacy sessions, from initialize to their end by DELETE."
+    );
+    describe_histogram!(
+        STORE_OPERATION_DURATION,
+        Unit::Seconds,
+        "Store calls, by backend and operation."
+    );
+    describe_counter!(
+        STORE_COMMITS,
+        Unit::Count,
+        "Batches committed to the store, by backend."
+    );
+    describe_histogram!(
+        STORE_BATCH_OPS,
+        Unit::Count,
+        "Ops per committed batch, by backend."
+    );
+    describe_gauge!(
+        REQUESTS_IN_FLIGHT,
+        Unit::Count,
+        "Handler runs in flight on this worker."
+    );
+    describe_counter!(
+        JOURNAL_RECOVERIES,
+        Unit::Count,
+        "Journaled runs this worker resumed after claiming them."
+    );
     describe_counter!(
         JOURNAL_TAKEOVERS,
         Unit::Count,
         "Journaled runs this worker claimed: its own from before a restart, expired leases, or runs a re-sent request found unrun."
     );
-    describe_counter!(JOURNAL_LEASES_LOST, Unit::Count, "Leases this worker lost while running a run.");
-    describe_gauge!(SSE_STREAMS_OPEN, Unit::Count, "SSE responses open on this worker.");
-    describe_counter!(SSE_REPLAYS, Unit::Count, "Streams resumed with Last-Event-ID.");
-    describe_counter!(SSE_REPLAYED_EVENTS, Unit::Count, "Events written on connections resumed with Last-Event-ID.");
-    describe_gauge!(SESSIONS_LIVE, Unit::Count, "Live sessions: opened here minus ended or pruned here.");
-    describe_counter!(TASK_TRANSITIONS, Unit::Count, "Task status changes, by new status.");
-    describe_counter!(RETENTION_REMOVED, Unit::Count, "What retention removed, by kind.");
-    describe_counter!(LIMITS_REFUSED, Unit::Count, "Requests refused by a limit per principal, by limit.");
-    describe_counter!(JOURNAL_ANSWERS_REUSED, Unit::Count, "Questions to the client answered from the journal instead of asked again, by method.");
-    describe_counter!(AUTH_REFUSED, Unit::Count, "Requests refused by authentication, by reason.");
-    describe_counter!(AUTH_AUTHENTICATED, Unit::Count, "Requests whose credentials were accepted, by method.");
-    describe_counter!(AUTH_FETCH_FAILURES, Unit::Count, "Failed requests to the authorization server, by endpoint.");
+    describe_counter!(
+        JOURNAL_LEASES_LOST,
+        Unit::Count,
+        "Leases this worker lost while running a run."
+    );
+    describe_gauge!(
+        SSE_STREAMS_OPEN,
+        Unit::Count,
+        "SSE responses open on this worker."
+    );
+    describe_counter!(
+        SSE_REPLAYS,
+        Unit::Count,
+        "Streams resumed with Last-Event-ID."
+    );
+    describe_counter!(
+        SSE_REPLAYED_EVENTS,
+        Unit::Count,
+        "Events written on connections resumed with Last-Event-ID."
+    );
+    describe_gauge!(
+        SESSIONS_LIVE,
+        Unit::Count,
+        "Live sessions: opened here minus ended or pruned here."
+    );
+    describe_counter!(
+        TASK_TRANSITIONS,
+        Unit::Count,
+        "Task status changes, by new status."
+    );
+    describe_counter!(
+        RETENTION_REMOVED,
+        Unit::Count,
+        "What retention removed, by kind."
+    );
+    describe_counter!(
+        LIMITS_REFUSED,
+        Unit::Count,
+        "Requests refused by a limit per principal, by limit."
+    );
+    describe_counter!(
+        JOURNAL_ANSWERS_REUSED,
+        Unit::Count,
+        "Questions to the client answered from the journal instead of asked again, by method."
+    );
+    describe_counter!(
+        AUTH_REFUSED,
+        Unit::Count,
+        "Requests refused by authentication, by reason."
+    );
+    describe_counter!(
+        AUTH_AUTHENTICATED,
+        Unit::Count,
+        "Requests whose credentials were accepted, by method."
+    );
+    describe_counter!(
+        AUTH_FETCH_FAILURES,
+        Unit::Count,
+        "Failed requests to the authorization server, by endpoint."
+    );
 }
 
 /// `mcp.method.name` of `method`: the method itself for one of the protocol, [`OTHER`]
@@ -144,7 +228,11 @@ fn method_label(method: &str) -> &'static str {
         methods::TASKS_UPDATE,
         "ping",
     ];
-    KNOWN.iter().find(|known| **known == method).copied().unwrap_or(OTHER)
+    KNOWN
+        .iter()
+        .find(|known| **known == method)
+        .copied()
+        .unwrap_or(OTHER)
 }
 
 /// One request being served, as metrics and traces see it: started at its acceptance
@@ -171,14 +259,28 @@ impl Operation {
     /// and traces are off. The tool name of a `tools/call` is its metrics label only if
     /// `known(name)` (the handler has the tool), [`OTHER`] otherwise: a client's made-up
     /// names must not mint series.
-    pub fn start(span: &crate::traces::Request<'_>, known: impl FnOnce(&str) -> bool) -> Option<Self> {
+    pub fn start(
+        span: &crate::traces::Request<'_>,
+        known: impl FnOnce(&str) -> bool,
+    ) -> Option<Self> {
         let timing = enabled().then(|| {
             let method = method_label(span.method);
-            let tool = (method == methods::TOOLS_CALL).then(|| match span.request.get("params").and_then(|p| p.get("name")).and_then(Value::as_str) {
-                Some(name) if known(name) => name.to_owned(),
-                _ => OTHER.to_owned(),
+            let tool = (method == methods::TOOLS_CALL).then(|| {
+                match span
+                    .request
+                    .get("params")
+                    .and_then(|p| p.get("name"))
+                    .and_then(Value::as_str)
+                {
+                    Some(name) if known(name) => name.to_owned(),
+                    _ => OTHER.to_owned(),
+                }
             });
-            Timing { started: Instant::now(), method, tool }
+            Timing {
+                started: Instant::now(),
+                method,
+                tool,
+            }
         });
         Self::of(timing, crate::traces::ServerSpan::start(span))
     }
@@ -417,8 +519,13 @@ mod tests {
         assert!(!enabled());
         let request = serde_json::json!({"method": "tools/call", "params": {"name": "echo"}});
         let looked_up = std::cell::Cell::new(false);
-        let request =
-            crate::traces::Request { method: "tools/call", request: request.as_object().unwrap(), session: None, protocol_version: "2025-11-25", header: None };
+        let request = crate::traces::Request {
+            method: "tools/call",
+            request: request.as_object().unwrap(),
+            session: None,
+            protocol_version: "2025-11-25",
+            header: None,
+        };
         let operation = Operation::start(&request, |_| {
             looked_up.set(true);
             true

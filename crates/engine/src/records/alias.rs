@@ -30,7 +30,10 @@ impl RequestFingerprint {
     /// The fingerprint of a JSON-RPC request (its `method` and `params`).
     pub(crate) fn of(request: &Map<String, Value>) -> Self {
         use sha2::Digest;
-        let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
+        let method = request
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let params = match request.get("params") {
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(Value::Object(params)) => {
@@ -42,7 +45,13 @@ impl RequestFingerprint {
         };
         let text = format!("durable-mcp/request\n{method}\n{}", canonical(&params));
         let digest = sha2::Sha256::digest(text.as_bytes());
-        Self(digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect())
+        Self(
+            digest
+                .iter()
+                .take(16)
+                .map(|byte| format!("{byte:02x}"))
+                .collect(),
+        )
     }
 }
 
@@ -70,7 +79,10 @@ impl AliasRecord {
     /// stream id.
     pub(crate) fn decode(key: &str, value: &str) -> Result<Self, RecordError> {
         match value.parse::<StreamId>() {
-            Ok(stream) => Ok(Self { stream, request: None }),
+            Ok(stream) => Ok(Self {
+                stream,
+                request: None,
+            }),
             Err(_) => super::decode(RecordKind::Alias, key, value),
         }
     }
@@ -78,6 +90,8 @@ impl AliasRecord {
     /// Whether a request with `fingerprint` is a re-send of the request that started the
     /// run (always, for an alias without a fingerprint).
     pub(crate) fn started_by(&self, fingerprint: &RequestFingerprint) -> bool {
-        self.request.as_ref().is_none_or(|request| request == fingerprint)
+        self.request
+            .as_ref()
+            .is_none_or(|request| request == fingerprint)
     }
 }

@@ -130,7 +130,11 @@ pub(crate) const PROMPTS_ANNOUNCEMENT: &str = "prompts";
 /// The announcement key of a change of the resource list.
 pub(crate) const RESOURCES_ANNOUNCEMENT: &str = "resources";
 /// The announcement keys of the lists, which every listen stream may follow.
-pub(crate) const LIST_ANNOUNCEMENTS: [&str; 3] = [TOOLS_ANNOUNCEMENT, PROMPTS_ANNOUNCEMENT, RESOURCES_ANNOUNCEMENT];
+pub(crate) const LIST_ANNOUNCEMENTS: [&str; 3] = [
+    TOOLS_ANNOUNCEMENT,
+    PROMPTS_ANNOUNCEMENT,
+    RESOURCES_ANNOUNCEMENT,
+];
 
 /// The announcement key of an update of resource `uri`.
 pub(crate) fn resource_announcement(uri: &str) -> String {
@@ -170,5 +174,7 @@ pub(crate) fn inbox_question(inbox: &StreamId, index: u64) -> String {
 
 /// The inbox a client's response id names, if it is one durable-mcp issued.
 pub(crate) fn inbox_of(wire_id: &str) -> Option<StreamId> {
-    wire_id.split_once('-').and_then(|(inbox, _)| inbox.parse().ok())
+    wire_id
+        .split_once('-')
+        .and_then(|(inbox, _)| inbox.parse().ok())
 }

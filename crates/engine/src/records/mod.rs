@@ -82,8 +82,16 @@ pub(crate) fn encode<T: Serialize>(kind: RecordKind, record: &T) -> Result<Strin
 }
 
 /// Decode the stored value of the record `kind`/`key`.
-pub(crate) fn decode<T: DeserializeOwned>(kind: RecordKind, key: &str, value: &str) -> Result<T, RecordError> {
-    serde_json::from_str(value).map_err(|source| RecordError::Decode { kind, key: key.to_owned(), source })
+pub(crate) fn decode<T: DeserializeOwned>(
+    kind: RecordKind,
+    key: &str,
+    value: &str,
+) -> Result<T, RecordError> {
+    serde_json::from_str(value).map_err(|source| RecordError::Decode {
+        kind,
+        key: key.to_owned(),
+        source,
+    })
 }
 
 /// JSON with object keys in sorted order, whatever the map type: the same value always
@@ -94,10 +102,16 @@ pub(crate) fn canonical(value: &serde_json::Value) -> String {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort();
-            let fields: Vec<String> = keys.into_iter().map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k]))).collect();
+            let fields: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
+                .collect();
             format!("{{{}}}", fields.join(","))
         }
-        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
         other => other.to_string(),
     }
 }

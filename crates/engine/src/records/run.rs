@@ -28,7 +28,11 @@ mod era_as_modern {
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Era, D::Error> {
-        Ok(if bool::deserialize(deserializer)? { Era::Modern } else { Era::Legacy })
+        Ok(if bool::deserialize(deserializer)? {
+            Era::Modern
+        } else {
+            Era::Legacy
+        })
     }
 }
 
@@ -81,8 +85,12 @@ pub(crate) struct RunRecord {
 /// never kept with a journaled request (a re-run's handler does not see them).
 pub fn is_credential(name: &http::HeaderName) -> bool {
     use http::header;
-    matches!(*name, header::AUTHORIZATION | header::PROXY_AUTHORIZATION | header::COOKIE | header::SET_COOKIE)
-        || ["key", "token", "secret", "password", "auth"].iter().any(|word| name.as_str().contains(word))
+    matches!(
+        *name,
+        header::AUTHORIZATION | header::PROXY_AUTHORIZATION | header::COOKIE | header::SET_COOKIE
+    ) || ["key", "token", "secret", "password", "auth"]
+        .iter()
+        .any(|word| name.as_str().contains(word))
 }
 
 /// A request's HTTP head as a journal entry keeps it: the method, the URI, the version and
@@ -102,9 +110,16 @@ impl StoredHead {
             .headers
             .iter()
             .filter(|(name, value)| !is_credential(name) && !value.is_sensitive())
-            .filter_map(|(name, value)| Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned())))
+            .filter_map(|(name, value)| {
+                Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+            })
             .collect();
-        Self { method: parts.method.to_string(), uri: parts.uri.to_string(), version: format!("{:?}", parts.version), headers }
+        Self {
+            method: parts.method.to_string(),
+            uri: parts.uri.to_string(),
+            version: format!("{:?}", parts.version),
+            headers,
+        }
     }
 
     /// The head again; `None` if what it holds is not a valid head (a record edited by hand).
@@ -116,7 +131,10 @@ impl StoredHead {
             "HTTP/3.0" => http::Version::HTTP_3,
             _ => http::Version::HTTP_11,
         };
-        let mut builder = http::Request::builder().method(self.method.as_str()).uri(self.uri.as_str()).version(version);
+        let mut builder = http::Request::builder()
+            .method(self.method.as_str())
+            .uri(self.uri.as_str())
+            .version(version);
         for (name, value) in &self.headers {
             builder = builder.header(name.as_str(), value.as_str());
         }

@@ -71,5 +71,11 @@ pub(crate) fn iso8601(ms: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3_600, (rem % 3_600) / 60, rem % 60, ms % 1000)
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3_600,
+        (rem % 3_600) / 60,
+        rem % 60,
+        ms % 1000
+    )
 }

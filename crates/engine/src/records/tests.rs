@@ -22,46 +22,79 @@ fn session() -> SessionId {
 #[test]
 fn run_step_and_mark_keys_keep_their_layout() {
     assert_eq!(key::run(&stream()), RUN);
-    assert_eq!(key::step(RUN, StepKind::Step, "charge"), format!("{RUN}/s/charge"));
+    assert_eq!(
+        key::step(RUN, StepKind::Step, "charge"),
+        format!("{RUN}/s/charge")
+    );
     assert_eq!(key::answer(RUN, 3), format!("{RUN}/a/3"));
     assert_eq!(key::emitted(RUN, 4), format!("{RUN}/e/4"));
     assert_eq!(key::steps(RUN), format!("{RUN}/"));
     assert_eq!(key::cancel_mark(RUN), format!("{RUN}/cancel"));
-    assert!(key::cancel_mark(RUN).starts_with(&key::steps(RUN)), "deleted with the run's steps");
+    assert!(
+        key::cancel_mark(RUN).starts_with(&key::steps(RUN)),
+        "deleted with the run's steps"
+    );
     // A step name of any length is bounded (digested), the same way every time.
     let long = "n".repeat(5_000);
-    assert_eq!(key::step(RUN, StepKind::Step, &long), format!("{RUN}/s/{}", key_part(&long)));
+    assert_eq!(
+        key::step(RUN, StepKind::Step, &long),
+        format!("{RUN}/s/{}", key_part(&long))
+    );
     assert!(key::step(RUN, StepKind::Step, &long).len() < 120);
 }
 
 #[test]
 fn alias_keys_keep_their_layout() {
     assert_eq!(key::alias(&session(), &json!(7)), format!("{SESSION}/7"));
-    assert_eq!(key::alias(&session(), &json!("req-1")), format!("{SESSION}/\"req-1\""));
+    assert_eq!(
+        key::alias(&session(), &json!("req-1")),
+        format!("{SESSION}/\"req-1\"")
+    );
     let long = json!("i".repeat(3_000));
-    assert_eq!(key::alias(&session(), &long), format!("{SESSION}/{}", key_part(&long.to_string())));
+    assert_eq!(
+        key::alias(&session(), &long),
+        format!("{SESSION}/{}", key_part(&long.to_string()))
+    );
 }
 
 #[test]
 fn task_keys_keep_their_layout() {
     let alice = Principal::new("alice");
     assert_eq!(key::task_owner(&alice, None), "alice/");
-    assert_eq!(key::task_owner(&alice, Some(&session())), format!("alice/{SESSION}/"));
-    assert_eq!(key::task(&key::task_owner(&alice, None), RUN), format!("alice/{RUN}"));
+    assert_eq!(
+        key::task_owner(&alice, Some(&session())),
+        format!("alice/{SESSION}/")
+    );
+    assert_eq!(
+        key::task(&key::task_owner(&alice, None), RUN),
+        format!("alice/{RUN}")
+    );
     assert_eq!(key::task_owner(&Principal::anonymous(), None), "anonymous/");
     assert_eq!(key::task_id(&format!("alice/{SESSION}/{RUN}")), RUN);
     let long = Principal::new("p".repeat(5_000));
-    assert_eq!(key::task_owner(&long, None), format!("{}/", key_part(long.as_str())));
+    assert_eq!(
+        key::task_owner(&long, None),
+        format!("{}/", key_part(long.as_str()))
+    );
 }
 
 #[test]
 fn other_keys_keep_their_layout() {
     assert_eq!(key::KEY_RING, "request-state");
     assert_eq!(key::subscriptions("ab"), "6162/");
-    assert_eq!(key::subscription("ab", &session()), format!("6162/{SESSION}"));
+    assert_eq!(
+        key::subscription("ab", &session()),
+        format!("6162/{SESSION}")
+    );
     assert_eq!(key::LIST_ANNOUNCEMENTS, ["tools", "prompts", "resources"]);
-    assert_eq!(key::resource_announcement("file:///a"), "resource/file:///a");
-    assert_eq!(key::announced_resource("resource/file:///a"), Some("file:///a"));
+    assert_eq!(
+        key::resource_announcement("file:///a"),
+        "resource/file:///a"
+    );
+    assert_eq!(
+        key::announced_resource("resource/file:///a"),
+        Some("file:///a")
+    );
     assert_eq!(key::announced_resource("tools"), None);
     assert_eq!(key::change("tools"), "tools");
     assert_eq!(key::change("resource/file:///a"), "resource/file:///a");
@@ -91,7 +124,10 @@ fn run_records_round_trip_in_their_stored_layout() {
     let stored = stored_run().to_string();
     let run = RunRecord::decode(RUN, &stored).unwrap();
     assert_eq!(run.era, Era::Legacy);
-    assert_eq!(run.protocol_version, durable_mcp_protocol::McpVersion::V2025_11_25);
+    assert_eq!(
+        run.protocol_version,
+        durable_mcp_protocol::McpVersion::V2025_11_25
+    );
     assert_eq!(run.task_flavor, Some(Flavor::V2025));
     assert_eq!(run.relay.as_ref().map(|r| r.task_id.as_str()), Some(RUN));
     assert_eq!(run.id(), json!(5));
@@ -102,8 +138,16 @@ fn run_records_round_trip_in_their_stored_layout() {
     modern.era = Era::Modern;
     modern.task = None;
     let encoded: Value = serde_json::from_str(&modern.encode().unwrap()).unwrap();
-    assert_eq!(encoded["modern"], json!(true), "the era is kept as `modern`");
-    assert!(RunRecord::decode(RUN, &encoded.to_string()).unwrap().stateless());
+    assert_eq!(
+        encoded["modern"],
+        json!(true),
+        "the era is kept as `modern`"
+    );
+    assert!(
+        RunRecord::decode(RUN, &encoded.to_string())
+            .unwrap()
+            .stateless()
+    );
 }
 
 #[test]
@@ -113,7 +157,12 @@ fn run_records_of_older_workers_decode_with_defaults() {
         stored.as_object_mut().unwrap().remove(field);
     }
     let run = RunRecord::decode(RUN, &stored.to_string()).unwrap();
-    assert!(run.task.is_none() && run.task_flavor.is_none() && run.reply.is_none() && run.relay.is_none());
+    assert!(
+        run.task.is_none()
+            && run.task_flavor.is_none()
+            && run.reply.is_none()
+            && run.relay.is_none()
+    );
     assert_eq!(run.failures, 0);
 }
 
@@ -151,18 +200,36 @@ fn task_records_round_trip_in_their_stored_layout() {
 #[test]
 fn a_record_that_does_not_decode_is_a_typed_error_with_its_source() {
     let error = RunRecord::decode("r1", "{\"principal\": 5}").unwrap_err();
-    assert!(matches!(&error, RecordError::Decode { kind: RecordKind::Run, key, .. } if key == "r1"), "{error:?}");
-    assert!(std::error::Error::source(&error).is_some(), "the decoder's error is kept");
+    assert!(
+        matches!(&error, RecordError::Decode { kind: RecordKind::Run, key, .. } if key == "r1"),
+        "{error:?}"
+    );
+    assert!(
+        std::error::Error::source(&error).is_some(),
+        "the decoder's error is kept"
+    );
     assert_eq!(error.to_string(), "run record \"r1\" does not decode");
     let mut unknown = stored_task("working");
     unknown["status"] = json!("paused");
     let error = TaskRecord::decode("t1", &unknown.to_string()).unwrap_err();
-    assert!(matches!(error, RecordError::Decode { kind: RecordKind::Task, .. }), "an unknown status is refused: {error:?}");
+    assert!(
+        matches!(
+            error,
+            RecordError::Decode {
+                kind: RecordKind::Task,
+                ..
+            }
+        ),
+        "an unknown status is refused: {error:?}"
+    );
 }
 
 #[test]
 fn canonical_json_sorts_object_keys_at_every_depth() {
-    assert_eq!(canonical(&json!({"b": 1, "a": [{"d": 2, "c": "x"}]})), r#"{"a":[{"c":"x","d":2}],"b":1}"#);
+    assert_eq!(
+        canonical(&json!({"b": 1, "a": [{"d": 2, "c": "x"}]})),
+        r#"{"a":[{"c":"x","d":2}],"b":1}"#
+    );
     assert_eq!(canonical(&json!([3, null, true])), "[3,null,true]");
 }
 
@@ -170,10 +237,32 @@ fn canonical_json_sorts_object_keys_at_every_depth() {
 fn subscription_entries_round_trip_in_their_stored_layout() {
     let stored = json!({"principal": "alice", "session": SESSION});
     let entry = SubscriptionEntry::decode("k", &stored.to_string()).unwrap();
-    assert_eq!(entry, SubscriptionEntry { principal: "alice".into(), session: session() });
-    assert_eq!(serde_json::from_str::<Value>(&entry.encode().unwrap()).unwrap(), stored);
-    let error = SubscriptionEntry::decode("k", &json!({"principal": "alice", "session": "nope"}).to_string()).unwrap_err();
-    assert!(matches!(error, RecordError::Decode { kind: RecordKind::Subscription, .. }), "a malformed session id is refused: {error:?}");
+    assert_eq!(
+        entry,
+        SubscriptionEntry {
+            principal: "alice".into(),
+            session: session()
+        }
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&entry.encode().unwrap()).unwrap(),
+        stored
+    );
+    let error = SubscriptionEntry::decode(
+        "k",
+        &json!({"principal": "alice", "session": "nope"}).to_string(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RecordError::Decode {
+                kind: RecordKind::Subscription,
+                ..
+            }
+        ),
+        "a malformed session id is refused: {error:?}"
+    );
     assert_eq!(MARK, "1");
 }
 
@@ -194,30 +283,64 @@ fn run_records_keep_their_trace_context() {
     stored["trace"] = json!({"traceparent": traceparent, "tracestate": "rojo=1"});
     let run = RunRecord::decode(RUN, &stored.to_string()).unwrap();
     let trace = run.trace.as_ref().unwrap();
-    assert_eq!((trace.traceparent.as_str(), trace.tracestate.as_deref()), (traceparent, Some("rojo=1")));
+    assert_eq!(
+        (trace.traceparent.as_str(), trace.tracestate.as_deref()),
+        (traceparent, Some("rojo=1"))
+    );
     let encoded: Value = serde_json::from_str(&run.encode().unwrap()).unwrap();
     assert_eq!(encoded, stored, "encoded as it was stored");
     let without = RunRecord::decode(RUN, &stored_run().to_string()).unwrap();
     assert!(without.trace.is_none());
     let encoded: Value = serde_json::from_str(&without.encode().unwrap()).unwrap();
-    assert!(encoded.get("trace").is_none(), "no trace key without a context");
+    assert!(
+        encoded.get("trace").is_none(),
+        "no trace key without a context"
+    );
 }
 
 /// An alias keeps its run's stream and which request started it; an earlier version's
 /// alias (the stream id alone) still decodes, with no fingerprint, and matches any request.
 #[test]
 fn alias_records_round_trip_in_their_stored_layout() {
-    let request = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x"}});
+    let request =
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x"}});
     let fingerprint = RequestFingerprint::of(request.as_object().unwrap());
-    let alias = AliasRecord { stream: stream(), request: Some(fingerprint.clone()) };
+    let alias = AliasRecord {
+        stream: stream(),
+        request: Some(fingerprint.clone()),
+    };
     let stored = json!({"stream": RUN, "request": "5fbac9b3a8d512988f0b0690b40abc3a"});
-    assert_eq!(serde_json::from_str::<Value>(&alias.encode().unwrap()).unwrap(), stored);
-    assert_eq!(AliasRecord::decode("k", &stored.to_string()).unwrap(), alias);
+    assert_eq!(
+        serde_json::from_str::<Value>(&alias.encode().unwrap()).unwrap(),
+        stored
+    );
+    assert_eq!(
+        AliasRecord::decode("k", &stored.to_string()).unwrap(),
+        alias
+    );
     let old = AliasRecord::decode("k", RUN).unwrap();
-    assert_eq!(old, AliasRecord { stream: stream(), request: None });
-    assert!(old.started_by(&fingerprint), "an alias without a fingerprint matches any request");
+    assert_eq!(
+        old,
+        AliasRecord {
+            stream: stream(),
+            request: None
+        }
+    );
+    assert!(
+        old.started_by(&fingerprint),
+        "an alias without a fingerprint matches any request"
+    );
     let error = AliasRecord::decode("k", "not a stream").unwrap_err();
-    assert!(matches!(error, RecordError::Decode { kind: RecordKind::Alias, .. }), "{error:?}");
+    assert!(
+        matches!(
+            error,
+            RecordError::Decode {
+                kind: RecordKind::Alias,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
 }
 
 /// The fingerprint is stored and compared across workers and versions: its value is
@@ -225,20 +348,50 @@ fn alias_records_round_trip_in_their_stored_layout() {
 #[test]
 fn request_fingerprints_are_stable_and_ignore_meta_and_key_order() {
     let of = |request: Value| RequestFingerprint::of(request.as_object().unwrap());
-    let first = of(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}}}));
+    let first = of(
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}}}),
+    );
     assert_eq!(
         first,
-        of(json!({"id": "other", "method": "tools/call", "params": {"arguments": {"b": [true, null], "a": 1}, "name": "x", "_meta": {"progressToken": 3}}}))
+        of(
+            json!({"id": "other", "method": "tools/call", "params": {"arguments": {"b": [true, null], "a": 1}, "name": "x", "_meta": {"progressToken": 3}}})
+        )
     );
     // The first 16 bytes of SHA-256("durable-mcp/request\ntools/call\n{\"arguments\":{\"a\":1,\"b\":[true,null]},\"name\":\"x\"}"),
     // as any SHA-256 implementation computes them.
-    assert_eq!(serde_json::to_value(&first).unwrap(), json!("9deccc26f06287cd6b9c7ac4bbe86586"));
-    assert_ne!(first, of(json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 2, "b": [true, null]}}})), "other params");
-    assert_ne!(first, of(json!({"method": "prompts/get", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}}})), "another method");
-    assert_ne!(first, of(json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [null, true]}}})), "array order counts");
-    let task = of(json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}, "task": {}}}));
+    assert_eq!(
+        serde_json::to_value(&first).unwrap(),
+        json!("9deccc26f06287cd6b9c7ac4bbe86586")
+    );
+    assert_ne!(
+        first,
+        of(
+            json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 2, "b": [true, null]}}})
+        ),
+        "other params"
+    );
+    assert_ne!(
+        first,
+        of(
+            json!({"method": "prompts/get", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}}})
+        ),
+        "another method"
+    );
+    assert_ne!(
+        first,
+        of(
+            json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [null, true]}}})
+        ),
+        "array order counts"
+    );
+    let task = of(
+        json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}, "task": {}}}),
+    );
     assert_ne!(first, task, "a task-augmented call is another request");
     let bare = of(json!({"method": "ping"}));
     assert_eq!(bare, of(json!({"method": "ping", "params": null})));
-    assert_eq!(bare, of(json!({"method": "ping", "params": {"_meta": {"progressToken": "p"}}})));
+    assert_eq!(
+        bare,
+        of(json!({"method": "ping", "params": {"_meta": {"progressToken": "p"}}}))
+    );
 }

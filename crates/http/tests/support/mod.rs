@@ -49,7 +49,13 @@ static STEP_RUNS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::ne
 
 /// The idempotency keys `stepped` ran its step with for `tag`, in order.
 pub fn step_runs(tag: &str) -> Vec<String> {
-    STEP_RUNS.lock().unwrap().iter().filter(|(t, _)| t == tag).map(|(_, key)| key.clone()).collect()
+    STEP_RUNS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, _)| t == tag)
+        .map(|(_, key)| key.clone())
+        .collect()
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -60,7 +66,9 @@ pub struct CountArgs {
 #[tool_router]
 impl TestServer {
     pub fn new() -> Self {
-        Self { tool_router: Self::tool_router() }
+        Self {
+            tool_router: Self::tool_router(),
+        }
     }
 
     #[tool(description = "Echo text back")]
@@ -72,7 +80,9 @@ impl TestServer {
     async fn stepped(
         &self,
         Parameters(args): Parameters<TagArgs>,
-        rmcp::handler::server::tool::Extension(durable): rmcp::handler::server::tool::Extension<durable_mcp_protocol::Durable>,
+        rmcp::handler::server::tool::Extension(durable): rmcp::handler::server::tool::Extension<
+            durable_mcp_protocol::Durable,
+        >,
     ) -> Result<CallToolResult, ErrorData> {
         let tag = args.tag;
         let result: Result<String, String> = durable
@@ -83,11 +93,17 @@ impl TestServer {
             })
             .await?;
         let key = result.map_err(|e| ErrorData::internal_error(e, None))?;
-        Ok(CallToolResult::success(vec![ContentBlock::text(format!("stepped {key}"))]))
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+            "stepped {key}"
+        ))]))
     }
 
     #[tool(description = "Sleep, honouring cancellation")]
-    async fn slow(&self, Parameters(args): Parameters<SlowArgs>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    async fn slow(
+        &self,
+        Parameters(args): Parameters<SlowArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(args.ms)) => Ok(CallToolResult::success(vec![ContentBlock::text("done")])),
             () = ctx.ct.cancelled() => Err(ErrorData::internal_error("cancelled", None)),
@@ -96,31 +112,65 @@ impl TestServer {
 
     #[tool(description = "Send progress and log messages, then return the count")]
     #[allow(deprecated)]
-    async fn chatty(&self, Parameters(args): Parameters<CountArgs>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    async fn chatty(
+        &self,
+        Parameters(args): Parameters<CountArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         for i in 0..args.count {
             if let Some(token) = ctx.meta.get_progress_token() {
-                let _ = ctx.peer.notify_progress(ProgressNotificationParam::new(token, f64::from(i + 1))).await;
+                let _ = ctx
+                    .peer
+                    .notify_progress(ProgressNotificationParam::new(token, f64::from(i + 1)))
+                    .await;
             }
-            let _ = ctx.peer.notify_logging_message(LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(format!("step {i}")))).await;
+            let _ = ctx
+                .peer
+                .notify_logging_message(LoggingMessageNotificationParam::new(
+                    LoggingLevel::Info,
+                    json!(format!("step {i}")),
+                ))
+                .await;
         }
-        Ok(CallToolResult::success(vec![ContentBlock::text(args.count.to_string())]))
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            args.count.to_string(),
+        )]))
     }
 
     #[tool(description = "Ask the user a question (elicitation) and return the answer")]
     async fn ask(&self, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
-        let schema = ElicitationSchema::builder().required_string("answer").build().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let schema = ElicitationSchema::builder()
+            .required_string("answer")
+            .build()
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let result = ctx
             .peer
-            .create_elicitation(ElicitRequestParams::FormElicitationParams { meta: None, message: "question?".into(), requested_schema: schema })
+            .create_elicitation(ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message: "question?".into(),
+                requested_schema: schema,
+            })
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let answer = result.content.and_then(|c| c.get("answer").cloned()).unwrap_or(Value::Null);
-        Ok(CallToolResult::success(vec![ContentBlock::text(answer.to_string())]))
+        let answer = result
+            .content
+            .and_then(|c| c.get("answer").cloned())
+            .unwrap_or(Value::Null);
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            answer.to_string(),
+        )]))
     }
 
     #[tool(description = "Send notifications/resources/updated for a URI")]
-    async fn touch(&self, Parameters(args): Parameters<EchoArgs>, ctx: RequestContext<RoleServer>) -> String {
-        let _ = ctx.peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(args.text)).await;
+    async fn touch(
+        &self,
+        Parameters(args): Parameters<EchoArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> String {
+        let _ = ctx
+            .peer
+            .notify_resource_updated(ResourceUpdatedNotificationParam::new(args.text))
+            .await;
         "touched".into()
     }
 
@@ -135,8 +185,14 @@ impl TestServer {
 impl ServerHandler for TestServer {
     #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().enable_logging().build())
-            .with_server_info(Implementation::new("test-server", "1.0.0"))
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(Implementation::new("test-server", "1.0.0"))
     }
 }
 
@@ -160,7 +216,12 @@ pub fn harness_on(store: Arc<dyn Store>, config: HttpConfig, options: EngineOpti
     let engine = Engine::new(store.clone(), McpHandler::new(TestServer::new()), options);
     let transport = Transport::new(engine.clone(), config);
     let router = transport.clone().router();
-    Harness { router, transport, store, engine }
+    Harness {
+        router,
+        transport,
+        store,
+        engine,
+    }
 }
 
 pub fn harness() -> Harness {
@@ -172,7 +233,10 @@ pub fn harness() -> Harness {
 pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !condition().await {
-        assert!(tokio::time::Instant::now() < deadline, "never happened within 10 s: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened within 10 s: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -185,7 +249,13 @@ pub struct Reply {
 
 impl Reply {
     pub async fn text(self) -> String {
-        let bytes = tokio::time::timeout(Duration::from_secs(10), axum::body::to_bytes(self.body, usize::MAX)).await.expect("body within 10s").expect("body");
+        let bytes = tokio::time::timeout(
+            Duration::from_secs(10),
+            axum::body::to_bytes(self.body, usize::MAX),
+        )
+        .await
+        .expect("body within 10s")
+        .expect("body");
         String::from_utf8(bytes.to_vec()).expect("utf-8")
     }
 
@@ -203,7 +273,9 @@ impl Reply {
         let mut stream = self.body.into_data_stream();
         let mut text = String::new();
         while parse_sse(&text).len() < n {
-            let chunk = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("event within 10s");
+            let chunk = tokio::time::timeout(Duration::from_secs(10), stream.next())
+                .await
+                .expect("event within 10s");
             match chunk {
                 Some(Ok(bytes)) => text.push_str(std::str::from_utf8(&bytes).expect("utf-8")),
                 _ => break,
@@ -235,18 +307,35 @@ pub fn parse_sse(text: &str) -> Vec<(Option<String>, String)> {
     out
 }
 
-pub async fn send(router: &Router, method: &str, headers: &[(&str, &str)], body: Option<String>) -> Reply {
-    let mut builder = Request::builder().method(method).uri("/mcp").header("host", "localhost");
+pub async fn send(
+    router: &Router,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: Option<String>,
+) -> Reply {
+    let mut builder = Request::builder()
+        .method(method)
+        .uri("/mcp")
+        .header("host", "localhost");
     for (k, v) in headers {
         builder = builder.header(*k, *v);
     }
-    let request = builder.body(body.map(Body::from).unwrap_or_else(Body::empty)).expect("request");
+    let request = builder
+        .body(body.map(Body::from).unwrap_or_else(Body::empty))
+        .expect("request");
     let response = router.clone().oneshot(request).await.expect("infallible");
     let (parts, body) = response.into_parts();
-    Reply { status: parts.status, headers: parts.headers, body }
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
 }
 
-pub const POST_HEADERS: [(&str, &str); 2] = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")];
+pub const POST_HEADERS: [(&str, &str); 2] = [
+    ("accept", "application/json, text/event-stream"),
+    ("content-type", "application/json"),
+];
 
 pub async fn post(router: &Router, session: Option<&str>, body: Value) -> Reply {
     let mut headers: Vec<(&str, &str)> = POST_HEADERS.to_vec();
@@ -266,10 +355,21 @@ pub async fn initialize(router: &Router, version: &str) -> String {
     )
     .await;
     assert_eq!(reply.status, StatusCode::OK);
-    let id = reply.headers.get("mcp-session-id").expect("session header").to_str().expect("ascii").to_owned();
+    let id = reply
+        .headers
+        .get("mcp-session-id")
+        .expect("session header")
+        .to_str()
+        .expect("ascii")
+        .to_owned();
     let body = reply.json().await;
     assert_eq!(body["result"]["protocolVersion"], version);
-    let ack = post(router, Some(&id), json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let ack = post(
+        router,
+        Some(&id),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
     assert_eq!(ack.status, StatusCode::ACCEPTED);
     id
 }
@@ -280,7 +380,11 @@ pub fn call(id: u64, tool: &str, args: Value) -> Value {
 
 /// The JSON messages of SSE events (priming and empty events left out).
 pub fn messages(events: &[(Option<String>, String)]) -> Vec<Value> {
-    events.iter().filter(|(_, d)| !d.is_empty()).map(|(_, d)| serde_json::from_str(d).expect("json event")).collect()
+    events
+        .iter()
+        .filter(|(_, d)| !d.is_empty())
+        .map(|(_, d)| serde_json::from_str(d).expect("json event"))
+        .collect()
 }
 
 /// An SSE response read incrementally, its text kept.
@@ -293,15 +397,24 @@ pub struct Live {
 impl Live {
     pub fn new(reply: Reply) -> Self {
         assert_eq!(reply.status, StatusCode::OK);
-        Self { stream: reply.body.into_data_stream(), text: String::new(), ended: false }
+        Self {
+            stream: reply.body.into_data_stream(),
+            text: String::new(),
+            ended: false,
+        }
     }
 
     /// Read until `done(self)` holds or the stream ends (10 s deadline).
     pub async fn until(&mut self, done: impl Fn(&Live) -> bool) -> &mut Self {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !done(self) && !self.ended {
-            match tokio::time::timeout_at(deadline, self.stream.next()).await.expect("condition within 10s") {
-                Some(Ok(bytes)) => self.text.push_str(std::str::from_utf8(&bytes).expect("utf-8")),
+            match tokio::time::timeout_at(deadline, self.stream.next())
+                .await
+                .expect("condition within 10s")
+            {
+                Some(Ok(bytes)) => self
+                    .text
+                    .push_str(std::str::from_utf8(&bytes).expect("utf-8")),
                 _ => self.ended = true,
             }
         }
@@ -318,7 +431,10 @@ impl Live {
 
     /// Messages with this method.
     pub fn count(&self, method: &str) -> usize {
-        self.messages().iter().filter(|m| m["method"] == method).count()
+        self.messages()
+            .iter()
+            .filter(|m| m["method"] == method)
+            .count()
     }
 
     pub fn keep_alives(&self) -> usize {
@@ -336,8 +452,14 @@ pub async fn open_get(router: &Router, session: &str, last_event_id: Option<&str
 }
 
 /// One POST over a raw keep-alive connection: (response head, body).
-pub async fn round_trip(conn: &mut BufReader<tokio::net::TcpStream>, body: &str, session: Option<&str>) -> (String, String) {
-    let session_header = session.map(|s| format!("mcp-session-id: {s}\r\n")).unwrap_or_default();
+pub async fn round_trip(
+    conn: &mut BufReader<tokio::net::TcpStream>,
+    body: &str,
+    session: Option<&str>,
+) -> (String, String) {
+    let session_header = session
+        .map(|s| format!("mcp-session-id: {s}\r\n"))
+        .unwrap_or_default();
     let request = format!(
         "POST /mcp HTTP/1.1\r\nhost: localhost\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\n{session_header}content-length: {}\r\n\r\n{body}",
         body.len()

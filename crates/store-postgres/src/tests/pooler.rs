@@ -8,10 +8,20 @@ use super::*;
 /// a direct connection, live tails across workers included (LISTEN/NOTIFY).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_mode_serves_the_store_and_its_wake_ups() {
-    let Some(url) = service_var("PGBOUNCER_SESSION_URL") else { return };
-    let Some(options) = fresh_options_at(url, &[("poll_ms", "600000"), ("pool_size", "2")]).await else { return };
-    let watcher: Arc<dyn Store> = Arc::new(PgStore::open(options.clone()).await.expect("open through session pooling"));
-    let writer: Arc<dyn Store> = Arc::new(PgStore::open(options).await.expect("open a second worker"));
+    let Some(url) = service_var("PGBOUNCER_SESSION_URL") else {
+        return;
+    };
+    let Some(options) = fresh_options_at(url, &[("poll_ms", "600000"), ("pool_size", "2")]).await
+    else {
+        return;
+    };
+    let watcher: Arc<dyn Store> = Arc::new(
+        PgStore::open(options.clone())
+            .await
+            .expect("open through session pooling"),
+    );
+    let writer: Arc<dyn Store> =
+        Arc::new(PgStore::open(options).await.expect("open a second worker"));
     durable_mcp_store::contract::d3_live_tail_wakes_on_append(watcher, writer).await;
 }
 
@@ -19,12 +29,25 @@ async fn session_mode_serves_the_store_and_its_wake_ups() {
 /// an error that names the cause and the fix.
 #[tokio::test]
 async fn transaction_mode_is_refused_at_open_naming_the_fix() {
-    let Some(url) = service_var("PGBOUNCER_TRANSACTION_URL") else { return };
-    let Some(options) = fresh_options_at(url, &[]).await else { return };
+    let Some(url) = service_var("PGBOUNCER_TRANSACTION_URL") else {
+        return;
+    };
+    let Some(options) = fresh_options_at(url, &[]).await else {
+        return;
+    };
     let started = Instant::now();
-    let Err(error) = PgStore::open(options).await else { panic!("opened through transaction pooling") };
-    assert!(started.elapsed() < Duration::from_secs(5), "refused after {:?}", started.elapsed());
+    let Err(error) = PgStore::open(options).await else {
+        panic!("opened through transaction pooling")
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused after {:?}",
+        started.elapsed()
+    );
     assert!(matches!(error, StoreError::Incompatible(_)), "{error:?}");
     let message = error.to_string();
-    assert!(message.contains("transaction mode") && message.contains("session-mode pooler endpoint"), "{message}");
+    assert!(
+        message.contains("transaction mode") && message.contains("session-mode pooler endpoint"),
+        "{message}"
+    );
 }

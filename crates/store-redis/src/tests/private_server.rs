@@ -15,10 +15,17 @@ pub(super) struct PrivateServer {
 impl PrivateServer {
     /// Start one on a free port, or skip (outside CI) if `redis-server` cannot run.
     pub(super) fn start() -> Option<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
         let server = Self::start_on(port);
         if server.is_none() {
-            assert!(!durable_mcp_store::in_ci(), "redis-server could not be started (CI is set)");
+            assert!(
+                !durable_mcp_store::in_ci(),
+                "redis-server could not be started (CI is set)"
+            );
             eprintln!("skipped: could not start a private redis-server");
         }
         server
@@ -26,7 +33,16 @@ impl PrivateServer {
 
     pub(super) fn start_on(port: u16) -> Option<Self> {
         let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -47,7 +63,11 @@ impl PrivateServer {
     }
 
     pub(super) async fn admin(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
     }
 
     /// Wait until `n` connections are subscribed to the default prefix's channel.
@@ -56,11 +76,19 @@ impl PrivateServer {
         let channel = format!("{DEFAULT_PREFIX}:wake");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let (_, subscribed): (String, u64) = redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut admin).await.unwrap();
+            let (_, subscribed): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
             if subscribed >= n {
                 return;
             }
-            assert!(Instant::now() < deadline, "{n} listeners subscribed within 10s");
+            assert!(
+                Instant::now() < deadline,
+                "{n} listeners subscribed within 10s"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
