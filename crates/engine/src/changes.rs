@@ -145,7 +145,11 @@ impl Engine {
     pub(crate) async fn announce(&self, change: &ServerChange) -> Result<(), EngineError> {
         let key = change_key(change);
         let n = self.changes().counter.fetch_add(1, Ordering::SeqCst);
-        let token = format!("{}@{}#{n}", self.options().worker_id, self.started_at_ms());
+        let token = format!(
+            "{}@{}#{n}",
+            self.options().worker_id,
+            self.journal().started_at_ms()
+        );
         let expiry = matches!(change, ServerChange::ResourceUpdated(_))
             .then(|| now_ms() + RESOURCE_ANNOUNCEMENT_TTL_MS);
         let store = self.store();

@@ -15,7 +15,7 @@ use durable_mcp_protocol::tasks::TaskStatus;
 use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange};
 use durable_mcp_store::{Expect, RecordKind, StoreError, StreamId, now_ms};
 use futures::StreamExt;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
@@ -78,16 +78,8 @@ impl DurableRun {
             caller,
             stream: Mutex::new(record.stream.parse().unwrap_or_else(|_| StreamId::random())),
             inbox: record.inbox.parse().unwrap_or_else(|_| StreamId::random()),
-            meta: record
-                .request
-                .get("params")
-                .and_then(|p| p.get("_meta"))
-                .cloned(),
-            input_responses: record
-                .request
-                .get("params")
-                .and_then(|p| p.get("inputResponses"))
-                .cloned(),
+            meta: record.request.param("_meta").cloned(),
+            input_responses: record.request.param("inputResponses").cloned(),
             cancel,
             task: Mutex::new(record.task.clone().zip(record.task_flavor)),
             detach,
@@ -486,11 +478,8 @@ impl DurableBackend for DurableRun {
             if self.task().is_some() {
                 return Ok(true);
             }
-            let declared = self.meta.as_ref().is_some_and(|meta| {
-                let mut request = Map::new();
-                request.insert("params".into(), json!({"_meta": meta}));
-                crate::tasks::declares_extension(&request)
-            });
+            let declared =
+                crate::tasks::declares_extension(self.meta.as_ref().and_then(Value::as_object));
             if self.caller.era != Era::Modern || !declared {
                 return Ok(false);
             }

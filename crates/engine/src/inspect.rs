@@ -90,18 +90,12 @@ pub struct TaskSummary {
 pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, EngineError> {
     let mut runs = Vec::new();
     for (key, run) in decoded(store, RecordKind::Run, limit, RunRecord::decode).await? {
-        let params = run.request.get("params");
         let target = ["name", "uri"]
             .iter()
-            .find_map(|field| params.and_then(|p| p.get(*field)).and_then(Value::as_str))
+            .find_map(|field| run.request.param_str(field))
             .map(str::to_owned);
         runs.push(RunSummary {
-            method: run
-                .request
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
+            method: run.request.method().to_string(),
             target,
             request_id: run.id(),
             principal: run.principal,
@@ -115,7 +109,7 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
                 .task
                 .as_deref()
                 .map(|task| key::task_id(task).to_owned()),
-            arguments: params.and_then(|p| p.get("arguments")).cloned(),
+            arguments: run.request.param("arguments").cloned(),
             run_id: key,
         });
     }

@@ -23,9 +23,11 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("keys", 1, include_str!("keys.rs")),
     ("rerun", 1, include_str!("rerun.rs")),
     ("limits", 0, include_str!("limits.rs")),
-    ("journal", 2, include_str!("journal.rs")),
+    ("hub", 1, include_str!("hub.rs")),
+    ("events", 1, include_str!("events.rs")),
+    ("journal", 2, include_str!("journal/mod.rs")),
     // The journal's tests drive recovery (`Engine::recover`), which sits above it.
-    ("journal tests", 4, include_str!("journal_tests.rs")),
+    ("journal tests", 4, include_str!("journal/tests.rs")),
     ("tasks", 3, include_str!("tasks.rs")),
     ("registry", 4, include_str!("registry.rs")),
     ("run", 4, include_str!("run.rs")),
@@ -59,7 +61,8 @@ const ROOT: &[(&str, Option<&str>)] = &[
     ("Era", Some("records")),
     ("is_credential", Some("records")),
     ("Caller", Some("caller")),
-    ("JOURNALED_METHODS", Some("journal")),
+    ("Request", None),
+    ("Method", None),
     ("Accepted", Some("opening")),
     ("tail", Some("tail")),
     ("Follow", Some("tail")),
@@ -346,7 +349,8 @@ fn bypassing_writes(module: &str, source: &str) -> Vec<String> {
 fn every_stream_write_goes_through_the_door_out() {
     let bad: Vec<String> = MODULES
         .iter()
-        .filter(|(module, _, _)| *module != "records" && *module != "layers")
+        // `events` is the door out itself.
+        .filter(|(module, _, _)| !matches!(*module, "records" | "layers" | "events"))
         .flat_map(|(module, _, source)| bypassing_writes(module, source))
         .collect();
     assert!(

@@ -2,8 +2,9 @@
 //! [store contract](durable_mcp_store::Store) and the [protocol adapter](durable_mcp_protocol).
 //!
 //! The request path has one door in and one door out:
-//! - [`Engine::accept`] is the only place a request is accepted: its response stream is
-//!   committed, then its handler starts.
+//! - [`Engine::accept`] is the only place a request is accepted: a [`Request`], parsed once
+//!   by the transport ([`durable_mcp_protocol::jsonrpc::classify`]), is routed by its
+//!   [`Method`]; its response stream is committed, then its handler starts.
 //! - `commit` (in `run.rs`) is the only place a handler's messages, its outcome included,
 //!   become events: each is appended to the store before any transport can send it (D1).
 //!
@@ -31,7 +32,9 @@ mod caller;
 mod changes;
 mod durable;
 mod error;
+mod events;
 mod getstream;
+mod hub;
 mod inbox;
 pub mod inspect;
 mod journal;
@@ -66,11 +69,12 @@ use durable_mcp_protocol::{McpHandler, ServerSummary};
 use durable_mcp_store::{Retention, Store};
 
 pub use caller::Caller;
+pub use durable_mcp_protocol::jsonrpc::Request;
 pub use durable_mcp_protocol::meta::RELATED_TASK;
+pub use durable_mcp_protocol::methods::Method;
 pub use durable_mcp_protocol::tasks::TASKS_EXTENSION;
 pub use error::EngineError;
 pub use getstream::{GetStream, GetStreamSettings};
-pub use journal::JOURNALED_METHODS;
 pub use opening::Accepted;
 pub use records::{Era, RecordError, is_credential};
 pub use tail::{Follow, tail};
@@ -150,24 +154,21 @@ pub struct Engine {
 }
 
 struct Inner {
-    store: Arc<dyn Store>,
+    /// The door out: the store, and this worker's hand-off to its own tails.
+    events: events::Events,
+    /// Run records, their leases and the heartbeat of the runs held here.
+    journal: journal::Journal,
     handler: McpHandler,
     summary: ServerSummary,
     options: EngineOptions,
     runs: registry::Registry,
-    /// The runs this worker holds, renewed by one shared heartbeat.
-    heartbeats: journal::Heartbeats,
     keys: keys::Keys,
-    /// When this engine was created: leases it grants end after `started_at_ms + lease`.
-    started_at_ms: u64,
     /// Every task write on this worker, by record key: wakes its listen streams.
     task_changes: tokio::sync::broadcast::Sender<String>,
     /// Server-wide change announcements, as this worker sees them.
     changes: changes::Changes,
     /// The GET streams open on this worker, per session.
     get_streams: getstream::Local,
-    /// What this worker commits, handed to its own tails in memory (write-through).
-    hub: Arc<tail::Hub>,
     /// What each principal uses of this worker, against [`EngineOptions::limits`].
     limiter: Arc<limits::Limiter>,
 }
@@ -175,7 +176,7 @@ struct Inner {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("store", &self.inner.store.backend())
+            .field("store", &self.store().backend())
             .finish_non_exhaustive()
     }
 }
@@ -200,62 +201,43 @@ impl Engine {
         };
         let summary = handler.summary();
         let keys = keys::Keys::new(options.state_key.as_deref());
-        let started_at_ms = durable_mcp_store::now_ms();
+        let events = events::Events::new(store);
+        let journal =
+            journal::Journal::new(events.clone(), options.worker_id.clone(), options.lease);
         let limiter = limits::Limiter::new(options.limits.clone());
         Self {
             inner: Arc::new(Inner {
-                store,
+                events,
+                journal,
                 handler,
                 summary,
                 options,
                 runs: registry::Registry::default(),
-                heartbeats: journal::Heartbeats::default(),
                 keys,
-                started_at_ms,
                 task_changes: tokio::sync::broadcast::channel(256).0,
                 changes: changes::Changes::default(),
                 get_streams: getstream::Local::default(),
-                hub: Arc::default(),
                 limiter,
             }),
         }
     }
 
-    // The door out's two writes live at the root, below every layer: the journal (layer 2)
-    // commits through them as the request path does, so that this worker's tails get
-    // every event it commits (write-through, see `tail.rs`).
-
-    /// [`Engine::commit`] of data already serialized.
+    /// The door out for one event ([`events::Events::append`]).
     pub(crate) async fn append(
         &self,
         stream: &durable_mcp_store::StreamId,
         data: String,
         close: bool,
     ) -> Result<durable_mcp_store::EventId, durable_mcp_store::StoreError> {
-        let captured = crate::tail::Captured::one(&self.inner.hub, stream, &data, close);
-        let id = self.store().append(stream, data, close).await?;
-        if !captured.is_empty() {
-            captured.published_one(&id);
-        }
-        Ok(id)
+        self.inner.events.append(stream, data, close).await
     }
 
-    /// The door out for several writes: commit `batch` as one store operation, then hand
-    /// the events it appended to this worker's tails of their streams.
-    ///
-    /// # Durability
-    /// As [`durable_mcp_store::Store::commit`]: all or nothing. Nothing of the batch reaches
-    /// a tail before the store returned (D1), and then with the ids the store gave it.
+    /// The door out for several writes ([`events::Events::commit`]).
     pub(crate) async fn commit_batch(
         &self,
         batch: durable_mcp_store::WriteBatch,
     ) -> Result<durable_mcp_store::BatchOutcome, durable_mcp_store::StoreError> {
-        let captured = self.inner.hub.capture(&batch);
-        let outcome = self.store().commit(batch).await?;
-        if !captured.is_empty() {
-            captured.published(&outcome);
-        }
-        Ok(outcome)
+        self.inner.events.commit(batch).await
     }
 
     /// The limits per principal of this worker and what each principal uses: the
@@ -266,12 +248,12 @@ impl Engine {
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
+        self.inner.events.store()
     }
 
     /// The local hub of this worker's tails (write-through, see `tail.rs`).
-    pub(crate) fn hub(&self) -> &Arc<tail::Hub> {
-        &self.inner.hub
+    pub(crate) fn hub(&self) -> &Arc<hub::Hub> {
+        self.inner.events.hub()
     }
 
     /// The handler.
@@ -284,9 +266,9 @@ impl Engine {
         &self.inner.summary
     }
 
-    /// When this engine was created (milliseconds since the epoch).
-    pub(crate) fn started_at_ms(&self) -> u64 {
-        self.inner.started_at_ms
+    /// The journal: run records, leases, heartbeats.
+    pub(crate) fn journal(&self) -> &journal::Journal {
+        &self.inner.journal
     }
 
     /// The server's durable application state, shared by every worker.

@@ -21,9 +21,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response};
+use durable_mcp_protocol::jsonrpc::{Request, RequestId, code, error_response};
 use durable_mcp_store::{StoreError, StreamId};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use durable_mcp_protocol::meta::SUBSCRIPTION_ID;
@@ -95,14 +95,13 @@ impl Engine {
     pub(crate) async fn listen_subscription(
         &self,
         caller: &Caller,
-        id: &RequestId,
-        request: &Map<String, Value>,
+        request: &Request,
     ) -> Result<Result<ListenSubscription, Value>, EngineError> {
+        let id = request.id();
         let invalid =
             |message: &str| error_response(id.clone(), code::INVALID_PARAMS, message, None);
         let requested = request
-            .get("params")
-            .and_then(|p| p.get("notifications"))
+            .param("notifications")
             .and_then(|n| n.get("taskIds"));
         let ids: Vec<&str> = match requested {
             None | Some(Value::Null) => return Ok(Ok(ListenSubscription::default())),
@@ -125,7 +124,7 @@ impl Engine {
         if ids.is_empty() {
             return Ok(Ok(ListenSubscription::default()));
         }
-        if !declares_extension(request) {
+        if !declares_extension(request.meta()) {
             return Ok(Err(missing_extension(id.clone())));
         }
         if ids.len() > MAX_SUBSCRIBED_TASKS {

@@ -1,15 +1,15 @@
 //! The first commit of the door in ([`crate::Engine::accept`]): a request's response stream
 //! before it is committed ([`NewStream`]) goes into the request's first commit, together
 //! with what that commit holds besides (the response of a request the engine answers
-//! itself; the alias and run record of a journaled one, [`crate::Engine::journal`]), so
+//! itself; the alias and run record of a journaled one, [`crate::Engine::journal_request`]), so
 //! that a request pays one commit where it used to pay several.
 
-use durable_mcp_protocol::jsonrpc::{Rejection, RequestId, code, to_text};
+use durable_mcp_protocol::jsonrpc::{Rejection, Request, RequestId, code, to_text};
 use durable_mcp_store::{
     BatchOp, BatchOutcome, EventId, Expect, RecordKind, SessionId, StoreError, StreamId,
     StreamOwner, WriteBatch, now_ms,
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
@@ -160,7 +160,7 @@ impl NewStream {
     }
 }
 
-/// What journaling a request came to ([`Engine::journal`]).
+/// What journaling a request came to ([`Engine::journal_request`]).
 pub(crate) enum Journaled {
     /// The run is journaled and held by this worker: start its handler.
     Held(Box<Held>),
@@ -179,16 +179,16 @@ impl Engine {
     /// re-send of the request the id started (`fingerprint`, see [`RequestFingerprint`])
     /// attaches to its run; another request is refused ([`reused_id`]). A conflict on the
     /// run record is a continued run (a stateless retry) that already runs.
-    pub(crate) async fn journal(
+    pub(crate) async fn journal_request(
         &self,
         caller: &Caller,
-        id: &RequestId,
-        request: &Map<String, Value>,
+        request: &Request,
         opening: &mut NewStream,
         run_id: String,
         fingerprint: Option<&RequestFingerprint>,
     ) -> Result<Journaled, EngineError> {
-        let record = RunRecord::new(self, caller, request.clone(), &opening.id);
+        let id = request.id();
+        let record = RunRecord::new(self.journal(), caller, request.clone(), &opening.id);
         let value = AliasRecord {
             stream: opening.id.clone(),
             request: fingerprint.cloned(),
@@ -226,7 +226,10 @@ impl Engine {
                                 kind: RecordKind::Run,
                             })?;
                     return Ok(Journaled::Held(Box::new(Held::start(
-                        self, run_id, record, version,
+                        self.journal(),
+                        run_id,
+                        record,
+                        version,
                     ))));
                 }
                 Err(error) => error,
@@ -251,21 +254,20 @@ impl Engine {
     }
 
     /// A `tools/call` that runs as a task (D10): its request stream, then the alias of the
-    /// session's request id (with the request's `fingerprint`, as [`Engine::journal`]
+    /// session's request id (with the request's `fingerprint`, as [`Engine::journal_request`]
     /// writes it), then the task and its run ([`Engine::start_task`]).
     #[allow(clippy::too_many_arguments)] // one call site, `Engine::accept`'s task branch
     pub(crate) async fn accept_task(
         &self,
         caller: &Caller,
-        id: RequestId,
-        request: Map<String, Value>,
+        request: Request,
         mut opening: NewStream,
         (flavor, ttl): (Flavor, Option<u64>),
         task_permit: Option<crate::limits::Permit>,
         fingerprint: Option<&RequestFingerprint>,
     ) -> Result<Accepted, EngineError> {
         opening.open(self).await?;
-        let stream = opening.id.clone();
+        let (id, stream) = (request.id().clone(), opening.id.clone());
         if let Some(session) = caller.session_id() {
             // The alias first: a crash after it leaves an alias without a journal entry,
             // which a re-sent request adopts (see `attach`).
@@ -296,13 +298,13 @@ impl Engine {
                         let _ = self.close_unanswered(&stream, &id, true).await;
                     }
                     if let Some(existing) = taken? {
-                        return self.attach(caller, id, request, existing).await;
+                        return self.attach(caller, request, existing).await;
                     }
                 }
                 Err(error) => return Err(error.into()),
             }
         }
-        self.start_task(caller, id, request, &stream, (flavor, ttl), task_permit)
+        self.start_task(caller, request, &stream, (flavor, ttl), task_permit)
             .await?;
         Ok(opening.accepted())
     }
@@ -316,7 +318,7 @@ impl Engine {
         id: &RequestId,
         fingerprint: Option<&RequestFingerprint>,
     ) -> Result<Option<StreamId>, EngineError> {
-        let Some(alias) = self.existing_run(session, id).await? else {
+        let Some(alias) = self.journal().existing_run(session, id).await? else {
             return Ok(None);
         };
         if fingerprint.is_none_or(|fingerprint| alias.started_by(fingerprint)) {

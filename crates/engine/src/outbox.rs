@@ -126,7 +126,11 @@ mod tests {
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
         let (session, _) = engine
-            .initialize(&principal, request.as_object().unwrap().clone(), None)
+            .initialize(
+                &principal,
+                crate::Request::from_message(request.as_object().unwrap().clone()),
+                None,
+            )
             .await
             .unwrap();
         let session = session.unwrap();

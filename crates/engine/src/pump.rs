@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use durable_mcp_protocol::jsonrpc::RequestId;
+use durable_mcp_protocol::jsonrpc::{Outcome, Request, RequestId};
 use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, McpVersion, Outbound, Run, StateKeys};
 use durable_mcp_store::{RecordKind, StreamId, now_ms};
 use serde_json::{Map, Value};
@@ -192,15 +192,6 @@ enum Step {
     /// The run stops.
     Stop(Stop),
 }
-/// Whether a handler's outcome is the durable context's "waiting for input" error.
-fn is_suspension(outcome: &Value) -> bool {
-    outcome
-        .get("error")
-        .and_then(|error| error.get("data"))
-        .and_then(|data| data.get(durable_mcp_protocol::meta::SUSPENDED))
-        .and_then(Value::as_bool)
-        == Some(true)
-}
 
 /// 2025-11-25 `tools/list`: each tool's `execution.taskSupport`, from the support it
 /// declares in its `_meta` (absent means forbidden).
@@ -245,7 +236,7 @@ fn input_required(
     id: &RequestId,
     run_id: &str,
     caller: &Caller,
-    request: &Map<String, Value>,
+    request: &Request,
     pending: Vec<(String, Value)>,
 ) -> Value {
     let requests: Map<String, Value> = pending.into_iter().collect();
@@ -471,7 +462,7 @@ impl Engine {
                 let mut suspended = false;
                 if caller.era == Era::Modern {
                     if let (Some(durable), Some(held)) = (durable, held.as_ref())
-                        && is_suspension(&outcome)
+                        && matches!(Outcome::of(&outcome), Some(Outcome::Suspended))
                     {
                         let pending: Vec<(String, Value)> =
                             std::mem::take(&mut *lock(&durable.pending));
@@ -504,7 +495,8 @@ impl Engine {
                 let committed = match held.as_mut() {
                     // One commit: the outcome, the close and the end of the journal entry.
                     Some(held) if !suspended && held.record.task.is_none() => {
-                        held.commit_outcome(self, &state.stream, &outcome).await
+                        held.commit_outcome(self.journal(), &state.stream, &outcome)
+                            .await
                     }
                     _ => self
                         .commit_first(&mut state.opening, &state.stream, &outcome, true)
@@ -623,18 +615,18 @@ impl Engine {
                 {
                     // The outcome is on the task's stream: recovery settles the task from it.
                     tracing::warn!(%error, %task, "could not settle a task; recovery will");
-                    held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false)
+                    held.release(self.journal(), now_ms() + RETRY_AFTER_FAILURE_MS, false)
                         .await;
                     return;
                 }
-                held.finish(self).await;
+                held.finish(self.journal()).await;
             }
             Ending::FinishCancelled => {
                 if !self.close_unanswered(stream, id, true).await {
                     // The store is down: keep the journal entry, so that recovery closes the
                     // stream once it is back (the cancellation mark makes it not run again).
-                    let _ = self.cancel_elsewhere_by_run(&held.run_id).await;
-                    held.release(self, now_ms() + RETRY_AFTER_FAILURE_MS, false)
+                    let _ = self.journal().cancel_elsewhere_by_run(&held.run_id).await;
+                    held.release(self.journal(), now_ms() + RETRY_AFTER_FAILURE_MS, false)
                         .await;
                     return;
                 }
@@ -645,7 +637,7 @@ impl Engine {
                 {
                     tracing::warn!(%error, %task, "could not mark a task cancelled");
                 }
-                held.finish(self).await;
+                held.finish(self.journal()).await;
             }
             Ending::Release { now, failed } => {
                 if failed {
@@ -656,7 +648,7 @@ impl Engine {
                 } else {
                     now_ms() + RETRY_AFTER_FAILURE_MS
                 };
-                held.release(self, at, failed).await;
+                held.release(self.journal(), at, failed).await;
             }
         }
     }
@@ -725,7 +717,7 @@ mod tests {
         engine.state_keys().await.unwrap();
         store.hook().take();
         let accepted = engine
-            .accept(&modern(), Value::from(1), request)
+            .accept(&modern(), crate::Request::new(Value::from(1), request))
             .await
             .unwrap();
         idle(&engine).await;
@@ -775,7 +767,7 @@ mod tests {
             unreachable!()
         };
         let accepted = engine
-            .accept(&modern(), Value::from(2), request)
+            .accept(&modern(), crate::Request::new(Value::from(2), request))
             .await
             .unwrap();
         idle(&engine).await;

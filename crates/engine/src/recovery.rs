@@ -33,11 +33,11 @@ impl Engine {
     /// expired, and run it again. Returns how many runs were resumed.
     pub async fn recover(&self) -> Result<usize, EngineError> {
         let mut resumed = 0;
-        for record in self.journal_entries().await? {
+        for record in self.journal().entries().await? {
             if self.is_running_here(&record.key) {
                 continue;
             }
-            let claimed = match self.claim(record).await {
+            let claimed = match self.journal().claim(record).await {
                 Ok(Some(held)) => self.resume(held).await,
                 Ok(None) => Ok(false),
                 Err(error) => Err(error),
@@ -61,7 +61,7 @@ impl Engine {
                 held.already_sent = Some(Arc::new(already_sent));
                 crate::metrics::recovered("rerun");
                 if let Err(mut rejection) = self
-                    .launch_rerun(*caller, id.clone(), request, stream.clone(), held)
+                    .launch_rerun(*caller, request, stream.clone(), held)
                     .await
                 {
                     rejection.id = Some(id);
@@ -75,12 +75,12 @@ impl Engine {
                 Ok(true)
             }
             Ok(Resume::Done) => {
-                held.finish(self).await;
+                held.finish(self.journal()).await;
                 Ok(false)
             }
             Err(error) => {
                 // Try again later (here or elsewhere): a store blip must not strand the run.
-                held.release(self, now_ms() + 1_000, false).await;
+                held.release(self.journal(), now_ms() + 1_000, false).await;
                 Err(error)
             }
         }
@@ -96,9 +96,9 @@ impl Engine {
         };
         let id = record.id();
         // Outcome already committed (the owner died between the commit and the clean-up)?
-        if self.stream_closed(&stream).await? {
+        if self.journal().stream_closed(&stream).await? {
             if let Some(task) = &record.task
-                && let Some(outcome) = self.last_message(&stream).await?
+                && let Some(outcome) = self.journal().last_message(&stream).await?
             {
                 self.settle_task(task, &outcome).await?;
             }
@@ -114,7 +114,7 @@ impl Engine {
         // so that its client (or a re-send of its request) gets it.
         if let (Some(reply), Some(task)) = (&record.reply, &record.task)
             && let Ok(reply) = reply.parse::<StreamId>()
-            && !self.stream_closed(&reply).await?
+            && !self.journal().stream_closed(&reply).await?
             && let Some((task, _)) = self.load_task(task).await?
         {
             let created = json!({"jsonrpc": "2.0", "id": id, "result": task.created()});
@@ -123,7 +123,7 @@ impl Engine {
                 Err(error) => return Err(error),
             }
         }
-        let cancelled = self.cancelled_elsewhere(&held.run_id).await?;
+        let cancelled = self.journal().cancelled_elsewhere(&held.run_id).await?;
         let task_ended = match &record.task {
             Some(task) => self
                 .load_task(task)

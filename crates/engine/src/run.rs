@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::jsonrpc::{Rejection, RequestId, to_text};
+use durable_mcp_protocol::jsonrpc::{Rejection, Request, RequestId, to_text};
+use durable_mcp_protocol::methods::Method;
 use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext, methods};
 use durable_mcp_store::{
     BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms,
@@ -14,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
 use crate::durable::DurableRun;
-use crate::journal::{Held, JOURNALED_METHODS};
+use crate::journal::Held;
 use crate::notify::ListenSubscription;
 use crate::opening::{Accepted, Journaled, NewStream};
 use crate::pump::{Pump, RETRY_AFTER_FAILURE_MS};
@@ -67,14 +68,42 @@ fn passes(level: Option<&str>, threshold: &str) -> bool {
     }
 }
 
+/// Where the door sends a request: [`Engine::route`] classifies it, and one function per
+/// route accepts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// A legacy session's `logging/setLevel`, when the server logs: durable-mcp owns the
+    /// session's log level (it filters messages itself, on every worker), so it answers
+    /// once the level is committed.
+    SetLevel,
+    /// A `tasks/*` method answered from the task records.
+    Tasks(Flavor),
+    /// A 2026-07-28 `subscriptions/listen`: the handler's, with its subscription.
+    Listen,
+    /// A request of a journaled method ([`Method::is_journaled`], D6): the handler's, run
+    /// from its journal entry (or as a task).
+    Journaled,
+    /// Any other request: the handler's, not journaled.
+    Plain,
+}
+
+/// The design of tasks `caller`'s protocol version has, if any.
+fn tasks_flavor(caller: &Caller) -> Option<Flavor> {
+    match caller.era {
+        Era::Modern => Some(Flavor::Extension),
+        Era::Legacy if caller.protocol_version >= McpVersion::V2025_11_25 => Some(Flavor::V2025),
+        Era::Legacy => None,
+    }
+}
+
 impl Engine {
     /// The door in: accept one request. Its response stream is committed (with its
     /// priming event, where the version has one) before its handler starts, and the
-    /// handler's messages are committed to that stream as they come. A request of
-    /// [`JOURNALED_METHODS`] is also committed to the journal before its handler starts
-    /// (D6); a legacy client re-sending a request id of its session is attached to the run
-    /// that id started, and gets its one outcome. Another request under a used id (another
-    /// method, other params; `params._meta` does not count) is refused:
+    /// handler's messages are committed to that stream as they come. A request of a
+    /// journaled method ([`Method::is_journaled`]) is also committed to the journal before
+    /// its handler starts (D6); a legacy client re-sending a request id of its session is
+    /// attached to the run that id started, and gets its one outcome. Another request under
+    /// a used id (another method, other params; `params._meta` does not count) is refused:
     /// [`EngineError::Rejected`], -32600 naming the id.
     ///
     /// # Durability
@@ -83,27 +112,16 @@ impl Engine {
     /// event, alias and run record together) and one for its outcome (the response, the
     /// close and the removal of its run record together); a request the engine answers
     /// itself makes one; another request makes one, when its handler sends its first
-    /// message (its response, usually): the stream is created in that commit. Stated more precisely: the stream, the alias
-    /// (`Expect::Absent`) and the run record are one [`durable_mcp_store::WriteBatch`], so
-    /// a re-sent request id (the alias conflicts) leaves nothing of its own visible and is
-    /// attached to the existing run (or refused, if it came with another request); nothing
-    /// is read before those writes (D1, D6).
+    /// message (its response, usually): the stream is created in that commit. Stated more
+    /// precisely: the stream, the alias (`Expect::Absent`) and the run record are one
+    /// [`durable_mcp_store::WriteBatch`], so a re-sent request id (the alias conflicts)
+    /// leaves nothing of its own visible and is attached to the existing run (or refused,
+    /// if it came with another request); nothing is read before those writes (D1, D6).
     ///
     /// With traces on, the request's server span is current while it is accepted and while
     /// its handler's messages are committed (see [`crate::traces`]).
-    pub async fn accept(
-        &self,
-        caller: &Caller,
-        id: RequestId,
-        request: Map<String, Value>,
-    ) -> Result<Accepted, EngineError> {
-        let method = request
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+    pub async fn accept(&self, caller: &Caller, request: Request) -> Result<Accepted, EngineError> {
         let span = crate::traces::Request {
-            method: &method,
             request: &request,
             session: caller.session_id().map(|s| s.as_str()),
             protocol_version: caller.protocol_version.as_str(),
@@ -115,12 +133,9 @@ impl Engine {
         let context = operation
             .as_ref()
             .and_then(crate::metrics::Operation::context);
-        if !JOURNALED_METHODS.contains(&method.as_str()) {
-            return crate::traces::in_context(
-                context,
-                self.accept_in(caller, id, request, method, operation),
-            )
-            .await;
+        if !request.method().is_journaled() {
+            return crate::traces::in_context(context, self.accept_in(caller, request, operation))
+                .await;
         }
         // A journaled request commits its run record, leased to this worker, and then
         // starts its handler. A transport whose client went away (its connection closed)
@@ -131,11 +146,9 @@ impl Engine {
         let (engine, caller) = (self.clone(), caller.clone());
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let accepting = async move {
-            let accepted = crate::traces::in_context(
-                context,
-                engine.accept_in(&caller, id, request, method, operation),
-            )
-            .await;
+            let accepted =
+                crate::traces::in_context(context, engine.accept_in(&caller, request, operation))
+                    .await;
             if let Err(Ok(accepted)) = sender.send(accepted)
                 && caller.era == Era::Modern
                 && let Some(cancel) = accepted.cancel
@@ -149,79 +162,97 @@ impl Engine {
         receiver.await.unwrap_or(Err(EngineError::NoOutcome))
     }
 
-    /// [`Engine::accept`], in the request's trace context.
+    /// Which route `caller`'s `request` takes.
+    fn route(&self, caller: &Caller, request: &Request) -> Route {
+        let method = request.method();
+        match (caller.era, tasks_flavor(caller), method) {
+            (Era::Legacy, _, Method::LoggingSetLevel)
+                if self.summary().capabilities.get("logging").is_some() =>
+            {
+                Route::SetLevel
+            }
+            (
+                _,
+                Some(Flavor::Extension),
+                Method::TasksGet | Method::TasksUpdate | Method::TasksCancel,
+            )
+            | (
+                _,
+                Some(Flavor::V2025),
+                Method::TasksGet | Method::TasksList | Method::TasksCancel | Method::TasksResult,
+            ) => Route::Tasks(tasks_flavor(caller).unwrap_or(Flavor::V2025)),
+            (Era::Modern, _, Method::SubscriptionsListen) => Route::Listen,
+            _ if method.is_journaled() => Route::Journaled,
+            _ => Route::Plain,
+        }
+    }
+
+    /// [`Engine::accept`], in the request's trace context: the session's changes, then the
+    /// request's route.
     async fn accept_in(
         &self,
         caller: &Caller,
-        id: RequestId,
-        request: Map<String, Value>,
-        method: String,
+        request: Request,
         operation: Option<crate::metrics::Operation>,
     ) -> Result<Accepted, EngineError> {
-        let journaled = JOURNALED_METHODS.contains(&method.as_str());
         let mut opening = NewStream::new(self, caller);
         opening.operation = operation;
-        let stream = opening.id.clone();
         if caller.era == Era::Legacy {
-            self.apply_session_effects(caller, &method, &request)
-                .await?;
+            self.apply_session_effects(caller, &request).await?;
         }
-        tracing::debug!(%stream, %method, "request accepted");
-        if caller.era == Era::Legacy
-            && method == methods::LOGGING_SET_LEVEL
-            && self.summary().capabilities.get("logging").is_some()
-        {
-            // durable-mcp owns the session's log level (it filters messages itself, on
-            // every worker), so it answers `logging/setLevel` once the level is committed.
-            let response = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}});
-            opening.answer(self, &response).await?;
-            return Ok(opening.accepted());
-        }
-        // The branches most requests do not take (tasks, `subscriptions/listen`, a re-sent
+        tracing::debug!(stream = %opening.id, method = %request.method(), "request accepted");
+        // The routes most requests do not take (tasks, `subscriptions/listen`, a re-sent
         // id) await boxed futures: inline, each would make this request's future, which
         // every request moves and boxes, as large as the largest of them.
-        let tasks_flavor = match caller.era {
-            Era::Modern => Some(Flavor::Extension),
-            Era::Legacy if caller.protocol_version >= McpVersion::V2025_11_25 => {
-                Some(Flavor::V2025)
+        let answer = match self.route(caller, &request) {
+            Route::SetLevel => {
+                Some(serde_json::json!({"jsonrpc": "2.0", "id": request.id(), "result": {}}))
             }
-            Era::Legacy => None,
-        };
-        if let Some(flavor) = tasks_flavor
-            && method.starts_with(methods::TASKS_PREFIX)
-            && let Some(answer) =
-                Box::pin(self.tasks_method(caller, flavor, &id, &method, &request, &mut opening))
-                    .await?
-        {
-            if let Some(response) = answer {
-                opening.answer(self, &response).await?;
+            Route::Tasks(flavor) => {
+                Box::pin(self.tasks_method(caller, flavor, &request, &mut opening)).await?
             }
-            return Ok(opening.accepted());
-        }
-        let subscription = if caller.era == Era::Modern && method == methods::SUBSCRIPTIONS_LISTEN {
-            match Box::pin(self.listen_subscription(caller, &id, &request)).await? {
-                Ok(subscription) => Some(subscription),
-                Err(refusal) => {
-                    opening.answer(self, &refusal).await?;
-                    return Ok(opening.accepted());
+            Route::Listen => match Box::pin(self.listen_subscription(caller, &request)).await? {
+                Ok(subscription) => {
+                    return self
+                        .start_new(caller, request, opening, None, Some(subscription))
+                        .await;
                 }
-            }
-        } else {
-            None
+                Err(refusal) => Some(refusal),
+            },
+            Route::Journaled => return self.accept_journaled(caller, request, opening).await,
+            Route::Plain => return self.start_new(caller, request, opening, None, None).await,
         };
+        if let Some(response) = answer {
+            opening.answer(self, &response).await?;
+        }
+        Ok(opening.accepted())
+    }
+
+    /// A journaled request: a task's, or one journaled before its handler starts (a retry
+    /// that continues a run waiting for input takes that run's id); a re-sent id attaches
+    /// to the run it started.
+    async fn accept_journaled(
+        &self,
+        caller: &Caller,
+        request: Request,
+        mut opening: NewStream,
+    ) -> Result<Accepted, EngineError> {
         // Which request a session's request id is used for (its alias keeps it): taken
         // before anything of the request is changed (a 2025-11-25 task's `params.task`).
-        let fingerprint =
-            (journaled && caller.session_id().is_some()).then(|| RequestFingerprint::of(&request));
+        let fingerprint = caller
+            .session_id()
+            .is_some()
+            .then(|| RequestFingerprint::of(&request));
         let mut request = request;
-        let task_mode = match (tasks_flavor, method.as_str()) {
-            (Some(flavor), methods::TOOLS_CALL) => {
-                match self.task_mode(flavor, &id, &mut request) {
+        let refuse = async |opening: &mut NewStream, refusal: Value| {
+            opening.answer(self, &refusal).await?;
+            Ok::<_, EngineError>(opening.accepted())
+        };
+        let task_mode = match tasks_flavor(caller) {
+            Some(flavor) if *request.method() == Method::ToolsCall => {
+                match self.task_mode(flavor, &mut request) {
                     Ok(mode) => mode,
-                    Err(refusal) => {
-                        opening.answer(self, &refusal).await?;
-                        return Ok(opening.accepted());
-                    }
+                    Err(refusal) => return refuse(&mut opening, refusal).await,
                 }
             }
             _ => None,
@@ -234,88 +265,105 @@ impl Engine {
                 .acquire(&caller.principal, crate::limits::Limit::Tasks)?,
             None => None,
         };
-        let held = if journaled {
-            let mut run_id = stream.to_string();
-            if caller.era == Era::Modern
-                && let Some(params) = request.get_mut("params").and_then(Value::as_object_mut)
-                && let Some(Value::String(state)) = params.get("requestState")
-                && state.starts_with(SEALED_STATE_PREFIX)
-            {
-                // A retry of a request that waited for input: it continues that run (its
-                // committed steps and answers are replayed).
-                let state = state.clone();
-                params.remove("requestState");
-                let keys = self.state_keys().await?;
-                match crate::journal::open_run(&keys, &state, &caller.principal, &request) {
-                    Ok(continued) => {
-                        self.refresh_steps(
-                            &continued,
-                            Some(now_ms() + 2 * crate::journal::STATE_TTL.as_millis() as u64),
-                        )
-                        .await?;
-                        run_id = continued;
-                    }
-                    Err(message) => {
-                        let refusal =
-                            error_response(id, code::INVALID_PARAMS, &message.to_string(), None);
-                        opening.answer(self, &refusal).await?;
-                        return Ok(opening.accepted());
-                    }
-                }
-            }
-            if let Some((flavor, ttl)) = task_mode {
-                // A task's request is answered by its create result.
-                let operation = opening.operation.take();
-                let accepted = Box::pin(self.accept_task(
-                    caller,
-                    id,
-                    request,
-                    opening,
-                    (flavor, ttl),
-                    task_permit,
-                    fingerprint.as_ref(),
-                ))
-                .await?;
-                if let Some(operation) = operation {
-                    operation.succeeded();
-                }
-                return Ok(accepted);
-            }
-            match self
-                .journal(
-                    caller,
-                    &id,
-                    &request,
-                    &mut opening,
-                    run_id,
-                    fingerprint.as_ref(),
-                )
-                .await?
-            {
-                Journaled::Held(held) => Some(*held),
-                Journaled::Attach(existing) => {
-                    return Box::pin(self.attach(caller, id, request, existing)).await;
-                }
-                Journaled::AlreadyRunning => {
-                    let refusal = error_response(
-                        id,
-                        code::INVALID_PARAMS,
-                        "this request is already running (a retry with the same requestState)",
-                        None,
-                    );
-                    opening.answer(self, &refusal).await?;
-                    return Ok(opening.accepted());
-                }
-            }
-        } else {
-            None
+        let run_id = match self.continued_run(caller, &mut request).await? {
+            Ok(continued) => continued.unwrap_or_else(|| opening.id.to_string()),
+            Err(refusal) => return refuse(&mut opening, refusal).await,
         };
+        if let Some((flavor, ttl)) = task_mode {
+            // A task's request is answered by its create result.
+            let operation = opening.operation.take();
+            let accepted = Box::pin(self.accept_task(
+                caller,
+                request,
+                opening,
+                (flavor, ttl),
+                task_permit,
+                fingerprint.as_ref(),
+            ))
+            .await?;
+            if let Some(operation) = operation {
+                operation.succeeded();
+            }
+            return Ok(accepted);
+        }
+        match self
+            .journal_request(caller, &request, &mut opening, run_id, fingerprint.as_ref())
+            .await?
+        {
+            Journaled::Held(held) => {
+                self.start_new(caller, request, opening, Some(*held), None)
+                    .await
+            }
+            Journaled::Attach(existing) => Box::pin(self.attach(caller, request, existing)).await,
+            Journaled::AlreadyRunning => {
+                let refusal = error_response(
+                    request.id().clone(),
+                    code::INVALID_PARAMS,
+                    "this request is already running (a retry with the same requestState)",
+                    None,
+                );
+                refuse(&mut opening, refusal).await
+            }
+        }
+    }
+
+    /// A 2026-07-28 retry of a request that waited for input (a sealed `requestState`): the
+    /// run it continues, whose committed steps and answers are replayed, with the state
+    /// taken out of the request; `Ok(None)`: not such a retry; `Err`: the refusal of a state
+    /// that does not open (D12).
+    async fn continued_run(
+        &self,
+        caller: &Caller,
+        request: &mut Request,
+    ) -> Result<Result<Option<String>, Value>, EngineError> {
+        if caller.era != Era::Modern
+            || !request
+                .param_str("requestState")
+                .is_some_and(|state| state.starts_with(SEALED_STATE_PREFIX))
+        {
+            return Ok(Ok(None));
+        }
+        let state = request
+            .params_mut()
+            .and_then(|params| params.remove("requestState"))
+            .and_then(|state| state.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let keys = self.state_keys().await?;
+        match crate::journal::open_run(&keys, &state, &caller.principal, request) {
+            Ok(continued) => {
+                self.journal()
+                    .refresh_steps(
+                        &continued,
+                        Some(now_ms() + 2 * crate::journal::STATE_TTL.as_millis() as u64),
+                    )
+                    .await?;
+                Ok(Ok(Some(continued)))
+            }
+            Err(message) => Ok(Err(error_response(
+                request.id().clone(),
+                code::INVALID_PARAMS,
+                &message.to_string(),
+                None,
+            ))),
+        }
+    }
+
+    /// Start a new request's handler on `opening`'s stream: `held`, its journal entry (the
+    /// stream was committed with it); none, and the stream is committed with the handler's
+    /// first message (usually its response, closing it): one commit in all. The
+    /// transport's tail was registered with the stream's local hub before (see
+    /// `Accepted::follow`), so it waits for that commit instead of reading a stream that
+    /// does not exist yet.
+    async fn start_new(
+        &self,
+        caller: &Caller,
+        request: Request,
+        mut opening: NewStream,
+        held: Option<Held>,
+        subscription: Option<ListenSubscription>,
+    ) -> Result<Accepted, EngineError> {
         let mut accepted = opening.accepted();
-        // A request that is not journaled commits its stream with the first message its
-        // handler sends (usually its response, closing it): one commit in all. The
-        // transport's tail was registered with the stream's local hub before (see
-        // `Accepted::follow`), so it waits for that commit instead of reading a stream
-        // that does not exist yet.
+        let (id, stream) = (request.id().clone(), opening.id.clone());
         let mut operation = opening.operation.take();
         let mut pending = (!opening.is_open()).then_some(opening);
         let extra = Extra {
@@ -324,14 +372,7 @@ impl Engine {
             operation: &mut operation,
         };
         match self
-            .launch_with(
-                caller.clone(),
-                id.clone(),
-                request,
-                stream.clone(),
-                held,
-                extra,
-            )
+            .launch_with(caller.clone(), request, stream.clone(), held, extra)
             .await
         {
             Ok(launched) => {
@@ -358,10 +399,10 @@ impl Engine {
     pub(crate) async fn attach(
         &self,
         caller: &Caller,
-        id: RequestId,
-        request: Map<String, Value>,
+        request: Request,
         stream: StreamId,
     ) -> Result<Accepted, EngineError> {
+        let id = request.id().clone();
         let attached = Accepted {
             stream: stream.clone(),
             priming: None,
@@ -375,7 +416,7 @@ impl Engine {
             // longer runs it. A run no live worker runs is adopted at once instead of
             // waiting for recovery (see `Engine::adopt`).
             if !self.is_running_here(&run_id)
-                && let Some(held) = self.adopt(record).await?
+                && let Some(held) = self.journal().adopt(record).await?
             {
                 tracing::info!(%id, %stream, "re-sent request adopted its journaled run");
                 Box::pin(self.resume(held)).await?;
@@ -384,11 +425,11 @@ impl Engine {
             }
             return Ok(attached);
         }
-        if self.stream_closed(&stream).await? {
+        if self.journal().stream_closed(&stream).await? {
             tracing::info!(%id, %stream, "re-sent request attached to its run");
             return Ok(attached);
         }
-        let record = RunRecord::new(self, caller, request.clone(), &stream);
+        let record = RunRecord::new(self.journal(), caller, request.clone(), &stream);
         let version = match self
             .store()
             .put_record(
@@ -405,15 +446,9 @@ impl Engine {
             Err(error) => return Err(error.into()),
         };
         tracing::info!(%id, %stream, "re-sent request adopted a run its first worker never journaled");
-        let held = Held::start(self, run_id, record, version);
+        let held = Held::start(self.journal(), run_id, record, version);
         if let Err(mut rejection) = self
-            .launch(
-                caller.clone(),
-                id.clone(),
-                request,
-                stream.clone(),
-                Some(held),
-            )
+            .launch(caller.clone(), request, stream.clone(), Some(held))
             .await
         {
             rejection.id = Some(id);
@@ -428,14 +463,12 @@ impl Engine {
     pub(crate) async fn launch(
         &self,
         caller: Caller,
-        id: RequestId,
-        request: Map<String, Value>,
+        request: Request,
         stream: StreamId,
         held: Option<Held>,
     ) -> Result<Launched, Rejection> {
         self.launch_with(
             caller,
-            id,
             request,
             stream,
             held,
@@ -453,17 +486,12 @@ impl Engine {
     pub(crate) async fn launch_rerun(
         &self,
         caller: Caller,
-        id: RequestId,
-        request: Map<String, Value>,
+        request: Request,
         stream: StreamId,
         held: Held,
     ) -> Result<Launched, Rejection> {
-        let method = request
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let id = request.id().clone();
         let span = crate::traces::Request {
-            method,
             request: &request,
             session: caller.session_id().map(|s| s.as_str()),
             protocol_version: caller.protocol_version.as_str(),
@@ -485,7 +513,7 @@ impl Engine {
         };
         let launched = crate::traces::in_context(
             context,
-            self.launch_with(caller, id.clone(), request, stream, Some(held), extra),
+            self.launch_with(caller, request, stream, Some(held), extra),
         )
         .await;
         if let (Err(rejection), Some(operation)) = (&launched, operation) {
@@ -504,12 +532,12 @@ impl Engine {
     async fn launch_with(
         &self,
         caller: Caller,
-        id: RequestId,
-        request: Map<String, Value>,
+        request: Request,
         stream: StreamId,
         held: Option<Held>,
         extra: Extra<'_>,
     ) -> Result<Launched, Rejection> {
+        let id = request.id().clone();
         let Extra {
             subscription,
             opening,
@@ -524,7 +552,7 @@ impl Engine {
             Ok(keys) => keys,
             Err(error) => {
                 if let Some(held) = held {
-                    held.finish(self).await;
+                    held.finish(self.journal()).await;
                 }
                 return Err(Rejection {
                     code: code::INTERNAL_ERROR,
@@ -549,11 +577,14 @@ impl Engine {
         if let Some(durable) = &durable {
             peer.durable = Some(Durable::new(durable.clone()));
         }
-        let run = match self.handler().start_with_cancel(request, &peer, cancel) {
+        let run = match self
+            .handler()
+            .start_with_cancel(request.into_message(), &peer, cancel)
+        {
             Ok(run) => run,
             Err(rejection) => {
                 if let Some(held) = held {
-                    held.finish(self).await;
+                    held.finish(self.journal()).await;
                 }
                 return Err(rejection);
             }
@@ -607,44 +638,24 @@ impl Engine {
         Ok(launched)
     }
 
-    /// A `tasks/*` request: answered from the task records. `None`: a method durable-mcp
-    /// does not serve (the handler answers); `Some(None)`: answered by a relay onto the stream;
-    /// `Some(Some(response))`: the response. 2026-07-28 clients must have declared the
-    /// extension.
+    /// A `tasks/*` request of [`Route::Tasks`]: answered from the task records. `None`:
+    /// answered by a relay onto the stream; `Some(response)`: the response. 2026-07-28
+    /// clients must have declared the extension.
     async fn tasks_method(
         &self,
         caller: &Caller,
         flavor: Flavor,
-        id: &RequestId,
-        method: &str,
-        request: &Map<String, Value>,
+        request: &Request,
         opening: &mut NewStream,
-    ) -> Result<Option<Option<Value>>, EngineError> {
-        let params = request.get("params");
-        match (flavor, method) {
-            (
-                Flavor::Extension,
-                methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL,
-            ) => {
-                if !declares_extension(request) {
-                    return Ok(Some(Some(missing_extension(id.clone()))));
-                }
-                Ok(self
-                    .tasks_request(caller, flavor, id, method, params)
-                    .await?
-                    .map(Some))
-            }
-            (Flavor::V2025, methods::TASKS_GET | methods::TASKS_LIST | methods::TASKS_CANCEL) => {
-                Ok(self
-                    .tasks_request(caller, flavor, id, method, params)
-                    .await?
-                    .map(Some))
-            }
-            (Flavor::V2025, methods::TASKS_RESULT) => {
-                self.task_result(caller, id, params, opening).await
-            }
-            _ => Ok(None),
+    ) -> Result<Option<Value>, EngineError> {
+        let id = request.id();
+        if flavor == Flavor::Extension && !declares_extension(request.meta()) {
+            return Ok(Some(missing_extension(id.clone())));
         }
+        if *request.method() == Method::TasksResult {
+            return self.task_result(caller, request, opening).await;
+        }
+        self.tasks_request(caller, flavor, request).await
     }
 
     /// Whether a `tools/call` runs as a task, by the tool's declared support and the
@@ -652,19 +663,14 @@ impl Engine {
     fn task_mode(
         &self,
         flavor: Flavor,
-        id: &RequestId,
-        request: &mut Map<String, Value>,
+        request: &mut Request,
     ) -> Result<Option<(Flavor, Option<u64>)>, Value> {
-        let name = request
-            .get("params")
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        let id = request.id().clone();
+        let name = request.name().unwrap_or_default().to_owned();
         let support = self.handler().tool_task_support(&name);
         match flavor {
             Flavor::Extension => {
-                let declared = declares_extension(request);
+                let declared = declares_extension(request.meta());
                 match support {
                     TaskSupport::Required if !declared => Err(missing_extension(id.clone())),
                     TaskSupport::Optional | TaskSupport::Required if declared => {
@@ -674,8 +680,7 @@ impl Engine {
                 }
             }
             Flavor::V2025 => {
-                let params = request.get_mut("params").and_then(Value::as_object_mut);
-                let task = params.and_then(|p| p.remove("task"));
+                let task = request.params_mut().and_then(|p| p.remove("task"));
                 let requested = task.as_ref().is_some_and(Value::is_object);
                 match support {
                     TaskSupport::Forbidden if requested => Err(error_response(
@@ -708,19 +713,19 @@ impl Engine {
     pub(crate) async fn start_task(
         &self,
         caller: &Caller,
-        id: RequestId,
-        request: Map<String, Value>,
+        request: Request,
         stream: &StreamId,
         (flavor, ttl): (Flavor, Option<u64>),
         task_permit: Option<crate::limits::Permit>,
     ) -> Result<(), EngineError> {
+        let id = request.id().clone();
         let store = self.store();
         let run_stream = StreamId::random();
         store
             .create_stream(&run_stream, &caller.stream_owner())
             .await?;
         let (task, key) = self.create_task(caller, flavor, ttl, &run_stream).await?;
-        let mut record = RunRecord::new(self, caller, request.clone(), &run_stream);
+        let mut record = RunRecord::new(self.journal(), caller, request.clone(), &run_stream);
         record.task = Some(key.clone());
         record.task_flavor = Some(flavor);
         // Keyed by the request's own stream, which a re-sent request id attaches to; the
@@ -743,16 +748,10 @@ impl Engine {
         )
         .await?;
         tracing::debug!(task = %task.task_id, "task created");
-        let mut held = Held::start(self, run_id, record, version);
+        let mut held = Held::start(self.journal(), run_id, record, version);
         held.task_permit = task_permit;
         if let Err(mut rejection) = self
-            .launch(
-                caller.clone(),
-                id.clone(),
-                request,
-                run_stream.clone(),
-                Some(held),
-            )
+            .launch(caller.clone(), request, run_stream.clone(), Some(held))
             .await
         {
             rejection.id = Some(id);
@@ -768,21 +767,21 @@ impl Engine {
     async fn task_result(
         &self,
         caller: &Caller,
-        id: &RequestId,
-        params: Option<&Value>,
+        request: &Request,
         opening: &mut NewStream,
-    ) -> Result<Option<Option<Value>>, EngineError> {
-        let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
-            return Ok(Some(Some(error_response(
+    ) -> Result<Option<Value>, EngineError> {
+        let id = request.id();
+        let Some(task_id) = request.param_str("taskId") else {
+            return Ok(Some(error_response(
                 id.clone(),
                 code::INVALID_PARAMS,
                 "taskId is required",
                 None,
-            ))));
+            )));
         };
         let not_found = || crate::tasks::task_not_found(id.clone());
         if task_id.parse::<StreamId>().is_err() {
-            return Ok(Some(Some(not_found())));
+            return Ok(Some(not_found()));
         }
         let owner = crate::tasks::TaskOwner::of(caller, Flavor::V2025);
         let key = owner.key(task_id);
@@ -791,20 +790,20 @@ impl Engine {
             .await?
             .filter(|(t, _)| t.flavor == Flavor::V2025 && owner.owns(t))
         else {
-            return Ok(Some(Some(not_found())));
+            return Ok(Some(not_found()));
         };
         if task.stream.parse::<StreamId>().is_err() {
-            return Ok(Some(Some(not_found())));
+            return Ok(Some(not_found()));
         }
         // Journaled like a handler's run, so that the relay outlives this worker: recovery
         // goes on relaying where it stopped (the client resumes with `Last-Event-ID`).
-        let mut request = Map::new();
-        request.insert("jsonrpc".into(), Value::from("2.0"));
-        request.insert("id".into(), id.clone());
-        request.insert("method".into(), Value::from(methods::TASKS_RESULT));
-        request.insert("params".into(), serde_json::json!({"taskId": task_id}));
+        let mut message = Map::new();
+        message.insert("jsonrpc".into(), Value::from("2.0"));
+        message.insert("method".into(), Value::from(methods::TASKS_RESULT));
+        message.insert("params".into(), serde_json::json!({"taskId": task_id}));
+        let relayed = Request::new(id.clone(), message);
         // One commit: the request's stream with its journal entry.
-        let mut record = RunRecord::new(self, caller, request, &opening.id);
+        let mut record = RunRecord::new(self.journal(), caller, relayed, &opening.id);
         record.relay = Some(Relay {
             task: key,
             task_id: task_id.to_owned(),
@@ -829,22 +828,22 @@ impl Engine {
             })?;
         tokio::spawn(
             self.clone()
-                .run_relay(Held::start(self, run_id, record, version)),
+                .run_relay(Held::start(self.journal(), run_id, record, version)),
         );
-        Ok(Some(None))
+        Ok(None)
     }
 
     /// Run a journaled `tasks/result` relay until the task's outcome is relayed (the run is
     /// finished), or hand it over: at shutdown, when the lease is lost, after a failure.
     pub(crate) async fn run_relay(self, held: Held) {
         let Some(relay) = held.record.relay.clone() else {
-            return held.finish(&self).await;
+            return held.finish(self.journal()).await;
         };
         let (Ok(source), Ok(target)) = (
             relay.source.parse::<StreamId>(),
             held.record.stream.parse::<StreamId>(),
         ) else {
-            return held.finish(&self).await;
+            return held.finish(self.journal()).await;
         };
         let id = held.record.id();
         // Not counted in flight: a relay waits for its task, which may take long; at
@@ -856,15 +855,17 @@ impl Engine {
             .await;
         let run_id = held.run_id.clone();
         match relayed {
-            Ok(true) => held.finish(&self).await,
-            Ok(false) if self.inner.runs.releasing() => held.release(&self, 0, false).await,
+            Ok(true) => held.finish(self.journal()).await,
+            Ok(false) if self.inner.runs.releasing() => {
+                held.release(self.journal(), 0, false).await
+            }
             Ok(false) => {
-                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, false)
+                held.release(self.journal(), now_ms() + RETRY_AFTER_FAILURE_MS, false)
                     .await
             }
             Err(error) => {
                 tracing::warn!(%error, task = %relay.task_id, "tasks/result relay failed; it will be retried");
-                held.release(&self, now_ms() + RETRY_AFTER_FAILURE_MS, true)
+                held.release(self.journal(), now_ms() + RETRY_AFTER_FAILURE_MS, true)
                     .await;
             }
         }
@@ -960,8 +961,7 @@ impl Engine {
         let follow = match follow.filter(|f| *f.stream() == stream) {
             Some(registered) => Some((registered, Start::Registered)),
             None => self
-                .inner
-                .hub
+                .hub()
                 .follow_if_written(&stream)
                 .map(|late| (late, Start::CatchUp)),
         };
@@ -1001,9 +1001,9 @@ impl Engine {
             .create_task(caller, Flavor::Extension, None, &task_stream)
             .await?;
         // The task's steps (and those of its synchronous rounds) live as long as the task.
-        self.refresh_steps(&held.run_id, None).await?;
+        self.journal().refresh_steps(&held.run_id, None).await?;
         let (record_key, record_stream) = (key.clone(), task_stream.to_string());
-        held.update(self, move |record| {
+        held.update(self.journal(), move |record| {
             record.task = Some(record_key);
             record.task_flavor = Some(Flavor::Extension);
             record.stream = record_stream;
@@ -1173,25 +1173,20 @@ impl Engine {
     async fn apply_session_effects(
         &self,
         caller: &Caller,
-        method: &str,
-        request: &Map<String, Value>,
+        request: &Request,
     ) -> Result<(), EngineError> {
         let Some(session) = &caller.session else {
             return Ok(());
         };
-        let params = request.get("params");
-        let change = match method {
-            methods::LOGGING_SET_LEVEL => params
-                .and_then(|p| p.get("level"))
-                .and_then(Value::as_str)
+        let change = match request.method() {
+            Method::LoggingSetLevel => request
+                .param_str("level")
                 .map(|l| SessionChange::SetLogLevel(l.to_owned())),
-            methods::RESOURCES_SUBSCRIBE => params
-                .and_then(|p| p.get("uri"))
-                .and_then(Value::as_str)
+            Method::ResourcesSubscribe => request
+                .param_str("uri")
                 .map(|u| SessionChange::Subscribe(u.to_owned())),
-            methods::RESOURCES_UNSUBSCRIBE => params
-                .and_then(|p| p.get("uri"))
-                .and_then(Value::as_str)
+            Method::ResourcesUnsubscribe => request
+                .param_str("uri")
                 .map(|u| SessionChange::Unsubscribe(u.to_owned())),
             _ => None,
         };
@@ -1266,7 +1261,7 @@ impl Engine {
                 token.cancel();
                 Ok(())
             }
-            None => self.cancel_elsewhere(session, request_id).await,
+            None => self.journal().cancel_elsewhere(session, request_id).await,
         }
     }
 

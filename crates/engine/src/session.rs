@@ -1,10 +1,11 @@
 //! Legacy-era sessions: created by `initialize`, served from the store by any worker.
 
+use durable_mcp_protocol::jsonrpc::Request;
 use durable_mcp_protocol::{McpVersion, PeerContext};
 use durable_mcp_store::{
     Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms,
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::records::key;
 use crate::{Engine, EngineError};
@@ -25,15 +26,12 @@ impl Engine {
     pub async fn initialize(
         &self,
         principal: &Principal,
-        request: Map<String, Value>,
+        request: Request,
         http: Option<std::sync::Arc<http::request::Parts>>,
     ) -> Result<(Option<SessionRecord>, Value), EngineError> {
         let slot = self.session_slot(principal).await?;
-        let params = request.get("params").cloned().unwrap_or(Value::Null);
-        let requested = params
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let params = request.params_value().cloned().unwrap_or(Value::Null);
+        let requested = request.param_str("protocolVersion").map(str::to_owned);
         // Chosen before the handler runs: with a handler factory, the instance that answers
         // `initialize` is the session's (and is dropped if no session comes of it).
         let id = SessionId::random();
@@ -52,7 +50,6 @@ impl Engine {
             session: Some(id.to_string()),
         };
         let span = crate::traces::Request {
-            method: durable_mcp_protocol::methods::INITIALIZE,
             request: &request,
             session: None,
             protocol_version: peer.protocol_version.as_deref().unwrap_or_default(),
@@ -77,13 +74,13 @@ impl Engine {
         &self,
         principal: &Principal,
         id: SessionId,
-        request: Map<String, Value>,
+        request: Request,
         peer: PeerContext,
         operation: Option<crate::metrics::Operation>,
         slot: Option<crate::limits::SessionSlot>,
     ) -> Result<(Option<SessionRecord>, Value), EngineError> {
-        let params = request.get("params").cloned().unwrap_or(Value::Null);
-        let mut response = self.run_to_outcome(request, &peer).await?;
+        let params = request.params_value().cloned().unwrap_or(Value::Null);
+        let mut response = self.run_to_outcome(request.into_message(), &peer).await?;
         let Some(version) = response
             .pointer("/result/protocolVersion")
             .and_then(Value::as_str)
@@ -321,7 +318,10 @@ mod tests {
                 json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
             );
-            let (session, _) = engine.initialize(&principal, request, None).await.unwrap();
+            let (session, _) = engine
+                .initialize(&principal, crate::Request::from_message(request), None)
+                .await
+                .unwrap();
             let caller = Caller::legacy(principal.clone(), session.expect("a session")).unwrap();
             engine.notify(
                 &caller,
@@ -356,14 +356,20 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
         );
-        let (session, _) = engine.initialize(&principal, request, None).await.unwrap();
+        let (session, _) = engine
+            .initialize(&principal, crate::Request::from_message(request), None)
+            .await
+            .unwrap();
         let session = session.expect("a session");
         let caller = Caller::legacy(principal.clone(), session.clone()).unwrap();
         for id in 1..=3 {
             let call = object(
                 json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "missing", "arguments": {}}}),
             );
-            engine.accept(&caller, Value::from(id), call).await.unwrap();
+            engine
+                .accept(&caller, crate::Request::new(Value::from(id), call))
+                .await
+                .unwrap();
         }
         for _ in 0..500 {
             if engine.in_flight() == 0 {

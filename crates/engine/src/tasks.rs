@@ -21,9 +21,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use durable_mcp_protocol::jsonrpc::{RequestId, code, error_response, to_text};
+use durable_mcp_protocol::jsonrpc::{Request, RequestId, code, error_response, to_text};
 use durable_mcp_protocol::meta::CLIENT_CAPABILITIES;
-use durable_mcp_protocol::methods;
+use durable_mcp_protocol::methods::{self, Method};
 use durable_mcp_protocol::tasks::{TASKS_EXTENSION, TaskStatus};
 use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, now_ms};
 use serde_json::{Map, Value, json};
@@ -191,11 +191,8 @@ pub(crate) fn missing_extension(id: RequestId) -> Value {
 
 /// Whether a 2026-07-28 request's client declared the tasks extension (per request, in
 /// `_meta`).
-pub(crate) fn declares_extension(request: &Map<String, Value>) -> bool {
-    request
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(CLIENT_CAPABILITIES))
+pub(crate) fn declares_extension(meta: Option<&Map<String, Value>>) -> bool {
+    meta.and_then(|m| m.get(CLIENT_CAPABILITIES))
         .and_then(|c| c.get("extensions"))
         .and_then(|e| e.get(TASKS_EXTENSION))
         .is_some()
@@ -412,15 +409,17 @@ impl Engine {
         &self,
         caller: &Caller,
         flavor: Flavor,
-        id: &RequestId,
-        method: &str,
-        params: Option<&Value>,
+        request: &Request,
     ) -> Result<Option<Value>, EngineError> {
+        let (id, method) = (request.id(), request.method());
         let owner = TaskOwner::of(caller, flavor);
-        if method == methods::TASKS_LIST && flavor == Flavor::V2025 {
-            return self.list_tasks(&owner, id, params).await.map(Some);
+        if *method == Method::TasksList && flavor == Flavor::V2025 {
+            return self
+                .list_tasks(&owner, id, request.param("cursor"))
+                .await
+                .map(Some);
         }
-        let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
+        let Some(task_id) = request.param_str("taskId") else {
             return Ok(Some(error_response(
                 id.clone(),
                 code::INVALID_PARAMS,
@@ -442,11 +441,11 @@ impl Engine {
         }
         let ok = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
         Ok(Some(match (flavor, method) {
-            (Flavor::Extension, methods::TASKS_GET) => ok(task.detailed()),
-            (Flavor::V2025, methods::TASKS_GET) => ok(Value::Object(task.wire())),
-            (Flavor::Extension, methods::TASKS_UPDATE) => {
-                let responses = params
-                    .and_then(|p| p.get("inputResponses"))
+            (Flavor::Extension, Method::TasksGet) => ok(task.detailed()),
+            (Flavor::V2025, Method::TasksGet) => ok(Value::Object(task.wire())),
+            (Flavor::Extension, Method::TasksUpdate) => {
+                let responses = request
+                    .param("inputResponses")
                     .and_then(Value::as_object)
                     .cloned()
                     .unwrap_or_default();
@@ -471,7 +470,7 @@ impl Engine {
                 .await?;
                 ok(json!({"resultType": "complete"}))
             }
-            (_, methods::TASKS_CANCEL) => {
+            (_, Method::TasksCancel) => {
                 let mut was_terminal = None;
                 let task = self
                     .update_task(&key, |task| {
@@ -507,11 +506,11 @@ impl Engine {
         &self,
         owner: &TaskOwner,
         id: &RequestId,
-        params: Option<&Value>,
+        cursor: Option<&Value>,
     ) -> Result<Value, EngineError> {
         const PAGE: usize = 50;
         const MAX_LISTED: usize = 10_000;
-        let offset = match params.and_then(|p| p.get("cursor")) {
+        let offset = match cursor {
             None | Some(Value::Null) => 0,
             Some(Value::String(cursor)) => match cursor.parse::<usize>() {
                 Ok(offset) => offset,

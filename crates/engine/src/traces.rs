@@ -22,7 +22,8 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use durable_mcp_protocol::methods;
+use durable_mcp_protocol::jsonrpc::{Outcome, Request as JsonRpcRequest};
+use durable_mcp_protocol::methods::Method;
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::trace::{
     Link, Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags,
@@ -30,7 +31,7 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The name of durable-mcp's tracer (the instrumentation scope of its spans).
 pub const TRACER: &str = "durable-mcp";
@@ -92,8 +93,8 @@ impl TraceContext {
     }
 
     /// The context in a request's `params._meta`, if it has a valid one.
-    pub fn from_meta(request: &Map<String, Value>) -> Option<Self> {
-        let meta = request.get("params")?.get("_meta")?.as_object()?;
+    pub fn from_meta(request: &JsonRpcRequest) -> Option<Self> {
+        let meta = request.meta()?;
         let traceparent = meta.get(META_TRACEPARENT)?.as_str()?;
         Self::parse(
             traceparent,
@@ -204,7 +205,7 @@ fn bound_tracestate(value: &str) -> Option<String> {
 /// request's server span, traces on), else the client's (`_meta`, else the HTTP headers),
 /// so that a worker with traces on can link a re-run to it.
 pub(crate) fn to_store(
-    request: &Map<String, Value>,
+    request: &JsonRpcRequest,
     header: Option<&TraceContext>,
 ) -> Option<TraceContext> {
     if enabled() {
@@ -220,10 +221,8 @@ pub(crate) fn to_store(
 
 /// What a server span is about, read from its request.
 pub(crate) struct Request<'a> {
-    /// The JSON-RPC method.
-    pub method: &'a str,
-    /// The request object.
-    pub request: &'a Map<String, Value>,
+    /// The request.
+    pub request: &'a JsonRpcRequest,
     /// The legacy session, if any.
     pub session: Option<&'a str>,
     /// The protocol version.
@@ -297,10 +296,9 @@ impl ServerSpan {
         links: Vec<Link>,
         mut attributes: Vec<KeyValue>,
     ) -> Self {
-        let method = request.method;
-        let params = request.request.get("params");
-        let param = |name: &str| params.and_then(|p| p.get(name)).and_then(Value::as_str);
-        attributes.push(KeyValue::new("mcp.method.name", method.to_owned()));
+        let method = request.request.method();
+        let param = |name: &str| request.request.param_str(name);
+        attributes.push(KeyValue::new("mcp.method.name", method.as_str().to_owned()));
         attributes.push(KeyValue::new(
             "mcp.protocol.version",
             request.protocol_version.to_owned(),
@@ -310,26 +308,22 @@ impl ServerSpan {
         if let Some(session) = request.session {
             attributes.push(KeyValue::new("mcp.session.id", session.to_owned()));
         }
-        match request.request.get("id") {
-            Some(Value::String(id)) => {
-                attributes.push(KeyValue::new("jsonrpc.request.id", id.clone()))
-            }
-            Some(Value::Number(id)) => {
+        match request.request.id() {
+            Value::String(id) => attributes.push(KeyValue::new("jsonrpc.request.id", id.clone())),
+            Value::Number(id) => {
                 attributes.push(KeyValue::new("jsonrpc.request.id", id.to_string()))
             }
             _ => {}
         }
         let target = match method {
-            methods::TOOLS_CALL => param("name").inspect(|name| {
+            Method::ToolsCall => param("name").inspect(|name| {
                 attributes.push(KeyValue::new("gen_ai.tool.name", (*name).to_owned()));
                 attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
             }),
-            methods::PROMPTS_GET => param("name").inspect(|name| {
+            Method::PromptsGet => param("name").inspect(|name| {
                 attributes.push(KeyValue::new("gen_ai.prompt.name", (*name).to_owned()))
             }),
-            methods::RESOURCES_READ
-            | methods::RESOURCES_SUBSCRIBE
-            | methods::RESOURCES_UNSUBSCRIBE => {
+            Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
                 // In the attributes, not the name: URIs have high cardinality (the
                 // conventions ask for names without them by default).
                 if let Some(uri) = param("uri") {
@@ -341,7 +335,7 @@ impl ServerSpan {
         };
         let name = match target {
             Some(target) => format!("{method} {target}"),
-            None => method.to_owned(),
+            None => method.to_string(),
         };
         let span: BoxedSpan = tracer()
             .span_builder(name)
@@ -363,22 +357,23 @@ impl ServerSpan {
     /// error status for an error response or a tool result with `isError`.
     pub fn finish(self, outcome: &Value) {
         let span = self.context.span();
-        if let Some(error) = outcome.get("error") {
-            let code = error
-                .get("code")
-                .and_then(Value::as_i64)
-                .map_or_else(|| crate::semconv::OTHER.to_owned(), |c| c.to_string());
-            span.set_attribute(KeyValue::new("rpc.response.status_code", code.clone()));
-            span.set_attribute(KeyValue::new("error.type", code));
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            span.set_status(Status::error(message));
-        } else if crate::semconv::is_tool_error(outcome) {
-            span.set_attribute(KeyValue::new("error.type", crate::semconv::TOOL_ERROR));
-            span.set_status(Status::error(crate::semconv::TOOL_ERROR));
+        match Outcome::of(outcome) {
+            Some(Outcome::Error { code, message, .. }) => {
+                let code = code.map_or_else(|| crate::semconv::OTHER.to_owned(), |c| c.to_string());
+                span.set_attribute(KeyValue::new("rpc.response.status_code", code.clone()));
+                span.set_attribute(KeyValue::new("error.type", code));
+                span.set_status(Status::error(message.to_owned()));
+            }
+            Some(Outcome::Suspended) => {
+                let code = durable_mcp_protocol::durable::SUSPENDED_CODE.to_string();
+                span.set_attribute(KeyValue::new("rpc.response.status_code", code.clone()));
+                span.set_attribute(KeyValue::new("error.type", code));
+            }
+            Some(Outcome::ToolError(_)) => {
+                span.set_attribute(KeyValue::new("error.type", crate::semconv::TOOL_ERROR));
+                span.set_status(Status::error(crate::semconv::TOOL_ERROR));
+            }
+            _ => {}
         }
         span.end();
     }
@@ -555,10 +550,18 @@ mod tests {
     #[test]
     fn the_meta_context_is_read_from_params() {
         let request = serde_json::json!({"method": "tools/call", "params": {"name": "echo", "_meta": {"traceparent": VALID, "tracestate": "a=b"}}});
-        let context = TraceContext::from_meta(request.as_object().unwrap()).unwrap();
+        let context = TraceContext::from_meta(&crate::Request::from_message(
+            request.as_object().unwrap().clone(),
+        ))
+        .unwrap();
         assert_eq!(context.tracestate.as_deref(), Some("a=b"));
         let without = serde_json::json!({"method": "tools/call", "params": {"name": "echo", "_meta": {"traceparent": 7}}});
-        assert_eq!(TraceContext::from_meta(without.as_object().unwrap()), None);
+        assert_eq!(
+            TraceContext::from_meta(&crate::Request::from_message(
+                without.as_object().unwrap().clone()
+            )),
+            None
+        );
     }
 
     /// Off (no test of this crate enables traces), nothing is built.
@@ -567,8 +570,7 @@ mod tests {
         assert!(!enabled());
         let request = serde_json::json!({"method": "tools/call", "params": {"name": "echo", "_meta": {"traceparent": VALID}}});
         let request = Request {
-            method: "tools/call",
-            request: request.as_object().unwrap(),
+            request: &crate::Request::from_message(request.as_object().unwrap().clone()),
             session: None,
             protocol_version: "2025-11-25",
             header: None,

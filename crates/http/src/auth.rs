@@ -13,6 +13,7 @@ use durable_mcp_auth::{AuthError, AuthMethod, Authenticated, Authenticator};
 use durable_mcp_engine::metrics;
 use durable_mcp_protocol::AuthInfo;
 use durable_mcp_protocol::jsonrpc::Inbound;
+use durable_mcp_protocol::methods::Method;
 use http::request::Parts;
 use http::{HeaderValue, header};
 use serde_json::Value;
@@ -58,25 +59,18 @@ impl Transport {
         if !auth.is_enabled() {
             return Ok(());
         }
-        let Inbound::Request {
-            method, message, ..
-        } = inbound
-        else {
+        let Inbound::Request(request) = inbound else {
             return Ok(());
         };
-        let param = |key: &str| {
-            message
-                .get("params")
-                .and_then(|p| p.get(key))
-                .and_then(Value::as_str)
-        };
         let rules = &self.config.scope_rules;
-        let needed = match (method.as_str(), param("name"), param("uri")) {
-            ("tools/call", Some(name), _) => self.engine.handler().tool_required_scopes(name),
-            ("prompts/get", Some(name), _) => rules.for_prompt(name),
-            ("resources/read" | "resources/subscribe" | "resources/unsubscribe", _, Some(uri)) => {
-                rules.for_resource(uri)
-            }
+        let needed = match (request.method(), request.name(), request.param_str("uri")) {
+            (Method::ToolsCall, Some(name), _) => self.engine.handler().tool_required_scopes(name),
+            (Method::PromptsGet, Some(name), _) => rules.for_prompt(name),
+            (
+                Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe,
+                _,
+                Some(uri),
+            ) => rules.for_resource(uri),
             _ => return Ok(()),
         };
         if needed.is_empty() {

@@ -7,8 +7,9 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use durable_mcp_auth::Authenticated;
 use durable_mcp_engine::{Caller, Era};
+use durable_mcp_protocol::McpVersion;
 use durable_mcp_protocol::jsonrpc::{self, Inbound};
-use durable_mcp_protocol::{McpVersion, methods};
+use durable_mcp_protocol::methods::{self, Method};
 use durable_mcp_store::{Principal, SessionRecord};
 use futures::StreamExt;
 use http::request::Parts;
@@ -98,10 +99,8 @@ impl Transport {
         self.check_operation(who, &inbound)?;
         let header_version = headers::protocol_version(headers)?;
         let (method, message) = match &inbound {
-            Inbound::Request {
-                method, message, ..
-            }
-            | Inbound::Notification { method, message } => (Some(method.as_str()), message),
+            Inbound::Request(request) => (Some(request.method().as_str()), request.message()),
+            Inbound::Notification { method, message } => (Some(method.as_str()), message),
             Inbound::Response { message, .. } => (None, message),
         };
         match era_of(method, message, header_version) {
@@ -118,14 +117,12 @@ impl Transport {
     ) -> Result<Response, Rejection> {
         let headers = &parts.headers;
         let principal = who.principal.clone();
-        if let Inbound::Request {
-            method, message, ..
-        } = &inbound
-            && method == methods::INITIALIZE
+        if let Inbound::Request(request) = &inbound
+            && request.method() == &Method::Initialize
         {
             let (session, response) = self
                 .engine
-                .initialize(&principal, message.clone(), Some(Arc::new(parts.clone())))
+                .initialize(&principal, request.clone(), Some(Arc::new(parts.clone())))
                 .await?;
             let mut response = axum::Json(response).into_response();
             if let Some(session) = session {
@@ -140,10 +137,10 @@ impl Transport {
         let session = self.legacy_session(headers, &principal).await?;
         let caller = self.legacy_caller(parts, who, session)?;
         match inbound {
-            Inbound::Request { id, message, .. } => {
+            Inbound::Request(request) => {
                 // Boxed: the request path's future is large, and every future around it
                 // (the handler's, the connection's) would otherwise carry it and copy it.
-                let accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
+                let accepted = Box::pin(self.engine.accept(&caller, request)).await?;
                 let mut prefix = Vec::new();
                 if let Some(priming) = &accepted.priming {
                     prefix.push(sse::priming_frame(priming, self.engine.options().sse_retry));
@@ -223,7 +220,7 @@ impl Transport {
                 }
             }
             Inbound::Response { id, message } => self.engine.reply(caller, &id, message).await?,
-            Inbound::Request { .. } => {
+            Inbound::Request(_) => {
                 return Err(Rejection::Internal("a request is not one-way".into()));
             }
         }
@@ -260,7 +257,7 @@ impl Transport {
         for (n, item) in items.into_iter().enumerate() {
             let inbound = jsonrpc::classify(item)
                 .map_err(|r| refuse(format!("batch element {n}: {}", r.message)))?;
-            if matches!(&inbound, Inbound::Request { method, .. } if method == methods::INITIALIZE)
+            if matches!(&inbound, Inbound::Request(request) if request.method() == &Method::Initialize)
             {
                 return Err(refuse(
                     "initialize may not be part of a JSON-RPC batch".into(),
@@ -273,8 +270,8 @@ impl Transport {
         let mut streams = Vec::new();
         for inbound in inbounds {
             match inbound {
-                Inbound::Request { id, message, .. } => {
-                    let accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
+                Inbound::Request(request) => {
+                    let accepted = Box::pin(self.engine.accept(&caller, request)).await?;
                     streams.push((accepted.stream, accepted.follow));
                 }
                 other => self.legacy_one_way(&caller, other).await?,
@@ -360,12 +357,8 @@ impl Transport {
         who: &Authenticated,
     ) -> Result<Response, Rejection> {
         let headers = &parts.headers;
-        let (id, method, message) = match inbound {
-            Inbound::Request {
-                id,
-                method,
-                message,
-            } => (id, method, message),
+        let request = match inbound {
+            Inbound::Request(request) => request,
             Inbound::Notification { .. } => return Ok(StatusCode::ACCEPTED.into_response()),
             Inbound::Response { .. } => {
                 return Err(Rejection::InvalidRequest {
@@ -374,7 +367,9 @@ impl Transport {
                 });
             }
         };
-        let meta = meta(&message);
+        let id = request.id().clone();
+        let method = request.method();
+        let meta = request.meta();
         let meta_version = meta
             .and_then(|m| m.get(META_VERSION))
             .and_then(Value::as_str);
@@ -427,9 +422,9 @@ impl Transport {
             }
             None => McpVersion::MODERN,
         };
-        let params = message.get("params").and_then(Value::as_object);
+        let params = request.params();
         let handler = self.engine.handler();
-        headers::check_standard_headers(headers, &id, &method, params, |name| {
+        headers::check_standard_headers(headers, &id, method.as_str(), params, |name| {
             handler.tool_input_schema(name)
         })?;
         let log_level = match meta.and_then(|m| m.get(META_LOG_LEVEL)) {
@@ -444,12 +439,9 @@ impl Transport {
                 });
             }
         };
-        if matches!(
-            method.as_str(),
-            methods::LOGGING_SET_LEVEL | methods::INITIALIZE
-        ) {
+        if matches!(method, Method::LoggingSetLevel | Method::Initialize) {
             return Err(Rejection::MethodNotFound {
-                method,
+                method: method.to_string(),
                 id: Some(id),
             });
         }
@@ -463,7 +455,7 @@ impl Transport {
             trace: trace_context(headers),
             http: Some(Arc::new(parts.clone())),
         };
-        let mut accepted = Box::pin(self.engine.accept(&caller, id, message)).await?;
+        let mut accepted = Box::pin(self.engine.accept(&caller, request)).await?;
         // The status must be known before an SSE stream opens: wait for the first event.
         let mut events = self
             .engine

@@ -4,6 +4,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::methods::Method;
+
 /// JSON-RPC and MCP error codes.
 pub mod code {
     /// Invalid JSON was received.
@@ -42,14 +44,7 @@ pub type RequestId = Value;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Inbound {
     /// A request: expects exactly one response.
-    Request {
-        /// Its id.
-        id: RequestId,
-        /// Its method.
-        method: String,
-        /// The whole message.
-        message: Map<String, Value>,
-    },
+    Request(Request),
     /// A notification: no response.
     Notification {
         /// Its method.
@@ -156,12 +151,12 @@ pub fn classify(value: Value) -> Result<Inbound, Rejection> {
             if !valid_id(&id) {
                 return Err(reject("\"id\" must be a string or an integer"));
             }
-            let method = method.clone();
-            Ok(Inbound::Request {
+            let method = Method::parse(method);
+            Ok(Inbound::Request(Request {
                 id,
                 method,
                 message,
-            })
+            }))
         }
         (Some(Value::String(method)), None) => {
             let method = method.clone();
@@ -177,6 +172,168 @@ pub fn classify(value: Value) -> Result<Inbound, Rejection> {
             Ok(Inbound::Response { id, message })
         }
         _ => Err(reject("not a request, notification or response")),
+    }
+}
+
+/// A JSON-RPC request, read once where it comes in: its id, its [`Method`] and the whole
+/// message, which the handler gets as it came. The engine reads the parameters it routes on
+/// through the accessors here, never by digging in the message.
+///
+/// Stored (in a run record) as the message alone: the id and the method are read back from
+/// it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    id: RequestId,
+    method: Method,
+    message: Map<String, Value>,
+}
+
+impl Request {
+    /// The request `message` under `id` (its `id` member is set to `id`); its method is
+    /// read from the message (empty if it has none: a request built by the engine itself
+    /// always names one).
+    pub fn new(id: RequestId, mut message: Map<String, Value>) -> Self {
+        message.insert("id".into(), id.clone());
+        let method = Method::parse(message.get("method").and_then(Value::as_str).unwrap_or(""));
+        Self {
+            id,
+            method,
+            message,
+        }
+    }
+
+    /// A request read back from its message (a stored one).
+    pub fn from_message(message: Map<String, Value>) -> Self {
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        Self::new(id, message)
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &RequestId {
+        &self.id
+    }
+
+    /// Its method.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// The whole message.
+    pub fn message(&self) -> &Map<String, Value> {
+        &self.message
+    }
+
+    /// The whole message, owned.
+    pub fn into_message(self) -> Map<String, Value> {
+        self.message
+    }
+
+    /// Its `params` as they came: an object, an array or absent (or null, in a request the
+    /// engine did not classify).
+    pub fn params_value(&self) -> Option<&Value> {
+        self.message.get("params")
+    }
+
+    /// Its parameters (`params`), if they are an object.
+    pub fn params(&self) -> Option<&Map<String, Value>> {
+        self.message.get("params").and_then(Value::as_object)
+    }
+
+    /// Its parameters, to change, if they are an object.
+    pub fn params_mut(&mut self) -> Option<&mut Map<String, Value>> {
+        self.message
+            .get_mut("params")
+            .and_then(Value::as_object_mut)
+    }
+
+    /// Parameter `key`.
+    pub fn param(&self, key: &str) -> Option<&Value> {
+        self.params()?.get(key)
+    }
+
+    /// Parameter `key`, if it is a string.
+    pub fn param_str(&self, key: &str) -> Option<&str> {
+        self.param(key)?.as_str()
+    }
+
+    /// `params._meta`.
+    pub fn meta(&self) -> Option<&Map<String, Value>> {
+        self.param("_meta")?.as_object()
+    }
+
+    /// The name a `tools/call` or `prompts/get` names (`params.name`).
+    pub fn name(&self) -> Option<&str> {
+        self.param_str("name")
+    }
+}
+
+impl serde::Serialize for Request {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.message.serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Request {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Map::deserialize(deserializer).map(Self::from_message)
+    }
+}
+
+/// A response, read as what it means to the engine: the outcome of a request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Outcome<'a> {
+    /// A result the client reads as success.
+    Result(&'a Value),
+    /// A tool's own error: a result with `isError: true`.
+    ToolError(&'a Value),
+    /// A 2026-07-28 `input_required` result: the client answers and retries.
+    InputRequired(&'a Value),
+    /// The durable context's "waiting for input" error: never sent as it is (the engine
+    /// replaces it, see [`crate::meta::SUSPENDED`]).
+    Suspended,
+    /// A JSON-RPC error.
+    Error {
+        /// Its code (`None`: the error had no integer code).
+        code: Option<i64>,
+        /// Its message.
+        message: &'a str,
+        /// Its data.
+        data: Option<&'a Value>,
+    },
+}
+
+impl<'a> Outcome<'a> {
+    /// The outcome `response` carries; `None`: not a response (a request or notification).
+    pub fn of(response: &'a Value) -> Option<Self> {
+        let response = response.as_object()?;
+        if let Some(error) = response.get("error") {
+            let data = error.get("data");
+            if data
+                .and_then(|data| data.get(crate::meta::SUSPENDED))
+                .and_then(Value::as_bool)
+                == Some(true)
+            {
+                return Some(Self::Suspended);
+            }
+            return Some(Self::Error {
+                code: error.get("code").and_then(Value::as_i64),
+                message: error.get("message").and_then(Value::as_str).unwrap_or(""),
+                data,
+            });
+        }
+        let result = response.get("result")?;
+        Some(if result.get("isError") == Some(&Value::Bool(true)) {
+            Self::ToolError(result)
+        } else if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+            Self::InputRequired(result)
+        } else {
+            Self::Result(result)
+        })
+    }
+
+    /// Whether the request failed: a JSON-RPC error or a tool's error.
+    pub fn is_failure(&self) -> bool {
+        matches!(self, Self::ToolError(_) | Self::Error { .. })
     }
 }
 
@@ -207,7 +364,7 @@ mod tests {
     fn messages_are_classified() {
         assert!(matches!(
             classify(json!({"jsonrpc": "2.0", "id": "a", "method": "ping"})),
-            Ok(Inbound::Request { .. })
+            Ok(Inbound::Request(_))
         ));
         assert!(matches!(
             classify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
@@ -217,5 +374,51 @@ mod tests {
             classify(json!({"jsonrpc": "2.0", "id": 3, "result": {}})),
             Ok(Inbound::Response { .. })
         ));
+    }
+
+    #[test]
+    fn a_request_reads_its_method_and_params_once_and_stores_as_its_message() {
+        let Ok(Inbound::Request(request)) = classify(json!({"jsonrpc": "2.0", "id": 4,
+            "method": "tools/call", "params": {"name": "add", "_meta": {"k": 1}}}))
+        else {
+            panic!("a request")
+        };
+        assert_eq!(request.method(), &Method::ToolsCall);
+        assert_eq!((request.id(), request.name()), (&json!(4), Some("add")));
+        assert_eq!(request.meta().and_then(|m| m.get("k")), Some(&json!(1)));
+        let stored = serde_json::to_value(&request).expect("serializes");
+        assert_eq!(stored, Value::Object(request.message().clone()));
+        let back: Request = serde_json::from_value(stored).expect("deserializes");
+        assert_eq!(back, request);
+    }
+
+    #[test]
+    fn outcomes_are_read_by_what_they_mean() {
+        let of = |v: Value| Outcome::of(&v).map(|o| format!("{o:?}"));
+        assert!(
+            of(json!({"id": 1, "result": {"content": []}}))
+                .unwrap()
+                .starts_with("Result")
+        );
+        assert!(
+            of(json!({"id": 1, "result": {"isError": true}}))
+                .unwrap()
+                .starts_with("ToolError")
+        );
+        let input = json!({"id": 1, "result": {"resultType": "input_required"}});
+        assert!(of(input).unwrap().starts_with("InputRequired"));
+        let suspended = json!({"id": 1, "error": {"code": -32603, "message": "m",
+            "data": {crate::meta::SUSPENDED: true}}});
+        assert_eq!(Outcome::of(&suspended), Some(Outcome::Suspended));
+        let error = json!({"id": 1, "error": {"code": -32602, "message": "bad"}});
+        assert_eq!(
+            Outcome::of(&error),
+            Some(Outcome::Error {
+                code: Some(-32602),
+                message: "bad",
+                data: None
+            })
+        );
+        assert_eq!(of(json!({"method": "ping"})), None);
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use durable_mcp_engine::{Caller, Engine};
 use durable_mcp_protocol::jsonrpc::{self, Inbound, code, error_response};
-use durable_mcp_protocol::methods;
+use durable_mcp_protocol::methods::{self, Method};
 use durable_mcp_store::{Principal, SessionId, StoreError, StreamId};
 use futures::StreamExt;
 use serde_json::Value;
@@ -164,12 +164,9 @@ impl Connection {
         let principal = Principal::anonymous();
         let engine = &self.engine;
         match inbound {
-            Inbound::Request {
-                id,
-                method,
-                message,
-            } if method == methods::INITIALIZE => {
-                match engine.initialize(&principal, message, None).await {
+            Inbound::Request(request) if request.method() == &Method::Initialize => {
+                let id = request.id().clone();
+                match engine.initialize(&principal, request, None).await {
                     Ok((session, response)) => {
                         if let Some(session) = session {
                             let (id_of, stream) =
@@ -185,15 +182,16 @@ impl Connection {
                     Err(e) => Some(failed(id, &e)),
                 }
             }
-            Inbound::Request { id, .. } if self.caller.is_none() => Some(error_response(
-                id,
+            Inbound::Request(request) if self.caller.is_none() => Some(error_response(
+                request.id().clone(),
                 code::INVALID_REQUEST,
                 "the first request must be initialize",
                 None,
             )),
-            Inbound::Request { id, message, .. } => {
+            Inbound::Request(request) => {
                 let caller = self.caller.as_ref()?;
-                match engine.accept(caller, id.clone(), message).await {
+                let id = request.id().clone();
+                match engine.accept(caller, request).await {
                     Ok(accepted) => {
                         let after = accepted.priming.map_or(0, |p| p.seq);
                         self.requests.spawn(follow(

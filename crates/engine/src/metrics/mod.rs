@@ -18,7 +18,9 @@ use ::metrics::{
     Label, SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram,
     gauge, histogram,
 };
-use durable_mcp_protocol::methods;
+use durable_mcp_protocol::durable::SUSPENDED_CODE;
+use durable_mcp_protocol::jsonrpc::Outcome;
+use durable_mcp_protocol::methods::{self, Method};
 use serde_json::Value;
 
 mod store;
@@ -264,18 +266,12 @@ impl Operation {
         known: impl FnOnce(&str) -> bool,
     ) -> Option<Self> {
         let timing = enabled().then(|| {
-            let method = method_label(span.method);
-            let tool = (method == methods::TOOLS_CALL).then(|| {
-                match span
-                    .request
-                    .get("params")
-                    .and_then(|p| p.get("name"))
-                    .and_then(Value::as_str)
-                {
+            let method = method_label(span.request.method().as_str());
+            let tool =
+                (*span.request.method() == Method::ToolsCall).then(|| match span.request.name() {
                     Some(name) if known(name) => name.to_owned(),
                     _ => OTHER.to_owned(),
-                }
-            });
+                });
             Timing {
                 started: Instant::now(),
                 method,
@@ -339,13 +335,15 @@ impl Timing {
 /// `error.type` of an outcome: the JSON-RPC error code of an error response, [`TOOL_ERROR`]
 /// for a tool result with `isError`, none for a success.
 fn error_type(outcome: &Value) -> Option<SharedString> {
-    if let Some(error) = outcome.get("error") {
-        return Some(match error.get("code").and_then(Value::as_i64) {
-            Some(code) => code.to_string().into(),
-            None => OTHER.into(),
-        });
+    match Outcome::of(outcome)? {
+        Outcome::Error {
+            code: Some(code), ..
+        } => Some(code.to_string().into()),
+        Outcome::Error { code: None, .. } => Some(OTHER.into()),
+        Outcome::Suspended => Some(SUSPENDED_CODE.to_string().into()),
+        Outcome::ToolError(_) => Some(TOOL_ERROR.into()),
+        Outcome::Result(_) | Outcome::InputRequired(_) => None,
     }
-    crate::semconv::is_tool_error(outcome).then(|| TOOL_ERROR.into())
 }
 
 /// Finish `operation`, if timed, with `outcome`.
@@ -520,8 +518,7 @@ mod tests {
         let request = serde_json::json!({"method": "tools/call", "params": {"name": "echo"}});
         let looked_up = std::cell::Cell::new(false);
         let request = crate::traces::Request {
-            method: "tools/call",
-            request: request.as_object().unwrap(),
+            request: &crate::Request::from_message(request.as_object().unwrap().clone()),
             session: None,
             protocol_version: "2025-11-25",
             header: None,

@@ -2,6 +2,7 @@
 //! ([`RecordKind::Alias`](durable_mcp_store::RecordKind::Alias)): the run the id started,
 //! and which request started it.
 
+use durable_mcp_protocol::jsonrpc::Request;
 use durable_mcp_store::{RecordKind, StreamId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -28,13 +29,10 @@ pub(crate) struct RequestFingerprint(String);
 
 impl RequestFingerprint {
     /// The fingerprint of a JSON-RPC request (its `method` and `params`).
-    pub(crate) fn of(request: &Map<String, Value>) -> Self {
+    pub(crate) fn of(request: &Request) -> Self {
         use sha2::Digest;
-        let method = request
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let params = match request.get("params") {
+        let method = request.method();
+        let params = match request.params_value() {
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(Value::Object(params)) => {
                 let mut params = params.clone();

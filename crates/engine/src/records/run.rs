@@ -1,10 +1,9 @@
 //! The journal entry of one request ([`RecordKind::Run`](durable_mcp_store::RecordKind::Run)).
 
 use durable_mcp_protocol::McpVersion;
-use durable_mcp_protocol::jsonrpc::RequestId;
+use durable_mcp_protocol::jsonrpc::{Request, RequestId};
 use durable_mcp_store::RecordKind;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use super::{Flavor, RecordError};
 
@@ -46,7 +45,7 @@ pub(crate) struct RunRecord {
     pub era: Era,
     pub protocol_version: McpVersion,
     pub log_level: Option<String>,
-    pub request: Map<String, Value>,
+    pub request: Request,
     pub stream: String,
     /// Where the client's answers to durable questions are committed (created lazily).
     pub inbox: String,
@@ -166,7 +165,7 @@ impl RunRecord {
 
     /// The client's JSON-RPC id of the request.
     pub(crate) fn id(&self) -> RequestId {
-        self.request.get("id").cloned().unwrap_or(Value::Null)
+        self.request.id().clone()
     }
 
     /// Whether the run is a stateless request (2026-07-28, not a task): its steps outlive it,

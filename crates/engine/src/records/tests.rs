@@ -304,7 +304,9 @@ fn run_records_keep_their_trace_context() {
 fn alias_records_round_trip_in_their_stored_layout() {
     let request =
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x"}});
-    let fingerprint = RequestFingerprint::of(request.as_object().unwrap());
+    let fingerprint = RequestFingerprint::of(&crate::Request::from_message(
+        request.as_object().unwrap().clone(),
+    ));
     let alias = AliasRecord {
         stream: stream(),
         request: Some(fingerprint.clone()),
@@ -347,7 +349,11 @@ fn alias_records_round_trip_in_their_stored_layout() {
 /// pinned. It is the method and the params, in any key order, without `params._meta`.
 #[test]
 fn request_fingerprints_are_stable_and_ignore_meta_and_key_order() {
-    let of = |request: Value| RequestFingerprint::of(request.as_object().unwrap());
+    let of = |request: Value| {
+        RequestFingerprint::of(&crate::Request::from_message(
+            request.as_object().unwrap().clone(),
+        ))
+    };
     let first = of(
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x", "arguments": {"a": 1, "b": [true, null]}}}),
     );

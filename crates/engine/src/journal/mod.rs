@@ -5,7 +5,7 @@
 //! starts, keyed by the run id (the id of its response stream). The record holds what is
 //! needed to run the request again (the request, the caller) and a lease: the worker that
 //! runs it and until when. The owner renews the lease while the handler runs
-//! ([`Held`]); any worker takes over a run whose lease expired ([`Engine::claim`]), and a
+//! ([`Held`]); any worker takes over a run whose lease expired ([`Journal::claim`]), and a
 //! worker claims at start-up the runs it owned before it stopped; what a claimed run needs
 //! next is the request path's decision (`recovery`). The record is deleted once the
 //! outcome is committed to the stream, so the stream's closing event is the single
@@ -18,28 +18,19 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use durable_mcp_protocol::jsonrpc::{RequestId, to_text};
-use durable_mcp_protocol::methods;
+use durable_mcp_protocol::jsonrpc::{Request, RequestId, to_text};
 use durable_mcp_protocol::{SealError, StateKeys, StateSealer};
 use durable_mcp_store::{
     Expect, Principal, Record, RecordKind, SessionId, StoreError, StreamId, WriteBatch, now_ms,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::EngineError;
 use crate::caller::Caller;
+use crate::events::Events;
 use crate::records::{AliasRecord, RunRecord, canonical, key};
 use crate::rerun::AlreadySent;
-use crate::{Engine, EngineError};
-
-/// The methods whose requests are journaled (D6): those whose handlers may take time or
-/// have effects.
-pub const JOURNALED_METHODS: [&str; 4] = [
-    methods::TOOLS_CALL,
-    methods::PROMPTS_GET,
-    methods::RESOURCES_READ,
-    methods::COMPLETION_COMPLETE,
-];
 
 /// A duration in milliseconds, saturated.
 pub(crate) fn ms(d: Duration) -> u64 {
@@ -52,9 +43,9 @@ impl RunRecord {
     /// Its trace context is the current span's (the request's server span, traces on),
     /// else the client's ([`crate::traces`]).
     pub(crate) fn new(
-        engine: &Engine,
+        journal: &Journal,
         caller: &Caller,
-        request: Map<String, Value>,
+        request: Request,
         stream: &StreamId,
     ) -> Self {
         let trace = crate::traces::to_store(&request, caller.trace.as_ref());
@@ -67,8 +58,8 @@ impl RunRecord {
             request,
             stream: stream.to_string(),
             inbox: StreamId::random().to_string(),
-            owner: engine.options().worker_id.clone(),
-            lease_until_ms: now_ms() + ms(engine.options().lease),
+            owner: journal.worker_id.clone(),
+            lease_until_ms: now_ms() + ms(journal.lease),
             attempt: 1,
             task: None,
             task_flavor: None,
@@ -118,7 +109,12 @@ impl Drop for Held {
 }
 
 impl Held {
-    pub(crate) fn start(engine: &Engine, run_id: String, record: RunRecord, version: u64) -> Self {
+    pub(crate) fn start(
+        journal: &Journal,
+        run_id: String,
+        record: RunRecord,
+        version: u64,
+    ) -> Self {
         let lost = CancellationToken::new();
         let cancelled = lost.child_token();
         let record = Arc::new(record);
@@ -131,8 +127,8 @@ impl Held {
             stopped: std::sync::atomic::AtomicBool::new(false),
             renewing: std::sync::atomic::AtomicBool::new(false),
         });
-        let heartbeats = engine.inner.heartbeats.clone();
-        let slot = heartbeats.add(engine, beat.clone());
+        let heartbeats = journal.heartbeats.clone();
+        let slot = heartbeats.add(journal, beat.clone());
         let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(
             record.attempt > 1 || record.era == crate::records::Era::Modern,
         ));
@@ -168,13 +164,13 @@ impl Held {
     /// Change the run's record (compare-and-set against the version this worker holds).
     pub(crate) async fn update(
         &mut self,
-        engine: &Engine,
+        journal: &Journal,
         change: impl FnOnce(&mut RunRecord),
     ) -> Result<(), EngineError> {
         let mut guard = self.beat.shared.lock().await;
         let mut record = RunRecord::clone(&guard.0);
         change(&mut record);
-        let version = put_run(engine, &self.run_id, &record, guard.1).await?;
+        let version = put_run(journal, &self.run_id, &record, guard.1).await?;
         let record = Arc::new(record);
         *guard = (record.clone(), version);
         self.record = record;
@@ -184,12 +180,12 @@ impl Held {
     /// The run has its outcome (or was cancelled): forget it. A stateless request's steps
     /// stay until they expire: a sealed `requestState` naming the run may still come back
     /// (a retry after a crash, a replay), and must find its committed steps (D8).
-    pub(crate) async fn finish(self, engine: &Engine) {
+    pub(crate) async fn finish(self, journal: &Journal) {
         self.stop_heartbeat();
         if self.ended {
             return;
         }
-        let store = engine.store();
+        let store = journal.store();
         let steps = key::steps(&self.run_id);
         if !self.record.stateless()
             && self.steps_written.load(Ordering::SeqCst)
@@ -213,7 +209,7 @@ impl Held {
     /// worker took the run over (or renewed it), nothing is written and the error says so.
     pub(crate) async fn commit_outcome(
         &mut self,
-        engine: &Engine,
+        journal: &Journal,
         stream: &StreamId,
         outcome: &Value,
     ) -> Result<(), EngineError> {
@@ -226,7 +222,7 @@ impl Held {
         if !self.record.stateless() && self.steps_written.load(Ordering::SeqCst) {
             batch = batch.delete_records(RecordKind::Step, key::steps(&self.run_id));
         }
-        engine.commit_batch(batch).await?;
+        journal.events.commit(batch).await?;
         // Still under the lock: a renewal waiting for it sees the run stopped.
         self.stop_heartbeat();
         drop(guard);
@@ -236,7 +232,7 @@ impl Held {
 
     /// Give the run back: another worker (or our own recovery loop) picks it up at
     /// `retry_at_ms`.
-    pub(crate) async fn release(self, engine: &Engine, retry_at_ms: u64, failed: bool) {
+    pub(crate) async fn release(self, journal: &Journal, retry_at_ms: u64, failed: bool) {
         self.stop_heartbeat();
         let guard = self.beat.shared.lock().await;
         let (record, version) = guard.clone();
@@ -246,7 +242,7 @@ impl Held {
         if failed {
             record.failures += 1;
         }
-        match put_run(engine, &self.run_id, &record, version).await {
+        match put_run(journal, &self.run_id, &record, version).await {
             Ok(_) => tracing::info!(run = %self.run_id, "released a run's lease"),
             Err(error) => {
                 tracing::warn!(%error, run = %self.run_id, "could not release a lease; it expires by itself")
@@ -302,14 +298,14 @@ impl Heartbeats {
     }
 
     /// Register a held run; starts the heartbeat task if none runs.
-    fn add(&self, engine: &Engine, beat: Arc<Beat>) -> u64 {
+    fn add(&self, journal: &Journal, beat: Arc<Beat>) -> u64 {
         let mut beats = self.lock();
         beats.next += 1;
         let slot = beats.next;
         beats.held.insert(slot, beat);
         if !beats.ticking {
             beats.ticking = true;
-            tokio::spawn(tick(engine.clone(), self.clone()));
+            tokio::spawn(tick(journal.clone(), self.clone()));
         }
         slot
     }
@@ -351,8 +347,8 @@ impl Heartbeats {
 }
 
 /// The worker's heartbeat: every third of the lease, renew each held run.
-async fn tick(engine: Engine, heartbeats: Heartbeats) {
-    let lease = engine.options().lease;
+async fn tick(journal: Journal, heartbeats: Heartbeats) {
+    let lease = journal.lease;
     let mut ticker = tokio::time::interval(lease / 3);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
@@ -361,9 +357,9 @@ async fn tick(engine: Engine, heartbeats: Heartbeats) {
         let Some(due) = heartbeats.due() else { return };
         for beat in due {
             beat.renewing.store(true, Ordering::SeqCst);
-            let engine = engine.clone();
+            let journal = journal.clone();
             tokio::spawn(async move {
-                renew(&engine, &beat, lease).await;
+                renew(&journal, &beat, lease).await;
                 beat.renewing.store(false, Ordering::SeqCst);
             });
         }
@@ -373,7 +369,7 @@ async fn tick(engine: Engine, heartbeats: Heartbeats) {
 /// Renew one run's lease; stop the run if another worker took it over, if it could not
 /// be renewed for a whole lease, or if a client's cancellation was recorded for it (from
 /// any worker).
-async fn renew(engine: &Engine, beat: &Beat, lease: Duration) {
+async fn renew(journal: &Journal, beat: &Beat, lease: Duration) {
     let renewed = {
         let mut guard = beat.shared.lock().await;
         if beat.stopped.load(Ordering::SeqCst) {
@@ -382,7 +378,7 @@ async fn renew(engine: &Engine, beat: &Beat, lease: Duration) {
         }
         let mut record = RunRecord::clone(&guard.0);
         record.lease_until_ms = now_ms() + ms(lease);
-        let put = put_run(engine, &beat.run_id, &record, guard.1).await;
+        let put = put_run(journal, &beat.run_id, &record, guard.1).await;
         if let Ok(version) = put {
             beat.valid_until_ms
                 .store(record.lease_until_ms, Ordering::SeqCst);
@@ -409,7 +405,7 @@ async fn renew(engine: &Engine, beat: &Beat, lease: Duration) {
         }
         Err(error) => tracing::warn!(%error, run = %run_id, "could not renew a lease; retrying"),
     }
-    if let Ok(true) = engine.cancelled_elsewhere(run_id).await {
+    if let Ok(true) = journal.cancelled_elsewhere(run_id).await {
         tracing::debug!(run = %run_id, "cancelled by the client through another worker");
         beat.cancelled.cancel();
     }
@@ -417,12 +413,12 @@ async fn renew(engine: &Engine, beat: &Beat, lease: Duration) {
 
 /// Write run record `record` over `version` (compare-and-set); the new version.
 async fn put_run(
-    engine: &Engine,
+    journal: &Journal,
     run_id: &str,
     record: &RunRecord,
     version: u64,
 ) -> Result<u64, EngineError> {
-    Ok(engine
+    Ok(journal
         .store()
         .put_record(
             RecordKind::Run,
@@ -443,16 +439,9 @@ pub(crate) const STATE_TTL: Duration = Duration::from_secs(600);
 
 /// What a sealed run state is bound to (D12): the principal, the method and the
 /// request's parameters (without the state, the answers and `_meta`).
-fn state_binding(principal: &Principal, request: &Map<String, Value>) -> Vec<u8> {
-    let method = request
-        .get("method")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let mut params = request
-        .get("params")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+fn state_binding(principal: &Principal, request: &Request) -> Vec<u8> {
+    let method = request.method();
+    let mut params = request.params().cloned().unwrap_or_default();
     for key in ["requestState", "inputResponses", "_meta"] {
         params.remove(key);
     }
@@ -469,7 +458,7 @@ pub(crate) fn seal_run(
     keys: &StateKeys,
     run_id: &str,
     principal: &Principal,
-    request: &Map<String, Value>,
+    request: &Request,
 ) -> String {
     StateSealer::new(keys.clone()).seal(
         &json!({"run": run_id}),
@@ -495,7 +484,7 @@ pub(crate) fn open_run(
     keys: &StateKeys,
     sealed: &str,
     principal: &Principal,
-    request: &Map<String, Value>,
+    request: &Request,
 ) -> Result<String, StateRefused> {
     let payload =
         StateSealer::new(keys.clone()).open(sealed, &state_binding(principal, request))?;
@@ -506,7 +495,48 @@ pub(crate) fn open_run(
         .ok_or(StateRefused::NoRun)
 }
 
-impl Engine {
+/// The journal: this worker's view of the run records and their leases, and the heartbeat
+/// of the runs it holds. Engine-wide state of its own: the worker's id and lease, when the
+/// worker started, the held runs; everything else is in the store.
+#[derive(Clone)]
+pub(crate) struct Journal {
+    events: Events,
+    worker_id: String,
+    lease: Duration,
+    /// When this worker started: leases it grants end after `started_at_ms + lease`.
+    started_at_ms: u64,
+    /// The runs this worker holds, renewed by one shared heartbeat.
+    heartbeats: Heartbeats,
+}
+
+impl Journal {
+    /// The journal of worker `worker_id`, whose leases last `lease`, committing through
+    /// `events`.
+    pub(crate) fn new(events: Events, worker_id: String, lease: Duration) -> Self {
+        Self {
+            events,
+            worker_id,
+            lease,
+            started_at_ms: now_ms(),
+            heartbeats: Heartbeats::default(),
+        }
+    }
+
+    fn store(&self) -> &Arc<dyn durable_mcp_store::Store> {
+        self.events.store()
+    }
+
+    /// When this worker started (milliseconds since the epoch).
+    pub(crate) fn started_at_ms(&self) -> u64 {
+        self.started_at_ms
+    }
+
+    /// The runs this worker holds.
+    #[cfg(test)]
+    pub(crate) fn heartbeats(&self) -> &Heartbeats {
+        &self.heartbeats
+    }
+
     /// The alias of a session's request id, if the id started a run: that run's stream, and
     /// which request started it (a re-send of that request attaches to it, D6; another
     /// request under the id is refused).
@@ -607,7 +637,7 @@ impl Engine {
     /// Every journal entry (running here, elsewhere, or waiting for a worker). Usually one
     /// listing sees every entry; past `BATCH` live entries, run ids being hex, one listing
     /// per first digit keeps each bounded while all are looked at.
-    pub(crate) async fn journal_entries(&self) -> Result<Vec<Record>, EngineError> {
+    pub(crate) async fn entries(&self) -> Result<Vec<Record>, EngineError> {
         const BATCH: usize = 1_000;
         let all = self
             .store()
@@ -637,7 +667,7 @@ impl Engine {
         self.claim_if(record, false).await
     }
 
-    /// [`Engine::claim`] for a re-sent request that found its run journaled: also a run
+    /// [`Journal::claim`] for a re-sent request that found its run journaled: also a run
     /// no live worker runs, whatever its lease says: one this worker owns and does not run
     /// (its first start failed on the store), or one given back for a later retry. A run
     /// another worker holds is not taken before its lease runs out: this worker cannot
@@ -647,7 +677,7 @@ impl Engine {
     }
 
     async fn claim_if(&self, record: Record, resent: bool) -> Result<Option<Held>, EngineError> {
-        let me = self.options().worker_id.clone();
+        let me = self.worker_id.clone();
         let mut run = match RunRecord::decode(&record.key, &record.value) {
             Ok(run) => run,
             Err(error) => {
@@ -659,14 +689,14 @@ impl Engine {
             }
         };
         let ours_from_before =
-            run.owner == me && run.lease_until_ms < self.started_at_ms() + ms(self.options().lease);
+            run.owner == me && run.lease_until_ms < self.started_at_ms + ms(self.lease);
         // The caller checked that the run does not run here.
         let unrun = resent && (run.owner.is_empty() || run.owner == me);
         if !ours_from_before && !unrun && run.lease_until_ms > now_ms() {
             return Ok(None);
         }
         let previous_owner = std::mem::replace(&mut run.owner, me);
-        run.lease_until_ms = now_ms() + ms(self.options().lease);
+        run.lease_until_ms = now_ms() + ms(self.lease);
         run.attempt += 1;
         let version = match self
             .store()
@@ -749,5 +779,4 @@ impl Engine {
 }
 
 #[cfg(test)]
-#[path = "journal_tests.rs"]
 mod tests;

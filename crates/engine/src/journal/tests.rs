@@ -194,7 +194,7 @@ async fn d7_heartbeat_renews_the_lease_and_detects_a_takeover() {
             .value,
     )
     .unwrap();
-    let held = Held::start(&engine, run_id.clone(), record, version);
+    let held = Held::start(engine.journal(), run_id.clone(), record, version);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let renewed = loop {
         let current = store
@@ -272,7 +272,10 @@ async fn d7_one_shared_heartbeat_renews_every_held_run_and_fences_only_the_lost_
                 .value,
         )
         .unwrap();
-        held.push((Held::start(&engine, run_id, record, version), version));
+        held.push((
+            Held::start(engine.journal(), run_id, record, version),
+            version,
+        ));
     }
     let tasks = tokio::runtime::Handle::current()
         .metrics()
@@ -360,11 +363,11 @@ async fn d7_one_shared_heartbeat_renews_every_held_run_and_fences_only_the_lost_
     );
     drop(held);
     assert_eq!(
-        engine.inner.heartbeats.held(),
+        engine.journal().heartbeats().held(),
         0,
         "dropped runs leave the heartbeat"
     );
-    while engine.inner.heartbeats.ticking() {
+    while engine.journal().heartbeats().ticking() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the heartbeat task never ended"
@@ -416,8 +419,9 @@ async fn d7_a_run_that_failed_max_attempts_times_is_ended_not_rerun() {
     );
 }
 
-fn tools_call(arguments: Value) -> serde_json::Map<String, Value> {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": arguments}}).as_object().cloned().unwrap()
+fn tools_call(arguments: Value) -> crate::Request {
+    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": arguments}});
+    crate::Request::from_message(message.as_object().cloned().unwrap())
 }
 
 /// D12: a sealed `requestState` opens only for the principal, method and parameters it was
@@ -436,9 +440,10 @@ async fn d12_request_state_is_bound_to_principal_method_and_parameters() {
         "run-1"
     );
     // `requestState`, `inputResponses` and `_meta` are not part of the binding.
-    let mut retry = request.clone();
+    let mut retry = request.clone().into_message();
     retry["params"]["requestState"] = json!(sealed.clone());
     retry["params"]["_meta"] = json!({"x": 1});
+    let retry = crate::Request::from_message(retry);
     assert_eq!(
         super::open_run(&keys, &sealed, &alice, &retry).unwrap(),
         "run-1"
@@ -447,9 +452,9 @@ async fn d12_request_state_is_bound_to_principal_method_and_parameters() {
         super::open_run(&keys, &sealed, &Principal::new("bob"), &request),
         super::open_run(&keys, &sealed, &alice, &tools_call(json!({"n": 2}))),
         super::open_run(&keys, &sealed, &alice, &{
-            let mut other = request.clone();
+            let mut other = request.clone().into_message();
             other["method"] = json!("prompts/get");
-            other
+            crate::Request::from_message(other)
         }),
         super::open_run(&keys, &format!("{sealed}x"), &alice, &request),
         super::open_run(&keys, sealed.trim_start_matches("dmcp."), &alice, &request),
@@ -527,6 +532,7 @@ async fn d7_of_two_claims_of_one_expired_lease_one_wins() {
         engine(store.clone(), Duration::from_secs(5)),
     );
     let held = first
+        .journal()
         .claim(read.clone())
         .await
         .unwrap()
@@ -536,7 +542,7 @@ async fn d7_of_two_claims_of_one_expired_lease_one_wins() {
         (first.options().worker_id.as_str(), 2)
     );
     assert!(
-        second.claim(read).await.unwrap().is_none(),
+        second.journal().claim(read).await.unwrap().is_none(),
         "the second lost the compare-and-set"
     );
     let current = store
@@ -568,7 +574,7 @@ async fn an_undecodable_journal_entry_is_removed_when_claimed() {
         .await
         .unwrap()
         .unwrap();
-    assert!(engine.claim(broken).await.unwrap().is_none());
+    assert!(engine.journal().claim(broken).await.unwrap().is_none());
     assert!(
         store
             .get_record(RecordKind::Run, "broken")
@@ -584,7 +590,7 @@ async fn an_undecodable_journal_entry_is_removed_when_claimed() {
         .unwrap()
         .unwrap();
     assert!(
-        engine.claim(live).await.unwrap().is_none(),
+        engine.journal().claim(live).await.unwrap().is_none(),
         "a live lease is not claimed"
     );
     assert_eq!(
@@ -615,10 +621,15 @@ async fn d7_a_resent_request_adopts_a_run_no_live_worker_runs() {
             .unwrap()
             .unwrap();
         assert!(
-            engine.claim(record.clone()).await.unwrap().is_none(),
+            engine
+                .journal()
+                .claim(record.clone())
+                .await
+                .unwrap()
+                .is_none(),
             "owner {owner:?}: recovery waits for the lease"
         );
-        let held = engine.adopt(record).await.unwrap();
+        let held = engine.journal().adopt(record).await.unwrap();
         assert_eq!(held.is_some(), adopted, "owner {owner:?}");
         if let Some(held) = held {
             let record = store
@@ -628,7 +639,7 @@ async fn d7_a_resent_request_adopts_a_run_no_live_worker_runs() {
                 .unwrap();
             assert_eq!(owner_of(&record), me);
             assert_eq!(held.record.attempt, 2, "a re-run counts as an attempt");
-            held.finish(&engine).await;
+            held.finish(engine.journal()).await;
         }
     }
 }
@@ -690,6 +701,7 @@ async fn counted_session(
         json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
     );
+    let request = crate::Request::from_message(request);
     let (session, _) = engine.initialize(&principal, request, None).await.unwrap();
     let caller = crate::Caller::legacy(principal, session.expect("a session")).unwrap();
     (engine, caller, runs)
@@ -742,10 +754,12 @@ async fn d6_a_reused_id_with_another_request_is_refused() {
     let first = engine
         .accept(
             &caller,
-            json!(7),
-            call(
-                json!({"a": 1, "b": [1, 2]}),
-                Some(json!({"progressToken": "p1"})),
+            crate::Request::new(
+                json!(7),
+                call(
+                    json!({"a": 1, "b": [1, 2]}),
+                    Some(json!({"progressToken": "p1"})),
+                ),
             ),
         )
         .await
@@ -766,7 +780,10 @@ async fn d6_a_reused_id_with_another_request_is_refused() {
         ),
         call(json!({"a": 1, "b": [1, 2]}), None),
     ] {
-        let again = engine.accept(&caller, json!(7), resend).await.unwrap();
+        let again = engine
+            .accept(&caller, crate::Request::new(json!(7), resend))
+            .await
+            .unwrap();
         assert_eq!(
             again.stream, first.stream,
             "a re-send is attached to the id's run"
@@ -789,7 +806,12 @@ async fn d6_a_reused_id_with_another_request_is_refused() {
         call(json!({"a": 1, "b": [2, 1]}), None),
         prompt,
     ] {
-        assert_reused(engine.accept(&caller, json!(7), other).await, "7");
+        assert_reused(
+            engine
+                .accept(&caller, crate::Request::new(json!(7), other))
+                .await,
+            "7",
+        );
     }
     let counts = counting.hook().take();
     let writes: Vec<_> = counts
@@ -847,14 +869,20 @@ async fn d6_a_reused_id_of_a_task_call_with_another_request_is_refused() {
         object(json!({"jsonrpc": "2.0", "id": "t-1", "method": "tools/call", "params": params}))
     };
     let first = engine
-        .accept(&caller, json!("t-1"), call(json!({"a": 1}), true))
+        .accept(
+            &caller,
+            crate::Request::new(json!("t-1"), call(json!({"a": 1}), true)),
+        )
         .await
         .unwrap();
     let created = store.read_after(&first.stream, 0, 100).await.unwrap();
     let created: Value = serde_json::from_str(&created.events.last().unwrap().data).unwrap();
     assert!(created["result"]["task"]["taskId"].is_string(), "{created}");
     let again = engine
-        .accept(&caller, json!("t-1"), call(json!({"a": 1}), true))
+        .accept(
+            &caller,
+            crate::Request::new(json!("t-1"), call(json!({"a": 1}), true)),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -863,13 +891,19 @@ async fn d6_a_reused_id_of_a_task_call_with_another_request_is_refused() {
     );
     assert_reused(
         engine
-            .accept(&caller, json!("t-1"), call(json!({"a": 1}), false))
+            .accept(
+                &caller,
+                crate::Request::new(json!("t-1"), call(json!({"a": 1}), false)),
+            )
             .await,
         "\"t-1\"",
     );
     assert_reused(
         engine
-            .accept(&caller, json!("t-1"), call(json!({"a": 2}), true))
+            .accept(
+                &caller,
+                crate::Request::new(json!("t-1"), call(json!({"a": 2}), true)),
+            )
             .await,
         "\"t-1\"",
     );
