@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use durable_mcp_protocol::{AuthInfo, McpVersion, PeerContext, SessionState};
-use durable_mcp_store::{Principal, SessionId, SessionRecord, StreamOwner};
+use durable_mcp_store::{Principal, SessionId, SessionRecord, Store, StreamOwner};
 
+use crate::EngineError;
 use crate::records::Era;
-use crate::{Engine, EngineError};
 
 /// Who sent a request, and in which context.
 #[derive(Debug, Clone)]
@@ -67,19 +67,19 @@ impl Caller {
     }
 
     /// What the handler gets to know of this caller (and its durable session state).
-    pub(crate) fn peer(&self, engine: &Engine) -> PeerContext {
+    pub(crate) fn peer(&self, store: &Arc<dyn Store>) -> PeerContext {
         PeerContext {
             protocol_version: Some(self.protocol_version.as_str().to_owned()),
             client: self.session.as_ref().map(|s| s.client.clone()),
             session_state: Some(match &self.session {
                 Some(session) => crate::state::session_state(
-                    engine.store().clone(),
+                    store.clone(),
                     self.principal.clone(),
                     session.id.clone(),
                 ),
                 None => SessionState::without_session(self.protocol_version.as_str()),
             }),
-            server_state: Some(engine.server_state()),
+            server_state: Some(crate::state::server_state(store.clone())),
             durable: None,
             state_keys: None,
             auth: Some(match &self.auth {

@@ -255,6 +255,7 @@ impl DurableRun {
 
     async fn set_task_status(&self, key: &str, status: TaskStatus) -> Result<(), DurableError> {
         self.engine
+            .tasks()
             .update_task(key, |task| {
                 if task.status.is_terminal() || task.status == status {
                     return false;
@@ -288,6 +289,7 @@ impl DurableRun {
         loop {
             let task = self
                 .engine
+                .tasks()
                 .update_task(key, |task| {
                     if task.status.is_terminal()
                         || task.input_responses.contains_key(&question)
@@ -316,6 +318,7 @@ impl DurableRun {
                     )
                     .await?;
                 self.engine
+                    .tasks()
                     .update_task(key, |task| task.input_responses.remove(&question).is_some())
                     .await
                     .map_err(|e| self.journal_error(e))?;

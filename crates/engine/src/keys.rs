@@ -25,7 +25,7 @@ use std::time::Duration;
 use durable_mcp_protocol::{KeyRing, StateKeyError, StateKeys};
 use durable_mcp_store::{Expect, RecordKind, Store, StoreError, now_ms};
 
-use crate::{Engine, EngineError};
+use crate::EngineError;
 
 /// The key of the ring's record.
 pub const RING: &str = crate::records::key::KEY_RING;
@@ -120,6 +120,7 @@ pub async fn rotate(
 
 /// The engine's hold on the keys: a fixed key, or the store's ring as last read.
 pub(crate) struct Keys {
+    store: Arc<dyn Store>,
     fixed: Option<Result<StateKeys, Arc<StateKeyError>>>,
     ring: tokio::sync::OnceCell<StateKeys>,
     read_at_ms: AtomicU64,
@@ -127,27 +128,27 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    pub(crate) fn new(state_key: Option<&[u8]>) -> Self {
+    /// `state_key`, if given, else the ring in `store`.
+    pub(crate) fn new(store: Arc<dyn Store>, state_key: Option<&[u8]>) -> Self {
         Self {
+            store,
             fixed: state_key.map(|key| StateKeys::fixed(key).map_err(Arc::new)),
             ring: tokio::sync::OnceCell::new(),
             read_at_ms: AtomicU64::new(0),
             reading: tokio::sync::Mutex::new(()),
         }
     }
-}
 
-impl Engine {
     /// The `requestState` keys of this worker: `state_key` if one is configured, else the
     /// store's ring (created on first use, re-read when older than [`REFRESH`]). Fails
     /// only while the ring cannot be read for the first time, or for a refused
     /// `state_key`; a failed re-read keeps the ring already read.
-    pub async fn state_keys(&self) -> Result<StateKeys, EngineError> {
-        let keys = &self.inner.keys;
+    pub(crate) async fn get(&self) -> Result<StateKeys, EngineError> {
+        let keys = self;
         if let Some(fixed) = &keys.fixed {
             return fixed.clone().map_err(EngineError::StateKeys);
         }
-        let store = self.store().as_ref();
+        let store = self.store.as_ref();
         let ring = keys
             .ring
             .get_or_try_init(|| async {

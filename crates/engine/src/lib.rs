@@ -163,8 +163,8 @@ struct Inner {
     options: EngineOptions,
     runs: registry::Registry,
     keys: keys::Keys,
-    /// Every task write on this worker, by record key: wakes its listen streams.
-    task_changes: tokio::sync::broadcast::Sender<String>,
+    /// Task records, and their writes on this worker.
+    tasks: tasks::Tasks,
     /// Server-wide change announcements, as this worker sees them.
     changes: changes::Changes,
     /// The GET streams open on this worker, per session.
@@ -200,10 +200,11 @@ impl Engine {
             store
         };
         let summary = handler.summary();
-        let keys = keys::Keys::new(options.state_key.as_deref());
+        let keys = keys::Keys::new(store.clone(), options.state_key.as_deref());
         let events = events::Events::new(store);
         let journal =
             journal::Journal::new(events.clone(), options.worker_id.clone(), options.lease);
+        let tasks = tasks::Tasks::new(events.clone());
         let limiter = limits::Limiter::new(options.limits.clone());
         Self {
             inner: Arc::new(Inner {
@@ -214,7 +215,7 @@ impl Engine {
                 options,
                 runs: registry::Registry::default(),
                 keys,
-                task_changes: tokio::sync::broadcast::channel(256).0,
+                tasks,
                 changes: changes::Changes::default(),
                 get_streams: getstream::Local::default(),
                 limiter,
@@ -266,6 +267,14 @@ impl Engine {
         &self.inner.summary
     }
 
+    /// The `requestState` keys of this worker: `state_key` if one is configured, else the
+    /// store's ring (created on first use, re-read when older than [`keys::REFRESH`]).
+    /// Fails only while the ring cannot be read for the first time, or for a refused
+    /// `state_key`; a failed re-read keeps the ring already read.
+    pub async fn state_keys(&self) -> Result<durable_mcp_protocol::StateKeys, EngineError> {
+        self.inner.keys.get().await
+    }
+
     /// The journal: run records, leases, heartbeats.
     pub(crate) fn journal(&self) -> &journal::Journal {
         &self.inner.journal
@@ -276,9 +285,9 @@ impl Engine {
         state::server_state(self.store().clone())
     }
 
-    /// Task writes on this worker (see `notify`).
-    pub(crate) fn task_changes(&self) -> &tokio::sync::broadcast::Sender<String> {
-        &self.inner.task_changes
+    /// The tasks.
+    pub(crate) fn tasks(&self) -> &tasks::Tasks {
+        &self.inner.tasks
     }
 
     /// The options.

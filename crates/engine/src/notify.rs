@@ -142,7 +142,7 @@ impl Engine {
             }
             // Another owner's task is simply not found (D13): not acknowledged.
             let key = owner.key(task_id);
-            if let Some((task, _)) = self.load_task(&key).await?
+            if let Some((task, _)) = self.tasks().load_task(&key).await?
                 && task.flavor == Flavor::Extension
                 && owner.owns(&task)
             {
@@ -227,7 +227,7 @@ impl Engine {
         stop: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
-        let mut changes = self.task_changes().subscribe();
+        let mut changes = self.tasks().written();
         tokio::spawn(async move {
             let meta = json!({SUBSCRIPTION_ID: subscription_id});
             let mut told: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
@@ -244,7 +244,7 @@ impl Engine {
                     if stop.is_cancelled() {
                         return;
                     }
-                    let task = match engine.load_task(key).await {
+                    let task = match engine.tasks().load_task(key).await {
                         Ok(Some((task, _))) => task,
                         // Expired: nothing more will change.
                         Ok(None) => {

@@ -611,7 +611,7 @@ impl Engine {
             Ending::StopHeartbeat => held.stop_heartbeat(),
             Ending::Finish | Ending::Done | Ending::CloseUnanswered { .. } => {
                 if let (Some(task), Stop::Answered(outcome)) = (held.record.task.clone(), &stop)
-                    && let Err(error) = self.settle_task(&task, outcome).await
+                    && let Err(error) = self.tasks().settle_task(&task, outcome).await
                 {
                     // The outcome is on the task's stream: recovery settles the task from it.
                     tracing::warn!(%error, %task, "could not settle a task; recovery will");
@@ -632,6 +632,7 @@ impl Engine {
                 }
                 if let Some(task) = &held.record.task
                     && let Err(error) = self
+                        .tasks()
                         .end_task(task, TaskStatus::Cancelled, "The request was cancelled.")
                         .await
                 {

@@ -100,7 +100,7 @@ impl Engine {
             if let Some(task) = &record.task
                 && let Some(outcome) = self.journal().last_message(&stream).await?
             {
-                self.settle_task(task, &outcome).await?;
+                self.tasks().settle_task(task, &outcome).await?;
             }
             return Ok(Resume::Done);
         }
@@ -115,7 +115,7 @@ impl Engine {
         if let (Some(reply), Some(task)) = (&record.reply, &record.task)
             && let Ok(reply) = reply.parse::<StreamId>()
             && !self.journal().stream_closed(&reply).await?
-            && let Some((task, _)) = self.load_task(task).await?
+            && let Some((task, _)) = self.tasks().load_task(task).await?
         {
             let created = json!({"jsonrpc": "2.0", "id": id, "result": task.created()});
             match self.commit(&reply, &created, true).await {
@@ -126,6 +126,7 @@ impl Engine {
         let cancelled = self.journal().cancelled_elsewhere(&held.run_id).await?;
         let task_ended = match &record.task {
             Some(task) => self
+                .tasks()
                 .load_task(task)
                 .await?
                 .is_none_or(|(t, _)| t.status.is_terminal()),
@@ -140,7 +141,8 @@ impl Engine {
                 Ok(session) => Some(session),
                 Err(StoreError::NotFound { .. }) => {
                     if let Some(task) = &record.task {
-                        self.end_task(task, TaskStatus::Cancelled, "The session ended.")
+                        self.tasks()
+                            .end_task(task, TaskStatus::Cancelled, "The session ended.")
                             .await?;
                     }
                     return Ok(Resume::Done);
@@ -158,7 +160,8 @@ impl Engine {
         if record.failures >= self.options().max_attempts {
             tracing::error!(run = %held.run_id, failures = record.failures, "a run failed too often; ending it with an error");
             if let Some(task) = &record.task {
-                self.end_task(task, TaskStatus::Failed, "The task failed too often.")
+                self.tasks()
+                    .end_task(task, TaskStatus::Failed, "The task failed too often.")
                     .await?;
             }
             return self.closed_or_retry(&stream, &id, false).await;
@@ -184,7 +187,7 @@ impl Engine {
                 .map(std::sync::Arc::new),
         };
         // Read once, here: the re-run's notifications are then checked in memory.
-        let already_sent = AlreadySent::read(self, &stream).await?;
+        let already_sent = AlreadySent::read(self.store().as_ref(), &stream).await?;
         Ok(Resume::Launch(Box::new(caller), id, stream, already_sent))
     }
 

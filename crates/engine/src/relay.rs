@@ -54,7 +54,7 @@ impl Engine {
             if terminal {
                 // The task's record has the last word: one cancelled between the outcome's
                 // commit and its settling reports cancelled here too (one outcome, D7).
-                if let Some((task, _)) = self.load_task(&relay.task).await?
+                if let Some((task, _)) = self.tasks().load_task(&relay.task).await?
                     && task.status == TaskStatus::Cancelled
                 {
                     break;
@@ -73,6 +73,7 @@ impl Engine {
         }
         // The task's stream ended without an outcome: it was cancelled.
         let status = self
+            .tasks()
             .load_task(&relay.task)
             .await?
             .map_or("expired", |(task, _)| task.status.as_str());

@@ -21,11 +21,11 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use durable_mcp_store::{StoreError, StreamId};
+use durable_mcp_store::{Store, StoreError, StreamId};
 use serde_json::Value;
 
+use crate::EngineError;
 use crate::records::canonical;
-use crate::{Engine, EngineError};
 
 /// The method whose notifications carry a progress value per progress token.
 const PROGRESS: &str = durable_mcp_protocol::methods::NOTIFICATION_PROGRESS;
@@ -88,12 +88,12 @@ impl AlreadySent {
 
     /// Read `stream` once, from its start (from its oldest retained event, once retention
     /// pruned its start: what a client could still resume).
-    pub(crate) async fn read(engine: &Engine, stream: &StreamId) -> Result<Self, EngineError> {
+    pub(crate) async fn read(store: &dyn Store, stream: &StreamId) -> Result<Self, EngineError> {
         const PAGE: usize = 1_000;
         let mut after = 0;
         let mut messages = Vec::new();
         loop {
-            let read = match engine.store().read_after(stream, after, PAGE).await {
+            let read = match store.read_after(stream, after, PAGE).await {
                 Ok(read) => read,
                 Err(StoreError::NotFound { .. }) => break,
                 Err(StoreError::Pruned {

@@ -561,7 +561,7 @@ impl Engine {
                 });
             }
         };
-        let mut peer = caller.peer(self);
+        let mut peer = caller.peer(self.store());
         peer.state_keys = Some(keys.clone());
         peer.outbox = Some(self.outbox(&caller));
         let (detach, detach_requests) = tokio::sync::mpsc::channel(1);
@@ -655,7 +655,7 @@ impl Engine {
         if *request.method() == Method::TasksResult {
             return self.task_result(caller, request, opening).await;
         }
-        self.tasks_request(caller, flavor, request).await
+        self.tasks().tasks_request(caller, flavor, request).await
     }
 
     /// Whether a `tools/call` runs as a task, by the tool's declared support and the
@@ -724,7 +724,10 @@ impl Engine {
         store
             .create_stream(&run_stream, &caller.stream_owner())
             .await?;
-        let (task, key) = self.create_task(caller, flavor, ttl, &run_stream).await?;
+        let (task, key) = self
+            .tasks()
+            .create_task(caller, flavor, ttl, &run_stream)
+            .await?;
         let mut record = RunRecord::new(self.journal(), caller, request.clone(), &run_stream);
         record.task = Some(key.clone());
         record.task_flavor = Some(flavor);
@@ -757,7 +760,7 @@ impl Engine {
             rejection.id = Some(id);
             let response = rejection.to_response();
             self.commit(&run_stream, &response, true).await?;
-            self.settle_task(&key, &response).await?;
+            self.tasks().settle_task(&key, &response).await?;
         }
         Ok(())
     }
@@ -786,6 +789,7 @@ impl Engine {
         let owner = crate::tasks::TaskOwner::of(caller, Flavor::V2025);
         let key = owner.key(task_id);
         let Some((task, _)) = self
+            .tasks()
             .load_task(&key)
             .await?
             .filter(|(t, _)| t.flavor == Flavor::V2025 && owner.owns(t))
@@ -975,7 +979,8 @@ impl Engine {
         key: &str,
         cancel: &CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
-        self.watch_task_cancellation(key.to_owned(), cancel.clone())
+        self.tasks()
+            .watch_task_cancellation(key.to_owned(), cancel.clone())
     }
 
     /// The handler asked to go on as a task (2026-07-28): commit the task, point the run's
@@ -998,6 +1003,7 @@ impl Engine {
             .create_stream(&task_stream, &caller.stream_owner())
             .await?;
         let (task, key) = self
+            .tasks()
             .create_task(caller, Flavor::Extension, None, &task_stream)
             .await?;
         // The task's steps (and those of its synchronous rounds) live as long as the task.
@@ -1243,7 +1249,7 @@ impl Engine {
     /// Deliver a client notification to the handler (not `notifications/cancelled`, which
     /// is [`Engine::cancel`]).
     pub fn notify(&self, caller: &Caller, message: Map<String, Value>) {
-        self.handler().notify(message, &caller.peer(self));
+        self.handler().notify(message, &caller.peer(self.store()));
     }
 
     /// `notifications/cancelled`: cancel the named request of the caller's session.

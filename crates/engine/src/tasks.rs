@@ -28,9 +28,10 @@ use durable_mcp_protocol::tasks::{TASKS_EXTENSION, TaskStatus};
 use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, StoreError, StreamId, now_ms};
 use serde_json::{Map, Value, json};
 
+use crate::EngineError;
 use crate::caller::Caller;
+use crate::events::Events;
 use crate::records::{Era, Flavor, TaskRecord, iso8601, key};
-use crate::{Engine, EngineError};
 
 /// Default and largest task lifetimes.
 const DEFAULT_TTL_MS: u64 = 3_600_000;
@@ -207,7 +208,33 @@ pub(crate) fn task_not_found(id: RequestId) -> Value {
     )
 }
 
-impl Engine {
+/// The tasks: their records, and the writes of them on this worker, which wake its listen
+/// streams and task runs at once (other workers' writes are polled).
+#[derive(Clone)]
+pub(crate) struct Tasks {
+    events: Events,
+    /// Every task write on this worker, by record key.
+    written: tokio::sync::broadcast::Sender<String>,
+}
+
+impl Tasks {
+    /// The tasks of the store behind `events`, which they commit notifications through.
+    pub(crate) fn new(events: Events) -> Self {
+        Self {
+            events,
+            written: tokio::sync::broadcast::channel(256).0,
+        }
+    }
+
+    fn store(&self) -> &std::sync::Arc<dyn durable_mcp_store::Store> {
+        self.events.store()
+    }
+
+    /// The task writes of this worker, by record key, from now on.
+    pub(crate) fn written(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.written.subscribe()
+    }
+
     /// Commit a new task (D10: before its create result exists). Returns the record and
     /// its key.
     pub(crate) async fn create_task(
@@ -271,7 +298,7 @@ impl Engine {
     /// listen streams and task runs, and tell a 2025-11-25 session if the status changed.
     async fn task_written(&self, key: &str, status_before: TaskStatus, task: &TaskRecord) {
         // No receiver is the common case, not an error.
-        let _ = self.task_changes().send(key.to_owned());
+        let _ = self.written.send(key.to_owned());
         if task.status != status_before {
             crate::metrics::task_status(task.status.as_str());
         }
@@ -294,7 +321,7 @@ impl Engine {
         }
         // The notification carries the task id itself, not `related-task` (2025-11-25).
         let message = json!({"jsonrpc": "2.0", "method": methods::NOTIFICATION_TASKS_STATUS, "params": task.wire()});
-        if let Err(error) = self.append(&stream, to_text(&message), false).await {
+        if let Err(error) = self.events.append(&stream, to_text(&message), false).await {
             tracing::debug!(%error, task = %task.task_id, "task status notification not sent (the session may have ended)");
         }
     }
@@ -567,8 +594,8 @@ impl Engine {
         key: String,
         cancel: tokio_util::sync::CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
-        let engine = self.clone();
-        let mut written_here = self.task_changes().subscribe();
+        let tasks = self.clone();
+        let mut written_here = self.written();
         tokio::spawn(async move {
             loop {
                 let deadline = tokio::time::Instant::now() + TASK_POLL;
@@ -584,7 +611,7 @@ impl Engine {
                         },
                     }
                 }
-                match engine.load_task(&key).await {
+                match tasks.load_task(&key).await {
                     Ok(Some((task, _))) if task.status == TaskStatus::Cancelled => {
                         cancel.cancel();
                         return;
