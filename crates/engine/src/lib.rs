@@ -15,52 +15,52 @@
 //! # Layers
 //!
 //! The engine is built in layers; a module uses the modules of its own layer and of those
-//! below it, never one above (the `layers` test checks every module's `crate::` paths):
+//! below it, never one above. Layers 0 to 3 are the crate
+//! [`durable_mcp_engine_core`] (records, the journal, tasks, keys, the door out, metrics
+//! and traces), which does not depend on this one: the compiler keeps them from calling
+//! the request path. This crate is layer 4, the request path, and the composition:
 //!
-//! | layer | modules | what it owns |
-//! |---|---|---|
-//! | 0 records | `records` (`records::key`), `error`, `metrics` (with its store decorator), `traces`, `semconv`, `limits`, `sync` | every record, its key and its encoding; status, era and flavor enums; the errors; the metrics' names and the store latency decorator; spans and trace contexts; the semantic-convention names both share; the limits per principal and what each principal uses of the worker; the one lock helper |
-//! | 1 context | `caller`, `state`, `keys`, `rerun` | who sent a request; durable state handles; the `requestState` key ring; what a re-run already sent |
-//! | 2 journal | `journal` | run records, leases, heartbeats, claiming runs whose lease ran out, cancellation marks, sealed run state |
-//! | 3 tasks | `tasks` | task records, owners, status changes and their notifications, `tasks/*` answers |
-//! | 4 request path | `registry` (the runs in flight here, behind its own API), `run`, `pump`, `opening`, `tail`, `durable`, `recovery`, `relay`, `inbox`, `notify`, `changes`, `getstream`, `session`, `subscriptions`, `outbox`, `inspect` | accepting, committing and routing requests; the durable context; re-running claimed runs |
+//! | module | what it owns |
+//! |---|---|
+//! | `run` | the door in: [`Engine::accept`] classifies a request into a route, one function per route |
+//! | `opening` | a new request's response stream and its journal entry, committed together |
+//! | `pump` | a running handler's messages: each committed, its outcome last |
+//! | `registry` | the runs in flight on this worker |
+//! | `durable` | the handler's durable context: steps, questions, becoming a task |
+//! | `recovery`, `relay` | re-running runs taken over; relaying a task's stream |
+//! | `tail`, `getstream` | reading streams back; the GET streams of a session |
+//! | `session`, `notify`, `changes`, `subscriptions`, `outbox`, `inbox` | sessions, listen streams, change announcements, resource subscriptions, a handler's notifications and answers |
+//! | `inspect` | what an operator reads of the store |
 //!
-//! The crate root ([`Engine`], [`EngineOptions`]) is the handle every layer's `impl Engine`
-//! works through: it holds the store and the options.
+//! [`Engine`] composes the components of the core ([`events::Events`], [`keys::Keys`],
+//! [`journal::Journal`], [`tasks::Tasks`]) with this crate's own (the registry, the GET
+//! streams, the change announcements); the `layers` test checks the `crate::` paths
+//! inside each crate.
 
-mod caller;
 mod changes;
 mod durable;
-mod error;
-mod events;
 mod getstream;
-mod hub;
 mod inbox;
 pub mod inspect;
-mod journal;
-pub mod keys;
+#[cfg(test)]
+mod journal_tests;
 #[cfg(test)]
 mod layers;
-pub mod limits;
-pub mod metrics;
 mod notify;
 mod opening;
 mod outbox;
 mod pump;
-mod records;
 mod recovery;
 mod registry;
 mod relay;
-mod rerun;
 mod run;
-mod semconv;
 mod session;
-mod state;
 mod subscriptions;
-mod sync;
 mod tail;
-mod tasks;
-pub mod traces;
+
+// The core's modules, under the names the request path uses (`crate::journal`, ...).
+use durable_mcp_engine_core::{caller, events, hub, journal, records, rerun, state, sync, tasks};
+pub use durable_mcp_engine_core::{keys, limits, metrics, traces};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,15 +68,13 @@ use std::time::Duration;
 use durable_mcp_protocol::{McpHandler, ServerSummary};
 use durable_mcp_store::{Retention, Store};
 
-pub use caller::Caller;
+pub use durable_mcp_engine_core::{Caller, EngineError, Era, RecordError, is_credential};
 pub use durable_mcp_protocol::jsonrpc::Request;
 pub use durable_mcp_protocol::meta::RELATED_TASK;
 pub use durable_mcp_protocol::methods::Method;
 pub use durable_mcp_protocol::tasks::TASKS_EXTENSION;
-pub use error::EngineError;
 pub use getstream::{GetStream, GetStreamSettings};
 pub use opening::Accepted;
-pub use records::{Era, RecordError, is_credential};
 pub use tail::{Follow, tail};
 
 /// Settings of the engine.

@@ -119,7 +119,7 @@ pub async fn rotate(
 }
 
 /// The engine's hold on the keys: a fixed key, or the store's ring as last read.
-pub(crate) struct Keys {
+pub struct Keys {
     store: Arc<dyn Store>,
     fixed: Option<Result<StateKeys, Arc<StateKeyError>>>,
     ring: tokio::sync::OnceCell<StateKeys>,
@@ -129,7 +129,7 @@ pub(crate) struct Keys {
 
 impl Keys {
     /// `state_key`, if given, else the ring in `store`.
-    pub(crate) fn new(store: Arc<dyn Store>, state_key: Option<&[u8]>) -> Self {
+    pub fn new(store: Arc<dyn Store>, state_key: Option<&[u8]>) -> Self {
         Self {
             store,
             fixed: state_key.map(|key| StateKeys::fixed(key).map_err(Arc::new)),
@@ -143,7 +143,7 @@ impl Keys {
     /// store's ring (created on first use, re-read when older than [`REFRESH`]). Fails
     /// only while the ring cannot be read for the first time, or for a refused
     /// `state_key`; a failed re-read keeps the ring already read.
-    pub(crate) async fn get(&self) -> Result<StateKeys, EngineError> {
+    pub async fn get(&self) -> Result<StateKeys, EngineError> {
         let keys = self;
         if let Some(fixed) = &keys.fixed {
             return fixed.clone().map_err(EngineError::StateKeys);

@@ -33,7 +33,7 @@ use crate::records::{AliasRecord, RunRecord, canonical, key};
 use crate::rerun::AlreadySent;
 
 /// A duration in milliseconds, saturated.
-pub(crate) fn ms(d: Duration) -> u64 {
+pub fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -42,12 +42,7 @@ impl RunRecord {
     /// worker.
     /// Its trace context is the current span's (the request's server span, traces on),
     /// else the client's ([`crate::traces`]).
-    pub(crate) fn new(
-        journal: &Journal,
-        caller: &Caller,
-        request: Request,
-        stream: &StreamId,
-    ) -> Self {
+    pub fn new(journal: &Journal, caller: &Caller, request: Request, stream: &StreamId) -> Self {
         let trace = crate::traces::to_store(&request, caller.trace.as_ref());
         Self {
             principal: caller.principal.as_str().to_owned(),
@@ -74,7 +69,8 @@ impl RunRecord {
 
 /// A journaled run held by this worker: its record's current version, renewed by the
 /// worker's shared heartbeat ([`Heartbeats`]) until the run ends.
-pub(crate) struct Held {
+pub struct Held {
+    /// The run's id (its record's key).
     pub run_id: String,
     /// The record as this worker last wrote it (the one the heartbeat shares, not a copy).
     pub record: Arc<RunRecord>,
@@ -87,17 +83,17 @@ pub(crate) struct Held {
     /// Fires when the client cancelled the request (on any worker; a child of `lost`).
     pub cancelled: CancellationToken,
     /// Whether an earlier run or this one may have written step records.
-    pub(crate) steps_written: Arc<std::sync::atomic::AtomicBool>,
+    pub steps_written: Arc<std::sync::atomic::AtomicBool>,
     /// A re-run: the notifications earlier runs already committed to its stream, which it
     /// does not send again (read once when the run is taken over; `None` for a first run).
-    pub(crate) already_sent: Option<Arc<AlreadySent>>,
+    pub already_sent: Option<Arc<AlreadySent>>,
     /// The run's entry in the worker's [`Heartbeats`].
     heartbeats: Heartbeats,
     slot: u64,
     /// Set once the run's record went with its outcome ([`Held::commit_outcome`]).
     ended: bool,
     /// The task limit's unit of a task created on this worker, released with the run.
-    pub(crate) task_permit: Option<crate::limits::Permit>,
+    pub task_permit: Option<crate::limits::Permit>,
 }
 
 impl Drop for Held {
@@ -109,12 +105,9 @@ impl Drop for Held {
 }
 
 impl Held {
-    pub(crate) fn start(
-        journal: &Journal,
-        run_id: String,
-        record: RunRecord,
-        version: u64,
-    ) -> Self {
+    /// Hold run `run_id`, whose `record` this worker wrote at `version`: its lease is
+    /// renewed by the worker's heartbeat from now on.
+    pub fn start(journal: &Journal, run_id: String, record: RunRecord, version: u64) -> Self {
         let lost = CancellationToken::new();
         let cancelled = lost.child_token();
         let record = Arc::new(record);
@@ -149,20 +142,20 @@ impl Held {
 
     /// Whether the lease is still surely ours (fencing: a worker that could not renew it
     /// for a whole lease must not commit an outcome another worker may also commit).
-    pub(crate) fn lease_valid(&self) -> bool {
+    pub fn lease_valid(&self) -> bool {
         now_ms() < self.beat.valid_until_ms.load(Ordering::SeqCst)
     }
 
     /// Stop renewing the lease (the run is about to end). A renewal under way when this
     /// is called writes nothing once it holds the record's lock.
-    pub(crate) fn stop_heartbeat(&self) {
+    pub fn stop_heartbeat(&self) {
         if !self.beat.stopped.swap(true, Ordering::SeqCst) {
             self.heartbeats.remove(self.slot);
         }
     }
 
     /// Change the run's record (compare-and-set against the version this worker holds).
-    pub(crate) async fn update(
+    pub async fn update(
         &mut self,
         journal: &Journal,
         change: impl FnOnce(&mut RunRecord),
@@ -180,7 +173,7 @@ impl Held {
     /// The run has its outcome (or was cancelled): forget it. A stateless request's steps
     /// stay until they expire: a sealed `requestState` naming the run may still come back
     /// (a retry after a crash, a replay), and must find its committed steps (D8).
-    pub(crate) async fn finish(self, journal: &Journal) {
+    pub async fn finish(self, journal: &Journal) {
         self.stop_heartbeat();
         if self.ended {
             return;
@@ -207,7 +200,7 @@ impl Held {
     /// All or nothing (D7): either the client's one outcome is committed and the run is no
     /// longer journaled, or neither. The removal is fenced by the version: if another
     /// worker took the run over (or renewed it), nothing is written and the error says so.
-    pub(crate) async fn commit_outcome(
+    pub async fn commit_outcome(
         &mut self,
         journal: &Journal,
         stream: &StreamId,
@@ -232,7 +225,7 @@ impl Held {
 
     /// Give the run back: another worker (or our own recovery loop) picks it up at
     /// `retry_at_ms`.
-    pub(crate) async fn release(self, journal: &Journal, retry_at_ms: u64, failed: bool) {
+    pub async fn release(self, journal: &Journal, retry_at_ms: u64, failed: bool) {
         self.stop_heartbeat();
         let guard = self.beat.shared.lock().await;
         let (record, version) = guard.clone();
@@ -279,7 +272,7 @@ struct Beat {
 /// could not be renewed for a whole lease, is fenced: its `lost` token fires, and
 /// [`Held::lease_valid`] reads the validity that only a successful renewal extends.
 #[derive(Clone, Default)]
-pub(crate) struct Heartbeats {
+pub struct Heartbeats {
     inner: Arc<std::sync::Mutex<Beats>>,
 }
 
@@ -335,13 +328,13 @@ impl Heartbeats {
         )
     }
 
-    #[cfg(test)]
-    pub(crate) fn ticking(&self) -> bool {
+    /// Whether the heartbeat task runs (it runs while runs are held).
+    pub fn ticking(&self) -> bool {
         self.lock().ticking
     }
 
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
+    /// How many runs are held.
+    pub fn held(&self) -> usize {
         self.lock().held.len()
     }
 }
@@ -432,10 +425,10 @@ async fn put_run(
 
 /// How long the marks about a request outlive it: a session's request id pointing at its run
 /// (re-sent requests attach), a cancellation recorded for a run elsewhere.
-pub(crate) const MARK_TTL_MS: u64 = 24 * 3_600_000;
+pub const MARK_TTL_MS: u64 = 24 * 3_600_000;
 
 /// How long a stateless request waiting for input may be continued.
-pub(crate) const STATE_TTL: Duration = Duration::from_secs(600);
+pub const STATE_TTL: Duration = Duration::from_secs(600);
 
 /// What a sealed run state is bound to (D12): the principal, the method and the
 /// request's parameters (without the state, the answers and `_meta`).
@@ -454,7 +447,7 @@ fn state_binding(principal: &Principal, request: &Request) -> Vec<u8> {
 }
 
 /// The sealed `requestState` that lets a retry continue run `run_id`.
-pub(crate) fn seal_run(
+pub fn seal_run(
     keys: &StateKeys,
     run_id: &str,
     principal: &Principal,
@@ -470,7 +463,7 @@ pub(crate) fn seal_run(
 /// Why a retry's sealed `requestState` does not continue a run (D12): the client's error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub(crate) enum StateRefused {
+pub enum StateRefused {
     /// Tampered, foreign or expired state, or state sealed with a key no longer in use.
     #[error(transparent)]
     Seal(#[from] SealError),
@@ -480,7 +473,7 @@ pub(crate) enum StateRefused {
 }
 
 /// The run a retry's sealed `requestState` continues.
-pub(crate) fn open_run(
+pub fn open_run(
     keys: &StateKeys,
     sealed: &str,
     principal: &Principal,
@@ -499,7 +492,7 @@ pub(crate) fn open_run(
 /// of the runs it holds. Engine-wide state of its own: the worker's id and lease, when the
 /// worker started, the held runs; everything else is in the store.
 #[derive(Clone)]
-pub(crate) struct Journal {
+pub struct Journal {
     events: Events,
     worker_id: String,
     lease: Duration,
@@ -512,7 +505,7 @@ pub(crate) struct Journal {
 impl Journal {
     /// The journal of worker `worker_id`, whose leases last `lease`, committing through
     /// `events`.
-    pub(crate) fn new(events: Events, worker_id: String, lease: Duration) -> Self {
+    pub fn new(events: Events, worker_id: String, lease: Duration) -> Self {
         Self {
             events,
             worker_id,
@@ -527,20 +520,19 @@ impl Journal {
     }
 
     /// When this worker started (milliseconds since the epoch).
-    pub(crate) fn started_at_ms(&self) -> u64 {
+    pub fn started_at_ms(&self) -> u64 {
         self.started_at_ms
     }
 
     /// The runs this worker holds.
-    #[cfg(test)]
-    pub(crate) fn heartbeats(&self) -> &Heartbeats {
+    pub fn heartbeats(&self) -> &Heartbeats {
         &self.heartbeats
     }
 
     /// The alias of a session's request id, if the id started a run: that run's stream, and
     /// which request started it (a re-send of that request attaches to it, D6; another
     /// request under the id is refused).
-    pub(crate) async fn existing_run(
+    pub async fn existing_run(
         &self,
         session: &SessionId,
         id: &RequestId,
@@ -555,7 +547,7 @@ impl Journal {
     /// Give every committed step of `run_id` a new expiry (`None`: keep until the run
     /// ends): a stateless request continued by a retry, or turned into a task, keeps all
     /// its earlier steps, not only the ones of its last round.
-    pub(crate) async fn refresh_steps(
+    pub async fn refresh_steps(
         &self,
         run_id: &str,
         expires_at_ms: Option<u64>,
@@ -586,7 +578,7 @@ impl Journal {
 
     /// Record a client's cancellation of a run that does not run here: its worker's next
     /// heartbeat (within a third of the lease) cancels it (D11).
-    pub(crate) async fn cancel_elsewhere(
+    pub async fn cancel_elsewhere(
         &self,
         session: &SessionId,
         id: &RequestId,
@@ -607,7 +599,7 @@ impl Journal {
     }
 
     /// Mark run `run_id` cancelled (its next recovery closes it instead of running it).
-    pub(crate) async fn cancel_elsewhere_by_run(&self, run_id: &str) -> Result<(), EngineError> {
+    pub async fn cancel_elsewhere_by_run(&self, run_id: &str) -> Result<(), EngineError> {
         let expires = now_ms() + MARK_TTL_MS;
         match self
             .store()
@@ -626,7 +618,7 @@ impl Journal {
     }
 
     /// Whether a client's cancellation of run `run_id` was recorded (by any worker).
-    pub(crate) async fn cancelled_elsewhere(&self, run_id: &str) -> Result<bool, EngineError> {
+    pub async fn cancelled_elsewhere(&self, run_id: &str) -> Result<bool, EngineError> {
         Ok(self
             .store()
             .get_record(RecordKind::Step, &key::cancel_mark(run_id))
@@ -637,7 +629,7 @@ impl Journal {
     /// Every journal entry (running here, elsewhere, or waiting for a worker). Usually one
     /// listing sees every entry; past `BATCH` live entries, run ids being hex, one listing
     /// per first digit keeps each bounded while all are looked at.
-    pub(crate) async fn entries(&self) -> Result<Vec<Record>, EngineError> {
+    pub async fn entries(&self) -> Result<Vec<Record>, EngineError> {
         const BATCH: usize = 1_000;
         let all = self
             .store()
@@ -663,7 +655,7 @@ impl Journal {
     /// version read, so one worker wins and the previous owner is fenced; `None`: not to
     /// be taken (a live lease, another worker was faster, or an undecodable entry, which is
     /// removed). The caller skips runs that run on this worker.
-    pub(crate) async fn claim(&self, record: Record) -> Result<Option<Held>, EngineError> {
+    pub async fn claim(&self, record: Record) -> Result<Option<Held>, EngineError> {
         self.claim_if(record, false).await
     }
 
@@ -672,7 +664,7 @@ impl Journal {
     /// (its first start failed on the store), or one given back for a later retry. A run
     /// another worker holds is not taken before its lease runs out: this worker cannot
     /// tell a live worker from a dead one before that. The caller skips runs that run here.
-    pub(crate) async fn adopt(&self, record: Record) -> Result<Option<Held>, EngineError> {
+    pub async fn adopt(&self, record: Record) -> Result<Option<Held>, EngineError> {
         self.claim_if(record, true).await
     }
 
@@ -723,10 +715,7 @@ impl Journal {
     }
 
     /// The last JSON message of a stream, if any.
-    pub(crate) async fn last_message(
-        &self,
-        stream: &StreamId,
-    ) -> Result<Option<Value>, EngineError> {
+    pub async fn last_message(&self, stream: &StreamId) -> Result<Option<Value>, EngineError> {
         let mut after = 0;
         let mut last = None;
         loop {
@@ -754,7 +743,7 @@ impl Journal {
     }
 
     /// Whether `stream` is closed (or gone).
-    pub(crate) async fn stream_closed(&self, stream: &StreamId) -> Result<bool, EngineError> {
+    pub async fn stream_closed(&self, stream: &StreamId) -> Result<bool, EngineError> {
         // Read from the start: a closed stream ends with `finished`.
         let mut after = 0;
         loop {
@@ -777,6 +766,3 @@ impl Journal {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

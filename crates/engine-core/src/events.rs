@@ -11,14 +11,14 @@ use crate::hub::{Captured, Hub};
 /// The door out: the store and this worker's hub. Cheap to clone (two `Arc`s): each
 /// component that commits events holds one.
 #[derive(Clone)]
-pub(crate) struct Events {
+pub struct Events {
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
 }
 
 impl Events {
     /// The door out of `store`, with a hub of its own.
-    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn Store>) -> Self {
         Self {
             store,
             hub: Arc::default(),
@@ -26,17 +26,17 @@ impl Events {
     }
 
     /// The store.
-    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
     /// This worker's hub of its tails.
-    pub(crate) fn hub(&self) -> &Arc<Hub> {
+    pub fn hub(&self) -> &Arc<Hub> {
         &self.hub
     }
 
     /// Commit one event of data already serialized (and close `stream` after it).
-    pub(crate) async fn append(
+    pub async fn append(
         &self,
         stream: &StreamId,
         data: String,
@@ -56,7 +56,7 @@ impl Events {
     /// # Durability
     /// As [`Store::commit`]: all or nothing. Nothing of the batch reaches a tail before the
     /// store returned (D1), and then with the ids the store gave it.
-    pub(crate) async fn commit(&self, batch: WriteBatch) -> Result<BatchOutcome, StoreError> {
+    pub async fn commit(&self, batch: WriteBatch) -> Result<BatchOutcome, StoreError> {
         let captured = self.hub.capture(&batch);
         let outcome = self.store.commit(batch).await?;
         if !captured.is_empty() {

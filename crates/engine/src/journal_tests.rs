@@ -12,7 +12,7 @@ use durable_mcp_store::{
 use durable_mcp_store_memory::MemoryStore;
 use serde_json::{Value, json};
 
-use super::Held;
+use crate::journal::Held;
 use crate::records::RunRecord;
 use crate::{Engine, EngineOptions};
 
@@ -434,9 +434,9 @@ async fn d12_request_state_is_bound_to_principal_method_and_parameters() {
         .unwrap();
     let alice = Principal::new("alice");
     let request = tools_call(json!({"n": 1}));
-    let sealed = super::seal_run(&keys, "run-1", &alice, &request);
+    let sealed = crate::journal::seal_run(&keys, "run-1", &alice, &request);
     assert_eq!(
-        super::open_run(&keys, &sealed, &alice, &request).unwrap(),
+        crate::journal::open_run(&keys, &sealed, &alice, &request).unwrap(),
         "run-1"
     );
     // `requestState`, `inputResponses` and `_meta` are not part of the binding.
@@ -445,19 +445,19 @@ async fn d12_request_state_is_bound_to_principal_method_and_parameters() {
     retry["params"]["_meta"] = json!({"x": 1});
     let retry = crate::Request::from_message(retry);
     assert_eq!(
-        super::open_run(&keys, &sealed, &alice, &retry).unwrap(),
+        crate::journal::open_run(&keys, &sealed, &alice, &retry).unwrap(),
         "run-1"
     );
     let refusals = [
-        super::open_run(&keys, &sealed, &Principal::new("bob"), &request),
-        super::open_run(&keys, &sealed, &alice, &tools_call(json!({"n": 2}))),
-        super::open_run(&keys, &sealed, &alice, &{
+        crate::journal::open_run(&keys, &sealed, &Principal::new("bob"), &request),
+        crate::journal::open_run(&keys, &sealed, &alice, &tools_call(json!({"n": 2}))),
+        crate::journal::open_run(&keys, &sealed, &alice, &{
             let mut other = request.clone().into_message();
             other["method"] = json!("prompts/get");
             crate::Request::from_message(other)
         }),
-        super::open_run(&keys, &format!("{sealed}x"), &alice, &request),
-        super::open_run(&keys, sealed.trim_start_matches("dmcp."), &alice, &request),
+        crate::journal::open_run(&keys, &format!("{sealed}x"), &alice, &request),
+        crate::journal::open_run(&keys, sealed.trim_start_matches("dmcp."), &alice, &request),
     ];
     for (i, refused) in refusals.into_iter().enumerate() {
         let error = refused.expect_err("refused").to_string();
@@ -471,7 +471,7 @@ async fn d12_request_state_is_bound_to_principal_method_and_parameters() {
         .state_keys()
         .await
         .unwrap();
-    assert!(super::open_run(&other, &sealed, &alice, &request).is_err());
+    assert!(crate::journal::open_run(&other, &sealed, &alice, &request).is_err());
 }
 
 fn engine_with_key(key: &[u8]) -> Engine {

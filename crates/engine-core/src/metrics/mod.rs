@@ -9,7 +9,7 @@
 //! strings the facade would hand a no-op recorder.
 //!
 //! The store latency is recorded by a decorator ([`MeteredStore`]) that the engine puts
-//! around its store when metrics are on ([`crate::Engine::new`]).
+//! around its store when metrics are on (the engine's `Engine::new`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -244,7 +244,7 @@ fn method_label(method: &str) -> &'static str {
 /// outcome was never committed on this worker: cancelled, handed over, the store failed)
 /// records no duration, and ends its span without an outcome.
 #[derive(Debug)]
-pub(crate) struct Operation {
+pub struct Operation {
     timing: Option<Timing>,
     span: Option<crate::traces::ServerSpan>,
 }
@@ -347,14 +347,14 @@ fn error_type(outcome: &Value) -> Option<SharedString> {
 }
 
 /// Finish `operation`, if timed, with `outcome`.
-pub(crate) fn finish(operation: Option<Operation>, outcome: &Value) {
+pub fn finish(operation: Option<Operation>, outcome: &Value) {
     if let Some(operation) = operation {
         operation.finish(outcome);
     }
 }
 
 /// A legacy session ended after `seconds`.
-pub(crate) fn session_ended(created_at_ms: u64) {
+pub fn session_ended(created_at_ms: u64) {
     if enabled() {
         let seconds = durable_mcp_store::now_ms().saturating_sub(created_at_ms) as f64 / 1000.0;
         histogram!(SESSION_DURATION).record(seconds);
@@ -363,21 +363,21 @@ pub(crate) fn session_ended(created_at_ms: u64) {
 }
 
 /// A legacy session was opened here.
-pub(crate) fn session_opened() {
+pub fn session_opened() {
     if enabled() {
         gauge!(SESSIONS_LIVE).increment(1.0);
     }
 }
 
 /// A handler run started (`+1`) or ended (`-1`) on this worker.
-pub(crate) fn in_flight(delta: f64) {
+pub fn in_flight(delta: f64) {
     if enabled() {
         gauge!(REQUESTS_IN_FLIGHT).increment(delta);
     }
 }
 
 /// A claimed run was resumed: run again (`rerun`) or its task result relayed (`relay`).
-pub(crate) fn recovered(kind: &'static str) {
+pub fn recovered(kind: &'static str) {
     if enabled() {
         counter!(JOURNAL_RECOVERIES, "kind" => kind).increment(1);
     }
@@ -385,7 +385,7 @@ pub(crate) fn recovered(kind: &'static str) {
 
 /// A run was claimed: this worker's own from before a restart (`own`) or one whose lease
 /// expired (`expired`).
-pub(crate) fn taken_over(from: &'static str) {
+pub fn taken_over(from: &'static str) {
     if enabled() {
         counter!(JOURNAL_TAKEOVERS, "from" => from).increment(1);
     }
@@ -393,21 +393,21 @@ pub(crate) fn taken_over(from: &'static str) {
 
 /// A lease was lost: another worker took the run over (`taken_over`), or it could not be
 /// renewed for a whole lease (`expired`).
-pub(crate) fn lease_lost(reason: &'static str) {
+pub fn lease_lost(reason: &'static str) {
     if enabled() {
         counter!(JOURNAL_LEASES_LOST, "reason" => reason).increment(1);
     }
 }
 
 /// A task moved to `status`.
-pub(crate) fn task_status(status: &'static str) {
+pub fn task_status(status: &'static str) {
     if enabled() {
         counter!(TASK_TRANSITIONS, "status" => status).increment(1);
     }
 }
 
 /// Retention removed what `report` says.
-pub(crate) fn pruned(report: &durable_mcp_store::PruneReport) {
+pub fn pruned(report: &durable_mcp_store::PruneReport) {
     if enabled() {
         counter!(RETENTION_REMOVED, "kind" => "sessions").increment(report.sessions_ended);
         counter!(RETENTION_REMOVED, "kind" => "streams").increment(report.streams_deleted);
@@ -452,7 +452,7 @@ pub fn limit_refused(limit: &'static str) {
 
 /// Question `method` was answered from the journal (committed before, by an earlier run or
 /// send of the request) instead of asked again.
-pub(crate) fn answer_reused(method: &str) {
+pub fn answer_reused(method: &str) {
     if enabled() {
         let method = match method {
             "elicitation/create" => "elicitation/create",

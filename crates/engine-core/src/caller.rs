@@ -54,12 +54,13 @@ impl Caller {
         })
     }
 
-    pub(crate) fn session_id(&self) -> Option<&SessionId> {
+    /// The id of its legacy session, if any.
+    pub fn session_id(&self) -> Option<&SessionId> {
         self.session.as_ref().map(|s| &s.id)
     }
 
     /// Who owns the streams made for this caller (D13): its principal and session.
-    pub(crate) fn stream_owner(&self) -> StreamOwner {
+    pub fn stream_owner(&self) -> StreamOwner {
         StreamOwner {
             principal: self.principal.clone(),
             session: self.session_id().cloned(),
@@ -67,7 +68,7 @@ impl Caller {
     }
 
     /// What the handler gets to know of this caller (and its durable session state).
-    pub(crate) fn peer(&self, store: &Arc<dyn Store>) -> PeerContext {
+    pub fn peer(&self, store: &Arc<dyn Store>) -> PeerContext {
         PeerContext {
             protocol_version: Some(self.protocol_version.as_str().to_owned()),
             client: self.session.as_ref().map(|s| s.client.clone()),

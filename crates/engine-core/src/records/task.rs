@@ -11,7 +11,7 @@ use super::RecordError;
 
 /// Which design a task follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum Flavor {
+pub enum Flavor {
     /// 2026-07-28 Tasks extension.
     Extension,
     /// 2025-11-25 experimental tasks.
@@ -20,19 +20,30 @@ pub(crate) enum Flavor {
 
 /// The durable state of one task.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct TaskRecord {
+pub struct TaskRecord {
+    /// The id the client knows it by.
     pub task_id: String,
+    /// Its owner (D13).
     pub principal: String,
+    /// The legacy session that created it, if any (2025-11-25 tasks are the session's).
     pub session: Option<String>,
+    /// Which design of tasks it follows.
     pub flavor: Flavor,
+    /// Its status.
     pub status: TaskStatus,
+    /// The message that goes with its status.
     pub status_message: Option<String>,
+    /// When it was created (milliseconds since the epoch).
     pub created_at_ms: u64,
+    /// When it last changed.
     pub updated_at_ms: u64,
+    /// How long it is kept after it last changed.
     pub ttl_ms: u64,
     /// The internal stream of the task's run (its questions and its outcome).
     pub stream: String,
+    /// Its result, once it completed.
     pub result: Option<Value>,
+    /// Its JSON-RPC error, once it failed.
     pub error: Option<Value>,
     /// Open questions (Extension), by key: `{method, params}`.
     pub input_requests: BTreeMap<String, Value>,
@@ -46,19 +57,19 @@ pub(crate) struct TaskRecord {
 
 impl TaskRecord {
     /// The value the store keeps.
-    pub(crate) fn encode(&self) -> Result<String, RecordError> {
+    pub fn encode(&self) -> Result<String, RecordError> {
         super::encode(RecordKind::Task, self)
     }
 
     /// The task record stored under `key`.
-    pub(crate) fn decode(key: &str, value: &str) -> Result<Self, RecordError> {
+    pub fn decode(key: &str, value: &str) -> Result<Self, RecordError> {
         super::decode(RecordKind::Task, key, value)
     }
 }
 
 /// ISO 8601 (UTC, millisecond precision) for a Unix time in milliseconds: how task times
 /// are shown.
-pub(crate) fn iso8601(ms: u64) -> String {
+pub fn iso8601(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

@@ -204,10 +204,7 @@ fn bound_tracestate(value: &str) -> Option<String> {
 /// The context to store with a journaled request: that of the span current now (the
 /// request's server span, traces on), else the client's (`_meta`, else the HTTP headers),
 /// so that a worker with traces on can link a re-run to it.
-pub(crate) fn to_store(
-    request: &JsonRpcRequest,
-    header: Option<&TraceContext>,
-) -> Option<TraceContext> {
+pub fn to_store(request: &JsonRpcRequest, header: Option<&TraceContext>) -> Option<TraceContext> {
     if enabled() {
         let current = Context::current();
         if current.has_active_span()
@@ -220,7 +217,7 @@ pub(crate) fn to_store(
 }
 
 /// What a server span is about, read from its request.
-pub(crate) struct Request<'a> {
+pub struct Request<'a> {
     /// The request.
     pub request: &'a JsonRpcRequest,
     /// The legacy session, if any.
@@ -234,7 +231,7 @@ pub(crate) struct Request<'a> {
 /// One request's server span, ended with its outcome ([`ServerSpan::finish`]), or, dropped
 /// unfinished (the outcome was not committed on this worker), ended without one.
 #[derive(Debug)]
-pub(crate) struct ServerSpan {
+pub struct ServerSpan {
     context: Context,
 }
 
@@ -386,7 +383,7 @@ impl ServerSpan {
 
 /// A store call's span, a child of the current span (a request's), or `None` when traces
 /// are off or no request's span is current (heartbeats, the pruner, recovery scans).
-pub(crate) fn store_span(backend: &'static str, operation: &'static str) -> Option<BoxedSpan> {
+pub fn store_span(backend: &'static str, operation: &'static str) -> Option<BoxedSpan> {
     if !enabled() {
         return None;
     }
@@ -409,10 +406,7 @@ pub(crate) fn store_span(backend: &'static str, operation: &'static str) -> Opti
 }
 
 /// End a store call's span, with `error.type` (the error's portable kind) if it failed.
-pub(crate) fn end_store_span<T>(
-    span: Option<BoxedSpan>,
-    result: &durable_mcp_store::StoreResult<T>,
-) {
+pub fn end_store_span<T>(span: Option<BoxedSpan>, result: &durable_mcp_store::StoreResult<T>) {
     if let Some(mut span) = span {
         if let Err(error) = result {
             span.set_attribute(KeyValue::new("error.type", format!("{:?}", error.kind())));
@@ -439,7 +433,7 @@ fn db_system(backend: &'static str) -> &'static str {
 /// again inside the `WithContext` it builds), doubling the size of every request future
 /// it wraps; this returns the one future that runs, so the result is `future` plus the
 /// context.
-pub(crate) fn in_context<F: Future>(
+pub fn in_context<F: Future>(
     context: Option<Context>,
     future: F,
 ) -> futures::future::Either<opentelemetry::context::WithContext<F>, F> {

@@ -13,7 +13,7 @@
 //! tasks and the request path are built on these types.
 
 mod alias;
-pub(crate) mod key;
+pub mod key;
 mod run;
 mod subscription;
 mod task;
@@ -22,12 +22,12 @@ use durable_mcp_store::RecordKind;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub(crate) use alias::{AliasRecord, RequestFingerprint};
+pub use alias::{AliasRecord, RequestFingerprint};
 pub use durable_mcp_protocol::tasks::TaskStatus;
 pub use run::{Era, is_credential};
-pub(crate) use run::{Relay, RunRecord, StoredHead};
-pub(crate) use subscription::SubscriptionEntry;
-pub(crate) use task::{Flavor, TaskRecord, iso8601};
+pub use run::{Relay, RunRecord, StoredHead};
+pub use subscription::SubscriptionEntry;
+pub use task::{Flavor, TaskRecord, iso8601};
 
 /// A record value the engine cannot use.
 #[derive(Debug, thiserror::Error)]
@@ -74,15 +74,15 @@ pub enum RecordError {
 
 /// The value of a mark record (a step's "already emitted" mark, a cancellation mark):
 /// only its existence counts.
-pub(crate) const MARK: &str = "1";
+pub const MARK: &str = "1";
 
 /// Encode a record of `kind` as the JSON the store keeps.
-pub(crate) fn encode<T: Serialize>(kind: RecordKind, record: &T) -> Result<String, RecordError> {
+pub fn encode<T: Serialize>(kind: RecordKind, record: &T) -> Result<String, RecordError> {
     serde_json::to_string(record).map_err(|source| RecordError::Encode { kind, source })
 }
 
 /// Decode the stored value of the record `kind`/`key`.
-pub(crate) fn decode<T: DeserializeOwned>(
+pub fn decode<T: DeserializeOwned>(
     kind: RecordKind,
     key: &str,
     value: &str,
@@ -96,7 +96,7 @@ pub(crate) fn decode<T: DeserializeOwned>(
 
 /// JSON with object keys in sorted order, whatever the map type: the same value always
 /// gives the same bytes (sealed-state bindings and re-run comparisons depend on it).
-pub(crate) fn canonical(value: &serde_json::Value) -> String {
+pub fn canonical(value: &serde_json::Value) -> String {
     use serde_json::Value;
     match value {
         Value::Object(map) => {

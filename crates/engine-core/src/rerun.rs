@@ -32,7 +32,7 @@ const PROGRESS: &str = durable_mcp_protocol::methods::NOTIFICATION_PROGRESS;
 
 /// The notifications already committed to a re-run's stream by earlier runs.
 #[derive(Debug)]
-pub(crate) struct AlreadySent {
+pub struct AlreadySent {
     /// The stream it was read from: messages for another stream (a task's new stream)
     /// are never suppressed.
     stream: StreamId,
@@ -59,10 +59,7 @@ fn progress_of(message: &Value) -> Option<(String, f64)> {
 
 impl AlreadySent {
     /// What `messages` (a stream's committed messages, in order) already sent.
-    pub(crate) fn from_messages(
-        stream: StreamId,
-        messages: impl IntoIterator<Item = Value>,
-    ) -> Self {
+    pub fn from_messages(stream: StreamId, messages: impl IntoIterator<Item = Value>) -> Self {
         let mut seen = Seen::default();
         for message in messages {
             let Some(method) = message.get("method").and_then(Value::as_str) else {
@@ -88,7 +85,7 @@ impl AlreadySent {
 
     /// Read `stream` once, from its start (from its oldest retained event, once retention
     /// pruned its start: what a client could still resume).
-    pub(crate) async fn read(store: &dyn Store, stream: &StreamId) -> Result<Self, EngineError> {
+    pub async fn read(store: &dyn Store, stream: &StreamId) -> Result<Self, EngineError> {
         const PAGE: usize = 1_000;
         let mut after = 0;
         let mut messages = Vec::new();
@@ -122,7 +119,7 @@ impl AlreadySent {
     /// Whether notification `message` of `method`, about to be committed to `stream`, was
     /// already sent there (and must be dropped). A progress notification that goes on
     /// raises its token's mark.
-    pub(crate) fn suppress(&self, stream: &StreamId, method: &str, message: &Value) -> bool {
+    pub fn suppress(&self, stream: &StreamId, method: &str, message: &Value) -> bool {
         if *stream != self.stream {
             return false;
         }

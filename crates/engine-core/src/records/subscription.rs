@@ -8,19 +8,21 @@ use super::RecordError;
 
 /// Which session an index entry names (a hint: the session record is the truth).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct SubscriptionEntry {
+pub struct SubscriptionEntry {
+    /// The session's principal.
     pub principal: String,
+    /// The session.
     pub session: SessionId,
 }
 
 impl SubscriptionEntry {
     /// The value the store keeps.
-    pub(crate) fn encode(&self) -> Result<String, RecordError> {
+    pub fn encode(&self) -> Result<String, RecordError> {
         super::encode(RecordKind::Subscription, self)
     }
 
     /// The entry stored under `key`.
-    pub(crate) fn decode(key: &str, value: &str) -> Result<Self, RecordError> {
+    pub fn decode(key: &str, value: &str) -> Result<Self, RecordError> {
         super::decode(RecordKind::Subscription, key, value)
     }
 }

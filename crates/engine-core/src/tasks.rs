@@ -60,14 +60,14 @@ const TASK_POLL: Duration = Duration::from_millis(250);
 /// is simply not found, the same answer as an id that never existed. The record's own
 /// principal and session are checked on every read as well.
 #[derive(Debug, Clone)]
-pub(crate) struct TaskOwner {
+pub struct TaskOwner {
     principal: Principal,
     session: Option<SessionId>,
 }
 
 impl TaskOwner {
     /// The owner of the tasks `caller` creates and looks up in design `flavor`.
-    pub(crate) fn of(caller: &Caller, flavor: Flavor) -> Self {
+    pub fn of(caller: &Caller, flavor: Flavor) -> Self {
         let bound_to_session = flavor == Flavor::V2025 && caller.principal.is_anonymous();
         let session = caller
             .session
@@ -86,13 +86,13 @@ impl TaskOwner {
     }
 
     /// The record key of this owner's task `task_id`.
-    pub(crate) fn key(&self, task_id: &str) -> String {
+    pub fn key(&self, task_id: &str) -> String {
         key::task(&self.prefix(), task_id)
     }
 
     /// Whether `task` is this owner's (a record found under its key always is; checked
     /// anyway, so that a key layout mistake can never expose another owner's task).
-    pub(crate) fn owns(&self, task: &TaskRecord) -> bool {
+    pub fn owns(&self, task: &TaskRecord) -> bool {
         task.principal == self.principal.as_str()
             && self
                 .session
@@ -112,7 +112,7 @@ impl TaskRecord {
     }
 
     /// The task as the protocol shows it (without a result envelope).
-    pub(crate) fn wire(&self) -> Map<String, Value> {
+    pub fn wire(&self) -> Map<String, Value> {
         let mut task = Map::new();
         task.insert("taskId".into(), json!(self.task_id));
         task.insert("status".into(), json!(self.status.as_str()));
@@ -136,7 +136,7 @@ impl TaskRecord {
 
     /// The result that creates the task: flat with `resultType: "task"` (2026-07-28), or
     /// `{task}` (2025-11-25).
-    pub(crate) fn created(&self) -> Value {
+    pub fn created(&self) -> Value {
         match self.flavor {
             Flavor::Extension => {
                 let mut wire = self.wire();
@@ -156,7 +156,7 @@ impl TaskRecord {
 
     /// The detailed task (2026-07-28): its result, error or open questions inlined, as
     /// `tasks/get` and `notifications/tasks` show it.
-    pub(crate) fn detailed_map(&self) -> Map<String, Value> {
+    pub fn detailed_map(&self) -> Map<String, Value> {
         let mut task = self.wire();
         match self.status {
             TaskStatus::Completed => {
@@ -181,7 +181,7 @@ impl TaskRecord {
 }
 
 /// The 2026-07-28 capability error for a client that did not declare the extension.
-pub(crate) fn missing_extension(id: RequestId) -> Value {
+pub fn missing_extension(id: RequestId) -> Value {
     error_response(
         id,
         code::MISSING_CLIENT_CAPABILITY,
@@ -192,14 +192,15 @@ pub(crate) fn missing_extension(id: RequestId) -> Value {
 
 /// Whether a 2026-07-28 request's client declared the tasks extension (per request, in
 /// `_meta`).
-pub(crate) fn declares_extension(meta: Option<&Map<String, Value>>) -> bool {
+pub fn declares_extension(meta: Option<&Map<String, Value>>) -> bool {
     meta.and_then(|m| m.get(CLIENT_CAPABILITIES))
         .and_then(|c| c.get("extensions"))
         .and_then(|e| e.get(TASKS_EXTENSION))
         .is_some()
 }
 
-pub(crate) fn task_not_found(id: RequestId) -> Value {
+/// The error answering a request about a task that is unknown, expired or another's.
+pub fn task_not_found(id: RequestId) -> Value {
     error_response(
         id,
         code::INVALID_PARAMS,
@@ -211,7 +212,7 @@ pub(crate) fn task_not_found(id: RequestId) -> Value {
 /// The tasks: their records, and the writes of them on this worker, which wake its listen
 /// streams and task runs at once (other workers' writes are polled).
 #[derive(Clone)]
-pub(crate) struct Tasks {
+pub struct Tasks {
     events: Events,
     /// Every task write on this worker, by record key.
     written: tokio::sync::broadcast::Sender<String>,
@@ -219,7 +220,7 @@ pub(crate) struct Tasks {
 
 impl Tasks {
     /// The tasks of the store behind `events`, which they commit notifications through.
-    pub(crate) fn new(events: Events) -> Self {
+    pub fn new(events: Events) -> Self {
         Self {
             events,
             written: tokio::sync::broadcast::channel(256).0,
@@ -231,13 +232,13 @@ impl Tasks {
     }
 
     /// The task writes of this worker, by record key, from now on.
-    pub(crate) fn written(&self) -> tokio::sync::broadcast::Receiver<String> {
+    pub fn written(&self) -> tokio::sync::broadcast::Receiver<String> {
         self.written.subscribe()
     }
 
     /// Commit a new task (D10: before its create result exists). Returns the record and
     /// its key.
-    pub(crate) async fn create_task(
+    pub async fn create_task(
         &self,
         caller: &Caller,
         flavor: Flavor,
@@ -283,10 +284,7 @@ impl Tasks {
     }
 
     /// Read a task.
-    pub(crate) async fn load_task(
-        &self,
-        key: &str,
-    ) -> Result<Option<(TaskRecord, u64)>, EngineError> {
+    pub async fn load_task(&self, key: &str) -> Result<Option<(TaskRecord, u64)>, EngineError> {
         let Some(record) = self.store().get_record(RecordKind::Task, key).await? else {
             return Ok(None);
         };
@@ -328,7 +326,7 @@ impl Tasks {
 
     /// Change a task by compare-and-set: `change` returns whether it changed anything.
     /// Returns the task as stored afterwards, or `None` if it does not exist.
-    pub(crate) async fn update_task(
+    pub async fn update_task(
         &self,
         key: &str,
         mut change: impl FnMut(&mut TaskRecord) -> bool,
@@ -366,7 +364,7 @@ impl Tasks {
     /// The run's outcome becomes the task's terminal status (never over another terminal
     /// status). A tool result with `isError` ends a 2025-11-25 task as `failed` and an
     /// extension task as `completed`.
-    pub(crate) async fn settle_task(&self, key: &str, outcome: &Value) -> Result<(), EngineError> {
+    pub async fn settle_task(&self, key: &str, outcome: &Value) -> Result<(), EngineError> {
         self.update_task(key, |task| {
             if task.status.is_terminal() {
                 return false;
@@ -408,7 +406,7 @@ impl Tasks {
 
     /// End a task that has no outcome (its session ended, it failed too often, it was
     /// cancelled) with `status`, unless it already ended.
-    pub(crate) async fn end_task(
+    pub async fn end_task(
         &self,
         key: &str,
         status: TaskStatus,
@@ -432,7 +430,7 @@ impl Tasks {
 
     /// Answer a `tasks/*` request from the task records (`None`: a method durable-mcp does
     /// not serve for this design; the handler answers).
-    pub(crate) async fn tasks_request(
+    pub async fn tasks_request(
         &self,
         caller: &Caller,
         flavor: Flavor,
@@ -589,7 +587,7 @@ impl Tasks {
     /// Cancel a task's run, on whichever worker runs it, once its record is cancelled:
     /// polls the record while the run lasts (a cancellation written on another worker),
     /// and reads it at once when this worker writes it (`tasks/cancel` answered here).
-    pub(crate) fn watch_task_cancellation(
+    pub fn watch_task_cancellation(
         &self,
         key: String,
         cancel: tokio_util::sync::CancellationToken,

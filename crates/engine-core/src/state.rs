@@ -71,7 +71,7 @@ impl StateBackend for StoreState {
 }
 
 /// The state handle of a session.
-pub(crate) fn session_state(
+pub fn session_state(
     store: Arc<dyn Store>,
     principal: Principal,
     session: SessionId,
@@ -150,7 +150,7 @@ fn decode(key: &str, value: &str) -> Result<Value, StateError> {
 }
 
 /// The server's state handle.
-pub(crate) fn server_state(store: Arc<dyn Store>) -> ServerState {
+pub fn server_state(store: Arc<dyn Store>) -> ServerState {
     ServerState::new(Arc::new(ServerRecords { store }))
 }
 

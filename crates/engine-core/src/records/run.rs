@@ -37,20 +37,29 @@ mod era_as_modern {
 
 /// The journal entry of one request, with its lease.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RunRecord {
+pub struct RunRecord {
+    /// Who sent the request (D13).
     pub principal: String,
+    /// Its legacy session, if any.
     pub session: Option<String>,
     /// The request's era (stored as `modern`).
     #[serde(rename = "modern", with = "era_as_modern")]
     pub era: Era,
+    /// The protocol version it was sent under.
     pub protocol_version: McpVersion,
+    /// The log level of its session, or of its `_meta` (2026-07-28), when it was accepted.
     pub log_level: Option<String>,
+    /// The request, as it came (stored as its JSON-RPC message).
     pub request: Request,
+    /// Its response stream.
     pub stream: String,
     /// Where the client's answers to durable questions are committed (created lazily).
     pub inbox: String,
+    /// The worker holding its lease (empty: given back, for any worker to take).
     pub owner: String,
+    /// Until when the lease lasts (milliseconds since the epoch).
     pub lease_until_ms: u64,
+    /// Which run of the request this is (1: the first).
     pub attempt: u32,
     /// The task this run does the work of (its record key), if any.
     #[serde(default)]
@@ -96,7 +105,7 @@ pub fn is_credential(name: &http::HeaderName) -> bool {
 /// every header that carries no credential ([`is_credential`]) and whose value is
 /// text. A re-run's handler gets it back as [`http::request::Parts`] without extensions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct StoredHead {
+pub struct StoredHead {
     method: String,
     uri: String,
     version: String,
@@ -104,7 +113,8 @@ pub(crate) struct StoredHead {
 }
 
 impl StoredHead {
-    pub(crate) fn keep(parts: &http::request::Parts) -> Self {
+    /// The head of `parts` without its credentials (see [`is_credential`](super::is_credential)).
+    pub fn keep(parts: &http::request::Parts) -> Self {
         let headers = parts
             .headers
             .iter()
@@ -122,7 +132,7 @@ impl StoredHead {
     }
 
     /// The head again; `None` if what it holds is not a valid head (a record edited by hand).
-    pub(crate) fn parts(&self) -> Option<http::request::Parts> {
+    pub fn parts(&self) -> Option<http::request::Parts> {
         let version = match self.version.as_str() {
             "HTTP/0.9" => http::Version::HTTP_09,
             "HTTP/1.0" => http::Version::HTTP_10,
@@ -143,7 +153,7 @@ impl StoredHead {
 
 /// What a journaled `tasks/result` relays.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Relay {
+pub struct Relay {
     /// The task's record key.
     pub task: String,
     /// The task's id.
@@ -154,23 +164,23 @@ pub(crate) struct Relay {
 
 impl RunRecord {
     /// The value the store keeps.
-    pub(crate) fn encode(&self) -> Result<String, RecordError> {
+    pub fn encode(&self) -> Result<String, RecordError> {
         super::encode(RecordKind::Run, self)
     }
 
     /// The run record stored under `key`.
-    pub(crate) fn decode(key: &str, value: &str) -> Result<Self, RecordError> {
+    pub fn decode(key: &str, value: &str) -> Result<Self, RecordError> {
         super::decode(RecordKind::Run, key, value)
     }
 
     /// The client's JSON-RPC id of the request.
-    pub(crate) fn id(&self) -> RequestId {
+    pub fn id(&self) -> RequestId {
         self.request.id().clone()
     }
 
     /// Whether the run is a stateless request (2026-07-28, not a task): its steps outlive it,
     /// for a retry with its sealed state to continue them.
-    pub(crate) fn stateless(&self) -> bool {
+    pub fn stateless(&self) -> bool {
         self.era == Era::Modern && self.task.is_none()
     }
 }

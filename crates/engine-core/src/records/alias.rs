@@ -25,11 +25,11 @@ use super::{RecordError, canonical};
 /// this module pin it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub(crate) struct RequestFingerprint(String);
+pub struct RequestFingerprint(String);
 
 impl RequestFingerprint {
     /// The fingerprint of a JSON-RPC request (its `method` and `params`).
-    pub(crate) fn of(request: &Request) -> Self {
+    pub fn of(request: &Request) -> Self {
         use sha2::Digest;
         let method = request.method();
         let params = match request.params_value() {
@@ -59,7 +59,7 @@ impl RequestFingerprint {
 /// versions stored the stream id alone, as a plain string: such a value still decodes, with
 /// no fingerprint, and matches any request (the id's first request is not known).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct AliasRecord {
+pub struct AliasRecord {
     /// The response stream of the run the id started (the run's id).
     pub stream: StreamId,
     /// Which request started it (`None`: written by an earlier version).
@@ -69,13 +69,13 @@ pub(crate) struct AliasRecord {
 
 impl AliasRecord {
     /// The value the store keeps.
-    pub(crate) fn encode(&self) -> Result<String, RecordError> {
+    pub fn encode(&self) -> Result<String, RecordError> {
         super::encode(RecordKind::Alias, self)
     }
 
     /// The alias record stored under `key`: today's layout, or an earlier version's plain
     /// stream id.
-    pub(crate) fn decode(key: &str, value: &str) -> Result<Self, RecordError> {
+    pub fn decode(key: &str, value: &str) -> Result<Self, RecordError> {
         match value.parse::<StreamId>() {
             Ok(stream) => Ok(Self {
                 stream,
@@ -87,7 +87,7 @@ impl AliasRecord {
 
     /// Whether a request with `fingerprint` is a re-send of the request that started the
     /// run (always, for an alias without a fingerprint).
-    pub(crate) fn started_by(&self, fingerprint: &RequestFingerprint) -> bool {
+    pub fn started_by(&self, fingerprint: &RequestFingerprint) -> bool {
         self.request
             .as_ref()
             .is_none_or(|request| request == fingerprint)

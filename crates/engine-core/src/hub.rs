@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 /// The most events a stream's local hub keeps for its tails: a tail further behind reads
 /// the store instead.
-pub(crate) const MAX_RECENT_EVENTS: usize = 64;
+pub const MAX_RECENT_EVENTS: usize = 64;
 
 /// The most bytes of event data a stream's local hub keeps.
 const MAX_RECENT_BYTES: usize = 1 << 20;
@@ -24,7 +24,7 @@ const MAX_RECENT_BYTES: usize = 1 << 20;
 /// The streams of this worker that have a local writer or tail, with what was committed
 /// to them lately. Streams with neither have no entry and cost nothing.
 #[derive(Default)]
-pub(crate) struct Hub {
+pub struct Hub {
     streams: Mutex<HashMap<StreamId, Arc<Local>>>,
 }
 
@@ -45,8 +45,9 @@ impl Local {
     }
 }
 
+/// What one stream's local hub holds, watched by its tails.
 #[derive(Default)]
-pub(crate) struct LocalState {
+pub struct LocalState {
     /// Writers of this worker holding the stream ([`Writer`]).
     writers: usize,
     /// Tails following it ([`Follow`]).
@@ -64,8 +65,7 @@ pub(crate) struct LocalState {
 
 impl Hub {
     /// How many streams have an entry (tests: nothing is kept for streams nobody holds).
-    #[cfg(test)]
-    pub(crate) fn streams(&self) -> usize {
+    pub fn streams(&self) -> usize {
         self.lock().len()
     }
 
@@ -121,7 +121,7 @@ impl Hub {
     /// This worker writes to `stream` until the returned guard drops: meanwhile no other
     /// worker does (a request's stream, written by its run here), so its local tails need
     /// no store wake-ups.
-    pub(crate) fn writer(self: &Arc<Self>, stream: &StreamId) -> Writer {
+    pub fn writer(self: &Arc<Self>, stream: &StreamId) -> Writer {
         let local = self.register(stream, |s| s.writers += 1);
         Writer {
             hub: self.clone(),
@@ -132,7 +132,7 @@ impl Hub {
 
     /// Follow `stream` from now on: what this worker commits to it from now on is kept for
     /// the returned handle until its tail took it (within the bounds).
-    pub(crate) fn follow(self: &Arc<Self>, stream: &StreamId) -> Follow {
+    pub fn follow(self: &Arc<Self>, stream: &StreamId) -> Follow {
         let local = self.register(stream, |s| s.tails += 1);
         Follow {
             hub: self.clone(),
@@ -142,7 +142,7 @@ impl Hub {
     }
 
     /// [`Hub::follow`], if a writer of this worker holds `stream` now.
-    pub(crate) fn follow_if_written(self: &Arc<Self>, stream: &StreamId) -> Option<Follow> {
+    pub fn follow_if_written(self: &Arc<Self>, stream: &StreamId) -> Option<Follow> {
         let local = {
             let map = self.lock();
             let local = map.get(stream)?.clone();
@@ -176,7 +176,7 @@ impl Hub {
 
     /// What a commit of `batch` must hand to local tails once it is committed: the data
     /// of its appends to followed streams (copied before the batch goes to the store).
-    pub(crate) fn capture(&self, batch: &durable_mcp_store::WriteBatch) -> Captured {
+    pub fn capture(&self, batch: &durable_mcp_store::WriteBatch) -> Captured {
         let mut captured = Captured::default();
         let mut last: Option<(&StreamId, Option<Arc<Local>>)> = None;
         for (index, op) in batch.ops().iter().enumerate() {
@@ -211,7 +211,7 @@ impl Hub {
 
 /// What one commit hands to the local tails of the streams it writes ([`Hub::capture`]).
 #[derive(Default)]
-pub(crate) struct Captured {
+pub struct Captured {
     streams: Vec<(Arc<Local>, Vec<Capture>)>,
 }
 
@@ -224,12 +224,12 @@ enum Capture {
 
 impl Captured {
     /// Whether nothing is to be handed on (no followed stream in the batch).
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.streams.is_empty()
     }
 
     /// A captured single append (not a batch): its event id is `id`.
-    pub(crate) fn published_one(self, id: &durable_mcp_store::EventId) {
+    pub fn published_one(self, id: &durable_mcp_store::EventId) {
         let mut outcome = BatchOutcome::default();
         outcome
             .ops
@@ -238,7 +238,7 @@ impl Captured {
     }
 
     /// The batch was committed with `outcome`: hand its events to the tails (D1: only now).
-    pub(crate) fn published(self, outcome: &BatchOutcome) {
+    pub fn published(self, outcome: &BatchOutcome) {
         for (local, items) in self.streams {
             local.state.send_modify(|state| {
                 let mut last = state.recent.back().map(|e| e.id.seq);
@@ -275,7 +275,7 @@ impl Captured {
 
 impl Captured {
     /// Capture the data of a single append to `stream` (with its close, if it closes it).
-    pub(crate) fn one(hub: &Hub, stream: &StreamId, data: &str, close: bool) -> Self {
+    pub fn one(hub: &Hub, stream: &StreamId, data: &str, close: bool) -> Self {
         let Some(local) = hub.followed(stream) else {
             return Self::default();
         };
@@ -290,7 +290,7 @@ impl Captured {
 }
 
 /// A writer of this worker holds a stream ([`Hub::writer`]) until this drops.
-pub(crate) struct Writer {
+pub struct Writer {
     hub: Arc<Hub>,
     stream: StreamId,
     local: Arc<Local>,
@@ -304,7 +304,7 @@ impl Drop for Writer {
 }
 
 /// A tail's registration with a stream's local hub ([`Hub::follow`]): what this worker
-/// commits to the stream is kept for it. Its tail is [`crate::Engine::follow`].
+/// commits to the stream is kept for it. Its tail is the engine's `Engine::tail`.
 pub struct Follow {
     hub: Arc<Hub>,
     stream: StreamId,
@@ -344,13 +344,13 @@ impl Follow {
     }
 
     /// What the stream's local hub holds, watched.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<LocalState> {
+    pub fn subscribe(&self) -> watch::Receiver<LocalState> {
         self.local.state.subscribe()
     }
 }
 
 /// What the local hub holds for a tail at `after`.
-pub(crate) enum Next {
+pub enum Next {
     /// Events after `after`, from `after + 1` on; `true` if the last one ends the stream.
     Events(Vec<StoredEvent>, bool),
     /// The next event is not in the hub (evicted, or another worker's): read the store.
@@ -364,7 +364,8 @@ pub(crate) enum Next {
     Unheld,
 }
 
-pub(crate) fn local_at(state: &LocalState, after: u64) -> Next {
+/// What `state` holds for a tail at sequence `after`.
+pub fn local_at(state: &LocalState, after: u64) -> Next {
     let start = state.recent.partition_point(|e| e.id.seq <= after);
     if let Some(first) = state.recent.get(start) {
         if first.id.seq != after + 1 {
