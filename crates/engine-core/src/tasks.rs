@@ -14,9 +14,8 @@
 //! recovery, durable steps) whose stream is internal to the task: any worker answers for
 //! any task from the record.
 //!
-//! Tasks are built on the journal and the records below them: nothing here reaches the
-//! request path above (a task's run is started, and its result relayed, by the request
-//! path).
+//! [`Tasks`] is built on the records and the door out ([`crate::events::Events`]); the
+//! request path starts a task's run and relays its result.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -56,7 +55,7 @@ const TASK_POLL: Duration = Duration::from_millis(250);
 ///
 /// Stated more precisely: the key is `<principal>/<task id>`, or
 /// `<principal>/<session id>/<task id>` for a session-bound task, with the principal
-/// bounded by [`key_part`]; so one owner's tasks list by prefix, and another owner's id
+/// bounded ([`key::task_owner`]); so one owner's tasks list by prefix, and another owner's id
 /// is simply not found, the same answer as an id that never existed. The record's own
 /// principal and session are checked on every read as well.
 #[derive(Debug, Clone)]
@@ -93,11 +92,11 @@ impl TaskOwner {
     /// Whether `task` is this owner's (a record found under its key always is; checked
     /// anyway, so that a key layout mistake can never expose another owner's task).
     pub fn owns(&self, task: &TaskRecord) -> bool {
-        task.principal == self.principal.as_str()
+        task.principal == self.principal
             && self
                 .session
                 .as_ref()
-                .is_none_or(|session| task.session.as_deref() == Some(session.as_str()))
+                .is_none_or(|session| task.session.as_ref() == Some(session))
     }
 }
 
@@ -251,25 +250,25 @@ impl Tasks {
             .as_ref()
             .filter(|_| caller.era == Era::Legacy);
         let task = TaskRecord {
-            task_id: StreamId::random().to_string(),
-            principal: caller.principal.as_str().to_owned(),
-            session: session.map(|s| s.id.to_string()),
+            task_id: StreamId::random(),
+            principal: caller.principal.clone(),
+            session: session.map(|s| s.id.clone()),
             flavor,
             status: TaskStatus::Working,
             status_message: Some("The task is running.".into()),
             created_at_ms: now,
             updated_at_ms: now,
             ttl_ms: ttl_ms.unwrap_or(DEFAULT_TTL_MS).clamp(1_000, MAX_TTL_MS),
-            stream: stream.to_string(),
+            stream: stream.clone(),
             result: None,
             error: None,
             input_requests: BTreeMap::new(),
             input_responses: BTreeMap::new(),
             notify: session
                 .filter(|_| flavor == Flavor::V2025)
-                .map(|s| s.standalone_stream.to_string()),
+                .map(|s| s.standalone_stream.clone()),
         };
-        let key = TaskOwner::of(caller, flavor).key(&task.task_id);
+        let key = TaskOwner::of(caller, flavor).key(task.task_id.as_str());
         self.store()
             .put_record(
                 RecordKind::Task,
@@ -303,11 +302,7 @@ impl Tasks {
         if task.flavor != Flavor::V2025 || task.status == status_before {
             return;
         }
-        let Some(stream) = task
-            .notify
-            .as_deref()
-            .and_then(|s| s.parse::<StreamId>().ok())
-        else {
+        let Some(stream) = task.notify.clone() else {
             return;
         };
         // A later change (made on another worker, say) sends its own notification; this one
@@ -658,12 +653,13 @@ mod tests {
 
     fn record(caller: &Caller) -> TaskRecord {
         let mut task: TaskRecord = serde_json::from_value(json!({
-            "task_id": "t", "principal": caller.principal.as_str(), "session": null, "flavor": "V2025",
+            "task_id": StreamId::random().to_string(), "principal": caller.principal.as_str(),
+            "session": null, "flavor": "V2025",
             "status": "working", "status_message": null, "created_at_ms": 0, "updated_at_ms": 0, "ttl_ms": 1,
-            "stream": "s", "result": null, "error": null, "input_requests": {}, "input_responses": {}
+            "stream": StreamId::random().to_string(), "result": null, "error": null, "input_requests": {}, "input_responses": {}
         }))
         .expect("a task record");
-        task.session = caller.session.as_ref().map(|s| s.id.to_string());
+        task.session = caller.session_id().cloned();
         task
     }
 

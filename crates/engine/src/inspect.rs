@@ -98,8 +98,8 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
             method: run.request.method().to_string(),
             target,
             request_id: run.id(),
-            principal: run.principal,
-            session: run.session,
+            principal: run.principal.as_str().to_owned(),
+            session: run.session.map(|session| session.to_string()),
             protocol_version: run.protocol_version.to_string(),
             owner: Some(run.owner).filter(|owner| !owner.is_empty()),
             lease_until_ms: run.lease_until_ms,
@@ -122,8 +122,8 @@ pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, 
     let mut tasks = Vec::new();
     for (_, task) in decoded(store, RecordKind::Task, limit, TaskRecord::decode).await? {
         tasks.push(TaskSummary {
-            task_id: task.task_id,
-            principal: task.principal,
+            task_id: task.task_id.to_string(),
+            principal: task.principal.as_str().to_owned(),
             design: match task.flavor {
                 Flavor::V2025 => durable_mcp_protocol::McpVersion::V2025_11_25.as_str(),
                 Flavor::Extension => "extension",
@@ -134,7 +134,7 @@ pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, 
             last_updated_at: iso8601(task.updated_at_ms),
             ttl_ms: task.ttl_ms,
             open_questions: task.input_requests.len(),
-            session: task.session,
+            session: task.session.map(|session| session.to_string()),
         });
     }
     Ok(tasks)

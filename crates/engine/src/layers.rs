@@ -369,8 +369,8 @@ fn no_module_calls_an_engine_method_of_a_layer_above_its_own() {
     );
 }
 
-/// The store writes of `source` that bypass the door out (`Engine::append`,
-/// `Engine::commit_batch` at the crate root), as `module: line`.
+/// The store writes of `source` that bypass the door out (`Events`, which `Engine::append`
+/// and `Engine::commit_batch` call), as `module: line`.
 fn bypassing_writes(module: &str, source: &str) -> Vec<String> {
     const WRITES: [&str; 3] = ["store().append(", "store().commit(", "store.append("];
     // A module's unit tests may write behind its back on purpose (as another worker would).

@@ -5,8 +5,9 @@
 //! - [`Engine::accept`] is the only place a request is accepted: a [`Request`], parsed once
 //!   by the transport ([`durable_mcp_protocol::jsonrpc::classify`]), is routed by its
 //!   [`Method`]; its response stream is committed, then its handler starts.
-//! - `commit` (in `run.rs`) is the only place a handler's messages, its outcome included,
-//!   become events: each is appended to the store before any transport can send it (D1).
+//! - [`events::Events`] (in the core) is the only way a handler's messages, its outcome
+//!   included, become events: each is committed to the store before any transport can send
+//!   it (D1), then handed to this worker's tails.
 //!
 //! Transports (HTTP, stdio) read the events back through [`tail`]; the GET streams of a
 //! session's standalone stream through [`Engine::open_get_stream`], which hands each event

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use durable_mcp_protocol::jsonrpc::RequestId;
 use durable_mcp_protocol::tasks::TaskStatus;
-use durable_mcp_store::{Principal, SessionId, StoreError, StreamId, now_ms};
+use durable_mcp_store::{StoreError, StreamId, now_ms};
 use serde_json::json;
 
 use crate::caller::Caller;
@@ -91,9 +91,7 @@ impl Engine {
     /// too often).
     async fn try_resume(&self, held: &Held) -> Result<Resume, EngineError> {
         let record = &held.record;
-        let Ok(stream) = record.stream.parse::<StreamId>() else {
-            return Ok(Resume::Done);
-        };
+        let stream = record.stream.clone();
         let id = record.id();
         // Outcome already committed (the owner died between the commit and the clean-up)?
         if self.journal().stream_closed(&stream).await? {
@@ -113,8 +111,7 @@ impl Engine {
         // A task whose worker died before its create result was committed: commit it now,
         // so that its client (or a re-send of its request) gets it.
         if let (Some(reply), Some(task)) = (&record.reply, &record.task)
-            && let Ok(reply) = reply.parse::<StreamId>()
-            && !self.journal().stream_closed(&reply).await?
+            && !self.journal().stream_closed(reply).await?
             && let Some((task, _)) = self.tasks().load_task(task).await?
         {
             let created = json!({"jsonrpc": "2.0", "id": id, "result": task.created()});
@@ -135,9 +132,9 @@ impl Engine {
         if cancelled || task_ended {
             return self.closed_or_retry(&stream, &id, true).await;
         }
-        let principal = Principal::new(record.principal.clone());
-        let session = match record.session.as_ref().map(|id| id.parse::<SessionId>()) {
-            Some(Ok(session)) => match self.store().load_session(&principal, &session).await {
+        let principal = record.principal.clone();
+        let session = match &record.session {
+            Some(session) => match self.store().load_session(&principal, session).await {
                 Ok(session) => Some(session),
                 Err(StoreError::NotFound { .. }) => {
                     if let Some(task) = &record.task {
@@ -149,7 +146,7 @@ impl Engine {
                 }
                 Err(error) => return Err(error.into()),
             },
-            _ => None,
+            None => None,
         };
         if record.stateless() {
             // A stateless request's client is gone with its connection: nobody could

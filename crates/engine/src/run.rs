@@ -1,5 +1,6 @@
-//! The request path: the door in ([`Engine::accept`]) and the door out ([`commit`]), and
-//! the routing of every message a handler sends while it runs.
+//! The request path: the door in ([`Engine::accept`]: a [`Route`] per request, one function
+//! per route), starting handlers, and the routing of every message a handler sends while it
+//! runs to the door out ([`Engine::commit`], through [`crate::events::Events`]).
 
 use std::sync::Arc;
 
@@ -733,7 +734,7 @@ impl Engine {
         record.task_flavor = Some(flavor);
         // Keyed by the request's own stream, which a re-sent request id attaches to; the
         // create result is sent there again by recovery if it never was.
-        record.reply = Some(stream.to_string());
+        record.reply = Some(stream.clone());
         let run_id = stream.to_string();
         let version = store
             .put_record(
@@ -796,9 +797,6 @@ impl Engine {
         else {
             return Ok(Some(not_found()));
         };
-        if task.stream.parse::<StreamId>().is_err() {
-            return Ok(Some(not_found()));
-        }
         // Journaled like a handler's run, so that the relay outlives this worker: recovery
         // goes on relaying where it stopped (the client resumes with `Last-Event-ID`).
         let mut message = Map::new();
@@ -843,12 +841,7 @@ impl Engine {
         let Some(relay) = held.record.relay.clone() else {
             return held.finish(self.journal()).await;
         };
-        let (Ok(source), Ok(target)) = (
-            relay.source.parse::<StreamId>(),
-            held.record.stream.parse::<StreamId>(),
-        ) else {
-            return held.finish(self.journal()).await;
-        };
+        let (source, target) = (relay.source.clone(), held.record.stream.clone());
         let id = held.record.id();
         // Not counted in flight: a relay waits for its task, which may take long; at
         // shutdown it is handed over at once, at no cost.
@@ -992,11 +985,8 @@ impl Engine {
         stream: &StreamId,
         held: &mut Held,
     ) -> Result<(String, StreamId), EngineError> {
-        if let (Some(key), Ok(task_stream)) = (
-            held.record.task.clone(),
-            held.record.stream.parse::<StreamId>(),
-        ) {
-            return Ok((key, task_stream));
+        if let Some(key) = held.record.task.clone() {
+            return Ok((key, held.record.stream.clone()));
         }
         let task_stream = StreamId::random();
         self.store()
@@ -1008,7 +998,7 @@ impl Engine {
             .await?;
         // The task's steps (and those of its synchronous rounds) live as long as the task.
         self.journal().refresh_steps(&held.run_id, None).await?;
-        let (record_key, record_stream) = (key.clone(), task_stream.to_string());
+        let (record_key, record_stream) = (key.clone(), task_stream.clone());
         held.update(self.journal(), move |record| {
             record.task = Some(record_key);
             record.task_flavor = Some(Flavor::Extension);

@@ -45,14 +45,14 @@ impl RunRecord {
     pub fn new(journal: &Journal, caller: &Caller, request: Request, stream: &StreamId) -> Self {
         let trace = crate::traces::to_store(&request, caller.trace.as_ref());
         Self {
-            principal: caller.principal.as_str().to_owned(),
-            session: caller.session.as_ref().map(|s| s.id.to_string()),
+            principal: caller.principal.clone(),
+            session: caller.session_id().cloned(),
             era: caller.era,
             protocol_version: caller.protocol_version,
             log_level: caller.log_level.clone(),
             request,
-            stream: stream.to_string(),
-            inbox: StreamId::random().to_string(),
+            stream: stream.clone(),
+            inbox: StreamId::random(),
             owner: journal.worker_id.clone(),
             lease_until_ms: now_ms() + ms(journal.lease),
             attempt: 1,

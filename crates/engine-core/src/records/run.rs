@@ -2,7 +2,7 @@
 
 use durable_mcp_protocol::McpVersion;
 use durable_mcp_protocol::jsonrpc::{Request, RequestId};
-use durable_mcp_store::RecordKind;
+use durable_mcp_store::{Principal, RecordKind, SessionId, StreamId};
 use serde::{Deserialize, Serialize};
 
 use super::{Flavor, RecordError};
@@ -39,9 +39,9 @@ mod era_as_modern {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRecord {
     /// Who sent the request (D13).
-    pub principal: String,
+    pub principal: Principal,
     /// Its legacy session, if any.
-    pub session: Option<String>,
+    pub session: Option<SessionId>,
     /// The request's era (stored as `modern`).
     #[serde(rename = "modern", with = "era_as_modern")]
     pub era: Era,
@@ -52,9 +52,9 @@ pub struct RunRecord {
     /// The request, as it came (stored as its JSON-RPC message).
     pub request: Request,
     /// Its response stream.
-    pub stream: String,
+    pub stream: StreamId,
     /// Where the client's answers to durable questions are committed (created lazily).
-    pub inbox: String,
+    pub inbox: StreamId,
     /// The worker holding its lease (empty: given back, for any worker to take).
     pub owner: String,
     /// Until when the lease lasts (milliseconds since the epoch).
@@ -73,7 +73,7 @@ pub struct RunRecord {
     pub failures: u32,
     /// A task's request stream, where its create result goes (2025-11-25 tasks).
     #[serde(default)]
-    pub reply: Option<String>,
+    pub reply: Option<StreamId>,
     /// A 2025-11-25 `tasks/result`: the task whose stream is relayed onto `stream`. Such a
     /// run has no handler: recovery restarts the relay where it stopped.
     #[serde(default)]
@@ -159,7 +159,7 @@ pub struct Relay {
     /// The task's id.
     pub task_id: String,
     /// The task's own stream (its questions, then its outcome).
-    pub source: String,
+    pub source: StreamId,
 }
 
 impl RunRecord {

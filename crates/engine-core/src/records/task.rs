@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use durable_mcp_protocol::tasks::TaskStatus;
-use durable_mcp_store::RecordKind;
+use durable_mcp_store::{Principal, RecordKind, SessionId, StreamId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -22,11 +22,11 @@ pub enum Flavor {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskRecord {
     /// The id the client knows it by.
-    pub task_id: String,
+    pub task_id: StreamId,
     /// Its owner (D13).
-    pub principal: String,
+    pub principal: Principal,
     /// The legacy session that created it, if any (2025-11-25 tasks are the session's).
-    pub session: Option<String>,
+    pub session: Option<SessionId>,
     /// Which design of tasks it follows.
     pub flavor: Flavor,
     /// Its status.
@@ -40,7 +40,7 @@ pub struct TaskRecord {
     /// How long it is kept after it last changed.
     pub ttl_ms: u64,
     /// The internal stream of the task's run (its questions and its outcome).
-    pub stream: String,
+    pub stream: StreamId,
     /// Its result, once it completed.
     pub result: Option<Value>,
     /// Its JSON-RPC error, once it failed.
@@ -52,7 +52,7 @@ pub struct TaskRecord {
     /// 2025-11-25: the standalone stream of the session that created the task, where
     /// `notifications/tasks/status` go.
     #[serde(default)]
-    pub notify: Option<String>,
+    pub notify: Option<StreamId>,
 }
 
 impl TaskRecord {
