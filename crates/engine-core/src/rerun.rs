@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use durable_mcp_protocol::jsonrpc::Message;
 use durable_mcp_store::{Store, StoreError, StreamId};
 use serde_json::Value;
 
@@ -49,11 +50,10 @@ struct Seen {
 }
 
 /// A progress notification's token (canonical JSON) and value.
-fn progress_of(message: &Value) -> Option<(String, f64)> {
-    let params = message.get("params")?;
+fn progress_of(message: Message<'_>) -> Option<(String, f64)> {
     Some((
-        canonical(params.get("progressToken")?),
-        params.get("progress")?.as_f64()?,
+        canonical(message.param("progressToken")?),
+        message.param("progress")?.as_f64()?,
     ))
 }
 
@@ -62,14 +62,17 @@ impl AlreadySent {
     pub fn from_messages(stream: StreamId, messages: impl IntoIterator<Item = Value>) -> Self {
         let mut seen = Seen::default();
         for message in messages {
-            let Some(method) = message.get("method").and_then(Value::as_str) else {
+            let Some(read) = Message::of(&message) else {
                 continue;
             };
-            if message.get("id").is_some() {
+            let Some(method) = read.method() else {
+                continue;
+            };
+            if read.has_id() {
                 // A server-to-client request: not a notification.
                 continue;
             }
-            match (method, progress_of(&message)) {
+            match (method, progress_of(read)) {
                 (PROGRESS, Some((token, value))) => {
                     let highest = seen.progress.entry(token).or_insert(value);
                     *highest = highest.max(value);
@@ -125,7 +128,7 @@ impl AlreadySent {
         }
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if method == PROGRESS
-            && let Some((token, value)) = progress_of(message)
+            && let Some((token, value)) = Message::of(message).and_then(progress_of)
         {
             return match seen.progress.get_mut(&token) {
                 Some(highest) if value <= *highest => true,

@@ -10,6 +10,7 @@
 use std::sync::{Arc, Weak};
 
 use durable_mcp_protocol::context::BoxFuture;
+use durable_mcp_protocol::jsonrpc::Message;
 use durable_mcp_protocol::{Outbox, OutboxBackend, OutboxError, ServerChange, methods};
 use durable_mcp_store::{Principal, SessionId, StoreError};
 use serde_json::Value;
@@ -56,13 +57,9 @@ impl OutboxBackend for CallerOutbox {
     fn to_session(&self, message: Value) -> BoxFuture<'_, Result<bool, OutboxError>> {
         Box::pin(async move {
             let (engine, session) = self.session().await?;
-            if message.get("method").and_then(Value::as_str)
-                == Some(methods::NOTIFICATION_RESOURCES_UPDATED)
-            {
-                let uri = message
-                    .pointer("/params/uri")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+            let read = Message::of(&message);
+            if read.and_then(|m| m.method()) == Some(methods::NOTIFICATION_RESOURCES_UPDATED) {
+                let uri = read.and_then(|m| m.param_str("uri")).unwrap_or_default();
                 if !session.subscriptions.contains(uri) {
                     return Ok(false);
                 }

@@ -115,7 +115,7 @@ impl Engine {
             && let Some((task, _)) = self.tasks().load_task(task).await?
         {
             let created = json!({"jsonrpc": "2.0", "id": id, "result": task.created()});
-            match self.commit(&reply, &created, true).await {
+            match self.commit(reply, &created, true).await {
                 Ok(_) | Err(EngineError::Store(StoreError::StreamClosed { .. })) => {}
                 Err(error) => return Err(error),
             }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
-use durable_mcp_protocol::jsonrpc::{Rejection, Request, RequestId, to_text};
+use durable_mcp_protocol::jsonrpc::{Message, Rejection, Request, RequestId, to_text};
 use durable_mcp_protocol::methods::Method;
 use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext, methods};
 use durable_mcp_store::{
@@ -1101,28 +1101,26 @@ impl Engine {
         message: Value,
         already_sent: Option<&AlreadySent>,
     ) -> Result<(), EngineError> {
-        let params = message.get("params");
+        let read = Message::of(&message);
+        let param = |key: &str| read.and_then(|m| m.param_str(key));
         match (caller.era, method) {
             (Era::Legacy, methods::NOTIFICATION_MESSAGE) => {
-                let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
+                let level = param("level");
                 let threshold = caller.session.as_ref().and_then(|s| s.log_level.clone());
                 if threshold.is_some_and(|t| !passes(level, &t)) {
                     return Ok(());
                 }
             }
             (Era::Modern, methods::NOTIFICATION_MESSAGE) => {
-                let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
+                let level = param("level");
                 match &caller.log_level {
                     Some(threshold) if passes(level, threshold) => {}
                     _ => return Ok(()),
                 }
             }
             (Era::Legacy, methods::NOTIFICATION_RESOURCES_UPDATED) => {
-                let uri = params
-                    .and_then(|p| p.get("uri"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                return self.fan_out_resource_update(uri, &message).await;
+                let uri = param("uri").unwrap_or_default().to_owned();
+                return self.fan_out_resource_update(&uri, &message).await;
             }
             (
                 Era::Legacy,

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use durable_mcp_auth::Authenticated;
 use durable_mcp_engine::{Caller, Era};
 use durable_mcp_protocol::McpVersion;
-use durable_mcp_protocol::jsonrpc::{self, Inbound};
+use durable_mcp_protocol::jsonrpc::{self, Inbound, Message};
 use durable_mcp_protocol::methods::{self, Method};
 use durable_mcp_store::{Principal, SessionRecord};
 use futures::StreamExt;
@@ -36,7 +36,7 @@ const LOG_LEVELS: [&str; 8] = [
 ];
 
 fn meta(message: &Map<String, Value>) -> Option<&Map<String, Value>> {
-    message.get("params")?.get("_meta")?.as_object()
+    Message::from_map(message).meta()
 }
 
 /// Which era a message belongs to (decided per request, as the 2026-07-28 spec says).
@@ -211,8 +211,7 @@ impl Transport {
         match inbound {
             Inbound::Notification { method, message } => {
                 if method == methods::NOTIFICATION_CANCELLED {
-                    if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId"))
-                    {
+                    if let Some(request_id) = Message::from_map(&message).param("requestId") {
                         self.engine.cancel(caller, request_id).await?;
                     }
                 } else {

@@ -248,7 +248,7 @@ impl Request {
 
     /// Parameter `key`.
     pub fn param(&self, key: &str) -> Option<&Value> {
-        self.params()?.get(key)
+        Message::from_map(&self.message).param(key)
     }
 
     /// Parameter `key`, if it is a string.
@@ -276,6 +276,56 @@ impl serde::Serialize for Request {
 impl<'de> serde::Deserialize<'de> for Request {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Map::deserialize(deserializer).map(Self::from_message)
+    }
+}
+
+/// Any JSON-RPC message read in place: a notification or request a handler sends, or one a
+/// client sent that the engine reads without owning it. The engine reads methods and
+/// parameters through it, never by digging in the JSON.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Message<'a> {
+    message: &'a Map<String, Value>,
+}
+
+impl<'a> Message<'a> {
+    /// `message` read as a JSON-RPC message; `None`: not an object.
+    pub fn of(message: &'a Value) -> Option<Self> {
+        message.as_object().map(Self::from_map)
+    }
+
+    /// The message `message`.
+    pub fn from_map(message: &'a Map<String, Value>) -> Self {
+        Self { message }
+    }
+
+    /// Its method, if it is a request or a notification.
+    pub fn method(&self) -> Option<&'a str> {
+        self.message.get("method").and_then(Value::as_str)
+    }
+
+    /// Whether it carries an id (a request or a response, not a notification).
+    pub fn has_id(&self) -> bool {
+        self.message.contains_key("id")
+    }
+
+    /// Its id, if any.
+    pub fn id(&self) -> Option<&'a Value> {
+        self.message.get("id")
+    }
+
+    /// Parameter `key`.
+    pub fn param(&self, key: &str) -> Option<&'a Value> {
+        self.message.get("params")?.get(key)
+    }
+
+    /// Parameter `key`, if it is a string.
+    pub fn param_str(&self, key: &str) -> Option<&'a str> {
+        self.param(key)?.as_str()
+    }
+
+    /// `params._meta`.
+    pub fn meta(&self) -> Option<&'a Map<String, Value>> {
+        self.param("_meta")?.as_object()
     }
 }
 

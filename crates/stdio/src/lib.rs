@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use durable_mcp_engine::{Caller, Engine};
-use durable_mcp_protocol::jsonrpc::{self, Inbound, code, error_response};
+use durable_mcp_protocol::jsonrpc::{self, Inbound, Message, code, error_response};
 use durable_mcp_protocol::methods::{self, Method};
 use durable_mcp_store::{Principal, SessionId, StoreError, StreamId};
 use futures::StreamExt;
@@ -209,7 +209,7 @@ impl Connection {
             Inbound::Notification { method, message } => {
                 let caller = self.caller.as_ref()?;
                 if method == methods::NOTIFICATION_CANCELLED {
-                    if let Some(request_id) = message.get("params").and_then(|p| p.get("requestId"))
+                    if let Some(request_id) = Message::from_map(&message).param("requestId")
                         && let Err(error) = engine.cancel(caller, request_id).await
                     {
                         tracing::warn!(%error, "could not record a cancellation");

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Instructions per `tools/call` of one server under callgrind (docs/benchmarks.md,
+# "Instruction counts"): two runs of one keep-alive client, of N and N + 500 calls, each
+# from a fresh server; a call costs (Ir of the long run − Ir of the short one) / 500, so
+# start-up, the session's `initialize` and shutdown cancel out.
+#
+#   scripts/callgrind.sh [durable|rmcp] [legacy|modern] [STORE URL, durable only]
+#
+# Prints one line: server, era, store, instructions per call. Needs valgrind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+server=${1:-durable}
+era=${2:-legacy}
+store=${3:-memory:}
+short=${CALLGRIND_SHORT:-100}
+long=$((short + 500))
+command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind is not installed" >&2; exit 1; }
+cargo build --release --quiet -p durable-mcp-cli -p durable-mcp-bench
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+# Total instructions of a server that served one client's `calls` calls.
+instructions() {
+    local calls=$1 dir="$scratch/$1"
+    mkdir "$dir"
+    mkfifo "$dir/stdin"
+    local cmd=(./target/release/durable-mcp-bench bench-server rmcp --listen 127.0.0.1:0)
+    if [[ $server == durable ]]; then
+        cmd=(./target/release/durable-mcp bench-server durable --store "$store" --listen 127.0.0.1:0)
+    fi
+    valgrind --tool=callgrind --callgrind-out-file="$dir/out" "${cmd[@]}" \
+        <"$dir/stdin" >"$dir/stdout" 2>"$dir/stderr" &
+    local pid=$!
+    exec {keep}>"$dir/stdin" # the server stops when its stdin ends
+    local addr=""
+    for _ in $(seq 600); do
+        addr=$(sed -n 's/^LISTENING //p' "$dir/stdout")
+        [[ -n $addr ]] && break
+        sleep 0.1
+    done
+    [[ -n $addr ]] || { cat "$dir/stderr" >&2; echo "callgrind.sh: the server did not start" >&2; exit 1; }
+    ./target/release/durable-mcp-bench bench-load --addr "$addr" --era "$era" \
+        --warmup-calls 0 --max-calls "$calls" --duration-ms 600000 >/dev/null
+    exec {keep}>&-
+    wait "$pid"
+    sed -n 's/^summary: //p; s/^totals: //p' "$dir/out" | head -n 1
+}
+
+a=$(instructions "$short")
+b=$(instructions "$long")
+echo "$server $era $([[ $server == durable ]] && echo "$store" || echo -) $(( (b - a) / 500 )) instructions per call"
