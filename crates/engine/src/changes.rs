@@ -19,12 +19,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use durable_mcp_protocol::{ServerChange, methods};
-use durable_mcp_store::{Expect, RecordKind, StoreError, now_ms};
+use durable_mcp_store::{Expect, RecordKind, Store, StoreError, now_ms};
 use serde_json::{Value, json};
 
+use crate::EngineError;
 use crate::records::key;
 use crate::sync::lock;
-use crate::{Engine, EngineError, Inner};
 
 /// How often a worker with listen streams open reads the announcements they follow.
 const POLL: Duration = Duration::from_millis(250);
@@ -63,8 +63,18 @@ pub(crate) fn notification(announcement: &str, subscription_meta: &Value) -> Opt
     Some(json!({"jsonrpc": "2.0", "method": method, "params": params}))
 }
 
-/// This worker's view of the announcements.
+/// This worker's view of the announcements: commits them, and follows them for its listen
+/// streams. Cheap to clone.
+#[derive(Clone)]
 pub(crate) struct Changes {
+    store: Arc<dyn Store>,
+    /// `<worker id>@<start>`: with `counter`, makes this worker's tokens unique.
+    worker: String,
+    state: Arc<State>,
+}
+
+/// What the listen streams of this worker follow, and what it last saw of it.
+struct State {
     /// Local fan-out of changed keys.
     tx: tokio::sync::broadcast::Sender<String>,
     /// Held while reading tokens and recording them: the poller's pass, a new
@@ -85,43 +95,21 @@ pub(crate) struct Changes {
 /// worst one notification too many, never one too few).
 const UNKNOWN: &str = "?";
 
-impl Default for Changes {
-    fn default() -> Self {
-        Self {
-            tx: tokio::sync::broadcast::channel(256).0,
-            sequence: tokio::sync::Mutex::new(()),
-            seen: Mutex::default(),
-            uris: Mutex::default(),
-            listeners: AtomicUsize::new(0),
-            poller_started: AtomicBool::new(false),
-            counter: AtomicU64::new(0),
-        }
-    }
-}
-
-#[cfg(test)]
-impl Changes {
-    /// How many keys this worker holds a token for, and how many resource URIs it follows.
-    pub(crate) fn followed(&self) -> (usize, usize) {
-        (lock(&self.seen).len(), lock(&self.uris).len())
-    }
-}
-
 /// A listen stream's following of announcements: its keys' changes arrive on `changes`;
 /// dropping it stops the following.
 pub(crate) struct Following {
     pub changes: tokio::sync::broadcast::Receiver<String>,
-    engine: Weak<Inner>,
+    state: Weak<State>,
     uris: Vec<String>,
 }
 
 impl Drop for Following {
     fn drop(&mut self) {
-        let Some(inner) = self.engine.upgrade() else {
+        let Some(state) = self.state.upgrade() else {
             return;
         };
-        inner.changes.listeners.fetch_sub(1, Ordering::SeqCst);
-        let mut uris = lock(&inner.changes.uris);
+        state.listeners.fetch_sub(1, Ordering::SeqCst);
+        let mut uris = lock(&state.uris);
         for uri in &self.uris {
             if let Some(count) = uris.get_mut(uri) {
                 *count -= 1;
@@ -129,30 +117,79 @@ impl Drop for Following {
                     uris.remove(uri);
                     // Nobody here follows it any more: forget it (a new follower learns it
                     // again), so that `seen` holds followed keys only.
-                    lock(&inner.changes.seen).remove(&key::resource_announcement(uri));
+                    lock(&state.seen).remove(&key::resource_announcement(uri));
                 }
             }
         }
     }
 }
 
-impl Engine {
-    fn changes(&self) -> &Changes {
-        &self.inner.changes
+impl State {
+    /// Record `token` as the latest of a followed `key`; broadcast `key` if that is news.
+    /// Call with `sequence` held. Keys nobody here follows are ignored.
+    fn saw(&self, key: &str, token: &str) {
+        let mut seen = lock(&self.seen);
+        let Some(known) = seen.get_mut(key) else {
+            return;
+        };
+        if known == token {
+            return;
+        }
+        *known = token.to_owned();
+        drop(seen);
+        if !token.is_empty() {
+            // No receiver is not an error.
+            let _ = self.tx.send(key.to_owned());
+        }
+    }
+}
+
+/// The current token of `key` in `store` ("" for none).
+async fn read_token(store: &dyn Store, key: &str) -> Result<String, StoreError> {
+    Ok(
+        match store
+            .get_record(RecordKind::Change, &key::change(key))
+            .await?
+        {
+            Some(record) => serde_json::from_str::<String>(&record.value).unwrap_or(record.value),
+            None => String::new(),
+        },
+    )
+}
+
+impl Changes {
+    /// The announcements in `store`, as worker `worker_id`, started at `started_at_ms`,
+    /// sees them.
+    pub(crate) fn new(store: Arc<dyn Store>, worker_id: &str, started_at_ms: u64) -> Self {
+        Self {
+            store,
+            worker: format!("{worker_id}@{started_at_ms}"),
+            state: Arc::new(State {
+                tx: tokio::sync::broadcast::channel(256).0,
+                sequence: tokio::sync::Mutex::new(()),
+                seen: Mutex::default(),
+                uris: Mutex::default(),
+                listeners: AtomicUsize::new(0),
+                poller_started: AtomicBool::new(false),
+                counter: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// How many keys this worker holds a token for, and how many resource URIs it follows.
+    #[cfg(test)]
+    pub(crate) fn followed(&self) -> (usize, usize) {
+        (lock(&self.state.seen).len(), lock(&self.state.uris).len())
     }
 
     /// Commit an announcement and tell this worker's listen streams at once.
     pub(crate) async fn announce(&self, change: &ServerChange) -> Result<(), EngineError> {
         let key = change_key(change);
-        let n = self.changes().counter.fetch_add(1, Ordering::SeqCst);
-        let token = format!(
-            "{}@{}#{n}",
-            self.options().worker_id,
-            self.journal().started_at_ms()
-        );
+        let n = self.state.counter.fetch_add(1, Ordering::SeqCst);
+        let token = format!("{}#{n}", self.worker);
         let expiry = matches!(change, ServerChange::ResourceUpdated(_))
             .then(|| now_ms() + RESOURCE_ANNOUNCEMENT_TTL_MS);
-        let store = self.store();
+        let store = &self.store;
         let record_key = key::change(&key);
         let expect = match store.get_record(RecordKind::Change, &record_key).await? {
             Some(record) => Expect::Version(record.version),
@@ -169,8 +206,8 @@ impl Engine {
             .await
         {
             Ok(_) => {
-                let _sequence = self.changes().sequence.lock().await;
-                self.saw(&key, &token);
+                let _sequence = self.state.sequence.lock().await;
+                self.state.saw(&key, &token);
                 Ok(())
             }
             // Another announcement of the same key was committed meanwhile: it stands for
@@ -180,58 +217,25 @@ impl Engine {
         }
     }
 
-    /// Record `token` as the latest of a followed `key`; broadcast `key` if that is news.
-    /// Call with `sequence` held. Keys nobody here follows are ignored.
-    fn saw(&self, key: &str, token: &str) {
-        let mut seen = lock(&self.changes().seen);
-        let Some(known) = seen.get_mut(key) else {
-            return;
-        };
-        if known == token {
-            return;
-        }
-        *known = token.to_owned();
-        drop(seen);
-        if !token.is_empty() {
-            // No receiver is not an error.
-            let _ = self.changes().tx.send(key.to_owned());
-        }
-    }
-
-    /// The current token of `key` ("" for none).
-    async fn read_token(&self, key: &str) -> Result<String, EngineError> {
-        Ok(
-            match self
-                .store()
-                .get_record(RecordKind::Change, &key::change(key))
-                .await?
-            {
-                Some(record) => {
-                    serde_json::from_str::<String>(&record.value).unwrap_or(record.value)
-                }
-                None => String::new(),
-            },
-        )
-    }
-
     /// Start following announcements for a listen stream that follows the lists and
     /// `uris`: what is announced after this returns arrives on the returned receiver
     /// (call it before the stream's acknowledgement is committed).
-    pub(crate) async fn follow_changes(&self, uris: &[String]) -> Following {
-        let _sequence = self.changes().sequence.lock().await;
+    pub(crate) async fn follow(&self, uris: &[String]) -> Following {
+        let state = &self.state;
+        let _sequence = state.sequence.lock().await;
         let following = Following {
-            changes: self.changes().tx.subscribe(),
-            engine: Arc::downgrade(&self.inner),
+            changes: state.tx.subscribe(),
+            state: Arc::downgrade(state),
             uris: uris.to_vec(),
         };
-        let alone = self.changes().listeners.fetch_add(1, Ordering::SeqCst) == 0;
+        let alone = state.listeners.fetch_add(1, Ordering::SeqCst) == 0;
         let mut keys: Vec<String> = if alone {
             LISTS.iter().map(|k| (*k).to_owned()).collect()
         } else {
             Vec::new()
         };
         {
-            let mut followed = lock(&self.changes().uris);
+            let mut followed = lock(&state.uris);
             for uri in uris {
                 let count = followed.entry(uri.clone()).or_default();
                 if *count == 0 {
@@ -244,41 +248,40 @@ impl Engine {
         // (nobody read them while nobody listened): learn them silently. Keys others
         // follow are kept: a change not yet broadcast to those must still reach them.
         for key in keys {
-            let token = match self.read_token(&key).await {
+            let token = match read_token(self.store.as_ref(), &key).await {
                 Ok(token) => token,
                 Err(error) => {
                     tracing::warn!(%error, %key, "could not read an announcement; the next read tells it as a change");
                     UNKNOWN.to_owned()
                 }
             };
-            lock(&self.changes().seen).insert(key, token);
+            lock(&state.seen).insert(key, token);
         }
-        if !self.changes().poller_started.swap(true, Ordering::SeqCst) {
-            tokio::spawn(poll(Arc::downgrade(&self.inner)));
+        if !state.poller_started.swap(true, Ordering::SeqCst) {
+            tokio::spawn(poll(self.store.clone(), Arc::downgrade(state)));
         }
         following
     }
 }
 
 /// Every [`POLL`], while listen streams are open on this worker, read the announcements
-/// they follow and broadcast those that changed. Ends with the engine.
-async fn poll(engine: Weak<Inner>) {
+/// they follow and broadcast those that changed. Ends with the engine (its `Changes`).
+async fn poll(store: Arc<dyn Store>, state: Weak<State>) {
     let mut failing = false;
     loop {
         tokio::time::sleep(POLL).await;
-        let Some(inner) = engine.upgrade() else {
+        let Some(state) = state.upgrade() else {
             return;
         };
-        let engine = Engine { inner };
-        if engine.changes().listeners.load(Ordering::SeqCst) == 0 {
+        if state.listeners.load(Ordering::SeqCst) == 0 {
             continue;
         }
-        let _sequence = engine.changes().sequence.lock().await;
-        let keys: Vec<String> = lock(&engine.changes().seen).keys().cloned().collect();
+        let _sequence = state.sequence.lock().await;
+        let keys: Vec<String> = lock(&state.seen).keys().cloned().collect();
         let mut failed = None;
         for key in keys {
-            match engine.read_token(&key).await {
-                Ok(token) => engine.saw(&key, &token),
+            match read_token(store.as_ref(), &key).await {
+                Ok(token) => state.saw(&key, &token),
                 Err(error) => failed = Some(error),
             }
         }

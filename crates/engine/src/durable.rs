@@ -517,6 +517,7 @@ impl DurableBackend for DurableRun {
     fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>> {
         Box::pin(async move {
             self.engine
+                .changes()
                 .announce(&change)
                 .await
                 .map_err(|e| self.journal_error(e))

@@ -47,7 +47,8 @@ use tokio::sync::{mpsc, watch};
 
 use durable_mcp_protocol::McpVersion;
 
-use crate::{Engine, EngineError};
+use crate::EngineError;
+use crate::events::Events;
 
 /// How many events one read fetches.
 const BATCH: usize = 256;
@@ -105,7 +106,7 @@ type Entries = Vec<(String, watch::Sender<Signal>)>;
 
 /// The GET streams open on this worker, per session.
 #[derive(Default)]
-pub(crate) struct Local {
+struct Local {
     sessions: Mutex<HashMap<SessionId, Entries>>,
 }
 
@@ -161,12 +162,34 @@ impl Local {
 
     /// How many sessions have an entry here.
     #[cfg(test)]
-    pub(crate) fn sessions(&self) -> usize {
+    fn sessions(&self) -> usize {
         self.lock().len()
     }
 }
 
-impl Engine {
+/// The GET streams of this worker: each hands the events of its session's standalone
+/// stream on to its client, one GET stream of the session at a time. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct GetStreams {
+    events: Events,
+    local: Arc<Local>,
+}
+
+impl GetStreams {
+    /// The GET streams of the store behind `events`.
+    pub(crate) fn new(events: Events) -> Self {
+        Self {
+            events,
+            local: Arc::default(),
+        }
+    }
+
+    /// How many sessions have GET streams here.
+    #[cfg(test)]
+    pub(crate) fn sessions(&self) -> usize {
+        self.local.sessions()
+    }
+
     /// Open a GET stream on `session`'s standalone stream: from where delivery stopped
     /// (`resume_after: None`), or resuming after a `Last-Event-ID` of that stream.
     ///
@@ -179,7 +202,7 @@ impl Engine {
     /// replays the events after `n` that were handed to the connection that received `n`,
     /// then continues with those not handed out yet (D3). See the module docs of
     /// `getstream` for the hand-over rules.
-    pub async fn open_get_stream(
+    pub(crate) async fn open(
         &self,
         session: &SessionRecord,
         resume_after: Option<u64>,
@@ -193,17 +216,16 @@ impl Engine {
         };
         let primed = session.protocol_version.parse::<McpVersion>()? >= McpVersion::V2025_11_25;
         let priming = match resume_after {
-            None if primed => Some(self.append(&stream, String::new(), false).await?),
+            None if primed => Some(self.events.append(&stream, String::new(), false).await?),
             _ => None,
         };
         let conn = StreamId::random().to_string();
         let signals = self
-            .inner
-            .get_streams
+            .local
             .open(&session.id, &conn, settings.max_per_session);
         let (tx, rx) = mpsc::channel(1);
         let mut feed = Feed {
-            engine: self.clone(),
+            streams: self.clone(),
             principal: session.principal.clone(),
             session: session.id.clone(),
             stream,
@@ -224,9 +246,7 @@ impl Engine {
             // A newer GET stream of the session opened here meanwhile and holds the delivery.
             Ok(false) => Mode::Idle,
             Err(error) => {
-                self.inner
-                    .get_streams
-                    .close(&feed.session, &feed.conn, false);
+                self.local.close(&feed.session, &feed.conn, false);
                 return Err(match error {
                     StoreError::NotFound { .. } => EngineError::SessionNotFound,
                     other => other.into(),
@@ -244,15 +264,15 @@ impl Engine {
     }
 
     /// How many GET streams are open on this worker.
-    pub fn open_get_streams(&self) -> usize {
-        self.inner.get_streams.len()
+    pub(crate) fn len(&self) -> usize {
+        self.local.len()
     }
 
     /// The sequence of the last committed event of `stream` (0 when empty).
-    pub(crate) async fn last_seq(&self, stream: &StreamId) -> Result<u64, StoreError> {
+    async fn last_seq(&self, stream: &StreamId) -> Result<u64, StoreError> {
         let mut after = 0;
         loop {
-            let read = match self.store().read_after(stream, after, 1024).await {
+            let read = match self.events.store().read_after(stream, after, 1024).await {
                 Ok(read) => read,
                 // Retention dropped the oldest events: continue from the oldest kept one.
                 Err(StoreError::Pruned {
@@ -289,7 +309,7 @@ enum End {
 
 /// The task behind one GET stream.
 struct Feed {
-    engine: Engine,
+    streams: GetStreams,
     principal: Principal,
     session: SessionId,
     stream: StreamId,
@@ -314,7 +334,7 @@ struct Feed {
 
 impl Feed {
     fn store(&self) -> &Arc<dyn Store> {
-        self.engine.store()
+        self.streams.events.store()
     }
 
     async fn load(&self) -> Result<Option<Delivery>, StoreError> {
@@ -450,11 +470,7 @@ impl Feed {
             }
         };
         let held = mode == Mode::Holding && self.holds();
-        let handed_on = self
-            .engine
-            .inner
-            .get_streams
-            .close(&self.session, &self.conn, held);
+        let handed_on = self.streams.local.close(&self.session, &self.conn, held);
         if held
             && !handed_on
             && end == End::Closed

@@ -167,7 +167,9 @@ struct Inner {
     /// Server-wide change announcements, as this worker sees them.
     changes: changes::Changes,
     /// The GET streams open on this worker, per session.
-    get_streams: getstream::Local,
+    get_streams: getstream::GetStreams,
+    /// The index of resource subscriptions.
+    subscriptions: subscriptions::Subscriptions,
     /// What each principal uses of this worker, against [`EngineOptions::limits`].
     limiter: Arc<limits::Limiter>,
 }
@@ -204,6 +206,13 @@ impl Engine {
         let journal =
             journal::Journal::new(events.clone(), options.worker_id.clone(), options.lease);
         let tasks = tasks::Tasks::new(events.clone());
+        let get_streams = getstream::GetStreams::new(events.clone());
+        let subscriptions = subscriptions::Subscriptions::new(events.store().clone());
+        let changes = changes::Changes::new(
+            events.store().clone(),
+            &options.worker_id,
+            journal.started_at_ms(),
+        );
         let limiter = limits::Limiter::new(options.limits.clone());
         Self {
             inner: Arc::new(Inner {
@@ -215,8 +224,9 @@ impl Engine {
                 runs: registry::Registry::default(),
                 keys,
                 tasks,
-                changes: changes::Changes::default(),
-                get_streams: getstream::Local::default(),
+                changes,
+                get_streams,
+                subscriptions,
                 limiter,
             }),
         }
@@ -282,6 +292,45 @@ impl Engine {
     /// The server's durable application state, shared by every worker.
     pub fn server_state(&self) -> durable_mcp_protocol::ServerState {
         state::server_state(self.store().clone())
+    }
+
+    /// Open a GET stream on `session`'s standalone stream: from where delivery stopped
+    /// (`resume_after: None`), or resuming after a `Last-Event-ID` of that stream.
+    ///
+    /// # Durability
+    /// In plain words: every message of the standalone stream reaches exactly one of the
+    /// session's GET streams, and one that no GET stream received waits for the next.
+    /// Stated more precisely: an event is yielded by at most one GET stream of the session
+    /// (on any worker) unless a client resumes, and is yielded only after a compare-and-set
+    /// of the session's delivery state recorded it as handed out; a resume after event `n`
+    /// replays the events after `n` that were handed to the connection that received `n`,
+    /// then continues with those not handed out yet (D3). See the module docs of
+    /// `getstream` for the hand-over rules.
+    pub async fn open_get_stream(
+        &self,
+        session: &durable_mcp_store::SessionRecord,
+        resume_after: Option<u64>,
+        settings: GetStreamSettings,
+    ) -> Result<GetStream, EngineError> {
+        self.inner
+            .get_streams
+            .open(session, resume_after, settings)
+            .await
+    }
+
+    /// How many GET streams are open on this worker.
+    pub fn open_get_streams(&self) -> usize {
+        self.inner.get_streams.len()
+    }
+
+    /// The index of resource subscriptions.
+    pub(crate) fn subscriptions(&self) -> &subscriptions::Subscriptions {
+        &self.inner.subscriptions
+    }
+
+    /// The server-wide change announcements, as this worker sees them.
+    pub(crate) fn changes(&self) -> &changes::Changes {
+        &self.inner.changes
     }
 
     /// The tasks.

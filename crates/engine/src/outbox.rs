@@ -77,7 +77,13 @@ impl OutboxBackend for CallerOutbox {
     }
 
     fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), OutboxError>> {
-        Box::pin(async move { self.engine()?.announce(&change).await.map_err(failed) })
+        Box::pin(async move {
+            self.engine()?
+                .changes()
+                .announce(&change)
+                .await
+                .map_err(failed)
+        })
     }
 }
 

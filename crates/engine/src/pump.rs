@@ -524,7 +524,7 @@ impl Engine {
                 // Following starts before the client sees the acknowledgement: what is
                 // announced after it reaches the stream.
                 let announced = if filter.follows_changes() {
-                    Some(self.follow_changes(filter.uris()).await)
+                    Some(self.changes().follow(filter.uris()).await)
                 } else {
                     None
                 };

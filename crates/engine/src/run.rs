@@ -1187,7 +1187,8 @@ impl Engine {
         // The index entry first, the session's subscription after it (and the reverse to
         // unsubscribe): a crash between them leaves an extra hint, never a miss.
         if let Some(SessionChange::Subscribe(uri)) = &change {
-            self.index_subscription(&caller.principal, &session.id, uri)
+            self.subscriptions()
+                .index(&caller.principal, &session.id, uri)
                 .await?;
         }
         if let Some(change) = &change {
@@ -1196,7 +1197,7 @@ impl Engine {
                 .await?;
         }
         if let Some(SessionChange::Unsubscribe(uri)) = &change {
-            self.unindex_subscription(&session.id, uri).await?;
+            self.subscriptions().unindex(&session.id, uri).await?;
         }
         Ok(())
     }
@@ -1222,7 +1223,7 @@ impl Engine {
     /// The sessions are found through the subscription index (`subscriptions.rs`): the
     /// cost grows with the number of subscribers of `uri`, not with the live sessions.
     async fn fan_out_resource_update(&self, uri: &str, message: &Value) -> Result<(), EngineError> {
-        for session in self.subscribers(uri).await? {
+        for session in self.subscriptions().subscribers(uri).await? {
             match self
                 .append(&session.standalone_stream, to_text(message), false)
                 .await

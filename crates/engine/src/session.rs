@@ -336,7 +336,7 @@ mod tests {
         );
         assert_eq!(engine.inner.get_streams.sessions(), 0);
         assert!(engine.inner.runs.no_session_runs());
-        assert_eq!(engine.inner.changes.followed(), (0, 0));
+        assert_eq!(engine.changes().followed(), (0, 0));
     }
 
     /// Ending a session (a client's `DELETE`) removes the aliases of its request ids with

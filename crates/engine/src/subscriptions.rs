@@ -9,17 +9,32 @@
 //! worst an extra hint, never a missed subscriber; hints of sessions that ended (deleted,
 //! expired, pruned) are deleted when an update finds them.
 
-use durable_mcp_store::{Expect, Principal, RecordKind, SessionId, SessionRecord, StoreError};
+use std::sync::Arc;
 
+use durable_mcp_store::{
+    Expect, Principal, RecordKind, SessionId, SessionRecord, Store, StoreError,
+};
+
+use crate::EngineError;
 use crate::records::{SubscriptionEntry, key};
-use crate::{Engine, EngineError};
 
 /// The most subscribers one update reaches.
 const MAX_SUBSCRIBERS: usize = 100_000;
 
-impl Engine {
+/// The index of resource subscriptions, in the store. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Subscriptions {
+    store: Arc<dyn Store>,
+}
+
+impl Subscriptions {
+    /// The index in `store`.
+    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+
     /// Record that `session` subscribes to `uri` (before the session record says so).
-    pub(crate) async fn index_subscription(
+    pub(crate) async fn index(
         &self,
         principal: &Principal,
         session: &SessionId,
@@ -31,7 +46,7 @@ impl Engine {
         }
         .encode()?;
         match self
-            .store()
+            .store
             .put_record(
                 RecordKind::Subscription,
                 &key::subscription(uri, session),
@@ -47,12 +62,8 @@ impl Engine {
     }
 
     /// Forget that `session` subscribes to `uri` (after the session record says so).
-    pub(crate) async fn unindex_subscription(
-        &self,
-        session: &SessionId,
-        uri: &str,
-    ) -> Result<(), EngineError> {
-        self.store()
+    pub(crate) async fn unindex(&self, session: &SessionId, uri: &str) -> Result<(), EngineError> {
+        self.store
             .delete_records(RecordKind::Subscription, &key::subscription(uri, session))
             .await?;
         Ok(())
@@ -62,7 +73,7 @@ impl Engine {
     pub(crate) async fn subscribers(&self, uri: &str) -> Result<Vec<SessionRecord>, EngineError> {
         let mut sessions = Vec::new();
         for record in self
-            .store()
+            .store
             .list_records(
                 RecordKind::Subscription,
                 &key::subscriptions(uri),
@@ -72,11 +83,11 @@ impl Engine {
         {
             let entry = SubscriptionEntry::decode(&record.key, &record.value)?;
             let (principal, id) = (Principal::new(entry.principal), entry.session);
-            match self.store().load_session(&principal, &id).await {
+            match self.store.load_session(&principal, &id).await {
                 Ok(session) if session.subscriptions.contains(uri) => sessions.push(session),
                 Ok(_) => {}
                 Err(StoreError::NotFound { .. }) => {
-                    self.store()
+                    self.store
                         .delete_records(RecordKind::Subscription, &record.key)
                         .await?;
                 }
