@@ -622,8 +622,11 @@ impl Tasks {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::sync::Arc;
+
     use durable_mcp_store::SessionRecord;
+
+    use super::*;
 
     fn caller(principal: Principal, era: crate::Era) -> Caller {
         let session = (era == Era::Legacy).then(|| SessionRecord {
@@ -703,5 +706,86 @@ mod tests {
             Flavor::Extension,
         );
         assert!(long.key("t").len() < 100, "a long principal is bounded");
+    }
+
+    fn tasks() -> (Arc<dyn durable_mcp_store::Store>, Tasks) {
+        let store: Arc<dyn durable_mcp_store::Store> =
+            Arc::new(durable_mcp_store_memory::MemoryStore::new());
+        (store.clone(), Tasks::new(Events::new(store)))
+    }
+
+    /// D10: a task is committed when created; every write of it on this worker wakes
+    /// whoever follows this worker's task writes (listen streams, task runs).
+    #[tokio::test]
+    async fn d10_a_created_task_is_committed_and_its_writes_wake_this_worker() {
+        let (_, tasks) = tasks();
+        let alice = caller(Principal::new("alice"), Era::Modern);
+        let (task, key) = tasks
+            .create_task(&alice, Flavor::Extension, None, &StreamId::random())
+            .await
+            .unwrap();
+        let (stored, _) = tasks.load_task(&key).await.unwrap().expect("committed");
+        assert_eq!(
+            (stored.task_id, stored.status),
+            (task.task_id, TaskStatus::Working)
+        );
+        let mut written = tasks.written();
+        tasks
+            .update_task(&key, |task| {
+                task.status_message = Some("half way".into());
+                true
+            })
+            .await
+            .unwrap();
+        assert_eq!(written.recv().await.unwrap(), key);
+    }
+
+    /// A run's outcome settles its task once: a tool's error fails a 2025-11-25 task and
+    /// completes an extension task; a later outcome changes nothing.
+    #[tokio::test]
+    async fn a_tasks_outcome_is_settled_once_by_its_design() {
+        let (_, tasks) = tasks();
+        let tool_error = json!({"jsonrpc": "2.0", "id": 1, "result": {"isError": true}});
+        for (flavor, era, settled) in [
+            (Flavor::V2025, Era::Legacy, TaskStatus::Failed),
+            (Flavor::Extension, Era::Modern, TaskStatus::Completed),
+        ] {
+            let who = caller(Principal::new("alice"), era);
+            let (_, key) = tasks
+                .create_task(&who, flavor, None, &StreamId::random())
+                .await
+                .unwrap();
+            tasks.settle_task(&key, &tool_error).await.unwrap();
+            let ok = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": []}});
+            tasks.settle_task(&key, &ok).await.unwrap();
+            let (task, _) = tasks.load_task(&key).await.unwrap().unwrap();
+            assert_eq!(task.status, settled, "{flavor:?}");
+        }
+    }
+
+    /// `tasks/cancel` on any worker reaches the run: the watch fires once the record says
+    /// cancelled.
+    #[tokio::test]
+    async fn a_cancelled_task_record_cancels_its_run() {
+        let (store, tasks) = tasks();
+        let other_worker = Tasks::new(Events::new(store));
+        let alice = caller(Principal::new("alice"), Era::Modern);
+        let (_, key) = tasks
+            .create_task(&alice, Flavor::Extension, None, &StreamId::random())
+            .await
+            .unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let watch = tasks.watch_task_cancellation(key.clone(), cancel.clone());
+        other_worker
+            .update_task(&key, |task| {
+                task.status = TaskStatus::Cancelled;
+                true
+            })
+            .await
+            .unwrap();
+        tokio::time::timeout(TASK_POLL * 3, cancel.cancelled())
+            .await
+            .expect("the run is cancelled within its poll");
+        watch.await.unwrap();
     }
 }

@@ -298,3 +298,68 @@ async fn poll(store: Arc<dyn Store>, state: Weak<State>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use durable_mcp_protocol::ServerChange;
+    use durable_mcp_store::Store;
+    use durable_mcp_store_memory::MemoryStore;
+
+    use super::{Changes, POLL};
+    use crate::records::key;
+
+    /// An announcement reaches this worker's listen streams at once and another worker's
+    /// within its poll; what was announced before a stream followed is not news to it.
+    #[tokio::test]
+    async fn an_announcement_reaches_every_workers_followers_and_old_news_does_not() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let (a, b) = (
+            Changes::new(store.clone(), "a", 1),
+            Changes::new(store, "b", 1),
+        );
+        a.announce(&ServerChange::ToolsListChanged).await.unwrap();
+        let (mut here, mut there) = (a.follow(&[]).await, b.follow(&[]).await);
+        assert!(
+            here.changes.try_recv().is_err(),
+            "announced before: not news"
+        );
+        a.announce(&ServerChange::PromptsListChanged).await.unwrap();
+        assert_eq!(
+            here.changes.recv().await.unwrap(),
+            key::PROMPTS_ANNOUNCEMENT
+        );
+        let heard = tokio::time::timeout(POLL * 4, there.changes.recv()).await;
+        assert_eq!(
+            heard.expect("within the poll").unwrap(),
+            key::PROMPTS_ANNOUNCEMENT
+        );
+        assert!(
+            there.changes.try_recv().is_err(),
+            "the older announcement stays old"
+        );
+    }
+
+    /// A resource's announcements reach only the streams that follow its URI, and a URI
+    /// nobody follows any more is forgotten.
+    #[tokio::test]
+    async fn resource_updates_reach_their_followers_only() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let changes = Changes::new(store, "a", 1);
+        let mut follows = changes.follow(&["file:///a".to_owned()]).await;
+        let mut other = changes.follow(&[]).await;
+        let updated = ServerChange::ResourceUpdated("file:///a".into());
+        changes.announce(&updated).await.unwrap();
+        let key = follows.changes.recv().await.unwrap();
+        assert_eq!(key, key::resource_announcement("file:///a"));
+        // The broadcast carries every followed key; a stream filters by what it follows.
+        assert_eq!(other.changes.recv().await.unwrap(), key);
+        drop((follows, other));
+        assert_eq!(
+            changes.followed(),
+            (3, 0),
+            "the lists stay known, the URI is forgotten"
+        );
+    }
+}

@@ -97,3 +97,51 @@ impl Subscriptions {
         Ok(sessions)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use durable_mcp_store::contract::session;
+    use durable_mcp_store::{Principal, SessionChange, Store};
+    use durable_mcp_store_memory::MemoryStore;
+
+    use super::Subscriptions;
+
+    /// D4: the session record is the truth; the index is a hint. A hint whose session does
+    /// not subscribe is skipped, one whose session ended is deleted.
+    #[tokio::test]
+    async fn d4_subscribers_are_the_indexed_sessions_that_still_subscribe() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let index = Subscriptions::new(store.clone());
+        let alice = Principal::new("alice");
+        let (subscribed, hinted, ended) = (session(&alice), session(&alice), session(&alice));
+        for record in [&subscribed, &hinted, &ended] {
+            store.create_session(record.clone()).await.unwrap();
+            index.index(&alice, &record.id, "file:///a").await.unwrap();
+        }
+        for record in [&subscribed, &ended] {
+            let change = SessionChange::Subscribe("file:///a".into());
+            store
+                .update_session(&alice, &record.id, change)
+                .await
+                .unwrap();
+        }
+        store.end_session(&alice, &ended.id).await.unwrap();
+        let found = index.subscribers("file:///a").await.unwrap();
+        assert_eq!(
+            found.iter().map(|s| &s.id).collect::<Vec<_>>(),
+            [&subscribed.id]
+        );
+        index.unindex(&hinted.id, "file:///a").await.unwrap();
+        let hints = store
+            .list_records(durable_mcp_store::RecordKind::Subscription, "", 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            hints.len(),
+            1,
+            "the ended session's hint and the unindexed one are gone"
+        );
+    }
+}

@@ -766,3 +766,6 @@ impl Journal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
