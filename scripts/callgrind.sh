@@ -8,6 +8,7 @@
 #
 # Prints one line: server, era, store, instructions per call. Needs valgrind.
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 server=${1:-durable}
 era=${2:-legacy}
@@ -15,6 +16,7 @@ store=${3:-memory:}
 short=${CALLGRIND_SHORT:-100}
 long=$((short + 500))
 command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind is not installed" >&2; exit 1; }
+target=${CARGO_TARGET_DIR:-target}
 cargo build --release --quiet -p durable-mcp-cli -p durable-mcp-bench
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -24,9 +26,9 @@ instructions() {
     local calls=$1 dir="$scratch/$1"
     mkdir "$dir"
     mkfifo "$dir/stdin"
-    local cmd=(./target/release/durable-mcp-bench bench-server rmcp --listen 127.0.0.1:0)
+    local cmd=("$target"/release/durable-mcp-bench bench-server rmcp --listen 127.0.0.1:0)
     if [[ $server == durable ]]; then
-        cmd=(./target/release/durable-mcp bench-server durable --store "$store" --listen 127.0.0.1:0)
+        cmd=("$target"/release/durable-mcp bench-server durable --store "$store" --listen 127.0.0.1:0)
     fi
     valgrind --tool=callgrind --callgrind-out-file="$dir/out" "${cmd[@]}" \
         <"$dir/stdin" >"$dir/stdout" 2>"$dir/stderr" &
@@ -39,9 +41,13 @@ instructions() {
         sleep 0.1
     done
     [[ -n $addr ]] || { cat "$dir/stderr" >&2; echo "callgrind.sh: the server did not start" >&2; exit 1; }
-    ./target/release/durable-mcp-bench bench-load --addr "$addr" --era "$era" \
-        --warmup-calls 0 --max-calls "$calls" --duration-ms 600000 >/dev/null
-    exec {keep}>&-
+    # The load generator, too, stops when its stdin ends: keep it open while it runs.
+    mkfifo "$dir/load-stdin"
+    exec {load}<>"$dir/load-stdin"
+    "$target"/release/durable-mcp-bench bench-load --addr "$addr" --era "$era" \
+        --warmup-calls 0 --max-calls "$calls" --duration-ms 600000 \
+        <"$dir/load-stdin" >/dev/null {keep}>&- {load}>&-
+    exec {load}>&- {keep}>&-
     wait "$pid"
     sed -n 's/^summary: //p; s/^totals: //p' "$dir/out" | head -n 1
 }

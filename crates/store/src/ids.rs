@@ -55,9 +55,16 @@ fn is_lower_hex(s: &str) -> bool {
 macro_rules! random_id {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $bytes:literal, $make:ident, $random_doc:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(try_from = "String", into = "String")]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+        #[serde(try_from = "String")]
         pub struct $name(String);
+
+        // Written as its string, without a copy of it (records are encoded on every call).
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
 
         impl $name {
             #[doc = $random_doc]
@@ -77,15 +84,22 @@ macro_rules! random_id {
             }
         }
 
-        impl FromStr for $name {
-            type Err = IdError;
-            fn from_str(s: &str) -> Result<Self, IdError> {
+        impl $name {
+            fn check(s: &str) -> Result<(), IdError> {
                 if s.len() != $bytes * 2 {
                     return Err(IdError { kind: $kind, reason: "wrong length" });
                 }
                 if !is_lower_hex(s) {
                     return Err(IdError { kind: $kind, reason: "not lowercase hex" });
                 }
+                Ok(())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                Self::check(s)?;
                 Ok(Self(s.to_owned()))
             }
         }
@@ -93,7 +107,8 @@ macro_rules! random_id {
         impl TryFrom<String> for $name {
             type Error = IdError;
             fn try_from(s: String) -> Result<Self, IdError> {
-                s.parse()
+                Self::check(&s)?;
+                Ok(Self(s))
             }
         }
 

@@ -401,3 +401,33 @@ fn request_fingerprints_are_stable_and_ignore_meta_and_key_order() {
         of(json!({"method": "ping", "params": {"_meta": {"progressToken": "p"}}}))
     );
 }
+
+/// Credentials are never kept with a journaled request, by any of their usual names; other
+/// headers are.
+#[test]
+fn credential_headers_are_told_by_name() {
+    for name in [
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "x-api-key",
+        "x-auth-token",
+        "x-client-secret",
+        "db-password",
+        "apikey",
+    ] {
+        let header = http::HeaderName::from_static(name);
+        assert!(super::is_credential(&header), "{name}");
+    }
+    for name in [
+        "accept",
+        "x-request-id",
+        "traceparent",
+        "mcp-session-id",
+        "user-agent",
+    ] {
+        let header = http::HeaderName::from_static(name);
+        assert!(!super::is_credential(&header), "{name}");
+    }
+}
