@@ -13,20 +13,21 @@ fuzz_target!(|data: &[u8]| {
     };
     let early = request_id(&value);
     match classify(value) {
-        Ok(Inbound::Request {
-            id,
-            method,
-            message,
-        }) => {
+        Ok(Inbound::Request(request)) => {
             assert_eq!(
                 early.as_ref(),
-                Some(&id),
+                Some(request.id()),
                 "request_id and classify disagree on the id"
             );
             assert_eq!(
-                message.get("method").and_then(Value::as_str),
-                Some(method.as_str())
+                request.message().get("method").and_then(Value::as_str),
+                Some(request.method().as_str())
             );
+            // The message reads back as the same request (how a run record stores it).
+            let stored = serde_json::to_value(&request).expect("a request serializes");
+            let back: durable_mcp_protocol::jsonrpc::Request =
+                serde_json::from_value(stored).expect("and reads back");
+            assert_eq!(back, request);
         }
         Ok(Inbound::Notification { message, .. }) => assert!(message.get("id").is_none()),
         Ok(Inbound::Response { message, .. }) => {
