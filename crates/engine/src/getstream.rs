@@ -190,18 +190,8 @@ impl GetStreams {
         self.local.sessions()
     }
 
-    /// Open a GET stream on `session`'s standalone stream: from where delivery stopped
-    /// (`resume_after: None`), or resuming after a `Last-Event-ID` of that stream.
-    ///
-    /// # Durability
-    /// In plain words: every message of the standalone stream reaches exactly one of the
-    /// session's GET streams, and one that no GET stream received waits for the next.
-    /// Stated more precisely: an event is yielded by at most one GET stream of the session
-    /// (on any worker) unless a client resumes, and is yielded only after a compare-and-set
-    /// of the session's [`Delivery`] recorded it as handed out; a resume after event `n`
-    /// replays the events after `n` that were handed to the connection that received `n`,
-    /// then continues with those not handed out yet (D3). See the module docs of
-    /// `getstream` for the hand-over rules.
+    /// [`Engine::open_get_stream`](crate::Engine::open_get_stream), whose docs say what it
+    /// guarantees; the hand-over rules are in the module docs.
     pub(crate) async fn open(
         &self,
         session: &SessionRecord,

@@ -276,10 +276,7 @@ impl Engine {
         &self.inner.summary
     }
 
-    /// The `requestState` keys of this worker: `state_key` if one is configured, else the
-    /// store's ring (created on first use, re-read when older than [`keys::REFRESH`]).
-    /// Fails only while the ring cannot be read for the first time, or for a refused
-    /// `state_key`; a failed re-read keeps the ring already read.
+    /// The `requestState` keys of this worker ([`keys::Keys::get`]).
     pub async fn state_keys(&self) -> Result<durable_mcp_protocol::StateKeys, EngineError> {
         self.inner.keys.get().await
     }

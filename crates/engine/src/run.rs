@@ -174,14 +174,14 @@ impl Engine {
             }
             (
                 _,
-                Some(Flavor::Extension),
+                Some(flavor @ Flavor::Extension),
                 Method::TasksGet | Method::TasksUpdate | Method::TasksCancel,
             )
             | (
                 _,
-                Some(Flavor::V2025),
+                Some(flavor @ Flavor::V2025),
                 Method::TasksGet | Method::TasksList | Method::TasksCancel | Method::TasksResult,
-            ) => Route::Tasks(tasks_flavor(caller).unwrap_or(Flavor::V2025)),
+            ) => Route::Tasks(flavor),
             (Era::Modern, _, Method::SubscriptionsListen) => Route::Listen,
             _ if method.is_journaled() => Route::Journaled,
             _ => Route::Plain,
@@ -317,18 +317,20 @@ impl Engine {
         caller: &Caller,
         request: &mut Request,
     ) -> Result<Result<Option<String>, Value>, EngineError> {
-        if caller.era != Era::Modern
-            || !request
+        let sealed = caller.era == Era::Modern
+            && request
                 .param_str("requestState")
-                .is_some_and(|state| state.starts_with(SEALED_STATE_PREFIX))
-        {
+                .is_some_and(|state| state.starts_with(SEALED_STATE_PREFIX));
+        let Some(Value::String(state)) = sealed
+            .then(|| {
+                request
+                    .params_mut()
+                    .and_then(|params| params.remove("requestState"))
+            })
+            .flatten()
+        else {
             return Ok(Ok(None));
-        }
-        let state = request
-            .params_mut()
-            .and_then(|params| params.remove("requestState"))
-            .and_then(|state| state.as_str().map(str::to_owned))
-            .unwrap_or_default();
+        };
         let keys = self.state_keys().await?;
         match crate::journal::open_run(&keys, &state, &caller.principal, request) {
             Ok(continued) => {

@@ -194,7 +194,12 @@ impl Request {
     /// always names one).
     pub fn new(id: RequestId, mut message: Map<String, Value>) -> Self {
         message.insert("id".into(), id.clone());
-        let method = Method::parse(message.get("method").and_then(Value::as_str).unwrap_or(""));
+        Self::read(id, message)
+    }
+
+    /// The request `message` under `id`, which the message already holds.
+    fn read(id: RequestId, message: Map<String, Value>) -> Self {
+        let method = Method::parse(Message::from_map(&message).method().unwrap_or(""));
         Self {
             id,
             method,
@@ -205,7 +210,7 @@ impl Request {
     /// A request read back from its message (a stored one).
     pub fn from_message(message: Map<String, Value>) -> Self {
         let id = message.get("id").cloned().unwrap_or(Value::Null);
-        Self::new(id, message)
+        Self::read(id, message)
     }
 
     /// Its id.
@@ -308,11 +313,6 @@ impl<'a> Message<'a> {
         self.message.contains_key("id")
     }
 
-    /// Its id, if any.
-    pub fn id(&self) -> Option<&'a Value> {
-        self.message.get("id")
-    }
-
     /// Parameter `key`.
     pub fn param(&self, key: &str) -> Option<&'a Value> {
         self.message.get("params")?.get(key)
@@ -379,11 +379,6 @@ impl<'a> Outcome<'a> {
         } else {
             Self::Result(result)
         })
-    }
-
-    /// Whether the request failed: a JSON-RPC error or a tool's error.
-    pub fn is_failure(&self) -> bool {
-        matches!(self, Self::ToolError(_) | Self::Error { .. })
     }
 }
 
