@@ -4,7 +4,7 @@
 # workspace's crates through a local registry). Internal crates are `publish = false`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(durable-mcp-store durable-mcp-protocol durable-mcp-store-memory durable-mcp-store-sqlite durable-mcp-store-postgres
+packages=(durable-mcp-store durable-mcp-protocol durable-mcp-handler durable-mcp-store-memory durable-mcp-store-sqlite durable-mcp-store-postgres
     durable-mcp-store-redis durable-mcp-store-crypt durable-mcp-engine-core durable-mcp-engine durable-mcp-outbound durable-mcp-auth durable-mcp-http
     durable-mcp-stdio durable-mcp-proxy durable-mcp durable-mcp-demo durable-mcp-cli)
 # Every crate of crates/ is either listed or not published.

@@ -12,7 +12,7 @@ for which in lowest newest; do
     else
         cargo update --quiet -p rmcp
     fi
-    version=$(cargo tree -p durable-mcp-protocol -e normal --prefix none -i rmcp 2>/dev/null | head -1)
+    version=$(cargo tree -p durable-mcp-handler -e normal --prefix none -i rmcp 2>/dev/null | head -1)
     echo "-- $which: $version"
-    cargo test --quiet -p durable-mcp-protocol -p durable-mcp -p rmcp-dropin-tests
+    cargo test --quiet -p durable-mcp-protocol -p durable-mcp-handler -p durable-mcp -p rmcp-dropin-tests
 done

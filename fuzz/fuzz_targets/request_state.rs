@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use durable_mcp_protocol::{StateKeys, StateSealer};
+use durable_mcp_handler::{StateKeys, StateSealer};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 

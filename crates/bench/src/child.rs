@@ -130,7 +130,7 @@ pub async fn serve(args: ServerArgs) -> Result<(), BenchError> {
     match args.server {
         ServedBy::Rmcp { listen } => {
             let listener = bind(listen).await?;
-            durable_mcp_protocol::serve_rmcp_baseline(
+            crate::baseline::serve_rmcp_baseline(
                 durable_mcp_demo::Everything::default(),
                 listener,
                 stopped(),

@@ -12,7 +12,7 @@ const OPENERS: usize = 8;
 
 /// How long the server is left alone before its memory is read: past the window in which
 /// it still serves the last sessions' `notifications/initialized`
-/// ([`durable_mcp_protocol::NOTIFY_WINDOW`]), so what is read is what idle sessions cost,
+/// ([`durable_mcp_handler::NOTIFY_WINDOW`]), so what is read is what idle sessions cost,
 /// not the tail of the burst that opened them.
 const SETTLE: Duration = Duration::from_millis(1_500);
 
@@ -86,7 +86,7 @@ mod tests {
         // `notifications/initialized` (some ten KiB each): live memory of a burst, not of
         // idle sessions.
         assert!(
-            SETTLE > durable_mcp_protocol::NOTIFY_WINDOW,
+            SETTLE > durable_mcp_handler::NOTIFY_WINDOW,
             "settle {SETTLE:?} is within the notify window"
         );
     }

@@ -30,6 +30,7 @@
 //! process is stopped before [`run`] returns, and killed if the run ends any other way
 //! (its guard's drop, or its stdin closing when this process dies).
 
+mod baseline;
 pub mod child;
 mod client;
 mod growth;

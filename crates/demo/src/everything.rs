@@ -17,7 +17,7 @@
 //! global by nature and lives behind one `Arc`, shared by every clone: the
 //! `requestState` sealing key, the two "list changed" toggles, and a broadcast channel
 //! that feeds open `subscriptions/listen` streams. **Construct one `Everything` and
-//! clone it per request** (as `durable_mcp_protocol::McpHandler` does); two separately
+//! clone it per request** (as `durable_mcp_handler::McpHandler` does); two separately
 //! constructed values do not see each other's list changes.
 //!
 //! Under durable-mcp (the request carries a `Durable` context) a change is announced with
@@ -200,7 +200,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use durable_mcp_protocol::{Durable, ServerChange, ServerState, StateKeys};
+use durable_mcp_handler::{Durable, ServerChange, ServerState, StateKeys};
 use rand::RngCore;
 use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;

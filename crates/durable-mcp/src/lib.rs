@@ -43,7 +43,7 @@ use std::sync::Arc;
 /// with [`DurableMcp::embed`].
 pub use axum;
 /// What a handler uses: the durable context of a call, session and server state, tasks.
-pub use durable_mcp_protocol::{
+pub use durable_mcp_handler::{
     AuthInfo, Durable, DurableError, McpHandler, Retry, ServerChange, ServerState, SessionState,
     StateError, StepKey, TaskSupport, merge_meta, required_scopes, rmcp, task_support,
 };
@@ -97,7 +97,7 @@ pub mod engine {
     pub use durable_mcp_engine::{
         EngineError, EngineOptions, default_worker_id, inspect, keys, limits,
     };
-    pub use durable_mcp_protocol::{KeyRing, RingKey, StateKeys};
+    pub use durable_mcp_handler::{KeyRing, RingKey, StateKeys};
 }
 
 /// The Streamable HTTP transport's settings and the dashboard's.
@@ -110,7 +110,7 @@ pub mod http {
 
 /// A handler that forwards to another MCP server (what `durable-mcp proxy` serves).
 pub mod proxy {
-    pub use durable_mcp_protocol::{Forward, Upstream, UpstreamError, UpstreamRequest};
+    pub use durable_mcp_handler::{Forward, Upstream, UpstreamError, UpstreamRequest};
 }
 
 use durable_mcp_engine::{Engine, EngineError, EngineOptions, default_worker_id};

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use durable_mcp_protocol::{AuthInfo, McpVersion, PeerContext, SessionState};
+use durable_mcp_handler::{AuthInfo, PeerContext, SessionState};
+use durable_mcp_protocol::McpVersion;
 use durable_mcp_store::{Principal, SessionId, SessionRecord, Store, StreamOwner};
 
 use crate::EngineError;

@@ -25,7 +25,7 @@ pub enum EngineError {
     /// The `requestState` keys cannot be used: a refused `state_key`, or a stored key ring
     /// that does not decode.
     #[error(transparent)]
-    StateKeys(#[from] std::sync::Arc<durable_mcp_protocol::StateKeyError>),
+    StateKeys(#[from] std::sync::Arc<durable_mcp_handler::StateKeyError>),
     /// A stored session names a protocol version this build does not serve (a store
     /// written by another version of durable-mcp).
     #[error("session protocol version: {0}")]
@@ -58,8 +58,8 @@ impl From<StoreError> for EngineError {
     }
 }
 
-impl From<durable_mcp_protocol::StateKeyError> for EngineError {
-    fn from(error: durable_mcp_protocol::StateKeyError) -> Self {
+impl From<durable_mcp_handler::StateKeyError> for EngineError {
+    fn from(error: durable_mcp_handler::StateKeyError) -> Self {
         EngineError::StateKeys(std::sync::Arc::new(error))
     }
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use durable_mcp_protocol::{KeyRing, StateKeyError, StateKeys};
+use durable_mcp_handler::{KeyRing, StateKeyError, StateKeys};
 use durable_mcp_store::{Expect, RecordKind, Store, StoreError, now_ms};
 
 use crate::EngineError;
@@ -189,7 +189,7 @@ fn is_stale(keys: &Keys) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use durable_mcp_protocol::StateSealer;
+    use durable_mcp_handler::StateSealer;
     use durable_mcp_store_memory::MemoryStore;
     use serde_json::json;
 

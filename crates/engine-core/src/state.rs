@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use durable_mcp_protocol::context::BoxFuture;
-use durable_mcp_protocol::{ServerState, SessionState, StateBackend, StateError};
+use durable_mcp_handler::context::BoxFuture;
+use durable_mcp_handler::{ServerState, SessionState, StateBackend, StateError};
 use durable_mcp_store::{
     Expect, Principal, RecordKind, SessionChange, SessionId, Store, StoreError,
 };

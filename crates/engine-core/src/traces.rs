@@ -362,7 +362,7 @@ impl ServerSpan {
                 span.set_status(Status::error(message.to_owned()));
             }
             Some(Outcome::Suspended) => {
-                let code = durable_mcp_protocol::durable::SUSPENDED_CODE.to_string();
+                let code = durable_mcp_handler::durable::SUSPENDED_CODE.to_string();
                 span.set_attribute(KeyValue::new("rpc.response.status_code", code.clone()));
                 span.set_attribute(KeyValue::new("error.type", code));
             }

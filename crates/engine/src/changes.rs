@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use durable_mcp_protocol::{ServerChange, methods};
+use durable_mcp_handler::ServerChange;
+use durable_mcp_protocol::methods;
 use durable_mcp_store::{Expect, RecordKind, Store, StoreError, now_ms};
 use serde_json::{Value, json};
 
@@ -303,7 +304,7 @@ async fn poll(store: Arc<dyn Store>, state: Weak<State>) {
 mod tests {
     use std::sync::Arc;
 
-    use durable_mcp_protocol::ServerChange;
+    use durable_mcp_handler::ServerChange;
     use durable_mcp_store::Store;
     use durable_mcp_store_memory::MemoryStore;
 

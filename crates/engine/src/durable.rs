@@ -1,4 +1,4 @@
-//! The engine's side of a journaled run's [`Durable`](durable_mcp_protocol::Durable)
+//! The engine's side of a journaled run's [`Durable`](durable_mcp_handler::Durable)
 //! context (D8, D9): steps and answers committed as step records of the journal, questions
 //! asked on the run's stream (legacy), as a task's `inputRequests` (2026-07-28 tasks) or as
 //! an `input_required` result (2026-07-28 without a task), and the request's turning into
@@ -8,11 +8,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use durable_mcp_protocol::context::BoxFuture;
+use durable_mcp_handler::context::BoxFuture;
+use durable_mcp_handler::{DurableBackend, DurableError, ServerChange};
 use durable_mcp_protocol::jsonrpc::to_text;
 use durable_mcp_protocol::meta::RELATED_TASK;
 use durable_mcp_protocol::tasks::TaskStatus;
-use durable_mcp_protocol::{DurableBackend, DurableError, ServerChange};
 use durable_mcp_store::{Expect, RecordKind, StoreError, StreamId, now_ms};
 use futures::StreamExt;
 use serde_json::{Value, json};

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use durable_mcp_protocol::McpHandler;
-use durable_mcp_protocol::rmcp::ServerHandler;
+use durable_mcp_handler::McpHandler;
+use durable_mcp_handler::rmcp::ServerHandler;
 use durable_mcp_store::testing::{Hook, Op, Wrapped};
 use durable_mcp_store::{
     Principal, SessionId, SessionRecord, Store, StoreResult, StreamId, now_ms,

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use durable_mcp_protocol::McpHandler;
-use durable_mcp_protocol::rmcp::{self, ServerHandler};
+use durable_mcp_handler::McpHandler;
+use durable_mcp_handler::rmcp::{self, ServerHandler};
 use durable_mcp_store::testing::CountingStore;
 use durable_mcp_store::{
     Expect, Principal, RecordKind, Store, StoreError, StreamId, StreamOwner, now_ms,
@@ -489,9 +489,9 @@ fn engine_with_key(key: &[u8]) -> Engine {
 /// D12: sealed state expires: once its time to live has passed it is refused.
 #[tokio::test]
 async fn d12_request_state_expires() {
-    let keys = durable_mcp_protocol::StateKeys::fixed(b"a test key that is at least 32 bytes long")
+    let keys = durable_mcp_handler::StateKeys::fixed(b"a test key that is at least 32 bytes long")
         .unwrap();
-    let sealer = durable_mcp_protocol::StateSealer::new(keys);
+    let sealer = durable_mcp_handler::StateSealer::new(keys);
     let sealed = sealer.seal(&json!({"run": "r"}), b"binding", Duration::from_secs(1));
     assert_eq!(
         sealer.open(&sealed, b"binding").unwrap(),
@@ -659,7 +659,7 @@ impl ServerHandler for Counter {
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        let meta = json!({durable_mcp_protocol::tasks::TASK_SUPPORT_META: "optional"});
+        let meta = json!({durable_mcp_handler::tasks::TASK_SUPPORT_META: "optional"});
         let mut tool =
             rmcp::model::Tool::new(name.to_owned(), "counts its runs", serde_json::Map::new());
         tool.meta = meta.as_object().cloned().map(rmcp::model::MetaObject);

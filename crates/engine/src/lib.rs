@@ -1,5 +1,5 @@
 //! The durable-mcp engine: the request path of both protocol eras, written against the
-//! [store contract](durable_mcp_store::Store) and the [protocol adapter](durable_mcp_protocol).
+//! [store contract](durable_mcp_store::Store) and the [handler adapter](durable_mcp_handler).
 //!
 //! The request path has one door in and one door out:
 //! - [`Engine::accept`] is the only place a request is accepted: a [`Request`], parsed once
@@ -66,7 +66,7 @@ pub use durable_mcp_engine_core::{keys, limits, metrics, traces};
 use std::sync::Arc;
 use std::time::Duration;
 
-use durable_mcp_protocol::{McpHandler, ServerSummary};
+use durable_mcp_handler::{McpHandler, ServerSummary};
 use durable_mcp_store::{Retention, Store};
 
 pub use durable_mcp_engine_core::{Caller, EngineError, Era, RecordError, is_credential};
@@ -277,7 +277,7 @@ impl Engine {
     }
 
     /// The `requestState` keys of this worker ([`keys::Keys::get`]).
-    pub async fn state_keys(&self) -> Result<durable_mcp_protocol::StateKeys, EngineError> {
+    pub async fn state_keys(&self) -> Result<durable_mcp_handler::StateKeys, EngineError> {
         self.inner.keys.get().await
     }
 
@@ -287,7 +287,7 @@ impl Engine {
     }
 
     /// The server's durable application state, shared by every worker.
-    pub fn server_state(&self) -> durable_mcp_protocol::ServerState {
+    pub fn server_state(&self) -> durable_mcp_handler::ServerState {
         state::server_state(self.store().clone())
     }
 

@@ -9,9 +9,10 @@
 
 use std::sync::{Arc, Weak};
 
-use durable_mcp_protocol::context::BoxFuture;
+use durable_mcp_handler::context::BoxFuture;
+use durable_mcp_handler::{Outbox, OutboxBackend, OutboxError, ServerChange};
 use durable_mcp_protocol::jsonrpc::Message;
-use durable_mcp_protocol::{Outbox, OutboxBackend, OutboxError, ServerChange, methods};
+use durable_mcp_protocol::methods;
 use durable_mcp_store::{Principal, SessionId, StoreError};
 use serde_json::Value;
 
@@ -108,12 +109,12 @@ mod tests {
     fn engine() -> Engine {
         #[derive(Clone)]
         struct Empty;
-        impl durable_mcp_protocol::rmcp::ServerHandler for Empty {}
+        impl durable_mcp_handler::rmcp::ServerHandler for Empty {}
         let store: Arc<dyn durable_mcp_store::Store> =
             Arc::new(durable_mcp_store_memory::MemoryStore::new());
         Engine::new(
             store,
-            durable_mcp_protocol::McpHandler::new(Empty),
+            durable_mcp_handler::McpHandler::new(Empty),
             crate::EngineOptions::default(),
         )
     }

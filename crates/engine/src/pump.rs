@@ -23,8 +23,9 @@
 
 use std::sync::Arc;
 
+use durable_mcp_handler::{Outbound, Run, StateKeys};
 use durable_mcp_protocol::jsonrpc::{Outcome, Request, RequestId};
-use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, McpVersion, Outbound, Run, StateKeys};
+use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, McpVersion};
 use durable_mcp_store::{RecordKind, StreamId, now_ms};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -208,7 +209,7 @@ fn declare_task_support(outcome: &mut Value) {
     for tool in tools {
         let support = tool
             .get("_meta")
-            .and_then(|meta| meta.get(durable_mcp_protocol::tasks::TASK_SUPPORT_META))
+            .and_then(|meta| meta.get(durable_mcp_handler::tasks::TASK_SUPPORT_META))
             .and_then(Value::as_str)
             .map(str::to_owned);
         if let (Some(support), Some(tool)) = (support, tool.as_object_mut()) {
@@ -659,8 +660,8 @@ impl Engine {
 mod tests {
     use std::time::Duration;
 
-    use durable_mcp_protocol::McpHandler;
-    use durable_mcp_protocol::rmcp::ServerHandler;
+    use durable_mcp_handler::McpHandler;
+    use durable_mcp_handler::rmcp::ServerHandler;
     use durable_mcp_store::Principal;
     use durable_mcp_store::testing::{CountingStore, Op};
     use durable_mcp_store_memory::MemoryStore;

@@ -165,9 +165,9 @@ impl Engine {
         }
         // The re-run runs as the principal recorded with it; no token (nor its claims) is
         // recorded, so the handler sees the principal alone.
-        let auth = durable_mcp_protocol::AuthInfo {
+        let auth = durable_mcp_handler::AuthInfo {
             recovered: true,
-            ..durable_mcp_protocol::AuthInfo::principal_only(principal.as_str())
+            ..durable_mcp_handler::AuthInfo::principal_only(principal.as_str())
         };
         let caller = Caller {
             auth: Some(Arc::new(auth)),

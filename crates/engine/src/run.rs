@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
-use durable_mcp_protocol::durable::SEALED_STATE_PREFIX;
+use durable_mcp_handler::durable::SEALED_STATE_PREFIX;
+use durable_mcp_handler::{Durable, Outbound, PeerContext};
 use durable_mcp_protocol::jsonrpc::{Message, Rejection, Request, RequestId, to_text};
 use durable_mcp_protocol::methods::Method;
-use durable_mcp_protocol::{Durable, McpVersion, Outbound, PeerContext, methods};
+use durable_mcp_protocol::{McpVersion, methods};
 use durable_mcp_store::{
     BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms,
 };
@@ -25,7 +26,7 @@ use crate::rerun::AlreadySent;
 use crate::tail::Follow;
 use crate::tasks::{declares_extension, missing_extension};
 use crate::{Engine, EngineError};
-use durable_mcp_protocol::TaskSupport;
+use durable_mcp_handler::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
 
 /// What a run of a new request starts with besides its request ([`Engine::launch_with`]).

@@ -1,7 +1,8 @@
 //! Legacy-era sessions: created by `initialize`, served from the store by any worker.
 
+use durable_mcp_handler::PeerContext;
+use durable_mcp_protocol::McpVersion;
 use durable_mcp_protocol::jsonrpc::Request;
-use durable_mcp_protocol::{McpVersion, PeerContext};
 use durable_mcp_store::{
     Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms,
 };
@@ -42,7 +43,7 @@ impl Engine {
             server_state: Some(self.server_state()),
             durable: None,
             state_keys: None,
-            auth: Some(durable_mcp_protocol::AuthInfo::principal_only(
+            auth: Some(durable_mcp_handler::AuthInfo::principal_only(
                 principal.as_str(),
             )),
             outbox: None,
@@ -281,8 +282,8 @@ impl Engine {
 mod tests {
     use std::sync::Arc;
 
-    use durable_mcp_protocol::McpHandler;
-    use durable_mcp_protocol::rmcp::ServerHandler;
+    use durable_mcp_handler::McpHandler;
+    use durable_mcp_handler::rmcp::ServerHandler;
     use durable_mcp_store::Principal;
     use durable_mcp_store_memory::MemoryStore;
     use serde_json::{Map, Value, json};
@@ -328,7 +329,7 @@ mod tests {
                 object(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
             );
         }
-        tokio::time::sleep(durable_mcp_protocol::NOTIFY_WINDOW / 2).await;
+        tokio::time::sleep(durable_mcp_handler::NOTIFY_WINDOW / 2).await;
         assert_eq!(
             engine.handler().notifications_in_flight(),
             0,

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use durable_mcp_auth::{AuthError, AuthMethod, Authenticated, Authenticator};
 use durable_mcp_engine::metrics;
-use durable_mcp_protocol::AuthInfo;
+use durable_mcp_handler::AuthInfo;
 use durable_mcp_protocol::jsonrpc::Inbound;
 use durable_mcp_protocol::methods::Method;
 use http::request::Parts;

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use durable_mcp_handler::{Questions, UpstreamError};
 use durable_mcp_protocol::jsonrpc::code;
 use durable_mcp_protocol::methods;
-use durable_mcp_protocol::{Questions, UpstreamError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};

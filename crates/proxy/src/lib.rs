@@ -2,8 +2,8 @@
 //! processes of the worker, behind the durable Streamable HTTP endpoint; or a Streamable
 //! HTTP server ([`HttpProxy`], [`remote`]), a session of its own per client session.
 //!
-//! [`Proxy`] implements [`durable_mcp_protocol::Upstream`]; wrapped in a
-//! [`durable_mcp_protocol::Forward`] it is an ordinary handler of the engine, which gives
+//! [`Proxy`] implements [`durable_mcp_handler::Upstream`]; wrapped in a
+//! [`durable_mcp_handler::Forward`] it is an ordinary handler of the engine, which gives
 //! it sessions, streams, `Last-Event-ID`, both protocol eras, the journal and recovery.
 //! What this crate adds:
 //!
@@ -23,10 +23,10 @@
 //!   again after the worker died (attempt 2 and later) follows the same rule.
 //! - **questions**: a child's `elicitation/create`, `sampling/createMessage` or `roots/list`
 //!   is relayed for the oldest journaled request in flight on it, through that request's
-//!   [`durable_mcp_protocol::Questions`] (asked once, the answer committed first); each
+//!   [`durable_mcp_handler::Questions`] (asked once, the answer committed first); each
 //!   send of a request to a fresh child matches its questions from the first again.
 //! - **changes** (`reports.rs`): list changes and resource updates a child reports, in or
-//!   outside a request, go through the engine's [`durable_mcp_protocol::Outbox`]: a
+//!   outside a request, go through the engine's [`durable_mcp_handler::Outbox`]: a
 //!   session's child's to that session's standalone stream (the GET stream), a pool
 //!   child's announced once to the `subscriptions/listen` streams (several pool children
 //!   reporting one change within [`ProxyConfig::change_window`] are that one change). A
@@ -59,9 +59,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use durable_mcp_protocol::context::BoxFuture;
+use durable_mcp_handler::context::BoxFuture;
+use durable_mcp_handler::{Outbox, Upstream, UpstreamError, UpstreamRequest};
 use durable_mcp_protocol::jsonrpc::code;
-use durable_mcp_protocol::{Outbox, Upstream, UpstreamError, UpstreamRequest};
 use serde_json::{Value, json};
 
 use crate::child::{CallError, Sink};
@@ -140,7 +140,7 @@ impl ProxyConfig {
 }
 
 /// A stdio upstream run as child processes: an [`Upstream`] for
-/// [`durable_mcp_protocol::Forward`]. Cheap to clone (one set of children); the children
+/// [`durable_mcp_handler::Forward`]. Cheap to clone (one set of children); the children
 /// are stopped when the last clone is dropped.
 #[derive(Clone)]
 pub struct Proxy(Arc<Shared>);

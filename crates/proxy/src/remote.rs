@@ -10,7 +10,7 @@
 //! session) the session is initialized again and the request sent again: a 404 means the
 //! upstream did not run it. What the upstream sends on a request's SSE answer is that
 //! request's: its progress and log messages go to the client, its questions are relayed
-//! (asked once, [`durable_mcp_protocol::Questions`]). A stream that ends before the
+//! (asked once, [`durable_mcp_handler::Questions`]). A stream that ends before the
 //! answer is resumed with `Last-Event-ID` when the upstream names its events.
 //!
 //! # Durability
@@ -26,9 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use durable_mcp_protocol::context::BoxFuture;
+use durable_mcp_handler::context::BoxFuture;
+use durable_mcp_handler::{Upstream, UpstreamError, UpstreamRequest};
 use durable_mcp_protocol::jsonrpc::code;
-use durable_mcp_protocol::{Upstream, UpstreamError, UpstreamRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -74,7 +74,7 @@ impl HttpProxyConfig {
     }
 }
 
-/// A Streamable HTTP upstream: an [`Upstream`] for [`durable_mcp_protocol::Forward`].
+/// A Streamable HTTP upstream: an [`Upstream`] for [`durable_mcp_handler::Forward`].
 #[derive(Clone)]
 pub struct HttpProxy(Arc<Remote>);
 

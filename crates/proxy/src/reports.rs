@@ -24,8 +24,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use durable_mcp_protocol::outbox::change_of;
-use durable_mcp_protocol::{Outbox, ServerChange};
+use durable_mcp_handler::outbox::change_of;
+use durable_mcp_handler::{Outbox, ServerChange};
 use serde_json::Value;
 
 /// Where one child's reports go.

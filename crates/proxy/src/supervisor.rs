@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use durable_mcp_protocol::Outbox;
+use durable_mcp_handler::Outbox;
 use tokio_util::sync::CancellationToken;
 
 use crate::child::{Child, Command};

@@ -12,7 +12,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use durable_mcp_protocol::{Durable, TaskSupport, task_support};
+use durable_mcp_handler::{Durable, TaskSupport, task_support};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{

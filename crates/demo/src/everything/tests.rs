@@ -712,7 +712,7 @@ async fn list_changes_reach_matching_listen_streams() {
 /// `test_tool_with_task`, which asks first and then becomes a task itself.
 #[test]
 fn task_fixtures_declare_their_task_support() {
-    use durable_mcp_protocol::{McpHandler, TaskSupport};
+    use durable_mcp_handler::{McpHandler, TaskSupport};
     let server = Everything::default();
     let handler = McpHandler::new(server.clone());
     for (name, support) in [

@@ -1,7 +1,7 @@
 //! The tools of the suite's legacy-era scenarios, the SEP-2575 diagnostic tools, and
 //! durable-mcp's own `emit_events`, `dynamic_tool` and `trigger_resource_update`.
 
-use durable_mcp_protocol::{TaskSupport, task_support};
+use durable_mcp_handler::{TaskSupport, task_support};
 use rmcp::handler::server::tool::InputResponses as InputResponsesPart;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -422,7 +422,7 @@ impl Everything {
     ) -> Result<CallToolResult, McpError> {
         let Some(state) = ctx
             .extensions
-            .get::<durable_mcp_protocol::SessionState>()
+            .get::<durable_mcp_handler::SessionState>()
             .filter(|s| s.session_id().is_some())
         else {
             return Err(McpError::invalid_request(

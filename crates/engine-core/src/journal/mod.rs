@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use durable_mcp_handler::{SealError, StateKeys, StateSealer};
 use durable_mcp_protocol::jsonrpc::{Request, RequestId, to_text};
-use durable_mcp_protocol::{SealError, StateKeys, StateSealer};
 use durable_mcp_store::{
     Expect, Principal, Record, RecordKind, SessionId, StoreError, StreamId, WriteBatch, now_ms,
 };

@@ -18,7 +18,7 @@ use ::metrics::{
     Label, SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram,
     gauge, histogram,
 };
-use durable_mcp_protocol::durable::SUSPENDED_CODE;
+use durable_mcp_handler::durable::SUSPENDED_CODE;
 use durable_mcp_protocol::jsonrpc::Outcome;
 use durable_mcp_protocol::methods::{self, Method};
 use serde_json::Value;

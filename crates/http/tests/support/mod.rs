@@ -7,15 +7,15 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use durable_mcp_engine::{Engine, EngineOptions};
-use durable_mcp_http::{HttpConfig, Transport};
-use durable_mcp_protocol::McpHandler;
-use durable_mcp_protocol::rmcp::{
+use durable_mcp_handler::McpHandler;
+use durable_mcp_handler::rmcp::{
     self, ErrorData, RoleServer, ServerHandler,
     handler::server::{router::tool::ToolRouter, wrapper::Parameters},
     model::*,
     service::RequestContext,
     tool, tool_handler, tool_router,
 };
+use durable_mcp_http::{HttpConfig, Transport};
 use durable_mcp_store::Store;
 use durable_mcp_store_memory::MemoryStore;
 use futures::StreamExt;
@@ -81,7 +81,7 @@ impl TestServer {
         &self,
         Parameters(args): Parameters<TagArgs>,
         rmcp::handler::server::tool::Extension(durable): rmcp::handler::server::tool::Extension<
-            durable_mcp_protocol::Durable,
+            durable_mcp_handler::Durable,
         >,
     ) -> Result<CallToolResult, ErrorData> {
         let tag = args.tag;

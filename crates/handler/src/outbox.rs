@@ -93,12 +93,16 @@ impl Outbox {
 /// The server-wide change a list-changed or resource-updated notification tells of.
 pub fn change_of(message: &Value) -> Option<ServerChange> {
     match message.get("method").and_then(Value::as_str)? {
-        crate::methods::NOTIFICATION_TOOLS_LIST_CHANGED => Some(ServerChange::ToolsListChanged),
-        crate::methods::NOTIFICATION_PROMPTS_LIST_CHANGED => Some(ServerChange::PromptsListChanged),
-        crate::methods::NOTIFICATION_RESOURCES_LIST_CHANGED => {
+        durable_mcp_protocol::methods::NOTIFICATION_TOOLS_LIST_CHANGED => {
+            Some(ServerChange::ToolsListChanged)
+        }
+        durable_mcp_protocol::methods::NOTIFICATION_PROMPTS_LIST_CHANGED => {
+            Some(ServerChange::PromptsListChanged)
+        }
+        durable_mcp_protocol::methods::NOTIFICATION_RESOURCES_LIST_CHANGED => {
             Some(ServerChange::ResourcesListChanged)
         }
-        crate::methods::NOTIFICATION_RESOURCES_UPDATED => message
+        durable_mcp_protocol::methods::NOTIFICATION_RESOURCES_UPDATED => message
             .pointer("/params/uri")
             .and_then(Value::as_str)
             .map(|uri| ServerChange::ResourceUpdated(uri.to_owned())),

@@ -88,7 +88,7 @@ pub trait StateBackend: Send + Sync + 'static {
 /// or the `Extension<SessionState>` extractor in a `#[tool]` function):
 ///
 /// ```no_run
-/// use durable_mcp_protocol::{SessionState, StateError};
+/// use durable_mcp_handler::{SessionState, StateError};
 ///
 /// /// Count this session's calls; correct however many workers serve it at once.
 /// async fn count(state: &SessionState) -> Result<u64, StateError> {

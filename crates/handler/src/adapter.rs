@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::jsonrpc::{Rejection, code};
+use durable_mcp_protocol::jsonrpc::{Rejection, code};
 
 /// A message a handler sent while running one request.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 //! [`required_scopes`] in rmcp's `#[tool(meta = ...)]` attribute:
 //!
 //! ```no_run
-//! use durable_mcp_protocol::{AuthInfo, required_scopes};
+//! use durable_mcp_handler::{AuthInfo, required_scopes};
 //! use rmcp::handler::server::tool::Extension;
 //! use rmcp::model::{CallToolResult, ContentBlock};
 //! use rmcp::{ErrorData as McpError, tool, tool_router};

@@ -5,7 +5,7 @@
 //! A handler written with rmcp's macros takes it with the `Extension` extractor:
 //!
 //! ```no_run
-//! use durable_mcp_protocol::Durable;
+//! use durable_mcp_handler::Durable;
 //! use rmcp::handler::server::tool::Extension;
 //! use rmcp::model::{CallToolResult, ContentBlock};
 //! use rmcp::{ErrorData as McpError, tool, tool_router};
@@ -133,7 +133,7 @@ impl From<DurableError> for rmcp::ErrorData {
             DurableError::InputRequired => rmcp::ErrorData::new(
                 rmcp::model::ErrorCode(SUSPENDED_CODE),
                 "waiting for the client's input",
-                Some(json!({crate::meta::SUSPENDED: true})),
+                Some(json!({durable_mcp_protocol::meta::SUSPENDED: true})),
             ),
             DurableError::Cancelled => {
                 rmcp::ErrorData::new(rmcp::model::ErrorCode(-32_800), error.to_string(), None)

@@ -152,13 +152,13 @@ impl Questions {
     pub async fn ask(&self, method: &str, params: Value) -> Value {
         let Some(capability) = needed_capability(method) else {
             return refusal(
-                crate::jsonrpc::code::METHOD_NOT_FOUND,
+                durable_mcp_protocol::jsonrpc::code::METHOD_NOT_FOUND,
                 format!("durable-mcp proxy does not relay {method} to its clients"),
             );
         };
         if self.0.capabilities.get(capability).is_none() {
             let mut missing = refusal(
-                crate::jsonrpc::code::MISSING_CLIENT_CAPABILITY,
+                durable_mcp_protocol::jsonrpc::code::MISSING_CLIENT_CAPABILITY,
                 format!("the client did not declare the {capability} capability"),
             );
             missing["error"]["data"] =
@@ -174,7 +174,7 @@ impl Questions {
                 (Some(result), _) => serde_json::json!({"result": result}),
                 (None, Some(error)) => serde_json::json!({"error": error}),
                 (None, None) => refusal(
-                    crate::jsonrpc::code::INTERNAL_ERROR,
+                    durable_mcp_protocol::jsonrpc::code::INTERNAL_ERROR,
                     "the client's response had neither result nor error",
                 ),
             },
@@ -198,7 +198,7 @@ impl Questions {
             other => {
                 tracing::warn!(error = %other, %method, "an upstream's question could not be relayed");
                 refusal(
-                    crate::jsonrpc::code::INTERNAL_ERROR,
+                    durable_mcp_protocol::jsonrpc::code::INTERNAL_ERROR,
                     format!("the question could not be relayed: {other}"),
                 )
             }
@@ -360,7 +360,7 @@ impl Forward {
                 .meta
                 .0
                 .0
-                .get(crate::meta::CLIENT_CAPABILITIES)
+                .get(durable_mcp_protocol::meta::CLIENT_CAPABILITIES)
                 .cloned(),
         };
         let questions = context
@@ -414,7 +414,8 @@ impl Forward {
         outcome.map_err(|e| {
             ErrorData::new(
                 ErrorCode(
-                    i32::try_from(e.code).unwrap_or(crate::jsonrpc::code::INTERNAL_ERROR as i32),
+                    i32::try_from(e.code)
+                        .unwrap_or(durable_mcp_protocol::jsonrpc::code::INTERNAL_ERROR as i32),
                 ),
                 e.message,
                 e.data,
@@ -536,7 +537,11 @@ impl ServerHandler for Forward {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let result: CallToolResult = self
-            .forward(crate::methods::TOOLS_CALL, Some(request), context)
+            .forward(
+                durable_mcp_protocol::methods::TOOLS_CALL,
+                Some(request),
+                context,
+            )
             .await?;
         Ok(result.into())
     }
@@ -551,7 +556,7 @@ impl ServerHandler for Forward {
             .transpose()
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let mut result = complete(
-            self.forward_value(crate::methods::TOOLS_LIST, params, context)
+            self.forward_value(durable_mcp_protocol::methods::TOOLS_LIST, params, context)
                 .await?,
         );
         if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
@@ -573,7 +578,11 @@ impl ServerHandler for Forward {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let result: GetPromptResult = self
-            .forward(crate::methods::PROMPTS_GET, Some(request), context)
+            .forward(
+                durable_mcp_protocol::methods::PROMPTS_GET,
+                Some(request),
+                context,
+            )
             .await?;
         Ok(result.into())
     }
@@ -609,7 +618,11 @@ impl ServerHandler for Forward {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let result: ReadResourceResult = self
-            .forward(crate::methods::RESOURCES_READ, Some(request), context)
+            .forward(
+                durable_mcp_protocol::methods::RESOURCES_READ,
+                Some(request),
+                context,
+            )
             .await?;
         Ok(result.into())
     }
@@ -619,8 +632,12 @@ impl ServerHandler for Forward {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.forward(crate::methods::COMPLETION_COMPLETE, Some(request), context)
-            .await
+        self.forward(
+            durable_mcp_protocol::methods::COMPLETION_COMPLETE,
+            Some(request),
+            context,
+        )
+        .await
     }
 
     #[allow(deprecated)]
@@ -630,7 +647,11 @@ impl ServerHandler for Forward {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let _: Value = self
-            .forward(crate::methods::RESOURCES_SUBSCRIBE, Some(request), context)
+            .forward(
+                durable_mcp_protocol::methods::RESOURCES_SUBSCRIBE,
+                Some(request),
+                context,
+            )
             .await?;
         Ok(())
     }
@@ -643,7 +664,7 @@ impl ServerHandler for Forward {
     ) -> Result<(), ErrorData> {
         let _: Value = self
             .forward(
-                crate::methods::RESOURCES_UNSUBSCRIBE,
+                durable_mcp_protocol::methods::RESOURCES_UNSUBSCRIBE,
                 Some(request),
                 context,
             )
@@ -684,7 +705,7 @@ impl ServerHandler for Forward {
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let CustomRequest { method, params, .. } = request;
-        if method.starts_with(crate::methods::TASKS_PREFIX) {
+        if method.starts_with(durable_mcp_protocol::methods::TASKS_PREFIX) {
             // Tasks are the engine's (it answered what it serves); the upstream's own are
             // never reached through the proxy.
             return Err(ErrorData::new(
