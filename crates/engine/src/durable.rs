@@ -18,11 +18,12 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::EngineError;
 use crate::caller::Caller;
 use crate::journal::{Held, STATE_TTL, ms};
 use crate::records::{Era, Flavor, key};
+use crate::requests::Requests;
 use crate::rerun::AlreadySent;
-use crate::{Engine, EngineError};
 
 /// A request from the durable context to its pump: become a task, then reply with the
 /// task's record key and stream (or why not).
@@ -30,7 +31,7 @@ pub(crate) type Detach = tokio::sync::oneshot::Sender<Result<(String, StreamId),
 
 /// The engine's side of one run's durable context.
 pub(crate) struct DurableRun {
-    pub engine: Engine,
+    pub engine: Requests,
     pub run_id: String,
     pub attempt: u32,
     pub caller: Caller,
@@ -64,7 +65,7 @@ pub(crate) struct DurableRun {
 
 impl DurableRun {
     pub(crate) fn new(
-        engine: &Engine,
+        engine: &Requests,
         held: &Held,
         caller: Caller,
         cancel: CancellationToken,

@@ -143,6 +143,7 @@ async fn d3_a_get_opened_during_anothers_take_over_delivers_at_once() {
 
     for n in 0..3 {
         f.engine
+            .requests()
             .append(&f.session.standalone_stream, format!("message {n}"), false)
             .await
             .unwrap();
@@ -178,6 +179,7 @@ async fn d3_closing_the_delivering_get_hands_over_at_once() {
         .unwrap();
     drop(newer);
     f.engine
+        .requests()
         .append(
             &f.session.standalone_stream,
             "after the hand-over".into(),

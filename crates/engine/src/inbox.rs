@@ -18,10 +18,11 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::EngineError;
 use crate::caller::Caller;
 use crate::records::key;
+use crate::requests::Requests;
 use crate::sync::lock;
-use crate::{Engine, EngineError};
 
 pub(crate) struct Inbox {
     stream: StreamId,
@@ -33,7 +34,7 @@ pub(crate) struct Inbox {
 impl Inbox {
     /// Create the inbox (committed) and start feeding its answers to `replies`.
     pub(crate) async fn open(
-        engine: &Engine,
+        engine: &Requests,
         caller: &Caller,
         replies: mpsc::Sender<Value>,
     ) -> Result<Self, EngineError> {
@@ -99,7 +100,7 @@ impl Inbox {
     }
 
     /// The run ended: close the inbox (later answers are refused) and stop forwarding.
-    pub(crate) async fn close(self, engine: &Engine) {
+    pub(crate) async fn close(self, engine: &Requests) {
         self.forwarder.abort();
         if let Err(error) = engine.append(&self.stream, String::new(), true).await {
             tracing::debug!(%error, stream = %self.stream, "could not close an inbox");
@@ -107,15 +108,9 @@ impl Inbox {
     }
 }
 
-impl Engine {
-    /// Commit a client's response to a server-to-client request into the inbox of the run
-    /// that asked, from whichever worker received it. Responses to unknown or finished runs,
-    /// or to another session's, are dropped, as the protocol allows.
-    ///
-    /// # Durability
-    /// When this returns `Ok`, the answer is committed: the handler gets it even if it runs
-    /// on another worker (D9 builds on this).
-    pub async fn reply(
+impl Requests {
+    /// The work of [`crate::Engine::reply`].
+    pub(crate) async fn reply(
         &self,
         caller: &Caller,
         id: &RequestId,

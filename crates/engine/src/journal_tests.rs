@@ -194,7 +194,7 @@ async fn d7_heartbeat_renews_the_lease_and_detects_a_takeover() {
             .value,
     )
     .unwrap();
-    let held = Held::start(engine.journal(), run_id.clone(), record, version);
+    let held = Held::start(engine.requests().journal(), run_id.clone(), record, version);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let renewed = loop {
         let current = store
@@ -273,7 +273,7 @@ async fn d7_one_shared_heartbeat_renews_every_held_run_and_fences_only_the_lost_
         )
         .unwrap();
         held.push((
-            Held::start(engine.journal(), run_id, record, version),
+            Held::start(engine.requests().journal(), run_id, record, version),
             version,
         ));
     }
@@ -363,11 +363,11 @@ async fn d7_one_shared_heartbeat_renews_every_held_run_and_fences_only_the_lost_
     );
     drop(held);
     assert_eq!(
-        engine.journal().heartbeats().held(),
+        engine.requests().journal().heartbeats().held(),
         0,
         "dropped runs leave the heartbeat"
     );
-    while engine.journal().heartbeats().ticking() {
+    while engine.requests().journal().heartbeats().ticking() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the heartbeat task never ended"
@@ -532,6 +532,7 @@ async fn d7_of_two_claims_of_one_expired_lease_one_wins() {
         engine(store.clone(), Duration::from_secs(5)),
     );
     let held = first
+        .requests()
         .journal()
         .claim(read.clone())
         .await
@@ -542,7 +543,13 @@ async fn d7_of_two_claims_of_one_expired_lease_one_wins() {
         (first.options().worker_id.as_str(), 2)
     );
     assert!(
-        second.journal().claim(read).await.unwrap().is_none(),
+        second
+            .requests()
+            .journal()
+            .claim(read)
+            .await
+            .unwrap()
+            .is_none(),
         "the second lost the compare-and-set"
     );
     let current = store
@@ -574,7 +581,15 @@ async fn an_undecodable_journal_entry_is_removed_when_claimed() {
         .await
         .unwrap()
         .unwrap();
-    assert!(engine.journal().claim(broken).await.unwrap().is_none());
+    assert!(
+        engine
+            .requests()
+            .journal()
+            .claim(broken)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(
         store
             .get_record(RecordKind::Run, "broken")
@@ -590,7 +605,13 @@ async fn an_undecodable_journal_entry_is_removed_when_claimed() {
         .unwrap()
         .unwrap();
     assert!(
-        engine.journal().claim(live).await.unwrap().is_none(),
+        engine
+            .requests()
+            .journal()
+            .claim(live)
+            .await
+            .unwrap()
+            .is_none(),
         "a live lease is not claimed"
     );
     assert_eq!(
@@ -622,6 +643,7 @@ async fn d7_a_resent_request_adopts_a_run_no_live_worker_runs() {
             .unwrap();
         assert!(
             engine
+                .requests()
                 .journal()
                 .claim(record.clone())
                 .await
@@ -629,7 +651,7 @@ async fn d7_a_resent_request_adopts_a_run_no_live_worker_runs() {
                 .is_none(),
             "owner {owner:?}: recovery waits for the lease"
         );
-        let held = engine.journal().adopt(record).await.unwrap();
+        let held = engine.requests().journal().adopt(record).await.unwrap();
         assert_eq!(held.is_some(), adopted, "owner {owner:?}");
         if let Some(held) = held {
             let record = store
@@ -639,7 +661,7 @@ async fn d7_a_resent_request_adopts_a_run_no_live_worker_runs() {
                 .unwrap();
             assert_eq!(owner_of(&record), me);
             assert_eq!(held.record.attempt, 2, "a re-run counts as an attempt");
-            held.finish(engine.journal()).await;
+            held.finish(engine.requests().journal()).await;
         }
     }
 }

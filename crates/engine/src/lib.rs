@@ -19,24 +19,27 @@
 //! below it, never one above. Layers 0 to 3 are the crate
 //! [`durable_mcp_engine_core`] (records, the journal, tasks, keys, the door out, metrics
 //! and traces), which does not depend on this one: the compiler keeps them from calling
-//! the request path. This crate is layer 4, the request path, and the composition:
+//! the request path. This crate is layer 4, the request path, and the composition.
 //!
-//! | module | what it owns |
-//! |---|---|
-//! | `run` | the door in: [`Engine::accept`] classifies a request into a route, one function per route |
-//! | `opening` | a new request's response stream and its journal entry, committed together |
-//! | `pump` | a running handler's messages: each committed, its outcome last |
-//! | `registry` | the runs in flight on this worker |
-//! | `durable` | the handler's durable context: steps, questions, becoming a task |
-//! | `recovery`, `relay` | re-running runs taken over; relaying a task's stream |
-//! | `tail`, `getstream` | reading streams back; the GET streams of a session |
-//! | `session`, `notify`, `changes`, `subscriptions`, `outbox`, `inbox` | sessions, listen streams, change announcements, resource subscriptions, a handler's notifications and answers |
-//! | `inspect` | what an operator reads of the store |
+//! [`Engine`] is the composition and the whole public API; every other module is a
+//! component with a type and state of its own, or a part of one:
 //!
-//! [`Engine`] composes the components of the core ([`events::Events`], [`keys::Keys`],
-//! [`journal::Journal`], [`tasks::Tasks`]) with this crate's own (the registry, the GET
-//! streams, the change announcements); the `layers` test checks the `crate::` paths
-//! inside each crate.
+//! | component | modules | what it owns |
+//! |---|---|---|
+//! | `Requests` | `requests` | the request path (below), holding the core's components |
+//! | | `run` | the door in: [`Engine::accept`] classifies a request into a route, one function per route |
+//! | | `opening` | a new request's response stream and its journal entry, committed together |
+//! | | `pump`, `durable`, `inbox`, `outbox` | a running handler: its messages (each committed, its outcome last), its durable context, its answers, its notifications |
+//! | | `recovery`, `relay`, `notify` | re-running runs taken over; relaying a task's stream; listen streams |
+//! | `Sessions` | `session` | legacy-era sessions: `initialize`, touch, end |
+//! | `Registry` | `registry` | the runs in flight on this worker (shared by the two above) |
+//! | `GetStreams` | `getstream`, `tail` | the GET streams of a session; reading streams back |
+//! | `Changes`, `Subscriptions` | `changes`, `subscriptions` | change announcements; the index of resource subscriptions |
+//! | | `inspect` | what an operator reads of the store |
+//!
+//! The core's components ([`events::Events`], [`keys::Keys`], [`journal::Journal`],
+//! [`tasks::Tasks`]) are held by `Requests`. The `layers` test checks the `crate::` paths
+//! inside each crate, and that only `lib.rs` implements `Engine`.
 
 mod changes;
 mod durable;
@@ -54,6 +57,7 @@ mod pump;
 mod recovery;
 mod registry;
 mod relay;
+mod requests;
 mod run;
 mod session;
 mod subscriptions;
@@ -146,30 +150,21 @@ impl Default for EngineOptions {
     }
 }
 
-/// The engine: one per worker, shared by its transports.
+/// The engine: one per worker, shared by its transports. It composes the request path
+/// (`Requests`), the sessions (`Sessions`) and this worker's GET streams, and is the
+/// engine's whole public API.
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    /// The door out: the store, and this worker's hand-off to its own tails.
-    events: events::Events,
-    /// Run records, their leases and the heartbeat of the runs held here.
-    journal: journal::Journal,
-    handler: McpHandler,
-    summary: ServerSummary,
-    options: EngineOptions,
-    runs: registry::Registry,
-    keys: keys::Keys,
-    /// Task records, and their writes on this worker.
-    tasks: tasks::Tasks,
-    /// Server-wide change announcements, as this worker sees them.
-    changes: changes::Changes,
+    /// The request path: the door in, running handlers, re-runs, listen streams.
+    requests: requests::Requests,
+    /// Legacy-era sessions.
+    sessions: session::Sessions,
     /// The GET streams open on this worker, per session.
     get_streams: getstream::GetStreams,
-    /// The index of resource subscriptions.
-    subscriptions: subscriptions::Subscriptions,
     /// What each principal uses of this worker, against [`EngineOptions::limits`].
     limiter: Arc<limits::Limiter>,
 }
@@ -200,54 +195,215 @@ impl Engine {
         } else {
             store
         };
-        let summary = handler.summary();
         let keys = keys::Keys::new(store.clone(), options.state_key.as_deref());
-        let events = events::Events::new(store);
+        let events = events::Events::new(store.clone());
         let journal =
             journal::Journal::new(events.clone(), options.worker_id.clone(), options.lease);
-        let tasks = tasks::Tasks::new(events.clone());
-        let get_streams = getstream::GetStreams::new(events.clone());
-        let subscriptions = subscriptions::Subscriptions::new(events.store().clone());
-        let changes = changes::Changes::new(
-            events.store().clone(),
-            &options.worker_id,
-            journal.started_at_ms(),
-        );
+        let changes =
+            changes::Changes::new(store.clone(), &options.worker_id, journal.started_at_ms());
         let limiter = limits::Limiter::new(options.limits.clone());
+        let runs = Arc::new(registry::Registry::default());
+        let sessions = session::Sessions::new(
+            store.clone(),
+            handler.clone(),
+            runs.clone(),
+            limiter.clone(),
+            options.retention.clone(),
+        );
+        let requests = requests::Requests::new(requests::Parts {
+            tasks: tasks::Tasks::new(events.clone()),
+            subscriptions: subscriptions::Subscriptions::new(store),
+            events: events.clone(),
+            journal,
+            handler,
+            options,
+            runs,
+            keys,
+            changes,
+            limiter: limiter.clone(),
+        });
         Self {
             inner: Arc::new(Inner {
-                events,
-                journal,
-                handler,
-                summary,
-                options,
-                runs: registry::Registry::default(),
-                keys,
-                tasks,
-                changes,
-                get_streams,
-                subscriptions,
+                requests,
+                sessions,
+                get_streams: getstream::GetStreams::new(events),
                 limiter,
             }),
         }
     }
 
-    /// The door out for one event ([`events::Events::append`]).
-    pub(crate) async fn append(
-        &self,
-        stream: &durable_mcp_store::StreamId,
-        data: String,
-        close: bool,
-    ) -> Result<durable_mcp_store::EventId, durable_mcp_store::StoreError> {
-        self.inner.events.append(stream, data, close).await
+    /// The request path (the engine's own tests drive it directly).
+    #[cfg(test)]
+    pub(crate) fn requests(&self) -> &requests::Requests {
+        &self.inner.requests
     }
 
-    /// The door out for several writes ([`events::Events::commit`]).
-    pub(crate) async fn commit_batch(
+    /// The door in: accept one request. Its response stream is committed (with its
+    /// priming event, where the version has one) before its handler starts, and the
+    /// handler's messages are committed to that stream as they come. A request of a
+    /// journaled method ([`Method::is_journaled`]) is also committed to the journal before
+    /// its handler starts (D6); a legacy client re-sending a request id of its session is
+    /// attached to the run that id started, and gets its one outcome. Another request under
+    /// a used id (another method, other params; `params._meta` does not count) is refused:
+    /// [`EngineError::Rejected`], -32600 naming the id.
+    ///
+    /// # Durability
+    /// In plain words: each request pays as few commits as its guarantees allow. A
+    /// journaled request makes one commit before its handler starts (its stream, priming
+    /// event, alias and run record together) and one for its outcome (the response, the
+    /// close and the removal of its run record together); a request the engine answers
+    /// itself makes one; another request makes one, when its handler sends its first
+    /// message (its response, usually): the stream is created in that commit. Stated more
+    /// precisely: the stream, the alias (`Expect::Absent`) and the run record are one
+    /// [`durable_mcp_store::WriteBatch`], so a re-sent request id (the alias conflicts)
+    /// leaves nothing of its own visible and is attached to the existing run (or refused,
+    /// if it came with another request); nothing is read before those writes (D1, D6).
+    ///
+    /// With traces on, the request's server span is current while it is accepted and while
+    /// its handler's messages are committed (see [`crate::traces`]).
+    pub async fn accept(&self, caller: &Caller, request: Request) -> Result<Accepted, EngineError> {
+        self.inner.requests.accept(caller, request).await
+    }
+
+    /// Commit a client's response to a server-to-client request into the inbox of the run
+    /// that asked, from whichever worker received it. Responses to unknown or finished runs,
+    /// or to another session's, are dropped, as the protocol allows.
+    ///
+    /// # Durability
+    /// When this returns `Ok`, the answer is committed: the handler gets it even if it runs
+    /// on another worker (D9 builds on this).
+    pub async fn reply(
         &self,
-        batch: durable_mcp_store::WriteBatch,
-    ) -> Result<durable_mcp_store::BatchOutcome, durable_mcp_store::StoreError> {
-        self.inner.events.commit(batch).await
+        caller: &Caller,
+        id: &durable_mcp_protocol::jsonrpc::RequestId,
+        message: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), EngineError> {
+        self.inner.requests.reply(caller, id, message).await
+    }
+
+    /// `notifications/cancelled`: cancel the named request of the caller's session.
+    ///
+    /// The handler is cancelled at once if it runs on this worker; otherwise the
+    /// cancellation is recorded in the journal and the worker running it stops it at its
+    /// next heartbeat (D11).
+    pub async fn cancel(
+        &self,
+        caller: &Caller,
+        request_id: &durable_mcp_protocol::jsonrpc::RequestId,
+    ) -> Result<(), EngineError> {
+        self.inner.requests.cancel(caller, request_id).await
+    }
+
+    /// Deliver a client notification to the handler (not `notifications/cancelled`, which
+    /// is [`Engine::cancel`]).
+    pub fn notify(&self, caller: &Caller, message: serde_json::Map<String, serde_json::Value>) {
+        self.inner.requests.notify(caller, message);
+    }
+
+    /// The events of `stream` after sequence `after`, as a transport writes them: from
+    /// memory what this worker commits while `follow` (see [`Accepted::follow`]) holds, or
+    /// while a writer of this worker holds the stream; from the store what it does not
+    /// hold (a resume from an earlier position, another worker's events). Every item was
+    /// committed before it is yielded (D1).
+    pub fn tail(
+        &self,
+        stream: durable_mcp_store::StreamId,
+        after: u64,
+        follow: Option<Follow>,
+    ) -> impl futures::Stream<
+        Item = Result<durable_mcp_store::StoredEvent, durable_mcp_store::StoreError>,
+    > + Send
+    + 'static {
+        self.inner.requests.tail(stream, after, follow)
+    }
+
+    /// Reject a request before it runs, with a committed stream holding the error: used
+    /// when a transport must answer on a stream.
+    pub fn rejection_response(
+        id: durable_mcp_protocol::jsonrpc::RequestId,
+        rejection: durable_mcp_protocol::jsonrpc::Rejection,
+    ) -> serde_json::Value {
+        requests::Requests::rejection_response(id, rejection)
+    }
+
+    /// How many requests are running on this worker.
+    pub fn in_flight(&self) -> usize {
+        self.inner.requests.in_flight()
+    }
+
+    /// Graceful shutdown of durable execution: wait up to `grace` for the requests running
+    /// here to finish; then give the leases of those still running back, so that another
+    /// worker resumes them at once (D7), and stop them here.
+    pub async fn drain(&self, grace: Duration) {
+        self.inner.requests.drain(grace).await;
+    }
+
+    /// Take over every run that is ours from before a restart, or whose owner's lease
+    /// expired, and run it again. Returns how many runs were resumed.
+    pub async fn recover(&self) -> Result<usize, EngineError> {
+        self.inner.requests.recover().await
+    }
+
+    /// Run [`Engine::recover`] now and then every second (every half lease if that is
+    /// shorter), until the handle is aborted: a released lease is picked up within a second.
+    pub fn spawn_recovery(&self) -> tokio::task::JoinHandle<()> {
+        self.inner.requests.spawn_recovery()
+    }
+
+    /// Run `initialize` and, if the handler accepts it, create the session.
+    ///
+    /// Returns the session (absent when the handler answered with an error) and the
+    /// JSON-RPC response to send.
+    ///
+    /// # Durability
+    /// The session is committed before the response is returned (D4).
+    ///
+    /// A principal at its session limit ([`crate::limits::Limits::sessions`]) is refused
+    /// with [`EngineError::Limited`] before the handler runs or anything is written.
+    ///
+    /// `http` is the HTTP request's head, for the handler's extensions (`None` on stdio).
+    pub async fn initialize(
+        &self,
+        principal: &durable_mcp_store::Principal,
+        request: Request,
+        http: Option<Arc<http::request::Parts>>,
+    ) -> Result<(Option<durable_mcp_store::SessionRecord>, serde_json::Value), EngineError> {
+        self.inner
+            .sessions
+            .initialize(principal, request, http)
+            .await
+    }
+
+    /// Load the session named by a client's `Mcp-Session-Id`, and record its use.
+    ///
+    /// A session idle past the TTL is ended here (everywhere, D5) even if the pruner has not
+    /// run yet. Use is recorded at most every tenth of the TTL, to keep reads cheap.
+    pub async fn session(
+        &self,
+        principal: &durable_mcp_store::Principal,
+        raw_id: &str,
+    ) -> Result<durable_mcp_store::SessionRecord, EngineError> {
+        self.inner.sessions.session(principal, raw_id).await
+    }
+
+    /// Keep a session alive (a live GET stream calls this on its keep-alive ticks).
+    pub async fn touch_session(
+        &self,
+        principal: &durable_mcp_store::Principal,
+        id: &durable_mcp_store::SessionId,
+    ) -> Result<(), EngineError> {
+        self.inner.sessions.touch_session(principal, id).await
+    }
+
+    /// End a session everywhere (D5): its runs here are cancelled and its streams close.
+    ///
+    /// With metrics on, the session is read first, for `mcp.server.session.duration`.
+    pub async fn end_session(
+        &self,
+        principal: &durable_mcp_store::Principal,
+        id: &durable_mcp_store::SessionId,
+    ) -> Result<bool, EngineError> {
+        self.inner.sessions.end_session(principal, id).await
     }
 
     /// The limits per principal of this worker and what each principal uses: the
@@ -258,37 +414,27 @@ impl Engine {
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
-        self.inner.events.store()
-    }
-
-    /// The local hub of this worker's tails (write-through, see `tail.rs`).
-    pub(crate) fn hub(&self) -> &Arc<hub::Hub> {
-        self.inner.events.hub()
+        self.inner.requests.store()
     }
 
     /// The handler.
     pub fn handler(&self) -> &McpHandler {
-        &self.inner.handler
+        self.inner.requests.handler()
     }
 
     /// The server's static information, read once at start.
     pub fn summary(&self) -> &ServerSummary {
-        &self.inner.summary
+        self.inner.requests.summary()
     }
 
     /// The `requestState` keys of this worker ([`keys::Keys::get`]).
     pub async fn state_keys(&self) -> Result<durable_mcp_handler::StateKeys, EngineError> {
-        self.inner.keys.get().await
-    }
-
-    /// The journal: run records, leases, heartbeats.
-    pub(crate) fn journal(&self) -> &journal::Journal {
-        &self.inner.journal
+        self.inner.requests.state_keys().await
     }
 
     /// The server's durable application state, shared by every worker.
     pub fn server_state(&self) -> durable_mcp_handler::ServerState {
-        state::server_state(self.store().clone())
+        self.inner.requests.server_state()
     }
 
     /// Open a GET stream on `session`'s standalone stream: from where delivery stopped
@@ -320,31 +466,16 @@ impl Engine {
         self.inner.get_streams.len()
     }
 
-    /// The index of resource subscriptions.
-    pub(crate) fn subscriptions(&self) -> &subscriptions::Subscriptions {
-        &self.inner.subscriptions
-    }
-
-    /// The server-wide change announcements, as this worker sees them.
-    pub(crate) fn changes(&self) -> &changes::Changes {
-        &self.inner.changes
-    }
-
-    /// The tasks.
-    pub(crate) fn tasks(&self) -> &tasks::Tasks {
-        &self.inner.tasks
-    }
-
     /// The options.
     pub fn options(&self) -> &EngineOptions {
-        &self.inner.options
+        self.inner.requests.options()
     }
 
     /// Apply retention once now (the on-demand prune).
     pub async fn prune(&self) -> Result<durable_mcp_store::PruneReport, EngineError> {
         let report = self
             .store()
-            .prune(&self.inner.options.retention, durable_mcp_store::now_ms())
+            .prune(&self.options().retention, durable_mcp_store::now_ms())
             .await?;
         crate::metrics::pruned(&report);
         if report != durable_mcp_store::PruneReport::default() {
@@ -362,7 +493,7 @@ impl Engine {
     pub fn spawn_pruner(&self) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(engine.inner.options.prune_interval);
+            let mut ticker = tokio::time::interval(engine.options().prune_interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticker.tick().await;
@@ -372,12 +503,11 @@ impl Engine {
                 // Sessions idle that long have ended (or will with this worker's next
                 // prune): their handler instances go; without a TTL, after a day.
                 let ttl = engine
-                    .inner
-                    .options
+                    .options()
                     .retention
                     .session_idle_ttl_ms
                     .unwrap_or(24 * 3_600_000);
-                engine.inner.handler.forget_idle(Duration::from_millis(ttl));
+                engine.handler().forget_idle(Duration::from_millis(ttl));
             }
         })
     }

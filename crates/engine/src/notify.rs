@@ -29,11 +29,12 @@ use tokio_util::sync::CancellationToken;
 use durable_mcp_protocol::meta::SUBSCRIPTION_ID;
 use durable_mcp_protocol::methods;
 
+use crate::EngineError;
 use crate::caller::Caller;
 use crate::changes::{Following, notification};
 use crate::records::{Flavor, TaskRecord, key};
+use crate::requests::Requests;
 use crate::tasks::{TaskOwner, declares_extension, missing_extension};
-use crate::{Engine, EngineError};
 
 /// The notification rmcp sends first on a `subscriptions/listen` stream.
 pub(crate) const ACKNOWLEDGED_METHOD: &str = methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED;
@@ -88,7 +89,7 @@ fn fingerprint(task: &TaskRecord) -> (String, Vec<String>) {
     )
 }
 
-impl Engine {
+impl Requests {
     /// Read a 2026-07-28 `subscriptions/listen` request's `notifications.taskIds`; `Err`
     /// with the refusal to send when it is malformed, names too many, or the client did not
     /// declare the extension (-32021).
@@ -321,7 +322,7 @@ impl Engine {
     }
 }
 
-impl Engine {
+impl Requests {
     /// Commit the notifications of `pending` announced changes to a listen stream; those
     /// the store refuses stay pending. `false`: the stream is gone.
     async fn deliver_changes(

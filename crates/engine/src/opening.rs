@@ -1,7 +1,7 @@
-//! The first commit of the door in ([`crate::Engine::accept`]): a request's response stream
+//! The first commit of the door in ([`crate::requests::Requests::accept`]): a request's response stream
 //! before it is committed ([`NewStream`]) goes into the request's first commit, together
 //! with what that commit holds besides (the response of a request the engine answers
-//! itself; the alias and run record of a journaled one, [`crate::Engine::journal_request`]), so
+//! itself; the alias and run record of a journaled one, [`crate::requests::Requests::journal_request`]), so
 //! that a request pays one commit where it used to pay several.
 
 use durable_mcp_protocol::jsonrpc::{Rejection, Request, RequestId, code, to_text};
@@ -12,11 +12,12 @@ use durable_mcp_store::{
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::EngineError;
 use crate::caller::Caller;
 use crate::journal::{Held, MARK_TTL_MS};
 use crate::records::{AliasRecord, Flavor, RecordError, RequestFingerprint, RunRecord, key};
+use crate::requests::Requests;
 use crate::tail::Follow;
-use crate::{Engine, EngineError};
 
 /// A request that was accepted: its response stream exists and its handler runs.
 #[derive(Debug, Clone)]
@@ -31,7 +32,7 @@ pub struct Accepted {
     /// client resumes with `Last-Event-ID` (legacy era only).
     pub close_connection: Option<CancellationToken>,
     /// The transport's tail of `stream`, registered before its first event was committed:
-    /// pass it to [`Engine::tail`] to get what this worker commits from memory.
+    /// pass it to [`Engine::tail`](crate::Engine::tail) to get what this worker commits from memory.
     pub follow: Option<Follow>,
 }
 
@@ -61,7 +62,7 @@ pub(crate) struct NewStream {
 impl NewStream {
     /// The response stream of a request from `caller` (with a priming event where its
     /// version has one).
-    pub fn new(engine: &Engine, caller: &Caller) -> Self {
+    pub fn new(engine: &Requests, caller: &Caller) -> Self {
         let id = StreamId::random();
         let follow = Some(engine.hub().follow(&id));
         Self {
@@ -102,7 +103,7 @@ impl NewStream {
 
     /// Commit the stream (and its priming event) on its own, if it is not committed yet:
     /// something else (a handler, a task) writes to it next.
-    pub async fn open(&mut self, engine: &Engine) -> Result<(), EngineError> {
+    pub async fn open(&mut self, engine: &Requests) -> Result<(), EngineError> {
         if self.opened.is_none() {
             let outcome = engine.commit_batch(self.batch()).await?;
             self.committed(&outcome);
@@ -112,7 +113,7 @@ impl NewStream {
 
     /// Commit `response` as the stream's last event: with the stream's creation in one
     /// commit when it is not committed yet.
-    pub async fn answer(&mut self, engine: &Engine, response: &Value) -> Result<(), EngineError> {
+    pub async fn answer(&mut self, engine: &Requests, response: &Value) -> Result<(), EngineError> {
         self.commit_first(engine, to_text(response), true).await?;
         crate::metrics::finish(self.operation.take(), response);
         Ok(())
@@ -127,7 +128,7 @@ impl NewStream {
     /// (and priming event) in one commit when it is not committed yet.
     pub async fn commit_first(
         &mut self,
-        engine: &Engine,
+        engine: &Requests,
         data: String,
         close: bool,
     ) -> Result<EventId, StoreError> {
@@ -160,7 +161,7 @@ impl NewStream {
     }
 }
 
-/// What journaling a request came to ([`Engine::journal_request`]).
+/// What journaling a request came to ([`Requests::journal_request`]).
 pub(crate) enum Journaled {
     /// The run is journaled and held by this worker: start its handler.
     Held(Box<Held>),
@@ -170,7 +171,7 @@ pub(crate) enum Journaled {
     AlreadyRunning,
 }
 
-impl Engine {
+impl Requests {
     /// Journal a request in the commit that creates its response stream: the stream (and
     /// its priming event), the alias of a session's request id (`Expect::Absent`) and the
     /// run record (`Expect::Absent`), one [`durable_mcp_store::WriteBatch`] (D6).
@@ -254,9 +255,9 @@ impl Engine {
     }
 
     /// A `tools/call` that runs as a task (D10): its request stream, then the alias of the
-    /// session's request id (with the request's `fingerprint`, as [`Engine::journal_request`]
-    /// writes it), then the task and its run ([`Engine::start_task`]).
-    #[allow(clippy::too_many_arguments)] // one call site, `Engine::accept`'s task branch
+    /// session's request id (with the request's `fingerprint`, as [`Requests::journal_request`]
+    /// writes it), then the task and its run ([`Requests::start_task`]).
+    #[allow(clippy::too_many_arguments)] // one call site, `Requests::accept`'s task branch
     pub(crate) async fn accept_task(
         &self,
         caller: &Caller,

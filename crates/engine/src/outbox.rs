@@ -2,10 +2,10 @@
 //! the request that handed it out (its principal and, in the legacy era, its session).
 //!
 //! A notification for the session goes to the session's standalone stream through the
-//! door out ([`Engine::commit`]): committed before any GET stream reads it (D1), handed
+//! door out ([`Requests::commit`]): committed before any GET stream reads it (D1), handed
 //! to exactly one GET stream of the session on any worker, and replayed on resume (D3).
 //! A `notifications/resources/updated` goes only to a session subscribed to its URI (the
-//! session record is the truth, D4). A server-wide change is [`Engine::announce`].
+//! session record is the truth, D4). A server-wide change is [`Requests::announce`].
 
 use std::sync::{Arc, Weak};
 
@@ -16,8 +16,9 @@ use durable_mcp_protocol::methods;
 use durable_mcp_store::{Principal, SessionId, StoreError};
 use serde_json::Value;
 
+use crate::EngineError;
 use crate::caller::Caller;
-use crate::{Engine, EngineError, Inner};
+use crate::requests::{Inner, Requests};
 
 /// One caller's outbox. It holds the engine weakly: a handler keeping it (the proxy's
 /// children do) does not keep the engine alive.
@@ -35,14 +36,14 @@ fn failed(error: EngineError) -> OutboxError {
 }
 
 impl CallerOutbox {
-    fn engine(&self) -> Result<Engine, OutboxError> {
+    fn engine(&self) -> Result<Requests, OutboxError> {
         match self.engine.upgrade() {
-            Some(inner) => Ok(Engine { inner }),
+            Some(inner) => Ok(Requests { inner }),
             None => Err(OutboxError::Store("the engine has stopped".into())),
         }
     }
 
-    async fn session(&self) -> Result<(Engine, durable_mcp_store::SessionRecord), OutboxError> {
+    async fn session(&self) -> Result<(Requests, durable_mcp_store::SessionRecord), OutboxError> {
         let engine = self.engine()?;
         let id = self.session.as_ref().ok_or(OutboxError::NoSession)?;
         let session = engine
@@ -88,7 +89,7 @@ impl OutboxBackend for CallerOutbox {
     }
 }
 
-impl Engine {
+impl Requests {
     /// The outbox of `caller`, for its handler's extensions.
     pub(crate) fn outbox(&self, caller: &Caller) -> Outbox {
         Outbox::new(Arc::new(CallerOutbox {
@@ -104,6 +105,7 @@ mod tests {
     #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
     use super::*;
+    use crate::Engine;
     use serde_json::json;
 
     fn engine() -> Engine {
@@ -139,7 +141,7 @@ mod tests {
             .unwrap();
         let session = session.unwrap();
         let caller = Caller::legacy(principal.clone(), session.clone()).unwrap();
-        let outbox = engine.outbox(&caller);
+        let outbox = engine.requests().outbox(&caller);
         let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
         let updated = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "r://a"}});
         assert!(outbox.to_session(changed.clone()).await.unwrap());

@@ -30,7 +30,6 @@ use durable_mcp_store::{RecordKind, StreamId, now_ms};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::Engine;
 use crate::caller::Caller;
 use crate::durable::DurableRun;
 use crate::inbox::Inbox;
@@ -38,6 +37,7 @@ use crate::journal::Held;
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::opening::NewStream;
 use crate::records::{Era, TaskStatus};
+use crate::requests::Requests;
 use crate::sync::lock;
 
 /// How long a run that failed without an outcome waits before it is retried.
@@ -61,7 +61,7 @@ pub(crate) struct Pump {
     /// A `subscriptions/listen` request (2026-07-28): what the engine feeds it (its tasks,
     /// announced changes) once the handler acknowledged it.
     pub subscription: Option<ListenSubscription>,
-    /// A journaled run's registration on this worker (see [`Engine::register_journaled`]).
+    /// A journaled run's registration on this worker (see [`Requests::register_journaled`]).
     pub registration: Option<u64>,
     /// The `requestState` keys that seal its `input_required` state.
     pub keys: StateKeys,
@@ -275,7 +275,7 @@ struct Fixed<'a> {
     close_connection: &'a CancellationToken,
 }
 
-impl Engine {
+impl Requests {
     /// Pump one run: commit its handler's messages until it stops, then end it (see the
     /// module's state machine).
     pub(crate) async fn pump(self, pump: Pump) {
@@ -667,6 +667,7 @@ mod tests {
     use durable_mcp_store_memory::MemoryStore;
 
     use super::*;
+    use crate::Engine;
     use crate::EngineOptions;
 
     #[derive(Clone)]

@@ -1,5 +1,5 @@
 //! Recovery (D7), the request path's half: the journal hands over the runs it claimed
-//! ([`Engine::claim`]: our own from before a restart, or anyone's whose lease ran out), and
+//! ([`Requests::claim`]: our own from before a restart, or anyone's whose lease ran out), and
 //! this decides what each needs: to run again on its stream, to go on relaying a task's
 //! result, or only to be cleaned up (its outcome is committed, its session or task
 //! ended, it was cancelled, it failed too often).
@@ -12,10 +12,11 @@ use durable_mcp_protocol::tasks::TaskStatus;
 use durable_mcp_store::{StoreError, StreamId, now_ms};
 use serde_json::json;
 
+use crate::EngineError;
 use crate::caller::Caller;
 use crate::journal::Held;
+use crate::requests::Requests;
 use crate::rerun::AlreadySent;
-use crate::{Engine, EngineError};
 
 /// What a taken-over run needs.
 enum Resume {
@@ -28,10 +29,9 @@ enum Resume {
     Done,
 }
 
-impl Engine {
-    /// Take over every run that is ours from before a restart, or whose owner's lease
-    /// expired, and run it again. Returns how many runs were resumed.
-    pub async fn recover(&self) -> Result<usize, EngineError> {
+impl Requests {
+    /// The work of [`crate::Engine::recover`].
+    pub(crate) async fn recover(&self) -> Result<usize, EngineError> {
         let mut resumed = 0;
         for record in self.journal().entries().await? {
             if self.is_running_here(&record.key) {
@@ -203,9 +203,8 @@ impl Engine {
         }
     }
 
-    /// Run [`Engine::recover`] now and then every second (every half lease if that is
-    /// shorter), until the handle is aborted: a released lease is picked up within a second.
-    pub fn spawn_recovery(&self) -> tokio::task::JoinHandle<()> {
+    /// The work of [`crate::Engine::spawn_recovery`].
+    pub(crate) fn spawn_recovery(&self) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         tokio::spawn(async move {
             let mut ticker =

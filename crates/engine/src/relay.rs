@@ -8,11 +8,12 @@ use durable_mcp_protocol::tasks::TaskStatus;
 use durable_mcp_store::{StoreError, StreamId};
 use serde_json::{Value, json};
 
+use crate::EngineError;
 use crate::journal::Held;
 use crate::records::Relay;
-use crate::{Engine, EngineError};
+use crate::requests::Requests;
 
-impl Engine {
+impl Requests {
     /// Relay a 2025-11-25 task's stream (its questions, then its outcome) onto the stream
     /// of a `tasks/result` request, going on after what an earlier attempt relayed.
     /// Returns whether it is done (the response is committed); `false`: stopped (`stop`,

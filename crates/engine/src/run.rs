@@ -1,20 +1,21 @@
-//! The request path: the door in ([`Engine::accept`]: a [`Route`] per request, one function
+//! The request path: the door in ([`Requests::accept`]: a [`Route`] per request, one function
 //! per route), starting handlers, and the routing of every message a handler sends while it
-//! runs to the door out ([`Engine::commit`], through [`crate::events::Events`]).
+//! runs to the door out ([`Requests::commit`], through [`crate::events::Events`]).
 
 use std::sync::Arc;
 
+use durable_mcp_handler::Durable;
 use durable_mcp_handler::durable::SEALED_STATE_PREFIX;
-use durable_mcp_handler::{Durable, Outbound, PeerContext};
 use durable_mcp_protocol::jsonrpc::{Message, Rejection, Request, RequestId, to_text};
 use durable_mcp_protocol::methods::Method;
 use durable_mcp_protocol::{McpVersion, methods};
 use durable_mcp_store::{
-    BatchOp, EventId, Expect, RecordKind, SessionChange, SessionId, StoreError, StreamId, now_ms,
+    BatchOp, EventId, Expect, RecordKind, SessionChange, StoreError, StreamId, now_ms,
 };
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::EngineError;
 use crate::caller::Caller;
 use crate::durable::DurableRun;
 use crate::journal::Held;
@@ -22,14 +23,14 @@ use crate::notify::ListenSubscription;
 use crate::opening::{Accepted, Journaled, NewStream};
 use crate::pump::{Pump, RETRY_AFTER_FAILURE_MS};
 use crate::records::{Era, Flavor, RecordError, Relay, RequestFingerprint, RunRecord};
+use crate::requests::Requests;
 use crate::rerun::AlreadySent;
 use crate::tail::Follow;
 use crate::tasks::{declares_extension, missing_extension};
-use crate::{Engine, EngineError};
 use durable_mcp_handler::TaskSupport;
 use durable_mcp_protocol::jsonrpc::{code, error_response};
 
-/// What a run of a new request starts with besides its request ([`Engine::launch_with`]).
+/// What a run of a new request starts with besides its request ([`Requests::launch_with`]).
 struct Extra<'a> {
     /// A `subscriptions/listen` request's subscription.
     subscription: Option<ListenSubscription>,
@@ -41,7 +42,7 @@ struct Extra<'a> {
     operation: &'a mut Option<crate::metrics::Operation>,
 }
 
-/// What [`Engine::launch`] started.
+/// What [`Requests::launch`] started.
 pub(crate) struct Launched {
     pub cancel: CancellationToken,
     pub close_connection: Option<CancellationToken>,
@@ -70,7 +71,7 @@ fn passes(level: Option<&str>, threshold: &str) -> bool {
     }
 }
 
-/// Where the door sends a request: [`Engine::route`] classifies it, and one function per
+/// Where the door sends a request: [`Requests::route`] classifies it, and one function per
 /// route accepts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -98,31 +99,13 @@ fn tasks_flavor(caller: &Caller) -> Option<Flavor> {
     }
 }
 
-impl Engine {
-    /// The door in: accept one request. Its response stream is committed (with its
-    /// priming event, where the version has one) before its handler starts, and the
-    /// handler's messages are committed to that stream as they come. A request of a
-    /// journaled method ([`Method::is_journaled`]) is also committed to the journal before
-    /// its handler starts (D6); a legacy client re-sending a request id of its session is
-    /// attached to the run that id started, and gets its one outcome. Another request under
-    /// a used id (another method, other params; `params._meta` does not count) is refused:
-    /// [`EngineError::Rejected`], -32600 naming the id.
-    ///
-    /// # Durability
-    /// In plain words: each request pays as few commits as its guarantees allow. A
-    /// journaled request makes one commit before its handler starts (its stream, priming
-    /// event, alias and run record together) and one for its outcome (the response, the
-    /// close and the removal of its run record together); a request the engine answers
-    /// itself makes one; another request makes one, when its handler sends its first
-    /// message (its response, usually): the stream is created in that commit. Stated more
-    /// precisely: the stream, the alias (`Expect::Absent`) and the run record are one
-    /// [`durable_mcp_store::WriteBatch`], so a re-sent request id (the alias conflicts)
-    /// leaves nothing of its own visible and is attached to the existing run (or refused,
-    /// if it came with another request); nothing is read before those writes (D1, D6).
-    ///
-    /// With traces on, the request's server span is current while it is accepted and while
-    /// its handler's messages are committed (see [`crate::traces`]).
-    pub async fn accept(&self, caller: &Caller, request: Request) -> Result<Accepted, EngineError> {
+impl Requests {
+    /// The work of [`crate::Engine::accept`].
+    pub(crate) async fn accept(
+        &self,
+        caller: &Caller,
+        request: Request,
+    ) -> Result<Accepted, EngineError> {
         let span = crate::traces::Request {
             request: &request,
             session: caller.session_id().map(|s| s.as_str()),
@@ -189,7 +172,7 @@ impl Engine {
         }
     }
 
-    /// [`Engine::accept`], in the request's trace context: the session's changes, then the
+    /// [`Requests::accept`], in the request's trace context: the session's changes, then the
     /// request's route.
     async fn accept_in(
         &self,
@@ -418,7 +401,7 @@ impl Engine {
         if let Some(record) = self.store().get_record(RecordKind::Run, &run_id).await? {
             // Journaled: running (here or on another worker), or left by a worker that no
             // longer runs it. A run no live worker runs is adopted at once instead of
-            // waiting for recovery (see `Engine::adopt`).
+            // waiting for recovery (see `Requests::adopt`).
             if !self.is_running_here(&run_id)
                 && let Some(held) = self.journal().adopt(record).await?
             {
@@ -485,7 +468,7 @@ impl Engine {
         .await
     }
 
-    /// [`Engine::launch`] of a run taken over by recovery: with traces on, its server span
+    /// [`Requests::launch`] of a run taken over by recovery: with traces on, its server span
     /// is a new trace's, linked to the span of the context stored with the run.
     pub(crate) async fn launch_rerun(
         &self,
@@ -532,7 +515,7 @@ impl Engine {
         launched
     }
 
-    /// [`Engine::launch`], for a `subscriptions/listen` request that follows tasks.
+    /// [`Requests::launch`], for a `subscriptions/listen` request that follows tasks.
     async fn launch_with(
         &self,
         caller: Caller,
@@ -888,10 +871,8 @@ impl Engine {
         self.inner.runs.unregister_journaled(run_id, generation);
     }
 
-    /// Graceful shutdown of durable execution: wait up to `grace` for the requests running
-    /// here to finish; then give the leases of those still running back, so that another
-    /// worker resumes them at once (D7), and stop them here.
-    pub async fn drain(&self, grace: std::time::Duration) {
+    /// The work of [`crate::Engine::drain`].
+    pub(crate) async fn drain(&self, grace: std::time::Duration) {
         let deadline = tokio::time::Instant::now() + grace;
         while self.in_flight() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -914,22 +895,6 @@ impl Engine {
         }
     }
 
-    /// Run a request to its outcome without a stream (used for `initialize`, which is
-    /// answered before its session exists).
-    pub(crate) async fn run_to_outcome(
-        &self,
-        request: Map<String, Value>,
-        peer: &PeerContext,
-    ) -> Result<Value, EngineError> {
-        let mut run = self.handler().start(request, peer)?;
-        while let Some(message) = run.outbound.recv().await {
-            if let Outbound::Outcome(outcome) = message {
-                return Ok(outcome);
-            }
-        }
-        Err(EngineError::NoOutcome)
-    }
-
     /// The door out: commit one message of a request's stream. Nothing reaches a socket
     /// except through the store, so every sent event was committed first (D1).
     ///
@@ -945,12 +910,8 @@ impl Engine {
         Ok(self.append(stream, to_text(message), close).await?)
     }
 
-    /// The events of `stream` after sequence `after`, as a transport writes them: from
-    /// memory what this worker commits while `follow` (see [`Accepted::follow`]) holds, or
-    /// while a writer of this worker holds the stream; from the store what it does not
-    /// hold (a resume from an earlier position, another worker's events). Every item was
-    /// committed before it is yielded (D1).
-    pub fn tail(
+    /// The work of [`crate::Engine::tail`].
+    pub(crate) fn tail(
         &self,
         stream: StreamId,
         after: u64,
@@ -1031,7 +992,7 @@ impl Engine {
             .await
     }
 
-    /// [`Engine::close_unanswered`] of a stream that may not be committed yet (`opening`):
+    /// [`Requests::close_unanswered`] of a stream that may not be committed yet (`opening`):
     /// then it is created with its closing event, in one commit.
     pub(crate) async fn close_unanswered_on(
         &self,
@@ -1093,7 +1054,7 @@ impl Engine {
             .await
     }
 
-    /// [`Engine::route_notification`] to a request stream that may not be committed yet
+    /// [`Requests::route_notification`] to a request stream that may not be committed yet
     /// (`opening`): a notification that goes on it creates it, in one commit.
     pub(crate) async fn route_notification_into(
         &self,
@@ -1238,18 +1199,17 @@ impl Engine {
         Ok(())
     }
 
-    /// Deliver a client notification to the handler (not `notifications/cancelled`, which
-    /// is [`Engine::cancel`]).
-    pub fn notify(&self, caller: &Caller, message: Map<String, Value>) {
+    /// The work of [`crate::Engine::notify`].
+    pub(crate) fn notify(&self, caller: &Caller, message: Map<String, Value>) {
         self.handler().notify(message, &caller.peer(self.store()));
     }
 
-    /// `notifications/cancelled`: cancel the named request of the caller's session.
-    ///
-    /// The handler is cancelled at once if it runs on this worker; otherwise the
-    /// cancellation is recorded in the journal and the worker running it stops it at its
-    /// next heartbeat (D11).
-    pub async fn cancel(&self, caller: &Caller, request_id: &RequestId) -> Result<(), EngineError> {
+    /// The work of [`crate::Engine::cancel`].
+    pub(crate) async fn cancel(
+        &self,
+        caller: &Caller,
+        request_id: &RequestId,
+    ) -> Result<(), EngineError> {
         let Some(session) = caller.session_id() else {
             return Ok(());
         };
@@ -1305,19 +1265,13 @@ impl Engine {
         })
     }
 
-    /// How many requests are running on this worker.
-    pub fn in_flight(&self) -> usize {
+    /// The work of [`crate::Engine::in_flight`].
+    pub(crate) fn in_flight(&self) -> usize {
         self.inner.runs.in_flight()
     }
 
-    /// Cancel every run of a session (it ended).
-    pub(crate) fn cancel_session(&self, session: &SessionId) {
-        self.inner.runs.cancel_session(session);
-    }
-
-    /// Reject a request before it runs, with a committed stream holding the error: used
-    /// when a transport must answer on a stream.
-    pub fn rejection_response(id: RequestId, rejection: Rejection) -> Value {
+    /// The work of [`crate::Engine::rejection_response`].
+    pub(crate) fn rejection_response(id: RequestId, rejection: Rejection) -> Value {
         Rejection {
             id: Some(id),
             ..rejection

@@ -1,30 +1,90 @@
 //! Legacy-era sessions: created by `initialize`, served from the store by any worker.
 
-use durable_mcp_handler::PeerContext;
+use std::sync::Arc;
+
+use durable_mcp_handler::{McpHandler, Outbound, PeerContext};
 use durable_mcp_protocol::McpVersion;
 use durable_mcp_protocol::jsonrpc::Request;
 use durable_mcp_store::{
-    Principal, RecordKind, SessionChange, SessionId, SessionRecord, StoreError, StreamId, now_ms,
+    Principal, RecordKind, Retention, SessionChange, SessionId, SessionRecord, Store, StoreError,
+    StreamId, now_ms,
 };
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use crate::EngineError;
+use crate::limits::Limiter;
 use crate::records::key;
-use crate::{Engine, EngineError};
+use crate::registry::Registry;
 
-impl Engine {
-    /// Run `initialize` and, if the handler accepts it, create the session.
-    ///
-    /// Returns the session (absent when the handler answered with an error) and the
-    /// JSON-RPC response to send.
-    ///
-    /// # Durability
-    /// The session is committed before the response is returned (D4).
-    ///
-    /// A principal at its session limit ([`crate::limits::Limits::sessions`]) is refused
-    /// with [`EngineError::Limited`] before the handler runs or anything is written.
-    ///
-    /// `http` is the HTTP request's head, for the handler's extensions (`None` on stdio).
-    pub async fn initialize(
+/// The sessions of the legacy era, on any worker: `initialize` creates one, a request's
+/// `Mcp-Session-Id` finds and touches it, and ending it cancels its runs here (cheap to
+/// clone).
+#[derive(Clone)]
+pub(crate) struct Sessions {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    /// Runs `initialize`, and forgets a session's handler instance when it ends.
+    handler: McpHandler,
+    /// The runs in flight here, shared with the request path: an ended session's stop.
+    runs: Arc<Registry>,
+    /// Each principal's sessions, against its limit.
+    limiter: Arc<Limiter>,
+    /// The session idle TTL.
+    retention: Retention,
+}
+
+impl Sessions {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        handler: McpHandler,
+        runs: Arc<Registry>,
+        limiter: Arc<Limiter>,
+        retention: Retention,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                handler,
+                runs,
+                limiter,
+                retention,
+            }),
+        }
+    }
+
+    fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    fn handler(&self) -> &McpHandler {
+        &self.inner.handler
+    }
+
+    fn limiter(&self) -> &Arc<Limiter> {
+        &self.inner.limiter
+    }
+
+    /// Run `initialize` to its outcome: answered before its session exists, it has no
+    /// stream.
+    async fn run_to_outcome(
+        &self,
+        request: Map<String, Value>,
+        peer: &PeerContext,
+    ) -> Result<Value, EngineError> {
+        let mut run = self.handler().start(request, peer)?;
+        while let Some(message) = run.outbound.recv().await {
+            if let Outbound::Outcome(outcome) = message {
+                return Ok(outcome);
+            }
+        }
+        Err(EngineError::NoOutcome)
+    }
+
+    /// The work of [`crate::Engine::initialize`].
+    pub(crate) async fn initialize(
         &self,
         principal: &Principal,
         request: Request,
@@ -40,7 +100,7 @@ impl Engine {
             protocol_version: requested,
             client: Some(params.clone()),
             session_state: None,
-            server_state: Some(self.server_state()),
+            server_state: Some(crate::state::server_state(self.store().clone())),
             durable: None,
             state_keys: None,
             auth: Some(durable_mcp_handler::AuthInfo::principal_only(
@@ -153,7 +213,7 @@ impl Engine {
             SessionAdmission::Refused(refused) => return Err(EngineError::Limited(refused)),
             SessionAdmission::Check(remembered) => remembered,
         };
-        let ttl = self.options().retention.session_idle_ttl_ms;
+        let ttl = self.inner.retention.session_idle_ttl_ms;
         let now = now_ms();
         let mut gone = Vec::new();
         for id in remembered {
@@ -181,11 +241,8 @@ impl Engine {
         }
     }
 
-    /// Load the session named by a client's `Mcp-Session-Id`, and record its use.
-    ///
-    /// A session idle past the TTL is ended here (everywhere, D5) even if the pruner has not
-    /// run yet. Use is recorded at most every tenth of the TTL, to keep reads cheap.
-    pub async fn session(
+    /// The work of [`crate::Engine::session`].
+    pub(crate) async fn session(
         &self,
         principal: &Principal,
         raw_id: &str,
@@ -199,8 +256,8 @@ impl Engine {
         self.touch(record).await
     }
 
-    /// Keep a session alive (a live GET stream calls this on its keep-alive ticks).
-    pub async fn touch_session(
+    /// The work of [`crate::Engine::touch_session`].
+    pub(crate) async fn touch_session(
         &self,
         principal: &Principal,
         id: &SessionId,
@@ -214,7 +271,7 @@ impl Engine {
     }
 
     async fn touch(&self, record: SessionRecord) -> Result<SessionRecord, EngineError> {
-        let Some(ttl) = self.options().retention.session_idle_ttl_ms else {
+        let Some(ttl) = self.inner.retention.session_idle_ttl_ms else {
             return Ok(record);
         };
         let now = now_ms();
@@ -237,15 +294,13 @@ impl Engine {
         Ok(record)
     }
 
-    /// End a session everywhere (D5): its runs here are cancelled and its streams close.
-    ///
-    /// With metrics on, the session is read first, for `mcp.server.session.duration`.
-    pub async fn end_session(
+    /// The work of [`crate::Engine::end_session`].
+    pub(crate) async fn end_session(
         &self,
         principal: &Principal,
         id: &SessionId,
     ) -> Result<bool, EngineError> {
-        self.cancel_session(id);
+        self.inner.runs.cancel_session(id);
         self.handler().end_session(id.as_str());
         let created_at_ms = if crate::metrics::enabled() {
             self.store()
@@ -336,8 +391,8 @@ mod tests {
             "notification service loops still open"
         );
         assert_eq!(engine.inner.get_streams.sessions(), 0);
-        assert!(engine.inner.runs.no_session_runs());
-        assert_eq!(engine.changes().followed(), (0, 0));
+        assert!(engine.requests().inner.runs.no_session_runs());
+        assert_eq!(engine.requests().changes().followed(), (0, 0));
     }
 
     /// Ending a session (a client's `DELETE`) removes the aliases of its request ids with
