@@ -220,6 +220,11 @@ pub(crate) struct ServeArgs {
     /// its requests over within this time.
     #[arg(long, default_value_t = 5_000, env = "DURABLE_MCP_LEASE_MS")]
     pub(crate) lease_ms: u64,
+    /// How long a new tool call's first commit waits for its handler, in milliseconds: a
+    /// handler that answers within it, before any step, question or message, costs one
+    /// commit in all. 0: journal every call before its handler starts (D6).
+    #[arg(long, default_value_t = 5, env = "DURABLE_MCP_JOURNAL_WAIT_MS")]
+    pub(crate) journal_wait_ms: u64,
     /// On shutdown, wait this long for requests in flight before handing them over.
     #[arg(long, default_value_t = 10, env = "DURABLE_MCP_SHUTDOWN_GRACE_SECS")]
     pub(crate) shutdown_grace_secs: u64,
@@ -422,6 +427,8 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     // `durable_mcp::engine::default_worker_id`).
     options.worker_id = args.worker_id.unwrap_or_default();
     options.lease = Duration::from_millis(args.lease_ms.max(300));
+    // Within the lease: a run's first commit holds its lease.
+    options.journal_wait = Duration::from_millis(args.journal_wait_ms).min(options.lease / 3);
     options.state_key = args.state_key.map(String::into_bytes);
     options.limits = args.limits.limits()?;
     let server = server

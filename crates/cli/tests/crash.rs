@@ -173,6 +173,48 @@ fn four_steps_killed_during_step_three(target: Target) {
     );
 }
 
+/// D6 in the words "journaled before its first effect", with D7 and D8: a call killed
+/// inside its first step, before the step committed, was journaled before the step
+/// started, and its client holds the stream's priming event: the call runs again to its
+/// one outcome, the interrupted step with the same idempotency key.
+fn killed_in_its_first_step(target: Target) {
+    let Some(mut cluster) = Cluster::new(&target) else {
+        return;
+    };
+    let dir = temp_dir("crash-first-step");
+    let ledger = dir.join("effects.ledger");
+    let session = initialize(cluster.a.addr);
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "steps", "arguments": {"count": 2, "step_ms": 800, "ledger": ledger.display().to_string()}}});
+    let mut response = post(cluster.a.addr, Some(&session), &call);
+    assert_eq!(response.status, 200);
+    let priming = response.next_event().unwrap().0.expect("priming id");
+    wait_for("step 1 to start", Duration::from_secs(10), || {
+        ledger_lines(&ledger).iter().any(|(i, _)| *i == 1)
+    });
+    drop(response);
+    let resume_on = cluster.crash();
+
+    let resumed = resume(resume_on, &session, &priming);
+    assert_eq!(resumed.status, 200, "the stream resumes after the crash");
+    let messages: Vec<Value> = resumed.messages().into_iter().map(|(_, m)| m).collect();
+    let results: Vec<&Value> = messages.iter().filter(|m| m["id"] == 7).collect();
+    assert_eq!(results.len(), 1, "D7: exactly one outcome: {messages:#?}");
+    assert_eq!(
+        results[0]["result"]["structuredContent"]["steps"],
+        json!([1, 2]),
+        "{:#}",
+        results[0]
+    );
+    let first: Vec<String> = ledger_lines(&ledger)
+        .into_iter()
+        .filter(|(i, _)| *i == 1)
+        .map(|(_, key)| key)
+        .collect();
+    assert_eq!(first.len(), 2, "the interrupted step ran again: {first:?}");
+    assert_eq!(first[0], first[1], "D8: with the same idempotency key");
+}
+
 fn ask(addr: SocketAddr, session: &str, id: u64, question: &str, then_ms: u64) -> Response {
     post(
         addr,
@@ -320,6 +362,21 @@ fn d8_redis_four_steps_killed_during_step_three() {
 #[test]
 fn d8_redis_cluster_four_steps_killed_during_step_three() {
     four_steps_killed_during_step_three(Target::Takeover(Backend::RedisCluster));
+}
+
+#[test]
+fn d6_sqlite_killed_in_its_first_step_a_call_runs_again() {
+    killed_in_its_first_step(sqlite_target("crash-first-sqlite"));
+}
+
+#[test]
+fn d6_postgres_killed_in_its_first_step_a_call_runs_again() {
+    killed_in_its_first_step(Target::Takeover(Backend::Postgres));
+}
+
+#[test]
+fn d6_redis_killed_in_its_first_step_a_call_runs_again() {
+    killed_in_its_first_step(Target::Takeover(Backend::Redis));
 }
 
 #[test]

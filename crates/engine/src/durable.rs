@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::EngineError;
 use crate::caller::Caller;
+use crate::gate::Gate;
 use crate::journal::{Held, STATE_TTL, ms};
 use crate::records::{Era, Flavor, key};
 use crate::requests::Requests;
@@ -28,6 +29,34 @@ use crate::rerun::AlreadySent;
 /// A request from the durable context to its pump: become a task, then reply with the
 /// task's record key and stream (or why not).
 pub(crate) type Detach = tokio::sync::oneshot::Sender<Result<(String, StreamId), EngineError>>;
+
+/// What a durable context is built from: a held run, or a new one not committed yet.
+pub(crate) struct RunView<'a> {
+    pub run_id: &'a str,
+    pub record: &'a crate::records::RunRecord,
+    pub steps_written: &'a Arc<std::sync::atomic::AtomicBool>,
+    pub already_sent: Option<&'a Arc<AlreadySent>>,
+}
+
+impl<'a> RunView<'a> {
+    pub(crate) fn held(held: &'a Held) -> Self {
+        Self {
+            run_id: &held.run_id,
+            record: &held.record,
+            steps_written: &held.steps_written,
+            already_sent: held.already_sent.as_ref(),
+        }
+    }
+
+    pub(crate) fn unjournaled(run: &'a crate::journal::Unjournaled) -> Self {
+        Self {
+            run_id: &run.run_id,
+            record: &run.record,
+            steps_written: &run.steps_written,
+            already_sent: None,
+        }
+    }
+}
 
 /// The engine's side of one run's durable context.
 pub(crate) struct DurableRun {
@@ -61,17 +90,20 @@ pub(crate) struct DurableRun {
     /// outcome (which the handler built knowing only that) is not final, and the pump
     /// leaves the run to recovery instead of committing it.
     store_failed: std::sync::atomic::AtomicBool,
+    /// A new run's journal entry, until committed: every durable operation waits for it.
+    gate: Option<Gate>,
 }
 
 impl DurableRun {
     pub(crate) fn new(
         engine: &Requests,
-        held: &Held,
+        run: RunView<'_>,
         caller: Caller,
         cancel: CancellationToken,
         detach: tokio::sync::mpsc::Sender<Detach>,
+        gate: Option<Gate>,
     ) -> Self {
-        let (run_id, record) = (&held.run_id, &held.record);
+        let (run_id, record) = (run.run_id, run.record);
         Self {
             engine: engine.clone(),
             run_id: run_id.to_owned(),
@@ -87,9 +119,18 @@ impl DurableRun {
             asked: Mutex::default(),
             pending: Mutex::default(),
             step_expiry: Mutex::new(record.stateless().then(|| now_ms() + ms(STATE_TTL) * 2)),
-            steps_written: held.steps_written.clone(),
-            already_sent: held.already_sent.clone(),
+            steps_written: run.steps_written.clone(),
+            already_sent: run.already_sent.cloned(),
             store_failed: std::sync::atomic::AtomicBool::new(false),
+            gate,
+        }
+    }
+
+    /// Wait until the run's journal entry is committed (D6: before its first effect).
+    async fn journaled(&self) -> Result<(), DurableError> {
+        match &self.gate {
+            Some(gate) => gate.journaled().await.map_err(|e| self.journal_error(e)),
+            None => Ok(()),
         }
     }
 
@@ -386,6 +427,7 @@ impl DurableBackend for DurableRun {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Value>, DurableError>> {
         Box::pin(async move {
+            self.journaled().await?;
             self.stored(&key::step(&self.run_id, key::StepKind::Step, name))
                 .await
         })
@@ -397,6 +439,7 @@ impl DurableBackend for DurableRun {
         value: Value,
     ) -> BoxFuture<'a, Result<Value, DurableError>> {
         Box::pin(async move {
+            self.journaled().await?;
             self.commit_value(&key::step(&self.run_id, key::StepKind::Step, name), value)
                 .await
         })
@@ -409,6 +452,7 @@ impl DurableBackend for DurableRun {
         params: Value,
     ) -> BoxFuture<'a, Result<Value, DurableError>> {
         Box::pin(async move {
+            self.journaled().await?;
             let answer_key = key::answer(&self.run_id, index);
             if let Some(stored) = self.stored(&answer_key).await? {
                 crate::metrics::answer_reused(method);
@@ -443,6 +487,7 @@ impl DurableBackend for DurableRun {
         params: Value,
     ) -> BoxFuture<'a, Result<(), DurableError>> {
         Box::pin(async move {
+            self.journaled().await?;
             let key = key::emitted(&self.run_id, index);
             self.steps_written.store(true, Ordering::SeqCst);
             // Marked before it is sent: a crash in between loses one progress or log
@@ -487,6 +532,7 @@ impl DurableBackend for DurableRun {
             if self.caller.era != Era::Modern || !declared {
                 return Ok(false);
             }
+            self.journaled().await?;
             let (reply, answer) = tokio::sync::oneshot::channel();
             self.detach
                 .send(reply)
@@ -517,6 +563,7 @@ impl DurableBackend for DurableRun {
 
     fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>> {
         Box::pin(async move {
+            self.journaled().await?;
             self.engine
                 .changes()
                 .announce(&change)

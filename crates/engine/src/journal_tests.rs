@@ -756,6 +756,31 @@ fn assert_reused(refused: Result<crate::Accepted, crate::EngineError>, id: &str)
     }
 }
 
+/// D6: a request id sent twice at the same moment, before the first copy is journaled (a
+/// new run's first commit waits for its handler): the second copy waits for the first's
+/// first commit, then attaches to its run. Both get the one outcome; the handler runs once.
+#[tokio::test]
+async fn d6_a_request_id_sent_twice_at_once_runs_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (engine, caller, runs) = counted_session(store).await;
+    let request = || {
+        crate::Request::from_message(object(json!({"jsonrpc": "2.0", "id": 5,
+            "method": "tools/call", "params": {"name": "count", "arguments": {}}})))
+    };
+    let (first, second) = tokio::join!(
+        engine.accept(&caller, request()),
+        engine.accept(&caller, request())
+    );
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first.stream, second.stream, "one run answers both");
+    idle(&engine).await;
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the handler ran once"
+    );
+}
+
 /// D6: a session's request id names one request. A re-send of it (its params in another
 /// key order, another `_meta`, or none) gets the outcome of its one run; another request
 /// under the id (other params, another method) is refused with -32600 naming the id, and

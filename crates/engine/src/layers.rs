@@ -80,6 +80,7 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("opening", 4, include_str!("opening.rs")),
     ("tail", 4, include_str!("tail.rs")),
     ("durable", 4, include_str!("durable.rs")),
+    ("gate", 4, include_str!("gate.rs")),
     ("recovery", 4, include_str!("recovery.rs")),
     ("relay", 4, include_str!("relay.rs")),
     ("inbox", 4, include_str!("inbox.rs")),

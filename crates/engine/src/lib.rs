@@ -29,7 +29,7 @@
 //! | `Requests` | `requests` | the request path (below), holding the core's components |
 //! | | `run` | the door in: [`Engine::accept`] classifies a request into a route, one function per route |
 //! | | `opening` | a new request's response stream and its journal entry, committed together |
-//! | | `pump`, `durable`, `inbox`, `outbox` | a running handler: its messages (each committed, its outcome last), its durable context, its answers, its notifications |
+//! | | `pump`, `gate`, `durable`, `inbox`, `outbox` | a running handler: its messages (each committed, its outcome last), its durable context, its answers, its notifications |
 //! | | `recovery`, `relay`, `notify` | re-running runs taken over; relaying a task's stream; listen streams |
 //! | `Sessions` | `session` | legacy-era sessions: `initialize`, touch, end |
 //! | `Registry` | `registry` | the runs in flight on this worker (shared by the two above) |
@@ -43,6 +43,7 @@
 
 mod changes;
 mod durable;
+mod gate;
 mod getstream;
 mod inbox;
 pub mod inspect;
@@ -110,6 +111,13 @@ pub struct EngineOptions {
     pub state_key: Option<Vec<u8>>,
     /// Limits per principal on this worker (see [`limits`]).
     pub limits: limits::Limits,
+    /// How long a new journaled request's first commit waits for its handler (D6). A
+    /// handler that answers within it, before any step, question or message, has its
+    /// request and outcome committed in one commit, with no journal entry; otherwise the
+    /// request is journaled at its handler's first effect or when the wait is over,
+    /// whichever comes first. Zero journals each request before its handler starts (two
+    /// commits for every journaled request).
+    pub journal_wait: Duration,
 }
 
 /// The worker id of a worker on this host listening on `listen` (`None`: a stdio process):
@@ -146,6 +154,7 @@ impl Default for EngineOptions {
             max_attempts: 10,
             state_key: None,
             limits: limits::Limits::default(),
+            journal_wait: Duration::from_millis(5),
         }
     }
 }
@@ -239,25 +248,28 @@ impl Engine {
     }
 
     /// The door in: accept one request. Its response stream is committed (with its
-    /// priming event, where the version has one) before its handler starts, and the
+    /// priming event, where the version has one) with the request's first commit, and the
     /// handler's messages are committed to that stream as they come. A request of a
-    /// journaled method ([`Method::is_journaled`]) is also committed to the journal before
-    /// its handler starts (D6); a legacy client re-sending a request id of its session is
-    /// attached to the run that id started, and gets its one outcome. Another request under
-    /// a used id (another method, other params; `params._meta` does not count) is refused:
-    /// [`EngineError::Rejected`], -32600 naming the id.
+    /// journaled method ([`Method::is_journaled`]) is committed to the journal before its
+    /// handler's first effect (D6): the request is accepted once that first commit is done.
+    /// A legacy client re-sending a request id of its session is attached to the run that id
+    /// started, and gets its one outcome. Another request under a used id (another method,
+    /// other params; `params._meta` does not count) is refused: [`EngineError::Rejected`],
+    /// -32600 naming the id. Neither runs a handler.
     ///
     /// # Durability
-    /// In plain words: each request pays as few commits as its guarantees allow. A
-    /// journaled request makes one commit before its handler starts (its stream, priming
-    /// event, alias and run record together) and one for its outcome (the response, the
-    /// close and the removal of its run record together); a request the engine answers
-    /// itself makes one; another request makes one, when its handler sends its first
-    /// message (its response, usually): the stream is created in that commit. Stated more
-    /// precisely: the stream, the alias (`Expect::Absent`) and the run record are one
-    /// [`durable_mcp_store::WriteBatch`], so a re-sent request id (the alias conflicts)
-    /// leaves nothing of its own visible and is attached to the existing run (or refused,
-    /// if it came with another request); nothing is read before those writes (D1, D6).
+    /// In plain words: each request pays as few commits as its guarantees allow. A new
+    /// journaled request whose handler answers before any step, question or message, within
+    /// [`EngineOptions::journal_wait`], makes one commit in all: its stream, priming event,
+    /// alias and outcome, closing the stream, with no run record. Otherwise it makes one
+    /// commit when its handler's first effect comes (or the wait is over): its stream,
+    /// priming event, alias and run record; and one for its outcome (the response, the close
+    /// and the removal of its run record). A request the engine answers itself makes one;
+    /// another request makes one, when its handler sends its first message. Stated more
+    /// precisely: the alias is written with `Expect::Absent` in the first commit, and read
+    /// before the handler starts, so a re-sent request id leaves nothing of its own visible
+    /// and is attached to the existing run (or refused, if it came with another request)
+    /// (D1, D6).
     ///
     /// With traces on, the request's server span is current while it is accepted and while
     /// its handler's messages are committed (see [`crate::traces`]).

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::EngineError;
 use crate::caller::Caller;
-use crate::journal::{Held, MARK_TTL_MS};
-use crate::records::{AliasRecord, Flavor, RecordError, RequestFingerprint, RunRecord, key};
+use crate::journal::{Held, MARK_TTL_MS, Unjournaled};
+use crate::records::{AliasRecord, Flavor, RecordError, RequestFingerprint, key};
 use crate::requests::Requests;
 use crate::tail::Follow;
 
@@ -165,10 +165,30 @@ impl NewStream {
 pub(crate) enum Journaled {
     /// The run is journaled and held by this worker: start its handler.
     Held(Box<Held>),
-    /// The request id was re-sent: the run it started, by its stream.
-    Attach(StreamId),
+    /// The request id was re-sent: the run it started, by its stream, and the request.
+    Attach(StreamId, Request),
     /// A continued run (a stateless retry with the same `requestState`) runs already.
     AlreadyRunning,
+}
+
+/// What the one commit of a run that ended before its first effect came to
+/// ([`Requests::commit_answered`]).
+pub(crate) enum Answered {
+    /// Its stream, alias and outcome are committed.
+    Committed,
+    /// The request id was re-sent, and the run it started answers: the outcome is dropped.
+    Attach(StreamId, Request),
+}
+
+/// The alias of a session's request id, naming the stream of the run it started.
+fn alias_op(key: String, value: String) -> BatchOp {
+    BatchOp::PutRecord {
+        kind: RecordKind::Alias,
+        key,
+        value,
+        expires_at_ms: Some(now_ms() + MARK_TTL_MS),
+        expect: Expect::Absent,
+    }
 }
 
 impl Requests {
@@ -183,37 +203,30 @@ impl Requests {
     pub(crate) async fn journal_request(
         &self,
         caller: &Caller,
-        request: &Request,
+        run: Unjournaled,
         opening: &mut NewStream,
-        run_id: String,
         fingerprint: Option<&RequestFingerprint>,
     ) -> Result<Journaled, EngineError> {
-        let id = request.id();
-        let record = RunRecord::new(self.journal(), caller, request.clone(), &opening.id);
         let value = AliasRecord {
             stream: opening.id.clone(),
             request: fingerprint.cloned(),
         }
         .encode()?;
+        let id = run.record.request.id();
         let mut alias = caller.session_id().map(|session| key::alias(session, id));
+        let record = run.record.encode()?;
         loop {
             let mut batch = opening.batch();
             let alias_index = alias.as_ref().map(|key| {
                 let index = batch.len();
-                batch.push(BatchOp::PutRecord {
-                    kind: RecordKind::Alias,
-                    key: key.clone(),
-                    value: value.clone(),
-                    expires_at_ms: Some(now_ms() + MARK_TTL_MS),
-                    expect: Expect::Absent,
-                });
+                batch.push(alias_op(key.clone(), value.clone()));
                 index
             });
             let run_index = batch.len();
             batch.push(BatchOp::PutRecord {
                 kind: RecordKind::Run,
-                key: run_id.clone(),
-                value: record.encode()?,
+                key: run.run_id.clone(),
+                value: record.clone(),
                 expires_at_ms: None,
                 expect: Expect::Absent,
             });
@@ -226,12 +239,9 @@ impl Requests {
                             .ok_or(RecordError::MissingVersion {
                                 kind: RecordKind::Run,
                             })?;
-                    return Ok(Journaled::Held(Box::new(Held::start(
-                        self.journal(),
-                        run_id,
-                        record,
-                        version,
-                    ))));
+                    return Ok(Journaled::Held(Box::new(
+                        run.start(self.journal(), version),
+                    )));
                 }
                 Err(error) => error,
             };
@@ -244,13 +254,73 @@ impl Requests {
                 if let Some(session) = caller.session_id()
                     && let Some(existing) = self.taken(session, id, fingerprint).await?
                 {
-                    return Ok(Journaled::Attach(existing));
+                    return Ok(Journaled::Attach(existing, run.record.request));
                 }
                 // The alias expired in between: journal the request without one.
                 alias = None;
                 continue;
             }
             return Ok(Journaled::AlreadyRunning);
+        }
+    }
+
+    /// The one commit of a new run whose handler answered before its first effect (D6): its
+    /// stream (and priming event), the alias of a session's request id and the outcome,
+    /// closing the stream. No run record: the run is over before anything of it was
+    /// journaled, and a crash before this commit is, to every client, a crash before the
+    /// request came (a re-send runs it again).
+    ///
+    /// A conflict on the alias is handled as [`Requests::journal_request`] does; a re-send
+    /// attaches to the run the id started, and this outcome is dropped.
+    pub(crate) async fn commit_answered(
+        &self,
+        caller: &Caller,
+        run: Unjournaled,
+        opening: &mut NewStream,
+        fingerprint: Option<&RequestFingerprint>,
+        outcome: &Value,
+    ) -> Result<Answered, EngineError> {
+        let id = run.record.request.id();
+        let mut alias = match caller.session_id() {
+            Some(session) => Some((
+                key::alias(session, id),
+                AliasRecord {
+                    stream: opening.id.clone(),
+                    request: fingerprint.cloned(),
+                }
+                .encode()?,
+            )),
+            None => None,
+        };
+        let data = to_text(outcome);
+        loop {
+            let mut batch = opening.batch();
+            let alias_index = alias.as_ref().map(|(key, value)| {
+                let index = batch.len();
+                batch.push(alias_op(key.clone(), value.clone()));
+                index
+            });
+            let batch = batch
+                .append(opening.id.clone(), data.clone())
+                .close(opening.id.clone());
+            let error = match self.commit_batch(batch).await {
+                Ok(committed) => {
+                    opening.committed(&committed);
+                    return Ok(Answered::Committed);
+                }
+                Err(error) => error,
+            };
+            match (&error, error.refusal()) {
+                (StoreError::BatchOp { index, .. }, StoreError::Conflict { .. })
+                    if Some(*index) == alias_index => {}
+                _ => return Err(error.into()),
+            }
+            if let Some(session) = caller.session_id()
+                && let Some(existing) = self.taken(session, id, fingerprint).await?
+            {
+                return Ok(Answered::Attach(existing, run.record.request));
+            }
+            alias = None;
         }
     }
 

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::EngineError;
 use crate::caller::Caller;
+use crate::gate::Gate;
 use crate::requests::{Inner, Requests};
 
 /// One caller's outbox. It holds the engine weakly: a handler keeping it (the proxy's
@@ -26,6 +27,9 @@ struct CallerOutbox {
     engine: Weak<Inner>,
     principal: Principal,
     session: Option<SessionId>,
+    /// A new run's journal entry, until committed: a message to the session is an effect
+    /// of the run, and waits for it (D6).
+    gate: Option<Gate>,
 }
 
 fn failed(error: EngineError) -> OutboxError {
@@ -40,6 +44,13 @@ impl CallerOutbox {
         match self.engine.upgrade() {
             Some(inner) => Ok(Requests { inner }),
             None => Err(OutboxError::Store("the engine has stopped".into())),
+        }
+    }
+
+    async fn journaled(&self) -> Result<(), OutboxError> {
+        match &self.gate {
+            Some(gate) => gate.journaled().await.map_err(failed),
+            None => Ok(()),
         }
     }
 
@@ -58,6 +69,7 @@ impl CallerOutbox {
 impl OutboxBackend for CallerOutbox {
     fn to_session(&self, message: Value) -> BoxFuture<'_, Result<bool, OutboxError>> {
         Box::pin(async move {
+            self.journaled().await?;
             let (engine, session) = self.session().await?;
             let read = Message::of(&message);
             if read.and_then(|m| m.method()) == Some(methods::NOTIFICATION_RESOURCES_UPDATED) {
@@ -80,6 +92,7 @@ impl OutboxBackend for CallerOutbox {
 
     fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), OutboxError>> {
         Box::pin(async move {
+            self.journaled().await?;
             self.engine()?
                 .changes()
                 .announce(&change)
@@ -90,12 +103,14 @@ impl OutboxBackend for CallerOutbox {
 }
 
 impl Requests {
-    /// The outbox of `caller`, for its handler's extensions.
-    pub(crate) fn outbox(&self, caller: &Caller) -> Outbox {
+    /// The outbox of `caller`, for its handler's extensions; `gate`: the journal entry of
+    /// its new run, which its messages wait for.
+    pub(crate) fn outbox(&self, caller: &Caller, gate: Option<Gate>) -> Outbox {
         Outbox::new(Arc::new(CallerOutbox {
             engine: Arc::downgrade(&self.inner),
             principal: caller.principal.clone(),
             session: caller.session.as_ref().map(|s| s.id.clone()),
+            gate,
         }))
     }
 }
@@ -141,7 +156,7 @@ mod tests {
             .unwrap();
         let session = session.unwrap();
         let caller = Caller::legacy(principal.clone(), session.clone()).unwrap();
-        let outbox = engine.requests().outbox(&caller);
+        let outbox = engine.requests().outbox(&caller, None);
         let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
         let updated = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "r://a"}});
         assert!(outbox.to_session(changed.clone()).await.unwrap());

@@ -15,6 +15,12 @@
 //! The decisions are plain functions ([`on_outcome`], [`ending`]) of what the pump knows;
 //! the pump only carries them out.
 //!
+//! A new journaled run starts `Deferred` ([`Deferred`]): its handler runs before its
+//! journal entry is committed. The entry is committed with the handler's first message or
+//! effect, or when [`crate::EngineOptions::journal_wait`] is over; a handler that answers
+//! before any of these has its outcome committed with its stream in one commit, and no
+//! journal entry at all ([`Requests::commit_answered`]).
+//!
 //! # Durability
 //! An outcome is committed only while the lease is surely this worker's (fencing, D7); a
 //! journaled run's outcome is committed with the removal of its run record in one batch
@@ -30,12 +36,14 @@ use durable_mcp_store::{RecordKind, StreamId, now_ms};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::EngineError;
 use crate::caller::Caller;
 use crate::durable::DurableRun;
+use crate::gate::{Entry, Gate, GateKeeper};
 use crate::inbox::Inbox;
-use crate::journal::Held;
+use crate::journal::{Held, Unjournaled};
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
-use crate::opening::NewStream;
+use crate::opening::{Answered, Journaled, NewStream};
 use crate::records::{Era, TaskStatus};
 use crate::requests::Requests;
 use crate::sync::lock;
@@ -67,6 +75,83 @@ pub(crate) struct Pump {
     pub keys: StateKeys,
     /// The request's timing for `mcp.server.operation.duration` (metrics on, a new request).
     pub operation: Option<crate::metrics::Operation>,
+    /// A new journaled run whose journal entry is not committed yet (then `held` is `None`).
+    pub deferred: Option<Deferred>,
+}
+
+/// A new journaled run whose journal entry waits for the handler's first message or effect,
+/// or for its outcome (D6).
+pub(crate) struct Deferred {
+    /// The entry.
+    pub run: Unjournaled,
+    /// What cancels the handler (a child of the entry's `cancelled`).
+    pub cancel: CancellationToken,
+    /// Which request a session's request id is used for (its alias keeps it).
+    fingerprint: Option<crate::records::RequestFingerprint>,
+    /// What the run's effects wait on.
+    pub gate: Gate,
+    keeper: GateKeeper,
+    /// Where the request's acceptance waits for the first commit.
+    reply: tokio::sync::oneshot::Sender<Result<First, EngineError>>,
+}
+
+impl Deferred {
+    /// A deferred run of `run`, and where its first commit is told.
+    pub(crate) fn new(
+        run: Unjournaled,
+        fingerprint: Option<crate::records::RequestFingerprint>,
+    ) -> (
+        Self,
+        tokio::sync::oneshot::Receiver<Result<First, EngineError>>,
+    ) {
+        let (gate, keeper) = crate::gate::gate();
+        let (reply, first) = tokio::sync::oneshot::channel();
+        let cancel = run.cancelled.child_token();
+        let deferred = Self {
+            run,
+            cancel,
+            fingerprint,
+            gate,
+            keeper,
+            reply,
+        };
+        (deferred, first)
+    }
+
+    /// The run as a session's request running here.
+    pub(crate) fn session_run(&self) -> crate::registry::SessionRun {
+        crate::registry::SessionRun {
+            cancel: self.cancel.clone(),
+            gate: Some(self.gate.clone()),
+        }
+    }
+
+    /// The entry back, to be journaled before the handler starts.
+    pub(crate) fn into_run(self) -> Unjournaled {
+        self.run
+    }
+}
+
+/// What the first commit of a deferred run came to, for the request's acceptance.
+pub(crate) enum First {
+    /// The stream is committed (with its priming event, if it has one).
+    Committed {
+        /// The priming event.
+        priming: Option<durable_mcp_store::EventId>,
+    },
+    /// The request id was re-sent: the run it started answers the request.
+    Attach(StreamId, Request),
+}
+
+/// How a deferred run's first commit went ([`Requests::first_commit`]).
+enum Began {
+    /// The handler answered first: its outcome is committed, with the stream.
+    Answered(Value),
+    /// The journal entry is committed; the handler's first message, if one came, is next.
+    Journaled(Option<Outbound>),
+    /// The run is not this request's (a re-send attached elsewhere, a failed commit): the
+    /// handler was cancelled, and nothing of the run was committed.
+    Dropped,
 }
 
 /// Why a run's pump left `Running`.
@@ -293,7 +378,10 @@ impl Requests {
             registration,
             keys,
             operation,
+            deferred,
         } = pump;
+        // A deferred run's id, for its registration while it has no `held`.
+        let dropped_run_id = deferred.as_ref().map(|d| d.run.run_id.clone());
         let mut state = Running {
             stream,
             opening,
@@ -312,43 +400,70 @@ impl Requests {
         };
         let mut watch_after = std::pin::pin!(tokio::time::sleep(SESSION_WATCH_AFTER));
         let mut session_watch: Option<tokio::task::JoinHandle<()>> = None;
-        let stop = loop {
-            let message = tokio::select! {
-                message = run.outbound.recv() => match message {
-                    Some(message) => message,
-                    None => break Stop::HandlerGone,
-                },
-                () = &mut watch_after, if session_watch.is_none() && standalone.is_some() => {
-                    if let Some(standalone) = standalone.clone() {
-                        session_watch = Some(self.cancel_when_session_ends(standalone, run.cancel.clone()));
+        let (mut first, mut early) = (None, None);
+        if let Some(deferred) = deferred {
+            match self
+                .first_commit(deferred, &mut run, &caller, &mut state.opening, &mut held)
+                .await
+            {
+                Began::Answered(outcome) => early = Some(Stop::Answered(outcome)),
+                Began::Journaled(message) => first = message,
+                Began::Dropped => {
+                    if let Some(session) = caller.session_id() {
+                        self.inner.runs.remove_session_run(session, &id);
                     }
-                    continue;
+                    if let (Some(generation), Some(run_id)) = (registration, &dropped_run_id) {
+                        self.unregister_journaled(run_id, generation);
+                    }
+                    return;
                 }
-                Some(reply) = detach_requests.recv() => {
-                    let Some(held) = held.as_mut() else { continue };
-                    let detached = self.detach(&caller, &id, &state.stream, held).await;
-                    if let Ok((key, task_stream)) = &detached {
-                        state.stream = task_stream.clone();
-                        if state.task_watch.is_none() {
-                            state.task_watch = Some(self.watch_task(key, &run.cancel));
+            }
+        }
+        let stop = if let Some(stop) = early {
+            stop
+        } else {
+            loop {
+                let message = if let Some(message) = first.take() {
+                    message
+                } else {
+                    tokio::select! {
+                        message = run.outbound.recv() => match message {
+                            Some(message) => message,
+                            None => break Stop::HandlerGone,
+                        },
+                        () = &mut watch_after, if session_watch.is_none() && standalone.is_some() => {
+                            if let Some(standalone) = standalone.clone() {
+                                session_watch = Some(self.cancel_when_session_ends(standalone, run.cancel.clone()));
+                            }
+                            continue;
+                        }
+                        Some(reply) = detach_requests.recv() => {
+                            let Some(held) = held.as_mut() else { continue };
+                            let detached = self.detach(&caller, &id, &state.stream, held).await;
+                            if let Ok((key, task_stream)) = &detached {
+                                state.stream = task_stream.clone();
+                                if state.task_watch.is_none() {
+                                    state.task_watch = Some(self.watch_task(key, &run.cancel));
+                                }
+                            }
+                            // The durable context's channel carries a message (journal.rs).
+                            let _ = reply.send(detached);
+                            continue;
                         }
                     }
-                    // The durable context's channel carries a message (journal.rs).
-                    let _ = reply.send(detached);
-                    continue;
+                };
+                let fixed = Fixed {
+                    cancel: &run.cancel,
+                    replies: &run.replies,
+                    caller: &caller,
+                    id: &id,
+                    durable: durable.as_ref(),
+                    keys: &keys,
+                    close_connection: &close_connection,
+                };
+                if let Step::Stop(stop) = self.step(&fixed, &mut state, &mut held, message).await {
+                    break stop;
                 }
-            };
-            let fixed = Fixed {
-                cancel: &run.cancel,
-                replies: &run.replies,
-                caller: &caller,
-                id: &id,
-                durable: durable.as_ref(),
-                keys: &keys,
-                close_connection: &close_connection,
-            };
-            if let Step::Stop(stop) = self.step(&fixed, &mut state, &mut held, message).await {
-                break stop;
             }
         };
         if let Some(watch) = session_watch {
@@ -404,6 +519,10 @@ impl Requests {
                     .close_unanswered_on(&stream, &mut opening, &id, cancelled_by_client)
                     .await;
             }
+            // A deferred run answered in its first commit.
+            if let (Some(generation), Some(run_id)) = (registration, &dropped_run_id) {
+                self.unregister_journaled(run_id, generation);
+            }
             return;
         };
         // The run stays registered until its last write is done: `drain` waits on that,
@@ -412,6 +531,102 @@ impl Requests {
         self.end_journaled(held, ending, stop, &stream, &id).await;
         if let Some(generation) = registration {
             self.unregister_journaled(&run_id, generation);
+        }
+    }
+
+    /// The first commit of a deferred run: its outcome with its stream, if the handler
+    /// answers before its first message or effect and before `journal_wait` is over (one
+    /// commit for the whole request); its journal entry with its stream otherwise. Either
+    /// way, the request's acceptance learns how it went.
+    async fn first_commit(
+        &self,
+        deferred: Deferred,
+        run: &mut Run,
+        caller: &Caller,
+        opening: &mut Option<NewStream>,
+        held: &mut Option<Held>,
+    ) -> Began {
+        let Deferred {
+            run: entry,
+            fingerprint,
+            keeper,
+            reply,
+            ..
+        } = deferred;
+        let Some(stream) = opening.as_mut() else {
+            // Started by `start_deferred` with its stream: never without.
+            let _ = reply.send(Err(EngineError::RunEnded));
+            run.cancel.cancel();
+            return Began::Dropped;
+        };
+        let message = tokio::select! {
+            message = run.outbound.recv() => message,
+            () = keeper.wanted() => None,
+            () = tokio::time::sleep(self.options().journal_wait) => None,
+        };
+        match message {
+            Some(Outbound::Outcome(mut outcome))
+                if !run.cancel.is_cancelled()
+                    && !matches!(Outcome::of(&outcome), Some(Outcome::Suspended)) =>
+            {
+                if caller.primes_streams() {
+                    declare_task_support(&mut outcome);
+                }
+                if caller.era == Era::Modern {
+                    self.add_server_info(&mut outcome);
+                }
+                let answered = self
+                    .commit_answered(caller, entry, stream, fingerprint.as_ref(), &outcome)
+                    .await;
+                match answered {
+                    Ok(Answered::Committed) => {
+                        // The request's first commit is done: what the handler left behind
+                        // (an outbox it kept, say) may commit from now on.
+                        keeper.settle(Entry::Committed);
+                        let priming = stream.accepted().priming;
+                        let _ = reply.send(Ok(First::Committed { priming }));
+                        Began::Answered(outcome)
+                    }
+                    Ok(Answered::Attach(existing, request)) => {
+                        let _ = reply.send(Ok(First::Attach(existing, request)));
+                        Began::Dropped
+                    }
+                    Err(error) => {
+                        let _ = reply.send(Err(error));
+                        Began::Dropped
+                    }
+                }
+            }
+            message => {
+                match self
+                    .journal_request(caller, entry, stream, fingerprint.as_ref())
+                    .await
+                {
+                    Ok(Journaled::Held(entry)) => {
+                        keeper.settle(Entry::Committed);
+                        *held = Some(*entry);
+                        let priming = stream.accepted().priming;
+                        let _ = reply.send(Ok(First::Committed { priming }));
+                        Began::Journaled(message)
+                    }
+                    Ok(Journaled::Attach(existing, request)) => {
+                        run.cancel.cancel();
+                        let _ = reply.send(Ok(First::Attach(existing, request)));
+                        Began::Dropped
+                    }
+                    // A new run's id is its stream's, which no other run has.
+                    Ok(Journaled::AlreadyRunning) => {
+                        run.cancel.cancel();
+                        let _ = reply.send(Err(EngineError::RunEnded));
+                        Began::Dropped
+                    }
+                    Err(error) => {
+                        run.cancel.cancel();
+                        let _ = reply.send(Err(error));
+                        Began::Dropped
+                    }
+                }
+            }
         }
     }
 
@@ -661,7 +876,7 @@ mod tests {
     use std::time::Duration;
 
     use durable_mcp_handler::McpHandler;
-    use durable_mcp_handler::rmcp::ServerHandler;
+    use durable_mcp_handler::rmcp::{self, ServerHandler};
     use durable_mcp_store::Principal;
     use durable_mcp_store::testing::{CountingStore, Op};
     use durable_mcp_store_memory::MemoryStore;
@@ -698,38 +913,170 @@ mod tests {
         panic!("the run never ended");
     }
 
-    /// Running -> Answered -> Ended, on the memory store: the handler's outcome (an error
-    /// for a tool it does not have) is committed with the close and the removal of the run
-    /// record, one commit after the one that journaled it; nothing stays journaled.
-    #[tokio::test]
-    async fn an_answered_journaled_run_ends_with_one_commit_and_no_record() {
-        let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
-        let engine = Engine::new(
-            store.clone(),
-            McpHandler::new(NoTools),
-            EngineOptions {
-                lease: Duration::from_secs(60),
-                ..EngineOptions::default()
-            },
-        );
-        let request = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "missing", "arguments": {}}});
-        let Value::Object(request) = request else {
+    /// A handler whose tools each end after one kind of effect, or none: `quick` answers at
+    /// once, `step` runs a durable step, `progress` sends a progress notification.
+    /// Each answers whether the run's journal entry was in the store when its effect ran.
+    #[derive(Clone)]
+    struct Effects(Arc<dyn durable_mcp_store::Store>);
+
+    impl Effects {
+        async fn journaled(&self) -> bool {
+            !self
+                .0
+                .list_records(RecordKind::Run, "", 10)
+                .await
+                .unwrap()
+                .is_empty()
+        }
+    }
+
+    impl ServerHandler for Effects {
+        async fn call_tool(
+            &self,
+            request: rmcp::model::CallToolRequestParams,
+            context: rmcp::service::RequestContext<rmcp::RoleServer>,
+        ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+            let durable = context
+                .extensions
+                .get::<durable_mcp_handler::Durable>()
+                .cloned();
+            let journaled = match &*request.name {
+                "step" => {
+                    let durable = durable.expect("a journaled run has a durable context");
+                    durable
+                        .step("check", |_| self.journaled())
+                        .await
+                        .map_err(rmcp::ErrorData::from)?
+                }
+                "progress" => {
+                    let journaled = self.journaled().await;
+                    let token =
+                        rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("p".into()));
+                    context
+                        .peer
+                        .notify_progress(rmcp::model::ProgressNotificationParam::new(token, 1.0))
+                        .await
+                        .expect("sent");
+                    journaled
+                }
+                _ => self.journaled().await,
+            };
+            Ok(
+                rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(
+                    format!("journaled: {journaled}"),
+                )])
+                .into(),
+            )
+        }
+    }
+
+    /// A 2025-11-25 session's caller on `engine` (its priming events included).
+    async fn legacy(engine: &Engine) -> Caller {
+        let Value::Object(request) = serde_json::json!({"jsonrpc": "2.0", "id": 0,
+            "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+            "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        else {
             unreachable!()
         };
-        // The first request creates the key ring: not counted.
-        engine.state_keys().await.unwrap();
-        store.hook().take();
-        let accepted = engine
-            .accept(&modern(), crate::Request::new(Value::from(1), request))
+        let principal = Principal::anonymous();
+        let (session, _) = engine
+            .initialize(&principal, crate::Request::from_message(request), None)
             .await
             .unwrap();
-        idle(&engine).await;
-        let counts = store.hook().take();
-        assert_eq!(
-            counts.get(&Op::Commit),
-            Some(&2),
-            "journal, then outcome: {counts:?}"
-        );
+        Caller::legacy(principal, session.unwrap()).unwrap()
+    }
+
+    /// Call `tool` as `caller` on an engine over `store` (a counting memory store): the
+    /// operations and committed rows it cost, and its stream's events.
+    async fn call(
+        engine: &Engine,
+        store: &CountingStore,
+        caller: &Caller,
+        id: i64,
+        tool: &str,
+    ) -> (
+        std::collections::BTreeMap<Op, u64>,
+        std::collections::BTreeMap<String, u64>,
+        durable_mcp_store::StreamRead,
+    ) {
+        let Value::Object(request) = serde_json::json!({"jsonrpc": "2.0", "id": id,
+            "method": "tools/call", "params": {"name": tool, "arguments": {},
+            "_meta": {"progressToken": "p"}}})
+        else {
+            unreachable!()
+        };
+        store.hook().take();
+        store.hook().take_rows();
+        let accepted = engine
+            .accept(caller, crate::Request::new(Value::from(id), request))
+            .await
+            .unwrap();
+        idle(engine).await;
+        let (ops, rows) = (store.hook().take(), store.hook().take_rows());
+        let read = store
+            .inner()
+            .read_after(&accepted.stream, 0, 10)
+            .await
+            .unwrap();
+        (ops, rows, read)
+    }
+
+    fn engine_on(store: &Arc<CountingStore>) -> Engine {
+        Engine::new(
+            store.clone(),
+            McpHandler::new(Effects(store.inner().clone())),
+            EngineOptions {
+                lease: Duration::from_secs(60),
+                // Long enough for any handler of these tests to answer first.
+                journal_wait: Duration::from_secs(5),
+                ..EngineOptions::default()
+            },
+        )
+    }
+
+    fn text(read: &durable_mcp_store::StreamRead) -> String {
+        let outcome: Value = serde_json::from_str(&read.events.last().unwrap().data).unwrap();
+        outcome
+            .pointer("/result/content/0/text")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// D6, in the words "journaled before its first effect": a `tools/call` whose handler
+    /// answers before any step, question or message costs one commit in all, in both eras:
+    /// its stream (with the priming event of a 2025-11-25 session), the alias of its
+    /// request id (legacy) and its outcome, closing the stream. No run record is written.
+    #[tokio::test]
+    async fn d6_a_call_that_ends_before_its_first_effect_commits_once() {
+        let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
+        let engine = engine_on(&store);
+        // The first request creates the key ring: not counted.
+        engine.state_keys().await.unwrap();
+        let legacy = legacy(&engine).await;
+        for (caller, events, alias) in [(&modern(), 1, 0), (&legacy, 2, 1)] {
+            let (ops, rows, read) = call(&engine, &store, caller, 7, "quick").await;
+            assert_eq!(ops.get(&Op::Commit), Some(&1), "{:?}: {ops:?}", caller.era);
+            assert_eq!(
+                rows,
+                [
+                    ("append".to_owned(), events),
+                    ("close".to_owned(), 1),
+                    ("create_stream".to_owned(), 1),
+                    ("put_record(Alias)".to_owned(), alias),
+                ]
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+                "{:?}",
+                caller.era
+            );
+            assert!(
+                read.finished && read.events.len() == events as usize,
+                "{read:?}"
+            );
+            assert_eq!(text(&read), "journaled: false");
+        }
         assert!(
             store
                 .inner()
@@ -738,18 +1085,76 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        let read = store
-            .inner()
-            .read_after(&accepted.stream, 0, 10)
-            .await
-            .unwrap();
-        assert!(read.finished, "the outcome closed the stream");
-        let outcome: Value = serde_json::from_str(&read.events[0].data).unwrap();
+    }
+
+    /// D6: a step, or a message to the client, before the end brings the journal entry
+    /// first: the step runs, and the message is committed, only once the run is journaled;
+    /// the outcome then ends the entry.
+    #[tokio::test]
+    async fn d6_a_step_or_a_message_before_the_end_is_journaled_first() {
+        let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
+        let engine = engine_on(&store);
+        engine.state_keys().await.unwrap();
+        let legacy = legacy(&engine).await;
+        for (id, (caller, tool)) in [
+            (&modern(), "step"),
+            (&legacy, "step"),
+            (&modern(), "progress"),
+            (&legacy, "progress"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (_, rows, read) = call(&engine, &store, caller, id as i64, tool).await;
+            assert_eq!(
+                rows.get("put_record(Run)"),
+                Some(&1),
+                "{:?} {tool}: {rows:?}",
+                caller.era
+            );
+            assert_eq!(rows.get("delete_record(Run)"), Some(&1), "{rows:?}");
+            assert!(read.finished, "{read:?}");
+            if tool == "step" {
+                assert_eq!(text(&read), "journaled: true", "{:?}", caller.era);
+            } else {
+                assert!(
+                    read.events
+                        .iter()
+                        .any(|e| e.data.contains("notifications/progress")),
+                    "{read:?}"
+                );
+            }
+            store.hook().take_rows();
+        }
         assert!(
-            outcome.get("error").is_some()
-                || outcome.pointer("/result/isError") == Some(&Value::Bool(true)),
-            "{outcome}"
+            store
+                .inner()
+                .list_records(RecordKind::Run, "", 10)
+                .await
+                .unwrap()
+                .is_empty()
         );
+    }
+
+    /// D6: with no wait, every journaled request is journaled before its handler starts, and
+    /// its outcome ends the entry: two commits.
+    #[tokio::test]
+    async fn without_a_journal_wait_a_quick_call_is_journaled_first() {
+        let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
+        let engine = Engine::new(
+            store.clone(),
+            McpHandler::new(NoTools),
+            EngineOptions {
+                lease: Duration::from_secs(60),
+                journal_wait: Duration::ZERO,
+                ..EngineOptions::default()
+            },
+        );
+        engine.state_keys().await.unwrap();
+        let (ops, rows, read) = call(&engine, &store, &modern(), 9, "missing").await;
+        assert_eq!(ops.get(&Op::Commit), Some(&2), "{ops:?}");
+        assert_eq!(rows.get("put_record(Run)"), Some(&1), "{rows:?}");
+        assert!(read.finished, "{read:?}");
     }
 
     /// Running -> Answered -> Ended for a run that is not journaled: one commit creates the

@@ -11,6 +11,7 @@ use durable_mcp_protocol::jsonrpc::RequestId;
 use durable_mcp_store::SessionId;
 use tokio_util::sync::CancellationToken;
 
+use crate::gate::Gate;
 use crate::sync::lock;
 
 /// Runs in flight on this worker.
@@ -18,7 +19,7 @@ use crate::sync::lock;
 pub(crate) struct Registry {
     /// Runs of a session's requests (not tasks), by [`run_key`]: what
     /// `notifications/cancelled` and the end of a session cancel.
-    runs: Mutex<HashMap<String, CancellationToken>>,
+    runs: Mutex<HashMap<String, SessionRun>>,
     /// Journaled runs executing here, by run id, with the generation of their
     /// registration (a retry may register the same run id before the last one is gone).
     journaled: Mutex<HashMap<String, (u64, CancellationToken)>>,
@@ -27,6 +28,14 @@ pub(crate) struct Registry {
     /// Set by the drain: runs stopped now give their leases back.
     releasing: AtomicBool,
     in_flight: AtomicUsize,
+}
+
+/// A session's request running here: what stops it, and, for a new journaled run whose
+/// first commit is not done yet, the gate its effects wait on.
+#[derive(Clone)]
+pub(crate) struct SessionRun {
+    pub cancel: CancellationToken,
+    pub gate: Option<Gate>,
 }
 
 /// The key of a session's request among [`Registry`]'s runs.
@@ -41,14 +50,26 @@ fn run_key(session: &SessionId, id: &RequestId) -> String {
 }
 
 impl Registry {
-    /// A session's request started here; `cancel` stops it.
-    pub(crate) fn add_session_run(
+    /// A session's request started here; `run.cancel` stops it.
+    pub(crate) fn add_session_run(&self, session: &SessionId, id: &RequestId, run: SessionRun) {
+        lock(&self.runs).insert(run_key(session, id), run);
+    }
+
+    /// Claim a session's request id for a run starting here, unless a run of that id runs
+    /// here already: then that run.
+    pub(crate) fn claim_session_run(
         &self,
         session: &SessionId,
         id: &RequestId,
-        cancel: CancellationToken,
-    ) {
-        lock(&self.runs).insert(run_key(session, id), cancel);
+        run: SessionRun,
+    ) -> Result<(), SessionRun> {
+        match lock(&self.runs).entry(run_key(session, id)) {
+            std::collections::hash_map::Entry::Occupied(running) => Err(running.get().clone()),
+            std::collections::hash_map::Entry::Vacant(free) => {
+                free.insert(run);
+                Ok(())
+            }
+        }
     }
 
     /// A session's request ended here.
@@ -56,21 +77,17 @@ impl Registry {
         lock(&self.runs).remove(&run_key(session, id));
     }
 
-    /// The token that stops a session's request running here, if it does.
-    pub(crate) fn session_run(
-        &self,
-        session: &SessionId,
-        id: &RequestId,
-    ) -> Option<CancellationToken> {
+    /// A session's request running here, if it does.
+    pub(crate) fn session_run(&self, session: &SessionId, id: &RequestId) -> Option<SessionRun> {
         lock(&self.runs).get(&run_key(session, id)).cloned()
     }
 
     /// Cancel every run of `session` here (it ended).
     pub(crate) fn cancel_session(&self, session: &SessionId) {
         let prefix = format!("{session}/");
-        for (key, token) in lock(&self.runs).iter() {
+        for (key, run) in lock(&self.runs).iter() {
             if key.starts_with(&prefix) {
-                token.cancel();
+                run.cancel.cancel();
             }
         }
     }

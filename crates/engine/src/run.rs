@@ -17,12 +17,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::EngineError;
 use crate::caller::Caller;
-use crate::durable::DurableRun;
-use crate::journal::Held;
+use crate::durable::{DurableRun, RunView};
+use crate::journal::{Held, Unjournaled};
 use crate::notify::ListenSubscription;
 use crate::opening::{Accepted, Journaled, NewStream};
-use crate::pump::{Pump, RETRY_AFTER_FAILURE_MS};
+use crate::pump::{Deferred, First, Pump, RETRY_AFTER_FAILURE_MS};
 use crate::records::{Era, Flavor, RecordError, Relay, RequestFingerprint, RunRecord};
+use crate::registry::SessionRun;
 use crate::requests::Requests;
 use crate::rerun::AlreadySent;
 use crate::tail::Follow;
@@ -40,6 +41,8 @@ struct Extra<'a> {
     /// The request's timing (metrics on): taken by the pump, which records it with the
     /// outcome; left here if the run could not start.
     operation: &'a mut Option<crate::metrics::Operation>,
+    /// A new journaled run whose journal entry is not committed yet.
+    deferred: Option<Deferred>,
 }
 
 /// What [`Requests::launch`] started.
@@ -271,15 +274,31 @@ impl Requests {
             }
             return Ok(accepted);
         }
+        let record = RunRecord::new(self.journal(), caller, request.clone(), &opening.id);
+        let mut run = Unjournaled::new(run_id, record);
+        if run.run_id == opening.id.as_str() && !self.options().journal_wait.is_zero() {
+            // A new run is journaled with its first effect (D6), unless its session used its
+            // request id before: a re-send attaches to the run the id started, and another
+            // request is refused, both before any handler runs.
+            let (deferred, first) = Deferred::new(run, fingerprint.clone());
+            if self.claim(caller, &request, &deferred).await? {
+                return self
+                    .start_deferred(caller, request, opening, deferred, first)
+                    .await;
+            }
+            run = deferred.into_run();
+        }
         match self
-            .journal_request(caller, &request, &mut opening, run_id, fingerprint.as_ref())
+            .journal_request(caller, run, &mut opening, fingerprint.as_ref())
             .await?
         {
             Journaled::Held(held) => {
                 self.start_new(caller, request, opening, Some(*held), None)
                     .await
             }
-            Journaled::Attach(existing) => Box::pin(self.attach(caller, request, existing)).await,
+            Journaled::Attach(existing, _) => {
+                Box::pin(self.attach(caller, request, existing)).await
+            }
             Journaled::AlreadyRunning => {
                 let refusal = error_response(
                     request.id().clone(),
@@ -357,6 +376,7 @@ impl Requests {
             subscription,
             opening: &mut pending,
             operation: &mut operation,
+            deferred: None,
         };
         match self
             .launch_with(caller.clone(), request, stream.clone(), held, extra)
@@ -377,6 +397,96 @@ impl Requests {
             }
         }
         Ok(accepted)
+    }
+
+    /// Whether a new run of `request` may start before it is journaled (D6): always without
+    /// a session; in a session, if its request id is neither running here nor used before.
+    /// The id is then claimed here for `deferred` (a second copy sent at the same time
+    /// waits for this one's first commit, then attaches to its run).
+    async fn claim(
+        &self,
+        caller: &Caller,
+        request: &Request,
+        deferred: &Deferred,
+    ) -> Result<bool, EngineError> {
+        let Some(session) = caller.session_id() else {
+            return Ok(true);
+        };
+        let id = request.id();
+        if let Err(running) = self
+            .inner
+            .runs
+            .claim_session_run(session, id, deferred.session_run())
+        {
+            if let Some(gate) = running.gate {
+                // Its alias is committed once this returns (or never: it was dropped).
+                let _ = gate.journaled().await;
+            }
+            return Ok(false);
+        }
+        match self.journal().existing_run(session, id).await {
+            Ok(None) => Ok(true),
+            used => {
+                self.inner.runs.remove_session_run(session, id);
+                used.map(|_| false)
+            }
+        }
+    }
+
+    /// A new journaled request whose journal entry goes with its first effect, or with its
+    /// outcome in one commit if the handler ends before any (D6): its handler starts now,
+    /// and the request is accepted once that first commit is done.
+    async fn start_deferred(
+        &self,
+        caller: &Caller,
+        request: Request,
+        mut opening: NewStream,
+        deferred: Deferred,
+        first: tokio::sync::oneshot::Receiver<Result<First, EngineError>>,
+    ) -> Result<Accepted, EngineError> {
+        let mut accepted = opening.accepted();
+        let (id, stream) = (request.id().clone(), opening.id.clone());
+        let mut operation = opening.operation.take();
+        let mut pending = Some(opening);
+        let extra = Extra {
+            subscription: None,
+            opening: &mut pending,
+            operation: &mut operation,
+            deferred: Some(deferred),
+        };
+        match self
+            .launch_with(caller.clone(), request, stream, None, extra)
+            .await
+        {
+            Ok(launched) => {
+                accepted.cancel = Some(launched.cancel);
+                accepted.close_connection = launched.close_connection;
+            }
+            Err(mut rejection) => {
+                if let Some(session) = caller.session_id() {
+                    self.inner.runs.remove_session_run(session, &id);
+                }
+                rejection.id = Some(id);
+                let response = rejection.to_response();
+                if let Some(opening) = pending.as_mut() {
+                    opening.answer(self, &response).await?;
+                    accepted.priming = opening.accepted().priming;
+                }
+                crate::metrics::finish(operation, &response);
+                return Ok(accepted);
+            }
+        }
+        match first.await {
+            Ok(Ok(First::Committed { priming })) => {
+                accepted.priming = priming;
+                Ok(accepted)
+            }
+            Ok(Ok(First::Attach(existing, request))) => {
+                Box::pin(self.attach(caller, request, existing)).await
+            }
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(EngineError::RunEnded),
+        }
     }
 
     /// A re-sent request (same session, same JSON-RPC id): its client gets the stream of
@@ -463,6 +573,7 @@ impl Requests {
                 subscription: None,
                 opening: &mut None,
                 operation: &mut None,
+                deferred: None,
             },
         )
         .await
@@ -497,6 +608,7 @@ impl Requests {
             subscription: None,
             opening: &mut None,
             operation: &mut operation,
+            deferred: None,
         };
         let launched = crate::traces::in_context(
             context,
@@ -529,11 +641,15 @@ impl Requests {
             subscription,
             opening,
             operation,
+            deferred,
         } = extra;
         // A run whose lease is lost is cancelled here (without ending its stream).
-        let cancel = held
-            .as_ref()
-            .map_or_else(CancellationToken::new, |h| h.cancelled.child_token());
+        let cancel = match (&held, &deferred) {
+            (Some(held), _) => held.cancelled.child_token(),
+            (None, Some(deferred)) => deferred.cancel.clone(),
+            (None, None) => CancellationToken::new(),
+        };
+        let gate = deferred.as_ref().map(|deferred| deferred.gate.clone());
         // Every sealer of the handler's requests uses the store's keys (D9, D12).
         let keys = match self.state_keys().await {
             Ok(keys) => keys,
@@ -550,15 +666,21 @@ impl Requests {
         };
         let mut peer = caller.peer(self.store());
         peer.state_keys = Some(keys.clone());
-        peer.outbox = Some(self.outbox(&caller));
+        peer.outbox = Some(self.outbox(&caller, gate.clone()));
         let (detach, detach_requests) = tokio::sync::mpsc::channel(1);
-        let durable = held.as_ref().map(|held| {
+        let view = match (&held, &deferred) {
+            (Some(held), _) => Some(RunView::held(held)),
+            (None, Some(deferred)) => Some(RunView::unjournaled(&deferred.run)),
+            (None, None) => None,
+        };
+        let durable = view.map(|view| {
             Arc::new(DurableRun::new(
                 self,
-                held,
+                view,
                 caller.clone(),
                 cancel.clone(),
                 detach,
+                gate,
             ))
         });
         if let Some(durable) = &durable {
@@ -585,13 +707,21 @@ impl Requests {
         if let Some(session) = caller.session_id()
             && task.is_none()
         {
-            self.inner
-                .runs
-                .add_session_run(session, &id, run.cancel.clone());
+            self.inner.runs.add_session_run(
+                session,
+                &id,
+                SessionRun {
+                    cancel: run.cancel.clone(),
+                    gate: deferred.as_ref().map(|deferred| deferred.gate.clone()),
+                },
+            );
         }
-        let registration = held
-            .as_ref()
-            .map(|held| self.register_journaled(&held.run_id, run.cancel.clone()));
+        let registration = match (&held, &deferred) {
+            (Some(held), _) => Some(&held.run_id),
+            (None, Some(deferred)) => Some(&deferred.run.run_id),
+            (None, None) => None,
+        }
+        .map(|run_id| self.register_journaled(run_id, run.cancel.clone()));
         let engine = self.clone();
         self.inner.runs.started();
         crate::metrics::in_flight(1.0);
@@ -614,6 +744,7 @@ impl Requests {
             registration,
             keys,
             operation: operation.take(),
+            deferred,
         };
         // Boxed before it is spawned: the pump's future is large, and a spawn moves it.
         tokio::spawn(Box::pin(async move {
@@ -1215,8 +1346,8 @@ impl Requests {
         };
         let local = self.inner.runs.session_run(session, request_id);
         match local {
-            Some(token) => {
-                token.cancel();
+            Some(run) => {
+                run.cancel.cancel();
                 Ok(())
             }
             None => self.journal().cancel_elsewhere(session, request_id).await,

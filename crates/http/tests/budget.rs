@@ -1,7 +1,8 @@
 //! The commit budget of a request (issue 10), as a count of store operations, not a timing:
-//! a journaled `tools/call` commits once before its handler starts (stream, priming event,
-//! alias, run record: D1, D6) and once after (response, close, run record removed), in
-//! each era; a request answered without a handler commits once in all.
+//! a journaled `tools/call` that runs past the journal wait commits once then (stream,
+//! priming event, alias, run record: D1, D6) and once after (response, close, run record
+//! removed), in each era; one that answers at once, or a request answered without a
+//! handler, commits once in all (the engine's `pump` tests count the first).
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
@@ -74,20 +75,30 @@ async fn modern_call(router: &Router, id: u64, tool: &str, args: Value) -> Value
     reply.json().await
 }
 
-/// Both halves of a journaled call's budget: while the handler runs, exactly one commit
-/// (and no other write) has been made, and the run is journaled (D6); once it ended, one more.
+/// Both halves of a journaled call's budget: once the run is journaled (its handler runs
+/// past `journal_wait`, D6), exactly one commit (and no other write) has been made; once it
+/// ended, one more.
 async fn assert_journaled_budget(
     h: &Harness,
     store: &Arc<CountingStore>,
     call: impl Future<Output = Value> + Send + 'static,
 ) {
     let answer = tokio::spawn(call);
-    eventually("the handler runs", async || h.engine.in_flight() == 1).await;
+    eventually("the run is journaled", async || {
+        h.engine.in_flight() == 1
+            && !store
+                .inner()
+                .list_records(RecordKind::Run, "", 10)
+                .await
+                .unwrap()
+                .is_empty()
+    })
+    .await;
     let before = store.hook().take();
     assert_eq!(
         writes(&before),
         vec![(Op::Commit, 1)],
-        "one commit before the handler starts: {before:?}"
+        "one commit while the handler runs: {before:?}"
     );
     // No read of the event log before the handler (the transport follows the stream from
     // memory); the legacy era's one read is its session (D4, D5: any worker's DELETE or
@@ -311,7 +322,15 @@ async fn d6_resent_request_id_writes_nothing_of_its_own_and_gets_the_one_outcome
         .events()
         .await
     });
-    eventually("the handler runs", async || h.engine.in_flight() == 1).await;
+    eventually("the run is journaled", async || {
+        !store
+            .inner()
+            .list_records(RecordKind::Run, "", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
     store.hook().take();
     let again = post(
         &h.router,

@@ -134,12 +134,20 @@ async fn assert_committed(store: &GatedStore, events: &[(Option<String>, String)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_no_byte_of_an_event_is_sent_while_its_commit_is_held() {
-    let (h, store, addr, session) = gated_server().await;
+    let (_server, store, addr, session) = gated_server().await;
     // A journaled call commits its outcome in one batch (with the close and the end of its
     // journal entry): the gate holds commits once the first one (its stream and journal
     // entry) is done and its handler runs, well before the handler's sleep ends.
     let mut rx = post_raw(addr, &session, &call(1, "slow", json!({"ms": 1_000}))).await;
-    support::eventually("the handler runs", async || h.engine.in_flight() == 1).await;
+    support::eventually("the run is journaled", async || {
+        !store
+            .inner()
+            .list_records(durable_mcp_store::RecordKind::Run, "", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
     store.hook().hold(Op::Commit);
     // The handler ran and its response is at the gate: its commit has not happened.
     tokio::time::timeout(DEADLINE, store.hook().until_waiting(Op::Commit, 1))

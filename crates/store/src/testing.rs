@@ -98,6 +98,10 @@ pub trait Hook: Send + Sync + 'static {
     /// Called before `op` is passed on; an error is returned to the caller instead, and the
     /// wrapped store is not called (nothing is committed).
     async fn before(&self, op: Op) -> StoreResult<()>;
+
+    /// Called with each batch of [`Store::commit`] before it is passed on (after
+    /// [`before`](Self::before) let it through).
+    fn batch(&self, _batch: &WriteBatch) {}
 }
 
 /// A [`Store`] that runs a [`Hook`] before passing each operation to the store it wraps.
@@ -156,10 +160,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A [`Hook`] counting operations by kind (every call, whether it then succeeds or not).
+/// A [`Hook`] counting operations by kind (every call, whether it then succeeds or not),
+/// and the ops of committed batches by kind ([`rows`](Self::take_rows)).
 #[derive(Debug, Default)]
 pub struct Counter {
     counts: Mutex<BTreeMap<Op, u64>>,
+    rows: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Counter {
@@ -181,6 +187,13 @@ impl Counter {
     pub fn take(&self) -> BTreeMap<Op, u64> {
         std::mem::take(&mut *lock(&self.counts))
     }
+
+    /// The ops of the batches passed to [`Store::commit`] so far, by kind (`append`,
+    /// `put_record(Alias)`, ...: a record op names its record kind), and start counting
+    /// from zero: the rows a backend writes for them.
+    pub fn take_rows(&self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut *lock(&self.rows))
+    }
 }
 
 #[async_trait]
@@ -188,6 +201,21 @@ impl Hook for Counter {
     async fn before(&self, op: Op) -> StoreResult<()> {
         *lock(&self.counts).entry(op).or_default() += 1;
         Ok(())
+    }
+
+    fn batch(&self, batch: &WriteBatch) {
+        let mut rows = lock(&self.rows);
+        for op in batch.ops() {
+            let kind = match op {
+                crate::BatchOp::PutRecord { kind, .. }
+                | crate::BatchOp::DeleteRecord { kind, .. }
+                | crate::BatchOp::DeleteRecords { kind, .. } => {
+                    format!("{}({kind:?})", op.name())
+                }
+                _ => op.name().to_owned(),
+            };
+            *rows.entry(kind).or_default() += 1;
+        }
     }
 }
 
@@ -436,6 +464,7 @@ impl<H: Hook> Store for Wrapped<H> {
     }
     async fn commit(&self, batch: WriteBatch) -> StoreResult<BatchOutcome> {
         self.hook.before(Op::Commit).await?;
+        self.hook.batch(&batch);
         self.inner.commit(batch).await
     }
 }

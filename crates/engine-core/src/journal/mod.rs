@@ -96,20 +96,50 @@ pub struct Held {
     pub task_permit: Option<crate::limits::Permit>,
 }
 
-impl Drop for Held {
-    fn drop(&mut self) {
-        // However the run ends (an early return, an error), its heartbeat ends with it:
-        // a lease nobody renews expires and the run is recovered.
-        self.stop_heartbeat();
-    }
+/// A new run before its journal entry is committed: a handler may run while its request's
+/// first commit waits for the handler's first effect or outcome. It has the tokens and the
+/// steps flag its [`Held`] will have, so that what starts with the handler (its cancellation,
+/// its durable context) is the held run's once the entry is committed.
+pub struct Unjournaled {
+    /// The run's id (its record's key).
+    pub run_id: String,
+    /// The record to commit.
+    pub record: RunRecord,
+    /// Becomes [`Held::lost`].
+    pub lost: CancellationToken,
+    /// Becomes [`Held::cancelled`] (a child of `lost`).
+    pub cancelled: CancellationToken,
+    /// Becomes [`Held::steps_written`].
+    pub steps_written: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl Held {
-    /// Hold run `run_id`, whose `record` this worker wrote at `version`: its lease is
-    /// renewed by the worker's heartbeat from now on.
-    pub fn start(journal: &Journal, run_id: String, record: RunRecord, version: u64) -> Self {
+impl Unjournaled {
+    /// Run `run_id` with `record`, not committed yet.
+    pub fn new(run_id: String, record: RunRecord) -> Self {
         let lost = CancellationToken::new();
         let cancelled = lost.child_token();
+        let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(
+            record.attempt > 1 || record.era == crate::records::Era::Modern,
+        ));
+        Self {
+            run_id,
+            record,
+            lost,
+            cancelled,
+            steps_written,
+        }
+    }
+
+    /// Hold the run, whose record this worker committed at `version`: its lease is renewed
+    /// by the worker's heartbeat from now on.
+    pub fn start(self, journal: &Journal, version: u64) -> Held {
+        let Self {
+            run_id,
+            record,
+            lost,
+            cancelled,
+            steps_written,
+        } = self;
         let record = Arc::new(record);
         let beat = Arc::new(Beat {
             run_id: run_id.clone(),
@@ -122,10 +152,7 @@ impl Held {
         });
         let heartbeats = journal.heartbeats.clone();
         let slot = heartbeats.add(journal, beat.clone());
-        let steps_written = Arc::new(std::sync::atomic::AtomicBool::new(
-            record.attempt > 1 || record.era == crate::records::Era::Modern,
-        ));
-        Self {
+        Held {
             run_id,
             record,
             beat,
@@ -138,6 +165,22 @@ impl Held {
             ended: false,
             task_permit: None,
         }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // However the run ends (an early return, an error), its heartbeat ends with it:
+        // a lease nobody renews expires and the run is recovered.
+        self.stop_heartbeat();
+    }
+}
+
+impl Held {
+    /// Hold run `run_id`, whose `record` this worker wrote at `version`: its lease is
+    /// renewed by the worker's heartbeat from now on.
+    pub fn start(journal: &Journal, run_id: String, record: RunRecord, version: u64) -> Self {
+        Unjournaled::new(run_id, record).start(journal, version)
     }
 
     /// Whether the lease is still surely ours (fencing: a worker that could not renew it
