@@ -402,9 +402,15 @@ impl Requests {
         let mut session_watch: Option<tokio::task::JoinHandle<()>> = None;
         let (mut first, mut early) = (None, None);
         if let Some(deferred) = deferred {
-            match self
-                .first_commit(deferred, &mut run, &caller, &mut state.opening, &mut held)
-                .await
+            // Boxed: inline, its commits' futures would make every pump's future larger.
+            match Box::pin(self.first_commit(
+                deferred,
+                &mut run,
+                &caller,
+                &mut state.opening,
+                &mut held,
+            ))
+            .await
             {
                 Began::Answered(outcome) => early = Some(Stop::Answered(outcome)),
                 Began::Journaled(message) => first = message,

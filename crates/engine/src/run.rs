@@ -145,7 +145,8 @@ impl Requests {
                 cancel.cancel();
             }
         };
-        tokio::spawn(tracing::Instrument::in_current_span(accepting));
+        // Boxed before it is spawned: a spawn moves its future more than once.
+        tokio::spawn(tracing::Instrument::in_current_span(Box::pin(accepting)));
         // The task ends without sending only if it panicked (or the runtime stops).
         receiver.await.unwrap_or(Err(EngineError::NoOutcome))
     }
@@ -281,9 +282,9 @@ impl Requests {
             // request id before: a re-send attaches to the run the id started, and another
             // request is refused, both before any handler runs.
             let (deferred, first) = Deferred::new(run, fingerprint.clone());
-            if self.claim(caller, &request, &deferred).await? {
-                return self
-                    .start_deferred(caller, request, opening, deferred, first)
+            // Boxed, as the other routes' large futures are (see `accept_in`).
+            if Box::pin(self.claim(caller, &request, &deferred)).await? {
+                return Box::pin(self.start_deferred(caller, request, opening, deferred, first))
                     .await;
             }
             run = deferred.into_run();
@@ -293,8 +294,7 @@ impl Requests {
             .await?
         {
             Journaled::Held(held) => {
-                self.start_new(caller, request, opening, Some(*held), None)
-                    .await
+                Box::pin(self.start_new(caller, request, opening, Some(*held), None)).await
             }
             Journaled::Attach(existing, _) => {
                 Box::pin(self.attach(caller, request, existing)).await
