@@ -67,6 +67,11 @@ pub(crate) enum ServedBy {
         /// --prune-interval-secs`). Default: the engine's.
         #[arg(long)]
         prune_interval_secs: Option<u64>,
+        /// As `durable-mcp serve --journal-wait-ms`; from the environment too, so that
+        /// `DURABLE_MCP_JOURNAL_WAIT_MS=0 durable-mcp-bench` measures every durable-mcp server
+        /// journaling each call before its handler. Default: the engine's.
+        #[arg(long, env = "DURABLE_MCP_JOURNAL_WAIT_MS")]
+        journal_wait_ms: Option<u64>,
     },
     /// `durable-mcp proxy` on a store, in front of the `everything` example served by
     /// durable-mcp over stdio on the memory store (`bench-server stdio`, this executable):
@@ -105,6 +110,7 @@ pub(crate) async fn serve(args: BenchServerArgs) -> anyhow::Result<()> {
             metrics_listen,
             max_stream_age_secs,
             prune_interval_secs,
+            journal_wait_ms,
         } => {
             let mut options = durable_mcp::engine::EngineOptions::default();
             if let Some(secs) = max_stream_age_secs {
@@ -112,6 +118,9 @@ pub(crate) async fn serve(args: BenchServerArgs) -> anyhow::Result<()> {
             }
             if let Some(secs) = prune_interval_secs {
                 options.prune_interval = Duration::from_secs(secs.max(1));
+            }
+            if let Some(ms) = journal_wait_ms {
+                options.journal_wait = Duration::from_millis(ms);
             }
             let server = DurableMcp::new(durable_mcp_demo::Everything::default())
                 .store(open_store(&store).await?)
