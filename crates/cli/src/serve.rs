@@ -427,8 +427,7 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     // `durable_mcp::engine::default_worker_id`).
     options.worker_id = args.worker_id.unwrap_or_default();
     options.lease = Duration::from_millis(args.lease_ms.max(300));
-    // Within the lease: a run's first commit holds its lease.
-    options.journal_wait = Duration::from_millis(args.journal_wait_ms).min(options.lease / 3);
+    options.journal_wait = Duration::from_millis(args.journal_wait_ms);
     options.state_key = args.state_key.map(String::into_bytes);
     options.limits = args.limits.limits()?;
     let server = server

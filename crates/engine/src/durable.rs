@@ -561,6 +561,10 @@ impl DurableBackend for DurableRun {
             .cloned()
     }
 
+    fn journaled(&self) -> BoxFuture<'_, Result<(), DurableError>> {
+        Box::pin(self.journaled())
+    }
+
     fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>> {
         Box::pin(async move {
             self.journaled().await?;

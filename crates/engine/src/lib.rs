@@ -4,7 +4,8 @@
 //! The request path has one door in and one door out:
 //! - [`Engine::accept`] is the only place a request is accepted: a [`Request`], parsed once
 //!   by the transport ([`durable_mcp_protocol::jsonrpc::classify`]), is routed by its
-//!   [`Method`]; its response stream is committed, then its handler starts.
+//!   [`Method`]; its response stream is committed with its first commit, and a journaled
+//!   request is journaled before its handler's first effect (D6).
 //! - [`events::Events`] (in the core) is the only way a handler's messages, its outcome
 //!   included, become events: each is committed to the store before any transport can send
 //!   it (D1), then handed to this worker's tails.
@@ -116,7 +117,7 @@ pub struct EngineOptions {
     /// request and outcome committed in one commit, with no journal entry; otherwise the
     /// request is journaled at its handler's first effect or when the wait is over,
     /// whichever comes first. Zero journals each request before its handler starts (two
-    /// commits for every journaled request).
+    /// commits for every journaled request). At most a third of `lease`.
     pub journal_wait: Duration,
 }
 
@@ -196,6 +197,8 @@ impl Engine {
         if options.worker_id.is_empty() {
             options.worker_id = format!("worker-{}", durable_mcp_store::StreamId::random());
         }
+        // A handler that waits for its journal entry waits well within its lease.
+        options.journal_wait = options.journal_wait.min(options.lease / 3);
         let (metered, traced) = (crate::metrics::enabled(), crate::traces::enabled());
         let store: Arc<dyn Store> = if metered || traced {
             Arc::new(crate::metrics::MeteredStore::observing(

@@ -203,7 +203,7 @@ impl Requests {
     pub(crate) async fn journal_request(
         &self,
         caller: &Caller,
-        run: Unjournaled,
+        mut run: Unjournaled,
         opening: &mut NewStream,
         fingerprint: Option<&RequestFingerprint>,
     ) -> Result<Journaled, EngineError> {
@@ -212,9 +212,9 @@ impl Requests {
             request: fingerprint.cloned(),
         }
         .encode()?;
+        let record = run.record_now(self.journal()).encode()?;
         let id = run.record.request.id();
         let mut alias = caller.session_id().map(|session| key::alias(session, id));
-        let record = run.record.encode()?;
         loop {
             let mut batch = opening.batch();
             let alias_index = alias.as_ref().map(|key| {

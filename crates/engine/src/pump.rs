@@ -414,10 +414,8 @@ impl Requests {
             {
                 Began::Answered(outcome) => early = Some(Stop::Answered(outcome)),
                 Began::Journaled(message) => first = message,
+                // (`first_commit` forgot the session's request id before its gate settled.)
                 Began::Dropped => {
-                    if let Some(session) = caller.session_id() {
-                        self.inner.runs.remove_session_run(session, &id);
-                    }
                     if let (Some(generation), Some(run_id)) = (registration, &dropped_run_id) {
                         self.unregister_journaled(run_id, generation);
                     }
@@ -559,10 +557,19 @@ impl Requests {
             reply,
             ..
         } = deferred;
+        // A dropped run forgets its session's request id before its gate settles (when
+        // `keeper` goes): a copy of the request waiting on the gate then registers its own.
+        let id = entry.record.request.id().clone();
+        let forget = || {
+            if let Some(session) = caller.session_id() {
+                self.inner.runs.remove_session_run(session, &id);
+            }
+        };
         let Some(stream) = opening.as_mut() else {
             // Started by `start_deferred` with its stream: never without.
             let _ = reply.send(Err(EngineError::RunEnded));
             run.cancel.cancel();
+            forget();
             return Began::Dropped;
         };
         let message = tokio::select! {
@@ -595,10 +602,12 @@ impl Requests {
                     }
                     Ok(Answered::Attach(existing, request)) => {
                         let _ = reply.send(Ok(First::Attach(existing, request)));
+                        forget();
                         Began::Dropped
                     }
                     Err(error) => {
                         let _ = reply.send(Err(error));
+                        forget();
                         Began::Dropped
                     }
                 }
@@ -618,17 +627,20 @@ impl Requests {
                     Ok(Journaled::Attach(existing, request)) => {
                         run.cancel.cancel();
                         let _ = reply.send(Ok(First::Attach(existing, request)));
+                        forget();
                         Began::Dropped
                     }
                     // A new run's id is its stream's, which no other run has.
                     Ok(Journaled::AlreadyRunning) => {
                         run.cancel.cancel();
                         let _ = reply.send(Err(EngineError::RunEnded));
+                        forget();
                         Began::Dropped
                     }
                     Err(error) => {
                         run.cancel.cancel();
                         let _ = reply.send(Err(error));
+                        forget();
                         Began::Dropped
                     }
                 }
@@ -920,7 +932,8 @@ mod tests {
     }
 
     /// A handler whose tools each end after one kind of effect, or none: `quick` answers at
-    /// once, `step` runs a durable step, `progress` sends a progress notification.
+    /// once, `step` runs a durable step, `wait` waits for its journal entry
+    /// (`Durable::journaled`), `progress` sends a progress notification.
     /// Each answers whether the run's journal entry was in the store when its effect ran.
     #[derive(Clone)]
     struct Effects(Arc<dyn durable_mcp_store::Store>);
@@ -953,6 +966,11 @@ mod tests {
                         .step("check", |_| self.journaled())
                         .await
                         .map_err(rmcp::ErrorData::from)?
+                }
+                "wait" => {
+                    let durable = durable.expect("a journaled run has a durable context");
+                    durable.journaled().await.map_err(rmcp::ErrorData::from)?;
+                    self.journaled().await
                 }
                 "progress" => {
                     let journaled = self.journaled().await;
@@ -1093,9 +1111,9 @@ mod tests {
         );
     }
 
-    /// D6: a step, or a message to the client, before the end brings the journal entry
-    /// first: the step runs, and the message is committed, only once the run is journaled;
-    /// the outcome then ends the entry.
+    /// D6: a step, a message to the client, or `Durable::journaled`, before the end brings
+    /// the journal entry first: the step runs, the message is committed, and the wait ends,
+    /// only once the run is journaled; the outcome then ends the entry.
     #[tokio::test]
     async fn d6_a_step_or_a_message_before_the_end_is_journaled_first() {
         let store = Arc::new(CountingStore::counting(Arc::new(MemoryStore::new())));
@@ -1107,6 +1125,8 @@ mod tests {
             (&legacy, "step"),
             (&modern(), "progress"),
             (&legacy, "progress"),
+            (&modern(), "wait"),
+            (&legacy, "wait"),
         ]
         .into_iter()
         .enumerate()
@@ -1120,8 +1140,8 @@ mod tests {
             );
             assert_eq!(rows.get("delete_record(Run)"), Some(&1), "{rows:?}");
             assert!(read.finished, "{read:?}");
-            if tool == "step" {
-                assert_eq!(text(&read), "journaled: true", "{:?}", caller.era);
+            if tool == "step" || tool == "wait" {
+                assert_eq!(text(&read), "journaled: true", "{:?} {tool}", caller.era);
             } else {
                 assert!(
                     read.events

@@ -217,9 +217,11 @@ impl Requests {
         Ok(opening.accepted())
     }
 
-    /// A journaled request: a task's, or one journaled before its handler starts (a retry
-    /// that continues a run waiting for input takes that run's id); a re-sent id attaches
-    /// to the run it started.
+    /// A journaled request: a task's; a new run's, journaled with its handler's first effect
+    /// (or answered in one commit, [`Requests::start_deferred`]); or one journaled before its
+    /// handler starts (a retry that continues a run waiting for input takes that run's id,
+    /// and a used request id is checked by its alias). A re-sent id attaches to the run it
+    /// started.
     async fn accept_journaled(
         &self,
         caller: &Caller,
@@ -433,6 +435,17 @@ impl Requests {
         }
     }
 
+    /// A deferred run that could not start forgets its session's request id (claimed by
+    /// [`Requests::claim`]) before its gate settles, when `deferred` goes.
+    fn forget_claim(&self, caller: &Caller, id: &RequestId, deferred: Option<Deferred>) {
+        if deferred.is_some()
+            && let Some(session) = caller.session_id()
+        {
+            self.inner.runs.remove_session_run(session, id);
+        }
+        drop(deferred);
+    }
+
     /// A new journaled request whose journal entry goes with its first effect, or with its
     /// outcome in one commit if the handler ends before any (D6): its handler starts now,
     /// and the request is accepted once that first commit is done.
@@ -463,9 +476,6 @@ impl Requests {
                 accepted.close_connection = launched.close_connection;
             }
             Err(mut rejection) => {
-                if let Some(session) = caller.session_id() {
-                    self.inner.runs.remove_session_run(session, &id);
-                }
                 rejection.id = Some(id);
                 let response = rejection.to_response();
                 if let Some(opening) = pending.as_mut() {
@@ -657,6 +667,7 @@ impl Requests {
                 if let Some(held) = held {
                     held.finish(self.journal()).await;
                 }
+                self.forget_claim(&caller, &id, deferred);
                 return Err(Rejection {
                     code: code::INTERNAL_ERROR,
                     message: format!("requestState keys unavailable: {error}"),
@@ -695,6 +706,7 @@ impl Requests {
                 if let Some(held) = held {
                     held.finish(self.journal()).await;
                 }
+                self.forget_claim(&caller, &id, deferred);
                 return Err(rejection);
             }
         };

@@ -201,6 +201,11 @@ pub trait DurableBackend: Send + Sync + 'static {
     fn progress_token(&self) -> Option<Value>;
     /// Announce a server change to the listen streams of every worker.
     fn announce(&self, change: ServerChange) -> BoxFuture<'_, Result<(), DurableError>>;
+    /// Wait until the request is journaled (see [`Durable::journaled`]). The default: it
+    /// always is.
+    fn journaled(&self) -> BoxFuture<'_, Result<(), DurableError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// The durable context of one journaled request. Cheap to clone; clones share the
@@ -528,6 +533,16 @@ impl Durable {
     /// told through the request's peer, as in any rmcp server.
     pub async fn announce(&self, change: ServerChange) -> Result<(), DurableError> {
         self.backend.announce(change).await
+    }
+
+    /// Wait until the request is journaled (D6): a new request's journal entry is committed
+    /// with its first durable effect (a step, a question, a message), so that a call that
+    /// answers before any costs one commit; code between steps runs before it may be.
+    /// Call this before an effect outside steps that must not happen for a request the
+    /// journal does not know: from then on, a crash re-runs the request instead of leaving
+    /// it to the client to send again. `Durable::step` and the questions do it themselves.
+    pub async fn journaled(&self) -> Result<(), DurableError> {
+        self.backend.journaled().await
     }
 
     /// Whether the request was cancelled (D11).

@@ -386,6 +386,12 @@ impl Forward {
             questions,
             outbox,
         };
+        // Sending to the upstream is the request's first effect: it is journaled first
+        // (D6), so that a crash from here on re-runs it as another attempt, which the
+        // upstream's re-send policy sees, rather than leaving a re-send to look new.
+        if let Some(durable) = context.extensions.get::<crate::Durable>() {
+            durable.journaled().await.map_err(ErrorData::from)?;
+        }
         let outcome = self.upstream.request(request);
         tokio::pin!(outcome);
         let outcome = loop {

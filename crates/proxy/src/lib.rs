@@ -35,9 +35,9 @@
 //!
 //! # Durability
 //! In plain words: the client gets exactly one outcome of each request, and never waits
-//! for a child that is gone. Stated more precisely: the engine journals a `tools/call`,
-//! `prompts/get`, `resources/read` or `completion/complete` before [`Proxy`] sees it (D6);
-//! the proxy forwards it; if the child exits first, the request fails over to a fresh child
+//! for a child that is gone. Stated more precisely: a `tools/call`, `prompts/get`,
+//! `resources/read` or `completion/complete` is journaled before it is forwarded (D6: the
+//! forward waits for `Durable::journaled`); the proxy forwards it; if the child exits first, the request fails over to a fresh child
 //! only when [`policy::resend`] allows it (at most [`ProxyConfig::max_resends`] times),
 //! otherwise its outcome is the interrupted error; if the worker dies, the engine runs it
 //! again (D7) and a request that is not safe to send again gets the interrupted error

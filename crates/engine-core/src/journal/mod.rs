@@ -130,6 +130,13 @@ impl Unjournaled {
         }
     }
 
+    /// The record to commit now: its lease starts now, not when the run was made (its
+    /// handler may have run a while before its first commit).
+    pub fn record_now(&mut self, journal: &Journal) -> &RunRecord {
+        self.record.lease_until_ms = now_ms() + ms(journal.lease);
+        &self.record
+    }
+
     /// Hold the run, whose record this worker committed at `version`: its lease is renewed
     /// by the worker's heartbeat from now on.
     pub fn start(self, journal: &Journal, version: u64) -> Held {
