@@ -75,6 +75,16 @@ async fn modern_call(router: &Router, id: u64, tool: &str, args: Value) -> Value
     reply.json().await
 }
 
+/// Whether a run record is in `store` (a call past its journal wait, D6).
+async fn journaled(store: &CountingStore) -> bool {
+    !store
+        .inner()
+        .list_records(RecordKind::Run, "", 10)
+        .await
+        .unwrap()
+        .is_empty()
+}
+
 /// Both halves of a journaled call's budget: once the run is journaled (its handler runs
 /// past `journal_wait`, D6), exactly one commit (and no other write) has been made; once it
 /// ended, one more.
@@ -85,13 +95,7 @@ async fn assert_journaled_budget(
 ) {
     let answer = tokio::spawn(call);
     eventually("the run is journaled", async || {
-        h.engine.in_flight() == 1
-            && !store
-                .inner()
-                .list_records(RecordKind::Run, "", 10)
-                .await
-                .unwrap()
-                .is_empty()
+        h.engine.in_flight() == 1 && journaled(store).await
     })
     .await;
     let before = store.hook().take();
@@ -322,15 +326,7 @@ async fn d6_resent_request_id_writes_nothing_of_its_own_and_gets_the_one_outcome
         .events()
         .await
     });
-    eventually("the run is journaled", async || {
-        !store
-            .inner()
-            .list_records(RecordKind::Run, "", 10)
-            .await
-            .unwrap()
-            .is_empty()
-    })
-    .await;
+    eventually("the run is journaled", async || journaled(&store).await).await;
     store.hook().take();
     let again = post(
         &h.router,
