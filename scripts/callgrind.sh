@@ -7,6 +7,7 @@
 #   scripts/callgrind.sh [durable|rmcp] [legacy|modern] [STORE URL, durable only]
 #
 # Prints one line: server, era, store, instructions per call. Needs valgrind.
+# CALLGRIND_NO_BUILD=1 measures the release binaries as they are, without building.
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ short=${CALLGRIND_SHORT:-100}
 long=$((short + 500))
 command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind is not installed" >&2; exit 1; }
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release --quiet -p durable-mcp-cli -p durable-mcp-bench
+[[ -n ${CALLGRIND_NO_BUILD:-} ]] || cargo build --release --quiet -p durable-mcp-cli -p durable-mcp-bench
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 

@@ -5,9 +5,9 @@
 use durable_mcp_protocol::jsonrpc::Request;
 use durable_mcp_store::{RecordKind, StreamId};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::{RecordError, canonical};
+use super::{RecordError, write_canonical};
 
 /// Which request a session's request id was first used for: a digest of its `method` and
 /// `params`, so that a re-send of the same request (idempotent, D6) can be told from
@@ -31,25 +31,22 @@ impl RequestFingerprint {
     /// The fingerprint of a JSON-RPC request (its `method` and `params`).
     pub fn of(request: &Request) -> Self {
         use sha2::Digest;
-        let method = request.method();
-        let params = match request.params_value() {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(Value::Object(params)) => {
-                let mut params = params.clone();
-                params.remove("_meta");
-                Value::Object(params)
-            }
-            Some(other) => other.clone(),
-        };
-        let text = format!("durable-mcp/request\n{method}\n{}", canonical(&params));
-        let digest = sha2::Sha256::digest(text.as_bytes());
-        Self(
-            digest
-                .iter()
-                .take(16)
-                .map(|byte| format!("{byte:02x}"))
-                .collect(),
-        )
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut text = Vec::with_capacity(128);
+        text.extend_from_slice(b"durable-mcp/request\n");
+        text.extend_from_slice(request.method().as_str().as_bytes());
+        text.push(b'\n');
+        match request.params_value() {
+            None | Some(Value::Null) => text.extend_from_slice(b"{}"),
+            Some(params) => write_canonical(params, Some("_meta"), &mut text),
+        }
+        let digest = sha2::Sha256::digest(&text);
+        let mut hex = String::with_capacity(32);
+        for byte in digest.iter().take(16) {
+            hex.push(char::from(HEX[usize::from(byte >> 4)]));
+            hex.push(char::from(HEX[usize::from(byte & 0xf)]));
+        }
+        Self(hex)
     }
 }
 

@@ -97,23 +97,51 @@ pub fn decode<T: DeserializeOwned>(
 /// JSON with object keys in sorted order, whatever the map type: the same value always
 /// gives the same bytes (sealed-state bindings and re-run comparisons depend on it).
 pub fn canonical(value: &serde_json::Value) -> String {
+    let mut out = Vec::new();
+    write_canonical(value, None, &mut out);
+    // Only JSON text was written, which is UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// [`canonical`] of `value` appended to `out`, without the top-level object's key `skip`.
+pub(crate) fn write_canonical(value: &serde_json::Value, skip: Option<&str>, out: &mut Vec<u8>) {
     use serde_json::Value;
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            let fields: Vec<String> = keys
-                .into_iter()
-                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
+            let mut keys: Vec<&String> = map
+                .keys()
+                .filter(|key| Some(key.as_str()) != skip)
                 .collect();
-            format!("{{{}}}", fields.join(","))
+            keys.sort_unstable();
+            out.push(b'{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_scalar(key, out);
+                out.push(b':');
+                write_canonical(&map[key], None, out);
+            }
+            out.push(b'}');
         }
-        Value::Array(items) => format!(
-            "[{}]",
-            items.iter().map(canonical).collect::<Vec<_>>().join(",")
-        ),
-        other => other.to_string(),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, None, out);
+            }
+            out.push(b']');
+        }
+        other => write_scalar(other, out),
     }
+}
+
+/// A string, number, boolean or null as compact JSON.
+fn write_scalar(value: &(impl serde::Serialize + ?Sized), out: &mut Vec<u8>) {
+    // Serializing these into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(out, value);
 }
 
 #[cfg(test)]
