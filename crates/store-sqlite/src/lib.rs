@@ -23,7 +23,11 @@
 //!
 //! Live tails in this process are woken by the writer after each commit (after its `fsync`);
 //! other processes sharing the file are seen by a periodic re-read (`poll_interval`).
+//!
+//! The writer's group commits and the WAL `fsync`s that make them durable are counted as
+//! the metrics [`COMMITS`] and [`SYNCS`] (recorded where a `metrics` recorder is installed).
 
+mod counters;
 mod error;
 mod migrate;
 mod pipeline;
@@ -45,6 +49,7 @@ use durable_mcp_store::{
 };
 use rusqlite::{Connection, OpenFlags};
 
+pub use counters::{COMMITS, SYNCS};
 pub use migrate::LATEST as SCHEMA_VERSION;
 
 /// How hard a commit waits for the disk (`PRAGMA synchronous`).
@@ -154,7 +159,8 @@ pub(crate) struct Shared {
     /// One permit per reader connection that may exist ([`MAX_READERS`]).
     reader_slots: Arc<tokio::sync::Semaphore>,
     watchers: writer::Watchers,
-    /// How far commits are synced: a read returns once what it saw is on disk.
+    /// How far commits are synced: a read returns once what it saw is on disk. It holds
+    /// the store's counters of commits and syncs too.
     synced: Arc<pipeline::Synced>,
 }
 
@@ -209,7 +215,8 @@ impl SqliteStore {
     pub async fn open(options: SqliteOptions) -> Result<Self, StoreError> {
         let opts = options.clone();
         let watchers = writer::Watchers::default();
-        let synced = Arc::new(pipeline::Synced::default());
+        let counters = Arc::new(counters::Counters::default());
+        let synced = Arc::new(pipeline::Synced::new(Arc::clone(&counters)));
         let (for_pipeline, watched) = (Arc::clone(&synced), watchers.clone());
         let (conn, pipeline) = tokio::task::spawn_blocking(move || {
             let real = pipeline::real_path(&opts.path).map_err(|e| {
@@ -231,11 +238,16 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Unavailable(Box::new(e)))??;
+        let counting = writer::Counting {
+            counters: Arc::clone(&counters),
+            full: options.synchronous == Synchronous::Full,
+        };
         let writer = writer::spawn(
             conn,
             options.max_events_per_stream,
             watchers.clone(),
             pipeline,
+            counting,
         )?;
         let reader_slots = Arc::new(tokio::sync::Semaphore::new(MAX_READERS));
         let shared = Arc::new(Shared {
@@ -257,6 +269,12 @@ impl SqliteStore {
     /// work (`synchronous=FULL`, and no other store has the file open; see the crate docs).
     pub fn fsync_overlapped(&self) -> bool {
         self.shared.synced.overlapping()
+    }
+
+    /// Tests: the group commits and syncs counted so far.
+    #[cfg(test)]
+    pub(crate) fn counted(&self) -> (u64, u64) {
+        self.shared.synced.counters().read()
     }
 
     /// Run `f` on a reader connection (a snapshot of the last commit; never waits for the

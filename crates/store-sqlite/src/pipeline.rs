@@ -50,6 +50,8 @@ use durable_mcp_store::{StoreError, StreamId};
 use rusqlite::Connection;
 use tokio::sync::{oneshot, watch};
 
+use crate::counters::Counters;
+
 /// The longest a store keeps the file to itself before giving other stores a chance to
 /// open it (a store opening the file waits up to this long).
 pub(crate) const HOLD: Duration = Duration::from_millis(250);
@@ -79,20 +81,28 @@ pub(crate) struct Synced {
     broken: AtomicBool,
     /// Whether the last group overlapped its `fsync` (for diagnostics and tests).
     overlapping: AtomicBool,
+    /// The store's commits and syncs, counted (shared with the writer).
+    counters: Arc<Counters>,
 }
 
 impl Default for Synced {
     fn default() -> Self {
+        Self::new(Arc::default())
+    }
+}
+
+impl Synced {
+    /// Nothing committed yet; syncs counted in `counters`.
+    pub(crate) fn new(counters: Arc<Counters>) -> Self {
         Self {
             committed: AtomicU64::new(0),
             synced: watch::Sender::new(0),
             broken: AtomicBool::new(false),
             overlapping: AtomicBool::new(false),
+            counters,
         }
     }
-}
 
-impl Synced {
     /// After a read: wait until every commit it may have seen is on disk.
     pub(crate) async fn settle(&self) -> Result<(), StoreError> {
         let need = self.committed.load(Ordering::SeqCst);
@@ -134,7 +144,9 @@ impl Synced {
         if self.check().is_err() {
             return false;
         }
-        match wal.sync_data() {
+        let synced = wal.sync_data();
+        self.counters.synced();
+        match synced {
             Ok(()) => true,
             Err(error) => {
                 tracing::error!(%error, "fsync of the sqlite WAL failed: the store stops until the process restarts");
@@ -165,6 +177,12 @@ impl Synced {
     #[cfg(test)]
     pub(crate) fn release(&self, seq: u64) {
         self.synced.send_replace(seq);
+    }
+
+    /// Tests: the store's counters.
+    #[cfg(test)]
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Whether the last group committed overlapped its `fsync`.
@@ -287,13 +305,17 @@ impl<R: Send + 'static> Pipeline<R> {
                 return Ok(Some(pipeline));
             }
         };
+        let counters = Arc::clone(&pipeline.synced.counters);
+        counters.synced();
         wal.sync_data().map_err(|e| {
             StoreError::Unavailable(format!("sqlite: cannot sync the WAL: {e}").into())
         })?;
-        if let Some(Err(error)) = db
-            .parent()
-            .map(|dir| std::fs::File::open(dir).and_then(|dir| dir.sync_all()))
-        {
+        if let Some(Err(error)) = db.parent().map(|dir| {
+            std::fs::File::open(dir).and_then(|dir| {
+                counters.synced();
+                dir.sync_all()
+            })
+        }) {
             // As SQLite does with its own directory syncs: noted, not fatal.
             tracing::debug!(%error, "sqlite: could not sync the database's directory");
         }
@@ -501,7 +523,9 @@ impl<R> Drop for Pipeline<R> {
         if self.exclusive
             && let Some(wal) = &self.wal
         {
-            match wal.sync_data() {
+            let synced = wal.sync_data();
+            self.synced.counters.synced();
+            match synced {
                 Ok(()) if !self.synced.broken.load(Ordering::SeqCst) => {
                     self.synced
                         .advance(self.synced.committed.load(Ordering::SeqCst));

@@ -185,6 +185,53 @@ async fn a_store_overlaps_its_fsyncs_only_while_it_is_alone_on_the_file() {
     );
 }
 
+/// Every group commit is counted, and so is the `fsync` that makes it durable, whoever
+/// makes it: the store while it overlaps (alone on the file), SQLite inside `COMMIT` while
+/// another store shares the file (FULL), nobody with `synchronous=NORMAL`.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn each_commit_and_its_fsync_are_counted() {
+    let path = temp_path("counted.db");
+    let owner = StreamOwner {
+        principal: Principal::anonymous(),
+        session: None,
+    };
+    let stream = StreamId::random();
+    let first = SqliteStore::open(SqliteOptions::new(&path)).await.unwrap();
+    first.create_stream(&stream, &owner).await.unwrap();
+    let before = first.counted();
+    first.append(&stream, "1".into(), false).await.unwrap();
+    assert!(first.fsync_overlapped());
+    assert_eq!(
+        first.counted(),
+        (before.0 + 1, before.1 + 1),
+        "overlapped: one commit, one fdatasync by the store"
+    );
+
+    let second = SqliteStore::open(SqliteOptions {
+        synchronous: Synchronous::Normal,
+        ..SqliteOptions::new(&path)
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = first.counted();
+    first.append(&stream, "2".into(), false).await.unwrap();
+    assert!(!first.fsync_overlapped());
+    assert_eq!(
+        first.counted(),
+        (before.0 + 1, before.1 + 1),
+        "not overlapped, FULL: one commit, synced by SQLite"
+    );
+    let before = second.counted();
+    second.append(&stream, "3".into(), false).await.unwrap();
+    assert_eq!(
+        second.counted(),
+        (before.0 + 1, before.1),
+        "NORMAL: one commit, no fsync"
+    );
+}
+
 #[tokio::test]
 async fn d1_committed_events_survive_reopen() {
     let path = temp_path("reopen.db");

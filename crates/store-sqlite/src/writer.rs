@@ -9,6 +9,7 @@
 //! after its `fsync`, by the syncing thread or, when no next group waits, by the writer.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use durable_mcp_store::{
     BatchOp, BatchOutcome, EventId, Expect, OpOutcome, PRUNE_BATCH, Principal, PruneReport,
@@ -20,6 +21,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+use crate::counters::Counters;
 use crate::pipeline::{Item, Pipeline, deliver};
 use crate::{error::from_sqlite, records, sessions, streams};
 
@@ -126,6 +128,13 @@ impl WriterHandle {
 
 pub(crate) use durable_mcp_store::wake::Watchers;
 
+/// What the writer counts, and whether its connection is `synchronous=FULL` when its
+/// commits do not overlap their `fsync` (then SQLite syncs each commit itself).
+pub(crate) struct Counting {
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) full: bool,
+}
+
 /// Start the writer thread on `conn`; `pipeline` overlaps each group's `fsync` with the
 /// next group (FULL only).
 pub(crate) fn spawn(
@@ -133,11 +142,12 @@ pub(crate) fn spawn(
     max_events: Option<u64>,
     watchers: Watchers,
     pipeline: Option<Pipeline<Reply>>,
+    counting: Counting,
 ) -> Result<WriterHandle, StoreError> {
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("durable-mcp-sqlite-writer".into())
-        .spawn(move || run(conn, &rx, max_events, &watchers, pipeline))
+        .spawn(move || run(conn, &rx, max_events, &watchers, pipeline, &counting))
         .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
     Ok(WriterHandle { tx })
 }
@@ -227,6 +237,7 @@ fn run(
     max_events: Option<u64>,
     watchers: &Watchers,
     mut pipeline: Option<Pipeline<Reply>>,
+    counting: &Counting,
 ) {
     let mut wal_bound = WalBound::new(&conn);
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -311,6 +322,8 @@ fn run(
             }
             seq = syncer.map(Pipeline::begin_commit);
             tx.commit().map_err(from_sqlite)?;
+            // Overlapped, the connection is NORMAL and the store syncs (counted there).
+            counting.counters.committed(counting.full && !overlap);
             Ok::<_, StoreError>(results)
         })();
         match (outcome, syncer.zip(seq)) {
