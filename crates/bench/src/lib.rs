@@ -16,25 +16,29 @@
 //! [`Executables`]: the durable-mcp servers are the `durable-mcp` binary's, stock rmcp and
 //! the load generators the `durable-mcp-bench` binary's subcommands of [`child`]; the
 //! server pinned to one CPU and the load generator to another where the machine allows):
-//! `tools/call` calls per second, p50 and p99, in both protocol eras, with 1 and 8
-//! connections, the median of 3 runs of 5 s each. Baselines: stock rmcp and the official
-//! Python SDK with mcp-persist's SQLite store (installed by `scripts/setup-bench.sh`),
-//! beside durable-mcp on each store. Then the servers' resident memory with 0, 1,000 and
-//! 10,000 idle sessions.
+//! `tools/call` calls per second, p50 and p99, in both protocol eras, with 1, 8, 64 and 256
+//! connections, the median of 3 runs of 5 s each, and for durable-mcp the commits and
+//! fsyncs a call costs its store, from the store's own counters ([`Counted`]). Baselines:
+//! stock rmcp and the official Python SDK with mcp-persist's SQLite store (installed by
+//! `scripts/setup-bench.sh`), beside durable-mcp on each store. Then the servers' resident
+//! memory with 0, 1,000 and 10,000 idle sessions.
 //!
 //! [`traffic`] is the other benchmark (`durable-mcp-bench traffic`): what real traffic
 //! (dropped connections and re-sent requests, retention, a long load) does to durable-mcp's
 //! latency and footprint.
 //!
-//! [`Report::to_markdown`] prints the tables with a ratio beside every figure. Every child
+//! [`Report::to_markdown`] prints the tables with a ratio beside every figure, and
+//! [`Report::plots`] draws calls per second against connections (SVG). Every child
 //! process is stopped before [`run`] returns, and killed if the run ends any other way
 //! (its guard's drop, or its stdin closing when this process dies).
 
 mod baseline;
 pub mod child;
 mod client;
+mod counters;
 mod growth;
 mod load;
+mod plot;
 mod process;
 mod report;
 mod servers;
@@ -48,6 +52,7 @@ use std::time::Duration;
 use durable_mcp::store::Store;
 
 pub use client::{Era, McpClient, PROTOCOL_VERSION, UnknownEra};
+pub use counters::Counted;
 pub use growth::GrowthRow;
 pub use load::{LoadResult, LoadSpec, run_load};
 pub use process::{ChildProcess, Pinning, process_running};
@@ -137,6 +142,9 @@ pub struct BenchConfig {
     pub proxy_stores: Vec<String>,
     /// One `tools/call` measurement per entry, with this many connections.
     pub connections: Vec<usize>,
+    /// Write the plots of calls per second against connections here ([`Report::plots`];
+    /// `None`: none are written, and the report says how to get them).
+    pub plot_dir: Option<PathBuf>,
     /// The protocol eras measured.
     pub eras: Vec<Era>,
     /// Runs per (server, era, connections); the report gives their medians.
@@ -176,7 +184,8 @@ impl BenchConfig {
             command_line: None,
             stores: Vec::new(),
             proxy_stores: Vec::new(),
-            connections: vec![1, 8],
+            connections: vec![1, 8, 64, 256],
+            plot_dir: None,
             eras: Era::ALL.to_vec(),
             runs: 3,
             run_duration: Duration::from_secs(5),
@@ -475,6 +484,12 @@ async fn measure(
         Pinning::none("turned off")
     };
     progress(&pinning.describe());
+    let kernel_syncs = counters::KernelSyncs::available().await;
+    if !kernel_syncs {
+        progress(
+            "fsyncs not counted by the kernel: `perf stat -a -e syscalls:sys_enter_fsync` does not run here (perf missing, or not root)",
+        );
+    }
 
     let store_rows = measure_stores(config, &urls, progress).await?;
 
@@ -518,6 +533,8 @@ async fn measure(
         rows: Vec::new(),
         failures: Vec::new(),
         rmcp_modern: None,
+        kernel_syncs,
+        counter_notes: Vec::new(),
     };
     for round in 0..config.runs.max(1) {
         for (label, kind, spec) in &servers {
@@ -548,7 +565,7 @@ async fn measure(
         }
     }
     drop(scratch);
-    Ok(Report {
+    let mut report = Report {
         config: config.clone(),
         started_ms,
         finished_ms: durable_mcp::store::now_ms(),
@@ -564,8 +581,24 @@ async fn measure(
             Err(status) => status,
         },
         failures: http.failures,
+        counter_notes: http.counter_notes,
+        kernel_syncs,
         child_pids: launcher.spawned().to_vec(),
-    })
+    };
+    if let Some(dir) = &config.plot_dir {
+        let written = std::fs::create_dir_all(dir).and_then(|()| {
+            report
+                .plots()
+                .into_iter()
+                .try_for_each(|(name, svg)| std::fs::write(dir.join(name), svg))
+        });
+        if let Err(error) = written {
+            report
+                .failures
+                .push(format!("writing the plots to {}: {error}", dir.display()));
+        }
+    }
+    Ok(report)
 }
 
 /// Open every store first (a wrong URL fails the run before anything is measured), then
@@ -603,6 +636,10 @@ struct Http {
     rows: Vec<HttpRow>,
     failures: Vec<String>,
     rmcp_modern: Option<Result<(), String>>,
+    /// Whether `perf` counts the machine's fsyncs around each load.
+    kernel_syncs: bool,
+    /// What each store's counters are (one line per server, for the notes).
+    counter_notes: Vec<String>,
 }
 
 impl Http {
@@ -618,6 +655,7 @@ impl Http {
                 era,
                 connections,
                 runs: Vec::new(),
+                counted: Vec::new(),
             });
             self.rows.len() - 1
         });
@@ -626,6 +664,8 @@ impl Http {
 }
 
 /// One round of one server: start it, measure every era and connection count, stop it.
+/// A durable-mcp server serves its metrics, and its store's counters are read around every
+/// load ([`counters`]).
 async fn measure_server(
     config: &BenchConfig,
     launcher: &mut Launcher,
@@ -640,13 +680,36 @@ async fn measure_server(
         .copied()
         .filter(|era| spec.eras().contains(era))
         .collect();
-    let server = match launcher.server(spec, label).await {
+    let started = match spec {
+        ServerSpec::Durable { url } => {
+            let settings = DurableSettings {
+                metrics: true,
+                ..DurableSettings::default()
+            };
+            launcher.durable(url, &settings, label).await
+        }
+        _ => launcher.server(spec, label).await,
+    };
+    let server = match started {
         Ok(server) => server,
         Err(error) => {
             http.failures
                 .push(format!("starting {label} (run {}): {error}", round + 1));
             return;
         }
+    };
+    let mut store = match spec {
+        ServerSpec::Durable { url } => {
+            let mut source = counters::Source::connect(url, server.metrics()).await;
+            if let Some(note) = source.describe().await {
+                let note = format!("{label}: {note}.");
+                if !http.counter_notes.contains(&note) {
+                    http.counter_notes.push(note);
+                }
+            }
+            Some(source)
+        }
+        _ => None,
     };
     if kind == ServerKind::Rmcp && eras.contains(&Era::Modern) && http.rmcp_modern.is_none() {
         http.rmcp_modern = Some(probe_modern(&server).await);
@@ -678,15 +741,24 @@ async fn measure_server(
                 seed: 1,
             };
             let name = format!("load {label} {era} {connections}");
+            let before = match store.as_mut() {
+                Some(store) => Some(store.read(false).await),
+                None => None,
+            };
+            let kernel = if http.kernel_syncs && store.is_some() {
+                counters::KernelSyncs::start().ok()
+            } else {
+                None
+            };
             let (cpu_before, machine_before) = (server.cpu_time().ok(), process::machine_busy());
+            let mut made = 0;
             let outcome = launcher
                 .load(&server, &args, &name)
                 .await
                 .map(|mut result| {
                     // Every call the server answered: the timed ones and each connection's warm-up.
-                    let made = u32::try_from(result.calls + connections * args.warmup_calls)
-                        .ok()
-                        .filter(|&made| made > 0);
+                    made = result.calls + connections * args.warmup_calls;
+                    let made = u32::try_from(made).ok().filter(|&made| made > 0);
                     let per_call = |before: Option<Duration>, after: Option<Duration>| {
                         Some(after?.saturating_sub(before?) / made?)
                     };
@@ -694,16 +766,43 @@ async fn measure_server(
                     result.machine_cpu_per_call = per_call(machine_before, process::machine_busy());
                     result
                 });
+            let kernel_syncs = match kernel {
+                Some(kernel) => kernel.stop().await.ok(),
+                None => None,
+            };
+            let counted = match (store.as_mut(), before, &outcome) {
+                (Some(store), Some(before), Ok(_)) => {
+                    let counted = match (before, store.read(true).await) {
+                        (Ok(before), Ok(after)) => Ok(Counted {
+                            kernel_syncs,
+                            ..store.counted(&before, &after, made as u64)
+                        }),
+                        (Err(error), _) | (_, Err(error)) => Err(error),
+                    };
+                    Some(counted)
+                }
+                _ => None,
+            };
             let row = http.row(label, kind, era, connections);
+            let mut failed = Vec::new();
             match outcome {
                 Ok(result) => row.runs.push(result),
-                Err(error) => http.failures.push(format!(
+                Err(error) => failed.push(error.to_string()),
+            }
+            match counted {
+                Some(Ok(counted)) => row.counted.push(counted),
+                Some(Err(error)) => failed.push(format!("reading the store's counters: {error}")),
+                None => {}
+            }
+            for error in failed {
+                http.failures.push(format!(
                     "{label}, {era}, {connections} connection(s), run {}: {error}",
                     round + 1
-                )),
+                ));
             }
         }
     }
+    drop(store);
     if let Err(error) = server.stop().await {
         http.failures.push(format!("stopping {label}: {error}"));
     }

@@ -45,8 +45,13 @@ struct Cli {
     #[arg(long, value_delimiter = ',')]
     proxy_stores: Vec<String>,
     /// Concurrent keep-alive connections: one tools/call measurement per value.
-    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64,256")]
     connections: Vec<usize>,
+    /// Write the plots of calls per second against connections (`calls-legacy.svg`,
+    /// `calls-modern.svg`) into this directory; the report links them as
+    /// `benchmarks/NAME`, where `docs/benchmarks.md` finds them in `docs/benchmarks/`.
+    #[arg(long, value_name = "DIR")]
+    plot_dir: Option<PathBuf>,
     /// Protocol eras: `legacy` (2025-11-25 sessions) and/or `modern` (2026-07-28 stateless).
     #[arg(long, value_delimiter = ',', default_value = "legacy,modern")]
     eras: Vec<durable_mcp_bench::Era>,
@@ -288,6 +293,7 @@ async fn bench(args: Cli) -> anyhow::Result<()> {
         stores: args.stores,
         proxy_stores: args.proxy_stores,
         connections: args.connections,
+        plot_dir: args.plot_dir,
         eras: args.eras,
         runs: args.runs.max(1),
         run_duration: Duration::from_secs(args.secs.max(1)),

@@ -4,8 +4,10 @@ use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 use crate::client::Era;
+use crate::counters::Counted;
 use crate::growth::GrowthRow;
 use crate::load::LoadResult;
+use crate::plot::{self, Plot};
 use crate::store::StoreResult;
 use crate::{BenchConfig, REPLAY_BATCH, TOOL};
 
@@ -51,6 +53,8 @@ pub struct HttpRow {
     pub connections: usize,
     /// One result per run that succeeded.
     pub runs: Vec<LoadResult>,
+    /// The store's counters over each run whose counters were read (durable-mcp only).
+    pub counted: Vec<Counted>,
 }
 
 impl HttpRow {
@@ -143,6 +147,10 @@ pub struct Report {
     pub python: PythonStatus,
     /// Measurements that failed (the run went on without them).
     pub failures: Vec<String>,
+    /// What each store's counters are, where that needs saying (one line per server).
+    pub counter_notes: Vec<String>,
+    /// Whether `perf` counted the machine's fsyncs around each load.
+    pub kernel_syncs: bool,
     /// Every child process the run started (all gone once it returned).
     pub child_pids: Vec<u32>,
 }
@@ -229,8 +237,10 @@ impl Report {
         self.appends(&mut out, &mut truncated);
         self.replays(&mut out);
         self.summary(&mut out);
+        self.plot_links(&mut out);
         self.calls(&mut out);
         self.bounds(&mut out);
+        self.counters(&mut out);
         self.growth(&mut out);
         self.notes(&mut out, truncated);
         out
@@ -587,6 +597,109 @@ impl Report {
         }
     }
 
+    /// The plots of calls per second against connections, one per era measured: (file
+    /// name, SVG). The run writes them to [`BenchConfig::plot_dir`].
+    pub fn plots(&self) -> Vec<(String, String)> {
+        Era::ALL
+            .into_iter()
+            .filter_map(|era| Plot::calls(self, era).map(|p| (plot::file_name(era), p.to_svg())))
+            .collect()
+    }
+
+    /// Links to the plots, where `docs/benchmarks.md` finds them (`docs/benchmarks/`), or
+    /// how to get them.
+    fn plot_links(&self, out: &mut String) {
+        let plots = self.plots();
+        if plots.is_empty() {
+            return;
+        }
+        let names: Vec<String> = plots.iter().map(|(name, _)| format!("`{name}`")).collect();
+        let Some(dir) = &self.config.plot_dir else {
+            let _ = writeln!(
+                out,
+                "\nPlots of calls per second against connections ({}): add `--plot-dir docs/benchmarks` to write them, and the report links them.",
+                names.join(", ")
+            );
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "\n**Calls per second against connections** (one line per server; log2 x, log y; written to `{}`, linked as in `docs/benchmarks/`)\n",
+            dir.display()
+        );
+        for (name, _) in &plots {
+            let era = name.trim_start_matches("calls-").trim_end_matches(".svg");
+            let _ = writeln!(
+                out,
+                "![tools/call per second against connections, {era} era](benchmarks/{name})"
+            );
+        }
+    }
+
+    /// Commits and fsyncs per call of each durable-mcp server's store, from the store's
+    /// own counters ([`Counted`]), over all the runs of a server, era and connection count.
+    fn counters(&self, out: &mut String) {
+        let rows: Vec<(&HttpRow, Counted)> = self
+            .http
+            .iter()
+            .filter_map(|row| Counted::total(&row.counted).map(|total| (row, total)))
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let commands = rows.iter().any(|(_, c)| c.commands.is_some());
+        let kernel = rows.iter().any(|(_, c)| c.kernel_syncs.is_some());
+        let _ = writeln!(
+            out,
+            "\n**Commits and fsyncs per call** (each store's own counters read before and after every run and divided by the calls \
+             the run made, warm-up included, over all runs; a legacy session's `initialize` and `DELETE` count too. SQLite: the \
+             store's group commits and WAL fsyncs (`durable_mcp_store_sqlite_*` of the server's `/metrics`); PostgreSQL: \
+             `pg_stat_database.xact_commit` of its database and `pg_stat_wal.wal_sync`, read {} s after the run (a backend \
+             publishes its counts up to 10 s late), other clients of the database included; Redis: scripts and `EXEC`s, and \
+             `total_commands_processed`, other clients included{})\n",
+            crate::counters::PG_STATS_SETTLE.as_secs(),
+            if kernel {
+                "; kernel: every `fsync` and `fdatasync` on the machine during the load (`perf stat -a`), whoever made it"
+            } else {
+                ""
+            }
+        );
+        let mut head =
+            String::from("| server | era | connections | calls | commits/call | fsyncs/call |");
+        let mut rule = String::from("|---|---|--:|--:|--:|--:|");
+        if commands {
+            head.push_str(" commands/call |");
+            rule.push_str("--:|");
+        }
+        if kernel {
+            head.push_str(" fsyncs/call (kernel) |");
+            rule.push_str("--:|");
+        }
+        let _ = writeln!(out, "{head}\n{rule}");
+        for (era, connections) in self.cells() {
+            for (row, total) in rows
+                .iter()
+                .filter(|(r, _)| r.era == era && r.connections == connections)
+            {
+                let _ = write!(
+                    out,
+                    "| {} | {era} | {connections} | {} | {} | {} |",
+                    row.server,
+                    thousands(usize::try_from(total.calls).unwrap_or(usize::MAX)),
+                    per_call(total.per_call(total.commits)),
+                    per_call(total.per_call(total.syncs)),
+                );
+                if commands {
+                    let _ = write!(out, " {} |", per_call(total.per_call(total.commands)));
+                }
+                if kernel {
+                    let _ = write!(out, " {} |", per_call(total.per_call(total.kernel_syncs)));
+                }
+                out.push('\n');
+            }
+        }
+    }
+
     fn growth(&self, out: &mut String) {
         let Some(first) = self.growth.first() else {
             return;
@@ -654,6 +767,7 @@ impl Report {
         {
             notes.push("The memory store keeps its sessions in the worker's own memory: its growth is the store's, not the transport's.".to_owned());
         }
+        notes.extend(self.counter_notes.iter().cloned());
         for failure in &self.failures {
             notes.push(format!("FAILED: {failure}"));
         }
@@ -701,6 +815,15 @@ pub(crate) fn count(value: f64) -> String {
         return format!("{value:.1}");
     }
     group(&format!("{value:.0}"))
+}
+
+/// A figure per call: two decimals, one from 10 on (`–` without it).
+pub(crate) fn per_call(value: Option<f64>) -> String {
+    match value {
+        Some(v) if v >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+        None => "–".to_owned(),
+    }
 }
 
 /// A count with thousands separators.
@@ -798,6 +921,7 @@ mod tests {
             era,
             connections,
             runs,
+            counted: Vec::new(),
         }
     }
 
@@ -821,6 +945,8 @@ mod tests {
             rmcp_modern,
             python: PythonStatus::Measured("python".into()),
             failures: Vec::new(),
+            counter_notes: Vec::new(),
+            kernel_syncs: false,
             child_pids: Vec::new(),
         }
     }
@@ -1050,6 +1176,147 @@ mod tests {
         assert!(
             !table.contains("no figures"),
             "a row without the machine figure has no bound: {table}"
+        );
+    }
+
+    fn counted(calls: u64, commits: u64, syncs: Option<u64>, commands: Option<u64>) -> Counted {
+        Counted {
+            calls,
+            commits: Some(commits),
+            syncs,
+            commands,
+            kernel_syncs: None,
+        }
+    }
+
+    #[test]
+    fn the_counters_table_divides_the_runs_counts_by_their_calls() {
+        let mut sqlite = row(
+            "durable-mcp, sqlite synchronous=FULL",
+            ServerKind::Durable,
+            Era::Legacy,
+            8,
+            vec![load(8, 1000, 100), load(8, 1000, 100)],
+        );
+        // Two runs: 3,000 calls, 6,000 commits and 1,500 fsyncs together.
+        sqlite.counted = vec![
+            counted(1_000, 2_000, Some(500), None),
+            counted(2_000, 4_000, Some(1_000), None),
+        ];
+        let mut redis = row(
+            "durable-mcp, redis://127.0.0.1:6379/0",
+            ServerKind::Durable,
+            Era::Legacy,
+            8,
+            vec![load(8, 1000, 100)],
+        );
+        redis.counted = vec![counted(400, 800, Some(0), Some(4_600))];
+        let http = vec![
+            row(
+                RMCP_LABEL,
+                ServerKind::Rmcp,
+                Era::Legacy,
+                8,
+                vec![load(8, 1000, 100)],
+            ),
+            sqlite,
+            redis,
+        ];
+        let mut report = report(http, Some(Ok(())));
+        report.counter_notes.push(
+            "durable-mcp, redis://127.0.0.1:6379/0: no persistence configured (`aof_enabled:0`)."
+                .into(),
+        );
+        let markdown = report.to_markdown();
+        let (_, table) = markdown
+            .split_once("**Commits and fsyncs per call**")
+            .expect("the table is there");
+        let table = table.split("\n\n").nth(1).unwrap_or_default();
+        assert!(
+            table.starts_with(
+                "| server | era | connections | calls | commits/call | fsyncs/call | commands/call |\n"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| durable-mcp, sqlite synchronous=FULL | legacy | 8 | 3,000 | 2.00 | 0.50 | – |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| durable-mcp, redis://127.0.0.1:6379/0 | legacy | 8 | 400 | 2.00 | 0.00 | 11.5 |"
+            ),
+            "{table}"
+        );
+        assert!(!table.contains("stock rmcp"), "no store, no row: {table}");
+        assert!(!table.contains("(kernel)"), "no perf, no column: {table}");
+        assert!(markdown.contains("no persistence configured (`aof_enabled:0`)."));
+
+        // With perf's count, a column of its own.
+        report.kernel_syncs = true;
+        for row in &mut report.http {
+            for c in &mut row.counted {
+                c.kernel_syncs = Some(c.calls);
+            }
+        }
+        let markdown = report.to_markdown();
+        assert!(
+            markdown.contains("| durable-mcp, sqlite synchronous=FULL | legacy | 8 | 3,000 | 2.00 | 0.50 | – | 1.00 |"),
+            "{markdown}"
+        );
+    }
+
+    #[test]
+    fn the_report_links_the_plots_or_says_how_to_get_them() {
+        let http = vec![
+            row(
+                RMCP_LABEL,
+                ServerKind::Rmcp,
+                Era::Legacy,
+                1,
+                vec![load(1, 1000, 100)],
+            ),
+            row(
+                RMCP_LABEL,
+                ServerKind::Rmcp,
+                Era::Legacy,
+                8,
+                vec![load(8, 4000, 100)],
+            ),
+            row(
+                "durable-mcp, memory",
+                ServerKind::Durable,
+                Era::Modern,
+                8,
+                vec![load(8, 3000, 100)],
+            ),
+        ];
+        let mut report = report(http, Some(Ok(())));
+        let plots = report.plots();
+        assert_eq!(
+            plots
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .collect::<Vec<_>>(),
+            ["calls-legacy.svg", "calls-modern.svg"]
+        );
+        assert_eq!(plots[0].1.matches("<polyline").count(), 1);
+        let markdown = report.to_markdown();
+        assert!(
+            markdown.contains("add `--plot-dir docs/benchmarks` to write them"),
+            "{markdown}"
+        );
+        assert!(!markdown.contains("]("), "no links to files not written");
+        report.config.plot_dir = Some("/tmp/plots".into());
+        let markdown = report.to_markdown();
+        assert!(
+            markdown.contains(
+                "![tools/call per second against connections, legacy era](benchmarks/calls-legacy.svg)\n\
+                 ![tools/call per second against connections, modern era](benchmarks/calls-modern.svg)"
+            ),
+            "{markdown}"
         );
     }
 

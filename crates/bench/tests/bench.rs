@@ -126,6 +126,69 @@ async fn a_tiny_run_reports_every_row_and_leaves_no_child_process_behind() {
     println!("{markdown}");
 }
 
+/// The store's own counters are read around every run of a durable-mcp server (none to
+/// read on memory:, the SQLite store's from the server's `/metrics`), and the plots of
+/// calls per second against connections are written: one line per server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_run_counts_commits_and_fsyncs_and_draws_its_plots() {
+    let dir =
+        std::env::temp_dir().join(format!("durable-mcp-bench-counted-{}", std::process::id()));
+    let config = BenchConfig {
+        stores: vec![
+            "memory:".into(),
+            format!("sqlite:{}", dir.join("counted.db").display()),
+        ],
+        connections: vec![1, 2],
+        growth_sessions: Vec::new(),
+        plot_dir: Some(dir.join("plots")),
+        ..tiny()
+    };
+    std::fs::create_dir_all(&dir).expect("dir");
+    let report = run(&config, |_| {}).await.expect("run");
+    let markdown = report.to_markdown();
+    assert!(
+        report.failures.is_empty(),
+        "{:?}\n{markdown}",
+        report.failures
+    );
+    for row in report.http.iter().filter(|r| r.kind == ServerKind::Durable) {
+        assert_eq!(row.counted.len(), 1, "{row:?}");
+        let counted = row.counted[0];
+        // Timed and warm-up calls.
+        assert_eq!(counted.calls, 6 * row.connections as u64, "{row:?}");
+        if row.server.ends_with("memory") {
+            assert_eq!((counted.commits, counted.syncs), (Some(0), Some(0)));
+        } else {
+            // Every call is journaled: one connection at a time, a commit each at least;
+            // more share group commits. Each commit is synced (FULL), once at most.
+            let commits = counted.commits.expect("commits");
+            assert!(commits > 0, "{row:?}");
+            if row.connections == 1 {
+                assert!(commits >= counted.calls, "{row:?}");
+            }
+            assert!(
+                counted.syncs.is_some_and(|s| s > 0 && s <= commits),
+                "{row:?}"
+            );
+        }
+    }
+    assert!(
+        markdown.contains("**Commits and fsyncs per call**"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("](benchmarks/calls-legacy.svg)"),
+        "{markdown}"
+    );
+    for era in ["legacy", "modern"] {
+        let svg = std::fs::read_to_string(dir.join("plots").join(format!("calls-{era}.svg")))
+            .expect("the plot is written");
+        // Stock rmcp (legacy, and modern where it answers) and durable-mcp on both stores.
+        assert!(svg.matches("<polyline").count() >= 2, "{svg}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Processes running `durable-mcp` as the proxy's stdio upstream.
 fn stdio_upstreams() -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
