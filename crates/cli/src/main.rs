@@ -6,6 +6,7 @@ mod generate;
 mod healthcheck;
 mod keys;
 mod ops;
+mod runs;
 mod serve;
 mod transfer;
 
@@ -51,6 +52,9 @@ enum Command {
     Keys(KeysArgs),
     /// Live sessions: list them, show one, or end one (as an HTTP DELETE of it would).
     Sessions(SessionsArgs),
+    /// Journaled runs, on any store, with workers running or not: list them (with
+    /// filters), show one (its steps and the operators' actions), cancel or kill one.
+    Runs(RunsArgs),
     /// Write every item of a store (sessions, streams with their events, journal records,
     /// tasks, state, keys) to stdout as versioned JSON lines, ids preserved.
     Dump(DumpArgs),
@@ -197,6 +201,94 @@ enum Inspected {
 struct MigrateArgs {
     #[command(flatten)]
     store: StoreArgs,
+}
+
+#[derive(Parser, Debug)]
+struct RunsArgs {
+    #[command(subcommand)]
+    action: RunsAction,
+}
+
+/// Who acts on a run, and why: kept with the action.
+#[derive(Parser, Debug)]
+struct ActionArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The run id (`durable-mcp runs list`).
+    id: String,
+    /// Why: kept with the action, and put in the client's error outcome.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Who acts [default: the user running the command].
+    #[arg(long)]
+    by: Option<String>,
+    /// The action committed, as JSON, instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum RunsAction {
+    /// Journaled runs not yet finished, oldest first: running on a live worker, or waiting
+    /// for one to take them over.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only requests of this JSON-RPC method (`tools/call`, ...).
+        #[arg(long)]
+        method: Option<String>,
+        /// Only requests naming this tool (or prompt, or resource URI).
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only this principal's.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Only this legacy session's.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only runs whose lease this worker holds (`--worker-id` of `serve`).
+        #[arg(long)]
+        worker: Option<String>,
+        /// Only running runs (a live lease) or waiting ones.
+        #[arg(long, value_enum)]
+        state: Option<RunStateArg>,
+        /// Only runs accepted at least this long ago: `90s`, `15m`, `2h`, `7d`.
+        #[arg(long, value_parser = runs::parse_age)]
+        older_than: Option<std::time::Duration>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run: its entry, its committed steps, and the operators' actions on it.
+    Show {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The run id.
+        id: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run cooperatively: its handler sees cancellation at its worker's next
+    /// heartbeat (a third of the lease), and the client gets an error outcome saying an
+    /// operator cancelled it. A run waiting for a worker is closed instead of run.
+    Cancel(ActionArgs),
+    /// Kill a run now: its error outcome is committed and its journal entry removed, so no
+    /// worker runs it again. A worker still running it cancels the handler at its next
+    /// heartbeat and keeps no step it committed after the kill.
+    Kill(ActionArgs),
+}
+
+/// `runs list --state`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum RunStateArg {
+    /// Held by a worker whose lease has not run out.
+    Running,
+    /// Released, or its lease ran out: the next worker to recover takes it.
+    Waiting,
 }
 
 #[derive(Parser, Debug)]
@@ -403,6 +495,56 @@ async fn main() -> anyhow::Result<()> {
             }
             SessionsAction::End { store, id, json } => {
                 ops::sessions_end(store.open().await?, &id, json).await
+            }
+        },
+        Command::Runs(args) => match args.action {
+            RunsAction::List {
+                store,
+                method,
+                tool,
+                principal,
+                session,
+                worker,
+                state,
+                older_than,
+                limit,
+                json,
+            } => {
+                let mut filter = durable_mcp::engine::inspect::RunFilter::default();
+                filter.method = method;
+                filter.target = tool;
+                filter.principal = principal;
+                filter.session = session;
+                filter.worker = worker;
+                filter.running = state.map(|state| matches!(state, RunStateArg::Running));
+                filter.older_than_ms =
+                    older_than.map(|age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
+                runs::list(store.open().await?.as_ref(), &filter, limit, json).await
+            }
+            RunsAction::Show { store, id, json } => {
+                runs::show(store.open().await?, &id, json).await
+            }
+            RunsAction::Cancel(args) => {
+                runs::act(
+                    args.store.open().await?,
+                    &args.id,
+                    false,
+                    args.by,
+                    args.reason,
+                    args.json,
+                )
+                .await
+            }
+            RunsAction::Kill(args) => {
+                runs::act(
+                    args.store.open().await?,
+                    &args.id,
+                    true,
+                    args.by,
+                    args.reason,
+                    args.json,
+                )
+                .await
             }
         },
         Command::Dump(args) => {

@@ -122,7 +122,7 @@ pub async fn sessions_show(store: &dyn Store, id: &str, json: bool) -> anyhow::R
 /// A server handler that serves nothing: `sessions end` needs an engine only for its
 /// session end path.
 #[derive(Clone)]
-struct Operator;
+pub(crate) struct Operator;
 
 impl durable_mcp::rmcp::ServerHandler for Operator {}
 

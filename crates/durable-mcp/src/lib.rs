@@ -95,7 +95,8 @@ pub mod engine {
     /// retention, drain) to you.
     pub use durable_mcp_engine::Engine;
     pub use durable_mcp_engine::{
-        EngineError, EngineOptions, default_worker_id, inspect, keys, limits,
+        ActionKind, ActionRecord, EngineError, EngineOptions, default_worker_id, inspect, keys,
+        limits,
     };
     pub use durable_mcp_handler::{KeyRing, RingKey, StateKeys};
 }

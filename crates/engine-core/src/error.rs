@@ -47,6 +47,10 @@ pub enum EngineError {
     /// stays journaled and a later recovery pass closes it.
     #[error("could not close the stream {0} of a run")]
     StreamNotClosed(StreamId),
+    /// An operator's action names a run that is not in the journal: it has finished, was
+    /// killed, or never existed.
+    #[error("run {0} is not in the journal: it has finished, was killed, or never existed")]
+    RunNotFound(String),
 }
 
 impl From<StoreError> for EngineError {

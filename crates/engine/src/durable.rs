@@ -386,6 +386,14 @@ impl DurableRun {
     }
 
     async fn commit_value(&self, key: &str, value: Value) -> Result<Value, DurableError> {
+        // A run an operator killed commits no more (its worker learns of it at its next
+        // heartbeat, which cancels the run). Any other cancelled run keeps what its step
+        // did: the first commit wins and a run that goes on elsewhere reuses it (D8).
+        if self.cancel.is_cancelled()
+            && let Ok(true) = self.engine.journal().killed(&self.run_id).await
+        {
+            return Err(DurableError::Cancelled);
+        }
         self.steps_written.store(true, Ordering::SeqCst);
         let store = self.engine.store();
         match store

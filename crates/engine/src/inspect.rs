@@ -7,7 +7,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::EngineError;
-use crate::records::{Flavor, RecordError, RunRecord, TaskRecord, iso8601, key};
+pub use crate::records::iso8601;
+use crate::records::{Flavor, RecordError, RunRecord, TaskRecord, key};
 
 /// A journaled request that has not finished: running on a worker, or waiting for one to
 /// take it over.
@@ -38,6 +39,8 @@ pub struct RunSummary {
     pub failures: u32,
     /// The task it works for, if any.
     pub task_id: Option<String>,
+    /// When it was accepted (milliseconds since the epoch, from its id).
+    pub accepted_ms: Option<u64>,
     /// The request's `params.arguments` (a payload: left out of the serialized summary, so
     /// `inspect runs --json` does not print it; the dashboard shows it only when asked).
     #[serde(skip)]
@@ -45,6 +48,12 @@ pub struct RunSummary {
 }
 
 impl RunSummary {
+    /// Whether a worker holds it at `now_ms` (its lease has not run out), or it waits for
+    /// one to take it over.
+    pub fn is_running(&self, now_ms: u64) -> bool {
+        self.owner.is_some() && self.lease_until_ms > now_ms
+    }
+
     /// The lease, as a person reads it at `now_ms`: `"released"`, `"expires in 2.3 s"`,
     /// `"expired 4.0 s ago"`.
     pub fn lease_state(&self, now_ms: u64) -> String {
@@ -110,10 +119,87 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
                 .as_deref()
                 .map(|task| key::task_id(task).to_owned()),
             arguments: run.request.param("arguments").cloned(),
+            // The run's id is its first stream's (a task's stream comes later).
+            accepted_ms: key
+                .parse::<durable_mcp_store::StreamId>()
+                .ok()
+                .and_then(|id| id.created_ms()),
             run_id: key,
         });
     }
     Ok(runs)
+}
+
+/// A committed step record of a run: a step's result, a question's answer, a sent
+/// notification's mark, its cancellation mark.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct StepSummary {
+    /// Its key (`<run id>/<kind>/<name>`).
+    pub key: String,
+    /// The size of what it keeps, in bytes.
+    pub bytes: usize,
+    /// When it expires (milliseconds since the epoch), if before the run ends.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// Up to `limit` committed step records of run `run_id`, by key.
+pub async fn steps(
+    store: &dyn Store,
+    run_id: &str,
+    limit: usize,
+) -> Result<Vec<StepSummary>, EngineError> {
+    Ok(store
+        .list_records(RecordKind::Step, &key::steps(run_id), limit)
+        .await?
+        .into_iter()
+        .map(|record| StepSummary {
+            bytes: record.value.len(),
+            key: record.key,
+            expires_at_ms: record.expires_at_ms,
+        })
+        .collect())
+}
+
+/// Which runs an operator asks for (`durable-mcp runs list`): every field set must match.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RunFilter {
+    /// The JSON-RPC method.
+    pub method: Option<String>,
+    /// The tool (or prompt, or resource URI) the request names.
+    pub target: Option<String>,
+    /// Who sent it.
+    pub principal: Option<String>,
+    /// Its legacy session.
+    pub session: Option<String>,
+    /// The worker holding its lease.
+    pub worker: Option<String>,
+    /// `Some(true)`: held by a live worker; `Some(false)`: waiting for one.
+    pub running: Option<bool>,
+    /// Accepted at least this many milliseconds ago.
+    pub older_than_ms: Option<u64>,
+}
+
+impl RunFilter {
+    /// Whether `run` is one of them at `now_ms`.
+    pub fn matches(&self, run: &RunSummary, now_ms: u64) -> bool {
+        let is = |want: &Option<String>, have: Option<&str>| {
+            want.as_deref().is_none_or(|want| have == Some(want))
+        };
+        is(&self.method, Some(&run.method))
+            && is(&self.target, run.target.as_deref())
+            && is(&self.principal, Some(&run.principal))
+            && is(&self.session, run.session.as_deref())
+            && is(&self.worker, run.owner.as_deref())
+            && self
+                .running
+                .is_none_or(|running| run.is_running(now_ms) == running)
+            && self.older_than_ms.is_none_or(|age| {
+                run.accepted_ms
+                    .is_some_and(|accepted| now_ms.saturating_sub(accepted) >= age)
+            })
+    }
 }
 
 /// Up to `limit` tasks that have not expired, by principal then id. Unreadable records are

@@ -92,6 +92,8 @@ const MODULES: &[(&str, u8, &str)] = &[
     ("subscriptions", 4, include_str!("subscriptions.rs")),
     ("outbox", 4, include_str!("outbox.rs")),
     ("requests", 4, include_str!("requests.rs")),
+    ("operate", 4, include_str!("operate.rs")),
+    ("operate_tests", 4, include_str!("operate_tests.rs")),
     ("inspect", 4, include_str!("inspect.rs")),
 ];
 
@@ -107,6 +109,8 @@ const ROOT: &[(&str, Option<&str>)] = &[
     ("RecordError", Some("records")),
     ("Era", Some("records")),
     ("is_credential", Some("records")),
+    ("ActionKind", Some("records")),
+    ("ActionRecord", Some("records")),
     ("Caller", Some("caller")),
     ("Request", None),
     ("Method", None),

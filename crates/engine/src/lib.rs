@@ -54,6 +54,9 @@ mod journal_tests;
 mod layers;
 mod notify;
 mod opening;
+mod operate;
+#[cfg(test)]
+mod operate_tests;
 mod outbox;
 mod pump;
 mod recovery;
@@ -75,6 +78,7 @@ use std::time::Duration;
 use durable_mcp_handler::{McpHandler, ServerSummary};
 use durable_mcp_store::{Retention, Store};
 
+pub use durable_mcp_engine_core::records::{ActionKind, ActionRecord};
 pub use durable_mcp_engine_core::{Caller, EngineError, Era, RecordError, is_credential};
 pub use durable_mcp_protocol::jsonrpc::Request;
 pub use durable_mcp_protocol::meta::RELATED_TASK;
@@ -419,6 +423,44 @@ impl Engine {
         id: &durable_mcp_store::SessionId,
     ) -> Result<bool, EngineError> {
         self.inner.sessions.end_session(principal, id).await
+    }
+
+    /// An operator's cooperative cancellation of run `run_id` (`durable-mcp runs cancel`),
+    /// by `by`, for `reason`. The action is committed first; then the run's worker, any
+    /// worker, cancels the handler at its next heartbeat (a third of the lease) and the
+    /// client gets an error outcome saying so ([`code::ENDED_BY_OPERATOR`]); a run waiting
+    /// for a worker is closed with it by recovery instead of run. [`EngineError::RunNotFound`]
+    /// if the run is not in the journal (it has finished).
+    ///
+    /// [`code::ENDED_BY_OPERATOR`]: durable_mcp_protocol::jsonrpc::code::ENDED_BY_OPERATOR
+    pub async fn cancel_run(
+        &self,
+        run_id: &str,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<ActionRecord, EngineError> {
+        self.inner.requests.cancel_run(run_id, by, reason).await
+    }
+
+    /// An operator's kill of run `run_id` (`durable-mcp runs kill`), by `by`, for `reason`:
+    /// the action is committed, then, in one commit, the error outcome on the run's stream,
+    /// the stream closed and the journal entry removed over the version read. A live
+    /// worker hears of it at its next heartbeat: it cancels the handler, commits no more of
+    /// its steps, and removes the ones committed in between; a task the run worked for ends
+    /// `failed`, and a 2026-07-28 retry that continues the run is refused. [`EngineError::RunNotFound`] if the run is not in
+    /// the journal (it has finished).
+    pub async fn kill_run(
+        &self,
+        run_id: &str,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<ActionRecord, EngineError> {
+        self.inner.requests.kill_run(run_id, by, reason).await
+    }
+
+    /// The operator actions on run `run_id`, oldest first (kept a week after each).
+    pub async fn run_actions(&self, run_id: &str) -> Result<Vec<ActionRecord>, EngineError> {
+        self.inner.requests.journal().actions(run_id).await
     }
 
     /// The limits per principal of this worker and what each principal uses: the

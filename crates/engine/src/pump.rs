@@ -44,7 +44,7 @@ use crate::inbox::Inbox;
 use crate::journal::{Held, Unjournaled};
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::opening::{Answered, Journaled, NewStream};
-use crate::records::{Era, TaskStatus};
+use crate::records::Era;
 use crate::requests::Requests;
 use crate::sync::lock;
 
@@ -856,21 +856,14 @@ impl Requests {
                 held.finish(self.journal()).await;
             }
             Ending::FinishCancelled => {
-                if !self.close_unanswered(stream, id, true).await {
+                let task = held.record.task.as_deref();
+                if !self.close_cancelled(&held.run_id, stream, id, task).await {
                     // The store is down: keep the journal entry, so that recovery closes the
                     // stream once it is back (the cancellation mark makes it not run again).
                     let _ = self.journal().cancel_elsewhere_by_run(&held.run_id).await;
                     held.release(self.journal(), now_ms() + RETRY_AFTER_FAILURE_MS, false)
                         .await;
                     return;
-                }
-                if let Some(task) = &held.record.task
-                    && let Err(error) = self
-                        .tasks()
-                        .end_task(task, TaskStatus::Cancelled, "The request was cancelled.")
-                        .await
-                {
-                    tracing::warn!(%error, %task, "could not mark a task cancelled");
                 }
                 held.finish(self.journal()).await;
             }

@@ -130,7 +130,12 @@ impl Requests {
             None => false,
         };
         if cancelled || task_ended {
-            return self.closed_or_retry(&stream, &id, true).await;
+            let task = record.task.as_deref().filter(|_| !task_ended);
+            return if self.close_cancelled(&held.run_id, &stream, &id, task).await {
+                Ok(Resume::Done)
+            } else {
+                Err(EngineError::StreamNotClosed(stream.clone()))
+            };
         }
         let principal = record.principal.clone();
         let session = match &record.session {

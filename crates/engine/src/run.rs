@@ -338,6 +338,12 @@ impl Requests {
         };
         let keys = self.state_keys().await?;
         match crate::journal::open_run(&keys, &state, &caller.principal, request) {
+            Ok(continued) if self.journal().killed(&continued).await? => Ok(Err(error_response(
+                request.id().clone(),
+                code::ENDED_BY_OPERATOR,
+                "the request was killed by an operator: it cannot be continued",
+                None,
+            ))),
             Ok(continued) => {
                 self.journal()
                     .refresh_steps(
@@ -1155,6 +1161,17 @@ impl Requests {
             )
             .to_string()
         };
+        self.close_with(stream, opening, data).await
+    }
+
+    /// Close `stream` (created with it if `opening` is not committed yet) with the event
+    /// `data` (empty: none), retrying while the store is unavailable; whether it is closed.
+    pub(crate) async fn close_with(
+        &self,
+        stream: &StreamId,
+        opening: &mut Option<NewStream>,
+        data: String,
+    ) -> bool {
         let mut delay = std::time::Duration::from_millis(50);
         for _ in 0..10 {
             let closed = match opening.as_mut().filter(|o| !o.is_open()) {

@@ -35,6 +35,9 @@ pub mod code {
     /// The upstream could not serve the request: it could not be started or initialized,
     /// or this worker has no room for another upstream process (`durable-mcp proxy`).
     pub const UPSTREAM_UNAVAILABLE: i64 = -32031;
+    /// An operator ended the request (`durable-mcp runs cancel|kill`); the message says
+    /// which, and why.
+    pub const ENDED_BY_OPERATOR: i64 = -32040;
 }
 
 /// A JSON-RPC id: a string or a number (null is not an id of a request).

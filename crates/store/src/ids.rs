@@ -140,6 +140,14 @@ random_id!(
     "A fresh id: the current time in milliseconds (6 bytes, so ids sort by creation) and 10 bytes (80 bits) of CSPRNG randomness, hex-encoded."
 );
 
+impl StreamId {
+    /// The millisecond the id was made in (since the epoch), read from its first six bytes
+    /// ([`StreamId::random`]); `None` for an id that does not start with hex digits.
+    pub fn created_ms(&self) -> Option<u64> {
+        u64::from_str_radix(self.0.get(..12)?, 16).ok()
+    }
+}
+
 /// Who owns a record (D13). Every lookup is made under a principal; another principal's
 /// records behave as if they did not exist.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -243,6 +251,16 @@ mod tests {
         assert_ne!(SessionId::random(), SessionId::random());
         assert_ne!(StreamId::random(), StreamId::random());
         assert_eq!(SessionId::random().as_str().len(), 64);
+    }
+
+    #[test]
+    fn a_stream_id_tells_when_it_was_made() {
+        let before = crate::now_ms();
+        let id = StreamId::random();
+        let made = id.created_ms().unwrap();
+        assert!((before..=crate::now_ms()).contains(&made), "{made}");
+        let parsed: StreamId = "01a2441e782ea216008f6ee821f14996".parse().unwrap();
+        assert_eq!(parsed.created_ms(), Some(0x01a2_441e_782e));
     }
 
     #[test]

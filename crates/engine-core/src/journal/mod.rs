@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::EngineError;
 use crate::caller::Caller;
 use crate::events::Events;
-use crate::records::{AliasRecord, RunRecord, canonical, key};
+use crate::records::{ActionRecord, AliasRecord, RunRecord, canonical, key};
 use crate::rerun::AlreadySent;
 
 /// A duration in milliseconds, saturated.
@@ -287,10 +287,32 @@ impl Held {
         }
         match put_run(journal, &self.run_id, &record, version).await {
             Ok(_) => tracing::info!(run = %self.run_id, "released a run's lease"),
+            Err(EngineError::Store(StoreError::Conflict { .. } | StoreError::NotFound { .. }))
+                if self.ended_elsewhere(journal).await =>
+            {
+                tracing::info!(run = %self.run_id, "the run was ended elsewhere (killed by an operator); its last steps are removed");
+            }
             Err(error) => {
                 tracing::warn!(%error, run = %self.run_id, "could not release a lease; it expires by itself")
             }
         }
+    }
+
+    /// Whether an operator killed the run while it ran here ([`Journal::killed`]): then
+    /// the steps this worker's handler committed after the kill, before it heard of it,
+    /// are removed, as the kill removed the earlier ones.
+    async fn ended_elsewhere(&self, journal: &Journal) -> bool {
+        if !matches!(journal.killed(&self.run_id).await, Ok(true)) {
+            return false;
+        }
+        if let Err(error) = journal
+            .store()
+            .delete_records(RecordKind::Step, &key::steps(&self.run_id))
+            .await
+        {
+            tracing::warn!(%error, run = %self.run_id, "could not remove the steps of a killed run");
+        }
+        true
     }
 }
 
@@ -433,8 +455,13 @@ async fn renew(journal: &Journal, beat: &Beat, lease: Duration) {
     match renewed {
         Ok(_) => {}
         Err(EngineError::Store(StoreError::Conflict { .. })) => {
-            tracing::warn!(run = %run_id, "lease lost: another worker took this run over; stopping it here");
-            crate::metrics::lease_lost("taken_over");
+            if let Ok(true) = journal.killed(run_id).await {
+                tracing::warn!(run = %run_id, "an operator killed this run; stopping it here");
+                crate::metrics::lease_lost("killed");
+            } else {
+                tracing::warn!(run = %run_id, "lease lost: another worker took this run over; stopping it here");
+                crate::metrics::lease_lost("taken_over");
+            }
             beat.stopped.store(true, Ordering::SeqCst);
             beat.lost.cancel();
             return;
@@ -674,6 +701,100 @@ impl Journal {
             .get_record(RecordKind::Step, &key::cancel_mark(run_id))
             .await?
             .is_some())
+    }
+
+    /// Commit an operator's `action` on a run, its audit record (kept
+    /// [`ACTION_TTL_MS`](crate::records::ACTION_TTL_MS)); the action as committed (its time
+    /// moved on by a millisecond if another action on the run has the same one).
+    pub async fn record_action(&self, action: ActionRecord) -> Result<ActionRecord, EngineError> {
+        let mut action = action;
+        for _ in 0..16 {
+            let expires = action.at_ms + crate::records::ACTION_TTL_MS;
+            match self
+                .store()
+                .put_record(
+                    RecordKind::Step,
+                    &key::action(&action.run_id, action.at_ms),
+                    action.encode()?,
+                    Some(expires),
+                    Expect::Absent,
+                )
+                .await
+            {
+                Ok(_) => return Ok(action),
+                Err(StoreError::Conflict { .. }) => action.at_ms += 1,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(EngineError::Store(StoreError::Conflict {
+            what: "the time of an operator action",
+        }))
+    }
+
+    /// The operator actions on run `run_id`, oldest first.
+    pub async fn actions(&self, run_id: &str) -> Result<Vec<ActionRecord>, EngineError> {
+        const MAX_ACTIONS: usize = 1_000;
+        self.store()
+            .list_records(RecordKind::Step, &key::actions(run_id), MAX_ACTIONS)
+            .await?
+            .into_iter()
+            .map(|record| Ok(ActionRecord::decode(&record.key, &record.value)?))
+            .collect()
+    }
+
+    /// Whether an operator killed run `run_id`: its journal entry is gone and a kill of it
+    /// is recorded. (An entry also goes when a run finishes, or when a stateless run waits
+    /// for its client's answers with its steps kept: those are not kills.)
+    pub async fn killed(&self, run_id: &str) -> Result<bool, EngineError> {
+        if self
+            .store()
+            .get_record(RecordKind::Run, run_id)
+            .await?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        Ok(self
+            .actions(run_id)
+            .await?
+            .iter()
+            .any(|action| action.action == crate::records::ActionKind::Kill))
+    }
+
+    /// Mark run `run_id` cancelled by an operator's `action`: as a client's cancellation
+    /// (its worker cancels it at its next heartbeat; recovery closes it instead of running
+    /// it), with the action in the mark, so that the client's outcome says who did it.
+    /// A run already marked cancelled keeps its mark.
+    pub async fn cancel_by_operator(&self, action: &ActionRecord) -> Result<(), EngineError> {
+        let expires = now_ms() + MARK_TTL_MS;
+        match self
+            .store()
+            .put_record(
+                RecordKind::Step,
+                &key::cancel_mark(&action.run_id),
+                action.encode()?,
+                Some(expires),
+                Expect::Absent,
+            )
+            .await
+        {
+            Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The operator's action that cancelled run `run_id`, if an operator did (`None`: not
+    /// cancelled, or cancelled by its client).
+    pub async fn cancelled_by_operator(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<ActionRecord>, EngineError> {
+        let key = key::cancel_mark(run_id);
+        Ok(self
+            .store()
+            .get_record(RecordKind::Step, &key)
+            .await?
+            .and_then(|mark| ActionRecord::decode(&key, &mark.value).ok()))
     }
 
     /// Every journal entry (running here, elsewhere, or waiting for a worker). Usually one

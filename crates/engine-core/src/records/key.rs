@@ -78,6 +78,17 @@ pub fn cancel_mark(run_id: &str) -> String {
     format!("{run_id}/cancel")
 }
 
+/// The prefix of the operator actions on a run: not under [`steps`], so they stay after
+/// the run ends, as its audit trail.
+pub fn actions(run_id: &str) -> String {
+    format!("action/{run_id}/")
+}
+
+/// The operator action on a run taken at `at_ms` (ordered by time within the run).
+pub fn action(run_id: &str, at_ms: u64) -> String {
+    format!("action/{run_id}/{at_ms:016}")
+}
+
 /// The alias under which a legacy session's JSON-RPC request id points at its run. The id
 /// is the client's, of any length a body may carry: bounded by [`key_part`] (a 3,000-byte
 /// id overflowed PostgreSQL's index).

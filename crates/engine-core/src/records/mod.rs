@@ -12,6 +12,7 @@
 //! layer 0 (only `traces`' `TraceContext`, kept in run records): the journal,
 //! tasks and the request path are built on these types.
 
+mod action;
 mod alias;
 pub mod key;
 mod run;
@@ -22,6 +23,7 @@ use durable_mcp_store::RecordKind;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use action::{ACTION_TTL_MS, ActionKind, ActionRecord};
 pub use alias::{AliasRecord, RequestFingerprint};
 pub use durable_mcp_protocol::tasks::TaskStatus;
 pub use run::{Era, is_credential};

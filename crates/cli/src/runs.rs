@@ -1,0 +1,237 @@
+//! `durable-mcp runs`: journaled runs, listed with filters, shown with their steps and the
+//! operators' actions on them, cancelled or killed. Works against any store, whether its
+//! workers are running or not; an action is committed as a record, and whichever worker
+//! runs the run obeys it (docs/operations.md, "Acting on runs").
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use durable_mcp::engine::inspect::{RunFilter, RunSummary};
+use durable_mcp::engine::{ActionRecord, EngineError};
+use durable_mcp::store::{Store, now_ms};
+use serde_json::json;
+
+/// How many journal entries `runs list` reads before it filters them.
+const SCAN: usize = 100_000;
+
+/// `runs list`: the runs `filter` matches, at most `limit`, oldest first.
+pub async fn list(
+    store: &dyn Store,
+    filter: &RunFilter,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    let now = now_ms();
+    let mut runs: Vec<RunSummary> = durable_mcp::engine::inspect::runs(store, SCAN)
+        .await?
+        .into_iter()
+        .filter(|run| filter.matches(run, now))
+        .collect();
+    runs.sort_by_key(|run| run.accepted_ms);
+    runs.truncate(limit);
+    for run in runs {
+        if json {
+            println!("{}", serde_json::to_string(&run)?);
+        } else {
+            println!("{}", line(&run, now));
+        }
+    }
+    Ok(())
+}
+
+/// One run as `runs list` prints it.
+fn line(run: &RunSummary, now: u64) -> String {
+    let age = run
+        .accepted_ms
+        .map_or_else(|| "-".to_owned(), |at| age(now.saturating_sub(at)));
+    format!(
+        "{}  {} {}  id={}  state={}  age={}  lease={}  owner={}  attempt={}  failures={}  task={}  principal={}  session={}",
+        run.run_id,
+        run.method,
+        run.target.as_deref().unwrap_or("-"),
+        run.request_id,
+        if run.is_running(now) {
+            "running"
+        } else {
+            "waiting"
+        },
+        age,
+        run.lease_state(now),
+        run.owner.as_deref().unwrap_or("-"),
+        run.attempt,
+        run.failures,
+        run.task_id.as_deref().unwrap_or("-"),
+        run.principal,
+        run.session.as_deref().unwrap_or("-"),
+    )
+}
+
+/// `runs show ID`: the run, its committed steps (key and size) and the operators' actions.
+pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
+    let engine = operator_engine(store.clone());
+    let actions = engine.run_actions(id).await?;
+    let run = durable_mcp::engine::inspect::runs(store.as_ref(), SCAN)
+        .await?
+        .into_iter()
+        .find(|run| run.run_id == id);
+    let steps = durable_mcp::engine::inspect::steps(store.as_ref(), id, SCAN).await?;
+    if run.is_none() && actions.is_empty() {
+        bail!(
+            "no run {id}: it is not in the journal (finished, or never existed) and no operator acted on it"
+        );
+    }
+    if json {
+        println!(
+            "{}",
+            json!({"run": run, "in_journal": run.is_some(), "steps": steps, "actions": actions})
+        );
+        return Ok(());
+    }
+    let now = now_ms();
+    match &run {
+        Some(run) => println!("{}", line(run, now)),
+        None => println!("{id}  not in the journal (finished, killed, or never existed)"),
+    }
+    println!("steps: {}", steps.len());
+    for step in &steps {
+        println!("  {}  {} bytes", step.key, step.bytes);
+    }
+    println!("actions: {}", actions.len());
+    for action in &actions {
+        println!("  {}", describe(action));
+    }
+    Ok(())
+}
+
+/// `runs cancel ID` and `runs kill ID`.
+pub async fn act(
+    store: Arc<dyn Store>,
+    id: &str,
+    kill: bool,
+    by: Option<String>,
+    reason: Option<String>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let engine = operator_engine(store);
+    let by = by.unwrap_or_else(operator);
+    let done = if kill {
+        engine.kill_run(id, by, reason).await
+    } else {
+        engine.cancel_run(id, by, reason).await
+    };
+    let action = match done {
+        Ok(action) => action,
+        Err(EngineError::RunNotFound(_)) => bail!(
+            "run {id} is not in the journal: it has finished, was killed, or never existed (`durable-mcp runs list`)"
+        ),
+        Err(error) => {
+            return Err(error).with_context(|| {
+                format!("{} run {id}", if kill { "killing" } else { "cancelling" })
+            });
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string(&action)?);
+    } else if kill {
+        println!(
+            "killed run {id}: its error outcome is committed; a worker still running it cancels it at its next heartbeat"
+        );
+    } else {
+        println!(
+            "cancelled run {id}: the worker running it cancels it at its next heartbeat (a third of the lease); a run no worker holds is closed by the next recovery"
+        );
+    }
+    Ok(())
+}
+
+/// An action as `runs show` prints it.
+fn describe(action: &ActionRecord) -> String {
+    format!(
+        "{}  {} by {}{}",
+        durable_mcp::engine::inspect::iso8601(action.at_ms),
+        action.action.as_str(),
+        action.by,
+        action
+            .reason
+            .as_deref()
+            .map(|reason| format!(": {reason}"))
+            .unwrap_or_default()
+    )
+}
+
+/// Who acts, when `--by` is not given: the user running the command.
+fn operator() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "operator".to_owned())
+}
+
+/// An engine for the operator's commands: it serves no requests.
+fn operator_engine(store: Arc<dyn Store>) -> durable_mcp::engine::Engine {
+    durable_mcp::engine::Engine::new(
+        store,
+        durable_mcp::McpHandler::new(crate::ops::Operator),
+        durable_mcp::engine::EngineOptions::default(),
+    )
+}
+
+/// A duration as people write it: `90s`, `15m`, `2h`, `7d` (a bare number is seconds).
+pub fn parse_age(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, ""), |at| text.split_at(at));
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration such as 90s, 15m, 2h or 7d"))?;
+    let seconds = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{text}`: use s, m, h or d"
+            ));
+        }
+    };
+    Ok(Duration::from_secs(number.saturating_mul(seconds)))
+}
+
+/// An age as people read it.
+fn age(ms: u64) -> String {
+    match ms / 1000 {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7_200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3_600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_parse_with_their_units() {
+        assert_eq!(parse_age("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_age("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_age("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_age("2h"), Ok(Duration::from_secs(7_200)));
+        assert_eq!(parse_age("7d"), Ok(Duration::from_secs(604_800)));
+        assert!(parse_age("7w").unwrap_err().contains("unknown unit"));
+        assert!(parse_age("soon").unwrap_err().contains("not a duration"));
+        assert!(parse_age("").is_err());
+    }
+
+    #[test]
+    fn ages_print_in_the_largest_fitting_unit() {
+        assert_eq!(age(5_000), "5s");
+        assert_eq!(age(600_000), "10m");
+        assert_eq!(age(3 * 3_600_000), "3h");
+        assert_eq!(age(3 * 86_400_000), "3d");
+    }
+}

@@ -1,0 +1,177 @@
+//! Operators acting on runs (`durable-mcp runs cancel|kill`). Each action is committed as a
+//! record first (who, when, why: [`ActionRecord`]), then obeyed by whichever worker runs
+//! the run, live or after a restart:
+//!
+//! - **cancel** is cooperative: the run's cancellation mark carries the action, its worker
+//!   cancels the handler at its next heartbeat (a third of the lease), and the client's
+//!   outcome is an error that says an operator cancelled it (a client's own cancellation
+//!   gets none). A run waiting for a worker is closed by recovery instead of run.
+//! - **kill** ends the run at once: one commit appends the error outcome to its stream,
+//!   closes it and deletes the journal entry over the version read, so no worker runs it
+//!   again. A live worker hears of it at its next heartbeat: it cancels the handler, refuses
+//!   its steps and messages from then on, and removes the steps it committed in between.
+
+use durable_mcp_protocol::jsonrpc::{code, error_response, to_text};
+use durable_mcp_store::{Expect, RecordKind, StoreError, StoreErrorKind, WriteBatch, now_ms};
+use serde_json::{Value, json};
+
+use crate::EngineError;
+use crate::records::{ACTION_TTL_MS, ActionKind, ActionRecord, RunRecord, TaskStatus, key};
+use crate::requests::Requests;
+
+/// How many times a kill reads the entry again when its worker renewed the lease in
+/// between.
+const KILL_ATTEMPTS: usize = 20;
+
+impl Requests {
+    /// The work of [`crate::Engine::cancel_run`].
+    pub(crate) async fn cancel_run(
+        &self,
+        run_id: &str,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<ActionRecord, EngineError> {
+        if self
+            .store()
+            .get_record(RecordKind::Run, run_id)
+            .await?
+            .is_none()
+        {
+            return Err(EngineError::RunNotFound(run_id.to_owned()));
+        }
+        let action = self
+            .journal()
+            .record_action(action(ActionKind::Cancel, run_id, by, reason))
+            .await?;
+        self.journal().cancel_by_operator(&action).await?;
+        tracing::info!(run = %run_id, by = %action.by, "an operator cancelled a run");
+        Ok(action)
+    }
+
+    /// The work of [`crate::Engine::kill_run`].
+    pub(crate) async fn kill_run(
+        &self,
+        run_id: &str,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<ActionRecord, EngineError> {
+        let not_found = || EngineError::RunNotFound(run_id.to_owned());
+        let mut found = self
+            .store()
+            .get_record(RecordKind::Run, run_id)
+            .await?
+            .ok_or_else(not_found)?;
+        let mut action = action(ActionKind::Kill, run_id, by, reason);
+        for _ in 0..KILL_ATTEMPTS {
+            let record = RunRecord::decode(run_id, &found.value)?;
+            let outcome = outcome(record.request.id(), &action);
+            // The action is committed with the kill, so a kill that loses to the run's
+            // own end leaves no record of a kill that did not happen.
+            let batch = WriteBatch::new()
+                .put_record(
+                    RecordKind::Step,
+                    key::action(run_id, action.at_ms),
+                    action.encode()?,
+                    Some(action.at_ms + ACTION_TTL_MS),
+                    Expect::Absent,
+                )
+                .append(record.stream.clone(), to_text(&outcome))
+                .close(record.stream.clone())
+                .delete_record(RecordKind::Run, run_id, found.version)
+                .delete_records(RecordKind::Step, key::steps(run_id));
+            match self.commit_batch(batch).await {
+                Ok(_) => {
+                    if let Some(task) = &record.task
+                        && let Err(error) = self.tasks().settle_task(task, &outcome).await
+                    {
+                        // The kill stands; only the task's status lags.
+                        tracing::warn!(%error, %task, "a killed run's task could not be marked failed");
+                    }
+                    tracing::info!(run = %run_id, by = %action.by, "an operator killed a run");
+                    return Ok(action);
+                }
+                // The run answered in the meantime: it has finished, not been killed.
+                Err(error) if error.kind() == StoreErrorKind::StreamClosed => {
+                    return Err(not_found());
+                }
+                // Its worker renewed the lease (or the run ended), or another action took
+                // this millisecond: read it again.
+                Err(error) if error.kind() == StoreErrorKind::Conflict => {
+                    action.at_ms = action.at_ms.max(now_ms()) + 1;
+                    found = self
+                        .store()
+                        .get_record(RecordKind::Run, run_id)
+                        .await?
+                        .ok_or_else(not_found)?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(EngineError::Store(StoreError::Conflict {
+            what: "the journal entry of the run being killed",
+        }))
+    }
+
+    /// Close the stream of cancelled run `run_id` (as [`Requests::close_unanswered`]): with
+    /// no response after its client's cancellation, with an error outcome that says so
+    /// after an operator's; and end the `task` it worked for, if any, `cancelled`, with
+    /// the same words. Whether the stream is closed.
+    pub(crate) async fn close_cancelled(
+        &self,
+        run_id: &str,
+        stream: &durable_mcp_store::StreamId,
+        id: &durable_mcp_protocol::jsonrpc::RequestId,
+        task: Option<&str>,
+    ) -> bool {
+        let action = match self.journal().cancelled_by_operator(run_id).await {
+            Ok(action) => action,
+            Err(error) => {
+                tracing::warn!(%error, run = %run_id, "could not read a run's cancellation mark; it ends without an outcome");
+                None
+            }
+        };
+        let closed = match &action {
+            Some(action) => {
+                let data = to_text(&outcome(id, action));
+                self.close_with(stream, &mut None, data).await
+            }
+            None => self.close_unanswered(stream, id, true).await,
+        };
+        if closed && let Some(task) = task {
+            let message = action.map_or_else(
+                || "The request was cancelled.".to_owned(),
+                |action| action.message(),
+            );
+            if let Err(error) = self
+                .tasks()
+                .end_task(task, TaskStatus::Cancelled, &message)
+                .await
+            {
+                tracing::warn!(%error, %task, "could not mark a task cancelled");
+            }
+        }
+        closed
+    }
+}
+
+/// The error outcome a client reads for an operator's `action` on its request `id` (the
+/// reason goes to the client; who acted stays in the action record).
+fn outcome(id: &durable_mcp_protocol::jsonrpc::RequestId, action: &ActionRecord) -> Value {
+    error_response(
+        id.clone(),
+        code::ENDED_BY_OPERATOR,
+        &action.message(),
+        Some(json!({"action": action.action})),
+    )
+}
+
+/// A new action of `kind` on `run_id`, taken now.
+fn action(kind: ActionKind, run_id: &str, by: String, reason: Option<String>) -> ActionRecord {
+    ActionRecord {
+        action: kind,
+        run_id: run_id.to_owned(),
+        by,
+        reason,
+        at_ms: now_ms(),
+    }
+}
