@@ -329,8 +329,20 @@ enum SessionsAction {
         #[command(flatten)]
         store: StoreArgs,
         /// The session id (`Mcp-Session-Id`).
-        id: String,
-        /// JSON instead of text.
+        #[arg(required_unless_present = "all_idle", conflicts_with = "all_idle")]
+        id: Option<String>,
+        /// Instead of one session, every session idle for at least `--older-than` (no
+        /// request seen since; a worker refreshes that time at most every tenth of
+        /// `--session-idle-ttl`).
+        #[arg(long, requires = "older_than")]
+        all_idle: bool,
+        /// With `--all-idle`: idle for at least this long: `90s`, `15m`, `2h`, `7d`.
+        #[arg(long, value_parser = runs::parse_age, requires = "all_idle")]
+        older_than: Option<std::time::Duration>,
+        /// With `--all-idle`: print the sessions that would end, and end none.
+        #[arg(long, requires = "all_idle")]
+        dry_run: bool,
+        /// JSON instead of text (one object per line with `--all-idle`).
         #[arg(long)]
         json: bool,
     },
@@ -493,9 +505,20 @@ async fn main() -> anyhow::Result<()> {
             SessionsAction::Show { store, id, json } => {
                 ops::sessions_show(store.open().await?.as_ref(), &id, json).await
             }
-            SessionsAction::End { store, id, json } => {
-                ops::sessions_end(store.open().await?, &id, json).await
-            }
+            SessionsAction::End {
+                store,
+                id,
+                all_idle: _,
+                older_than,
+                dry_run,
+                json,
+            } => match (id, older_than) {
+                (Some(id), _) => ops::sessions_end(store.open().await?, &id, json).await,
+                (None, Some(idle)) => {
+                    ops::sessions_end_idle(store.open().await?, idle, dry_run, json).await
+                }
+                (None, None) => anyhow::bail!("give a session id, or --all-idle --older-than AGE"),
+            },
         },
         Command::Runs(args) => match args.action {
             RunsAction::List {

@@ -151,6 +151,72 @@ pub async fn sessions_end(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow
     Ok(())
 }
 
+/// `sessions end --all-idle --older-than AGE [--dry-run]`: every live session with no
+/// request seen for `idle`, oldest first, ended as `sessions end` ends one (or, dry, only
+/// listed).
+pub async fn sessions_end_idle(
+    store: Arc<dyn Store>,
+    idle: Duration,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    const SCAN: usize = 1_000_000;
+    let now = durable_mcp::store::now_ms();
+    let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+    let mut idle_sessions: Vec<_> = store
+        .list_sessions(None, SCAN)
+        .await?
+        .into_iter()
+        .filter(|session| now.saturating_sub(session.last_seen_ms) >= idle_ms)
+        .collect();
+    idle_sessions.sort_by_key(|session| session.last_seen_ms);
+    let engine = (!dry_run).then(|| {
+        durable_mcp::engine::Engine::new(
+            store,
+            durable_mcp::McpHandler::new(Operator),
+            durable_mcp::engine::EngineOptions::default(),
+        )
+    });
+    let mut ended = 0;
+    for session in &idle_sessions {
+        let idle_for = now.saturating_sub(session.last_seen_ms) / 1000;
+        let done = match &engine {
+            None => "would end",
+            // Ended meanwhile (by its client, or another operator): nothing left to do.
+            Some(engine) => match engine.end_session(&session.principal, &session.id).await {
+                Ok(true) => "ended",
+                Ok(false) => "already ended",
+                Err(error) => {
+                    return Err(error).with_context(|| {
+                        format!("ending session {} ({ended} ended before it)", session.id)
+                    });
+                }
+            },
+        };
+        ended += usize::from(done == "ended");
+        if json {
+            println!(
+                "{}",
+                json!({"session": session.id, "principal": session.principal, "idle_secs": idle_for, "result": done.replace(' ', "_")})
+            );
+        } else {
+            println!(
+                "{done} session {}  principal={}  idle={idle_for}s",
+                session.id, session.principal
+            );
+        }
+    }
+    if !json {
+        let verb = if dry_run { "would end" } else { "ended" };
+        let count = if dry_run { idle_sessions.len() } else { ended };
+        println!(
+            "{verb} {count} of the sessions idle for {}s or more",
+            idle_ms / 1000
+        );
+    }
+    Ok(())
+}
+
 /// Milliseconds of `elapsed`.
 fn ms(elapsed: Duration) -> f64 {
     elapsed.as_secs_f64() * 1000.0

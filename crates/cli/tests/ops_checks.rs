@@ -257,6 +257,76 @@ fn sessions_end_is_a_delete_on_every_backend() {
     }
 }
 
+/// `sessions end --all-idle`: the sessions idle for the age given end (a dry run only
+/// lists them), and a session in use stays.
+#[test]
+fn sessions_end_all_idle_ends_only_the_idle_ones() {
+    let dir = temp_dir("ops-idle");
+    let store = sqlite(&dir, "");
+    let server = Server::start(&store, free_port(), &[]);
+    let idle = [initialize(server.addr), initialize(server.addr)];
+    std::thread::sleep(Duration::from_millis(1_500));
+    let fresh = initialize(server.addr);
+    let lines = |out: Output| -> Vec<Value> {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    };
+    let end = |dry: bool| {
+        let mut args = vec![
+            "sessions",
+            "end",
+            "--store",
+            &store,
+            "--all-idle",
+            "--older-than",
+            "1s",
+            "--json",
+        ];
+        if dry {
+            args.push("--dry-run");
+        }
+        lines(cli(&args))
+    };
+    let listed = end(true);
+    let named: Vec<&str> = listed
+        .iter()
+        .map(|l| l["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(named.len(), 2, "{listed:?}");
+    assert!(
+        idle.iter().all(|s| named.contains(&s.as_str())),
+        "{listed:?}"
+    );
+    assert!(listed.iter().all(|l| l["result"] == "would_end"));
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    assert_eq!(
+        post(server.addr, Some(&idle[0]), &ping).status,
+        200,
+        "a dry run ends nothing"
+    );
+    let ended = end(false);
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    assert!(ended.iter().all(|l| l["result"] == "ended"));
+    for session in &idle {
+        assert_eq!(post(server.addr, Some(session), &ping).status, 404);
+    }
+    assert_eq!(
+        post(server.addr, Some(&fresh), &ping).status,
+        200,
+        "the session in use stays"
+    );
+    let refused = cli(&["sessions", "end", "--store", &store, "--all-idle"]);
+    assert!(!refused.status.success(), "--all-idle needs --older-than");
+}
+
 #[test]
 fn doctor_flags_sqlite_synchronous_off() {
     let dir = temp_dir("ops-doc-off");
