@@ -386,6 +386,9 @@ struct CopyArgs {
 struct StatsArgs {
     #[command(flatten)]
     store: StoreArgs,
+    /// How many of the largest streams and sessions (by their events' bytes) to list.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
     /// JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -611,7 +614,9 @@ async fn main() -> anyhow::Result<()> {
             let done = transfer::copy(from.as_ref(), to.as_ref()).await?;
             print_imported(&done, args.json)
         }
-        Command::Stats(args) => ops::stats(args.store.open().await?.as_ref(), args.json).await,
+        Command::Stats(args) => {
+            ops::stats(args.store.open().await?.as_ref(), args.top, args.json).await
+        }
         Command::Doctor(args) => {
             let settings = ops::ServeSettings {
                 store_url: args.serve.store.store.clone(),

@@ -9,7 +9,7 @@ use durable_mcp_store::{
     Expect, Principal, RecordKind, SessionId, SessionRecord, Store, StreamId, StreamInfo, now_ms,
 };
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// Every stream of `store` (in pages).
 pub async fn all_streams(
@@ -306,8 +306,17 @@ struct PrincipalStats {
     events: u64,
 }
 
-/// `stats`: counts and sizes by kind, the oldest items, per principal, store latency.
-pub async fn stats(store: &dyn Store, json: bool) -> anyhow::Result<()> {
+/// What one stream, or one session's streams together, hold (`stats`).
+#[derive(Debug, Default, Clone, Serialize)]
+struct Usage {
+    streams: u64,
+    events: u64,
+    bytes: u64,
+}
+
+/// `stats`: counts and sizes by kind, the oldest items, per principal, the `top` largest
+/// streams and sessions, store latency.
+pub async fn stats(store: &dyn Store, top: usize, json: bool) -> anyhow::Result<()> {
     let bar = crate::transfer::progress("reading");
     let sessions = store.list_sessions(None, usize::MAX).await?;
     let mut principals: BTreeMap<String, PrincipalStats> = BTreeMap::new();
@@ -348,9 +357,12 @@ pub async fn stats(store: &dyn Store, json: bool) -> anyhow::Result<()> {
     let streams = all_streams(store, &bar).await?;
     let (mut events, mut event_bytes, mut open) = (0u64, 0u64, 0u64);
     let mut longest: Option<(&StreamInfo, u64)> = None;
+    let mut per_stream: Vec<(&StreamInfo, Usage)> = Vec::with_capacity(streams.len());
+    let mut per_session: BTreeMap<String, (String, Usage)> = BTreeMap::new();
     for stream in &streams {
         let mut after = stream.first_seq.saturating_sub(1);
         let mut count = 0;
+        let mut bytes = 0;
         while after < stream.last_seq {
             let read = match store.read_after(&stream.id, after, 1000).await {
                 Ok(read) => read,
@@ -362,9 +374,24 @@ pub async fn stats(store: &dyn Store, json: bool) -> anyhow::Result<()> {
             };
             after = last.id.seq;
             count += read.events.len() as u64;
-            event_bytes += read.events.iter().map(|e| e.data.len() as u64).sum::<u64>();
+            bytes += read.events.iter().map(|e| e.data.len() as u64).sum::<u64>();
         }
         events += count;
+        event_bytes += bytes;
+        let usage = Usage {
+            streams: 1,
+            events: count,
+            bytes,
+        };
+        if let Some(session) = &stream.owner.session {
+            let (_, total) = per_session
+                .entry(session.to_string())
+                .or_insert_with(|| (stream.owner.principal.to_string(), Usage::default()));
+            total.streams += 1;
+            total.events += count;
+            total.bytes += bytes;
+        }
+        per_stream.push((stream, usage));
         open += u64::from(!stream.closed);
         if longest.is_none_or(|(_, n)| count > n) {
             longest = Some((stream, count));
@@ -400,8 +427,28 @@ pub async fn stats(store: &dyn Store, json: bool) -> anyhow::Result<()> {
         }
         Latency::of("status", samples)
     }];
+    per_stream.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(b.1.events.cmp(&a.1.events)));
+    per_stream.truncate(top);
+    let mut per_session: Vec<(String, (String, Usage))> = per_session.into_iter().collect();
+    per_session.sort_by(|a, b| {
+        b.1.1
+            .bytes
+            .cmp(&a.1.1.bytes)
+            .then(b.1.1.events.cmp(&a.1.1.events))
+    });
+    per_session.truncate(top);
+    let largest_streams: Vec<Value> = per_stream
+        .iter()
+        .map(|(s, u)| json!({"id": s.id, "session": s.owner.session, "principal": s.owner.principal, "events": u.events, "bytes": u.bytes, "closed": s.closed}))
+        .collect();
+    let largest_sessions: Vec<Value> = per_session
+        .iter()
+        .map(|(id, (principal, u))| json!({"session": id, "principal": principal, "streams": u.streams, "events": u.events, "bytes": u.bytes}))
+        .collect();
     let report = json!({
         "backend": store.backend(),
+        "largest_streams": largest_streams,
+        "largest_sessions": largest_sessions,
         "kinds": kinds,
         "open_streams": open,
         "oldest_session": oldest_session.map(|s| json!({"id": s.id, "created_ms": s.created_at_ms, "principal": s.principal})),
@@ -447,6 +494,24 @@ pub async fn stats(store: &dyn Store, json: bool) -> anyhow::Result<()> {
         println!(
             "{principal:<24} {:>9} {:>9} {:>9}",
             p.sessions, p.streams, p.events
+        );
+    }
+    println!("largest streams (events' bytes):");
+    for (s, u) in &per_stream {
+        println!(
+            "  {}  {} events  {} bytes  {}  session={}",
+            s.id,
+            u.events,
+            u.bytes,
+            if s.closed { "closed" } else { "open" },
+            s.owner.session.as_ref().map_or("-", |id| id.as_str())
+        );
+    }
+    println!("largest sessions (their streams' events):");
+    for (id, (principal, u)) in &per_session {
+        println!(
+            "  {id}  {} streams  {} events  {} bytes  principal={principal}",
+            u.streams, u.events, u.bytes
         );
     }
     for l in &latency {

@@ -327,6 +327,44 @@ fn sessions_end_all_idle_ends_only_the_idle_ones() {
     assert!(!refused.status.success(), "--all-idle needs --older-than");
 }
 
+/// `stats --top N`: the largest streams and sessions, by their events' bytes, largest
+/// first.
+#[test]
+fn stats_lists_the_largest_streams_and_sessions() {
+    let dir = temp_dir("ops-stats-top");
+    let store = sqlite(&dir, "");
+    let server = Server::start(&store, free_port(), &[]);
+    let (busy, quiet) = (initialize(server.addr), initialize(server.addr));
+    let call = |session: &str, id: u64| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "test_simple_text", "arguments": {}}});
+        assert_eq!(post(server.addr, Some(session), &body).messages().len(), 1);
+    };
+    for id in 1..=4 {
+        call(&busy, id);
+    }
+    call(&quiet, 1);
+    let out = cli(&["stats", "--store", &store, "--top", "2", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sessions = stats["largest_sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "{stats:#}");
+    assert_eq!(sessions[0]["session"], busy.as_str(), "{stats:#}");
+    assert_eq!(sessions[1]["session"], quiet.as_str());
+    assert_eq!(
+        sessions[0]["streams"], 5,
+        "four calls and the standalone stream"
+    );
+    assert!(sessions[0]["bytes"].as_u64().unwrap() > 3 * sessions[1]["bytes"].as_u64().unwrap());
+    let streams = stats["largest_streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 2, "--top 2: {stats:#}");
+    assert!(streams[0]["bytes"].as_u64() >= streams[1]["bytes"].as_u64());
+}
+
 #[test]
 fn doctor_flags_sqlite_synchronous_off() {
     let dir = temp_dir("ops-doc-off");
