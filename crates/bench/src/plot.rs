@@ -17,6 +17,9 @@ use crate::report::{HttpRow, Report, count};
 pub(crate) struct Series {
     /// The server's label.
     pub(crate) label: String,
+    /// Its colour in [`COLOURS`]: the server's place among all the report's servers, so
+    /// that a server has the same colour on every era's plot.
+    pub(crate) colour: usize,
     /// (connections, calls per second), by connections.
     pub(crate) points: Vec<(usize, f64)>,
 }
@@ -55,6 +58,12 @@ impl Plot {
     /// `era`'s plot of `report`: a line per server with at least one measured connection
     /// count in that era; `None` when there is none.
     pub(crate) fn calls(report: &Report, era: Era) -> Option<Self> {
+        let mut servers: Vec<&str> = Vec::new();
+        for row in &report.http {
+            if !servers.contains(&row.server.as_str()) {
+                servers.push(&row.server);
+            }
+        }
         let mut series: Vec<Series> = Vec::new();
         for row in report
             .http
@@ -66,6 +75,7 @@ impl Plot {
                 Some(line) => line.points.push(point),
                 None => series.push(Series {
                     label: row.server.clone(),
+                    colour: servers.iter().position(|s| *s == row.server).unwrap_or(0),
                     points: vec![point],
                 }),
             }
@@ -203,7 +213,7 @@ impl Plot {
         );
         // One line per server, its points marked, then the legend.
         for (i, line) in self.series.iter().enumerate() {
-            let colour = COLOURS[i % COLOURS.len()];
+            let colour = COLOURS[line.colour % COLOURS.len()];
             let coordinates: Vec<String> = line
                 .points
                 .iter()
@@ -268,14 +278,17 @@ mod tests {
             series: vec![
                 Series {
                     label: "stock rmcp".into(),
+                    colour: 0,
                     points: vec![(1, 8_000.0), (8, 28_000.0), (64, 27_000.0), (256, 25_000.0)],
                 },
                 Series {
                     label: "durable-mcp, sqlite".into(),
+                    colour: 2,
                     points: vec![(1, 900.0), (8, 3_100.0), (64, 4_500.0), (256, 4_700.0)],
                 },
                 Series {
                     label: "Python SDK".into(),
+                    colour: 1,
                     points: vec![(1, 300.0), (8, 560.0)],
                 },
             ],

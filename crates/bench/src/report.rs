@@ -951,6 +951,34 @@ mod tests {
         }
     }
 
+    /// A server has one colour on both eras' plots, whichever servers each era has.
+    #[test]
+    fn a_server_keeps_its_colour_on_every_plot() {
+        let run = || vec![load(1, 1_000, 100)];
+        let r = report(
+            vec![
+                row("rmcp", ServerKind::Rmcp, Era::Legacy, 1, run()),
+                row("python", ServerKind::Python, Era::Legacy, 1, run()),
+                row("memory", ServerKind::Durable, Era::Legacy, 1, run()),
+                row("rmcp", ServerKind::Rmcp, Era::Modern, 1, run()),
+                row("memory", ServerKind::Durable, Era::Modern, 1, run()),
+            ],
+            None,
+        );
+        let colour = |era, server: &str| {
+            crate::plot::Plot::calls(&r, era)
+                .unwrap()
+                .series
+                .iter()
+                .find(|s| s.label == server)
+                .map(|s| s.colour)
+                .unwrap()
+        };
+        assert_eq!(colour(Era::Legacy, "memory"), colour(Era::Modern, "memory"));
+        assert_eq!(colour(Era::Legacy, "memory"), 2);
+        assert_ne!(colour(Era::Modern, "rmcp"), colour(Era::Modern, "memory"));
+    }
+
     #[test]
     fn figures_are_medians_of_the_runs() {
         let r = row(
