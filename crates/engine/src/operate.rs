@@ -1,6 +1,6 @@
 //! Operators acting on runs (`durable-mcp runs cancel|kill`). Each action is committed as a
-//! record first (who, when, why: [`ActionRecord`]), then obeyed by whichever worker runs
-//! the run, live or after a restart:
+//! record (who, when, why: [`ActionRecord`]) before its effect, or with it in one commit,
+//! and obeyed by whichever worker runs the run, live or after a restart:
 //!
 //! - **cancel** is cooperative: the run's cancellation mark carries the action, its worker
 //!   cancels the handler at its next heartbeat (a third of the lease), and the client's
