@@ -119,23 +119,28 @@ pub async fn sessions_show(store: &dyn Store, id: &str, json: bool) -> anyhow::R
     Ok(())
 }
 
-/// A server handler that serves nothing: `sessions end` needs an engine only for its
-/// session end path.
+/// A server handler that serves nothing: the operator's commands need an engine only for
+/// its paths (ending a session, acting on a run).
 #[derive(Clone)]
-pub(crate) struct Operator;
+struct Operator;
 
 impl durable_mcp::rmcp::ServerHandler for Operator {}
+
+/// An engine for the operator's commands on `store`: it serves no requests.
+pub(crate) fn operator_engine(store: Arc<dyn Store>) -> durable_mcp::engine::Engine {
+    durable_mcp::engine::Engine::new(
+        store,
+        durable_mcp::McpHandler::new(Operator),
+        durable_mcp::engine::EngineOptions::default(),
+    )
+}
 
 /// `sessions end ID`: what an HTTP `DELETE` of the session does, through the same engine
 /// path (`Engine::end_session`): every worker answers 404 for it from then on, and its
 /// streams close.
 pub async fn sessions_end(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
     let session = find_session(store.as_ref(), id).await?;
-    let engine = durable_mcp::engine::Engine::new(
-        store,
-        durable_mcp::McpHandler::new(Operator),
-        durable_mcp::engine::EngineOptions::default(),
-    );
+    let engine = operator_engine(store);
     let ended = engine
         .end_session(&session.principal, &session.id)
         .await
@@ -170,13 +175,7 @@ pub async fn sessions_end_idle(
         .filter(|session| now.saturating_sub(session.last_seen_ms) >= idle_ms)
         .collect();
     idle_sessions.sort_by_key(|session| session.last_seen_ms);
-    let engine = (!dry_run).then(|| {
-        durable_mcp::engine::Engine::new(
-            store,
-            durable_mcp::McpHandler::new(Operator),
-            durable_mcp::engine::EngineOptions::default(),
-        )
-    });
+    let engine = (!dry_run).then(|| operator_engine(store));
     let mut ended = 0;
     for session in &idle_sessions {
         let idle_for = now.saturating_sub(session.last_seen_ms) / 1000;

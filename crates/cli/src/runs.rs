@@ -69,12 +69,9 @@ fn line(run: &RunSummary, now: u64) -> String {
 
 /// `runs show ID`: the run, its committed steps (key and size) and the operators' actions.
 pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
-    let engine = operator_engine(store.clone());
+    let engine = crate::ops::operator_engine(store.clone());
     let actions = engine.run_actions(id).await?;
-    let run = durable_mcp::engine::inspect::runs(store.as_ref(), SCAN)
-        .await?
-        .into_iter()
-        .find(|run| run.run_id == id);
+    let run = durable_mcp::engine::inspect::run(store.as_ref(), id).await?;
     let steps = durable_mcp::engine::inspect::steps(store.as_ref(), id, SCAN).await?;
     if run.is_none() && actions.is_empty() {
         bail!(
@@ -113,7 +110,7 @@ pub async fn act(
     reason: Option<String>,
     json: bool,
 ) -> anyhow::Result<()> {
-    let engine = operator_engine(store);
+    let engine = crate::ops::operator_engine(store);
     let by = by.unwrap_or_else(operator);
     let done = if kill {
         engine.kill_run(id, by, reason).await
@@ -167,15 +164,6 @@ fn operator() -> String {
         .ok()
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "operator".to_owned())
-}
-
-/// An engine for the operator's commands: it serves no requests.
-fn operator_engine(store: Arc<dyn Store>) -> durable_mcp::engine::Engine {
-    durable_mcp::engine::Engine::new(
-        store,
-        durable_mcp::McpHandler::new(crate::ops::Operator),
-        durable_mcp::engine::EngineOptions::default(),
-    )
 }
 
 /// A duration as people write it: `90s`, `15m`, `2h`, `7d` (a bare number is seconds).

@@ -97,13 +97,30 @@ pub struct TaskSummary {
 /// Up to `limit` unfinished journaled requests, by run id. Unreadable records are logged
 /// and left out.
 pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, EngineError> {
-    let mut runs = Vec::new();
-    for (key, run) in decoded(store, RecordKind::Run, limit, RunRecord::decode).await? {
+    Ok(decoded(store, RecordKind::Run, limit, RunRecord::decode)
+        .await?
+        .into_iter()
+        .map(|(key, run)| RunSummary::of(key, run))
+        .collect())
+}
+
+/// The unfinished journaled request `run_id` (`None`: not in the journal).
+pub async fn run(store: &dyn Store, run_id: &str) -> Result<Option<RunSummary>, EngineError> {
+    let Some(record) = store.get_record(RecordKind::Run, run_id).await? else {
+        return Ok(None);
+    };
+    let run = RunRecord::decode(run_id, &record.value)?;
+    Ok(Some(RunSummary::of(record.key, run)))
+}
+
+impl RunSummary {
+    /// The summary of journal entry `key`.
+    fn of(key: String, run: RunRecord) -> Self {
         let target = ["name", "uri"]
             .iter()
             .find_map(|field| run.request.param_str(field))
             .map(str::to_owned);
-        runs.push(RunSummary {
+        Self {
             method: run.request.method().to_string(),
             target,
             request_id: run.id(),
@@ -125,9 +142,8 @@ pub async fn runs(store: &dyn Store, limit: usize) -> Result<Vec<RunSummary>, En
                 .ok()
                 .and_then(|id| id.created_ms()),
             run_id: key,
-        });
+        }
     }
-    Ok(runs)
 }
 
 /// A committed step record of a run: a step's result, a question's answer, a sent

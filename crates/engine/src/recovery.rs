@@ -104,7 +104,7 @@ impl Requests {
         }
         if record.relay.is_some() {
             if record.failures >= self.options().max_attempts {
-                return self.closed_or_retry(&stream, &id, false).await;
+                return self.closed_or_retry(&stream, &id).await;
             }
             return Ok(Resume::Relay);
         }
@@ -131,11 +131,8 @@ impl Requests {
         };
         if cancelled || task_ended {
             let task = record.task.as_deref().filter(|_| !task_ended);
-            return if self.close_cancelled(&held.run_id, &stream, &id, task).await {
-                Ok(Resume::Done)
-            } else {
-                Err(EngineError::StreamNotClosed(stream.clone()))
-            };
+            let closed = self.close_cancelled(&held.run_id, &stream, &id, task).await;
+            return done_once(closed, &stream);
         }
         let principal = record.principal.clone();
         let session = match &record.session {
@@ -157,7 +154,7 @@ impl Requests {
             // A stateless request's client is gone with its connection: nobody could
             // read a re-run's outcome, so the request ends with an error (its steps stay:
             // a retry with its sealed state continues them).
-            return self.closed_or_retry(&stream, &id, false).await;
+            return self.closed_or_retry(&stream, &id).await;
         }
         if record.failures >= self.options().max_attempts {
             tracing::error!(run = %held.run_id, failures = record.failures, "a run failed too often; ending it with an error");
@@ -166,7 +163,7 @@ impl Requests {
                     .end_task(task, TaskStatus::Failed, "The task failed too often.")
                     .await?;
             }
-            return self.closed_or_retry(&stream, &id, false).await;
+            return self.closed_or_retry(&stream, &id).await;
         }
         // The re-run runs as the principal recorded with it; no token (nor its claims) is
         // recorded, so the handler sees the principal alone.
@@ -193,19 +190,15 @@ impl Requests {
         Ok(Resume::Launch(Box::new(caller), id, stream, already_sent))
     }
 
-    /// Close a run's stream without an outcome; if the store does not let us, the run is
-    /// released and a later recovery pass tries again (the client is never left waiting).
+    /// Close a run's stream with the error of a run that failed; if the store does not let
+    /// us, the run is released and a later recovery pass tries again (the client is never
+    /// left waiting).
     async fn closed_or_retry(
         &self,
         stream: &StreamId,
         id: &RequestId,
-        cancelled: bool,
     ) -> Result<Resume, EngineError> {
-        if self.close_unanswered(stream, id, cancelled).await {
-            Ok(Resume::Done)
-        } else {
-            Err(EngineError::StreamNotClosed(stream.clone()))
-        }
+        done_once(self.close_unanswered(stream, id, false).await, stream)
     }
 
     /// The work of [`crate::Engine::spawn_recovery`].
@@ -224,5 +217,15 @@ impl Requests {
                 }
             }
         })
+    }
+}
+
+/// A run whose stream was closed is done; one whose stream could not be closed is tried
+/// again by a later recovery pass.
+fn done_once(closed: bool, stream: &StreamId) -> Result<Resume, EngineError> {
+    if closed {
+        Ok(Resume::Done)
+    } else {
+        Err(EngineError::StreamNotClosed(stream.clone()))
     }
 }

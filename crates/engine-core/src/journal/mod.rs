@@ -677,13 +677,19 @@ impl Journal {
 
     /// Mark run `run_id` cancelled (its next recovery closes it instead of running it).
     pub async fn cancel_elsewhere_by_run(&self, run_id: &str) -> Result<(), EngineError> {
+        self.put_cancel_mark(run_id, crate::records::MARK.into())
+            .await
+    }
+
+    /// Write run `run_id`'s cancellation mark with `value`; a mark already there stays.
+    async fn put_cancel_mark(&self, run_id: &str, value: String) -> Result<(), EngineError> {
         let expires = now_ms() + MARK_TTL_MS;
         match self
             .store()
             .put_record(
                 RecordKind::Step,
                 &key::cancel_mark(run_id),
-                crate::records::MARK.into(),
+                value,
                 Some(expires),
                 Expect::Absent,
             )
@@ -766,21 +772,7 @@ impl Journal {
     /// it), with the action in the mark, so that the client's outcome says who did it.
     /// A run already marked cancelled keeps its mark.
     pub async fn cancel_by_operator(&self, action: &ActionRecord) -> Result<(), EngineError> {
-        let expires = now_ms() + MARK_TTL_MS;
-        match self
-            .store()
-            .put_record(
-                RecordKind::Step,
-                &key::cancel_mark(&action.run_id),
-                action.encode()?,
-                Some(expires),
-                Expect::Absent,
-            )
-            .await
-        {
-            Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
-            Err(error) => Err(error.into()),
-        }
+        self.put_cancel_mark(&action.run_id, action.encode()?).await
     }
 
     /// The operator's action that cancelled run `run_id`, if an operator did (`None`: not
