@@ -15,6 +15,7 @@ use std::ffi::OsString;
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use durable_mcp::DurableMcp;
+use durable_mcp::engine::ActionKind;
 
 use crate::keys::KeysArgs;
 use crate::serve::{Example, LogFormat, ProxyArgs, ServeArgs, ServeCommand};
@@ -227,34 +228,76 @@ struct ActionArgs {
     json: bool,
 }
 
+/// Which runs `runs list` and `runs purge` pick: every filter given must match.
+#[derive(clap::Args, Debug)]
+struct RunFilterArgs {
+    /// Only requests of this JSON-RPC method (`tools/call`, ...).
+    #[arg(long)]
+    method: Option<String>,
+    /// Only requests naming this tool (or prompt, or resource URI).
+    #[arg(long)]
+    tool: Option<String>,
+    /// Only this principal's.
+    #[arg(long)]
+    principal: Option<String>,
+    /// Only this legacy session's.
+    #[arg(long)]
+    session: Option<String>,
+    /// Only runs whose lease this worker holds (`--worker-id` of `serve`).
+    #[arg(long)]
+    worker: Option<String>,
+    /// Only runs accepted at least this long ago: `90s`, `15m`, `2h`, `7d`.
+    #[arg(long, value_parser = runs::parse_age)]
+    older_than: Option<std::time::Duration>,
+}
+
+impl RunFilterArgs {
+    fn filter(self, state: Option<RunStateArg>) -> durable_mcp::engine::inspect::RunFilter {
+        use durable_mcp::engine::inspect::RunState;
+        let mut filter = durable_mcp::engine::inspect::RunFilter::default();
+        filter.method = self.method;
+        filter.target = self.tool;
+        filter.principal = self.principal;
+        filter.session = self.session;
+        filter.worker = self.worker;
+        filter.state = state.map(|state| match state {
+            RunStateArg::Running => RunState::Running,
+            RunStateArg::Waiting => RunState::Waiting,
+            RunStateArg::Parked => RunState::Parked,
+        });
+        filter.older_than_ms = self
+            .older_than
+            .map(|age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
+        filter
+    }
+}
+
+impl ActionArgs {
+    async fn act(self, kind: ActionKind) -> anyhow::Result<()> {
+        runs::act(
+            self.store.open().await?,
+            &self.id,
+            kind,
+            self.by,
+            self.reason,
+            self.json,
+        )
+        .await
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum RunsAction {
-    /// Journaled runs not yet finished, oldest first: running on a live worker, or waiting
-    /// for one to take them over.
+    /// Journaled runs not yet finished, oldest first: running on a live worker, waiting
+    /// for one to take them over, or parked for an operator.
     List {
         #[command(flatten)]
         store: StoreArgs,
-        /// Only requests of this JSON-RPC method (`tools/call`, ...).
-        #[arg(long)]
-        method: Option<String>,
-        /// Only requests naming this tool (or prompt, or resource URI).
-        #[arg(long)]
-        tool: Option<String>,
-        /// Only this principal's.
-        #[arg(long)]
-        principal: Option<String>,
-        /// Only this legacy session's.
-        #[arg(long)]
-        session: Option<String>,
-        /// Only runs whose lease this worker holds (`--worker-id` of `serve`).
-        #[arg(long)]
-        worker: Option<String>,
-        /// Only running runs (a live lease) or waiting ones.
+        #[command(flatten)]
+        filter: RunFilterArgs,
+        /// Only runs in this state.
         #[arg(long, value_enum)]
         state: Option<RunStateArg>,
-        /// Only runs accepted at least this long ago: `90s`, `15m`, `2h`, `7d`.
-        #[arg(long, value_parser = runs::parse_age)]
-        older_than: Option<std::time::Duration>,
         /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -274,12 +317,40 @@ enum RunsAction {
     },
     /// Cancel a run cooperatively: its handler sees cancellation at its worker's next
     /// heartbeat (a third of the lease), and the client gets an error outcome saying an
-    /// operator cancelled it. A run waiting for a worker is closed instead of run.
+    /// operator cancelled it. A run waiting for a worker, or parked, is closed instead of
+    /// run.
     Cancel(ActionArgs),
     /// Kill a run now: its error outcome is committed and its journal entry removed, so no
     /// worker runs it again. A worker still running it cancels the handler at its next
     /// heartbeat and keeps no step it committed after the kill.
     Kill(ActionArgs),
+    /// Retry a parked run (after a fix): the next recovery pass of any worker runs it
+    /// again, its committed steps replayed, not repeated; its client reads the outcome
+    /// where it waits.
+    Retry(ActionArgs),
+    /// End every run the filters pick, as a kill recorded as a purge (its client reads
+    /// that its request was purged). Parked runs unless `--state` says otherwise.
+    Purge {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        filter: RunFilterArgs,
+        /// Only runs in this state.
+        #[arg(long, value_enum, default_value = "parked")]
+        state: RunStateArg,
+        /// List what would be purged, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Why: kept with each action, and put in each client's error outcome.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Who acts [default: the user running the command].
+        #[arg(long)]
+        by: Option<String>,
+        /// One JSON object per line instead of text: each run (`--dry-run`) or action.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `runs list --state`.
@@ -289,6 +360,9 @@ enum RunStateArg {
     Running,
     /// Released, or its lease ran out: the next worker to recover takes it.
     Waiting,
+    /// Kept for an operator: it failed too often, or its handler asked for a retry after a
+    /// fix.
+    Parked,
 }
 
 #[derive(Parser, Debug)]
@@ -526,51 +600,31 @@ async fn main() -> anyhow::Result<()> {
         Command::Runs(args) => match args.action {
             RunsAction::List {
                 store,
-                method,
-                tool,
-                principal,
-                session,
-                worker,
+                filter,
                 state,
-                older_than,
                 limit,
                 json,
             } => {
-                let mut filter = durable_mcp::engine::inspect::RunFilter::default();
-                filter.method = method;
-                filter.target = tool;
-                filter.principal = principal;
-                filter.session = session;
-                filter.worker = worker;
-                filter.running = state.map(|state| matches!(state, RunStateArg::Running));
-                filter.older_than_ms =
-                    older_than.map(|age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
+                let filter = filter.filter(state);
                 runs::list(store.open().await?.as_ref(), &filter, limit, json).await
             }
             RunsAction::Show { store, id, json } => {
                 runs::show(store.open().await?, &id, json).await
             }
-            RunsAction::Cancel(args) => {
-                runs::act(
-                    args.store.open().await?,
-                    &args.id,
-                    false,
-                    args.by,
-                    args.reason,
-                    args.json,
-                )
-                .await
-            }
-            RunsAction::Kill(args) => {
-                runs::act(
-                    args.store.open().await?,
-                    &args.id,
-                    true,
-                    args.by,
-                    args.reason,
-                    args.json,
-                )
-                .await
+            RunsAction::Cancel(args) => args.act(ActionKind::Cancel).await,
+            RunsAction::Kill(args) => args.act(ActionKind::Kill).await,
+            RunsAction::Retry(args) => args.act(ActionKind::Retry).await,
+            RunsAction::Purge {
+                store,
+                filter,
+                state,
+                dry_run,
+                reason,
+                by,
+                json,
+            } => {
+                let filter = filter.filter(Some(state));
+                runs::purge(store.open().await?, &filter, dry_run, by, reason, json).await
             }
         },
         Command::Dump(args) => {

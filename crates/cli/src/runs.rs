@@ -1,5 +1,5 @@
 //! `durable-mcp runs`: journaled runs, listed with filters, shown with their steps and the
-//! operators' actions on them, cancelled or killed. Works against any store, whether its
+//! operators' actions on them, cancelled, killed, retried (parked ones) or purged. Works against any store, whether its
 //! workers are running or not; an action is committed as a record, and whichever worker
 //! runs the run obeys it (docs/operations.md, "Acting on runs").
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use durable_mcp::engine::inspect::{RunFilter, RunSummary};
-use durable_mcp::engine::{ActionRecord, EngineError};
+use durable_mcp::engine::{ActionKind, ActionRecord, EngineError};
 use durable_mcp::store::{Store, now_ms};
 use serde_json::json;
 
@@ -51,11 +51,7 @@ fn line(run: &RunSummary, now: u64) -> String {
         run.method,
         run.target.as_deref().unwrap_or("-"),
         run.request_id,
-        if run.is_running(now) {
-            "running"
-        } else {
-            "waiting"
-        },
+        run.state(now).as_str(),
         age,
         run.lease_state(now),
         run.owner.as_deref().unwrap_or("-"),
@@ -87,7 +83,17 @@ pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result
     }
     let now = now_ms();
     match &run {
-        Some(run) => println!("{}", line(run, now)),
+        Some(run) => {
+            println!("{}", line(run, now));
+            if let Some(parked) = &run.parked {
+                println!(
+                    "parked {} ({}): {}",
+                    durable_mcp::engine::inspect::iso8601(parked.at_ms),
+                    parked.reason.as_str(),
+                    parked.error
+                );
+            }
+        }
         None => println!("{id}  not in the journal (finished, killed, or never existed)"),
     }
     println!("steps: {}", steps.len());
@@ -101,43 +107,126 @@ pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result
     Ok(())
 }
 
-/// `runs cancel ID` and `runs kill ID`.
+/// `runs cancel|kill|retry ID`.
 pub async fn act(
     store: Arc<dyn Store>,
     id: &str,
-    kill: bool,
+    kind: ActionKind,
     by: Option<String>,
     reason: Option<String>,
     json: bool,
 ) -> anyhow::Result<()> {
     let engine = crate::ops::operator_engine(store);
     let by = by.unwrap_or_else(operator);
-    let done = if kill {
-        engine.kill_run(id, by, reason).await
-    } else {
-        engine.cancel_run(id, by, reason).await
+    let done = match kind {
+        ActionKind::Cancel => engine.cancel_run(id, by, reason).await,
+        ActionKind::Kill => engine.kill_run(id, by, reason).await,
+        ActionKind::Retry => engine.retry_run(id, by, reason).await,
+        ActionKind::Purge => engine.purge_run(id, by, reason).await,
     };
-    let action = match done {
-        Ok(action) => action,
-        Err(EngineError::RunNotFound(_)) => bail!(
-            "run {id} is not in the journal: it has finished, was killed, or never existed (`durable-mcp runs list`)"
-        ),
-        Err(error) => {
-            return Err(error).with_context(|| {
-                format!("{} run {id}", if kill { "killing" } else { "cancelling" })
-            });
-        }
-    };
+    let action = done.map_err(|error| refused(error, id, kind))?;
     if json {
         println!("{}", serde_json::to_string(&action)?);
-    } else if kill {
-        println!(
-            "killed run {id}: its error outcome is committed; a worker still running it cancels it at its next heartbeat"
-        );
-    } else {
-        println!(
-            "cancelled run {id}: the worker running it cancels it at its next heartbeat (a third of the lease); a run no worker holds is closed by the next recovery"
-        );
+        return Ok(());
+    }
+    println!(
+        "{}",
+        match kind {
+            ActionKind::Cancel => format!(
+                "cancelled run {id}: the worker running it cancels it at its next heartbeat (a third of the lease); a run no worker holds is closed by the next recovery"
+            ),
+            ActionKind::Kill | ActionKind::Purge => format!(
+                "{} run {id}: its error outcome is committed; a worker still running it cancels it at its next heartbeat",
+                if kind == ActionKind::Kill {
+                    "killed"
+                } else {
+                    "purged"
+                }
+            ),
+            ActionKind::Retry => format!(
+                "retried run {id}: the next recovery pass of any worker runs it again, its committed steps replayed"
+            ),
+        }
+    );
+    Ok(())
+}
+
+/// What the operator reads when `kind` on run `id` failed with `error`.
+fn refused(error: EngineError, id: &str, kind: ActionKind) -> anyhow::Error {
+    match error {
+        EngineError::RunNotFound(_) => anyhow::anyhow!(
+            "run {id} is not in the journal: it has finished, was killed, or never existed (`durable-mcp runs list`)"
+        ),
+        EngineError::RunNotParked(_) => anyhow::anyhow!(
+            "run {id} is not parked: only a parked run can be retried; a running run is being tried already, one that ended has answered its client (`durable-mcp runs list --state parked`)"
+        ),
+        error => anyhow::Error::new(error).context(format!("{} run {id}", kind.as_str())),
+    }
+}
+
+/// `runs purge`: end every run `filter` picks (list them only, with `dry_run`). A run that
+/// ends by itself between the listing and its purge is reported, not purged.
+pub async fn purge(
+    store: Arc<dyn Store>,
+    filter: &RunFilter,
+    dry_run: bool,
+    by: Option<String>,
+    reason: Option<String>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let now = now_ms();
+    let mut runs: Vec<RunSummary> = durable_mcp::engine::inspect::runs(store.as_ref(), SCAN)
+        .await?
+        .into_iter()
+        .filter(|run| filter.matches(run, now))
+        .collect();
+    runs.sort_by_key(|run| run.accepted_ms);
+    if dry_run {
+        for run in &runs {
+            if json {
+                println!("{}", serde_json::to_string(run)?);
+            } else {
+                println!("{}", line(run, now));
+            }
+        }
+        if !json {
+            println!(
+                "would purge {} run(s); nothing changed (--dry-run)",
+                runs.len()
+            );
+        }
+        return Ok(());
+    }
+    let engine = crate::ops::operator_engine(store);
+    let by = by.unwrap_or_else(operator);
+    let (mut purged, mut gone) = (0, 0);
+    for run in &runs {
+        match engine
+            .purge_run(&run.run_id, by.clone(), reason.clone())
+            .await
+        {
+            Ok(action) => {
+                purged += 1;
+                if json {
+                    println!("{}", serde_json::to_string(&action)?);
+                } else {
+                    println!("purged {}", line(run, now));
+                }
+            }
+            Err(EngineError::RunNotFound(_)) => {
+                gone += 1;
+                if !json {
+                    println!("ended by itself before its purge: {}", run.run_id);
+                }
+            }
+            Err(error) => {
+                return Err(refused(error, &run.run_id, ActionKind::Purge))
+                    .with_context(|| format!("after purging {purged} run(s)"));
+            }
+        }
+    }
+    if !json {
+        println!("purged {purged} run(s); {gone} ended by themselves first");
     }
     Ok(())
 }

@@ -220,6 +220,11 @@ pub(crate) struct ServeArgs {
     /// its requests over within this time.
     #[arg(long, default_value_t = 5_000, env = "DURABLE_MCP_LEASE_MS")]
     pub(crate) lease_ms: u64,
+    /// Runs of a request that may end without an outcome (its worker died, its handler
+    /// panicked) before it is parked for an operator (`durable-mcp runs list --state
+    /// parked`, then `runs retry` or `runs purge`).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..), env = "DURABLE_MCP_MAX_ATTEMPTS")]
+    pub(crate) max_attempts: u32,
     /// How long a new tool call's first commit waits for its handler, in milliseconds: a
     /// handler that answers within it, before any step, question or message, costs one
     /// commit in all. 0: journal every call before its handler starts (D6).
@@ -428,6 +433,7 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     options.worker_id = args.worker_id.unwrap_or_default();
     options.lease = Duration::from_millis(args.lease_ms.max(300));
     options.journal_wait = Duration::from_millis(args.journal_wait_ms);
+    options.max_attempts = args.max_attempts;
     options.state_key = args.state_key.map(String::into_bytes);
     options.limits = args.limits.limits()?;
     let server = server

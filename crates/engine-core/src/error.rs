@@ -51,6 +51,12 @@ pub enum EngineError {
     /// killed, or never existed.
     #[error("run {0} is not in the journal: it has finished, was killed, or never existed")]
     RunNotFound(String),
+    /// An operator asked to retry a run that is not parked: a running run is being tried
+    /// already, one that ended has answered its client.
+    #[error(
+        "run {0} is not parked: only a parked run can be retried (see `runs list --state parked`)"
+    )]
+    RunNotParked(String),
 }
 
 impl From<StoreError> for EngineError {

@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::EngineError;
 pub use crate::records::iso8601;
 use crate::records::{Flavor, RecordError, RunRecord, TaskRecord, key};
+pub use crate::records::{ParkReason, Parked};
 
 /// A journaled request that has not finished: running on a worker, or waiting for one to
 /// take it over.
@@ -41,23 +42,76 @@ pub struct RunSummary {
     pub task_id: Option<String>,
     /// When it was accepted (milliseconds since the epoch, from its id).
     pub accepted_ms: Option<u64>,
+    /// Why and since when it is parked for an operator, if it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parked: Option<Parked>,
     /// The request's `params.arguments` (a payload: left out of the serialized summary, so
     /// `inspect runs --json` does not print it; the dashboard shows it only when asked).
     #[serde(skip)]
     pub arguments: Option<Value>,
 }
 
+/// Where a journaled run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum RunState {
+    /// A worker holds it (its lease has not run out).
+    Running,
+    /// It waits for a worker to take it over (given back, or its lease ran out).
+    Waiting,
+    /// It is kept for an operator ([`Parked`]).
+    Parked,
+}
+
+impl RunState {
+    /// Its name, as printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Waiting => "waiting",
+            RunState::Parked => "parked",
+        }
+    }
+}
+
+impl std::str::FromStr for RunState {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "running" => Ok(RunState::Running),
+            "waiting" => Ok(RunState::Waiting),
+            "parked" => Ok(RunState::Parked),
+            other => Err(format!(
+                "unknown state `{other}`: use running, waiting or parked"
+            )),
+        }
+    }
+}
+
 impl RunSummary {
-    /// Whether a worker holds it at `now_ms` (its lease has not run out), or it waits for
-    /// one to take it over.
+    /// Where it stands at `now_ms`.
+    pub fn state(&self, now_ms: u64) -> RunState {
+        if self.parked.is_some() {
+            RunState::Parked
+        } else if self.owner.is_some() && self.lease_until_ms > now_ms {
+            RunState::Running
+        } else {
+            RunState::Waiting
+        }
+    }
+
+    /// Whether a worker holds it at `now_ms` (its lease has not run out).
     pub fn is_running(&self, now_ms: u64) -> bool {
-        self.owner.is_some() && self.lease_until_ms > now_ms
+        self.state(now_ms) == RunState::Running
     }
 
     /// The lease, as a person reads it at `now_ms`: `"released"`, `"expires in 2.3 s"`,
     /// `"expired 4.0 s ago"`.
     pub fn lease_state(&self, now_ms: u64) -> String {
         match (&self.owner, self.lease_until_ms.checked_sub(now_ms)) {
+            _ if self.parked.is_some() => "parked".to_owned(),
             (None, _) => "released".to_owned(),
             (Some(_), Some(left)) => format!("expires in {:.1} s", left as f64 / 1000.0),
             (Some(_), None) => format!(
@@ -136,6 +190,7 @@ impl RunSummary {
                 .as_deref()
                 .map(|task| key::task_id(task).to_owned()),
             arguments: run.request.param("arguments").cloned(),
+            parked: run.parked,
             // The run's id is its first stream's (a task's stream comes later).
             accepted_ms: key
                 .parse::<durable_mcp_store::StreamId>()
@@ -191,8 +246,8 @@ pub struct RunFilter {
     pub session: Option<String>,
     /// The worker holding its lease.
     pub worker: Option<String>,
-    /// `Some(true)`: held by a live worker; `Some(false)`: waiting for one.
-    pub running: Option<bool>,
+    /// Where it stands.
+    pub state: Option<RunState>,
     /// Accepted at least this many milliseconds ago.
     pub older_than_ms: Option<u64>,
 }
@@ -208,9 +263,7 @@ impl RunFilter {
             && is(&self.principal, Some(&run.principal))
             && is(&self.session, run.session.as_deref())
             && is(&self.worker, run.owner.as_deref())
-            && self
-                .running
-                .is_none_or(|running| run.is_running(now_ms) == running)
+            && self.state.is_none_or(|state| run.state(now_ms) == state)
             && self.older_than_ms.is_none_or(|age| {
                 run.accepted_ms
                     .is_some_and(|accepted| now_ms.saturating_sub(accepted) >= age)

@@ -377,9 +377,10 @@ async fn d7_one_shared_heartbeat_renews_every_held_run_and_fences_only_the_lost_
 }
 
 /// The cap on attempts (`max_attempts`, 10 by default): a run that failed that often is not
-/// run again; its stream ends with an error.
+/// run again. One whose client can read a later outcome (a legacy stream) is parked for an
+/// operator, its stream open; a stateless one ends with an error.
 #[tokio::test]
-async fn d7_a_run_that_failed_max_attempts_times_is_ended_not_rerun() {
+async fn d7_a_run_that_failed_max_attempts_times_is_parked_not_rerun() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let engine = engine(store.clone(), Duration::from_secs(5));
     assert_eq!(engine.options().max_attempts, 10);
@@ -406,6 +407,25 @@ async fn d7_a_run_that_failed_max_attempts_times_is_ended_not_rerun() {
         )
         .await
         .unwrap();
+    assert_eq!(engine.recover().await.unwrap(), 0, "not re-run");
+    assert!(!store.read_after(&stream, 0, 10).await.unwrap().finished);
+    let parked = RunRecord::decode(
+        &run_id,
+        &store
+            .get_record(RecordKind::Run, &run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value,
+    )
+    .unwrap();
+    assert_eq!(
+        parked.parked.map(|parked| parked.reason),
+        Some(crate::records::ParkReason::TooManyFailures)
+    );
+    assert_eq!(engine.recover().await.unwrap(), 0, "still not re-run");
+
+    let (run_id, _, stream) = journaled(&*store, "dead", now_ms().saturating_sub(1), 10).await;
     assert_eq!(engine.recover().await.unwrap(), 0, "not re-run");
     let read = store.read_after(&stream, 0, 10).await.unwrap();
     let last: Value = serde_json::from_str(&read.events.last().unwrap().data).unwrap();

@@ -108,7 +108,10 @@ pub struct EngineOptions {
     /// How long a run's lease lasts without a heartbeat: after a worker dies, another one
     /// takes its runs over within this time (D7). Heartbeats come every third of it.
     pub lease: Duration,
-    /// Runs of one request at most (the first included) before it ends with an error.
+    /// Runs of one request that may end without an outcome (a worker that died holding
+    /// it, a handler that panicked) before it is parked for an operator; a run whose client
+    /// cannot read a later outcome (a stateless request, a `tasks/result` relay) ends with
+    /// an error instead.
     pub max_attempts: u32,
     /// One fixed key sealing every `requestState` of the process (D12): at least 32 bytes,
     /// the same on every worker, kept out of the store. `None` (the default): the key ring
@@ -455,7 +458,39 @@ impl Engine {
         by: String,
         reason: Option<String>,
     ) -> Result<ActionRecord, EngineError> {
-        self.inner.requests.kill_run(run_id, by, reason).await
+        self.inner
+            .requests
+            .end_run(ActionKind::Kill, run_id, by, reason)
+            .await
+    }
+
+    /// An operator's purge of run `run_id` (`durable-mcp runs purge`): a kill recorded as a
+    /// purge, whose client reads that its request was purged.
+    pub async fn purge_run(
+        &self,
+        run_id: &str,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<ActionRecord, EngineError> {
+        self.inner
+            .requests
+            .end_run(ActionKind::Purge, run_id, by, reason)
+            .await
+    }
+
+    /// An operator's retry of parked run `run_id` (`durable-mcp runs retry`): in one commit
+    /// with the action, the run is given back to the workers with its failures counted
+    /// afresh, and the next recovery pass of any worker runs it again, its committed steps
+    /// replayed, not repeated (D8). Its client reads the outcome where it waits (its
+    /// stream, its task). [`EngineError::RunNotFound`] if it is not in the journal,
+    /// [`EngineError::RunNotParked`] if it is not parked.
+    pub async fn retry_run(
+        &self,
+        run_id: &str,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<ActionRecord, EngineError> {
+        self.inner.requests.retry_run(run_id, by, reason).await
     }
 
     /// The operator actions on run `run_id`, oldest first (kept a week after each).

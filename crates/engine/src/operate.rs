@@ -1,4 +1,4 @@
-//! Operators acting on runs (`durable-mcp runs cancel|kill`). Each action is committed as a
+//! Operators acting on runs (`durable-mcp runs cancel|kill|retry|purge`). Each action is committed as a
 //! record (who, when, why: [`ActionRecord`]) before its effect, or with it in one commit,
 //! and obeyed by whichever worker runs the run, live or after a restart:
 //!
@@ -10,6 +10,10 @@
 //!   closes it and deletes the journal entry over the version read, so no worker runs it
 //!   again. A live worker hears of it at its next heartbeat: it cancels the handler, refuses
 //!   its steps and messages from then on, and removes the steps it committed in between.
+//!   **purge** is the same for the runs `runs purge` picks (parked ones, say).
+//! - **retry** gives a parked run back to the workers in one commit with the action, its
+//!   failures counted afresh and its committed steps kept: the next recovery pass (of any
+//!   worker) runs it again, replaying them (D8).
 
 use durable_mcp_protocol::jsonrpc::{code, error_response, to_text};
 use durable_mcp_store::{Expect, RecordKind, StoreError, StoreErrorKind, WriteBatch, now_ms};
@@ -48,9 +52,67 @@ impl Requests {
         Ok(action)
     }
 
-    /// The work of [`crate::Engine::kill_run`].
-    pub(crate) async fn kill_run(
+    /// The work of [`crate::Engine::retry_run`].
+    pub(crate) async fn retry_run(
         &self,
+        run_id: &str,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<ActionRecord, EngineError> {
+        let mut action = action(ActionKind::Retry, run_id, by, reason);
+        for _ in 0..KILL_ATTEMPTS {
+            let found = self
+                .store()
+                .get_record(RecordKind::Run, run_id)
+                .await?
+                .ok_or_else(|| EngineError::RunNotFound(run_id.to_owned()))?;
+            let mut record = RunRecord::decode(run_id, &found.value)?;
+            if record.parked.take().is_none() {
+                return Err(EngineError::RunNotParked(run_id.to_owned()));
+            }
+            // Given back, for any worker's next recovery pass, with its attempts counted
+            // afresh; its steps stay, so the retry replays them (D8).
+            record.failures = 0;
+            record.owner = String::new();
+            record.lease_until_ms = 0;
+            let batch = WriteBatch::new()
+                .put_record(
+                    RecordKind::Step,
+                    key::action(run_id, action.at_ms),
+                    action.encode()?,
+                    Some(action.at_ms + ACTION_TTL_MS),
+                    Expect::Absent,
+                )
+                .put_record(
+                    RecordKind::Run,
+                    run_id,
+                    record.encode()?,
+                    None,
+                    Expect::Version(found.version),
+                );
+            match self.commit_batch(batch).await {
+                Ok(_) => {
+                    tracing::info!(run = %run_id, by = %action.by, "an operator retried a parked run");
+                    return Ok(action);
+                }
+                // Another action took this millisecond, or the entry changed (another
+                // operator's retry, a clean-up): read it again.
+                Err(error) if error.kind() == StoreErrorKind::Conflict => {
+                    action.at_ms = action.at_ms.max(now_ms()) + 1;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(EngineError::Store(StoreError::Conflict {
+            what: "the journal entry of the run being retried",
+        }))
+    }
+
+    /// The work of [`crate::Engine::kill_run`] (`kind` [`ActionKind::Kill`]) and of
+    /// [`crate::Engine::purge_run`] ([`ActionKind::Purge`]).
+    pub(crate) async fn end_run(
+        &self,
+        kind: ActionKind,
         run_id: &str,
         by: String,
         reason: Option<String>,
@@ -61,7 +123,7 @@ impl Requests {
             .get_record(RecordKind::Run, run_id)
             .await?
             .ok_or_else(not_found)?;
-        let mut action = action(ActionKind::Kill, run_id, by, reason);
+        let mut action = action(kind, run_id, by, reason);
         for _ in 0..KILL_ATTEMPTS {
             let record = RunRecord::decode(run_id, &found.value)?;
             let outcome = outcome(record.request.id(), &action);
@@ -87,7 +149,7 @@ impl Requests {
                         // The kill stands; only the task's status lags.
                         tracing::warn!(%error, %task, "a killed run's task could not be marked failed");
                     }
-                    tracing::info!(run = %run_id, by = %action.by, "an operator killed a run");
+                    tracing::info!(run = %run_id, by = %action.by, action = kind.as_str(), "an operator ended a run");
                     return Ok(action);
                 }
                 // The run answered in the meantime: it has finished, not been killed.

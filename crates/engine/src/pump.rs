@@ -30,7 +30,7 @@
 use std::sync::Arc;
 
 use durable_mcp_handler::{Outbound, Run, StateKeys};
-use durable_mcp_protocol::jsonrpc::{Outcome, Request, RequestId};
+use durable_mcp_protocol::jsonrpc::{Outcome, Request, RequestId, retryable_error};
 use durable_mcp_protocol::{CLOSE_SSE_STREAM_METHOD, McpVersion};
 use durable_mcp_store::{RecordKind, StreamId, now_ms};
 use serde_json::{Map, Value};
@@ -44,7 +44,7 @@ use crate::inbox::Inbox;
 use crate::journal::{Held, Unjournaled};
 use crate::notify::{ACKNOWLEDGED_METHOD, ListenSubscription};
 use crate::opening::{Answered, Journaled, NewStream};
-use crate::records::Era;
+use crate::records::{Era, ParkReason, Parked};
 use crate::requests::Requests;
 use crate::sync::lock;
 
@@ -172,6 +172,10 @@ pub(crate) enum Stop {
     CommitFailed,
     /// The handler ended without an outcome (it panicked, say).
     HandlerGone,
+    /// The handler's outcome is an error it marked retryable, for a run that can be parked
+    /// ([`RunRecord::parkable`](crate::records::RunRecord::parkable)): the run is parked
+    /// with it for an operator, and nothing is committed to its stream.
+    Parked(String),
 }
 
 /// What to do with an outcome the handler sent ([`on_outcome`]).
@@ -223,6 +227,8 @@ pub(crate) enum Ending {
     StopHeartbeat,
     /// Settle the run's task (if any) with its outcome, then forget the run.
     Finish,
+    /// Park the run for an operator with the handler's retryable error.
+    Park,
     /// Close the stream of a cancelled run, mark its task cancelled, forget the run.
     FinishCancelled,
     /// Give the lease back for another attempt: at once (shutdown) or after a pause, and
@@ -244,14 +250,17 @@ pub(crate) fn ending(stop: &Stop, at: AtEnd) -> Ending {
             Stop::CommitFailed => Ending::CloseUnanswered {
                 cancelled_by_client: false,
             },
-            Stop::Cancelled | Stop::Fenced | Stop::HandlerGone => Ending::CloseUnanswered {
-                cancelled_by_client: at.cancelled,
-            },
+            Stop::Cancelled | Stop::Fenced | Stop::HandlerGone | Stop::Parked(_) => {
+                Ending::CloseUnanswered {
+                    cancelled_by_client: at.cancelled,
+                }
+            }
         };
     }
     match stop {
         Stop::Suspended => Ending::StopHeartbeat,
         Stop::Answered(_) => Ending::Finish,
+        Stop::Parked(_) if !at.lost => Ending::Park,
         _ if at.releasing => Ending::Release {
             now: true,
             failed: false,
@@ -431,7 +440,7 @@ impl Requests {
                     message
                 } else {
                     tokio::select! {
-                        message = run.outbound.recv() => match message {
+                        message = run.next_outbound() => match message {
                             Some(message) => message,
                             None => break Stop::HandlerGone,
                         },
@@ -573,14 +582,16 @@ impl Requests {
             return Began::Dropped;
         };
         let message = tokio::select! {
-            message = run.outbound.recv() => message,
+            message = run.next_outbound() => message,
             () = keeper.wanted() => None,
             () = tokio::time::sleep(self.options().journal_wait) => None,
         };
         match message {
+            // A retryable error parks a run that can be parked: that needs its journal entry.
             Some(Outbound::Outcome(mut outcome))
                 if !run.cancel.is_cancelled()
-                    && !matches!(Outcome::of(&outcome), Some(Outcome::Suspended)) =>
+                    && !matches!(Outcome::of(&outcome), Some(Outcome::Suspended))
+                    && !(entry.record.parkable() && retryable_error(&outcome).is_some()) =>
             {
                 if caller.primes_streams() {
                     declare_task_support(&mut outcome);
@@ -689,6 +700,12 @@ impl Requests {
                     cancel.cancel();
                     held.lost.cancel();
                     return Step::Stop(Stop::CommitFailed);
+                }
+                if let Some(held) = held.as_ref()
+                    && held.record.parkable()
+                    && let Some(error) = retryable_error(&outcome)
+                {
+                    return Step::Stop(Stop::Parked(error.to_owned()));
                 }
                 if caller.era == Era::Legacy && caller.protocol_version >= McpVersion::V2025_11_25 {
                     declare_task_support(&mut outcome);
@@ -866,6 +883,20 @@ impl Requests {
                     return;
                 }
                 held.finish(self.journal()).await;
+            }
+            Ending::Park => {
+                let error = match stop {
+                    Stop::Parked(error) => error,
+                    _ => String::new(),
+                };
+                let parked = Parked {
+                    reason: ParkReason::RetryableError,
+                    error,
+                    at_ms: now_ms(),
+                };
+                // Not parked (the store failed): its lease runs out, and recovery runs it
+                // again, which parks it again.
+                held.park(self.journal(), parked).await;
             }
             Ending::Release { now, failed } => {
                 if failed {

@@ -1,8 +1,8 @@
 //! Recovery (D7), the request path's half: the journal hands over the runs it claimed
 //! ([`Requests::claim`]: our own from before a restart, or anyone's whose lease ran out), and
 //! this decides what each needs: to run again on its stream, to go on relaying a task's
-//! result, or only to be cleaned up (its outcome is committed, its session or task
-//! ended, it was cancelled, it failed too often).
+//! result, to be parked for an operator (it failed too often), or only to be cleaned up
+//! (its outcome is committed, its session or task ended, it was cancelled).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use serde_json::json;
 use crate::EngineError;
 use crate::caller::Caller;
 use crate::journal::Held;
+use crate::records::{ParkReason, Parked, RunRecord};
 use crate::requests::Requests;
 use crate::rerun::AlreadySent;
 
@@ -25,6 +26,8 @@ enum Resume {
     Launch(Box<Caller>, RequestId, StreamId, AlreadySent),
     /// Go on relaying a task's result (a journaled `tasks/result`).
     Relay,
+    /// Park it for an operator: it failed too often.
+    Park(Parked),
     /// Nothing more than cleaning up.
     Done,
 }
@@ -33,11 +36,23 @@ impl Requests {
     /// The work of [`crate::Engine::recover`].
     pub(crate) async fn recover(&self) -> Result<usize, EngineError> {
         let mut resumed = 0;
+        let mut parked = 0;
         for record in self.journal().entries().await? {
             if self.is_running_here(&record.key) {
                 continue;
             }
-            let claimed = match self.journal().claim(record).await {
+            let claim = match RunRecord::decode(&record.key, &record.value) {
+                Ok(run) if run.parked.is_some() => {
+                    parked += 1;
+                    match self.client_gone(&record.key, &run).await {
+                        Ok(true) => self.journal().claim_parked(record).await,
+                        Ok(false) => continue,
+                        Err(error) => Err(error),
+                    }
+                }
+                _ => self.journal().claim(record).await,
+            };
+            let claimed = match claim {
                 Ok(Some(held)) => self.resume(held).await,
                 Ok(None) => Ok(false),
                 Err(error) => Err(error),
@@ -50,7 +65,31 @@ impl Requests {
                 }
             }
         }
+        crate::metrics::parked_now(parked);
         Ok(resumed)
+    }
+
+    /// Whether the client of parked run `run_id` is gone: it cancelled the request, or its
+    /// task or session ended. Such a run is cleaned up as any cancelled one.
+    async fn client_gone(&self, run_id: &str, run: &RunRecord) -> Result<bool, EngineError> {
+        if self.journal().cancelled_elsewhere(run_id).await? {
+            return Ok(true);
+        }
+        if let Some(task) = &run.task {
+            return Ok(self
+                .tasks()
+                .load_task(task)
+                .await?
+                .is_none_or(|(task, _)| task.status.is_terminal()));
+        }
+        match &run.session {
+            Some(session) => match self.store().load_session(&run.principal, session).await {
+                Ok(_) => Ok(false),
+                Err(StoreError::NotFound { .. }) => Ok(true),
+                Err(error) => Err(error.into()),
+            },
+            None => Ok(false),
+        }
     }
 
     /// Run a taken-over request again on its original stream.
@@ -74,6 +113,10 @@ impl Requests {
                 tokio::spawn(self.clone().run_relay(held));
                 Ok(true)
             }
+            Ok(Resume::Park(parked)) => {
+                held.park(self.journal(), parked).await;
+                Ok(false)
+            }
             Ok(Resume::Done) => {
                 held.finish(self.journal()).await;
                 Ok(false)
@@ -86,9 +129,9 @@ impl Requests {
         }
     }
 
-    /// Decide what a taken-over run needs: to be run again, or only to be cleaned up
-    /// (its outcome is committed, its session or task ended, it was cancelled, it failed
-    /// too often).
+    /// Decide what a taken-over run needs: to be run again, to be parked (it failed too
+    /// often), or only to be cleaned up (its outcome is committed, its session or task
+    /// ended, it was cancelled).
     async fn try_resume(&self, held: &Held) -> Result<Resume, EngineError> {
         let record = &held.record;
         let stream = record.stream.clone();
@@ -156,14 +199,21 @@ impl Requests {
             // a retry with its sealed state continues them).
             return self.closed_or_retry(&stream, &id).await;
         }
+        if let Some(parked) = &record.parked {
+            // Claimed to be cleaned up, but its client came back in between: kept.
+            return Ok(Resume::Park(parked.clone()));
+        }
         if record.failures >= self.options().max_attempts {
-            tracing::error!(run = %held.run_id, failures = record.failures, "a run failed too often; ending it with an error");
-            if let Some(task) = &record.task {
-                self.tasks()
-                    .end_task(task, TaskStatus::Failed, "The task failed too often.")
-                    .await?;
-            }
-            return self.closed_or_retry(&stream, &id).await;
+            // Kept for an operator, its steps with it: its client waits for the outcome of
+            // a retry after a fix (or an operator's purge).
+            return Ok(Resume::Park(Parked {
+                reason: ParkReason::TooManyFailures,
+                error: format!(
+                    "the run ended without an outcome {} times (its worker stopped, its handler panicked, or the store failed under it)",
+                    record.failures
+                ),
+                at_ms: now_ms(),
+            }));
         }
         // The re-run runs as the principal recorded with it; no token (nor its claims) is
         // recorded, so the handler sees the principal alone.

@@ -75,7 +75,7 @@ impl Sessions {
         peer: &PeerContext,
     ) -> Result<Value, EngineError> {
         let mut run = self.handler().start(request, peer)?;
-        while let Some(message) = run.outbound.recv().await {
+        while let Some(message) = run.next_outbound().await {
             if let Outbound::Outcome(outcome) = message {
                 return Ok(outcome);
             }

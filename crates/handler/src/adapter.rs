@@ -93,6 +93,33 @@ pub struct Run {
     /// The request's rmcp service loop: it ends when this run is dropped (after its
     /// outcome, the loop has ended by itself).
     _service: ServiceGuard,
+    /// Closes when the task running the handler is gone (it returned, or panicked).
+    handled: oneshot::Receiver<()>,
+    /// `handled` closed.
+    gone: bool,
+}
+
+/// How long a run waits for its outcome after its handler's task is gone: rmcp's service
+/// loop sends the response it was handed after the task ended.
+const HANDLER_GONE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Run {
+    /// The handler's next message; `None` once it has no more: after its outcome, or when
+    /// the handler ended without one (it panicked: rmcp's loop lives on, and without this
+    /// the run would wait for an outcome that never comes).
+    pub async fn next_outbound(&mut self) -> Option<Outbound> {
+        if !self.gone {
+            tokio::select! {
+                biased;
+                message = self.outbound.recv() => return message,
+                _ = &mut self.handled => self.gone = true,
+            }
+        }
+        tokio::time::timeout(HANDLER_GONE_GRACE, self.outbound.recv())
+            .await
+            .ok()
+            .flatten()
+    }
 }
 
 /// A summary of the server's static information.
@@ -376,7 +403,14 @@ impl McpHandler {
             message: format!("invalid params: {e}"),
             id,
         })?;
+        // rmcp hands the request's extensions to the handler's context, in the task that
+        // runs the handler: `handled` closes once that task (and any clone of the context
+        // it made) is gone, returned or panicked.
+        let (alive, handled) = oneshot::channel::<()>();
         if let ClientJsonRpcMessage::Request(request) = &mut message {
+            request.request.extensions_mut().insert(HandlerAlive {
+                _held: Arc::new(alive),
+            });
             if let Some(state) = &peer.session_state {
                 request.request.extensions_mut().insert(state.clone());
             }
@@ -416,6 +450,8 @@ impl McpHandler {
             replies,
             cancel,
             _service: service,
+            handled,
+            gone: false,
         })
     }
 

@@ -125,6 +125,20 @@ pub enum DurableError {
     /// continues from the last committed step.
     #[error("waiting for the client's input")]
     InputRequired,
+    /// The request failed in a way a retry after a fix may mend (a service it needs is
+    /// down, a bug): return it from the handler ([`DurableError::retryable`]) and, where
+    /// the client can read a later outcome (a legacy session's stream, a task), durable-mcp
+    /// parks the run for an operator instead of answering. `durable-mcp runs retry` runs it
+    /// again with its committed steps replayed. A stateless request's client gets the error.
+    #[error("{0}")]
+    Retryable(String),
+}
+
+impl DurableError {
+    /// A [`DurableError::Retryable`] saying `message`.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        DurableError::Retryable(message.into())
+    }
 }
 
 impl From<DurableError> for rmcp::ErrorData {
@@ -134,6 +148,10 @@ impl From<DurableError> for rmcp::ErrorData {
                 rmcp::model::ErrorCode(SUSPENDED_CODE),
                 "waiting for the client's input",
                 Some(json!({durable_mcp_protocol::meta::SUSPENDED: true})),
+            ),
+            DurableError::Retryable(message) => rmcp::ErrorData::internal_error(
+                message,
+                Some(json!({durable_mcp_protocol::meta::RETRYABLE: true})),
             ),
             DurableError::Cancelled => {
                 rmcp::ErrorData::new(rmcp::model::ErrorCode(-32_800), error.to_string(), None)

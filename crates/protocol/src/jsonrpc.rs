@@ -385,9 +385,35 @@ impl<'a> Outcome<'a> {
     }
 }
 
+/// The message of `response`'s error if its handler marked it retryable
+/// ([`crate::meta::RETRYABLE`]); `None` for any other message.
+pub fn retryable_error(response: &Value) -> Option<&str> {
+    let error = response.get("error")?;
+    let marked = error
+        .get("data")
+        .and_then(|data| data.get(crate::meta::RETRYABLE))
+        .and_then(Value::as_bool);
+    (marked == Some(true)).then(|| error.get("message").and_then(Value::as_str).unwrap_or(""))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_marked_error_is_retryable() {
+        let marked = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603,
+            "message": "payments down", "data": {"durable-mcp/retryable": true}}});
+        assert_eq!(retryable_error(&marked), Some("payments down"));
+        for other in [
+            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "x"}}),
+            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "x",
+                "data": {"durable-mcp/retryable": "yes"}}}),
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"durable-mcp/retryable": true}}),
+        ] {
+            assert_eq!(retryable_error(&other), None, "{other}");
+        }
+    }
 
     #[test]
     fn wrong_shapes_are_invalid_requests() {

@@ -17,3 +17,7 @@ pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// In an error's `data`: the handler waits for the client's input (stateless era); the
 /// engine replaces such an outcome with an `input_required` result.
 pub const SUSPENDED: &str = "durable-mcp/suspended";
+/// In an error's `data`: the handler's error is worth a retry after a fix (an upstream
+/// down, a bug): the engine parks the run for an operator instead of answering, where its
+/// client can read a later outcome.
+pub const RETRYABLE: &str = "durable-mcp/retryable";

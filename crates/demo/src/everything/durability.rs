@@ -4,6 +4,10 @@
 //!   ledger file, then sleeps `step_ms`. Kill the worker during a step and count the
 //!   ledger's lines: a committed step never appears twice (D8), an interrupted one at most
 //!   twice, with the same key both times.
+//!   With `poison` (a file whose name ends in `.poison`) and `poison_at`, step `poison_at`
+//!   fails before its effect while that file exists: it ends the call with a retryable
+//!   error (the run is parked for an operator), or with `poison_crash` kills the worker's
+//!   process, as a poisoned tool would. Deleting the file is the fix.
 //! * `ask` elicits an answer through the durable context (asked once, D9), records it in a
 //!   step and returns it.
 //! * `consult` asks for the client's roots, then its model: two durable questions in a row
@@ -12,7 +16,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use durable_mcp_handler::{Durable, TaskSupport, task_support};
+use durable_mcp_handler::{Durable, DurableError, TaskSupport, task_support};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -41,7 +45,19 @@ pub(super) struct StepsArgs {
     /// A file (name ending in `.ledger`) each step appends `<index> <idempotency key>` to.
     #[serde(default)]
     ledger: Option<String>,
+    /// A file (name ending in `.poison`): while it exists, step `poison_at` fails.
+    #[serde(default)]
+    poison: Option<String>,
+    /// The step that fails while `poison` exists (1 = the first).
+    #[serde(default)]
+    poison_at: u32,
+    /// Fail by killing the worker's process instead of with a retryable error.
+    #[serde(default)]
+    poison_crash: bool,
 }
+
+/// The only file names `steps` reads as poison.
+const POISON_SUFFIX: &str = ".poison";
 
 /// Arguments of `consult`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -92,8 +108,29 @@ impl Everything {
                 None,
             ));
         }
+        if let Some(poison) = &args.poison
+            && !poison.ends_with(POISON_SUFFIX)
+        {
+            return Err(McpError::invalid_params(
+                format!("poison must name a file ending in {POISON_SUFFIX}"),
+                None,
+            ));
+        }
         let mut done = Vec::new();
         for index in 1..=args.count {
+            if index == args.poison_at
+                && let Some(poison) = &args.poison
+                && std::path::Path::new(poison).exists()
+            {
+                if args.poison_crash {
+                    tracing::error!(step = index, "steps: poisoned; killing the worker");
+                    std::process::abort();
+                }
+                return Err(DurableError::retryable(format!(
+                    "step {index} is poisoned ({poison} exists)"
+                ))
+                .into());
+            }
             let ledger = args.ledger.clone();
             let step_ms = args.step_ms;
             let result: Result<u32, String> = durable

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::EngineError;
 use crate::caller::Caller;
 use crate::events::Events;
-use crate::records::{ActionRecord, AliasRecord, RunRecord, canonical, key};
+use crate::records::{ActionRecord, AliasRecord, Parked, RunRecord, canonical, key};
 use crate::rerun::AlreadySent;
 
 /// A duration in milliseconds, saturated.
@@ -63,6 +63,7 @@ impl RunRecord {
             relay: None,
             trace,
             http: caller.http.as_deref().map(crate::records::StoredHead::keep),
+            parked: None,
         }
     }
 }
@@ -294,6 +295,34 @@ impl Held {
             }
             Err(error) => {
                 tracing::warn!(%error, run = %self.run_id, "could not release a lease; it expires by itself")
+            }
+        }
+    }
+
+    /// Park the run for an operator ([`Parked`]): its lease is given back, and no worker
+    /// takes it again until an operator retries it ([`Journal::retry_parked`]) or ends it.
+    /// Its stream stays open and its steps stay, so that the retry replays them (D8).
+    /// Whether it was parked (else it is left to recovery, which parks it again).
+    pub async fn park(self, journal: &Journal, parked: Parked) -> bool {
+        self.stop_heartbeat();
+        let guard = self.beat.shared.lock().await;
+        let (record, version) = guard.clone();
+        let mut record = RunRecord::clone(&record);
+        record.owner = String::new();
+        // No lease runs out: a worker of an earlier version (which does not know parked
+        // runs) does not take it either.
+        record.lease_until_ms = u64::MAX;
+        record.parked = Some(parked);
+        match put_run(journal, &self.run_id, &record, version).await {
+            Ok(_) => {
+                let reason = record.parked.as_ref().map_or("", |p| p.reason.as_str());
+                tracing::warn!(run = %self.run_id, reason, failures = record.failures, "parked a run for an operator");
+                crate::metrics::parked(reason);
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, run = %self.run_id, "could not park a run; recovery will");
+                false
             }
         }
     }
@@ -565,6 +594,17 @@ pub fn open_run(
         .ok_or(StateRefused::NoRun)
 }
 
+/// Which runs a claim takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// One whose lease ran out, or this worker's own from before a restart.
+    Expired,
+    /// Also one given back, or this worker's and not running (a re-sent request found it).
+    Resent,
+    /// A parked one, whatever its lease.
+    Parked,
+}
+
 /// The journal: this worker's view of the run records and their leases, and the heartbeat
 /// of the runs it holds. Engine-wide state of its own: the worker's id and lease, when the
 /// worker started, the held runs; everything else is in the store.
@@ -764,7 +804,7 @@ impl Journal {
             .actions(run_id)
             .await?
             .iter()
-            .any(|action| action.action == crate::records::ActionKind::Kill))
+            .any(|action| action.action.ends_run()))
     }
 
     /// Mark run `run_id` cancelled by an operator's `action`: as a client's cancellation
@@ -819,7 +859,7 @@ impl Journal {
     /// be taken (a live lease, another worker was faster, or an undecodable entry, which is
     /// removed). The caller skips runs that run on this worker.
     pub async fn claim(&self, record: Record) -> Result<Option<Held>, EngineError> {
-        self.claim_if(record, false).await
+        self.claim_if(record, Claim::Expired).await
     }
 
     /// [`Journal::claim`] for a re-sent request that found its run journaled: also a run
@@ -828,10 +868,17 @@ impl Journal {
     /// another worker holds is not taken before its lease runs out: this worker cannot
     /// tell a live worker from a dead one before that. The caller skips runs that run here.
     pub async fn adopt(&self, record: Record) -> Result<Option<Held>, EngineError> {
-        self.claim_if(record, true).await
+        self.claim_if(record, Claim::Resent).await
     }
 
-    async fn claim_if(&self, record: Record, resent: bool) -> Result<Option<Held>, EngineError> {
+    /// [`Journal::claim`] for a parked run whose client is gone (it cancelled, its task or
+    /// session ended), to be cleaned up: parked runs are claimed only so.
+    pub async fn claim_parked(&self, record: Record) -> Result<Option<Held>, EngineError> {
+        self.claim_if(record, Claim::Parked).await
+    }
+
+    async fn claim_if(&self, record: Record, how: Claim) -> Result<Option<Held>, EngineError> {
+        let resent = how == Claim::Resent;
         let me = self.worker_id.clone();
         let mut run = match RunRecord::decode(&record.key, &record.value) {
             Ok(run) => run,
@@ -843,14 +890,23 @@ impl Journal {
                 return Ok(None);
             }
         };
+        if run.parked.is_some() != (how == Claim::Parked) {
+            return Ok(None); // a parked run is kept for an operator
+        }
         let ours_from_before =
             run.owner == me && run.lease_until_ms < self.started_at_ms + ms(self.lease);
         // The caller checked that the run does not run here.
         let unrun = resent && (run.owner.is_empty() || run.owner == me);
-        if !ours_from_before && !unrun && run.lease_until_ms > now_ms() {
+        if !ours_from_before && !unrun && how != Claim::Parked && run.lease_until_ms > now_ms() {
             return Ok(None);
         }
         let previous_owner = std::mem::replace(&mut run.owner, me);
+        if !previous_owner.is_empty() && !unrun {
+            // Its worker died holding it (or was cut off for a whole lease): the attempt
+            // ended without an outcome, and counts toward `max_attempts`, or a run that
+            // kills every worker that runs it would be run forever.
+            run.failures += 1;
+        }
         run.lease_until_ms = now_ms() + ms(self.lease);
         run.attempt += 1;
         let version = match self

@@ -47,6 +47,10 @@ pub const JOURNAL_RECOVERIES: &str = "durable_mcp.journal.recoveries";
 pub const JOURNAL_TAKEOVERS: &str = "durable_mcp.journal.takeovers";
 /// Leases this worker lost while running a run (counter), by `reason`.
 pub const JOURNAL_LEASES_LOST: &str = "durable_mcp.journal.leases_lost";
+/// Runs this worker parked for an operator (counter), by `reason`.
+pub const RUNS_PARKED: &str = "durable_mcp.runs.parked";
+/// Parked runs in the journal, as this worker's last recovery pass counted them (gauge).
+pub const RUNS_PARKED_NOW: &str = "durable_mcp.runs.parked_now";
 /// SSE responses open on this worker (gauge).
 pub const SSE_STREAMS_OPEN: &str = "durable_mcp.sse.streams.open";
 /// `Last-Event-ID` resumes served (counter), by `stream`.
@@ -147,6 +151,16 @@ fn describe() {
         JOURNAL_LEASES_LOST,
         Unit::Count,
         "Leases this worker lost while running a run."
+    );
+    describe_counter!(
+        RUNS_PARKED,
+        Unit::Count,
+        "Runs this worker parked for an operator: failed too often, or a retryable handler error."
+    );
+    describe_gauge!(
+        RUNS_PARKED_NOW,
+        Unit::Count,
+        "Parked runs in the journal, as this worker's last recovery pass counted them."
     );
     describe_gauge!(
         SSE_STREAMS_OPEN,
@@ -396,6 +410,20 @@ pub fn taken_over(from: &'static str) {
 pub fn lease_lost(reason: &'static str) {
     if enabled() {
         counter!(JOURNAL_LEASES_LOST, "reason" => reason).increment(1);
+    }
+}
+
+/// A run was parked for an operator, for `reason` (`too_many_failures`, `retryable_error`).
+pub fn parked(reason: &'static str) {
+    if enabled() {
+        counter!(RUNS_PARKED, "reason" => reason).increment(1);
+    }
+}
+
+/// A recovery pass found `count` parked runs in the journal.
+pub fn parked_now(count: usize) {
+    if enabled() {
+        gauge!(RUNS_PARKED_NOW).set(count as f64);
     }
 }
 

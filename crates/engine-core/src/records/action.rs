@@ -1,4 +1,4 @@
-//! What an operator did to a run (`durable-mcp runs cancel|kill`): who, when, why. It is
+//! What an operator did to a run (`durable-mcp runs cancel|kill|retry|purge`): who, when, why. It is
 //! committed before the action takes effect, so any worker obeys it and it survives
 //! restarts, and it stays as the run's audit trail for [`ACTION_TTL_MS`].
 
@@ -20,6 +20,10 @@ pub enum ActionKind {
     /// At once: a terminal error outcome is committed and the run's lease fenced, so the
     /// handler of a live worker commits nothing more.
     Kill,
+    /// A parked run is given back to the workers, its committed steps kept.
+    Retry,
+    /// As a kill, for a run picked by `runs purge` (a parked one, say).
+    Purge,
 }
 
 impl ActionKind {
@@ -28,7 +32,14 @@ impl ActionKind {
         match self {
             ActionKind::Cancel => "cancel",
             ActionKind::Kill => "kill",
+            ActionKind::Retry => "retry",
+            ActionKind::Purge => "purge",
         }
+    }
+
+    /// Whether the action ends the run at once (its journal entry goes with it).
+    pub fn ends_run(self) -> bool {
+        matches!(self, ActionKind::Kill | ActionKind::Purge)
     }
 }
 
@@ -64,6 +75,8 @@ impl ActionRecord {
         let verb = match self.action {
             ActionKind::Cancel => "cancelled",
             ActionKind::Kill => "killed",
+            ActionKind::Retry => "retried",
+            ActionKind::Purge => "purged",
         };
         match &self.reason {
             Some(reason) => format!("the request was {verb} by an operator: {reason}"),

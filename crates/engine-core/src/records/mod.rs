@@ -27,7 +27,7 @@ pub use action::{ACTION_TTL_MS, ActionKind, ActionRecord};
 pub use alias::{AliasRecord, RequestFingerprint};
 pub use durable_mcp_protocol::tasks::TaskStatus;
 pub use run::{Era, is_credential};
-pub use run::{Relay, RunRecord, StoredHead};
+pub use run::{ParkReason, Parked, Relay, RunRecord, StoredHead};
 pub use subscription::SubscriptionEntry;
 pub use task::{Flavor, TaskRecord, iso8601};
 

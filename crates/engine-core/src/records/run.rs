@@ -87,6 +87,44 @@ pub struct RunRecord {
     /// Absent for stdio requests and in records written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<StoredHead>,
+    /// Set while the run is parked for an operator ([`Parked`]): no worker takes it until
+    /// an operator retries it (`durable-mcp runs retry`) or ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<Parked>,
+}
+
+/// Why a run was parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParkReason {
+    /// It ended without an outcome `max_attempts` times (its worker died, its handler
+    /// panicked, the store failed under it).
+    TooManyFailures,
+    /// Its handler ended with an error it marked retryable (after a fix, not at once).
+    RetryableError,
+}
+
+impl ParkReason {
+    /// Its name, as stored and printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParkReason::TooManyFailures => "too_many_failures",
+            ParkReason::RetryableError => "retryable_error",
+        }
+    }
+}
+
+/// A run kept for an operator instead of ended: a poisoned run (one that keeps failing) or
+/// one whose handler asked for a retry after a fix. Its client waits (a legacy stream stays
+/// open, a task stays `working`); its committed steps stay, so a retry replays them (D8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Parked {
+    /// Why.
+    pub reason: ParkReason,
+    /// The last error, as a person reads it.
+    pub error: String,
+    /// When (milliseconds since the epoch).
+    pub at_ms: u64,
 }
 
 /// Whether a header named `name` carries a credential: such headers are never logged, and
@@ -191,5 +229,12 @@ impl RunRecord {
     /// for a retry with its sealed state to continue them.
     pub fn stateless(&self) -> bool {
         self.era == Era::Modern && self.task.is_none()
+    }
+
+    /// Whether the run can be parked: its client can read a later outcome (a legacy stream
+    /// it resumes, a task it polls). A stateless request's client is gone with its
+    /// connection; a relay (`tasks/result`) has no handler to fail.
+    pub fn parkable(&self) -> bool {
+        !self.stateless() && self.relay.is_none()
     }
 }
