@@ -160,13 +160,9 @@ fn an_operator_cancels_a_long_call_on_sqlite() {
 /// Two workers on `backend`: the call runs on one, the other stays up (it must not take
 /// the ended run over).
 fn on_two_workers(backend: Backend, kill: bool) {
-    if !backend.available() {
-        return;
+    if let Some((store, a, _b)) = shared(backend) {
+        an_operator_ends_a_long_call(a.addr, &store, kill);
     }
-    let store = backend.store_url(None);
-    let a = Server::start(&store, free_port(), LEASE);
-    let _b = Server::start(&store, free_port(), LEASE);
-    an_operator_ends_a_long_call(a.addr, &store, kill);
 }
 
 #[test]
@@ -195,4 +191,333 @@ fn runs_list_refuses_an_age_it_cannot_read() {
     let out = cli(&["runs", "list", "--store", &store, "--older-than", "soon"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a duration"));
+}
+
+/// A `steps` call through `session` on `addr`: `count` steps, each appending to `ledger`;
+/// step `poison_at` fails (a retryable error, or with `crash` an aborted worker) while
+/// `poison` exists.
+fn poisoned_call(
+    addr: SocketAddr,
+    session: &str,
+    id: u64,
+    ledger: &std::path::Path,
+    poison: &std::path::Path,
+    crash: bool,
+) -> (Response, String) {
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "steps", "arguments": {
+            "count": 5, "step_ms": 10, "ledger": ledger.display().to_string(),
+            "poison": poison.display().to_string(), "poison_at": 3, "poison_crash": crash}}});
+    let mut response = post(addr, Some(session), &call);
+    assert_eq!(response.status, 200);
+    let priming = response.next_event().unwrap().0.expect("priming id");
+    (response, priming)
+}
+
+/// The runs `runs list --state parked` shows, once there are `want`.
+fn parked(store: &str, want: usize, mut meanwhile: impl FnMut()) -> Vec<Value> {
+    let mut runs = Vec::new();
+    wait_for("the run to be parked", Duration::from_secs(60), || {
+        meanwhile();
+        runs = listed(store, &["--state", "parked"]);
+        runs.len() >= want
+    });
+    assert_eq!(runs.len(), want, "{runs:#?}");
+    runs
+}
+
+/// The one outcome of request `id`: on its open stream, or where the client resumes it
+/// (on `addr`) after that stream ended.
+fn outcome(response: Response, addr: SocketAddr, session: &str, priming: &str, id: u64) -> Value {
+    let mut last = priming.to_owned();
+    let mut outcomes = Vec::new();
+    for (event, message) in response.within(Duration::from_secs(30)).messages() {
+        last = event;
+        outcomes.extend((message["id"] == id).then_some(message));
+    }
+    if outcomes.is_empty() {
+        outcomes.extend(
+            resume(addr, session, &last)
+                .within(Duration::from_secs(30))
+                .messages()
+                .into_iter()
+                .map(|(_, message)| message)
+                .filter(|message| message["id"] == id),
+        );
+    }
+    assert_eq!(outcomes.len(), 1, "one outcome: {outcomes:#?}");
+    outcomes.remove(0)
+}
+
+/// Each of `steps` ran exactly once (D8), and nothing else did.
+fn ran_once(ledger: &std::path::Path, steps: std::ops::RangeInclusive<u32>) {
+    let mut indices: Vec<u32> = ledger_lines(ledger).iter().map(|(i, _)| *i).collect();
+    indices.sort_unstable();
+    assert_eq!(indices, steps.collect::<Vec<_>>(), "each step once");
+}
+
+/// An operator retries `parked_run` (after the fix): the client gets the call's result, and the
+/// steps before the poisoned one are replayed, not repeated (D8).
+fn retried(
+    store: &str,
+    parked_run: &Value,
+    poison: &std::path::Path,
+    ledger: &std::path::Path,
+) -> String {
+    let id = parked_run["run_id"].as_str().unwrap().to_owned();
+    ran_once(ledger, 1..=2);
+    std::fs::remove_file(poison).unwrap();
+    let action: Value = serde_json::from_str(&run(&[
+        "runs", "retry", "--store", store, &id, "--reason", "fixed", "--json",
+    ]))
+    .unwrap();
+    assert_eq!(action["action"], "retry");
+    id
+}
+
+/// The call `id` answered with all five steps, each run once.
+fn answered_after_retry(outcome: &Value, ledger: &std::path::Path) {
+    assert_eq!(
+        outcome["result"]["structuredContent"]["steps"],
+        json!([1, 2, 3, 4, 5]),
+        "{outcome:#}"
+    );
+    ran_once(ledger, 1..=5);
+}
+
+/// A handler error the handler marks as retryable parks the run; an operator retries it.
+fn a_failed_run_is_retried(addr: SocketAddr, store: &str) {
+    let dir = temp_dir("runs-retry");
+    let (ledger, poison) = (dir.join("effects.ledger"), dir.join("payments.poison"));
+    std::fs::write(&poison, "").unwrap();
+    let session = initialize(addr);
+    let (response, priming) = poisoned_call(addr, &session, 11, &ledger, &poison, false);
+    let runs = parked(store, 1, || {});
+    assert_eq!(runs[0]["parked"]["reason"], "retryable_error");
+    let error = runs[0]["parked"]["error"].as_str().unwrap();
+    assert!(error.contains("step 3 is poisoned"), "{error}");
+    assert_eq!(
+        runs[0]["owner"],
+        Value::Null,
+        "no worker holds a parked run"
+    );
+    // Kept, not re-run by itself.
+    std::thread::sleep(Duration::from_millis(1_500));
+    ran_once(&ledger, 1..=2);
+    let id = retried(store, &runs[0], &poison, &ledger);
+    answered_after_retry(&outcome(response, addr, &session, &priming, 11), &ledger);
+    assert!(listed(store, &[]).is_empty(), "the run left the journal");
+    let shown: Value =
+        serde_json::from_str(&run(&["runs", "show", "--store", store, &id, "--json"])).unwrap();
+    assert_eq!(shown["actions"][0]["action"], "retry", "{shown:#}");
+}
+
+/// A fresh store of `backend` and two workers on it; `None` when the service is missing.
+fn shared(backend: Backend) -> Option<(String, Server, Server)> {
+    if !backend.available() {
+        return None;
+    }
+    let store = backend.store_url(None);
+    let a = Server::start(&store, free_port(), LEASE);
+    let b = Server::start(&store, free_port(), LEASE);
+    Some((store, a, b))
+}
+
+#[test]
+fn a_failed_run_is_retried_on_sqlite() {
+    let store = sqlite_store("runs-retry-sqlite");
+    let server = Server::start(&store, free_port(), LEASE);
+    a_failed_run_is_retried(server.addr, &store);
+}
+
+#[test]
+fn a_failed_run_is_retried_on_postgres() {
+    if let Some((store, a, _b)) = shared(Backend::Postgres) {
+        a_failed_run_is_retried(a.addr, &store);
+    }
+}
+
+#[test]
+fn a_failed_run_is_retried_on_redis() {
+    if let Some((store, a, _b)) = shared(Backend::Redis) {
+        a_failed_run_is_retried(a.addr, &store);
+    }
+}
+
+/// Workers on one store that a poisoned tool kills: a dead one is started again, as a
+/// supervisor (systemd, Kubernetes) would.
+struct Workers {
+    store: String,
+    servers: Vec<Server>,
+}
+
+impl Workers {
+    const ARGS: &[&str] = &["--lease-ms", "900", "--max-attempts", "2"];
+
+    fn start(store: &str, count: usize) -> Workers {
+        Workers {
+            store: store.to_owned(),
+            servers: (0..count)
+                .map(|_| Server::start(store, free_port(), Self::ARGS))
+                .collect(),
+        }
+    }
+
+    /// Starts again each worker that died; how many did.
+    fn revive(&mut self) -> usize {
+        let mut revived = 0;
+        for server in &mut self.servers {
+            if server.child.try_wait().unwrap().is_some() {
+                *server = Server::start(&self.store, free_port(), Self::ARGS);
+                revived += 1;
+            }
+        }
+        revived
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.servers[0].addr
+    }
+}
+
+/// A run that kills its worker each time it runs is parked after `--max-attempts` (2),
+/// while its workers are restarted; after the fix, an operator retries it.
+fn a_run_that_kills_its_worker_is_parked(mut workers: Workers) {
+    let store = workers.store.clone();
+    let dir = temp_dir("runs-poison");
+    let (ledger, poison) = (dir.join("effects.ledger"), dir.join("release.poison"));
+    std::fs::write(&poison, "").unwrap();
+    let addr = workers.addr();
+    let session = initialize(addr);
+    let (response, priming) = poisoned_call(addr, &session, 12, &ledger, &poison, true);
+    let mut deaths = 0;
+    let runs = parked(&store, 1, || deaths += workers.revive());
+    assert!(
+        deaths >= 2,
+        "it killed its worker on each of its 2 attempts"
+    );
+    assert_eq!(runs[0]["parked"]["reason"], "too_many_failures");
+    assert_eq!(runs[0]["failures"], 2, "{runs:#?}");
+    // Parked: the workers stay up.
+    std::thread::sleep(Duration::from_millis(2_000));
+    assert_eq!(workers.revive(), 0, "a parked run is not run again");
+    retried(&store, &runs[0], &poison, &ledger);
+    answered_after_retry(
+        &outcome(response, workers.addr(), &session, &priming, 12),
+        &ledger,
+    );
+}
+
+#[test]
+fn a_run_that_kills_its_worker_is_parked_on_sqlite() {
+    let store = sqlite_store("runs-poison-sqlite");
+    a_run_that_kills_its_worker_is_parked(Workers::start(&store, 1));
+}
+
+#[test]
+fn a_run_that_kills_its_worker_is_parked_on_postgres() {
+    if Backend::Postgres.available() {
+        let store = Backend::Postgres.store_url(None);
+        a_run_that_kills_its_worker_is_parked(Workers::start(&store, 2));
+    }
+}
+
+#[test]
+fn a_run_that_kills_its_worker_is_parked_on_redis() {
+    if Backend::Redis.available() {
+        let store = Backend::Redis.store_url(None);
+        a_run_that_kills_its_worker_is_parked(Workers::start(&store, 2));
+    }
+}
+
+/// `runs purge --dry-run` lists the parked runs and changes nothing; `runs purge` ends
+/// exactly those, and their clients read why.
+fn purge_removes_what_it_listed(addr: SocketAddr, store: &str) {
+    let dir = temp_dir("runs-purge");
+    let poison = dir.join("payments.poison");
+    std::fs::write(&poison, "").unwrap();
+    let session = initialize(addr);
+    let calls: Vec<(Response, String)> = (0..2)
+        .map(|n| {
+            let ledger = dir.join(format!("call-{n}.ledger"));
+            poisoned_call(addr, &session, 20 + n, &ledger, &poison, false)
+        })
+        .collect();
+    parked(store, 2, || {});
+    // A running call, which the default `--state parked` leaves alone.
+    let long = json!({"jsonrpc": "2.0", "id": 30, "method": "tools/call", "params": {
+        "name": "steps", "arguments": {"count": 500, "step_ms": 40}}});
+    let _running = post(addr, Some(&session), &long);
+    wait_for("the long call to run", Duration::from_secs(10), || {
+        listed(store, &["--state", "running"]).len() == 1
+    });
+    // What a dry run must leave as it is (a live lease is renewed meanwhile).
+    let journal = || -> Vec<Value> {
+        let mut runs = listed(store, &[]);
+        for run in &mut runs {
+            run.as_object_mut().unwrap().remove("lease_until_ms");
+        }
+        runs
+    };
+    let before = journal();
+    assert_eq!(before.len(), 3, "{before:#?}");
+
+    let purge = |extra: &[&str]| -> Vec<Value> {
+        let mut args = vec!["runs", "purge", "--store", store, "--json", "--by", "ops"];
+        args.extend_from_slice(extra);
+        run(&args)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    };
+    assert!(purge(&["--dry-run", "--older-than", "1h"]).is_empty());
+    let listed_ids = |runs: &[Value], field: &str| -> Vec<String> {
+        let mut ids: Vec<String> = runs
+            .iter()
+            .map(|run| run[field].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let would = purge(&["--dry-run"]);
+    assert_eq!(would.len(), 2, "{would:#?}");
+    assert!(would.iter().all(|run| run["parked"].is_object()));
+    assert_eq!(journal(), before, "--dry-run changed nothing");
+
+    let purged = purge(&["--reason", "a bad release"]);
+    assert!(purged.iter().all(|action| action["action"] == "purge"));
+    assert_eq!(listed_ids(&purged, "run_id"), listed_ids(&would, "run_id"));
+    let left = listed(store, &[]);
+    assert_eq!(left.len(), 1, "{left:#?}");
+    assert_eq!(left[0]["request_id"], 30, "the running call is left alone");
+
+    for (n, (response, priming)) in calls.into_iter().enumerate() {
+        let id = 20 + n as u64;
+        let error = outcome(response, addr, &session, &priming, id)["error"].clone();
+        assert_eq!(
+            error["message"], "the request was purged by an operator: a bad release",
+            "{error:#}"
+        );
+    }
+}
+
+#[test]
+fn purge_removes_what_it_listed_on_sqlite() {
+    let store = sqlite_store("runs-purge-sqlite");
+    let server = Server::start(&store, free_port(), LEASE);
+    purge_removes_what_it_listed(server.addr, &store);
+}
+
+#[test]
+fn purge_removes_what_it_listed_on_postgres() {
+    if let Some((store, a, _b)) = shared(Backend::Postgres) {
+        purge_removes_what_it_listed(a.addr, &store);
+    }
+}
+
+#[test]
+fn purge_removes_what_it_listed_on_redis() {
+    if let Some((store, a, _b)) = shared(Backend::Redis) {
+        purge_removes_what_it_listed(a.addr, &store);
+    }
 }
