@@ -63,32 +63,61 @@ fn line(run: &RunSummary, now: u64) -> String {
     )
 }
 
-/// `runs show ID`: the run, its committed steps (key and size) and the operators' actions.
+/// `runs show ID`: the run's timeline: accepted, each attempt (worker, how it ended),
+/// each committed step and answer (size, duration), the messages on its stream
+/// (notifications, questions, the outcome) and the operators' actions. A finished run
+/// shows what retention has kept of it: its stream and the actions.
 pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
+    use durable_mcp::engine::inspect;
+
     let engine = crate::ops::operator_engine(store.clone());
     let actions = engine.run_actions(id).await?;
-    let run = durable_mcp::engine::inspect::run(store.as_ref(), id).await?;
-    let steps = durable_mcp::engine::inspect::steps(store.as_ref(), id, SCAN).await?;
-    if run.is_none() && actions.is_empty() {
+    let run = inspect::run(store.as_ref(), id).await?;
+    let steps = inspect::steps(store.as_ref(), id, SCAN).await?;
+    let stream = inspect::stream(store.as_ref(), id, SCAN).await?;
+    if run.is_none() && actions.is_empty() && stream.state == "gone" {
         bail!(
-            "no run {id}: it is not in the journal (finished, or never existed) and no operator acted on it"
+            "no run {id}: it is not in the journal (finished, or never existed), has no stream, and no operator acted on it"
         );
     }
     if json {
         println!(
             "{}",
-            json!({"run": run, "in_journal": run.is_some(), "steps": steps, "actions": actions})
+            json!({"run": run, "in_journal": run.is_some(), "steps": steps, "stream": stream, "actions": actions})
         );
         return Ok(());
     }
     let now = now_ms();
+    let at = inspect::iso8601;
     match &run {
         Some(run) => {
             println!("{}", line(run, now));
+            if let Some(accepted) = run.accepted_ms {
+                println!("accepted {}", at(accepted));
+            }
+            for attempt in &run.attempts {
+                let ended = attempt.ended.as_ref().map_or_else(
+                    || "not ended".to_owned(),
+                    |end| {
+                        format!(
+                            "{} {} (after {})",
+                            end.how.as_str(),
+                            at(end.at_ms),
+                            millis(end.at_ms.saturating_sub(attempt.started_ms))
+                        )
+                    },
+                );
+                println!(
+                    "attempt {}  worker={}  started {}  {ended}",
+                    attempt.attempt,
+                    attempt.worker,
+                    at(attempt.started_ms)
+                );
+            }
             if let Some(parked) = &run.parked {
                 println!(
                     "parked {} ({}): {}",
-                    durable_mcp::engine::inspect::iso8601(parked.at_ms),
+                    at(parked.at_ms),
                     parked.reason.as_str(),
                     parked.error
                 );
@@ -96,15 +125,57 @@ pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result
         }
         None => println!("{id}  not in the journal (finished, killed, or never existed)"),
     }
-    println!("steps: {}", steps.len());
-    for step in &steps {
-        println!("  {}  {} bytes", step.key, step.bytes);
+    let sent = steps.iter().filter(|step| step.kind == "sent").count();
+    println!(
+        "steps and answers: {}  (notifications marked sent: {sent})",
+        steps.len() - sent
+    );
+    for step in steps.iter().filter(|step| step.kind != "sent") {
+        let committed = step.committed.as_ref().map_or_else(String::new, |c| {
+            format!(
+                "  {}  attempt {}  worker={}{}",
+                at(c.at_ms),
+                c.attempt,
+                c.worker,
+                c.ms.map(|ms| format!("  ran {}", millis(ms)))
+                    .unwrap_or_default()
+            )
+        });
+        println!(
+            "  {} {}  {} bytes{committed}",
+            step.kind, step.name, step.bytes
+        );
+    }
+    println!(
+        "stream ({}): {} messages",
+        stream.state,
+        stream.messages.len()
+    );
+    for message in &stream.messages {
+        let what = match (&message.method, &message.error) {
+            (Some(method), _) => method.clone(),
+            (None, Some(error)) => format!("error {} {}", error["code"], error["message"]),
+            (None, None) => "result".to_owned(),
+        };
+        println!(
+            "  #{} {} {what}  {} bytes",
+            message.seq, message.kind, message.bytes
+        );
     }
     println!("actions: {}", actions.len());
     for action in &actions {
         println!("  {}", describe(action));
     }
     Ok(())
+}
+
+/// A duration in milliseconds as people read it.
+fn millis(ms: u64) -> String {
+    if ms < 10_000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
 }
 
 /// `runs cancel|kill|retry ID`.

@@ -205,6 +205,7 @@ fn poisoned_call(
     crash: bool,
 ) -> (Response, String) {
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "_meta": {"progressToken": format!("p{id}")},
         "name": "steps", "arguments": {
             "count": 5, "step_ms": 10, "ledger": ledger.display().to_string(),
             "poison": poison.display().to_string(), "poison_at": 3, "poison_crash": crash}}});
@@ -307,9 +308,7 @@ fn a_failed_run_is_retried(addr: SocketAddr, store: &str) {
     let id = retried(store, &runs[0], &poison, &ledger);
     answered_after_retry(&outcome(response, addr, &session, &priming, 11), &ledger);
     assert!(listed(store, &[]).is_empty(), "the run left the journal");
-    let shown: Value =
-        serde_json::from_str(&run(&["runs", "show", "--store", store, &id, "--json"])).unwrap();
-    assert_eq!(shown["actions"][0]["action"], "retry", "{shown:#}");
+    assert_eq!(timeline(store, &id)["actions"][0]["action"], "retry");
 }
 
 /// A fresh store of `backend` and two workers on it; `None` when the service is missing.
@@ -401,11 +400,69 @@ fn a_run_that_kills_its_worker_is_parked(mut workers: Workers) {
     // Parked: the workers stay up.
     std::thread::sleep(Duration::from_millis(2_000));
     assert_eq!(workers.revive(), 0, "a parked run is not run again");
+
+    // Its timeline: each attempt lost its worker, the last was parked; the two steps
+    // before the poisoned one were committed once, by the first attempt, with how long
+    // they ran; their progress is on the stream.
+    let id = runs[0]["run_id"].as_str().unwrap();
+    let shown = timeline(&store, id);
+    let attempts = shown["run"]["attempts"].as_array().unwrap();
+    let endings: Vec<&str> = attempts
+        .iter()
+        .map(|attempt| attempt["ended"]["how"].as_str().unwrap())
+        .collect();
+    assert_eq!(endings.last(), Some(&"parked"), "{shown:#}");
+    assert!(endings.len() >= 3, "{shown:#}");
+    assert!(
+        endings[..endings.len() - 1]
+            .iter()
+            .all(|how| *how == "lease_lost"),
+        "{shown:#}"
+    );
+    let steps: Vec<&Value> = shown["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|step| step["kind"] == "step")
+        .collect();
+    assert_eq!(steps.len(), 2, "{shown:#}");
+    for (step, name) in steps.iter().zip(["step-1", "step-2"]) {
+        assert_eq!(step["name"], name);
+        assert_eq!(step["attempt"], 1);
+        assert_eq!(step["worker"], attempts[0]["worker"]);
+        assert!(step["ms"].as_u64().unwrap() >= 10, "{step:#}");
+    }
+    let progress = shown["stream"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .count();
+    assert_eq!(progress, 2, "{shown:#}");
+
     retried(&store, &runs[0], &poison, &ledger);
     answered_after_retry(
         &outcome(response, workers.addr(), &session, &priming, 12),
         &ledger,
     );
+    // Finished: the journal entry is gone; the stream keeps the outcome.
+    let shown = timeline(&store, id);
+    assert_eq!(shown["in_journal"], false);
+    assert_eq!(shown["stream"]["state"], "finished", "{shown:#}");
+    let last = shown["stream"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap();
+    assert_eq!(
+        (last["kind"].as_str(), &last["error"]),
+        (Some("outcome"), &Value::Null)
+    );
+}
+
+/// `runs show ID --json`.
+fn timeline(store: &str, id: &str) -> Value {
+    serde_json::from_str(&run(&["runs", "show", "--store", store, id, "--json"])).unwrap()
 }
 
 #[test]

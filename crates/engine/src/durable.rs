@@ -178,7 +178,8 @@ impl DurableRun {
             .map_err(|e| self.journal_error(e))?;
         record
             .map(|r| {
-                crate::records::decode(RecordKind::Step, key, &r.value)
+                crate::records::decode_step(key, &r.value)
+                    .map(|(value, _)| value)
                     .map_err(|e| self.journal_error(e))
             })
             .transpose()
@@ -292,7 +293,7 @@ impl DurableRun {
         if let Some((key, _)) = &self.task() {
             self.set_task_status(key, TaskStatus::Working).await?;
         }
-        self.commit_value(&answer_key, answer).await
+        self.commit_value(&answer_key, answer, None).await
     }
 
     async fn set_task_status(&self, key: &str, status: TaskStatus) -> Result<(), DurableError> {
@@ -357,6 +358,7 @@ impl DurableRun {
                     .commit_value(
                         &key::answer(&self.run_id, index),
                         json!({"result": response}),
+                        None,
                     )
                     .await?;
                 self.engine
@@ -385,7 +387,14 @@ impl DurableRun {
         }
     }
 
-    async fn commit_value(&self, key: &str, value: Value) -> Result<Value, DurableError> {
+    /// Commit `value` as step record `key` (a step whose body took `ran`, or an answer),
+    /// unless one is there: the first commit wins and is returned (D8, D9).
+    async fn commit_value(
+        &self,
+        key: &str,
+        value: Value,
+        ran: Option<Duration>,
+    ) -> Result<Value, DurableError> {
         // A run an operator killed commits no more (its worker learns of it at its next
         // heartbeat, which cancels the run). Any other cancelled run keeps what its step
         // did: the first commit wins and a run that goes on elsewhere reuses it (D8).
@@ -395,12 +404,20 @@ impl DurableRun {
             return Err(DurableError::Cancelled);
         }
         self.steps_written.store(true, Ordering::SeqCst);
+        let meta = crate::records::StepMeta {
+            at_ms: durable_mcp_store::now_ms(),
+            ms: ran.map(|ran| u64::try_from(ran.as_millis()).unwrap_or(u64::MAX)),
+            attempt: self.attempt,
+            worker: self.engine.journal().worker_id().to_owned(),
+        };
+        let stored =
+            crate::records::encode_step(&value, &meta).map_err(|e| self.journal_error(e))?;
         let store = self.engine.store();
         match store
             .put_record(
                 RecordKind::Step,
                 key,
-                value.to_string(),
+                stored,
                 self.step_expiry(),
                 Expect::Absent,
             )
@@ -445,11 +462,16 @@ impl DurableBackend for DurableRun {
         &'a self,
         name: &'a str,
         value: Value,
+        ran: Duration,
     ) -> BoxFuture<'a, Result<Value, DurableError>> {
         Box::pin(async move {
             self.journaled().await?;
-            self.commit_value(&key::step(&self.run_id, key::StepKind::Step, name), value)
-                .await
+            self.commit_value(
+                &key::step(&self.run_id, key::StepKind::Step, name),
+                value,
+                Some(ran),
+            )
+            .await
         })
     }
 
@@ -472,7 +494,7 @@ impl DurableBackend for DurableRun {
                 }
                 (_, Era::Legacy) => self.ask_legacy(index, method, params).await,
                 (None | Some((_, Flavor::V2025)), Era::Modern) => match self.ask_stateless(index) {
-                    Ok(answer) => self.commit_value(&answer_key, answer).await,
+                    Ok(answer) => self.commit_value(&answer_key, answer, None).await,
                     Err(error) => {
                         self.pending
                             .lock()

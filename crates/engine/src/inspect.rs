@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::EngineError;
 pub use crate::records::iso8601;
+pub use crate::records::{Attempt, AttemptEnd, AttemptEnding, ParkReason, Parked, StepMeta};
 use crate::records::{Flavor, RecordError, RunRecord, TaskRecord, key};
-pub use crate::records::{ParkReason, Parked};
 
 /// A journaled request that has not finished: running on a worker, or waiting for one to
 /// take it over.
@@ -45,6 +45,9 @@ pub struct RunSummary {
     /// Why and since when it is parked for an operator, if it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parked: Option<Parked>,
+    /// Its last attempts: worker, start, how each ended (the one running has no end).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
     /// The request's `params.arguments` (a payload: left out of the serialized summary, so
     /// `inspect runs --json` does not print it; the dashboard shows it only when asked).
     #[serde(skip)]
@@ -191,6 +194,7 @@ impl RunSummary {
                 .map(|task| key::task_id(task).to_owned()),
             arguments: run.request.param("arguments").cloned(),
             parked: run.parked,
+            attempts: run.attempts,
             // The run's id is its first stream's (a task's stream comes later).
             accepted_ms: key
                 .parse::<durable_mcp_store::StreamId>()
@@ -208,28 +212,151 @@ impl RunSummary {
 pub struct StepSummary {
     /// Its key (`<run id>/<kind>/<name>`).
     pub key: String,
-    /// The size of what it keeps, in bytes.
+    /// What it records: `step` (a named step's result), `answer` (question `name`'s),
+    /// `sent` (notification `name` was sent), or `cancel` (a cancellation mark).
+    pub kind: &'static str,
+    /// The step's name, or the question's or notification's number.
+    pub name: String,
+    /// The size of what it keeps (a step's result, an answer), in bytes.
     pub bytes: usize,
     /// When it expires (milliseconds since the epoch), if before the run ends.
     pub expires_at_ms: Option<u64>,
+    /// When, by which attempt and worker it was committed, and how long the step's body
+    /// ran (absent for marks, and for records written before it was kept).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub committed: Option<StepMeta>,
 }
 
-/// Up to `limit` committed step records of run `run_id`, by key.
+/// Up to `limit` committed step records of run `run_id`, in the order they were committed
+/// where that is known, else by key.
 pub async fn steps(
     store: &dyn Store,
     run_id: &str,
     limit: usize,
 ) -> Result<Vec<StepSummary>, EngineError> {
-    Ok(store
+    let mut steps: Vec<StepSummary> = store
         .list_records(RecordKind::Step, &key::steps(run_id), limit)
         .await?
         .into_iter()
-        .map(|record| StepSummary {
-            bytes: record.value.len(),
-            key: record.key,
-            expires_at_ms: record.expires_at_ms,
+        .map(|record| {
+            let rest = record.key.get(run_id.len() + 1..).unwrap_or_default();
+            let (kind, name) = match rest.split_once('/') {
+                Some(("s", name)) => ("step", name),
+                Some(("a", name)) => ("answer", name),
+                Some(("e", name)) => ("sent", name),
+                _ => ("cancel", rest),
+            };
+            let (bytes, committed) = match kind {
+                "step" | "answer" => {
+                    match crate::records::decode_step(&record.key, &record.value) {
+                        Ok((value, meta)) => (value.to_string().len(), meta),
+                        Err(_) => (record.value.len(), None),
+                    }
+                }
+                _ => (record.value.len(), None),
+            };
+            StepSummary {
+                kind,
+                name: name.to_owned(),
+                bytes,
+                expires_at_ms: record.expires_at_ms,
+                committed,
+                key: record.key,
+            }
         })
-        .collect())
+        .collect();
+    steps.sort_by_key(|step| step.committed.as_ref().map_or(u64::MAX, |c| c.at_ms));
+    Ok(steps)
+}
+
+/// One message on a run's stream, as its timeline shows it (its payload left out).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct StreamMessage {
+    /// Its sequence on the stream.
+    pub seq: u64,
+    /// `notification`, `question` (a request to the client), or `outcome` (the response).
+    pub kind: &'static str,
+    /// A notification's or question's method.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// The message's size in bytes.
+    pub bytes: usize,
+    /// An error outcome's code and message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+/// What a run's stream holds: its messages, or why they cannot be read.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct StreamTimeline {
+    /// `open` (more may come), `finished` (closed, all read), `truncated` (more than the
+    /// limit), `pruned` (retention removed it) or `gone` (no such stream).
+    pub state: &'static str,
+    /// Its messages, in order.
+    pub messages: Vec<StreamMessage>,
+}
+
+/// The first `limit` messages on run `run_id`'s stream (its id is the run's).
+pub async fn stream(
+    store: &dyn Store,
+    run_id: &str,
+    limit: usize,
+) -> Result<StreamTimeline, EngineError> {
+    let Ok(stream) = run_id.parse::<durable_mcp_store::StreamId>() else {
+        return Ok(StreamTimeline {
+            state: "gone",
+            messages: Vec::new(),
+        });
+    };
+    let read = match store.read_after(&stream, 0, limit).await {
+        Ok(read) => read,
+        Err(durable_mcp_store::StoreError::Pruned { .. }) => {
+            return Ok(StreamTimeline {
+                state: "pruned",
+                messages: Vec::new(),
+            });
+        }
+        Err(durable_mcp_store::StoreError::NotFound { .. }) => {
+            return Ok(StreamTimeline {
+                state: "gone",
+                messages: Vec::new(),
+            });
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let state = if read.finished {
+        "finished"
+    } else if read.events.len() >= limit {
+        "truncated"
+    } else {
+        "open"
+    };
+    let messages = read
+        .events
+        .into_iter()
+        .filter(|event| !event.data.is_empty())
+        .map(|event| {
+            let message: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+            let method = message["method"].as_str().map(str::to_owned);
+            let kind = match (&method, message.get("id")) {
+                (Some(_), Some(_)) => "question",
+                (Some(_), None) => "notification",
+                (None, _) => "outcome",
+            };
+            StreamMessage {
+                seq: event.id.seq,
+                kind,
+                method,
+                bytes: event.data.len(),
+                error: message.get("error").map(
+                    |error| serde_json::json!({"code": error["code"], "message": error["message"]}),
+                ),
+            }
+        })
+        .collect();
+    Ok(StreamTimeline { state, messages })
 }
 
 /// Which runs an operator asks for (`durable-mcp runs list`): every field set must match.

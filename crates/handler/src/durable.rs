@@ -186,12 +186,14 @@ pub trait DurableBackend: Send + Sync + 'static {
     /// The committed result of step `name`, if any.
     fn load_step<'a>(&'a self, name: &'a str)
     -> BoxFuture<'a, Result<Option<Value>, DurableError>>;
-    /// Commit `value` as step `name`'s result unless one is already committed; returns
-    /// the committed result (the first commit wins).
+    /// Commit `value` as step `name`'s result, which its body took `ran` to produce,
+    /// unless one is already committed; returns the committed result (the first commit
+    /// wins).
     fn commit_step<'a>(
         &'a self,
         name: &'a str,
         value: Value,
+        ran: std::time::Duration,
     ) -> BoxFuture<'a, Result<Value, DurableError>>;
     /// Ask the client question number `index` (`elicitation/create`, ...) and return the
     /// client's response (the whole JSON-RPC response object), asking at most once per
@@ -347,12 +349,14 @@ impl Durable {
         if self.backend.cancellation().is_cancelled() {
             return Err(DurableError::Cancelled);
         }
+        let started = std::time::Instant::now();
         let value = f(self.key(name)).await;
+        let ran = started.elapsed();
         let encoded = serde_json::to_value(&value).map_err(|source| DurableError::Encode {
             name: name.to_owned(),
             source,
         })?;
-        let committed = self.backend.commit_step(name, encoded).await?;
+        let committed = self.backend.commit_step(name, encoded, ran).await?;
         decode(name, committed)
     }
 
@@ -667,6 +671,7 @@ mod tests {
             &'a self,
             name: &'a str,
             value: Value,
+            _ran: std::time::Duration,
         ) -> BoxFuture<'a, Result<Value, DurableError>> {
             Box::pin(async move {
                 Ok(self

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::EngineError;
 use crate::caller::Caller;
 use crate::events::Events;
+use crate::records::AttemptEnding;
 use crate::records::{ActionRecord, AliasRecord, Parked, RunRecord, canonical, key};
 use crate::rerun::AlreadySent;
 
@@ -44,7 +45,7 @@ impl RunRecord {
     /// else the client's ([`crate::traces`]).
     pub fn new(journal: &Journal, caller: &Caller, request: Request, stream: &StreamId) -> Self {
         let trace = crate::traces::to_store(&request, caller.trace.as_ref());
-        Self {
+        let mut record = Self {
             principal: caller.principal.clone(),
             session: caller.session_id().cloned(),
             era: caller.era,
@@ -64,7 +65,10 @@ impl RunRecord {
             trace,
             http: caller.http.as_deref().map(crate::records::StoredHead::keep),
             parked: None,
-        }
+            attempts: Vec::new(),
+        };
+        record.begin_attempt(&journal.worker_id, now_ms());
+        record
     }
 }
 
@@ -286,6 +290,12 @@ impl Held {
         if failed {
             record.failures += 1;
         }
+        let how = if failed {
+            AttemptEnding::Failed
+        } else {
+            AttemptEnding::HandedOver
+        };
+        record.end_attempt(how, now_ms());
         match put_run(journal, &self.run_id, &record, version).await {
             Ok(_) => tracing::info!(run = %self.run_id, "released a run's lease"),
             Err(EngineError::Store(StoreError::Conflict { .. } | StoreError::NotFound { .. }))
@@ -313,6 +323,7 @@ impl Held {
         // runs) does not take it either.
         record.lease_until_ms = u64::MAX;
         record.parked = Some(parked);
+        record.end_attempt(AttemptEnding::Parked, now_ms());
         match put_run(journal, &self.run_id, &record, version).await {
             Ok(_) => {
                 let reason = record.parked.as_ref().map_or("", |p| p.reason.as_str());
@@ -636,6 +647,11 @@ impl Journal {
         self.events.store()
     }
 
+    /// This worker's id, as leases and timelines name it.
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
     /// When this worker started (milliseconds since the epoch).
     pub fn started_at_ms(&self) -> u64 {
         self.started_at_ms
@@ -906,9 +922,13 @@ impl Journal {
             // ended without an outcome, and counts toward `max_attempts`, or a run that
             // kills every worker that runs it would be run forever.
             run.failures += 1;
+            run.end_attempt(AttemptEnding::LeaseLost, now_ms());
+        } else {
+            run.end_attempt(AttemptEnding::HandedOver, now_ms());
         }
         run.lease_until_ms = now_ms() + ms(self.lease);
         run.attempt += 1;
+        run.begin_attempt(&self.worker_id, now_ms());
         let version = match self
             .store()
             .put_record(

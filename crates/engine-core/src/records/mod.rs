@@ -16,6 +16,7 @@ mod action;
 mod alias;
 pub mod key;
 mod run;
+mod step;
 mod subscription;
 mod task;
 
@@ -26,8 +27,12 @@ use serde::de::DeserializeOwned;
 pub use action::{ACTION_TTL_MS, ActionKind, ActionRecord};
 pub use alias::{AliasRecord, RequestFingerprint};
 pub use durable_mcp_protocol::tasks::TaskStatus;
+pub use run::{
+    ATTEMPTS_KEPT, Attempt, AttemptEnd, AttemptEnding, ParkReason, Parked, Relay, RunRecord,
+    StoredHead,
+};
 pub use run::{Era, is_credential};
-pub use run::{ParkReason, Parked, Relay, RunRecord, StoredHead};
+pub use step::{StepMeta, decode_step, encode_step};
 pub use subscription::SubscriptionEntry;
 pub use task::{Flavor, TaskRecord, iso8601};
 

@@ -91,6 +91,64 @@ pub struct RunRecord {
     /// an operator retries it (`durable-mcp runs retry`) or ends it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parked: Option<Parked>,
+    /// Its last [`ATTEMPTS_KEPT`] attempts, oldest first, for its timeline. Absent in
+    /// records written before they were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
+}
+
+/// How many attempts a run record keeps (a run that fails on and on keeps its last ones).
+pub const ATTEMPTS_KEPT: usize = 16;
+
+/// One attempt of a run: which worker ran it, from when, and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Which attempt (1: the first).
+    pub attempt: u32,
+    /// The worker that ran it.
+    pub worker: String,
+    /// When it started (milliseconds since the epoch).
+    pub started_ms: u64,
+    /// How it ended, once it ended without the run ending (an attempt that answered ends
+    /// with the run, whose outcome is on its stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<AttemptEnd>,
+}
+
+/// How and when an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptEnd {
+    /// How.
+    pub how: AttemptEnding,
+    /// When (milliseconds since the epoch; for [`AttemptEnding::LeaseLost`], when another
+    /// worker found it so).
+    pub at_ms: u64,
+}
+
+/// How an attempt ended without an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptEnding {
+    /// Its worker gave it back (shutting down, or a client's re-send) for another to go on.
+    HandedOver,
+    /// Its handler panicked or the store failed under it.
+    Failed,
+    /// Its worker stopped renewing its lease (it died, or was cut off) and another took it.
+    LeaseLost,
+    /// It was parked for an operator.
+    Parked,
+}
+
+impl AttemptEnding {
+    /// Its name, as stored and printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptEnding::HandedOver => "handed_over",
+            AttemptEnding::Failed => "failed",
+            AttemptEnding::LeaseLost => "lease_lost",
+            AttemptEnding::Parked => "parked",
+        }
+    }
 }
 
 /// Why a run was parked.
@@ -210,6 +268,28 @@ pub struct Relay {
 }
 
 impl RunRecord {
+    /// Attempt `self.attempt` starts on `worker` at `now_ms` (its timeline's entry).
+    pub fn begin_attempt(&mut self, worker: &str, now_ms: u64) {
+        if self.attempts.len() >= ATTEMPTS_KEPT {
+            self.attempts.remove(0);
+        }
+        self.attempts.push(Attempt {
+            attempt: self.attempt,
+            worker: worker.to_owned(),
+            started_ms: now_ms,
+            ended: None,
+        });
+    }
+
+    /// The current attempt ended `how` at `now_ms` (unless its end is already known).
+    pub fn end_attempt(&mut self, how: AttemptEnding, now_ms: u64) {
+        if let Some(last) = self.attempts.last_mut()
+            && last.ended.is_none()
+        {
+            last.ended = Some(AttemptEnd { how, at_ms: now_ms });
+        }
+    }
+
     /// The value the store keeps.
     pub fn encode(&self) -> Result<String, RecordError> {
         super::encode(RecordKind::Run, self)

@@ -166,6 +166,41 @@ fn run_records_of_older_workers_decode_with_defaults() {
     assert_eq!(run.failures, 0);
 }
 
+#[test]
+fn a_run_keeps_its_last_attempts_and_how_each_ended() {
+    let mut run = RunRecord::decode(RUN, &stored_run().to_string()).unwrap();
+    assert!(
+        run.attempts.is_empty(),
+        "a record from before attempts were kept"
+    );
+    run.begin_attempt("a", 10);
+    run.end_attempt(AttemptEnding::LeaseLost, 20);
+    run.end_attempt(AttemptEnding::Parked, 30); // its end is already known
+    assert_eq!(
+        run.attempts[0].ended,
+        Some(AttemptEnd {
+            how: AttemptEnding::LeaseLost,
+            at_ms: 20
+        })
+    );
+    for n in 0..ATTEMPTS_KEPT as u32 + 3 {
+        run.attempt = n + 2;
+        run.begin_attempt("b", 40 + u64::from(n));
+        run.end_attempt(AttemptEnding::Failed, 41 + u64::from(n));
+    }
+    assert_eq!(run.attempts.len(), ATTEMPTS_KEPT);
+    assert_eq!(
+        run.attempts.last().unwrap().attempt,
+        ATTEMPTS_KEPT as u32 + 4
+    );
+    let stored = run.encode().unwrap();
+    assert!(stored.contains(r#""attempts":[{"attempt":"#), "{stored}");
+    assert_eq!(
+        RunRecord::decode(RUN, &stored).unwrap().attempts,
+        run.attempts
+    );
+}
+
 /// A task record as today's workers write it.
 fn stored_task(status: &str) -> Value {
     json!({
