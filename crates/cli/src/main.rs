@@ -8,6 +8,7 @@ mod keys;
 mod ops;
 mod runs;
 mod serve;
+mod tasks;
 mod transfer;
 
 use std::ffi::OsString;
@@ -56,6 +57,9 @@ enum Command {
     /// Journaled runs, on any store, with workers running or not: list them (with
     /// filters), show one (its steps and the operators' actions), cancel or kill one.
     Runs(RunsArgs),
+    /// Tasks of both designs, on any store: list them (with filters), show one (with its
+    /// run's timeline), cancel one as a client's `tasks/cancel` would.
+    Tasks(TasksArgs),
     /// Write every item of a store (sessions, streams with their events, journal records,
     /// tasks, state, keys) to stdout as versioned JSON lines, ids preserved.
     Dump(DumpArgs),
@@ -215,7 +219,7 @@ struct RunsArgs {
 struct ActionArgs {
     #[command(flatten)]
     store: StoreArgs,
-    /// The run id (`durable-mcp runs list`).
+    /// The run id (`durable-mcp runs list`); for `tasks cancel`, the task id.
     id: String,
     /// Why: kept with the action, and put in the client's error outcome.
     #[arg(long)]
@@ -284,6 +288,54 @@ impl ActionArgs {
         )
         .await
     }
+}
+
+#[derive(Parser, Debug)]
+struct TasksArgs {
+    #[command(subcommand)]
+    action: TasksAction,
+}
+
+#[derive(Subcommand, Debug)]
+enum TasksAction {
+    /// Tasks until they expire, oldest first.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only tasks in this status (`working`, `input_required`, `completed`, `failed`,
+        /// `cancelled`).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this principal's.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Only this legacy session's.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only tasks of this design (`2025-11-25` or `extension`).
+        #[arg(long)]
+        design: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// One JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One task, and its run's timeline.
+    Show {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The task id.
+        id: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a task as a client's `tasks/cancel` does: refused if it has ended; else it is
+    /// `cancelled` at once (its status message says an operator did it, and why), and its
+    /// run, on whichever worker runs it, is cancelled cooperatively.
+    Cancel(ActionArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -625,6 +677,38 @@ async fn main() -> anyhow::Result<()> {
             } => {
                 let filter = filter.filter(Some(state));
                 runs::purge(store.open().await?, &filter, dry_run, by, reason, json).await
+            }
+        },
+        Command::Tasks(args) => match args.action {
+            TasksAction::List {
+                store,
+                status,
+                principal,
+                session,
+                design,
+                limit,
+                json,
+            } => {
+                let filter = tasks::TaskFilter {
+                    status,
+                    principal,
+                    session,
+                    design,
+                };
+                tasks::list(store.open().await?.as_ref(), &filter, limit, json).await
+            }
+            TasksAction::Show { store, id, json } => {
+                tasks::show(store.open().await?, &id, json).await
+            }
+            TasksAction::Cancel(args) => {
+                tasks::cancel(
+                    args.store.open().await?,
+                    &args.id,
+                    args.by,
+                    args.reason,
+                    args.json,
+                )
+                .await
             }
         },
         Command::Dump(args) => {

@@ -10,7 +10,6 @@ use anyhow::{Context, bail};
 use durable_mcp::engine::inspect::{RunFilter, RunSummary};
 use durable_mcp::engine::{ActionKind, ActionRecord, EngineError};
 use durable_mcp::store::{Store, now_ms};
-use serde_json::json;
 
 /// How many journal entries `runs list` reads before it filters them.
 const SCAN: usize = 100_000;
@@ -63,11 +62,18 @@ fn line(run: &RunSummary, now: u64) -> String {
     )
 }
 
-/// `runs show ID`: the run's timeline: accepted, each attempt (worker, how it ended),
-/// each committed step and answer (size, duration), the messages on its stream
-/// (notifications, questions, the outcome) and the operators' actions. A finished run
-/// shows what retention has kept of it: its stream and the actions.
-pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
+/// What `runs show` prints of a run.
+#[derive(serde::Serialize)]
+pub struct Timeline {
+    pub run: Option<RunSummary>,
+    pub in_journal: bool,
+    pub steps: Vec<durable_mcp::engine::inspect::StepSummary>,
+    pub stream: durable_mcp::engine::inspect::StreamTimeline,
+    pub actions: Vec<ActionRecord>,
+}
+
+/// Run `id`'s timeline, from whatever the store keeps of it.
+pub async fn timeline(store: Arc<dyn Store>, id: &str) -> anyhow::Result<Timeline> {
     use durable_mcp::engine::inspect;
 
     let engine = crate::ops::operator_engine(store.clone());
@@ -80,13 +86,34 @@ pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result
             "no run {id}: it is not in the journal (finished, or never existed), has no stream, and no operator acted on it"
         );
     }
+    Ok(Timeline {
+        in_journal: run.is_some(),
+        run,
+        steps,
+        stream,
+        actions,
+    })
+}
+
+/// `runs show ID`: the run's timeline: accepted, each attempt (worker, how it ended),
+/// each committed step and answer (size, duration), the messages on its stream
+/// (notifications, questions, the outcome) and the operators' actions. A finished run
+/// shows what retention has kept of it: its stream and the actions.
+pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
+    use durable_mcp::engine::inspect;
+
+    let timeline = timeline(store, id).await?;
     if json {
-        println!(
-            "{}",
-            json!({"run": run, "in_journal": run.is_some(), "steps": steps, "stream": stream, "actions": actions})
-        );
+        println!("{}", serde_json::to_string(&timeline)?);
         return Ok(());
     }
+    let Timeline {
+        run,
+        steps,
+        stream,
+        actions,
+        ..
+    } = timeline;
     let now = now_ms();
     let at = inspect::iso8601;
     match &run {
@@ -318,7 +345,7 @@ fn describe(action: &ActionRecord) -> String {
 }
 
 /// Who acts, when `--by` is not given: the user running the command.
-fn operator() -> String {
+pub fn operator() -> String {
     std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .ok()

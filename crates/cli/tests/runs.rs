@@ -578,3 +578,102 @@ fn purge_removes_what_it_listed_on_redis() {
         purge_removes_what_it_listed(a.addr, &store);
     }
 }
+
+/// `tasks cancel` of a long task running on `addr`, through `store`: the task is
+/// `cancelled` when the command returns (as after a client's `tasks/cancel`), with the
+/// operator's words; its run stops (the ledger stops growing); a second cancel is refused
+/// as the spec refuses one of a task in a terminal status.
+fn an_operator_cancels_a_task(addr: SocketAddr, store: &str) {
+    let dir = temp_dir("tasks-cancel");
+    let ledger = dir.join("effects.ledger");
+    let session = initialize(addr);
+    let call = json!({"jsonrpc": "2.0", "id": 40, "method": "tools/call", "params": {
+        "name": "steps", "task": {"ttl": 60_000},
+        "arguments": {"count": 500, "step_ms": 40, "ledger": ledger.display().to_string()}}});
+    let created = post(addr, Some(&session), &call).messages();
+    let task_id = created.last().unwrap().1["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_for("the task's steps to run", Duration::from_secs(10), || {
+        ledger_lines(&ledger).len() >= 3
+    });
+    let tasks: Vec<Value> = run(&[
+        "tasks", "list", "--store", store, "--status", "working", "--json",
+    ])
+    .lines()
+    .map(|line| serde_json::from_str(line).unwrap())
+    .collect();
+    assert_eq!(tasks.len(), 1, "{tasks:#?}");
+    assert_eq!(tasks[0]["task_id"], task_id.as_str());
+
+    let action: Value = serde_json::from_str(&run(&[
+        "tasks",
+        "cancel",
+        "--store",
+        store,
+        &task_id,
+        "--reason",
+        "wrong input",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(action["action"], "cancel");
+    let got = post(
+        addr,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "id": 41, "method": "tasks/get", "params": {"taskId": task_id}}),
+    );
+    let got = last_message(got);
+    assert_eq!(got["result"]["status"], "cancelled", "{got:#}");
+    assert_eq!(
+        got["result"]["statusMessage"],
+        "the request was cancelled by an operator: wrong input"
+    );
+
+    // Its run stops within a heartbeat: at most the step in flight then finishes.
+    std::thread::sleep(Duration::from_millis(1_000));
+    let after = ledger_lines(&ledger).len();
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(
+        ledger_lines(&ledger).len() <= after + 1,
+        "the task's run went on"
+    );
+
+    let again = cli(&["tasks", "cancel", "--store", store, &task_id]);
+    assert!(!again.status.success());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(stderr.contains("is already cancelled"), "{stderr}");
+    let shown: Value = serde_json::from_str(&run(&[
+        "tasks", "show", "--store", store, &task_id, "--json",
+    ]))
+    .unwrap();
+    assert_eq!(shown["task"]["status"], "cancelled");
+    assert_eq!(
+        shown["timeline"]["actions"][0]["reason"], "wrong input",
+        "{shown:#}"
+    );
+    let missing = cli(&["tasks", "cancel", "--store", store, "no-such-task"]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("is not in the store"));
+}
+
+#[test]
+fn an_operator_cancels_a_task_on_sqlite() {
+    let store = sqlite_store("tasks-cancel-sqlite");
+    let server = Server::start(&store, free_port(), LEASE);
+    an_operator_cancels_a_task(server.addr, &store);
+}
+
+#[test]
+fn an_operator_cancels_a_task_on_postgres() {
+    if let Some((store, a, _b)) = shared(Backend::Postgres) {
+        an_operator_cancels_a_task(a.addr, &store);
+    }
+}
+
+#[test]
+fn an_operator_cancels_a_task_on_redis() {
+    if let Some((store, a, _b)) = shared(Backend::Redis) {
+        an_operator_cancels_a_task(a.addr, &store);
+    }
+}

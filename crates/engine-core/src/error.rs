@@ -57,6 +57,19 @@ pub enum EngineError {
         "run {0} is not parked: only a parked run can be retried (see `runs list --state parked`)"
     )]
     RunNotParked(String),
+    /// An operator's action names a task that is not in the store: it expired, or never
+    /// existed.
+    #[error("task {0} is not in the store: it expired, or never existed")]
+    TaskNotFound(String),
+    /// An operator asked to cancel a task that has ended already (the spec refuses
+    /// `tasks/cancel` of a task in a terminal status).
+    #[error("task {task_id} is already {status}: a task in a terminal status cannot be cancelled")]
+    TaskTerminal {
+        /// The task.
+        task_id: String,
+        /// Its terminal status.
+        status: crate::records::TaskStatus,
+    },
 }
 
 impl From<StoreError> for EngineError {

@@ -149,6 +149,8 @@ pub struct TaskSummary {
     pub open_questions: usize,
     /// The legacy session that created it, if any.
     pub session: Option<String>,
+    /// Its run (`durable-mcp runs show`): the journaled request doing its work.
+    pub run_id: String,
 }
 
 /// Up to `limit` unfinished journaled requests, by run id. Unreadable records are logged
@@ -401,9 +403,29 @@ impl RunFilter {
 /// Up to `limit` tasks that have not expired, by principal then id. Unreadable records are
 /// logged and left out.
 pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, EngineError> {
-    let mut tasks = Vec::new();
-    for (_, task) in decoded(store, RecordKind::Task, limit, TaskRecord::decode).await? {
-        tasks.push(TaskSummary {
+    Ok(decoded(store, RecordKind::Task, limit, TaskRecord::decode)
+        .await?
+        .into_iter()
+        .map(|(_, task)| TaskSummary::of(task))
+        .collect())
+}
+
+/// The task `task_id` and its record key, whoever owns it (`None`: not in the store).
+pub async fn task(
+    store: &dyn Store,
+    task_id: &str,
+) -> Result<Option<(String, TaskSummary)>, EngineError> {
+    const SCAN: usize = 100_000;
+    Ok(decoded(store, RecordKind::Task, SCAN, TaskRecord::decode)
+        .await?
+        .into_iter()
+        .find(|(key, _)| key::task_id(key) == task_id)
+        .map(|(key, task)| (key, TaskSummary::of(task))))
+}
+
+impl TaskSummary {
+    fn of(task: TaskRecord) -> Self {
+        TaskSummary {
             task_id: task.task_id.to_string(),
             principal: task.principal.as_str().to_owned(),
             design: match task.flavor {
@@ -417,9 +439,9 @@ pub async fn tasks(store: &dyn Store, limit: usize) -> Result<Vec<TaskSummary>, 
             ttl_ms: task.ttl_ms,
             open_questions: task.input_requests.len(),
             session: task.session.map(|session| session.to_string()),
-        });
+            run_id: key::run(&task.stream),
+        }
     }
-    Ok(tasks)
 }
 
 /// Up to `limit` records of `kind`, decoded, with their keys; unreadable ones are logged

@@ -493,6 +493,20 @@ impl Engine {
         self.inner.requests.retry_run(run_id, by, reason).await
     }
 
+    /// An operator's cancellation of task `task_id` (`durable-mcp tasks cancel`), with the
+    /// semantics of a client's `tasks/cancel`: a task in a terminal status is refused
+    /// ([`EngineError::TaskTerminal`]); any other is `cancelled` when this returns, with a
+    /// status message saying an operator cancelled it and why, and its run, on whichever
+    /// worker runs it, is cancelled cooperatively. The action is kept against the run.
+    pub async fn cancel_task(
+        &self,
+        task_id: &str,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<ActionRecord, EngineError> {
+        self.inner.requests.cancel_task(task_id, by, reason).await
+    }
+
     /// The operator actions on run `run_id`, oldest first (kept a week after each).
     pub async fn run_actions(&self, run_id: &str) -> Result<Vec<ActionRecord>, EngineError> {
         self.inner.requests.journal().actions(run_id).await

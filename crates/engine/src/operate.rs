@@ -174,6 +174,63 @@ impl Requests {
         }))
     }
 
+    /// The work of [`crate::Engine::cancel_task`].
+    pub(crate) async fn cancel_task(
+        &self,
+        task_id: &str,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<ActionRecord, EngineError> {
+        let not_found = || EngineError::TaskNotFound(task_id.to_owned());
+        let (key, task) = crate::inspect::task(self.store().as_ref(), task_id)
+            .await?
+            .ok_or_else(not_found)?;
+        let terminal = |status: TaskStatus| EngineError::TaskTerminal {
+            task_id: task_id.to_owned(),
+            status,
+        };
+        let (record, _) = self.tasks().load_task(&key).await?.ok_or_else(not_found)?;
+        if record.status.is_terminal() {
+            return Err(terminal(record.status));
+        }
+        let action = self
+            .journal()
+            .record_action(action(ActionKind::Cancel, &task.run_id, by, reason))
+            .await?;
+        let message = action.message();
+        let mut was_terminal = None;
+        let updated = self
+            .tasks()
+            .update_task(&key, |task| {
+                if task.status.is_terminal() {
+                    was_terminal = Some(task.status);
+                    return false;
+                }
+                task.status = TaskStatus::Cancelled;
+                task.status_message = Some(message.clone());
+                task.input_requests.clear();
+                true
+            })
+            .await?;
+        match (was_terminal, updated) {
+            (Some(status), _) => return Err(terminal(status)),
+            (None, None) => return Err(not_found()),
+            (None, Some(_)) => {}
+        }
+        // Its run, wherever it runs, sees the cancelled task; the mark also closes it with
+        // the operator's words if it waits for a worker.
+        if self
+            .store()
+            .get_record(RecordKind::Run, &task.run_id)
+            .await?
+            .is_some()
+        {
+            self.journal().cancel_by_operator(&action).await?;
+        }
+        tracing::info!(task = %task_id, by = %action.by, "an operator cancelled a task");
+        Ok(action)
+    }
+
     /// Close the stream of cancelled run `run_id` (as [`Requests::close_unanswered`]): with
     /// no response after its client's cancellation, with an error outcome that says so
     /// after an operator's; and end the `task` it worked for, if any, `cancelled`, with
