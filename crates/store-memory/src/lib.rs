@@ -3,7 +3,7 @@
 
 mod batch;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -163,42 +163,17 @@ impl Store for MemoryStore {
 
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         let mut inner = self.lock();
-        let mut report = PruneReport::default();
-        if let Some(ttl) = retention.session_idle_ttl_ms {
-            let idle: Vec<SessionId> = inner
-                .sessions
-                .values()
-                .filter(|s| s.last_seen_ms.saturating_add(ttl) < now_ms)
-                .map(|s| s.id.clone())
-                .collect();
-            for id in idle {
-                remove_session(&mut inner, &id);
-                report.sessions_ended += 1;
-            }
+        let due = Due::select(&inner, retention, now_ms);
+        for id in &due.sessions {
+            remove_session(&mut inner, id);
         }
-        if let Some(age) = retention.max_stream_age_ms {
-            let old: Vec<StreamId> = inner
-                .streams
-                .iter()
-                .filter(|(_, s)| s.closed && s.last_event_ms.saturating_add(age) < now_ms)
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in old {
-                inner.streams.remove(&id);
-                report.streams_deleted += 1;
-            }
+        for id in &due.streams {
+            inner.streams.remove(id);
         }
-        let expired: Vec<(RecordKind, String)> = inner
-            .records
-            .iter()
-            .filter(|(_, r)| r.expired(now_ms))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in expired {
-            inner.records.remove(&key);
-            report.records_expired += 1;
+        for key in &due.records {
+            inner.records.remove(key);
         }
-        Ok(report)
+        Ok(due.report())
     }
 
     async fn put_record(
@@ -493,6 +468,67 @@ fn keys_with_prefix(inner: &Inner, kind: RecordKind, prefix: &str) -> Vec<(Recor
         .take_while(|((k, key), _)| *k == kind && key.starts_with(prefix))
         .map(|(k, _)| k.clone())
         .collect()
+}
+
+/// What a prune at `now_ms` removes, selected under the lock it removes them under.
+struct Due {
+    /// Sessions idle past the TTL; their streams go with them, uncounted.
+    sessions: Vec<SessionId>,
+    /// Finished streams past the age limit, other than those of `sessions`.
+    streams: Vec<StreamId>,
+    /// Expired records.
+    records: Vec<(RecordKind, String)>,
+}
+
+impl Due {
+    fn select(inner: &Inner, retention: &Retention, now_ms: u64) -> Self {
+        let sessions: Vec<SessionId> = match retention.session_idle_ttl_ms {
+            Some(ttl) => inner
+                .sessions
+                .values()
+                .filter(|s| s.last_seen_ms.saturating_add(ttl) < now_ms)
+                .map(|s| s.id.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        let with_sessions: HashSet<&StreamId> = sessions
+            .iter()
+            .filter_map(|id| inner.session_streams.get(id))
+            .flatten()
+            .collect();
+        let streams = match retention.max_stream_age_ms {
+            Some(age) => inner
+                .streams
+                .iter()
+                .filter(|(id, s)| {
+                    s.closed
+                        && s.last_event_ms.saturating_add(age) < now_ms
+                        && !with_sessions.contains(id)
+                })
+                .map(|(id, _)| id.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        let records = inner
+            .records
+            .iter()
+            .filter(|(_, r)| r.expired(now_ms))
+            .map(|(k, _)| k.clone())
+            .collect();
+        Self {
+            sessions,
+            streams,
+            records,
+        }
+    }
+
+    fn report(&self) -> PruneReport {
+        PruneReport {
+            sessions_ended: self.sessions.len() as u64,
+            streams_deleted: self.streams.len() as u64,
+            records_expired: self.records.len() as u64,
+        }
+    }
 }
 
 fn remove_session(inner: &mut Inner, id: &SessionId) {
