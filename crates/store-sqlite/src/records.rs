@@ -39,7 +39,19 @@ const DELETE_SOME_RANGE: &str = "DELETE FROM records WHERE kind = ?1 AND key IN 
 const DELETE_SOME_FROM: &str = "DELETE FROM records WHERE kind = ?1 AND key IN (
         SELECT key FROM records WHERE kind = ?1 AND key >= ?2 LIMIT ?3
     ) RETURNING expires_at";
-const DELETE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (SELECT kind, key FROM records WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)";
+/// The records a prune deletes: expired at `?1`. One condition for the prune
+/// ([`prune_expired`]) and its preview.
+macro_rules! expired {
+    () => {
+        "expires_at IS NOT NULL AND expires_at <= ?1"
+    };
+}
+
+const DELETE_EXPIRED: &str = concat!(
+    "DELETE FROM records WHERE (kind, key) IN (SELECT kind, key FROM records WHERE ",
+    expired!(),
+    " LIMIT ?2)"
+);
 
 /// Milliseconds (or a version) as SQLite's `INTEGER`, saturating.
 fn to_i64(value: u64) -> i64 {

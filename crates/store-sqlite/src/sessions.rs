@@ -7,6 +7,20 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::from_sqlite;
 
+/// The sessions a prune ends: idle since before the cutoff `?1`. One condition for the
+/// prune's selection (`idle`) and its preview.
+macro_rules! idle_before {
+    () => {
+        "last_seen_ms < ?1"
+    };
+}
+
+const IDLE: &str = concat!(
+    "SELECT principal, id FROM sessions WHERE ",
+    idle_before!(),
+    " LIMIT ?2"
+);
+
 fn decode(text: &str) -> Result<SessionRecord, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("session record: {e}")))
 }
@@ -131,7 +145,7 @@ pub(crate) fn idle(
     let cutoff = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows: Vec<(String, String)> = conn
-        .prepare_cached("SELECT principal, id FROM sessions WHERE last_seen_ms < ?1 LIMIT ?2")
+        .prepare_cached(IDLE)
         .and_then(|mut stmt| {
             stmt.query_map(params![cutoff, limit], |row| Ok((row.get(0)?, row.get(1)?)))?
                 .collect()

@@ -16,6 +16,18 @@ macro_rules! live {
     };
 }
 
+/// The streams a prune deletes by age: finished (closed) with their last event before the
+/// cutoff `?1`, whatever their session (the finished streams of an ended session are
+/// counted here too, see the writer's prune). One condition for the prune's selection
+/// ([`prune_finished`]) and its preview.
+macro_rules! finished {
+    () => {
+        "closed = 1 AND last_event_ms < ?1"
+    };
+}
+
+const PRUNE_FINISHED: &str = concat!("SELECT id FROM streams WHERE ", finished!(), " LIMIT ?2");
+
 /// Insert stream row `id`: `Conflict` if one exists (one statement, no read before it).
 pub(crate) fn insert(
     conn: &Connection,
@@ -204,7 +216,7 @@ pub(crate) fn prune_finished(
     let cutoff = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let ids: Vec<String> = conn
-        .prepare_cached("SELECT id FROM streams WHERE closed = 1 AND last_event_ms < ?1 LIMIT ?2")
+        .prepare_cached(PRUNE_FINISHED)
         .and_then(|mut stmt| {
             stmt.query_map(params![cutoff, limit], |row| row.get(0))?
                 .collect()
