@@ -62,11 +62,23 @@ const DELETE_SOME_FROM: &str = "WITH deleted AS (
 /// One record at one version, unexpired (run by [`delete_version_step`]).
 pub(crate) const DELETE_ONE: &str = "DELETE FROM records
     WHERE kind = $1 AND key = $2 AND version = $3 AND (expires_at IS NULL OR expires_at > $4)";
+/// The records a prune deletes: expired at the time given (a placeholder). One condition
+/// for the prune's selection ([`prune_expired`]) and its preview.
+macro_rules! expired_at {
+    ($now:literal) => {
+        concat!("expires_at <= ", $now)
+    };
+}
+
 /// Rows being written right now are skipped (and left for the next prune); a locked row
 /// is re-checked after its write, so a row renewed meanwhile is not deleted.
-const PRUNE_EXPIRED: &str = "DELETE FROM records WHERE (kind, key) IN (
-        SELECT kind, key FROM records WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED
-    )";
+const PRUNE_EXPIRED: &str = concat!(
+    "DELETE FROM records WHERE (kind, key) IN (
+        SELECT kind, key FROM records WHERE ",
+    expired_at!("$1"),
+    " LIMIT $2 FOR UPDATE SKIP LOCKED
+    )"
+);
 
 /// Decode a `(key, version, value, expires_at)` row.
 fn decode(row: &Row) -> StoreResult<Record> {

@@ -25,8 +25,19 @@ const DELETE: &str = "DELETE FROM sessions WHERE id = $1";
 const LIST_ALL: &str =
     "SELECT record, last_seen_ms FROM sessions ORDER BY created_at_ms, id LIMIT $1";
 const LIST_MINE: &str = "SELECT record, last_seen_ms FROM sessions WHERE principal = $2 ORDER BY created_at_ms, id LIMIT $1";
-const IDLE: &str =
-    "SELECT id FROM sessions WHERE last_seen_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED";
+/// The sessions a prune ends: idle since before the cutoff (the placeholder given). One
+/// condition for the prune's selection ([`prune_idle`]) and its preview.
+macro_rules! idle_before {
+    ($cutoff:literal) => {
+        concat!("last_seen_ms < ", $cutoff)
+    };
+}
+
+const IDLE: &str = concat!(
+    "SELECT id FROM sessions WHERE ",
+    idle_before!("$1"),
+    " LIMIT $2 FOR UPDATE SKIP LOCKED"
+);
 const DELETE_STREAMS_OF: &str = "DELETE FROM streams WHERE id IN (SELECT id FROM streams WHERE session = ANY($1) LIMIT $2) RETURNING id";
 const DELETE_EMPTY: &str = "DELETE FROM sessions WHERE id = ANY($1) AND NOT EXISTS (SELECT 1 FROM streams WHERE streams.session = sessions.id)";
 

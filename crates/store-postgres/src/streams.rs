@@ -104,9 +104,22 @@ const READ: &str = "SELECT s.first_seq, s.last_seq, s.closed, e.seq, e.data
     WHERE s.id = $1
     ORDER BY e.seq";
 
-const PRUNE_FINISHED: &str = "DELETE FROM streams WHERE id IN (
-        SELECT id FROM streams WHERE closed AND last_event_ms < $1 LIMIT $2 FOR UPDATE SKIP LOCKED
-    ) RETURNING id";
+/// The streams a prune deletes by age: finished (closed) with their last event before the
+/// cutoff (the placeholder given). One condition for the prune's selection
+/// ([`prune_finished`]) and its preview.
+macro_rules! finished_before {
+    ($cutoff:literal) => {
+        concat!("closed AND last_event_ms < ", $cutoff)
+    };
+}
+
+const PRUNE_FINISHED: &str = concat!(
+    "DELETE FROM streams WHERE id IN (
+        SELECT id FROM streams WHERE ",
+    finished_before!("$1"),
+    " LIMIT $2 FOR UPDATE SKIP LOCKED
+    ) RETURNING id"
+);
 const NOTIFY: &str = "SELECT pg_notify($1, id) FROM unnest($2::TEXT[]) AS id";
 /// Delete the events of streams `$2`, whose rows this transaction deleted, and notify their
 /// tails on channel `$1` when it commits.
