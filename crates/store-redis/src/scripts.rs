@@ -226,6 +226,34 @@ local function delete_record(kind, key, expiring)
   if expiring ~= false then redis.call('ZREM', records_expiring(kind), key) end
 end
 
+-- Prune's selection, one definition for the scripts that prune and those that count what a
+-- prune would remove: a session idle since before `cutoff` is ended (its streams with it),
+-- a live stream finished before `cutoff` is deleted by age, and a member of a kind's expiry
+-- index due at `now` is judged by `record_due`.
+local function idle_before(sid, cutoff)
+  local seen = redis.call('ZSCORE', P .. ':sessions', sid)
+  return seen and tonumber(seen) < tonumber(cutoff)
+end
+
+local function finished_before(s, cutoff)
+  return s.closed and tonumber(s.last_event_ms) < tonumber(cutoff)
+end
+
+-- Up to `count` members of kind's expiry index due at `now` (their score), from `offset`.
+local function due_records(kind, now, offset, count)
+  return redis.call('ZRANGEBYSCORE', records_expiring(kind), '-inf', now, 'LIMIT', offset, count)
+end
+
+-- What prune does with due member `key`: `'expired'` (its record expired, or Redis dropped
+-- it: delete it), `'renewed'` (re-score it at the expiry returned second) or `'kept'` (it
+-- has no expiry any more: out of the expiry index only).
+local function record_due(kind, key, now)
+  local r = redis.call('HMGET', record_key(kind, key), 'version', 'expires_at')
+  if r[1] and r[2] and tonumber(r[2]) > now then return 'renewed', r[2] end
+  if r[1] and not r[2] then return 'kept' end
+  return 'expired'
+end
+
 -- Delete a stream's keys and every reference to it.
 local function delete_stream(tag, id, session)
   redis.call('DEL', tagged(tag, 'stream', id), tagged(tag, 'events', id))
@@ -333,10 +361,7 @@ if ARGV[7] ~= '1' then
     return { 0 }
   end
   if ARGV[4] ~= '' and owner ~= ARGV[4] then return { 0 } end
-  if ARGV[5] ~= '' then
-    local seen = redis.call('ZSCORE', P .. ':sessions', sid)
-    if not seen or tonumber(seen) >= tonumber(ARGV[5]) then return { 0 } end
-  end
+  if ARGV[5] ~= '' and not idle_before(sid, ARGV[5]) then return { 0 } end
   redis.call('DEL', key)
   redis.call('ZREM', P .. ':sessions', sid)
 end
@@ -464,21 +489,17 @@ pub(crate) static DELETE_FINISHED: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local id = ARGV[3]
 local s = find(id)
-if not s then
-  redis.call('ZREM', P .. ':finished', id)
-  return 0
+if s and finished_before(s, ARGV[4]) then
+  delete_stream(s.tag, id, s.session)
+  redis.call('PUBLISH', CHANNEL, 'g:' .. id)
+  return 1
 end
-if not s.closed then
-  redis.call('ZREM', P .. ':finished', id)
-  return 0
-end
-if tonumber(s.last_event_ms) >= tonumber(ARGV[4]) then
+if s and s.closed then
   redis.call('ZADD', P .. ':finished', s.last_event_ms, id)
-  return 0
+else
+  redis.call('ZREM', P .. ':finished', id)
 end
-delete_stream(s.tag, id, s.session)
-redis.call('PUBLISH', CHANNEL, 'g:' .. id)
-return 1
+return 0
 "#
     ))
 });
@@ -558,17 +579,16 @@ pub(crate) static PRUNE_RECORDS: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local kind, now = ARGV[3], tonumber(ARGV[4])
 local index, expiring = records_index(kind), records_expiring(kind)
-local due = redis.call('ZRANGEBYSCORE', expiring, '-inf', ARGV[4], 'LIMIT', 0, ARGV[5])
+local due = due_records(kind, ARGV[4], 0, ARGV[5])
 local expired = 0
 for _, key in ipairs(due) do
-  local rkey = record_key(kind, key)
-  local r = redis.call('HMGET', rkey, 'version', 'expires_at')
-  if r[1] and r[2] and tonumber(r[2]) > now then
-    redis.call('ZADD', expiring, r[2], key)
-  elseif r[1] and not r[2] then
+  local verdict, renewed_to = record_due(kind, key, now)
+  if verdict == 'renewed' then
+    redis.call('ZADD', expiring, renewed_to, key)
+  elseif verdict == 'kept' then
     redis.call('ZREM', expiring, key)
   else
-    redis.call('DEL', rkey)
+    redis.call('DEL', record_key(kind, key))
     redis.call('ZREM', index, key)
     redis.call('ZREM', expiring, key)
     expired = expired + 1
