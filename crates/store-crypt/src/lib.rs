@@ -347,6 +347,10 @@ impl Store for CryptStore {
         self.inner.prune(retention, now_ms).await
     }
 
+    async fn prune_preview(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        self.inner.prune_preview(retention, now_ms).await
+    }
+
     async fn put_record(
         &self,
         kind: RecordKind,

@@ -176,6 +176,10 @@ impl Store for MemoryStore {
         Ok(due.report())
     }
 
+    async fn prune_preview(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        Ok(Due::select(&self.lock(), retention, now_ms).report())
+    }
+
     async fn put_record(
         &self,
         kind: RecordKind,

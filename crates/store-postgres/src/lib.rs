@@ -368,6 +368,36 @@ impl Store for PgStore {
     }
 
     /// # Durability
+    /// One read-only transaction at `REPEATABLE READ` (one snapshot), with the prune's own
+    /// conditions; it takes no row lock, so it counts the rows a prune would skip as locked.
+    async fn prune_preview(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        op!(self, admin, conn => async {
+            let pool::Conn { client, statements, .. } = conn;
+            let tx = client
+                .build_transaction()
+                .read_only(true)
+                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                .start()
+                .await
+                .map_err(from_pg)?;
+            let idle_cutoff = retention.session_idle_ttl_ms.map(|ttl| now_ms.saturating_sub(ttl));
+            let sessions_ended = match idle_cutoff {
+                Some(cutoff) => sessions::count_idle(&tx, statements, cutoff).await?,
+                None => 0,
+            };
+            let streams_deleted = match retention.max_stream_age_ms {
+                Some(age) => {
+                    streams::count_finished(&tx, statements, now_ms.saturating_sub(age), idle_cutoff).await?
+                }
+                None => 0,
+            };
+            let records_expired = records::count_expired(&tx, statements, now_ms).await?;
+            tx.commit().await.map_err(from_pg)?;
+            Ok(PruneReport { sessions_ended, streams_deleted, records_expired })
+        })
+    }
+
+    /// # Durability
     /// One statement whose condition is part of it: of writers racing on one key exactly one
     /// commits (D8), a version moves on only from the version the writer read (D7), and a
     /// failed condition writes nothing and is `StoreError::Conflict`.

@@ -79,6 +79,7 @@ const PRUNE_EXPIRED: &str = concat!(
     " LIMIT $2 FOR UPDATE SKIP LOCKED
     )"
 );
+const COUNT_EXPIRED: &str = concat!("SELECT count(*) FROM records WHERE ", expired_at!("$1"));
 
 /// Decode a `(key, version, value, expires_at)` row.
 fn decode(row: &Row) -> StoreResult<Record> {
@@ -295,6 +296,21 @@ pub(crate) async fn delete_some(
     .map_err(from_pg)?;
     let (deleted, live): (i64, i64) = (row.get(0), row.get(1));
     Ok((live.unsigned_abs(), deleted >= limit))
+}
+
+/// Inside a preview's transaction: how many records have expired at `now_ms` (what
+/// [`prune_expired`] deletes, locked rows included).
+pub(crate) async fn count_expired(
+    tx: &Transaction<'_>,
+    statements: &mut Statements,
+    now_ms: u64,
+) -> StoreResult<u64> {
+    let statement = statements.get(tx, COUNT_EXPIRED).await?;
+    let row = tx
+        .query_one(&statement, &[&to_i64(now_ms)])
+        .await
+        .map_err(from_pg)?;
+    Ok(row.try_get::<_, i64>(0).map_err(from_pg)?.unsigned_abs())
 }
 
 /// Inside a prune's transaction: delete the records whose expiry is at or before

@@ -32,12 +32,14 @@ macro_rules! idle_before {
         concat!("last_seen_ms < ", $cutoff)
     };
 }
+pub(crate) use idle_before;
 
 const IDLE: &str = concat!(
     "SELECT id FROM sessions WHERE ",
     idle_before!("$1"),
     " LIMIT $2 FOR UPDATE SKIP LOCKED"
 );
+const COUNT_IDLE: &str = concat!("SELECT count(*) FROM sessions WHERE ", idle_before!("$1"));
 const DELETE_STREAMS_OF: &str = "DELETE FROM streams WHERE id IN (SELECT id FROM streams WHERE session = ANY($1) LIMIT $2) RETURNING id";
 const DELETE_EMPTY: &str = "DELETE FROM sessions WHERE id = ANY($1) AND NOT EXISTS (SELECT 1 FROM streams WHERE streams.session = sessions.id)";
 
@@ -244,4 +246,19 @@ pub(crate) async fn prune_idle(
     let ended = tx.execute(&delete, &[&ids]).await.map_err(from_pg)?;
     let more = ids.len() as i64 == limit || gone.len() as i64 == limit;
     Ok((ended, gone, more))
+}
+
+/// Inside a preview's transaction: how many sessions are idle since before `cutoff_ms`
+/// (what [`prune_idle`] ends, locked rows included).
+pub(crate) async fn count_idle(
+    tx: &tokio_postgres::Transaction<'_>,
+    statements: &mut crate::pool::Statements,
+    cutoff_ms: u64,
+) -> StoreResult<u64> {
+    let statement = statements.get(tx, COUNT_IDLE).await?;
+    let row = tx
+        .query_one(&statement, &[&to_i64(cutoff_ms)])
+        .await
+        .map_err(from_pg)?;
+    Ok(row.try_get::<_, i64>(0).map_err(from_pg)?.unsigned_abs())
 }

@@ -120,6 +120,16 @@ const PRUNE_FINISHED: &str = concat!(
     " LIMIT $2 FOR UPDATE SKIP LOCKED
     ) RETURNING id"
 );
+/// Counted as the prune counts them: a stream of a session the prune ends (one idle since
+/// before `$2`; NULL: none ends) goes with its session, uncounted.
+const COUNT_FINISHED: &str = concat!(
+    "SELECT count(*) FROM streams WHERE ",
+    finished_before!("$1"),
+    " AND ($2::BIGINT IS NULL OR NOT EXISTS (
+        SELECT 1 FROM sessions WHERE sessions.id = streams.session AND ",
+    crate::sessions::idle_before!("$2"),
+    "))"
+);
 const NOTIFY: &str = "SELECT pg_notify($1, id) FROM unnest($2::TEXT[]) AS id";
 /// Delete the events of streams `$2`, whose rows this transaction deleted, and notify their
 /// tails on channel `$1` when it commits.
@@ -391,6 +401,26 @@ pub(crate) async fn prune_finished(
             .await
             .map_err(from_pg)?,
     )
+}
+
+/// Inside a preview's transaction: how many finished streams have their last event before
+/// `cutoff_ms` and are not streams of a session idle since before `idle_cutoff_ms` (what
+/// [`prune_finished`] deletes after `sessions::prune_idle`, locked rows included).
+pub(crate) async fn count_finished(
+    tx: &Transaction<'_>,
+    statements: &mut Statements,
+    cutoff_ms: u64,
+    idle_cutoff_ms: Option<u64>,
+) -> StoreResult<u64> {
+    let statement = statements.get(tx, COUNT_FINISHED).await?;
+    let row = tx
+        .query_one(
+            &statement,
+            &[&to_i64(cutoff_ms), &idle_cutoff_ms.map(to_i64)],
+        )
+        .await
+        .map_err(from_pg)?;
+    Ok(row.try_get::<_, i64>(0).map_err(from_pg)?.unsigned_abs())
 }
 
 /// Inside the transaction that deleted `streams`' rows, after: delete their events (no

@@ -149,12 +149,14 @@ use crate::error::from_redis;
 use crate::keys::Keys;
 use crate::options::redact;
 
-/// Up to `limit` members of the sorted set `index` scored below `cutoff` (the prune
-/// candidates of the session and finished-stream indexes).
+/// Up to `limit` members of the sorted set `index` scored below `cutoff`, from `offset`
+/// (the prune candidates of the session and finished-stream indexes: a prune takes them
+/// from 0, as each leaves the range; its preview pages through them).
 pub(crate) async fn older_than(
     shared: &Shared,
     index: &str,
     cutoff: u64,
+    offset: usize,
     limit: usize,
 ) -> StoreResult<Vec<String>> {
     redis::cmd("ZRANGEBYSCORE")
@@ -162,7 +164,7 @@ pub(crate) async fn older_than(
         .arg("-inf")
         .arg(format!("({cutoff}"))
         .arg("LIMIT")
-        .arg(0)
+        .arg(offset)
         .arg(limit)
         .query_async(&mut shared.conn())
         .await
@@ -567,6 +569,27 @@ impl Store for RedisStore {
                 "redis store pruned"
             );
         }
+        Ok(report)
+    }
+
+    /// # Durability
+    /// Reads only: the prune's candidates (its indexes, a page at a time) judged by the
+    /// functions its own scripts judge them by. Each page is read in one script (one
+    /// snapshot); the whole count is not one snapshot.
+    async fn prune_preview(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        let idle_cutoff = retention
+            .session_idle_ttl_ms
+            .map(|ttl| now_ms.saturating_sub(ttl));
+        let mut report = PruneReport::default();
+        if let Some(cutoff) = idle_cutoff {
+            report.sessions_ended = sessions::count_idle(&self.shared, cutoff).await?;
+        }
+        if let Some(age) = retention.max_stream_age_ms {
+            report.streams_deleted =
+                streams::count_finished(&self.shared, now_ms.saturating_sub(age), idle_cutoff)
+                    .await?;
+        }
+        report.records_expired = records::count_expired(&self.shared, now_ms).await?;
         Ok(report)
     }
 

@@ -218,6 +218,29 @@ pub(crate) async fn prune_expired(shared: &Shared, now_ms: u64) -> StoreResult<u
     Ok(expired)
 }
 
+/// How many records [`prune_expired`] would delete at `now_ms`, deleting none: each kind's
+/// expiry index, a page at a time, judged as its script judges them.
+pub(crate) async fn count_expired(shared: &Shared, now_ms: u64) -> StoreResult<u64> {
+    let mut expired = 0;
+    for kind in RecordKind::ALL {
+        let mut offset = 0;
+        loop {
+            let mut call = shared.script(&scripts::COUNT_EXPIRED);
+            call.arg(kind.as_str()).arg(now_ms).arg(offset).arg(BATCH);
+            let (counted, scanned): (u64, usize) = call
+                .invoke_async(&mut shared.conn())
+                .await
+                .map_err(from_redis)?;
+            expired += counted;
+            offset += scanned;
+            if scanned < BATCH {
+                break;
+            }
+        }
+    }
+    Ok(expired)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

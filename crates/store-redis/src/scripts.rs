@@ -518,6 +518,61 @@ return put_record(ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
     ))
 });
 
+/// ARGV: idle cutoff ms, then session ids (members of the sessions index scored below it).
+/// Returns how many of them a prune would end (`END_SESSION` with that cutoff): live, and
+/// idle since before the cutoff. Reads only.
+pub(crate) static COUNT_IDLE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        prelude!(),
+        r#"
+local cutoff, due = ARGV[3], 0
+for i = 4, #ARGV do
+  if redis.call('EXISTS', session_key(ARGV[i])) == 1 and idle_before(ARGV[i], cutoff) then due = due + 1 end
+end
+return due
+"#
+    ))
+});
+
+/// ARGV: age cutoff ms, idle cutoff ms (`''`: no session ends), then stream ids (members of
+/// the finished index scored below the age cutoff). Returns how many of them a prune would
+/// delete by age (`DELETE_FINISHED`): live and finished before the cutoff, and not of a
+/// session the prune ends first (those go with their session, uncounted). Reads only.
+pub(crate) static COUNT_FINISHED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        prelude!(),
+        r#"
+local cutoff, idle, due = ARGV[3], ARGV[4], 0
+for i = 5, #ARGV do
+  local s = find(ARGV[i])
+  if s and finished_before(s, cutoff)
+    and not (idle ~= '' and s.session ~= '' and idle_before(s.session, idle)) then
+    due = due + 1
+  end
+end
+return due
+"#
+    ))
+});
+
+/// ARGV: kind, now_ms, offset, count. Judges up to `count` members of the kind's expiry
+/// index due at `now_ms`, from `offset`, as `PRUNE_RECORDS` does. Returns `{records a prune
+/// would delete, members scanned}`. Reads only.
+pub(crate) static COUNT_EXPIRED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        prelude!(),
+        r#"
+local kind, now = ARGV[3], tonumber(ARGV[4])
+local due = due_records(kind, ARGV[4], ARGV[5], ARGV[6])
+local expired = 0
+for _, key in ipairs(due) do
+  if record_due(kind, key, now) == 'expired' then expired = expired + 1 end
+end
+return { expired, #due }
+"#
+    ))
+});
+
 /// ARGV: kind, lexical min, lexical max, count, now_ms. Scans up to `count` members of the
 /// kind's index in key order, from one snapshot. Returns `{scanned, last scanned member,
 /// key, version, value, expires_at or '', ...}` for the unexpired records among them;

@@ -214,12 +214,40 @@ pub(crate) async fn list(
     Ok(sessions)
 }
 
+/// How many sessions [`prune_idle`] would end at `cutoff`, ending none: its candidates, a
+/// page at a time, judged by the condition its script checks.
+pub(crate) async fn count_idle(shared: &Shared, cutoff: u64) -> StoreResult<u64> {
+    let (mut due, mut offset) = (0, 0);
+    loop {
+        let page =
+            crate::older_than(shared, &shared.keys.sessions(), cutoff, offset, BATCH).await?;
+        offset += page.len();
+        // Entries that are no session id are prune's to drop, never to count.
+        let ids: Vec<&String> = page
+            .iter()
+            .filter(|raw| raw.parse::<SessionId>().is_ok())
+            .collect();
+        if !ids.is_empty() {
+            let mut call = shared.script(&scripts::COUNT_IDLE);
+            call.arg(cutoff).arg(ids);
+            let counted: u64 = call
+                .invoke_async(&mut shared.conn())
+                .await
+                .map_err(from_redis)?;
+            due += counted;
+        }
+        if page.len() < BATCH {
+            return Ok(due);
+        }
+    }
+}
+
 /// End every session whose last use is before `cutoff`; returns how many were live.
 pub(crate) async fn prune_idle(shared: &Shared, cutoff: u64) -> StoreResult<u64> {
     let mut ended = 0;
     loop {
         // Each candidate leaves the range: ended, found used meanwhile, or found expired.
-        let batch = crate::older_than(shared, &shared.keys.sessions(), cutoff, BATCH).await?;
+        let batch = crate::older_than(shared, &shared.keys.sessions(), cutoff, 0, BATCH).await?;
         if batch.is_empty() {
             return Ok(ended);
         }

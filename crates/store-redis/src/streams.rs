@@ -206,7 +206,7 @@ pub(crate) async fn prune_finished(shared: &Shared, cutoff: u64) -> StoreResult<
     let mut deleted = 0;
     loop {
         // Each candidate leaves the range: deleted, found gone, or re-scored.
-        let batch = crate::older_than(shared, &shared.keys.finished(), cutoff, BATCH).await?;
+        let batch = crate::older_than(shared, &shared.keys.finished(), cutoff, 0, BATCH).await?;
         if batch.is_empty() {
             return Ok(deleted);
         }
@@ -220,6 +220,37 @@ pub(crate) async fn prune_finished(shared: &Shared, cutoff: u64) -> StoreResult<
                     shared.watchers.forget([&stream]);
                 }
             }
+        }
+    }
+}
+
+/// How many streams [`prune_finished`] would delete at `cutoff`, deleting none: its
+/// candidates, a page at a time, judged by the condition its script checks, less the
+/// streams of sessions a prune with `idle_cutoff` ends first (they go with their session,
+/// uncounted).
+pub(crate) async fn count_finished(
+    shared: &Shared,
+    cutoff: u64,
+    idle_cutoff: Option<u64>,
+) -> StoreResult<u64> {
+    let (mut due, mut offset) = (0, 0);
+    loop {
+        let page =
+            crate::older_than(shared, &shared.keys.finished(), cutoff, offset, BATCH).await?;
+        offset += page.len();
+        if !page.is_empty() {
+            let mut call = shared.script(&scripts::COUNT_FINISHED);
+            call.arg(cutoff)
+                .arg(idle_cutoff.map(|c| c.to_string()).unwrap_or_default())
+                .arg(&page);
+            let counted: u64 = call
+                .invoke_async(&mut shared.conn())
+                .await
+                .map_err(from_redis)?;
+            due += counted;
+        }
+        if page.len() < BATCH {
+            return Ok(due);
         }
     }
 }

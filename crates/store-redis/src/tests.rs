@@ -178,6 +178,9 @@ impl Store for Scoped {
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         self.store.prune(retention, now_ms).await
     }
+    async fn prune_preview(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        self.store.prune_preview(retention, now_ms).await
+    }
     async fn put_record(
         &self,
         kind: RecordKind,

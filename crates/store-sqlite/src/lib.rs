@@ -422,6 +422,30 @@ impl Store for SqliteStore {
         }
     }
 
+    /// One read transaction on a reader connection (one snapshot), with the prune's own
+    /// conditions. Counted as the writer's prune counts: a finished stream of a session the
+    /// prune ends is deleted by age in the same transaction, so it counts as deleted.
+    async fn prune_preview(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        let retention = retention.clone();
+        self.read(move |conn| {
+            let tx = conn.transaction().map_err(error::from_sqlite)?;
+            let report = PruneReport {
+                sessions_ended: match retention.session_idle_ttl_ms {
+                    Some(ttl) => sessions::count_idle(&tx, now_ms.saturating_sub(ttl))?,
+                    None => 0,
+                },
+                streams_deleted: match retention.max_stream_age_ms {
+                    Some(age) => streams::count_finished(&tx, now_ms.saturating_sub(age))?,
+                    None => 0,
+                },
+                records_expired: records::count_expired(&tx, now_ms)?,
+            };
+            tx.commit().map_err(error::from_sqlite)?;
+            Ok(report)
+        })
+        .await
+    }
+
     async fn put_record(
         &self,
         kind: RecordKind,

@@ -52,6 +52,7 @@ const DELETE_EXPIRED: &str = concat!(
     expired!(),
     " LIMIT ?2)"
 );
+const COUNT_EXPIRED: &str = concat!("SELECT count(*) FROM records WHERE ", expired!());
 
 /// Milliseconds (or a version) as SQLite's `INTEGER`, saturating.
 fn to_i64(value: u64) -> i64 {
@@ -249,6 +250,14 @@ pub(crate) fn delete_some(
         .filter(|expires_at| expires_at.is_none_or(|at| at > now))
         .count();
     Ok((live as u64, expiries.len() >= limit))
+}
+
+/// How many records have expired at `now_ms` (what [`prune_expired`] deletes, unbounded).
+pub(crate) fn count_expired(conn: &Connection, now_ms: u64) -> Result<u64, StoreError> {
+    conn.prepare_cached(COUNT_EXPIRED)
+        .and_then(|mut stmt| stmt.query_row(params![to_i64(now_ms)], |row| row.get::<_, i64>(0)))
+        .map(i64::unsigned_abs)
+        .map_err(from_sqlite)
 }
 
 /// On the writer: delete the records whose expiry is at or before `now_ms`; returns how many.

@@ -21,6 +21,8 @@ const IDLE: &str = concat!(
     " LIMIT ?2"
 );
 
+const COUNT_IDLE: &str = concat!("SELECT count(*) FROM sessions WHERE ", idle_before!());
+
 fn decode(text: &str) -> Result<SessionRecord, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("session record: {e}")))
 }
@@ -155,4 +157,13 @@ pub(crate) fn idle(
         .into_iter()
         .filter_map(|(p, id)| Some((Principal::new(p), id.parse().ok()?)))
         .collect())
+}
+
+/// How many sessions are idle since before `cutoff_ms` (what [`idle`] selects, unbounded).
+pub(crate) fn count_idle(conn: &Connection, cutoff_ms: u64) -> Result<u64, StoreError> {
+    let cutoff = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
+    conn.prepare_cached(COUNT_IDLE)
+        .and_then(|mut stmt| stmt.query_row(params![cutoff], |row| row.get::<_, i64>(0)))
+        .map(i64::unsigned_abs)
+        .map_err(from_sqlite)
 }

@@ -27,6 +27,7 @@ macro_rules! finished {
 }
 
 const PRUNE_FINISHED: &str = concat!("SELECT id FROM streams WHERE ", finished!(), " LIMIT ?2");
+const COUNT_FINISHED: &str = concat!("SELECT count(*) FROM streams WHERE ", finished!());
 
 /// Insert stream row `id`: `Conflict` if one exists (one statement, no read before it).
 pub(crate) fn insert(
@@ -231,6 +232,16 @@ pub(crate) fn prune_finished(
             .map_err(from_sqlite)?;
     }
     Ok(ids.into_iter().filter_map(|id| id.parse().ok()).collect())
+}
+
+/// How many finished streams have their last event before `cutoff_ms` (what
+/// [`prune_finished`] selects, unbounded).
+pub(crate) fn count_finished(conn: &Connection, cutoff_ms: u64) -> Result<u64, StoreError> {
+    let cutoff = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
+    conn.prepare_cached(COUNT_FINISHED)
+        .and_then(|mut stmt| stmt.query_row(params![cutoff], |row| row.get::<_, i64>(0)))
+        .map(i64::unsigned_abs)
+        .map_err(from_sqlite)
 }
 
 /// Delete at most `limit` streams of ended sessions (with their events); returns their

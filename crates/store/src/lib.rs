@@ -160,6 +160,20 @@ pub trait Store: Send + Sync + 'static {
     /// [`PRUNE_BATCH`] of each kind per transaction, and goes on until nothing due is left.
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport>;
 
+    /// What [`prune`](Store::prune) with `retention` at `now_ms` would remove, removing
+    /// nothing: the report it would return (`durable-mcp prune --dry-run`).
+    ///
+    /// # Durability
+    /// Reads only, writes nothing (D14): afterwards the store is exactly as it was. Stated
+    /// more precisely: each backend counts with its `prune`'s own selection (idle sessions,
+    /// finished streams past the age, expired records), and counts a finished stream that
+    /// goes with an ended session the way its `prune` does. The counts equal what a `prune`
+    /// then reports when nothing is written in between and at most [`PRUNE_BATCH`] of each
+    /// kind are due; with more, a prune's later batches may judge a stream of an idle
+    /// session differently. Rows a prune would skip because another transaction holds them
+    /// (PostgreSQL) are counted.
+    async fn prune_preview(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport>;
+
     // ----- journal records --------------------------------------------------------------
 
     /// Write a record under a condition and return its new version.

@@ -46,6 +46,7 @@ pub enum Op {
     StreamOwner,
     ReadAfter,
     Prune,
+    PrunePreview,
     PutRecord,
     GetRecord,
     ListRecords,
@@ -56,7 +57,7 @@ pub enum Op {
 
 impl Op {
     /// Every kind, in declaration order.
-    pub const ALL: [Op; 16] = [
+    pub const ALL: [Op; 17] = [
         Op::CreateSession,
         Op::LoadSession,
         Op::UpdateSession,
@@ -67,6 +68,7 @@ impl Op {
         Op::StreamOwner,
         Op::ReadAfter,
         Op::Prune,
+        Op::PrunePreview,
         Op::PutRecord,
         Op::GetRecord,
         Op::ListRecords,
@@ -404,6 +406,10 @@ impl<H: Hook> Store for Wrapped<H> {
     async fn prune(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
         self.hook.before(Op::Prune).await?;
         self.inner.prune(retention, now_ms).await
+    }
+    async fn prune_preview(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        self.hook.before(Op::PrunePreview).await?;
+        self.inner.prune_preview(retention, now_ms).await
     }
     async fn put_record(
         &self,

@@ -156,6 +156,11 @@ impl Store for MeteredStore {
             .await
     }
 
+    async fn prune_preview(&self, retention: &Retention, now_ms: u64) -> StoreResult<PruneReport> {
+        self.timed("prune_preview", self.inner.prune_preview(retention, now_ms))
+            .await
+    }
+
     async fn put_record(
         &self,
         kind: RecordKind,
