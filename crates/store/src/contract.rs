@@ -599,6 +599,171 @@ pub async fn d14_prune_removes_more_than_a_batch_of_each(store: Arc<dyn Store>) 
     );
 }
 
+/// D14: `prune_preview` reports exactly what the next `prune` removes (idle sessions, old
+/// finished streams, expired records), and removes nothing: afterwards everything it
+/// counted is still there, and a second preview reports the same.
+pub async fn d14_prune_preview_reports_what_prune_removes_and_changes_nothing(
+    store: Arc<dyn Store>,
+) {
+    let who = Principal::new(format!("preview-{}", StreamId::random()));
+    let start = now_ms();
+    let (mut idle, mut idle_too, live) = (session(&who), session(&who), session(&who));
+    idle.last_seen_ms = 1_000;
+    idle_too.last_seen_ms = 1_000;
+    for record in [&idle, &idle_too, &live] {
+        store
+            .create_session(record.clone())
+            .await
+            .expect("create session");
+    }
+    store
+        .update_session(&who, &live.id, SessionChange::Touch)
+        .await
+        .expect("touch");
+    // Finished streams: sessionless ones, one of the live session, one of an idle session
+    // (which goes with it; each backend counts it as its prune does); and an open one.
+    let owned = |session: Option<&SessionRecord>| StreamOwner {
+        principal: who.clone(),
+        session: session.map(|s| s.id.clone()),
+    };
+    let finished = [
+        (StreamId::random(), owned(None)),
+        (StreamId::random(), owned(None)),
+        (StreamId::random(), owned(Some(&live))),
+        (StreamId::random(), owned(Some(&idle))),
+    ];
+    for (stream, owner) in &finished {
+        store.create_stream(stream, owner).await.expect("stream");
+        store
+            .append(stream, "done".into(), true)
+            .await
+            .expect("final event");
+    }
+    let open = StreamId::random();
+    store
+        .create_stream(&open, &owned(None))
+        .await
+        .expect("open");
+    store
+        .append(&open, "x".into(), false)
+        .await
+        .expect("append");
+    let prefix = format!("preview-{}/", StreamId::random());
+    let (expiring, gone, kept) = (
+        format!("{prefix}expiring"),
+        format!("{prefix}gone"),
+        format!("{prefix}kept"),
+    );
+    for (key, expires_at) in [
+        (&expiring, start + 3_600_000),
+        (&gone, start.saturating_sub(1)),
+        (&kept, start + 24 * 3_600_000),
+    ] {
+        store
+            .put_record(
+                RecordKind::Step,
+                key,
+                "x".into(),
+                Some(expires_at),
+                Expect::Absent,
+            )
+            .await
+            .expect("put");
+    }
+    // Two hours on: the idle sessions are past a three-hour TTL, the live one is not; every
+    // finished stream is past an hour; two records have expired.
+    let retention = Retention {
+        session_idle_ttl_ms: Some(3 * 3_600_000),
+        max_stream_age_ms: Some(3_600_000),
+    };
+    let later = now_ms() + 2 * 3_600_000;
+    let preview = store
+        .prune_preview(&retention, later)
+        .await
+        .expect("preview");
+    assert_eq!(
+        (preview.sessions_ended, preview.records_expired),
+        (2, 2),
+        "{preview:?}"
+    );
+    assert!(preview.streams_deleted >= 3, "{preview:?}");
+    assert_eq!(
+        store
+            .prune_preview(&retention, later)
+            .await
+            .expect("preview again"),
+        preview,
+        "a preview changes nothing a second one would see"
+    );
+    for id in [&idle.id, &idle_too.id, &live.id] {
+        assert!(
+            store.load_session(&who, id).await.is_ok(),
+            "session {id} still there after the preview"
+        );
+    }
+    for (stream, _) in &finished {
+        assert_eq!(
+            store
+                .read_after(stream, 0, 10)
+                .await
+                .expect("stream still there after the preview")
+                .events
+                .len(),
+            1
+        );
+    }
+    assert!(
+        store
+            .get_record(RecordKind::Step, &expiring)
+            .await
+            .expect("get")
+            .is_some(),
+        "a record expiring later is still there after the preview"
+    );
+
+    let report = store.prune(&retention, later).await.expect("prune");
+    assert_eq!(report, preview, "the preview is what prune removed");
+    for id in [&idle.id, &idle_too.id] {
+        assert!(matches!(
+            store.load_session(&who, id).await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+    for (stream, _) in &finished {
+        assert!(
+            matches!(
+                store.read_after(stream, 0, 10).await,
+                Err(StoreError::NotFound { .. })
+            ),
+            "stream {stream} left"
+        );
+    }
+    assert!(store.load_session(&who, &live.id).await.is_ok());
+    assert!(store.read_after(&open, 0, 10).await.is_ok(), "open stream");
+    assert!(
+        store
+            .get_record(RecordKind::Step, &kept)
+            .await
+            .expect("get")
+            .is_some()
+    );
+    assert!(
+        store
+            .get_record(RecordKind::Step, &expiring)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert_eq!(
+        store
+            .prune_preview(&retention, later)
+            .await
+            .expect("preview after"),
+        crate::PruneReport::default(),
+        "nothing is due after the prune"
+    );
+}
+
 /// Sessions can be listed, per principal.
 pub async fn d4_list_sessions_by_principal(store: Arc<dyn Store>) {
     let who = Principal::new(format!("list-{}", StreamId::random()));
@@ -1373,6 +1538,7 @@ macro_rules! store_contract_tests {
             d3_unknown_stream_is_not_found,
             d14_prune_respects_open_streams_and_idle_ttl,
             d14_prune_removes_more_than_a_batch_of_each,
+            d14_prune_preview_reports_what_prune_removes_and_changes_nothing,
             d4_list_sessions_by_principal,
             d4_session_state_compare_and_set_loses_no_update,
             spec_session_delivery_compare_and_set_has_one_winner,
