@@ -173,6 +173,12 @@ struct PruneArgs {
     store: StoreArgs,
     #[command(flatten)]
     retention: RetentionArgs,
+    /// Report what a prune would remove now (the same counts), and remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// One JSON object instead of text: the three counts and `dry_run`.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Parser, Debug)]
@@ -801,17 +807,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Proxy(args) => serve::proxy(args).await,
         Command::Healthcheck(args) => healthcheck::healthcheck(&args),
         Command::Generate(args) => generate::generate(args, Cli::command()),
-        Command::Prune(args) => {
-            let store = args.store.open().await?;
-            let report = store
-                .prune(&args.retention.retention(), durable_mcp::store::now_ms())
-                .await?;
-            println!(
-                "sessions ended: {}, streams deleted: {}, journal records expired: {}",
-                report.sessions_ended, report.streams_deleted, report.records_expired
-            );
-            Ok(())
-        }
+        Command::Prune(args) => prune(args).await,
         Command::Inspect(args) => inspect(args).await,
         Command::BenchServer(args) => {
             // Traces as `serve` has them from the environment (an OTLP endpoint variable),
@@ -874,6 +870,44 @@ fn print_imported(done: &transfer::Imported, json: bool) -> anyhow::Result<()> {
             done.streams,
             done.events_appended,
             done.events_skipped
+        );
+    }
+    Ok(())
+}
+
+/// `prune`: apply retention once, or with `--dry-run` report what it would remove.
+async fn prune(args: PruneArgs) -> anyhow::Result<()> {
+    let store = args.store.open().await?;
+    let (retention, now) = (args.retention.retention(), durable_mcp::store::now_ms());
+    let report = if args.dry_run {
+        store.prune_preview(&retention, now).await?
+    } else {
+        store.prune(&retention, now).await?
+    };
+    let durable_mcp::store::PruneReport {
+        sessions_ended,
+        streams_deleted,
+        records_expired,
+    } = report;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "sessions_ended": sessions_ended,
+                "streams_deleted": streams_deleted,
+                "records_expired": records_expired,
+                "dry_run": args.dry_run,
+            })
+        );
+    } else if args.dry_run {
+        println!(
+            "would end {sessions_ended} sessions, delete {streams_deleted} streams, expire \
+             {records_expired} journal records; nothing changed (--dry-run)"
+        );
+    } else {
+        println!(
+            "sessions ended: {sessions_ended}, streams deleted: {streams_deleted}, journal \
+             records expired: {records_expired}"
         );
     }
     Ok(())

@@ -68,6 +68,80 @@ fn inspect_replay_and_prune_a_sqlite_store() {
     );
 }
 
+/// `prune --dry-run` reports what `prune` would remove and changes nothing: two dry runs
+/// agree (text and `--json`), the session and its stream are still there, the prune that
+/// follows removes exactly those counts, and a dry run after it finds nothing.
+#[test]
+fn prune_dry_run_reports_what_prune_removes_and_changes_nothing() {
+    let dir = temp_dir("prune-dry-run");
+    let store = format!("sqlite:{}", dir.join("store.db").display());
+    let mut server = Server::start(&store, free_port(), &[]);
+    let session = initialize(server.addr);
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {}}});
+    let (event_id, _) = post(server.addr, Some(&session), &call)
+        .messages()
+        .last()
+        .expect("result")
+        .clone();
+    server.kill();
+    let stream = format!("{}_0", event_id.split('_').next().expect("stream part"));
+    std::thread::sleep(Duration::from_millis(1_100));
+    let retention = ["--session-ttl-secs", "1", "--max-stream-age-secs", "1"];
+    let prune = |extra: &[&str]| {
+        let mut args = vec!["prune", "--store", &store];
+        args.extend(retention);
+        args.extend(extra);
+        run(&args).trim().to_owned()
+    };
+    let counts = |line: &str| -> Vec<u64> {
+        line.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect()
+    };
+
+    let dry = prune(&["--dry-run"]);
+    let [sessions, streams, records] = counts(&dry)[..] else {
+        panic!("three counts: {dry}");
+    };
+    assert_eq!(
+        dry,
+        format!(
+            "would end {sessions} sessions, delete {streams} streams, expire {records} journal \
+             records; nothing changed (--dry-run)"
+        )
+    );
+    assert_eq!(sessions, 1, "the idle session: {dry}");
+    assert!(streams >= 1, "the finished request stream: {dry}");
+    assert_eq!(prune(&["--dry-run"]), dry, "a dry run changes nothing");
+    let as_json: serde_json::Value =
+        serde_json::from_str(&prune(&["--dry-run", "--json"])).unwrap();
+    assert_eq!(
+        as_json,
+        json!({"sessions_ended": sessions, "streams_deleted": streams,
+            "records_expired": records, "dry_run": true})
+    );
+    assert!(run(&["inspect", "--store", &store]).contains(&session));
+    assert!(
+        run(&["replay", "--store", &store, &stream]).contains(&event_id),
+        "the stream is still there"
+    );
+
+    assert_eq!(
+        prune(&[]),
+        format!(
+            "sessions ended: {sessions}, streams deleted: {streams}, journal records expired: \
+             {records}"
+        ),
+        "prune removes what the dry run reported"
+    );
+    assert_eq!(
+        prune(&["--dry-run"]),
+        "would end 0 sessions, delete 0 streams, expire 0 journal records; nothing changed \
+         (--dry-run)"
+    );
+    assert!(!run(&["inspect", "--store", &store]).contains(&session));
+}
+
 /// `inspect runs` lists a journaled request while it runs (its worker, its lease) and not
 /// once it has finished; `inspect tasks` lists a task; `--json` gives the same as objects.
 /// The server keeps running: inspecting reads the store beside it.
