@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use durable_mcp::engine::inspect::{RunFilter, RunSummary};
+use anyhow::Context;
+use durable_mcp::engine::inspect::{RunFilter, RunSummary, RunTimeline as Timeline};
 use durable_mcp::engine::{ActionKind, ActionRecord, EngineError};
 use durable_mcp::store::{Store, now_ms};
 
@@ -62,37 +62,16 @@ fn line(run: &RunSummary, now: u64) -> String {
     )
 }
 
-/// What `runs show` prints of a run.
-#[derive(serde::Serialize)]
-pub struct Timeline {
-    pub run: Option<RunSummary>,
-    pub in_journal: bool,
-    pub steps: Vec<durable_mcp::engine::inspect::StepSummary>,
-    pub stream: durable_mcp::engine::inspect::StreamTimeline,
-    pub actions: Vec<ActionRecord>,
-}
-
 /// Run `id`'s timeline, from whatever the store keeps of it.
 pub async fn timeline(store: Arc<dyn Store>, id: &str) -> anyhow::Result<Timeline> {
-    use durable_mcp::engine::inspect;
-
-    let engine = crate::ops::operator_engine(store.clone());
-    let actions = engine.run_actions(id).await?;
-    let run = inspect::run(store.as_ref(), id).await?;
-    let steps = inspect::steps(store.as_ref(), id, SCAN).await?;
-    let stream = inspect::stream(store.as_ref(), id, SCAN).await?;
-    if run.is_none() && actions.is_empty() && stream.state == "gone" {
-        bail!(
-            "no run {id}: it is not in the journal (finished, or never existed), has no stream, and no operator acted on it"
-        );
-    }
-    Ok(Timeline {
-        in_journal: run.is_some(),
-        run,
-        steps,
-        stream,
-        actions,
-    })
+    crate::ops::operator_engine(store)
+        .run_timeline(id, SCAN)
+        .await?
+        .with_context(|| {
+            format!(
+                "no run {id}: it is not in the journal (finished, or never existed), has no stream, and no operator acted on it"
+            )
+        })
 }
 
 /// `runs show ID`: the run's timeline: accepted, each attempt (worker, how it ended),

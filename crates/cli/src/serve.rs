@@ -118,18 +118,38 @@ pub(crate) struct ServeArgs {
     /// unless given). docs/metrics.md lists the series.
     #[arg(long, env = "DURABLE_MCP_METRICS_LISTEN")]
     pub(crate) metrics_listen: Option<SocketAddr>,
-    /// Serve the read-only operator dashboard at http://ADDR/, on this address of its own
-    /// (off unless given; loopback only unless --dashboard-allow-remote). docs/dashboard.md.
+    /// Serve the operator dashboard at http://ADDR/, on this address of its own (off unless
+    /// given; loopback only unless --dashboard-allow-remote). docs/dashboard.md.
     #[arg(long, env = "DURABLE_MCP_DASHBOARD_LISTEN")]
     pub(crate) dashboard_listen: Option<SocketAddr>,
-    /// Let the dashboard listen on a non-loopback address. It has no authentication: put it
-    /// behind a proxy that authenticates.
+    /// Let the dashboard listen on a non-loopback address (behind TLS: it has none itself).
     #[arg(long, env = "DURABLE_MCP_DASHBOARD_ALLOW_REMOTE")]
     pub(crate) dashboard_allow_remote: bool,
     /// Show payloads on the dashboard (request arguments, session state values, the
     /// client's initialize params); redacted by default.
     #[arg(long, env = "DURABLE_MCP_DASHBOARD_SHOW_PAYLOADS")]
     pub(crate) dashboard_show_payloads: bool,
+    /// API keys of the dashboard's viewers (a file in the format of --auth-api-keys; a
+    /// key's scopes say what it may do: --dashboard-read-scope, --dashboard-act-scope).
+    /// Without it the dashboard authenticates as the endpoint does (--auth-*); without
+    /// either, it can be read and nothing can be done from it.
+    #[arg(long, value_name = "FILE", env = "DURABLE_MCP_DASHBOARD_API_KEYS")]
+    pub(crate) dashboard_api_keys: Option<std::path::PathBuf>,
+    /// The scope that lets a dashboard viewer read.
+    #[arg(
+        long,
+        default_value = "dashboard:read",
+        env = "DURABLE_MCP_DASHBOARD_READ_SCOPE"
+    )]
+    pub(crate) dashboard_read_scope: String,
+    /// The scope that lets a dashboard viewer act (cancel, kill, retry, purge); it lets
+    /// them read too.
+    #[arg(
+        long,
+        default_value = "dashboard:act",
+        env = "DURABLE_MCP_DASHBOARD_ACT_SCOPE"
+    )]
+    pub(crate) dashboard_act_scope: String,
     /// Export OpenTelemetry traces over OTLP/HTTP (protobuf), configured by the OTEL_*
     /// environment variables (endpoint default http://localhost:4318). Also on when
     /// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; never with
@@ -414,6 +434,7 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
     http.max_connections = args.max_connections.max(1);
     http.log_bodies = args.log_bodies;
     http.auth = (*args.auth).authenticator()?;
+    let endpoint_auth = http.auth.clone();
     if args.stdio && http.auth.is_enabled() {
         anyhow::bail!(
             "--stdio serves the one local client that started it: the --auth-* flags are for HTTP"
@@ -447,12 +468,23 @@ async fn serve_with(args: ServeArgs, server: DurableMcp) -> anyhow::Result<()> {
         None => server,
     };
     let server = match args.dashboard_listen {
-        Some(addr) => server.dashboard_listen(
-            addr,
-            durable_mcp::http::DashboardOptions::default()
-                .allow_remote(args.dashboard_allow_remote)
-                .show_payloads(args.dashboard_show_payloads),
-        ),
+        Some(addr) => {
+            let authenticator = match &args.dashboard_api_keys {
+                Some(path) => durable_mcp::auth::Authenticator::api_keys_file(path, Vec::new())
+                    .with_context(|| format!("--dashboard-api-keys {}", path.display()))?,
+                None => endpoint_auth,
+            };
+            let server = server.dashboard_listen(
+                addr,
+                durable_mcp::http::DashboardOptions::default()
+                    .allow_remote(args.dashboard_allow_remote)
+                    .show_payloads(args.dashboard_show_payloads),
+            );
+            server.dashboard_auth(durable_mcp::http::DashboardAuth::new(authenticator).scopes(
+                args.dashboard_read_scope.clone(),
+                args.dashboard_act_scope.clone(),
+            ))
+        }
         None => server,
     };
     if args.stdio {

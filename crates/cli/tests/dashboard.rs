@@ -2,7 +2,9 @@
 //! a SQLite store in a temp dir, real HTTP): the snapshot shows a client's session, its
 //! streams, a request in flight with its worker and lease, a task, store latency and the
 //! journal counters; payloads only with `--dashboard-show-payloads`; the `Host` check; a
-//! non-loopback address refused without `--dashboard-allow-remote`.
+//! non-loopback address refused without `--dashboard-allow-remote`; viewers authenticated
+//! with API keys, a read-only key that cannot act, an action from the dashboard's API
+//! ending a live run, and actions refused without authentication.
 //! The page itself is tested in a headless browser by `scripts/dashboard-test.sh`.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
@@ -367,4 +369,261 @@ fn a_non_loopback_dashboard_needs_allow_remote() {
     );
     assert_eq!(status, 200, "{body}");
     drop(server);
+}
+
+/// A request to the dashboard at `addr` (its own `Host`): method, path, `Authorization:
+/// Bearer` token, more headers, JSON body. Status, lower-cased head, body.
+fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    if let Some(token) = token {
+        head.push_str(&format!("authorization: Bearer {token}\r\n"));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let body = body.map(Value::to_string).unwrap_or_default();
+    head.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+#[test]
+fn viewers_are_authenticated_and_only_the_act_scope_acts() {
+    let dir = temp_dir("dashboard-auth");
+    let keys = dir.join("dashboard-keys");
+    std::fs::write(
+        &keys,
+        "viewer viewer-secret dashboard:read\nops ops-secret dashboard:read,dashboard:act\nother other-secret mcp\n",
+    )
+    .unwrap();
+    let store = format!("sqlite:{}", dir.join("store.db").display());
+    let (server, dashboard) = start(&store, &["--dashboard-api-keys", keys.to_str().unwrap()]);
+
+    // No credential, a wrong one, one without the read scope.
+    let (status, head, _) = call(dashboard, "GET", "/api/snapshot", None, &[], None);
+    assert_eq!(status, 401);
+    assert!(head.contains("www-authenticate: bearer"), "{head}");
+    assert_eq!(
+        call(dashboard, "GET", "/api/snapshot", Some("nope"), &[], None).0,
+        401
+    );
+    assert_eq!(
+        call(
+            dashboard,
+            "GET",
+            "/api/snapshot",
+            Some("other-secret"),
+            &[],
+            None
+        )
+        .0,
+        403
+    );
+    // The page itself holds no data: it loads, and asks for a key.
+    assert_eq!(get(dashboard, "/", Some(&dashboard.to_string())).0, 200);
+
+    let (status, _, body) = call(
+        dashboard,
+        "GET",
+        "/api/whoami",
+        Some("viewer-secret"),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200);
+    let who: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (who["principal"].as_str(), who["can_act"].as_bool()),
+        (Some("key:viewer"), Some(false))
+    );
+
+    // A long call on the worker.
+    let session = initialize(server.addr);
+    let long = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "steps", "arguments": {"count": 500, "step_ms": 40}}});
+    let _call = post(server.addr, Some(&session), &long);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let run_id = loop {
+        let (_, _, body) = call(
+            dashboard,
+            "GET",
+            "/api/snapshot",
+            Some("viewer-secret"),
+            &[],
+            None,
+        );
+        let snap: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(snap["can_act"], false);
+        if let Some(run) = rows(&snap, "in_flight").first() {
+            assert_eq!(run["state"], "running");
+            break run["run_id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the call never showed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let kill = format!("/api/runs/{run_id}/kill");
+    let reason = json!({"reason": "runaway"});
+
+    // The read-only key cannot act; nor can a page of another origin, nor a form post.
+    let (status, _, body) = call(
+        dashboard,
+        "POST",
+        &kill,
+        Some("viewer-secret"),
+        &[JSON],
+        Some(&reason),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("dashboard:act"), "{body}");
+    let evil = ("origin", "http://evil.example");
+    assert_eq!(
+        call(
+            dashboard,
+            "POST",
+            &kill,
+            Some("ops-secret"),
+            &[JSON, evil],
+            Some(&reason)
+        )
+        .0,
+        403
+    );
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    assert_eq!(
+        call(dashboard, "POST", &kill, Some("ops-secret"), &[form], None).0,
+        415
+    );
+    assert_eq!(
+        call(
+            dashboard,
+            "POST",
+            "/api/runs/nope/kill",
+            Some("ops-secret"),
+            &[JSON],
+            Some(&reason)
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        call(
+            dashboard,
+            "POST",
+            &format!("/api/runs/{run_id}/retry"),
+            Some("ops-secret"),
+            &[JSON],
+            Some(&reason)
+        )
+        .0,
+        409,
+        "a running run is not parked"
+    );
+
+    // The act key kills it, from its own origin: the action names the key's principal.
+    let own = format!("http://{dashboard}");
+    let (status, _, body) = call(
+        dashboard,
+        "POST",
+        &kill,
+        Some("ops-secret"),
+        &[JSON, ("origin", &own)],
+        Some(&reason),
+    );
+    assert_eq!(status, 200, "{body}");
+    let action: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (action["action"].as_str(), action["by"].as_str()),
+        (Some("kill"), Some("key:ops"))
+    );
+    let (status, _, body) = call(
+        dashboard,
+        "GET",
+        &format!("/api/runs/{run_id}"),
+        Some("viewer-secret"),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200);
+    let timeline: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(timeline["in_journal"], false, "{timeline:#}");
+    assert_eq!(timeline["actions"][0]["reason"], "runaway");
+    let outcome = timeline["stream"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(outcome["error"]["code"], -32040, "{timeline:#}");
+    assert_eq!(
+        call(
+            dashboard,
+            "GET",
+            "/api/runs/nope",
+            Some("viewer-secret"),
+            &[],
+            None
+        )
+        .0,
+        404
+    );
+
+    // The charts read this worker's metrics.
+    let (status, _, body) = call(
+        dashboard,
+        "GET",
+        "/api/history",
+        Some("viewer-secret"),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200);
+    let history: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            history["metrics"].as_bool(),
+            history["interval_ms"].as_u64()
+        ),
+        (Some(true), Some(10_000))
+    );
+}
+
+#[test]
+fn without_authentication_nothing_can_be_done_from_the_dashboard() {
+    let dir = temp_dir("dashboard-noauth");
+    let store = format!("sqlite:{}", dir.join("store.db").display());
+    let (_server, dashboard) = start(&store, &[]);
+    let (status, _, body) = call(dashboard, "GET", "/api/whoami", None, &[], None);
+    assert_eq!(status, 200);
+    assert!(body.contains(r#""can_act":false"#), "{body}");
+    let (status, _, body) = call(
+        dashboard,
+        "POST",
+        "/api/runs/any/cancel",
+        None,
+        &[JSON],
+        Some(&json!({})),
+    );
+    assert_eq!(status, 403);
+    assert!(body.contains("acting needs authentication"), "{body}");
 }

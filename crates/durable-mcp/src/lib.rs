@@ -104,8 +104,8 @@ pub mod engine {
 /// The Streamable HTTP transport's settings and the dashboard's.
 pub mod http {
     pub use durable_mcp_http::{
-        DEFAULT_FIRST_EVENT_WAIT, DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardError,
-        DashboardOptions, HttpConfig, Transport,
+        DEFAULT_FIRST_EVENT_WAIT, DEFAULT_MAX_GET_STREAMS_PER_SESSION, DashboardAuth,
+        DashboardError, DashboardOptions, HttpConfig, Transport,
     };
 }
 
@@ -115,7 +115,9 @@ pub mod proxy {
 }
 
 use durable_mcp_engine::{Engine, EngineError, EngineOptions, default_worker_id};
-use durable_mcp_http::{DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport};
+use durable_mcp_http::{
+    DashboardAuth, DashboardError, DashboardOptions, HttpConfig, Transport as HttpTransport,
+};
 use durable_mcp_store::{Store, StoreError};
 use durable_mcp_store_memory::MemoryStore;
 #[cfg(feature = "postgres")]
@@ -307,6 +309,8 @@ pub struct DurableMcp {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     metrics_listen: Option<SocketAddr>,
     dashboard: Option<(SocketAddr, DashboardOptions)>,
+    /// The dashboard's viewers (`None`: authenticated as the endpoint's requests are).
+    dashboard_auth: Option<DashboardAuth>,
     /// The address of the default worker id (`None`: stdio); see [`default_worker_id`].
     id_listen: Option<SocketAddr>,
 }
@@ -353,6 +357,7 @@ impl DurableMcp {
             shutdown_grace: std::time::Duration::from_secs(10),
             metrics_listen: None,
             dashboard: None,
+            dashboard_auth: None,
             id_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
         }
     }
@@ -368,13 +373,25 @@ impl DurableMcp {
     }
 
     /// Serve the operator dashboard at `http://ADDR/`, on a listener of its own, while the
-    /// server runs (off by default): a read-only page of what every worker on the store is
-    /// doing, updating every second. It has no authentication: a non-loopback `addr` is
-    /// refused at start unless `options` [allow it](DashboardOptions::allow_remote), a
-    /// request whose `Host` is not `addr` or a loopback name is answered 403, and payloads
-    /// are left out unless [shown](DashboardOptions::show_payloads).
+    /// server runs (off by default): a page of what every worker on the store is doing,
+    /// updating every second, with charts of this worker's last hour (metrics are recorded
+    /// while it is on, with the `metrics` feature) and, for viewers with the act scope,
+    /// actions on runs and tasks. Viewers are authenticated as the endpoint's requests are,
+    /// or as [`dashboard_auth`](Self::dashboard_auth) says; without authentication nothing
+    /// can be done from it. A non-loopback `addr` is refused at start unless `options`
+    /// [allow it](DashboardOptions::allow_remote), a request whose `Host` is not `addr` or
+    /// a loopback name is answered 403, and payloads are left out unless
+    /// [shown](DashboardOptions::show_payloads).
     pub fn dashboard_listen(mut self, addr: SocketAddr, options: DashboardOptions) -> Self {
         self.dashboard = Some((addr, options));
+        self
+    }
+
+    /// Authenticate the dashboard's viewers with `auth` (its own API keys, say) instead of
+    /// as the endpoint's requests are ([`auth`](Self::auth), with the default scopes
+    /// `dashboard:read` to look and `dashboard:act` to act).
+    pub fn dashboard_auth(mut self, auth: DashboardAuth) -> Self {
+        self.dashboard_auth = Some(auth);
         self
     }
 
@@ -584,6 +601,11 @@ impl DurableMcp {
         #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
         let mut metrics_render = None;
         // Metrics first: the engine times its store only if they are on when it is created.
+        // The dashboard's charts read the recorder: it is installed while it is on.
+        #[cfg(feature = "metrics")]
+        if dashboard.is_some() && self.metrics_listen.is_none() {
+            metrics_render = Some(metrics::install()?.renderer());
+        }
         #[cfg(feature = "metrics")]
         let metrics = match self.metrics_listen {
             Some(addr) => {
@@ -605,6 +627,9 @@ impl DurableMcp {
         #[cfg(not(feature = "metrics"))]
         let metrics = ();
         let engine = self.engine().await?;
+        let dashboard_auth = self
+            .dashboard_auth
+            .unwrap_or_else(|| DashboardAuth::new(self.http.auth.clone()));
         let dashboard = dashboard.map(|(listener, options)| {
             let engine = engine.clone();
             AbortOnDrop(tokio::spawn(async move {
@@ -612,6 +637,7 @@ impl DurableMcp {
                     listener,
                     engine,
                     options,
+                    dashboard_auth,
                     metrics_render,
                     std::future::pending(),
                 )

@@ -271,6 +271,47 @@ pub async fn steps(
     Ok(steps)
 }
 
+/// What is known of one run, as `durable-mcp runs show` and the dashboard's run page show
+/// it: its journal entry (with its attempts) while it has not finished, its committed steps
+/// and answers, the messages on its stream, and the operators' actions.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct RunTimeline {
+    /// Its journal entry (`None`: it has finished, was killed, or never existed).
+    pub run: Option<RunSummary>,
+    /// Whether it is in the journal.
+    pub in_journal: bool,
+    /// Its committed steps, answers and marks.
+    pub steps: Vec<StepSummary>,
+    /// Its stream's messages.
+    pub stream: StreamTimeline,
+    /// The operators' actions on it, oldest first.
+    pub actions: Vec<crate::records::ActionRecord>,
+}
+
+/// Run `run_id`'s timeline, with the operators' `actions` on it (`None`: nothing is known
+/// of it: not in the journal, no stream, no action).
+pub async fn timeline(
+    store: &dyn Store,
+    run_id: &str,
+    actions: Vec<crate::records::ActionRecord>,
+    limit: usize,
+) -> Result<Option<RunTimeline>, EngineError> {
+    let run = run(store, run_id).await?;
+    let steps = steps(store, run_id, limit).await?;
+    let stream = stream(store, run_id, limit).await?;
+    if run.is_none() && actions.is_empty() && stream.state == "gone" {
+        return Ok(None);
+    }
+    Ok(Some(RunTimeline {
+        in_journal: run.is_some(),
+        run,
+        steps,
+        stream,
+        actions,
+    }))
+}
+
 /// One message on a run's stream, as its timeline shows it (its payload left out).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]

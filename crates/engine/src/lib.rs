@@ -507,6 +507,17 @@ impl Engine {
         self.inner.requests.cancel_task(task_id, by, reason).await
     }
 
+    /// What is known of run `run_id` ([`inspect::RunTimeline`]), reading at most `limit`
+    /// steps and stream events; `None` if nothing is.
+    pub async fn run_timeline(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Option<inspect::RunTimeline>, EngineError> {
+        let actions = self.run_actions(run_id).await?;
+        inspect::timeline(self.store().as_ref(), run_id, actions, limit).await
+    }
+
     /// The operator actions on run `run_id`, oldest first (kept a week after each).
     pub async fn run_actions(&self, run_id: &str) -> Result<Vec<ActionRecord>, EngineError> {
         self.inner.requests.journal().actions(run_id).await

@@ -586,12 +586,13 @@ impl Requests {
             () = keeper.wanted() => None,
             () = tokio::time::sleep(self.options().journal_wait) => None,
         };
+        // A retryable error parks a run that can be parked: that needs its journal entry.
+        let parks = |outcome: &Value| entry.record.parkable() && retryable_error(outcome).is_some();
         match message {
-            // A retryable error parks a run that can be parked: that needs its journal entry.
             Some(Outbound::Outcome(mut outcome))
                 if !run.cancel.is_cancelled()
                     && !matches!(Outcome::of(&outcome), Some(Outcome::Suspended))
-                    && !(entry.record.parkable() && retryable_error(&outcome).is_some()) =>
+                    && !parks(&outcome) =>
             {
                 if caller.primes_streams() {
                     declare_task_support(&mut outcome);

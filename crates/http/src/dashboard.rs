@@ -1,19 +1,26 @@
-//! The operator dashboard: a read-only web page of what the workers sharing a store are
-//! doing (sessions, streams, requests in flight with their worker and lease, tasks,
-//! recoveries, store latency), served by one worker on a listener of its own
-//! (`serve --dashboard-listen ADDR`).
+//! The operator dashboard: a web page of what the workers sharing a store are doing
+//! (sessions, streams, requests in flight with their worker and lease, tasks, recoveries,
+//! store latency, charts of the last hour), where an operator with the right scope can
+//! cancel, kill, retry and purge runs and cancel tasks. Served by one worker on a listener
+//! of its own (`serve --dashboard-listen ADDR`).
 //!
 //! The page (`dashboard/index.html`, `.css`, `.js`, embedded in the binary) polls
 //! [`SNAPSHOT`] every second and writes what it gets into the DOM as text, never as markup.
 //!
 //! # Security
-//! The dashboard has no authentication. It refuses to listen on a non-loopback address
-//! unless [`DashboardOptions::allow_remote`] (then put it behind a proxy that
-//! authenticates), answers 403 to a request whose `Host` is neither its listen address
-//! nor a loopback name (DNS rebinding), and leaves payloads out of its snapshot
-//! (request arguments, session state values, the client's `initialize` params) unless
-//! [`DashboardOptions::show_payloads`]. Ids, principals, methods, tool names and statuses
-//! are always shown.
+//! The `/api/*` requests are authenticated as [`DashboardAuth`] says (module `api`): a
+//! read scope to look, an act scope to act; without authentication the page can be read
+//! and nothing can be done from it. The dashboard refuses to listen on a non-loopback
+//! address unless [`DashboardOptions::allow_remote`], answers 403 to a request whose
+//! `Host` is neither its listen address nor a loopback name (DNS rebinding), and leaves
+//! payloads out of its snapshot (request arguments, session state values, the client's
+//! `initialize` params) unless [`DashboardOptions::show_payloads`]. Ids, principals,
+//! methods, tool names and statuses are always shown.
+
+mod api;
+mod history;
+
+pub use api::DashboardAuth;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -25,7 +32,7 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use durable_mcp_engine::{Engine, inspect};
 use durable_mcp_store::{StoreError, StreamId, now_ms};
 use http::{HeaderValue, StatusCode, header};
@@ -111,29 +118,60 @@ pub fn check_addr(addr: SocketAddr, options: DashboardOptions) -> Result<(), Das
 struct Shared {
     engine: Engine,
     options: DashboardOptions,
+    auth: DashboardAuth,
     metrics: Option<MetricsRender>,
+    history: Arc<history::History>,
     /// The listen address, as a `Host` header may name it.
     local: SocketAddr,
     latency: Mutex<BTreeMap<&'static str, VecDeque<f64>>>,
 }
 
-/// The dashboard's router for a listener bound at `local`: the page, its assets and
-/// [`SNAPSHOT`], behind the `Host` check. `metrics` (the Prometheus renderer, when metrics
-/// are on) adds this process's recovery and takeover counters to the snapshot.
+/// The dashboard's router for a listener bound at `local`: the page, its assets and its
+/// API ([`SNAPSHOT`], a run's timeline, a task, the actions, the charts' history; viewers
+/// authenticated as `auth` says), behind the `Host` check. `metrics` (the Prometheus
+/// renderer, when metrics are on) adds this process's recovery and takeover counters to
+/// the snapshot and feeds the charts; the returned future samples them, and must run for
+/// the charts to fill (it never ends).
 pub fn dashboard_router(
     engine: Engine,
     options: DashboardOptions,
+    auth: DashboardAuth,
     metrics: Option<MetricsRender>,
     local: SocketAddr,
-) -> Router {
+) -> (Router, impl Future<Output = ()> + Send + 'static) {
+    let history = Arc::new(history::History::default());
+    let sampler = {
+        let history = history.clone();
+        let metrics = metrics.clone();
+        async move {
+            match metrics {
+                Some(render) => history::sampler(history, render).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     let shared = Arc::new(Shared {
         engine,
         options,
+        auth,
         metrics,
+        history,
         local,
         latency: Mutex::new(BTreeMap::new()),
     });
-    Router::new()
+    let api = Router::new()
+        .route(SNAPSHOT, get(snapshot))
+        .route("/api/whoami", get(api::whoami))
+        .route("/api/history", get(api::history))
+        .route("/api/runs/{id}", get(api::run))
+        .route("/api/runs/{id}/{action}", post(api::act_on_run))
+        .route("/api/tasks/{id}", get(api::task))
+        .route("/api/tasks/{id}/cancel", post(api::cancel_task))
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            api::authenticate,
+        ));
+    let router = Router::new()
         .route(
             "/",
             get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
@@ -146,9 +184,10 @@ pub fn dashboard_router(
             "/dashboard.js",
             get(|| async { asset("text/javascript; charset=utf-8", DASHBOARD_JS) }),
         )
-        .route(SNAPSHOT, get(snapshot))
+        .merge(api)
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
-        .with_state(shared)
+        .with_state(shared);
+    (router, sampler)
 }
 
 /// Serve [`dashboard_router`] on `listener` until `shutdown` resolves.
@@ -159,14 +198,23 @@ pub async fn serve_dashboard(
     listener: TcpListener,
     engine: Engine,
     options: DashboardOptions,
+    auth: DashboardAuth,
     metrics: Option<MetricsRender>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DashboardError> {
     let local = listener.local_addr()?;
     check_addr(local, options)?;
-    tracing::info!(addr = %local, show_payloads = options.show_payloads, "dashboard at http://{local}/");
-    let router = dashboard_router(engine, options, metrics, local);
-    Ok(serve_router(listener, router, &HttpConfig::default(), shutdown).await?)
+    tracing::info!(
+        addr = %local,
+        show_payloads = options.show_payloads,
+        authenticated = auth.authenticator.is_enabled(),
+        "dashboard at http://{local}/"
+    );
+    let (router, sampler) = dashboard_router(engine, options, auth, metrics, local);
+    let sampler = tokio::spawn(sampler);
+    let served = serve_router(listener, router, &HttpConfig::default(), shutdown).await;
+    sampler.abort();
+    Ok(served?)
 }
 
 /// A static asset, with the headers of every dashboard response.
@@ -224,6 +272,8 @@ fn host_allowed(host: &str, local: SocketAddr) -> bool {
 #[derive(Debug, Serialize)]
 struct Snapshot {
     worker_id: String,
+    /// Whether the viewer may act (cancel, kill, retry, purge).
+    can_act: bool,
     now_ms: u64,
     show_payloads: bool,
     sessions: Vec<SessionRow>,
@@ -281,6 +331,8 @@ struct StreamRow {
 struct RunRow {
     #[serde(flatten)]
     run: inspect::RunSummary,
+    /// `running`, `waiting` or `parked`.
+    state: &'static str,
     lease: String,
     /// A payload (with `show_payloads` only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -314,8 +366,12 @@ struct Latency {
     max_ms: f64,
 }
 
-async fn snapshot(State(shared): State<Arc<Shared>>) -> Response {
-    let snapshot = read(&shared).await;
+async fn snapshot(
+    State(shared): State<Arc<Shared>>,
+    viewer: axum::Extension<api::Viewer>,
+) -> Response {
+    let mut snapshot = read(&shared).await;
+    snapshot.can_act = viewer.can_act();
     axum::Json(snapshot).into_response()
 }
 
@@ -410,6 +466,7 @@ async fn read(shared: &Shared) -> Snapshot {
         .map(|mut run| {
             let arguments = run.arguments.take().filter(|_| payloads);
             RunRow {
+                state: run.state(now).as_str(),
                 lease: run.lease_state(now),
                 arguments,
                 run,
@@ -431,6 +488,7 @@ async fn read(shared: &Shared) -> Snapshot {
         .map(|render| journal_counters(&render()));
     Snapshot {
         worker_id: shared.engine.options().worker_id.clone(),
+        can_act: false,
         now_ms: now,
         show_payloads: payloads,
         sessions,

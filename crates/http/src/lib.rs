@@ -29,7 +29,7 @@ use durable_mcp_engine::Engine;
 use http::{Method, Request};
 
 pub use config::{DEFAULT_FIRST_EVENT_WAIT, DEFAULT_MAX_GET_STREAMS_PER_SESSION, HttpConfig};
-pub use dashboard::{DashboardError, DashboardOptions, serve_dashboard};
+pub use dashboard::{DashboardAuth, DashboardError, DashboardOptions, serve_dashboard};
 pub use rejection::Rejection;
 pub use serve::{MetricsRender, metrics_router, serve, serve_metrics, serve_router};
 
