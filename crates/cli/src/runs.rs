@@ -79,14 +79,21 @@ pub async fn timeline(store: Arc<dyn Store>, id: &str) -> anyhow::Result<Timelin
 /// (notifications, questions, the outcome) and the operators' actions. A finished run
 /// shows what retention has kept of it: its stream and the actions.
 pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
-    use durable_mcp::engine::inspect;
-
     let timeline = timeline(store, id).await?;
     if json {
         println!("{}", serde_json::to_string(&timeline)?);
-        return Ok(());
+    } else {
+        print_timeline(&timeline);
     }
+    Ok(())
+}
+
+/// A run's timeline as `runs show` prints it.
+pub fn print_timeline(timeline: &Timeline) {
+    use durable_mcp::engine::inspect;
+
     let Timeline {
+        run_id: id,
         run,
         steps,
         stream,
@@ -169,10 +176,9 @@ pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result
         );
     }
     println!("actions: {}", actions.len());
-    for action in &actions {
+    for action in actions {
         println!("  {}", describe(action));
     }
-    Ok(())
 }
 
 /// A duration in milliseconds as people read it.

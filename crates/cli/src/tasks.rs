@@ -68,18 +68,18 @@ pub fn line(task: &TaskSummary) -> String {
         task.created_at,
         task.last_updated_at,
         task.ttl_ms,
-        task.run_id,
+        task.run_id.as_deref().unwrap_or("-"),
         task.principal
     )
 }
 
 /// `tasks show ID`: the task, then its run's timeline (`runs show`).
 pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result<()> {
-    let Some((_, task)) = durable_mcp::engine::inspect::task(store.as_ref(), id).await? else {
+    let engine = crate::ops::operator_engine(store);
+    let Some((task, timeline)) = engine.task_timeline(id, SCAN).await? else {
         bail!("no task {id}: it expired, or never existed (`durable-mcp tasks list`)");
     };
     if json {
-        let timeline = crate::runs::timeline(store, &task.run_id).await.ok();
         println!(
             "{}",
             serde_json::json!({"task": task, "timeline": timeline})
@@ -90,8 +90,14 @@ pub async fn show(store: Arc<dyn Store>, id: &str, json: bool) -> anyhow::Result
     if let Some(message) = &task.status_message {
         println!("status message: {message}");
     }
-    println!("its run:");
-    crate::runs::show(store, &task.run_id, false).await
+    match (&task.run_id, timeline) {
+        (Some(run_id), Some(timeline)) => {
+            println!("its run {run_id}:");
+            crate::runs::print_timeline(&timeline);
+        }
+        _ => println!("its run: not known (a task from before tasks kept it)"),
+    }
+    Ok(())
 }
 
 /// `tasks cancel ID`.

@@ -442,6 +442,10 @@ fn viewers_are_authenticated_and_only_the_act_scope_acts() {
     );
     // The page itself holds no data: it loads, and asks for a key.
     assert_eq!(get(dashboard, "/", Some(&dashboard.to_string())).0, 200);
+    assert_eq!(
+        get(dashboard, "/favicon.ico", Some(&dashboard.to_string())).0,
+        404
+    );
 
     let (status, _, body) = call(
         dashboard,

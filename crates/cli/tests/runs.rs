@@ -606,6 +606,13 @@ fn an_operator_cancels_a_task(addr: SocketAddr, store: &str) {
     .collect();
     assert_eq!(tasks.len(), 1, "{tasks:#?}");
     assert_eq!(tasks[0]["task_id"], task_id.as_str());
+    let runs = listed(store, &["--tool", "steps"]);
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0]["task_id"], task_id.as_str());
+    assert_eq!(
+        tasks[0]["run_id"], runs[0]["run_id"],
+        "the task names its run"
+    );
 
     let action: Value = serde_json::from_str(&run(&[
         "tasks",

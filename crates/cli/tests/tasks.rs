@@ -1061,7 +1061,9 @@ fn committed_wake_up(store: &str, name: &str) -> u64 {
                 .await
                 .unwrap();
             if let Some(step) = steps.iter().find(|step| step.key.ends_with(&suffix)) {
-                return step.value.parse().unwrap();
+                let (value, _) =
+                    durable_mcp::engine::inspect::decode_step(&step.key, &step.value).unwrap();
+                return value.as_u64().unwrap();
             }
             assert!(
                 Instant::now() < deadline,

@@ -243,6 +243,7 @@ impl Tasks {
         flavor: Flavor,
         ttl_ms: Option<u64>,
         stream: &StreamId,
+        run_id: &str,
     ) -> Result<(TaskRecord, String), EngineError> {
         let now = now_ms();
         let session = caller
@@ -267,6 +268,7 @@ impl Tasks {
             notify: session
                 .filter(|_| flavor == Flavor::V2025)
                 .map(|s| s.standalone_stream.clone()),
+            run: Some(run_id.to_owned()),
         };
         let key = TaskOwner::of(caller, flavor).key(task.task_id.as_str());
         self.store()
@@ -721,7 +723,7 @@ mod tests {
         let (_, tasks) = tasks();
         let alice = caller(Principal::new("alice"), Era::Modern);
         let (task, key) = tasks
-            .create_task(&alice, Flavor::Extension, None, &StreamId::random())
+            .create_task(&alice, Flavor::Extension, None, &StreamId::random(), "run")
             .await
             .unwrap();
         let (stored, _) = tasks.load_task(&key).await.unwrap().expect("committed");
@@ -752,7 +754,7 @@ mod tests {
         ] {
             let who = caller(Principal::new("alice"), era);
             let (_, key) = tasks
-                .create_task(&who, flavor, None, &StreamId::random())
+                .create_task(&who, flavor, None, &StreamId::random(), "run")
                 .await
                 .unwrap();
             tasks.settle_task(&key, &tool_error).await.unwrap();
@@ -771,7 +773,7 @@ mod tests {
         let other_worker = Tasks::new(Events::new(store));
         let alice = caller(Principal::new("alice"), Era::Modern);
         let (_, key) = tasks
-            .create_task(&alice, Flavor::Extension, None, &StreamId::random())
+            .create_task(&alice, Flavor::Extension, None, &StreamId::random(), "run")
             .await
             .unwrap();
         let cancel = tokio_util::sync::CancellationToken::new();

@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use crate::EngineError;
 pub use crate::records::iso8601;
-pub use crate::records::{Attempt, AttemptEnd, AttemptEnding, ParkReason, Parked, StepMeta};
+pub use crate::records::{
+    Attempt, AttemptEnd, AttemptEnding, ParkReason, Parked, StepMeta, decode_step,
+};
 use crate::records::{Flavor, RecordError, RunRecord, TaskRecord, key};
 
 /// A journaled request that has not finished: running on a worker, or waiting for one to
@@ -149,8 +151,12 @@ pub struct TaskSummary {
     pub open_questions: usize,
     /// The legacy session that created it, if any.
     pub session: Option<String>,
-    /// Its run (`durable-mcp runs show`): the journaled request doing its work.
-    pub run_id: String,
+    /// Its run (`durable-mcp runs show`): the journaled request doing its work (unknown for
+    /// tasks created before it was kept).
+    pub run_id: Option<String>,
+    /// The stream of its run's questions and outcome.
+    #[serde(skip)]
+    pub stream: String,
 }
 
 /// Up to `limit` unfinished journaled requests, by run id. Unreadable records are logged
@@ -277,6 +283,8 @@ pub async fn steps(
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct RunTimeline {
+    /// The run's id.
+    pub run_id: String,
     /// Its journal entry (`None`: it has finished, was killed, or never existed).
     pub run: Option<RunSummary>,
     /// Whether it is in the journal.
@@ -297,13 +305,22 @@ pub async fn timeline(
     actions: Vec<crate::records::ActionRecord>,
     limit: usize,
 ) -> Result<Option<RunTimeline>, EngineError> {
-    let run = run(store, run_id).await?;
+    // A task's run answers on the task's stream, not on the one its id is taken from.
+    let (run, stream_id) = match store.get_record(RecordKind::Run, run_id).await? {
+        Some(record) => {
+            let entry = RunRecord::decode(run_id, &record.value)?;
+            let stream_id = entry.stream.to_string();
+            (Some(RunSummary::of(record.key, entry)), stream_id)
+        }
+        None => (None, run_id.to_owned()),
+    };
     let steps = steps(store, run_id, limit).await?;
-    let stream = stream(store, run_id, limit).await?;
+    let stream = stream(store, &stream_id, limit).await?;
     if run.is_none() && actions.is_empty() && stream.state == "gone" {
         return Ok(None);
     }
     Ok(Some(RunTimeline {
+        run_id: run_id.to_owned(),
         in_journal: run.is_some(),
         run,
         steps,
@@ -341,13 +358,14 @@ pub struct StreamTimeline {
     pub messages: Vec<StreamMessage>,
 }
 
-/// The first `limit` messages on run `run_id`'s stream (its id is the run's).
+/// The first `limit` messages on stream `stream_id` (a run's: its id is the run's, but for
+/// a task's run).
 pub async fn stream(
     store: &dyn Store,
-    run_id: &str,
+    stream_id: &str,
     limit: usize,
 ) -> Result<StreamTimeline, EngineError> {
-    let Ok(stream) = run_id.parse::<durable_mcp_store::StreamId>() else {
+    let Ok(stream) = stream_id.parse::<durable_mcp_store::StreamId>() else {
         return Ok(StreamTimeline {
             state: "gone",
             messages: Vec::new(),
@@ -480,7 +498,8 @@ impl TaskSummary {
             ttl_ms: task.ttl_ms,
             open_questions: task.input_requests.len(),
             session: task.session.map(|session| session.to_string()),
-            run_id: key::run(&task.stream),
+            run_id: task.run,
+            stream: task.stream.to_string(),
         }
     }
 }

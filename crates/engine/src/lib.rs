@@ -518,6 +518,30 @@ impl Engine {
         inspect::timeline(self.store().as_ref(), run_id, actions, limit).await
     }
 
+    /// Task `task_id`, whoever owns it, and its run's timeline (`None` if its run is not
+    /// known: a task from before tasks kept it). After the run has finished, the timeline
+    /// reads the task's stream, where its questions and outcome are. `None` if there is no
+    /// such task.
+    pub async fn task_timeline(
+        &self,
+        task_id: &str,
+        limit: usize,
+    ) -> Result<Option<(inspect::TaskSummary, Option<inspect::RunTimeline>)>, EngineError> {
+        let Some((_, task)) = inspect::task(self.store().as_ref(), task_id).await? else {
+            return Ok(None);
+        };
+        let Some(run_id) = &task.run_id else {
+            return Ok(Some((task, None)));
+        };
+        let mut timeline = self.run_timeline(run_id, limit).await?;
+        if let Some(timeline) = &mut timeline
+            && !timeline.in_journal
+        {
+            timeline.stream = inspect::stream(self.store().as_ref(), &task.stream, limit).await?;
+        }
+        Ok(Some((task, timeline)))
+    }
+
     /// The operator actions on run `run_id`, oldest first (kept a week after each).
     pub async fn run_actions(&self, run_id: &str) -> Result<Vec<ActionRecord>, EngineError> {
         self.inner.requests.journal().actions(run_id).await

@@ -193,9 +193,12 @@ impl Requests {
         if record.status.is_terminal() {
             return Err(terminal(record.status));
         }
+        // Kept against the task's run (its id, for tasks from before tasks kept it, is
+        // its stream's: the run's actions are then not found under it).
+        let run_id = task.run_id.clone().unwrap_or_else(|| task.stream.clone());
         let action = self
             .journal()
-            .record_action(action(ActionKind::Cancel, &task.run_id, by, reason))
+            .record_action(action(ActionKind::Cancel, &run_id, by, reason))
             .await?;
         let message = action.message();
         let mut was_terminal = None;
@@ -221,7 +224,7 @@ impl Requests {
         // the operator's words if it waits for a worker.
         if self
             .store()
-            .get_record(RecordKind::Run, &task.run_id)
+            .get_record(RecordKind::Run, &run_id)
             .await?
             .is_some()
         {

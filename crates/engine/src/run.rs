@@ -860,17 +860,17 @@ impl Requests {
         store
             .create_stream(&run_stream, &caller.stream_owner())
             .await?;
+        // Keyed by the request's own stream, which a re-sent request id attaches to; the
+        // create result is sent there again by recovery if it never was.
+        let run_id = stream.to_string();
         let (task, key) = self
             .tasks()
-            .create_task(caller, flavor, ttl, &run_stream)
+            .create_task(caller, flavor, ttl, &run_stream, &run_id)
             .await?;
         let mut record = RunRecord::new(self.journal(), caller, request.clone(), &run_stream);
         record.task = Some(key.clone());
         record.task_flavor = Some(flavor);
-        // Keyed by the request's own stream, which a re-sent request id attaches to; the
-        // create result is sent there again by recovery if it never was.
         record.reply = Some(stream.clone());
-        let run_id = stream.to_string();
         let version = store
             .put_record(
                 RecordKind::Run,
@@ -1107,7 +1107,7 @@ impl Requests {
             .await?;
         let (task, key) = self
             .tasks()
-            .create_task(caller, Flavor::Extension, None, &task_stream)
+            .create_task(caller, Flavor::Extension, None, &task_stream, &held.run_id)
             .await?;
         // The task's steps (and those of its synchronous rounds) live as long as the task.
         self.journal().refresh_steps(&held.run_id, None).await?;

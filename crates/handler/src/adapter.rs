@@ -139,12 +139,15 @@ pub struct ServerSummary {
 type ServiceGuard = Box<dyn Send>;
 
 trait ErasedHandler: Send + Sync + 'static {
+    /// Serve `first` in a service loop of its own; `alive` is dropped when the handler's
+    /// future for it is gone ([`Watched`]).
     fn start(
         &self,
         first: ClientJsonRpcMessage,
         peer: Option<InitializeRequestParams>,
         transport: RunTransport,
         ct: CancellationToken,
+        alive: oneshot::Sender<()>,
     ) -> ServiceGuard;
     fn summary(&self) -> ServerSummary;
     fn tool_input_schema(&self, name: &str) -> Option<Value>;
@@ -162,9 +165,14 @@ where
         peer: Option<InitializeRequestParams>,
         mut transport: RunTransport,
         ct: CancellationToken,
+        alive: oneshot::Sender<()>,
     ) -> ServiceGuard {
         transport.first = Some(first);
-        Box::new(serve_directly_with_ct(self.clone(), transport, peer, ct))
+        let watched = Watched {
+            inner: self.clone(),
+            alive: std::sync::Mutex::new(Some(alive)),
+        };
+        Box::new(serve_directly_with_ct(watched, transport, peer, ct))
     }
 
     fn summary(&self) -> ServerSummary {
@@ -204,11 +212,60 @@ where
 /// `notifications/initialized` would otherwise hold them for a burst's worth of sessions.
 pub const NOTIFY_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Held in a client notification's extensions while its handler runs: dropped (with the
-/// handler's context) when the handler is done, which ends [`McpHandler::notify`]'s window.
-#[derive(Clone)]
-struct HandlerAlive {
-    _held: Arc<oneshot::Sender<()>>,
+/// A user's handler as the service of one request's (or notification's) loop: the future
+/// that handles its one message holds `alive`, so that the receiver closes when that
+/// future is gone: the handler returned, or panicked (rmcp runs it in a task of its own,
+/// and its loop lives on after a panic). Not the message's extensions: rmcp's routers drop
+/// those as soon as a tool's arguments are extracted, long before the tool returns.
+struct Watched<H> {
+    inner: H,
+    alive: std::sync::Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl<H> Watched<H> {
+    fn take_alive(&self) -> Option<oneshot::Sender<()>> {
+        self.alive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl<H: rmcp::ServerHandler> rmcp::Service<RoleServer> for Watched<H> {
+    fn handle_request(
+        &self,
+        request: rmcp::model::ClientRequest,
+        context: rmcp::service::RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<rmcp::model::ServerResult, rmcp::ErrorData>>
+    + rmcp::service::MaybeSendFuture
+    + '_ {
+        let alive = self.take_alive();
+        async move {
+            let _alive = alive;
+            rmcp::Service::handle_request(&self.inner, request, context).await
+        }
+    }
+
+    fn handle_notification(
+        &self,
+        notification: rmcp::model::ClientNotification,
+        context: rmcp::service::NotificationContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), rmcp::ErrorData>> + rmcp::service::MaybeSendFuture + '_
+    {
+        let alive = self.take_alive();
+        async move {
+            let _alive = alive;
+            rmcp::Service::handle_notification(&self.inner, notification, context).await
+        }
+    }
+
+    fn get_info(&self) -> <RoleServer as rmcp::service::ServiceRole>::Info {
+        rmcp::Service::get_info(&self.inner)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        rmcp::Service::supported_protocol_versions(&self.inner)
+    }
 }
 
 /// A user's MCP server, type-erased: what the engine runs requests on.
@@ -403,14 +460,9 @@ impl McpHandler {
             message: format!("invalid params: {e}"),
             id,
         })?;
-        // rmcp hands the request's extensions to the handler's context, in the task that
-        // runs the handler: `handled` closes once that task (and any clone of the context
-        // it made) is gone, returned or panicked.
+        // `handled` closes once the handler's future is gone, returned or panicked.
         let (alive, handled) = oneshot::channel::<()>();
         if let ClientJsonRpcMessage::Request(request) = &mut message {
-            request.request.extensions_mut().insert(HandlerAlive {
-                _held: Arc::new(alive),
-            });
             if let Some(state) = &peer.session_state {
                 request.request.extensions_mut().insert(state.clone());
             }
@@ -444,7 +496,13 @@ impl McpHandler {
             outbound: out_tx,
             done: cancel.child_token(),
         };
-        let service = handler.start(message, peer_info(peer), transport, cancel.child_token());
+        let service = handler.start(
+            message,
+            peer_info(peer),
+            transport,
+            cancel.child_token(),
+            alive,
+        );
         Ok(Run {
             outbound,
             replies,
@@ -460,7 +518,7 @@ impl McpHandler {
     /// service loop open until it is done or [`NOTIFY_WINDOW`] has passed. `notifications/cancelled` is the engine's business, not the
     /// handler's, and is not delivered.
     pub fn notify(&self, notification: Map<String, Value>, peer: &PeerContext) {
-        let Ok(mut message) =
+        let Ok(message) =
             serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(notification))
         else {
             return;
@@ -476,15 +534,9 @@ impl McpHandler {
         {
             return;
         }
-        // rmcp hands the notification's extensions to the handler's context, in the task
-        // that runs the handler: `handled` closes once that task (and any clone of the
-        // context it made) is gone, and then the loop has nothing left to serve.
+        // `handled` closes once the handler's future is gone, and then the loop has nothing
+        // left to serve.
         let (done_tx, handled) = oneshot::channel::<()>();
-        if let ClientJsonRpcMessage::Notification(n) = &mut message {
-            n.notification.extensions_mut().insert(HandlerAlive {
-                _held: Arc::new(done_tx),
-            });
-        }
         let (out_tx, mut outbound) = mpsc::channel(8);
         let (replies, in_rx) = mpsc::channel(1);
         let cancel = CancellationToken::new();
@@ -494,7 +546,7 @@ impl McpHandler {
             outbound: out_tx,
             done: cancel.child_token(),
         };
-        let service = handler.start(message, peer_info(peer), transport, cancel.clone());
+        let service = handler.start(message, peer_info(peer), transport, cancel.clone(), done_tx);
         let notifying = Arc::clone(&self.notifying);
         notifying.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
@@ -692,6 +744,61 @@ mod tests {
         );
         tokio::time::sleep(NOTIFY_WINDOW).await;
         assert_eq!(handler.notifications_in_flight(), 0);
+    }
+
+    /// A tool that outlives its request context (as rmcp's tool router drops it once the
+    /// arguments are extracted), or panics.
+    #[derive(Clone)]
+    struct Lasting;
+
+    impl rmcp::ServerHandler for Lasting {
+        async fn call_tool(
+            &self,
+            request: rmcp::model::CallToolRequestParams,
+            context: rmcp::service::RequestContext<RoleServer>,
+        ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+            drop(context);
+            if request.name == "panics" {
+                panic!("a bug in the tool");
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            Ok(rmcp::model::CallToolResult::success(Vec::new()).into())
+        }
+    }
+
+    fn call(name: &str) -> Map<String, Value> {
+        match serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": name, "arguments": {}}})
+        {
+            Value::Object(map) => map,
+            _ => unreachable!("an object literal"),
+        }
+    }
+
+    /// A handler that runs far longer than [`HANDLER_GONE_GRACE`] is not taken for gone
+    /// (its run would be re-run while it still runs); one that panics is, after the grace.
+    #[tokio::test(start_paused = true)]
+    async fn a_long_handler_is_waited_for_and_a_panicked_one_is_not() {
+        let handler = McpHandler::new(Lasting);
+        let peer = PeerContext {
+            protocol_version: Some("2025-11-25".into()),
+            ..PeerContext::default()
+        };
+        let mut run = handler.start(call("lasts"), &peer).unwrap();
+        let started = tokio::time::Instant::now();
+        match run.next_outbound().await {
+            Some(Outbound::Outcome(outcome)) => assert!(outcome.get("result").is_some()),
+            other => panic!("no outcome: {other:?}"),
+        }
+        assert!(started.elapsed() >= std::time::Duration::from_secs(60));
+
+        let mut run = handler.start(call("panics"), &peer).unwrap();
+        let started = tokio::time::Instant::now();
+        assert!(
+            run.next_outbound().await.is_none(),
+            "a panicked handler is gone"
+        );
+        assert!(started.elapsed() <= HANDLER_GONE_GRACE + std::time::Duration::from_secs(1));
     }
 
     #[test]

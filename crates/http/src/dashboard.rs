@@ -167,7 +167,8 @@ pub fn dashboard_router(
         .route("/api/runs/{id}/{action}", post(api::act_on_run))
         .route("/api/tasks/{id}", get(api::task))
         .route("/api/tasks/{id}/cancel", post(api::cancel_task))
-        .layer(axum::middleware::from_fn_with_state(
+        // Only the routes: any other path is a plain 404.
+        .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             api::authenticate,
         ));

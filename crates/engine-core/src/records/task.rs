@@ -53,6 +53,10 @@ pub struct TaskRecord {
     /// `notifications/tasks/status` go.
     #[serde(default)]
     pub notify: Option<StreamId>,
+    /// The journal id of the run doing its work (`durable-mcp runs show`). Absent in
+    /// records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 impl TaskRecord {

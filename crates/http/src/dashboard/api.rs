@@ -17,7 +17,7 @@ use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use durable_mcp_auth::{AuthError, Authenticator};
-use durable_mcp_engine::{ActionKind, EngineError, inspect};
+use durable_mcp_engine::{ActionKind, EngineError};
 use http::{HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::json;
@@ -172,22 +172,14 @@ pub(super) async fn run(State(shared): State<Arc<Shared>>, Path(id): Path<String
 
 /// `GET /api/tasks/{id}`: the task and its run's timeline.
 pub(super) async fn task(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
-    let task = match inspect::task(shared.engine.store().as_ref(), &id).await {
-        Ok(Some((_, task))) => task,
-        Ok(None) => {
-            return refuse(
-                StatusCode::NOT_FOUND,
-                format!("task {id} is not in the store: it expired, or never existed"),
-            );
+    match shared.engine.task_timeline(&id, TIMELINE_LIMIT).await {
+        Ok(Some((task, timeline))) => {
+            Json(json!({"task": task, "timeline": timeline})).into_response()
         }
-        Err(error) => return failed(&error),
-    };
-    match shared
-        .engine
-        .run_timeline(&task.run_id, TIMELINE_LIMIT)
-        .await
-    {
-        Ok(timeline) => Json(json!({"task": task, "timeline": timeline})).into_response(),
+        Ok(None) => refuse(
+            StatusCode::NOT_FOUND,
+            format!("task {id} is not in the store: it expired, or never existed"),
+        ),
         Err(error) => failed(&error),
     }
 }
