@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use crate::EngineError;
 use crate::caller::Caller;
 use crate::events::Events;
-use crate::records::AttemptEnding;
 use crate::records::{ActionRecord, AliasRecord, Parked, RunRecord, canonical, key};
+use crate::records::{AttemptEnding, ParkReason};
 use crate::rerun::AlreadySent;
 
 /// A duration in milliseconds, saturated.
@@ -322,8 +322,14 @@ impl Held {
         // No lease runs out: a worker of an earlier version (which does not know parked
         // runs) does not take it either.
         record.lease_until_ms = u64::MAX;
+        if parked.reason == ParkReason::TooManyFailures {
+            // Parked by the recovery that claimed it, before any handler ran: that claim
+            // was no attempt.
+            record.unbegin_attempt();
+        } else {
+            record.end_attempt(AttemptEnding::Parked, now_ms());
+        }
         record.parked = Some(parked);
-        record.end_attempt(AttemptEnding::Parked, now_ms());
         match put_run(journal, &self.run_id, &record, version).await {
             Ok(_) => {
                 let reason = record.parked.as_ref().map_or("", |p| p.reason.as_str());

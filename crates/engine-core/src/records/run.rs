@@ -281,6 +281,18 @@ impl RunRecord {
         });
     }
 
+    /// Take back the attempt just begun: the run was claimed, and is not run after all.
+    pub fn unbegin_attempt(&mut self) {
+        if self
+            .attempts
+            .last()
+            .is_some_and(|last| last.ended.is_none())
+        {
+            self.attempts.pop();
+            self.attempt = self.attempt.saturating_sub(1).max(1);
+        }
+    }
+
     /// The current attempt ended `how` at `now_ms` (unless its end is already known).
     pub fn end_attempt(&mut self, how: AttemptEnding, now_ms: u64) {
         if let Some(last) = self.attempts.last_mut()

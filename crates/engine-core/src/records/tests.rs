@@ -195,6 +195,14 @@ fn a_run_keeps_its_last_attempts_and_how_each_ended() {
     );
     let stored = run.encode().unwrap();
     assert!(stored.contains(r#""attempts":[{"attempt":"#), "{stored}");
+
+    // A claim that runs nothing (a run parked at once) is taken back.
+    let mut claimed = RunRecord::decode(RUN, &stored).unwrap();
+    claimed.attempt += 1;
+    claimed.begin_attempt("c", 99);
+    claimed.unbegin_attempt();
+    assert_eq!(claimed.attempt, run.attempt);
+    assert_eq!(claimed.attempts.last(), run.attempts.last());
     assert_eq!(
         RunRecord::decode(RUN, &stored).unwrap().attempts,
         run.attempts
