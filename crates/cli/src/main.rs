@@ -959,19 +959,9 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             for task in durable_mcp::engine::inspect::tasks(store.as_ref(), args.limit).await? {
                 if args.json {
                     println!("{}", serde_json::to_string(&task)?);
-                    continue;
+                } else {
+                    println!("{}", tasks::line(&task));
                 }
-                println!(
-                    "{}  {}  design={}  questions={}  created={}  updated={}  ttl_ms={}  principal={}",
-                    task.task_id,
-                    task.status,
-                    task.design,
-                    task.open_questions,
-                    task.created_at,
-                    task.last_updated_at,
-                    task.ttl_ms,
-                    task.principal
-                );
             }
         }
     }

@@ -51,16 +51,21 @@ fn wait_listening(addr: SocketAddr) {
 /// A GET of `path` with exactly this `Host` header (none if `None`): status, headers
 /// (lower-cased names) and body.
 fn get(addr: SocketAddr, path: &str, host: Option<&str>) -> (u16, String, String) {
+    let host = host.map(|h| format!("host: {h}\r\n")).unwrap_or_default();
+    exchange(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\n{host}connection: close\r\n\r\n"),
+    )
+}
+
+/// Send `request` as it is on a new connection; the answer's status, lower-cased head and
+/// body.
+fn exchange(addr: SocketAddr, request: &str) -> (u16, String, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let host = host.map(|h| format!("host: {h}\r\n")).unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\n{host}connection: close\r\n\r\n"
-    )
-    .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
     let mut out = String::new();
     stream.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
@@ -381,10 +386,6 @@ fn call(
     headers: &[(&str, &str)],
     body: Option<&Value>,
 ) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
     if let Some(token) = token {
         head.push_str(&format!("authorization: Bearer {token}\r\n"));
@@ -394,16 +395,7 @@ fn call(
     }
     let body = body.map(Value::to_string).unwrap_or_default();
     head.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
-    stream.write_all(head.as_bytes()).unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_ascii_lowercase(), body.to_owned())
+    exchange(addr, &head)
 }
 
 const JSON: (&str, &str) = ("content-type", "application/json");

@@ -20,7 +20,7 @@ use durable_mcp_store::{Expect, RecordKind, StoreError, StoreErrorKind, WriteBat
 use serde_json::{Value, json};
 
 use crate::EngineError;
-use crate::records::{ACTION_TTL_MS, ActionKind, ActionRecord, RunRecord, TaskStatus, key};
+use crate::records::{ActionKind, ActionRecord, RunRecord, TaskStatus, key};
 use crate::requests::Requests;
 
 /// How many times a kill reads the entry again when its worker renewed the lease in
@@ -75,21 +75,13 @@ impl Requests {
             record.failures = 0;
             record.owner = String::new();
             record.lease_until_ms = 0;
-            let batch = WriteBatch::new()
-                .put_record(
-                    RecordKind::Step,
-                    key::action(run_id, action.at_ms),
-                    action.encode()?,
-                    Some(action.at_ms + ACTION_TTL_MS),
-                    Expect::Absent,
-                )
-                .put_record(
-                    RecordKind::Run,
-                    run_id,
-                    record.encode()?,
-                    None,
-                    Expect::Version(found.version),
-                );
+            let batch = action.put_in(WriteBatch::new())?.put_record(
+                RecordKind::Run,
+                run_id,
+                record.encode()?,
+                None,
+                Expect::Version(found.version),
+            );
             match self.commit_batch(batch).await {
                 Ok(_) => {
                     tracing::info!(run = %run_id, by = %action.by, "an operator retried a parked run");
@@ -129,14 +121,8 @@ impl Requests {
             let outcome = outcome(record.request.id(), &action);
             // The action is committed with the kill, so a kill that loses to the run's
             // own end leaves no record of a kill that did not happen.
-            let batch = WriteBatch::new()
-                .put_record(
-                    RecordKind::Step,
-                    key::action(run_id, action.at_ms),
-                    action.encode()?,
-                    Some(action.at_ms + ACTION_TTL_MS),
-                    Expect::Absent,
-                )
+            let batch = action
+                .put_in(WriteBatch::new())?
                 .append(record.stream.clone(), to_text(&outcome))
                 .close(record.stream.clone())
                 .delete_record(RecordKind::Run, run_id, found.version)

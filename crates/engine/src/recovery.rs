@@ -41,16 +41,18 @@ impl Requests {
             if self.is_running_here(&record.key) {
                 continue;
             }
+            // Decoded once here; an entry that does not decode is removed by `claim`.
             let claim = match RunRecord::decode(&record.key, &record.value) {
                 Ok(run) if run.parked.is_some() => {
                     parked += 1;
                     match self.client_gone(&record.key, &run).await {
-                        Ok(true) => self.journal().claim_parked(record).await,
+                        Ok(true) => self.journal().claim_decoded(record, run).await,
                         Ok(false) => continue,
                         Err(error) => Err(error),
                     }
                 }
-                _ => self.journal().claim(record).await,
+                Ok(run) => self.journal().claim_decoded(record, run).await,
+                Err(_) => self.journal().claim(record).await,
             };
             let claimed = match claim {
                 Ok(Some(held)) => self.resume(held).await,

@@ -310,7 +310,7 @@ impl Held {
     }
 
     /// Park the run for an operator ([`Parked`]): its lease is given back, and no worker
-    /// takes it again until an operator retries it ([`Journal::retry_parked`]) or ends it.
+    /// takes it again until an operator retries it (`durable-mcp runs retry`) or ends it.
     /// Its stream stays open and its steps stay, so that the retry replays them (D8).
     /// Whether it was parked (else it is left to recovery, which parks it again).
     pub async fn park(self, journal: &Journal, parked: Parked) -> bool {
@@ -893,25 +893,44 @@ impl Journal {
         self.claim_if(record, Claim::Resent).await
     }
 
-    /// [`Journal::claim`] for a parked run whose client is gone (it cancelled, its task or
-    /// session ended), to be cleaned up: parked runs are claimed only so.
-    pub async fn claim_parked(&self, record: Record) -> Result<Option<Held>, EngineError> {
-        self.claim_if(record, Claim::Parked).await
+    /// [`Journal::claim`] for an entry the caller decoded already (`run`). A parked run is
+    /// taken whatever its lease (its client is gone: it cancelled, its task or session
+    /// ended, and it is to be cleaned up): parked runs are claimed only so.
+    pub async fn claim_decoded(
+        &self,
+        record: Record,
+        run: RunRecord,
+    ) -> Result<Option<Held>, EngineError> {
+        let how = if run.parked.is_some() {
+            Claim::Parked
+        } else {
+            Claim::Expired
+        };
+        self.take(record, run, how).await
     }
 
     async fn claim_if(&self, record: Record, how: Claim) -> Result<Option<Held>, EngineError> {
-        let resent = how == Claim::Resent;
-        let me = self.worker_id.clone();
-        let mut run = match RunRecord::decode(&record.key, &record.value) {
-            Ok(run) => run,
+        match RunRecord::decode(&record.key, &record.value) {
+            Ok(run) => self.take(record, run, how).await,
             Err(error) => {
                 tracing::error!(%error, run = %record.key, "undecodable journal entry; removing it");
                 self.store()
                     .delete_records(RecordKind::Run, &record.key)
                     .await?;
-                return Ok(None);
+                Ok(None)
             }
-        };
+        }
+    }
+
+    /// Take journal entry `record` (decoded: `run`) over as `how` says.
+    async fn take(
+        &self,
+        record: Record,
+        mut run: RunRecord,
+        how: Claim,
+    ) -> Result<Option<Held>, EngineError> {
+        let resent = how == Claim::Resent;
+        let me = self.worker_id.clone();
         if run.parked.is_some() != (how == Claim::Parked) {
             return Ok(None); // a parked run is kept for an operator
         }

@@ -2,7 +2,7 @@
 //! committed before the action takes effect, so any worker obeys it and it survives
 //! restarts, and it stays as the run's audit trail for [`ACTION_TTL_MS`].
 
-use durable_mcp_store::RecordKind;
+use durable_mcp_store::{Expect, RecordKind, WriteBatch};
 use serde::{Deserialize, Serialize};
 
 use super::RecordError;
@@ -63,6 +63,18 @@ impl ActionRecord {
     /// The value the store keeps.
     pub fn encode(&self) -> Result<String, RecordError> {
         super::encode(RecordKind::Step, self)
+    }
+
+    /// `batch` with this action written under its run and time (the first write wins: an
+    /// action of the same millisecond makes the batch conflict).
+    pub fn put_in(&self, batch: WriteBatch) -> Result<WriteBatch, RecordError> {
+        Ok(batch.put_record(
+            RecordKind::Step,
+            super::key::action(&self.run_id, self.at_ms),
+            self.encode()?,
+            Some(self.at_ms + ACTION_TTL_MS),
+            Expect::Absent,
+        ))
     }
 
     /// The action stored under `key`.
