@@ -22,18 +22,33 @@ pub async fn list(
     json: bool,
 ) -> anyhow::Result<()> {
     let now = now_ms();
+    let mut runs = picked(store, filter, now).await?;
+    runs.truncate(limit);
+    print_runs(&runs, now, json)
+}
+
+/// The runs `filter` picks at `now`, oldest first.
+async fn picked(
+    store: &dyn Store,
+    filter: &RunFilter,
+    now: u64,
+) -> anyhow::Result<Vec<RunSummary>> {
     let mut runs: Vec<RunSummary> = durable_mcp::engine::inspect::runs(store, SCAN)
         .await?
         .into_iter()
         .filter(|run| filter.matches(run, now))
         .collect();
     runs.sort_by_key(|run| run.accepted_ms);
-    runs.truncate(limit);
+    Ok(runs)
+}
+
+/// `runs`, a line (or a JSON object) each.
+fn print_runs(runs: &[RunSummary], now: u64, json: bool) -> anyhow::Result<()> {
     for run in runs {
         if json {
-            println!("{}", serde_json::to_string(&run)?);
+            println!("{}", serde_json::to_string(run)?);
         } else {
-            println!("{}", line(&run, now));
+            println!("{}", line(run, now));
         }
     }
     Ok(())
@@ -258,20 +273,9 @@ pub async fn purge(
     json: bool,
 ) -> anyhow::Result<()> {
     let now = now_ms();
-    let mut runs: Vec<RunSummary> = durable_mcp::engine::inspect::runs(store.as_ref(), SCAN)
-        .await?
-        .into_iter()
-        .filter(|run| filter.matches(run, now))
-        .collect();
-    runs.sort_by_key(|run| run.accepted_ms);
+    let runs = picked(store.as_ref(), filter, now).await?;
     if dry_run {
-        for run in &runs {
-            if json {
-                println!("{}", serde_json::to_string(run)?);
-            } else {
-                println!("{}", line(run, now));
-            }
-        }
+        print_runs(&runs, now, json)?;
         if !json {
             println!(
                 "would purge {} run(s); nothing changed (--dry-run)",

@@ -80,21 +80,6 @@ impl RunState {
     }
 }
 
-impl std::str::FromStr for RunState {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "running" => Ok(RunState::Running),
-            "waiting" => Ok(RunState::Waiting),
-            "parked" => Ok(RunState::Parked),
-            other => Err(format!(
-                "unknown state `{other}`: use running, waiting or parked"
-            )),
-        }
-    }
-}
-
 impl RunSummary {
     /// Where it stands at `now_ms`.
     pub fn state(&self, now_ms: u64) -> RunState {
@@ -365,26 +350,17 @@ pub async fn stream(
     stream_id: &str,
     limit: usize,
 ) -> Result<StreamTimeline, EngineError> {
+    let unreadable = |state| StreamTimeline {
+        state,
+        messages: Vec::new(),
+    };
     let Ok(stream) = stream_id.parse::<durable_mcp_store::StreamId>() else {
-        return Ok(StreamTimeline {
-            state: "gone",
-            messages: Vec::new(),
-        });
+        return Ok(unreadable("gone"));
     };
     let read = match store.read_after(&stream, 0, limit).await {
         Ok(read) => read,
-        Err(durable_mcp_store::StoreError::Pruned { .. }) => {
-            return Ok(StreamTimeline {
-                state: "pruned",
-                messages: Vec::new(),
-            });
-        }
-        Err(durable_mcp_store::StoreError::NotFound { .. }) => {
-            return Ok(StreamTimeline {
-                state: "gone",
-                messages: Vec::new(),
-            });
-        }
+        Err(durable_mcp_store::StoreError::Pruned { .. }) => return Ok(unreadable("pruned")),
+        Err(durable_mcp_store::StoreError::NotFound { .. }) => return Ok(unreadable("gone")),
         Err(error) => return Err(error.into()),
     };
     let state = if read.finished {
@@ -475,11 +451,17 @@ pub async fn task(
     task_id: &str,
 ) -> Result<Option<(String, TaskSummary)>, EngineError> {
     const SCAN: usize = 100_000;
-    Ok(decoded(store, RecordKind::Task, SCAN, TaskRecord::decode)
+    // Its key is its owner's prefix and its id: found by key, then only it decoded.
+    let Some(record) = store
+        .list_records(RecordKind::Task, "", SCAN)
         .await?
         .into_iter()
-        .find(|(key, _)| key::task_id(key) == task_id)
-        .map(|(key, task)| (key, TaskSummary::of(task))))
+        .find(|record| key::task_id(&record.key) == task_id)
+    else {
+        return Ok(None);
+    };
+    let task = TaskRecord::decode(&record.key, &record.value)?;
+    Ok(Some((record.key, TaskSummary::of(task))))
 }
 
 impl TaskSummary {
